@@ -1,0 +1,82 @@
+//! The crate's error type: each variant maps to one documented exit code.
+//!
+//! Library code returns `Error`; only `main.rs` wraps it in `anyhow` to print the cause
+//! chain. A refusal always carries a hint saying what the user can do instead.
+
+use crate::exit_codes::ExitCode;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad command-line input.
+    #[error("{0}")]
+    Usage(String),
+
+    /// Acting would be unsafe. Nothing has been written when this is returned.
+    #[error("refused: {reason}{}", hint_suffix(.hint))]
+    Refused { reason: String, hint: Option<String> },
+
+    /// An I/O error. `offset` names the device offset when one was involved.
+    #[error("{context}{}", offset_suffix(*.offset))]
+    Io {
+        context: String,
+        offset: Option<u64>,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A chunk read back with a different blake3 than it was read with.
+    #[error(
+        "checksum mismatch at offset {offset} (length {len}): read-back blake3 {after} differs from {before}"
+    )]
+    ChecksumMismatch { offset: u64, len: u64, before: String, after: String },
+
+    /// SIGINT/SIGTERM arrived; the run stopped between chunks.
+    #[error("interrupted by {signal} after {done_bytes} of {total_bytes} bytes; run again with --resume to continue")]
+    Interrupted { signal: String, done_bytes: u64, total_bytes: u64 },
+
+    /// A freeze window went past its deadline; the guardian thawed.
+    #[error(
+        "freeze window {window} overran its {deadline_ms} ms deadline; the guardian thawed the filesystem before any further write; run again with --resume (a longer --max-freeze or a quieter time may help)"
+    )]
+    WindowOverrun { window: u64, deadline_ms: u64 },
+
+    /// A bug or an impossible state.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+fn hint_suffix(hint: &Option<String>) -> String {
+    hint.as_ref().map(|h| format!("\n  hint: {h}")).unwrap_or_default()
+}
+
+fn offset_suffix(offset: Option<u64>) -> String {
+    offset.map(|o| format!(" at offset {o}")).unwrap_or_default()
+}
+
+impl Error {
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            Error::Usage(_) => ExitCode::Usage,
+            Error::Refused { .. } => ExitCode::Refused,
+            Error::Io { .. } => ExitCode::IoError,
+            Error::ChecksumMismatch { .. } => ExitCode::ChecksumMismatch,
+            Error::Interrupted { .. } => ExitCode::Interrupted,
+            Error::WindowOverrun { .. } => ExitCode::WindowOverrun,
+            Error::Internal(_) => ExitCode::Internal,
+        }
+    }
+
+    pub fn refused(reason: impl Into<String>, hint: impl Into<String>) -> Error {
+        Error::Refused { reason: reason.into(), hint: Some(hint.into()) }
+    }
+
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Error {
+        Error::Io { context: context.into(), offset: None, source }
+    }
+
+    pub fn io_at(context: impl Into<String>, offset: u64, source: std::io::Error) -> Error {
+        Error::Io { context: context.into(), offset: Some(offset), source }
+    }
+}

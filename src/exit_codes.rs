@@ -1,0 +1,72 @@
+//! The exit codes of `reseq`, one per outcome a script must tell apart.
+//!
+//! They are part of the interface (cron jobs, systemd units and the Ansible role branch
+//! on them): never renumber one. The table is repeated in README.md and the man page.
+
+/// An exit status of the `reseq` process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitCode {
+    /// Everything asked for was done and verified.
+    Success,
+    /// An unexpected internal failure (a bug); data was left intact.
+    Internal,
+    /// The command line or a value in it is invalid.
+    Usage,
+    /// reseq refused to act because acting would not be safe; nothing was written.
+    Refused,
+    /// An I/O error stopped the run; the data is intact and the run can resume.
+    IoError,
+    /// A chunk read back differently from what was written; the run stopped there.
+    ChecksumMismatch,
+    /// SIGINT/SIGTERM stopped the run after a chunk; resume with `--resume`.
+    Interrupted,
+    /// A freeze window overran its deadline and the guardian thawed; resume later.
+    WindowOverrun,
+}
+
+impl ExitCode {
+    /// Every code, in numeric order (for docs and tests).
+    pub const ALL: [ExitCode; 8] = [
+        ExitCode::Success,
+        ExitCode::Internal,
+        ExitCode::Usage,
+        ExitCode::Refused,
+        ExitCode::IoError,
+        ExitCode::ChecksumMismatch,
+        ExitCode::Interrupted,
+        ExitCode::WindowOverrun,
+    ];
+
+    pub fn code(self) -> i32 {
+        match self {
+            ExitCode::Success => 0,
+            ExitCode::Internal => 1,
+            ExitCode::Usage => 2,
+            ExitCode::Refused => 3,
+            ExitCode::IoError => 4,
+            ExitCode::ChecksumMismatch => 5,
+            ExitCode::Interrupted => 6,
+            ExitCode::WindowOverrun => 7,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            ExitCode::Success => "success: everything was rewritten and verified",
+            ExitCode::Internal => "internal error (a bug); data intact",
+            ExitCode::Usage => "invalid command line or value",
+            ExitCode::Refused => "refused as unsafe; nothing was written",
+            ExitCode::IoError => "I/O error; stopped, thawed, data intact, resumable",
+            ExitCode::ChecksumMismatch => "checksum mismatch on read-back; stopped at that offset",
+            ExitCode::Interrupted => "interrupted by a signal; thawed, resumable with --resume",
+            ExitCode::WindowOverrun => "a freeze window overran; the guardian thawed; resumable",
+        }
+    }
+}
+
+impl From<ExitCode> for std::process::ExitCode {
+    fn from(code: ExitCode) -> Self {
+        std::process::ExitCode::from(code.code() as u8)
+    }
+}

@@ -1,0 +1,281 @@
+//! The crash journal: what a run set out to do and which chunks are finished.
+//!
+//! One append-only text file per device in the state directory. Each line is
+//! `<blake3 of the JSON, hex> <JSON>`, so a torn last line (power cut mid-append) is
+//! recognised and ignored on replay, and a damaged line in the middle stops the replay
+//! there rather than trusting what follows (as bupstash does with its checksummed log).
+//!
+//! Records: `run` (identity, chunk size, range: the plan), `begin` (the chunk about to
+//! be written and the blake3 it was read with, not fsynced: advisory), `done` (chunk
+//! finished: written, flushed, verified; fsynced before the next chunk), `finished`.
+//!
+//! When the state directory lies on a filesystem that reseq freezes, records are kept
+//! in memory during the window and written after the thaw: writing there while frozen
+//! would block reseq forever.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::device::DeviceIdentity;
+use crate::error::{Error, Result};
+
+pub const JOURNAL_VERSION: u32 = 1;
+
+/// What a run set out to do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub version: u32,
+    pub identity: DeviceIdentity,
+    pub chunk_size_bytes: u64,
+    pub range_start_bytes: u64,
+    pub range_end_bytes: u64,
+    pub chunks_total: u64,
+    pub started_at: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    Run(RunRecord),
+    Begin { chunk: u64, blake3: String },
+    Done { chunk: u64, blake3: String },
+    Finished,
+}
+
+/// What a replay found.
+#[derive(Clone, Debug, Default)]
+pub struct Replay {
+    pub run: Option<RunRecord>,
+    /// Chunks finished, in order (always a prefix of the plan: chunks go in order).
+    pub done: u64,
+    /// A chunk that was begun but not finished, with the hash it was read with.
+    pub in_flight: Option<(u64, String)>,
+    pub finished: bool,
+    /// Lines ignored because their checksum or JSON did not match (torn tail).
+    pub bad_lines: u64,
+}
+
+pub fn encode(rec: &Record) -> String {
+    let json = serde_json::to_string(rec).expect("records serialize");
+    format!("{} {}\n", blake3::hash(json.as_bytes()).to_hex(), json)
+}
+
+/// Replays journal text. Stops at the first line that does not check out.
+pub fn replay(text: &str) -> Replay {
+    let mut r = Replay::default();
+    let mut lines = text.split_inclusive('\n');
+    for line in lines.by_ref() {
+        let Some(rec) = decode(line) else {
+            r.bad_lines += 1;
+            break;
+        };
+        match rec {
+            Record::Run(run) => {
+                r = Replay { run: Some(run), ..Replay::default() };
+            }
+            Record::Begin { chunk, blake3 } => r.in_flight = Some((chunk, blake3)),
+            Record::Done { chunk, .. } => {
+                // Chunks finish in order; anything else means a foreign or mixed file.
+                if chunk == r.done {
+                    r.done += 1;
+                    r.in_flight = None;
+                } else {
+                    r.bad_lines += 1;
+                    break;
+                }
+            }
+            Record::Finished => r.finished = true,
+        }
+    }
+    r.bad_lines += lines.count() as u64;
+    r
+}
+
+fn decode(line: &str) -> Option<Record> {
+    let line = line.strip_suffix('\n')?;
+    let (sum, json) = line.split_once(' ')?;
+    if blake3::hash(json.as_bytes()).to_hex().as_str() != sum {
+        return None;
+    }
+    serde_json::from_str(json).ok()
+}
+
+/// The journal file of one device.
+pub fn journal_path(state_dir: &Path, identity: &DeviceIdentity) -> PathBuf {
+    state_dir.join(format!("device-{}.journal", identity.name))
+}
+
+pub fn read(path: &Path) -> Result<Option<Replay>> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(replay(&t))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(format!("reading journal {}", path.display()), e)),
+    }
+}
+
+/// An open journal, appending.
+pub struct Journal {
+    file: Option<File>,
+    path: PathBuf,
+    /// Records held back while the state directory's filesystem is frozen.
+    held: Vec<String>,
+    hold: bool,
+}
+
+impl Journal {
+    /// Starts a new journal for `run` (replacing an old one).
+    pub fn create(path: &Path, run: RunRecord) -> Result<Journal> {
+        let ctx = |e| Error::io(format!("creating journal {}", path.display()), e);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(ctx)?;
+        }
+        // Write the new run to a temporary file and rename it over the old journal, so
+        // a crash here leaves either the old journal or the new one, whole.
+        let tmp = path.with_extension("journal.tmp");
+        let mut f = File::create(&tmp).map_err(ctx)?;
+        f.write_all(encode(&Record::Run(run)).as_bytes()).map_err(ctx)?;
+        f.sync_all().map_err(ctx)?;
+        std::fs::rename(&tmp, path).map_err(ctx)?;
+        if let Some(dir) = path.parent() {
+            File::open(dir).and_then(|d| d.sync_all()).map_err(ctx)?;
+        }
+        Journal::append_to(path)
+    }
+
+    /// Opens an existing journal to continue it.
+    pub fn append_to(path: &Path) -> Result<Journal> {
+        let file = OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::io(format!("opening journal {}", path.display()), e))?;
+        Ok(Journal { file: Some(file), path: path.to_path_buf(), held: Vec::new(), hold: false })
+    }
+
+    /// A journal that records nothing (dry runs, simulations without state).
+    pub fn none() -> Journal {
+        Journal { file: None, path: PathBuf::new(), held: Vec::new(), hold: false }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// While held, records stay in memory (the journal's filesystem is frozen).
+    pub fn set_hold(&mut self, hold: bool) -> Result<()> {
+        self.hold = hold;
+        if !hold && !self.held.is_empty() {
+            let text = std::mem::take(&mut self.held).concat();
+            self.write(&text, true)?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, text: &str, durable: bool) -> Result<()> {
+        let Some(f) = self.file.as_mut() else { return Ok(()) };
+        let ctx = |e| Error::io(format!("appending to journal {}", self.path.display()), e);
+        f.write_all(text.as_bytes()).map_err(ctx)?;
+        if durable {
+            f.sync_data().map_err(ctx)?;
+        }
+        Ok(())
+    }
+
+    fn append(&mut self, rec: &Record, durable: bool) -> Result<()> {
+        let line = encode(rec);
+        if self.hold {
+            self.held.push(line);
+            Ok(())
+        } else {
+            self.write(&line, durable)
+        }
+    }
+
+    /// The chunk about to be written (advisory: not fsynced).
+    pub fn begin(&mut self, chunk: u64, hash: &blake3::Hash) -> Result<()> {
+        self.append(&Record::Begin { chunk, blake3: hash.to_hex().to_string() }, false)
+    }
+
+    /// The chunk is written, flushed and verified.
+    pub fn done(&mut self, chunk: u64, hash: &blake3::Hash) -> Result<()> {
+        self.append(&Record::Done { chunk, blake3: hash.to_hex().to_string() }, true)
+    }
+
+    pub fn finished(&mut self) -> Result<()> {
+        self.append(&Record::Finished, true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> RunRecord {
+        RunRecord {
+            version: JOURNAL_VERSION,
+            identity: DeviceIdentity {
+                name: "loop9".into(),
+                dev: "7:9".into(),
+                size_bytes: 1 << 20,
+                serial: None,
+                wwn: None,
+                model: None,
+                partition_start_sectors: None,
+                loop_backing_file: Some("/tmp/x.img".into()),
+            },
+            chunk_size_bytes: 4096,
+            range_start_bytes: 0,
+            range_end_bytes: 1 << 20,
+            chunks_total: 256,
+            started_at: "2026-11-22T00:00:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn replays_and_ignores_torn_tail() {
+        let h = blake3::hash(b"x").to_hex().to_string();
+        let mut text = encode(&Record::Run(run()));
+        text += &encode(&Record::Done { chunk: 0, blake3: h.clone() });
+        text += &encode(&Record::Done { chunk: 1, blake3: h.clone() });
+        text += &encode(&Record::Begin { chunk: 2, blake3: h.clone() });
+        let full = replay(&text);
+        assert_eq!(full.done, 2);
+        assert_eq!(full.in_flight, Some((2, h.clone())));
+        assert_eq!(full.bad_lines, 0);
+        // A torn append: half a line.
+        let torn = encode(&Record::Done { chunk: 2, blake3: h.clone() });
+        let t2 = format!("{text}{}", &torn[..torn.len() / 2]);
+        let r = replay(&t2);
+        assert_eq!(r.done, 2);
+        assert_eq!(r.bad_lines, 1);
+    }
+
+    #[test]
+    fn a_flipped_bit_stops_the_replay() {
+        let h = blake3::hash(b"x").to_hex().to_string();
+        let mut text = encode(&Record::Run(run()));
+        text += &encode(&Record::Done { chunk: 0, blake3: h.clone() }).replace("\"chunk\":0", "\"chunk\":5");
+        text += &encode(&Record::Done { chunk: 1, blake3: h });
+        let r = replay(&text);
+        assert_eq!(r.done, 0);
+        assert_eq!(r.bad_lines, 2);
+    }
+
+    #[test]
+    fn file_round_trip_with_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j");
+        let mut j = Journal::create(&p, run()).unwrap();
+        let h = blake3::hash(b"y");
+        j.set_hold(true).unwrap();
+        j.done(0, &h).unwrap();
+        assert_eq!(read(&p).unwrap().unwrap().done, 0, "held records are not on disk yet");
+        j.set_hold(false).unwrap();
+        j.done(1, &h).unwrap();
+        j.finished().unwrap();
+        let r = read(&p).unwrap().unwrap();
+        assert_eq!((r.done, r.finished, r.run.unwrap()), (2, true, run()));
+    }
+}

@@ -1,0 +1,151 @@
+//! Which filesystems are mounted from which block devices, from `/proc/self/mountinfo`.
+//!
+//! Field 3 (major:minor) identifies the superblock's device. One device can appear
+//! several times (bind mounts, double mounts): it is one superblock, frozen once
+//! (a second FIFREEZE on it would give EBUSY and look like someone else's freeze).
+
+use std::path::{Path, PathBuf};
+
+/// One line of mountinfo that matters to us.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountEntry {
+    /// Device number of the mounted filesystem's block device.
+    pub dev: (u32, u32),
+    /// Where it is mounted (octal escapes decoded).
+    pub mount_point: PathBuf,
+    /// Filesystem type (`ext4`, `xfs`, ...).
+    pub fs_type: String,
+    /// Mount source as the kernel shows it (`/dev/loop0`).
+    pub source: String,
+    /// Whether the mount is read-only (per-mount `ro` option).
+    pub read_only: bool,
+}
+
+/// Parses the text of a mountinfo file. Malformed lines are skipped: the kernel's
+/// format is stable, and a line we cannot read cannot be one we would freeze.
+pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+    text.lines().filter_map(parse_line).collect()
+}
+
+fn parse_line(line: &str) -> Option<MountEntry> {
+    let fields: Vec<&str> = line.split(' ').collect();
+    let sep = fields.iter().position(|f| *f == "-")?;
+    let (major, minor) = fields.get(2)?.split_once(':')?;
+    let mount_point = PathBuf::from(unescape(fields.get(4)?));
+    let options = fields.get(5)?;
+    Some(MountEntry {
+        dev: (major.parse().ok()?, minor.parse().ok()?),
+        mount_point,
+        read_only: options.split(',').any(|o| o == "ro"),
+        fs_type: fields.get(sep + 1)?.to_string(),
+        source: unescape(fields.get(sep + 2)?),
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Reads the live mount table.
+pub fn read_mounts() -> std::io::Result<Vec<MountEntry>> {
+    Ok(parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo")?))
+}
+
+/// One mounted filesystem (superblock) that must be frozen, with every mount point
+/// it is visible at.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MountedFs {
+    /// Device number as "major:minor".
+    pub dev: String,
+    #[serde(skip)]
+    pub dev_num: (u32, u32),
+    pub fs_type: String,
+    pub source: String,
+    /// The mount point reseq freezes through (the first one listed).
+    pub mount_point: PathBuf,
+    /// Every place it is mounted (bind mounts included).
+    pub all_mount_points: Vec<PathBuf>,
+    pub read_only: bool,
+}
+
+/// Groups the mounts of the given devices by superblock, in device-list order.
+pub fn filesystems_on(entries: &[MountEntry], devices: &[(u32, u32)]) -> Vec<MountedFs> {
+    let mut out: Vec<MountedFs> = Vec::new();
+    for dev in devices {
+        for e in entries.iter().filter(|e| e.dev == *dev) {
+            if let Some(fs) = out.iter_mut().find(|f| f.dev_num == e.dev) {
+                fs.all_mount_points.push(e.mount_point.clone());
+                // The superblock is writable if any mount of it is.
+                fs.read_only &= e.read_only;
+            } else {
+                out.push(MountedFs {
+                    dev: format!("{}:{}", e.dev.0, e.dev.1),
+                    dev_num: e.dev,
+                    fs_type: e.fs_type.clone(),
+                    source: e.source.clone(),
+                    mount_point: e.mount_point.clone(),
+                    all_mount_points: vec![e.mount_point.clone()],
+                    read_only: e.read_only,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The mount whose mount point is the longest prefix of `path` (the filesystem that
+/// holds it), for deciding whether the state directory sits on a frozen filesystem.
+pub fn mount_containing<'a>(entries: &'a [MountEntry], path: &Path) -> Option<&'a MountEntry> {
+    entries
+        .iter()
+        .filter(|e| path.starts_with(&e.mount_point))
+        .max_by_key(|e| e.mount_point.as_os_str().len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+42 22 7:0 / /tmp/m\\040x rw,relatime - ext4 /dev/loop0 rw
+43 22 7:0 /sub /srv/bind ro,relatime - ext4 /dev/loop0 rw
+44 22 7:1 / /mnt/x ro shared:5 master:2 - xfs /dev/loop1 ro,attr2
+bogus line
+";
+
+    #[test]
+    fn parses_and_groups_by_superblock() {
+        let e = parse_mountinfo(SAMPLE);
+        assert_eq!(e.len(), 4);
+        assert_eq!(e[1].mount_point, PathBuf::from("/tmp/m x"));
+        assert_eq!(e[3].fs_type, "xfs");
+        assert!(e[3].read_only);
+        let fs = filesystems_on(&e, &[(7, 0), (7, 1), (7, 9)]);
+        assert_eq!(fs.len(), 2);
+        assert_eq!(fs[0].all_mount_points.len(), 2);
+        assert!(!fs[0].read_only, "writable through one mount means writable");
+        assert!(fs[1].read_only);
+    }
+
+    #[test]
+    fn containing_mount() {
+        let e = parse_mountinfo(SAMPLE);
+        assert_eq!(mount_containing(&e, Path::new("/tmp/m x/a")).unwrap().dev, (7, 0));
+        assert_eq!(mount_containing(&e, Path::new("/var/lib")).unwrap().dev, (254, 0));
+    }
+}

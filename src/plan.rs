@@ -1,0 +1,374 @@
+//! Parse, check, plan: everything decided before the first byte is written.
+//!
+//! [`plan_rewrite`] turns raw arguments into a [`RewritePlan`] or a refusal. Each check
+//! has its own message saying why and what to do instead; the order goes from cheap and
+//! certain (what kind of file is this) to the ones that need the device open.
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cli::RewriteArgs;
+use crate::device::{self, BlockDeviceInfo, Medium, Sysfs};
+use crate::engine::EngineConfig;
+use crate::error::{Error, Result};
+use crate::hooks;
+use crate::journal::{self, Replay};
+use crate::mounts::{self, MountedFs};
+use crate::units;
+
+/// Where a run starts.
+#[derive(Clone, Debug)]
+pub enum Start {
+    /// From the first chunk, with a new journal.
+    Fresh,
+    /// After the chunks an earlier run finished.
+    Resume {
+        /// Chunks already finished.
+        done: u64,
+        /// The chunk that was being written when it stopped, with its pre-write blake3.
+        in_flight: Option<(u64, String)>,
+        started_at: String,
+    },
+}
+
+/// A checked, complete description of a device rewrite.
+#[derive(Clone, Debug)]
+pub struct RewritePlan {
+    /// The device and what we know about it.
+    pub device: BlockDeviceInfo,
+    /// Filesystems frozen in every window; empty when nothing is mounted (no freeze).
+    pub filesystems: Vec<MountedFs>,
+    /// Chunking, verification and read-ahead, as the engine runs them.
+    pub engine: EngineConfig,
+    /// The guardian's deadline for one window.
+    pub max_freeze: Duration,
+    /// The kernel's hung-task timeout (None: disabled or unreadable).
+    pub hung_task_timeout: Option<Duration>,
+    /// Whether a hung task panics the host (`kernel.hung_task_panic`).
+    pub hung_task_panic: bool,
+    /// The journal of this device.
+    pub journal_path: PathBuf,
+    /// New run or continuation.
+    pub start: Start,
+    /// Things the user should know that did not stop the plan.
+    pub warnings: Vec<String>,
+}
+
+impl RewritePlan {
+    pub fn needs_freeze(&self) -> bool {
+        !self.filesystems.is_empty()
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.engine.range_end - self.engine.range_start
+    }
+}
+
+/// CAP_SYS_ADMIN is bit 21 of the capability sets (include/uapi/linux/capability.h).
+const CAP_SYS_ADMIN: u32 = 21;
+
+fn effective_caps() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("CapEff:"))?;
+    u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()
+}
+
+fn read_proc_u64(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Checks privileges: FIFREEZE needs CAP_SYS_ADMIN, raw device writes need root's access.
+pub fn check_privileges() -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err(Error::refused(
+            "reseq must run as root: it opens block devices for writing and freezes filesystems",
+            "run it with sudo, or from a root cron job or systemd unit",
+        ));
+    }
+    if effective_caps().is_some_and(|c| c & (1 << CAP_SYS_ADMIN) == 0) {
+        return Err(Error::refused(
+            "reseq runs as root but without CAP_SYS_ADMIN, which FIFREEZE/FITHAW need",
+            "run it outside the restricted container or unit, or grant CAP_SYS_ADMIN",
+        ));
+    }
+    Ok(())
+}
+
+/// Names the top of a stack of holders (dm on dm on a partition...), as the device to
+/// target instead.
+fn top_holders(sysfs: &Sysfs, holders: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for h in holders {
+        let name = h.split(' ').next().unwrap_or(h).to_string();
+        let mut cur = name.clone();
+        for _ in 0..8 {
+            match sysfs.holders_of(&cur).first() {
+                Some(up) => cur = up.clone(),
+                None => break,
+            }
+        }
+        let dm_name = std::fs::read_to_string(sysfs.root.join("class/block").join(&cur).join("dm/name"))
+            .map(|n| format!(" (/dev/mapper/{})", n.trim()))
+            .unwrap_or_default();
+        out.push(format!("/dev/{cur}{dm_name}"));
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Everything the plan needs from the outside world, so tests can supply their own.
+pub struct Environment {
+    pub sysfs: Sysfs,
+    pub mounts: Vec<mounts::MountEntry>,
+}
+
+impl Environment {
+    pub fn live() -> Result<Environment> {
+        Ok(Environment {
+            sysfs: Sysfs::default(),
+            mounts: mounts::read_mounts().map_err(|e| Error::io("reading /proc/self/mountinfo", e))?,
+        })
+    }
+}
+
+/// Checks everything and builds the plan. Writes nothing and freezes nothing.
+pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan> {
+    // 1. Arguments that need no device.
+    let chunk_size = units::parse_size(&args.chunk_size).map_err(|e| Error::Usage(format!("--chunk-size: {e}")))?;
+    if chunk_size == 0 || chunk_size > (1 << 30) {
+        return Err(Error::Usage(format!("--chunk-size must be between 1 sector and 1 GiB, not {}", args.chunk_size)));
+    }
+    let max_freeze = units::parse_duration(&args.max_freeze).map_err(|e| Error::Usage(format!("--max-freeze: {e}")))?;
+    if max_freeze < Duration::from_millis(10) {
+        return Err(Error::Usage("--max-freeze must be at least 10ms".into()));
+    }
+    let pause = units::parse_duration(&args.pause).map_err(|e| Error::Usage(format!("--pause: {e}")))?;
+    if args.read_ahead == 0 || args.read_ahead > 64 {
+        return Err(Error::Usage("--read-ahead must be between 1 and 64".into()));
+    }
+
+    // 2. Is it a block device at all? (stat needs no privileges.)
+    let md = std::fs::metadata(&args.device)
+        .map_err(|e| Error::Usage(format!("cannot use {}: {e}", args.device.display())))?;
+    if !md.file_type().is_block_device() {
+        let kind = if md.is_file() {
+            "a regular file"
+        } else if md.is_dir() {
+            "a directory"
+        } else {
+            "not a block device"
+        };
+        return Err(Error::Usage(format!(
+            "{} is {kind}; `reseq rewrite` takes a block device such as /dev/sdb or /dev/nvme0n1p2",
+            args.device.display()
+        )));
+    }
+
+    // 3. Privileges, then what the device is.
+    check_privileges()?;
+    let dev = device::inspect(&args.device, &env.sysfs)?;
+    let mut warnings = Vec::new();
+
+    if dev.read_only {
+        return Err(Error::refused(
+            format!("{} is read-only (BLKROGET)", args.device.display()),
+            "make it writable (blockdev --setrw) if that is really intended, or choose another device",
+        ));
+    }
+    if !dev.holders.is_empty() {
+        let tops = top_holders(&env.sysfs, &dev.holders);
+        return Err(Error::refused(
+            format!(
+                "{} is used by {} stacked on top of it (device-mapper, md or LVM): writing below them bypasses their view of the data",
+                args.device.display(),
+                dev.holders.join(", ")
+            ),
+            format!("target the top device instead: {}", tops.join(", ")),
+        ));
+    }
+    if !dev.active_swap.is_empty() {
+        return Err(Error::refused(
+            format!(
+                "swap is active on {} ({}): the kernel writes swap whatever the freeze",
+                args.device.display(),
+                dev.active_swap.join(", ")
+            ),
+            "swapoff it first, or run reseq in a window without swap there",
+        ));
+    }
+
+    // 4. Filesystems to freeze: on the device, or on its partitions for a whole disk.
+    let filesystems = mounts::filesystems_on(&env.mounts, &dev.devices_to_freeze());
+    if filesystems.is_empty() {
+        probe_exclusive(&dev)?;
+    }
+
+    // 5. Alignment.
+    if chunk_size % u64::from(dev.dio_offset_align) != 0 {
+        return Err(Error::Usage(format!(
+            "--chunk-size {} ({chunk_size} bytes) is not a multiple of the device's direct-I/O alignment of {} bytes ({}); try {}",
+            args.chunk_size,
+            dev.dio_offset_align,
+            dev.dio_align_source,
+            units::human_bytes(chunk_size.div_ceil(u64::from(dev.dio_offset_align)) * u64::from(dev.dio_offset_align)),
+        )));
+    }
+
+    // 6. Medium.
+    let medium = if hooks::pretend_rotational() { Medium::Rotational("test hook".into()) } else { dev.medium.clone() };
+    if let Medium::Rotational(why) = &medium {
+        let msg = format!(
+            "{} is a rotational disk ({why}): a spinning disk has no FTL to re-sequence, so this only costs time",
+            args.device.display()
+        );
+        if !args.force {
+            return Err(Error::refused(msg, "pass --force if you really mean it"));
+        }
+        warnings.push(msg);
+    }
+
+    // 7. Freeze length against the hung-task watchdog.
+    let hung_task_timeout =
+        read_proc_u64("/proc/sys/kernel/hung_task_timeout_secs").filter(|&s| s > 0).map(Duration::from_secs);
+    let hung_task_panic = read_proc_u64("/proc/sys/kernel/hung_task_panic").is_some_and(|v| v != 0);
+    if let (Some(t), false) = (hung_task_timeout, filesystems.is_empty())
+        && max_freeze > t / 2 {
+            let msg = format!(
+                "--max-freeze {} is longer than half of kernel.hung_task_timeout_secs ({} s): writers blocked by the freeze can trip the hung-task watchdog{}",
+                args.max_freeze,
+                t.as_secs(),
+                if hung_task_panic { ", and kernel.hung_task_panic=1 turns that into a kernel panic" } else { "" }
+            );
+            if !args.force {
+                return Err(Error::refused(msg, format!("use --max-freeze {}s or less, or --force", t.as_secs() / 2)));
+            }
+            warnings.push(msg);
+        }
+
+    // 8. Journal: new run, or continuation of an unfinished one.
+    let journal_path = journal::journal_path(&args.state_dir, &dev.identity);
+    let start = decide_start(args, &dev, chunk_size, &journal_path, &mut warnings)?;
+    let chunk_size = match &start {
+        Start::Resume { .. } => journal::read(&journal_path)?.and_then(|r| r.run).map(|r| r.chunk_size_bytes).unwrap_or(chunk_size),
+        Start::Fresh => chunk_size,
+    };
+    let state_mount = mounts::mount_containing(&env.mounts, &absolute(&args.state_dir)).map(|m| m.dev);
+    let journal_on_frozen_fs = state_mount.is_some_and(|d| filesystems.iter().any(|f| f.dev_num == d));
+    if journal_on_frozen_fs {
+        warnings.push(format!(
+            "the state directory {} is on a filesystem reseq freezes: journal records are kept in memory during each window and written between windows, so a crash loses at most one window of progress",
+            args.state_dir.display()
+        ));
+    }
+
+    let engine = EngineConfig {
+        chunk_size,
+        range_start: 0,
+        range_end: dev.identity.size_bytes,
+        first_chunk: match &start {
+            Start::Resume { done, .. } => *done,
+            Start::Fresh => 0,
+        },
+        verify: !args.no_verify,
+        read_ahead: args.read_ahead,
+        pause,
+        journal_on_frozen_fs,
+    };
+    Ok(RewritePlan {
+        device: dev,
+        filesystems,
+        engine,
+        max_freeze,
+        hung_task_timeout,
+        hung_task_panic,
+        journal_path,
+        start,
+        warnings,
+    })
+}
+
+fn absolute(p: &std::path::Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// An unmounted device must be ours alone: O_EXCL fails with EBUSY if anything holds it,
+/// in particular a lazily unmounted filesystem (no mountinfo line, nothing to freeze,
+/// still writing).
+fn probe_exclusive(dev: &BlockDeviceInfo) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_EXCL).open(&dev.path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => Err(busy_unmounted(dev)),
+        Err(e) => Err(Error::io(format!("opening {} exclusively", dev.path.display()), e)),
+    }
+}
+
+pub fn busy_unmounted(dev: &BlockDeviceInfo) -> Error {
+    Error::refused(
+        format!(
+            "{} is busy (exclusive open gave EBUSY) but no mounted filesystem was found on it: most likely a lazily unmounted filesystem (umount -l) still in use, which cannot be frozen, or another program holding it exclusively",
+            dev.path.display()
+        ),
+        "find the holder (lsof, fuser -vm), let it finish or close, then run reseq again",
+    )
+}
+
+fn decide_start(
+    args: &RewriteArgs,
+    dev: &BlockDeviceInfo,
+    chunk_size: u64,
+    path: &std::path::Path,
+    warnings: &mut Vec<String>,
+) -> Result<Start> {
+    let replay: Option<Replay> = journal::read(path)?;
+    let Some(r) = replay else {
+        if args.resume {
+            log::info!("no journal at {}: starting a new run", path.display());
+        }
+        return Ok(Start::Fresh);
+    };
+    if r.bad_lines > 0 {
+        warnings.push(format!("ignored {} damaged line(s) at the end of {} (a torn write)", r.bad_lines, path.display()));
+    }
+    let Some(run) = r.run.filter(|_| !r.finished) else {
+        if args.resume {
+            log::info!("the last run of {} finished: starting a new run", dev.path.display());
+        }
+        return Ok(Start::Fresh);
+    };
+    if args.restart {
+        warnings.push(format!("discarding the unfinished run started at {} ({} of {} chunks done)", run.started_at, r.done, run.chunks_total));
+        return Ok(Start::Fresh);
+    }
+    if !args.resume {
+        return Err(Error::refused(
+            format!(
+                "an unfinished run of {} exists ({} of {} chunks done, started {})",
+                dev.path.display(),
+                r.done,
+                run.chunks_total,
+                run.started_at
+            ),
+            "pass --resume to continue it, or --restart to start over",
+        ));
+    }
+    if run.identity != dev.identity {
+        return Err(Error::refused(
+            format!(
+                "cannot resume: the device changed since the journal was written (journal: {}, device now: {})",
+                serde_json::to_string(&run.identity).unwrap_or_default(),
+                serde_json::to_string(&dev.identity).unwrap_or_default()
+            ),
+            "pass --restart to start a new run on this device",
+        ));
+    }
+    if run.range_end_bytes != dev.identity.size_bytes || run.range_start_bytes != 0 {
+        return Err(Error::refused("cannot resume: the journal's range does not match the device", "pass --restart"));
+    }
+    if run.chunk_size_bytes != chunk_size {
+        warnings.push(format!("resuming with the journal's chunk size of {}", units::human_bytes(run.chunk_size_bytes)));
+    }
+    Ok(Start::Resume { done: r.done, in_flight: r.in_flight, started_at: run.started_at })
+}

@@ -1,0 +1,233 @@
+//! The report of a run: one document, rendered as text for people or JSON for scripts.
+//!
+//! Field names are snake_case with units in the names (`_bytes`, `_seconds`). Bump
+//! `SCHEMA_VERSION` on any incompatible change.
+
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::device::{DeviceIdentity, Medium};
+use crate::engine::EngineStats;
+use crate::error::Error;
+use crate::exit_codes::ExitCode;
+use crate::mounts::MountedFs;
+use crate::plan::{RewritePlan, Start};
+use crate::units::{human_bytes, human_rate};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub tool: &'static str,
+    pub tool_version: &'static str,
+    pub command: String,
+    pub argv: Vec<String>,
+    pub host: String,
+    pub started_at: String,
+    pub finished_at: String,
+    pub duration_seconds: f64,
+    pub dry_run: bool,
+    pub device: Option<DeviceReport>,
+    pub plan: Option<PlanReport>,
+    pub results: Option<EngineStats>,
+    /// `passed`, `failed`, `off`, or `incomplete` (stopped before the end).
+    pub verification: &'static str,
+    /// Outcome of re-reading the chunk that was in flight when the previous run stopped:
+    /// `intact`, `changed` (something wrote there since), or null.
+    pub in_flight_reverify: Option<&'static str>,
+    pub warnings: Vec<String>,
+    pub outcome: Outcome,
+    /// For a dry run, the plan as text (the human rendering of a dry run).
+    #[serde(skip)]
+    pub plan_text: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DeviceReport {
+    pub path: String,
+    #[serde(flatten)]
+    pub identity: DeviceIdentity,
+    pub medium: Medium,
+    pub dio_mem_align_bytes: u32,
+    pub dio_offset_align_bytes: u32,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PlanReport {
+    pub range_start_bytes: u64,
+    pub range_end_bytes: u64,
+    pub chunk_size_bytes: u64,
+    pub chunks_total: u64,
+    pub resume_from_chunk: u64,
+    pub verify: bool,
+    pub read_ahead_chunks: usize,
+    pub memory_bytes: u64,
+    /// Null when nothing is mounted: no freeze, no windows.
+    pub max_freeze_seconds: Option<f64>,
+    pub pause_seconds: f64,
+    pub hung_task_timeout_seconds: Option<u64>,
+    pub filesystems_frozen: Vec<MountedFs>,
+    pub journal_path: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Outcome {
+    pub exit_code: i32,
+    pub status: ExitCode,
+    pub message: Option<String>,
+    /// The device offset an error concerns, when there is one.
+    pub offset_bytes: Option<u64>,
+}
+
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+pub fn hostname() -> String {
+    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+impl Report {
+    pub fn new(command: &str, dry_run: bool) -> Report {
+        Report {
+            schema_version: SCHEMA_VERSION,
+            tool: "reseq",
+            tool_version: env!("CARGO_PKG_VERSION"),
+            command: command.into(),
+            argv: std::env::args().collect(),
+            host: hostname(),
+            started_at: now_rfc3339(),
+            finished_at: String::new(),
+            duration_seconds: 0.0,
+            dry_run,
+            device: None,
+            plan: None,
+            results: None,
+            verification: "incomplete",
+            in_flight_reverify: None,
+            warnings: Vec::new(),
+            outcome: Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None },
+            plan_text: None,
+        }
+    }
+
+    pub fn set_plan(&mut self, plan: &RewritePlan) {
+        let d = &plan.device;
+        self.device = Some(DeviceReport {
+            path: d.path.display().to_string(),
+            identity: d.identity.clone(),
+            medium: d.medium.clone(),
+            dio_mem_align_bytes: d.dio_mem_align,
+            dio_offset_align_bytes: d.dio_offset_align,
+        });
+        let e = &plan.engine;
+        self.plan = Some(PlanReport {
+            range_start_bytes: e.range_start,
+            range_end_bytes: e.range_end,
+            chunk_size_bytes: e.chunk_size,
+            chunks_total: e.chunks_total(),
+            resume_from_chunk: match plan.start {
+                Start::Resume { done, .. } => done,
+                Start::Fresh => 0,
+            },
+            verify: e.verify,
+            read_ahead_chunks: e.read_ahead,
+            memory_bytes: e.memory_bytes(),
+            max_freeze_seconds: plan.needs_freeze().then_some(plan.max_freeze.as_secs_f64()),
+            pause_seconds: e.pause.as_secs_f64(),
+            hung_task_timeout_seconds: plan.hung_task_timeout.map(|t| t.as_secs()),
+            filesystems_frozen: plan.filesystems.clone(),
+            journal_path: plan.journal_path.display().to_string(),
+        });
+        self.warnings.extend(plan.warnings.iter().cloned());
+    }
+
+    /// Records how the run ended.
+    pub fn finish(&mut self, elapsed: Duration, result: &Result<(), Error>) {
+        self.finished_at = now_rfc3339();
+        self.duration_seconds = elapsed.as_secs_f64();
+        let verify_on = self.plan.as_ref().is_some_and(|p| p.verify);
+        self.verification = match result {
+            Err(Error::ChecksumMismatch { .. }) => "failed",
+            _ if self.dry_run => "off",
+            Ok(()) if verify_on => "passed",
+            Ok(()) => "off",
+            Err(_) => "incomplete",
+        };
+        self.outcome = match result {
+            Ok(()) => Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None },
+            Err(e) => Outcome {
+                exit_code: e.exit_code().code(),
+                status: e.exit_code(),
+                message: Some(crate::error_chain(e)),
+                offset_bytes: match e {
+                    Error::Io { offset, .. } => *offset,
+                    Error::ChecksumMismatch { offset, .. } => Some(*offset),
+                    _ => None,
+                },
+            },
+        };
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("report serializes")
+    }
+
+    /// The human summary at the end of a run.
+    pub fn to_text(&self) -> String {
+        if let (true, Some(t), 0) = (self.dry_run, &self.plan_text, self.outcome.exit_code) {
+            return t.clone();
+        }
+        let mut s = String::new();
+        let dev = self.device.as_ref();
+        if let (Some(d), Some(p)) = (dev, self.plan.as_ref()) {
+            s += &format!("reseq {}: {} ({}, {})\n", self.command, d.path, d.identity.dev, human_bytes(d.identity.size_bytes));
+            s += &format!(
+                "  chunks: {} x {}, verify {}, read-ahead {}, memory {}\n",
+                p.chunks_total,
+                human_bytes(p.chunk_size_bytes),
+                if p.verify { "on" } else { "off" },
+                p.read_ahead_chunks,
+                human_bytes(p.memory_bytes)
+            );
+            if p.filesystems_frozen.is_empty() {
+                s += "  freeze: none (no filesystem mounted; device held exclusively)\n";
+            } else {
+                for f in &p.filesystems_frozen {
+                    s += &format!("  freeze: {} ({}, {})\n", f.mount_point.display(), f.fs_type, f.dev);
+                }
+            }
+        }
+        if let Some(r) = &self.results {
+            let rate = r.bytes_written as f64 / self.duration_seconds.max(1e-9);
+            s += &format!(
+                "  rewrote {} in {:.1} s ({}), read {}, verified {}\n",
+                human_bytes(r.bytes_written),
+                self.duration_seconds,
+                human_rate(rate),
+                human_bytes(r.bytes_read),
+                human_bytes(r.bytes_verified)
+            );
+            if r.chunks_already_done > 0 {
+                s += &format!("  resumed: {} chunks were already done\n", r.chunks_already_done);
+            }
+            if r.windows > 0 && self.plan.as_ref().is_some_and(|p| !p.filesystems_frozen.is_empty()) {
+                s += &format!(
+                    "  windows: {}, longest freeze {:.3} s, frozen {:.1} s in all, overruns {}\n",
+                    r.windows, r.longest_freeze_seconds, r.total_frozen_seconds, r.windows_overrun
+                );
+            }
+        }
+        if let Some(v) = self.in_flight_reverify {
+            s += &format!("  chunk in flight at the previous stop: {v}\n");
+        }
+        s += &format!("  verification: {}\n", self.verification);
+        for w in &self.warnings {
+            s += &format!("  warning: {w}\n");
+        }
+        s += &format!("  outcome: {} (exit {})\n", self.outcome.status.describe(), self.outcome.exit_code);
+        s
+    }
+}

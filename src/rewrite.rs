@@ -1,0 +1,218 @@
+//! `reseq rewrite DEVICE`: plan, then act.
+//!
+//! Acting means: open the device (exclusively if nothing is mounted), claim every
+//! unmounted partition of a whole disk so nothing can be mounted behind our back, check
+//! the chunk an earlier run left in flight, start the journal, fork the guardian (before
+//! any thread exists), install the signal handlers, and hand over to the engine.
+
+use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::Instant;
+
+use crate::cli::RewriteArgs;
+use crate::engine;
+use crate::error::{Error, Result};
+use crate::freeze::{GuardedFreeze, NoFreeze, WindowGuard};
+use crate::journal::{self, Journal, RunRecord};
+use crate::output::Progress;
+use crate::plan::{self, Environment, RewritePlan, Start};
+use crate::report::{Report, now_rfc3339};
+use crate::signals::StopFlag;
+use crate::sys::AlignedBuf;
+use crate::target::{BlockTarget, DirectDevice, OpenMode};
+use crate::units::human_bytes;
+
+/// Runs `reseq rewrite`. Always returns a report, also when the run failed.
+pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
+    let started = Instant::now();
+    let mut report = Report::new("rewrite", args.dry_run);
+    let result = Environment::live().and_then(|env| plan::plan_rewrite(args, &env)).and_then(|plan| {
+        report.set_plan(&plan);
+        for w in &plan.warnings {
+            log::warn!("{w}");
+        }
+        if args.dry_run {
+            report.plan_text = Some(describe_plan(&plan));
+            Ok(())
+        } else {
+            execute(&plan, quiet, &mut report)
+        }
+    });
+    report.finish(started.elapsed(), &result);
+    (report, result)
+}
+
+/// The plan, for `--dry-run`.
+pub fn describe_plan(plan: &RewritePlan) -> String {
+    let e = &plan.engine;
+    let d = &plan.device;
+    let mut s = format!("plan for {} ({}, {}):\n", d.path.display(), d.identity.dev, human_bytes(d.identity.size_bytes));
+    s += &format!("  range: bytes {}..{} ({})\n", e.range_start, e.range_end, human_bytes(e.range_end - e.range_start));
+    s += &format!(
+        "  chunks: {} of {} (direct-I/O alignment {} B from {}), ascending, one writer\n",
+        e.chunks_total(),
+        human_bytes(e.chunk_size),
+        d.dio_offset_align,
+        d.dio_align_source
+    );
+    if let Start::Resume { done, started_at, .. } = &plan.start {
+        s += &format!("  resume: {done} chunks already done by the run started {started_at}\n");
+    }
+    s += &format!("  verify: {}\n", if e.verify { "read back and compare blake3 after every write" } else { "off" });
+    s += &format!(
+        "  memory: {} ({} read-ahead + 1 writing{} buffers of {})\n",
+        human_bytes(e.memory_bytes()),
+        e.read_ahead,
+        if e.verify { " + 1 read-back" } else { "" },
+        human_bytes(e.chunk_size)
+    );
+    if plan.filesystems.is_empty() {
+        s += "  freeze: nothing mounted; the device is opened exclusively (O_EXCL), so nothing can mount it meanwhile\n";
+    } else {
+        for f in &plan.filesystems {
+            s += &format!("  freeze: {} ({}, {} on {})\n", f.mount_point.display(), f.fs_type, f.source, f.dev);
+        }
+        s += &format!(
+            "  windows: at most {:.3} s frozen each (new chunks stop at 3/4 of that), pause {:.3} s between; guardian thaws at the deadline{}\n",
+            plan.max_freeze.as_secs_f64(),
+            e.pause.as_secs_f64(),
+            plan.hung_task_timeout.map(|t| format!(" (hung-task timeout {} s)", t.as_secs())).unwrap_or_default()
+        );
+    }
+    s += &format!("  medium: {:?}\n", d.medium);
+    s += &format!("  journal: {}\n", plan.journal_path.display());
+    for w in &plan.warnings {
+        s += &format!("  warning: {w}\n");
+    }
+    s += "  nothing was written or frozen (dry run)\n";
+    s
+}
+
+fn open_target(plan: &RewritePlan) -> Result<DirectDevice> {
+    let d = &plan.device;
+    let mode = if plan.needs_freeze() { OpenMode::SharedWithMounts } else { OpenMode::Exclusive };
+    DirectDevice::open(&d.path, mode, d.identity.size_bytes, d.dio_mem_align as usize, u64::from(d.dio_offset_align)).map_err(
+        |e| match (e.raw_os_error(), mode) {
+            (Some(nix::libc::EBUSY), OpenMode::SharedWithMounts) => {
+                let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+                let boot = if cmdline.contains("bdev_allow_write_mounted=0") {
+                    "the kernel was booted with bdev_allow_write_mounted=0"
+                } else {
+                    "the kernel is built with CONFIG_BLK_DEV_WRITE_MOUNTED=n or booted with bdev_allow_write_mounted=0"
+                };
+                Error::refused(
+                    format!("the kernel refuses to open the mounted device {} for writing (EBUSY): {boot}", d.path.display()),
+                    "unmount the filesystem and run reseq on the unmounted device; reseq never writes around this through another device",
+                )
+            }
+            (Some(nix::libc::EBUSY), OpenMode::Exclusive) => plan::busy_unmounted(d),
+            _ => Error::io(format!("opening {} for direct I/O", d.path.display()), e),
+        },
+    )
+}
+
+/// For a whole disk with some partitions mounted, claims the unmounted ones with O_EXCL:
+/// while we hold them nobody can mount them, so no unfrozen filesystem appears mid-run.
+fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
+    let mounted: Vec<(u32, u32)> = plan.filesystems.iter().map(|f| f.dev_num).collect();
+    let mut held = Vec::new();
+    if !plan.needs_freeze() {
+        return Ok(held); // the whole disk itself is held with O_EXCL
+    }
+    for (name, dev) in &plan.device.partitions {
+        if mounted.contains(dev) {
+            continue;
+        }
+        let path = std::path::PathBuf::from(format!("/dev/{name}"));
+        match std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_EXCL).open(&path) {
+            Ok(f) => held.push(f),
+            Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
+                return Err(Error::refused(
+                    format!("partition {} is busy but not mounted (lazily unmounted, or held by another program)", path.display()),
+                    "let its holder finish, then run reseq again",
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::refused(
+                    format!("partition {name} has no device node at {} to hold it unmountable", path.display()),
+                    "create the node (no udev here?) or target the partitions one by one",
+                ));
+            }
+            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+        }
+    }
+    Ok(held)
+}
+
+/// Re-reads the chunk an interrupted run was writing and compares it with the blake3 it
+/// had been read with.
+fn reverify_in_flight(target: &dyn BlockTarget, plan: &RewritePlan) -> Result<Option<&'static str>> {
+    let Start::Resume { in_flight: Some((chunk, expected)), .. } = &plan.start else { return Ok(None) };
+    let (offset, len) = plan.engine.chunk(*chunk);
+    let mut buf = AlignedBuf::new(len, target.mem_align());
+    target.read_at(&mut buf, offset).map_err(|e| Error::io_at("re-reading the chunk in flight", offset, e))?;
+    let now = blake3::hash(&buf).to_hex().to_string();
+    if now == *expected {
+        log::info!("chunk {chunk} (offset {offset}), in flight when the last run stopped, is intact");
+        Ok(Some("intact"))
+    } else if plan.needs_freeze() {
+        log::info!(
+            "chunk {chunk} (offset {offset}) changed since the last run stopped: the mounted filesystem wrote there after the thaw, as it may"
+        );
+        Ok(Some("changed"))
+    } else {
+        log::warn!(
+            "chunk {chunk} (offset {offset}) of the unmounted device changed since the last run stopped: something else wrote to the device in between"
+        );
+        Ok(Some("changed"))
+    }
+}
+
+fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
+    let target = open_target(plan)?;
+    let _claims = claim_unmounted_partitions(plan)?;
+    report.in_flight_reverify = reverify_in_flight(&target, plan)?;
+
+    let mut journal = match &plan.start {
+        Start::Fresh => Journal::create(
+            &plan.journal_path,
+            RunRecord {
+                version: journal::JOURNAL_VERSION,
+                identity: plan.device.identity.clone(),
+                chunk_size_bytes: plan.engine.chunk_size,
+                range_start_bytes: plan.engine.range_start,
+                range_end_bytes: plan.engine.range_end,
+                chunks_total: plan.engine.chunks_total(),
+                started_at: now_rfc3339(),
+            },
+        )?,
+        Start::Resume { .. } => Journal::append_to(&plan.journal_path)?,
+    };
+
+    // The guardian is forked here, while this process still has one thread.
+    let mut guard: Box<dyn WindowGuard> = if plan.needs_freeze() {
+        Box::new(GuardedFreeze::start(plan.filesystems.clone(), plan.max_freeze)?)
+    } else {
+        Box::new(NoFreeze)
+    };
+    let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
+    let done_bytes = (plan.engine.first_chunk * plan.engine.chunk_size).min(plan.total_bytes());
+    let mut progress = Progress::new(plan.total_bytes(), done_bytes, quiet);
+    log::info!(
+        "rewriting {} ({}) in {} chunks of {}{}",
+        plan.device.path.display(),
+        human_bytes(plan.total_bytes()),
+        plan.engine.chunks_total() - plan.engine.first_chunk,
+        human_bytes(plan.engine.chunk_size),
+        if plan.needs_freeze() {
+            format!(", freezing {} filesystem(s) for at most {:?} per window", plan.filesystems.len(), plan.max_freeze)
+        } else {
+            String::new()
+        }
+    );
+    let (stats, result) = engine::run(&target, &plan.engine, guard.as_mut(), &mut journal, &mut progress, &stop);
+    progress.finish();
+    drop(guard);
+    report.results = Some(stats);
+    result
+}

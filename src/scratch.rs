@@ -1,0 +1,141 @@
+//! Throwaway block devices for the demo and the tests: loop devices over sparse image
+//! files, filesystems on them, and mounts, each released by `Drop` even on a panic.
+//!
+//! Loop devices are attached with `--direct-io=on` so that O_DIRECT reaches the backing
+//! file's disk rather than its page cache (see `../shared/KERNEL-FACTS.md`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Runs a command, failing with its stderr.
+pub fn run_cmd(cmd: &mut Command) -> std::io::Result<String> {
+    let out = cmd.output().map_err(|e| std::io::Error::other(format!("{cmd:?}: {e}")))?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A loop device over a sparse image file; detached on drop.
+pub struct LoopDevice {
+    pub path: PathBuf,
+    pub image: PathBuf,
+}
+
+impl LoopDevice {
+    /// Creates a sparse image of `size` bytes at `image` and attaches it.
+    pub fn create(image: &Path, size: u64) -> std::io::Result<LoopDevice> {
+        let f = std::fs::File::create(image)?;
+        f.set_len(size)?;
+        drop(f);
+        LoopDevice::attach(image, &[])
+    }
+
+    /// Attaches an existing image, with extra `losetup` arguments (e.g. `--sector-size`).
+    pub fn attach(image: &Path, extra: &[&str]) -> std::io::Result<LoopDevice> {
+        let out = run_cmd(Command::new("losetup").args(["--direct-io=on", "--find", "--show"]).args(extra).arg(image))?;
+        Ok(LoopDevice { path: PathBuf::from(out.trim()), image: image.to_path_buf() })
+    }
+
+    pub fn name(&self) -> String {
+        self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if run_cmd(Command::new("losetup").arg("-d").arg(&self.path)).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        eprintln!("warning: could not detach {}", self.path.display());
+    }
+}
+
+/// A mounted filesystem; thawed (if frozen) and unmounted on drop.
+pub struct Mount {
+    pub dir: PathBuf,
+}
+
+impl Mount {
+    pub fn mount(device: &Path, dir: &Path, options: &[&str]) -> std::io::Result<Mount> {
+        std::fs::create_dir_all(dir)?;
+        let mut cmd = Command::new("mount");
+        if !options.is_empty() {
+            cmd.arg("-o").arg(options.join(","));
+        }
+        run_cmd(cmd.arg(device).arg(dir))?;
+        Ok(Mount { dir: dir.to_path_buf() })
+    }
+
+    /// Unmounts now (for an fsck afterwards), reporting failure.
+    pub fn unmount(self) -> std::io::Result<()> {
+        let r = run_cmd(Command::new("umount").arg(&self.dir)).map(drop);
+        std::mem::forget(self);
+        r
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        // A failed test may leave it frozen: thaw (EINVAL if it was not) before umount.
+        let _ = Command::new("fsfreeze").arg("-u").arg(&self.dir).output();
+        for _ in 0..50 {
+            if run_cmd(Command::new("umount").arg(&self.dir)).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
+        eprintln!("warning: lazily unmounted {} after umount kept failing", self.dir.display());
+    }
+}
+
+/// `mkfs.ext4` with the lazy initialisation off: otherwise ext4lazyinit keeps writing
+/// inode tables after mount, which blurs "bytes written" in tests and demos.
+pub fn mkfs_ext4(device: &Path) -> std::io::Result<()> {
+    run_cmd(Command::new("mkfs.ext4").args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"]).arg(device)).map(drop)
+}
+
+pub fn mkfs_xfs(device: &Path) -> std::io::Result<()> {
+    run_cmd(Command::new("mkfs.xfs").args(["-q", "-f"]).arg(device)).map(drop)
+}
+
+/// A small deterministic PRNG (xorshift64*): demo and tests need reproducible
+/// "random" offsets, not cryptographic randomness.
+pub struct XorShift(u64);
+
+impl XorShift {
+    pub fn new(seed: u64) -> XorShift {
+        XorShift(seed.max(1))
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for c in buf.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            c.copy_from_slice(&v[..c.len()]);
+        }
+    }
+}
+
+/// blake3 of a whole file or device, read through the page cache-free path where it
+/// matters: callers hash devices only while nothing writes them.
+pub fn hash_path(path: &Path) -> std::io::Result<blake3::Hash> {
+    let mut f = std::fs::File::open(path)?;
+    let mut h = blake3::Hasher::new();
+    std::io::copy(&mut f, &mut h)?;
+    Ok(h.finalize())
+}

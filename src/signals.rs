@@ -1,0 +1,60 @@
+//! SIGINT, SIGTERM and SIGHUP stop a run cleanly: the current chunk finishes, the
+//! window thaws, the journal is saved, and reseq exits with "interrupted".
+//! A second signal of the same kind exits at once (status 130): still safe, because the
+//! guardian thaws as soon as reseq is gone.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+
+/// Set by a signal handler; polled by the engine between chunks.
+#[derive(Clone, Default)]
+pub struct StopFlag(Arc<AtomicUsize>);
+
+impl StopFlag {
+    /// A flag that only [`StopFlag::raise`] sets (tests, simulations).
+    pub fn new() -> StopFlag {
+        StopFlag::default()
+    }
+
+    /// Installs the handlers.
+    pub fn install() -> std::io::Result<StopFlag> {
+        let flag = StopFlag::new();
+        for sig in [SIGINT, SIGTERM, SIGHUP] {
+            let seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&seen))?;
+            signal_hook::flag::register(sig, seen)?;
+            signal_hook::flag::register_usize(sig, Arc::clone(&flag.0), sig as usize)?;
+        }
+        Ok(flag)
+    }
+
+    pub fn raise(&self, sig: i32) {
+        self.0.store(sig as usize, Ordering::SeqCst);
+    }
+
+    /// The signal that asked us to stop, if any.
+    pub fn signal(&self) -> Option<&'static str> {
+        match self.0.load(Ordering::SeqCst) as i32 {
+            0 => None,
+            SIGINT => Some("SIGINT"),
+            SIGTERM => Some("SIGTERM"),
+            SIGHUP => Some("SIGHUP"),
+            _ => Some("a signal"),
+        }
+    }
+
+    /// Sleeps up to `d`, waking early when stopped.
+    pub fn sleep(&self, d: Duration) {
+        let end = Instant::now() + d;
+        while self.signal().is_none() {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
+    }
+}

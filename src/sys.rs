@@ -1,0 +1,196 @@
+//! Every `unsafe` block and every ioctl of the crate lives here.
+//!
+//! Why one module: the rest of the crate is `#![deny(unsafe_code)]`, so a reviewer
+//! checking memory safety or the exact kernel ABI we rely on reads this file and nothing
+//! else. Each call cites the kernel header that defines it. The wrappers return
+//! `nix::Result` (an errno) so callers can tell `EBUSY` from `EOPNOTSUPP`: for freezes
+//! those errnos are the only signal the kernel gives (see `../shared/KERNEL-FACTS.md`).
+#![allow(unsafe_code)]
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::ptr::NonNull;
+
+use nix::errno::Errno;
+use nix::libc;
+
+// include/uapi/linux/fs.h: `#define FIFREEZE _IOWR('X', 119, int)` and
+// `#define FITHAW _IOWR('X', 120, int)`. The int argument is unused by the kernel
+// (fs/ioctl.c, ioctl_fsfreeze / ioctl_fsthaw), so we pass 0.
+const FIFREEZE: libc::c_ulong = nix::request_code_readwrite!(b'X', 119, size_of::<libc::c_int>());
+const FITHAW: libc::c_ulong = nix::request_code_readwrite!(b'X', 120, size_of::<libc::c_int>());
+
+// include/uapi/linux/fs.h: `#define BLKGETSIZE64 _IOR(0x12,114,size_t)`.
+nix::ioctl_read!(ioctl_blkgetsize64, 0x12, 114, u64);
+// include/uapi/linux/fs.h: `#define BLKROGET _IO(0x12,94)` (writes an int, despite _IO).
+nix::ioctl_read_bad!(ioctl_blkroget, nix::request_code_none!(0x12, 94), libc::c_int);
+// include/uapi/linux/fs.h: `#define BLKSSZGET _IO(0x12,104)` (writes an int).
+nix::ioctl_read_bad!(ioctl_blksszget, nix::request_code_none!(0x12, 104), libc::c_int);
+
+/// FIFREEZE on any fd of the filesystem (we use its mountpoint directory).
+/// Errors the caller must tell apart: `EBUSY` (already frozen, by anyone),
+/// `EOPNOTSUPP` (the filesystem has no freeze), `EPERM` (no CAP_SYS_ADMIN).
+pub fn fifreeze(fd: BorrowedFd<'_>) -> nix::Result<()> {
+    // SAFETY: FIFREEZE takes no pointer (the int argument is ignored, fs/ioctl.c);
+    // `fd` is a valid open descriptor for the duration of the call.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), FIFREEZE as _, 0) };
+    Errno::result(rc).map(drop)
+}
+
+/// FITHAW. `EINVAL` means the filesystem was not frozen.
+pub fn fithaw(fd: BorrowedFd<'_>) -> nix::Result<()> {
+    // SAFETY: as for FIFREEZE: no pointer argument, valid fd.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), FITHAW as _, 0) };
+    Errno::result(rc).map(drop)
+}
+
+/// Size of a block device in bytes (BLKGETSIZE64).
+pub fn blk_size_bytes(fd: BorrowedFd<'_>) -> nix::Result<u64> {
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 (size_t on 64-bit Linux, block/ioctl.c
+    // put_u64) to the pointer, which points at a live local.
+    unsafe { ioctl_blkgetsize64(fd.as_raw_fd(), &mut size) }?;
+    Ok(size)
+}
+
+/// Whether the block device is read-only (BLKROGET).
+pub fn blk_read_only(fd: BorrowedFd<'_>) -> nix::Result<bool> {
+    let mut ro: libc::c_int = 0;
+    // SAFETY: BLKROGET writes one int (block/ioctl.c put_int) to a live local.
+    unsafe { ioctl_blkroget(fd.as_raw_fd(), &mut ro) }?;
+    Ok(ro != 0)
+}
+
+/// Logical sector size (BLKSSZGET): the fallback direct-I/O alignment.
+pub fn blk_logical_sector_size(fd: BorrowedFd<'_>) -> nix::Result<u32> {
+    let mut size: libc::c_int = 0;
+    // SAFETY: BLKSSZGET writes one int (block/ioctl.c put_int) to a live local.
+    unsafe { ioctl_blksszget(fd.as_raw_fd(), &mut size) }?;
+    Ok(size as u32)
+}
+
+/// Direct-I/O alignment from `statx(STATX_DIOALIGN)`: (memory, offset) in bytes.
+/// `Ok(None)` when the kernel or file does not report it (older kernels, or
+/// filesystems/devices without direct I/O support report 0).
+pub fn statx_dio_align(path: &Path) -> nix::Result<Option<(u32, u32)>> {
+    let cpath = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: statx is plain old data; all-zero is a valid bit pattern.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: include/uapi/linux/stat.h: statx(dirfd, path, flags, mask, *statx). The
+    // path is a NUL-terminated C string alive for the call; `stx` is a live local the
+    // kernel fills.
+    let rc = unsafe {
+        libc::statx(libc::AT_FDCWD, cpath.as_ptr(), 0, libc::STATX_DIOALIGN, &mut stx)
+    };
+    Errno::result(rc)?;
+    if stx.stx_mask & libc::STATX_DIOALIGN == 0
+        || stx.stx_dio_mem_align == 0
+        || stx.stx_dio_offset_align == 0
+    {
+        return Ok(None);
+    }
+    Ok(Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align)))
+}
+
+/// A heap buffer whose address is aligned for O_DIRECT.
+///
+/// We never fall back to buffered I/O when an aligned transfer is refused (unlike
+/// uutils `dd`): the buffer is aligned from the start, and an `EINVAL` is an error.
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively (like Vec<u8>); nothing is shared.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: &AlignedBuf only gives &[u8]; no interior mutability.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// A zeroed buffer of `len` bytes aligned to `align` (a power of two).
+    pub fn new(len: usize, align: usize) -> AlignedBuf {
+        assert!(len > 0, "empty aligned buffer");
+        let layout = Layout::from_size_align(len, align.max(1)).expect("alignment is a power of two");
+        // SAFETY: layout has a non-zero size (asserted above).
+        let raw = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, layout }
+    }
+
+    pub fn len(&self) -> usize {
+        self.layout.size()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr is a live allocation of layout.size() initialised (zeroed) bytes.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and &mut self guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with exactly this layout, freed once.
+        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+/// Result of [`fork_single_threaded`].
+pub enum Forked {
+    Parent { child: nix::unistd::Pid },
+    Child,
+}
+
+/// fork(2), only from a single-threaded process.
+///
+/// After fork in a multi-threaded process the child may only call async-signal-safe
+/// functions (a lock held by another thread stays locked forever). The guardian
+/// allocates and uses std, so we refuse to fork unless this is the only thread.
+pub fn fork_single_threaded() -> std::io::Result<Forked> {
+    let threads = std::fs::read_dir("/proc/self/task")?.count();
+    if threads != 1 {
+        return Err(std::io::Error::other(format!(
+            "refusing to fork the guardian from a process with {threads} threads"
+        )));
+    }
+    // SAFETY: the process has exactly one thread (checked just above, and nothing in
+    // between starts one), so the child inherits no lock held by another thread.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent { child }),
+        nix::unistd::ForkResult::Child => Ok(Forked::Child),
+    }
+}
+
+/// Ignore the signals that a terminal or a service manager sends to a whole process
+/// group, so that the guardian outlives a Ctrl-C aimed at reseq and thaws after it.
+pub fn ignore_group_signals() -> nix::Result<()> {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGPIPE] {
+        // SAFETY: SigIgn installs no handler code, so no async-signal-safety concern.
+        unsafe { signal(sig, SigHandler::SigIgn) }?;
+    }
+    Ok(())
+}
+
+/// Leave the process at once, without running atexit handlers or flushing stdio buffers
+/// that were copied from the parent at fork (they would be printed twice).
+pub fn exit_immediately(code: i32) -> ! {
+    // SAFETY: _exit(2) is always safe to call; it does not return.
+    unsafe { libc::_exit(code) }
+}
