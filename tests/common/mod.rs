@@ -1,0 +1,242 @@
+//! Shared test environment: requirement checks, scratch devices, running the binary.
+//!
+//! Requirements (root, loop devices, mkfs.xfs...) are checked up front. Under CI
+//! (`CI=true`) a missing one is a failure; elsewhere the test prints SKIP and returns,
+//! loudly, so a developer without root still gets the unit tests.
+#![allow(dead_code)]
+
+#[cfg(not(feature = "fault-injection"))]
+compile_error!("the integration tests need the test-only hooks: run `cargo test --features fault-injection` (see README)");
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub use reseq::scratch::{LoopDevice, Mount, XorShift, hash_path, mkfs_ext4, mkfs_xfs, run_cmd};
+
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Checks what a test needs. Returns false (skip) outside CI, panics in CI.
+pub fn require(tools: &[&str]) -> bool {
+    let mut missing = Vec::new();
+    if !nix::unistd::geteuid().is_root() {
+        missing.push("root".to_string());
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        missing.push("/dev/loop-control".to_string());
+    }
+    for t in tools {
+        let found = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join(t).is_file()))
+            .unwrap_or(false);
+        if !found {
+            missing.push(t.to_string());
+        }
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    let msg = format!("missing test requirements: {} (the README's test command installs them)", missing.join(", "));
+    if in_ci() {
+        panic!("{msg}");
+    }
+    eprintln!("SKIP: {msg}");
+    false
+}
+
+/// A scratch directory with helpers; everything in it is removed on drop, after the
+/// guards made inside it (drop them first, or hold them in this order).
+pub struct TestEnv {
+    pub dir: tempfile::TempDir,
+}
+
+impl TestEnv {
+    pub fn new() -> TestEnv {
+        TestEnv { dir: tempfile::Builder::new().prefix("reseq-test-").tempdir().expect("tempdir") }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.path("state")
+    }
+
+    /// A loop device over a new sparse image.
+    pub fn loop_device(&self, name: &str, size: u64) -> LoopDevice {
+        LoopDevice::create(&self.path(name), size).expect("loop device")
+    }
+
+    /// A loop device filled with deterministic random bytes.
+    pub fn random_loop_device(&self, name: &str, size: u64, seed: u64) -> LoopDevice {
+        let lo = self.loop_device(name, size);
+        let mut rng = XorShift::new(seed);
+        let mut buf = vec![0u8; 1 << 20];
+        let mut f = std::fs::OpenOptions::new().write(true).open(&lo.path).unwrap();
+        let mut left = size;
+        while left > 0 {
+            rng.fill(&mut buf);
+            let n = left.min(buf.len() as u64) as usize;
+            std::io::Write::write_all(&mut f, &buf[..n]).unwrap();
+            left -= n as u64;
+        }
+        f.sync_all().unwrap();
+        lo
+    }
+
+    /// A loop device with a filesystem (`ext4` or `xfs`), mounted.
+    pub fn mounted(&self, name: &str, size: u64, fs: &str) -> (LoopDevice, Mount) {
+        let lo = self.loop_device(name, size);
+        match fs {
+            "ext4" => mkfs_ext4(&lo.path).unwrap(),
+            "xfs" => mkfs_xfs(&lo.path).unwrap(),
+            other => panic!("no mkfs for {other}"),
+        }
+        let m = Mount::mount(&lo.path, &self.path(&format!("{name}-mnt")), &[]).unwrap();
+        (lo, m)
+    }
+
+    /// The reseq binary with the state directory set.
+    pub fn reseq(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_reseq"));
+        c.env("RESEQ_STATE_DIR", self.state_dir()).env_remove("RESEQ_FAULTS").env("RUST_LOG", "info");
+        c
+    }
+}
+
+/// Writes `count` files of `size` random bytes; returns (path, blake3) pairs.
+pub fn fill_files(dir: &Path, count: usize, size: usize, seed: u64) -> Vec<(PathBuf, blake3::Hash)> {
+    let mut rng = XorShift::new(seed);
+    let mut out = Vec::new();
+    for i in 0..count {
+        let p = dir.join(format!("file{i}.bin"));
+        let mut data = vec![0u8; size];
+        rng.fill(&mut data);
+        std::fs::write(&p, &data).unwrap();
+        out.push((p, blake3::hash(&data)));
+    }
+    run_cmd(&mut Command::new("sync")).unwrap();
+    out
+}
+
+pub fn assert_files_intact(files: &[(PathBuf, blake3::Hash)]) {
+    for (p, h) in files {
+        assert_eq!(hash_path(p).unwrap(), *h, "{} changed", p.display());
+    }
+}
+
+/// Runs a command and returns its output; prints it for failing tests.
+pub fn output(cmd: &mut Command) -> Output {
+    let out = cmd.stdin(Stdio::null()).output().expect("run reseq");
+    eprintln!(
+        "--- {:?} exited {:?}\n--- stdout:\n{}\n--- stderr:\n{}",
+        cmd,
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn json_report(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("report is not JSON ({e})"))
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Whether the filesystem at `mnt` is frozen, asked without blocking: FIFREEZE on a
+/// frozen filesystem fails with EBUSY; if ours succeeds, it was not, and we thaw it.
+pub fn is_frozen(mnt: &Path) -> bool {
+    let out = Command::new("fsfreeze").arg("-f").arg(mnt).output().unwrap();
+    if out.status.success() {
+        run_cmd(Command::new("fsfreeze").arg("-u").arg(mnt)).unwrap();
+        false
+    } else {
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(e.contains("busy"), "unexpected fsfreeze error: {e}");
+        true
+    }
+}
+
+/// Waits up to `limit` for the filesystem to be thawed. Thaws it (and fails) if not.
+pub fn assert_thawed_within(mnt: &Path, limit: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if !is_frozen(mnt) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = Command::new("fsfreeze").arg("-u").arg(mnt).output();
+    panic!("{} still frozen {:?} after reseq stopped", mnt.display(), limit);
+}
+
+/// Sectors written to a block device so far (`/sys/block/<dev>/stat` field 7), in bytes.
+pub fn bytes_written_to(dev: &Path) -> u64 {
+    let name = dev.file_name().unwrap().to_string_lossy();
+    let stat = std::fs::read_to_string(format!("/sys/class/block/{name}/stat")).unwrap();
+    let sectors: u64 = stat.split_whitespace().nth(6).unwrap().parse().unwrap();
+    sectors * 512
+}
+
+pub fn is_block_device(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.file_type().is_block_device())
+}
+
+/// Finished chunks in the journal of `dev`.
+pub fn journal_done(state_dir: &Path, dev: &LoopDevice) -> u64 {
+    let p = state_dir.join(format!("device-{}.journal", dev.name()));
+    reseq::journal::read(&p).unwrap().map(|r| r.done).unwrap_or(0)
+}
+
+/// A process appending numbered records to `log` until `stop` exists.
+pub struct Appender {
+    child: std::process::Child,
+    stop: PathBuf,
+    mount: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Appender {
+    /// `log` is a file inside the mount `mount`; `stop` must be outside it.
+    pub fn start(mount: &Path, log: &Path, stop: &Path) -> Appender {
+        let script = format!(
+            "i=0; while [ ! -e '{}' ]; do i=$((i+1)); echo \"record $i\" >> '{}'; done",
+            stop.display(),
+            log.display()
+        );
+        let child = Command::new("sh").arg("-c").arg(script).spawn().unwrap();
+        Appender { child, stop: stop.to_path_buf(), mount: mount.to_path_buf(), log: log.to_path_buf() }
+    }
+
+    /// Stops the writer and checks every record 1..=N is there once, in order.
+    pub fn finish(mut self) -> usize {
+        std::fs::write(&self.stop, b"").unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success());
+        let text = std::fs::read_to_string(&self.log).unwrap();
+        let mut n = 0;
+        for (i, line) in text.lines().enumerate() {
+            assert_eq!(line, format!("record {}", i + 1), "record {} is wrong", i + 1);
+            n = i + 1;
+        }
+        n
+    }
+}
+
+impl Drop for Appender {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.stop, b"");
+        // A failed test may have left the filesystem frozen, and a writer blocked on a
+        // frozen filesystem cannot die until it is thawed.
+        let _ = Command::new("fsfreeze").arg("-u").arg(&self.mount).output();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,199 @@
+//! `reseq rewrite` on real loop devices: mounted ext4 and xfs under a live writer, an
+//! unmounted device, and a whole disk whose partition is mounted.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+const MIB: u64 = 1 << 20;
+
+/// A mounted filesystem with files and a process appending records through the whole
+/// run: afterwards every file and every record is intact, fsck is clean, and the
+/// filesystem takes writes.
+fn mounted_with_writer(fs: &str) {
+    if !require(&["losetup", "fsfreeze", if fs == "xfs" { "mkfs.xfs" } else { "mkfs.ext4" }]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let size = 320 * MIB; // xfs needs 300 MiB at least
+    let (lo, mnt) = env.mounted(fs, size, fs);
+    let files = fill_files(&mnt.dir, 4, 8 << 20, 7);
+    let appender = Appender::start(&mnt.dir, &mnt.dir.join("records.log"), &env.path("stop-writer"));
+    std::thread::sleep(Duration::from_millis(200));
+
+    let out = output(env.reseq().args(["rewrite", "--json", "--chunk-size", "4M", "--max-freeze", "300ms", "--pause", "50ms"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json_report(&out);
+    assert_eq!(r["results"]["bytes_written"], size);
+    assert_eq!(r["results"]["bytes_verified"], size);
+    assert_eq!(r["verification"], "passed");
+    assert_eq!(r["plan"]["filesystems_frozen"][0]["fs_type"], fs);
+    let windows = r["results"]["windows"].as_u64().unwrap();
+    assert!(windows >= 2, "expected several freeze windows, got {windows}");
+    assert!(r["results"]["longest_freeze_seconds"].as_f64().unwrap() < 0.3 + 0.2, "a window ran far past --max-freeze");
+    assert_eq!(r["results"]["windows_overrun"], 0);
+
+    let records = appender.finish();
+    assert!(records > 100, "the writer made little progress ({records} records): was it blocked?");
+    assert_files_intact(&files);
+    std::fs::write(mnt.dir.join("after"), b"thawed").expect("the filesystem takes writes after the run");
+    assert!(!is_frozen(&mnt.dir));
+    mnt.unmount().unwrap();
+    match fs {
+        "ext4" => run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).map(drop),
+        _ => run_cmd(Command::new("xfs_repair").arg("-n").arg(&lo.path)).map(drop),
+    }
+    .expect("fsck clean after the run");
+}
+
+#[test]
+fn mounted_ext4_with_concurrent_writer() {
+    mounted_with_writer("ext4");
+}
+
+#[test]
+fn mounted_xfs_with_concurrent_writer() {
+    mounted_with_writer("xfs");
+}
+
+#[test]
+fn unmounted_device_is_bit_identical_afterwards() {
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let size = 96 * MIB + 512 * 3; // not a multiple of the chunk: the last chunk is short
+    let lo = env.random_loop_device("raw.img", size, 42);
+    let before = hash_path(&lo.path).unwrap();
+    let written_before = bytes_written_to(&lo.path);
+    let out = output(env.reseq().args(["rewrite", "--json", "--chunk-size", "8M"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_report(&out);
+    assert_eq!(r["results"]["bytes_written"], size);
+    assert_eq!(r["plan"]["chunks_total"], 13);
+    assert_eq!(r["results"]["windows"], 1, "no freeze, so one unbounded window");
+    assert!(r["plan"]["max_freeze_seconds"].is_null());
+    assert_eq!(hash_path(&lo.path).unwrap(), before, "device content changed");
+    // The device really was written, once: host-side sectors match the report.
+    let written = bytes_written_to(&lo.path) - written_before;
+    assert!(written >= size && written <= size + MIB, "sysfs says {written} bytes written for {size}");
+}
+
+#[test]
+fn no_verify_skips_the_read_back_but_still_rewrites() {
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("nv.img", 32 * MIB, 5);
+    let before = hash_path(&lo.path).unwrap();
+    let out = output(env.reseq().args(["rewrite", "--json", "--no-verify"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_report(&out);
+    assert_eq!(r["results"]["bytes_written"], 32 * MIB);
+    assert_eq!(r["results"]["bytes_verified"], 0);
+    assert_eq!(r["verification"], "off");
+    assert_eq!(hash_path(&lo.path).unwrap(), before);
+}
+
+#[test]
+fn dry_run_touches_nothing_and_shows_the_plan() {
+    if !require(&["losetup", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("dry", 64 * MIB, "ext4");
+    let written_before = bytes_written_to(&lo.path);
+    let out = output(env.reseq().args(["rewrite", "--dry-run", "--chunk-size", "2M", "--read-ahead", "3"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("chunks: 32 of 2.0 MiB"), "{text}");
+    assert!(text.contains("memory: 10.0 MiB"), "memory = (3 + 1 + 1) x 2 MiB: {text}");
+    assert!(text.contains(&format!("freeze: {}", mnt.dir.display())), "{text}");
+    assert!(text.contains("windows: at most 5.000 s"), "{text}");
+    assert!(!env.state_dir().exists(), "a dry run created the state directory");
+    assert_eq!(bytes_written_to(&lo.path), written_before, "a dry run wrote to the device");
+    let out = output(env.reseq().args(["rewrite", "--dry-run", "--json"]).arg(&lo.path));
+    let r = json_report(&out);
+    assert_eq!(r["dry_run"], true);
+    assert_eq!(r["plan"]["memory_bytes"], 4 * 8 * MIB);
+}
+
+/// A whole disk with two partitions, one mounted: the disk's rewrite freezes the
+/// partition's filesystem, and claims the unmounted one so nothing can mount it.
+#[test]
+fn whole_disk_freezes_filesystems_on_its_partitions() {
+    if !require(&["losetup", "sfdisk", "partx", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.loop_device("disk.img", 128 * MIB);
+    run_cmd(Command::new("sfdisk").arg("--quiet").arg(&lo.path).tap_stdin("label: dos\n,48M\n,48M\n")).unwrap();
+    let parts = Partitions::add(&lo);
+    mkfs_ext4(&parts.nodes[0]).unwrap();
+    let mnt = Mount::mount(&parts.nodes[0], &env.path("p1"), &[]).unwrap();
+    let files = fill_files(&mnt.dir, 2, 4 << 20, 11);
+
+    let out = output(env.reseq().args(["rewrite", "--json", "--max-freeze", "500ms"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_report(&out);
+    let frozen = r["plan"]["filesystems_frozen"].as_array().unwrap();
+    assert_eq!(frozen.len(), 1);
+    assert_eq!(frozen[0]["mount_point"], mnt.dir.display().to_string());
+    assert_eq!(r["results"]["bytes_written"], 128 * MIB);
+    assert_files_intact(&files);
+    assert!(!is_frozen(&mnt.dir));
+    mnt.unmount().unwrap();
+    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&parts.nodes[0])).unwrap();
+}
+
+/// Partition nodes for a loop device (no udev here: partx + mknod), removed on drop.
+struct Partitions {
+    nodes: Vec<std::path::PathBuf>,
+    disk: std::path::PathBuf,
+}
+
+impl Partitions {
+    fn add(lo: &LoopDevice) -> Partitions {
+        let _ = Command::new("partx").arg("-a").arg(&lo.path).output();
+        let mut nodes = Vec::new();
+        for i in 1..=2 {
+            let name = format!("{}p{i}", lo.name());
+            let dev = std::fs::read_to_string(format!("/sys/class/block/{name}/dev")).expect("partition in sysfs");
+            let (maj, min) = dev.trim().split_once(':').unwrap();
+            let node = std::path::PathBuf::from(format!("/dev/{name}"));
+            if !is_block_device(&node) {
+                let _ = std::fs::remove_file(&node);
+                run_cmd(Command::new("mknod").arg(&node).args(["b", maj, min])).unwrap();
+            }
+            nodes.push(node);
+        }
+        Partitions { nodes, disk: lo.path.clone() }
+    }
+}
+
+impl Drop for Partitions {
+    fn drop(&mut self) {
+        for n in &self.nodes {
+            let _ = std::fs::remove_file(n);
+        }
+        let _ = Command::new("partx").arg("-d").arg(&self.disk).output();
+    }
+}
+
+trait TapStdin {
+    fn tap_stdin(&mut self, input: &str) -> &mut Self;
+}
+
+impl TapStdin for Command {
+    /// Feeds `input` on stdin through a temporary file.
+    fn tap_stdin(&mut self, input: &str) -> &mut Self {
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, input.as_bytes()).unwrap();
+        std::io::Seek::rewind(&mut f).unwrap();
+        self.stdin(f)
+    }
+}
