@@ -323,11 +323,17 @@ fn guardian_main(mut stream: UnixStream, fds: &[OwnedFd], names: &[String]) -> i
             }
             OP_WRITTEN => {
                 st.writing = false;
+                // The deadline passed during the write: thaw now, not at the next request.
+                if !st.frozen.is_empty() && st.past_deadline() {
+                    st.overrun_thaw();
+                }
                 None
             }
             OP_THAW => {
                 st.writing = false;
                 if !st.frozen.is_empty() {
+                    // A window that ends after its deadline overran, whoever thaws it.
+                    st.overran |= st.past_deadline();
                     st.thaw_all();
                 }
                 let flags = u32::from(st.overran) | (u32::from(st.someone_else_thawed) << 1);
