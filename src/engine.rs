@@ -5,19 +5,31 @@
 //! `../shared/ftl-model/SPEC.md`: interleaved writers or descending order leave reads
 //! 15-50 % slower). Parallel writes would be faster to issue and worse for the drive.
 //!
-//! Per window: freeze, then a reader thread reads chunks ahead into a bounded pool of
-//! aligned buffers and hashes them (blake3) while this thread, for each chunk in order:
-//! asks the guardian for permission, writes it back to the same offset, flushes, reads
-//! it back into its own buffer, compares hashes, tells the guardian, and journals the
-//! chunk as done. When the window's budget is spent the window ends; chunks read ahead
-//! are dropped, never written after a thaw, and read again in the next window.
+//! Per window, after the freeze, four stages run as threads joined by bounded channels:
+//!
+//! ```text
+//!  reader ──raw──▶ hasher ──hashed──▶ writer (this thread) ──written──▶ verifier
+//!    ▲  O_DIRECT read   blake3          permit, O_DIRECT write           read back, blake3,
+//!    └──────────────── pool of aligned buffers ◀─────────────────────── compare ─┘
+//! ```
+//!
+//! Only the writer writes, one chunk at a time, in ascending order; the stages around it
+//! only keep it busy (measured on the CI VM: hashing in the reader thread and a read-back
+//! between writes cost 35-50 % of throughput, see docs/CHUNK-SIZE.md). Before each write
+//! the writer asks the guardian for permission; the verifier reports each read-back, and
+//! the guardian does not thaw while a write or its read-back is outstanding.
+//! When the window's budget is spent the writer stops, waits for the verifier, and the
+//! window thaws. Chunks read ahead are dropped, never written after a thaw, and read again
+//! in the next window. Then the device is flushed and the verified chunks are journaled
+//! as done (one journal fsync per commit, not per chunk).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, bounded};
+use crossbeam_channel::{Receiver, Sender, TryRecvError, bounded};
 
 use crate::error::{Error, Result};
+use crate::freeze::WindowEnd;
 use crate::freeze::WindowGuard;
 use crate::hooks;
 use crate::journal::Journal;
@@ -60,10 +72,19 @@ impl EngineConfig {
 
     /// Bytes of aligned buffers the engine allocates.
     pub fn memory_bytes(&self) -> u64 {
-        let buffers = self.read_ahead as u64 + 1 + u64::from(self.verify);
-        buffers * self.chunk_size
+        (self.pool_size() as u64 + u64::from(self.verify)) * self.chunk_size
+    }
+
+    /// Buffers in the pool: the read-ahead, the one being written, the one being read by
+    /// the reader, and with verification the one awaiting its read-back.
+    fn pool_size(&self) -> usize {
+        self.read_ahead.max(1) + 2 + usize::from(self.verify)
     }
 }
+
+/// Within one long window (an unmounted device is a single window), finished chunks
+/// are flushed and journaled at least this often, so a crash loses little progress.
+pub const COMMIT_INTERVAL_BYTES: u64 = 256 << 20;
 
 /// What a run did, also when it stopped early.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -80,13 +101,28 @@ pub struct EngineStats {
     pub windows_overrun: u64,
     pub longest_freeze_seconds: f64,
     pub total_frozen_seconds: f64,
-    /// Next chunk to do (== chunks_total when complete).
+    /// Next chunk to do (== chunks_total when complete): all before it are journaled done.
     pub next_chunk: u64,
 }
 
-enum ReadMsg {
-    Chunk { index: u64, buf: AlignedBuf, hash: blake3::Hash },
+/// A chunk moving through the stages. `hash` is the blake3 of what was read.
+struct Chunk {
+    index: u64,
+    buf: AlignedBuf,
+    hash: blake3::Hash,
+}
+
+enum Staged {
+    /// Chunk index, buffer, and the length read into it.
+    Read(u64, AlignedBuf, usize),
+    Hashed(Chunk),
     Failed { offset: u64, error: std::io::Error },
+}
+
+/// A verifier's answer for one written chunk.
+struct Verified {
+    chunk: Chunk,
+    result: Result<()>,
 }
 
 /// Why a window stopped.
@@ -110,277 +146,429 @@ pub fn run(
     stop: &StopFlag,
 ) -> (EngineStats, Result<()>) {
     let mut stats = EngineStats { next_chunk: cfg.first_chunk, chunks_already_done: cfg.first_chunk, ..Default::default() };
-    let result = run_windows(target, cfg, guard, journal, progress, stop, &mut stats);
+    let mut engine = Engine {
+        target,
+        cfg,
+        journal,
+        progress,
+        stop,
+        stats: &mut stats,
+        pool: bounded(cfg.pool_size()),
+        verified: Vec::new(),
+        chunk_estimate: Duration::ZERO,
+        done_before: cfg.first_chunk * cfg.chunk_size,
+    };
+    let result = engine.run_windows(guard);
     (stats, result)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_windows(
-    target: &dyn BlockTarget,
-    cfg: &EngineConfig,
-    guard: &mut dyn WindowGuard,
-    journal: &mut Journal,
-    progress: &mut Progress,
-    stop: &StopFlag,
-    stats: &mut EngineStats,
-) -> Result<()> {
-    let total = cfg.chunks_total();
-    let align = target.mem_align();
-    let pool_size = cfg.read_ahead.max(1) + 1;
-    let (free_tx, free_rx) = bounded::<AlignedBuf>(pool_size);
-    for _ in 0..pool_size {
-        free_tx.send(AlignedBuf::new(cfg.chunk_size as usize, align)).expect("pool has room");
-    }
-    let mut verify_buf = cfg.verify.then(|| AlignedBuf::new(cfg.chunk_size as usize, align));
-    // Soft budget: stop starting chunks at 3/4 of the guardian's deadline, leaving room
-    // for one slow chunk and the thaw.
-    let budget = guard.deadline().map(|d| d.mul_f64(0.75));
-    let mut chunk_estimate = Duration::ZERO;
-    let done_before = stats.next_chunk * cfg.chunk_size;
+struct Engine<'a> {
+    target: &'a dyn BlockTarget,
+    cfg: &'a EngineConfig,
+    journal: &'a mut Journal,
+    progress: &'a mut Progress,
+    stop: &'a StopFlag,
+    stats: &'a mut EngineStats,
+    /// Free aligned buffers.
+    pool: (Sender<AlignedBuf>, Receiver<AlignedBuf>),
+    /// Written and verified, not yet flushed and journaled.
+    verified: Vec<(u64, blake3::Hash, u64)>,
+    /// How long one chunk takes the writer (decaying maximum).
+    chunk_estimate: Duration,
+    done_before: u64,
+}
 
-    while stats.next_chunk < total {
-        if let Some(sig) = stop.signal() {
-            return Err(interrupted(cfg, stats, sig));
+impl Engine<'_> {
+    fn run_windows(&mut self, guard: &mut dyn WindowGuard) -> Result<()> {
+        let total = self.cfg.chunks_total();
+        for _ in 0..self.cfg.pool_size() {
+            self.pool.0.send(AlignedBuf::new(self.cfg.chunk_size as usize, self.target.mem_align())).expect("pool has room");
         }
-        if stats.windows > 0 && !cfg.pause.is_zero() {
-            stop.sleep(cfg.pause);
-            continue_if_stopped(cfg, stats, stop)?;
+        // Soft budget: stop starting chunks at 3/4 of the guardian's deadline, leaving room
+        // for one slow chunk, its read-back and the thaw.
+        let budget = guard.deadline().map(|d| d.mul_f64(0.75));
+        while self.stats.next_chunk < total {
+            if let Some(sig) = self.stop.signal() {
+                return Err(self.interrupted(sig));
+            }
+            if self.stats.windows > 0 && !self.cfg.pause.is_zero() {
+                self.stop.sleep(self.cfg.pause);
+                if let Some(sig) = self.stop.signal() {
+                    return Err(self.interrupted(sig));
+                }
+            }
+            let (end, flow) = self.window(guard, budget)?;
+            let frozen = end.frozen.as_secs_f64();
+            self.stats.total_frozen_seconds += frozen;
+            self.stats.longest_freeze_seconds = self.stats.longest_freeze_seconds.max(frozen);
+            if guard.freezes() {
+                log::debug!("window {} froze for {frozen:.3} s; next chunk {}", self.stats.windows, self.stats.next_chunk);
+            }
+            let flow = flow?;
+            if end.overran || matches!(flow, WindowFlow::Overrun) {
+                self.stats.windows_overrun += 1;
+                return Err(Error::WindowOverrun {
+                    window: self.stats.windows,
+                    deadline_ms: guard.deadline().unwrap_or_default().as_millis() as u64,
+                });
+            }
+            if let WindowFlow::Complete = flow {
+                break;
+            }
         }
-        let freezes = guard.freezes();
-        if freezes {
+        self.progress.finish();
+        self.journal.finished()
+    }
+
+    /// One freeze window. The outer error is about the window machinery (freeze, thaw,
+    /// journal); the inner one is what stopped the writer.
+    fn window(&mut self, guard: &mut dyn WindowGuard, budget: Option<Duration>) -> Result<(WindowEnd, Result<WindowFlow>)> {
+        if guard.freezes() {
             output::hold();
-            journal.set_hold(cfg.journal_on_frozen_fs)?;
+            self.journal.set_hold(self.cfg.journal_on_frozen_fs)?;
         }
         if let Err(e) = guard.begin() {
             output::release();
-            journal.set_hold(false)?;
+            self.journal.set_hold(false)?;
             return Err(e);
         }
         let window_start = Instant::now();
         hooks::point("window-start");
-        stats.windows += 1;
+        self.stats.windows += 1;
 
+        let total = self.cfg.chunks_total();
+        let from = self.stats.next_chunk;
         let stop_reader = AtomicBool::new(false);
-        let (full_tx, full_rx) = bounded::<ReadMsg>(cfg.read_ahead.max(1));
-        let from = stats.next_chunk;
-        let mut window_result: Result<WindowFlow> = Ok(WindowFlow::Complete);
-        let mut end_result: Result<crate::freeze::WindowEnd> = Ok(Default::default());
-        std::thread::scope(|s| {
-            let reader = s.spawn(|| read_ahead(target, cfg, from, total, &free_rx, full_tx, &stop_reader));
-            window_result = write_window(
-                target,
-                cfg,
-                guard,
-                journal,
-                progress,
-                stop,
-                stats,
-                &full_rx,
-                &free_tx,
-                verify_buf.as_mut(),
-                window_start,
-                budget,
-                &mut chunk_estimate,
-                done_before,
-            );
-            // Thaw first, then collect the reader: chunks still in flight are dropped.
+        let (raw_tx, raw_rx) = bounded::<Staged>(1);
+        let (hashed_tx, hashed_rx) = bounded::<Staged>(self.cfg.read_ahead.max(1));
+        let (written_tx, written_rx) = bounded::<Chunk>(1);
+        let (verified_tx, verified_rx) = bounded::<Verified>(2);
+        let target = self.target;
+        let cfg = self.cfg;
+        let pool_rx = self.pool.1.clone();
+        let mut taken = 0u64;
+        let mut end = Ok(WindowEnd::default());
+        let mut read_total = 0u64;
+        let flow = std::thread::scope(|s| {
+            let reader = s.spawn(|| read_stage(target, cfg, from, total, &pool_rx, raw_tx, &stop_reader));
+            s.spawn(move || hash_stage(raw_rx, hashed_tx));
+            if cfg.verify {
+                let pool_tx = self.pool.0.clone();
+                let reporter = guard.reporter();
+                s.spawn(move || verify_stage(target, cfg, written_rx, verified_tx, pool_tx, reporter));
+            } else {
+                drop((written_rx, verified_tx));
+            }
+            let flow = self.write_window(guard, &hashed_rx, &written_tx, &verified_rx, window_start, budget, &mut taken);
+            // Every write and read-back has been reported: thaw, then let the stages wind
+            // down. What they still hold was read in this window and is dropped.
             stop_reader.store(true, Ordering::SeqCst);
+            drop(written_tx);
             hooks::point("window-end");
-            end_result = guard.end();
-            for m in full_rx.iter() {
-                if let ReadMsg::Chunk { index, buf, .. } = m {
-                    let len = cfg.chunk(index).1 as u64;
-                    stats.bytes_read += len;
-                    stats.bytes_read_ahead_dropped += len;
-                    let _ = free_tx.send(buf);
+            end = guard.end();
+            for m in hashed_rx.iter() {
+                match m {
+                    Staged::Hashed(c) => self.recycle(c.buf),
+                    Staged::Read(_, buf, _) => self.recycle(buf),
+                    Staged::Failed { .. } => {}
                 }
             }
-            let unsent = reader.join().unwrap_or(0);
-            stats.bytes_read_ahead_dropped += unsent;
-            stats.bytes_read += unsent;
+            read_total = reader.join().unwrap_or(0);
+            flow
         });
         output::release();
-        journal.set_hold(false)?;
+        self.journal.set_hold(false)?;
         hooks::point("after-thaw");
+        self.stats.bytes_read += read_total;
+        self.stats.bytes_read_ahead_dropped += read_total.saturating_sub(taken);
+        let end = end?;
+        // Flushed and journaled after the thaw: nothing here needs the freeze, and the
+        // filesystem should not wait for the device's cache flush.
+        self.commit()?;
+        Ok((end, flow))
+    }
 
-        let end = end_result?;
-        let frozen = end.frozen.as_secs_f64();
-        stats.total_frozen_seconds += frozen;
-        stats.longest_freeze_seconds = stats.longest_freeze_seconds.max(frozen);
-        if freezes {
-            log::debug!("window {} froze for {:.3} s; next chunk {}", stats.windows, frozen, stats.next_chunk);
-        }
-        let flow = window_result?;
-        if end.overran || matches!(flow, WindowFlow::Overrun) {
-            stats.windows_overrun += 1;
-            return Err(Error::WindowOverrun {
-                window: stats.windows,
-                deadline_ms: guard.deadline().unwrap_or_default().as_millis() as u64,
-            });
-        }
-        if let WindowFlow::Complete = flow {
-            break;
+    fn recycle(&self, buf: AlignedBuf) {
+        let _ = self.pool.0.send(buf);
+    }
+
+    fn interrupted(&self, signal: &'static str) -> Error {
+        let done = (self.stats.next_chunk * self.cfg.chunk_size).min(self.cfg.range_end - self.cfg.range_start);
+        Error::Interrupted {
+            signal: signal.into(),
+            done_bytes: done,
+            total_bytes: self.cfg.range_end - self.cfg.range_start,
         }
     }
-    progress.finish();
-    journal.finished()?;
-    Ok(())
-}
 
-fn interrupted(cfg: &EngineConfig, stats: &EngineStats, signal: &'static str) -> Error {
-    let done = (stats.next_chunk * cfg.chunk_size).min(cfg.range_end - cfg.range_start);
-    Error::Interrupted { signal: signal.into(), done_bytes: done, total_bytes: cfg.range_end - cfg.range_start }
-}
+    /// Makes verified chunks durable (device flush) and records them as done.
+    fn commit(&mut self) -> Result<()> {
+        if self.verified.is_empty() {
+            return Ok(());
+        }
+        let first = self.verified[0].0;
+        self.target
+            .flush()
+            .map_err(|e| Error::io_at("flushing the device's write cache", self.cfg.chunk(first).0, e))?;
+        for (index, hash, len) in std::mem::take(&mut self.verified) {
+            self.journal.done(index, &hash)?;
+            self.stats.next_chunk = index + 1;
+            self.progress.advance(len, self.done_before);
+        }
+        self.journal.commit()?;
+        hooks::point("after-journal");
+        Ok(())
+    }
 
-fn continue_if_stopped(cfg: &EngineConfig, stats: &EngineStats, stop: &StopFlag) -> Result<()> {
-    match stop.signal() {
-        Some(sig) => Err(interrupted(cfg, stats, sig)),
-        None => Ok(()),
+    /// Accounts for one chunk whose write (and read-back) is over. With verification the
+    /// verifier has already told the guardian; without, the writer tells it here.
+    fn settle(&mut self, guard: &mut dyn WindowGuard, v: Verified) -> Result<()> {
+        // The guardian must hear "written" even on failure: the write is over either way.
+        let told = if self.cfg.verify { Ok(()) } else { guard.wrote() };
+        let len = self.cfg.chunk(v.chunk.index).1 as u64;
+        if self.cfg.verify {
+            self.stats.bytes_verified += len;
+        }
+        let (index, hash) = (v.chunk.index, v.chunk.hash);
+        self.recycle(v.chunk.buf);
+        told?;
+        v.result?;
+        hooks::point("after-verify");
+        self.verified.push((index, hash, len));
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_window(
+        &mut self,
+        guard: &mut dyn WindowGuard,
+        hashed_rx: &Receiver<Staged>,
+        written_tx: &Sender<Chunk>,
+        verified_rx: &Receiver<Verified>,
+        window_start: Instant,
+        budget: Option<Duration>,
+        taken: &mut u64,
+    ) -> Result<WindowFlow> {
+        let mut outstanding = 0u32;
+        let mut in_window = 0u64;
+        let mut since_commit = 0u64;
+        let flow = loop {
+            // Settle read-backs that have finished, without waiting.
+            match self.settle_ready(guard, verified_rx, &mut outstanding) {
+                Ok(()) => {}
+                Err(e) => break Err(e),
+            }
+            let Ok(staged) = hashed_rx.recv() else { break Ok(WindowFlow::Complete) };
+            let chunk = match staged {
+                Staged::Hashed(c) => c,
+                Staged::Failed { offset, error } => break Err(Error::io_at("reading the device", offset, error)),
+                Staged::Read(..) => break Err(Error::Internal("an unhashed chunk reached the writer".into())),
+            };
+            let (offset, len) = self.cfg.chunk(chunk.index);
+            let expected = self.stats.next_chunk + self.verified.len() as u64 + u64::from(outstanding);
+            if chunk.index != expected {
+                self.recycle(chunk.buf);
+                break Err(Error::Internal(format!("chunk {} arrived, expected {expected}", chunk.index)));
+            }
+            if budget.is_some_and(|b| in_window > 0 && window_start.elapsed() + self.chunk_estimate > b) {
+                self.recycle(chunk.buf);
+                break Ok(WindowFlow::BudgetSpent);
+            }
+            if let Some(sig) = self.stop.signal() {
+                self.recycle(chunk.buf);
+                break Err(self.interrupted(sig));
+            }
+            *taken += len as u64;
+            hooks::point("before-write");
+            if let Err(e) = self.journal.begin(chunk.index, &chunk.hash) {
+                self.recycle(chunk.buf);
+                break Err(e);
+            }
+            let t0 = Instant::now();
+            match guard.may_write() {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.recycle(chunk.buf);
+                    break Ok(WindowFlow::Overrun);
+                }
+                Err(e) => {
+                    self.recycle(chunk.buf);
+                    break Err(e);
+                }
+            }
+            hooks::point("after-permit");
+            let wrote = self.target.write_at(&chunk.buf[..len], offset);
+            hooks::point("after-write");
+            if let Err(e) = wrote {
+                let _ = guard.wrote();
+                self.recycle(chunk.buf);
+                break Err(Error::io_at("writing the device", offset, e));
+            }
+            self.stats.bytes_written += len as u64;
+            self.stats.chunks_written += 1;
+            if self.cfg.verify {
+                outstanding += 1;
+                if written_tx.send(chunk).is_err() {
+                    break Err(Error::Internal("the verifier stopped".into()));
+                }
+            } else if let Err(e) = self.settle(guard, Verified { chunk, result: Ok(()) }) {
+                break Err(e);
+            }
+            // Estimate from the slower of the last chunk and a decaying average, so one
+            // fast chunk does not make the window overrun.
+            self.chunk_estimate = t0.elapsed().max(self.chunk_estimate.mul_f64(0.8));
+            in_window += 1;
+            since_commit += len as u64;
+            if since_commit >= COMMIT_INTERVAL_BYTES {
+                since_commit = 0;
+                if let Err(e) = self.settle_all(guard, verified_rx, &mut outstanding).and_then(|()| self.commit()) {
+                    break Err(e);
+                }
+            }
+        };
+        // Every outstanding read-back finishes inside the window, whatever stopped it.
+        let settled = self.settle_all(guard, verified_rx, &mut outstanding);
+        match (flow, settled) {
+            (Err(e), _) => Err(e),
+            (Ok(_), Err(e)) => Err(e),
+            (Ok(f), Ok(())) => Ok(f),
+        }
+    }
+
+    fn settle_ready(&mut self, guard: &mut dyn WindowGuard, rx: &Receiver<Verified>, outstanding: &mut u32) -> Result<()> {
+        loop {
+            match rx.try_recv() {
+                Ok(v) => {
+                    *outstanding -= 1;
+                    self.settle(guard, v)?;
+                }
+                Err(TryRecvError::Empty) => return Ok(()),
+                Err(TryRecvError::Disconnected) if *outstanding == 0 => return Ok(()),
+                Err(TryRecvError::Disconnected) => return Err(Error::Internal("the verifier stopped".into())),
+            }
+        }
+    }
+
+    /// Waits for every outstanding read-back; returns the first error but settles all.
+    fn settle_all(&mut self, guard: &mut dyn WindowGuard, rx: &Receiver<Verified>, outstanding: &mut u32) -> Result<()> {
+        let mut first_err = None;
+        while *outstanding > 0 {
+            let Ok(v) = rx.recv() else {
+                return Err(Error::Internal("the verifier stopped with read-backs outstanding".into()));
+            };
+            *outstanding -= 1;
+            if let Err(e) = self.settle(guard, v) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 }
 
-/// The reader thread: reads and hashes chunks ahead. Returns the bytes it read that the
-/// writer never took (counted as dropped by the caller).
-fn read_ahead(
+/// Reader stage: reads chunks ahead into pool buffers. Returns the bytes it read.
+fn read_stage(
     target: &dyn BlockTarget,
     cfg: &EngineConfig,
     from: u64,
     total: u64,
-    free_rx: &Receiver<AlignedBuf>,
-    full_tx: Sender<ReadMsg>,
+    pool: &Receiver<AlignedBuf>,
+    out: Sender<Staged>,
     stop: &AtomicBool,
 ) -> u64 {
-    let mut unsent = 0;
+    let mut read = 0;
     for i in from..total {
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        let Ok(mut buf) = free_rx.recv() else { break };
+        let Ok(mut buf) = pool.recv() else { break };
+        if stop.load(Ordering::SeqCst) {
+            let _ = out.send(Staged::Read(i, buf, 0)); // back to the pool through the drain
+            break;
+        }
         let (offset, len) = cfg.chunk(i);
         match target.read_at(&mut buf[..len], offset) {
             Ok(()) => {
-                let hash = blake3::hash(&buf[..len]);
-                if full_tx.send(ReadMsg::Chunk { index: i, buf, hash }).is_err() {
-                    unsent += len as u64;
+                read += len as u64;
+                if out.send(Staged::Read(i, buf, len)).is_err() {
                     break;
                 }
             }
             Err(error) => {
-                let _ = full_tx.send(ReadMsg::Failed { offset, error });
+                let _ = out.send(Staged::Failed { offset, error });
+                drop(buf); // a read error ends the run
                 break;
             }
         }
     }
-    unsent
+    read
 }
 
-#[allow(clippy::too_many_arguments)]
-fn write_window(
+/// Hasher stage: blake3 of each chunk as read, off the reader's and writer's threads.
+fn hash_stage(input: Receiver<Staged>, out: Sender<Staged>) {
+    for m in input {
+        let m = match m {
+            Staged::Read(index, buf, len) => {
+                let hash = blake3::hash(&buf[..len]);
+                Staged::Hashed(Chunk { index, buf, hash })
+            }
+            other => other,
+        };
+        if out.send(m).is_err() {
+            break;
+        }
+    }
+}
+
+/// Verifier stage: reads each written chunk back and compares its blake3.
+/// It reports each finished read-back to the guardian itself.
+fn verify_stage(
     target: &dyn BlockTarget,
     cfg: &EngineConfig,
-    guard: &mut dyn WindowGuard,
-    journal: &mut Journal,
-    progress: &mut Progress,
-    stop: &StopFlag,
-    stats: &mut EngineStats,
-    full_rx: &Receiver<ReadMsg>,
-    free_tx: &Sender<AlignedBuf>,
-    mut verify_buf: Option<&mut AlignedBuf>,
-    window_start: Instant,
-    budget: Option<Duration>,
-    chunk_estimate: &mut Duration,
-    done_before: u64,
-) -> Result<WindowFlow> {
-    let mut in_window = 0u64;
-    for m in full_rx.iter() {
-        let (index, buf, hash) = match m {
-            ReadMsg::Chunk { index, buf, hash } => (index, buf, hash),
-            ReadMsg::Failed { offset, error } => return Err(Error::io_at("reading the device", offset, error)),
+    input: Receiver<Chunk>,
+    out: Sender<Verified>,
+    pool: Sender<AlignedBuf>,
+    reporter: Result<crate::freeze::Reporter>,
+) {
+    let mut back = AlignedBuf::new(cfg.chunk_size as usize, target.mem_align());
+    let mut reporter = reporter;
+    for chunk in input {
+        let (offset, len) = cfg.chunk(chunk.index);
+        let verified = verify_chunk(target, &chunk.buf[..len], offset, &chunk.hash, &mut back[..len]);
+        let told = match &mut reporter {
+            Ok(r) => r.written(),
+            Err(e) => Err(Error::Internal(format!("no way to report to the guardian: {e}"))),
         };
-        let (offset, len) = cfg.chunk(index);
-        stats.bytes_read += len as u64;
-        if index != stats.next_chunk {
-            return Err(Error::Internal(format!("chunk {index} arrived, expected {}", stats.next_chunk)));
+        let result = verified.and(told);
+        if let Err(crossbeam_channel::SendError(Verified { chunk, .. })) = out.send(Verified { chunk, result }) {
+            let _ = pool.send(chunk.buf);
         }
-        if let Some(b) = budget
-            && in_window > 0 && window_start.elapsed() + *chunk_estimate > b {
-                stats.bytes_read_ahead_dropped += len as u64;
-                let _ = free_tx.send(buf);
-                return Ok(WindowFlow::BudgetSpent);
-            }
-        if let Some(sig) = stop.signal() {
-            stats.bytes_read_ahead_dropped += len as u64;
-            let _ = free_tx.send(buf);
-            return Err(interrupted(cfg, stats, sig));
-        }
-        hooks::point("before-write");
-        journal.begin(index, &hash)?;
-        let t0 = Instant::now();
-        if !guard.may_write()? {
-            stats.bytes_read_ahead_dropped += len as u64;
-            let _ = free_tx.send(buf);
-            return Ok(WindowFlow::Overrun);
-        }
-        hooks::point("after-permit");
-        let written = write_and_verify(target, &buf[..len], offset, &hash, verify_buf.as_deref_mut(), stats);
-        // The guardian must hear "written" even on failure: the write is over either way.
-        guard.wrote()?;
-        written?;
-        hooks::point("after-verify");
-        journal.done(index, &hash)?;
-        hooks::point("after-journal");
-        let took = t0.elapsed();
-        // Estimate from the slower of the last chunk and a decaying average, so one
-        // fast chunk does not make the next window overrun.
-        *chunk_estimate = took.max(chunk_estimate.mul_f64(0.8));
-        stats.chunks_written += 1;
-        stats.next_chunk = index + 1;
-        in_window += 1;
-        progress.advance(len as u64, done_before);
-        let _ = free_tx.send(buf);
     }
-    Ok(WindowFlow::Complete)
 }
 
-fn write_and_verify(
-    target: &dyn BlockTarget,
-    data: &[u8],
-    offset: u64,
-    hash: &blake3::Hash,
-    verify_buf: Option<&mut AlignedBuf>,
-    stats: &mut EngineStats,
-) -> Result<()> {
-    target.write_at(data, offset).map_err(|e| Error::io_at("writing the device", offset, e))?;
-    stats.bytes_written += data.len() as u64;
-    hooks::point("after-write");
-    target.flush().map_err(|e| Error::io_at("flushing the device after writing", offset, e))?;
-    if let Some(vbuf) = verify_buf {
-        let back = &mut vbuf[..data.len()];
-        target.read_at(back, offset).map_err(|e| Error::io_at("reading back", offset, e))?;
-        let after = blake3::hash(back);
-        stats.bytes_verified += data.len() as u64;
-        if after != *hash {
-            // Still inside the freeze and the write permit: put the bytes we read back
-            // once more, so the device holds what it held before reseq touched it, then
-            // stop with the original error whatever the repair gives.
-            let repaired = target
-                .write_at(data, offset)
-                .and_then(|()| target.flush())
-                .and_then(|()| target.read_at(back, offset))
-                .map(|()| blake3::hash(back) == *hash);
-            let repair = match repaired {
-                Ok(true) => "the original bytes were written again and now read back correctly".to_string(),
-                Ok(false) => "the original bytes were written again and STILL read back differently: the device is failing".to_string(),
-                Err(e) => format!("writing the original bytes again failed: {e}"),
-            };
-            log::error!("checksum mismatch at offset {offset}: {repair}");
-            return Err(Error::ChecksumMismatch {
-                offset,
-                len: data.len() as u64,
-                before: hash.to_hex().to_string(),
-                after: after.to_hex().to_string(),
-            });
-        }
+fn verify_chunk(target: &dyn BlockTarget, data: &[u8], offset: u64, hash: &blake3::Hash, back: &mut [u8]) -> Result<()> {
+    target.read_at(back, offset).map_err(|e| Error::io_at("reading back", offset, e))?;
+    let after = blake3::hash(back);
+    if after == *hash {
+        return Ok(());
     }
-    Ok(())
+    // Still inside the freeze and the write permit: put the bytes read before the
+    // write back once more, so the device holds what it held before reseq touched it,
+    // then stop with the original error whatever the repair gives.
+    let repaired = target
+        .write_at(data, offset)
+        .and_then(|()| target.flush())
+        .and_then(|()| target.read_at(back, offset))
+        .map(|()| blake3::hash(back) == *hash);
+    let repair = match repaired {
+        Ok(true) => "the original bytes were written again and now read back correctly".to_string(),
+        Ok(false) => "the original bytes were written again and STILL read back differently: the device is failing".to_string(),
+        Err(e) => format!("writing the original bytes again failed: {e}"),
+    };
+    log::error!("checksum mismatch at offset {offset}: {repair}");
+    Err(Error::ChecksumMismatch {
+        offset,
+        len: data.len() as u64,
+        before: hash.to_hex().to_string(),
+        after: after.to_hex().to_string(),
+    })
 }

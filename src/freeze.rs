@@ -12,7 +12,7 @@ use std::time::Duration;
 use nix::errno::Errno;
 
 use crate::error::{Error, Result};
-use crate::guardian::{Guardian, Permit, ThawReport};
+use crate::guardian::{Guardian, Permit, ThawReport, WrittenReporter};
 use crate::mounts::MountedFs;
 
 /// How one window ended.
@@ -35,8 +35,22 @@ pub trait WindowGuard {
     fn may_write(&mut self) -> Result<bool>;
     /// The write allowed by `may_write` has completed.
     fn wrote(&mut self) -> Result<()>;
+    /// The same report, from another thread (the verifier reports after its read-back).
+    fn reporter(&self) -> Result<Reporter>;
     /// Ends the window (thaws).
     fn end(&mut self) -> Result<WindowEnd>;
+}
+
+/// Reports finished writes from the verifier thread.
+pub struct Reporter(Option<WrittenReporter>);
+
+impl Reporter {
+    pub fn written(&mut self) -> Result<()> {
+        match &mut self.0 {
+            Some(r) => r.written().map_err(|e| Error::io("telling the thaw guardian a write finished", e)),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Nothing to freeze: the device is not mounted (and is held with O_EXCL so it cannot
@@ -58,6 +72,9 @@ impl WindowGuard for NoFreeze {
     }
     fn wrote(&mut self) -> Result<()> {
         Ok(())
+    }
+    fn reporter(&self) -> Result<Reporter> {
+        Ok(Reporter(None))
     }
     fn end(&mut self) -> Result<WindowEnd> {
         Ok(WindowEnd::default())
@@ -181,6 +198,11 @@ impl WindowGuard for GuardedFreeze {
             Ok(()) => Ok(()),
             Err(e) => Err(self.guardian_lost(e)),
         }
+    }
+
+    fn reporter(&self) -> Result<Reporter> {
+        let g = self.guardian.as_ref().ok_or_else(|| Error::Internal("the guardian is gone".into()))?;
+        Ok(Reporter(Some(g.reporter().map_err(|e| Error::io("cloning the guardian socket", e))?)))
     }
 
     fn end(&mut self) -> Result<WindowEnd> {

@@ -16,9 +16,12 @@
 //!   frozen and its deadline has not passed. A refusal after the deadline makes the
 //!   guardian thaw at once. Because reseq reads a chunk before asking and writes it only
 //!   after a grant, a chunk's read and write always lie inside one freeze.
-//! - `WRITTEN`: the granted write (and its flush) finished. While a write is granted and
-//!   unfinished, the guardian does not thaw even past the deadline: thawing under an
-//!   in-flight write of stale bytes could let the filesystem's newer write lose.
+//! - `WRITTEN`: one granted write finished, and its read-back too. Several may be
+//!   outstanding (the verifier reads back one chunk while the next is written). While any
+//!   is, the guardian does not thaw even past the deadline: thawing under an in-flight
+//!   write of stale bytes could let the filesystem's newer write lose, and a read-back
+//!   after a thaw could see the filesystem's own changes. Past the deadline it refuses
+//!   new grants and thaws the moment the last outstanding write reports.
 //! - `THAW`: end the window; the reply says whether the deadline was overrun and how
 //!   long the filesystems were frozen.
 //! - `EXIT`: leave.
@@ -97,6 +100,19 @@ pub struct ThawReport {
     pub thawed_by_someone_else: bool,
 }
 
+/// Sends `WRITTEN` from another thread. `WRITTEN` has no reply, so it cannot take the
+/// writer's reply to `PERMIT`; and each message is one 16-byte `write` on a Unix stream
+/// socket, queued whole (one skb), so messages from two threads never interleave.
+pub struct WrittenReporter {
+    stream: UnixStream,
+}
+
+impl WrittenReporter {
+    pub fn written(&mut self) -> std::io::Result<()> {
+        self.stream.write_all(&msg(OP_WRITTEN, 0, 0))
+    }
+}
+
 /// reseq's handle on its guardian.
 pub struct Guardian {
     stream: UnixStream,
@@ -158,6 +174,12 @@ impl Guardian {
         self.stream.write_all(&msg(OP_WRITTEN, 0, 0))
     }
 
+    /// A handle another thread (the verifier) uses to report finished writes, so that a
+    /// stalled writer thread cannot hold back the thaw.
+    pub fn reporter(&self) -> std::io::Result<WrittenReporter> {
+        Ok(WrittenReporter { stream: self.stream.try_clone()? })
+    }
+
     pub fn thaw(&mut self) -> std::io::Result<ThawReport> {
         let (st, flags, micros) = self.call(msg(OP_THAW, 0, 0))?;
         Ok(ThawReport {
@@ -181,7 +203,10 @@ struct GuardianState<'a> {
     frozen: Vec<usize>,
     freeze_started: Option<Instant>,
     deadline: Option<Instant>,
-    writing: bool,
+    /// Granted writes not yet reported finished.
+    writing: u32,
+    /// The deadline passed: no more grants in this window; thaw when `writing` is 0.
+    revoked: bool,
     overran: bool,
     frozen_for: Duration,
     someone_else_thawed: bool,
@@ -214,8 +239,9 @@ impl GuardianState<'_> {
         self.freeze_started = Some(start);
         self.deadline = Some(start + window);
         self.overran = false;
+        self.revoked = false;
         self.someone_else_thawed = false;
-        self.writing = false;
+        self.writing = 0;
         Ok(())
     }
 
@@ -241,9 +267,17 @@ impl GuardianState<'_> {
         self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
+    /// The deadline has passed: stop granting, and thaw once no write is outstanding.
+    fn revoke(&mut self) {
+        self.revoked = true;
+        self.overran = true;
+        if self.writing == 0 && !self.frozen.is_empty() {
+            self.overrun_thaw();
+        }
+    }
+
     fn overrun_thaw(&mut self) {
         let n = self.frozen.len();
-        self.overran = true;
         self.thaw_all();
         // Safe to speak: nothing of ours is frozen any more.
         eprintln!(
@@ -263,14 +297,15 @@ fn guardian_main(mut stream: UnixStream, fds: &[OwnedFd], names: &[String]) -> i
         frozen: Vec::new(),
         freeze_started: None,
         deadline: None,
-        writing: false,
+        writing: 0,
+        revoked: false,
         overran: false,
         frozen_for: Duration::ZERO,
         someone_else_thawed: false,
     };
     loop {
         let timeout = match st.deadline {
-            Some(d) if !st.frozen.is_empty() && !st.writing => {
+            Some(d) if !st.frozen.is_empty() && !st.revoked => {
                 Some(d.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))
             }
             _ => None,
@@ -283,9 +318,8 @@ fn guardian_main(mut stream: UnixStream, fds: &[OwnedFd], names: &[String]) -> i
         match stream.read_exact(&mut m) {
             Ok(()) => {}
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                // The deadline passed with no write in flight.
                 if !st.frozen.is_empty() && st.past_deadline() {
-                    st.overrun_thaw();
+                    st.revoke();
                 }
                 continue;
             }
@@ -309,28 +343,28 @@ fn guardian_main(mut stream: UnixStream, fds: &[OwnedFd], names: &[String]) -> i
                 Err(f) => Some(msg(ST_ERR, f.index as u32, f.errno as i32 as u64)),
             },
             OP_PERMIT => {
-                if st.frozen.is_empty() {
+                if st.frozen.is_empty() || st.revoked {
                     Some(msg(ST_DENIED, DENY_DEADLINE, 0))
                 } else if st.past_deadline() {
-                    st.overrun_thaw();
+                    st.revoke();
                     Some(msg(ST_DENIED, DENY_DEADLINE, 0))
                 } else if !st.still_frozen() {
                     Some(msg(ST_DENIED, DENY_FREEZE_LOST, 0))
                 } else {
-                    st.writing = true;
+                    st.writing += 1;
                     Some(msg(ST_OK, 0, 0))
                 }
             }
             OP_WRITTEN => {
-                st.writing = false;
+                st.writing = st.writing.saturating_sub(1);
                 // The deadline passed during the write: thaw now, not at the next request.
                 if !st.frozen.is_empty() && st.past_deadline() {
-                    st.overrun_thaw();
+                    st.revoke();
                 }
                 None
             }
             OP_THAW => {
-                st.writing = false;
+                st.writing = 0;
                 if !st.frozen.is_empty() {
                     // A window that ends after its deadline overran, whoever thaws it.
                     st.overran |= st.past_deadline();

@@ -198,9 +198,15 @@ impl Journal {
         self.append(&Record::Begin { chunk, blake3: hash.to_hex().to_string() }, false)
     }
 
-    /// The chunk is written, flushed and verified.
+    /// The chunk is written, flushed and verified. Durable at the next [`Journal::commit`].
     pub fn done(&mut self, chunk: u64, hash: &blake3::Hash) -> Result<()> {
-        self.append(&Record::Done { chunk, blake3: hash.to_hex().to_string() }, true)
+        self.append(&Record::Done { chunk, blake3: hash.to_hex().to_string() }, false)
+    }
+
+    /// Makes every record so far durable (one fsync for a batch of chunks). While held,
+    /// this happens when the hold is released.
+    pub fn commit(&mut self) -> Result<()> {
+        if self.hold { Ok(()) } else { self.write("", true) }
     }
 
     pub fn finished(&mut self) -> Result<()> {
@@ -274,6 +280,7 @@ mod tests {
         assert_eq!(read(&p).unwrap().unwrap().done, 0, "held records are not on disk yet");
         j.set_hold(false).unwrap();
         j.done(1, &h).unwrap();
+        j.commit().unwrap();
         j.finished().unwrap();
         let r = read(&p).unwrap().unwrap();
         assert_eq!((r.done, r.finished, r.run.unwrap()), (2, true, run()));

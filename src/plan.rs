@@ -372,3 +372,29 @@ fn decide_start(
     }
     Ok(Start::Resume { done: r.done, in_flight: r.in_flight, started_at: run.started_at })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The holders refusal names the top of the stack. This kernel has no device-mapper
+    /// or md, so the stack is a fake sysfs tree: sdz1 <- dm-7 <- dm-9 ("vg-data").
+    #[test]
+    fn names_the_top_of_a_holder_stack() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        for (dev, holder) in [("sdz1", Some("dm-7")), ("dm-7", Some("dm-9")), ("dm-9", None)] {
+            let d = r.join("class/block").join(dev);
+            std::fs::create_dir_all(d.join("holders")).unwrap();
+            if let Some(h) = holder {
+                std::fs::create_dir_all(d.join("holders").join(h)).unwrap();
+            }
+        }
+        std::fs::create_dir_all(r.join("class/block/dm-9/dm")).unwrap();
+        std::fs::write(r.join("class/block/dm-9/dm/name"), "vg-data\n").unwrap();
+        let sysfs = Sysfs { root: r.to_path_buf() };
+        let holders = sysfs.holders_of("sdz1");
+        assert_eq!(holders, vec!["dm-7".to_string()]);
+        assert_eq!(top_holders(&sysfs, &holders), vec!["/dev/dm-9 (/dev/mapper/vg-data)".to_string()]);
+    }
+}

@@ -60,11 +60,11 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
     }
     s += &format!("  verify: {}\n", if e.verify { "read back and compare blake3 after every write" } else { "off" });
     s += &format!(
-        "  memory: {} ({} read-ahead + 1 writing{} buffers of {})\n",
+        "  memory: {} in aligned buffers of {} ({} read ahead, 1 being read, 1 being written{})\n",
         human_bytes(e.memory_bytes()),
+        human_bytes(e.chunk_size),
         e.read_ahead,
-        if e.verify { " + 1 read-back" } else { "" },
-        human_bytes(e.chunk_size)
+        if e.verify { ", 1 awaiting its read-back, 1 read back" } else { "" },
     );
     if plan.filesystems.is_empty() {
         s += "  freeze: nothing mounted; the device is opened exclusively (O_EXCL), so nothing can mount it meanwhile\n";
@@ -213,6 +213,11 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
     let (stats, result) = engine::run(&target, &plan.engine, guard.as_mut(), &mut journal, &mut progress, &stop);
     progress.finish();
     drop(guard);
+    // A refusal at the first freeze (EBUSY, EOPNOTSUPP) means nothing was done: remove
+    // the journal this run just made, so the next run does not ask for --resume.
+    if matches!(result, Err(Error::Refused { .. })) && matches!(plan.start, Start::Fresh) && stats.chunks_written == 0 {
+        let _ = std::fs::remove_file(journal.path());
+    }
     report.results = Some(stats);
     result
 }

@@ -111,7 +111,7 @@ fn dry_run_touches_nothing_and_shows_the_plan() {
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("chunks: 32 of 2.0 MiB"), "{text}");
-    assert!(text.contains("memory: 10.0 MiB"), "memory = (3 + 1 + 1) x 2 MiB: {text}");
+    assert!(text.contains("memory: 14.0 MiB"), "memory = (3 + 1 + 1 + 1 + 1) x 2 MiB: {text}");
     assert!(text.contains(&format!("freeze: {}", mnt.dir.display())), "{text}");
     assert!(text.contains("windows: at most 5.000 s"), "{text}");
     assert!(!env.state_dir().exists(), "a dry run created the state directory");
@@ -119,7 +119,7 @@ fn dry_run_touches_nothing_and_shows_the_plan() {
     let out = output(env.reseq().args(["rewrite", "--dry-run", "--json"]).arg(&lo.path));
     let r = json_report(&out);
     assert_eq!(r["dry_run"], true);
-    assert_eq!(r["plan"]["memory_bytes"], 4 * 8 * MIB);
+    assert_eq!(r["plan"]["memory_bytes"], 6 * 8 * MIB);
 }
 
 /// A whole disk with two partitions, one mounted: the disk's rewrite freezes the

@@ -1,0 +1,32 @@
+# Shared by the bench scripts: a scratch loop device over a filled image, cleaned up on exit.
+set -euo pipefail
+
+need_root() {
+  if [ "$(id -u)" != 0 ]; then echo "run as root (loop devices)" >&2; exit 2; fi
+}
+
+# make_device SIZE_MIB: sets $DEV and $WORK; a trap detaches and removes everything.
+make_device() {
+  WORK=$(mktemp -d /var/tmp/reseq-bench-XXXXXX)
+  trap 'losetup -d "$DEV" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+  truncate -s "${1}M" "$WORK/disk.img"
+  # Fill it, so reads and writes hit allocated blocks rather than holes.
+  dd if=/dev/urandom of="$WORK/disk.img" bs=16M count=$(( $1 / 16 )) conv=notrunc status=none
+  sync
+  DEV=$(losetup --direct-io=on --find --show "$WORK/disk.img")
+}
+
+# median of numbers on stdin
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+# seconds SECS-OF-COMMAND: runs a command, prints its wall time in seconds
+seconds() {
+  local t0 t1
+  t0=$(date +%s.%N); "$@" >/dev/null 2>&1; t1=$(date +%s.%N)
+  echo "$t1 - $t0" | bc -l
+}
+
+reseq_bin() {
+  cargo build --release --quiet --manifest-path "$(dirname "$0")/../Cargo.toml"
+  echo "$(dirname "$0")/../target/release/reseq"
+}

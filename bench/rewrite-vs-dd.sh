@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Throughput of `reseq rewrite` against the hand-made `dd if=D of=D`, side by side in one
+# run on the same loop device (2 GiB image, --direct-io=on), alternating, ROUNDS times.
+# Prints the median MiB/s of each and the ratios reseq/dd.
+#   sudo bench/rewrite-vs-dd.sh [ROUNDS] [SIZE_MIB]
+source "$(dirname "$0")/common.sh"
+need_root
+ROUNDS=${1:-5}
+SIZE=${2:-2048}
+RESEQ=$(reseq_bin)
+make_device "$SIZE"
+STATE="$WORK/state"
+echo "device $DEV over $SIZE MiB image, $ROUNDS rounds, reseq $("$RESEQ" --version)"
+: > "$WORK/dd"; : > "$WORK/verify"; : > "$WORK/noverify"
+for i in $(seq 1 "$ROUNDS"); do
+  t=$(seconds dd if="$DEV" of="$DEV" bs=64M iflag=direct oflag=direct conv=notrunc)
+  echo "$SIZE / $t" | bc -l >> "$WORK/dd"
+  t=$(seconds "$RESEQ" -q rewrite "$DEV" --state-dir "$STATE")
+  echo "$SIZE / $t" | bc -l >> "$WORK/verify"
+  t=$(seconds "$RESEQ" -q rewrite "$DEV" --state-dir "$STATE" --no-verify)
+  echo "$SIZE / $t" | bc -l >> "$WORK/noverify"
+  printf 'round %d: dd %.0f, reseq verify %.0f, reseq no-verify %.0f MiB/s\n' "$i" \
+    "$(tail -1 "$WORK/dd")" "$(tail -1 "$WORK/verify")" "$(tail -1 "$WORK/noverify")"
+done
+dd_m=$(median < "$WORK/dd"); v_m=$(median < "$WORK/verify"); n_m=$(median < "$WORK/noverify")
+printf 'median MiB/s: dd bs=64M %.0f | reseq (verify) %.0f | reseq --no-verify %.0f\n' "$dd_m" "$v_m" "$n_m"
+printf 'ratio reseq/dd: verify %.2fx (goal >= 1.0) | no-verify %.2fx (goal >= 1.3)\n' \
+  "$(echo "$v_m / $dd_m" | bc -l)" "$(echo "$n_m / $dd_m" | bc -l)"

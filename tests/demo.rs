@@ -1,0 +1,24 @@
+//! `reseq demo` end to end: it must succeed, verify, and leave nothing behind.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn demo_runs_and_cleans_up() {
+    if !require(&["losetup", "mkfs.ext4", "e2fsck"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let out = output(env.reseq().args(["demo", "--json", "--size", "128M"]));
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_report(&out);
+    assert_eq!(r["verification"], "passed");
+    assert_eq!(r["results"]["bytes_written"], 128u64 << 20);
+    assert_eq!(r["plan"]["filesystems_frozen"][0]["fs_type"], "ext4");
+    assert!(stderr(&out).contains("e2fsck -fn clean"));
+    let loops = run_cmd(std::process::Command::new("losetup").arg("-a")).unwrap();
+    assert!(!loops.contains("reseq-demo-"), "the demo left a loop device: {loops}");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(!mounts.contains("reseq-demo-"), "the demo left a mount");
+}
