@@ -7,7 +7,8 @@ need_root() {
 
 # make_device SIZE_MIB: sets $DEV and $WORK; a trap detaches and removes everything.
 make_device() {
-  WORK=$(mktemp -d /var/tmp/reseq-bench-XXXXXX)
+  # BENCH_DIR=/dev/shm puts the image in memory: a device that reads and writes in parallel.
+  WORK=$(mktemp -d "${BENCH_DIR:-/var/tmp}/reseq-bench-XXXXXX")
   trap 'losetup -d "$DEV" 2>/dev/null || true; rm -rf "$WORK"' EXIT
   truncate -s "${1}M" "$WORK/disk.img"
   # Fill it, so reads and writes hit allocated blocks rather than holes.

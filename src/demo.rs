@@ -32,7 +32,12 @@ pub fn run(args: &DemoArgs, quiet: bool) -> (Option<Report>, Result<()>) {
     }
     let size = match units::parse_size(&args.size) {
         Ok(s) if s >= 64 << 20 => s,
-        Ok(_) => return (None, Err(Error::Usage("--size must be at least 64M".into()))),
+        Ok(_) => {
+            return (
+                None,
+                Err(Error::Usage("--size must be at least 64M".into())),
+            );
+        }
         Err(e) => return (None, Err(Error::Usage(format!("--size: {e}")))),
     };
     let mut report = None;
@@ -47,12 +52,23 @@ fn say(quiet: bool, msg: String) {
 }
 
 fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> Result<()> {
-    let dir = tempfile::Builder::new().prefix("reseq-demo-").tempdir().map_err(io("creating a temporary directory"))?;
+    let dir = tempfile::Builder::new()
+        .prefix("reseq-demo-")
+        .tempdir()
+        .map_err(io("creating a temporary directory"))?;
     let image = dir.path().join("disk.img");
     let lo = LoopDevice::create(&image, size).map_err(io("attaching a loop device"))?;
-    say(quiet, format!("attached {} over a sparse {} image {}", lo.path.display(), human_bytes(size), image.display()));
+    say(
+        quiet,
+        format!(
+            "attached {} over a sparse {} image {}",
+            lo.path.display(),
+            human_bytes(size),
+            image.display()
+        ),
+    );
     mkfs_ext4(&lo.path).map_err(io("making ext4"))?;
-    let mnt = Mount::mount(&lo.path, &dir.path().join("mnt"), &[]).map_err(io("mounting"))?;
+    let mnt = Mount::new(&lo.path, &dir.path().join("mnt"), &[]).map_err(io("mounting"))?;
     say(quiet, format!("mounted ext4 at {}", mnt.dir.display()));
 
     // A database-like file: pages written in order, then overwritten at random.
@@ -64,7 +80,8 @@ fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> 
     for p in 0..pages {
         rng.fill(&mut page);
         page[..8].copy_from_slice(&(p as u64).to_le_bytes());
-        db.write_all(&page).map_err(io("writing the database file"))?;
+        db.write_all(&page)
+            .map_err(io("writing the database file"))?;
     }
     db.sync_all().map_err(io("syncing"))?;
     let updates = pages * 2;
@@ -72,7 +89,8 @@ fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> 
         let p = (rng.next_u64() % pages as u64) as usize;
         rng.fill(&mut page);
         page[..8].copy_from_slice(&(p as u64).to_le_bytes());
-        db.seek(SeekFrom::Start((p * PAGE) as u64)).map_err(io("seeking"))?;
+        db.seek(SeekFrom::Start((p * PAGE) as u64))
+            .map_err(io("seeking"))?;
         db.write_all(&page).map_err(io("updating a page"))?;
         if i % 256 == 0 {
             db.sync_data().map_err(io("syncing"))?;
@@ -83,10 +101,21 @@ fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> 
     let before = hash_path(&db_path).map_err(io("hashing the database file"))?;
     say(
         quiet,
-        format!("wrote {} of 8 KiB pages, then {updates} random page updates (blake3 {})", human_bytes((pages * PAGE) as u64), &before.to_hex()[..16]),
+        format!(
+            "wrote {} of 8 KiB pages, then {updates} random page updates (blake3 {})",
+            human_bytes((pages * PAGE) as u64),
+            &before.to_hex()[..16]
+        ),
     );
 
-    say(quiet, format!("re-sequencing {} while mounted: reseq rewrite {} --max-freeze 1s", lo.path.display(), lo.path.display()));
+    say(
+        quiet,
+        format!(
+            "re-sequencing {} while mounted: reseq rewrite {} --max-freeze 1s",
+            lo.path.display(),
+            lo.path.display()
+        ),
+    );
     let rewrite_args = RewriteArgs {
         device: lo.path.clone(),
         chunk_size: crate::cli::DEFAULT_CHUNK_SIZE.into(),
@@ -107,12 +136,22 @@ fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> 
 
     let after = hash_path(&db_path).map_err(io("hashing the database file again"))?;
     if after != before {
-        return Err(Error::Internal(format!("the database file changed: {before} -> {after}")));
+        return Err(Error::Internal(format!(
+            "the database file changed: {before} -> {after}"
+        )));
     }
-    std::fs::write(mnt.dir.join("after.txt"), b"the filesystem takes writes: it is thawed\n").map_err(io("writing after the run"))?;
+    std::fs::write(
+        mnt.dir.join("after.txt"),
+        b"the filesystem takes writes: it is thawed\n",
+    )
+    .map_err(io("writing after the run"))?;
     mnt.unmount().map_err(io("unmounting"))?;
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).map_err(io("e2fsck after the run"))?;
-    say(quiet, "database file byte-identical, filesystem thawed and writable, e2fsck -fn clean".into());
+    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path))
+        .map_err(io("e2fsck after the run"))?;
+    say(
+        quiet,
+        "database file byte-identical, filesystem thawed and writable, e2fsck -fn clean".into(),
+    );
     drop(lo);
     say(quiet, "cleaned up the loop device and the image".into());
     Ok(())

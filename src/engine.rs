@@ -116,7 +116,10 @@ enum Staged {
     /// Chunk index, buffer, and the length read into it.
     Read(u64, AlignedBuf, usize),
     Hashed(Chunk),
-    Failed { offset: u64, error: std::io::Error },
+    Failed {
+        offset: u64,
+        error: std::io::Error,
+    },
 }
 
 /// A verifier's answer for one written chunk.
@@ -145,7 +148,11 @@ pub fn run(
     progress: &mut Progress,
     stop: &StopFlag,
 ) -> (EngineStats, Result<()>) {
-    let mut stats = EngineStats { next_chunk: cfg.first_chunk, chunks_already_done: cfg.first_chunk, ..Default::default() };
+    let mut stats = EngineStats {
+        next_chunk: cfg.first_chunk,
+        chunks_already_done: cfg.first_chunk,
+        ..Default::default()
+    };
     let mut engine = Engine {
         target,
         cfg,
@@ -182,7 +189,13 @@ impl Engine<'_> {
     fn run_windows(&mut self, guard: &mut dyn WindowGuard) -> Result<()> {
         let total = self.cfg.chunks_total();
         for _ in 0..self.cfg.pool_size() {
-            self.pool.0.send(AlignedBuf::new(self.cfg.chunk_size as usize, self.target.mem_align())).expect("pool has room");
+            self.pool
+                .0
+                .send(AlignedBuf::new(
+                    self.cfg.chunk_size as usize,
+                    self.target.mem_align(),
+                ))
+                .expect("pool has room");
         }
         // Soft budget: stop starting chunks at 3/4 of the guardian's deadline, leaving room
         // for one slow chunk, its read-back and the thaw.
@@ -202,7 +215,11 @@ impl Engine<'_> {
             self.stats.total_frozen_seconds += frozen;
             self.stats.longest_freeze_seconds = self.stats.longest_freeze_seconds.max(frozen);
             if guard.freezes() {
-                log::debug!("window {} froze for {frozen:.3} s; next chunk {}", self.stats.windows, self.stats.next_chunk);
+                log::debug!(
+                    "window {} froze for {frozen:.3} s; next chunk {}",
+                    self.stats.windows,
+                    self.stats.next_chunk
+                );
             }
             let flow = flow?;
             if end.overran || matches!(flow, WindowFlow::Overrun) {
@@ -222,7 +239,11 @@ impl Engine<'_> {
 
     /// One freeze window. The outer error is about the window machinery (freeze, thaw,
     /// journal); the inner one is what stopped the writer.
-    fn window(&mut self, guard: &mut dyn WindowGuard, budget: Option<Duration>) -> Result<(WindowEnd, Result<WindowFlow>)> {
+    fn window(
+        &mut self,
+        guard: &mut dyn WindowGuard,
+        budget: Option<Duration>,
+    ) -> Result<(WindowEnd, Result<WindowFlow>)> {
         if guard.freezes() {
             output::hold();
             self.journal.set_hold(self.cfg.journal_on_frozen_fs)?;
@@ -250,16 +271,27 @@ impl Engine<'_> {
         let mut end = Ok(WindowEnd::default());
         let mut read_total = 0u64;
         let flow = std::thread::scope(|s| {
-            let reader = s.spawn(|| read_stage(target, cfg, from, total, &pool_rx, raw_tx, &stop_reader));
+            let reader =
+                s.spawn(|| read_stage(target, cfg, from, total, &pool_rx, raw_tx, &stop_reader));
             s.spawn(move || hash_stage(raw_rx, hashed_tx));
             if cfg.verify {
                 let pool_tx = self.pool.0.clone();
                 let reporter = guard.reporter();
-                s.spawn(move || verify_stage(target, cfg, written_rx, verified_tx, pool_tx, reporter));
+                s.spawn(move || {
+                    verify_stage(target, cfg, written_rx, verified_tx, pool_tx, reporter)
+                });
             } else {
                 drop((written_rx, verified_tx));
             }
-            let flow = self.write_window(guard, &hashed_rx, &written_tx, &verified_rx, window_start, budget, &mut taken);
+            let flow = self.write_window(
+                guard,
+                &hashed_rx,
+                &written_tx,
+                &verified_rx,
+                window_start,
+                budget,
+                &mut taken,
+            );
             // Every write and read-back has been reported: thaw, then let the stages wind
             // down. What they still hold was read in this window and is dropped.
             stop_reader.store(true, Ordering::SeqCst);
@@ -293,7 +325,8 @@ impl Engine<'_> {
     }
 
     fn interrupted(&self, signal: &'static str) -> Error {
-        let done = (self.stats.next_chunk * self.cfg.chunk_size).min(self.cfg.range_end - self.cfg.range_start);
+        let done = (self.stats.next_chunk * self.cfg.chunk_size)
+            .min(self.cfg.range_end - self.cfg.range_start);
         Error::Interrupted {
             signal: signal.into(),
             done_bytes: done,
@@ -307,9 +340,13 @@ impl Engine<'_> {
             return Ok(());
         }
         let first = self.verified[0].0;
-        self.target
-            .flush()
-            .map_err(|e| Error::io_at("flushing the device's write cache", self.cfg.chunk(first).0, e))?;
+        self.target.flush().map_err(|e| {
+            Error::io_at(
+                "flushing the device's write cache",
+                self.cfg.chunk(first).0,
+                e,
+            )
+        })?;
         for (index, hash, len) in std::mem::take(&mut self.verified) {
             self.journal.done(index, &hash)?;
             self.stats.next_chunk = index + 1;
@@ -324,7 +361,11 @@ impl Engine<'_> {
     /// verifier has already told the guardian; without, the writer tells it here.
     fn settle(&mut self, guard: &mut dyn WindowGuard, v: Verified) -> Result<()> {
         // The guardian must hear "written" even on failure: the write is over either way.
-        let told = if self.cfg.verify { Ok(()) } else { guard.wrote() };
+        let told = if self.cfg.verify {
+            Ok(())
+        } else {
+            guard.wrote()
+        };
         let len = self.cfg.chunk(v.chunk.index).1 as u64;
         if self.cfg.verify {
             self.stats.bytes_verified += len;
@@ -358,19 +399,33 @@ impl Engine<'_> {
                 Ok(()) => {}
                 Err(e) => break Err(e),
             }
-            let Ok(staged) = hashed_rx.recv() else { break Ok(WindowFlow::Complete) };
+            let Ok(staged) = hashed_rx.recv() else {
+                break Ok(WindowFlow::Complete);
+            };
             let chunk = match staged {
                 Staged::Hashed(c) => c,
-                Staged::Failed { offset, error } => break Err(Error::io_at("reading the device", offset, error)),
-                Staged::Read(..) => break Err(Error::Internal("an unhashed chunk reached the writer".into())),
+                Staged::Failed { offset, error } => {
+                    break Err(Error::io_at("reading the device", offset, error));
+                }
+                Staged::Read(..) => {
+                    break Err(Error::Internal(
+                        "an unhashed chunk reached the writer".into(),
+                    ));
+                }
             };
             let (offset, len) = self.cfg.chunk(chunk.index);
-            let expected = self.stats.next_chunk + self.verified.len() as u64 + u64::from(outstanding);
+            let expected =
+                self.stats.next_chunk + self.verified.len() as u64 + u64::from(outstanding);
             if chunk.index != expected {
                 self.recycle(chunk.buf);
-                break Err(Error::Internal(format!("chunk {} arrived, expected {expected}", chunk.index)));
+                break Err(Error::Internal(format!(
+                    "chunk {} arrived, expected {expected}",
+                    chunk.index
+                )));
             }
-            if budget.is_some_and(|b| in_window > 0 && window_start.elapsed() + self.chunk_estimate > b) {
+            if budget
+                .is_some_and(|b| in_window > 0 && window_start.elapsed() + self.chunk_estimate > b)
+            {
                 self.recycle(chunk.buf);
                 break Ok(WindowFlow::BudgetSpent);
             }
@@ -411,7 +466,13 @@ impl Engine<'_> {
                 if written_tx.send(chunk).is_err() {
                     break Err(Error::Internal("the verifier stopped".into()));
                 }
-            } else if let Err(e) = self.settle(guard, Verified { chunk, result: Ok(()) }) {
+            } else if let Err(e) = self.settle(
+                guard,
+                Verified {
+                    chunk,
+                    result: Ok(()),
+                },
+            ) {
                 break Err(e);
             }
             // Estimate from the slower of the last chunk and a decaying average, so one
@@ -421,7 +482,10 @@ impl Engine<'_> {
             since_commit += len as u64;
             if since_commit >= COMMIT_INTERVAL_BYTES {
                 since_commit = 0;
-                if let Err(e) = self.settle_all(guard, verified_rx, &mut outstanding).and_then(|()| self.commit()) {
+                if let Err(e) = self
+                    .settle_all(guard, verified_rx, &mut outstanding)
+                    .and_then(|()| self.commit())
+                {
                     break Err(e);
                 }
             }
@@ -435,7 +499,12 @@ impl Engine<'_> {
         }
     }
 
-    fn settle_ready(&mut self, guard: &mut dyn WindowGuard, rx: &Receiver<Verified>, outstanding: &mut u32) -> Result<()> {
+    fn settle_ready(
+        &mut self,
+        guard: &mut dyn WindowGuard,
+        rx: &Receiver<Verified>,
+        outstanding: &mut u32,
+    ) -> Result<()> {
         loop {
             match rx.try_recv() {
                 Ok(v) => {
@@ -444,17 +513,26 @@ impl Engine<'_> {
                 }
                 Err(TryRecvError::Empty) => return Ok(()),
                 Err(TryRecvError::Disconnected) if *outstanding == 0 => return Ok(()),
-                Err(TryRecvError::Disconnected) => return Err(Error::Internal("the verifier stopped".into())),
+                Err(TryRecvError::Disconnected) => {
+                    return Err(Error::Internal("the verifier stopped".into()));
+                }
             }
         }
     }
 
     /// Waits for every outstanding read-back; returns the first error but settles all.
-    fn settle_all(&mut self, guard: &mut dyn WindowGuard, rx: &Receiver<Verified>, outstanding: &mut u32) -> Result<()> {
+    fn settle_all(
+        &mut self,
+        guard: &mut dyn WindowGuard,
+        rx: &Receiver<Verified>,
+        outstanding: &mut u32,
+    ) -> Result<()> {
         let mut first_err = None;
         while *outstanding > 0 {
             let Ok(v) = rx.recv() else {
-                return Err(Error::Internal("the verifier stopped with read-backs outstanding".into()));
+                return Err(Error::Internal(
+                    "the verifier stopped with read-backs outstanding".into(),
+                ));
             };
             *outstanding -= 1;
             if let Err(e) = self.settle(guard, v) {
@@ -533,20 +611,38 @@ fn verify_stage(
     let mut reporter = reporter;
     for chunk in input {
         let (offset, len) = cfg.chunk(chunk.index);
-        let verified = verify_chunk(target, &chunk.buf[..len], offset, &chunk.hash, &mut back[..len]);
+        let verified = verify_chunk(
+            target,
+            &chunk.buf[..len],
+            offset,
+            &chunk.hash,
+            &mut back[..len],
+        );
         let told = match &mut reporter {
             Ok(r) => r.written(),
-            Err(e) => Err(Error::Internal(format!("no way to report to the guardian: {e}"))),
+            Err(e) => Err(Error::Internal(format!(
+                "no way to report to the guardian: {e}"
+            ))),
         };
         let result = verified.and(told);
-        if let Err(crossbeam_channel::SendError(Verified { chunk, .. })) = out.send(Verified { chunk, result }) {
+        if let Err(crossbeam_channel::SendError(Verified { chunk, .. })) =
+            out.send(Verified { chunk, result })
+        {
             let _ = pool.send(chunk.buf);
         }
     }
 }
 
-fn verify_chunk(target: &dyn BlockTarget, data: &[u8], offset: u64, hash: &blake3::Hash, back: &mut [u8]) -> Result<()> {
-    target.read_at(back, offset).map_err(|e| Error::io_at("reading back", offset, e))?;
+fn verify_chunk(
+    target: &dyn BlockTarget,
+    data: &[u8],
+    offset: u64,
+    hash: &blake3::Hash,
+    back: &mut [u8],
+) -> Result<()> {
+    target
+        .read_at(back, offset)
+        .map_err(|e| Error::io_at("reading back", offset, e))?;
     let after = blake3::hash(back);
     if after == *hash {
         return Ok(());

@@ -15,7 +15,10 @@ pub enum Error {
 
     /// Acting would be unsafe. Nothing has been written when this is returned.
     #[error("refused: {reason}{}", hint_suffix(.hint))]
-    Refused { reason: String, hint: Option<String> },
+    Refused {
+        reason: String,
+        hint: Option<String>,
+    },
 
     /// An I/O error. `offset` names the device offset when one was involved.
     #[error("{context}{}", offset_suffix(*.offset))]
@@ -30,11 +33,22 @@ pub enum Error {
     #[error(
         "checksum mismatch at offset {offset} (length {len}): read-back blake3 {after} differs from {before}"
     )]
-    ChecksumMismatch { offset: u64, len: u64, before: String, after: String },
+    ChecksumMismatch {
+        offset: u64,
+        len: u64,
+        before: String,
+        after: String,
+    },
 
     /// SIGINT/SIGTERM arrived; the run stopped between chunks.
-    #[error("interrupted by {signal} after {done_bytes} of {total_bytes} bytes; run again with --resume to continue")]
-    Interrupted { signal: String, done_bytes: u64, total_bytes: u64 },
+    #[error(
+        "interrupted by {signal} after {done_bytes} of {total_bytes} bytes; run again with --resume to continue"
+    )]
+    Interrupted {
+        signal: String,
+        done_bytes: u64,
+        total_bytes: u64,
+    },
 
     /// A freeze window went past its deadline; the guardian thawed.
     #[error(
@@ -48,11 +62,15 @@ pub enum Error {
 }
 
 fn hint_suffix(hint: &Option<String>) -> String {
-    hint.as_ref().map(|h| format!("\n  hint: {h}")).unwrap_or_default()
+    hint.as_ref()
+        .map(|h| format!("\n  hint: {h}"))
+        .unwrap_or_default()
 }
 
 fn offset_suffix(offset: Option<u64>) -> String {
-    offset.map(|o| format!(" at offset {o}")).unwrap_or_default()
+    offset
+        .map(|o| format!(" at offset {o}"))
+        .unwrap_or_default()
 }
 
 impl Error {
@@ -69,14 +87,25 @@ impl Error {
     }
 
     pub fn refused(reason: impl Into<String>, hint: impl Into<String>) -> Error {
-        Error::Refused { reason: reason.into(), hint: Some(hint.into()) }
+        Error::Refused {
+            reason: reason.into(),
+            hint: Some(hint.into()),
+        }
     }
 
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Error {
-        Error::Io { context: context.into(), offset: None, source }
+        Error::Io {
+            context: context.into(),
+            offset: None,
+            source,
+        }
     }
 
     pub fn io_at(context: impl Into<String>, offset: u64, source: std::io::Error) -> Error {
-        Error::Io { context: context.into(), offset: Some(offset), source }
+        Error::Io {
+            context: context.into(),
+            offset: Some(offset),
+            source,
+        }
     }
 }

@@ -78,7 +78,11 @@ fn msg(op: u8, a: u32, b: u64) -> Msg {
 }
 
 fn fields(m: &Msg) -> (u8, u32, u64) {
-    (m[0], u32::from_le_bytes(m[4..8].try_into().unwrap()), u64::from_le_bytes(m[8..16].try_into().unwrap()))
+    (
+        m[0],
+        u32::from_le_bytes(m[4..8].try_into().unwrap()),
+        u64::from_le_bytes(m[8..16].try_into().unwrap()),
+    )
 }
 
 /// Why a freeze request failed.
@@ -128,7 +132,10 @@ impl Guardian {
         match sys::fork_single_threaded()? {
             sys::Forked::Parent { child } => {
                 drop(theirs);
-                Ok(Guardian { stream: ours, pid: child })
+                Ok(Guardian {
+                    stream: ours,
+                    pid: child,
+                })
             }
             sys::Forked::Child => {
                 drop(ours);
@@ -155,7 +162,10 @@ impl Guardian {
         Ok(if st == ST_OK {
             Ok(())
         } else {
-            Err(FreezeFailure { index: idx as usize, errno: Errno::from_raw(errno as i32) })
+            Err(FreezeFailure {
+                index: idx as usize,
+                errno: Errno::from_raw(errno as i32),
+            })
         })
     }
 
@@ -177,7 +187,9 @@ impl Guardian {
     /// A handle another thread (the verifier) uses to report finished writes, so that a
     /// stalled writer thread cannot hold back the thaw.
     pub fn reporter(&self) -> std::io::Result<WrittenReporter> {
-        Ok(WrittenReporter { stream: self.stream.try_clone()? })
+        Ok(WrittenReporter {
+            stream: self.stream.try_clone()?,
+        })
     }
 
     pub fn thaw(&mut self) -> std::io::Result<ThawReport> {
@@ -217,9 +229,10 @@ impl GuardianState<'_> {
         // Reverse order: the mirror of freezing.
         while let Some(i) = self.frozen.pop() {
             if let Err(e) = sys::fithaw(self.fds[i].as_fd())
-                && e == Errno::EINVAL {
-                    self.someone_else_thawed = true;
-                }
+                && e == Errno::EINVAL
+            {
+                self.someone_else_thawed = true;
+            }
         }
         if let Some(start) = self.freeze_started.take() {
             self.frozen_for = start.elapsed();
@@ -305,9 +318,10 @@ fn guardian_main(mut stream: UnixStream, fds: &[OwnedFd], names: &[String]) -> i
     };
     loop {
         let timeout = match st.deadline {
-            Some(d) if !st.frozen.is_empty() && !st.revoked => {
-                Some(d.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))
-            }
+            Some(d) if !st.frozen.is_empty() && !st.revoked => Some(
+                d.saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1)),
+            ),
             _ => None,
         };
         if stream.set_read_timeout(timeout).is_err() {
@@ -317,7 +331,12 @@ fn guardian_main(mut stream: UnixStream, fds: &[OwnedFd], names: &[String]) -> i
         let mut m = [0u8; 16];
         match stream.read_exact(&mut m) {
             Ok(()) => {}
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
                 if !st.frozen.is_empty() && st.past_deadline() {
                     st.revoke();
                 }
@@ -383,9 +402,10 @@ fn guardian_main(mut stream: UnixStream, fds: &[OwnedFd], names: &[String]) -> i
             }
         };
         if let Some(r) = reply
-            && stream.write_all(&r).is_err() {
-                st.thaw_all();
-                return 0;
-            }
+            && stream.write_all(&r).is_err()
+        {
+            st.thaw_all();
+            return 0;
+        }
     }
 }

@@ -49,8 +49,16 @@ mod imp {
         static S: OnceLock<State> = OnceLock::new();
         S.get_or_init(|| {
             let text = std::env::var("RESEQ_FAULTS").unwrap_or_default();
-            let rules = text.split(',').filter(|r| !r.trim().is_empty()).map(|r| parse(r.trim())).collect();
-            State { rules, hits: Mutex::new(HashMap::new()), corrupt_reads: Mutex::new(HashMap::new()) }
+            let rules = text
+                .split(',')
+                .filter(|r| !r.trim().is_empty())
+                .map(|r| parse(r.trim()))
+                .collect();
+            State {
+                rules,
+                hits: Mutex::new(HashMap::new()),
+                corrupt_reads: Mutex::new(HashMap::new()),
+            }
         })
     }
 
@@ -73,8 +81,16 @@ mod imp {
             "delay" => {
                 let (at, ms) = rest.split_once('=').unwrap_or_else(|| fail(rule));
                 let (point, n) = at.split_once('#').unwrap_or((at, "1"));
-                let n = if n == "*" { None } else { Some(n.parse().unwrap_or_else(|_| fail(rule))) };
-                Rule::Delay(point.to_string(), n, ms.parse().unwrap_or_else(|_| fail(rule)))
+                let n = if n == "*" {
+                    None
+                } else {
+                    Some(n.parse().unwrap_or_else(|_| fail(rule)))
+                };
+                Rule::Delay(
+                    point.to_string(),
+                    n,
+                    ms.parse().unwrap_or_else(|_| fail(rule)),
+                )
             }
             "kill" => {
                 let (point, n) = rest.split_once('#').unwrap_or((rest, "1"));
@@ -101,7 +117,10 @@ mod imp {
                     std::thread::sleep(std::time::Duration::from_millis(*ms))
                 }
                 Rule::Kill(p, when) if p == name && *when == n => {
-                    let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::this(),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
                     std::thread::sleep(std::time::Duration::from_secs(60));
                 }
                 _ => {}
@@ -112,9 +131,11 @@ mod imp {
     pub fn io_fault(op: IoOp, offset: u64, len: u64) -> std::io::Result<()> {
         for r in &state().rules {
             if let Rule::Io(o, at) = r
-                && *o == op && (offset..offset + len).contains(at) {
-                    return Err(std::io::Error::from_raw_os_error(nix::libc::EIO));
-                }
+                && *o == op
+                && (offset..offset + len).contains(at)
+            {
+                return Err(std::io::Error::from_raw_os_error(nix::libc::EIO));
+            }
         }
         Ok(())
     }
@@ -122,14 +143,15 @@ mod imp {
     pub fn corrupt_read(offset: u64, buf: &mut [u8]) {
         for r in &state().rules {
             if let Rule::Corrupt(at) = r
-                && (offset..offset + buf.len() as u64).contains(at) {
-                    let mut seen = state().corrupt_reads.lock().unwrap();
-                    let c = seen.entry(*at).or_insert(0);
-                    *c += 1;
-                    if *c == 2 {
-                        buf[(*at - offset) as usize] ^= 0x5a;
-                    }
+                && (offset..offset + buf.len() as u64).contains(at)
+            {
+                let mut seen = state().corrupt_reads.lock().unwrap();
+                let c = seen.entry(*at).or_insert(0);
+                *c += 1;
+                if *c == 2 {
+                    buf[(*at - offset) as usize] ^= 0x5a;
                 }
+            }
         }
     }
 

@@ -74,7 +74,10 @@ pub fn replay(text: &str) -> Replay {
         };
         match rec {
             Record::Run(run) => {
-                r = Replay { run: Some(run), ..Replay::default() };
+                r = Replay {
+                    run: Some(run),
+                    ..Replay::default()
+                };
             }
             Record::Begin { chunk, blake3 } => r.in_flight = Some((chunk, blake3)),
             Record::Done { chunk, .. } => {
@@ -136,7 +139,8 @@ impl Journal {
         // a crash here leaves either the old journal or the new one, whole.
         let tmp = path.with_extension("journal.tmp");
         let mut f = File::create(&tmp).map_err(ctx)?;
-        f.write_all(encode(&Record::Run(run)).as_bytes()).map_err(ctx)?;
+        f.write_all(encode(&Record::Run(run)).as_bytes())
+            .map_err(ctx)?;
         f.sync_all().map_err(ctx)?;
         std::fs::rename(&tmp, path).map_err(ctx)?;
         if let Some(dir) = path.parent() {
@@ -151,12 +155,22 @@ impl Journal {
             .append(true)
             .open(path)
             .map_err(|e| Error::io(format!("opening journal {}", path.display()), e))?;
-        Ok(Journal { file: Some(file), path: path.to_path_buf(), held: Vec::new(), hold: false })
+        Ok(Journal {
+            file: Some(file),
+            path: path.to_path_buf(),
+            held: Vec::new(),
+            hold: false,
+        })
     }
 
     /// A journal that records nothing (dry runs, simulations without state).
     pub fn none() -> Journal {
-        Journal { file: None, path: PathBuf::new(), held: Vec::new(), hold: false }
+        Journal {
+            file: None,
+            path: PathBuf::new(),
+            held: Vec::new(),
+            hold: false,
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -174,7 +188,9 @@ impl Journal {
     }
 
     fn write(&mut self, text: &str, durable: bool) -> Result<()> {
-        let Some(f) = self.file.as_mut() else { return Ok(()) };
+        let Some(f) = self.file.as_mut() else {
+            return Ok(());
+        };
         let ctx = |e| Error::io(format!("appending to journal {}", self.path.display()), e);
         f.write_all(text.as_bytes()).map_err(ctx)?;
         if durable {
@@ -195,18 +211,34 @@ impl Journal {
 
     /// The chunk about to be written (advisory: not fsynced).
     pub fn begin(&mut self, chunk: u64, hash: &blake3::Hash) -> Result<()> {
-        self.append(&Record::Begin { chunk, blake3: hash.to_hex().to_string() }, false)
+        self.append(
+            &Record::Begin {
+                chunk,
+                blake3: hash.to_hex().to_string(),
+            },
+            false,
+        )
     }
 
     /// The chunk is written, flushed and verified. Durable at the next [`Journal::commit`].
     pub fn done(&mut self, chunk: u64, hash: &blake3::Hash) -> Result<()> {
-        self.append(&Record::Done { chunk, blake3: hash.to_hex().to_string() }, false)
+        self.append(
+            &Record::Done {
+                chunk,
+                blake3: hash.to_hex().to_string(),
+            },
+            false,
+        )
     }
 
     /// Makes every record so far durable (one fsync for a batch of chunks). While held,
     /// this happens when the hold is released.
     pub fn commit(&mut self) -> Result<()> {
-        if self.hold { Ok(()) } else { self.write("", true) }
+        if self.hold {
+            Ok(())
+        } else {
+            self.write("", true)
+        }
     }
 
     pub fn finished(&mut self) -> Result<()> {
@@ -243,15 +275,27 @@ mod tests {
     fn replays_and_ignores_torn_tail() {
         let h = blake3::hash(b"x").to_hex().to_string();
         let mut text = encode(&Record::Run(run()));
-        text += &encode(&Record::Done { chunk: 0, blake3: h.clone() });
-        text += &encode(&Record::Done { chunk: 1, blake3: h.clone() });
-        text += &encode(&Record::Begin { chunk: 2, blake3: h.clone() });
+        text += &encode(&Record::Done {
+            chunk: 0,
+            blake3: h.clone(),
+        });
+        text += &encode(&Record::Done {
+            chunk: 1,
+            blake3: h.clone(),
+        });
+        text += &encode(&Record::Begin {
+            chunk: 2,
+            blake3: h.clone(),
+        });
         let full = replay(&text);
         assert_eq!(full.done, 2);
         assert_eq!(full.in_flight, Some((2, h.clone())));
         assert_eq!(full.bad_lines, 0);
         // A torn append: half a line.
-        let torn = encode(&Record::Done { chunk: 2, blake3: h.clone() });
+        let torn = encode(&Record::Done {
+            chunk: 2,
+            blake3: h.clone(),
+        });
         let t2 = format!("{text}{}", &torn[..torn.len() / 2]);
         let r = replay(&t2);
         assert_eq!(r.done, 2);
@@ -262,8 +306,15 @@ mod tests {
     fn a_flipped_bit_stops_the_replay() {
         let h = blake3::hash(b"x").to_hex().to_string();
         let mut text = encode(&Record::Run(run()));
-        text += &encode(&Record::Done { chunk: 0, blake3: h.clone() }).replace("\"chunk\":0", "\"chunk\":5");
-        text += &encode(&Record::Done { chunk: 1, blake3: h });
+        text += &encode(&Record::Done {
+            chunk: 0,
+            blake3: h.clone(),
+        })
+        .replace("\"chunk\":0", "\"chunk\":5");
+        text += &encode(&Record::Done {
+            chunk: 1,
+            blake3: h,
+        });
         let r = replay(&text);
         assert_eq!(r.done, 0);
         assert_eq!(r.bad_lines, 2);
@@ -277,7 +328,11 @@ mod tests {
         let h = blake3::hash(b"y");
         j.set_hold(true).unwrap();
         j.done(0, &h).unwrap();
-        assert_eq!(read(&p).unwrap().unwrap().done, 0, "held records are not on disk yet");
+        assert_eq!(
+            read(&p).unwrap().unwrap().done,
+            0,
+            "held records are not on disk yet"
+        );
         j.set_hold(false).unwrap();
         j.done(1, &h).unwrap();
         j.commit().unwrap();

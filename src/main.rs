@@ -30,7 +30,9 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             let err = anyhow::Error::new(e);
             eprintln!("reseq: {err:#}");
-            err.downcast_ref::<reseq::error::Error>().map_or(ExitCode::Internal, |e| e.exit_code()).into()
+            err.downcast_ref::<reseq::error::Error>()
+                .map_or(ExitCode::Internal, |e| e.exit_code())
+                .into()
         }
     }
 }

@@ -48,7 +48,10 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(v);
             i += 4;
@@ -62,7 +65,9 @@ fn unescape(s: &str) -> String {
 
 /// Reads the live mount table.
 pub fn read_mounts() -> std::io::Result<Vec<MountEntry>> {
-    Ok(parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo")?))
+    Ok(parse_mountinfo(&std::fs::read_to_string(
+        "/proc/self/mountinfo",
+    )?))
 }
 
 /// One mounted filesystem (superblock) that must be frozen, with every mount point
@@ -138,14 +143,23 @@ bogus line
         let fs = filesystems_on(&e, &[(7, 0), (7, 1), (7, 9)]);
         assert_eq!(fs.len(), 2);
         assert_eq!(fs[0].all_mount_points.len(), 2);
-        assert!(!fs[0].read_only, "writable through one mount means writable");
+        assert!(
+            !fs[0].read_only,
+            "writable through one mount means writable"
+        );
         assert!(fs[1].read_only);
     }
 
     #[test]
     fn containing_mount() {
         let e = parse_mountinfo(SAMPLE);
-        assert_eq!(mount_containing(&e, Path::new("/tmp/m x/a")).unwrap().dev, (7, 0));
-        assert_eq!(mount_containing(&e, Path::new("/var/lib")).unwrap().dev, (254, 0));
+        assert_eq!(
+            mount_containing(&e, Path::new("/tmp/m x/a")).unwrap().dev,
+            (7, 0)
+        );
+        assert_eq!(
+            mount_containing(&e, Path::new("/var/lib")).unwrap().dev,
+            (254, 0)
+        );
     }
 }

@@ -86,7 +86,9 @@ pub fn now_rfc3339() -> String {
 }
 
 pub fn hostname() -> String {
-    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 impl Report {
@@ -108,7 +110,12 @@ impl Report {
             verification: "incomplete",
             in_flight_reverify: None,
             warnings: Vec::new(),
-            outcome: Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None },
+            outcome: Outcome {
+                exit_code: 0,
+                status: ExitCode::Success,
+                message: None,
+                offset_bytes: None,
+            },
             plan_text: None,
         }
     }
@@ -157,7 +164,12 @@ impl Report {
             Err(_) => "incomplete",
         };
         self.outcome = match result {
-            Ok(()) => Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None },
+            Ok(()) => Outcome {
+                exit_code: 0,
+                status: ExitCode::Success,
+                message: None,
+                offset_bytes: None,
+            },
             Err(e) => Outcome {
                 exit_code: e.exit_code().code(),
                 status: e.exit_code(),
@@ -183,7 +195,13 @@ impl Report {
         let mut s = String::new();
         let dev = self.device.as_ref();
         if let (Some(d), Some(p)) = (dev, self.plan.as_ref()) {
-            s += &format!("reseq {}: {} ({}, {})\n", self.command, d.path, d.identity.dev, human_bytes(d.identity.size_bytes));
+            s += &format!(
+                "reseq {}: {} ({}, {})\n",
+                self.command,
+                d.path,
+                d.identity.dev,
+                human_bytes(d.identity.size_bytes)
+            );
             s += &format!(
                 "  chunks: {} x {}, verify {}, read-ahead {}, memory {}\n",
                 p.chunks_total,
@@ -196,7 +214,12 @@ impl Report {
                 s += "  freeze: none (no filesystem mounted; device held exclusively)\n";
             } else {
                 for f in &p.filesystems_frozen {
-                    s += &format!("  freeze: {} ({}, {})\n", f.mount_point.display(), f.fs_type, f.dev);
+                    s += &format!(
+                        "  freeze: {} ({}, {})\n",
+                        f.mount_point.display(),
+                        f.fs_type,
+                        f.dev
+                    );
                 }
             }
         }
@@ -211,9 +234,17 @@ impl Report {
                 human_bytes(r.bytes_verified)
             );
             if r.chunks_already_done > 0 {
-                s += &format!("  resumed: {} chunks were already done\n", r.chunks_already_done);
+                s += &format!(
+                    "  resumed: {} chunks were already done\n",
+                    r.chunks_already_done
+                );
             }
-            if r.windows > 0 && self.plan.as_ref().is_some_and(|p| !p.filesystems_frozen.is_empty()) {
+            if r.windows > 0
+                && self
+                    .plan
+                    .as_ref()
+                    .is_some_and(|p| !p.filesystems_frozen.is_empty())
+            {
                 s += &format!(
                     "  windows: {}, longest freeze {:.3} s, frozen {:.1} s in all, overruns {}\n",
                     r.windows, r.longest_freeze_seconds, r.total_frozen_seconds, r.windows_overrun
@@ -227,7 +258,11 @@ impl Report {
         for w in &self.warnings {
             s += &format!("  warning: {w}\n");
         }
-        s += &format!("  outcome: {} (exit {})\n", self.outcome.status.describe(), self.outcome.exit_code);
+        s += &format!(
+            "  outcome: {} (exit {})\n",
+            self.outcome.status.describe(),
+            self.outcome.exit_code
+        );
         s
     }
 }

@@ -26,18 +26,20 @@ use crate::units::human_bytes;
 pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
     let started = Instant::now();
     let mut report = Report::new("rewrite", args.dry_run);
-    let result = Environment::live().and_then(|env| plan::plan_rewrite(args, &env)).and_then(|plan| {
-        report.set_plan(&plan);
-        for w in &plan.warnings {
-            log::warn!("{w}");
-        }
-        if args.dry_run {
-            report.plan_text = Some(describe_plan(&plan));
-            Ok(())
-        } else {
-            execute(&plan, quiet, &mut report)
-        }
-    });
+    let result = Environment::live()
+        .and_then(|env| plan::plan_rewrite(args, &env))
+        .and_then(|plan| {
+            report.set_plan(&plan);
+            for w in &plan.warnings {
+                log::warn!("{w}");
+            }
+            if args.dry_run {
+                report.plan_text = Some(describe_plan(&plan));
+                Ok(())
+            } else {
+                execute(&plan, quiet, &mut report)
+            }
+        });
     report.finish(started.elapsed(), &result);
     (report, result)
 }
@@ -46,8 +48,18 @@ pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
 pub fn describe_plan(plan: &RewritePlan) -> String {
     let e = &plan.engine;
     let d = &plan.device;
-    let mut s = format!("plan for {} ({}, {}):\n", d.path.display(), d.identity.dev, human_bytes(d.identity.size_bytes));
-    s += &format!("  range: bytes {}..{} ({})\n", e.range_start, e.range_end, human_bytes(e.range_end - e.range_start));
+    let mut s = format!(
+        "plan for {} ({}, {}):\n",
+        d.path.display(),
+        d.identity.dev,
+        human_bytes(d.identity.size_bytes)
+    );
+    s += &format!(
+        "  range: bytes {}..{} ({})\n",
+        e.range_start,
+        e.range_end,
+        human_bytes(e.range_end - e.range_start)
+    );
     s += &format!(
         "  chunks: {} of {} (direct-I/O alignment {} B from {}), ascending, one writer\n",
         e.chunks_total(),
@@ -55,28 +67,50 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
         d.dio_offset_align,
         d.dio_align_source
     );
-    if let Start::Resume { done, started_at, .. } = &plan.start {
+    if let Start::Resume {
+        done, started_at, ..
+    } = &plan.start
+    {
         s += &format!("  resume: {done} chunks already done by the run started {started_at}\n");
     }
-    s += &format!("  verify: {}\n", if e.verify { "read back and compare blake3 after every write" } else { "off" });
+    s += &format!(
+        "  verify: {}\n",
+        if e.verify {
+            "read back and compare blake3 after every write"
+        } else {
+            "off"
+        }
+    );
     s += &format!(
         "  memory: {} in aligned buffers of {} ({} read ahead, 1 being read, 1 being written{})\n",
         human_bytes(e.memory_bytes()),
         human_bytes(e.chunk_size),
         e.read_ahead,
-        if e.verify { ", 1 awaiting its read-back, 1 read back" } else { "" },
+        if e.verify {
+            ", 1 awaiting its read-back, 1 read back"
+        } else {
+            ""
+        },
     );
     if plan.filesystems.is_empty() {
         s += "  freeze: nothing mounted; the device is opened exclusively (O_EXCL), so nothing can mount it meanwhile\n";
     } else {
         for f in &plan.filesystems {
-            s += &format!("  freeze: {} ({}, {} on {})\n", f.mount_point.display(), f.fs_type, f.source, f.dev);
+            s += &format!(
+                "  freeze: {} ({}, {} on {})\n",
+                f.mount_point.display(),
+                f.fs_type,
+                f.source,
+                f.dev
+            );
         }
         s += &format!(
             "  windows: at most {:.3} s frozen each (new chunks stop at 3/4 of that), pause {:.3} s between; guardian thaws at the deadline{}\n",
             plan.max_freeze.as_secs_f64(),
             e.pause.as_secs_f64(),
-            plan.hung_task_timeout.map(|t| format!(" (hung-task timeout {} s)", t.as_secs())).unwrap_or_default()
+            plan.hung_task_timeout
+                .map(|t| format!(" (hung-task timeout {} s)", t.as_secs()))
+                .unwrap_or_default()
         );
     }
     s += &format!("  medium: {:?}\n", d.medium);
@@ -90,7 +124,11 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
 
 fn open_target(plan: &RewritePlan) -> Result<DirectDevice> {
     let d = &plan.device;
-    let mode = if plan.needs_freeze() { OpenMode::SharedWithMounts } else { OpenMode::Exclusive };
+    let mode = if plan.needs_freeze() {
+        OpenMode::SharedWithMounts
+    } else {
+        OpenMode::Exclusive
+    };
     DirectDevice::open(&d.path, mode, d.identity.size_bytes, d.dio_mem_align as usize, u64::from(d.dio_offset_align)).map_err(
         |e| match (e.raw_os_error(), mode) {
             (Some(nix::libc::EBUSY), OpenMode::SharedWithMounts) => {
@@ -124,17 +162,27 @@ fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
             continue;
         }
         let path = std::path::PathBuf::from(format!("/dev/{name}"));
-        match std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_EXCL).open(&path) {
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_EXCL)
+            .open(&path)
+        {
             Ok(f) => held.push(f),
             Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
                 return Err(Error::refused(
-                    format!("partition {} is busy but not mounted (lazily unmounted, or held by another program)", path.display()),
+                    format!(
+                        "partition {} is busy but not mounted (lazily unmounted, or held by another program)",
+                        path.display()
+                    ),
                     "let its holder finish, then run reseq again",
                 ));
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::refused(
-                    format!("partition {name} has no device node at {} to hold it unmountable", path.display()),
+                    format!(
+                        "partition {name} has no device node at {} to hold it unmountable",
+                        path.display()
+                    ),
                     "create the node (no udev here?) or target the partitions one by one",
                 ));
             }
@@ -146,14 +194,27 @@ fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
 
 /// Re-reads the chunk an interrupted run was writing and compares it with the blake3 it
 /// had been read with.
-fn reverify_in_flight(target: &dyn BlockTarget, plan: &RewritePlan) -> Result<Option<&'static str>> {
-    let Start::Resume { in_flight: Some((chunk, expected)), .. } = &plan.start else { return Ok(None) };
+fn reverify_in_flight(
+    target: &dyn BlockTarget,
+    plan: &RewritePlan,
+) -> Result<Option<&'static str>> {
+    let Start::Resume {
+        in_flight: Some((chunk, expected)),
+        ..
+    } = &plan.start
+    else {
+        return Ok(None);
+    };
     let (offset, len) = plan.engine.chunk(*chunk);
     let mut buf = AlignedBuf::new(len, target.mem_align());
-    target.read_at(&mut buf, offset).map_err(|e| Error::io_at("re-reading the chunk in flight", offset, e))?;
+    target
+        .read_at(&mut buf, offset)
+        .map_err(|e| Error::io_at("re-reading the chunk in flight", offset, e))?;
     let now = blake3::hash(&buf).to_hex().to_string();
     if now == *expected {
-        log::info!("chunk {chunk} (offset {offset}), in flight when the last run stopped, is intact");
+        log::info!(
+            "chunk {chunk} (offset {offset}), in flight when the last run stopped, is intact"
+        );
         Ok(Some("intact"))
     } else if plan.needs_freeze() {
         log::info!(
@@ -191,7 +252,10 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
 
     // The guardian is forked here, while this process still has one thread.
     let mut guard: Box<dyn WindowGuard> = if plan.needs_freeze() {
-        Box::new(GuardedFreeze::start(plan.filesystems.clone(), plan.max_freeze)?)
+        Box::new(GuardedFreeze::start(
+            plan.filesystems.clone(),
+            plan.max_freeze,
+        )?)
     } else {
         Box::new(NoFreeze)
     };
@@ -205,17 +269,31 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
         plan.engine.chunks_total() - plan.engine.first_chunk,
         human_bytes(plan.engine.chunk_size),
         if plan.needs_freeze() {
-            format!(", freezing {} filesystem(s) for at most {:?} per window", plan.filesystems.len(), plan.max_freeze)
+            format!(
+                ", freezing {} filesystem(s) for at most {:?} per window",
+                plan.filesystems.len(),
+                plan.max_freeze
+            )
         } else {
             String::new()
         }
     );
-    let (stats, result) = engine::run(&target, &plan.engine, guard.as_mut(), &mut journal, &mut progress, &stop);
+    let (stats, result) = engine::run(
+        &target,
+        &plan.engine,
+        guard.as_mut(),
+        &mut journal,
+        &mut progress,
+        &stop,
+    );
     progress.finish();
     drop(guard);
     // A refusal at the first freeze (EBUSY, EOPNOTSUPP) means nothing was done: remove
     // the journal this run just made, so the next run does not ask for --resume.
-    if matches!(result, Err(Error::Refused { .. })) && matches!(plan.start, Start::Fresh) && stats.chunks_written == 0 {
+    if matches!(result, Err(Error::Refused { .. }))
+        && matches!(plan.start, Start::Fresh)
+        && stats.chunks_written == 0
+    {
         let _ = std::fs::remove_file(journal.path());
     }
     report.results = Some(stats);

@@ -26,9 +26,17 @@ const FITHAW: libc::c_ulong = nix::request_code_readwrite!(b'X', 120, size_of::<
 // include/uapi/linux/fs.h: `#define BLKGETSIZE64 _IOR(0x12,114,size_t)`.
 nix::ioctl_read!(ioctl_blkgetsize64, 0x12, 114, u64);
 // include/uapi/linux/fs.h: `#define BLKROGET _IO(0x12,94)` (writes an int, despite _IO).
-nix::ioctl_read_bad!(ioctl_blkroget, nix::request_code_none!(0x12, 94), libc::c_int);
+nix::ioctl_read_bad!(
+    ioctl_blkroget,
+    nix::request_code_none!(0x12, 94),
+    libc::c_int
+);
 // include/uapi/linux/fs.h: `#define BLKSSZGET _IO(0x12,104)` (writes an int).
-nix::ioctl_read_bad!(ioctl_blksszget, nix::request_code_none!(0x12, 104), libc::c_int);
+nix::ioctl_read_bad!(
+    ioctl_blksszget,
+    nix::request_code_none!(0x12, 104),
+    libc::c_int
+);
 
 /// FIFREEZE on any fd of the filesystem (we use its mountpoint directory).
 /// Errors the caller must tell apart: `EBUSY` (already frozen, by anyone),
@@ -83,7 +91,13 @@ pub fn statx_dio_align(path: &Path) -> nix::Result<Option<(u32, u32)>> {
     // path is a NUL-terminated C string alive for the call; `stx` is a live local the
     // kernel fills.
     let rc = unsafe {
-        libc::statx(libc::AT_FDCWD, cpath.as_ptr(), 0, libc::STATX_DIOALIGN, &mut stx)
+        libc::statx(
+            libc::AT_FDCWD,
+            cpath.as_ptr(),
+            0,
+            libc::STATX_DIOALIGN,
+            &mut stx,
+        )
     };
     Errno::result(rc)?;
     if stx.stx_mask & libc::STATX_DIOALIGN == 0
@@ -113,7 +127,8 @@ impl AlignedBuf {
     /// A zeroed buffer of `len` bytes aligned to `align` (a power of two).
     pub fn new(len: usize, align: usize) -> AlignedBuf {
         assert!(len > 0, "empty aligned buffer");
-        let layout = Layout::from_size_align(len, align.max(1)).expect("alignment is a power of two");
+        let layout =
+            Layout::from_size_align(len, align.max(1)).expect("alignment is a power of two");
         // SAFETY: layout has a non-zero size (asserted above).
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
@@ -181,7 +196,13 @@ pub fn fork_single_threaded() -> std::io::Result<Forked> {
 /// group, so that the guardian outlives a Ctrl-C aimed at reseq and thaws after it.
 pub fn ignore_group_signals() -> nix::Result<()> {
     use nix::sys::signal::{SigHandler, Signal, signal};
-    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGPIPE] {
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGPIPE,
+    ] {
         // SAFETY: SigIgn installs no handler code, so no async-signal-safety concern.
         unsafe { signal(sig, SigHandler::SigIgn) }?;
     }

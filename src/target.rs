@@ -47,14 +47,30 @@ pub enum OpenMode {
 }
 
 impl DirectDevice {
-    pub fn open(path: &Path, mode: OpenMode, len: u64, mem_align: usize, offset_align: u64) -> std::io::Result<DirectDevice> {
+    pub fn open(
+        path: &Path,
+        mode: OpenMode,
+        len: u64,
+        mem_align: usize,
+        offset_align: u64,
+    ) -> std::io::Result<DirectDevice> {
         let mut flags = libc::O_DIRECT;
         if mode == OpenMode::Exclusive {
             flags |= libc::O_EXCL;
         }
         crate::hooks::open_error(mode == OpenMode::SharedWithMounts)?;
-        let file = std::fs::OpenOptions::new().read(true).write(true).custom_flags(flags).open(path)?;
-        Ok(DirectDevice { file, path: path.to_path_buf(), len, mem_align, offset_align })
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(flags)
+            .open(path)?;
+        Ok(DirectDevice {
+            file,
+            path: path.to_path_buf(),
+            len,
+            mem_align,
+            offset_align,
+        })
     }
 }
 

@@ -14,9 +14,21 @@ const MIB: u64 = 1 << 20;
 /// windows, and a 15 ms delay per chunk, so kills land where they are aimed.
 fn slow_rewrite(env: &TestEnv, lo: &LoopDevice, faults: &str) -> Command {
     let mut c = env.reseq();
-    c.args(["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "200ms", "--pause", "20ms"])
-        .arg(&lo.path)
-        .env("RESEQ_FAULTS", format!("delay@after-write#*=15,{faults}").trim_end_matches(','));
+    c.args([
+        "rewrite",
+        "--json",
+        "--chunk-size",
+        "1M",
+        "--max-freeze",
+        "200ms",
+        "--pause",
+        "20ms",
+    ])
+    .arg(&lo.path)
+    .env(
+        "RESEQ_FAULTS",
+        format!("delay@after-write#*=15,{faults}").trim_end_matches(','),
+    );
     c
 }
 
@@ -52,21 +64,39 @@ fn kill_9_at_many_points_then_resume() {
             cmd.arg("--resume");
         }
         let out = output(&mut cmd);
-        assert_eq!(out.status.code(), None, "run {i} ({point}) should have died by SIGKILL");
+        assert_eq!(
+            out.status.code(),
+            None,
+            "run {i} ({point}) should have died by SIGKILL"
+        );
         // A kill between the journal's `begin` and `done` leaves a chunk in flight, which
         // the next run re-reads and checks against the hash it was read with.
-        if i > 0 && ["after-permit", "after-write", "after-verify"].iter().any(|p| points[i - 1].contains(p)) {
-            assert!(stderr(&out).contains("in flight when the last run stopped, is intact"), "no re-verification after {}", points[i - 1]);
+        if i > 0
+            && ["after-permit", "after-write", "after-verify"]
+                .iter()
+                .any(|p| points[i - 1].contains(p))
+        {
+            assert!(
+                stderr(&out).contains("in flight when the last run stopped, is intact"),
+                "no re-verification after {}",
+                points[i - 1]
+            );
         }
         assert_thawed_within(&mnt.dir, Duration::from_secs(2));
         assert_files_intact(&files);
         let now = journal_done(&env.state_dir(), &lo);
-        assert!(now >= done, "the journal went backwards at {point}: {done} -> {now}");
+        assert!(
+            now >= done,
+            "the journal went backwards at {point}: {done} -> {now}"
+        );
         assert!(now < total_chunks, "run {i} finished before its kill point");
         done = now;
         resume = true;
     }
-    assert!(done > 10, "the killed runs made too little progress ({done} chunks)");
+    assert!(
+        done > 10,
+        "the killed runs made too little progress ({done} chunks)"
+    );
 
     // Two more, killed from outside at arbitrary moments.
     for delay_ms in [150, 320] {
@@ -77,18 +107,28 @@ fn kill_9_at_many_points_then_resume() {
         assert_thawed_within(&mnt.dir, Duration::from_secs(2));
         assert_files_intact(&files);
         let now = journal_done(&env.state_dir(), &lo);
-        assert!(now >= done && now < total_chunks, "journal: {done} -> {now} of {total_chunks}");
+        assert!(
+            now >= done && now < total_chunks,
+            "journal: {done} -> {now} of {total_chunks}"
+        );
         done = now;
     }
 
     // The last resume finishes, and writes only what was left.
     let before = bytes_written_to(&lo.path);
-    let out = output(env.reseq().args(["rewrite", "--json", "--chunk-size", "1M", "--resume"]).arg(&lo.path));
+    let out = output(
+        env.reseq()
+            .args(["rewrite", "--json", "--chunk-size", "1M", "--resume"])
+            .arg(&lo.path),
+    );
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);
     let remaining = (total_chunks - done) * MIB;
     assert_eq!(r["results"]["chunks_already_done"], done);
-    assert_eq!(r["results"]["bytes_written"], remaining, "resume rewrote finished chunks");
+    assert_eq!(
+        r["results"]["bytes_written"], remaining,
+        "resume rewrote finished chunks"
+    );
     assert_eq!(r["plan"]["resume_from_chunk"], done);
     let host_written = bytes_written_to(&lo.path) - before;
     assert!(
@@ -108,29 +148,55 @@ fn sigint_stops_thaws_and_resumes() {
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("int", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 2, 4 << 20, 9);
-    let child = slow_rewrite(&env, &lo, "").stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let child = slow_rewrite(&env, &lo, "")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(400));
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
     let start = Instant::now();
     let out = child.wait_with_output().unwrap();
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-    assert!(start.elapsed() < Duration::from_secs(2), "SIGINT took {:?} to stop the run", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "SIGINT took {:?} to stop the run",
+        start.elapsed()
+    );
     assert_eq!(out.status.code(), Some(6), "interrupted exit code");
     let r = json_report(&out);
     assert_eq!(r["outcome"]["status"], "interrupted");
-    assert!(stderr(&out).contains("--resume"), "the message should say how to resume");
+    assert!(
+        stderr(&out).contains("--resume"),
+        "the message should say how to resume"
+    );
     assert!(!is_frozen(&mnt.dir));
     assert_files_intact(&files);
     let done = journal_done(&env.state_dir(), &lo);
     assert!(done > 0 && done < 64, "journal says {done} chunks done");
-    assert_eq!(r["results"]["next_chunk"], done, "the report and the journal disagree");
+    assert_eq!(
+        r["results"]["next_chunk"], done,
+        "the report and the journal disagree"
+    );
 
     // Without --resume, reseq refuses to start over silently.
-    let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path));
+    let out = output(
+        env.reseq()
+            .args(["rewrite", "--chunk-size", "1M"])
+            .arg(&lo.path),
+    );
     assert_eq!(out.status.code(), Some(3));
     assert!(stderr(&out).contains("--resume"));
 
-    let out = output(env.reseq().args(["rewrite", "--json", "--resume"]).arg(&lo.path));
+    let out = output(
+        env.reseq()
+            .args(["rewrite", "--json", "--resume"])
+            .arg(&lo.path),
+    );
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);
     assert_eq!(r["results"]["bytes_written"], (64 - done) * MIB);
@@ -151,7 +217,14 @@ fn window_overrun_before_a_write_is_thawed_and_not_written() {
     // The third chunk stalls for 1.5 s before asking to write; the deadline is 500 ms.
     let mut child = env
         .reseq()
-        .args(["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "500ms"])
+        .args([
+            "rewrite",
+            "--json",
+            "--chunk-size",
+            "1M",
+            "--max-freeze",
+            "500ms",
+        ])
         .arg(&lo.path)
         .env("RESEQ_FAULTS", "delay@before-write#3=1500")
         .stdout(std::process::Stdio::piped())
@@ -160,18 +233,31 @@ fn window_overrun_before_a_write_is_thawed_and_not_written() {
         .unwrap();
     // While reseq is still stalled, the guardian must already have thawed.
     std::thread::sleep(Duration::from_millis(1000));
-    assert!(child.try_wait().unwrap().is_none(), "reseq ended before the stall was over");
-    assert!(!is_frozen(&mnt.dir), "the guardian did not thaw at the deadline");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "reseq ended before the stall was over"
+    );
+    assert!(
+        !is_frozen(&mnt.dir),
+        "the guardian did not thaw at the deadline"
+    );
     let out = child.wait_with_output().unwrap();
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(7));
     let r = json_report(&out);
     assert_eq!(r["results"]["windows_overrun"], 1);
-    assert_eq!(r["results"]["bytes_written"], 2 * MIB, "only the two chunks before the stall");
+    assert_eq!(
+        r["results"]["bytes_written"],
+        2 * MIB,
+        "only the two chunks before the stall"
+    );
     assert!(stderr(&out).contains("reseq guardian: freeze window overran"));
     assert!(stderr(&out).contains("overran its 500 ms deadline"));
     let host = bytes_written_to(&lo.path) - before;
-    assert!(host <= 2 * MIB + 256 * 1024, "the device saw {host} bytes written; reseq wrote 2 MiB");
+    assert!(
+        host <= 2 * MIB + 256 * 1024,
+        "the device saw {host} bytes written; reseq wrote 2 MiB"
+    );
     assert_files_intact(&files);
     assert_eq!(journal_done(&env.state_dir(), &lo), 2);
 }
@@ -186,9 +272,16 @@ fn window_overrun_during_a_write_waits_for_it_then_thaws() {
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("overw", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 2, 4 << 20, 17);
-    let mut child = env
+    let child = env
         .reseq()
-        .args(["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "300ms"])
+        .args([
+            "rewrite",
+            "--json",
+            "--chunk-size",
+            "1M",
+            "--max-freeze",
+            "300ms",
+        ])
         .arg(&lo.path)
         .env("RESEQ_FAULTS", "delay@after-permit#2=1000")
         .stdout(std::process::Stdio::piped())
@@ -202,7 +295,11 @@ fn window_overrun_during_a_write_waits_for_it_then_thaws() {
     assert_eq!(out.status.code(), Some(7));
     let r = json_report(&out);
     assert_eq!(r["results"]["windows_overrun"], 1);
-    assert_eq!(r["results"]["bytes_written"], 2 * MIB, "the slow write completed inside the freeze");
+    assert_eq!(
+        r["results"]["bytes_written"],
+        2 * MIB,
+        "the slow write completed inside the freeze"
+    );
     assert_eq!(r["verification"], "incomplete");
     assert!(r["results"]["longest_freeze_seconds"].as_f64().unwrap() >= 1.0);
     assert!(!is_frozen(&mnt.dir));

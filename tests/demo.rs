@@ -18,7 +18,10 @@ fn demo_runs_and_cleans_up() {
     assert_eq!(r["plan"]["filesystems_frozen"][0]["fs_type"], "ext4");
     assert!(stderr(&out).contains("e2fsck -fn clean"));
     let loops = run_cmd(std::process::Command::new("losetup").arg("-a")).unwrap();
-    assert!(!loops.contains("reseq-demo-"), "the demo left a loop device: {loops}");
+    assert!(
+        !loops.contains("reseq-demo-"),
+        "the demo left a loop device: {loops}"
+    );
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
     assert!(!mounts.contains("reseq-demo-"), "the demo left a mount");
 }

@@ -6,7 +6,9 @@
 #![allow(dead_code)]
 
 #[cfg(not(feature = "fault-injection"))]
-compile_error!("the integration tests need the test-only hooks: run `cargo test --features fault-injection` (see README)");
+compile_error!(
+    "the integration tests need the test-only hooks: run `cargo test --features fault-injection` (see README)"
+);
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -39,7 +41,10 @@ pub fn require(tools: &[&str]) -> bool {
     if missing.is_empty() {
         return true;
     }
-    let msg = format!("missing test requirements: {} (the README's test command installs them)", missing.join(", "));
+    let msg = format!(
+        "missing test requirements: {} (the README's test command installs them)",
+        missing.join(", ")
+    );
     if in_ci() {
         panic!("{msg}");
     }
@@ -55,7 +60,12 @@ pub struct TestEnv {
 
 impl TestEnv {
     pub fn new() -> TestEnv {
-        TestEnv { dir: tempfile::Builder::new().prefix("reseq-test-").tempdir().expect("tempdir") }
+        TestEnv {
+            dir: tempfile::Builder::new()
+                .prefix("reseq-test-")
+                .tempdir()
+                .expect("tempdir"),
+        }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -76,7 +86,10 @@ impl TestEnv {
         let lo = self.loop_device(name, size);
         let mut rng = XorShift::new(seed);
         let mut buf = vec![0u8; 1 << 20];
-        let mut f = std::fs::OpenOptions::new().write(true).open(&lo.path).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&lo.path)
+            .unwrap();
         let mut left = size;
         while left > 0 {
             rng.fill(&mut buf);
@@ -96,20 +109,27 @@ impl TestEnv {
             "xfs" => mkfs_xfs(&lo.path).unwrap(),
             other => panic!("no mkfs for {other}"),
         }
-        let m = Mount::mount(&lo.path, &self.path(&format!("{name}-mnt")), &[]).unwrap();
+        let m = Mount::new(&lo.path, &self.path(&format!("{name}-mnt")), &[]).unwrap();
         (lo, m)
     }
 
     /// The reseq binary with the state directory set.
     pub fn reseq(&self) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_reseq"));
-        c.env("RESEQ_STATE_DIR", self.state_dir()).env_remove("RESEQ_FAULTS").env("RUST_LOG", "info");
+        c.env("RESEQ_STATE_DIR", self.state_dir())
+            .env_remove("RESEQ_FAULTS")
+            .env("RUST_LOG", "info");
         c
     }
 }
 
 /// Writes `count` files of `size` random bytes; returns (path, blake3) pairs.
-pub fn fill_files(dir: &Path, count: usize, size: usize, seed: u64) -> Vec<(PathBuf, blake3::Hash)> {
+pub fn fill_files(
+    dir: &Path,
+    count: usize,
+    size: usize,
+    seed: u64,
+) -> Vec<(PathBuf, blake3::Hash)> {
     let mut rng = XorShift::new(seed);
     let mut out = Vec::new();
     for i in 0..count {
@@ -153,7 +173,11 @@ pub fn stderr(out: &Output) -> String {
 /// Whether the filesystem at `mnt` is frozen, asked without blocking: FIFREEZE on a
 /// frozen filesystem fails with EBUSY; if ours succeeds, it was not, and we thaw it.
 pub fn is_frozen(mnt: &Path) -> bool {
-    let out = Command::new("fsfreeze").arg("-f").arg(mnt).output().unwrap();
+    let out = Command::new("fsfreeze")
+        .arg("-f")
+        .arg(mnt)
+        .output()
+        .unwrap();
     if out.status.success() {
         run_cmd(Command::new("fsfreeze").arg("-u").arg(mnt)).unwrap();
         false
@@ -174,7 +198,11 @@ pub fn assert_thawed_within(mnt: &Path, limit: Duration) {
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = Command::new("fsfreeze").arg("-u").arg(mnt).output();
-    panic!("{} still frozen {:?} after reseq stopped", mnt.display(), limit);
+    panic!(
+        "{} still frozen {:?} after reseq stopped",
+        mnt.display(),
+        limit
+    );
 }
 
 /// Sectors written to a block device so far (`/sys/block/<dev>/stat` field 7), in bytes.
@@ -192,7 +220,10 @@ pub fn is_block_device(p: &Path) -> bool {
 /// Finished chunks in the journal of `dev`.
 pub fn journal_done(state_dir: &Path, dev: &LoopDevice) -> u64 {
     let p = state_dir.join(format!("device-{}.journal", dev.name()));
-    reseq::journal::read(&p).unwrap().map(|r| r.done).unwrap_or(0)
+    reseq::journal::read(&p)
+        .unwrap()
+        .map(|r| r.done)
+        .unwrap_or(0)
 }
 
 /// A process appending numbered records to `log` until `stop` exists.
@@ -212,7 +243,12 @@ impl Appender {
             log.display()
         );
         let child = Command::new("sh").arg("-c").arg(script).spawn().unwrap();
-        Appender { child, stop: stop.to_path_buf(), mount: mount.to_path_buf(), log: log.to_path_buf() }
+        Appender {
+            child,
+            stop: stop.to_path_buf(),
+            mount: mount.to_path_buf(),
+            log: log.to_path_buf(),
+        }
     }
 
     /// Stops the writer and checks every record 1..=N is there once, in order.
@@ -223,7 +259,12 @@ impl Appender {
         let text = std::fs::read_to_string(&self.log).unwrap();
         let mut n = 0;
         for (i, line) in text.lines().enumerate() {
-            assert_eq!(line, format!("record {}", i + 1), "record {} is wrong", i + 1);
+            assert_eq!(
+                line,
+                format!("record {}", i + 1),
+                "record {} is wrong",
+                i + 1
+            );
             n = i + 1;
         }
         n

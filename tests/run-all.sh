@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need (Debian packages), then checks
+# formatting and lints and runs every test. Needs root: the tests attach loop devices,
+# make and mount ext4/xfs, and freeze them. Under CI=true a missing requirement fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+  echo "tests/run-all.sh: run as root (loop devices, mounts, FIFREEZE)" >&2
+  exit 2
+fi
+
+# Tool -> Debian package that provides it.
+declare -A need=(
+  [mkfs.xfs]=xfsprogs [xfs_repair]=xfsprogs
+  [mkfs.ext4]=e2fsprogs [e2fsck]=e2fsprogs
+  [losetup]=mount [fsfreeze]=util-linux [setpriv]=util-linux [partx]=util-linux
+  [mkswap]=util-linux [swapon]=util-linux
+  [sfdisk]=fdisk [mksquashfs]=squashfs-tools
+)
+missing=()
+for tool in "${!need[@]}"; do
+  command -v "$tool" >/dev/null || missing+=("${need[$tool]}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
+  echo "installing: $pkgs"
+  apt-get update -qq
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null
+fi
+
+cargo fmt --all -- --check
+cargo clippy --all-targets --features fault-injection -- -D warnings
+cargo test --features fault-injection
