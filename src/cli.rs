@@ -5,10 +5,11 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-/// Default chunk size. Chosen by measurement: see docs/CHUNK-SIZE.md and
-/// `bench/chunk-size.sh` (throughput flattens out from 8 MiB on; larger chunks only
-/// lengthen the stall of one chunk and the memory held).
-pub const DEFAULT_CHUNK_SIZE: &str = "8M";
+/// Default chunk size, chosen by measurement (docs/CHUNK-SIZE.md, `bench/chunk-size.sh`):
+/// 2-4 MiB was at or near the best on both a disk-backed and a memory-backed loop device,
+/// it is well above the 1 MiB the FTL model needs to re-linearize, and it keeps memory
+/// (6 buffers) and the granularity of freeze windows small.
+pub const DEFAULT_CHUNK_SIZE: &str = "4M";
 /// Default bound of one freeze window.
 pub const DEFAULT_MAX_FREEZE: &str = "5s";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/reseq";
