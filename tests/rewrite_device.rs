@@ -307,11 +307,20 @@ fn state_and_log_on_the_frozen_filesystem() {
     let log = std::fs::File::create(mnt.dir.join("reseq.log")).unwrap();
     let out = env
         .reseq()
-        .args(["-v", "rewrite", "--json", "--chunk-size", "2M", "--max-freeze", "300ms"])
+        .args([
+            "-v",
+            "rewrite",
+            "--json",
+            "--chunk-size",
+            "2M",
+            "--max-freeze",
+            "300ms",
+        ])
         .arg("--state-dir")
         .arg(mnt.dir.join("state"))
         .arg(&lo.path)
         .env("RUST_LOG", "debug")
+        .env("RESEQ_FAULTS", "delay@after-write#*=10")
         .stderr(log)
         .output()
         .unwrap();
@@ -321,9 +330,22 @@ fn state_and_log_on_the_frozen_filesystem() {
     let r = json_report(&out);
     assert_eq!(r["results"]["windows_overrun"], 0);
     assert!(r["results"]["windows"].as_u64().unwrap() >= 2);
-    assert!(r["warnings"].to_string().contains("kept in memory during each window"));
-    assert!(log_text.contains("window 2 froze for"), "log lines from inside windows reached the file");
-    let journal = reseq::journal::read(&mnt.dir.join("state").join(format!("device-{}.journal", lo.name()))).unwrap().unwrap();
+    assert!(
+        r["warnings"]
+            .to_string()
+            .contains("kept in memory during each window")
+    );
+    assert!(
+        log_text.contains("window 2 froze for"),
+        "log lines written between windows reached the file"
+    );
+    let journal = reseq::journal::read(
+        &mnt.dir
+            .join("state")
+            .join(format!("device-{}.journal", lo.name())),
+    )
+    .unwrap()
+    .unwrap();
     assert_eq!(journal.done, 64);
     assert!(journal.finished);
 }
