@@ -58,7 +58,11 @@ pub struct RewriteArgs {
     /// Pause between windows, thawed, so applications catch up.
     #[arg(long, default_value = "0s", value_name = "DURATION")]
     pub pause: String,
-    /// Chunks read ahead of the writer (memory: (N + 2) x chunk size).
+    /// Stop after this many freeze windows overrun their deadline (each overrun is thawed
+    /// by the guardian; until this limit the run continues with shorter windows).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub max_overruns: u32,
+    /// Chunks read ahead of the writer (memory: (N + 4) x chunk size with verification).
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub read_ahead: usize,
     /// Skip the read-back check after each write (faster; the pre-write hash is still journaled).

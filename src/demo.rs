@@ -122,6 +122,7 @@ fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> 
         max_freeze: "1s".into(),
         pause: "100ms".into(),
         read_ahead: 2,
+        max_overruns: 3,
         no_verify: false,
         force: false,
         dry_run: false,

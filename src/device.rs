@@ -253,20 +253,30 @@ pub fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<String> {
         .collect()
 }
 
-/// Inspects the block device at `path`. Fails with a refusal if it is not one.
-pub fn inspect(path: &Path, sysfs: &Sysfs) -> Result<BlockDeviceInfo> {
+/// Fails with a usage error unless `path` is a block device (stat needs no privileges,
+/// so this comes before the root check).
+pub fn check_block_device(path: &Path) -> Result<std::fs::Metadata> {
     let md = std::fs::metadata(path)
-        .map_err(|e| Error::Usage(format!("cannot open {}: {e}", path.display())))?;
+        .map_err(|e| Error::Usage(format!("cannot use {}: {e}", path.display())))?;
     if !md.file_type().is_block_device() {
-        let what = if md.is_file() {
-            "a regular file (file mode is not available yet; give the block device)"
+        let kind = if md.is_file() {
+            "a regular file"
         } else if md.is_dir() {
             "a directory"
         } else {
             "not a block device"
         };
-        return Err(Error::Usage(format!("{} is {what}", path.display())));
+        return Err(Error::Usage(format!(
+            "{} is {kind}; `reseq rewrite` takes a block device such as /dev/sdb or /dev/nvme0n1p2",
+            path.display()
+        )));
     }
+    Ok(md)
+}
+
+/// Inspects the block device at `path`.
+pub fn inspect(path: &Path, sysfs: &Sysfs) -> Result<BlockDeviceInfo> {
+    let md = check_block_device(path)?;
     let dev_num = (
         nix::sys::stat::major(md.rdev()) as u32,
         nix::sys::stat::minor(md.rdev()) as u32,

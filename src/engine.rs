@@ -57,6 +57,9 @@ pub struct EngineConfig {
     pub pause: Duration,
     /// Hold the journal in memory during windows (its filesystem is frozen).
     pub journal_on_frozen_fs: bool,
+    /// Stop (exit "window overrun") when this many windows have overrun their deadline.
+    /// Before that, each overrun halves the share of the deadline the writer uses.
+    pub max_overruns: u32,
 }
 
 impl EngineConfig {
@@ -179,7 +182,7 @@ struct Engine<'a> {
     /// Free aligned buffers.
     pool: (Sender<AlignedBuf>, Receiver<AlignedBuf>),
     /// Written and verified, not yet flushed and journaled.
-    verified: Vec<(u64, blake3::Hash, u64)>,
+    verified: Vec<(u64, blake3::Hash)>,
     /// How long one chunk takes the writer (decaying maximum).
     chunk_estimate: Duration,
     done_before: u64,
@@ -198,9 +201,10 @@ impl Engine<'_> {
                 .expect("pool has room");
         }
         // Soft budget: stop starting chunks at 3/4 of the guardian's deadline, leaving room
-        // for one slow chunk, its read-back and the thaw.
-        let budget = guard.deadline().map(|d| d.mul_f64(0.75));
+        // for one slow chunk, its read-back and the thaw. Each overrun halves the share.
+        let mut share = 0.75;
         while self.stats.next_chunk < total {
+            let budget = guard.deadline().map(|d| d.mul_f64(share));
             if let Some(sig) = self.stop.signal() {
                 return Err(self.interrupted(sig));
             }
@@ -224,10 +228,24 @@ impl Engine<'_> {
             let flow = flow?;
             if end.overran || matches!(flow, WindowFlow::Overrun) {
                 self.stats.windows_overrun += 1;
-                return Err(Error::WindowOverrun {
-                    window: self.stats.windows,
-                    deadline_ms: guard.deadline().unwrap_or_default().as_millis() as u64,
-                });
+                let deadline = guard.deadline().unwrap_or_default();
+                if self.stats.windows_overrun >= u64::from(self.cfg.max_overruns) {
+                    return Err(Error::WindowOverrun {
+                        window: self.stats.windows,
+                        overruns: self.stats.windows_overrun,
+                        deadline_ms: deadline.as_millis() as u64,
+                    });
+                }
+                share = (share / 2.0).max(0.1);
+                log::warn!(
+                    "freeze window {} overran its {} ms deadline; the guardian thawed, nothing was written after it. Continuing with windows that stop new chunks at {} ms",
+                    self.stats.windows,
+                    deadline.as_millis(),
+                    deadline.mul_f64(share).as_millis()
+                );
+                if matches!(flow, WindowFlow::Complete) {
+                    continue; // the writer stopped short of the end: not complete
+                }
             }
             if let WindowFlow::Complete = flow {
                 break;
@@ -248,12 +266,13 @@ impl Engine<'_> {
             output::hold();
             self.journal.set_hold(self.cfg.journal_on_frozen_fs)?;
         }
+        // The guardian's deadline starts before the first FIFREEZE; so does our clock.
+        let window_start = Instant::now();
         if let Err(e) = guard.begin() {
             output::release();
             self.journal.set_hold(false)?;
             return Err(e);
         }
-        let window_start = Instant::now();
         hooks::point("window-start");
         self.stats.windows += 1;
 
@@ -347,10 +366,9 @@ impl Engine<'_> {
                 e,
             )
         })?;
-        for (index, hash, len) in std::mem::take(&mut self.verified) {
+        for (index, hash) in std::mem::take(&mut self.verified) {
             self.journal.done(index, &hash)?;
             self.stats.next_chunk = index + 1;
-            self.progress.advance(len, self.done_before);
         }
         self.journal.commit()?;
         hooks::point("after-journal");
@@ -375,7 +393,8 @@ impl Engine<'_> {
         told?;
         v.result?;
         hooks::point("after-verify");
-        self.verified.push((index, hash, len));
+        self.verified.push((index, hash));
+        self.progress.advance(len, self.done_before);
         Ok(())
     }
 
@@ -392,6 +411,7 @@ impl Engine<'_> {
     ) -> Result<WindowFlow> {
         let mut outstanding = 0u32;
         let mut in_window = 0u64;
+        let mut last_step: Option<Instant> = None;
         let mut since_commit = 0u64;
         let flow = loop {
             // Settle read-backs that have finished, without waiting.
@@ -423,9 +443,10 @@ impl Engine<'_> {
                     chunk.index
                 )));
             }
-            if budget
-                .is_some_and(|b| in_window > 0 && window_start.elapsed() + self.chunk_estimate > b)
-            {
+            // One more chunk, plus waiting for its read-back, must fit in the budget.
+            if budget.is_some_and(|b| {
+                in_window > 0 && window_start.elapsed() + self.chunk_estimate * 2 > b
+            }) {
                 self.recycle(chunk.buf);
                 break Ok(WindowFlow::BudgetSpent);
             }
@@ -475,9 +496,15 @@ impl Engine<'_> {
             ) {
                 break Err(e);
             }
-            // Estimate from the slower of the last chunk and a decaying average, so one
-            // fast chunk does not make the window overrun.
-            self.chunk_estimate = t0.elapsed().max(self.chunk_estimate.mul_f64(0.8));
+            // A chunk costs the writer the longer of its own write and the interval since
+            // the previous one (which includes waiting on the reader and the verifier).
+            // Keep the slower of that and a decaying estimate, so one fast chunk does not
+            // make the window overrun.
+            let step = last_step
+                .map_or(t0.elapsed(), |t: Instant| t.elapsed())
+                .max(t0.elapsed());
+            last_step = Some(t0);
+            self.chunk_estimate = step.max(self.chunk_estimate.mul_f64(0.8));
             in_window += 1;
             since_commit += len as u64;
             if since_commit >= COMMIT_INTERVAL_BYTES {

@@ -50,11 +50,15 @@ pub enum Error {
         total_bytes: u64,
     },
 
-    /// A freeze window went past its deadline; the guardian thawed.
+    /// Freeze windows went past their deadline `--max-overruns` times; the guardian thawed.
     #[error(
-        "freeze window {window} overran its {deadline_ms} ms deadline; the guardian thawed the filesystem before any further write; run again with --resume (a longer --max-freeze or a quieter time may help)"
+        "{overruns} freeze window(s) overran the {deadline_ms} ms deadline (the last: window {window}); the guardian thawed each time before any further write, and reseq stopped (--max-overruns). Run again with --resume, at a quieter time or with a longer --max-freeze"
     )]
-    WindowOverrun { window: u64, deadline_ms: u64 },
+    WindowOverrun {
+        window: u64,
+        overruns: u64,
+        deadline_ms: u64,
+    },
 
     /// A bug or an impossible state.
     #[error("internal error: {0}")]

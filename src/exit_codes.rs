@@ -21,7 +21,7 @@ pub enum ExitCode {
     ChecksumMismatch,
     /// SIGINT/SIGTERM stopped the run after a chunk; resume with `--resume`.
     Interrupted,
-    /// A freeze window overran its deadline and the guardian thawed; resume later.
+    /// `--max-overruns` freeze windows overran their deadline (the guardian thawed each).
     WindowOverrun,
 }
 
@@ -60,7 +60,9 @@ impl ExitCode {
             ExitCode::IoError => "I/O error; stopped, thawed, data intact, resumable",
             ExitCode::ChecksumMismatch => "checksum mismatch on read-back; stopped at that offset",
             ExitCode::Interrupted => "interrupted by a signal; thawed, resumable with --resume",
-            ExitCode::WindowOverrun => "a freeze window overran; the guardian thawed; resumable",
+            ExitCode::WindowOverrun => {
+                "too many freeze windows overran; the guardian thawed each; resumable"
+            }
         }
     }
 }

@@ -4,7 +4,6 @@
 //! has its own message saying why and what to do instead; the order goes from cheap and
 //! certain (what kind of file is this) to the ones that need the device open.
 
-use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -153,26 +152,15 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
     }
     let pause =
         units::parse_duration(&args.pause).map_err(|e| Error::Usage(format!("--pause: {e}")))?;
+    if args.max_overruns == 0 {
+        return Err(Error::Usage("--max-overruns must be at least 1".into()));
+    }
     if args.read_ahead == 0 || args.read_ahead > 64 {
         return Err(Error::Usage("--read-ahead must be between 1 and 64".into()));
     }
 
-    // 2. Is it a block device at all? (stat needs no privileges.)
-    let md = std::fs::metadata(&args.device)
-        .map_err(|e| Error::Usage(format!("cannot use {}: {e}", args.device.display())))?;
-    if !md.file_type().is_block_device() {
-        let kind = if md.is_file() {
-            "a regular file"
-        } else if md.is_dir() {
-            "a directory"
-        } else {
-            "not a block device"
-        };
-        return Err(Error::Usage(format!(
-            "{} is {kind}; `reseq rewrite` takes a block device such as /dev/sdb or /dev/nvme0n1p2",
-            args.device.display()
-        )));
-    }
+    // 2. Is it a block device at all?
+    device::check_block_device(&args.device)?;
 
     // 3. Privileges, then what the device is.
     check_privileges()?;
@@ -304,6 +292,7 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
         read_ahead: args.read_ahead,
         pause,
         journal_on_frozen_fs,
+        max_overruns: args.max_overruns,
     };
     Ok(RewritePlan {
         device: dev,

@@ -148,11 +148,7 @@ fn sigint_stops_thaws_and_resumes() {
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("int", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 2, 4 << 20, 9);
-    let child = slow_rewrite(&env, &lo, "")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_captured(&mut slow_rewrite(&env, &lo, ""));
     std::thread::sleep(Duration::from_millis(400));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
@@ -160,8 +156,7 @@ fn sigint_stops_thaws_and_resumes() {
     )
     .unwrap();
     let start = Instant::now();
-    let out = child.wait_with_output().unwrap();
-    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    let out = wait_captured(child);
     assert!(
         start.elapsed() < Duration::from_secs(2),
         "SIGINT took {:?} to stop the run",
@@ -215,22 +210,21 @@ fn window_overrun_before_a_write_is_thawed_and_not_written() {
     let files = fill_files(&mnt.dir, 2, 4 << 20, 13);
     let before = bytes_written_to(&lo.path);
     // The third chunk stalls for 1.5 s before asking to write; the deadline is 500 ms.
-    let mut child = env
-        .reseq()
-        .args([
-            "rewrite",
-            "--json",
-            "--chunk-size",
-            "1M",
-            "--max-freeze",
-            "500ms",
-        ])
-        .arg(&lo.path)
-        .env("RESEQ_FAULTS", "delay@before-write#3=1500")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_captured(
+        env.reseq()
+            .args([
+                "rewrite",
+                "--json",
+                "--chunk-size",
+                "1M",
+                "--max-freeze",
+                "500ms",
+                "--max-overruns",
+                "1",
+            ])
+            .arg(&lo.path)
+            .env("RESEQ_FAULTS", "delay@before-write#3=1500"),
+    );
     // While reseq is still stalled, the guardian must already have thawed.
     std::thread::sleep(Duration::from_millis(1000));
     assert!(
@@ -241,8 +235,7 @@ fn window_overrun_before_a_write_is_thawed_and_not_written() {
         !is_frozen(&mnt.dir),
         "the guardian did not thaw at the deadline"
     );
-    let out = child.wait_with_output().unwrap();
-    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    let out = wait_captured(child);
     assert_eq!(out.status.code(), Some(7));
     let r = json_report(&out);
     assert_eq!(r["results"]["windows_overrun"], 1);
@@ -252,7 +245,7 @@ fn window_overrun_before_a_write_is_thawed_and_not_written() {
         "only the two chunks before the stall"
     );
     assert!(stderr(&out).contains("reseq guardian: freeze window overran"));
-    assert!(stderr(&out).contains("overran its 500 ms deadline"));
+    assert!(stderr(&out).contains("overran the 500 ms deadline"));
     let host = bytes_written_to(&lo.path) - before;
     assert!(
         host <= 2 * MIB + 256 * 1024,
@@ -272,26 +265,24 @@ fn window_overrun_during_a_write_waits_for_it_then_thaws() {
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("overw", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 2, 4 << 20, 17);
-    let child = env
-        .reseq()
-        .args([
-            "rewrite",
-            "--json",
-            "--chunk-size",
-            "1M",
-            "--max-freeze",
-            "300ms",
-        ])
-        .arg(&lo.path)
-        .env("RESEQ_FAULTS", "delay@after-permit#2=1000")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_captured(
+        env.reseq()
+            .args([
+                "rewrite",
+                "--json",
+                "--chunk-size",
+                "1M",
+                "--max-freeze",
+                "300ms",
+                "--max-overruns",
+                "1",
+            ])
+            .arg(&lo.path)
+            .env("RESEQ_FAULTS", "delay@after-permit#2=1000"),
+    );
     std::thread::sleep(Duration::from_millis(700));
     assert!(is_frozen(&mnt.dir), "thawed under a granted write");
-    let out = child.wait_with_output().unwrap();
-    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    let out = wait_captured(child);
     assert_eq!(out.status.code(), Some(7));
     let r = json_report(&out);
     assert_eq!(r["results"]["windows_overrun"], 1);
@@ -302,6 +293,39 @@ fn window_overrun_during_a_write_waits_for_it_then_thaws() {
     );
     assert_eq!(r["verification"], "incomplete");
     assert!(r["results"]["longest_freeze_seconds"].as_f64().unwrap() >= 1.0);
+    assert!(!is_frozen(&mnt.dir));
+    assert_files_intact(&files);
+}
+
+/// By default an overrun is not the end: the guardian thaws, reseq warns, shortens its
+/// windows and goes on; the run completes, reporting the overrun.
+#[test]
+fn an_overrun_shortens_later_windows_and_the_run_completes() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("overc", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 2, 4 << 20, 23);
+    let out = output(
+        env.reseq()
+            .args([
+                "rewrite",
+                "--json",
+                "--chunk-size",
+                "1M",
+                "--max-freeze",
+                "500ms",
+            ])
+            .arg(&lo.path)
+            .env("RESEQ_FAULTS", "delay@before-write#3=1000"),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_report(&out);
+    assert_eq!(r["results"]["windows_overrun"], 1);
+    assert_eq!(r["results"]["bytes_written"], 64 * MIB);
+    assert_eq!(r["verification"], "passed");
+    assert!(stderr(&out).contains("Continuing with windows that stop new chunks at 187 ms"));
     assert!(!is_frozen(&mnt.dir));
     assert_files_intact(&files);
 }

@@ -162,6 +162,22 @@ pub fn output(cmd: &mut Command) -> Output {
     out
 }
 
+/// Starts a command with stdout and stderr captured, for tests that act while it runs.
+pub fn spawn_captured(cmd: &mut Command) -> std::process::Child {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn reseq")
+}
+
+/// Waits for a captured child and prints its stderr (for failing tests).
+pub fn wait_captured(child: std::process::Child) -> Output {
+    let out = child.wait_with_output().unwrap();
+    eprintln!("--- stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
 pub fn json_report(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("report is not JSON ({e})"))
 }
