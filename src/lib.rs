@@ -25,6 +25,7 @@ pub mod report;
 pub mod rewrite;
 pub mod scratch;
 pub mod signals;
+pub mod sim;
 pub mod sys;
 pub mod target;
 pub mod units;

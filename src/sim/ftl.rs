@@ -1,0 +1,657 @@
+//! The FTL model of `../shared/ftl-model/SPEC.md`, ported from the Python reference
+//! (`reference/ftlsim.py`) operation for operation, so that the same inputs give the
+//! same virtual times. Where the reference and the spec differ, the reference wins (it is
+//! the oracle): physical read-ahead follows `slot(l) == slot(l-1) + 1` without the spec's
+//! `succ_line` hop at line ends.
+//!
+//! State per 4 KiB of simulated space: `l2p` (4 bytes per LBA) and `p2l` (4 bytes per
+//! physical slot, 1.07x plus spare lines), about 8.7 bytes; the bench checks the 16-byte
+//! goal.
+
+use std::collections::{HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+pub const SLOT: u64 = 4096;
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+const GIB: u64 = 1024 * MIB;
+const UNMAPPED: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadAhead {
+    None,
+    Lba,
+    Phys,
+}
+
+/// Every parameter of the model (SPEC.md sections 1-5). Times in µs, bandwidths in
+/// MB/s, which is bytes per µs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Params {
+    pub name: String,
+    pub channels: u64,
+    /// Dies per channel.
+    pub ways: u64,
+    pub planes: u64,
+    pub page_bytes: u64,
+    /// Pages per block per plane.
+    pub pages_per_block: u64,
+    pub logical_bytes: u64,
+    pub op_ratio: f64,
+    /// GC runs when free lines <= this.
+    pub gc_free_lines: u64,
+    pub t_read_us: f64,
+    pub ch_mbps: f64,
+    pub link_mbps: f64,
+    pub fw_us: f64,
+    pub host_gap_us: f64,
+    pub multiplane_read: bool,
+    pub partial_xfer: bool,
+    pub store_and_forward: bool,
+    pub readahead: ReadAhead,
+    pub ra_bytes: u64,
+    pub t_prog_us: f64,
+    /// Write command firmware latency.
+    pub fw_w_us: f64,
+    /// Write buffer that lets commands complete before programming.
+    pub wbuf_bytes: u64,
+}
+
+impl Default for Params {
+    /// The reference's `Params()` and `WriteTiming()` defaults.
+    fn default() -> Self {
+        Params {
+            name: "custom".into(),
+            channels: 8,
+            ways: 2,
+            planes: 2,
+            page_bytes: 16 * KIB,
+            pages_per_block: 128,
+            logical_bytes: 8 * GIB,
+            op_ratio: 0.07,
+            gc_free_lines: 2,
+            t_read_us: 60.0,
+            ch_mbps: 800.0,
+            link_mbps: 3300.0,
+            fw_us: 30.0,
+            host_gap_us: 5.0,
+            multiplane_read: true,
+            partial_xfer: true,
+            store_and_forward: false,
+            readahead: ReadAhead::None,
+            ra_bytes: MIB,
+            t_prog_us: 600.0,
+            fw_w_us: 10.0,
+            wbuf_bytes: 8 * MIB,
+        }
+    }
+}
+
+pub const PRESETS: [&str; 3] = ["consumer-nvme", "consumer-nvme-mild", "datacenter-sata"];
+
+impl Params {
+    /// The presets of SPEC.md section 5 (as `reference/presets.py` sets them).
+    pub fn preset(name: &str) -> Option<Params> {
+        let base = Params {
+            name: name.into(),
+            ..Params::default()
+        };
+        Some(match name {
+            // Toshiba XG5-like: store-and-forward data path, physical read-ahead.
+            "consumer-nvme" => Params {
+                ways: 3,
+                t_read_us: 60.0,
+                link_mbps: 2500.0,
+                store_and_forward: true,
+                readahead: ReadAhead::Phys,
+                ..base
+            },
+            // Samsung PM981-like: cut-through, no read-ahead dependence.
+            "consumer-nvme-mild" => Params {
+                ways: 4,
+                t_read_us: 50.0,
+                link_mbps: 3000.0,
+                ..base
+            },
+            // Intel S3510-like: SATA link bound, much NAND parallelism.
+            "datacenter-sata" => Params {
+                ways: 8,
+                t_read_us: 50.0,
+                ch_mbps: 400.0,
+                link_mbps: 420.0,
+                fw_us: 40.0,
+                ..base
+            },
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+enum LineState {
+    Free,
+    Open,
+    Closed,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    Host = 0,
+    Gc = 1,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FtlStats {
+    pub host_slots: u64,
+    pub gc_slots: u64,
+    pub gc_runs: u64,
+}
+
+/// The mapping state and the read-side timelines.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Ftl {
+    pub p: Params,
+    /// Slots per page, dies, slots per program unit, slots per line.
+    s: u64,
+    n: u64,
+    u: u64,
+    spl: u64,
+    pub n_lpn: u64,
+    pub n_lines: u64,
+    /// LBA -> slot; stored as a raw table in state files, not in the JSON header.
+    #[serde(skip)]
+    l2p: Vec<u32>,
+    /// Slot -> LBA.
+    #[serde(skip)]
+    p2l: Vec<u32>,
+    valid: Vec<u32>,
+    state: Vec<LineState>,
+    /// Free lines; the next to open is at the back, freed lines go to the front.
+    free_lines: VecDeque<u32>,
+    /// (line, q) per stream.
+    front: [(u64, u64); 2],
+    pub stats: FtlStats,
+    #[serde(skip)]
+    die_free: Vec<f64>,
+    #[serde(skip)]
+    ch_free: Vec<f64>,
+    #[serde(skip)]
+    link_free: f64,
+    #[serde(skip)]
+    ra_prev_end: Option<u64>,
+    #[serde(skip)]
+    ra_hi: u64,
+    #[serde(skip)]
+    ra_buf: HashMap<u64, f64>,
+}
+
+impl Ftl {
+    pub fn new(p: Params) -> Ftl {
+        let s = p.page_bytes / SLOT;
+        let n = p.channels * p.ways;
+        let u = p.planes * s;
+        let spl = n * u * p.pages_per_block;
+        let n_lpn = p.logical_bytes / SLOT;
+        let phys_needed = (n_lpn as f64 * (1.0 + p.op_ratio)) as u64;
+        let n_lines = phys_needed.div_ceil(spl) + p.gc_free_lines + 1;
+        let n_slots = n_lines * spl;
+        assert!(
+            n_slots < u64::from(UNMAPPED),
+            "simulated device too large for 32-bit slots"
+        );
+        let mut f = Ftl {
+            s,
+            n,
+            u,
+            spl,
+            n_lpn,
+            n_lines,
+            l2p: vec![UNMAPPED; n_lpn as usize],
+            p2l: vec![UNMAPPED; n_slots as usize],
+            valid: vec![0; n_lines as usize],
+            state: vec![LineState::Free; n_lines as usize],
+            free_lines: (0..n_lines as u32).rev().collect(),
+            front: [(0, 0); 2],
+            stats: FtlStats::default(),
+            die_free: Vec::new(),
+            ch_free: Vec::new(),
+            link_free: 0.0,
+            ra_prev_end: None,
+            ra_hi: 0,
+            ra_buf: HashMap::new(),
+            p,
+        };
+        f.reset_clock();
+        f.open_line(Stream::Host);
+        f.open_line(Stream::Gc);
+        f
+    }
+
+    /// Bytes of model state (the mapping tables and per-line counters).
+    pub fn state_bytes(&self) -> u64 {
+        (self.l2p.len() * 4
+            + self.p2l.len() * 4
+            + self.valid.len() * 4
+            + self.state.len()
+            + self.free_lines.len() * 4) as u64
+    }
+
+    /// The mapping tables (for state files).
+    pub fn tables(&self) -> (&[u32], &[u32]) {
+        (&self.l2p, &self.p2l)
+    }
+
+    /// Restores the tables after loading the rest; checks they fit the geometry.
+    pub fn set_tables(&mut self, l2p: Vec<u32>, p2l: Vec<u32>) -> Result<(), String> {
+        if l2p.len() as u64 != self.n_lpn || p2l.len() as u64 != self.n_lines * self.spl {
+            return Err("the mapping tables do not fit the device geometry".into());
+        }
+        self.l2p = l2p;
+        self.p2l = p2l;
+        self.reset_clock();
+        Ok(())
+    }
+
+    // ---------- allocation ----------
+    fn open_line(&mut self, stream: Stream) {
+        let b = self.free_lines.pop_back().expect("a free line to open");
+        self.state[b as usize] = LineState::Open;
+        self.front[stream as usize] = (u64::from(b), 0);
+    }
+
+    fn alloc(&mut self, stream: Stream) -> u64 {
+        let (line, q) = self.front[stream as usize];
+        let g = line * self.spl + q;
+        self.front[stream as usize].1 = q + 1;
+        if q + 1 == self.spl {
+            self.state[line as usize] = LineState::Closed;
+            assert!(!self.free_lines.is_empty(), "out of free lines");
+            self.open_line(stream);
+        }
+        g
+    }
+
+    fn place(&mut self, lpn: u64, stream: Stream) {
+        let old = self.l2p[lpn as usize];
+        if old != UNMAPPED {
+            self.p2l[old as usize] = UNMAPPED;
+            self.valid[(u64::from(old) / self.spl) as usize] -= 1;
+        }
+        let g = self.alloc(stream);
+        self.l2p[lpn as usize] = g as u32;
+        self.p2l[g as usize] = lpn as u32;
+        self.valid[(g / self.spl) as usize] += 1;
+    }
+
+    /// Host writes in arrival order. Returns how many LBAs were written.
+    pub fn write_lpns(&mut self, lpns: impl IntoIterator<Item = u64>) -> u64 {
+        let mut count = 0;
+        for lpn in lpns {
+            if self.free_lines.len() as u64 <= self.p.gc_free_lines {
+                self.gc();
+            }
+            self.place(lpn, Stream::Host);
+            count += 1;
+        }
+        self.stats.host_slots += count;
+        count
+    }
+
+    pub fn trim(&mut self, lpns: impl IntoIterator<Item = u64>) {
+        for lpn in lpns {
+            let old = self.l2p[lpn as usize];
+            if old != UNMAPPED {
+                self.p2l[old as usize] = UNMAPPED;
+                self.valid[(u64::from(old) / self.spl) as usize] -= 1;
+                self.l2p[lpn as usize] = UNMAPPED;
+            }
+        }
+    }
+
+    pub fn is_mapped(&self, lpn: u64) -> bool {
+        self.l2p[lpn as usize] != UNMAPPED
+    }
+
+    fn gc(&mut self) {
+        while self.free_lines.len() as u64 <= self.p.gc_free_lines {
+            // Greedy: the closed line with the fewest valid slots, lowest id on ties.
+            let victim = (0..self.n_lines as usize)
+                .filter(|&b| self.state[b] == LineState::Closed)
+                .min_by_key(|&b| (self.valid[b], b))
+                .expect("a GC victim");
+            let base = victim as u64 * self.spl;
+            let mut moved = 0;
+            for g in base..base + self.spl {
+                let lpn = self.p2l[g as usize];
+                if lpn != UNMAPPED {
+                    self.place(u64::from(lpn), Stream::Gc);
+                    moved += 1;
+                }
+            }
+            assert_eq!(self.valid[victim], 0);
+            self.state[victim] = LineState::Free;
+            self.free_lines.push_front(victim as u32);
+            self.stats.gc_slots += moved;
+            self.stats.gc_runs += 1;
+        }
+    }
+
+    fn die_of(&self, g: u64) -> u64 {
+        ((g % self.spl) / self.u) % self.n
+    }
+
+    fn key_div(&self) -> u64 {
+        if self.p.multiplane_read {
+            self.u
+        } else {
+            self.s
+        }
+    }
+
+    // ---------- read timing ----------
+
+    /// Groups LBAs into NAND sense operations in first-touch order:
+    /// (die, channel bytes, needed bytes) each.
+    fn nand_ops(&self, lpns: &[u64]) -> Vec<(u64, u64, u64)> {
+        let key_div = self.key_div();
+        let mut index: HashMap<u64, usize> = HashMap::new();
+        // (die, need, pages touched) per op, in first-touch order
+        let mut ops: Vec<(u64, u64, Vec<u64>)> = Vec::new();
+        let mut last: Option<(u64, usize)> = None;
+        for &lpn in lpns {
+            let g = self.l2p[lpn as usize];
+            if g == UNMAPPED {
+                continue;
+            }
+            let g = u64::from(g);
+            let k = g / key_div;
+            let i = match last {
+                Some((lk, li)) if lk == k => li,
+                _ => *index.entry(k).or_insert_with(|| {
+                    ops.push((self.die_of(g), 0, Vec::new()));
+                    ops.len() - 1
+                }),
+            };
+            last = Some((k, i));
+            let op = &mut ops[i];
+            op.1 += SLOT;
+            let page = g / self.s;
+            if !op.2.contains(&page) {
+                op.2.push(page);
+            }
+        }
+        ops.into_iter()
+            .map(|(d, need, pages)| {
+                let chb = if self.p.partial_xfer {
+                    need
+                } else {
+                    pages.len() as u64 * self.p.page_bytes
+                };
+                (d, chb, need)
+            })
+            .collect()
+    }
+
+    /// Reserves die and channel time for `ops` issued at `t0`; returns the ready times
+    /// of the needed data, as (time, bytes).
+    fn schedule_nand(&mut self, ops: &[(u64, u64, u64)], t0: f64, out: &mut Vec<(f64, u64)>) {
+        for &(d, chb, need) in ops {
+            let c = (d % self.p.channels) as usize;
+            let d = d as usize;
+            let s = t0.max(self.die_free[d]);
+            let e = s + self.p.t_read_us;
+            let xs = e.max(self.ch_free[c]);
+            let xe = xs + chb as f64 / self.p.ch_mbps;
+            self.ch_free[c] = xe;
+            self.die_free[d] = xe;
+            if self.p.store_and_forward {
+                out.push((xe, need));
+            } else {
+                let k = need / SLOT;
+                let step = (xe - xs) / k as f64;
+                for i in 1..=k {
+                    out.push((xs + i as f64 * step, SLOT));
+                }
+            }
+        }
+    }
+
+    fn link(&mut self, ready: &mut [(f64, u64)], t0: f64, total_bytes: u64) -> f64 {
+        let mut lt = self.link_free.max(t0);
+        if self.p.store_and_forward {
+            let last = ready
+                .iter()
+                .map(|r| r.0)
+                .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
+            lt = lt.max(last.unwrap_or(t0)) + total_bytes as f64 / self.p.link_mbps;
+        } else {
+            ready.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            for &(r, nb) in ready.iter() {
+                lt = lt.max(r) + nb as f64 / self.p.link_mbps;
+            }
+        }
+        self.link_free = lt;
+        lt
+    }
+
+    /// One host read command of `n` LBAs arriving at `t_arrive`; returns its completion.
+    pub fn read(&mut self, lpn0: u64, n: u64, t_arrive: f64) -> f64 {
+        let t0 = t_arrive + self.p.fw_us;
+        let b = lpn0 + n;
+        let mut ready: Vec<(f64, u64)> = Vec::new();
+        let mut demand: Vec<u64> = (lpn0..b).collect();
+        if self.p.readahead != ReadAhead::None {
+            if self.ra_prev_end != Some(lpn0) {
+                self.ra_buf.clear();
+                self.ra_hi = b;
+            }
+            if !self.ra_buf.is_empty() {
+                demand.clear();
+                for l in lpn0..b {
+                    match self.ra_buf.remove(&l) {
+                        Some(r) => ready.push((r.max(t0), SLOT)),
+                        None => demand.push(l),
+                    }
+                }
+            }
+        }
+        let ops = self.nand_ops(&demand);
+        self.schedule_nand(&ops, t0, &mut ready);
+        let have: u64 = ready.iter().map(|r| r.1).sum();
+        let unmapped = (n * SLOT).saturating_sub(have);
+        if unmapped > 0 {
+            ready.push((t0, unmapped));
+        }
+        let done = self.link(&mut ready, t0, n * SLOT);
+        if self.p.readahead != ReadAhead::None {
+            self.ra_prev_end = Some(b);
+            self.prefetch(b, t0);
+        }
+        done
+    }
+
+    /// Read-ahead after a command ending at LBA `b` (SPEC.md section 4).
+    fn prefetch(&mut self, b: u64, t0: f64) {
+        let w = self.p.ra_bytes / SLOT;
+        self.ra_buf.retain(|&l, _| l >= b);
+        let start = b.max(self.ra_hi);
+        let end = (b + w).min(self.n_lpn);
+        if start >= end {
+            return;
+        }
+        let mut pf = Vec::new();
+        let mut anchor: i64 = if start > 0 {
+            l2p_signed(self.l2p[start as usize - 1])
+        } else {
+            -2
+        };
+        for l in start..end {
+            let g = l2p_signed(self.l2p[l as usize]);
+            if g < 0 {
+                break;
+            }
+            if self.p.readahead == ReadAhead::Phys && g != anchor + 1 {
+                break;
+            }
+            pf.push(l);
+            anchor = g;
+        }
+        self.ra_hi = start + pf.len() as u64;
+        if pf.is_empty() {
+            return;
+        }
+        let key_div = self.key_div();
+        let ops = self.nand_ops(&pf);
+        let mut keys: Vec<u64> = Vec::new();
+        for &l in &pf {
+            let k = u64::from(self.l2p[l as usize]) / key_div;
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        let mut ready_at: HashMap<u64, f64> = HashMap::new();
+        let mut out = Vec::new();
+        for (k, op) in keys.iter().zip(ops.iter()) {
+            out.clear();
+            self.schedule_nand(std::slice::from_ref(op), t0, &mut out);
+            let t = out.iter().map(|x| x.0).fold(f64::NEG_INFINITY, f64::max);
+            ready_at.insert(*k, t);
+        }
+        for &l in &pf {
+            let k = u64::from(self.l2p[l as usize]) / key_div;
+            self.ra_buf.insert(l, ready_at[&k]);
+        }
+    }
+
+    /// Forgets all in-flight read state (before each measured read).
+    pub fn reset_clock(&mut self) {
+        self.die_free = vec![0.0; self.n as usize];
+        self.ch_free = vec![0.0; self.p.channels as usize];
+        self.link_free = 0.0;
+        self.ra_prev_end = None;
+        self.ra_hi = 0;
+        self.ra_buf.clear();
+    }
+}
+
+fn l2p_signed(g: u32) -> i64 {
+    if g == UNMAPPED { -1 } else { i64::from(g) }
+}
+
+/// Seconds of virtual time to read `[lpn0, lpn0 + n_lpn)` sequentially with commands of
+/// `req_bytes` at queue depth `qd` (the reference's `seq_read_time`).
+pub fn seq_read_time(ftl: &mut Ftl, lpn0: u64, n_lpn: u64, req_bytes: u64, qd: usize) -> f64 {
+    ftl.reset_clock();
+    let per = req_bytes / SLOT;
+    let gap = ftl.p.host_gap_us;
+    let end = lpn0 + n_lpn;
+    let mut t = 0.0;
+    let mut l = lpn0;
+    if qd <= 1 {
+        while l < end {
+            let k = per.min(end - l);
+            let done = ftl.read(l, k, t);
+            t = done + gap;
+            l += k;
+        }
+        return (t - gap) / 1e6;
+    }
+    // Each completion issues the next command; all start at time 0.
+    let mut inflight: std::collections::BinaryHeap<std::cmp::Reverse<OrdF64>> = Default::default();
+    let mut last: f64 = 0.0;
+    while l < end || !inflight.is_empty() {
+        while l < end && inflight.len() < qd {
+            let k = per.min(end - l);
+            let done = ftl.read(l, k, t);
+            inflight.push(std::cmp::Reverse(OrdF64(done)));
+            l += k;
+        }
+        let d = inflight.pop().expect("a command in flight").0.0;
+        last = last.max(d);
+        t = d + gap;
+    }
+    last / 1e6
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+struct OrdF64(f64);
+impl Eq for OrdF64 {}
+impl PartialOrd for OrdF64 {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for OrdF64 {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&o.0)
+    }
+}
+
+/// Host writes with a virtual clock and the optional background noise writer
+/// (the reference's `Writer`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Writer {
+    b_prog: f64,
+    prog_clock: f64,
+    /// The virtual time of the next host command.
+    pub t: f64,
+    noise_iv: f64,
+    next_noise: f64,
+    noise_lo: u64,
+    noise_hi: u64,
+    rng: super::pyrandom::PyRandom,
+    pub noise_count: u64,
+}
+
+impl Writer {
+    /// `noise_interval_us` 0 turns the noise writer off; its writes go to random LBAs
+    /// in `[noise_lo, noise_hi)`.
+    pub fn new(
+        ftl: &Ftl,
+        noise_interval_us: f64,
+        noise_lo: u64,
+        noise_hi: u64,
+        seed: u64,
+    ) -> Writer {
+        Writer {
+            b_prog: (ftl.n * ftl.u * SLOT) as f64 / ftl.p.t_prog_us,
+            prog_clock: 0.0,
+            t: 0.0,
+            noise_iv: noise_interval_us,
+            next_noise: if noise_interval_us > 0.0 {
+                noise_interval_us
+            } else {
+                f64::INFINITY
+            },
+            noise_lo,
+            noise_hi,
+            rng: super::pyrandom::PyRandom::new(seed),
+            noise_count: 0,
+        }
+    }
+
+    fn cmd(&mut self, ftl: &mut Ftl, lpns: impl Iterator<Item = u64>, t_arr: f64) -> f64 {
+        let nbytes = (ftl.write_lpns(lpns) * SLOT) as f64;
+        self.prog_clock = self.prog_clock.max(t_arr) + nbytes / self.b_prog;
+        let accept = t_arr + ftl.p.fw_w_us + nbytes / ftl.p.link_mbps;
+        accept.max(self.prog_clock - ftl.p.wbuf_bytes as f64 / self.b_prog)
+    }
+
+    /// One host write command at QD1; returns its completion and advances the clock.
+    pub fn write(&mut self, ftl: &mut Ftl, lpns: impl Iterator<Item = u64>) -> f64 {
+        while self.next_noise <= self.t {
+            let l = self.rng.randrange(self.noise_lo, self.noise_hi);
+            let at = self.next_noise;
+            self.cmd(ftl, std::iter::once(l), at);
+            self.noise_count += 1;
+            self.next_noise += self.noise_iv;
+        }
+        let t = self.t;
+        let done = self.cmd(ftl, lpns, t);
+        self.t = done + ftl.p.host_gap_us;
+        done
+    }
+}
