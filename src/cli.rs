@@ -40,8 +40,117 @@ pub enum Command {
     /// Re-sequence a block device (a partition or a whole disk) in place.
     Rewrite(RewriteArgs),
     /// Make a throwaway ext4 image on a loop device, fragment a file on it, re-sequence it
-    /// while mounted, print the report and clean up. Needs root; touches no real disk.
+    /// while mounted, print the report and clean up. Touches no real disk. Without root it
+    /// runs `reseq simulate` instead.
     Demo(DemoArgs),
+    /// Reproduce the degradation experiment on a simulated SSD: write a file, degrade it
+    /// with four stages of random 4 KiB writes, re-sequence it with reseq's own engine,
+    /// and print sequential read times (virtual) after each step.
+    Simulate(SimulateArgs),
+    /// A simulated SSD kept in a state file, for running the steps one at a time.
+    Sim {
+        #[command(subcommand)]
+        command: SimCommand,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Drive model: consumer-nvme (Toshiba XG5-like), consumer-nvme-mild (Samsung
+    /// PM981-like) or datacenter-sata (Intel S3510-like).
+    #[arg(long, default_value = "consumer-nvme")]
+    pub preset: String,
+    /// Simulated device size.
+    #[arg(long, default_value = "8G", value_name = "SIZE")]
+    pub device_size: String,
+    /// Size of the file written at the start of the device.
+    #[arg(long, default_value = "4G", value_name = "SIZE")]
+    pub file_size: String,
+    /// Random 4 KiB write stages in MiB, as for a 4 GiB file (scaled to --file-size).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "50,200,800,4000",
+        value_name = "MIB,..."
+    )]
+    pub stages: Vec<f64>,
+    /// Chunk size of reseq's rewrite.
+    #[arg(long, default_value = DEFAULT_CHUNK_SIZE, value_name = "SIZE")]
+    pub chunk_size: String,
+    /// Seed of the random writes.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Override a model parameter (repeatable), e.g. --set t_read_us=50 --set readahead=none.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Print the results as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A range of a simulated device.
+#[derive(Debug, Args, Clone)]
+pub struct SimRangeArgs {
+    /// Start of the range.
+    #[arg(long, default_value = "0", value_name = "SIZE")]
+    pub offset: String,
+    /// Length of the range (default: to the end of the device).
+    #[arg(long, value_name = "SIZE")]
+    pub length: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SimCommand {
+    /// Create a fresh (empty, all trimmed) simulated SSD.
+    Create {
+        state: PathBuf,
+        #[arg(long, default_value = "consumer-nvme")]
+        preset: String,
+        #[arg(long, default_value = "8G", value_name = "SIZE")]
+        device_size: String,
+        /// Override a model parameter (repeatable).
+        #[arg(long, value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
+    /// Write a range sequentially, as writing a file does.
+    Write {
+        state: PathBuf,
+        #[command(flatten)]
+        range: SimRangeArgs,
+    },
+    /// Random 4 KiB writes into a range (the article's fio step).
+    Fragment {
+        state: PathBuf,
+        #[command(flatten)]
+        range: SimRangeArgs,
+        /// How much to write in random 4 KiB blocks.
+        #[arg(long, value_name = "SIZE")]
+        random_writes: String,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Sequential read of a range: virtual time and throughput.
+    Read {
+        state: PathBuf,
+        #[command(flatten)]
+        range: SimRangeArgs,
+        #[arg(long, default_value = "1M", value_name = "SIZE")]
+        block_size: String,
+        #[arg(long, default_value_t = 1)]
+        queue_depth: usize,
+    },
+    /// Re-sequence a range with reseq's engine.
+    Rewrite {
+        state: PathBuf,
+        #[command(flatten)]
+        range: SimRangeArgs,
+        #[arg(long, default_value = DEFAULT_CHUNK_SIZE, value_name = "SIZE")]
+        chunk_size: String,
+        #[arg(long)]
+        no_verify: bool,
+    },
+    /// Parameters and counters of a simulated SSD.
+    Info { state: PathBuf },
 }
 
 #[derive(Debug, Args)]
@@ -96,4 +205,14 @@ pub struct DemoArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+impl SimulateArgs {
+    /// The defaults of `reseq simulate`, as clap would parse an empty command line.
+    pub fn defaults() -> SimulateArgs {
+        match Cli::parse_from(["reseq", "simulate"]).command {
+            Command::Simulate(a) => a,
+            _ => unreachable!("parsed a simulate command"),
+        }
+    }
 }

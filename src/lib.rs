@@ -26,6 +26,7 @@ pub mod rewrite;
 pub mod scratch;
 pub mod signals;
 pub mod sim;
+pub mod simulate;
 pub mod sys;
 pub mod target;
 pub mod units;

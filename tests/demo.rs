@@ -25,3 +25,22 @@ fn demo_runs_and_cleans_up() {
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
     assert!(!mounts.contains("reseq-demo-"), "the demo left a mount");
 }
+
+#[test]
+fn demo_without_root_runs_the_simulation() {
+    if !require(&["setpriv"]) {
+        return;
+    }
+    let out = output(std::process::Command::new("setpriv").args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        env!("CARGO_BIN_EXE_reseq"),
+        "demo",
+        "--json",
+    ]));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("running the simulated SSD instead"));
+    let r = json_report(&out);
+    assert_eq!(r["steps"].as_array().unwrap().len(), 6);
+}

@@ -599,7 +599,8 @@ pub struct Writer {
     /// The virtual time of the next host command.
     pub t: f64,
     noise_iv: f64,
-    next_noise: f64,
+    /// When the next noise write arrives (None: no noise writer).
+    next_noise: Option<f64>,
     noise_lo: u64,
     noise_hi: u64,
     rng: super::pyrandom::PyRandom,
@@ -621,11 +622,7 @@ impl Writer {
             prog_clock: 0.0,
             t: 0.0,
             noise_iv: noise_interval_us,
-            next_noise: if noise_interval_us > 0.0 {
-                noise_interval_us
-            } else {
-                f64::INFINITY
-            },
+            next_noise: (noise_interval_us > 0.0).then_some(noise_interval_us),
             noise_lo,
             noise_hi,
             rng: super::pyrandom::PyRandom::new(seed),
@@ -642,12 +639,11 @@ impl Writer {
 
     /// One host write command at QD1; returns its completion and advances the clock.
     pub fn write(&mut self, ftl: &mut Ftl, lpns: impl Iterator<Item = u64>) -> f64 {
-        while self.next_noise <= self.t {
+        while let Some(at) = self.next_noise.filter(|&at| at <= self.t) {
             let l = self.rng.randrange(self.noise_lo, self.noise_hi);
-            let at = self.next_noise;
             self.cmd(ftl, std::iter::once(l), at);
             self.noise_count += 1;
-            self.next_noise += self.noise_iv;
+            self.next_noise = Some(at + self.noise_iv);
         }
         let t = self.t;
         let done = self.cmd(ftl, lpns, t);

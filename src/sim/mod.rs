@@ -187,7 +187,10 @@ impl SimDevice {
     }
 
     fn lpns(&self, offset: u64, len: usize) -> std::io::Result<(u64, u64)> {
-        if offset % SLOT != 0 || len as u64 % SLOT != 0 || offset + len as u64 > self.len {
+        if !offset.is_multiple_of(SLOT)
+            || !(len as u64).is_multiple_of(SLOT)
+            || offset + len as u64 > self.len
+        {
             return Err(std::io::Error::from_raw_os_error(nix::libc::EINVAL));
         }
         Ok((offset / SLOT, len as u64 / SLOT))

@@ -1,0 +1,115 @@
+//! The simulated SSD from the command line: one step at a time through a state file,
+//! and the whole experiment in one command.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn reseq(args: &[&str]) -> (i32, Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_reseq"))
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    eprintln!("reseq {args:?} -> {:?}\n{stderr}", out.status.code());
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code().unwrap_or(-1), v, stderr)
+}
+
+fn read_seconds(state: &Path) -> f64 {
+    let (code, v, _) = reseq(&["sim", "read", state.to_str().unwrap(), "--length", "256M"]);
+    assert_eq!(code, 0);
+    v["virtual_seconds"].as_f64().unwrap()
+}
+
+#[test]
+fn fragment_then_rewrite_as_separate_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("ssd.sim");
+    let s = state.to_str().unwrap();
+    assert_eq!(reseq(&["sim", "create", s, "--device-size", "512M"]).0, 0);
+    assert_eq!(
+        reseq(&["sim", "create", s]).0,
+        2,
+        "create refuses to overwrite"
+    );
+    assert_eq!(reseq(&["sim", "write", s, "--length", "256M"]).0, 0);
+    let fresh = read_seconds(&state);
+    let (code, v, _) = reseq(&[
+        "sim",
+        "fragment",
+        s,
+        "--length",
+        "256M",
+        "--random-writes",
+        "250M",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(v["random_4k_writes"], 64000);
+    let degraded = read_seconds(&state);
+    assert!(
+        degraded > fresh * 2.0,
+        "fragmenting should slow reads: {fresh} -> {degraded}"
+    );
+    let (code, v, _) = reseq(&[
+        "sim",
+        "rewrite",
+        s,
+        "--length",
+        "256M",
+        "--chunk-size",
+        "1M",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(v["rewrite"]["bytes_written"], 256u64 << 20);
+    assert_eq!(v["rewrite"]["bytes_verified"], 256u64 << 20);
+    let after = read_seconds(&state);
+    assert!(
+        after <= fresh * 1.03,
+        "rewrite should restore reads: fresh {fresh}, after {after}"
+    );
+    let (code, v, _) = reseq(&["sim", "info", s]);
+    assert_eq!(code, 0);
+    assert_eq!(v["mapped_bytes"], 256u64 << 20);
+}
+
+#[test]
+fn simulate_prints_the_experiment() {
+    let (code, v, _) = reseq(&[
+        "simulate",
+        "--json",
+        "--device-size",
+        "1G",
+        "--file-size",
+        "512M",
+    ]);
+    assert_eq!(code, 0);
+    let steps = v["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 6);
+    let fresh = steps[0]["read_seconds"].as_f64().unwrap();
+    let worst = steps[4]["read_seconds"].as_f64().unwrap();
+    let after = steps[5]["read_seconds"].as_f64().unwrap();
+    assert!(
+        worst > 2.5 * fresh,
+        "the default preset degrades: {fresh} -> {worst}"
+    );
+    assert!(
+        after <= fresh * 1.03,
+        "reseq restores it: {after} vs {fresh}"
+    );
+    assert!(v["model_state_bytes"].as_f64().unwrap() / ((1u64 << 30) / 4096) as f64 <= 16.0);
+}
+
+#[test]
+fn bad_parameters_are_usage_errors() {
+    let (code, _, err) = reseq(&["simulate", "--preset", "floppy"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown preset 'floppy'"));
+    let (code, _, err) = reseq(&["simulate", "--set", "warp_factor=9"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown model parameter 'warp_factor'"));
+    let (code, _, err) = reseq(&["sim", "read", "/nonexistent.sim"]);
+    assert_eq!(code, 4);
+    assert!(err.contains("loading simulated device"));
+}
