@@ -47,6 +47,13 @@ pub enum Command {
     /// with four stages of random 4 KiB writes, re-sequence it with reseq's own engine,
     /// and print sequential read times (virtual) after each step.
     Simulate(SimulateArgs),
+    /// Measure sequential read throughput (O_DIRECT) of a device, file, directory or
+    /// simulated SSD: each pass and the median, min and max.
+    Bench(BenchArgs),
+    /// Read a target once region by region and flag the regions that read slowly.
+    Scan(ScanArgs),
+    /// Re-render a report saved with --json.
+    Report(ReportArgs),
     /// A simulated SSD kept in a state file, for running the steps one at a time.
     Sim {
         #[command(subcommand)]
@@ -192,9 +199,118 @@ pub struct RewriteArgs {
     /// Where journals are kept.
     #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR", env = "RESEQ_STATE_DIR")]
     pub state_dir: PathBuf,
-    /// Print the report as JSON on stdout.
+    /// Benchmark sequential reads of the range before and after, and give a verdict.
+    #[arg(long)]
+    pub bench: bool,
+    #[command(flatten)]
+    pub bench_opts: BenchOpts,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// How reports are printed and where metrics go.
+#[derive(Debug, Args, Clone, Default)]
+pub struct OutputArgs {
+    /// Print the report as JSON on stdout (same as --format json).
     #[arg(long)]
     pub json: bool,
+    /// Report format on stdout.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<crate::render::Format>,
+    /// Also write Prometheus textfile metrics here, atomically (node_exporter's
+    /// textfile collector directory, e.g. /var/lib/node_exporter/textfile_collector/reseq.prom).
+    #[arg(long, value_name = "PATH.prom")]
+    pub metrics_file: Option<PathBuf>,
+}
+
+impl OutputArgs {
+    pub fn format(&self) -> crate::render::Format {
+        if self.json {
+            crate::render::Format::Json
+        } else {
+            self.format.unwrap_or(crate::render::Format::Text)
+        }
+    }
+}
+
+/// Read benchmark parameters (for `bench`, and `rewrite --bench` with the `bench-` prefix).
+#[derive(Debug, Args, Clone)]
+pub struct BenchOpts {
+    /// Bytes per read command.
+    #[arg(long = "bench-block-size", default_value = "1M", value_name = "SIZE")]
+    pub block_size: String,
+    /// Reads in flight at once.
+    #[arg(long = "bench-queue-depth", default_value_t = 1, value_name = "N")]
+    pub queue_depth: usize,
+    /// Timed passes over the range (before and after each, for rewrite --bench).
+    #[arg(long = "bench-passes", default_value_t = 3, value_name = "N")]
+    pub passes: usize,
+    /// Pause between passes, in case the drive reorganises itself in the background.
+    #[arg(long = "bench-settle", default_value = "0s", value_name = "DURATION")]
+    pub settle: String,
+    /// Regions of the before/after throughput map.
+    #[arg(long = "bench-regions", default_value_t = 32, value_name = "N")]
+    pub regions: usize,
+    /// Benchmark only this much from the start of the range (default: all of it).
+    #[arg(long = "bench-length", value_name = "SIZE")]
+    pub length: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// A block device, a file, a directory of files, or sim:STATE (a simulated SSD).
+    pub target: PathBuf,
+    /// Bytes per read command.
+    #[arg(long, default_value = "1M", value_name = "SIZE")]
+    pub block_size: String,
+    /// Reads in flight at once (that many threads issuing O_DIRECT reads).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub queue_depth: usize,
+    /// Timed passes.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub passes: usize,
+    /// Pause between passes (the article waited 10 s, in case the drive reorganises itself).
+    #[arg(long, default_value = "0s", value_name = "DURATION")]
+    pub settle: String,
+    /// Start of the range.
+    #[arg(long, default_value = "0", value_name = "SIZE")]
+    pub offset: String,
+    /// Length of the range (default: to the end).
+    #[arg(long, value_name = "SIZE")]
+    pub length: Option<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    /// A block device, a file, a directory of files, or sim:STATE (a simulated SSD).
+    pub target: PathBuf,
+    /// How many regions to time.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub regions: usize,
+    /// A region is flagged slow below this fraction of the median of the fastest quarter
+    /// of the regions.
+    #[arg(long, default_value_t = 0.7, value_name = "FRACTION")]
+    pub threshold: f64,
+    #[arg(long, default_value = "1M", value_name = "SIZE")]
+    pub block_size: String,
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub queue_depth: usize,
+    #[arg(long, default_value = "0", value_name = "SIZE")]
+    pub offset: String,
+    #[arg(long, value_name = "SIZE")]
+    pub length: Option<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A report saved with --json.
+    pub report: PathBuf,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: crate::render::Format,
 }
 
 #[derive(Debug, Args)]
@@ -213,6 +329,16 @@ impl SimulateArgs {
         match Cli::parse_from(["reseq", "simulate"]).command {
             Command::Simulate(a) => a,
             _ => unreachable!("parsed a simulate command"),
+        }
+    }
+}
+
+impl BenchOpts {
+    /// The defaults, as clap would parse them.
+    pub fn defaults() -> BenchOpts {
+        match Cli::parse_from(["reseq", "rewrite", "/dev/null"]).command {
+            Command::Rewrite(a) => a.bench_opts,
+            _ => unreachable!("parsed a rewrite command"),
         }
     }
 }

@@ -129,7 +129,12 @@ fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> 
         resume: false,
         restart: false,
         state_dir: dir.path().join("state"),
-        json,
+        bench: false,
+        bench_opts: crate::cli::BenchOpts::defaults(),
+        output: crate::cli::OutputArgs {
+            json,
+            ..Default::default()
+        },
     };
     let (report, result) = crate::rewrite::run(&rewrite_args, quiet);
     *report_out = Some(report);

@@ -19,7 +19,9 @@ use crate::error::{Error, Result};
 use crate::sys;
 
 /// Whether the medium spins, and why we believe it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "reason")]
 pub enum Medium {
     /// Reported non-rotational by a device whose report we trust (or memory-backed).
@@ -31,7 +33,9 @@ pub enum Medium {
 }
 
 /// Identity recorded in the journal; a resume refuses if any of it changed.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct DeviceIdentity {
     /// Kernel name (`loop0`, `nvme0n1p2`).
     pub name: String,

@@ -90,7 +90,9 @@ impl EngineConfig {
 pub const COMMIT_INTERVAL_BYTES: u64 = 256 << 20;
 
 /// What a run did, also when it stopped early.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct EngineStats {
     pub bytes_read: u64,
     pub bytes_written: u64,

@@ -4,7 +4,9 @@
 //! on them): never renumber one. The table is repeated in README.md and the man page.
 
 /// An exit status of the `reseq` process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ExitCode {
     /// Everything asked for was done and verified.

@@ -11,6 +11,8 @@
 //! - `ebusy-open`: opening a mounted device for writing fails with EBUSY, as on kernels
 //!   built with CONFIG_BLK_DEV_WRITE_MOUNTED=n (not reproducible on this CI kernel).
 //! - `rotational`: the device is taken to be rotational (no test disk spins).
+//! - `slow@START-END=MS`: every benchmark read touching `[START, END)` takes MS longer
+//!   (a region made slow on purpose, for `scan`).
 //!
 //! POINTs: `window-start` (after the freeze), `before-write` (before asking to write),
 //! `after-permit` (granted, before the write syscall), `after-write`, `after-verify`,
@@ -36,6 +38,7 @@ mod imp {
         Kill(String, u64),
         EbusyOpen,
         Rotational,
+        Slow(u64, u64, u64),
     }
 
     struct State {
@@ -78,6 +81,11 @@ mod imp {
             "read-error" => Rule::Io(IoOp::Read, num(rest)),
             "write-error" => Rule::Io(IoOp::Write, num(rest)),
             "corrupt" => Rule::Corrupt(num(rest)),
+            "slow" => {
+                let (range, ms) = rest.split_once('=').unwrap_or_else(|| fail(rule));
+                let (a, b) = range.split_once('-').unwrap_or_else(|| fail(rule));
+                Rule::Slow(num(a), num(b), ms.parse().unwrap_or_else(|_| fail(rule)))
+            }
             "delay" => {
                 let (at, ms) = rest.split_once('=').unwrap_or_else(|| fail(rule));
                 let (point, n) = at.split_once('#').unwrap_or((at, "1"));
@@ -165,6 +173,17 @@ mod imp {
     pub fn pretend_rotational() -> bool {
         state().rules.iter().any(|r| matches!(r, Rule::Rotational))
     }
+
+    pub fn read_delay(offset: u64, len: u64) {
+        for r in &state().rules {
+            if let Rule::Slow(a, b, ms) = r
+                && offset < *b
+                && offset + len > *a
+            {
+                std::thread::sleep(std::time::Duration::from_millis(*ms));
+            }
+        }
+    }
 }
 
 #[cfg(not(feature = "fault-injection"))]
@@ -186,6 +205,8 @@ mod imp {
     pub fn pretend_rotational() -> bool {
         false
     }
+    #[inline(always)]
+    pub fn read_delay(_: u64, _: u64) {}
 }
 
 pub use imp::*;

@@ -8,6 +8,7 @@
 //! journal makes runs resumable. See docs/ARCHITECTURE.md for the data flow.
 #![deny(unsafe_code)]
 
+pub mod bench;
 pub mod cli;
 pub mod demo;
 pub mod device;
@@ -18,9 +19,12 @@ pub mod freeze;
 pub mod guardian;
 pub mod hooks;
 pub mod journal;
+pub mod measure;
 pub mod mounts;
 pub mod output;
 pub mod plan;
+pub mod readbench;
+pub mod render;
 pub mod report;
 pub mod rewrite;
 pub mod scratch;

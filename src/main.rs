@@ -2,17 +2,28 @@
 
 use clap::Parser;
 
-use reseq::cli::{Cli, Command, SimulateArgs};
+use reseq::cli::{Cli, Command, OutputArgs, SimulateArgs};
 use reseq::exit_codes::ExitCode;
+use reseq::render::{Format, render, write_atomically};
+use reseq::report::Report;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     reseq::output::init_logging(cli.verbose, cli.quiet);
-    let (report, json, result) = match &cli.command {
+    let (report, output, result) = match &cli.command {
         Command::Rewrite(args) => {
             let (report, result) = reseq::rewrite::run(args, cli.quiet);
-            (Some(report), args.json, result)
+            (Some(report), args.output.clone(), result)
         }
+        Command::Bench(args) => {
+            let (report, result) = reseq::measure::run_bench(args);
+            (Some(report), args.output.clone(), result)
+        }
+        Command::Scan(args) => {
+            let (report, result) = reseq::measure::run_scan(args);
+            (Some(report), args.output.clone(), result)
+        }
+        Command::Report(args) => return finish(rerender(&args.report, args.format)),
         Command::Demo(args) if !nix::unistd::geteuid().is_root() => {
             eprintln!(
                 "reseq demo: not root, so no loop device; running the simulated SSD instead (reseq simulate)"
@@ -24,7 +35,14 @@ fn main() -> std::process::ExitCode {
         }
         Command::Demo(args) => {
             let (report, result) = reseq::demo::run(args, cli.quiet);
-            (report, args.json, result)
+            (
+                report,
+                OutputArgs {
+                    json: args.json,
+                    ..Default::default()
+                },
+                result,
+            )
         }
         Command::Simulate(args) => {
             return print_simulation(reseq::simulate::simulate(args, cli.quiet), args.json);
@@ -37,13 +55,27 @@ fn main() -> std::process::ExitCode {
         }
     };
     if let Some(r) = &report {
-        if json {
-            println!("{}", r.to_json());
-        } else if !cli.quiet || result.is_err() {
-            print!("{}", r.to_text());
+        let format = output.format();
+        if format != Format::Text || !cli.quiet || result.is_err() {
+            print!("{}", render(r, format));
+        }
+        if let Some(path) = &output.metrics_file
+            && let Err(e) = write_atomically(path, &render(r, Format::Prom))
+        {
+            eprintln!("reseq: {}", reseq::error_chain(&e));
         }
     }
     finish(result)
+}
+
+fn rerender(path: &std::path::Path, format: Format) -> reseq::error::Result<()> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| reseq::error::Error::io(format!("reading {}", path.display()), e))?;
+    let report: Report = serde_json::from_str(&text).map_err(|e| {
+        reseq::error::Error::Usage(format!("{} is not a reseq report: {e}", path.display()))
+    })?;
+    print!("{}", render(&report, format));
+    Ok(())
 }
 
 fn print_simulation(

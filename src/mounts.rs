@@ -72,7 +72,9 @@ pub fn read_mounts() -> std::io::Result<Vec<MountEntry>> {
 
 /// One mounted filesystem (superblock) that must be frozen, with every mount point
 /// it is visible at.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct MountedFs {
     /// Device number as "major:minor".
     pub dev: String,

@@ -5,8 +5,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::bench::{BenchResult, ScanResult, Verdict};
 use crate::device::{DeviceIdentity, Medium};
 use crate::engine::EngineStats;
 use crate::error::Error;
@@ -17,11 +18,11 @@ use crate::units::{human_bytes, human_rate};
 
 pub const SCHEMA_VERSION: u32 = 1;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Report {
     pub schema_version: u32,
-    pub tool: &'static str,
-    pub tool_version: &'static str,
+    pub tool: String,
+    pub tool_version: String,
     pub command: String,
     pub argv: Vec<String>,
     pub host: String,
@@ -33,10 +34,21 @@ pub struct Report {
     pub plan: Option<PlanReport>,
     pub results: Option<EngineStats>,
     /// `passed`, `failed`, `off`, or `incomplete` (stopped before the end).
-    pub verification: &'static str,
+    pub verification: String,
     /// Outcome of re-reading the chunk that was in flight when the previous run stopped:
     /// `intact`, `changed` (something wrote there since), or null.
-    pub in_flight_reverify: Option<&'static str>,
+    pub in_flight_reverify: Option<String>,
+    /// `reseq bench`: the passes.
+    pub bench: Option<BenchResult>,
+    /// `reseq scan`: throughput by region.
+    pub scan: Option<ScanResult>,
+    /// `rewrite --bench`: the same reads before and after the rewrite.
+    pub bench_before: Option<BenchResult>,
+    pub bench_after: Option<BenchResult>,
+    pub scan_before: Option<ScanResult>,
+    pub scan_after: Option<ScanResult>,
+    pub verdict: Option<Verdict>,
+    pub write_cost: Option<WriteCost>,
     pub warnings: Vec<String>,
     pub outcome: Outcome,
     /// For a dry run, the plan as text (the human rendering of a dry run).
@@ -44,7 +56,7 @@ pub struct Report {
     pub plan_text: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceReport {
     pub path: String,
     #[serde(flatten)]
@@ -54,7 +66,7 @@ pub struct DeviceReport {
     pub dio_offset_align_bytes: u32,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PlanReport {
     pub range_start_bytes: u64,
     pub range_end_bytes: u64,
@@ -72,7 +84,22 @@ pub struct PlanReport {
     pub journal_path: String,
 }
 
-#[derive(Debug, Serialize)]
+/// What the rewrite cost the drive.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct WriteCost {
+    /// Delta of sectors written in `/sys/class/block/<dev>/stat`, in bytes (everything the
+    /// host wrote to the device during the run, reseq's writes and anyone else's).
+    pub host_bytes_written: Option<u64>,
+    /// NVMe SMART "Data Units Written" (units of 512,000 bytes) before and after; null
+    /// where the device is not NVMe or `smartctl --json` is unavailable.
+    pub nvme_data_units_written_before: Option<u64>,
+    pub nvme_data_units_written_after: Option<u64>,
+    /// NVMe SMART "Percentage Used" before and after.
+    pub nvme_percentage_used_before: Option<u64>,
+    pub nvme_percentage_used_after: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Outcome {
     pub exit_code: i32,
     pub status: ExitCode,
@@ -95,8 +122,8 @@ impl Report {
     pub fn new(command: &str, dry_run: bool) -> Report {
         Report {
             schema_version: SCHEMA_VERSION,
-            tool: "reseq",
-            tool_version: env!("CARGO_PKG_VERSION"),
+            tool: "reseq".into(),
+            tool_version: env!("CARGO_PKG_VERSION").into(),
             command: command.into(),
             argv: std::env::args().collect(),
             host: hostname(),
@@ -107,8 +134,16 @@ impl Report {
             device: None,
             plan: None,
             results: None,
-            verification: "incomplete",
+            verification: "incomplete".into(),
             in_flight_reverify: None,
+            bench: None,
+            scan: None,
+            bench_before: None,
+            bench_after: None,
+            scan_before: None,
+            scan_after: None,
+            verdict: None,
+            write_cost: None,
             warnings: Vec::new(),
             outcome: Outcome {
                 exit_code: 0,
@@ -158,11 +193,12 @@ impl Report {
         let verify_on = self.plan.as_ref().is_some_and(|p| p.verify);
         self.verification = match result {
             Err(Error::ChecksumMismatch { .. }) => "failed",
-            _ if self.dry_run => "off",
+            _ if self.dry_run || self.plan.is_none() => "off",
             Ok(()) if verify_on => "passed",
             Ok(()) => "off",
             Err(_) => "incomplete",
-        };
+        }
+        .into();
         self.outcome = match result {
             Ok(()) => Outcome {
                 exit_code: 0,
@@ -251,18 +287,24 @@ impl Report {
                 );
             }
         }
-        if let Some(v) = self.in_flight_reverify {
+        if let Some(v) = &self.in_flight_reverify {
             s += &format!("  chunk in flight at the previous stop: {v}\n");
         }
-        s += &format!("  verification: {}\n", self.verification);
+        s += &crate::render::measurements_text(self);
+        if self.plan.is_some() {
+            s += &format!("  verification: {}\n", self.verification);
+        }
         for w in &self.warnings {
             s += &format!("  warning: {w}\n");
         }
-        s += &format!(
-            "  outcome: {} (exit {})\n",
-            self.outcome.status.describe(),
-            self.outcome.exit_code
-        );
+        let describe = match (self.command.as_str(), self.outcome.status) {
+            ("rewrite", _)
+            | (_, ExitCode::Internal | ExitCode::Usage | ExitCode::Refused | ExitCode::IoError) => {
+                self.outcome.status.describe()
+            }
+            _ => "success",
+        };
+        s += &format!("  outcome: {describe} (exit {})\n", self.outcome.exit_code);
         s
     }
 }

@@ -9,11 +9,13 @@ use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::Instant;
 
+use crate::bench;
 use crate::cli::RewriteArgs;
 use crate::engine;
 use crate::error::{Error, Result};
 use crate::freeze::{GuardedFreeze, NoFreeze, WindowGuard};
 use crate::journal::{self, Journal, RunRecord};
+use crate::measure;
 use crate::output::Progress;
 use crate::plan::{self, Environment, RewritePlan, Start};
 use crate::report::{Report, now_rfc3339};
@@ -36,6 +38,8 @@ pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
             if args.dry_run {
                 report.plan_text = Some(describe_plan(&plan));
                 Ok(())
+            } else if args.bench {
+                execute_with_bench(&plan, args, quiet, &mut report)
             } else {
                 execute(&plan, quiet, &mut report)
             }
@@ -194,10 +198,7 @@ fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
 
 /// Re-reads the chunk an interrupted run was writing and compares it with the blake3 it
 /// had been read with.
-fn reverify_in_flight(
-    target: &dyn BlockTarget,
-    plan: &RewritePlan,
-) -> Result<Option<&'static str>> {
+fn reverify_in_flight(target: &dyn BlockTarget, plan: &RewritePlan) -> Result<Option<String>> {
     let Start::Resume {
         in_flight: Some((chunk, expected)),
         ..
@@ -215,18 +216,57 @@ fn reverify_in_flight(
         log::info!(
             "chunk {chunk} (offset {offset}), in flight when the last run stopped, is intact"
         );
-        Ok(Some("intact"))
+        Ok(Some("intact".into()))
     } else if plan.needs_freeze() {
         log::info!(
             "chunk {chunk} (offset {offset}) changed since the last run stopped: the mounted filesystem wrote there after the thaw, as it may"
         );
-        Ok(Some("changed"))
+        Ok(Some("changed".into()))
     } else {
         log::warn!(
             "chunk {chunk} (offset {offset}) of the unmounted device changed since the last run stopped: something else wrote to the device in between"
         );
-        Ok(Some("changed"))
+        Ok(Some("changed".into()))
     }
+}
+
+/// `rewrite --bench`: the same reads before and after, the verdict, and the write cost.
+fn execute_with_bench(
+    plan: &RewritePlan,
+    args: &RewriteArgs,
+    quiet: bool,
+    report: &mut Report,
+) -> Result<()> {
+    let (name, parent) = (
+        &plan.device.identity.name,
+        plan.device.parent_disk.as_deref(),
+    );
+    log::info!("benchmarking before the rewrite");
+    let (b, s) = measure::measure_device(&plan.device.path, &args.bench_opts, plan.total_bytes())?;
+    report.bench_before = Some(b);
+    report.scan_before = Some(s);
+    let cost_before = measure::snapshot(name, parent);
+    let result = execute(plan, quiet, report);
+    report.write_cost = Some(measure::write_cost(
+        &cost_before,
+        &measure::snapshot(name, parent),
+    ));
+    result?;
+    log::info!("benchmarking after the rewrite");
+    let (b, s) = measure::measure_device(&plan.device.path, &args.bench_opts, plan.total_bytes())?;
+    let rates = |x: &crate::bench::BenchResult| {
+        x.passes
+            .iter()
+            .map(|p| p.bytes_per_second)
+            .collect::<Vec<f64>>()
+    };
+    report.verdict = report
+        .bench_before
+        .as_ref()
+        .map(|before| bench::verdict(&rates(before), &rates(&b)));
+    report.bench_after = Some(b);
+    report.scan_after = Some(s);
+    Ok(())
 }
 
 fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {

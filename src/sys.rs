@@ -178,7 +178,15 @@ pub enum Forked {
 /// functions (a lock held by another thread stays locked forever). The guardian
 /// allocates and uses std, so we refuse to fork unless this is the only thread.
 pub fn fork_single_threaded() -> std::io::Result<Forked> {
-    let threads = std::fs::read_dir("/proc/self/task")?.count();
+    // Threads that were just joined may linger in /proc for a moment after join returns.
+    let mut threads = std::fs::read_dir("/proc/self/task")?.count();
+    for _ in 0..100 {
+        if threads == 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        threads = std::fs::read_dir("/proc/self/task")?.count();
+    }
     if threads != 1 {
         return Err(std::io::Error::other(format!(
             "refusing to fork the guardian from a process with {threads} threads"

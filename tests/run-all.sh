@@ -17,6 +17,7 @@ declare -A need=(
   [losetup]=mount [fsfreeze]=util-linux [setpriv]=util-linux [partx]=util-linux
   [mkswap]=util-linux [swapon]=util-linux
   [sfdisk]=fdisk [mksquashfs]=squashfs-tools
+  [chromium]=chromium
 )
 missing=()
 for tool in "${!need[@]}"; do

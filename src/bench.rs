@@ -1,0 +1,397 @@
+//! `reseq bench` and `reseq scan`, and the before/after verdict.
+//!
+//! The verdict is deliberately hard to earn: shared and noisy machines make one faster
+//! pass meaningless. "faster" needs every after-pass to beat every before-pass, or a
+//! one-sided exact Mann-Whitney U test at p < 0.05 (which needs at least 4 passes a side
+//! to ever fire without the first rule); "slower" mirrors it; anything else is "no
+//! measurable change".
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::readbench::{ReadParams, Target, Timed, read_span, settle};
+
+/// One pass of a benchmark.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct Pass {
+    pub bytes: u64,
+    pub seconds: f64,
+    pub bytes_per_second: f64,
+}
+
+impl From<Timed> for Pass {
+    fn from(t: Timed) -> Pass {
+        Pass {
+            bytes: t.bytes,
+            seconds: t.seconds,
+            bytes_per_second: t.rate(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct BenchResult {
+    pub target: String,
+    /// Measured on a simulated SSD's virtual clock.
+    pub virtual_time: bool,
+    pub params: ReadParams,
+    pub settle_seconds: f64,
+    pub passes: Vec<Pass>,
+    pub median_bytes_per_second: f64,
+    pub min_bytes_per_second: f64,
+    pub max_bytes_per_second: f64,
+}
+
+pub fn median(v: &[f64]) -> f64 {
+    let mut s: Vec<f64> = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// Runs `passes` sequential reads of the range.
+pub fn bench(
+    target: &Target,
+    params: &ReadParams,
+    passes: usize,
+    settle_for: Duration,
+) -> Result<BenchResult> {
+    let mut out = Vec::new();
+    for i in 0..passes.max(1) {
+        if i > 0 {
+            settle(settle_for);
+        }
+        let t = read_span(
+            target,
+            params.block_size_bytes,
+            params.queue_depth,
+            params.offset_bytes,
+            params.length_bytes,
+        )?;
+        let p = Pass::from(t);
+        log::info!(
+            "pass {}: {} in {:.3} s = {}",
+            i + 1,
+            crate::units::human_bytes(p.bytes),
+            p.seconds,
+            crate::units::human_rate(p.bytes_per_second)
+        );
+        out.push(p);
+    }
+    let rates: Vec<f64> = out.iter().map(|p| p.bytes_per_second).collect();
+    Ok(BenchResult {
+        target: target.describe(),
+        virtual_time: target.is_virtual(),
+        params: params.clone(),
+        settle_seconds: settle_for.as_secs_f64(),
+        median_bytes_per_second: median(&rates),
+        min_bytes_per_second: rates.iter().copied().fold(f64::INFINITY, f64::min),
+        max_bytes_per_second: rates.iter().copied().fold(0.0, f64::max),
+        passes: out,
+    })
+}
+
+/// One region of a scan.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct Region {
+    pub index: usize,
+    pub offset_bytes: u64,
+    pub length_bytes: u64,
+    pub seconds: f64,
+    pub bytes_per_second: f64,
+    /// Slower than `threshold` x the reference (the fastest regions).
+    pub slow: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct ScanResult {
+    pub target: String,
+    pub virtual_time: bool,
+    pub params: ReadParams,
+    /// Median throughput of the fastest quarter of the regions (at least one).
+    pub reference_bytes_per_second: f64,
+    /// A region is slow below this fraction of the reference.
+    pub threshold: f64,
+    pub regions: Vec<Region>,
+    pub slow_regions: usize,
+}
+
+/// Region boundaries: `n` regions covering `[offset, offset + length)` exactly, each a
+/// multiple of `align` except possibly the last.
+pub fn region_bounds(offset: u64, length: u64, n: usize, align: u64) -> Vec<(u64, u64)> {
+    let n = n.max(1) as u64;
+    let size = (length.div_ceil(n)).div_ceil(align).max(1) * align;
+    let mut out = Vec::new();
+    let mut at = offset;
+    let end = offset + length;
+    while at < end {
+        let len = size.min(end - at);
+        out.push((at, len));
+        at += len;
+    }
+    out
+}
+
+/// Reads the range once, region by region, and flags the slow regions.
+pub fn scan(
+    target: &Target,
+    params: &ReadParams,
+    regions: usize,
+    threshold: f64,
+) -> Result<ScanResult> {
+    let bounds = region_bounds(
+        params.offset_bytes,
+        params.length_bytes,
+        regions,
+        target.offset_align(),
+    );
+    let mut out = Vec::new();
+    for (i, (off, len)) in bounds.into_iter().enumerate() {
+        let t = read_span(
+            target,
+            params.block_size_bytes,
+            params.queue_depth,
+            off,
+            len,
+        )?;
+        out.push(Region {
+            index: i,
+            offset_bytes: off,
+            length_bytes: len,
+            seconds: t.seconds,
+            bytes_per_second: t.rate(),
+            slow: false,
+        });
+    }
+    Ok(flag_slow(
+        target.describe(),
+        target.is_virtual(),
+        params.clone(),
+        out,
+        threshold,
+    ))
+}
+
+/// Marks regions slower than `threshold` x the median of the fastest quarter (a quarter,
+/// not the single fastest region, so that one lucky region does not flag the rest).
+pub fn flag_slow(
+    target: String,
+    virtual_time: bool,
+    params: ReadParams,
+    mut regions: Vec<Region>,
+    threshold: f64,
+) -> ScanResult {
+    let mut rates: Vec<f64> = regions.iter().map(|r| r.bytes_per_second).collect();
+    rates.sort_by(|a, b| b.total_cmp(a));
+    let top = rates.len().div_ceil(4).max(1);
+    let reference = median(&rates[..top.min(rates.len())]);
+    for r in &mut regions {
+        r.slow = r.bytes_per_second < threshold * reference;
+    }
+    let slow_regions = regions.iter().filter(|r| r.slow).count();
+    ScanResult {
+        target,
+        virtual_time,
+        params,
+        reference_bytes_per_second: reference,
+        threshold,
+        regions,
+        slow_regions,
+    }
+}
+
+/// The honest answer to "did it help?".
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct Verdict {
+    /// `faster`, `no_measurable_change` or `slower`.
+    pub verdict: String,
+    /// Which rule decided, in words.
+    pub rule: String,
+    /// Median after / median before.
+    pub speedup: f64,
+    /// One-sided exact Mann-Whitney U p-value in the direction of the medians.
+    pub p_value: f64,
+}
+
+/// How many orderings of `n` x's and `m` y's give each U (x beats y counts 1): the exact
+/// null distribution of Mann-Whitney U without ties.
+fn u_distribution(n: usize, m: usize) -> Vec<f64> {
+    // f[i][j][u]: arrangements of i x's and j y's with statistic u.
+    let max_u = n * m;
+    let mut f = vec![vec![vec![0f64; max_u + 1]; m + 1]; n + 1];
+    // With no x, or no y, U is 0 in exactly one way.
+    for row in f.iter_mut() {
+        row[0][0] = 1.0;
+    }
+    for cell in f[0].iter_mut() {
+        cell[0] = 1.0;
+    }
+    for i in 1..=n {
+        for j in 1..=m {
+            for u in 0..=max_u {
+                // The largest element is an x (it beats all j y's) or a y.
+                let a = if u >= j { f[i - 1][j][u - j] } else { 0.0 };
+                f[i][j][u] = a + f[i][j - 1][u];
+            }
+        }
+    }
+    f[n][m].clone()
+}
+
+/// One-sided p-value that `after` is stochastically larger than `before`.
+fn mann_whitney_p(after: &[f64], before: &[f64]) -> f64 {
+    let mut u = 0.0;
+    for a in after {
+        for b in before {
+            u += if a > b {
+                1.0
+            } else if a == b {
+                0.5
+            } else {
+                0.0
+            };
+        }
+    }
+    let dist = u_distribution(after.len(), before.len());
+    let total: f64 = dist.iter().sum();
+    let at_least: f64 = dist
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| *k as f64 >= u)
+        .map(|(_, c)| c)
+        .sum();
+    at_least / total
+}
+
+pub fn verdict(before: &[f64], after: &[f64]) -> Verdict {
+    let speedup = median(after) / median(before).max(f64::MIN_POSITIVE);
+    let min_a = after.iter().copied().fold(f64::INFINITY, f64::min);
+    let max_a = after.iter().copied().fold(0.0, f64::max);
+    let min_b = before.iter().copied().fold(f64::INFINITY, f64::min);
+    let max_b = before.iter().copied().fold(0.0, f64::max);
+    let p_up = mann_whitney_p(after, before);
+    let p_down = mann_whitney_p(before, after);
+    let (v, rule, p) = if min_a > max_b {
+        (
+            "faster",
+            "every after-pass beat every before-pass".to_string(),
+            p_up,
+        )
+    } else if max_a < min_b {
+        (
+            "slower",
+            "every after-pass was slower than every before-pass".to_string(),
+            p_down,
+        )
+    } else if p_up < 0.05 {
+        (
+            "faster",
+            format!("one-sided exact Mann-Whitney U, p = {p_up:.3} < 0.05"),
+            p_up,
+        )
+    } else if p_down < 0.05 {
+        (
+            "slower",
+            format!("one-sided exact Mann-Whitney U, p = {p_down:.3} < 0.05"),
+            p_down,
+        )
+    } else {
+        let p = p_up.min(p_down);
+        (
+            "no_measurable_change",
+            format!("passes overlap and Mann-Whitney U gives p = {p:.3} >= 0.05"),
+            p,
+        )
+    };
+    Verdict {
+        verdict: v.into(),
+        rule,
+        speedup,
+        p_value: p,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_from_made_up_passes() {
+        let v = verdict(&[100.0, 110.0, 105.0], &[200.0, 190.0, 210.0]);
+        assert_eq!(v.verdict, "faster");
+        assert!((v.speedup - 200.0 / 105.0).abs() < 1e-9);
+        assert!(
+            (v.p_value - 0.05).abs() < 1e-9,
+            "3 vs 3, all beat all: p = 1/20"
+        );
+        let v = verdict(&[200.0, 190.0, 210.0], &[100.0, 110.0, 105.0]);
+        assert_eq!(v.verdict, "slower");
+        let v = verdict(&[100.0, 120.0, 110.0], &[105.0, 115.0, 112.0]);
+        assert_eq!(v.verdict, "no_measurable_change");
+        // Overlapping, but with enough passes the test decides: 5 vs 5, one overlap.
+        let v = verdict(
+            &[100.0, 101.0, 102.0, 103.0, 150.0],
+            &[140.0, 160.0, 161.0, 162.0, 163.0],
+        );
+        assert_eq!(v.verdict, "faster", "{v:?}");
+        assert!(v.rule.contains("Mann-Whitney"));
+        assert!(v.p_value < 0.05);
+    }
+
+    #[test]
+    fn u_distribution_is_a_distribution() {
+        let d = u_distribution(3, 3);
+        assert_eq!(d.iter().sum::<f64>(), 20.0);
+        assert_eq!(d.len(), 10);
+        assert_eq!(d[0], 1.0);
+        assert_eq!(d[9], 1.0);
+    }
+
+    #[test]
+    fn regions_cover_the_range_exactly() {
+        for (off, len, n, al) in [
+            (0, 1000 * 4096, 7, 4096),
+            (4096, 12345 * 512, 16, 512),
+            (0, 4096, 10, 4096),
+        ] {
+            let b = region_bounds(off, len, n, al);
+            assert_eq!(b[0].0, off);
+            for w in b.windows(2) {
+                assert_eq!(w[0].0 + w[0].1, w[1].0, "gap or overlap");
+                assert_eq!(w[0].1 % al, 0);
+            }
+            let last = b.last().unwrap();
+            assert_eq!(last.0 + last.1, off + len);
+            assert!(b.len() <= n);
+        }
+    }
+
+    #[test]
+    fn slow_regions_are_flagged_against_the_fastest() {
+        let p = ReadParams {
+            block_size_bytes: 4096,
+            queue_depth: 1,
+            offset_bytes: 0,
+            length_bytes: 10,
+        };
+        let regions = (0..20)
+            .map(|i| Region {
+                index: i,
+                offset_bytes: 0,
+                length_bytes: 1,
+                seconds: 1.0,
+                bytes_per_second: if i == 7 { 40.0 } else { 100.0 + i as f64 },
+                slow: false,
+            })
+            .collect();
+        let s = flag_slow("t".into(), false, p, regions, 0.75);
+        assert_eq!(s.slow_regions, 1);
+        assert!(s.regions[7].slow);
+        assert!((s.reference_bytes_per_second - 117.0).abs() < 1e-9);
+    }
+}

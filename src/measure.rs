@@ -1,0 +1,179 @@
+//! `reseq bench`, `reseq scan`, and the before/after measurements of `rewrite --bench`,
+//! with the write cost of a rewrite (host sectors written, NVMe SMART counters).
+
+use std::path::Path;
+use std::time::Instant;
+
+use crate::bench::{self, BenchResult, ScanResult};
+use crate::cli::{BenchArgs, BenchOpts, ScanArgs};
+use crate::error::{Error, Result};
+use crate::readbench::{Target, resolve_params};
+use crate::report::{Report, WriteCost};
+use crate::units::{parse_duration, parse_size};
+
+fn size(flag: &str, v: &str) -> Result<u64> {
+    parse_size(v).map_err(|e| Error::Usage(format!("{flag}: {e}")))
+}
+
+/// `reseq bench`.
+pub fn run_bench(args: &BenchArgs) -> (Report, Result<()>) {
+    let started = Instant::now();
+    let mut report = Report::new("bench", false);
+    let result = (|| {
+        let target = Target::open(&args.target)?;
+        let length = args
+            .length
+            .as_deref()
+            .map(|l| size("--length", l))
+            .transpose()?;
+        let params = resolve_params(
+            &target,
+            size("--block-size", &args.block_size)?,
+            args.queue_depth,
+            size("--offset", &args.offset)?,
+            length,
+        )?;
+        let settle =
+            parse_duration(&args.settle).map_err(|e| Error::Usage(format!("--settle: {e}")))?;
+        if args.passes == 0 {
+            return Err(Error::Usage("--passes must be at least 1".into()));
+        }
+        report.bench = Some(bench::bench(&target, &params, args.passes, settle)?);
+        Ok(())
+    })();
+    report.finish(started.elapsed(), &result);
+    (report, result)
+}
+
+/// `reseq scan`.
+pub fn run_scan(args: &ScanArgs) -> (Report, Result<()>) {
+    let started = Instant::now();
+    let mut report = Report::new("scan", false);
+    let result = (|| {
+        if args.regions == 0 || args.regions > 100_000 {
+            return Err(Error::Usage(
+                "--regions must be between 1 and 100000".into(),
+            ));
+        }
+        if !(args.threshold > 0.0 && args.threshold <= 1.0) {
+            return Err(Error::Usage("--threshold must be in (0, 1]".into()));
+        }
+        let target = Target::open(&args.target)?;
+        let length = args
+            .length
+            .as_deref()
+            .map(|l| size("--length", l))
+            .transpose()?;
+        let params = resolve_params(
+            &target,
+            size("--block-size", &args.block_size)?,
+            args.queue_depth,
+            size("--offset", &args.offset)?,
+            length,
+        )?;
+        report.scan = Some(bench::scan(&target, &params, args.regions, args.threshold)?);
+        Ok(())
+    })();
+    report.finish(started.elapsed(), &result);
+    (report, result)
+}
+
+/// The measurement `rewrite --bench` takes before and after: timed passes, then one
+/// pass region by region for the throughput map.
+pub fn measure_device(
+    path: &Path,
+    opts: &BenchOpts,
+    range_len: u64,
+) -> Result<(BenchResult, ScanResult)> {
+    let target = Target::open(path)?;
+    let length = match &opts.length {
+        Some(l) => size("--bench-length", l)?.min(range_len),
+        None => range_len,
+    };
+    let params = resolve_params(
+        &target,
+        size("--bench-block-size", &opts.block_size)?,
+        opts.queue_depth,
+        0,
+        Some(length),
+    )?;
+    let settle =
+        parse_duration(&opts.settle).map_err(|e| Error::Usage(format!("--bench-settle: {e}")))?;
+    let b = bench::bench(&target, &params, opts.passes.max(1), settle)?;
+    let s = bench::scan(&target, &params, opts.regions.max(1), 0.7)?;
+    Ok((b, s))
+}
+
+/// Sectors written so far to a block device, in bytes (`/sys/class/block/NAME/stat`
+/// field 7; partitions have their own counters).
+pub fn host_bytes_written(name: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/sys/class/block/{name}/stat")).ok()?;
+    let sectors: u64 = stat.split_whitespace().nth(6)?.parse().ok()?;
+    Some(sectors * 512)
+}
+
+/// (data units written, percentage used) from `smartctl --json -A` output of an NVMe device.
+pub fn parse_smartctl_nvme(json: &str) -> Option<(u64, u64)> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    let log = v.get("nvme_smart_health_information_log")?;
+    Some((
+        log.get("data_units_written")?.as_u64()?,
+        log.get("percentage_used")?.as_u64()?,
+    ))
+}
+
+/// NVMe SMART counters of the disk holding `name`, through `smartctl --json` where it
+/// is installed; None elsewhere (not NVMe, no smartctl, or the device refuses).
+pub fn nvme_smart(name: &str, parent: Option<&str>) -> Option<(u64, u64)> {
+    let disk = parent.unwrap_or(name);
+    if !disk.starts_with("nvme") {
+        return None;
+    }
+    let out = std::process::Command::new("smartctl")
+        .args(["--json", "-A"])
+        .arg(format!("/dev/{disk}"))
+        .output()
+        .ok()?;
+    parse_smartctl_nvme(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Write-cost counters at one moment.
+pub struct CostSnapshot {
+    host: Option<u64>,
+    smart: Option<(u64, u64)>,
+}
+
+pub fn snapshot(name: &str, parent: Option<&str>) -> CostSnapshot {
+    CostSnapshot {
+        host: host_bytes_written(name),
+        smart: nvme_smart(name, parent),
+    }
+}
+
+pub fn write_cost(before: &CostSnapshot, after: &CostSnapshot) -> WriteCost {
+    WriteCost {
+        host_bytes_written: before
+            .host
+            .zip(after.host)
+            .map(|(a, b)| b.saturating_sub(a)),
+        nvme_data_units_written_before: before.smart.map(|s| s.0),
+        nvme_data_units_written_after: after.smart.map(|s| s.0),
+        nvme_percentage_used_before: before.smart.map(|s| s.1),
+        nvme_percentage_used_after: after.smart.map(|s| s.1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_smartctl_nvme_json() {
+        // Shape of `smartctl --json -A /dev/nvme0` (smartmontools 7.x).
+        let json = r#"{"smartctl":{"version":[7,3]},"device":{"name":"/dev/nvme0","type":"nvme"},
+            "nvme_smart_health_information_log":{"critical_warning":0,"temperature":38,
+            "percentage_used":3,"data_units_read":123456,"data_units_written":987654}}"#;
+        assert_eq!(parse_smartctl_nvme(json), Some((987_654, 3)));
+        assert_eq!(parse_smartctl_nvme(r#"{"device":{"type":"sat"}}"#), None);
+    }
+}

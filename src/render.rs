@@ -1,0 +1,610 @@
+//! Renderings of a [`Report`]: text (in `report.rs`), JSON, Markdown for a ticket, a
+//! self-contained HTML page with SVG charts for a change record, and Prometheus textfile
+//! metrics for node_exporter.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::bench::{BenchResult, ScanResult};
+use crate::error::{Error, Result};
+use crate::report::Report;
+use crate::units::{human_bytes, human_rate};
+
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+pub enum Format {
+    Text,
+    Json,
+    Md,
+    Html,
+    Prom,
+}
+
+pub fn render(r: &Report, f: Format) -> String {
+    match f {
+        Format::Text => r.to_text(),
+        Format::Json => r.to_json() + "\n",
+        Format::Md => markdown(r),
+        Format::Html => html(r),
+        Format::Prom => prometheus(r),
+    }
+}
+
+fn bench_line(label: &str, b: &BenchResult) -> String {
+    let passes: Vec<String> = b
+        .passes
+        .iter()
+        .map(|p| human_rate(p.bytes_per_second))
+        .collect();
+    format!(
+        "  {label}: {} of {} in {} passes of {} blocks at QD{}{}: median {}, min {}, max {} ({})\n",
+        human_bytes(b.params.length_bytes),
+        b.target,
+        b.passes.len(),
+        human_bytes(b.params.block_size_bytes),
+        b.params.queue_depth,
+        if b.virtual_time {
+            " (virtual time)"
+        } else {
+            ""
+        },
+        human_rate(b.median_bytes_per_second),
+        human_rate(b.min_bytes_per_second),
+        human_rate(b.max_bytes_per_second),
+        passes.join(", ")
+    )
+}
+
+fn scan_text(label: &str, sc: &ScanResult) -> String {
+    let mut s = format!(
+        "  {label}: {} regions of {}, reference (fastest quarter) {}, slow below {:.0} % of it: {} slow\n",
+        sc.regions.len(),
+        sc.target,
+        human_rate(sc.reference_bytes_per_second),
+        sc.threshold * 100.0,
+        sc.slow_regions
+    );
+    let max = sc
+        .regions
+        .iter()
+        .map(|r| r.bytes_per_second)
+        .fold(0.0, f64::max)
+        .max(1.0);
+    for r in &sc.regions {
+        let bar = "#".repeat(((r.bytes_per_second / max) * 40.0).round() as usize);
+        let _ = writeln!(
+            s,
+            "    {:>4} {:>12} {:>12}/s {:<40}{}",
+            r.index,
+            human_bytes(r.offset_bytes),
+            human_bytes(r.bytes_per_second as u64),
+            bar,
+            if r.slow { " SLOW" } else { "" }
+        );
+    }
+    s
+}
+
+/// Bench, scan, verdict and write cost, for the text rendering.
+pub fn measurements_text(r: &Report) -> String {
+    let mut s = String::new();
+    if let Some(b) = &r.bench {
+        s += &bench_line("read", b);
+    }
+    if let Some(sc) = &r.scan {
+        s += &scan_text("scan", sc);
+    }
+    if let Some(b) = &r.bench_before {
+        s += &bench_line("before", b);
+    }
+    if let Some(b) = &r.bench_after {
+        s += &bench_line("after", b);
+    }
+    if let Some(v) = &r.verdict {
+        s += &format!(
+            "  verdict: {} (x{:.2}; {})\n",
+            v.verdict.replace('_', " "),
+            v.speedup,
+            v.rule
+        );
+    }
+    if let Some(w) = &r.write_cost {
+        s += &format!(
+            "  write cost: {} written by the host{}\n",
+            w.host_bytes_written
+                .map(human_bytes)
+                .unwrap_or_else(|| "unknown".into()),
+            match (
+                w.nvme_data_units_written_before,
+                w.nvme_data_units_written_after
+            ) {
+                (Some(a), Some(b)) => format!(
+                    ", NVMe data units written +{} ({} bytes)",
+                    b - a,
+                    (b - a) * 512_000
+                ),
+                _ => String::new(),
+            }
+        );
+    }
+    s
+}
+
+fn markdown(r: &Report) -> String {
+    let mut s = format!(
+        "### reseq {} — {}\n\n",
+        r.command,
+        r.outcome.status.describe()
+    );
+    s += "| | |\n|---|---|\n";
+    let mut row = |k: &str, v: String| {
+        let _ = writeln!(s, "| {k} | {} |", v.replace('|', "\\|"));
+    };
+    row("host", r.host.clone());
+    row("started", r.started_at.clone());
+    row("duration", format!("{:.1} s", r.duration_seconds));
+    if let Some(d) = &r.device {
+        row(
+            "device",
+            format!(
+                "`{}` ({}, {})",
+                d.path,
+                d.identity.dev,
+                human_bytes(d.identity.size_bytes)
+            ),
+        );
+    }
+    if let Some(p) = &r.plan {
+        row(
+            "chunks",
+            format!("{} x {}", p.chunks_total, human_bytes(p.chunk_size_bytes)),
+        );
+        let fs: Vec<String> = p
+            .filesystems_frozen
+            .iter()
+            .map(|f| format!("`{}` ({})", f.mount_point.display(), f.fs_type))
+            .collect();
+        row(
+            "frozen",
+            if fs.is_empty() {
+                "nothing mounted".into()
+            } else {
+                fs.join(", ")
+            },
+        );
+    }
+    if let Some(x) = &r.results {
+        row("rewritten", human_bytes(x.bytes_written));
+        row(
+            "windows",
+            format!(
+                "{} (longest freeze {:.3} s, overruns {})",
+                x.windows, x.longest_freeze_seconds, x.windows_overrun
+            ),
+        );
+        row("verification", r.verification.clone());
+    }
+    for (k, b) in [
+        ("read", &r.bench),
+        ("read before", &r.bench_before),
+        ("read after", &r.bench_after),
+    ] {
+        if let Some(b) = b {
+            row(
+                k,
+                format!(
+                    "median {} (min {}, max {}; {} passes, {} at QD{})",
+                    human_rate(b.median_bytes_per_second),
+                    human_rate(b.min_bytes_per_second),
+                    human_rate(b.max_bytes_per_second),
+                    b.passes.len(),
+                    human_bytes(b.params.block_size_bytes),
+                    b.params.queue_depth
+                ),
+            );
+        }
+    }
+    if let Some(v) = &r.verdict {
+        row(
+            "verdict",
+            format!(
+                "**{}** x{:.2} ({})",
+                v.verdict.replace('_', " "),
+                v.speedup,
+                v.rule
+            ),
+        );
+    }
+    if let Some(sc) = &r.scan {
+        row(
+            "scan",
+            format!(
+                "{} regions, {} slow (below {:.0} % of {})",
+                sc.regions.len(),
+                sc.slow_regions,
+                sc.threshold * 100.0,
+                human_rate(sc.reference_bytes_per_second)
+            ),
+        );
+    }
+    if let Some(w) = &r.write_cost {
+        row(
+            "host bytes written",
+            w.host_bytes_written
+                .map(human_bytes)
+                .unwrap_or_else(|| "unknown".into()),
+        );
+    }
+    row(
+        "exit",
+        format!("{} ({:?})", r.outcome.exit_code, r.outcome.status),
+    );
+    if let Some(m) = &r.outcome.message {
+        row("message", m.clone());
+    }
+    for w in &r.warnings {
+        s += &format!("\n> warning: {w}\n");
+    }
+    s
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// An SVG chart of throughput by region: one polyline per series.
+fn region_chart(series: &[(&str, &str, &ScanResult)]) -> String {
+    // A wider left margin holds the axis labels ("2.3 GiB/s").
+    let (w, h, pad, left) = (880.0, 300.0, 50.0, 90.0);
+    let max = series
+        .iter()
+        .flat_map(|(_, _, s)| s.regions.iter().map(|r| r.bytes_per_second))
+        .fold(1.0, f64::max)
+        * 1.1;
+    let n = series
+        .iter()
+        .map(|(_, _, s)| s.regions.len())
+        .max()
+        .unwrap_or(1)
+        .max(2);
+    let x = |i: usize| left + (w - left - pad) * i as f64 / (n - 1) as f64;
+    let y = |v: f64| h - pad - (h - 2.0 * pad) * v / max;
+    let mut s = format!(
+        r##"<svg id="regions" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img"><title>Read throughput by region</title>"##
+    );
+    s += &format!(
+        r##"<rect x="{left}" y="{pad}" width="{}" height="{}" fill="#f7f7f9" stroke="#ccc"/>"##,
+        w - left - pad,
+        h - 2.0 * pad
+    );
+    for k in 0..=4 {
+        let v = max * k as f64 / 4.0;
+        s += &format!(
+            r##"<text x="{}" y="{}" font-size="11" text-anchor="end" fill="#555">{}/s</text>"##,
+            left - 6.0,
+            y(v) + 4.0,
+            esc(&human_bytes(v as u64))
+        );
+    }
+    for (li, (label, color, sc)) in series.iter().enumerate() {
+        let pts: Vec<String> = sc
+            .regions
+            .iter()
+            .map(|r| format!("{:.1},{:.1}", x(r.index), y(r.bytes_per_second)))
+            .collect();
+        s += &format!(
+            r##"<polyline fill="none" stroke="{color}" stroke-width="2.5" points="{}"/>"##,
+            pts.join(" ")
+        );
+        for r in sc.regions.iter().filter(|r| r.slow) {
+            s += &format!(
+                r##"<circle cx="{:.1}" cy="{:.1}" r="4" fill="#d62728"><title>slow region {}</title></circle>"##,
+                x(r.index),
+                y(r.bytes_per_second),
+                r.index
+            );
+        }
+        s += &format!(
+            r##"<rect x="{}" y="14" width="14" height="4" fill="{color}"/><text x="{}" y="20" font-size="12">{}</text>"##,
+            left + 160.0 * li as f64,
+            left + 160.0 * li as f64 + 18.0,
+            esc(label)
+        );
+    }
+    s += &format!(
+        r##"<text x="{}" y="{}" font-size="11" text-anchor="middle" fill="#555">region (offset order)</text></svg>"##,
+        w / 2.0,
+        h - 12.0
+    );
+    s
+}
+
+/// An SVG bar chart of each pass's throughput.
+fn pass_chart(series: &[(&str, &str, &BenchResult)]) -> String {
+    let bars: Vec<(String, &str, f64)> = series
+        .iter()
+        .flat_map(|(label, color, b)| {
+            b.passes
+                .iter()
+                .enumerate()
+                .map(move |(i, p)| (format!("{label} {}", i + 1), *color, p.bytes_per_second))
+        })
+        .collect();
+    let (w, h, pad) = (880.0, 260.0, 50.0);
+    let max = bars.iter().map(|b| b.2).fold(1.0, f64::max) * 1.1;
+    let bw = (w - 2.0 * pad) / bars.len().max(1) as f64;
+    let mut s = format!(
+        r##"<svg id="passes" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img"><title>Throughput of each pass</title>"##
+    );
+    for (i, (label, color, v)) in bars.iter().enumerate() {
+        let bh = (h - 2.0 * pad) * v / max;
+        let x0 = pad + i as f64 * bw + bw * 0.15;
+        s += &format!(
+            r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{bh:.1}" fill="{color}"><title>{}: {}</title></rect>"##,
+            h - pad - bh,
+            bw * 0.7,
+            esc(label),
+            esc(&human_rate(*v))
+        );
+        s += &format!(
+            r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">{}</text>"##,
+            x0 + bw * 0.35,
+            h - pad + 14.0,
+            esc(label)
+        );
+        s += &format!(
+            r##"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="middle" fill="#333">{}</text>"##,
+            x0 + bw * 0.35,
+            h - pad - bh - 4.0,
+            esc(&human_rate(*v))
+        );
+    }
+    s += "</svg>";
+    s
+}
+
+fn html(r: &Report) -> String {
+    let mut body = String::new();
+    let _ = write!(
+        body,
+        "<h1>reseq {}</h1><p class=\"outcome {}\">{} (exit {})</p>",
+        esc(&r.command),
+        if r.outcome.exit_code == 0 {
+            "ok"
+        } else {
+            "bad"
+        },
+        esc(r.outcome.status.describe()),
+        r.outcome.exit_code
+    );
+    if let Some(v) = &r.verdict {
+        let _ = write!(
+            body,
+            "<p class=\"verdict\">Verdict: <b>{}</b> — median read throughput ×{:.2} ({})</p>",
+            esc(&v.verdict.replace('_', " ")),
+            v.speedup,
+            esc(&v.rule)
+        );
+    }
+    let mut rows = vec![
+        ("host", r.host.clone()),
+        ("started", r.started_at.clone()),
+        ("finished", r.finished_at.clone()),
+        ("duration", format!("{:.1} s", r.duration_seconds)),
+        ("command line", r.argv.join(" ")),
+    ];
+    if let Some(d) = &r.device {
+        rows.push((
+            "device",
+            format!(
+                "{} ({}, {}, serial {})",
+                d.path,
+                d.identity.dev,
+                human_bytes(d.identity.size_bytes),
+                d.identity.serial.clone().unwrap_or_else(|| "n/a".into())
+            ),
+        ));
+    }
+    if let Some(x) = &r.results {
+        rows.push((
+            "rewritten",
+            format!(
+                "{} (read {}, verified {})",
+                human_bytes(x.bytes_written),
+                human_bytes(x.bytes_read),
+                human_bytes(x.bytes_verified)
+            ),
+        ));
+        rows.push((
+            "freeze windows",
+            format!(
+                "{} (longest {:.3} s, overruns {})",
+                x.windows, x.longest_freeze_seconds, x.windows_overrun
+            ),
+        ));
+        rows.push(("verification", r.verification.clone()));
+    }
+    if let Some(w) = &r.write_cost {
+        rows.push((
+            "host bytes written",
+            w.host_bytes_written
+                .map(human_bytes)
+                .unwrap_or_else(|| "unknown".into()),
+        ));
+    }
+    body += "<table>";
+    for (k, v) in rows {
+        let _ = write!(body, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(&v));
+    }
+    body += "</table>";
+    let mut scans: Vec<(&str, &str, &ScanResult)> = Vec::new();
+    if let Some(s) = &r.scan_before {
+        scans.push(("before", "#9a9a9a", s));
+    }
+    if let Some(s) = &r.scan_after {
+        scans.push(("after", "#1f77b4", s));
+    }
+    if let Some(s) = &r.scan {
+        scans.push(("throughput", "#1f77b4", s));
+    }
+    if !scans.is_empty() {
+        body += "<h2>Read throughput by region</h2>";
+        body += &region_chart(&scans);
+    }
+    let mut benches: Vec<(&str, &str, &BenchResult)> = Vec::new();
+    if let Some(b) = &r.bench_before {
+        benches.push(("before", "#9a9a9a", b));
+    }
+    if let Some(b) = &r.bench_after {
+        benches.push(("after", "#1f77b4", b));
+    }
+    if let Some(b) = &r.bench {
+        benches.push(("pass", "#1f77b4", b));
+    }
+    if !benches.is_empty() {
+        body += "<h2>Sequential read, each pass</h2>";
+        body += &pass_chart(&benches);
+    }
+    for w in &r.warnings {
+        let _ = write!(body, "<p class=\"warn\">warning: {}</p>", esc(w));
+    }
+    if let Some(m) = &r.outcome.message {
+        let _ = write!(body, "<pre>{}</pre>", esc(m));
+    }
+    format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>reseq {} report</title><style>\
+body{{font-family:system-ui,sans-serif;margin:2em;color:#222;background:#fff}}table{{border-collapse:collapse;margin:1em 0}}\
+th,td{{border:1px solid #ddd;padding:4px 10px;text-align:left;font-size:14px}}th{{background:#f3f3f5}}\
+.ok{{color:#2a7}}.bad{{color:#c22}}.verdict{{font-size:18px}}.warn{{color:#a60}}svg{{display:block;margin:1em 0}}</style></head>\
+<body>{body}</body></html>\n",
+        esc(&r.command)
+    )
+}
+
+fn unix_seconds(rfc3339: &str) -> f64 {
+    humantime::parse_rfc3339(rfc3339)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Prometheus text exposition format, base units, one `target` label.
+pub fn prometheus(r: &Report) -> String {
+    let target = r
+        .device
+        .as_ref()
+        .map(|d| d.path.clone())
+        .or_else(|| r.bench.as_ref().map(|b| b.target.clone()))
+        .or_else(|| r.scan.as_ref().map(|s| s.target.clone()))
+        .unwrap_or_default();
+    let label = format!(
+        "{{command=\"{}\",target=\"{}\"}}",
+        r.command,
+        target.replace('\\', "\\\\").replace('"', "\\\"")
+    );
+    let mut s = String::new();
+    let mut metric = |name: &str, help: &str, v: Option<f64>| {
+        if let Some(v) = v {
+            let _ = writeln!(
+                s,
+                "# HELP reseq_{name} {help}\n# TYPE reseq_{name} gauge\nreseq_{name}{label} {v}"
+            );
+        }
+    };
+    metric(
+        "last_run_timestamp_seconds",
+        "Unix time the last run finished.",
+        Some(unix_seconds(&r.finished_at)),
+    );
+    metric(
+        "last_run_success",
+        "1 if the last run succeeded, else 0.",
+        Some(f64::from(u8::from(r.outcome.exit_code == 0))),
+    );
+    metric(
+        "last_run_exit_code",
+        "Exit code of the last run.",
+        Some(f64::from(r.outcome.exit_code)),
+    );
+    metric(
+        "last_run_duration_seconds",
+        "Wall time of the last run.",
+        Some(r.duration_seconds),
+    );
+    metric(
+        "last_run_rewritten_bytes",
+        "Bytes rewritten by the last run.",
+        r.results.as_ref().map(|x| x.bytes_written as f64),
+    );
+    metric(
+        "last_run_longest_freeze_seconds",
+        "Longest freeze window of the last run.",
+        r.results.as_ref().map(|x| x.longest_freeze_seconds),
+    );
+    metric(
+        "last_run_windows_overrun",
+        "Freeze windows that overran their deadline.",
+        r.results.as_ref().map(|x| x.windows_overrun as f64),
+    );
+    metric(
+        "read_throughput_before_bytes_per_second",
+        "Median sequential read throughput before the rewrite.",
+        r.bench_before.as_ref().map(|b| b.median_bytes_per_second),
+    );
+    metric(
+        "read_throughput_after_bytes_per_second",
+        "Median sequential read throughput after the rewrite.",
+        r.bench_after.as_ref().map(|b| b.median_bytes_per_second),
+    );
+    metric(
+        "read_throughput_bytes_per_second",
+        "Median sequential read throughput (bench).",
+        r.bench.as_ref().map(|b| b.median_bytes_per_second),
+    );
+    metric(
+        "last_run_measurable_change",
+        "1 faster, 0 no measurable change, -1 slower (rewrite --bench).",
+        r.verdict.as_ref().map(|v| match v.verdict.as_str() {
+            "faster" => 1.0,
+            "slower" => -1.0,
+            _ => 0.0,
+        }),
+    );
+    metric(
+        "last_run_host_written_bytes",
+        "Bytes the host wrote to the device during the run.",
+        r.write_cost
+            .as_ref()
+            .and_then(|w| w.host_bytes_written.map(|b| b as f64)),
+    );
+    s
+}
+
+/// Writes `text` to `path` atomically: a temporary file in the same directory, fsync,
+/// then rename, so node_exporter never reads half a file.
+pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".reseq-")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io(format!("creating a temporary file in {}", dir.display()), e))?;
+    // Readable by node_exporter, which does not run as root (tempfile makes 0600).
+    use std::os::unix::fs::PermissionsExt;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644))
+        .and_then(|()| tmp.write_all(text.as_bytes()))
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| Error::io("writing metrics", e))?;
+    tmp.persist(path)
+        .map_err(|e| Error::io(format!("renaming metrics into {}", path.display()), e.error))?;
+    Ok(())
+}
