@@ -18,7 +18,7 @@ make_device() {
 }
 
 # median of numbers on stdin
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+median() { sort -g | awk '{a[NR]=$1} END {m = (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "%.6f\n", m}'; }
 
 # seconds SECS-OF-COMMAND: runs a command, prints its wall time in seconds
 seconds() {

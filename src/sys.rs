@@ -109,6 +109,8 @@ pub fn statx_dio_align(path: &Path) -> nix::Result<Option<(u32, u32)>> {
     Ok(Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align)))
 }
 
+const PAGE: usize = 4096;
+
 /// A heap buffer whose address is aligned for O_DIRECT.
 ///
 /// We never fall back to buffered I/O when an aligned transfer is refused (unlike
@@ -124,11 +126,14 @@ unsafe impl Send for AlignedBuf {}
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
-    /// A zeroed buffer of `len` bytes aligned to `align` (a power of two).
+    /// A zeroed buffer of `len` bytes aligned to `align` (a power of two), and at least to
+    /// a page: a buffer that is only sector-aligned straddles one more page than its
+    /// length needs, so a 1 MiB direct read needs 257 segments, one more than many
+    /// queues take, and the block layer splits it.
     pub fn new(len: usize, align: usize) -> AlignedBuf {
         assert!(len > 0, "empty aligned buffer");
         let layout =
-            Layout::from_size_align(len, align.max(1)).expect("alignment is a power of two");
+            Layout::from_size_align(len, align.max(PAGE)).expect("alignment is a power of two");
         // SAFETY: layout has a non-zero size (asserted above).
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));

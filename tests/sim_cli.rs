@@ -113,3 +113,51 @@ fn bad_parameters_are_usage_errors() {
     assert_eq!(code, 4);
     assert!(err.contains("loading simulated device"));
 }
+
+#[test]
+fn bench_and_scan_a_simulated_ssd() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("ssd.sim");
+    let s = state.to_str().unwrap();
+    let sim = format!("sim:{s}");
+    assert_eq!(reseq(&["sim", "create", s, "--device-size", "1G"]).0, 0);
+    assert_eq!(reseq(&["sim", "write", s, "--length", "512M"]).0, 0);
+    // Fragment only the second quarter of the file.
+    assert_eq!(
+        reseq(&[
+            "sim",
+            "fragment",
+            s,
+            "--offset",
+            "128M",
+            "--length",
+            "128M",
+            "--random-writes",
+            "256M"
+        ])
+        .0,
+        0
+    );
+    let (code, v, _) = reseq(&["bench", &sim, "--json", "--length", "512M", "--passes", "2"]);
+    assert_eq!(code, 0);
+    let b = &v["bench"];
+    assert_eq!(b["virtual_time"], true);
+    assert_eq!(
+        b["passes"][0]["seconds"], b["passes"][1]["seconds"],
+        "virtual time is deterministic"
+    );
+    let (code, v, _) = reseq(&["scan", &sim, "--json", "--length", "512M", "--regions", "8"]);
+    assert_eq!(code, 0);
+    let slow: Vec<u64> = v["scan"]["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["slow"] == true)
+        .map(|r| r["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        slow,
+        vec![2, 3],
+        "the fragmented quarter [128M, 256M) is regions 2 and 3"
+    );
+}
