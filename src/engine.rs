@@ -47,8 +47,8 @@ pub struct EngineConfig {
     pub range_start: u64,
     /// One past the last byte of the range (aligned).
     pub range_end: u64,
-    /// Index of the first chunk to do (after a resume).
-    pub first_chunk: u64,
+    /// Where to start (after a resume: where the journal says the last run stopped).
+    pub start_offset: u64,
     /// Read back and compare every chunk after writing it.
     pub verify: bool,
     /// Chunks read ahead of the writer (the pool holds this many plus one).
@@ -67,10 +67,19 @@ impl EngineConfig {
         (self.range_end - self.range_start).div_ceil(self.chunk_size)
     }
 
-    /// (offset, length) of chunk `i`.
-    pub fn chunk(&self, i: u64) -> (u64, usize) {
-        let off = self.range_start + i * self.chunk_size;
-        (off, (self.range_end - off).min(self.chunk_size) as usize)
+    /// Splits ascending `(offset, length)` ranges into chunks of at most `chunk_size`.
+    pub fn chunks_of(&self, ranges: &[(u64, u64)]) -> Vec<(u64, usize)> {
+        let mut out = Vec::new();
+        for &(off, len) in ranges {
+            let end = (off + len).min(self.range_end);
+            let mut at = off.max(self.range_start);
+            while at < end {
+                let n = (end - at).min(self.chunk_size);
+                out.push((at, n as usize));
+                at += n;
+            }
+        }
+        out
     }
 
     /// Bytes of aligned buffers the engine allocates.
@@ -106,20 +115,51 @@ pub struct EngineStats {
     pub windows_overrun: u64,
     pub longest_freeze_seconds: f64,
     pub total_frozen_seconds: f64,
-    /// Next chunk to do (== chunks_total when complete): all before it are journaled done.
-    pub next_chunk: u64,
+    /// Everything before this offset is done (rewritten and journaled, or left out by
+    /// the plan); `range_end` when complete.
+    pub next_offset_bytes: u64,
+}
+
+/// Decides what to rewrite next. Called at the start of every window, *while frozen*,
+/// with the offset where the previous window stopped: it returns the ranges at or after
+/// it to rewrite, ascending. Re-planning in every window is what lets the layout change
+/// between windows (a filesystem allocates, frees, moves), and planning while frozen is
+/// what makes the plan true for the whole window.
+pub trait Planner {
+    fn ranges(&mut self, cursor: u64, end: u64) -> Result<Vec<(u64, u64)>>;
+}
+
+/// Rewrites everything: the whole range.
+pub struct Everything;
+
+impl Planner for Everything {
+    fn ranges(&mut self, cursor: u64, end: u64) -> Result<Vec<(u64, u64)>> {
+        Ok(if cursor < end {
+            vec![(cursor, end - cursor)]
+        } else {
+            Vec::new()
+        })
+    }
 }
 
 /// A chunk moving through the stages. `hash` is the blake3 of what was read.
 struct Chunk {
+    /// Position in this window's chunk list.
     index: u64,
+    offset: u64,
+    len: usize,
     buf: AlignedBuf,
     hash: blake3::Hash,
 }
 
 enum Staged {
-    /// Chunk index, buffer, and the length read into it.
-    Read(u64, AlignedBuf, usize),
+    /// A chunk read, not yet hashed.
+    Read {
+        index: u64,
+        offset: u64,
+        len: usize,
+        buf: AlignedBuf,
+    },
     Hashed(Chunk),
     Failed {
         offset: u64,
@@ -148,14 +188,14 @@ enum WindowFlow {
 pub fn run(
     target: &dyn BlockTarget,
     cfg: &EngineConfig,
+    planner: &mut dyn Planner,
     guard: &mut dyn WindowGuard,
     journal: &mut Journal,
     progress: &mut Progress,
     stop: &StopFlag,
 ) -> (EngineStats, Result<()>) {
     let mut stats = EngineStats {
-        next_chunk: cfg.first_chunk,
-        chunks_already_done: cfg.first_chunk,
+        next_offset_bytes: cfg.start_offset.max(cfg.range_start),
         ..Default::default()
     };
     let mut engine = Engine {
@@ -168,9 +208,10 @@ pub fn run(
         pool: bounded(cfg.pool_size()),
         verified: Vec::new(),
         chunk_estimate: Duration::ZERO,
-        done_before: cfg.first_chunk * cfg.chunk_size,
+        failed: false,
+        done_before: cfg.start_offset.saturating_sub(cfg.range_start),
     };
-    let result = engine.run_windows(guard);
+    let result = engine.run_windows(planner, guard);
     (stats, result)
 }
 
@@ -183,16 +224,21 @@ struct Engine<'a> {
     stats: &'a mut EngineStats,
     /// Free aligned buffers.
     pool: (Sender<AlignedBuf>, Receiver<AlignedBuf>),
-    /// Written and verified, not yet flushed and journaled.
-    verified: Vec<(u64, blake3::Hash)>,
+    /// Written and verified, not yet flushed and journaled: (offset, length, blake3).
+    verified: Vec<(u64, u64, blake3::Hash)>,
     /// How long one chunk takes the writer (decaying maximum).
     chunk_estimate: Duration,
+    /// A chunk failed: later chunks are not recorded as done.
+    failed: bool,
     done_before: u64,
 }
 
 impl Engine<'_> {
-    fn run_windows(&mut self, guard: &mut dyn WindowGuard) -> Result<()> {
-        let total = self.cfg.chunks_total();
+    fn run_windows(
+        &mut self,
+        planner: &mut dyn Planner,
+        guard: &mut dyn WindowGuard,
+    ) -> Result<()> {
         for _ in 0..self.cfg.pool_size() {
             self.pool
                 .0
@@ -205,7 +251,7 @@ impl Engine<'_> {
         // Soft budget: stop starting chunks at 3/4 of the guardian's deadline, leaving room
         // for one slow chunk, its read-back and the thaw. Each overrun halves the share.
         let mut share = 0.75;
-        while self.stats.next_chunk < total {
+        while self.stats.next_offset_bytes < self.cfg.range_end {
             let budget = guard.deadline().map(|d| d.mul_f64(share));
             if let Some(sig) = self.stop.signal() {
                 return Err(self.interrupted(sig));
@@ -216,7 +262,7 @@ impl Engine<'_> {
                     return Err(self.interrupted(sig));
                 }
             }
-            let (end, flow) = self.window(guard, budget)?;
+            let (end, flow) = self.window(planner, guard, budget)?;
             let frozen = end.frozen.as_secs_f64();
             self.stats.total_frozen_seconds += frozen;
             self.stats.longest_freeze_seconds = self.stats.longest_freeze_seconds.max(frozen);
@@ -224,7 +270,7 @@ impl Engine<'_> {
                 log::debug!(
                     "window {} froze for {frozen:.3} s; next chunk {}",
                     self.stats.windows,
-                    self.stats.next_chunk
+                    self.stats.next_offset_bytes
                 );
             }
             let flow = flow?;
@@ -261,6 +307,7 @@ impl Engine<'_> {
     /// journal); the inner one is what stopped the writer.
     fn window(
         &mut self,
+        planner: &mut dyn Planner,
         guard: &mut dyn WindowGuard,
         budget: Option<Duration>,
     ) -> Result<(WindowEnd, Result<WindowFlow>)> {
@@ -278,8 +325,17 @@ impl Engine<'_> {
         hooks::point("window-start");
         self.stats.windows += 1;
 
-        let total = self.cfg.chunks_total();
-        let from = self.stats.next_chunk;
+        // Plan while frozen. If planning fails, the window still ends (thaws) here.
+        let chunks = match planner.ranges(self.stats.next_offset_bytes, self.cfg.range_end) {
+            Ok(ranges) => self.cfg.chunks_of(&ranges),
+            Err(e) => {
+                let _ = guard.end();
+                output::release();
+                self.journal.set_hold(false)?;
+                return Err(e);
+            }
+        };
+        let chunks = &chunks[..];
         let stop_reader = AtomicBool::new(false);
         let (raw_tx, raw_rx) = bounded::<Staged>(1);
         let (hashed_tx, hashed_rx) = bounded::<Staged>(self.cfg.read_ahead.max(1));
@@ -292,8 +348,7 @@ impl Engine<'_> {
         let mut end = Ok(WindowEnd::default());
         let mut read_total = 0u64;
         let flow = std::thread::scope(|s| {
-            let reader =
-                s.spawn(|| read_stage(target, cfg, from, total, &pool_rx, raw_tx, &stop_reader));
+            let reader = s.spawn(|| read_stage(target, chunks, &pool_rx, raw_tx, &stop_reader));
             s.spawn(move || hash_stage(raw_rx, hashed_tx));
             if cfg.verify {
                 let pool_tx = self.pool.0.clone();
@@ -322,7 +377,7 @@ impl Engine<'_> {
             for m in hashed_rx.iter() {
                 match m {
                     Staged::Hashed(c) => self.recycle(c.buf),
-                    Staged::Read(_, buf, _) => self.recycle(buf),
+                    Staged::Read { buf, .. } => self.recycle(buf),
                     Staged::Failed { .. } => {}
                 }
             }
@@ -338,6 +393,10 @@ impl Engine<'_> {
         // Flushed and journaled after the thaw: nothing here needs the freeze, and the
         // filesystem should not wait for the device's cache flush.
         self.commit()?;
+        if matches!(flow, Ok(WindowFlow::Complete)) {
+            // Everything the plan asked for is done; what it left out needs nothing.
+            self.stats.next_offset_bytes = self.cfg.range_end;
+        }
         Ok((end, flow))
     }
 
@@ -346,8 +405,7 @@ impl Engine<'_> {
     }
 
     fn interrupted(&self, signal: &'static str) -> Error {
-        let done = (self.stats.next_chunk * self.cfg.chunk_size)
-            .min(self.cfg.range_end - self.cfg.range_start);
+        let done = self.stats.next_offset_bytes - self.cfg.range_start;
         Error::Interrupted {
             signal: signal.into(),
             done_bytes: done,
@@ -361,16 +419,12 @@ impl Engine<'_> {
             return Ok(());
         }
         let first = self.verified[0].0;
-        self.target.flush().map_err(|e| {
-            Error::io_at(
-                "flushing the device's write cache",
-                self.cfg.chunk(first).0,
-                e,
-            )
-        })?;
-        for (index, hash) in std::mem::take(&mut self.verified) {
-            self.journal.done(index, &hash)?;
-            self.stats.next_chunk = index + 1;
+        self.target
+            .flush()
+            .map_err(|e| Error::io_at("flushing the device's write cache", first, e))?;
+        for (offset, len, hash) in std::mem::take(&mut self.verified) {
+            self.journal.done(offset, len, &hash)?;
+            self.stats.next_offset_bytes = offset + len;
         }
         self.journal.commit()?;
         hooks::point("after-journal");
@@ -386,16 +440,23 @@ impl Engine<'_> {
         } else {
             guard.wrote()
         };
-        let len = self.cfg.chunk(v.chunk.index).1 as u64;
+        let len = v.chunk.len as u64;
         if self.cfg.verify {
             self.stats.bytes_verified += len;
         }
-        let (index, hash) = (v.chunk.index, v.chunk.hash);
+        let (offset, hash) = (v.chunk.offset, v.chunk.hash);
         self.recycle(v.chunk.buf);
-        told?;
-        v.result?;
+        if let Err(e) = told.and(v.result) {
+            // Chunks after a failed one may verify fine, but the journal's cursor must
+            // not pass the failed chunk: nothing more is recorded as done this run.
+            self.failed = true;
+            return Err(e);
+        }
+        if self.failed {
+            return Ok(());
+        }
         hooks::point("after-verify");
-        self.verified.push((index, hash));
+        self.verified.push((offset, len, hash));
         self.progress.advance(len, self.done_before);
         Ok(())
     }
@@ -413,6 +474,7 @@ impl Engine<'_> {
     ) -> Result<WindowFlow> {
         let mut outstanding = 0u32;
         let mut in_window = 0u64;
+        let mut taken_chunks = 0u64;
         let mut last_step: Option<Instant> = None;
         let mut since_commit = 0u64;
         let flow = loop {
@@ -429,15 +491,14 @@ impl Engine<'_> {
                 Staged::Failed { offset, error } => {
                     break Err(Error::io_at("reading the device", offset, error));
                 }
-                Staged::Read(..) => {
+                Staged::Read { .. } => {
                     break Err(Error::Internal(
                         "an unhashed chunk reached the writer".into(),
                     ));
                 }
             };
-            let (offset, len) = self.cfg.chunk(chunk.index);
-            let expected =
-                self.stats.next_chunk + self.verified.len() as u64 + u64::from(outstanding);
+            let (offset, len) = (chunk.offset, chunk.len);
+            let expected = taken_chunks;
             if chunk.index != expected {
                 self.recycle(chunk.buf);
                 break Err(Error::Internal(format!(
@@ -457,8 +518,9 @@ impl Engine<'_> {
                 break Err(self.interrupted(sig));
             }
             *taken += len as u64;
+            taken_chunks += 1;
             hooks::point("before-write");
-            if let Err(e) = self.journal.begin(chunk.index, &chunk.hash) {
+            if let Err(e) = self.journal.begin(offset, len as u64, &chunk.hash) {
                 self.recycle(chunk.buf);
                 break Err(e);
             }
@@ -572,31 +634,44 @@ impl Engine<'_> {
     }
 }
 
-/// Reader stage: reads chunks ahead into pool buffers. Returns the bytes it read.
+/// Reader stage: reads this window's chunks ahead into pool buffers. Returns the bytes
+/// it read.
 fn read_stage(
     target: &dyn BlockTarget,
-    cfg: &EngineConfig,
-    from: u64,
-    total: u64,
+    chunks: &[(u64, usize)],
     pool: &Receiver<AlignedBuf>,
     out: Sender<Staged>,
     stop: &AtomicBool,
 ) -> u64 {
     let mut read = 0;
-    for i in from..total {
+    for (i, &(offset, len)) in chunks.iter().enumerate() {
+        let index = i as u64;
         if stop.load(Ordering::SeqCst) {
             break;
         }
         let Ok(mut buf) = pool.recv() else { break };
         if stop.load(Ordering::SeqCst) {
-            let _ = out.send(Staged::Read(i, buf, 0)); // back to the pool through the drain
+            // Back to the pool through the drain.
+            let _ = out.send(Staged::Read {
+                index,
+                offset,
+                len: 0,
+                buf,
+            });
             break;
         }
-        let (offset, len) = cfg.chunk(i);
         match target.read_at(&mut buf[..len], offset) {
             Ok(()) => {
                 read += len as u64;
-                if out.send(Staged::Read(i, buf, len)).is_err() {
+                if out
+                    .send(Staged::Read {
+                        index,
+                        offset,
+                        len,
+                        buf,
+                    })
+                    .is_err()
+                {
                     break;
                 }
             }
@@ -614,9 +689,20 @@ fn read_stage(
 fn hash_stage(input: Receiver<Staged>, out: Sender<Staged>) {
     for m in input {
         let m = match m {
-            Staged::Read(index, buf, len) => {
+            Staged::Read {
+                index,
+                offset,
+                len,
+                buf,
+            } => {
                 let hash = blake3::hash(&buf[..len]);
-                Staged::Hashed(Chunk { index, buf, hash })
+                Staged::Hashed(Chunk {
+                    index,
+                    offset,
+                    len,
+                    buf,
+                    hash,
+                })
             }
             other => other,
         };
@@ -639,7 +725,7 @@ fn verify_stage(
     let mut back = AlignedBuf::new(cfg.chunk_size as usize, target.mem_align());
     let mut reporter = reporter;
     for chunk in input {
-        let (offset, len) = cfg.chunk(chunk.index);
+        let (offset, len) = (chunk.offset, chunk.len);
         let verified = verify_chunk(
             target,
             &chunk.buf[..len],

@@ -6,8 +6,10 @@
 //! there rather than trusting what follows (as bupstash does with its checksummed log).
 //!
 //! Records: `run` (identity, chunk size, range: the plan), `begin` (the chunk about to
-//! be written and the blake3 it was read with, not fsynced: advisory), `done` (chunk
-//! finished: written, flushed, verified; fsynced before the next chunk), `finished`.
+//! be written, as offset and length, and the blake3 it was read with; not fsynced:
+//! advisory), `done` (chunk finished: written, flushed, verified; fsynced in batches, at
+//! each commit), `finished`. Chunks are recorded by offset, not index, because a plan
+//! that skips ranges (free space, holes) chunks differently from window to window.
 //!
 //! When the state directory lies on a filesystem that reseq freezes, records are kept
 //! in memory during the window and written after the thaw: writing there while frozen
@@ -22,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::device::DeviceIdentity;
 use crate::error::{Error, Result};
 
-pub const JOURNAL_VERSION: u32 = 1;
+pub const JOURNAL_VERSION: u32 = 2;
 
 /// What a run set out to do.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,8 +42,16 @@ pub struct RunRecord {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Record {
     Run(RunRecord),
-    Begin { chunk: u64, blake3: String },
-    Done { chunk: u64, blake3: String },
+    Begin {
+        offset: u64,
+        len: u64,
+        blake3: String,
+    },
+    Done {
+        offset: u64,
+        len: u64,
+        blake3: String,
+    },
     Finished,
 }
 
@@ -49,10 +59,12 @@ pub enum Record {
 #[derive(Clone, Debug, Default)]
 pub struct Replay {
     pub run: Option<RunRecord>,
-    /// Chunks finished, in order (always a prefix of the plan: chunks go in order).
+    /// Chunks finished.
     pub done: u64,
-    /// A chunk that was begun but not finished, with the hash it was read with.
-    pub in_flight: Option<(u64, String)>,
+    /// Everything before this offset is done (the end of the last finished chunk).
+    pub done_offset: u64,
+    /// A chunk begun but not finished: (offset, length, blake3 it was read with).
+    pub in_flight: Option<(u64, u64, String)>,
     pub finished: bool,
     /// Lines ignored because their checksum or JSON did not match (torn tail).
     pub bad_lines: u64,
@@ -74,16 +86,24 @@ pub fn replay(text: &str) -> Replay {
         };
         match rec {
             Record::Run(run) => {
+                let start = run.range_start_bytes;
                 r = Replay {
                     run: Some(run),
+                    done_offset: start,
                     ..Replay::default()
                 };
             }
-            Record::Begin { chunk, blake3 } => r.in_flight = Some((chunk, blake3)),
-            Record::Done { chunk, .. } => {
-                // Chunks finish in order; anything else means a foreign or mixed file.
-                if chunk == r.done {
+            Record::Begin {
+                offset,
+                len,
+                blake3,
+            } => r.in_flight = Some((offset, len, blake3)),
+            Record::Done { offset, len, .. } => {
+                // Chunks finish in ascending order; anything else means a foreign or
+                // mixed file.
+                if offset >= r.done_offset && len > 0 {
                     r.done += 1;
+                    r.done_offset = offset + len;
                     r.in_flight = None;
                 } else {
                     r.bad_lines += 1;
@@ -210,10 +230,11 @@ impl Journal {
     }
 
     /// The chunk about to be written (advisory: not fsynced).
-    pub fn begin(&mut self, chunk: u64, hash: &blake3::Hash) -> Result<()> {
+    pub fn begin(&mut self, offset: u64, len: u64, hash: &blake3::Hash) -> Result<()> {
         self.append(
             &Record::Begin {
-                chunk,
+                offset,
+                len,
                 blake3: hash.to_hex().to_string(),
             },
             false,
@@ -221,10 +242,11 @@ impl Journal {
     }
 
     /// The chunk is written, flushed and verified. Durable at the next [`Journal::commit`].
-    pub fn done(&mut self, chunk: u64, hash: &blake3::Hash) -> Result<()> {
+    pub fn done(&mut self, offset: u64, len: u64, hash: &blake3::Hash) -> Result<()> {
         self.append(
             &Record::Done {
-                chunk,
+                offset,
+                len,
                 blake3: hash.to_hex().to_string(),
             },
             false,
@@ -271,53 +293,50 @@ mod tests {
         }
     }
 
+    fn done(offset: u64, h: &str) -> Record {
+        Record::Done {
+            offset,
+            len: 4096,
+            blake3: h.to_string(),
+        }
+    }
+
     #[test]
     fn replays_and_ignores_torn_tail() {
         let h = blake3::hash(b"x").to_hex().to_string();
         let mut text = encode(&Record::Run(run()));
-        text += &encode(&Record::Done {
-            chunk: 0,
-            blake3: h.clone(),
-        });
-        text += &encode(&Record::Done {
-            chunk: 1,
-            blake3: h.clone(),
-        });
+        text += &encode(&done(0, &h));
+        text += &encode(&done(4096, &h));
         text += &encode(&Record::Begin {
-            chunk: 2,
+            offset: 8192,
+            len: 4096,
             blake3: h.clone(),
         });
         let full = replay(&text);
-        assert_eq!(full.done, 2);
-        assert_eq!(full.in_flight, Some((2, h.clone())));
+        assert_eq!((full.done, full.done_offset), (2, 8192));
+        assert_eq!(full.in_flight, Some((8192, 4096, h.clone())));
         assert_eq!(full.bad_lines, 0);
         // A torn append: half a line.
-        let torn = encode(&Record::Done {
-            chunk: 2,
-            blake3: h.clone(),
-        });
+        let torn = encode(&done(8192, &h));
         let t2 = format!("{text}{}", &torn[..torn.len() / 2]);
         let r = replay(&t2);
-        assert_eq!(r.done, 2);
+        assert_eq!((r.done, r.done_offset), (2, 8192));
         assert_eq!(r.bad_lines, 1);
     }
 
     #[test]
-    fn a_flipped_bit_stops_the_replay() {
+    fn a_flipped_bit_or_a_backward_chunk_stops_the_replay() {
         let h = blake3::hash(b"x").to_hex().to_string();
         let mut text = encode(&Record::Run(run()));
-        text += &encode(&Record::Done {
-            chunk: 0,
-            blake3: h.clone(),
-        })
-        .replace("\"chunk\":0", "\"chunk\":5");
-        text += &encode(&Record::Done {
-            chunk: 1,
-            blake3: h,
-        });
+        text += &encode(&done(0, &h)).replace("\"offset\":0", "\"offset\":5");
+        text += &encode(&done(4096, &h));
         let r = replay(&text);
-        assert_eq!(r.done, 0);
-        assert_eq!(r.bad_lines, 2);
+        assert_eq!((r.done, r.bad_lines), (0, 2));
+        let mut text = encode(&Record::Run(run()));
+        text += &encode(&done(8192, &h));
+        text += &encode(&done(0, &h));
+        let r = replay(&text);
+        assert_eq!((r.done, r.done_offset, r.bad_lines), (1, 12288, 1));
     }
 
     #[test]
@@ -327,17 +346,20 @@ mod tests {
         let mut j = Journal::create(&p, run()).unwrap();
         let h = blake3::hash(b"y");
         j.set_hold(true).unwrap();
-        j.done(0, &h).unwrap();
+        j.done(0, 4096, &h).unwrap();
         assert_eq!(
             read(&p).unwrap().unwrap().done,
             0,
             "held records are not on disk yet"
         );
         j.set_hold(false).unwrap();
-        j.done(1, &h).unwrap();
+        j.done(4096, 4096, &h).unwrap();
         j.commit().unwrap();
         j.finished().unwrap();
         let r = read(&p).unwrap().unwrap();
-        assert_eq!((r.done, r.finished, r.run.unwrap()), (2, true, run()));
+        assert_eq!(
+            (r.done, r.done_offset, r.finished, r.run.unwrap()),
+            (2, 8192, true, run())
+        );
     }
 }

@@ -25,8 +25,10 @@ pub enum Start {
     Resume {
         /// Chunks already finished.
         done: u64,
-        /// The chunk that was being written when it stopped, with its pre-write blake3.
-        in_flight: Option<(u64, String)>,
+        /// Everything before this offset is done.
+        done_offset: u64,
+        /// The chunk that was being written when it stopped: (offset, length, pre-write blake3).
+        in_flight: Option<(u64, u64, String)>,
         started_at: String,
     },
 }
@@ -284,8 +286,8 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
         chunk_size,
         range_start: 0,
         range_end: dev.identity.size_bytes,
-        first_chunk: match &start {
-            Start::Resume { done, .. } => *done,
+        start_offset: match &start {
+            Start::Resume { done_offset, .. } => *done_offset,
             Start::Fresh => 0,
         },
         verify: !args.no_verify,
@@ -413,6 +415,7 @@ fn decide_start(
     }
     Ok(Start::Resume {
         done: r.done,
+        done_offset: r.done_offset,
         in_flight: r.in_flight,
         started_at: run.started_at,
     })

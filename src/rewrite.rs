@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use crate::bench;
 use crate::cli::RewriteArgs;
-use crate::engine;
+use crate::engine::{self, Everything};
 use crate::error::{Error, Result};
 use crate::freeze::{GuardedFreeze, NoFreeze, WindowGuard};
 use crate::journal::{self, Journal, RunRecord};
@@ -200,13 +200,14 @@ fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
 /// had been read with.
 fn reverify_in_flight(target: &dyn BlockTarget, plan: &RewritePlan) -> Result<Option<String>> {
     let Start::Resume {
-        in_flight: Some((chunk, expected)),
+        in_flight: Some((offset, len, expected)),
         ..
     } = &plan.start
     else {
         return Ok(None);
     };
-    let (offset, len) = plan.engine.chunk(*chunk);
+    let (offset, len) = (*offset, *len as usize);
+    let chunk = offset / plan.engine.chunk_size;
     let mut buf = AlignedBuf::new(len, target.mem_align());
     target
         .read_at(&mut buf, offset)
@@ -300,13 +301,13 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
         Box::new(NoFreeze)
     };
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
-    let done_bytes = (plan.engine.first_chunk * plan.engine.chunk_size).min(plan.total_bytes());
+    let done_bytes = plan.engine.start_offset - plan.engine.range_start;
     let mut progress = Progress::new(plan.total_bytes(), done_bytes, quiet);
     log::info!(
         "rewriting {} ({}) in {} chunks of {}{}",
         plan.device.path.display(),
         human_bytes(plan.total_bytes()),
-        plan.engine.chunks_total() - plan.engine.first_chunk,
+        (plan.total_bytes() - done_bytes).div_ceil(plan.engine.chunk_size),
         human_bytes(plan.engine.chunk_size),
         if plan.needs_freeze() {
             format!(
@@ -318,14 +319,18 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
             String::new()
         }
     );
-    let (stats, result) = engine::run(
+    let (mut stats, result) = engine::run(
         &target,
         &plan.engine,
+        &mut Everything,
         guard.as_mut(),
         &mut journal,
         &mut progress,
         &stop,
     );
+    if let Start::Resume { done, .. } = plan.start {
+        stats.chunks_already_done = done;
+    }
     progress.finish();
     drop(guard);
     // A refusal at the first freeze (EBUSY, EOPNOTSUPP) means nothing was done: remove

@@ -111,7 +111,7 @@ pub fn engine_rewrite(
         chunk_size,
         range_start: start,
         range_end: end,
-        first_chunk: 0,
+        start_offset: start,
         verify,
         read_ahead: 2,
         pause: Duration::ZERO,
@@ -122,6 +122,7 @@ pub fn engine_rewrite(
     let (stats, result) = engine::run(
         dev,
         &cfg,
+        &mut crate::engine::Everything,
         &mut NoFreeze,
         &mut Journal::none(),
         &mut progress,

@@ -109,13 +109,14 @@ fn scan_covers_the_target_and_flags_a_slow_region() {
     }
     let env = TestEnv::new();
     let lo = env.random_loop_device("s.img", 128 * MIB, 7);
-    // Every read takes 2 ms longer (so timing noise of this shared VM does not decide),
-    // and reads in [64 MiB, 80 MiB) 30 ms more: a slow region made on purpose.
+    // Every read takes 30 ms longer, so that I/O from tests running alongside (seen to
+    // add 25 ms to a region) cannot decide; reads in [64 MiB, 80 MiB) take 120 ms more:
+    // a slow region made on purpose.
     let out = output(
         env.reseq()
-            .args(["scan", "--json", "--regions", "8", "--block-size", "1M"])
+            .args(["scan", "--json", "--regions", "8", "--block-size", "4M"])
             .arg(&lo.path)
-            .env("RESEQ_FAULTS", "slow@0-128M=2,slow@64M-80M=30"),
+            .env("RESEQ_FAULTS", "slow@0-128M=30,slow@64M-80M=120"),
     );
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);

@@ -42,7 +42,7 @@ fn reseq_engine(ftl: Ftl, noise_interval_us: f64, chunk_size: u64) -> (Ftl, f64)
         chunk_size,
         range_start: 0,
         range_end: FILE,
-        first_chunk: 0,
+        start_offset: 0,
         verify: true,
         read_ahead: 2,
         pause: std::time::Duration::ZERO,
@@ -52,6 +52,7 @@ fn reseq_engine(ftl: Ftl, noise_interval_us: f64, chunk_size: u64) -> (Ftl, f64)
     let (stats, result) = engine::run(
         &dev,
         &cfg,
+        &mut reseq::engine::Everything,
         &mut NoFreeze,
         &mut Journal::none(),
         &mut Progress::new(FILE, 0, true),
