@@ -9,9 +9,7 @@ use reseq::sim::experiment::{Strategy, degrade, rewrite};
 use reseq::sim::ftl::{Ftl, Params, SLOT};
 
 fn main() {
-    let preset = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "consumer-nvme".into());
+    let preset = std::env::args().nth(1).unwrap_or_else(|| "consumer-nvme".into());
     let t = Instant::now();
     let mut f = Ftl::new(Params::preset(&preset).expect("a preset name"));
     let nf = (4u64 << 30) / SLOT;
@@ -21,11 +19,7 @@ fn main() {
     let per_4k = f.state_bytes() as f64 / (f.n_lpn as f64);
     println!(
         "{preset}: reads {} | after rewrite {:.2} s | wall {wall:.3} s | model state {:.2} bytes per 4 KiB",
-        reads
-            .iter()
-            .map(|r| format!("{r:.2}"))
-            .collect::<Vec<_>>()
-            .join(" "),
+        reads.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" "),
         after.read_seconds,
         per_4k
     );

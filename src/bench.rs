@@ -23,11 +23,7 @@ pub struct Pass {
 
 impl From<Timed> for Pass {
     fn from(t: Timed) -> Pass {
-        Pass {
-            bytes: t.bytes,
-            seconds: t.seconds,
-            bytes_per_second: t.rate(),
-        }
+        Pass { bytes: t.bytes, seconds: t.seconds, bytes_per_second: t.rate() }
     }
 }
 
@@ -55,24 +51,14 @@ pub fn median(v: &[f64]) -> f64 {
 }
 
 /// Runs `passes` sequential reads of the range.
-pub fn bench(
-    target: &Target,
-    params: &ReadParams,
-    passes: usize,
-    settle_for: Duration,
-) -> Result<BenchResult> {
+pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Duration) -> Result<BenchResult> {
     let mut out = Vec::new();
     for i in 0..passes.max(1) {
         if i > 0 {
             settle(settle_for);
         }
-        let t = read_span(
-            target,
-            params.block_size_bytes,
-            params.queue_depth,
-            params.offset_bytes,
-            params.length_bytes,
-        )?;
+        let t =
+            read_span(target, params.block_size_bytes, params.queue_depth, params.offset_bytes, params.length_bytes)?;
         let p = Pass::from(t);
         log::info!(
             "pass {}: {} in {:.3} s = {}",
@@ -138,27 +124,11 @@ pub fn region_bounds(offset: u64, length: u64, n: usize, align: u64) -> Vec<(u64
 }
 
 /// Reads the range once, region by region, and flags the slow regions.
-pub fn scan(
-    target: &Target,
-    params: &ReadParams,
-    regions: usize,
-    threshold: f64,
-) -> Result<ScanResult> {
-    let bounds = region_bounds(
-        params.offset_bytes,
-        params.length_bytes,
-        regions,
-        target.offset_align(),
-    );
+pub fn scan(target: &Target, params: &ReadParams, regions: usize, threshold: f64) -> Result<ScanResult> {
+    let bounds = region_bounds(params.offset_bytes, params.length_bytes, regions, target.offset_align());
     let mut out = Vec::new();
     for (i, (off, len)) in bounds.into_iter().enumerate() {
-        let t = read_span(
-            target,
-            params.block_size_bytes,
-            params.queue_depth,
-            off,
-            len,
-        )?;
+        let t = read_span(target, params.block_size_bytes, params.queue_depth, off, len)?;
         out.push(Region {
             index: i,
             offset_bytes: off,
@@ -168,13 +138,7 @@ pub fn scan(
             slow: false,
         });
     }
-    Ok(flag_slow(
-        target.describe(),
-        target.is_virtual(),
-        params.clone(),
-        out,
-        threshold,
-    ))
+    Ok(flag_slow(target.describe(), target.is_virtual(), params.clone(), out, threshold))
 }
 
 /// Marks regions slower than `threshold` x the median of the fastest quarter (a quarter,
@@ -194,15 +158,7 @@ pub fn flag_slow(
         r.slow = r.bytes_per_second < threshold * reference;
     }
     let slow_regions = regions.iter().filter(|r| r.slow).count();
-    ScanResult {
-        target,
-        virtual_time,
-        params,
-        reference_bytes_per_second: reference,
-        threshold,
-        regions,
-        slow_regions,
-    }
+    ScanResult { target, virtual_time, params, reference_bytes_per_second: reference, threshold, regions, slow_regions }
 }
 
 /// The honest answer to "did it help?".
@@ -259,12 +215,7 @@ fn mann_whitney_p(after: &[f64], before: &[f64]) -> f64 {
     }
     let dist = u_distribution(after.len(), before.len());
     let total: f64 = dist.iter().sum();
-    let at_least: f64 = dist
-        .iter()
-        .enumerate()
-        .filter(|(k, _)| *k as f64 >= u)
-        .map(|(_, c)| c)
-        .sum();
+    let at_least: f64 = dist.iter().enumerate().filter(|(k, _)| *k as f64 >= u).map(|(_, c)| c).sum();
     at_least / total
 }
 
@@ -277,43 +228,18 @@ pub fn verdict(before: &[f64], after: &[f64]) -> Verdict {
     let p_up = mann_whitney_p(after, before);
     let p_down = mann_whitney_p(before, after);
     let (v, rule, p) = if min_a > max_b {
-        (
-            "faster",
-            "every after-pass beat every before-pass".to_string(),
-            p_up,
-        )
+        ("faster", "every after-pass beat every before-pass".to_string(), p_up)
     } else if max_a < min_b {
-        (
-            "slower",
-            "every after-pass was slower than every before-pass".to_string(),
-            p_down,
-        )
+        ("slower", "every after-pass was slower than every before-pass".to_string(), p_down)
     } else if p_up < 0.05 {
-        (
-            "faster",
-            format!("one-sided exact Mann-Whitney U, p = {p_up:.3} < 0.05"),
-            p_up,
-        )
+        ("faster", format!("one-sided exact Mann-Whitney U, p = {p_up:.3} < 0.05"), p_up)
     } else if p_down < 0.05 {
-        (
-            "slower",
-            format!("one-sided exact Mann-Whitney U, p = {p_down:.3} < 0.05"),
-            p_down,
-        )
+        ("slower", format!("one-sided exact Mann-Whitney U, p = {p_down:.3} < 0.05"), p_down)
     } else {
         let p = p_up.min(p_down);
-        (
-            "no_measurable_change",
-            format!("passes overlap and Mann-Whitney U gives p = {p:.3} >= 0.05"),
-            p,
-        )
+        ("no_measurable_change", format!("passes overlap and Mann-Whitney U gives p = {p:.3} >= 0.05"), p)
     };
-    Verdict {
-        verdict: v.into(),
-        rule,
-        speedup,
-        p_value: p,
-    }
+    Verdict { verdict: v.into(), rule, speedup, p_value: p }
 }
 
 #[cfg(test)]
@@ -325,19 +251,13 @@ mod tests {
         let v = verdict(&[100.0, 110.0, 105.0], &[200.0, 190.0, 210.0]);
         assert_eq!(v.verdict, "faster");
         assert!((v.speedup - 200.0 / 105.0).abs() < 1e-9);
-        assert!(
-            (v.p_value - 0.05).abs() < 1e-9,
-            "3 vs 3, all beat all: p = 1/20"
-        );
+        assert!((v.p_value - 0.05).abs() < 1e-9, "3 vs 3, all beat all: p = 1/20");
         let v = verdict(&[200.0, 190.0, 210.0], &[100.0, 110.0, 105.0]);
         assert_eq!(v.verdict, "slower");
         let v = verdict(&[100.0, 120.0, 110.0], &[105.0, 115.0, 112.0]);
         assert_eq!(v.verdict, "no_measurable_change");
         // Overlapping, but with enough passes the test decides: 5 vs 5, one overlap.
-        let v = verdict(
-            &[100.0, 101.0, 102.0, 103.0, 150.0],
-            &[140.0, 160.0, 161.0, 162.0, 163.0],
-        );
+        let v = verdict(&[100.0, 101.0, 102.0, 103.0, 150.0], &[140.0, 160.0, 161.0, 162.0, 163.0]);
         assert_eq!(v.verdict, "faster", "{v:?}");
         assert!(v.rule.contains("Mann-Whitney"));
         assert!(v.p_value < 0.05);
@@ -354,11 +274,7 @@ mod tests {
 
     #[test]
     fn regions_cover_the_range_exactly() {
-        for (off, len, n, al) in [
-            (0, 1000 * 4096, 7, 4096),
-            (4096, 12345 * 512, 16, 512),
-            (0, 4096, 10, 4096),
-        ] {
+        for (off, len, n, al) in [(0, 1000 * 4096, 7, 4096), (4096, 12345 * 512, 16, 512), (0, 4096, 10, 4096)] {
             let b = region_bounds(off, len, n, al);
             assert_eq!(b[0].0, off);
             for w in b.windows(2) {
@@ -373,12 +289,7 @@ mod tests {
 
     #[test]
     fn slow_regions_are_flagged_against_the_fastest() {
-        let p = ReadParams {
-            block_size_bytes: 4096,
-            queue_depth: 1,
-            offset_bytes: 0,
-            length_bytes: 10,
-        };
+        let p = ReadParams { block_size_bytes: 4096, queue_depth: 1, offset_bytes: 0, length_bytes: 10 };
         let regions = (0..20)
             .map(|i| Region {
                 index: i,

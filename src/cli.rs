@@ -74,12 +74,7 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "4G", value_name = "SIZE")]
     pub file_size: String,
     /// Random 4 KiB write stages in MiB, as for a 4 GiB file (scaled to --file-size).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "50,200,800,4000",
-        value_name = "MIB,..."
-    )]
+    #[arg(long, value_delimiter = ',', default_value = "50,200,800,4000", value_name = "MIB,...")]
     pub stages: Vec<f64>,
     /// Chunk size of reseq's rewrite.
     #[arg(long, default_value = DEFAULT_CHUNK_SIZE, value_name = "SIZE")]
@@ -199,6 +194,13 @@ pub struct RewriteArgs {
     /// Where journals are kept.
     #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR", env = "RESEQ_STATE_DIR")]
     pub state_dir: PathBuf,
+    /// Rewrite free space too. By default, free space of mounted ext4/xfs filesystems is
+    /// left out (GETFSMAP), which saves endurance and keeps what TRIM achieved.
+    #[arg(long)]
+    pub include_free: bool,
+    /// Do not run FITRIM on the filesystems after the run.
+    #[arg(long)]
+    pub no_trim: bool,
     /// Benchmark sequential reads of the range before and after, and give a verdict.
     #[arg(long)]
     pub bench: bool,
@@ -225,11 +227,7 @@ pub struct OutputArgs {
 
 impl OutputArgs {
     pub fn format(&self) -> crate::render::Format {
-        if self.json {
-            crate::render::Format::Json
-        } else {
-            self.format.unwrap_or(crate::render::Format::Text)
-        }
+        if self.json { crate::render::Format::Json } else { self.format.unwrap_or(crate::render::Format::Text) }
     }
 }
 

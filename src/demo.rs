@@ -33,10 +33,7 @@ pub fn run(args: &DemoArgs, quiet: bool) -> (Option<Report>, Result<()>) {
     let size = match units::parse_size(&args.size) {
         Ok(s) if s >= 64 << 20 => s,
         Ok(_) => {
-            return (
-                None,
-                Err(Error::Usage("--size must be at least 64M".into())),
-            );
+            return (None, Err(Error::Usage("--size must be at least 64M".into())));
         }
         Err(e) => return (None, Err(Error::Usage(format!("--size: {e}")))),
     };
@@ -52,21 +49,10 @@ fn say(quiet: bool, msg: String) {
 }
 
 fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> Result<()> {
-    let dir = tempfile::Builder::new()
-        .prefix("reseq-demo-")
-        .tempdir()
-        .map_err(io("creating a temporary directory"))?;
+    let dir = tempfile::Builder::new().prefix("reseq-demo-").tempdir().map_err(io("creating a temporary directory"))?;
     let image = dir.path().join("disk.img");
     let lo = LoopDevice::create(&image, size).map_err(io("attaching a loop device"))?;
-    say(
-        quiet,
-        format!(
-            "attached {} over a sparse {} image {}",
-            lo.path.display(),
-            human_bytes(size),
-            image.display()
-        ),
-    );
+    say(quiet, format!("attached {} over a sparse {} image {}", lo.path.display(), human_bytes(size), image.display()));
     mkfs_ext4(&lo.path).map_err(io("making ext4"))?;
     let mnt = Mount::new(&lo.path, &dir.path().join("mnt"), &[]).map_err(io("mounting"))?;
     say(quiet, format!("mounted ext4 at {}", mnt.dir.display()));
@@ -80,8 +66,7 @@ fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> 
     for p in 0..pages {
         rng.fill(&mut page);
         page[..8].copy_from_slice(&(p as u64).to_le_bytes());
-        db.write_all(&page)
-            .map_err(io("writing the database file"))?;
+        db.write_all(&page).map_err(io("writing the database file"))?;
     }
     db.sync_all().map_err(io("syncing"))?;
     let updates = pages * 2;
@@ -89,8 +74,7 @@ fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> 
         let p = (rng.next_u64() % pages as u64) as usize;
         rng.fill(&mut page);
         page[..8].copy_from_slice(&(p as u64).to_le_bytes());
-        db.seek(SeekFrom::Start((p * PAGE) as u64))
-            .map_err(io("seeking"))?;
+        db.seek(SeekFrom::Start((p * PAGE) as u64)).map_err(io("seeking"))?;
         db.write_all(&page).map_err(io("updating a page"))?;
         if i % 256 == 0 {
             db.sync_data().map_err(io("syncing"))?;
@@ -125,16 +109,15 @@ fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> 
         max_overruns: 3,
         no_verify: false,
         force: false,
+        include_free: false,
+        no_trim: false,
         dry_run: false,
         resume: false,
         restart: false,
         state_dir: dir.path().join("state"),
         bench: false,
         bench_opts: crate::cli::BenchOpts::defaults(),
-        output: crate::cli::OutputArgs {
-            json,
-            ..Default::default()
-        },
+        output: crate::cli::OutputArgs { json, ..Default::default() },
     };
     let (report, result) = crate::rewrite::run(&rewrite_args, quiet);
     *report_out = Some(report);
@@ -142,22 +125,13 @@ fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> 
 
     let after = hash_path(&db_path).map_err(io("hashing the database file again"))?;
     if after != before {
-        return Err(Error::Internal(format!(
-            "the database file changed: {before} -> {after}"
-        )));
+        return Err(Error::Internal(format!("the database file changed: {before} -> {after}")));
     }
-    std::fs::write(
-        mnt.dir.join("after.txt"),
-        b"the filesystem takes writes: it is thawed\n",
-    )
-    .map_err(io("writing after the run"))?;
+    std::fs::write(mnt.dir.join("after.txt"), b"the filesystem takes writes: it is thawed\n")
+        .map_err(io("writing after the run"))?;
     mnt.unmount().map_err(io("unmounting"))?;
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path))
-        .map_err(io("e2fsck after the run"))?;
-    say(
-        quiet,
-        "database file byte-identical, filesystem thawed and writable, e2fsck -fn clean".into(),
-    );
+    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).map_err(io("e2fsck after the run"))?;
+    say(quiet, "database file byte-identical, filesystem thawed and writable, e2fsck -fn clean".into());
     drop(lo);
     say(quiet, "cleaned up the loop device and the image".into());
     Ok(())

@@ -19,9 +19,7 @@ use crate::error::{Error, Result};
 use crate::sys;
 
 /// Whether the medium spins, and why we believe it.
-#[derive(
-    Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "reason")]
 pub enum Medium {
     /// Reported non-rotational by a device whose report we trust (or memory-backed).
@@ -33,9 +31,7 @@ pub enum Medium {
 }
 
 /// Identity recorded in the journal; a resume refuses if any of it changed.
-#[derive(
-    Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct DeviceIdentity {
     /// Kernel name (`loop0`, `nvme0n1p2`).
     pub name: String,
@@ -83,9 +79,7 @@ pub struct BlockDeviceInfo {
 impl BlockDeviceInfo {
     /// Devices whose mounted filesystems must be frozen: the device and its partitions.
     pub fn devices_to_freeze(&self) -> Vec<(u32, u32)> {
-        std::iter::once(self.dev_num)
-            .chain(self.partitions.iter().map(|p| p.1))
-            .collect()
+        std::iter::once(self.dev_num).chain(self.partitions.iter().map(|p| p.1)).collect()
     }
 }
 
@@ -97,9 +91,7 @@ pub struct Sysfs {
 
 impl Default for Sysfs {
     fn default() -> Self {
-        Sysfs {
-            root: PathBuf::from("/sys"),
-        }
+        Sysfs { root: PathBuf::from("/sys") }
     }
 }
 
@@ -116,14 +108,11 @@ impl Sysfs {
 
     /// Kernel name and parent disk (for a partition) of a device number.
     pub fn name_of(&self, dev: (u32, u32)) -> Option<(String, Option<String>)> {
-        let link =
-            std::fs::read_link(self.root.join(format!("dev/block/{}:{}", dev.0, dev.1))).ok()?;
+        let link = std::fs::read_link(self.root.join(format!("dev/block/{}:{}", dev.0, dev.1))).ok()?;
         let name = link.file_name()?.to_string_lossy().into_owned();
         let is_partition = self.block_dir(&name).join("partition").exists();
         let parent = if is_partition {
-            link.parent()
-                .and_then(|p| p.file_name())
-                .map(|p| p.to_string_lossy().into_owned())
+            link.parent().and_then(|p| p.file_name()).map(|p| p.to_string_lossy().into_owned())
         } else {
             None
         };
@@ -176,25 +165,14 @@ impl Sysfs {
             };
             return match std::fs::metadata(&backing) {
                 Ok(md) if depth < 4 => {
-                    let dev = (
-                        nix::sys::stat::major(md.dev()) as u32,
-                        nix::sys::stat::minor(md.dev()) as u32,
-                    );
+                    let dev = (nix::sys::stat::major(md.dev()) as u32, nix::sys::stat::minor(md.dev()) as u32);
                     match self.name_of(dev) {
                         Some((n, p)) => match self.medium(Self::disk_of(&n, &p), depth + 1) {
-                            Medium::Unknown(r) => {
-                                Medium::Unknown(format!("loop over {backing}: {r}"))
-                            }
-                            Medium::SolidState(r) => {
-                                Medium::SolidState(format!("loop over {backing}: {r}"))
-                            }
-                            Medium::Rotational(r) => {
-                                Medium::Rotational(format!("loop over {backing}: {r}"))
-                            }
+                            Medium::Unknown(r) => Medium::Unknown(format!("loop over {backing}: {r}")),
+                            Medium::SolidState(r) => Medium::SolidState(format!("loop over {backing}: {r}")),
+                            Medium::Rotational(r) => Medium::Rotational(format!("loop over {backing}: {r}")),
                         },
-                        None => Medium::SolidState(format!(
-                            "loop over {backing}, held in memory (no block device)"
-                        )),
+                        None => Medium::SolidState(format!("loop over {backing}, held in memory (no block device)")),
                     }
                 }
                 _ => Medium::Unknown(format!("loop over {backing}, which cannot be inspected")),
@@ -221,12 +199,8 @@ impl Sysfs {
 
     /// Serial, WWN and model as the driver exposes them (NVMe, SCSI, virtio differ).
     fn ids(&self, disk: &str) -> (Option<String>, Option<String>, Option<String>) {
-        let serial = self
-            .read(disk, "device/serial")
-            .or_else(|| self.read(disk, "serial"));
-        let wwn = self
-            .read(disk, "wwid")
-            .or_else(|| self.read(disk, "device/wwid"));
+        let serial = self.read(disk, "device/serial").or_else(|| self.read(disk, "serial"));
+        let wwn = self.read(disk, "wwid").or_else(|| self.read(disk, "device/wwid"));
         let model = self.read(disk, "device/model");
         (serial, wwn, model)
     }
@@ -242,15 +216,8 @@ pub fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<String> {
         .map(|f| f.replace("\\040", " "))
         .filter(|f| {
             std::fs::metadata(f).is_ok_and(|md| {
-                let d = if md.file_type().is_block_device() {
-                    md.rdev()
-                } else {
-                    md.dev()
-                };
-                let num = (
-                    nix::sys::stat::major(d) as u32,
-                    nix::sys::stat::minor(d) as u32,
-                );
+                let d = if md.file_type().is_block_device() { md.rdev() } else { md.dev() };
+                let num = (nix::sys::stat::major(d) as u32, nix::sys::stat::minor(d) as u32);
                 devs.contains(&num)
             })
         })
@@ -260,8 +227,7 @@ pub fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<String> {
 /// Fails with a usage error unless `path` is a block device (stat needs no privileges,
 /// so this comes before the root check).
 pub fn check_block_device(path: &Path) -> Result<std::fs::Metadata> {
-    let md = std::fs::metadata(path)
-        .map_err(|e| Error::Usage(format!("cannot use {}: {e}", path.display())))?;
+    let md = std::fs::metadata(path).map_err(|e| Error::Usage(format!("cannot use {}: {e}", path.display())))?;
     if !md.file_type().is_block_device() {
         let kind = if md.is_file() {
             "a regular file"
@@ -281,10 +247,7 @@ pub fn check_block_device(path: &Path) -> Result<std::fs::Metadata> {
 /// Inspects the block device at `path`.
 pub fn inspect(path: &Path, sysfs: &Sysfs) -> Result<BlockDeviceInfo> {
     let md = check_block_device(path)?;
-    let dev_num = (
-        nix::sys::stat::major(md.rdev()) as u32,
-        nix::sys::stat::minor(md.rdev()) as u32,
-    );
+    let dev_num = (nix::sys::stat::major(md.rdev()) as u32, nix::sys::stat::minor(md.rdev()) as u32);
     let (name, parent_disk) = sysfs.name_of(dev_num).ok_or_else(|| {
         Error::Internal(format!(
             "{} ({}:{}) is not in {}/dev/block",
@@ -296,35 +259,23 @@ pub fn inspect(path: &Path, sysfs: &Sysfs) -> Result<BlockDeviceInfo> {
     })?;
 
     // Read-only open: inspection never needs write access.
-    let file = std::fs::File::open(path)
-        .map_err(|e| Error::io(format!("opening {} to inspect it", path.display()), e))?;
-    let size_bytes =
-        sys::blk_size_bytes(file.as_fd()).map_err(|e| Error::io("BLKGETSIZE64", e.into()))?;
-    let read_only =
-        sys::blk_read_only(file.as_fd()).map_err(|e| Error::io("BLKROGET", e.into()))?;
+    let file =
+        std::fs::File::open(path).map_err(|e| Error::io(format!("opening {} to inspect it", path.display()), e))?;
+    let size_bytes = sys::blk_size_bytes(file.as_fd()).map_err(|e| Error::io("BLKGETSIZE64", e.into()))?;
+    let read_only = sys::blk_read_only(file.as_fd()).map_err(|e| Error::io("BLKROGET", e.into()))?;
     let (dio_mem_align, dio_offset_align, dio_align_source) = match sys::statx_dio_align(path) {
         Ok(Some((m, o))) => (m, o, "statx"),
         _ => {
-            let s = sys::blk_logical_sector_size(file.as_fd())
-                .map_err(|e| Error::io("BLKSSZGET", e.into()))?;
+            let s = sys::blk_logical_sector_size(file.as_fd()).map_err(|e| Error::io("BLKSSZGET", e.into()))?;
             (s, s, "BLKSSZGET")
         }
     };
 
     let disk = Sysfs::disk_of(&name, &parent_disk).to_string();
-    let partitions = if parent_disk.is_none() {
-        sysfs.partitions_of(&name)
-    } else {
-        Vec::new()
-    };
+    let partitions = if parent_disk.is_none() { sysfs.partitions_of(&name) } else { Vec::new() };
     let mut holders = sysfs.holders_of(&name);
     for (p, _) in &partitions {
-        holders.extend(
-            sysfs
-                .holders_of(p)
-                .into_iter()
-                .map(|h| format!("{h} (on {p})")),
-        );
+        holders.extend(sysfs.holders_of(p).into_iter().map(|h| format!("{h} (on {p})")));
     }
     let (serial, wwn, model) = sysfs.ids(&disk);
     let identity = DeviceIdentity {
@@ -339,10 +290,7 @@ pub fn inspect(path: &Path, sysfs: &Sysfs) -> Result<BlockDeviceInfo> {
     };
     let mut devs = vec![dev_num];
     devs.extend(partitions.iter().map(|p| p.1));
-    let active_swap = active_swap_on(
-        &std::fs::read_to_string("/proc/swaps").unwrap_or_default(),
-        &devs,
-    );
+    let active_swap = active_swap_on(&std::fs::read_to_string("/proc/swaps").unwrap_or_default(), &devs);
     Ok(BlockDeviceInfo {
         path: path.to_path_buf(),
         medium: sysfs.medium(&disk, 0),
@@ -382,13 +330,9 @@ mod tests {
         std::fs::create_dir_all(r.join("dev/block")).unwrap();
         std::os::unix::fs::symlink(&disk, r.join("class/block/sdz")).unwrap();
         std::os::unix::fs::symlink(disk.join("sdz1"), r.join("class/block/sdz1")).unwrap();
-        std::os::unix::fs::symlink("../../devices/pci0/block/sdz", r.join("dev/block/8:0"))
-            .unwrap();
-        std::os::unix::fs::symlink("../../devices/pci0/block/sdz/sdz1", r.join("dev/block/8:1"))
-            .unwrap();
-        let sysfs = Sysfs {
-            root: r.to_path_buf(),
-        };
+        std::os::unix::fs::symlink("../../devices/pci0/block/sdz", r.join("dev/block/8:0")).unwrap();
+        std::os::unix::fs::symlink("../../devices/pci0/block/sdz/sdz1", r.join("dev/block/8:1")).unwrap();
+        let sysfs = Sysfs { root: r.to_path_buf() };
         (dir, sysfs)
     }
 

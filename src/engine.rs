@@ -99,9 +99,7 @@ impl EngineConfig {
 pub const COMMIT_INTERVAL_BYTES: u64 = 256 << 20;
 
 /// What a run did, also when it stopped early.
-#[derive(
-    Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct EngineStats {
     pub bytes_read: u64,
     pub bytes_written: u64,
@@ -134,11 +132,7 @@ pub struct Everything;
 
 impl Planner for Everything {
     fn ranges(&mut self, cursor: u64, end: u64) -> Result<Vec<(u64, u64)>> {
-        Ok(if cursor < end {
-            vec![(cursor, end - cursor)]
-        } else {
-            Vec::new()
-        })
+        Ok(if cursor < end { vec![(cursor, end - cursor)] } else { Vec::new() })
     }
 }
 
@@ -194,10 +188,7 @@ pub fn run(
     progress: &mut Progress,
     stop: &StopFlag,
 ) -> (EngineStats, Result<()>) {
-    let mut stats = EngineStats {
-        next_offset_bytes: cfg.start_offset.max(cfg.range_start),
-        ..Default::default()
-    };
+    let mut stats = EngineStats { next_offset_bytes: cfg.start_offset.max(cfg.range_start), ..Default::default() };
     let mut engine = Engine {
         target,
         cfg,
@@ -234,18 +225,11 @@ struct Engine<'a> {
 }
 
 impl Engine<'_> {
-    fn run_windows(
-        &mut self,
-        planner: &mut dyn Planner,
-        guard: &mut dyn WindowGuard,
-    ) -> Result<()> {
+    fn run_windows(&mut self, planner: &mut dyn Planner, guard: &mut dyn WindowGuard) -> Result<()> {
         for _ in 0..self.cfg.pool_size() {
             self.pool
                 .0
-                .send(AlignedBuf::new(
-                    self.cfg.chunk_size as usize,
-                    self.target.mem_align(),
-                ))
+                .send(AlignedBuf::new(self.cfg.chunk_size as usize, self.target.mem_align()))
                 .expect("pool has room");
         }
         // Soft budget: stop starting chunks at 3/4 of the guardian's deadline, leaving room
@@ -353,21 +337,12 @@ impl Engine<'_> {
             if cfg.verify {
                 let pool_tx = self.pool.0.clone();
                 let reporter = guard.reporter();
-                s.spawn(move || {
-                    verify_stage(target, cfg, written_rx, verified_tx, pool_tx, reporter)
-                });
+                s.spawn(move || verify_stage(target, cfg, written_rx, verified_tx, pool_tx, reporter));
             } else {
                 drop((written_rx, verified_tx));
             }
-            let flow = self.write_window(
-                guard,
-                &hashed_rx,
-                &written_tx,
-                &verified_rx,
-                window_start,
-                budget,
-                &mut taken,
-            );
+            let flow =
+                self.write_window(guard, &hashed_rx, &written_tx, &verified_rx, window_start, budget, &mut taken);
             // Every write and read-back has been reported: thaw, then let the stages wind
             // down. What they still hold was read in this window and is dropped.
             stop_reader.store(true, Ordering::SeqCst);
@@ -419,9 +394,7 @@ impl Engine<'_> {
             return Ok(());
         }
         let first = self.verified[0].0;
-        self.target
-            .flush()
-            .map_err(|e| Error::io_at("flushing the device's write cache", first, e))?;
+        self.target.flush().map_err(|e| Error::io_at("flushing the device's write cache", first, e))?;
         for (offset, len, hash) in std::mem::take(&mut self.verified) {
             self.journal.done(offset, len, &hash)?;
             self.stats.next_offset_bytes = offset + len;
@@ -435,11 +408,7 @@ impl Engine<'_> {
     /// verifier has already told the guardian; without, the writer tells it here.
     fn settle(&mut self, guard: &mut dyn WindowGuard, v: Verified) -> Result<()> {
         // The guardian must hear "written" even on failure: the write is over either way.
-        let told = if self.cfg.verify {
-            Ok(())
-        } else {
-            guard.wrote()
-        };
+        let told = if self.cfg.verify { Ok(()) } else { guard.wrote() };
         let len = v.chunk.len as u64;
         if self.cfg.verify {
             self.stats.bytes_verified += len;
@@ -492,24 +461,17 @@ impl Engine<'_> {
                     break Err(Error::io_at("reading the device", offset, error));
                 }
                 Staged::Read { .. } => {
-                    break Err(Error::Internal(
-                        "an unhashed chunk reached the writer".into(),
-                    ));
+                    break Err(Error::Internal("an unhashed chunk reached the writer".into()));
                 }
             };
             let (offset, len) = (chunk.offset, chunk.len);
             let expected = taken_chunks;
             if chunk.index != expected {
                 self.recycle(chunk.buf);
-                break Err(Error::Internal(format!(
-                    "chunk {} arrived, expected {expected}",
-                    chunk.index
-                )));
+                break Err(Error::Internal(format!("chunk {} arrived, expected {expected}", chunk.index)));
             }
             // One more chunk, plus waiting for its read-back, must fit in the budget.
-            if budget.is_some_and(|b| {
-                in_window > 0 && window_start.elapsed() + self.chunk_estimate * 2 > b
-            }) {
+            if budget.is_some_and(|b| in_window > 0 && window_start.elapsed() + self.chunk_estimate * 2 > b) {
                 self.recycle(chunk.buf);
                 break Ok(WindowFlow::BudgetSpent);
             }
@@ -551,32 +513,21 @@ impl Engine<'_> {
                 if written_tx.send(chunk).is_err() {
                     break Err(Error::Internal("the verifier stopped".into()));
                 }
-            } else if let Err(e) = self.settle(
-                guard,
-                Verified {
-                    chunk,
-                    result: Ok(()),
-                },
-            ) {
+            } else if let Err(e) = self.settle(guard, Verified { chunk, result: Ok(()) }) {
                 break Err(e);
             }
             // A chunk costs the writer the longer of its own write and the interval since
             // the previous one (which includes waiting on the reader and the verifier).
             // Keep the slower of that and a decaying estimate, so one fast chunk does not
             // make the window overrun.
-            let step = last_step
-                .map_or(t0.elapsed(), |t: Instant| t.elapsed())
-                .max(t0.elapsed());
+            let step = last_step.map_or(t0.elapsed(), |t: Instant| t.elapsed()).max(t0.elapsed());
             last_step = Some(t0);
             self.chunk_estimate = step.max(self.chunk_estimate.mul_f64(0.8));
             in_window += 1;
             since_commit += len as u64;
             if since_commit >= COMMIT_INTERVAL_BYTES {
                 since_commit = 0;
-                if let Err(e) = self
-                    .settle_all(guard, verified_rx, &mut outstanding)
-                    .and_then(|()| self.commit())
-                {
+                if let Err(e) = self.settle_all(guard, verified_rx, &mut outstanding).and_then(|()| self.commit()) {
                     break Err(e);
                 }
             }
@@ -621,9 +572,7 @@ impl Engine<'_> {
         let mut first_err = None;
         while *outstanding > 0 {
             let Ok(v) = rx.recv() else {
-                return Err(Error::Internal(
-                    "the verifier stopped with read-backs outstanding".into(),
-                ));
+                return Err(Error::Internal("the verifier stopped with read-backs outstanding".into()));
             };
             *outstanding -= 1;
             if let Err(e) = self.settle(guard, v) {
@@ -652,26 +601,13 @@ fn read_stage(
         let Ok(mut buf) = pool.recv() else { break };
         if stop.load(Ordering::SeqCst) {
             // Back to the pool through the drain.
-            let _ = out.send(Staged::Read {
-                index,
-                offset,
-                len: 0,
-                buf,
-            });
+            let _ = out.send(Staged::Read { index, offset, len: 0, buf });
             break;
         }
         match target.read_at(&mut buf[..len], offset) {
             Ok(()) => {
                 read += len as u64;
-                if out
-                    .send(Staged::Read {
-                        index,
-                        offset,
-                        len,
-                        buf,
-                    })
-                    .is_err()
-                {
+                if out.send(Staged::Read { index, offset, len, buf }).is_err() {
                     break;
                 }
             }
@@ -689,20 +625,9 @@ fn read_stage(
 fn hash_stage(input: Receiver<Staged>, out: Sender<Staged>) {
     for m in input {
         let m = match m {
-            Staged::Read {
-                index,
-                offset,
-                len,
-                buf,
-            } => {
+            Staged::Read { index, offset, len, buf } => {
                 let hash = blake3::hash(&buf[..len]);
-                Staged::Hashed(Chunk {
-                    index,
-                    offset,
-                    len,
-                    buf,
-                    hash,
-                })
+                Staged::Hashed(Chunk { index, offset, len, buf, hash })
             }
             other => other,
         };
@@ -726,23 +651,13 @@ fn verify_stage(
     let mut reporter = reporter;
     for chunk in input {
         let (offset, len) = (chunk.offset, chunk.len);
-        let verified = verify_chunk(
-            target,
-            &chunk.buf[..len],
-            offset,
-            &chunk.hash,
-            &mut back[..len],
-        );
+        let verified = verify_chunk(target, &chunk.buf[..len], offset, &chunk.hash, &mut back[..len]);
         let told = match &mut reporter {
             Ok(r) => r.written(),
-            Err(e) => Err(Error::Internal(format!(
-                "no way to report to the guardian: {e}"
-            ))),
+            Err(e) => Err(Error::Internal(format!("no way to report to the guardian: {e}"))),
         };
         let result = verified.and(told);
-        if let Err(crossbeam_channel::SendError(Verified { chunk, .. })) =
-            out.send(Verified { chunk, result })
-        {
+        if let Err(crossbeam_channel::SendError(Verified { chunk, .. })) = out.send(Verified { chunk, result }) {
             let _ = pool.send(chunk.buf);
         }
     }
@@ -755,9 +670,7 @@ fn verify_chunk(
     hash: &blake3::Hash,
     back: &mut [u8],
 ) -> Result<()> {
-    target
-        .read_at(back, offset)
-        .map_err(|e| Error::io_at("reading back", offset, e))?;
+    target.read_at(back, offset).map_err(|e| Error::io_at("reading back", offset, e))?;
     let after = blake3::hash(back);
     if after == *hash {
         return Ok(());
@@ -772,7 +685,9 @@ fn verify_chunk(
         .map(|()| blake3::hash(back) == *hash);
     let repair = match repaired {
         Ok(true) => "the original bytes were written again and now read back correctly".to_string(),
-        Ok(false) => "the original bytes were written again and STILL read back differently: the device is failing".to_string(),
+        Ok(false) => {
+            "the original bytes were written again and STILL read back differently: the device is failing".to_string()
+        }
         Err(e) => format!("writing the original bytes again failed: {e}"),
     };
     log::error!("checksum mismatch at offset {offset}: {repair}");

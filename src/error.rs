@@ -15,10 +15,7 @@ pub enum Error {
 
     /// Acting would be unsafe. Nothing has been written when this is returned.
     #[error("refused: {reason}{}", hint_suffix(.hint))]
-    Refused {
-        reason: String,
-        hint: Option<String>,
-    },
+    Refused { reason: String, hint: Option<String> },
 
     /// An I/O error. `offset` names the device offset when one was involved.
     #[error("{context}{}", offset_suffix(*.offset))]
@@ -30,35 +27,18 @@ pub enum Error {
     },
 
     /// A chunk read back with a different blake3 than it was read with.
-    #[error(
-        "checksum mismatch at offset {offset} (length {len}): read-back blake3 {after} differs from {before}"
-    )]
-    ChecksumMismatch {
-        offset: u64,
-        len: u64,
-        before: String,
-        after: String,
-    },
+    #[error("checksum mismatch at offset {offset} (length {len}): read-back blake3 {after} differs from {before}")]
+    ChecksumMismatch { offset: u64, len: u64, before: String, after: String },
 
     /// SIGINT/SIGTERM arrived; the run stopped between chunks.
-    #[error(
-        "interrupted by {signal} after {done_bytes} of {total_bytes} bytes; run again with --resume to continue"
-    )]
-    Interrupted {
-        signal: String,
-        done_bytes: u64,
-        total_bytes: u64,
-    },
+    #[error("interrupted by {signal} after {done_bytes} of {total_bytes} bytes; run again with --resume to continue")]
+    Interrupted { signal: String, done_bytes: u64, total_bytes: u64 },
 
     /// Freeze windows went past their deadline `--max-overruns` times; the guardian thawed.
     #[error(
         "{overruns} freeze window(s) overran the {deadline_ms} ms deadline (the last: window {window}); the guardian thawed each time before any further write, and reseq stopped (--max-overruns). Run again with --resume, at a quieter time or with a longer --max-freeze"
     )]
-    WindowOverrun {
-        window: u64,
-        overruns: u64,
-        deadline_ms: u64,
-    },
+    WindowOverrun { window: u64, overruns: u64, deadline_ms: u64 },
 
     /// A bug or an impossible state.
     #[error("internal error: {0}")]
@@ -66,15 +46,11 @@ pub enum Error {
 }
 
 fn hint_suffix(hint: &Option<String>) -> String {
-    hint.as_ref()
-        .map(|h| format!("\n  hint: {h}"))
-        .unwrap_or_default()
+    hint.as_ref().map(|h| format!("\n  hint: {h}")).unwrap_or_default()
 }
 
 fn offset_suffix(offset: Option<u64>) -> String {
-    offset
-        .map(|o| format!(" at offset {o}"))
-        .unwrap_or_default()
+    offset.map(|o| format!(" at offset {o}")).unwrap_or_default()
 }
 
 impl Error {
@@ -91,25 +67,14 @@ impl Error {
     }
 
     pub fn refused(reason: impl Into<String>, hint: impl Into<String>) -> Error {
-        Error::Refused {
-            reason: reason.into(),
-            hint: Some(hint.into()),
-        }
+        Error::Refused { reason: reason.into(), hint: Some(hint.into()) }
     }
 
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Error {
-        Error::Io {
-            context: context.into(),
-            offset: None,
-            source,
-        }
+        Error::Io { context: context.into(), offset: None, source }
     }
 
     pub fn io_at(context: impl Into<String>, offset: u64, source: std::io::Error) -> Error {
-        Error::Io {
-            context: context.into(),
-            offset: Some(offset),
-            source,
-        }
+        Error::Io { context: context.into(), offset: Some(offset), source }
     }
 }

@@ -4,9 +4,7 @@
 //! on them): never renumber one. The table is repeated in README.md and the man page.
 
 /// An exit status of the `reseq` process.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ExitCode {
     /// Everything asked for was done and verified.
@@ -62,9 +60,7 @@ impl ExitCode {
             ExitCode::IoError => "I/O error; stopped, thawed, data intact, resumable",
             ExitCode::ChecksumMismatch => "checksum mismatch on read-back; stopped at that offset",
             ExitCode::Interrupted => "interrupted by a signal; thawed, resumable with --resume",
-            ExitCode::WindowOverrun => {
-                "too many freeze windows overran; the guardian thawed each; resumable"
-            }
+            ExitCode::WindowOverrun => "too many freeze windows overran; the guardian thawed each; resumable",
         }
     }
 }

@@ -47,9 +47,7 @@ pub struct Reporter(Option<WrittenReporter>);
 impl Reporter {
     pub fn written(&mut self) -> Result<()> {
         match &mut self.0 {
-            Some(r) => r
-                .written()
-                .map_err(|e| Error::io("telling the thaw guardian a write finished", e)),
+            Some(r) => r.written().map_err(|e| Error::io("telling the thaw guardian a write finished", e)),
             None => Ok(()),
         }
     }
@@ -85,12 +83,9 @@ impl WindowGuard for NoFreeze {
 
 /// Opens a mount point for FIFREEZE/FITHAW (any fd on the filesystem works).
 pub fn open_mount_point(path: &Path) -> Result<OwnedFd> {
-    std::fs::File::open(path).map(OwnedFd::from).map_err(|e| {
-        Error::io(
-            format!("opening mount point {} to freeze it", path.display()),
-            e,
-        )
-    })
+    std::fs::File::open(path)
+        .map(OwnedFd::from)
+        .map_err(|e| Error::io(format!("opening mount point {} to freeze it", path.display()), e))
 }
 
 /// Freezes through the guardian.
@@ -107,31 +102,15 @@ pub struct GuardedFreeze {
 impl GuardedFreeze {
     /// Opens the filesystems and forks the guardian. Call before any thread starts.
     pub fn start(filesystems: Vec<MountedFs>, deadline: Duration) -> Result<GuardedFreeze> {
-        let fds = filesystems
-            .iter()
-            .map(|f| open_mount_point(&f.mount_point))
-            .collect::<Result<Vec<_>>>()?;
-        let names: Vec<String> = filesystems
-            .iter()
-            .map(|f| f.mount_point.display().to_string())
-            .collect();
-        let guardian = Guardian::spawn(&fds, &names)
-            .map_err(|e| Error::io("starting the thaw guardian", e))?;
+        let fds = filesystems.iter().map(|f| open_mount_point(&f.mount_point)).collect::<Result<Vec<_>>>()?;
+        let names: Vec<String> = filesystems.iter().map(|f| f.mount_point.display().to_string()).collect();
+        let guardian = Guardian::spawn(&fds, &names).map_err(|e| Error::io("starting the thaw guardian", e))?;
         log::debug!("guardian started as pid {}", guardian.pid());
-        Ok(GuardedFreeze {
-            guardian: Some(guardian),
-            filesystems,
-            fds,
-            deadline,
-            frozen: false,
-            first_window: true,
-        })
+        Ok(GuardedFreeze { guardian: Some(guardian), filesystems, fds, deadline, frozen: false, first_window: true })
     }
 
     fn guardian(&mut self) -> Result<&mut Guardian> {
-        self.guardian
-            .as_mut()
-            .ok_or_else(|| Error::Internal("the guardian is gone".into()))
+        self.guardian.as_mut().ok_or_else(|| Error::Internal("the guardian is gone".into()))
     }
 
     /// The guardian stopped answering: thaw ourselves (these are our freezes) and fail.
@@ -143,21 +122,12 @@ impl GuardedFreeze {
             self.frozen = false;
         }
         self.guardian = None;
-        Error::io(
-            "the thaw guardian stopped answering; thawed directly and stopped",
-            e,
-        )
+        Error::io("the thaw guardian stopped answering; thawed directly and stopped", e)
     }
 
     fn freeze_error(&self, index: usize, errno: Errno) -> Error {
         let fs = &self.filesystems[index];
-        let what = format!(
-            "{} ({}, {} on {})",
-            fs.mount_point.display(),
-            fs.fs_type,
-            fs.source,
-            fs.dev
-        );
+        let what = format!("{} ({}, {} on {})", fs.mount_point.display(), fs.fs_type, fs.source, fs.dev);
         match errno {
             Errno::EBUSY => Error::refused(
                 format!(
@@ -172,10 +142,9 @@ impl GuardedFreeze {
                 ),
                 "unmount it and run reseq on the unmounted device",
             ),
-            Errno::EPERM => Error::refused(
-                format!("FIFREEZE on {what} was denied (EPERM)"),
-                "run as root with CAP_SYS_ADMIN",
-            ),
+            Errno::EPERM => {
+                Error::refused(format!("FIFREEZE on {what} was denied (EPERM)"), "run as root with CAP_SYS_ADMIN")
+            }
             e => Error::io(format!("freezing {what}"), e.into()),
         }
     }
@@ -240,13 +209,8 @@ impl WindowGuard for GuardedFreeze {
     }
 
     fn reporter(&self) -> Result<Reporter> {
-        let g = self
-            .guardian
-            .as_ref()
-            .ok_or_else(|| Error::Internal("the guardian is gone".into()))?;
-        Ok(Reporter(Some(g.reporter().map_err(|e| {
-            Error::io("cloning the guardian socket", e)
-        })?)))
+        let g = self.guardian.as_ref().ok_or_else(|| Error::Internal("the guardian is gone".into()))?;
+        Ok(Reporter(Some(g.reporter().map_err(|e| Error::io("cloning the guardian socket", e))?)))
     }
 
     fn end(&mut self) -> Result<WindowEnd> {
@@ -259,10 +223,7 @@ impl WindowGuard for GuardedFreeze {
                         "a filesystem was thawed by another process during the window (found before writing; nothing was written after it)"
                     );
                 }
-                Ok(WindowEnd {
-                    frozen: t.frozen,
-                    overran: t.overran,
-                })
+                Ok(WindowEnd { frozen: t.frozen, overran: t.overran })
             }
             Err(e) => Err(self.guardian_lost(e)),
         }

@@ -78,11 +78,7 @@ fn msg(op: u8, a: u32, b: u64) -> Msg {
 }
 
 fn fields(m: &Msg) -> (u8, u32, u64) {
-    (
-        m[0],
-        u32::from_le_bytes(m[4..8].try_into().unwrap()),
-        u64::from_le_bytes(m[8..16].try_into().unwrap()),
-    )
+    (m[0], u32::from_le_bytes(m[4..8].try_into().unwrap()), u64::from_le_bytes(m[8..16].try_into().unwrap()))
 }
 
 /// Why a freeze request failed.
@@ -132,10 +128,7 @@ impl Guardian {
         match sys::fork_single_threaded()? {
             sys::Forked::Parent { child } => {
                 drop(theirs);
-                Ok(Guardian {
-                    stream: ours,
-                    pid: child,
-                })
+                Ok(Guardian { stream: ours, pid: child })
             }
             sys::Forked::Child => {
                 drop(ours);
@@ -162,10 +155,7 @@ impl Guardian {
         Ok(if st == ST_OK {
             Ok(())
         } else {
-            Err(FreezeFailure {
-                index: idx as usize,
-                errno: Errno::from_raw(errno as i32),
-            })
+            Err(FreezeFailure { index: idx as usize, errno: Errno::from_raw(errno as i32) })
         })
     }
 
@@ -187,9 +177,7 @@ impl Guardian {
     /// A handle another thread (the verifier) uses to report finished writes, so that a
     /// stalled writer thread cannot hold back the thaw.
     pub fn reporter(&self) -> std::io::Result<WrittenReporter> {
-        Ok(WrittenReporter {
-            stream: self.stream.try_clone()?,
-        })
+        Ok(WrittenReporter { stream: self.stream.try_clone()? })
     }
 
     pub fn thaw(&mut self) -> std::io::Result<ThawReport> {
@@ -318,10 +306,9 @@ fn guardian_main(mut stream: UnixStream, fds: &[OwnedFd], names: &[String]) -> i
     };
     loop {
         let timeout = match st.deadline {
-            Some(d) if !st.frozen.is_empty() && !st.revoked => Some(
-                d.saturating_duration_since(Instant::now())
-                    .max(Duration::from_millis(1)),
-            ),
+            Some(d) if !st.frozen.is_empty() && !st.revoked => {
+                Some(d.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))
+            }
             _ => None,
         };
         if stream.set_read_timeout(timeout).is_err() {
@@ -331,12 +318,7 @@ fn guardian_main(mut stream: UnixStream, fds: &[OwnedFd], names: &[String]) -> i
         let mut m = [0u8; 16];
         match stream.read_exact(&mut m) {
             Ok(()) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                 if !st.frozen.is_empty() && st.past_deadline() {
                     st.revoke();
                 }

@@ -52,16 +52,8 @@ mod imp {
         static S: OnceLock<State> = OnceLock::new();
         S.get_or_init(|| {
             let text = std::env::var("RESEQ_FAULTS").unwrap_or_default();
-            let rules = text
-                .split(',')
-                .filter(|r| !r.trim().is_empty())
-                .map(|r| parse(r.trim()))
-                .collect();
-            State {
-                rules,
-                hits: Mutex::new(HashMap::new()),
-                corrupt_reads: Mutex::new(HashMap::new()),
-            }
+            let rules = text.split(',').filter(|r| !r.trim().is_empty()).map(|r| parse(r.trim())).collect();
+            State { rules, hits: Mutex::new(HashMap::new()), corrupt_reads: Mutex::new(HashMap::new()) }
         })
     }
 
@@ -89,16 +81,8 @@ mod imp {
             "delay" => {
                 let (at, ms) = rest.split_once('=').unwrap_or_else(|| fail(rule));
                 let (point, n) = at.split_once('#').unwrap_or((at, "1"));
-                let n = if n == "*" {
-                    None
-                } else {
-                    Some(n.parse().unwrap_or_else(|_| fail(rule)))
-                };
-                Rule::Delay(
-                    point.to_string(),
-                    n,
-                    ms.parse().unwrap_or_else(|_| fail(rule)),
-                )
+                let n = if n == "*" { None } else { Some(n.parse().unwrap_or_else(|_| fail(rule))) };
+                Rule::Delay(point.to_string(), n, ms.parse().unwrap_or_else(|_| fail(rule)))
             }
             "kill" => {
                 let (point, n) = rest.split_once('#').unwrap_or((rest, "1"));
@@ -125,10 +109,7 @@ mod imp {
                     std::thread::sleep(std::time::Duration::from_millis(*ms))
                 }
                 Rule::Kill(p, when) if p == name && *when == n => {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::this(),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
                     std::thread::sleep(std::time::Duration::from_secs(60));
                 }
                 _ => {}

@@ -42,16 +42,8 @@ pub struct RunRecord {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Record {
     Run(RunRecord),
-    Begin {
-        offset: u64,
-        len: u64,
-        blake3: String,
-    },
-    Done {
-        offset: u64,
-        len: u64,
-        blake3: String,
-    },
+    Begin { offset: u64, len: u64, blake3: String },
+    Done { offset: u64, len: u64, blake3: String },
     Finished,
 }
 
@@ -87,17 +79,9 @@ pub fn replay(text: &str) -> Replay {
         match rec {
             Record::Run(run) => {
                 let start = run.range_start_bytes;
-                r = Replay {
-                    run: Some(run),
-                    done_offset: start,
-                    ..Replay::default()
-                };
+                r = Replay { run: Some(run), done_offset: start, ..Replay::default() };
             }
-            Record::Begin {
-                offset,
-                len,
-                blake3,
-            } => r.in_flight = Some((offset, len, blake3)),
+            Record::Begin { offset, len, blake3 } => r.in_flight = Some((offset, len, blake3)),
             Record::Done { offset, len, .. } => {
                 // Chunks finish in ascending order; anything else means a foreign or
                 // mixed file.
@@ -159,8 +143,7 @@ impl Journal {
         // a crash here leaves either the old journal or the new one, whole.
         let tmp = path.with_extension("journal.tmp");
         let mut f = File::create(&tmp).map_err(ctx)?;
-        f.write_all(encode(&Record::Run(run)).as_bytes())
-            .map_err(ctx)?;
+        f.write_all(encode(&Record::Run(run)).as_bytes()).map_err(ctx)?;
         f.sync_all().map_err(ctx)?;
         std::fs::rename(&tmp, path).map_err(ctx)?;
         if let Some(dir) = path.parent() {
@@ -175,22 +158,12 @@ impl Journal {
             .append(true)
             .open(path)
             .map_err(|e| Error::io(format!("opening journal {}", path.display()), e))?;
-        Ok(Journal {
-            file: Some(file),
-            path: path.to_path_buf(),
-            held: Vec::new(),
-            hold: false,
-        })
+        Ok(Journal { file: Some(file), path: path.to_path_buf(), held: Vec::new(), hold: false })
     }
 
     /// A journal that records nothing (dry runs, simulations without state).
     pub fn none() -> Journal {
-        Journal {
-            file: None,
-            path: PathBuf::new(),
-            held: Vec::new(),
-            hold: false,
-        }
+        Journal { file: None, path: PathBuf::new(), held: Vec::new(), hold: false }
     }
 
     pub fn path(&self) -> &Path {
@@ -231,36 +204,18 @@ impl Journal {
 
     /// The chunk about to be written (advisory: not fsynced).
     pub fn begin(&mut self, offset: u64, len: u64, hash: &blake3::Hash) -> Result<()> {
-        self.append(
-            &Record::Begin {
-                offset,
-                len,
-                blake3: hash.to_hex().to_string(),
-            },
-            false,
-        )
+        self.append(&Record::Begin { offset, len, blake3: hash.to_hex().to_string() }, false)
     }
 
     /// The chunk is written, flushed and verified. Durable at the next [`Journal::commit`].
     pub fn done(&mut self, offset: u64, len: u64, hash: &blake3::Hash) -> Result<()> {
-        self.append(
-            &Record::Done {
-                offset,
-                len,
-                blake3: hash.to_hex().to_string(),
-            },
-            false,
-        )
+        self.append(&Record::Done { offset, len, blake3: hash.to_hex().to_string() }, false)
     }
 
     /// Makes every record so far durable (one fsync for a batch of chunks). While held,
     /// this happens when the hold is released.
     pub fn commit(&mut self) -> Result<()> {
-        if self.hold {
-            Ok(())
-        } else {
-            self.write("", true)
-        }
+        if self.hold { Ok(()) } else { self.write("", true) }
     }
 
     pub fn finished(&mut self) -> Result<()> {
@@ -294,11 +249,7 @@ mod tests {
     }
 
     fn done(offset: u64, h: &str) -> Record {
-        Record::Done {
-            offset,
-            len: 4096,
-            blake3: h.to_string(),
-        }
+        Record::Done { offset, len: 4096, blake3: h.to_string() }
     }
 
     #[test]
@@ -307,11 +258,7 @@ mod tests {
         let mut text = encode(&Record::Run(run()));
         text += &encode(&done(0, &h));
         text += &encode(&done(4096, &h));
-        text += &encode(&Record::Begin {
-            offset: 8192,
-            len: 4096,
-            blake3: h.clone(),
-        });
+        text += &encode(&Record::Begin { offset: 8192, len: 4096, blake3: h.clone() });
         let full = replay(&text);
         assert_eq!((full.done, full.done_offset), (2, 8192));
         assert_eq!(full.in_flight, Some((8192, 4096, h.clone())));
@@ -347,19 +294,12 @@ mod tests {
         let h = blake3::hash(b"y");
         j.set_hold(true).unwrap();
         j.done(0, 4096, &h).unwrap();
-        assert_eq!(
-            read(&p).unwrap().unwrap().done,
-            0,
-            "held records are not on disk yet"
-        );
+        assert_eq!(read(&p).unwrap().unwrap().done, 0, "held records are not on disk yet");
         j.set_hold(false).unwrap();
         j.done(4096, 4096, &h).unwrap();
         j.commit().unwrap();
         j.finished().unwrap();
         let r = read(&p).unwrap().unwrap();
-        assert_eq!(
-            (r.done, r.done_offset, r.finished, r.run.unwrap()),
-            (2, 8192, true, run())
-        );
+        assert_eq!((r.done, r.done_offset, r.finished, r.run.unwrap()), (2, 8192, true, run()));
     }
 }

@@ -34,6 +34,7 @@ pub mod simulate;
 pub mod sys;
 pub mod target;
 pub mod units;
+pub mod usedspace;
 
 /// An error with its causes, one per line (as anyhow's `{:#}` would, without anyhow).
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {

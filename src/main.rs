@@ -25,24 +25,12 @@ fn main() -> std::process::ExitCode {
         }
         Command::Report(args) => return finish(rerender(&args.report, args.format)),
         Command::Demo(args) if !nix::unistd::geteuid().is_root() => {
-            eprintln!(
-                "reseq demo: not root, so no loop device; running the simulated SSD instead (reseq simulate)"
-            );
-            return print_simulation(
-                reseq::simulate::simulate(&SimulateArgs::defaults(), cli.quiet),
-                args.json,
-            );
+            eprintln!("reseq demo: not root, so no loop device; running the simulated SSD instead (reseq simulate)");
+            return print_simulation(reseq::simulate::simulate(&SimulateArgs::defaults(), cli.quiet), args.json);
         }
         Command::Demo(args) => {
             let (report, result) = reseq::demo::run(args, cli.quiet);
-            (
-                report,
-                OutputArgs {
-                    json: args.json,
-                    ..Default::default()
-                },
-                result,
-            )
+            (report, OutputArgs { json: args.json, ..Default::default() }, result)
         }
         Command::Simulate(args) => {
             return print_simulation(reseq::simulate::simulate(args, cli.quiet), args.json);
@@ -69,19 +57,15 @@ fn main() -> std::process::ExitCode {
 }
 
 fn rerender(path: &std::path::Path, format: Format) -> reseq::error::Result<()> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| reseq::error::Error::io(format!("reading {}", path.display()), e))?;
-    let report: Report = serde_json::from_str(&text).map_err(|e| {
-        reseq::error::Error::Usage(format!("{} is not a reseq report: {e}", path.display()))
-    })?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| reseq::error::Error::io(format!("reading {}", path.display()), e))?;
+    let report: Report = serde_json::from_str(&text)
+        .map_err(|e| reseq::error::Error::Usage(format!("{} is not a reseq report: {e}", path.display())))?;
     print!("{}", render(&report, format));
     Ok(())
 }
 
-fn print_simulation(
-    r: reseq::error::Result<reseq::simulate::Experiment>,
-    json: bool,
-) -> std::process::ExitCode {
+fn print_simulation(r: reseq::error::Result<reseq::simulate::Experiment>, json: bool) -> std::process::ExitCode {
     finish(r.map(|e| {
         if json {
             println!("{}", serde_json::to_string_pretty(&e).unwrap_or_default());
@@ -97,9 +81,7 @@ fn finish(result: reseq::error::Result<()>) -> std::process::ExitCode {
         Err(e) => {
             let err = anyhow::Error::new(e);
             eprintln!("reseq: {err:#}");
-            err.downcast_ref::<reseq::error::Error>()
-                .map_or(ExitCode::Internal, |e| e.exit_code())
-                .into()
+            err.downcast_ref::<reseq::error::Error>().map_or(ExitCode::Internal, |e| e.exit_code()).into()
         }
     }
 }

@@ -21,11 +21,7 @@ pub fn run_bench(args: &BenchArgs) -> (Report, Result<()>) {
     let mut report = Report::new("bench", false);
     let result = (|| {
         let target = Target::open(&args.target)?;
-        let length = args
-            .length
-            .as_deref()
-            .map(|l| size("--length", l))
-            .transpose()?;
+        let length = args.length.as_deref().map(|l| size("--length", l)).transpose()?;
         let params = resolve_params(
             &target,
             size("--block-size", &args.block_size)?,
@@ -33,8 +29,7 @@ pub fn run_bench(args: &BenchArgs) -> (Report, Result<()>) {
             size("--offset", &args.offset)?,
             length,
         )?;
-        let settle =
-            parse_duration(&args.settle).map_err(|e| Error::Usage(format!("--settle: {e}")))?;
+        let settle = parse_duration(&args.settle).map_err(|e| Error::Usage(format!("--settle: {e}")))?;
         if args.passes == 0 {
             return Err(Error::Usage("--passes must be at least 1".into()));
         }
@@ -51,19 +46,13 @@ pub fn run_scan(args: &ScanArgs) -> (Report, Result<()>) {
     let mut report = Report::new("scan", false);
     let result = (|| {
         if args.regions == 0 || args.regions > 100_000 {
-            return Err(Error::Usage(
-                "--regions must be between 1 and 100000".into(),
-            ));
+            return Err(Error::Usage("--regions must be between 1 and 100000".into()));
         }
         if !(args.threshold > 0.0 && args.threshold <= 1.0) {
             return Err(Error::Usage("--threshold must be in (0, 1]".into()));
         }
         let target = Target::open(&args.target)?;
-        let length = args
-            .length
-            .as_deref()
-            .map(|l| size("--length", l))
-            .transpose()?;
+        let length = args.length.as_deref().map(|l| size("--length", l)).transpose()?;
         let params = resolve_params(
             &target,
             size("--block-size", &args.block_size)?,
@@ -80,25 +69,15 @@ pub fn run_scan(args: &ScanArgs) -> (Report, Result<()>) {
 
 /// The measurement `rewrite --bench` takes before and after: timed passes, then one
 /// pass region by region for the throughput map.
-pub fn measure_device(
-    path: &Path,
-    opts: &BenchOpts,
-    range_len: u64,
-) -> Result<(BenchResult, ScanResult)> {
+pub fn measure_device(path: &Path, opts: &BenchOpts, range_len: u64) -> Result<(BenchResult, ScanResult)> {
     let target = Target::open(path)?;
     let length = match &opts.length {
         Some(l) => size("--bench-length", l)?.min(range_len),
         None => range_len,
     };
-    let params = resolve_params(
-        &target,
-        size("--bench-block-size", &opts.block_size)?,
-        opts.queue_depth,
-        0,
-        Some(length),
-    )?;
-    let settle =
-        parse_duration(&opts.settle).map_err(|e| Error::Usage(format!("--bench-settle: {e}")))?;
+    let params =
+        resolve_params(&target, size("--bench-block-size", &opts.block_size)?, opts.queue_depth, 0, Some(length))?;
+    let settle = parse_duration(&opts.settle).map_err(|e| Error::Usage(format!("--bench-settle: {e}")))?;
     let b = bench::bench(&target, &params, opts.passes.max(1), settle)?;
     let s = bench::scan(&target, &params, opts.regions.max(1), 0.7)?;
     Ok((b, s))
@@ -116,10 +95,7 @@ pub fn host_bytes_written(name: &str) -> Option<u64> {
 pub fn parse_smartctl_nvme(json: &str) -> Option<(u64, u64)> {
     let v: serde_json::Value = serde_json::from_str(json).ok()?;
     let log = v.get("nvme_smart_health_information_log")?;
-    Some((
-        log.get("data_units_written")?.as_u64()?,
-        log.get("percentage_used")?.as_u64()?,
-    ))
+    Some((log.get("data_units_written")?.as_u64()?, log.get("percentage_used")?.as_u64()?))
 }
 
 /// NVMe SMART counters of the disk holding `name`, through `smartctl --json` where it
@@ -129,11 +105,8 @@ pub fn nvme_smart(name: &str, parent: Option<&str>) -> Option<(u64, u64)> {
     if !disk.starts_with("nvme") {
         return None;
     }
-    let out = std::process::Command::new("smartctl")
-        .args(["--json", "-A"])
-        .arg(format!("/dev/{disk}"))
-        .output()
-        .ok()?;
+    let out =
+        std::process::Command::new("smartctl").args(["--json", "-A"]).arg(format!("/dev/{disk}")).output().ok()?;
     parse_smartctl_nvme(&String::from_utf8_lossy(&out.stdout))
 }
 
@@ -144,18 +117,12 @@ pub struct CostSnapshot {
 }
 
 pub fn snapshot(name: &str, parent: Option<&str>) -> CostSnapshot {
-    CostSnapshot {
-        host: host_bytes_written(name),
-        smart: nvme_smart(name, parent),
-    }
+    CostSnapshot { host: host_bytes_written(name), smart: nvme_smart(name, parent) }
 }
 
 pub fn write_cost(before: &CostSnapshot, after: &CostSnapshot) -> WriteCost {
     WriteCost {
-        host_bytes_written: before
-            .host
-            .zip(after.host)
-            .map(|(a, b)| b.saturating_sub(a)),
+        host_bytes_written: before.host.zip(after.host).map(|(a, b)| b.saturating_sub(a)),
         nvme_data_units_written_before: before.smart.map(|s| s.0),
         nvme_data_units_written_after: after.smart.map(|s| s.0),
         nvme_percentage_used_before: before.smart.map(|s| s.1),

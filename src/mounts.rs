@@ -48,10 +48,7 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
             let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(v);
             i += 4;
@@ -65,16 +62,12 @@ fn unescape(s: &str) -> String {
 
 /// Reads the live mount table.
 pub fn read_mounts() -> std::io::Result<Vec<MountEntry>> {
-    Ok(parse_mountinfo(&std::fs::read_to_string(
-        "/proc/self/mountinfo",
-    )?))
+    Ok(parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo")?))
 }
 
 /// One mounted filesystem (superblock) that must be frozen, with every mount point
 /// it is visible at.
-#[derive(
-    Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct MountedFs {
     /// Device number as "major:minor".
     pub dev: String,
@@ -117,10 +110,7 @@ pub fn filesystems_on(entries: &[MountEntry], devices: &[(u32, u32)]) -> Vec<Mou
 /// The mount whose mount point is the longest prefix of `path` (the filesystem that
 /// holds it), for deciding whether the state directory sits on a frozen filesystem.
 pub fn mount_containing<'a>(entries: &'a [MountEntry], path: &Path) -> Option<&'a MountEntry> {
-    entries
-        .iter()
-        .filter(|e| path.starts_with(&e.mount_point))
-        .max_by_key(|e| e.mount_point.as_os_str().len())
+    entries.iter().filter(|e| path.starts_with(&e.mount_point)).max_by_key(|e| e.mount_point.as_os_str().len())
 }
 
 #[cfg(test)]
@@ -145,23 +135,14 @@ bogus line
         let fs = filesystems_on(&e, &[(7, 0), (7, 1), (7, 9)]);
         assert_eq!(fs.len(), 2);
         assert_eq!(fs[0].all_mount_points.len(), 2);
-        assert!(
-            !fs[0].read_only,
-            "writable through one mount means writable"
-        );
+        assert!(!fs[0].read_only, "writable through one mount means writable");
         assert!(fs[1].read_only);
     }
 
     #[test]
     fn containing_mount() {
         let e = parse_mountinfo(SAMPLE);
-        assert_eq!(
-            mount_containing(&e, Path::new("/tmp/m x/a")).unwrap().dev,
-            (7, 0)
-        );
-        assert_eq!(
-            mount_containing(&e, Path::new("/var/lib")).unwrap().dev,
-            (254, 0)
-        );
+        assert_eq!(mount_containing(&e, Path::new("/tmp/m x/a")).unwrap().dev, (7, 0));
+        assert_eq!(mount_containing(&e, Path::new("/var/lib")).unwrap().dev, (254, 0));
     }
 }

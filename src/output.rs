@@ -110,11 +110,7 @@ impl Progress {
             self.last_line = Instant::now();
             let secs = self.started.elapsed().as_secs_f64();
             let rate = (self.done - rate_base) as f64 / secs.max(1e-9);
-            let eta = if rate > 0.0 {
-                (self.total - self.done) as f64 / rate
-            } else {
-                f64::NAN
-            };
+            let eta = if rate > 0.0 { (self.total - self.done) as f64 / rate } else { f64::NAN };
             log::info!(
                 "progress: {} of {} ({:.1}%), {}, ETA {:.0} s",
                 crate::units::human_bytes(self.done),

@@ -52,6 +52,11 @@ pub struct RewritePlan {
     pub journal_path: PathBuf,
     /// New run or continuation.
     pub start: Start,
+    /// Filesystems whose free space is left out: (filesystem, its start on the target,
+    /// its length). Empty: everything is rewritten.
+    pub used_space: Vec<(MountedFs, u64, u64)>,
+    /// FITRIM the filesystems afterwards.
+    pub trim: bool,
     /// Things the user should know that did not stop the plan.
     pub warnings: Vec<String>,
 }
@@ -109,10 +114,9 @@ fn top_holders(sysfs: &Sysfs, holders: &[String]) -> Vec<String> {
                 None => break,
             }
         }
-        let dm_name =
-            std::fs::read_to_string(sysfs.root.join("class/block").join(&cur).join("dm/name"))
-                .map(|n| format!(" (/dev/mapper/{})", n.trim()))
-                .unwrap_or_default();
+        let dm_name = std::fs::read_to_string(sysfs.root.join("class/block").join(&cur).join("dm/name"))
+            .map(|n| format!(" (/dev/mapper/{})", n.trim()))
+            .unwrap_or_default();
         out.push(format!("/dev/{cur}{dm_name}"));
     }
     out.sort();
@@ -130,8 +134,7 @@ impl Environment {
     pub fn live() -> Result<Environment> {
         Ok(Environment {
             sysfs: Sysfs::default(),
-            mounts: mounts::read_mounts()
-                .map_err(|e| Error::io("reading /proc/self/mountinfo", e))?,
+            mounts: mounts::read_mounts().map_err(|e| Error::io("reading /proc/self/mountinfo", e))?,
         })
     }
 }
@@ -139,21 +142,15 @@ impl Environment {
 /// Checks everything and builds the plan. Writes nothing and freezes nothing.
 pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan> {
     // 1. Arguments that need no device.
-    let chunk_size = units::parse_size(&args.chunk_size)
-        .map_err(|e| Error::Usage(format!("--chunk-size: {e}")))?;
+    let chunk_size = units::parse_size(&args.chunk_size).map_err(|e| Error::Usage(format!("--chunk-size: {e}")))?;
     if chunk_size == 0 || chunk_size > (1 << 30) {
-        return Err(Error::Usage(format!(
-            "--chunk-size must be between 1 sector and 1 GiB, not {}",
-            args.chunk_size
-        )));
+        return Err(Error::Usage(format!("--chunk-size must be between 1 sector and 1 GiB, not {}", args.chunk_size)));
     }
-    let max_freeze = units::parse_duration(&args.max_freeze)
-        .map_err(|e| Error::Usage(format!("--max-freeze: {e}")))?;
+    let max_freeze = units::parse_duration(&args.max_freeze).map_err(|e| Error::Usage(format!("--max-freeze: {e}")))?;
     if max_freeze < Duration::from_millis(10) {
         return Err(Error::Usage("--max-freeze must be at least 10ms".into()));
     }
-    let pause =
-        units::parse_duration(&args.pause).map_err(|e| Error::Usage(format!("--pause: {e}")))?;
+    let pause = units::parse_duration(&args.pause).map_err(|e| Error::Usage(format!("--pause: {e}")))?;
     if args.max_overruns == 0 {
         return Err(Error::Usage("--max-overruns must be at least 1".into()));
     }
@@ -210,19 +207,12 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
             args.chunk_size,
             dev.dio_offset_align,
             dev.dio_align_source,
-            units::human_bytes(
-                chunk_size.div_ceil(u64::from(dev.dio_offset_align))
-                    * u64::from(dev.dio_offset_align)
-            ),
+            units::human_bytes(chunk_size.div_ceil(u64::from(dev.dio_offset_align)) * u64::from(dev.dio_offset_align)),
         )));
     }
 
     // 6. Medium.
-    let medium = if hooks::pretend_rotational() {
-        Medium::Rotational("test hook".into())
-    } else {
-        dev.medium.clone()
-    };
+    let medium = if hooks::pretend_rotational() { Medium::Rotational("test hook".into()) } else { dev.medium.clone() };
     if let Medium::Rotational(why) = &medium {
         let msg = format!(
             "{} is a rotational disk ({why}): a spinning disk has no FTL to re-sequence, so this only costs time",
@@ -235,9 +225,8 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
     }
 
     // 7. Freeze length against the hung-task watchdog.
-    let hung_task_timeout = read_proc_u64("/proc/sys/kernel/hung_task_timeout_secs")
-        .filter(|&s| s > 0)
-        .map(Duration::from_secs);
+    let hung_task_timeout =
+        read_proc_u64("/proc/sys/kernel/hung_task_timeout_secs").filter(|&s| s > 0).map(Duration::from_secs);
     let hung_task_panic = read_proc_u64("/proc/sys/kernel/hung_task_panic").is_some_and(|v| v != 0);
     if let (Some(t), false) = (hung_task_timeout, filesystems.is_empty())
         && max_freeze > t / 2
@@ -246,17 +235,10 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
             "--max-freeze {} is longer than half of kernel.hung_task_timeout_secs ({} s): writers blocked by the freeze can trip the hung-task watchdog{}",
             args.max_freeze,
             t.as_secs(),
-            if hung_task_panic {
-                ", and kernel.hung_task_panic=1 turns that into a kernel panic"
-            } else {
-                ""
-            }
+            if hung_task_panic { ", and kernel.hung_task_panic=1 turns that into a kernel panic" } else { "" }
         );
         if !args.force {
-            return Err(Error::refused(
-                msg,
-                format!("use --max-freeze {}s or less, or --force", t.as_secs() / 2),
-            ));
+            return Err(Error::refused(msg, format!("use --max-freeze {}s or less, or --force", t.as_secs() / 2)));
         }
         warnings.push(msg);
     }
@@ -265,16 +247,13 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
     let journal_path = journal::journal_path(&args.state_dir, &dev.identity);
     let start = decide_start(args, &dev, chunk_size, &journal_path, &mut warnings)?;
     let chunk_size = match &start {
-        Start::Resume { .. } => journal::read(&journal_path)?
-            .and_then(|r| r.run)
-            .map(|r| r.chunk_size_bytes)
-            .unwrap_or(chunk_size),
+        Start::Resume { .. } => {
+            journal::read(&journal_path)?.and_then(|r| r.run).map(|r| r.chunk_size_bytes).unwrap_or(chunk_size)
+        }
         Start::Fresh => chunk_size,
     };
-    let state_mount =
-        mounts::mount_containing(&env.mounts, &absolute(&args.state_dir)).map(|m| m.dev);
-    let journal_on_frozen_fs =
-        state_mount.is_some_and(|d| filesystems.iter().any(|f| f.dev_num == d));
+    let state_mount = mounts::mount_containing(&env.mounts, &absolute(&args.state_dir)).map(|m| m.dev);
+    let journal_on_frozen_fs = state_mount.is_some_and(|d| filesystems.iter().any(|f| f.dev_num == d));
     if journal_on_frozen_fs {
         warnings.push(format!(
             "the state directory {} is on a filesystem reseq freezes: journal records are kept in memory during each window and written between windows, so a crash loses at most one window of progress",
@@ -296,7 +275,17 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
         journal_on_frozen_fs,
         max_overruns: args.max_overruns,
     };
+    let used_space =
+        if args.include_free { Vec::new() } else { used_space_spans(&env.sysfs, &dev, &filesystems, &mut warnings) };
+    if filesystems.is_empty() {
+        warnings.push(format!(
+            "nothing is mounted from {}: all of it is rewritten, free space included, which tells the SSD that space is in use (undoing TRIM). To skip free space, mount its ext4/xfs filesystem and run reseq again",
+            args.device.display()
+        ));
+    }
     Ok(RewritePlan {
+        used_space,
+        trim: !args.no_trim,
         device: dev,
         filesystems,
         engine,
@@ -309,6 +298,44 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
     })
 }
 
+/// Where each mounted ext4/xfs filesystem lies on the target, for used-space mode.
+fn used_space_spans(
+    sysfs: &Sysfs,
+    dev: &BlockDeviceInfo,
+    filesystems: &[MountedFs],
+    warnings: &mut Vec<String>,
+) -> Vec<(MountedFs, u64, u64)> {
+    let mut spans = Vec::new();
+    for fs in filesystems {
+        if !crate::usedspace::SUPPORTED.contains(&fs.fs_type.as_str()) {
+            warnings.push(format!(
+                "{} is {}, whose free space reseq cannot read (GETFSMAP): all of it is rewritten",
+                fs.mount_point.display(),
+                fs.fs_type
+            ));
+            continue;
+        }
+        if fs.dev_num == dev.dev_num {
+            spans.push((fs.clone(), 0, dev.identity.size_bytes));
+            continue;
+        }
+        // A partition of the target disk: its start and size from sysfs, in sectors.
+        let part = sysfs.name_of(fs.dev_num).map(|(n, _)| n).unwrap_or_default();
+        let read = |attr: &str| {
+            std::fs::read_to_string(sysfs.root.join("class/block").join(&part).join(attr))
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+        };
+        match (read("start"), read("size")) {
+            (Some(start), Some(size)) => spans.push((fs.clone(), start * 512, size * 512)),
+            _ => {
+                warnings.push(format!("cannot place {} on the disk: all of it is rewritten", fs.mount_point.display()))
+            }
+        }
+    }
+    spans
+}
+
 fn absolute(p: &std::path::Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
@@ -318,17 +345,10 @@ fn absolute(p: &std::path::Path) -> PathBuf {
 /// still writing).
 fn probe_exclusive(dev: &BlockDeviceInfo) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_EXCL)
-        .open(&dev.path)
-    {
+    match std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_EXCL).open(&dev.path) {
         Ok(_) => Ok(()),
         Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => Err(busy_unmounted(dev)),
-        Err(e) => Err(Error::io(
-            format!("opening {} exclusively", dev.path.display()),
-            e,
-        )),
+        Err(e) => Err(Error::io(format!("opening {} exclusively", dev.path.display()), e)),
     }
 }
 
@@ -365,10 +385,7 @@ fn decide_start(
     }
     let Some(run) = r.run.filter(|_| !r.finished) else {
         if args.resume {
-            log::info!(
-                "the last run of {} finished: starting a new run",
-                dev.path.display()
-            );
+            log::info!("the last run of {} finished: starting a new run", dev.path.display());
         }
         return Ok(Start::Fresh);
     };
@@ -402,23 +419,13 @@ fn decide_start(
         ));
     }
     if run.range_end_bytes != dev.identity.size_bytes || run.range_start_bytes != 0 {
-        return Err(Error::refused(
-            "cannot resume: the journal's range does not match the device",
-            "pass --restart",
-        ));
+        return Err(Error::refused("cannot resume: the journal's range does not match the device", "pass --restart"));
     }
     if run.chunk_size_bytes != chunk_size {
-        warnings.push(format!(
-            "resuming with the journal's chunk size of {}",
-            units::human_bytes(run.chunk_size_bytes)
-        ));
+        warnings
+            .push(format!("resuming with the journal's chunk size of {}", units::human_bytes(run.chunk_size_bytes)));
     }
-    Ok(Start::Resume {
-        done: r.done,
-        done_offset: r.done_offset,
-        in_flight: r.in_flight,
-        started_at: run.started_at,
-    })
+    Ok(Start::Resume { done: r.done, done_offset: r.done_offset, in_flight: r.in_flight, started_at: run.started_at })
 }
 
 #[cfg(test)]
@@ -431,11 +438,7 @@ mod tests {
     fn names_the_top_of_a_holder_stack() {
         let dir = tempfile::tempdir().unwrap();
         let r = dir.path();
-        for (dev, holder) in [
-            ("sdz1", Some("dm-7")),
-            ("dm-7", Some("dm-9")),
-            ("dm-9", None),
-        ] {
+        for (dev, holder) in [("sdz1", Some("dm-7")), ("dm-7", Some("dm-9")), ("dm-9", None)] {
             let d = r.join("class/block").join(dev);
             std::fs::create_dir_all(d.join("holders")).unwrap();
             if let Some(h) = holder {
@@ -444,14 +447,9 @@ mod tests {
         }
         std::fs::create_dir_all(r.join("class/block/dm-9/dm")).unwrap();
         std::fs::write(r.join("class/block/dm-9/dm/name"), "vg-data\n").unwrap();
-        let sysfs = Sysfs {
-            root: r.to_path_buf(),
-        };
+        let sysfs = Sysfs { root: r.to_path_buf() };
         let holders = sysfs.holders_of("sdz1");
         assert_eq!(holders, vec!["dm-7".to_string()]);
-        assert_eq!(
-            top_holders(&sysfs, &holders),
-            vec!["/dev/dm-9 (/dev/mapper/vg-data)".to_string()]
-        );
+        assert_eq!(top_holders(&sysfs, &holders), vec!["/dev/dm-9 (/dev/mapper/vg-data)".to_string()]);
     }
 }

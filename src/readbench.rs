@@ -35,8 +35,7 @@ pub struct Source {
 
 impl Source {
     pub fn open(path: &Path) -> Result<Source> {
-        let md = std::fs::metadata(path)
-            .map_err(|e| Error::Usage(format!("cannot use {}: {e}", path.display())))?;
+        let md = std::fs::metadata(path).map_err(|e| Error::Usage(format!("cannot use {}: {e}", path.display())))?;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(nix::libc::O_DIRECT)
@@ -64,27 +63,15 @@ impl Source {
             // statx reports 0/0 where the file cannot do direct I/O (fscrypt, some filesystems).
             let align = sys::statx_dio_align(path).ok().flatten().ok_or_else(|| {
                 Error::refused(
-                    format!(
-                        "{} cannot be read with direct I/O (statx reports no DIO alignment)",
-                        path.display()
-                    ),
+                    format!("{} cannot be read with direct I/O (statx reports no DIO alignment)", path.display()),
                     "reseq does not fall back to buffered reads",
                 )
             })?;
             (md.len(), align)
         } else {
-            return Err(Error::Usage(format!(
-                "{} is neither a block device nor a regular file",
-                path.display()
-            )));
+            return Err(Error::Usage(format!("{} is neither a block device nor a regular file", path.display())));
         };
-        Ok(Source {
-            path: path.to_path_buf(),
-            file,
-            len,
-            mem_align: mem as usize,
-            offset_align: u64::from(off),
-        })
+        Ok(Source { path: path.to_path_buf(), file, len, mem_align: mem as usize, offset_align: u64::from(off) })
     }
 }
 
@@ -93,10 +80,7 @@ pub enum Target {
     /// Real sources, read one after the other (a device, a file, or files of a directory).
     Real(Vec<Source>),
     /// A simulated SSD (`sim:STATE`), measured on its virtual clock.
-    Sim {
-        path: PathBuf,
-        state: Box<Mutex<SimState>>,
-    },
+    Sim { path: PathBuf, state: Box<Mutex<SimState>> },
 }
 
 impl Target {
@@ -104,31 +88,19 @@ impl Target {
     /// files, recursively, on the same filesystem, in path order).
     pub fn open(spec: &Path) -> Result<Target> {
         if let Some(p) = spec.to_str().and_then(|s| s.strip_prefix("sim:")) {
-            let state = SimState::load(Path::new(p))
-                .map_err(|e| Error::io(format!("loading simulated device {p}"), e))?;
-            return Ok(Target::Sim {
-                path: PathBuf::from(p),
-                state: Box::new(Mutex::new(state)),
-            });
+            let state =
+                SimState::load(Path::new(p)).map_err(|e| Error::io(format!("loading simulated device {p}"), e))?;
+            return Ok(Target::Sim { path: PathBuf::from(p), state: Box::new(Mutex::new(state)) });
         }
-        let md = std::fs::metadata(spec)
-            .map_err(|e| Error::Usage(format!("cannot use {}: {e}", spec.display())))?;
+        let md = std::fs::metadata(spec).map_err(|e| Error::Usage(format!("cannot use {}: {e}", spec.display())))?;
         if md.is_dir() {
             let mut files = Vec::new();
             collect_files(spec, std::os::unix::fs::MetadataExt::dev(&md), &mut files)?;
             files.sort();
             if files.is_empty() {
-                return Err(Error::Usage(format!(
-                    "{} holds no regular files",
-                    spec.display()
-                )));
+                return Err(Error::Usage(format!("{} holds no regular files", spec.display())));
             }
-            return Ok(Target::Real(
-                files
-                    .iter()
-                    .map(|f| Source::open(f))
-                    .collect::<Result<_>>()?,
-            ));
+            return Ok(Target::Real(files.iter().map(|f| Source::open(f)).collect::<Result<_>>()?));
         }
         Ok(Target::Real(vec![Source::open(spec)?]))
     }
@@ -166,13 +138,10 @@ impl Target {
 }
 
 fn collect_files(dir: &Path, dev: u64, out: &mut Vec<PathBuf>) -> Result<()> {
-    let rd =
-        std::fs::read_dir(dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    let rd = std::fs::read_dir(dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
     for entry in rd {
         let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-        let md = entry
-            .metadata()
-            .map_err(|e| Error::io(format!("stat {}", entry.path().display()), e))?;
+        let md = entry.metadata().map_err(|e| Error::io(format!("stat {}", entry.path().display()), e))?;
         if std::os::unix::fs::MetadataExt::dev(&md) != dev {
             continue; // stay on one filesystem
         }
@@ -204,30 +173,17 @@ pub struct Timed {
 
 impl Timed {
     pub fn rate(&self) -> f64 {
-        if self.seconds > 0.0 {
-            self.bytes as f64 / self.seconds
-        } else {
-            0.0
-        }
+        if self.seconds > 0.0 { self.bytes as f64 / self.seconds } else { 0.0 }
     }
 }
 
 /// Reads `[offset, offset + length)` of the target once, sequentially.
-pub fn read_span(
-    target: &Target,
-    block: u64,
-    qd: usize,
-    offset: u64,
-    length: u64,
-) -> Result<Timed> {
+pub fn read_span(target: &Target, block: u64, qd: usize, offset: u64, length: u64) -> Result<Timed> {
     match target {
         Target::Sim { state, .. } => {
             let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
             let secs = seq_read_time(&mut st.ftl, offset / SLOT, length / SLOT, block, qd);
-            Ok(Timed {
-                bytes: length,
-                seconds: secs,
-            })
+            Ok(Timed { bytes: length, seconds: secs })
         }
         Target::Real(sources) => {
             let start = Instant::now();
@@ -240,10 +196,7 @@ pub fn read_span(
                 }
                 base += s.len;
             }
-            Ok(Timed {
-                bytes,
-                seconds: start.elapsed().as_secs_f64(),
-            })
+            Ok(Timed { bytes, seconds: start.elapsed().as_secs_f64() })
         }
     }
 }
@@ -275,11 +228,7 @@ fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<
                         }
                         Err(e) => {
                             let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
-                            slot.get_or_insert(Error::io_at(
-                                format!("reading {}", s.path.display()),
-                                off,
-                                e,
-                            ));
+                            slot.get_or_insert(Error::io_at(format!("reading {}", s.path.display()), off, e));
                             break;
                         }
                     }
@@ -294,50 +243,29 @@ fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<
 }
 
 /// Checks and completes read parameters against the target.
-pub fn resolve_params(
-    target: &Target,
-    block: u64,
-    qd: usize,
-    offset: u64,
-    length: Option<u64>,
-) -> Result<ReadParams> {
+pub fn resolve_params(target: &Target, block: u64, qd: usize, offset: u64, length: Option<u64>) -> Result<ReadParams> {
     let align = target.offset_align();
     if block == 0 || !block.is_multiple_of(align) {
-        return Err(Error::Usage(format!(
-            "--block-size must be a non-zero multiple of {align} bytes for this target"
-        )));
+        return Err(Error::Usage(format!("--block-size must be a non-zero multiple of {align} bytes for this target")));
     }
     if qd == 0 || qd > 256 {
-        return Err(Error::Usage(
-            "--queue-depth must be between 1 and 256".into(),
-        ));
+        return Err(Error::Usage("--queue-depth must be between 1 and 256".into()));
     }
     if !offset.is_multiple_of(align) {
-        return Err(Error::Usage(format!(
-            "--offset must be a multiple of {align} bytes"
-        )));
+        return Err(Error::Usage(format!("--offset must be a multiple of {align} bytes")));
     }
     let len = target.len();
     if offset >= len {
-        return Err(Error::Usage(format!(
-            "--offset {offset} is past the end of the target ({len} bytes)"
-        )));
+        return Err(Error::Usage(format!("--offset {offset} is past the end of the target ({len} bytes)")));
     }
     let length = length.unwrap_or(len - offset).min(len - offset);
     if length == 0 {
         return Err(Error::Usage("--length must be positive".into()));
     }
     if target.is_virtual() && !length.is_multiple_of(SLOT) {
-        return Err(Error::Usage(
-            "on a simulated SSD --length must be whole 4 KiB blocks".into(),
-        ));
+        return Err(Error::Usage("on a simulated SSD --length must be whole 4 KiB blocks".into()));
     }
-    Ok(ReadParams {
-        block_size_bytes: block,
-        queue_depth: qd,
-        offset_bytes: offset,
-        length_bytes: length,
-    })
+    Ok(ReadParams { block_size_bytes: block, queue_depth: qd, offset_bytes: offset, length_bytes: length })
 }
 
 /// Sleeps between passes, so a drive that reorganises itself in the background can.

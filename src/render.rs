@@ -10,9 +10,7 @@ use crate::error::{Error, Result};
 use crate::report::Report;
 use crate::units::{human_bytes, human_rate};
 
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 pub enum Format {
     Text,
     Json,
@@ -32,11 +30,7 @@ pub fn render(r: &Report, f: Format) -> String {
 }
 
 fn bench_line(label: &str, b: &BenchResult) -> String {
-    let passes: Vec<String> = b
-        .passes
-        .iter()
-        .map(|p| human_rate(p.bytes_per_second))
-        .collect();
+    let passes: Vec<String> = b.passes.iter().map(|p| human_rate(p.bytes_per_second)).collect();
     format!(
         "  {label}: {} of {} in {} passes of {} blocks at QD{}{}: median {}, min {}, max {} ({})\n",
         human_bytes(b.params.length_bytes),
@@ -44,11 +38,7 @@ fn bench_line(label: &str, b: &BenchResult) -> String {
         b.passes.len(),
         human_bytes(b.params.block_size_bytes),
         b.params.queue_depth,
-        if b.virtual_time {
-            " (virtual time)"
-        } else {
-            ""
-        },
+        if b.virtual_time { " (virtual time)" } else { "" },
         human_rate(b.median_bytes_per_second),
         human_rate(b.min_bytes_per_second),
         human_rate(b.max_bytes_per_second),
@@ -65,12 +55,7 @@ fn scan_text(label: &str, sc: &ScanResult) -> String {
         sc.threshold * 100.0,
         sc.slow_regions
     );
-    let max = sc
-        .regions
-        .iter()
-        .map(|r| r.bytes_per_second)
-        .fold(0.0, f64::max)
-        .max(1.0);
+    let max = sc.regions.iter().map(|r| r.bytes_per_second).fold(0.0, f64::max).max(1.0);
     for r in &sc.regions {
         let bar = "#".repeat(((r.bytes_per_second / max) * 40.0).round() as usize);
         let _ = writeln!(
@@ -102,28 +87,14 @@ pub fn measurements_text(r: &Report) -> String {
         s += &bench_line("after", b);
     }
     if let Some(v) = &r.verdict {
-        s += &format!(
-            "  verdict: {} (x{:.2}; {})\n",
-            v.verdict.replace('_', " "),
-            v.speedup,
-            v.rule
-        );
+        s += &format!("  verdict: {} (x{:.2}; {})\n", v.verdict.replace('_', " "), v.speedup, v.rule);
     }
     if let Some(w) = &r.write_cost {
         s += &format!(
             "  write cost: {} written by the host{}\n",
-            w.host_bytes_written
-                .map(human_bytes)
-                .unwrap_or_else(|| "unknown".into()),
-            match (
-                w.nvme_data_units_written_before,
-                w.nvme_data_units_written_after
-            ) {
-                (Some(a), Some(b)) => format!(
-                    ", NVMe data units written +{} ({} bytes)",
-                    b - a,
-                    (b - a) * 512_000
-                ),
+            w.host_bytes_written.map(human_bytes).unwrap_or_else(|| "unknown".into()),
+            match (w.nvme_data_units_written_before, w.nvme_data_units_written_after) {
+                (Some(a), Some(b)) => format!(", NVMe data units written +{} ({} bytes)", b - a, (b - a) * 512_000),
                 _ => String::new(),
             }
         );
@@ -132,11 +103,7 @@ pub fn measurements_text(r: &Report) -> String {
 }
 
 fn markdown(r: &Report) -> String {
-    let mut s = format!(
-        "### reseq {} — {}\n\n",
-        r.command,
-        r.outcome.status.describe()
-    );
+    let mut s = format!("### reseq {} — {}\n\n", r.command, r.outcome.status.describe());
     s += "| | |\n|---|---|\n";
     let mut row = |k: &str, v: String| {
         let _ = writeln!(s, "| {k} | {} |", v.replace('|', "\\|"));
@@ -145,51 +112,23 @@ fn markdown(r: &Report) -> String {
     row("started", r.started_at.clone());
     row("duration", format!("{:.1} s", r.duration_seconds));
     if let Some(d) = &r.device {
-        row(
-            "device",
-            format!(
-                "`{}` ({}, {})",
-                d.path,
-                d.identity.dev,
-                human_bytes(d.identity.size_bytes)
-            ),
-        );
+        row("device", format!("`{}` ({}, {})", d.path, d.identity.dev, human_bytes(d.identity.size_bytes)));
     }
     if let Some(p) = &r.plan {
-        row(
-            "chunks",
-            format!("{} x {}", p.chunks_total, human_bytes(p.chunk_size_bytes)),
-        );
-        let fs: Vec<String> = p
-            .filesystems_frozen
-            .iter()
-            .map(|f| format!("`{}` ({})", f.mount_point.display(), f.fs_type))
-            .collect();
-        row(
-            "frozen",
-            if fs.is_empty() {
-                "nothing mounted".into()
-            } else {
-                fs.join(", ")
-            },
-        );
+        row("chunks", format!("{} x {}", p.chunks_total, human_bytes(p.chunk_size_bytes)));
+        let fs: Vec<String> =
+            p.filesystems_frozen.iter().map(|f| format!("`{}` ({})", f.mount_point.display(), f.fs_type)).collect();
+        row("frozen", if fs.is_empty() { "nothing mounted".into() } else { fs.join(", ") });
     }
     if let Some(x) = &r.results {
         row("rewritten", human_bytes(x.bytes_written));
         row(
             "windows",
-            format!(
-                "{} (longest freeze {:.3} s, overruns {})",
-                x.windows, x.longest_freeze_seconds, x.windows_overrun
-            ),
+            format!("{} (longest freeze {:.3} s, overruns {})", x.windows, x.longest_freeze_seconds, x.windows_overrun),
         );
         row("verification", r.verification.clone());
     }
-    for (k, b) in [
-        ("read", &r.bench),
-        ("read before", &r.bench_before),
-        ("read after", &r.bench_after),
-    ] {
+    for (k, b) in [("read", &r.bench), ("read before", &r.bench_before), ("read after", &r.bench_after)] {
         if let Some(b) = b {
             row(
                 k,
@@ -206,15 +145,7 @@ fn markdown(r: &Report) -> String {
         }
     }
     if let Some(v) = &r.verdict {
-        row(
-            "verdict",
-            format!(
-                "**{}** x{:.2} ({})",
-                v.verdict.replace('_', " "),
-                v.speedup,
-                v.rule
-            ),
-        );
+        row("verdict", format!("**{}** x{:.2} ({})", v.verdict.replace('_', " "), v.speedup, v.rule));
     }
     if let Some(sc) = &r.scan {
         row(
@@ -229,17 +160,9 @@ fn markdown(r: &Report) -> String {
         );
     }
     if let Some(w) = &r.write_cost {
-        row(
-            "host bytes written",
-            w.host_bytes_written
-                .map(human_bytes)
-                .unwrap_or_else(|| "unknown".into()),
-        );
+        row("host bytes written", w.host_bytes_written.map(human_bytes).unwrap_or_else(|| "unknown".into()));
     }
-    row(
-        "exit",
-        format!("{} ({:?})", r.outcome.exit_code, r.outcome.status),
-    );
+    row("exit", format!("{} ({:?})", r.outcome.exit_code, r.outcome.status));
     if let Some(m) = &r.outcome.message {
         row("message", m.clone());
     }
@@ -250,27 +173,16 @@ fn markdown(r: &Report) -> String {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 /// An SVG chart of throughput by region: one polyline per series.
 fn region_chart(series: &[(&str, &str, &ScanResult)]) -> String {
     // A wider left margin holds the axis labels ("2.3 GiB/s").
     let (w, h, pad, left) = (880.0, 300.0, 50.0, 90.0);
-    let max = series
-        .iter()
-        .flat_map(|(_, _, s)| s.regions.iter().map(|r| r.bytes_per_second))
-        .fold(1.0, f64::max)
-        * 1.1;
-    let n = series
-        .iter()
-        .map(|(_, _, s)| s.regions.len())
-        .max()
-        .unwrap_or(1)
-        .max(2);
+    let max =
+        series.iter().flat_map(|(_, _, s)| s.regions.iter().map(|r| r.bytes_per_second)).fold(1.0, f64::max) * 1.1;
+    let n = series.iter().map(|(_, _, s)| s.regions.len()).max().unwrap_or(1).max(2);
     let x = |i: usize| left + (w - left - pad) * i as f64 / (n - 1) as f64;
     let y = |v: f64| h - pad - (h - 2.0 * pad) * v / max;
     let mut s = format!(
@@ -291,15 +203,9 @@ fn region_chart(series: &[(&str, &str, &ScanResult)]) -> String {
         );
     }
     for (li, (label, color, sc)) in series.iter().enumerate() {
-        let pts: Vec<String> = sc
-            .regions
-            .iter()
-            .map(|r| format!("{:.1},{:.1}", x(r.index), y(r.bytes_per_second)))
-            .collect();
-        s += &format!(
-            r##"<polyline fill="none" stroke="{color}" stroke-width="2.5" points="{}"/>"##,
-            pts.join(" ")
-        );
+        let pts: Vec<String> =
+            sc.regions.iter().map(|r| format!("{:.1},{:.1}", x(r.index), y(r.bytes_per_second))).collect();
+        s += &format!(r##"<polyline fill="none" stroke="{color}" stroke-width="2.5" points="{}"/>"##, pts.join(" "));
         for r in sc.regions.iter().filter(|r| r.slow) {
             s += &format!(
                 r##"<circle cx="{:.1}" cy="{:.1}" r="4" fill="#d62728"><title>slow region {}</title></circle>"##,
@@ -328,10 +234,7 @@ fn pass_chart(series: &[(&str, &str, &BenchResult)]) -> String {
     let bars: Vec<(String, &str, f64)> = series
         .iter()
         .flat_map(|(label, color, b)| {
-            b.passes
-                .iter()
-                .enumerate()
-                .map(move |(i, p)| (format!("{label} {}", i + 1), *color, p.bytes_per_second))
+            b.passes.iter().enumerate().map(move |(i, p)| (format!("{label} {}", i + 1), *color, p.bytes_per_second))
         })
         .collect();
     let (w, h, pad) = (880.0, 260.0, 50.0);
@@ -373,11 +276,7 @@ fn html(r: &Report) -> String {
         body,
         "<h1>reseq {}</h1><p class=\"outcome {}\">{} (exit {})</p>",
         esc(&r.command),
-        if r.outcome.exit_code == 0 {
-            "ok"
-        } else {
-            "bad"
-        },
+        if r.outcome.exit_code == 0 { "ok" } else { "bad" },
         esc(r.outcome.status.describe()),
         r.outcome.exit_code
     );
@@ -421,20 +320,12 @@ fn html(r: &Report) -> String {
         ));
         rows.push((
             "freeze windows",
-            format!(
-                "{} (longest {:.3} s, overruns {})",
-                x.windows, x.longest_freeze_seconds, x.windows_overrun
-            ),
+            format!("{} (longest {:.3} s, overruns {})", x.windows, x.longest_freeze_seconds, x.windows_overrun),
         ));
         rows.push(("verification", r.verification.clone()));
     }
     if let Some(w) = &r.write_cost {
-        rows.push((
-            "host bytes written",
-            w.host_bytes_written
-                .map(human_bytes)
-                .unwrap_or_else(|| "unknown".into()),
-        ));
+        rows.push(("host bytes written", w.host_bytes_written.map(human_bytes).unwrap_or_else(|| "unknown".into())));
     }
     body += "<table>";
     for (k, v) in rows {
@@ -502,40 +393,22 @@ pub fn prometheus(r: &Report) -> String {
         .or_else(|| r.bench.as_ref().map(|b| b.target.clone()))
         .or_else(|| r.scan.as_ref().map(|s| s.target.clone()))
         .unwrap_or_default();
-    let label = format!(
-        "{{command=\"{}\",target=\"{}\"}}",
-        r.command,
-        target.replace('\\', "\\\\").replace('"', "\\\"")
-    );
+    let label =
+        format!("{{command=\"{}\",target=\"{}\"}}", r.command, target.replace('\\', "\\\\").replace('"', "\\\""));
     let mut s = String::new();
     let mut metric = |name: &str, help: &str, v: Option<f64>| {
         if let Some(v) = v {
-            let _ = writeln!(
-                s,
-                "# HELP reseq_{name} {help}\n# TYPE reseq_{name} gauge\nreseq_{name}{label} {v}"
-            );
+            let _ = writeln!(s, "# HELP reseq_{name} {help}\n# TYPE reseq_{name} gauge\nreseq_{name}{label} {v}");
         }
     };
-    metric(
-        "last_run_timestamp_seconds",
-        "Unix time the last run finished.",
-        Some(unix_seconds(&r.finished_at)),
-    );
+    metric("last_run_timestamp_seconds", "Unix time the last run finished.", Some(unix_seconds(&r.finished_at)));
     metric(
         "last_run_success",
         "1 if the last run succeeded, else 0.",
         Some(f64::from(u8::from(r.outcome.exit_code == 0))),
     );
-    metric(
-        "last_run_exit_code",
-        "Exit code of the last run.",
-        Some(f64::from(r.outcome.exit_code)),
-    );
-    metric(
-        "last_run_duration_seconds",
-        "Wall time of the last run.",
-        Some(r.duration_seconds),
-    );
+    metric("last_run_exit_code", "Exit code of the last run.", Some(f64::from(r.outcome.exit_code)));
+    metric("last_run_duration_seconds", "Wall time of the last run.", Some(r.duration_seconds));
     metric(
         "last_run_rewritten_bytes",
         "Bytes rewritten by the last run.",
@@ -578,9 +451,7 @@ pub fn prometheus(r: &Report) -> String {
     metric(
         "last_run_host_written_bytes",
         "Bytes the host wrote to the device during the run.",
-        r.write_cost
-            .as_ref()
-            .and_then(|w| w.host_bytes_written.map(|b| b as f64)),
+        r.write_cost.as_ref().and_then(|w| w.host_bytes_written.map(|b| b as f64)),
     );
     s
 }
@@ -589,10 +460,7 @@ pub fn prometheus(r: &Report) -> String {
 /// then rename, so node_exporter never reads half a file.
 pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
     use std::io::Write;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mut tmp = tempfile::Builder::new()
         .prefix(".reseq-")
         .tempfile_in(dir)
@@ -604,7 +472,6 @@ pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
         .and_then(|()| tmp.write_all(text.as_bytes()))
         .and_then(|()| tmp.as_file().sync_all())
         .map_err(|e| Error::io("writing metrics", e))?;
-    tmp.persist(path)
-        .map_err(|e| Error::io(format!("renaming metrics into {}", path.display()), e.error))?;
+    tmp.persist(path).map_err(|e| Error::io(format!("renaming metrics into {}", path.display()), e.error))?;
     Ok(())
 }

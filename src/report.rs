@@ -49,6 +49,8 @@ pub struct Report {
     pub scan_after: Option<ScanResult>,
     pub verdict: Option<Verdict>,
     pub write_cost: Option<WriteCost>,
+    /// `rewrite`: what was left out as free space, and what FITRIM discarded after.
+    pub space: Option<SpaceReport>,
     pub warnings: Vec<String>,
     pub outcome: Outcome,
     /// For a dry run, the plan as text (the human rendering of a dry run).
@@ -84,6 +86,17 @@ pub struct PlanReport {
     pub journal_path: String,
 }
 
+/// Used-space mode: free space skipped and trimmed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SpaceReport {
+    /// `used_space` (free space of mounted ext4/xfs left out) or `everything`.
+    pub mode: String,
+    /// Bytes passed over because the filesystems reported them FREE while frozen.
+    pub bytes_skipped_as_free: u64,
+    /// Bytes FITRIM reported discarded after the run (null: not run).
+    pub bytes_trimmed: Option<u64>,
+}
+
 /// What the rewrite cost the drive.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WriteCost {
@@ -113,9 +126,7 @@ pub fn now_rfc3339() -> String {
 }
 
 pub fn hostname() -> String {
-    nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_default()
+    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 impl Report {
@@ -144,13 +155,9 @@ impl Report {
             scan_after: None,
             verdict: None,
             write_cost: None,
+            space: None,
             warnings: Vec::new(),
-            outcome: Outcome {
-                exit_code: 0,
-                status: ExitCode::Success,
-                message: None,
-                offset_bytes: None,
-            },
+            outcome: Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None },
             plan_text: None,
         }
     }
@@ -200,12 +207,7 @@ impl Report {
         }
         .into();
         self.outcome = match result {
-            Ok(()) => Outcome {
-                exit_code: 0,
-                status: ExitCode::Success,
-                message: None,
-                offset_bytes: None,
-            },
+            Ok(()) => Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None },
             Err(e) => Outcome {
                 exit_code: e.exit_code().code(),
                 status: e.exit_code(),
@@ -250,12 +252,7 @@ impl Report {
                 s += "  freeze: none (no filesystem mounted; device held exclusively)\n";
             } else {
                 for f in &p.filesystems_frozen {
-                    s += &format!(
-                        "  freeze: {} ({}, {})\n",
-                        f.mount_point.display(),
-                        f.fs_type,
-                        f.dev
-                    );
+                    s += &format!("  freeze: {} ({}, {})\n", f.mount_point.display(), f.fs_type, f.dev);
                 }
             }
         }
@@ -270,17 +267,9 @@ impl Report {
                 human_bytes(r.bytes_verified)
             );
             if r.chunks_already_done > 0 {
-                s += &format!(
-                    "  resumed: {} chunks were already done\n",
-                    r.chunks_already_done
-                );
+                s += &format!("  resumed: {} chunks were already done\n", r.chunks_already_done);
             }
-            if r.windows > 0
-                && self
-                    .plan
-                    .as_ref()
-                    .is_some_and(|p| !p.filesystems_frozen.is_empty())
-            {
+            if r.windows > 0 && self.plan.as_ref().is_some_and(|p| !p.filesystems_frozen.is_empty()) {
                 s += &format!(
                     "  windows: {}, longest freeze {:.3} s, frozen {:.1} s in all, overruns {}\n",
                     r.windows, r.longest_freeze_seconds, r.total_frozen_seconds, r.windows_overrun
@@ -298,8 +287,7 @@ impl Report {
             s += &format!("  warning: {w}\n");
         }
         let describe = match (self.command.as_str(), self.outcome.status) {
-            ("rewrite", _)
-            | (_, ExitCode::Internal | ExitCode::Usage | ExitCode::Refused | ExitCode::IoError) => {
+            ("rewrite", _) | (_, ExitCode::Internal | ExitCode::Usage | ExitCode::Refused | ExitCode::IoError) => {
                 self.outcome.status.describe()
             }
             _ => "success",

@@ -11,39 +11,38 @@ use std::time::Instant;
 
 use crate::bench;
 use crate::cli::RewriteArgs;
-use crate::engine::{self, Everything};
+use crate::engine::{self, Everything, Planner};
 use crate::error::{Error, Result};
 use crate::freeze::{GuardedFreeze, NoFreeze, WindowGuard};
 use crate::journal::{self, Journal, RunRecord};
 use crate::measure;
 use crate::output::Progress;
 use crate::plan::{self, Environment, RewritePlan, Start};
-use crate::report::{Report, now_rfc3339};
+use crate::report::{Report, SpaceReport, now_rfc3339};
 use crate::signals::StopFlag;
 use crate::sys::AlignedBuf;
 use crate::target::{BlockTarget, DirectDevice, OpenMode};
 use crate::units::human_bytes;
+use crate::usedspace::{FsSpan, UsedSpace};
 
 /// Runs `reseq rewrite`. Always returns a report, also when the run failed.
 pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
     let started = Instant::now();
     let mut report = Report::new("rewrite", args.dry_run);
-    let result = Environment::live()
-        .and_then(|env| plan::plan_rewrite(args, &env))
-        .and_then(|plan| {
-            report.set_plan(&plan);
-            for w in &plan.warnings {
-                log::warn!("{w}");
-            }
-            if args.dry_run {
-                report.plan_text = Some(describe_plan(&plan));
-                Ok(())
-            } else if args.bench {
-                execute_with_bench(&plan, args, quiet, &mut report)
-            } else {
-                execute(&plan, quiet, &mut report)
-            }
-        });
+    let result = Environment::live().and_then(|env| plan::plan_rewrite(args, &env)).and_then(|plan| {
+        report.set_plan(&plan);
+        for w in &plan.warnings {
+            log::warn!("{w}");
+        }
+        if args.dry_run {
+            report.plan_text = Some(describe_plan(&plan));
+            Ok(())
+        } else if args.bench {
+            execute_with_bench(&plan, args, quiet, &mut report)
+        } else {
+            execute(&plan, quiet, &mut report)
+        }
+    });
     report.finish(started.elapsed(), &result);
     (report, result)
 }
@@ -52,18 +51,9 @@ pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
 pub fn describe_plan(plan: &RewritePlan) -> String {
     let e = &plan.engine;
     let d = &plan.device;
-    let mut s = format!(
-        "plan for {} ({}, {}):\n",
-        d.path.display(),
-        d.identity.dev,
-        human_bytes(d.identity.size_bytes)
-    );
-    s += &format!(
-        "  range: bytes {}..{} ({})\n",
-        e.range_start,
-        e.range_end,
-        human_bytes(e.range_end - e.range_start)
-    );
+    let mut s =
+        format!("plan for {} ({}, {}):\n", d.path.display(), d.identity.dev, human_bytes(d.identity.size_bytes));
+    s += &format!("  range: bytes {}..{} ({})\n", e.range_start, e.range_end, human_bytes(e.range_end - e.range_start));
     s += &format!(
         "  chunks: {} of {} (direct-I/O alignment {} B from {}), ascending, one writer\n",
         e.chunks_total(),
@@ -71,51 +61,43 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
         d.dio_offset_align,
         d.dio_align_source
     );
-    if let Start::Resume {
-        done, started_at, ..
-    } = &plan.start
-    {
+    if let Start::Resume { done, started_at, .. } = &plan.start {
         s += &format!("  resume: {done} chunks already done by the run started {started_at}\n");
     }
-    s += &format!(
-        "  verify: {}\n",
-        if e.verify {
-            "read back and compare blake3 after every write"
-        } else {
-            "off"
-        }
-    );
+    s += &format!("  verify: {}\n", if e.verify { "read back and compare blake3 after every write" } else { "off" });
     s += &format!(
         "  memory: {} in aligned buffers of {} ({} read ahead, 1 being read, 1 being written{})\n",
         human_bytes(e.memory_bytes()),
         human_bytes(e.chunk_size),
         e.read_ahead,
-        if e.verify {
-            ", 1 awaiting its read-back, 1 read back"
-        } else {
-            ""
-        },
+        if e.verify { ", 1 awaiting its read-back, 1 read back" } else { "" },
     );
     if plan.filesystems.is_empty() {
-        s += "  freeze: nothing mounted; the device is opened exclusively (O_EXCL), so nothing can mount it meanwhile\n";
+        s +=
+            "  freeze: nothing mounted; the device is opened exclusively (O_EXCL), so nothing can mount it meanwhile\n";
     } else {
         for f in &plan.filesystems {
-            s += &format!(
-                "  freeze: {} ({}, {} on {})\n",
-                f.mount_point.display(),
-                f.fs_type,
-                f.source,
-                f.dev
-            );
+            s += &format!("  freeze: {} ({}, {} on {})\n", f.mount_point.display(), f.fs_type, f.source, f.dev);
         }
         s += &format!(
             "  windows: at most {:.3} s frozen each (new chunks stop at 3/4 of that), pause {:.3} s between; guardian thaws at the deadline{}\n",
             plan.max_freeze.as_secs_f64(),
             e.pause.as_secs_f64(),
-            plan.hung_task_timeout
-                .map(|t| format!(" (hung-task timeout {} s)", t.as_secs()))
-                .unwrap_or_default()
+            plan.hung_task_timeout.map(|t| format!(" (hung-task timeout {} s)", t.as_secs())).unwrap_or_default()
         );
+    }
+    if plan.used_space.is_empty() {
+        s += "  space: everything is rewritten\n";
+    } else {
+        for (fs, start, len) in &plan.used_space {
+            s += &format!(
+                "  space: free space of {} ({}, bytes {start}..{}) is left out (GETFSMAP in each window){}\n",
+                fs.mount_point.display(),
+                fs.fs_type,
+                start + len,
+                if plan.trim { ", FITRIM afterwards" } else { "" }
+            );
+        }
     }
     s += &format!("  medium: {:?}\n", d.medium);
     s += &format!("  journal: {}\n", plan.journal_path.display());
@@ -128,11 +110,7 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
 
 fn open_target(plan: &RewritePlan) -> Result<DirectDevice> {
     let d = &plan.device;
-    let mode = if plan.needs_freeze() {
-        OpenMode::SharedWithMounts
-    } else {
-        OpenMode::Exclusive
-    };
+    let mode = if plan.needs_freeze() { OpenMode::SharedWithMounts } else { OpenMode::Exclusive };
     DirectDevice::open(&d.path, mode, d.identity.size_bytes, d.dio_mem_align as usize, u64::from(d.dio_offset_align)).map_err(
         |e| match (e.raw_os_error(), mode) {
             (Some(nix::libc::EBUSY), OpenMode::SharedWithMounts) => {
@@ -166,11 +144,7 @@ fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
             continue;
         }
         let path = std::path::PathBuf::from(format!("/dev/{name}"));
-        match std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(nix::libc::O_EXCL)
-            .open(&path)
-        {
+        match std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_EXCL).open(&path) {
             Ok(f) => held.push(f),
             Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
                 return Err(Error::refused(
@@ -183,10 +157,7 @@ fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::refused(
-                    format!(
-                        "partition {name} has no device node at {} to hold it unmountable",
-                        path.display()
-                    ),
+                    format!("partition {name} has no device node at {} to hold it unmountable", path.display()),
                     "create the node (no udev here?) or target the partitions one by one",
                 ));
             }
@@ -199,24 +170,16 @@ fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
 /// Re-reads the chunk an interrupted run was writing and compares it with the blake3 it
 /// had been read with.
 fn reverify_in_flight(target: &dyn BlockTarget, plan: &RewritePlan) -> Result<Option<String>> {
-    let Start::Resume {
-        in_flight: Some((offset, len, expected)),
-        ..
-    } = &plan.start
-    else {
+    let Start::Resume { in_flight: Some((offset, len, expected)), .. } = &plan.start else {
         return Ok(None);
     };
     let (offset, len) = (*offset, *len as usize);
     let chunk = offset / plan.engine.chunk_size;
     let mut buf = AlignedBuf::new(len, target.mem_align());
-    target
-        .read_at(&mut buf, offset)
-        .map_err(|e| Error::io_at("re-reading the chunk in flight", offset, e))?;
+    target.read_at(&mut buf, offset).map_err(|e| Error::io_at("re-reading the chunk in flight", offset, e))?;
     let now = blake3::hash(&buf).to_hex().to_string();
     if now == *expected {
-        log::info!(
-            "chunk {chunk} (offset {offset}), in flight when the last run stopped, is intact"
-        );
+        log::info!("chunk {chunk} (offset {offset}), in flight when the last run stopped, is intact");
         Ok(Some("intact".into()))
     } else if plan.needs_freeze() {
         log::info!(
@@ -232,39 +195,20 @@ fn reverify_in_flight(target: &dyn BlockTarget, plan: &RewritePlan) -> Result<Op
 }
 
 /// `rewrite --bench`: the same reads before and after, the verdict, and the write cost.
-fn execute_with_bench(
-    plan: &RewritePlan,
-    args: &RewriteArgs,
-    quiet: bool,
-    report: &mut Report,
-) -> Result<()> {
-    let (name, parent) = (
-        &plan.device.identity.name,
-        plan.device.parent_disk.as_deref(),
-    );
+fn execute_with_bench(plan: &RewritePlan, args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
+    let (name, parent) = (&plan.device.identity.name, plan.device.parent_disk.as_deref());
     log::info!("benchmarking before the rewrite");
     let (b, s) = measure::measure_device(&plan.device.path, &args.bench_opts, plan.total_bytes())?;
     report.bench_before = Some(b);
     report.scan_before = Some(s);
     let cost_before = measure::snapshot(name, parent);
     let result = execute(plan, quiet, report);
-    report.write_cost = Some(measure::write_cost(
-        &cost_before,
-        &measure::snapshot(name, parent),
-    ));
+    report.write_cost = Some(measure::write_cost(&cost_before, &measure::snapshot(name, parent)));
     result?;
     log::info!("benchmarking after the rewrite");
     let (b, s) = measure::measure_device(&plan.device.path, &args.bench_opts, plan.total_bytes())?;
-    let rates = |x: &crate::bench::BenchResult| {
-        x.passes
-            .iter()
-            .map(|p| p.bytes_per_second)
-            .collect::<Vec<f64>>()
-    };
-    report.verdict = report
-        .bench_before
-        .as_ref()
-        .map(|before| bench::verdict(&rates(before), &rates(&b)));
+    let rates = |x: &crate::bench::BenchResult| x.passes.iter().map(|p| p.bytes_per_second).collect::<Vec<f64>>();
+    report.verdict = report.bench_before.as_ref().map(|before| bench::verdict(&rates(before), &rates(&b)));
     report.bench_after = Some(b);
     report.scan_after = Some(s);
     Ok(())
@@ -293,10 +237,7 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
 
     // The guardian is forked here, while this process still has one thread.
     let mut guard: Box<dyn WindowGuard> = if plan.needs_freeze() {
-        Box::new(GuardedFreeze::start(
-            plan.filesystems.clone(),
-            plan.max_freeze,
-        )?)
+        Box::new(GuardedFreeze::start(plan.filesystems.clone(), plan.max_freeze)?)
     } else {
         Box::new(NoFreeze)
     };
@@ -310,35 +251,50 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
         (plan.total_bytes() - done_bytes).div_ceil(plan.engine.chunk_size),
         human_bytes(plan.engine.chunk_size),
         if plan.needs_freeze() {
-            format!(
-                ", freezing {} filesystem(s) for at most {:?} per window",
-                plan.filesystems.len(),
-                plan.max_freeze
-            )
+            format!(", freezing {} filesystem(s) for at most {:?} per window", plan.filesystems.len(), plan.max_freeze)
         } else {
             String::new()
         }
     );
-    let (mut stats, result) = engine::run(
-        &target,
-        &plan.engine,
-        &mut Everything,
-        guard.as_mut(),
-        &mut journal,
-        &mut progress,
-        &stop,
-    );
+    let spans = plan
+        .used_space
+        .iter()
+        .map(|(fs, start, len)| FsSpan::open(fs.clone(), *start, *len))
+        .collect::<Result<Vec<_>>>()?;
+    let mut used = UsedSpace { spans, align: u64::from(plan.device.dio_offset_align) };
+    let planner: &mut dyn Planner = if plan.used_space.is_empty() { &mut Everything } else { &mut used };
+    let (mut stats, result) =
+        engine::run(&target, &plan.engine, planner, guard.as_mut(), &mut journal, &mut progress, &stop);
     if let Start::Resume { done, .. } = plan.start {
         stats.chunks_already_done = done;
     }
+    drop(guard); // thawed: FITRIM runs on live filesystems
+    let covered = stats.next_offset_bytes - plan.engine.start_offset;
+    let mut space = SpaceReport {
+        mode: if plan.used_space.is_empty() { "everything" } else { "used_space" }.into(),
+        bytes_skipped_as_free: if plan.used_space.is_empty() { 0 } else { covered.saturating_sub(stats.bytes_written) },
+        bytes_trimmed: None,
+    };
+    // Only after a run that did something: a refused run (someone else's freeze, no
+    // freeze support) must leave the device exactly as it was, free space included.
+    let ran = result.is_ok() || stats.bytes_written > 0;
+    if plan.trim && ran && !used.spans.is_empty() {
+        let mut trimmed = 0;
+        for s in &used.spans {
+            match s.trim() {
+                Ok(n) => trimmed += n,
+                // Not fatal: the data is rewritten; say so and carry on.
+                Err(e) => log::warn!("{}", crate::error_chain(&e)),
+            }
+        }
+        log::info!("FITRIM discarded {} of free space", human_bytes(trimmed));
+        space.bytes_trimmed = Some(trimmed);
+    }
+    report.space = Some(space);
     progress.finish();
-    drop(guard);
     // A refusal at the first freeze (EBUSY, EOPNOTSUPP) means nothing was done: remove
     // the journal this run just made, so the next run does not ask for --resume.
-    if matches!(result, Err(Error::Refused { .. }))
-        && matches!(plan.start, Start::Fresh)
-        && stats.chunks_written == 0
-    {
+    if matches!(result, Err(Error::Refused { .. })) && matches!(plan.start, Start::Fresh) && stats.chunks_written == 0 {
         let _ = std::fs::remove_file(journal.path());
     }
     report.results = Some(stats);

@@ -9,9 +9,7 @@ use std::process::Command;
 
 /// Runs a command, failing with its stderr.
 pub fn run_cmd(cmd: &mut Command) -> std::io::Result<String> {
-    let out = cmd
-        .output()
-        .map_err(|e| std::io::Error::other(format!("{cmd:?}: {e}")))?;
+    let out = cmd.output().map_err(|e| std::io::Error::other(format!("{cmd:?}: {e}")))?;
     if !out.status.success() {
         return Err(std::io::Error::other(format!(
             "{cmd:?} failed ({}): {}",
@@ -39,23 +37,12 @@ impl LoopDevice {
 
     /// Attaches an existing image, with extra `losetup` arguments (e.g. `--sector-size`).
     pub fn attach(image: &Path, extra: &[&str]) -> std::io::Result<LoopDevice> {
-        let out = run_cmd(
-            Command::new("losetup")
-                .args(["--direct-io=on", "--find", "--show"])
-                .args(extra)
-                .arg(image),
-        )?;
-        Ok(LoopDevice {
-            path: PathBuf::from(out.trim()),
-            image: image.to_path_buf(),
-        })
+        let out = run_cmd(Command::new("losetup").args(["--direct-io=on", "--find", "--show"]).args(extra).arg(image))?;
+        Ok(LoopDevice { path: PathBuf::from(out.trim()), image: image.to_path_buf() })
     }
 
     pub fn name(&self) -> String {
-        self.path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
+        self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
     }
 }
 
@@ -84,9 +71,7 @@ impl Mount {
             cmd.arg("-o").arg(options.join(","));
         }
         run_cmd(cmd.arg(device).arg(dir))?;
-        Ok(Mount {
-            dir: dir.to_path_buf(),
-        })
+        Ok(Mount { dir: dir.to_path_buf() })
     }
 
     /// Unmounts now (for an fsck afterwards), reporting failure.
@@ -108,22 +93,15 @@ impl Drop for Mount {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
         let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
-        eprintln!(
-            "warning: lazily unmounted {} after umount kept failing",
-            self.dir.display()
-        );
+        eprintln!("warning: lazily unmounted {} after umount kept failing", self.dir.display());
     }
 }
 
 /// `mkfs.ext4` with the lazy initialisation off: otherwise ext4lazyinit keeps writing
 /// inode tables after mount, which blurs "bytes written" in tests and demos.
 pub fn mkfs_ext4(device: &Path) -> std::io::Result<()> {
-    run_cmd(
-        Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
-            .arg(device),
-    )
-    .map(drop)
+    run_cmd(Command::new("mkfs.ext4").args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"]).arg(device))
+        .map(drop)
 }
 
 pub fn mkfs_xfs(device: &Path) -> std::io::Result<()> {

@@ -27,31 +27,18 @@ const MIB: u64 = 1 << 20;
 
 /// Builds model parameters from a preset, a size and `KEY=VALUE` overrides.
 pub fn build_params(preset: &str, device_size: &str, overrides: &[String]) -> Result<Params> {
-    let base = Params::preset(preset).ok_or_else(|| {
-        Error::Usage(format!(
-            "unknown preset '{preset}' (choose one of: {})",
-            PRESETS.join(", ")
-        ))
-    })?;
+    let base = Params::preset(preset)
+        .ok_or_else(|| Error::Usage(format!("unknown preset '{preset}' (choose one of: {})", PRESETS.join(", "))))?;
     let size = parse_size(device_size).map_err(|e| Error::Usage(format!("--device-size: {e}")))?;
-    let mut value = serde_json::to_value(Params {
-        logical_bytes: size,
-        ..base
-    })
-    .expect("params serialize");
+    let mut value = serde_json::to_value(Params { logical_bytes: size, ..base }).expect("params serialize");
     for o in overrides {
-        let (k, v) = o
-            .split_once('=')
-            .ok_or_else(|| Error::Usage(format!("--set {o}: expected KEY=VALUE")))?;
+        let (k, v) = o.split_once('=').ok_or_else(|| Error::Usage(format!("--set {o}: expected KEY=VALUE")))?;
         let slot = value.get_mut(k).ok_or_else(|| {
             let keys: Vec<String> = serde_json::to_value(Params::default())
                 .ok()
                 .and_then(|p| p.as_object().map(|m| m.keys().cloned().collect()))
                 .unwrap_or_default();
-            Error::Usage(format!(
-                "--set: unknown model parameter '{k}' (parameters: {})",
-                keys.join(", ")
-            ))
+            Error::Usage(format!("--set: unknown model parameter '{k}' (parameters: {})", keys.join(", ")))
         })?;
         *slot = if k.ends_with("_bytes") {
             serde_json::json!(parse_size(v).map_err(|e| Error::Usage(format!("--set {k}: {e}")))?)
@@ -59,12 +46,9 @@ pub fn build_params(preset: &str, device_size: &str, overrides: &[String]) -> Re
             serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_string()))
         };
     }
-    let p: Params =
-        serde_json::from_value(value).map_err(|e| Error::Usage(format!("--set: {e}")))?;
+    let p: Params = serde_json::from_value(value).map_err(|e| Error::Usage(format!("--set: {e}")))?;
     if p.logical_bytes < 64 * MIB || !p.logical_bytes.is_multiple_of(SLOT) {
-        return Err(Error::Usage(
-            "the simulated device must be at least 64 MiB, in whole 4 KiB blocks".into(),
-        ));
+        return Err(Error::Usage("the simulated device must be at least 64 MiB, in whole 4 KiB blocks".into()));
     }
     Ok(p)
 }
@@ -135,25 +119,18 @@ pub fn engine_rewrite(
 pub fn simulate(args: &SimulateArgs, quiet: bool) -> Result<Experiment> {
     let wall = Instant::now();
     let p = build_params(&args.preset, &args.device_size, &args.set)?;
-    let file =
-        parse_size(&args.file_size).map_err(|e| Error::Usage(format!("--file-size: {e}")))?;
+    let file = parse_size(&args.file_size).map_err(|e| Error::Usage(format!("--file-size: {e}")))?;
     if file == 0 || file % SLOT != 0 || file > p.logical_bytes {
-        return Err(Error::Usage(
-            "--file-size must be whole 4 KiB blocks and fit on the device".into(),
-        ));
+        return Err(Error::Usage("--file-size must be whole 4 KiB blocks and fit on the device".into()));
     }
-    let chunk =
-        parse_size(&args.chunk_size).map_err(|e| Error::Usage(format!("--chunk-size: {e}")))?;
+    let chunk = parse_size(&args.chunk_size).map_err(|e| Error::Usage(format!("--chunk-size: {e}")))?;
     // The article's stages are for a 4 GiB file; scale them to this file.
     let scale = file as f64 / (4u64 << 30) as f64;
     let stages_mib: Vec<f64> = args.stages.iter().map(|&m| m * scale).collect();
     let nf = file / SLOT;
     let mut state = SimState::new(p.clone());
     let times = degrade(&mut state.ftl, nf, args.seed, &stages_mib);
-    log::debug!(
-        "model: write, degrade and 5 reads took {:.2} s",
-        wall.elapsed().as_secs_f64()
-    );
+    log::debug!("model: write, degrade and 5 reads took {:.2} s", wall.elapsed().as_secs_f64());
     let t = Instant::now();
     let dev = SimDevice::new(state);
     let stats = engine_rewrite(&dev, 0, file, chunk, true, quiet)?;
@@ -186,13 +163,7 @@ pub fn simulate(args: &SimulateArgs, quiet: bool) -> Result<Experiment> {
             *t,
         );
     }
-    row(
-        format!(
-            "after reseq rewrite ({} chunks, verified)",
-            human_bytes(chunk)
-        ),
-        after,
-    );
+    row(format!("after reseq rewrite ({} chunks, verified)", human_bytes(chunk)), after);
     Ok(Experiment {
         schema_version: 1,
         preset: args.preset.clone(),
@@ -216,10 +187,7 @@ impl Experiment {
             human_bytes(self.device_bytes),
             human_bytes(self.file_bytes)
         );
-        s += &format!(
-            "  {:<52} {:>8} {:>12} {:>9}\n",
-            "step", "read", "throughput", "vs fresh"
-        );
+        s += &format!("  {:<52} {:>8} {:>12} {:>9}\n", "step", "read", "throughput", "vs fresh");
         for st in &self.steps {
             s += &format!(
                 "  {:<52} {:>6.2} s {:>10}/s {:>8.2}x\n",
@@ -240,14 +208,11 @@ impl Experiment {
 }
 
 fn load(path: &Path) -> Result<SimState> {
-    SimState::load(path)
-        .map_err(|e| Error::io(format!("loading simulated device {}", path.display()), e))
+    SimState::load(path).map_err(|e| Error::io(format!("loading simulated device {}", path.display()), e))
 }
 
 fn save(state: &SimState, path: &Path) -> Result<()> {
-    state
-        .save(path)
-        .map_err(|e| Error::io(format!("saving simulated device {}", path.display()), e))
+    state.save(path).map_err(|e| Error::io(format!("saving simulated device {}", path.display()), e))
 }
 
 /// (first LBA, LBA count) of a range argument on a device.
@@ -270,17 +235,9 @@ fn lba_range(r: &SimRangeArgs, state: &SimState) -> Result<(u64, u64)> {
 /// `reseq sim …`. Returns what to print.
 pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
     Ok(match cmd {
-        SimCommand::Create {
-            state,
-            preset,
-            device_size,
-            set,
-        } => {
+        SimCommand::Create { state, preset, device_size, set } => {
             if state.exists() {
-                return Err(Error::Usage(format!(
-                    "{} exists; remove it first",
-                    state.display()
-                )));
+                return Err(Error::Usage(format!("{} exists; remove it first", state.display())));
             }
             let st = SimState::new(build_params(preset, device_size, set)?);
             save(&st, state)?;
@@ -294,34 +251,20 @@ pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
             save(&st, state)?;
             serde_json::json!({"written_bytes": n * SLOT})
         }
-        SimCommand::Fragment {
-            state,
-            range,
-            random_writes,
-            seed,
-        } => {
+        SimCommand::Fragment { state, range, random_writes, seed } => {
             let mut st = load(state)?;
             let (first, n) = lba_range(range, &st)?;
-            let bytes = parse_size(random_writes)
-                .map_err(|e| Error::Usage(format!("--random-writes: {e}")))?;
+            let bytes = parse_size(random_writes).map_err(|e| Error::Usage(format!("--random-writes: {e}")))?;
             let mut rng = PyRandom::new(*seed);
-            let lpns: Vec<u64> = (0..bytes / SLOT)
-                .map(|_| first + rng.randrange(0, n))
-                .collect();
+            let lpns: Vec<u64> = (0..bytes / SLOT).map(|_| first + rng.randrange(0, n)).collect();
             st.ftl.write_lpns(lpns);
             save(&st, state)?;
             serde_json::json!({"random_4k_writes": bytes / SLOT, "gc_runs": st.ftl.stats.gc_runs})
         }
-        SimCommand::Read {
-            state,
-            range,
-            block_size,
-            queue_depth,
-        } => {
+        SimCommand::Read { state, range, block_size, queue_depth } => {
             let mut st = load(state)?;
             let (first, n) = lba_range(range, &st)?;
-            let bs =
-                parse_size(block_size).map_err(|e| Error::Usage(format!("--block-size: {e}")))?;
+            let bs = parse_size(block_size).map_err(|e| Error::Usage(format!("--block-size: {e}")))?;
             if bs == 0 || bs % SLOT != 0 || *queue_depth == 0 {
                 return Err(Error::Usage(
                     "--block-size must be whole 4 KiB blocks and --queue-depth at least 1".into(),
@@ -332,26 +275,13 @@ pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
                                "read_bytes_per_second": (n * SLOT) as f64 / secs,
                                "block_size_bytes": bs, "queue_depth": queue_depth})
         }
-        SimCommand::Rewrite {
-            state,
-            range,
-            chunk_size,
-            no_verify,
-        } => {
+        SimCommand::Rewrite { state, range, chunk_size, no_verify } => {
             let st = load(state)?;
             let (first, n) = lba_range(range, &st)?;
-            let chunk =
-                parse_size(chunk_size).map_err(|e| Error::Usage(format!("--chunk-size: {e}")))?;
+            let chunk = parse_size(chunk_size).map_err(|e| Error::Usage(format!("--chunk-size: {e}")))?;
             let t0 = st.writer.t;
             let dev = SimDevice::new(st);
-            let stats = engine_rewrite(
-                &dev,
-                first * SLOT,
-                (first + n) * SLOT,
-                chunk,
-                !no_verify,
-                quiet,
-            )?;
+            let stats = engine_rewrite(&dev, first * SLOT, (first + n) * SLOT, chunk, !no_verify, quiet)?;
             let st = dev.into_state();
             save(&st, state)?;
             serde_json::json!({"rewrite": stats, "virtual_seconds": (st.writer.t - t0) / 1e6})

@@ -26,17 +26,9 @@ const FITHAW: libc::c_ulong = nix::request_code_readwrite!(b'X', 120, size_of::<
 // include/uapi/linux/fs.h: `#define BLKGETSIZE64 _IOR(0x12,114,size_t)`.
 nix::ioctl_read!(ioctl_blkgetsize64, 0x12, 114, u64);
 // include/uapi/linux/fs.h: `#define BLKROGET _IO(0x12,94)` (writes an int, despite _IO).
-nix::ioctl_read_bad!(
-    ioctl_blkroget,
-    nix::request_code_none!(0x12, 94),
-    libc::c_int
-);
+nix::ioctl_read_bad!(ioctl_blkroget, nix::request_code_none!(0x12, 94), libc::c_int);
 // include/uapi/linux/fs.h: `#define BLKSSZGET _IO(0x12,104)` (writes an int).
-nix::ioctl_read_bad!(
-    ioctl_blksszget,
-    nix::request_code_none!(0x12, 104),
-    libc::c_int
-);
+nix::ioctl_read_bad!(ioctl_blksszget, nix::request_code_none!(0x12, 104), libc::c_int);
 
 /// FIFREEZE on any fd of the filesystem (we use its mountpoint directory).
 /// Errors the caller must tell apart: `EBUSY` (already frozen, by anyone),
@@ -90,20 +82,9 @@ pub fn statx_dio_align(path: &Path) -> nix::Result<Option<(u32, u32)>> {
     // SAFETY: include/uapi/linux/stat.h: statx(dirfd, path, flags, mask, *statx). The
     // path is a NUL-terminated C string alive for the call; `stx` is a live local the
     // kernel fills.
-    let rc = unsafe {
-        libc::statx(
-            libc::AT_FDCWD,
-            cpath.as_ptr(),
-            0,
-            libc::STATX_DIOALIGN,
-            &mut stx,
-        )
-    };
+    let rc = unsafe { libc::statx(libc::AT_FDCWD, cpath.as_ptr(), 0, libc::STATX_DIOALIGN, &mut stx) };
     Errno::result(rc)?;
-    if stx.stx_mask & libc::STATX_DIOALIGN == 0
-        || stx.stx_dio_mem_align == 0
-        || stx.stx_dio_offset_align == 0
-    {
+    if stx.stx_mask & libc::STATX_DIOALIGN == 0 || stx.stx_dio_mem_align == 0 || stx.stx_dio_offset_align == 0 {
         return Ok(None);
     }
     Ok(Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align)))
@@ -132,8 +113,7 @@ impl AlignedBuf {
     /// queues take, and the block layer splits it.
     pub fn new(len: usize, align: usize) -> AlignedBuf {
         assert!(len > 0, "empty aligned buffer");
-        let layout =
-            Layout::from_size_align(len, align.max(PAGE)).expect("alignment is a power of two");
+        let layout = Layout::from_size_align(len, align.max(PAGE)).expect("alignment is a power of two");
         // SAFETY: layout has a non-zero size (asserted above).
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
@@ -209,13 +189,7 @@ pub fn fork_single_threaded() -> std::io::Result<Forked> {
 /// group, so that the guardian outlives a Ctrl-C aimed at reseq and thaws after it.
 pub fn ignore_group_signals() -> nix::Result<()> {
     use nix::sys::signal::{SigHandler, Signal, signal};
-    for sig in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-        Signal::SIGPIPE,
-    ] {
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGPIPE] {
         // SAFETY: SigIgn installs no handler code, so no async-signal-safety concern.
         unsafe { signal(sig, SigHandler::SigIgn) }?;
     }
@@ -227,4 +201,104 @@ pub fn ignore_group_signals() -> nix::Result<()> {
 pub fn exit_immediately(code: i32) -> ! {
     // SAFETY: _exit(2) is always safe to call; it does not return.
     unsafe { libc::_exit(code) }
+}
+
+// include/uapi/linux/fsmap.h: struct fsmap (64 bytes) and struct fsmap_head (192 bytes
+// followed by the records). Laid out here with the same field order and sizes.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct FsmapRec {
+    pub device: u32,
+    pub flags: u32,
+    pub physical: u64,
+    pub owner: u64,
+    pub offset: u64,
+    pub length: u64,
+    reserved: [u64; 3],
+}
+
+#[repr(C)]
+struct FsmapHead<const N: usize> {
+    iflags: u32,
+    oflags: u32,
+    count: u32,
+    entries: u32,
+    reserved: [u64; 6],
+    keys: [FsmapRec; 2],
+    recs: [FsmapRec; N],
+}
+
+const _: () = assert!(size_of::<FsmapRec>() == 64);
+const _: () = assert!(size_of::<FsmapHead<0>>() == 192);
+
+/// `#define FMR_OWN_FREE FMR_OWNER(0, 1)` (include/uapi/linux/fsmap.h).
+pub const FMR_OWN_FREE: u64 = 1;
+/// `#define FMR_OF_LAST 0x20`: the last record of the query.
+const FMR_OF_LAST: u32 = 0x20;
+const FSMAP_BATCH: usize = 128;
+
+// include/uapi/linux/fsmap.h: `#define FS_IOC_GETFSMAP _IOWR('X', 59, struct fsmap_head)`.
+nix::ioctl_readwrite!(ioctl_getfsmap, b'X', 59, FsmapHead<0>);
+
+/// All GETFSMAP records of the filesystem open at `fd` that start in
+/// `[from, to)` bytes of its device, in physical order.
+pub fn getfsmap(fd: BorrowedFd<'_>, from: u64, to: u64) -> nix::Result<Vec<FsmapRec>> {
+    let mut head = Box::new(FsmapHead::<FSMAP_BATCH> {
+        iflags: 0,
+        oflags: 0,
+        count: FSMAP_BATCH as u32,
+        entries: 0,
+        reserved: [0; 6],
+        keys: [FsmapRec::default(); 2],
+        recs: [FsmapRec::default(); FSMAP_BATCH],
+    });
+    head.keys[0].physical = from;
+    // The high key: everything up to `to` on every device, any owner.
+    head.keys[1] = FsmapRec {
+        device: u32::MAX,
+        flags: u32::MAX,
+        physical: to,
+        owner: u64::MAX,
+        offset: u64::MAX,
+        length: 0,
+        reserved: [0; 3],
+    };
+    let mut out = Vec::new();
+    loop {
+        // SAFETY: FS_IOC_GETFSMAP reads the head and keys and writes at most `count`
+        // records after them (fs/ioctl.c, ioctl_getfsmap); `head` is a live allocation of
+        // FsmapHead<FSMAP_BATCH>, whose first 192 bytes are the FsmapHead<0> the request
+        // code names, followed by room for exactly `count` records.
+        unsafe { ioctl_getfsmap(fd.as_raw_fd(), (&mut *head as *mut FsmapHead<FSMAP_BATCH>).cast()) }?;
+        let n = (head.entries as usize).min(FSMAP_BATCH);
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&head.recs[..n]);
+        let last = head.recs[n - 1];
+        if last.flags & FMR_OF_LAST != 0 {
+            break;
+        }
+        // fsmap_advance(): continue after the last record returned.
+        head.keys[0] = last;
+    }
+    Ok(out)
+}
+
+// include/uapi/linux/fs.h: struct fstrim_range and `#define FITRIM _IOWR('X', 121, ...)`.
+#[repr(C)]
+pub struct FstrimRange {
+    pub start: u64,
+    pub len: u64,
+    pub minlen: u64,
+}
+nix::ioctl_readwrite!(ioctl_fitrim, b'X', 121, FstrimRange);
+
+/// FITRIM over the whole filesystem; returns the bytes the filesystem trimmed.
+pub fn fitrim(fd: BorrowedFd<'_>) -> nix::Result<u64> {
+    let mut r = FstrimRange { start: 0, len: u64::MAX, minlen: 0 };
+    // SAFETY: FITRIM reads and writes one struct fstrim_range (fs/ext4/ioctl.c,
+    // fs/xfs/xfs_discard.c); `r` is a live local of that layout.
+    unsafe { ioctl_fitrim(fd.as_raw_fd(), &mut r) }?;
+    Ok(r.len)
 }

@@ -59,18 +59,8 @@ impl DirectDevice {
             flags |= libc::O_EXCL;
         }
         crate::hooks::open_error(mode == OpenMode::SharedWithMounts)?;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(flags)
-            .open(path)?;
-        Ok(DirectDevice {
-            file,
-            path: path.to_path_buf(),
-            len,
-            mem_align,
-            offset_align,
-        })
+        let file = std::fs::OpenOptions::new().read(true).write(true).custom_flags(flags).open(path)?;
+        Ok(DirectDevice { file, path: path.to_path_buf(), len, mem_align, offset_align })
     }
 }
 

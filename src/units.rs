@@ -7,9 +7,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("'{text}' is not a size (examples: 4096, 512K, 8M, 1G)"))?;
+    let n: u64 = digits.parse().map_err(|_| format!("'{text}' is not a size (examples: 4096, 512K, 8M, 1G)"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
@@ -17,13 +15,10 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
         other => {
-            return Err(format!(
-                "unknown size unit '{other}' in '{text}' (use K, M, G or T)"
-            ));
+            return Err(format!("unknown size unit '{other}' in '{text}' (use K, M, G or T)"));
         }
     };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size '{text}' is too large"))
+    n.checked_mul(mult).ok_or_else(|| format!("size '{text}' is too large"))
 }
 
 /// Parses `5s`, `500ms`, `1m30s` (humantime), and a bare number as seconds.
@@ -35,8 +30,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     {
         return Ok(Duration::from_secs_f64(secs));
     }
-    humantime::parse_duration(t)
-        .map_err(|e| format!("'{text}' is not a duration ({e}; examples: 2s, 500ms)"))
+    humantime::parse_duration(t).map_err(|e| format!("'{text}' is not a duration ({e}; examples: 2s, 500ms)"))
 }
 
 /// `1.5 GiB`-style rendering for humans.
@@ -48,11 +42,7 @@ pub fn human_bytes(n: u64) -> String {
         v /= 1024.0;
         i += 1;
     }
-    if i == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[i])
-    }
+    if i == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[i]) }
 }
 
 pub fn human_rate(bytes_per_second: f64) -> String {

@@ -14,21 +14,10 @@ const MIB: u64 = 1 << 20;
 /// windows, and a 15 ms delay per chunk, so kills land where they are aimed.
 fn slow_rewrite(env: &TestEnv, lo: &LoopDevice, faults: &str) -> Command {
     let mut c = env.reseq();
-    c.args([
-        "rewrite",
-        "--json",
-        "--chunk-size",
-        "1M",
-        "--max-freeze",
-        "200ms",
-        "--pause",
-        "20ms",
-    ])
-    .arg(&lo.path)
-    .env(
-        "RESEQ_FAULTS",
-        format!("delay@after-write#*=15,{faults}").trim_end_matches(','),
-    );
+    // --include-free: these tests count chunks of the whole device.
+    c.args(["rewrite", "--json", "--include-free", "--chunk-size", "1M", "--max-freeze", "200ms", "--pause", "20ms"])
+        .arg(&lo.path)
+        .env("RESEQ_FAULTS", format!("delay@after-write#*=15,{faults}").trim_end_matches(','));
     c
 }
 
@@ -64,18 +53,10 @@ fn kill_9_at_many_points_then_resume() {
             cmd.arg("--resume");
         }
         let out = output(&mut cmd);
-        assert_eq!(
-            out.status.code(),
-            None,
-            "run {i} ({point}) should have died by SIGKILL"
-        );
+        assert_eq!(out.status.code(), None, "run {i} ({point}) should have died by SIGKILL");
         // A kill between the journal's `begin` and `done` leaves a chunk in flight, which
         // the next run re-reads and checks against the hash it was read with.
-        if i > 0
-            && ["after-permit", "after-write", "after-verify"]
-                .iter()
-                .any(|p| points[i - 1].contains(p))
-        {
+        if i > 0 && ["after-permit", "after-write", "after-verify"].iter().any(|p| points[i - 1].contains(p)) {
             assert!(
                 stderr(&out).contains("in flight when the last run stopped, is intact"),
                 "no re-verification after {}",
@@ -85,18 +66,12 @@ fn kill_9_at_many_points_then_resume() {
         assert_thawed_within(&mnt.dir, Duration::from_secs(2));
         assert_files_intact(&files);
         let now = journal_done(&env.state_dir(), &lo);
-        assert!(
-            now >= done,
-            "the journal went backwards at {point}: {done} -> {now}"
-        );
+        assert!(now >= done, "the journal went backwards at {point}: {done} -> {now}");
         assert!(now < total_chunks, "run {i} finished before its kill point");
         done = now;
         resume = true;
     }
-    assert!(
-        done > 10,
-        "the killed runs made too little progress ({done} chunks)"
-    );
+    assert!(done > 10, "the killed runs made too little progress ({done} chunks)");
 
     // Two more, killed from outside at arbitrary moments.
     for delay_ms in [150, 320] {
@@ -107,28 +82,20 @@ fn kill_9_at_many_points_then_resume() {
         assert_thawed_within(&mnt.dir, Duration::from_secs(2));
         assert_files_intact(&files);
         let now = journal_done(&env.state_dir(), &lo);
-        assert!(
-            now >= done && now < total_chunks,
-            "journal: {done} -> {now} of {total_chunks}"
-        );
+        assert!(now >= done && now < total_chunks, "journal: {done} -> {now} of {total_chunks}");
         done = now;
     }
 
     // The last resume finishes, and writes only what was left.
     let before = bytes_written_to(&lo.path);
     let out = output(
-        env.reseq()
-            .args(["rewrite", "--json", "--chunk-size", "1M", "--resume"])
-            .arg(&lo.path),
+        env.reseq().args(["rewrite", "--json", "--include-free", "--chunk-size", "1M", "--resume"]).arg(&lo.path),
     );
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);
     let remaining = (total_chunks - done) * MIB;
     assert_eq!(r["results"]["chunks_already_done"], done);
-    assert_eq!(
-        r["results"]["bytes_written"], remaining,
-        "resume rewrote finished chunks"
-    );
+    assert_eq!(r["results"]["bytes_written"], remaining, "resume rewrote finished chunks");
     assert_eq!(r["plan"]["resume_from_chunk"], done);
     let host_written = bytes_written_to(&lo.path) - before;
     assert!(
@@ -150,49 +117,26 @@ fn sigint_stops_thaws_and_resumes() {
     let files = fill_files(&mnt.dir, 2, 4 << 20, 9);
     let child = spawn_captured(&mut slow_rewrite(&env, &lo, ""));
     std::thread::sleep(Duration::from_millis(400));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     let start = Instant::now();
     let out = wait_captured(child);
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "SIGINT took {:?} to stop the run",
-        start.elapsed()
-    );
+    assert!(start.elapsed() < Duration::from_secs(2), "SIGINT took {:?} to stop the run", start.elapsed());
     assert_eq!(out.status.code(), Some(6), "interrupted exit code");
     let r = json_report(&out);
     assert_eq!(r["outcome"]["status"], "interrupted");
-    assert!(
-        stderr(&out).contains("--resume"),
-        "the message should say how to resume"
-    );
+    assert!(stderr(&out).contains("--resume"), "the message should say how to resume");
     assert!(!is_frozen(&mnt.dir));
     assert_files_intact(&files);
     let done = journal_done(&env.state_dir(), &lo);
     assert!(done > 0 && done < 64, "journal says {done} chunks done");
-    assert_eq!(
-        r["results"]["next_offset_bytes"],
-        done * MIB,
-        "the report and the journal disagree"
-    );
+    assert_eq!(r["results"]["next_offset_bytes"], done * MIB, "the report and the journal disagree");
 
     // Without --resume, reseq refuses to start over silently.
-    let out = output(
-        env.reseq()
-            .args(["rewrite", "--chunk-size", "1M"])
-            .arg(&lo.path),
-    );
+    let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path));
     assert_eq!(out.status.code(), Some(3));
     assert!(stderr(&out).contains("--resume"));
 
-    let out = output(
-        env.reseq()
-            .args(["rewrite", "--json", "--resume"])
-            .arg(&lo.path),
-    );
+    let out = output(env.reseq().args(["rewrite", "--json", "--include-free", "--resume"]).arg(&lo.path));
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);
     assert_eq!(r["results"]["bytes_written"], (64 - done) * MIB);
@@ -216,6 +160,7 @@ fn window_overrun_before_a_write_is_thawed_and_not_written() {
             .args([
                 "rewrite",
                 "--json",
+                "--include-free",
                 "--chunk-size",
                 "1M",
                 "--max-freeze",
@@ -228,30 +173,17 @@ fn window_overrun_before_a_write_is_thawed_and_not_written() {
     );
     // While reseq is still stalled, the guardian must already have thawed.
     std::thread::sleep(Duration::from_millis(1000));
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "reseq ended before the stall was over"
-    );
-    assert!(
-        !is_frozen(&mnt.dir),
-        "the guardian did not thaw at the deadline"
-    );
+    assert!(child.try_wait().unwrap().is_none(), "reseq ended before the stall was over");
+    assert!(!is_frozen(&mnt.dir), "the guardian did not thaw at the deadline");
     let out = wait_captured(child);
     assert_eq!(out.status.code(), Some(7));
     let r = json_report(&out);
     assert_eq!(r["results"]["windows_overrun"], 1);
-    assert_eq!(
-        r["results"]["bytes_written"],
-        2 * MIB,
-        "only the two chunks before the stall"
-    );
+    assert_eq!(r["results"]["bytes_written"], 2 * MIB, "only the two chunks before the stall");
     assert!(stderr(&out).contains("reseq guardian: freeze window overran"));
     assert!(stderr(&out).contains("overran the 500 ms deadline"));
     let host = bytes_written_to(&lo.path) - before;
-    assert!(
-        host <= 2 * MIB + 256 * 1024,
-        "the device saw {host} bytes written; reseq wrote 2 MiB"
-    );
+    assert!(host <= 2 * MIB + 256 * 1024, "the device saw {host} bytes written; reseq wrote 2 MiB");
     assert_files_intact(&files);
     assert_eq!(journal_done(&env.state_dir(), &lo), 2);
 }
@@ -271,6 +203,7 @@ fn window_overrun_during_a_write_waits_for_it_then_thaws() {
             .args([
                 "rewrite",
                 "--json",
+                "--include-free",
                 "--chunk-size",
                 "1M",
                 "--max-freeze",
@@ -287,11 +220,7 @@ fn window_overrun_during_a_write_waits_for_it_then_thaws() {
     assert_eq!(out.status.code(), Some(7));
     let r = json_report(&out);
     assert_eq!(r["results"]["windows_overrun"], 1);
-    assert_eq!(
-        r["results"]["bytes_written"],
-        2 * MIB,
-        "the slow write completed inside the freeze"
-    );
+    assert_eq!(r["results"]["bytes_written"], 2 * MIB, "the slow write completed inside the freeze");
     assert_eq!(r["verification"], "incomplete");
     assert!(r["results"]["longest_freeze_seconds"].as_f64().unwrap() >= 1.0);
     assert!(!is_frozen(&mnt.dir));
@@ -310,14 +239,7 @@ fn an_overrun_shortens_later_windows_and_the_run_completes() {
     let files = fill_files(&mnt.dir, 2, 4 << 20, 23);
     let out = output(
         env.reseq()
-            .args([
-                "rewrite",
-                "--json",
-                "--chunk-size",
-                "1M",
-                "--max-freeze",
-                "500ms",
-            ])
+            .args(["rewrite", "--json", "--include-free", "--chunk-size", "1M", "--max-freeze", "500ms"])
             .arg(&lo.path)
             .env("RESEQ_FAULTS", "delay@before-write#3=1000"),
     );

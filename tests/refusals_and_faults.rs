@@ -20,32 +20,13 @@ fn expect_refusal(
     needle: &str,
 ) -> String {
     let before = hash_path(dev).unwrap();
-    let out = output(
-        env.reseq()
-            .arg("rewrite")
-            .args(extra)
-            .arg(dev)
-            .env("RESEQ_FAULTS", faults),
-    );
+    let out = output(env.reseq().arg("rewrite").args(extra).arg(dev).env("RESEQ_FAULTS", faults));
     let err = stderr(&out);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "expected exit {code} with '{needle}'"
-    );
-    assert!(
-        err.contains(needle),
-        "message should contain '{needle}': {err}"
-    );
-    assert_eq!(
-        hash_path(dev).unwrap(),
-        before,
-        "a refused run changed the device"
-    );
+    assert_eq!(out.status.code(), Some(code), "expected exit {code} with '{needle}'");
+    assert!(err.contains(needle), "message should contain '{needle}': {err}");
+    assert_eq!(hash_path(dev).unwrap(), before, "a refused run changed the device");
     if code == 3 && !extra.contains(&"--resume") {
-        let journals = std::fs::read_dir(env.state_dir())
-            .map(|d| d.count())
-            .unwrap_or(0);
+        let journals = std::fs::read_dir(env.state_dir()).map(|d| d.count()).unwrap_or(0);
         assert_eq!(journals, 0, "a refused run left a journal behind");
     }
     err
@@ -61,10 +42,7 @@ fn not_a_block_device() {
     let out = output(env.reseq().args(["rewrite", "/nonexistent/dev"]));
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("No such file"));
-    let out = output(
-        env.reseq()
-            .args(["rewrite", "--chunk-size", "8Q", "/dev/null"]),
-    );
+    let out = output(env.reseq().args(["rewrite", "--chunk-size", "8Q", "/dev/null"]));
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("unknown size unit"));
 }
@@ -80,25 +58,14 @@ fn not_root_and_no_cap_sys_admin() {
     let bin = env!("CARGO_BIN_EXE_reseq");
     let out = output(
         Command::new("setpriv")
-            .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                bin,
-                "rewrite",
-            ])
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", bin, "rewrite"])
             .arg(&lo.path),
     );
     assert_eq!(out.status.code(), Some(3));
     assert!(stderr(&out).contains("must run as root"));
     let out = output(
         Command::new("setpriv")
-            .args([
-                "--inh-caps=-sys_admin",
-                "--bounding-set=-sys_admin",
-                bin,
-                "rewrite",
-            ])
+            .args(["--inh-caps=-sys_admin", "--bounding-set=-sys_admin", bin, "rewrite"])
             .arg(&lo.path)
             .env("RESEQ_STATE_DIR", env.state_dir()),
     );
@@ -114,10 +81,7 @@ fn read_only_device() {
     }
     let env = TestEnv::new();
     let img = env.path("ro.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(16 * MIB)
-        .unwrap();
+    std::fs::File::create(&img).unwrap().set_len(16 * MIB).unwrap();
     let lo = LoopDevice::attach(&img, &["--read-only"]).unwrap();
     expect_refusal(&env, &lo.path, &[], "", 3, "is read-only (BLKROGET)");
 }
@@ -150,13 +114,7 @@ fn filesystem_that_cannot_freeze() {
     std::fs::create_dir(env.path("content")).unwrap();
     std::fs::write(env.path("content/a"), b"hello").unwrap();
     let img = env.path("sq.img");
-    run_cmd(
-        Command::new("mksquashfs")
-            .arg(env.path("content"))
-            .arg(&img)
-            .args(["-quiet", "-noappend"]),
-    )
-    .unwrap();
+    run_cmd(Command::new("mksquashfs").arg(env.path("content")).arg(&img).args(["-quiet", "-noappend"])).unwrap();
     // A writable loop device carrying squashfs, which has no freeze (EOPNOTSUPP).
     let lo = LoopDevice::attach(&img, &[]).unwrap();
     let _m = Mount::new(&lo.path, &env.path("sq"), &[]).unwrap();
@@ -184,14 +142,7 @@ fn kernel_refusing_writes_to_mounted_devices() {
     // This kernel allows it, so the EBUSY comes from the test hook at the same open.
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("wm", 64 * MIB, "ext4");
-    expect_refusal(
-        &env,
-        &lo.path,
-        &[],
-        "ebusy-open",
-        3,
-        "the kernel refuses to open the mounted device",
-    );
+    expect_refusal(&env, &lo.path, &[], "ebusy-open", 3, "the kernel refuses to open the mounted device");
     assert!(!is_frozen(&mnt.dir));
 }
 
@@ -225,19 +176,9 @@ fn chunk_size_not_aligned() {
         "not a multiple of the device's direct-I/O alignment of 512",
     );
     let img = env.path("4k.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(16 * MIB)
-        .unwrap();
+    std::fs::File::create(&img).unwrap().set_len(16 * MIB).unwrap();
     let lo4k = LoopDevice::attach(&img, &["--sector-size", "4096"]).unwrap();
-    expect_refusal(
-        &env,
-        &lo4k.path,
-        &["--chunk-size", "1049088"],
-        "",
-        2,
-        "alignment of 4096",
-    );
+    expect_refusal(&env, &lo4k.path, &["--chunk-size", "1049088"], "", 2, "alignment of 4096");
 }
 
 #[test]
@@ -248,17 +189,9 @@ fn rotational_needs_force() {
     let env = TestEnv::new();
     let lo = env.random_loop_device("rot.img", 16 * MIB, 3);
     expect_refusal(&env, &lo.path, &[], "rotational", 3, "is a rotational disk");
-    let out = output(
-        env.reseq()
-            .args(["rewrite", "--force"])
-            .arg(&lo.path)
-            .env("RESEQ_FAULTS", "rotational"),
-    );
+    let out = output(env.reseq().args(["rewrite", "--force"]).arg(&lo.path).env("RESEQ_FAULTS", "rotational"));
     assert_eq!(out.status.code(), Some(0));
-    assert!(
-        stderr(&out).contains("rotational"),
-        "--force should still warn"
-    );
+    assert!(stderr(&out).contains("rotational"), "--force should still warn");
 }
 
 #[test]
@@ -266,23 +199,13 @@ fn freeze_longer_than_half_the_hung_task_timeout() {
     if !require(&["losetup", "mkfs.ext4"]) {
         return;
     }
-    let timeout: u64 = std::fs::read_to_string("/proc/sys/kernel/hung_task_timeout_secs")
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let timeout: u64 =
+        std::fs::read_to_string("/proc/sys/kernel/hung_task_timeout_secs").unwrap().trim().parse().unwrap();
     assert!(timeout > 0, "this test needs the hung-task watchdog on");
     let env = TestEnv::new();
     let (lo, _mnt) = env.mounted("hung", 64 * MIB, "ext4");
     let too_long = format!("{}s", timeout / 2 + 1);
-    expect_refusal(
-        &env,
-        &lo.path,
-        &["--max-freeze", &too_long],
-        "",
-        3,
-        "hung_task_timeout_secs",
-    );
+    expect_refusal(&env, &lo.path, &["--max-freeze", &too_long], "", 3, "hung_task_timeout_secs");
 }
 
 #[test]
@@ -293,10 +216,7 @@ fn resume_refuses_a_different_device() {
     let env = TestEnv::new();
     let lo = env.random_loop_device("first.img", 16 * MIB, 4);
     let out = output(
-        env.reseq()
-            .args(["rewrite", "--chunk-size", "1M"])
-            .arg(&lo.path)
-            .env("RESEQ_FAULTS", "kill@after-verify#3"),
+        env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path).env("RESEQ_FAULTS", "kill@after-verify#3"),
     );
     assert_eq!(out.status.code(), None);
     let name = lo.name();
@@ -304,21 +224,11 @@ fn resume_refuses_a_different_device() {
     // Another image on (most likely) the same loop number: same name, other identity.
     let other = env.random_loop_device("second.img", 16 * MIB, 5);
     if other.name() == name {
-        expect_refusal(
-            &env,
-            &other.path,
-            &["--resume"],
-            "",
-            3,
-            "the device changed since the journal was written",
-        );
+        expect_refusal(&env, &other.path, &["--resume"], "", 3, "the device changed since the journal was written");
         let out = output(env.reseq().args(["rewrite", "--restart"]).arg(&other.path));
         assert_eq!(out.status.code(), Some(0));
     } else {
-        eprintln!(
-            "loop number changed ({name} -> {}); identity check covered by the unit test",
-            other.name()
-        );
+        eprintln!("loop number changed ({name} -> {}); identity check covered by the unit test", other.name());
     }
 }
 
@@ -333,23 +243,15 @@ fn fault(faults: &str, code: i32, needle: &str) {
     let files = fill_files(&mnt.dir, 2, 4 << 20, 19);
     let out = output(
         env.reseq()
-            .args(["rewrite", "--json", "--chunk-size", "1M"])
+            .args(["rewrite", "--json", "--include-free", "--chunk-size", "1M"])
             .arg(&lo.path)
             .env("RESEQ_FAULTS", faults),
     );
     assert_eq!(out.status.code(), Some(code));
     assert!(stderr(&out).contains(needle), "{}", stderr(&out));
     let r = json_report(&out);
-    assert_eq!(
-        r["outcome"]["offset_bytes"],
-        5 * MIB,
-        "the report names the offset"
-    );
-    assert_eq!(
-        journal_done(&env.state_dir(), &lo),
-        5,
-        "chunks before the fault are done, none after"
-    );
+    assert_eq!(r["outcome"]["offset_bytes"], 5 * MIB, "the report names the offset");
+    assert_eq!(journal_done(&env.state_dir(), &lo), 5, "chunks before the fault are done, none after");
     assert!(!is_frozen(&mnt.dir));
     assert_files_intact(&files);
     mnt.unmount().unwrap();

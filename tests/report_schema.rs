@@ -23,10 +23,7 @@ fn the_report_schema_is_the_committed_one() {
 }
 
 fn run(args: &[&str]) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_reseq"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_reseq")).args(args).output().unwrap();
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     out
 }
@@ -36,16 +33,8 @@ fn a_saved_report_round_trips_and_a_changed_type_is_rejected() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("ssd.sim");
     let s = state.to_str().unwrap();
-    assert!(
-        run(&["sim", "create", s, "--device-size", "256M"])
-            .status
-            .success()
-    );
-    assert!(
-        run(&["sim", "write", s, "--length", "128M"])
-            .status
-            .success()
-    );
+    assert!(run(&["sim", "create", s, "--device-size", "256M"]).status.success());
+    assert!(run(&["sim", "write", s, "--length", "128M"]).status.success());
     let sim = format!("sim:{s}");
     let out = run(&["bench", &sim, "--json", "--length", "128M", "--passes", "2"]);
     assert!(out.status.success());
@@ -62,10 +51,7 @@ fn a_saved_report_round_trips_and_a_changed_type_is_rejected() {
     std::fs::write(&saved, &out.stdout).unwrap();
     let again = run(&["report", saved.to_str().unwrap(), "--format", "json"]);
     assert!(again.status.success());
-    assert_eq!(
-        serde_json::from_slice::<serde_json::Value>(&again.stdout).unwrap(),
-        original
-    );
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&again.stdout).unwrap(), original);
 
     // A field whose type changed no longer fits the schema.
     let mut changed = original.clone();

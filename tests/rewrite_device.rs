@@ -14,63 +14,43 @@ const MIB: u64 = 1 << 20;
 /// run: afterwards every file and every record is intact, fsck is clean, and the
 /// filesystem takes writes.
 fn mounted_with_writer(fs: &str) {
-    if !require(&[
-        "losetup",
-        "fsfreeze",
-        if fs == "xfs" { "mkfs.xfs" } else { "mkfs.ext4" },
-    ]) {
+    if !require(&["losetup", "fsfreeze", if fs == "xfs" { "mkfs.xfs" } else { "mkfs.ext4" }]) {
         return;
     }
     let env = TestEnv::new();
     let size = 320 * MIB; // xfs needs 300 MiB at least
     let (lo, mnt) = env.mounted(fs, size, fs);
     let files = fill_files(&mnt.dir, 4, 8 << 20, 7);
-    let appender = Appender::start(
-        &mnt.dir,
-        &mnt.dir.join("records.log"),
-        &env.path("stop-writer"),
-    );
+    let appender = Appender::start(&mnt.dir, &mnt.dir.join("records.log"), &env.path("stop-writer"));
     std::thread::sleep(Duration::from_millis(200));
 
     let out = output(
         env.reseq()
-            .args([
-                "rewrite",
-                "--json",
-                "--chunk-size",
-                "4M",
-                "--max-freeze",
-                "300ms",
-                "--pause",
-                "50ms",
-            ])
-            .arg(&lo.path),
+            .args(["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "300ms", "--pause", "50ms"])
+            .arg(&lo.path)
+            // Slow chunks down so the run spans several windows with the writer between.
+            .env("RESEQ_FAULTS", "delay@after-write#*=20"),
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r = json_report(&out);
-    assert_eq!(r["results"]["bytes_written"], size);
-    assert_eq!(r["results"]["bytes_verified"], size);
+    // Used-space mode (the default): what is not free is rewritten, once, verified.
+    let written = r["results"]["bytes_written"].as_u64().unwrap();
+    let skipped = r["space"]["bytes_skipped_as_free"].as_u64().unwrap();
+    assert_eq!(r["space"]["mode"], "used_space");
+    assert_eq!(r["results"]["bytes_verified"], written);
+    assert_eq!(written + skipped, size, "every byte is either rewritten or skipped as free");
+    assert!(written >= 32 * MIB && written < size / 2, "rewrote {written} bytes for 32 MiB of files");
     assert_eq!(r["verification"], "passed");
     assert_eq!(r["plan"]["filesystems_frozen"][0]["fs_type"], fs);
     let windows = r["results"]["windows"].as_u64().unwrap();
-    assert!(
-        windows >= 2,
-        "expected several freeze windows, got {windows}"
-    );
-    assert!(
-        r["results"]["longest_freeze_seconds"].as_f64().unwrap() < 0.3 + 0.2,
-        "a window ran far past --max-freeze"
-    );
+    assert!(windows >= 2, "expected several freeze windows, got {windows}");
+    assert!(r["results"]["longest_freeze_seconds"].as_f64().unwrap() < 0.3 + 0.2, "a window ran far past --max-freeze");
     assert_eq!(r["results"]["windows_overrun"], 0);
 
     let records = appender.finish();
-    assert!(
-        records > 100,
-        "the writer made little progress ({records} records): was it blocked?"
-    );
+    assert!(records > 100, "the writer made little progress ({records} records): was it blocked?");
     assert_files_intact(&files);
-    std::fs::write(mnt.dir.join("after"), b"thawed")
-        .expect("the filesystem takes writes after the run");
+    std::fs::write(mnt.dir.join("after"), b"thawed").expect("the filesystem takes writes after the run");
     assert!(!is_frozen(&mnt.dir));
     mnt.unmount().unwrap();
     match fs {
@@ -100,31 +80,17 @@ fn unmounted_device_is_bit_identical_afterwards() {
     let lo = env.random_loop_device("raw.img", size, 42);
     let before = hash_path(&lo.path).unwrap();
     let written_before = bytes_written_to(&lo.path);
-    let out = output(
-        env.reseq()
-            .args(["rewrite", "--json", "--chunk-size", "8M"])
-            .arg(&lo.path),
-    );
+    let out = output(env.reseq().args(["rewrite", "--json", "--chunk-size", "8M"]).arg(&lo.path));
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);
     assert_eq!(r["results"]["bytes_written"], size);
     assert_eq!(r["plan"]["chunks_total"], 13);
-    assert_eq!(
-        r["results"]["windows"], 1,
-        "no freeze, so one unbounded window"
-    );
+    assert_eq!(r["results"]["windows"], 1, "no freeze, so one unbounded window");
     assert!(r["plan"]["max_freeze_seconds"].is_null());
-    assert_eq!(
-        hash_path(&lo.path).unwrap(),
-        before,
-        "device content changed"
-    );
+    assert_eq!(hash_path(&lo.path).unwrap(), before, "device content changed");
     // The device really was written, once: host-side sectors match the report.
     let written = bytes_written_to(&lo.path) - written_before;
-    assert!(
-        written >= size && written <= size + MIB,
-        "sysfs says {written} bytes written for {size}"
-    );
+    assert!(written >= size && written <= size + MIB, "sysfs says {written} bytes written for {size}");
 }
 
 #[test]
@@ -135,11 +101,7 @@ fn no_verify_skips_the_read_back_but_still_rewrites() {
     let env = TestEnv::new();
     let lo = env.random_loop_device("nv.img", 32 * MIB, 5);
     let before = hash_path(&lo.path).unwrap();
-    let out = output(
-        env.reseq()
-            .args(["rewrite", "--json", "--no-verify"])
-            .arg(&lo.path),
-    );
+    let out = output(env.reseq().args(["rewrite", "--json", "--no-verify"]).arg(&lo.path));
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);
     assert_eq!(r["results"]["bytes_written"], 32 * MIB);
@@ -156,44 +118,17 @@ fn dry_run_touches_nothing_and_shows_the_plan() {
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("dry", 64 * MIB, "ext4");
     let written_before = bytes_written_to(&lo.path);
-    let out = output(
-        env.reseq()
-            .args([
-                "rewrite",
-                "--dry-run",
-                "--chunk-size",
-                "2M",
-                "--read-ahead",
-                "3",
-            ])
-            .arg(&lo.path),
-    );
+    let out =
+        output(env.reseq().args(["rewrite", "--dry-run", "--chunk-size", "2M", "--read-ahead", "3"]).arg(&lo.path));
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("chunks: 32 of 2.0 MiB"), "{text}");
-    assert!(
-        text.contains("memory: 14.0 MiB"),
-        "memory = (3 + 1 + 1 + 1 + 1) x 2 MiB: {text}"
-    );
-    assert!(
-        text.contains(&format!("freeze: {}", mnt.dir.display())),
-        "{text}"
-    );
+    assert!(text.contains("memory: 14.0 MiB"), "memory = (3 + 1 + 1 + 1 + 1) x 2 MiB: {text}");
+    assert!(text.contains(&format!("freeze: {}", mnt.dir.display())), "{text}");
     assert!(text.contains("windows: at most 5.000 s"), "{text}");
-    assert!(
-        !env.state_dir().exists(),
-        "a dry run created the state directory"
-    );
-    assert_eq!(
-        bytes_written_to(&lo.path),
-        written_before,
-        "a dry run wrote to the device"
-    );
-    let out = output(
-        env.reseq()
-            .args(["rewrite", "--dry-run", "--json"])
-            .arg(&lo.path),
-    );
+    assert!(!env.state_dir().exists(), "a dry run created the state directory");
+    assert_eq!(bytes_written_to(&lo.path), written_before, "a dry run wrote to the device");
+    let out = output(env.reseq().args(["rewrite", "--dry-run", "--json"]).arg(&lo.path));
     let r = json_report(&out);
     assert_eq!(r["dry_run"], true);
     assert_eq!(r["plan"]["memory_bytes"], 6 * 4 * MIB);
@@ -208,38 +143,28 @@ fn whole_disk_freezes_filesystems_on_its_partitions() {
     }
     let env = TestEnv::new();
     let lo = env.loop_device("disk.img", 128 * MIB);
-    run_cmd(
-        Command::new("sfdisk")
-            .arg("--quiet")
-            .arg(&lo.path)
-            .tap_stdin("label: dos\n,48M\n,48M\n"),
-    )
-    .unwrap();
+    run_cmd(Command::new("sfdisk").arg("--quiet").arg(&lo.path).tap_stdin("label: dos\n,48M\n,48M\n")).unwrap();
     let parts = Partitions::add(&lo);
     mkfs_ext4(&parts.nodes[0]).unwrap();
     let mnt = Mount::new(&parts.nodes[0], &env.path("p1"), &[]).unwrap();
     let files = fill_files(&mnt.dir, 2, 4 << 20, 11);
 
-    let out = output(
-        env.reseq()
-            .args(["rewrite", "--json", "--max-freeze", "500ms"])
-            .arg(&lo.path),
-    );
+    let out = output(env.reseq().args(["rewrite", "--json", "--max-freeze", "500ms"]).arg(&lo.path));
+    // p1's free space is skipped; the unmounted p2 and the partition table are rewritten.
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);
     let frozen = r["plan"]["filesystems_frozen"].as_array().unwrap();
     assert_eq!(frozen.len(), 1);
     assert_eq!(frozen[0]["mount_point"], mnt.dir.display().to_string());
-    assert_eq!(r["results"]["bytes_written"], 128 * MIB);
+    let written = r["results"]["bytes_written"].as_u64().unwrap();
+    let skipped = r["space"]["bytes_skipped_as_free"].as_u64().unwrap();
+    assert_eq!(written + skipped, 128 * MIB);
+    assert!(skipped > 20 * MIB, "p1's free space should be skipped ({skipped})");
+    assert!(written > 48 * MIB, "p2 (unmounted, 48 MiB) is rewritten in full ({written})");
     assert_files_intact(&files);
     assert!(!is_frozen(&mnt.dir));
     mnt.unmount().unwrap();
-    run_cmd(
-        Command::new("e2fsck")
-            .args(["-f", "-n"])
-            .arg(&parts.nodes[0]),
-    )
-    .unwrap();
+    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&parts.nodes[0])).unwrap();
 }
 
 /// Partition nodes for a loop device (no udev here: partx + mknod), removed on drop.
@@ -254,8 +179,7 @@ impl Partitions {
         let mut nodes = Vec::new();
         for i in 1..=2 {
             let name = format!("{}p{i}", lo.name());
-            let dev = std::fs::read_to_string(format!("/sys/class/block/{name}/dev"))
-                .expect("partition in sysfs");
+            let dev = std::fs::read_to_string(format!("/sys/class/block/{name}/dev")).expect("partition in sysfs");
             let (maj, min) = dev.trim().split_once(':').unwrap();
             let node = std::path::PathBuf::from(format!("/dev/{name}"));
             if !is_block_device(&node) {
@@ -264,10 +188,7 @@ impl Partitions {
             }
             nodes.push(node);
         }
-        Partitions {
-            nodes,
-            disk: lo.path.clone(),
-        }
+        Partitions { nodes, disk: lo.path.clone() }
     }
 }
 
@@ -307,15 +228,7 @@ fn state_and_log_on_the_frozen_filesystem() {
     let log = std::fs::File::create(mnt.dir.join("reseq.log")).unwrap();
     let out = env
         .reseq()
-        .args([
-            "-v",
-            "rewrite",
-            "--json",
-            "--chunk-size",
-            "2M",
-            "--max-freeze",
-            "300ms",
-        ])
+        .args(["-v", "rewrite", "--json", "--include-free", "--chunk-size", "2M", "--max-freeze", "300ms"])
         .arg("--state-dir")
         .arg(mnt.dir.join("state"))
         .arg(&lo.path)
@@ -330,22 +243,10 @@ fn state_and_log_on_the_frozen_filesystem() {
     let r = json_report(&out);
     assert_eq!(r["results"]["windows_overrun"], 0);
     assert!(r["results"]["windows"].as_u64().unwrap() >= 2);
-    assert!(
-        r["warnings"]
-            .to_string()
-            .contains("kept in memory during each window")
-    );
-    assert!(
-        log_text.contains("window 2 froze for"),
-        "log lines written between windows reached the file"
-    );
-    let journal = reseq::journal::read(
-        &mnt.dir
-            .join("state")
-            .join(format!("device-{}.journal", lo.name())),
-    )
-    .unwrap()
-    .unwrap();
+    assert!(r["warnings"].to_string().contains("kept in memory during each window"));
+    assert!(log_text.contains("window 2 froze for"), "log lines written between windows reached the file");
+    let journal =
+        reseq::journal::read(&mnt.dir.join("state").join(format!("device-{}.journal", lo.name()))).unwrap().unwrap();
     assert_eq!(journal.done, 64);
     assert!(journal.finished);
 }

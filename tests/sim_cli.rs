@@ -7,10 +7,7 @@ use std::process::Command;
 use serde_json::Value;
 
 fn reseq(args: &[&str]) -> (i32, Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_reseq"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_reseq")).args(args).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     eprintln!("reseq {args:?} -> {:?}\n{stderr}", out.status.code());
     let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
@@ -29,46 +26,20 @@ fn fragment_then_rewrite_as_separate_commands() {
     let state = dir.path().join("ssd.sim");
     let s = state.to_str().unwrap();
     assert_eq!(reseq(&["sim", "create", s, "--device-size", "512M"]).0, 0);
-    assert_eq!(
-        reseq(&["sim", "create", s]).0,
-        2,
-        "create refuses to overwrite"
-    );
+    assert_eq!(reseq(&["sim", "create", s]).0, 2, "create refuses to overwrite");
     assert_eq!(reseq(&["sim", "write", s, "--length", "256M"]).0, 0);
     let fresh = read_seconds(&state);
-    let (code, v, _) = reseq(&[
-        "sim",
-        "fragment",
-        s,
-        "--length",
-        "256M",
-        "--random-writes",
-        "250M",
-    ]);
+    let (code, v, _) = reseq(&["sim", "fragment", s, "--length", "256M", "--random-writes", "250M"]);
     assert_eq!(code, 0);
     assert_eq!(v["random_4k_writes"], 64000);
     let degraded = read_seconds(&state);
-    assert!(
-        degraded > fresh * 2.0,
-        "fragmenting should slow reads: {fresh} -> {degraded}"
-    );
-    let (code, v, _) = reseq(&[
-        "sim",
-        "rewrite",
-        s,
-        "--length",
-        "256M",
-        "--chunk-size",
-        "1M",
-    ]);
+    assert!(degraded > fresh * 2.0, "fragmenting should slow reads: {fresh} -> {degraded}");
+    let (code, v, _) = reseq(&["sim", "rewrite", s, "--length", "256M", "--chunk-size", "1M"]);
     assert_eq!(code, 0);
     assert_eq!(v["rewrite"]["bytes_written"], 256u64 << 20);
     assert_eq!(v["rewrite"]["bytes_verified"], 256u64 << 20);
     let after = read_seconds(&state);
-    assert!(
-        after <= fresh * 1.03,
-        "rewrite should restore reads: fresh {fresh}, after {after}"
-    );
+    assert!(after <= fresh * 1.03, "rewrite should restore reads: fresh {fresh}, after {after}");
     let (code, v, _) = reseq(&["sim", "info", s]);
     assert_eq!(code, 0);
     assert_eq!(v["mapped_bytes"], 256u64 << 20);
@@ -76,28 +47,15 @@ fn fragment_then_rewrite_as_separate_commands() {
 
 #[test]
 fn simulate_prints_the_experiment() {
-    let (code, v, _) = reseq(&[
-        "simulate",
-        "--json",
-        "--device-size",
-        "1G",
-        "--file-size",
-        "512M",
-    ]);
+    let (code, v, _) = reseq(&["simulate", "--json", "--device-size", "1G", "--file-size", "512M"]);
     assert_eq!(code, 0);
     let steps = v["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 6);
     let fresh = steps[0]["read_seconds"].as_f64().unwrap();
     let worst = steps[4]["read_seconds"].as_f64().unwrap();
     let after = steps[5]["read_seconds"].as_f64().unwrap();
-    assert!(
-        worst > 2.5 * fresh,
-        "the default preset degrades: {fresh} -> {worst}"
-    );
-    assert!(
-        after <= fresh * 1.03,
-        "reseq restores it: {after} vs {fresh}"
-    );
+    assert!(worst > 2.5 * fresh, "the default preset degrades: {fresh} -> {worst}");
+    assert!(after <= fresh * 1.03, "reseq restores it: {after} vs {fresh}");
     assert!(v["model_state_bytes"].as_f64().unwrap() / ((1u64 << 30) / 4096) as f64 <= 16.0);
 }
 
@@ -123,29 +81,12 @@ fn bench_and_scan_a_simulated_ssd() {
     assert_eq!(reseq(&["sim", "create", s, "--device-size", "1G"]).0, 0);
     assert_eq!(reseq(&["sim", "write", s, "--length", "512M"]).0, 0);
     // Fragment only the second quarter of the file.
-    assert_eq!(
-        reseq(&[
-            "sim",
-            "fragment",
-            s,
-            "--offset",
-            "128M",
-            "--length",
-            "128M",
-            "--random-writes",
-            "256M"
-        ])
-        .0,
-        0
-    );
+    assert_eq!(reseq(&["sim", "fragment", s, "--offset", "128M", "--length", "128M", "--random-writes", "256M"]).0, 0);
     let (code, v, _) = reseq(&["bench", &sim, "--json", "--length", "512M", "--passes", "2"]);
     assert_eq!(code, 0);
     let b = &v["bench"];
     assert_eq!(b["virtual_time"], true);
-    assert_eq!(
-        b["passes"][0]["seconds"], b["passes"][1]["seconds"],
-        "virtual time is deterministic"
-    );
+    assert_eq!(b["passes"][0]["seconds"], b["passes"][1]["seconds"], "virtual time is deterministic");
     let (code, v, _) = reseq(&["scan", &sim, "--json", "--length", "512M", "--regions", "8"]);
     assert_eq!(code, 0);
     let slow: Vec<u64> = v["scan"]["regions"]
@@ -155,9 +96,5 @@ fn bench_and_scan_a_simulated_ssd() {
         .filter(|r| r["slow"] == true)
         .map(|r| r["index"].as_u64().unwrap())
         .collect();
-    assert_eq!(
-        slow,
-        vec![2, 3],
-        "the fragmented quarter [128M, 256M) is regions 2 and 3"
-    );
+    assert_eq!(slow, vec![2, 3], "the fragmented quarter [128M, 256M) is regions 2 and 3");
 }

@@ -19,77 +19,33 @@ fn params(base: &Value, over: &Value) -> Params {
 
 fn close(what: &str, got: f64, want: f64) {
     let rel = ((got - want) / want).abs();
-    assert!(
-        rel <= 0.001,
-        "{what}: Rust {got} vs reference {want} ({:.4} %)",
-        rel * 100.0
-    );
+    assert!(rel <= 0.001, "{what}: Rust {got} vs reference {want} ({:.4} %)", rel * 100.0);
 }
 
 #[test]
 fn rust_model_matches_the_python_reference() {
-    let fixtures: Vec<Value> =
-        serde_json::from_str(include_str!("fixtures/ftl_reference.json")).unwrap();
+    let fixtures: Vec<Value> = serde_json::from_str(include_str!("fixtures/ftl_reference.json")).unwrap();
     assert!(fixtures.len() >= 5);
     for sc in &fixtures {
         let name = sc["name"].as_str().unwrap();
         let p = params(&sc["base"], &sc["params"]);
         let nf = sc["file_mib"].as_u64().unwrap() * (1 << 20) / SLOT;
-        let stages: Vec<f64> = sc["stages_mib"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .collect();
+        let stages: Vec<f64> = sc["stages_mib"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
         let mut f = Ftl::new(p);
         let deg = degrade(&mut f, nf, 1, &stages);
         let exp = &sc["expect"];
-        for (i, (g, w)) in deg
-            .iter()
-            .zip(exp["degrade"].as_array().unwrap())
-            .enumerate()
-        {
-            close(
-                &format!("{name}: degrade step {i}"),
-                *g,
-                w.as_f64().unwrap(),
-            );
+        for (i, (g, w)) in deg.iter().zip(exp["degrade"].as_array().unwrap()).enumerate() {
+            close(&format!("{name}: degrade step {i}"), *g, w.as_f64().unwrap());
         }
-        assert_eq!(
-            f.stats.host_slots,
-            exp["host_slots"].as_u64().unwrap(),
-            "{name}: host slots"
-        );
-        assert_eq!(
-            f.stats.gc_slots,
-            exp["gc_slots"].as_u64().unwrap(),
-            "{name}: GC slots"
-        );
-        assert_eq!(
-            f.stats.gc_runs,
-            exp["gc_runs"].as_u64().unwrap(),
-            "{name}: GC runs"
-        );
-        for (r, w) in sc["reads"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .zip(exp["reads"].as_array().unwrap())
-        {
+        assert_eq!(f.stats.host_slots, exp["host_slots"].as_u64().unwrap(), "{name}: host slots");
+        assert_eq!(f.stats.gc_slots, exp["gc_slots"].as_u64().unwrap(), "{name}: GC slots");
+        assert_eq!(f.stats.gc_runs, exp["gc_runs"].as_u64().unwrap(), "{name}: GC runs");
+        for (r, w) in sc["reads"].as_array().unwrap().iter().zip(exp["reads"].as_array().unwrap()) {
             let (kib, qd) = (r[0].as_u64().unwrap(), r[1].as_u64().unwrap());
             let got = seq_read_time(&mut f, 0, nf, kib * 1024, qd as usize);
-            close(
-                &format!("{name}: read {kib} KiB QD{qd}"),
-                got,
-                w.as_f64().unwrap(),
-            );
+            close(&format!("{name}: read {kib} KiB QD{qd}"), got, w.as_f64().unwrap());
         }
-        for (r, w) in sc["rewrites"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .zip(exp["rewrites"].as_array().unwrap())
-        {
+        for (r, w) in sc["rewrites"].as_array().unwrap().iter().zip(exp["rewrites"].as_array().unwrap()) {
             let s = Strategy {
                 chunk_bytes: r["chunk_kib"].as_u64().unwrap() * 1024,
                 writers: r.get("writers").and_then(Value::as_u64).unwrap_or(1),
@@ -104,21 +60,9 @@ fn rust_model_matches_the_python_reference() {
             let mut copy = f.clone();
             let got = rewrite(&mut copy, nf, s);
             let what = format!("{name}: rewrite {r}");
-            close(
-                &format!("{what} read"),
-                got.read_seconds,
-                w[0].as_f64().unwrap(),
-            );
-            close(
-                &format!("{what} duration"),
-                got.rewrite_seconds,
-                w[1].as_f64().unwrap(),
-            );
-            assert_eq!(
-                got.noise_writes,
-                w[2].as_u64().unwrap(),
-                "{what}: noise writes"
-            );
+            close(&format!("{what} read"), got.read_seconds, w[0].as_f64().unwrap());
+            close(&format!("{what} duration"), got.rewrite_seconds, w[1].as_f64().unwrap());
+            assert_eq!(got.noise_writes, w[2].as_u64().unwrap(), "{what}: noise writes");
         }
     }
 }

@@ -20,10 +20,7 @@ const SCALE: f64 = 4.0; // 4 GiB / 1 GiB
 const STAGES: [f64; 4] = [50.0 / SCALE, 200.0 / SCALE, 800.0 / SCALE, 4000.0 / SCALE];
 
 fn degraded(preset: &str) -> (Ftl, Vec<f64>) {
-    let p = Params {
-        logical_bytes: DEVICE,
-        ..Params::preset(preset).unwrap()
-    };
+    let p = Params { logical_bytes: DEVICE, ..Params::preset(preset).unwrap() };
     let mut f = Ftl::new(p);
     let res = degrade(&mut f, FILE / SLOT, 1, &STAGES);
     (f, res.iter().map(|t| t * SCALE).collect())
@@ -72,15 +69,9 @@ fn consumer_nvme_reproduces_the_reference_degradation() {
     let want = [1.86, 2.85, 3.48, 4.61, 7.03];
     let (_, got) = degraded("consumer-nvme");
     for (g, w) in got.iter().zip(want) {
-        assert!(
-            (g - w).abs() / w <= 0.05,
-            "consumer-nvme: {got:?} vs reference {want:?}"
-        );
+        assert!((g - w).abs() / w <= 0.05, "consumer-nvme: {got:?} vs reference {want:?}");
     }
-    assert!(
-        got[4] / got[0] >= 2.5,
-        "degraded/fresh should be >= 2.5: {got:?}"
-    );
+    assert!(got[4] / got[0] >= 2.5, "degraded/fresh should be >= 2.5: {got:?}");
 }
 
 #[test]
@@ -88,10 +79,7 @@ fn consumer_nvme_mild_reproduces_the_reference_degradation() {
     let want = [1.80, 1.80, 1.81, 2.31, 4.03];
     let (_, got) = degraded("consumer-nvme-mild");
     for (g, w) in got.iter().zip(want) {
-        assert!(
-            (g - w).abs() / w <= 0.05,
-            "consumer-nvme-mild: {got:?} vs reference {want:?}"
-        );
+        assert!((g - w).abs() / w <= 0.05, "consumer-nvme-mild: {got:?} vs reference {want:?}");
     }
 }
 
@@ -99,23 +87,14 @@ fn consumer_nvme_mild_reproduces_the_reference_degradation() {
 fn datacenter_sata_stays_flat() {
     let (_, got) = degraded("datacenter-sata");
     for g in &got {
-        assert!(
-            (g - got[0]).abs() / got[0] <= 0.01,
-            "datacenter-sata not flat: {got:?}"
-        );
+        assert!((g - got[0]).abs() / got[0] <= 0.01, "datacenter-sata not flat: {got:?}");
     }
-    assert!(
-        (got[0] - 10.66).abs() / 10.66 <= 0.05,
-        "datacenter-sata: {got:?} vs 10.66 s"
-    );
+    assert!((got[0] - 10.66).abs() / 10.66 <= 0.05, "datacenter-sata: {got:?} vs 10.66 s");
 }
 
 #[test]
 fn reseq_engine_restores_a_degraded_drive_and_bad_strategies_do_worse() {
-    let p = Params {
-        logical_bytes: DEVICE,
-        ..Params::preset("consumer-nvme").unwrap()
-    };
+    let p = Params { logical_bytes: DEVICE, ..Params::preset("consumer-nvme").unwrap() };
     let mut fresh = Ftl::new(p);
     fresh.write_lpns(0..FILE / SLOT);
     let fresh_t = seq_read_time(&mut fresh, 0, FILE / SLOT, MIB, 1) * SCALE;
@@ -125,52 +104,24 @@ fn reseq_engine_restores_a_degraded_drive_and_bad_strategies_do_worse() {
     // reseq's own engine, default chunk size, verification on.
     let default_chunk = reseq::units::parse_size(reseq::cli::DEFAULT_CHUNK_SIZE).unwrap();
     let (_, ours) = reseq_engine(deg.clone(), 0.0, default_chunk);
-    eprintln!(
-        "consumer-nvme: fresh {fresh_t:.3} s, degraded {:.3} s, after reseq {ours:.3} s",
-        curve[4]
-    );
-    assert!(
-        ours <= fresh_t * 1.03,
-        "reseq's engine left {ours:.3} s vs fresh {fresh_t:.3} s"
-    );
+    eprintln!("consumer-nvme: fresh {fresh_t:.3} s, degraded {:.3} s, after reseq {ours:.3} s", curve[4]);
+    assert!(ours <= fresh_t * 1.03, "reseq's engine left {ours:.3} s vs fresh {fresh_t:.3} s");
 
     // Deliberately bad strategies through the same simulated device.
     let nf = FILE / SLOT;
     let bad = [
-        (
-            "two interleaved writers",
-            Strategy {
-                writers: 2,
-                ..Strategy::default()
-            },
-        ),
-        (
-            "descending chunk order",
-            Strategy {
-                order: Order::Descending,
-                ..Strategy::default()
-            },
-        ),
+        ("two interleaved writers", Strategy { writers: 2, ..Strategy::default() }),
+        ("descending chunk order", Strategy { order: Order::Descending, ..Strategy::default() }),
         (
             "4 KiB chunks with a noise writer",
-            Strategy {
-                chunk_bytes: 4096,
-                noise_interval_us: 2000.0,
-                ..Strategy::default()
-            },
+            Strategy { chunk_bytes: 4096, noise_interval_us: 2000.0, ..Strategy::default() },
         ),
     ];
     for (label, s) in bad {
         let mut f = deg.clone();
         let r = rewrite(&mut f, nf, s).read_seconds * SCALE;
-        eprintln!(
-            "{label}: {r:.3} s ({:+.0} % vs reseq)",
-            (r / ours - 1.0) * 100.0
-        );
-        assert!(
-            r >= ours * 1.15,
-            "{label}: {r:.3} s is not 15 % slower than reseq's {ours:.3} s"
-        );
+        eprintln!("{label}: {r:.3} s ({:+.0} % vs reseq)", (r / ours - 1.0) * 100.0);
+        assert!(r >= ours * 1.15, "{label}: {r:.3} s is not 15 % slower than reseq's {ours:.3} s");
     }
 }
 
@@ -183,19 +134,13 @@ fn engine_result_equals_the_ascending_single_writer_reference() {
     let (_, ours) = reseq_engine(deg.clone(), 0.0, MIB);
     let mut f = deg;
     let reference = rewrite(&mut f, FILE / SLOT, Strategy::default()).read_seconds * SCALE;
-    assert!(
-        (ours - reference).abs() / reference < 1e-9,
-        "engine {ours} vs reference ascending {reference}"
-    );
+    assert!((ours - reference).abs() / reference < 1e-9, "engine {ours} vs reference ascending {reference}");
 }
 
 #[test]
 fn state_file_round_trip() {
     let dir = tempfile::tempdir().unwrap();
-    let p = Params {
-        logical_bytes: 256 * MIB,
-        ..Params::preset("consumer-nvme").unwrap()
-    };
+    let p = Params { logical_bytes: 256 * MIB, ..Params::preset("consumer-nvme").unwrap() };
     let mut st = SimState::new(p);
     st.ftl.write_lpns(0..10_000);
     st.ftl.write_lpns((0..5000).map(|i| (i * 7919) % 10_000));
@@ -203,19 +148,11 @@ fn state_file_round_trip() {
     st.save(&path).unwrap();
     let mut back = SimState::load(&path).unwrap();
     assert_eq!(back.ftl.stats, st.ftl.stats);
-    assert_eq!(
-        seq_read_time(&mut back.ftl, 0, 10_000, MIB, 1),
-        seq_read_time(&mut st.ftl, 0, 10_000, MIB, 1)
-    );
+    assert_eq!(seq_read_time(&mut back.ftl, 0, 10_000, MIB, 1), seq_read_time(&mut st.ftl, 0, 10_000, MIB, 1));
     // A damaged file is refused.
     let mut bytes = std::fs::read(&path).unwrap();
     let n = bytes.len();
     bytes[n - 3] ^= 1;
     std::fs::write(&path, bytes).unwrap();
-    assert!(
-        SimState::load(&path)
-            .unwrap_err()
-            .to_string()
-            .contains("checksum mismatch")
-    );
+    assert!(SimState::load(&path).unwrap_err().to_string().contains("checksum mismatch"));
 }

@@ -47,12 +47,7 @@ pub struct Strategy {
 
 impl Default for Strategy {
     fn default() -> Self {
-        Strategy {
-            chunk_bytes: MIB,
-            writers: 1,
-            order: Order::Ascending,
-            noise_interval_us: 0.0,
-        }
+        Strategy { chunk_bytes: MIB, writers: 1, order: Order::Ascending, noise_interval_us: 0.0 }
     }
 }
 
@@ -92,15 +87,7 @@ pub fn rewrite(ftl: &mut Ftl, file_lpns: u64, s: Strategy) -> RewriteResult {
     } else {
         let share = nf / s.writers;
         let mut pos: Vec<u64> = (0..s.writers).map(|i| i * share).collect();
-        let ends: Vec<u64> = (0..s.writers)
-            .map(|i| {
-                if i < s.writers - 1 {
-                    (i + 1) * share
-                } else {
-                    nf
-                }
-            })
-            .collect();
+        let ends: Vec<u64> = (0..s.writers).map(|i| if i < s.writers - 1 { (i + 1) * share } else { nf }).collect();
         let mut active = true;
         while active {
             active = false;

@@ -95,10 +95,7 @@ pub const PRESETS: [&str; 3] = ["consumer-nvme", "consumer-nvme-mild", "datacent
 impl Params {
     /// The presets of SPEC.md section 5 (as `reference/presets.py` sets them).
     pub fn preset(name: &str) -> Option<Params> {
-        let base = Params {
-            name: name.into(),
-            ..Params::default()
-        };
+        let base = Params { name: name.into(), ..Params::default() };
         Some(match name {
             // Toshiba XG5-like: store-and-forward data path, physical read-ahead.
             "consumer-nvme" => Params {
@@ -110,21 +107,11 @@ impl Params {
                 ..base
             },
             // Samsung PM981-like: cut-through, no read-ahead dependence.
-            "consumer-nvme-mild" => Params {
-                ways: 4,
-                t_read_us: 50.0,
-                link_mbps: 3000.0,
-                ..base
-            },
+            "consumer-nvme-mild" => Params { ways: 4, t_read_us: 50.0, link_mbps: 3000.0, ..base },
             // Intel S3510-like: SATA link bound, much NAND parallelism.
-            "datacenter-sata" => Params {
-                ways: 8,
-                t_read_us: 50.0,
-                ch_mbps: 400.0,
-                link_mbps: 420.0,
-                fw_us: 40.0,
-                ..base
-            },
+            "datacenter-sata" => {
+                Params { ways: 8, t_read_us: 50.0, ch_mbps: 400.0, link_mbps: 420.0, fw_us: 40.0, ..base }
+            }
             _ => return None,
         })
     }
@@ -198,10 +185,7 @@ impl Ftl {
         let phys_needed = (n_lpn as f64 * (1.0 + p.op_ratio)) as u64;
         let n_lines = phys_needed.div_ceil(spl) + p.gc_free_lines + 1;
         let n_slots = n_lines * spl;
-        assert!(
-            n_slots < u64::from(UNMAPPED),
-            "simulated device too large for 32-bit slots"
-        );
+        assert!(n_slots < u64::from(UNMAPPED), "simulated device too large for 32-bit slots");
         let mut f = Ftl {
             s,
             n,
@@ -232,11 +216,8 @@ impl Ftl {
 
     /// Bytes of model state (the mapping tables and per-line counters).
     pub fn state_bytes(&self) -> u64 {
-        (self.l2p.len() * 4
-            + self.p2l.len() * 4
-            + self.valid.len() * 4
-            + self.state.len()
-            + self.free_lines.len() * 4) as u64
+        (self.l2p.len() * 4 + self.p2l.len() * 4 + self.valid.len() * 4 + self.state.len() + self.free_lines.len() * 4)
+            as u64
     }
 
     /// The mapping tables (for state files).
@@ -344,11 +325,7 @@ impl Ftl {
     }
 
     fn key_div(&self) -> u64 {
-        if self.p.multiplane_read {
-            self.u
-        } else {
-            self.s
-        }
+        if self.p.multiplane_read { self.u } else { self.s }
     }
 
     // ---------- read timing ----------
@@ -385,11 +362,7 @@ impl Ftl {
         }
         ops.into_iter()
             .map(|(d, need, pages)| {
-                let chb = if self.p.partial_xfer {
-                    need
-                } else {
-                    pages.len() as u64 * self.p.page_bytes
-                };
+                let chb = if self.p.partial_xfer { need } else { pages.len() as u64 * self.p.page_bytes };
                 (d, chb, need)
             })
             .collect()
@@ -422,10 +395,7 @@ impl Ftl {
     fn link(&mut self, ready: &mut [(f64, u64)], t0: f64, total_bytes: u64) -> f64 {
         let mut lt = self.link_free.max(t0);
         if self.p.store_and_forward {
-            let last = ready
-                .iter()
-                .map(|r| r.0)
-                .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
+            let last = ready.iter().map(|r| r.0).fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
             lt = lt.max(last.unwrap_or(t0)) + total_bytes as f64 / self.p.link_mbps;
         } else {
             ready.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -483,11 +453,7 @@ impl Ftl {
             return;
         }
         let mut pf = Vec::new();
-        let mut anchor: i64 = if start > 0 {
-            l2p_signed(self.l2p[start as usize - 1])
-        } else {
-            -2
-        };
+        let mut anchor: i64 = if start > 0 { l2p_signed(self.l2p[start as usize - 1]) } else { -2 };
         for l in start..end {
             let g = l2p_signed(self.l2p[l as usize]);
             if g < 0 {
@@ -610,13 +576,7 @@ pub struct Writer {
 impl Writer {
     /// `noise_interval_us` 0 turns the noise writer off; its writes go to random LBAs
     /// in `[noise_lo, noise_hi)`.
-    pub fn new(
-        ftl: &Ftl,
-        noise_interval_us: f64,
-        noise_lo: u64,
-        noise_hi: u64,
-        seed: u64,
-    ) -> Writer {
+    pub fn new(ftl: &Ftl, noise_interval_us: f64, noise_lo: u64, noise_hi: u64, seed: u64) -> Writer {
         Writer {
             b_prog: (ftl.n * ftl.u * SLOT) as f64 / ftl.p.t_prog_us,
             prog_clock: 0.0,

@@ -35,9 +35,7 @@ fn check_pattern(buf: &[u8], first_lpn: u64) -> std::io::Result<()> {
         if block[..8] != lpn.to_le_bytes() || block[8..].iter().any(|&b| b != 0) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!(
-                    "simulated device: the data written to LBA {lpn} is not the data that was there"
-                ),
+                format!("simulated device: the data written to LBA {lpn} is not the data that was there"),
             ));
         }
     }
@@ -122,23 +120,12 @@ impl SimState {
     }
 
     pub fn load(path: &Path) -> std::io::Result<SimState> {
-        let bad = |m: &str| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("{}: {m}", path.display()),
-            )
-        };
+        let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {m}", path.display()));
         let mut data = Vec::new();
         std::fs::File::open(path)?.read_to_end(&mut data)?;
-        let rest = data
-            .strip_prefix(MAGIC)
-            .ok_or_else(|| bad("not a reseq simulated-SSD state file"))?;
-        let nl = rest
-            .iter()
-            .position(|&b| b == b'\n')
-            .ok_or_else(|| bad("truncated header"))?;
-        let header: Header =
-            serde_json::from_slice(&rest[..nl]).map_err(|e| bad(&format!("bad header: {e}")))?;
+        let rest = data.strip_prefix(MAGIC).ok_or_else(|| bad("not a reseq simulated-SSD state file"))?;
+        let nl = rest.iter().position(|&b| b == b'\n').ok_or_else(|| bad("truncated header"))?;
+        let header: Header = serde_json::from_slice(&rest[..nl]).map_err(|e| bad(&format!("bad header: {e}")))?;
         let tables = &rest[nl + 1..];
         if tables.len() as u64 != (header.l2p_len + header.p2l_len) * 4 {
             return Err(bad("truncated tables"));
@@ -146,18 +133,11 @@ impl SimState {
         if blake3::hash(tables).to_hex().as_str() != header.tables_blake3 {
             return Err(bad("checksum mismatch: the file is damaged"));
         }
-        let words: Vec<u32> = tables
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
+        let words: Vec<u32> = tables.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
         let (l2p, p2l) = words.split_at(header.l2p_len as usize);
         let mut ftl = header.ftl;
-        ftl.set_tables(l2p.to_vec(), p2l.to_vec())
-            .map_err(|e| bad(&e))?;
-        Ok(SimState {
-            ftl,
-            writer: header.writer,
-        })
+        ftl.set_tables(l2p.to_vec(), p2l.to_vec()).map_err(|e| bad(&e))?;
+        Ok(SimState { ftl, writer: header.writer })
     }
 }
 
@@ -172,10 +152,7 @@ pub struct SimDevice {
 impl SimDevice {
     pub fn new(state: SimState) -> SimDevice {
         let len = state.len_bytes();
-        SimDevice {
-            state: Mutex::new(state),
-            len,
-        }
+        SimDevice { state: Mutex::new(state), len }
     }
 
     pub fn into_state(self) -> SimState {
@@ -187,10 +164,7 @@ impl SimDevice {
     }
 
     fn lpns(&self, offset: u64, len: usize) -> std::io::Result<(u64, u64)> {
-        if !offset.is_multiple_of(SLOT)
-            || !(len as u64).is_multiple_of(SLOT)
-            || offset + len as u64 > self.len
-        {
+        if !offset.is_multiple_of(SLOT) || !(len as u64).is_multiple_of(SLOT) || offset + len as u64 > self.len {
             return Err(std::io::Error::from_raw_os_error(nix::libc::EINVAL));
         }
         Ok((offset / SLOT, len as u64 / SLOT))

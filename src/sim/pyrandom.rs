@@ -23,10 +23,7 @@ impl PyRandom {
         if seed >> 32 != 0 {
             key.push((seed >> 32) as u32);
         }
-        let mut r = PyRandom {
-            mt: vec![0; N],
-            index: N,
-        };
+        let mut r = PyRandom { mt: vec![0; N], index: N };
         r.init_by_array(&key);
         r
     }
@@ -35,9 +32,7 @@ impl PyRandom {
         self.mt[0] = s;
         for i in 1..N {
             let prev = self.mt[i - 1];
-            self.mt[i] = 1_812_433_253u32
-                .wrapping_mul(prev ^ (prev >> 30))
-                .wrapping_add(i as u32);
+            self.mt[i] = 1_812_433_253u32.wrapping_mul(prev ^ (prev >> 30)).wrapping_add(i as u32);
         }
         self.index = N;
     }
@@ -65,8 +60,7 @@ impl PyRandom {
         k = N - 1;
         while k > 0 {
             let prev = self.mt[i - 1];
-            self.mt[i] = (self.mt[i] ^ (prev ^ (prev >> 30)).wrapping_mul(1_566_083_941))
-                .wrapping_sub(i as u32);
+            self.mt[i] = (self.mt[i] ^ (prev ^ (prev >> 30)).wrapping_mul(1_566_083_941)).wrapping_sub(i as u32);
             i += 1;
             if i >= N {
                 self.mt[0] = self.mt[N - 1];

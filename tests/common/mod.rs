@@ -31,9 +31,8 @@ pub fn require(tools: &[&str]) -> bool {
         missing.push("/dev/loop-control".to_string());
     }
     for t in tools {
-        let found = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).any(|d| d.join(t).is_file()))
-            .unwrap_or(false);
+        let found =
+            std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(t).is_file())).unwrap_or(false);
         if !found {
             missing.push(t.to_string());
         }
@@ -41,10 +40,7 @@ pub fn require(tools: &[&str]) -> bool {
     if missing.is_empty() {
         return true;
     }
-    let msg = format!(
-        "missing test requirements: {} (the README's test command installs them)",
-        missing.join(", ")
-    );
+    let msg = format!("missing test requirements: {} (the README's test command installs them)", missing.join(", "));
     if in_ci() {
         panic!("{msg}");
     }
@@ -60,12 +56,7 @@ pub struct TestEnv {
 
 impl TestEnv {
     pub fn new() -> TestEnv {
-        TestEnv {
-            dir: tempfile::Builder::new()
-                .prefix("reseq-test-")
-                .tempdir()
-                .expect("tempdir"),
-        }
+        TestEnv { dir: tempfile::Builder::new().prefix("reseq-test-").tempdir().expect("tempdir") }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -86,10 +77,7 @@ impl TestEnv {
         let lo = self.loop_device(name, size);
         let mut rng = XorShift::new(seed);
         let mut buf = vec![0u8; 1 << 20];
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&lo.path)
-            .unwrap();
+        let mut f = std::fs::OpenOptions::new().write(true).open(&lo.path).unwrap();
         let mut left = size;
         while left > 0 {
             rng.fill(&mut buf);
@@ -116,20 +104,13 @@ impl TestEnv {
     /// The reseq binary with the state directory set.
     pub fn reseq(&self) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_reseq"));
-        c.env("RESEQ_STATE_DIR", self.state_dir())
-            .env_remove("RESEQ_FAULTS")
-            .env("RUST_LOG", "info");
+        c.env("RESEQ_STATE_DIR", self.state_dir()).env_remove("RESEQ_FAULTS").env("RUST_LOG", "info");
         c
     }
 }
 
 /// Writes `count` files of `size` random bytes; returns (path, blake3) pairs.
-pub fn fill_files(
-    dir: &Path,
-    count: usize,
-    size: usize,
-    seed: u64,
-) -> Vec<(PathBuf, blake3::Hash)> {
+pub fn fill_files(dir: &Path, count: usize, size: usize, seed: u64) -> Vec<(PathBuf, blake3::Hash)> {
     let mut rng = XorShift::new(seed);
     let mut out = Vec::new();
     for i in 0..count {
@@ -164,11 +145,7 @@ pub fn output(cmd: &mut Command) -> Output {
 
 /// Starts a command with stdout and stderr captured, for tests that act while it runs.
 pub fn spawn_captured(cmd: &mut Command) -> std::process::Child {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn reseq")
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn reseq")
 }
 
 /// Waits for a captured child and prints its stderr (for failing tests).
@@ -189,11 +166,7 @@ pub fn stderr(out: &Output) -> String {
 /// Whether the filesystem at `mnt` is frozen, asked without blocking: FIFREEZE on a
 /// frozen filesystem fails with EBUSY; if ours succeeds, it was not, and we thaw it.
 pub fn is_frozen(mnt: &Path) -> bool {
-    let out = Command::new("fsfreeze")
-        .arg("-f")
-        .arg(mnt)
-        .output()
-        .unwrap();
+    let out = Command::new("fsfreeze").arg("-f").arg(mnt).output().unwrap();
     if out.status.success() {
         run_cmd(Command::new("fsfreeze").arg("-u").arg(mnt)).unwrap();
         false
@@ -214,11 +187,7 @@ pub fn assert_thawed_within(mnt: &Path, limit: Duration) {
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = Command::new("fsfreeze").arg("-u").arg(mnt).output();
-    panic!(
-        "{} still frozen {:?} after reseq stopped",
-        mnt.display(),
-        limit
-    );
+    panic!("{} still frozen {:?} after reseq stopped", mnt.display(), limit);
 }
 
 /// Sectors written to a block device so far (`/sys/block/<dev>/stat` field 7), in bytes.
@@ -236,10 +205,7 @@ pub fn is_block_device(p: &Path) -> bool {
 /// Finished chunks in the journal of `dev`.
 pub fn journal_done(state_dir: &Path, dev: &LoopDevice) -> u64 {
     let p = state_dir.join(format!("device-{}.journal", dev.name()));
-    reseq::journal::read(&p)
-        .unwrap()
-        .map(|r| r.done)
-        .unwrap_or(0)
+    reseq::journal::read(&p).unwrap().map(|r| r.done).unwrap_or(0)
 }
 
 /// A process appending numbered records to `log` until `stop` exists.
@@ -259,12 +225,7 @@ impl Appender {
             log.display()
         );
         let child = Command::new("sh").arg("-c").arg(script).spawn().unwrap();
-        Appender {
-            child,
-            stop: stop.to_path_buf(),
-            mount: mount.to_path_buf(),
-            log: log.to_path_buf(),
-        }
+        Appender { child, stop: stop.to_path_buf(), mount: mount.to_path_buf(), log: log.to_path_buf() }
     }
 
     /// Stops the writer and checks every record 1..=N is there once, in order.
@@ -275,12 +236,7 @@ impl Appender {
         let text = std::fs::read_to_string(&self.log).unwrap();
         let mut n = 0;
         for (i, line) in text.lines().enumerate() {
-            assert_eq!(
-                line,
-                format!("record {}", i + 1),
-                "record {} is wrong",
-                i + 1
-            );
+            assert_eq!(line, format!("record {}", i + 1), "record {} is wrong", i + 1);
             n = i + 1;
         }
         n

@@ -1,0 +1,42 @@
+//! `reseq scan` on a loop device with a region made slow on purpose.
+
+mod common;
+
+use common::*;
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn scan_covers_the_target_and_flags_a_slow_region() {
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("s.img", 128 * MIB, 7);
+    // Every read takes 50 ms longer, so that a hiccup of this shared VM (seen up to
+    // 90 ms in a region) cannot decide; reads in [64 MiB, 80 MiB) take 120 ms more:
+    // a slow region made on purpose. (Its own test binary: no other test's I/O runs
+    // alongside.)
+    let out = output(
+        env.reseq()
+            .args(["scan", "--json", "--regions", "8", "--block-size", "2M"])
+            .arg(&lo.path)
+            .env("RESEQ_FAULTS", "slow@0-128M=50,slow@64M-80M=120"),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_report(&out);
+    let regions = r["scan"]["regions"].as_array().unwrap();
+    assert_eq!(regions.len(), 8);
+    let mut at = 0;
+    for g in regions {
+        assert_eq!(g["offset_bytes"], at, "regions must be contiguous");
+        at += g["length_bytes"].as_u64().unwrap();
+    }
+    assert_eq!(at, 128 * MIB, "regions must cover the whole target");
+    let slow: Vec<u64> = regions.iter().filter(|g| g["slow"] == true).map(|g| g["index"].as_u64().unwrap()).collect();
+    assert_eq!(slow, vec![4], "exactly the region [64, 80) MiB is slow");
+    let saved = env.path("scan.json");
+    std::fs::write(&saved, &out.stdout).unwrap();
+    let text = String::from_utf8_lossy(&output(env.reseq().arg("report").arg(&saved)).stdout).into_owned();
+    assert!(text.contains("SLOW"), "{text}");
+}
