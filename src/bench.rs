@@ -161,6 +161,50 @@ pub fn flag_slow(
     ScanResult { target, virtual_time, params, reference_bytes_per_second: reference, threshold, regions, slow_regions }
 }
 
+/// What selective re-sequencing chose to rewrite, and what it left alone.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct Selection {
+    /// Where the slow regions came from: `scan in this run` or the saved scan's path.
+    pub source: String,
+    pub threshold: f64,
+    pub reference_bytes_per_second: f64,
+    /// The regions chosen (slow), in offset order.
+    pub chosen: Vec<Region>,
+    pub bytes_chosen: u64,
+    pub regions_left_alone: usize,
+    /// Bytes left alone because they read at least `threshold` x the reference.
+    pub bytes_left_alone: u64,
+}
+
+impl Selection {
+    pub fn from_scan(scan: &ScanResult, source: String) -> Selection {
+        let chosen: Vec<Region> = scan.regions.iter().filter(|r| r.slow).cloned().collect();
+        let bytes_chosen = chosen.iter().map(|r| r.length_bytes).sum();
+        let total: u64 = scan.regions.iter().map(|r| r.length_bytes).sum();
+        Selection {
+            source,
+            threshold: scan.threshold,
+            reference_bytes_per_second: scan.reference_bytes_per_second,
+            regions_left_alone: scan.regions.len() - chosen.len(),
+            bytes_left_alone: total - bytes_chosen,
+            bytes_chosen,
+            chosen,
+        }
+    }
+
+    /// The chosen ranges, merged where adjacent.
+    pub fn ranges(&self) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for r in &self.chosen {
+            match out.last_mut() {
+                Some(l) if l.0 + l.1 == r.offset_bytes => l.1 += r.length_bytes,
+                _ => out.push((r.offset_bytes, r.length_bytes)),
+            }
+        }
+        out
+    }
+}
+
 /// The honest answer to "did it help?".
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Verdict {

@@ -150,6 +150,13 @@ pub enum SimCommand {
         chunk_size: String,
         #[arg(long)]
         no_verify: bool,
+        /// Scan the range first and rewrite only the regions that read slowly.
+        #[arg(long)]
+        only_slow: bool,
+        #[arg(long, default_value_t = 64, value_name = "N")]
+        scan_regions: usize,
+        #[arg(long, default_value_t = 0.7, value_name = "FRACTION")]
+        slow_threshold: f64,
     },
     /// Parameters and counters of a simulated SSD.
     Info { state: PathBuf },
@@ -201,6 +208,19 @@ pub struct RewriteArgs {
     /// Do not run FITRIM on the filesystems after the run.
     #[arg(long)]
     pub no_trim: bool,
+    /// Rewrite only the regions that read slowly: scan the device first (reads only,
+    /// with the --bench-* block size and queue depth) and rewrite the flagged regions.
+    #[arg(long)]
+    pub only_slow: bool,
+    /// Like --only-slow, with the slow regions of a scan saved earlier (reseq scan --json).
+    #[arg(long, value_name = "SCAN.json", conflicts_with = "only_slow")]
+    pub from_scan: Option<PathBuf>,
+    /// Regions of the scan for --only-slow.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub scan_regions: usize,
+    /// A region is slow below this fraction of the median of the fastest quarter.
+    #[arg(long, default_value_t = 0.7, value_name = "FRACTION")]
+    pub slow_threshold: f64,
     /// Benchmark sequential reads of the range before and after, and give a verdict.
     #[arg(long)]
     pub bench: bool,

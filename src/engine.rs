@@ -698,3 +698,65 @@ fn verify_chunk(
         after: after.to_hex().to_string(),
     })
 }
+
+/// Only the `selected` ranges (ascending, non-overlapping) of what `inner` plans: for
+/// selective re-sequencing of the regions a scan found slow.
+pub struct Selected<'a> {
+    pub inner: &'a mut dyn Planner,
+    pub selected: Vec<(u64, u64)>,
+}
+
+/// The intersection of two ascending lists of non-overlapping ranges.
+pub fn intersect(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() && j < b.len() {
+        let (a0, a1) = (a[i].0, a[i].0 + a[i].1);
+        let (b0, b1) = (b[j].0, b[j].0 + b[j].1);
+        let (lo, hi) = (a0.max(b0), a1.min(b1));
+        if lo < hi {
+            out.push((lo, hi - lo));
+        }
+        if a1 < b1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
+impl Planner for Selected<'_> {
+    fn ranges(&mut self, cursor: u64, end: u64) -> Result<Vec<(u64, u64)>> {
+        let planned = self.inner.ranges(cursor, end)?;
+        Ok(intersect(&planned, &self.selected))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intersects_range_lists() {
+        let a = [(0, 100), (200, 100)];
+        let b = [(50, 200), (290, 5)];
+        assert_eq!(intersect(&a, &b), vec![(50, 50), (200, 50), (290, 5)]);
+        assert_eq!(intersect(&a, &[]), vec![]);
+    }
+
+    #[test]
+    fn chunks_follow_the_ranges() {
+        let cfg = EngineConfig {
+            chunk_size: 100,
+            range_start: 0,
+            range_end: 1000,
+            start_offset: 0,
+            verify: true,
+            read_ahead: 2,
+            pause: Duration::ZERO,
+            journal_on_frozen_fs: false,
+            max_overruns: 1,
+        };
+        assert_eq!(cfg.chunks_of(&[(50, 230), (900, 200)]), vec![(50, 100), (150, 100), (250, 30), (900, 100)]);
+    }
+}

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::bench::{BenchResult, ScanResult, Verdict};
+use crate::bench::{BenchResult, ScanResult, Selection, Verdict};
 use crate::device::{DeviceIdentity, Medium};
 use crate::engine::EngineStats;
 use crate::error::Error;
@@ -51,6 +51,8 @@ pub struct Report {
     pub write_cost: Option<WriteCost>,
     /// `rewrite`: what was left out as free space, and what FITRIM discarded after.
     pub space: Option<SpaceReport>,
+    /// `rewrite --only-slow`: the regions chosen and left alone.
+    pub selection: Option<Selection>,
     pub warnings: Vec<String>,
     pub outcome: Outcome,
     /// For a dry run, the plan as text (the human rendering of a dry run).
@@ -156,6 +158,7 @@ impl Report {
             verdict: None,
             write_cost: None,
             space: None,
+            selection: None,
             warnings: Vec::new(),
             outcome: Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None },
             plan_text: None,

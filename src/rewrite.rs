@@ -10,14 +10,16 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::time::Instant;
 
 use crate::bench;
+use crate::bench::Selection;
 use crate::cli::RewriteArgs;
-use crate::engine::{self, Everything, Planner};
+use crate::engine::{self, Everything, Planner, Selected};
 use crate::error::{Error, Result};
 use crate::freeze::{GuardedFreeze, NoFreeze, WindowGuard};
 use crate::journal::{self, Journal, RunRecord};
 use crate::measure;
 use crate::output::Progress;
 use crate::plan::{self, Environment, RewritePlan, Start};
+use crate::readbench::{Target, resolve_params};
 use crate::report::{Report, SpaceReport, now_rfc3339};
 use crate::signals::StopFlag;
 use crate::sys::AlignedBuf;
@@ -36,8 +38,18 @@ pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
         }
         if args.dry_run {
             report.plan_text = Some(describe_plan(&plan));
-            Ok(())
-        } else if args.bench {
+            return Ok(());
+        }
+        if args.only_slow || args.from_scan.is_some() {
+            let sel = select_slow(&plan, args)?;
+            let nothing = sel.chosen.is_empty();
+            report.selection = Some(sel);
+            if nothing {
+                log::info!("no region reads slowly: nothing to rewrite");
+                return Ok(());
+            }
+        }
+        if args.bench {
             execute_with_bench(&plan, args, quiet, &mut report)
         } else {
             execute(&plan, quiet, &mut report)
@@ -214,6 +226,39 @@ fn execute_with_bench(plan: &RewritePlan, args: &RewriteArgs, quiet: bool, repor
     Ok(())
 }
 
+/// The regions to rewrite for --only-slow (a scan now) or --from-scan (a saved one).
+fn select_slow(plan: &RewritePlan, args: &RewriteArgs) -> Result<Selection> {
+    if !(args.slow_threshold > 0.0 && args.slow_threshold <= 1.0) || args.scan_regions == 0 {
+        return Err(Error::Usage("--slow-threshold must be in (0, 1] and --scan-regions positive".into()));
+    }
+    if let Some(path) = &args.from_scan {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let saved: Report = serde_json::from_str(&text)
+            .map_err(|e| Error::Usage(format!("{} is not a reseq report: {e}", path.display())))?;
+        let scan = saved
+            .scan
+            .ok_or_else(|| Error::Usage(format!("{} holds no scan (use reseq scan --json)", path.display())))?;
+        let covered: u64 = scan.regions.iter().map(|r| r.length_bytes).sum();
+        if scan.params.offset_bytes != 0 || covered != plan.total_bytes() {
+            return Err(Error::refused(
+                format!(
+                    "the saved scan covers {covered} bytes from offset {}, not this whole device",
+                    scan.params.offset_bytes
+                ),
+                "scan the whole device (reseq scan DEVICE --json), or use --only-slow",
+            ));
+        }
+        return Ok(Selection::from_scan(&scan, path.display().to_string()));
+    }
+    log::info!("scanning {} in {} regions to find the slow ones", plan.device.path.display(), args.scan_regions);
+    let target = Target::open(&plan.device.path)?;
+    let block = crate::units::parse_size(&args.bench_opts.block_size)
+        .map_err(|e| Error::Usage(format!("--bench-block-size: {e}")))?;
+    let params = resolve_params(&target, block, args.bench_opts.queue_depth, 0, Some(plan.total_bytes()))?;
+    let scan = bench::scan(&target, &params, args.scan_regions, args.slow_threshold)?;
+    Ok(Selection::from_scan(&scan, "scan in this run".into()))
+}
+
 fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
     let target = open_target(plan)?;
     let _claims = claim_unmounted_partitions(plan)?;
@@ -262,7 +307,16 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
         .map(|(fs, start, len)| FsSpan::open(fs.clone(), *start, *len))
         .collect::<Result<Vec<_>>>()?;
     let mut used = UsedSpace { spans, align: u64::from(plan.device.dio_offset_align) };
-    let planner: &mut dyn Planner = if plan.used_space.is_empty() { &mut Everything } else { &mut used };
+    let mut everything = Everything;
+    let base: &mut dyn Planner = if plan.used_space.is_empty() { &mut everything } else { &mut used };
+    let mut selected;
+    let planner: &mut dyn Planner = match &report.selection {
+        Some(sel) => {
+            selected = Selected { inner: base, selected: sel.ranges() };
+            &mut selected
+        }
+        None => base,
+    };
     let (mut stats, result) =
         engine::run(&target, &plan.engine, planner, guard.as_mut(), &mut journal, &mut progress, &stop);
     if let Start::Resume { done, .. } = plan.start {
@@ -272,7 +326,13 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
     let covered = stats.next_offset_bytes - plan.engine.start_offset;
     let mut space = SpaceReport {
         mode: if plan.used_space.is_empty() { "everything" } else { "used_space" }.into(),
-        bytes_skipped_as_free: if plan.used_space.is_empty() { 0 } else { covered.saturating_sub(stats.bytes_written) },
+        // Covered but not written: free space, and regions --only-slow left alone.
+        bytes_skipped_as_free: if plan.used_space.is_empty() {
+            0
+        } else {
+            let left_alone = report.selection.as_ref().map_or(0, |s| s.bytes_left_alone);
+            covered.saturating_sub(stats.bytes_written).saturating_sub(left_alone)
+        },
         bytes_trimmed: None,
     };
     // Only after a run that did something: a refused run (someone else's freeze, no

@@ -10,12 +10,14 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::bench::Selection;
 use crate::cli::{SimCommand, SimRangeArgs, SimulateArgs};
 use crate::engine::{self, EngineConfig, EngineStats};
 use crate::error::{Error, Result};
 use crate::freeze::NoFreeze;
 use crate::journal::Journal;
 use crate::output::Progress;
+use crate::readbench::{ReadParams, Target};
 use crate::signals::StopFlag;
 use crate::sim::experiment::degrade;
 use crate::sim::ftl::{Ftl, PRESETS, Params, SLOT, seq_read_time};
@@ -86,6 +88,19 @@ pub fn engine_rewrite(
     verify: bool,
     quiet: bool,
 ) -> Result<EngineStats> {
+    engine_rewrite_planned(dev, start, end, chunk_size, verify, quiet, &mut crate::engine::Everything)
+}
+
+/// As [`engine_rewrite`], with a planner (e.g. only the slow regions).
+pub fn engine_rewrite_planned(
+    dev: &SimDevice,
+    start: u64,
+    end: u64,
+    chunk_size: u64,
+    verify: bool,
+    quiet: bool,
+    planner: &mut dyn crate::engine::Planner,
+) -> Result<EngineStats> {
     if chunk_size == 0 || !chunk_size.is_multiple_of(SLOT) {
         return Err(Error::Usage(format!(
             "--chunk-size must be a multiple of 4 KiB on a simulated device, not {chunk_size}"
@@ -103,15 +118,8 @@ pub fn engine_rewrite(
         max_overruns: 1,
     };
     let mut progress = Progress::new(end - start, 0, quiet);
-    let (stats, result) = engine::run(
-        dev,
-        &cfg,
-        &mut crate::engine::Everything,
-        &mut NoFreeze,
-        &mut Journal::none(),
-        &mut progress,
-        &StopFlag::new(),
-    );
+    let (stats, result) =
+        engine::run(dev, &cfg, planner, &mut NoFreeze, &mut Journal::none(), &mut progress, &StopFlag::new());
     result.map(|()| stats)
 }
 
@@ -275,16 +283,29 @@ pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
                                "read_bytes_per_second": (n * SLOT) as f64 / secs,
                                "block_size_bytes": bs, "queue_depth": queue_depth})
         }
-        SimCommand::Rewrite { state, range, chunk_size, no_verify } => {
+        SimCommand::Rewrite { state, range, chunk_size, no_verify, only_slow, scan_regions, slow_threshold } => {
             let st = load(state)?;
             let (first, n) = lba_range(range, &st)?;
             let chunk = parse_size(chunk_size).map_err(|e| Error::Usage(format!("--chunk-size: {e}")))?;
+            let (start, end) = (first * SLOT, (first + n) * SLOT);
+            let selection = if *only_slow {
+                Some(slow_regions_of(st.clone(), start, end, *scan_regions, *slow_threshold)?)
+            } else {
+                None
+            };
             let t0 = st.writer.t;
             let dev = SimDevice::new(st);
-            let stats = engine_rewrite(&dev, first * SLOT, (first + n) * SLOT, chunk, !no_verify, quiet)?;
+            let stats = match &selection {
+                Some(sel) => {
+                    let mut planner =
+                        crate::engine::Selected { inner: &mut crate::engine::Everything, selected: sel.ranges() };
+                    engine_rewrite_planned(&dev, start, end, chunk, !no_verify, quiet, &mut planner)?
+                }
+                None => engine_rewrite(&dev, start, end, chunk, !no_verify, quiet)?,
+            };
             let st = dev.into_state();
             save(&st, state)?;
-            serde_json::json!({"rewrite": stats, "virtual_seconds": (st.writer.t - t0) / 1e6})
+            serde_json::json!({"rewrite": stats, "virtual_seconds": (st.writer.t - t0) / 1e6, "selection": selection})
         }
         SimCommand::Info { state } => {
             let st = load(state)?;
@@ -293,6 +314,18 @@ pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
                                "stats": st.ftl.stats, "model_state_bytes": st.ftl.state_bytes()})
         }
     })
+}
+
+/// Scans `[start, end)` of a simulated SSD (1 MiB reads, QD1, virtual time) and picks
+/// the slow regions.
+pub fn slow_regions_of(state: SimState, start: u64, end: u64, regions: usize, threshold: f64) -> Result<Selection> {
+    if regions == 0 || !(threshold > 0.0 && threshold <= 1.0) {
+        return Err(Error::Usage("--scan-regions must be positive and --slow-threshold in (0, 1]".into()));
+    }
+    let target = Target::Sim { path: "simulated".into(), state: Box::new(std::sync::Mutex::new(state)) };
+    let params = ReadParams { block_size_bytes: MIB, queue_depth: 1, offset_bytes: start, length_bytes: end - start };
+    let scan = crate::bench::scan(&target, &params, regions, threshold)?;
+    Ok(Selection::from_scan(&scan, "scan in this run".into()))
 }
 
 /// The model's state for `params`, without running anything (for the bench's memory check).

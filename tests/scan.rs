@@ -15,8 +15,8 @@ fn scan_covers_the_target_and_flags_a_slow_region() {
     let lo = env.random_loop_device("s.img", 128 * MIB, 7);
     // Every read takes 50 ms longer, so that a hiccup of this shared VM (seen up to
     // 90 ms in a region) cannot decide; reads in [64 MiB, 80 MiB) take 120 ms more:
-    // a slow region made on purpose. (Its own test binary: no other test's I/O runs
-    // alongside.)
+    // a slow region made on purpose. (A test binary of its own: only these
+    // mostly sleeping tests run alongside.)
     let out = output(
         env.reseq()
             .args(["scan", "--json", "--regions", "8", "--block-size", "2M"])
@@ -39,4 +39,50 @@ fn scan_covers_the_target_and_flags_a_slow_region() {
     std::fs::write(&saved, &out.stdout).unwrap();
     let text = String::from_utf8_lossy(&output(env.reseq().arg("report").arg(&saved)).stdout).into_owned();
     assert!(text.contains("SLOW"), "{text}");
+}
+
+/// --only-slow on a device: the scan in the run flags [64, 80) MiB, and only that is
+/// rewritten; --from-scan does the same from a saved scan.
+#[test]
+fn only_slow_rewrites_just_the_flagged_regions() {
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("sel.img", 128 * MIB, 9);
+    let before = hash_path(&lo.path).unwrap();
+    let faults = "slow@0-128M=50,slow@64M-80M=120";
+    let out = output(
+        env.reseq()
+            .args(["rewrite", "--json", "--only-slow", "--scan-regions", "8", "--bench-block-size", "2M"])
+            .arg(&lo.path)
+            .env("RESEQ_FAULTS", faults),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_report(&out);
+    let sel = &r["selection"];
+    assert_eq!(sel["chosen"].as_array().unwrap().len(), 1);
+    assert_eq!(sel["chosen"][0]["offset_bytes"], 64 * MIB);
+    assert_eq!(sel["bytes_left_alone"], 112 * MIB);
+    assert_eq!(sel["regions_left_alone"], 7);
+    assert_eq!(r["results"]["bytes_written"], 16 * MIB, "only the slow region is rewritten");
+    assert_eq!(hash_path(&lo.path).unwrap(), before);
+
+    // The same from a saved scan.
+    let scan = output(
+        env.reseq()
+            .args(["scan", "--json", "--regions", "8", "--block-size", "2M"])
+            .arg(&lo.path)
+            .env("RESEQ_FAULTS", faults),
+    );
+    let saved = env.path("scan.json");
+    std::fs::write(&saved, &scan.stdout).unwrap();
+    let out = output(env.reseq().args(["rewrite", "--json", "--from-scan"]).arg(&saved).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(json_report(&out)["results"]["bytes_written"], 16 * MIB);
+    // A scan of something else is refused.
+    let other = env.random_loop_device("other.img", 64 * MIB, 1);
+    let out = output(env.reseq().args(["rewrite", "--from-scan"]).arg(&saved).arg(&other.path));
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("not this whole device"));
 }
