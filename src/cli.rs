@@ -274,8 +274,9 @@ pub struct BenchOpts {
     pub length: Option<String>,
 }
 
+/// What to read and how, for `bench` and `scan`.
 #[derive(Debug, Args)]
-pub struct BenchArgs {
+pub struct ReadArgs {
     /// A block device, a file, a directory of files, or sim:STATE (a simulated SSD).
     pub target: PathBuf,
     /// Bytes per read command.
@@ -284,26 +285,32 @@ pub struct BenchArgs {
     /// Reads in flight at once (that many threads issuing O_DIRECT reads).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub queue_depth: usize,
-    /// Timed passes.
-    #[arg(long, default_value_t = 3, value_name = "N")]
-    pub passes: usize,
-    /// Pause between passes (the article waited 10 s, in case the drive reorganises itself).
-    #[arg(long, default_value = "0s", value_name = "DURATION")]
-    pub settle: String,
     /// Start of the range.
     #[arg(long, default_value = "0", value_name = "SIZE")]
     pub offset: String,
     /// Length of the range (default: to the end).
     #[arg(long, value_name = "SIZE")]
     pub length: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub read: ReadArgs,
+    /// Timed passes.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub passes: usize,
+    /// Pause between passes (the article waited 10 s, in case the drive reorganises itself).
+    #[arg(long, default_value = "0s", value_name = "DURATION")]
+    pub settle: String,
     #[command(flatten)]
     pub output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct ScanArgs {
-    /// A block device, a file, a directory of files, or sim:STATE (a simulated SSD).
-    pub target: PathBuf,
+    #[command(flatten)]
+    pub read: ReadArgs,
     /// How many regions to time.
     #[arg(long, default_value_t = 64, value_name = "N")]
     pub regions: usize,
@@ -311,14 +318,6 @@ pub struct ScanArgs {
     /// of the regions.
     #[arg(long, default_value_t = 0.7, value_name = "FRACTION")]
     pub threshold: f64,
-    #[arg(long, default_value = "1M", value_name = "SIZE")]
-    pub block_size: String,
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub queue_depth: usize,
-    #[arg(long, default_value = "0", value_name = "SIZE")]
-    pub offset: String,
-    #[arg(long, value_name = "SIZE")]
-    pub length: Option<String>,
     #[command(flatten)]
     pub output: OutputArgs,
 }

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::bench::{self, BenchResult, ScanResult};
-use crate::cli::{BenchArgs, BenchOpts, ScanArgs};
+use crate::cli::{BenchArgs, BenchOpts, ReadArgs, ScanArgs};
 use crate::error::{Error, Result};
-use crate::readbench::{Target, resolve_params};
+use crate::readbench::{ReadParams, Target, resolve_params};
 use crate::report::{Report, WriteCost};
 use crate::units::{parse_duration, parse_size};
 
@@ -15,56 +15,55 @@ fn size(flag: &str, v: &str) -> Result<u64> {
     parse_size(v).map_err(|e| Error::Usage(format!("{flag}: {e}")))
 }
 
-/// `reseq bench`.
-pub fn run_bench(args: &BenchArgs) -> (Report, Result<()>) {
+/// Opens the target of `bench`/`scan` and checks the read parameters against it.
+fn open_read(a: &ReadArgs) -> Result<(Target, ReadParams)> {
+    let target = Target::open(&a.target)?;
+    let length = a.length.as_deref().map(|l| size("--length", l)).transpose()?;
+    let params = resolve_params(
+        &target,
+        size("--block-size", &a.block_size)?,
+        a.queue_depth,
+        size("--offset", &a.offset)?,
+        length,
+    )?;
+    Ok((target, params))
+}
+
+/// Runs one measuring command into a report.
+fn measured(command: &str, body: impl FnOnce(&mut Report) -> Result<()>) -> (Report, Result<()>) {
     let started = Instant::now();
-    let mut report = Report::new("bench", false);
-    let result = (|| {
-        let target = Target::open(&args.target)?;
-        let length = args.length.as_deref().map(|l| size("--length", l)).transpose()?;
-        let params = resolve_params(
-            &target,
-            size("--block-size", &args.block_size)?,
-            args.queue_depth,
-            size("--offset", &args.offset)?,
-            length,
-        )?;
-        let settle = parse_duration(&args.settle).map_err(|e| Error::Usage(format!("--settle: {e}")))?;
-        if args.passes == 0 {
-            return Err(Error::Usage("--passes must be at least 1".into()));
-        }
-        report.bench = Some(bench::bench(&target, &params, args.passes, settle)?);
-        Ok(())
-    })();
+    let mut report = Report::new(command, false);
+    let result = body(&mut report);
     report.finish(started.elapsed(), &result);
     (report, result)
 }
 
+/// `reseq bench`.
+pub fn run_bench(args: &BenchArgs) -> (Report, Result<()>) {
+    measured("bench", |report| {
+        let settle = parse_duration(&args.settle).map_err(|e| Error::Usage(format!("--settle: {e}")))?;
+        if args.passes == 0 {
+            return Err(Error::Usage("--passes must be at least 1".into()));
+        }
+        let (target, params) = open_read(&args.read)?;
+        report.bench = Some(bench::bench(&target, &params, args.passes, settle)?);
+        Ok(())
+    })
+}
+
 /// `reseq scan`.
 pub fn run_scan(args: &ScanArgs) -> (Report, Result<()>) {
-    let started = Instant::now();
-    let mut report = Report::new("scan", false);
-    let result = (|| {
+    measured("scan", |report| {
         if args.regions == 0 || args.regions > 100_000 {
             return Err(Error::Usage("--regions must be between 1 and 100000".into()));
         }
         if !(args.threshold > 0.0 && args.threshold <= 1.0) {
             return Err(Error::Usage("--threshold must be in (0, 1]".into()));
         }
-        let target = Target::open(&args.target)?;
-        let length = args.length.as_deref().map(|l| size("--length", l)).transpose()?;
-        let params = resolve_params(
-            &target,
-            size("--block-size", &args.block_size)?,
-            args.queue_depth,
-            size("--offset", &args.offset)?,
-            length,
-        )?;
+        let (target, params) = open_read(&args.read)?;
         report.scan = Some(bench::scan(&target, &params, args.regions, args.threshold)?);
         Ok(())
-    })();
-    report.finish(started.elapsed(), &result);
-    (report, result)
+    })
 }
 
 /// The measurement `rewrite --bench` takes before and after: timed passes, then one
