@@ -316,6 +316,29 @@ pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
     })
 }
 
+/// `reseq rewrite sim:STATE`: the whole simulated device, with the options that apply
+/// to it (chunk size, verification, --only-slow); device-only options are refused.
+pub fn rewrite_target(args: &crate::cli::RewriteArgs, quiet: bool) -> Result<serde_json::Value> {
+    if args.bench || args.from_scan.is_some() || args.resume || args.dry_run {
+        return Err(Error::Usage(
+            "on a simulated SSD, rewrite takes --chunk-size, --no-verify and --only-slow; use reseq bench sim:... for measurements".into(),
+        ));
+    }
+    let state = std::path::PathBuf::from(args.device.to_string_lossy().trim_start_matches("sim:"));
+    sim_command(
+        &SimCommand::Rewrite {
+            state,
+            range: SimRangeArgs { offset: "0".into(), length: None },
+            chunk_size: args.chunk_size.clone(),
+            no_verify: args.no_verify,
+            only_slow: args.only_slow,
+            scan_regions: args.scan_regions,
+            slow_threshold: args.slow_threshold,
+        },
+        quiet,
+    )
+}
+
 /// Scans `[start, end)` of a simulated SSD (1 MiB reads, QD1, virtual time) and picks
 /// the slow regions.
 pub fn slow_regions_of(state: SimState, start: u64, end: u64, regions: usize, threshold: f64) -> Result<Selection> {

@@ -40,6 +40,13 @@ fn fragment_then_rewrite_as_separate_commands() {
     assert_eq!(v["rewrite"]["bytes_verified"], 256u64 << 20);
     let after = read_seconds(&state);
     assert!(after <= fresh * 1.03, "rewrite should restore reads: fresh {fresh}, after {after}");
+    // `reseq rewrite sim:STATE` is the same, over the whole device.
+    let (code, v, _) = reseq(&["rewrite", &format!("sim:{s}"), "--only-slow"]);
+    assert_eq!(code, 0);
+    assert!(v["selection"]["bytes_left_alone"].as_u64().unwrap() > 0);
+    let (code, _, err) = reseq(&["rewrite", &format!("sim:{s}"), "--resume"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("on a simulated SSD"));
     let (code, v, _) = reseq(&["sim", "info", s]);
     assert_eq!(code, 0);
     assert_eq!(v["mapped_bytes"], 256u64 << 20);
