@@ -54,6 +54,12 @@ pub enum Command {
     Scan(ScanArgs),
     /// Re-render a report saved with --json.
     Report(ReportArgs),
+    /// Write the man page and shell completions (generated from these definitions).
+    #[command(hide = true)]
+    Generate {
+        /// Directory to write reseq.1, reseq.bash, _reseq and reseq.fish into.
+        dir: PathBuf,
+    },
     /// A simulated SSD kept in a state file, for running the steps one at a time.
     Sim {
         #[command(subcommand)]

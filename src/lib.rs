@@ -16,6 +16,7 @@ pub mod engine;
 pub mod error;
 pub mod exit_codes;
 pub mod freeze;
+pub mod generate;
 pub mod guardian;
 pub mod hooks;
 pub mod journal;

@@ -31,6 +31,7 @@ fn main() -> std::process::ExitCode {
             (Some(report), args.output.clone(), result)
         }
         Command::Report(args) => return finish(rerender(&args.report, args.format)),
+        Command::Generate { dir } => return finish(reseq::generate::generate(dir)),
         Command::Demo(args) if !nix::unistd::geteuid().is_root() => {
             eprintln!("reseq demo: not root, so no loop device; running the simulated SSD instead (reseq simulate)");
             return print_simulation(reseq::simulate::simulate(&SimulateArgs::defaults(), cli.quiet), args.json);

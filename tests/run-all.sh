@@ -18,6 +18,7 @@ declare -A need=(
   [mkswap]=util-linux [swapon]=util-linux
   [sfdisk]=fdisk [mksquashfs]=squashfs-tools
   [chromium]=chromium
+  [groff]=groff-base [man]=man-db
 )
 missing=()
 for tool in "${!need[@]}"; do

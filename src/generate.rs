@@ -1,0 +1,125 @@
+//! `reseq generate DIR`: the man page and shell completions, generated from the clap
+//! definitions so they can never drift from the real options. Never edit them by hand.
+
+use std::io::Write;
+use std::path::Path;
+
+use clap::CommandFactory;
+use roff::{Roff, bold, italic, roman};
+
+use crate::cli::Cli;
+use crate::error::{Error, Result};
+use crate::exit_codes::ExitCode;
+
+fn arg_line(a: &clap::Arg) -> Vec<roff::Inline> {
+    let mut v = Vec::new();
+    if let Some(s) = a.get_short() {
+        v.push(bold(format!("-{s}")));
+        if a.get_long().is_some() {
+            v.push(roman(", "));
+        }
+    }
+    if let Some(l) = a.get_long() {
+        v.push(bold(format!("--{l}")));
+    }
+    if a.get_action().takes_values() {
+        let name = a.get_value_names().and_then(|n| n.first()).map(|n| n.to_string()).unwrap_or_else(|| "VALUE".into());
+        if a.is_positional() {
+            v.push(italic(name));
+        } else {
+            v.push(roman(" "));
+            v.push(italic(name));
+        }
+    }
+    v
+}
+
+fn arg_help(a: &clap::Arg) -> String {
+    let mut h = a.get_long_help().or(a.get_help()).map(|h| h.to_string()).unwrap_or_default();
+    let defaults: Vec<String> = a.get_default_values().iter().map(|d| d.to_string_lossy().into_owned()).collect();
+    if !defaults.is_empty() && a.get_action().takes_values() {
+        h += &format!(" [default: {}]", defaults.join(","));
+    }
+    h
+}
+
+fn options(roff: &mut Roff, cmd: &clap::Command) {
+    for a in cmd.get_arguments().filter(|a| !a.is_hide_set() && a.get_id() != "help" && a.get_id() != "version") {
+        roff.control("TP", []).text(arg_line(a)).text([roman(arg_help(a))]);
+    }
+}
+
+/// The man page: NAME, SYNOPSIS, DESCRIPTION, one section per subcommand, EXIT STATUS,
+/// FILES, ENVIRONMENT.
+pub fn man_page() -> String {
+    let cmd = Cli::command();
+    let mut r = Roff::new();
+    r.control("TH", ["RESEQ", "1", "", &format!("reseq {}", env!("CARGO_PKG_VERSION")), "User Commands"]);
+    r.control("SH", ["NAME"])
+        .text([roman(format!("reseq - {}", cmd.get_about().map(|a| a.to_string()).unwrap_or_default()))]);
+    r.control("SH", ["SYNOPSIS"]).text([
+        bold("reseq"),
+        roman(" ["),
+        italic("OPTIONS"),
+        roman("] "),
+        italic("COMMAND"),
+        roman(" ..."),
+    ]);
+    r.control("SH", ["DESCRIPTION"]).text([roman(cmd.get_long_about().map(|a| a.to_string()).unwrap_or_default())]);
+    r.control("SS", ["Global options"]);
+    options(&mut r, &cmd);
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = sub.get_name();
+        r.control("SH", [format!("RESEQ {}", name.to_uppercase()).as_str()]);
+        let mut synopsis = vec![bold(format!("reseq {name}")), roman(" ["), italic("OPTIONS"), roman("]")];
+        for p in sub.get_positionals() {
+            synopsis.push(roman(" "));
+            synopsis.push(italic(p.get_id().as_str().to_uppercase()));
+        }
+        r.text(synopsis);
+        r.control("PP", [])
+            .text([roman(sub.get_long_about().or(sub.get_about()).map(|a| a.to_string()).unwrap_or_default())]);
+        options(&mut r, sub);
+        for inner in sub.get_subcommands() {
+            r.control("SS", [format!("reseq {name} {}", inner.get_name()).as_str()]);
+            r.text([roman(inner.get_about().map(|a| a.to_string()).unwrap_or_default())]);
+            options(&mut r, inner);
+        }
+    }
+    r.control("SH", ["EXIT STATUS"]);
+    for c in ExitCode::ALL {
+        r.control("TP", []).text([bold(c.code().to_string())]).text([roman(c.describe())]);
+    }
+    r.control("SH", ["FILES"]);
+    r.control("TP", []).text([italic("/var/lib/reseq/device-NAME.journal")]).text([roman(
+        "The journal of a device's run (--state-dir, RESEQ_STATE_DIR): the plan and every finished chunk, each line checked by blake3. --resume continues from it.",
+    )]);
+    r.control("TP", []).text([italic("PATH.prom")]).text([roman(
+        "Prometheus textfile metrics written atomically with --metrics-file, for node_exporter's textfile collector.",
+    )]);
+    r.control("SH", ["ENVIRONMENT"]);
+    r.control("TP", []).text([bold("RUST_LOG")]).text([roman("Log filter (env_logger syntax); overrides -v and -q.")]);
+    r.control("TP", []).text([bold("RESEQ_STATE_DIR")]).text([roman("Default of --state-dir.")]);
+    r.control("SH", ["SEE ALSO"]).text([
+        bold("fsfreeze"),
+        roman("(8), "),
+        bold("fstrim"),
+        roman("(8), "),
+        bold("blkdiscard"),
+        roman("(8)"),
+    ]);
+    r.render()
+}
+
+/// Writes `reseq.1`, `reseq.bash`, `_reseq` (zsh) and `reseq.fish` into `dir`.
+pub fn generate(dir: &Path) -> Result<()> {
+    let io = |e| Error::io(format!("writing into {}", dir.display()), e);
+    std::fs::create_dir_all(dir).map_err(io)?;
+    std::fs::File::create(dir.join("reseq.1")).and_then(|mut f| f.write_all(man_page().as_bytes())).map_err(io)?;
+    use clap_complete::Shell;
+    for (shell, file) in [(Shell::Bash, "reseq.bash"), (Shell::Zsh, "_reseq"), (Shell::Fish, "reseq.fish")] {
+        let mut f = std::fs::File::create(dir.join(file)).map_err(io)?;
+        clap_complete::generate(shell, &mut Cli::command(), "reseq", &mut f);
+    }
+    Ok(())
+}
