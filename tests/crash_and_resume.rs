@@ -252,3 +252,33 @@ fn an_overrun_shortens_later_windows_and_the_run_completes() {
     assert!(!is_frozen(&mnt.dir));
     assert_files_intact(&files);
 }
+
+/// Someone thaws reseq's freeze mid-window (`fsfreeze -u`): before the next write the
+/// guardian finds its freeze gone, nothing more is written, and the run stops.
+#[test]
+fn a_freeze_released_by_someone_else_stops_the_run() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("stolen", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 2, 4 << 20, 29);
+    let child = spawn_captured(
+        env.reseq()
+            .args(["rewrite", "--json", "--include-free", "--chunk-size", "1M", "--max-freeze", "3s"])
+            .arg(&lo.path)
+            .env("RESEQ_FAULTS", "delay@after-write#*=40"),
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    run_cmd(Command::new("fsfreeze").arg("-u").arg(&mnt.dir)).expect("reseq's freeze was there to release");
+    let out = wait_captured(child);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(stderr(&out).contains("another process thawed reseq's freeze"), "{}", stderr(&out));
+    let r = json_report(&out);
+    let written = r["results"]["bytes_written"].as_u64().unwrap();
+    assert!(written > 0 && written < 64 * MIB, "wrote {written}");
+    assert!(!is_frozen(&mnt.dir), "the guardian's re-freeze must be thawed too");
+    assert_files_intact(&files);
+    mnt.unmount().unwrap();
+    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+}
