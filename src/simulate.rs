@@ -20,7 +20,7 @@ use crate::output::Progress;
 use crate::readbench::{ReadParams, Target};
 use crate::signals::StopFlag;
 use crate::sim::experiment::degrade;
-use crate::sim::ftl::{Ftl, PRESETS, Params, SLOT, seq_read_time};
+use crate::sim::ftl::{PRESETS, Params, SLOT, seq_read_time};
 use crate::sim::pyrandom::PyRandom;
 use crate::sim::{SimDevice, SimState};
 use crate::units::{human_bytes, parse_size};
@@ -349,9 +349,4 @@ pub fn slow_regions_of(state: SimState, start: u64, end: u64, regions: usize, th
     let params = ReadParams { block_size_bytes: MIB, queue_depth: 1, offset_bytes: start, length_bytes: end - start };
     let scan = crate::bench::scan(&target, &params, regions, threshold)?;
     Ok(Selection::from_scan(&scan, "scan in this run".into()))
-}
-
-/// The model's state for `params`, without running anything (for the bench's memory check).
-pub fn state_bytes(params: Params) -> u64 {
-    Ftl::new(params).state_bytes()
 }

@@ -21,6 +21,25 @@ fn slow_rewrite(env: &TestEnv, lo: &LoopDevice, faults: &str) -> Command {
     c
 }
 
+/// A mounted 64 MiB ext4 holding two files, and the command that rewrites the whole
+/// device in 1 MiB chunks with `extra` arguments and test hooks `faults`.
+fn mounted_rewrite(
+    env: &TestEnv,
+    name: &str,
+    seed: u64,
+    extra: &[&str],
+    faults: &str,
+) -> (LoopDevice, Mount, Vec<(std::path::PathBuf, blake3::Hash)>, Command) {
+    let (lo, mnt) = env.mounted(name, 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 2, 4 << 20, seed);
+    let mut cmd = env.reseq();
+    cmd.args(["rewrite", "--json", "--include-free", "--chunk-size", "1M"])
+        .args(extra)
+        .arg(&lo.path)
+        .env("RESEQ_FAULTS", faults);
+    (lo, mnt, files, cmd)
+}
+
 #[test]
 fn kill_9_at_many_points_then_resume() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
@@ -151,26 +170,16 @@ fn window_overrun_before_a_write_is_thawed_and_not_written() {
         return;
     }
     let env = TestEnv::new();
-    let (lo, mnt) = env.mounted("over", 64 * MIB, "ext4");
-    let files = fill_files(&mnt.dir, 2, 4 << 20, 13);
-    let before = bytes_written_to(&lo.path);
     // The third chunk stalls for 1.5 s before asking to write; the deadline is 500 ms.
-    let mut child = spawn_captured(
-        env.reseq()
-            .args([
-                "rewrite",
-                "--json",
-                "--include-free",
-                "--chunk-size",
-                "1M",
-                "--max-freeze",
-                "500ms",
-                "--max-overruns",
-                "1",
-            ])
-            .arg(&lo.path)
-            .env("RESEQ_FAULTS", "delay@before-write#3=1500"),
+    let (lo, mnt, files, mut cmd) = mounted_rewrite(
+        &env,
+        "over",
+        13,
+        &["--max-freeze", "500ms", "--max-overruns", "1"],
+        "delay@before-write#3=1500",
     );
+    let before = bytes_written_to(&lo.path);
+    let mut child = spawn_captured(&mut cmd);
     // While reseq is still stalled, the guardian must already have thawed.
     std::thread::sleep(Duration::from_millis(1000));
     assert!(child.try_wait().unwrap().is_none(), "reseq ended before the stall was over");
@@ -196,24 +205,14 @@ fn window_overrun_during_a_write_waits_for_it_then_thaws() {
         return;
     }
     let env = TestEnv::new();
-    let (lo, mnt) = env.mounted("overw", 64 * MIB, "ext4");
-    let files = fill_files(&mnt.dir, 2, 4 << 20, 17);
-    let child = spawn_captured(
-        env.reseq()
-            .args([
-                "rewrite",
-                "--json",
-                "--include-free",
-                "--chunk-size",
-                "1M",
-                "--max-freeze",
-                "300ms",
-                "--max-overruns",
-                "1",
-            ])
-            .arg(&lo.path)
-            .env("RESEQ_FAULTS", "delay@after-permit#2=1000"),
+    let (_lo, mnt, files, mut cmd) = mounted_rewrite(
+        &env,
+        "overw",
+        17,
+        &["--max-freeze", "300ms", "--max-overruns", "1"],
+        "delay@after-permit#2=1000",
     );
+    let child = spawn_captured(&mut cmd);
     std::thread::sleep(Duration::from_millis(700));
     assert!(is_frozen(&mnt.dir), "thawed under a granted write");
     let out = wait_captured(child);
@@ -235,14 +234,9 @@ fn an_overrun_shortens_later_windows_and_the_run_completes() {
         return;
     }
     let env = TestEnv::new();
-    let (lo, mnt) = env.mounted("overc", 64 * MIB, "ext4");
-    let files = fill_files(&mnt.dir, 2, 4 << 20, 23);
-    let out = output(
-        env.reseq()
-            .args(["rewrite", "--json", "--include-free", "--chunk-size", "1M", "--max-freeze", "500ms"])
-            .arg(&lo.path)
-            .env("RESEQ_FAULTS", "delay@before-write#3=1000"),
-    );
+    let (_lo, mnt, files, mut cmd) =
+        mounted_rewrite(&env, "overc", 23, &["--max-freeze", "500ms"], "delay@before-write#3=1000");
+    let out = output(&mut cmd);
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);
     assert_eq!(r["results"]["windows_overrun"], 1);
@@ -261,14 +255,9 @@ fn a_freeze_released_by_someone_else_stops_the_run() {
         return;
     }
     let env = TestEnv::new();
-    let (lo, mnt) = env.mounted("stolen", 64 * MIB, "ext4");
-    let files = fill_files(&mnt.dir, 2, 4 << 20, 29);
-    let child = spawn_captured(
-        env.reseq()
-            .args(["rewrite", "--json", "--include-free", "--chunk-size", "1M", "--max-freeze", "3s"])
-            .arg(&lo.path)
-            .env("RESEQ_FAULTS", "delay@after-write#*=40"),
-    );
+    let (lo, mnt, files, mut cmd) =
+        mounted_rewrite(&env, "stolen", 29, &["--max-freeze", "3s"], "delay@after-write#*=40");
+    let child = spawn_captured(&mut cmd);
     std::thread::sleep(Duration::from_millis(400));
     run_cmd(Command::new("fsfreeze").arg("-u").arg(&mnt.dir)).expect("reseq's freeze was there to release");
     let out = wait_captured(child);
