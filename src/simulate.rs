@@ -79,20 +79,9 @@ pub struct Experiment {
     pub model_state_bytes: u64,
 }
 
-/// Runs reseq's engine over `[start, end)` of a simulated device.
+/// Runs reseq's engine over `[start, end)` of a simulated device, rewriting what
+/// `planner` picks (everything, or only the slow regions).
 pub fn engine_rewrite(
-    dev: &SimDevice,
-    start: u64,
-    end: u64,
-    chunk_size: u64,
-    verify: bool,
-    quiet: bool,
-) -> Result<EngineStats> {
-    engine_rewrite_planned(dev, start, end, chunk_size, verify, quiet, &mut crate::engine::Everything)
-}
-
-/// As [`engine_rewrite`], with a planner (e.g. only the slow regions).
-pub fn engine_rewrite_planned(
     dev: &SimDevice,
     start: u64,
     end: u64,
@@ -141,7 +130,7 @@ pub fn simulate(args: &SimulateArgs, quiet: bool) -> Result<Experiment> {
     log::debug!("model: write, degrade and 5 reads took {:.2} s", wall.elapsed().as_secs_f64());
     let t = Instant::now();
     let dev = SimDevice::new(state);
-    let stats = engine_rewrite(&dev, 0, file, chunk, true, quiet)?;
+    let stats = engine_rewrite(&dev, 0, file, chunk, true, quiet, &mut crate::engine::Everything)?;
     let mut state = dev.into_state();
     log::debug!("engine: rewrite took {:.2} s", t.elapsed().as_secs_f64());
     let t = Instant::now();
@@ -299,9 +288,9 @@ pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
                 Some(sel) => {
                     let mut planner =
                         crate::engine::Selected { inner: &mut crate::engine::Everything, selected: sel.ranges() };
-                    engine_rewrite_planned(&dev, start, end, chunk, !no_verify, quiet, &mut planner)?
+                    engine_rewrite(&dev, start, end, chunk, !no_verify, quiet, &mut planner)?
                 }
-                None => engine_rewrite(&dev, start, end, chunk, !no_verify, quiet)?,
+                None => engine_rewrite(&dev, start, end, chunk, !no_verify, quiet, &mut crate::engine::Everything)?,
             };
             let st = dev.into_state();
             save(&st, state)?;

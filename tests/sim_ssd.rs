@@ -162,7 +162,7 @@ fn state_file_round_trip() {
 #[test]
 fn only_slow_regions_on_a_partly_fragmented_drive() {
     use reseq::engine::{Everything, Selected};
-    use reseq::simulate::{engine_rewrite, engine_rewrite_planned, slow_regions_of};
+    use reseq::simulate::{engine_rewrite, slow_regions_of};
     let size = 1u64 << 30;
     let p = Params { logical_bytes: size, ..Params::preset("consumer-nvme").unwrap() };
     let mut state = SimState::new(p);
@@ -176,13 +176,13 @@ fn only_slow_regions_on_a_partly_fragmented_drive() {
     let degraded = seq_read_time(&mut state.ftl.clone(), 0, n, MIB, 1);
 
     let full_dev = SimDevice::new(state.clone());
-    let full = engine_rewrite(&full_dev, 0, size, MIB * 4, true, true).unwrap();
+    let full = engine_rewrite(&full_dev, 0, size, MIB * 4, true, true, &mut Everything).unwrap();
     let full_t = seq_read_time(&mut full_dev.into_state().ftl, 0, n, MIB, 1);
 
     let sel = slow_regions_of(state.clone(), 0, size, 32, 0.7).unwrap();
     let dev = SimDevice::new(state);
     let mut planner = Selected { inner: &mut Everything, selected: sel.ranges() };
-    let ours = engine_rewrite_planned(&dev, 0, size, MIB * 4, true, true, &mut planner).unwrap();
+    let ours = engine_rewrite(&dev, 0, size, MIB * 4, true, true, &mut planner).unwrap();
     let ours_t = seq_read_time(&mut dev.into_state().ftl, 0, n, MIB, 1);
     eprintln!(
         "degraded {degraded:.3} s; full rewrite {} MiB -> {full_t:.3} s; only slow ({} of 32 regions) {} MiB -> {ours_t:.3} s",
