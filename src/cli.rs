@@ -170,15 +170,21 @@ pub enum SimCommand {
 
 #[derive(Debug, Args)]
 pub struct RewriteArgs {
-    /// The block device, e.g. /dev/nvme0n1p3 or /dev/sdb.
-    pub device: PathBuf,
+    /// A block device (/dev/nvme0n1p3, /dev/sdb), or files and directories of files on
+    /// mounted ext4/xfs (file mode), or sim:STATE.
+    #[arg(required = true, num_args = 1.., value_name = "TARGET")]
+    pub targets: Vec<PathBuf>,
+    /// File mode: skip paths matching this glob (repeatable), e.g. --exclude '*.tmp'.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
     /// Bytes per chunk (K, M, G suffixes; a multiple of the device's direct-I/O alignment).
     #[arg(long, default_value = DEFAULT_CHUNK_SIZE, value_name = "SIZE")]
     pub chunk_size: String,
     /// Longest time filesystems stay frozen in one window (e.g. 2s, 500ms). The guardian
     /// thaws at this deadline.
-    #[arg(long, default_value = DEFAULT_MAX_FREEZE, value_name = "DURATION")]
-    pub max_freeze: String,
+    /// [default: 5s for a device, 1s for files]
+    #[arg(long, value_name = "DURATION")]
+    pub max_freeze: Option<String>,
     /// Pause between windows, thawed, so applications catch up.
     #[arg(long, default_value = "0s", value_name = "DURATION")]
     pub pause: String,
@@ -365,3 +371,19 @@ impl BenchOpts {
         }
     }
 }
+
+impl RewriteArgs {
+    /// The device of device mode (the first target).
+    pub fn device(&self) -> &PathBuf {
+        &self.targets[0]
+    }
+
+    /// `--max-freeze`, or the default of the mode.
+    pub fn max_freeze_or(&self, default: &'static str) -> &str {
+        self.max_freeze.as_deref().unwrap_or(default)
+    }
+}
+
+/// Default bound of a freeze window in file mode: a live database should see stalls
+/// of about a second at most.
+pub const DEFAULT_FILE_MAX_FREEZE: &str = "1s";

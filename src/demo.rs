@@ -101,9 +101,10 @@ fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> 
         ),
     );
     let rewrite_args = RewriteArgs {
-        device: lo.path.clone(),
+        targets: vec![lo.path.clone()],
+        exclude: Vec::new(),
         chunk_size: crate::cli::DEFAULT_CHUNK_SIZE.into(),
-        max_freeze: "1s".into(),
+        max_freeze: Some("1s".into()),
         pause: "100ms".into(),
         read_ahead: 2,
         max_overruns: 3,

@@ -36,12 +36,27 @@ pub struct RunRecord {
     pub range_end_bytes: u64,
     pub chunks_total: u64,
     pub started_at: String,
+    /// File mode: the file this journal is about (a changed identity means a new run).
+    #[serde(default)]
+    pub file: Option<FileIdentity>,
+}
+
+/// Which file a file-mode journal belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileIdentity {
+    /// "major:minor" of the filesystem's device.
+    pub dev: String,
+    pub ino: u64,
+    /// Creation time in ns (statx btime), where the filesystem records it: tells a new
+    /// file from an old one that reused the inode number.
+    pub birth_time: Option<u64>,
+    pub path: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Record {
-    Run(RunRecord),
+    Run(Box<RunRecord>),
     Begin { offset: u64, len: u64, blake3: String },
     Done { offset: u64, len: u64, blake3: String },
     Finished,
@@ -79,7 +94,7 @@ pub fn replay(text: &str) -> Replay {
         match rec {
             Record::Run(run) => {
                 let start = run.range_start_bytes;
-                r = Replay { run: Some(run), done_offset: start, ..Replay::default() };
+                r = Replay { run: Some(*run), done_offset: start, ..Replay::default() };
             }
             Record::Begin { offset, len, blake3 } => r.in_flight = Some((offset, len, blake3)),
             Record::Done { offset, len, .. } => {
@@ -143,7 +158,7 @@ impl Journal {
         // a crash here leaves either the old journal or the new one, whole.
         let tmp = path.with_extension("journal.tmp");
         let mut f = File::create(&tmp).map_err(ctx)?;
-        f.write_all(encode(&Record::Run(run)).as_bytes()).map_err(ctx)?;
+        f.write_all(encode(&Record::Run(Box::new(run))).as_bytes()).map_err(ctx)?;
         f.sync_all().map_err(ctx)?;
         std::fs::rename(&tmp, path).map_err(ctx)?;
         if let Some(dir) = path.parent() {
@@ -245,6 +260,7 @@ mod tests {
             range_end_bytes: 1 << 20,
             chunks_total: 256,
             started_at: "2026-11-22T00:00:00Z".into(),
+            file: None,
         }
     }
 
@@ -255,7 +271,7 @@ mod tests {
     #[test]
     fn replays_and_ignores_torn_tail() {
         let h = blake3::hash(b"x").to_hex().to_string();
-        let mut text = encode(&Record::Run(run()));
+        let mut text = encode(&Record::Run(Box::new(run())));
         text += &encode(&done(0, &h));
         text += &encode(&done(4096, &h));
         text += &encode(&Record::Begin { offset: 8192, len: 4096, blake3: h.clone() });
@@ -274,12 +290,12 @@ mod tests {
     #[test]
     fn a_flipped_bit_or_a_backward_chunk_stops_the_replay() {
         let h = blake3::hash(b"x").to_hex().to_string();
-        let mut text = encode(&Record::Run(run()));
+        let mut text = encode(&Record::Run(Box::new(run())));
         text += &encode(&done(0, &h)).replace("\"offset\":0", "\"offset\":5");
         text += &encode(&done(4096, &h));
         let r = replay(&text);
         assert_eq!((r.done, r.bad_lines), (0, 2));
-        let mut text = encode(&Record::Run(run()));
+        let mut text = encode(&Record::Run(Box::new(run())));
         text += &encode(&done(8192, &h));
         text += &encode(&done(0, &h));
         let r = replay(&text);

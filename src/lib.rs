@@ -15,6 +15,7 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod exit_codes;
+pub mod filemode;
 pub mod freeze;
 pub mod generate;
 pub mod guardian;

@@ -11,12 +11,16 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     reseq::output::init_logging(cli.verbose, cli.quiet);
     let (report, output, result) = match &cli.command {
-        Command::Rewrite(args) if args.device.to_string_lossy().starts_with("sim:") => {
+        Command::Rewrite(args) if args.device().to_string_lossy().starts_with("sim:") => {
             // A simulated SSD: the same engine, through `reseq sim rewrite`.
             return finish(
                 reseq::simulate::rewrite_target(args, cli.quiet)
                     .map(|v| println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default())),
             );
+        }
+        Command::Rewrite(args) if args.targets.len() > 1 || !reseq::rewrite::is_block_device(args.device()) => {
+            let (report, result) = reseq::filemode::run(args, cli.quiet);
+            (Some(report), args.output.clone(), result)
         }
         Command::Rewrite(args) => {
             let (report, result) = reseq::rewrite::run(args, cli.quiet);

@@ -84,6 +84,29 @@ fn read_proc_u64(path: &str) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// `kernel.hung_task_timeout_secs` (None: disabled) and whether a hung task panics.
+pub fn hung_task() -> (Option<Duration>, bool) {
+    let timeout = read_proc_u64("/proc/sys/kernel/hung_task_timeout_secs").filter(|&s| s > 0).map(Duration::from_secs);
+    (timeout, read_proc_u64("/proc/sys/kernel/hung_task_panic").is_some_and(|v| v != 0))
+}
+
+/// Refuses (or, with --force, warns about) a window longer than half the hung-task
+/// timeout: writers blocked by the freeze can trip the watchdog.
+pub fn check_freeze_length(max_freeze: Duration, force: bool) -> Result<Vec<String>> {
+    let (timeout, panic) = hung_task();
+    let Some(t) = timeout.filter(|t| max_freeze > *t / 2) else { return Ok(Vec::new()) };
+    let msg = format!(
+        "--max-freeze {:?} is longer than half of kernel.hung_task_timeout_secs ({} s): writers blocked by the freeze can trip the hung-task watchdog{}",
+        max_freeze,
+        t.as_secs(),
+        if panic { ", and kernel.hung_task_panic=1 turns that into a kernel panic" } else { "" }
+    );
+    if !force {
+        return Err(Error::refused(msg, format!("use --max-freeze {}s or less, or --force", t.as_secs() / 2)));
+    }
+    Ok(vec![msg])
+}
+
 /// Checks privileges: FIFREEZE needs CAP_SYS_ADMIN, raw device writes need root's access.
 pub fn check_privileges() -> Result<()> {
     if !nix::unistd::geteuid().is_root() {
@@ -146,7 +169,11 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
     if chunk_size == 0 || chunk_size > (1 << 30) {
         return Err(Error::Usage(format!("--chunk-size must be between 1 sector and 1 GiB, not {}", args.chunk_size)));
     }
-    let max_freeze = units::parse_duration(&args.max_freeze).map_err(|e| Error::Usage(format!("--max-freeze: {e}")))?;
+    if args.targets.len() > 1 {
+        return Err(Error::Usage("device mode takes one block device; several targets are files (file mode)".into()));
+    }
+    let max_freeze = units::parse_duration(args.max_freeze_or(crate::cli::DEFAULT_MAX_FREEZE))
+        .map_err(|e| Error::Usage(format!("--max-freeze: {e}")))?;
     if max_freeze < Duration::from_millis(10) {
         return Err(Error::Usage("--max-freeze must be at least 10ms".into()));
     }
@@ -159,16 +186,16 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
     }
 
     // 2. Is it a block device at all?
-    device::check_block_device(&args.device)?;
+    device::check_block_device(args.device())?;
 
     // 3. Privileges, then what the device is.
     check_privileges()?;
-    let dev = device::inspect(&args.device, &env.sysfs)?;
+    let dev = device::inspect(args.device(), &env.sysfs)?;
     let mut warnings = Vec::new();
 
     if dev.read_only {
         return Err(Error::refused(
-            format!("{} is read-only (BLKROGET)", args.device.display()),
+            format!("{} is read-only (BLKROGET)", args.device().display()),
             "make it writable (blockdev --setrw) if that is really intended, or choose another device",
         ));
     }
@@ -177,7 +204,7 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
         return Err(Error::refused(
             format!(
                 "{} is used by {} stacked on top of it (device-mapper, md or LVM): writing below them bypasses their view of the data",
-                args.device.display(),
+                args.device().display(),
                 dev.holders.join(", ")
             ),
             format!("target the top device instead: {}", tops.join(", ")),
@@ -187,7 +214,7 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
         return Err(Error::refused(
             format!(
                 "swap is active on {} ({}): the kernel writes swap whatever the freeze",
-                args.device.display(),
+                args.device().display(),
                 dev.active_swap.join(", ")
             ),
             "swapoff it first, or run reseq in a window without swap there",
@@ -216,7 +243,7 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
     if let Medium::Rotational(why) = &medium {
         let msg = format!(
             "{} is a rotational disk ({why}): a spinning disk has no FTL to re-sequence, so this only costs time",
-            args.device.display()
+            args.device().display()
         );
         if !args.force {
             return Err(Error::refused(msg, "pass --force if you really mean it"));
@@ -225,22 +252,9 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
     }
 
     // 7. Freeze length against the hung-task watchdog.
-    let hung_task_timeout =
-        read_proc_u64("/proc/sys/kernel/hung_task_timeout_secs").filter(|&s| s > 0).map(Duration::from_secs);
-    let hung_task_panic = read_proc_u64("/proc/sys/kernel/hung_task_panic").is_some_and(|v| v != 0);
-    if let (Some(t), false) = (hung_task_timeout, filesystems.is_empty())
-        && max_freeze > t / 2
-    {
-        let msg = format!(
-            "--max-freeze {} is longer than half of kernel.hung_task_timeout_secs ({} s): writers blocked by the freeze can trip the hung-task watchdog{}",
-            args.max_freeze,
-            t.as_secs(),
-            if hung_task_panic { ", and kernel.hung_task_panic=1 turns that into a kernel panic" } else { "" }
-        );
-        if !args.force {
-            return Err(Error::refused(msg, format!("use --max-freeze {}s or less, or --force", t.as_secs() / 2)));
-        }
-        warnings.push(msg);
+    let (hung_task_timeout, hung_task_panic) = hung_task();
+    if !filesystems.is_empty() {
+        warnings.extend(check_freeze_length(max_freeze, args.force)?);
     }
 
     // 8. Journal: new run, or continuation of an unfinished one.
@@ -280,7 +294,7 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
     if filesystems.is_empty() {
         warnings.push(format!(
             "nothing is mounted from {}: all of it is rewritten, free space included, which tells the SSD that space is in use (undoing TRIM). To skip free space, mount its ext4/xfs filesystem and run reseq again",
-            args.device.display()
+            args.device().display()
         ));
     }
     Ok(RewritePlan {

@@ -53,6 +53,8 @@ pub struct Report {
     pub space: Option<SpaceReport>,
     /// `rewrite --only-slow`: the regions chosen and left alone.
     pub selection: Option<Selection>,
+    /// File mode: what was done to each file.
+    pub files: Option<Vec<crate::filemode::FileReport>>,
     pub warnings: Vec<String>,
     pub outcome: Outcome,
     /// For a dry run, the plan as text (the human rendering of a dry run).
@@ -159,6 +161,7 @@ impl Report {
             write_cost: None,
             space: None,
             selection: None,
+            files: None,
             warnings: Vec::new(),
             outcome: Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None },
             plan_text: None,

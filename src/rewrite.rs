@@ -27,7 +27,14 @@ use crate::target::{BlockTarget, DirectDevice, OpenMode};
 use crate::units::human_bytes;
 use crate::usedspace::{FsSpan, UsedSpace};
 
-/// Runs `reseq rewrite`. Always returns a report, also when the run failed.
+/// Whether `path` is a block device (device mode) rather than files (file mode). A path
+/// that does not exist goes to device mode, which says so.
+pub fn is_block_device(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).map(|m| m.file_type().is_block_device() || !(m.is_file() || m.is_dir())).unwrap_or(true)
+}
+
+/// Runs `reseq rewrite` on a device. Always returns a report, also when the run failed.
 pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
     let started = Instant::now();
     let mut report = Report::new("rewrite", args.dry_run);
@@ -121,8 +128,13 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
 }
 
 fn open_target(plan: &RewritePlan) -> Result<DirectDevice> {
-    let d = &plan.device;
-    let mode = if plan.needs_freeze() { OpenMode::SharedWithMounts } else { OpenMode::Exclusive };
+    open_device(&plan.device, plan.needs_freeze())
+}
+
+/// Opens a device for direct I/O: shared when filesystems on it are mounted (the freeze
+/// keeps them still), exclusive otherwise. EBUSY gets its own explanation.
+pub fn open_device(d: &crate::device::BlockDeviceInfo, mounted: bool) -> Result<DirectDevice> {
+    let mode = if mounted { OpenMode::SharedWithMounts } else { OpenMode::Exclusive };
     DirectDevice::open(&d.path, mode, d.identity.size_bytes, d.dio_mem_align as usize, u64::from(d.dio_offset_align)).map_err(
         |e| match (e.raw_os_error(), mode) {
             (Some(nix::libc::EBUSY), OpenMode::SharedWithMounts) => {
@@ -275,6 +287,7 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
                 range_end_bytes: plan.engine.range_end,
                 chunks_total: plan.engine.chunks_total(),
                 started_at: now_rfc3339(),
+                file: None,
             },
         )?,
         Start::Resume { .. } => Journal::append_to(&plan.journal_path)?,

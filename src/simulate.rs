@@ -313,7 +313,7 @@ pub fn rewrite_target(args: &crate::cli::RewriteArgs, quiet: bool) -> Result<ser
             "on a simulated SSD, rewrite takes --chunk-size, --no-verify and --only-slow; use reseq bench sim:... for measurements".into(),
         ));
     }
-    let state = std::path::PathBuf::from(args.device.to_string_lossy().trim_start_matches("sim:"));
+    let state = std::path::PathBuf::from(args.device().to_string_lossy().trim_start_matches("sim:"));
     sim_command(
         &SimCommand::Rewrite {
             state,

@@ -302,3 +302,84 @@ pub fn fitrim(fd: BorrowedFd<'_>) -> nix::Result<u64> {
     unsafe { ioctl_fitrim(fd.as_raw_fd(), &mut r) }?;
     Ok(r.len)
 }
+
+// include/uapi/linux/fiemap.h: struct fiemap_extent (56 bytes) and struct fiemap (32
+// bytes, followed by the extents).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct FiemapExtent {
+    pub logical: u64,
+    pub physical: u64,
+    pub length: u64,
+    pub reserved64: [u64; 2],
+    pub flags: u32,
+    pub reserved: [u32; 3],
+}
+
+#[repr(C)]
+struct Fiemap<const N: usize> {
+    start: u64,
+    length: u64,
+    flags: u32,
+    mapped_extents: u32,
+    extent_count: u32,
+    reserved: u32,
+    extents: [FiemapExtent; N],
+}
+
+const _: () = assert!(size_of::<FiemapExtent>() == 56);
+const _: () = assert!(size_of::<Fiemap<0>>() == 32);
+
+/// `#define FIEMAP_FLAG_SYNC 0x00000001`: write dirty data back before mapping
+/// (returns at once on a frozen filesystem).
+pub const FIEMAP_FLAG_SYNC: u32 = 0x1;
+/// `#define FIEMAP_EXTENT_LAST 0x00000001`.
+pub const FIEMAP_EXTENT_LAST: u32 = 0x1;
+const FIEMAP_BATCH: usize = 256;
+
+// include/uapi/linux/fs.h: `#define FS_IOC_FIEMAP _IOWR('f', 11, struct fiemap)`.
+nix::ioctl_readwrite!(ioctl_fiemap, b'f', 11, Fiemap<0>);
+
+/// The extents of the file open at `fd` from byte `start` on, in logical order.
+pub fn fiemap(fd: BorrowedFd<'_>, start: u64, flags: u32) -> nix::Result<Vec<FiemapExtent>> {
+    let mut out: Vec<FiemapExtent> = Vec::new();
+    let mut from = start;
+    loop {
+        let mut m = Box::new(Fiemap::<FIEMAP_BATCH> {
+            start: from,
+            length: u64::MAX - from,
+            flags,
+            mapped_extents: 0,
+            extent_count: FIEMAP_BATCH as u32,
+            reserved: 0,
+            extents: [FiemapExtent::default(); FIEMAP_BATCH],
+        });
+        // SAFETY: FS_IOC_FIEMAP reads the 32-byte header and writes at most
+        // `extent_count` extents after it (fs/ioctl.c, ioctl_fiemap / fiemap_fill_next_extent);
+        // `m` is a live FiemapHead<FIEMAP_BATCH> with room for exactly that many.
+        unsafe { ioctl_fiemap(fd.as_raw_fd(), (&mut *m as *mut Fiemap<FIEMAP_BATCH>).cast()) }?;
+        let n = (m.mapped_extents as usize).min(FIEMAP_BATCH);
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&m.extents[..n]);
+        let last = m.extents[n - 1];
+        if last.flags & FIEMAP_EXTENT_LAST != 0 || n < FIEMAP_BATCH {
+            break;
+        }
+        from = last.logical + last.length;
+    }
+    Ok(out)
+}
+
+/// `STATX_ATTR_ENCRYPTED` (include/uapi/linux/stat.h): the file is fscrypt-encrypted.
+pub fn statx_encrypted(path: &Path) -> nix::Result<bool> {
+    let cpath = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: as in statx_dio_align: plain old data, a NUL-terminated path, a live local.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: see above.
+    let rc = unsafe { libc::statx(libc::AT_FDCWD, cpath.as_ptr(), 0, libc::STATX_BASIC_STATS, &mut stx) };
+    Errno::result(rc)?;
+    let bit = libc::STATX_ATTR_ENCRYPTED as u64;
+    Ok(stx.stx_attributes_mask & bit != 0 && stx.stx_attributes & bit != 0)
+}

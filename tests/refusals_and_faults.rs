@@ -35,10 +35,10 @@ fn expect_refusal(
 #[test]
 fn not_a_block_device() {
     let env = TestEnv::new();
-    std::fs::write(env.path("plain"), b"data").unwrap();
-    let out = output(env.reseq().args(["rewrite"]).arg(env.path("plain")));
+    // A character device is neither a block device nor files.
+    let out = output(env.reseq().args(["rewrite", "/dev/null"]));
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("is a regular file"));
+    assert!(stderr(&out).contains("not a block device"), "{}", stderr(&out));
     let out = output(env.reseq().args(["rewrite", "/nonexistent/dev"]));
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("No such file"));

@@ -19,6 +19,7 @@ declare -A need=(
   [sfdisk]=fdisk [mksquashfs]=squashfs-tools
   [chromium]=chromium
   [groff]=groff-base [man]=man-db
+  [mkfs.btrfs]=btrfs-progs [fallocate]=util-linux
 )
 missing=()
 for tool in "${!need[@]}"; do

@@ -219,8 +219,14 @@ pub struct Appender {
 impl Appender {
     /// `log` is a file inside the mount `mount`; `stop` must be outside it.
     pub fn start(mount: &Path, log: &Path, stop: &Path) -> Appender {
+        Appender::start_from(mount, log, stop, 1)
+    }
+
+    /// As `start`, numbering from `first` (the log already holds the records before it).
+    pub fn start_from(mount: &Path, log: &Path, stop: &Path, first: u64) -> Appender {
         let script = format!(
-            "i=0; while [ ! -e '{}' ]; do i=$((i+1)); echo \"record $i\" >> '{}'; done",
+            "i={}; while [ ! -e '{}' ]; do i=$((i+1)); echo \"record $i\" >> '{}'; done",
+            first - 1,
             stop.display(),
             log.display()
         );

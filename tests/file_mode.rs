@@ -1,0 +1,234 @@
+//! File mode on real ext4 and xfs: a file fragmented on purpose, a live writer, awkward
+//! files, and the filesystems and files that are refused.
+
+mod common;
+
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::process::Command;
+
+use common::*;
+
+const MIB: u64 = 1 << 20;
+
+/// Grows `target` and two other files in turns of 64 KiB with an fsync each, so their
+/// extents interleave on disk.
+fn fragmented_file(dir: &std::path::Path, size: usize) -> (std::path::PathBuf, blake3::Hash) {
+    let path = dir.join("table.db");
+    let mut files: Vec<std::fs::File> =
+        ["table.db", "other1", "other2"].iter().map(|n| std::fs::File::create(dir.join(n)).unwrap()).collect();
+    let mut rng = XorShift::new(11);
+    let mut data = vec![0u8; size];
+    rng.fill(&mut data);
+    let mut junk = vec![0u8; 64 << 10];
+    for piece in data.chunks(64 << 10) {
+        files[0].write_all(piece).unwrap();
+        files[0].sync_data().unwrap();
+        for f in &mut files[1..] {
+            rng.fill(&mut junk);
+            f.write_all(&junk).unwrap();
+            f.sync_data().unwrap();
+        }
+    }
+    (path, blake3::hash(&data))
+}
+
+fn drop_caches() {
+    run_cmd(&mut Command::new("sync")).unwrap();
+    std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+}
+
+/// The bytes of `path` read from the raw device at the places FIEMAP gives.
+fn bytes_via_device(path: &std::path::Path, dev: &std::path::Path) -> Vec<u8> {
+    let f = std::fs::File::open(path).unwrap();
+    let size = f.metadata().unwrap().len();
+    let exts = reseq::sys::fiemap(f.as_fd(), 0, reseq::sys::FIEMAP_FLAG_SYNC).unwrap();
+    let d = std::fs::File::open(dev).unwrap();
+    let mut out = vec![0u8; size as usize];
+    for e in exts {
+        let n = e.length.min(size.saturating_sub(e.logical));
+        d.read_exact_at(&mut out[e.logical as usize..(e.logical + n) as usize], e.physical).unwrap();
+    }
+    out
+}
+
+fn fragmented_file_is_rewritten_intact(fs: &str) {
+    if !require(&["losetup", "fsfreeze", if fs == "xfs" { "mkfs.xfs" } else { "mkfs.ext4" }]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted(fs, 320 * MIB, fs);
+    let (path, hash) = fragmented_file(&mnt.dir, 24 << 20);
+    let out = output(env.reseq().args(["rewrite", "--json", "--max-freeze", "500ms", "--chunk-size", "1M"]).arg(&path));
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_report(&out);
+    let f = &r["files"][0];
+    assert!(f["extents"].as_u64().unwrap() > 3, "the file should be fragmented: {f}");
+    assert_eq!(f["bytes_rewritten"], 24 * MIB, "every byte of the file, once");
+    assert_eq!(f["verification"], "passed");
+    assert!(f["skipped_reason"].is_null());
+    assert_eq!(r["plan"], serde_json::Value::Null);
+    drop_caches();
+    assert_eq!(hash_path(&path).unwrap(), hash, "content through the filesystem changed");
+    assert_eq!(
+        blake3::hash(&bytes_via_device(&path, &lo.path)),
+        hash,
+        "the device ranges FIEMAP gives differ from the file"
+    );
+    assert!(!is_frozen(&mnt.dir));
+    mnt.unmount().unwrap();
+    match fs {
+        "ext4" => run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).map(drop),
+        _ => run_cmd(Command::new("xfs_repair").arg("-n").arg(&lo.path)).map(drop),
+    }
+    .expect("fsck clean");
+}
+
+#[test]
+fn fragmented_file_on_ext4() {
+    fragmented_file_is_rewritten_intact("ext4");
+}
+
+#[test]
+fn fragmented_file_on_xfs() {
+    fragmented_file_is_rewritten_intact("xfs");
+}
+
+/// A writer appends to the very file being rewritten, through many short windows.
+#[test]
+fn a_live_writer_on_the_same_file_loses_nothing() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("live", 256 * MIB, "ext4");
+    let log = mnt.dir.join("records.log");
+    // Some history first, so there is something to rewrite.
+    let mut f = std::fs::File::create(&log).unwrap();
+    for i in 1..=20000 {
+        writeln!(f, "record {i}").unwrap();
+    }
+    drop(f);
+    let appender = Appender::start_from(&mnt.dir, &log, &env.path("stop"), 20001);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let out = output(
+        env.reseq()
+            .args(["rewrite", "--json", "--max-freeze", "200ms", "--pause", "50ms", "--chunk-size", "64K"])
+            .arg(&log)
+            .env("RESEQ_FAULTS", "delay@after-write#*=20"),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_report(&out);
+    assert!(r["results"]["windows"].as_u64().unwrap() >= 2, "expected several windows");
+    assert!(r["results"]["longest_freeze_seconds"].as_f64().unwrap() < 0.2 + 0.5);
+    let records = appender.finish();
+    assert!(records > 20000, "the writer was blocked for the whole run");
+    assert!(!is_frozen(&mnt.dir));
+    mnt.unmount().unwrap();
+    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+}
+
+#[test]
+fn awkward_files_write_only_their_data() {
+    if !require(&["losetup", "mkfs.ext4", "fallocate"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("awk", 256 * MIB, "ext4");
+    let d = &mnt.dir;
+    // Sparse: 1 MiB of data, a 10 MiB hole, 1 MiB of data.
+    let sparse = std::fs::File::create(d.join("sparse")).unwrap();
+    sparse.write_all_at(&[7u8; 1 << 20], 0).unwrap();
+    sparse.write_all_at(&[9u8; 1 << 20], 11 << 20).unwrap();
+    sparse.sync_all().unwrap();
+    // Fallocated: 4 MiB allocated but never written, then 1 MiB of data.
+    run_cmd(Command::new("fallocate").args(["-l", "4M"]).arg(d.join("prealloc"))).unwrap();
+    let pre = std::fs::OpenOptions::new().write(true).open(d.join("prealloc")).unwrap();
+    pre.write_all_at(&[5u8; 1 << 20], 4 << 20).unwrap();
+    pre.sync_all().unwrap();
+    std::fs::File::create(d.join("empty")).unwrap();
+    // A tree of small files, and an excluded one.
+    for i in 0..300 {
+        let sub = d.join(format!("tree/{}", i % 10));
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(sub.join(format!("f{i}")), vec![i as u8; 4096]).unwrap();
+    }
+    std::fs::write(d.join("tree/skip.tmp"), vec![1u8; 8192]).unwrap();
+    run_cmd(&mut Command::new("sync")).unwrap();
+    drop((sparse, pre));
+    let hashes: Vec<_> = ["sparse", "prealloc"].iter().map(|n| hash_path(&d.join(n)).unwrap()).collect();
+
+    let out = output(
+        env.reseq()
+            .args(["rewrite", "--json", "--chunk-size", "1M", "--exclude", "*.tmp"])
+            .arg(d.join("sparse"))
+            .arg(d.join("prealloc"))
+            .arg(d.join("empty"))
+            .arg(d.join("tree")),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_report(&out);
+    let files = r["files"].as_array().unwrap();
+    assert_eq!(files.len(), 3 + 300, "the excluded file is left out");
+    let by = |name: &str| files.iter().find(|f| f["path"].as_str().unwrap().ends_with(name)).unwrap().clone();
+    assert_eq!(by("/sparse")["bytes_rewritten"], 2 * MIB, "holes are never written");
+    assert_eq!(by("/prealloc")["bytes_rewritten"], MIB, "unwritten extents are never written");
+    assert_eq!(by("/prealloc")["bytes_skipped_unwritten"], 4 * MIB);
+    assert_eq!(by("/empty")["bytes_rewritten"], 0);
+    let tree: u64 = files
+        .iter()
+        .filter(|f| f["path"].as_str().unwrap().contains("/tree/"))
+        .map(|f| f["bytes_rewritten"].as_u64().unwrap())
+        .sum();
+    assert_eq!(tree, 300 * 4096);
+    drop_caches();
+    for (n, h) in ["sparse", "prealloc"].iter().zip(hashes) {
+        assert_eq!(hash_path(&d.join(n)).unwrap(), h, "{n} changed");
+    }
+    mnt.unmount().unwrap();
+    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+}
+
+#[test]
+fn refused_filesystems_and_files() {
+    if !require(&["losetup", "mkfs.ext4", "mkfs.btrfs"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    // tmpfs
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    std::fs::write(shm.path().join("f"), b"x").unwrap();
+    let out = output(env.reseq().arg("rewrite").arg(shm.path().join("f")));
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("tmpfs lives in memory"));
+    // btrfs
+    let lo = env.loop_device("btrfs.img", 256 * MIB);
+    run_cmd(Command::new("mkfs.btrfs").args(["-q", "-f"]).arg(&lo.path)).unwrap();
+    let m = Mount::new(&lo.path, &env.path("btrfs"), &[]).unwrap();
+    std::fs::write(m.dir.join("f"), vec![1u8; 1 << 20]).unwrap();
+    run_cmd(&mut Command::new("sync")).unwrap();
+    let before = bytes_written_to(&lo.path);
+    let out = output(env.reseq().arg("rewrite").arg(m.dir.join("f")));
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("btrfs logical addresses") && stderr(&out).contains("btrfs balance"));
+    assert_eq!(bytes_written_to(&lo.path), before, "nothing may be written to the btrfs device");
+    drop(m);
+    // A read-only mount.
+    let (lo2, m2) = env.mounted("ro", 64 * MIB, "ext4");
+    std::fs::write(m2.dir.join("f"), vec![1u8; 1 << 20]).unwrap();
+    run_cmd(Command::new("mount").args(["-o", "remount,ro"]).arg(&m2.dir)).unwrap();
+    let out = output(env.reseq().arg("rewrite").arg(m2.dir.join("f")));
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("read-only mount"));
+    let _ = lo2;
+    // Not root.
+    let bin = env!("CARGO_BIN_EXE_reseq");
+    let out = output(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", bin, "rewrite"])
+            .arg(m2.dir.join("f")),
+    );
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("must run as root"));
+}
