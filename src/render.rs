@@ -71,9 +71,36 @@ fn scan_text(label: &str, sc: &ScanResult) -> String {
     s
 }
 
-/// Bench, scan, verdict and write cost, for the text rendering.
+/// Bench, scan, verdict, write cost and files, for the text rendering.
 pub fn measurements_text(r: &Report) -> String {
     let mut s = String::new();
+    if let Some(files) = &r.files {
+        let total: u64 = files.iter().map(|f| f.bytes_rewritten).sum();
+        s += &format!("reseq rewrite: {} file(s), {} rewritten\n", files.len(), human_bytes(total));
+        for f in files {
+            let mut line = format!(
+                "  {}: {} of {}, {} extent(s), {} window(s), longest freeze {:.3} s, verification {}",
+                f.path,
+                human_bytes(f.bytes_rewritten),
+                human_bytes(f.size_bytes),
+                f.extents.unwrap_or(0),
+                f.windows,
+                f.longest_freeze_seconds,
+                f.verification
+            );
+            if f.bytes_skipped_unwritten > 0 {
+                line += &format!(", {} unwritten skipped", human_bytes(f.bytes_skipped_unwritten));
+            }
+            if f.bytes_skipped_shared > 0 {
+                line += &format!(", {} shared (done with another file)", human_bytes(f.bytes_skipped_shared));
+            }
+            if let Some(why) = &f.skipped_reason {
+                line += &format!(", SKIPPED: {why}");
+            }
+            s += &line;
+            s += "\n";
+        }
+    }
     if let Some(b) = &r.bench {
         s += &bench_line("read", b);
     }

@@ -232,3 +232,33 @@ fn refused_filesystems_and_files() {
     assert_eq!(out.status.code(), Some(3));
     assert!(stderr(&out).contains("must run as root"));
 }
+
+/// Killed in the middle of a file, the next run continues that file where its journal
+/// says, and the file is intact.
+#[test]
+fn a_killed_file_run_resumes_where_it_stopped() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("fres", 128 * MIB, "ext4");
+    let (path, hash) = fragmented_file(&mnt.dir, 16 << 20);
+    let args = ["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "200ms"];
+    let out =
+        output(env.reseq().args(args).arg(&path).env("RESEQ_FAULTS", "delay@after-write#*=30,kill@window-start#3"));
+    assert_eq!(out.status.code(), None, "killed");
+    assert_thawed_within(&mnt.dir, std::time::Duration::from_secs(2));
+    let out = output(env.reseq().args(args).arg(&path));
+    assert_eq!(out.status.code(), Some(0));
+    let f = json_report(&out)["files"][0].clone();
+    let from = f["resumed_from_bytes"].as_u64().unwrap();
+    assert!(from > 0 && from < 16 * MIB, "resumed from {from}");
+    assert_eq!(f["bytes_rewritten"].as_u64().unwrap(), 16 * MIB - from, "only the rest of the file");
+    // A finished file starts afresh next time.
+    let out = output(env.reseq().args(args).arg(&path));
+    assert_eq!(json_report(&out)["files"][0]["resumed_from_bytes"], 0);
+    drop_caches();
+    assert_eq!(hash_path(&path).unwrap(), hash);
+    mnt.unmount().unwrap();
+    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+}
