@@ -25,6 +25,8 @@ missing=()
 for tool in "${!need[@]}"; do
   command -v "$tool" >/dev/null || missing+=("${need[$tool]}")
 done
+# PostgreSQL (for the file-mode test under pgbench) has no tool on PATH to probe.
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then
   pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
   echo "installing: $pkgs"

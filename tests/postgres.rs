@@ -1,0 +1,147 @@
+//! A real PostgreSQL: its cluster on a loop-mounted ext4 with data checksums, pgbench
+//! running through the whole file-mode rewrite of `base/`. Afterwards pgbench has no
+//! failed transaction, amcheck is clean over all indexes, and after a clean shutdown
+//! pg_checksums passes.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+const MIB: u64 = 1 << 20;
+
+fn pg_bin() -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|p| p.join("initdb").exists())
+        .collect();
+    dirs.sort();
+    dirs.pop()
+}
+
+fn as_postgres(bin: &Path, tool: &str) -> Command {
+    let mut c = Command::new("runuser");
+    c.args(["-u", "postgres", "--"]).arg(bin.join(tool));
+    c
+}
+
+/// Stops the server on drop, thawing first: a server blocked on a frozen filesystem
+/// cannot stop.
+struct Server {
+    bin: PathBuf,
+    data: PathBuf,
+    mnt: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("fsfreeze").arg("-u").arg(&self.mnt).output();
+        let _ =
+            as_postgres(&self.bin, "pg_ctl").args(["-D"]).arg(&self.data).args(["-m", "immediate", "stop"]).output();
+    }
+}
+
+#[test]
+fn postgresql_under_pgbench_survives_a_file_mode_rewrite() {
+    if !require(&["losetup", "mkfs.ext4", "runuser", "fsfreeze"]) {
+        return;
+    }
+    let Some(bin) = pg_bin() else {
+        assert!(!in_ci(), "PostgreSQL is missing (the README's test command installs it)");
+        eprintln!("SKIP: no PostgreSQL under /usr/lib/postgresql");
+        return;
+    };
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("pg", 768 * MIB, "ext4");
+    let data = mnt.dir.join("data");
+    let sock = env.path("sock");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::create_dir_all(&sock).unwrap();
+    run_cmd(Command::new("chown").args(["-R", "postgres:postgres"]).arg(&mnt.dir).arg(&sock)).unwrap();
+    run_cmd(Command::new("chmod").arg("755").arg(env.dir.path())).unwrap();
+    run_cmd(
+        as_postgres(&bin, "initdb").args(["--no-instructions", "--data-checksums", "-A", "trust", "-U", "postgres", "-D"]).arg(&data),
+    )
+    .unwrap();
+    let opts = format!("-c listen_addresses='' -k {} -p 5491 -c fsync=on", sock.display());
+    run_cmd(
+        as_postgres(&bin, "pg_ctl")
+            .args(["-w", "-D"])
+            .arg(&data)
+            .args(["-o", &opts, "-l"])
+            .arg(mnt.dir.join("server.log"))
+            .arg("start"),
+    )
+    .unwrap();
+    let server = Server { bin: bin.clone(), data: data.clone(), mnt: mnt.dir.clone() };
+    let conn = |c: &mut Command| {
+        c.args(["-h"]).arg(&sock).args(["-p", "5491", "-U", "postgres"]);
+    };
+    let mut init = as_postgres(&bin, "pgbench");
+    conn(&mut init);
+    run_cmd(init.args(["-i", "-q", "-s", "20", "postgres"])).unwrap();
+
+    // pgbench through the whole rewrite, logging every transaction's latency.
+    let logdir = env.path("pgbench");
+    std::fs::create_dir_all(&logdir).unwrap();
+    run_cmd(Command::new("chown").arg("postgres").arg(&logdir)).unwrap();
+    let mut bench = as_postgres(&bin, "pgbench");
+    conn(&mut bench);
+    bench.args(["-c", "4", "-j", "2", "-T", "20", "--log", "--log-prefix"]).arg(logdir.join("tx")).arg("postgres");
+    let bench = bench.current_dir(&logdir).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+
+    let out = output(
+        env.reseq().args(["rewrite", "--json", "--max-freeze", "500ms", "--pause", "200ms"]).arg(data.join("base")),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_report(&out);
+    let files = r["files"].as_array().unwrap();
+    let written = r["results"]["bytes_written"].as_u64().unwrap();
+    assert!(written > 200 * MIB, "the pgbench tables should be rewritten ({written} bytes)");
+    assert!(files.iter().all(|f| f["verification"] != "incomplete"), "every file finished");
+
+    let bench = bench.wait_with_output().unwrap();
+    let report = String::from_utf8_lossy(&bench.stdout);
+    eprintln!("{report}\n{}", String::from_utf8_lossy(&bench.stderr));
+    assert!(bench.status.success(), "pgbench failed");
+    assert!(report.contains("number of failed transactions: 0 "), "pgbench had failed transactions");
+    // The longest transaction, from pgbench's per-transaction log (3rd field, µs).
+    let mut worst = 0u64;
+    for e in std::fs::read_dir(&logdir).unwrap().flatten() {
+        for line in std::fs::read_to_string(e.path()).unwrap().lines() {
+            worst = worst.max(line.split_whitespace().nth(2).and_then(|v| v.parse().ok()).unwrap_or(0));
+        }
+    }
+    eprintln!(
+        "longest pgbench transaction: {:.1} ms (windows: longest freeze {} s)",
+        worst as f64 / 1000.0,
+        r["results"]["longest_freeze_seconds"]
+    );
+
+    let mut psql = Command::new("runuser");
+    psql.args(["-u", "postgres", "--", "psql", "-q", "-h"]).arg(&sock).args([
+        "-p",
+        "5491",
+        "-U",
+        "postgres",
+        "-c",
+        "CREATE EXTENSION amcheck",
+        "postgres",
+    ]);
+    run_cmd(&mut psql).unwrap();
+    let mut check = as_postgres(&bin, "pg_amcheck");
+    conn(&mut check);
+    run_cmd(check.args(["--all", "--heapallindexed"])).expect("amcheck clean");
+
+    run_cmd(as_postgres(&bin, "pg_ctl").args(["-w", "-D"]).arg(&data).args(["-m", "fast", "stop"])).unwrap();
+    std::mem::forget(server);
+    run_cmd(as_postgres(&bin, "pg_checksums").args(["--check", "-D"]).arg(&data)).expect("pg_checksums clean");
+    mnt.unmount().unwrap();
+    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+}
