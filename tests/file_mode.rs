@@ -262,3 +262,89 @@ fn a_killed_file_run_resumes_where_it_stopped() {
     mnt.unmount().unwrap();
     run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
 }
+
+/// Runs a slow rewrite of `path` (many windows) and applies `change` to the file while
+/// it runs (between windows: a change blocks while the filesystem is frozen).
+fn rewrite_while(env: &TestEnv, path: &std::path::Path, change: impl FnOnce() + Send) -> serde_json::Value {
+    let mut cmd = env.reseq();
+    cmd.args(["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "150ms", "--pause", "30ms"])
+        .arg(path)
+        .env("RESEQ_FAULTS", "delay@after-write#*=25");
+    let child = spawn_captured(&mut cmd);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    change();
+    let out = wait_captured(child);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    json_report(&out)
+}
+
+#[test]
+fn files_deleted_truncated_or_extended_during_the_run() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("chg", 256 * MIB, "ext4");
+    let make = |name: &str| {
+        let p = mnt.dir.join(name);
+        let mut data = vec![0u8; 32 << 20];
+        XorShift::new(name.len() as u64).fill(&mut data);
+        std::fs::write(&p, &data).unwrap();
+        (p, data)
+    };
+    run_cmd(&mut Command::new("sync")).unwrap();
+
+    let (gone, _) = make("gone");
+    let r = rewrite_while(&env, &gone, || std::fs::remove_file(&gone).unwrap());
+    let f = &r["files"][0];
+    assert_eq!(f["skipped_reason"], "deleted during the run", "{f}");
+    assert!(f["bytes_rewritten"].as_u64().unwrap() < 32 * MIB);
+
+    let (short, data) = make("short");
+    let r = rewrite_while(&env, &short, || {
+        std::fs::OpenOptions::new().write(true).open(&short).unwrap().set_len(8 << 20).unwrap()
+    });
+    assert!(r["files"][0]["bytes_rewritten"].as_u64().unwrap() < 32 * MIB);
+    drop_caches();
+    assert_eq!(std::fs::read(&short).unwrap(), data[..8 << 20], "the truncated file lost or changed bytes");
+
+    let (long, mut data) = make("long");
+    let extra = vec![0xabu8; 4 << 20];
+    let r = rewrite_while(&env, &long, || {
+        std::fs::OpenOptions::new().append(true).open(&long).unwrap().write_all(&extra).unwrap()
+    });
+    assert!(r["files"][0]["bytes_rewritten"].as_u64().unwrap() <= 32 * MIB, "the file as it was at the start");
+    data.extend_from_slice(&extra);
+    drop_caches();
+    assert_eq!(blake3::hash(&std::fs::read(&long).unwrap()), blake3::hash(&data), "the extended file changed");
+    mnt.unmount().unwrap();
+    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+}
+
+#[test]
+fn reflinked_pair_on_xfs_is_written_once() {
+    if !require(&["losetup", "mkfs.xfs", "cp"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("rl", 320 * MIB, "xfs");
+    let a = mnt.dir.join("a");
+    let mut data = vec![0u8; 8 << 20];
+    XorShift::new(5).fill(&mut data);
+    std::fs::write(&a, &data).unwrap();
+    run_cmd(Command::new("cp").arg("--reflink=always").arg(&a).arg(mnt.dir.join("b"))).unwrap();
+    run_cmd(&mut Command::new("sync")).unwrap();
+    let out = output(env.reseq().args(["rewrite", "--json"]).arg(&a).arg(mnt.dir.join("b")));
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_report(&out);
+    let files = r["files"].as_array().unwrap();
+    assert_eq!(files[0]["bytes_rewritten"], 8 * MIB, "the first file writes the shared range");
+    assert_eq!(files[1]["bytes_rewritten"], 0, "the second finds it done");
+    assert_eq!(files[1]["bytes_skipped_shared"], 8 * MIB);
+    drop_caches();
+    for p in [a.clone(), mnt.dir.join("b")] {
+        assert_eq!(std::fs::read(&p).unwrap(), data);
+    }
+    mnt.unmount().unwrap();
+    run_cmd(Command::new("xfs_repair").arg("-n").arg(&lo.path)).unwrap();
+}

@@ -65,7 +65,9 @@ fn postgresql_under_pgbench_survives_a_file_mode_rewrite() {
     run_cmd(Command::new("chown").args(["-R", "postgres:postgres"]).arg(&mnt.dir).arg(&sock)).unwrap();
     run_cmd(Command::new("chmod").arg("755").arg(env.dir.path())).unwrap();
     run_cmd(
-        as_postgres(&bin, "initdb").args(["--no-instructions", "--data-checksums", "-A", "trust", "-U", "postgres", "-D"]).arg(&data),
+        as_postgres(&bin, "initdb")
+            .args(["--no-instructions", "--data-checksums", "-A", "trust", "-U", "postgres", "-D"])
+            .arg(&data),
     )
     .unwrap();
     let opts = format!("-c listen_addresses='' -k {} -p 5491 -c fsync=on", sock.display());
