@@ -457,6 +457,12 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
         report.plan_text = Some(describe(&groups, &planned, max_freeze));
         return Ok(());
     }
+    // A cron job's priority: best-effort level 7 (ionice -c2 -n7), not the idle class:
+    // an idle-class writer can be starved while the filesystem is frozen, stretching the
+    // very stall the windows bound. Set before any thread starts, so all inherit it.
+    if let Err(e) = sys::lower_io_priority() {
+        log::warn!("could not lower the I/O priority: {e}");
+    }
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
     let shared: SharedClaims = Arc::default();
     let mut totals = EngineStats::default();

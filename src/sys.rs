@@ -383,3 +383,15 @@ pub fn statx_encrypted(path: &Path) -> nix::Result<bool> {
     let bit = libc::STATX_ATTR_ENCRYPTED as u64;
     Ok(stx.stx_attributes_mask & bit != 0 && stx.stx_attributes & bit != 0)
 }
+
+/// Lowers this thread's I/O priority to best-effort level 7, the lowest of the normal
+/// class (what `ionice -c2 -n7` does); threads started afterwards inherit it.
+/// include/uapi/linux/ioprio.h: IOPRIO_WHO_PROCESS = 1, IOPRIO_CLASS_BE = 2,
+/// value = class << 13 | level.
+pub fn lower_io_priority() -> nix::Result<()> {
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    const IOPRIO_CLASS_BE: libc::c_long = 2;
+    // SAFETY: ioprio_set(2) takes three integers and touches no memory of ours.
+    let rc = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, (IOPRIO_CLASS_BE << 13) | 7) };
+    Errno::result(rc).map(drop)
+}

@@ -272,6 +272,8 @@ fn rewrite_while(env: &TestEnv, path: &std::path::Path, change: impl FnOnce() + 
         .env("RESEQ_FAULTS", "delay@after-write#*=25");
     let child = spawn_captured(&mut cmd);
     std::thread::sleep(std::time::Duration::from_millis(300));
+    let prio = run_cmd(Command::new("ionice").arg("-p").arg(child.id().to_string())).unwrap();
+    assert!(prio.contains("best-effort: prio 7"), "file mode runs at a low I/O priority: {prio}");
     change();
     let out = wait_captured(child);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
