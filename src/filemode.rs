@@ -215,6 +215,10 @@ pub struct FileReport {
     pub bytes_skipped_shared: u64,
     /// Why the file was skipped, if it was (its bytes then count as not rewritten).
     pub skipped_reason: Option<String>,
+    /// `--only-slow`: why the file was left alone (it reads fast enough).
+    pub left_alone: Option<String>,
+    /// `--only-slow`: the file's sequential read throughput before the run.
+    pub read_bytes_per_second: Option<f64>,
     /// Resumed from this file offset.
     pub resumed_from_bytes: u64,
     pub windows: u64,
@@ -433,10 +437,14 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
             "--max-freeze must be >= 10ms; --chunk-size, --read-ahead, --max-overruns positive".into(),
         ));
     }
-    if args.bench || args.only_slow || args.from_scan.is_some() || args.include_free || args.restart {
+    if args.bench || args.from_scan.is_some() || args.include_free || args.restart {
         return Err(Error::Usage(
-            "file mode does not take --bench, --only-slow, --from-scan, --include-free or --restart (use reseq bench on the files)".into(),
+            "file mode does not take --bench, --from-scan, --include-free or --restart (use reseq bench on the files)"
+                .into(),
         ));
+    }
+    if !(args.slow_threshold > 0.0 && args.slow_threshold <= 1.0) {
+        return Err(Error::Usage("--slow-threshold must be in (0, 1]".into()));
     }
     let files = collect(args)?;
     if files.is_empty() {
@@ -457,6 +465,8 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
         report.plan_text = Some(describe(&groups, &planned, max_freeze));
         return Ok(());
     }
+    // --only-slow: time each file's sequential read and leave the fast ones alone.
+    let left_alone = if args.only_slow { slow_files(args, &planned)? } else { HashMap::new() };
     // A cron job's priority: best-effort level 7 (ionice -c2 -n7), not the idle class:
     // an idle-class writer can be starved while the filesystem is frozen, stretching the
     // very stall the windows bound. Set before any thread starts, so all inherit it.
@@ -476,6 +486,14 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
             mounts::mount_containing(&m, &std::path::absolute(&args.state_dir).unwrap_or_default()).map(|e| e.dev)
         });
         for (fi, p) in planned.iter().enumerate().filter(|(_, p)| p.fs == gi) {
+            if let Some(why) = left_alone.get(&fi) {
+                let mut fr = skipped_report(&p.path, "");
+                fr.skipped_reason = None;
+                fr.left_alone = Some(why.clone());
+                fr.size_bytes = std::fs::metadata(&p.path).map(|m| m.len()).unwrap_or(0);
+                file_reports.push(fr);
+                continue;
+            }
             let (fr, stats, r) = rewrite_file(
                 args,
                 quiet,
@@ -593,6 +611,8 @@ fn rewrite_file(
         bytes_skipped_unwritten: planner.bytes_unwritten,
         bytes_skipped_shared: planner.bytes_shared_elsewhere,
         skipped_reason: planner.skipped.clone(),
+        left_alone: None,
+        read_bytes_per_second: None,
         resumed_from_bytes: start,
         windows: stats.windows,
         longest_freeze_seconds: stats.longest_freeze_seconds,
@@ -609,6 +629,37 @@ fn rewrite_file(
     (Some(fr), stats, result)
 }
 
+/// For `--only-slow`: each file's sequential read (O_DIRECT, 1 MiB, QD1, one pass); the
+/// files below `--slow-threshold` x the median of the fastest quarter are rewritten, the
+/// others returned here with the reason they are left alone.
+fn slow_files(args: &RewriteArgs, planned: &[Planned]) -> Result<HashMap<usize, String>> {
+    let mut rates = Vec::new();
+    for p in planned {
+        let src = crate::readbench::Source::open(&p.path)?;
+        let len = src.len;
+        let target = crate::readbench::Target::Real(vec![src]);
+        let t = crate::readbench::read_span(&target, 1 << 20, 1, 0, len)?;
+        rates.push(if len == 0 { f64::INFINITY } else { t.rate() });
+    }
+    let mut sorted: Vec<f64> = rates.iter().copied().filter(|r| r.is_finite()).collect();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let top = sorted.len().div_ceil(4).max(1);
+    let reference = crate::bench::median(&sorted[..top.min(sorted.len())]);
+    let limit = args.slow_threshold * reference;
+    log::info!(
+        "--only-slow: reference {}/s (fastest quarter of {} files), slow below {}/s",
+        human_bytes(reference as u64),
+        planned.len(),
+        human_bytes(limit as u64)
+    );
+    Ok(rates
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| **r >= limit)
+        .map(|(i, r)| (i, format!("reads at {}/s, not below {}/s", human_bytes(*r as u64), human_bytes(limit as u64))))
+        .collect())
+}
+
 fn skipped_report(path: &Path, why: &str) -> FileReport {
     FileReport {
         path: path.display().to_string(),
@@ -618,6 +669,8 @@ fn skipped_report(path: &Path, why: &str) -> FileReport {
         bytes_skipped_unwritten: 0,
         bytes_skipped_shared: 0,
         skipped_reason: Some(why.into()),
+        left_alone: None,
+        read_bytes_per_second: None,
         resumed_from_bytes: 0,
         windows: 0,
         longest_freeze_seconds: 0.0,

@@ -13,6 +13,8 @@
 //! - `rotational`: the device is taken to be rotational (no test disk spins).
 //! - `slow@START-END=MS`: every benchmark read touching `[START, END)` takes MS longer
 //!   (a region made slow on purpose, for `scan`).
+//! - `slow-file@TEXT=MS`: every benchmark read of a file whose path contains TEXT takes
+//!   MS longer (a slow file, for file mode's `--only-slow`).
 //!
 //! POINTs: `window-start` (after the freeze), `before-write` (before asking to write),
 //! `after-permit` (granted, before the write syscall), `after-write`, `after-verify`,
@@ -39,6 +41,7 @@ mod imp {
         EbusyOpen,
         Rotational,
         Slow(u64, u64, u64),
+        SlowFile(String, u64),
     }
 
     struct State {
@@ -73,6 +76,10 @@ mod imp {
             "read-error" => Rule::Io(IoOp::Read, num(rest)),
             "write-error" => Rule::Io(IoOp::Write, num(rest)),
             "corrupt" => Rule::Corrupt(num(rest)),
+            "slow-file" => {
+                let (text, ms) = rest.split_once('=').unwrap_or_else(|| fail(rule));
+                Rule::SlowFile(text.to_string(), ms.parse().unwrap_or_else(|_| fail(rule)))
+            }
             "slow" => {
                 let (range, ms) = rest.split_once('=').unwrap_or_else(|| fail(rule));
                 let (a, b) = range.split_once('-').unwrap_or_else(|| fail(rule));
@@ -155,14 +162,14 @@ mod imp {
         state().rules.iter().any(|r| matches!(r, Rule::Rotational))
     }
 
-    pub fn read_delay(offset: u64, len: u64) {
+    pub fn read_delay(path: &std::path::Path, offset: u64, len: u64) {
         for r in &state().rules {
-            if let Rule::Slow(a, b, ms) = r
-                && offset < *b
-                && offset + len > *a
-            {
-                std::thread::sleep(std::time::Duration::from_millis(*ms));
-            }
+            let ms = match r {
+                Rule::Slow(a, b, ms) if offset < *b && offset + len > *a => *ms,
+                Rule::SlowFile(text, ms) if path.to_string_lossy().contains(text.as_str()) => *ms,
+                _ => continue,
+            };
+            std::thread::sleep(std::time::Duration::from_millis(ms));
         }
     }
 }
@@ -187,7 +194,7 @@ mod imp {
         false
     }
     #[inline(always)]
-    pub fn read_delay(_: u64, _: u64) {}
+    pub fn read_delay(_: &std::path::Path, _: u64, _: u64) {}
 }
 
 pub use imp::*;

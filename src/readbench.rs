@@ -221,7 +221,7 @@ fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<
                     let len = want.div_ceil(s.offset_align) * s.offset_align;
                     let r = crate::hooks::io_fault(crate::hooks::IoOp::Read, off, len)
                         .and_then(|()| s.file.read_at(&mut buf[..len as usize], off));
-                    crate::hooks::read_delay(off, len);
+                    crate::hooks::read_delay(&s.path, off, len);
                     match r {
                         Ok(n) => {
                             total.fetch_add((n as u64).min(want), Ordering::SeqCst);

@@ -350,3 +350,50 @@ fn reflinked_pair_on_xfs_is_written_once() {
     mnt.unmount().unwrap();
     run_cmd(Command::new("xfs_repair").arg("-n").arg(&lo.path)).unwrap();
 }
+
+/// `--only-slow` in file mode: with two of ten files reading slowly (made slow through the
+/// test hook; a loop device has no FTL to degrade), only those two are rewritten.
+#[test]
+fn only_slow_files_are_rewritten() {
+    if !require(&["losetup", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("sel", 128 * MIB, "ext4");
+    let dir = mnt.dir.join("db");
+    std::fs::create_dir(&dir).unwrap();
+    let mut hashes = Vec::new();
+    for i in 0..10 {
+        let name = if i < 2 { format!("slow{i}") } else { format!("fast{i}") };
+        let mut data = vec![0u8; 4 << 20];
+        XorShift::new(i + 1).fill(&mut data);
+        std::fs::write(dir.join(&name), &data).unwrap();
+        hashes.push((dir.join(name), blake3::hash(&data)));
+    }
+    run_cmd(&mut Command::new("sync")).unwrap();
+    let out = output(
+        env.reseq()
+            .args(["rewrite", "--json", "--only-slow"])
+            .arg(&dir) // Every read 30 ms longer, so this VM's timing noise cannot decide;
+            // the two "slow" files' reads 200 ms more.
+            .env("RESEQ_FAULTS", "slow-file@/db/=30,slow-file@/slow=200"),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_report(&out);
+    let files = r["files"].as_array().unwrap();
+    let rewritten: Vec<&str> = files
+        .iter()
+        .filter(|f| f["bytes_rewritten"].as_u64().unwrap() > 0)
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(rewritten.len(), 2, "{rewritten:?}");
+    assert!(rewritten.iter().all(|p| p.contains("/slow")));
+    let full = 10 * 4 * MIB;
+    let written = r["results"]["bytes_written"].as_u64().unwrap();
+    assert!(written * 10 <= full * 3, "selective wrote {written} of {full} bytes");
+    assert_eq!(files.iter().filter(|f| f["left_alone"].is_string()).count(), 8);
+    drop_caches();
+    assert_files_intact(&hashes);
+    mnt.unmount().unwrap();
+    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+}
