@@ -186,6 +186,10 @@ pub struct RewriteArgs {
     /// [default: 5s for a device, 1s for files]
     #[arg(long, value_name = "DURATION")]
     pub max_freeze: Option<String>,
+    /// Average write rate limit for the whole run (e.g. 50M = 50 MiB/s), kept by pausing
+    /// between windows.
+    #[arg(long, value_name = "SIZE")]
+    pub rate: Option<String>,
     /// Pause between windows, thawed, so applications catch up.
     #[arg(long, default_value = "0s", value_name = "DURATION")]
     pub pause: String,

@@ -106,6 +106,7 @@ fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> 
         chunk_size: crate::cli::DEFAULT_CHUNK_SIZE.into(),
         max_freeze: Some("1s".into()),
         pause: "100ms".into(),
+        rate: None,
         read_ahead: 2,
         max_overruns: 3,
         no_verify: false,

@@ -60,6 +60,10 @@ pub struct EngineConfig {
     /// Stop (exit "window overrun") when this many windows have overrun their deadline.
     /// Before that, each overrun halves the share of the deadline the writer uses.
     pub max_overruns: u32,
+    /// Average write rate to stay under, in bytes per second (None: as fast as it goes).
+    /// Enforced by lengthening the pause *between* windows: sleeping inside a window
+    /// would lengthen the freeze.
+    pub rate_bytes_per_second: Option<u64>,
 }
 
 impl EngineConfig {
@@ -235,13 +239,15 @@ impl Engine<'_> {
         // Soft budget: stop starting chunks at 3/4 of the guardian's deadline, leaving room
         // for one slow chunk, its read-back and the thaw. Each overrun halves the share.
         let mut share = 0.75;
+        let run_start = Instant::now();
         while self.stats.next_offset_bytes < self.cfg.range_end {
             let budget = guard.deadline().map(|d| d.mul_f64(share));
             if let Some(sig) = self.stop.signal() {
                 return Err(self.interrupted(sig));
             }
-            if self.stats.windows > 0 && !self.cfg.pause.is_zero() {
-                self.stop.sleep(self.cfg.pause);
+            let pause = self.pause_before_next_window(run_start);
+            if self.stats.windows > 0 && !pause.is_zero() {
+                self.stop.sleep(pause);
                 if let Some(sig) = self.stop.signal() {
                     return Err(self.interrupted(sig));
                 }
@@ -373,6 +379,15 @@ impl Engine<'_> {
             self.stats.next_offset_bytes = self.cfg.range_end;
         }
         Ok((end, flow))
+    }
+
+    /// `--pause`, or longer if the run is ahead of `--rate`.
+    fn pause_before_next_window(&self, run_start: Instant) -> Duration {
+        let ahead = self.cfg.rate_bytes_per_second.filter(|&r| r > 0).map_or(Duration::ZERO, |rate| {
+            let due = Duration::from_secs_f64(self.stats.bytes_written as f64 / rate as f64);
+            due.saturating_sub(run_start.elapsed())
+        });
+        self.cfg.pause.max(ahead)
     }
 
     fn recycle(&self, buf: AlignedBuf) {
@@ -756,6 +771,7 @@ mod tests {
             pause: Duration::ZERO,
             journal_on_frozen_fs: false,
             max_overruns: 1,
+            rate_bytes_per_second: None,
         };
         assert_eq!(cfg.chunks_of(&[(50, 230), (900, 200)]), vec![(50, 100), (150, 100), (250, 30), (900, 100)]);
     }

@@ -213,6 +213,8 @@ pub struct FileReport {
     pub bytes_skipped_unwritten: u64,
     /// Shared extents another file of this run already rewrote.
     pub bytes_skipped_shared: u64,
+    /// Holes (never allocated, never written), for a file done to its end.
+    pub bytes_skipped_holes: u64,
     /// Why the file was skipped, if it was (its bytes then count as not rewritten).
     pub skipped_reason: Option<String>,
     /// `--only-slow`: why the file was left alone (it reads fast enough).
@@ -432,6 +434,7 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     let max_freeze = units::parse_duration(args.max_freeze_or(crate::cli::DEFAULT_FILE_MAX_FREEZE))
         .map_err(|e| Error::Usage(format!("--max-freeze: {e}")))?;
     let pause = units::parse_duration(&args.pause).map_err(|e| Error::Usage(format!("--pause: {e}")))?;
+    let rate = crate::plan::parse_rate(args)?;
     if max_freeze < Duration::from_millis(10) || chunk_size == 0 || args.read_ahead == 0 || args.max_overruns == 0 {
         return Err(Error::Usage(
             "--max-freeze must be >= 10ms; --chunk-size, --read-ahead, --max-overruns positive".into(),
@@ -475,6 +478,7 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     }
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
     let shared: SharedClaims = Arc::default();
+    let run_start = Instant::now();
     let mut totals = EngineStats::default();
     let mut file_reports = Vec::new();
     let mut outcome = Ok(());
@@ -504,8 +508,7 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
                 g,
                 &dev,
                 &mut guard,
-                chunk_size,
-                pause,
+                (chunk_size, pause, rate),
                 state_mount,
             );
             add(&mut totals, &stats);
@@ -513,6 +516,12 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
             if let Err(e) = r {
                 outcome = Err(e);
                 break 'groups;
+            }
+            // --rate over the whole run: the windows of each file keep to it; between
+            // files, wait off whatever the run is still ahead by.
+            if let Some(rate) = rate {
+                let due = Duration::from_secs_f64(totals.bytes_written as f64 / rate as f64);
+                stop.sleep(due.saturating_sub(run_start.elapsed()));
             }
         }
     }
@@ -548,8 +557,7 @@ fn rewrite_file(
     g: &FsGroup,
     dev: &Arc<DirectDevice>,
     guard: &mut GuardedFreeze,
-    chunk_size: u64,
-    pause: Duration,
+    (chunk_size, pause, rate): (u64, Duration, Option<u64>),
     state_mount: Option<(u32, u32)>,
 ) -> FileOutcome {
     let fail = |e: Error| (None, EngineStats::default(), Err(e));
@@ -596,6 +604,7 @@ fn rewrite_file(
         pause,
         journal_on_frozen_fs: state_mount == Some(g.fs.dev_num),
         max_overruns: args.max_overruns,
+        rate_bytes_per_second: rate,
     };
     if !quiet {
         log::info!("{}: {} from offset {start}", path.display(), human_bytes(md.len()));
@@ -610,6 +619,13 @@ fn rewrite_file(
         bytes_rewritten: stats.bytes_written,
         bytes_skipped_unwritten: planner.bytes_unwritten,
         bytes_skipped_shared: planner.bytes_shared_elsewhere,
+        bytes_skipped_holes: if result.is_ok() && planner.skipped.is_none() {
+            // Whatever of the file is neither rewritten nor otherwise skipped is a hole.
+            range_end
+                .saturating_sub(start + stats.bytes_written + planner.bytes_unwritten + planner.bytes_shared_elsewhere)
+        } else {
+            0
+        },
         skipped_reason: planner.skipped.clone(),
         left_alone: None,
         read_bytes_per_second: None,
@@ -668,6 +684,7 @@ fn skipped_report(path: &Path, why: &str) -> FileReport {
         bytes_rewritten: 0,
         bytes_skipped_unwritten: 0,
         bytes_skipped_shared: 0,
+        bytes_skipped_holes: 0,
         skipped_reason: Some(why.into()),
         left_alone: None,
         read_bytes_per_second: None,

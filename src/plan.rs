@@ -107,6 +107,18 @@ pub fn check_freeze_length(max_freeze: Duration, force: bool) -> Result<Vec<Stri
     Ok(vec![msg])
 }
 
+/// `--rate`, in bytes per second.
+pub fn parse_rate(args: &RewriteArgs) -> Result<Option<u64>> {
+    match &args.rate {
+        None => Ok(None),
+        Some(r) => match units::parse_size(r.trim_end_matches("/s")) {
+            Ok(0) => Err(Error::Usage("--rate must be positive".into())),
+            Ok(v) => Ok(Some(v)),
+            Err(e) => Err(Error::Usage(format!("--rate: {e}"))),
+        },
+    }
+}
+
 /// Checks privileges: FIFREEZE needs CAP_SYS_ADMIN, raw device writes need root's access.
 pub fn check_privileges() -> Result<()> {
     if !nix::unistd::geteuid().is_root() {
@@ -178,6 +190,7 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
         return Err(Error::Usage("--max-freeze must be at least 10ms".into()));
     }
     let pause = units::parse_duration(&args.pause).map_err(|e| Error::Usage(format!("--pause: {e}")))?;
+    let rate = parse_rate(args)?;
     if args.max_overruns == 0 {
         return Err(Error::Usage("--max-overruns must be at least 1".into()));
     }
@@ -288,6 +301,7 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
         pause,
         journal_on_frozen_fs,
         max_overruns: args.max_overruns,
+        rate_bytes_per_second: rate,
     };
     let used_space =
         if args.include_free { Vec::new() } else { used_space_spans(&env.sysfs, &dev, &filesystems, &mut warnings) };

@@ -149,7 +149,7 @@ fn awkward_files_write_only_their_data() {
     pre.sync_all().unwrap();
     std::fs::File::create(d.join("empty")).unwrap();
     // A tree of small files, and an excluded one.
-    for i in 0..300 {
+    for i in 0..1000 {
         let sub = d.join(format!("tree/{}", i % 10));
         std::fs::create_dir_all(&sub).unwrap();
         std::fs::write(sub.join(format!("f{i}")), vec![i as u8; 4096]).unwrap();
@@ -170,9 +170,10 @@ fn awkward_files_write_only_their_data() {
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);
     let files = r["files"].as_array().unwrap();
-    assert_eq!(files.len(), 3 + 300, "the excluded file is left out");
+    assert_eq!(files.len(), 3 + 1000, "the excluded file is left out");
     let by = |name: &str| files.iter().find(|f| f["path"].as_str().unwrap().ends_with(name)).unwrap().clone();
     assert_eq!(by("/sparse")["bytes_rewritten"], 2 * MIB, "holes are never written");
+    assert_eq!(by("/sparse")["bytes_skipped_holes"], 10 * MIB);
     assert_eq!(by("/prealloc")["bytes_rewritten"], MIB, "unwritten extents are never written");
     assert_eq!(by("/prealloc")["bytes_skipped_unwritten"], 4 * MIB);
     assert_eq!(by("/empty")["bytes_rewritten"], 0);
@@ -181,7 +182,7 @@ fn awkward_files_write_only_their_data() {
         .filter(|f| f["path"].as_str().unwrap().contains("/tree/"))
         .map(|f| f["bytes_rewritten"].as_u64().unwrap())
         .sum();
-    assert_eq!(tree, 300 * 4096);
+    assert_eq!(tree, 1000 * 4096);
     drop_caches();
     for (n, h) in ["sparse", "prealloc"].iter().zip(hashes) {
         assert_eq!(hash_path(&d.join(n)).unwrap(), h, "{n} changed");
@@ -394,6 +395,115 @@ fn only_slow_files_are_rewritten() {
     assert_eq!(files.iter().filter(|f| f["left_alone"].is_string()).count(), 8);
     drop_caches();
     assert_files_intact(&hashes);
+    mnt.unmount().unwrap();
+    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+}
+
+/// ext4 with inline_data keeps tiny files inside the inode: FIEMAP flags them
+/// DATA_INLINE|NOT_ALIGNED and their "physical" address points into the inode table, so
+/// they are skipped with the reason, and nothing is written.
+#[test]
+fn inline_data_files_are_skipped_with_the_reason() {
+    if !require(&["losetup", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.loop_device("inl.img", 64 * MIB);
+    run_cmd(Command::new("mkfs.ext4").args(["-q", "-F", "-O", "inline_data"]).arg(&lo.path)).unwrap();
+    let mnt = Mount::new(&lo.path, &env.path("inl"), &[]).unwrap();
+    let tiny = mnt.dir.join("tiny");
+    std::fs::write(&tiny, b"a few bytes kept in the inode").unwrap();
+    run_cmd(&mut Command::new("sync")).unwrap();
+    let before = bytes_written_to(&lo.path);
+    let out = output(env.reseq().args(["rewrite", "--json"]).arg(&tiny));
+    assert_eq!(out.status.code(), Some(0));
+    let f = &json_report(&out)["files"][0];
+    assert!(f["skipped_reason"].as_str().unwrap().contains("DATA_INLINE"), "{f}");
+    assert_eq!(f["bytes_rewritten"], 0);
+    assert!(bytes_written_to(&lo.path) - before < 64 * 1024, "only the filesystem's own journal writes");
+    assert_eq!(std::fs::read(&tiny).unwrap(), b"a few bytes kept in the inode");
+}
+
+/// --rate keeps the average: 8 MiB at 8 MiB/s takes about a second, at full speed far less.
+#[test]
+fn rate_limits_the_run() {
+    if !require(&["losetup", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_lo, mnt) = env.mounted("rate", 128 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 4, 2 << 20, 8);
+    let t = std::time::Instant::now();
+    let out = output(
+        env.reseq()
+            .args(["rewrite", "--json", "--rate", "8M", "--chunk-size", "512K", "--max-freeze", "100ms"])
+            .arg(&mnt.dir),
+    );
+    let took = t.elapsed();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(json_report(&out)["results"]["bytes_written"], 8 * MIB);
+    assert!(took >= std::time::Duration::from_millis(850), "8 MiB at 8 MiB/s took only {took:?}");
+    assert_files_intact(&files);
+}
+
+/// A writer overwrites random 4 KiB records of the file being rewritten, logging what it
+/// wrote where, and appends; afterwards the file is exactly what the log says, and no
+/// single write stalled longer than the window budget plus half a second.
+#[test]
+fn random_overwrites_during_the_run_are_all_kept() {
+    if !require(&["losetup", "mkfs.ext4", "python3"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("rnd", 256 * MIB, "ext4");
+    let (path, _) = fragmented_file(&mnt.dir, 16 << 20);
+    let script = r#"
+import os, random, sys, time, json
+path, stop, out = sys.argv[1:4]
+fd = os.open(path, os.O_WRONLY)
+slots = os.fstat(fd).st_size // 4096
+last, worst, n, appended = {}, 0.0, 0, 0
+while not os.path.exists(stop):
+    n += 1
+    slot = random.randrange(slots)
+    rec = (f"slot {slot} write {n} ".encode() * 300)[:4096]
+    t = time.perf_counter()
+    os.pwrite(fd, rec, slot * 4096)
+    if n % 50 == 0:
+        os.pwrite(fd, rec, (slots + appended) * 4096); appended += 1
+    worst = max(worst, time.perf_counter() - t)
+    last[slot] = n
+    time.sleep(0.0005)
+os.fsync(fd)
+json.dump({"last": last, "worst": worst, "appended": appended, "slots": slots}, open(out, "w"))
+"#;
+    std::fs::write(env.path("w.py"), script).unwrap();
+    let (stop, result) = (env.path("stop"), env.path("w.json"));
+    let mut writer = Command::new("python3").arg(env.path("w.py")).arg(&path).arg(&stop).arg(&result).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = output(
+        env.reseq()
+            .args(["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "300ms", "--pause", "50ms"])
+            .arg(&path)
+            .env("RESEQ_FAULTS", "delay@after-write#*=15"),
+    );
+    std::fs::write(&stop, b"").unwrap();
+    assert!(writer.wait().unwrap().success());
+    assert_eq!(out.status.code(), Some(0));
+    assert!(json_report(&out)["results"]["windows"].as_u64().unwrap() >= 2);
+    let w: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&result).unwrap()).unwrap();
+    let worst = w["worst"].as_f64().unwrap();
+    eprintln!("writer: {} slots rewritten, worst write stall {worst:.3} s", w["last"].as_object().unwrap().len());
+    assert!(worst <= 0.3 + 0.5, "a write stalled {worst:.3} s");
+    drop_caches();
+    let data = std::fs::read(&path).unwrap();
+    for (slot, n) in w["last"].as_object().unwrap() {
+        let slot: usize = slot.parse().unwrap();
+        let want = format!("slot {slot} write {} ", n.as_u64().unwrap());
+        assert!(data[slot * 4096..].starts_with(want.as_bytes()), "slot {slot} lost its last write (#{n})");
+    }
+    let slots = w["slots"].as_u64().unwrap() as usize;
+    assert_eq!(data.len(), (slots + w["appended"].as_u64().unwrap() as usize) * 4096, "appends lost");
     mnt.unmount().unwrap();
     run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
 }
