@@ -74,9 +74,18 @@ impl Mount {
         Ok(Mount { dir: dir.to_path_buf() })
     }
 
-    /// Unmounts now (for an fsck afterwards), reporting failure.
+    /// Unmounts now (for an fsck afterwards), reporting failure. Retries for a few
+    /// seconds: a process forked elsewhere in the test harness can hold a copy of an fd
+    /// for a moment before its exec closes it, and umount then says "target is busy".
     pub fn unmount(self) -> std::io::Result<()> {
-        let r = run_cmd(Command::new("umount").arg(&self.dir)).map(drop);
+        let mut r = Ok(());
+        for _ in 0..50 {
+            r = run_cmd(Command::new("umount").arg(&self.dir)).map(drop);
+            if r.is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         std::mem::forget(self);
         r
     }
