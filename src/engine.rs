@@ -204,6 +204,7 @@ pub fn run(
         verified: Vec::new(),
         chunk_estimate: Duration::ZERO,
         failed: false,
+        chunk_size: cfg.chunk_size,
         done_before: cfg.start_offset.saturating_sub(cfg.range_start),
     };
     let result = engine.run_windows(planner, guard);
@@ -225,6 +226,8 @@ struct Engine<'a> {
     chunk_estimate: Duration,
     /// A chunk failed: later chunks are not recorded as done.
     failed: bool,
+    /// The chunk size of the next window (adapts; at most `cfg.chunk_size`).
+    chunk_size: u64,
     done_before: u64,
 }
 
@@ -264,6 +267,7 @@ impl Engine<'_> {
                 );
             }
             let flow = flow?;
+            self.adapt_chunk_size(budget, end.overran || matches!(flow, WindowFlow::Overrun));
             if end.overran || matches!(flow, WindowFlow::Overrun) {
                 self.stats.windows_overrun += 1;
                 let deadline = guard.deadline().unwrap_or_default();
@@ -317,7 +321,7 @@ impl Engine<'_> {
 
         // Plan while frozen. If planning fails, the window still ends (thaws) here.
         let chunks = match planner.ranges(self.stats.next_offset_bytes, self.cfg.range_end) {
-            Ok(ranges) => self.cfg.chunks_of(&ranges),
+            Ok(ranges) => EngineConfig { chunk_size: self.chunk_size, ..self.cfg.clone() }.chunks_of(&ranges),
             Err(e) => {
                 let _ = guard.end();
                 output::release();
@@ -379,6 +383,27 @@ impl Engine<'_> {
             self.stats.next_offset_bytes = self.cfg.range_end;
         }
         Ok((end, flow))
+    }
+
+    /// Chunks adapt to the window: when one chunk takes more than a quarter of the budget
+    /// (a slow device, a busy host), or a window overran, the next windows use chunks
+    /// half the size, down to 64 KiB; when chunks are quick again they grow back towards
+    /// `--chunk-size`. Smaller chunks let a window end closer to its budget.
+    fn adapt_chunk_size(&mut self, budget: Option<Duration>, overran: bool) {
+        let Some(budget) = budget else { return };
+        let floor = (64 << 10u64).max(self.target.offset_align());
+        let before = self.chunk_size;
+        if overran || self.chunk_estimate > budget / 4 {
+            self.chunk_size = (self.chunk_size / 2).max(floor);
+        } else if self.chunk_estimate < budget / 16 {
+            self.chunk_size = (self.chunk_size * 2).min(self.cfg.chunk_size);
+        }
+        // Keep offsets aligned for direct I/O.
+        self.chunk_size = self.chunk_size / self.target.offset_align() * self.target.offset_align();
+        if self.chunk_size != before {
+            log::debug!("chunk size {} -> {} (last chunk took {:?})", before, self.chunk_size, self.chunk_estimate);
+            self.chunk_estimate = self.chunk_estimate.mul_f64(self.chunk_size as f64 / before as f64);
+        }
     }
 
     /// `--pause`, or longer if the run is ahead of `--rate`.

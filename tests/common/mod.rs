@@ -208,6 +208,12 @@ pub fn journal_done(state_dir: &Path, dev: &LoopDevice) -> u64 {
     reseq::journal::read(&p).unwrap().map(|r| r.done).unwrap_or(0)
 }
 
+/// Bytes of `dev` the journal says are done (chunk sizes may adapt, so count bytes).
+pub fn journal_done_bytes(state_dir: &Path, dev: &LoopDevice) -> u64 {
+    let p = state_dir.join(format!("device-{}.journal", dev.name()));
+    reseq::journal::read(&p).unwrap().map(|r| r.done_offset).unwrap_or(0)
+}
+
 /// A process appending numbered records to `log` until `stop` exists.
 pub struct Appender {
     child: std::process::Child,
