@@ -273,3 +273,35 @@ fn a_freeze_released_by_someone_else_stops_the_run() {
     mnt.unmount().unwrap();
     run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
 }
+
+/// Slow chunks (60 ms against a 200 ms window) make the chunks of the next windows
+/// smaller, so windows keep within their budget; quick chunks let them grow back.
+#[test]
+fn chunks_shrink_when_they_are_slow_for_the_window() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    // The first three chunks are slow (60 ms against a 150 ms budget); later ones quick.
+    let slow = "delay@after-write#1=60,delay@after-write#2=60,delay@after-write#3=60";
+    let (lo, mnt, files, mut cmd) = mounted_rewrite(&env, "adapt", 31, &["--max-freeze", "200ms"], slow);
+    let out = output(&mut cmd);
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_report(&out);
+    assert_eq!(r["results"]["bytes_written"], 64 * MIB);
+    assert_eq!(r["results"]["windows_overrun"], 0);
+    let journal = std::fs::read_to_string(env.state_dir().join(format!("device-{}.journal", lo.name()))).unwrap();
+    let lens: Vec<u64> = journal
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(_, j)| serde_json::from_str::<serde_json::Value>(j).unwrap()))
+        .filter(|v| v["type"] == "done")
+        .map(|v| v["len"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lens[0], MIB, "the first window uses --chunk-size");
+    assert!(lens.iter().any(|&l| l < MIB), "no chunk ever shrank: {lens:?}");
+    let smallest = *lens.iter().min().unwrap();
+    assert!(lens.last().unwrap() > &smallest, "quick chunks should grow back: {lens:?}");
+    assert_eq!(lens.iter().sum::<u64>(), 64 * MIB);
+    assert_files_intact(&files);
+    let _ = mnt;
+}
