@@ -725,6 +725,16 @@ fn describe(groups: &[FsGroup], planned: &[Planned], max_freeze: Duration) -> St
     for (gi, g) in groups.iter().enumerate() {
         s +=
             &format!("  filesystem {} ({}) on {}\n", g.fs.mount_point.display(), g.fs.fs_type, g.device.path.display());
+        // A rewrite reads, writes and reads back: assume a third of the read speed,
+        // measured on up to 16 MiB of the device (reads only).
+        let rate = crate::readbench::Source::open(&g.device.path)
+            .and_then(|src| {
+                let len = src.len.min(16 << 20);
+                crate::readbench::read_span(&crate::readbench::Target::Real(vec![src]), 1 << 20, 1, 0, len)
+            })
+            .map(|t| t.rate() / 3.0)
+            .unwrap_or(0.0);
+        let per_window = rate * max_freeze.as_secs_f64() * 0.75;
         for p in planned.iter().filter(|p| p.fs == gi) {
             // Mapped without a freeze, for the plan only (the run maps again while frozen).
             let (n, bytes) = std::fs::File::open(&p.path)
@@ -732,7 +742,13 @@ fn describe(groups: &[FsGroup], planned: &[Planned], max_freeze: Duration) -> St
                 .and_then(|f| sys::fiemap(f.as_fd(), 0, 0).ok())
                 .map(|e| (e.len(), e.iter().filter(|x| x.flags & UNWRITTEN == 0).map(|x| x.length).sum::<u64>()))
                 .unwrap_or((0, 0));
-            s += &format!("    {}: {n} extents, {} to rewrite\n", p.path.display(), human_bytes(bytes));
+            let windows = if per_window > 0.0 { (bytes as f64 / per_window).ceil().max(1.0) as u64 } else { 0 };
+            s += &format!(
+                "    {}: {n} extents, {} to rewrite, about {windows} window(s) at an assumed {}/s\n",
+                p.path.display(),
+                human_bytes(bytes),
+                human_bytes(rate as u64)
+            );
         }
     }
     s += "  nothing was written or frozen (dry run)\n";

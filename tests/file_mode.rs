@@ -507,3 +507,23 @@ json.dump({"last": last, "worst": worst, "appended": appended, "slots": slots}, 
     mnt.unmount().unwrap();
     run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
 }
+
+#[test]
+fn dry_run_plans_each_file_and_touches_nothing() {
+    if !require(&["losetup", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("dry", 128 * MIB, "ext4");
+    let (path, _) = fragmented_file(&mnt.dir, 8 << 20);
+    run_cmd(&mut Command::new("sync")).unwrap();
+    let before = bytes_written_to(&lo.path);
+    let out = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&path));
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("filesystem {} (ext4) on {}", mnt.dir.display(), lo.path.display())), "{text}");
+    assert!(text.contains("extents, 8.0 MiB to rewrite, about"), "{text}");
+    assert!(text.contains("nothing was written or frozen"));
+    assert_eq!(bytes_written_to(&lo.path), before, "a dry run wrote");
+    assert!(!env.state_dir().exists());
+}
