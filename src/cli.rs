@@ -55,6 +55,16 @@ pub enum Command {
     Scan(ScanArgs),
     /// Re-render a report saved with --json.
     Report(ReportArgs),
+    /// Run a job from a configuration file (the reseq@NAME.service unit runs
+    /// /etc/reseq/NAME.toml); its keys are `reseq rewrite` options.
+    Run {
+        /// The job's TOML file.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Print the plan only.
+        #[arg(long, short = 'n')]
+        dry_run: bool,
+    },
     /// Write the man page and shell completions (generated from these definitions).
     #[command(hide = true)]
     Generate {

@@ -8,8 +8,18 @@ use reseq::render::{Format, render, write_atomically};
 use reseq::report::Report;
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     reseq::output::init_logging(cli.verbose, cli.quiet);
+    // A job file is a rewrite written down: load it and run it as one.
+    if let Command::Run { config, dry_run } = &cli.command {
+        match reseq::config::load(config) {
+            Ok(mut args) => {
+                args.dry_run |= *dry_run;
+                cli.command = Command::Rewrite(args);
+            }
+            Err(e) => return finish(Err(e)),
+        }
+    }
     let (report, output, result) = match &cli.command {
         Command::Rewrite(args) if args.device().to_string_lossy().starts_with("sim:") => {
             // A simulated SSD: the same engine, through `reseq sim rewrite`.
@@ -36,6 +46,7 @@ fn main() -> std::process::ExitCode {
         }
         Command::Report(args) => return finish(rerender(&args.report, args.format)),
         Command::Generate { dir } => return finish(reseq::generate::generate(dir)),
+        Command::Run { .. } => unreachable!("replaced by the job's rewrite above"),
         Command::Demo(args) if !nix::unistd::geteuid().is_root() => {
             eprintln!("reseq demo: not root, so no loop device; running the simulated SSD instead (reseq simulate)");
             return print_simulation(reseq::simulate::simulate(&SimulateArgs::defaults(), cli.quiet), args.json);

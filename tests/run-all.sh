@@ -20,6 +20,7 @@ declare -A need=(
   [chromium]=chromium
   [groff]=groff-base [man]=man-db
   [mkfs.btrfs]=btrfs-progs [fallocate]=util-linux
+  [systemd-analyze]=systemd
 )
 missing=()
 for tool in "${!need[@]}"; do

@@ -1,0 +1,70 @@
+//! Packaging: the systemd units verify cleanly, and a job config runs.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+#[test]
+fn systemd_units_verify() {
+    if !require(&["systemd-analyze", "man"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let dir = env.path("units");
+    std::fs::create_dir_all(env.path("man/man1")).unwrap();
+    let generated = output(env.reseq().arg("generate").arg(env.path("gen")));
+    assert!(generated.status.success());
+    std::fs::copy(env.path("gen/reseq.1"), env.path("man/man1/reseq.1")).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    // An instance of each template; ExecStart pointed at the binary under test, since
+    // verify checks that the command exists (the package installs it at /usr/bin/reseq).
+    let root = env!("CARGO_MANIFEST_DIR");
+    let service = std::fs::read_to_string(format!("{root}/packaging/systemd/reseq@.service")).unwrap();
+    assert!(service.contains("ExecStart=/usr/bin/reseq run --config /etc/reseq/%i.toml"));
+    assert!(service.contains("KillMode=process"), "the guardian must outlive reseq on stop");
+    std::fs::write(dir.join("reseq@job.service"), service.replace("/usr/bin/reseq", env!("CARGO_BIN_EXE_reseq")))
+        .unwrap();
+    std::fs::copy(format!("{root}/packaging/systemd/reseq@.timer"), dir.join("reseq@job.timer")).unwrap();
+    let out = output(
+        Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(dir.join("reseq@job.service"))
+            .arg(dir.join("reseq@job.timer"))
+            .env("MANPATH", env.path("man")),
+    );
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "", "systemd-analyze found problems");
+}
+
+#[test]
+fn a_job_config_runs_like_the_command_line() {
+    if !require(&["losetup", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_lo, mnt) = env.mounted("job", 64 * (1 << 20), "ext4");
+    let files = fill_files(&mnt.dir, 2, 1 << 20, 4);
+    let job = env.path("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "targets = [\"{}\"]\nmax_freeze = \"500ms\"\nstate_dir = \"{}\"\njson = true\nmetrics_file = \"{}\"\n",
+            mnt.dir.display(),
+            env.state_dir().display(),
+            env.path("job.prom").display()
+        ),
+    )
+    .unwrap();
+    let out = output(env.reseq().args(["run", "--config"]).arg(&job));
+    assert_eq!(out.status.code(), Some(0));
+    let r = json_report(&out);
+    assert_eq!(r["results"]["bytes_written"], 2 << 20);
+    assert!(std::fs::read_to_string(env.path("job.prom")).unwrap().contains("reseq_last_run_success"));
+    assert_files_intact(&files);
+    std::fs::write(&job, "targets = [\"/x\"]\nmax_freeze = = 1\n").unwrap();
+    let out = output(env.reseq().args(["run", "--config"]).arg(&job));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("line 2"), "{}", stderr(&out));
+}
