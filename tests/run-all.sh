@@ -36,6 +36,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null
 fi
 
+# The packaging test builds the .deb with cargo-deb (from crates.io).
+command -v cargo-deb >/dev/null || cargo install --locked --quiet cargo-deb
+
 cargo fmt --all -- --check
 cargo clippy --all-targets --features fault-injection -- -D warnings
 cargo test --features fault-injection

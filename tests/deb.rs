@@ -1,0 +1,60 @@
+//! The Debian package: `cargo deb` builds it, `dpkg -i` installs a working reseq with its
+//! man page, completions, config and units, and `dpkg -r`/`-P` remove it cleanly.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+
+/// Purges the package on drop, whatever the test did.
+struct Installed;
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = Command::new("dpkg").args(["-P", "reseq"]).output();
+    }
+}
+
+#[test]
+fn debian_package_installs_and_removes_cleanly() {
+    if !require(&["cargo-deb", "dpkg", "man"]) {
+        return;
+    }
+    let root = env!("CARGO_MANIFEST_DIR");
+    let env = TestEnv::new();
+    // The generated assets the package ships.
+    let out = output(env.reseq().arg("generate").arg(format!("{root}/target/generated")));
+    assert!(out.status.success());
+    let out =
+        output(Command::new("cargo").args(["deb", "--quiet", "--output"]).arg(env.path("reseq.deb")).current_dir(root));
+    assert!(out.status.success(), "cargo deb failed");
+    if Path::new("/usr/bin/reseq").exists() {
+        panic!("/usr/bin/reseq exists already: this test will not overwrite a reseq it did not install");
+    }
+    let _cleanup = Installed;
+    run_cmd(Command::new("dpkg").arg("-i").arg(env.path("reseq.deb"))).expect("dpkg -i");
+    let v = run_cmd(Command::new("/usr/bin/reseq").arg("--version")).unwrap();
+    assert!(v.contains(env!("CARGO_PKG_VERSION")), "{v}");
+    let man = run_cmd(Command::new("man").args(["-w", "reseq"])).unwrap();
+    assert!(man.trim().starts_with("/usr/share/man/man1/reseq.1"), "{man}");
+    for f in [
+        "/lib/systemd/system/reseq@.service",
+        "/lib/systemd/system/reseq@.timer",
+        "/etc/reseq/example.toml",
+        "/usr/share/bash-completion/completions/reseq",
+        "/usr/share/zsh/vendor-completions/_reseq",
+        "/usr/share/fish/vendor_completions.d/reseq.fish",
+    ] {
+        assert!(Path::new(f).exists(), "{f} is not installed");
+    }
+    let listed = run_cmd(Command::new("dpkg").args(["-L", "reseq"])).unwrap();
+    run_cmd(Command::new("dpkg").args(["-r", "reseq"])).expect("dpkg -r");
+    assert!(!Path::new("/usr/bin/reseq").exists());
+    assert!(Path::new("/etc/reseq/example.toml").exists(), "a removed (not purged) package keeps its conffile");
+    run_cmd(Command::new("dpkg").args(["-P", "reseq"])).expect("dpkg -P");
+    for f in listed.lines().filter(|l| l.contains("reseq")) {
+        assert!(!Path::new(f).exists(), "{f} left behind");
+    }
+}
