@@ -100,9 +100,25 @@ pub fn parse(text: &str, origin: &Path) -> Result<RewriteArgs> {
         Ok(Cli { command: Command::Rewrite(args), .. }) => Ok(args),
         Ok(_) => Err(Error::Internal("a config did not parse into a rewrite".into())),
         Err(e) => {
-            Err(Error::Usage(format!("{}: {}", origin.display(), e.to_string().lines().next().unwrap_or_default())))
+            let msg = e.to_string().lines().next().unwrap_or_default().to_string();
+            // Name the field and its line, not the command-line option clap saw.
+            let field = KEYS.iter().map(|k| k.0).find(|k| msg.contains(&format!("--{}", k.replace('_', "-"))));
+            let place = field
+                .map(|f| match line_of(text, f) {
+                    Some(n) => format!(" line {n}, field `{f}`"),
+                    None => format!(" field `{f}`"),
+                })
+                .unwrap_or_default();
+            Err(Error::Usage(format!("{}:{place}: {msg}", origin.display())))
         }
     }
+}
+
+/// The 1-based line where `key` is set.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    text.lines()
+        .position(|l| l.trim_start().strip_prefix(key).is_some_and(|r| r.trim_start().starts_with('=')))
+        .map(|i| i + 1)
 }
 
 /// Reads and parses a config file.
@@ -139,6 +155,6 @@ mod tests {
         let e = parse("targets = [\"/x\"]\nbench = \"yes\"", Path::new("j.toml")).unwrap_err().to_string();
         assert!(e.contains("`bench` must be true or false"), "{e}");
         let e = parse("targets = [\"/x\"]\nread_ahead = \"many\"", Path::new("j.toml")).unwrap_err().to_string();
-        assert!(e.contains("read-ahead") || e.contains("read_ahead"), "{e}");
+        assert!(e.contains("line 2, field `read_ahead`"), "{e}");
     }
 }

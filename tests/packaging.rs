@@ -68,3 +68,32 @@ fn a_job_config_runs_like_the_command_line() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("line 2"), "{}", stderr(&out));
 }
+
+#[test]
+fn the_ansible_playbook_passes_its_syntax_check() {
+    if !require(&["ansible-playbook"]) {
+        return;
+    }
+    let out = output(
+        Command::new("ansible-playbook")
+            .args(["--syntax-check", "-i", "localhost,"])
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/ansible/reseq.yml")),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn example_manifests_parse() {
+    if !require(&["python3", "ansible-playbook"]) {
+        return;
+    }
+    // The CronJob and the alert rules are YAML a cluster and Prometheus will read; a
+    // parse keeps typos out (no cluster or promtool runs here).
+    for f in ["packaging/kubernetes/cronjob.yaml", "packaging/prometheus/reseq-alerts.yml"] {
+        let path = format!("{}/{f}", env!("CARGO_MANIFEST_DIR"));
+        let out = output(
+            Command::new("python3").args(["-c", "import sys, yaml; yaml.safe_load(open(sys.argv[1]))"]).arg(&path),
+        );
+        assert!(out.status.success(), "{f} is not valid YAML: {}", stderr(&out));
+    }
+}

@@ -36,8 +36,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null
 fi
 
-# The packaging test builds the .deb with cargo-deb (from crates.io).
+# The packaging tests build the .deb with cargo-deb (crates.io) and syntax-check the
+# Ansible playbook with ansible-core (PyPI; brings PyYAML for the manifest test).
 command -v cargo-deb >/dev/null || cargo install --locked --quiet cargo-deb
+command -v ansible-playbook >/dev/null || python3 -m pip install --quiet ansible-core
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --features fault-injection -- -D warnings
