@@ -77,16 +77,18 @@ impl Mount {
     /// Unmounts now (for an fsck afterwards), reporting failure. Retries for a few
     /// seconds: a process forked elsewhere in the test harness can hold a copy of an fd
     /// for a moment before its exec closes it, and umount then says "target is busy".
+    /// On failure the `Drop` cleanup still runs (thaw, retries, lazy unmount), so a failed
+    /// test leaves no mount behind.
     pub fn unmount(self) -> std::io::Result<()> {
         let mut r = Ok(());
         for _ in 0..50 {
             r = run_cmd(Command::new("umount").arg(&self.dir)).map(drop);
             if r.is_ok() {
-                break;
+                std::mem::forget(self);
+                return r;
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        std::mem::forget(self);
         r
     }
 }
