@@ -11,7 +11,8 @@ RESEQ=$(reseq_bin)
 make_device $(( FILE_MIB * 2 ))
 mkfs.ext4 -q -E lazy_itable_init=0,lazy_journal_init=0 "$DEV"
 mkdir -p "$WORK/mnt"; mount "$DEV" "$WORK/mnt"
-trap 'fsfreeze -u "$WORK/mnt" 2>/dev/null; umount "$WORK/mnt" 2>/dev/null; losetup -d "$DEV" 2>/dev/null; rm -rf "$WORK"' EXIT
+# (set -e applies inside traps too: every step must be allowed to fail.)
+trap 'fsfreeze -u "$WORK/mnt" 2>/dev/null || true; umount "$WORK/mnt" 2>/dev/null || true; losetup -d "$DEV" 2>/dev/null || true; rm -rf "$WORK"' EXIT
 F="$WORK/mnt/table.db"
 dd if=/dev/urandom of="$F" bs=1M count="$FILE_MIB" status=none; sync
 cat > "$WORK/writer.py" <<'PY'
