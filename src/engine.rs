@@ -71,14 +71,15 @@ impl EngineConfig {
         (self.range_end - self.range_start).div_ceil(self.chunk_size)
     }
 
-    /// Splits ascending `(offset, length)` ranges into chunks of at most `chunk_size`.
-    pub fn chunks_of(&self, ranges: &[(u64, u64)]) -> Vec<(u64, usize)> {
+    /// Splits ascending `(offset, length)` ranges, clipped to the range, into chunks of
+    /// at most `chunk_size` (the engine's current size, which adapts per window).
+    pub fn chunks_of(&self, ranges: &[(u64, u64)], chunk_size: u64) -> Vec<(u64, usize)> {
         let mut out = Vec::new();
         for &(off, len) in ranges {
             let end = (off + len).min(self.range_end);
             let mut at = off.max(self.range_start);
             while at < end {
-                let n = (end - at).min(self.chunk_size);
+                let n = (end - at).min(chunk_size);
                 out.push((at, n as usize));
                 at += n;
             }
@@ -321,7 +322,7 @@ impl Engine<'_> {
 
         // Plan while frozen. If planning fails, the window still ends (thaws) here.
         let chunks = match planner.ranges(self.stats.next_offset_bytes, self.cfg.range_end) {
-            Ok(ranges) => EngineConfig { chunk_size: self.chunk_size, ..self.cfg.clone() }.chunks_of(&ranges),
+            Ok(ranges) => self.cfg.chunks_of(&ranges, self.chunk_size),
             Err(e) => {
                 let _ = guard.end();
                 output::release();
@@ -798,6 +799,6 @@ mod tests {
             max_overruns: 1,
             rate_bytes_per_second: None,
         };
-        assert_eq!(cfg.chunks_of(&[(50, 230), (900, 200)]), vec![(50, 100), (150, 100), (250, 30), (900, 100)]);
+        assert_eq!(cfg.chunks_of(&[(50, 230), (900, 200)], 100), vec![(50, 100), (150, 100), (250, 30), (900, 100)]);
     }
 }

@@ -357,12 +357,7 @@ fn check(args: &RewriteArgs, files: &[PathBuf]) -> Result<(Vec<FsGroup>, Vec<Pla
                         "remount it read-write, or rewrite the device",
                     ));
                 }
-                let opts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-                if opts.lines().any(|l| {
-                    let c: Vec<&str> = l.split(' ').collect();
-                    c.get(1).is_some_and(|m| Path::new(m) == fs.mount_point)
-                        && c.get(3).is_some_and(|o| o.split(',').any(|x| x.starts_with("dax")))
-                }) {
+                if entry.dax {
                     return Err(Error::refused(
                         format!(
                             "{} is on a DAX mount: no FTL to fix, and mmap stores bypass the page cache",

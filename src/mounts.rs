@@ -19,6 +19,9 @@ pub struct MountEntry {
     pub source: String,
     /// Whether the mount is read-only (per-mount `ro` option).
     pub read_only: bool,
+    /// Whether the filesystem is mounted with DAX (super option `dax`, `dax=always` or
+    /// `dax=inode`; `dax=never` is not).
+    pub dax: bool,
 }
 
 /// Parses the text of a mountinfo file. Malformed lines are skipped: the kernel's
@@ -37,6 +40,9 @@ fn parse_line(line: &str) -> Option<MountEntry> {
         dev: (major.parse().ok()?, minor.parse().ok()?),
         mount_point,
         read_only: options.split(',').any(|o| o == "ro"),
+        dax: fields
+            .get(sep + 3)
+            .is_some_and(|o| o.split(',').any(|x| x == "dax" || (x.starts_with("dax=") && x != "dax=never"))),
         fs_type: fields.get(sep + 1)?.to_string(),
         source: unescape(fields.get(sep + 2)?),
     })
@@ -118,8 +124,8 @@ mod tests {
     use super::*;
 
     const SAMPLE: &str = "\
-22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
-42 22 7:0 / /tmp/m\\040x rw,relatime - ext4 /dev/loop0 rw
+22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw,dax=never
+42 22 7:0 / /tmp/m\\040x rw,relatime - ext4 /dev/loop0 rw,dax=always
 43 22 7:0 /sub /srv/bind ro,relatime - ext4 /dev/loop0 rw
 44 22 7:1 / /mnt/x ro shared:5 master:2 - xfs /dev/loop1 ro,attr2
 bogus line
@@ -131,6 +137,7 @@ bogus line
         assert_eq!(e.len(), 4);
         assert_eq!(e[1].mount_point, PathBuf::from("/tmp/m x"));
         assert_eq!(e[3].fs_type, "xfs");
+        assert_eq!(e.iter().map(|m| m.dax).collect::<Vec<_>>(), vec![false, true, false, false]);
         assert!(e[3].read_only);
         let fs = filesystems_on(&e, &[(7, 0), (7, 1), (7, 9)]);
         assert_eq!(fs.len(), 2);
