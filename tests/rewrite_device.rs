@@ -247,6 +247,7 @@ fn state_and_log_on_the_frozen_filesystem() {
     assert!(log_text.contains("window 2 froze for"), "log lines written between windows reached the file");
     let journal =
         reseq::journal::read(&mnt.dir.join("state").join(format!("device-{}.journal", lo.name()))).unwrap().unwrap();
-    assert_eq!(journal.done, 64);
-    assert!(journal.finished);
+    // Chunk sizes adapt under load, so count bytes: the whole 128 MiB is journaled done.
+    assert_eq!(journal.done_offset, 128 * MIB);
+    assert!(journal.done >= 64 && journal.finished);
 }
