@@ -65,6 +65,15 @@ pub enum Command {
         #[arg(long, short = 'n')]
         dry_run: bool,
     },
+    /// Thaw the filesystems that a killed reseq left frozen, and nothing else: only those
+    /// in a freeze record (under /run/reseq, or RESEQ_RUN_DIR) whose guardian is gone.
+    /// Refuses, naming the PID, while that guardian still runs. The reseq@.service unit
+    /// runs it after every stop.
+    Thaw {
+        /// Print what was done as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Write the man page and shell completions (generated from these definitions).
     #[command(hide = true)]
     Generate {

@@ -35,7 +35,7 @@ use crate::hooks;
 use crate::journal::Journal;
 use crate::output::{self, Progress};
 use crate::signals::StopFlag;
-use crate::sys::AlignedBuf;
+use crate::sys::{self, AlignedBuf};
 use crate::target::BlockTarget;
 
 /// What to rewrite and how.
@@ -207,6 +207,7 @@ pub fn run(
         failed: false,
         chunk_size: cfg.chunk_size,
         done_before: cfg.start_offset.saturating_sub(cfg.range_start),
+        window_written: None,
     };
     let result = engine.run_windows(planner, guard);
     (stats, result)
@@ -230,6 +231,8 @@ struct Engine<'a> {
     /// The chunk size of the next window (adapts; at most `cfg.chunk_size`).
     chunk_size: u64,
     done_before: u64,
+    /// Device bytes written in the current window (first offset, end).
+    window_written: Option<(u64, u64)>,
 }
 
 impl Engine<'_> {
@@ -301,6 +304,40 @@ impl Engine<'_> {
     /// One freeze window. The outer error is about the window machinery (freeze, thaw,
     /// journal); the inner one is what stopped the writer.
     fn window(
+        &mut self,
+        planner: &mut dyn Planner,
+        guard: &mut dyn WindowGuard,
+        budget: Option<Duration>,
+    ) -> Result<(WindowEnd, Result<WindowFlow>)> {
+        if !guard.freezes() {
+            return self.frozen_window(planner, guard, budget);
+        }
+        // A Ctrl-Z during the window waits for its end: a stopped reseq would hold the
+        // freeze until the guardian's bound, and fail the run.
+        sys::enter_window();
+        self.window_written = None;
+        let r = self.frozen_window(planner, guard, budget);
+        let r = match r {
+            Ok((end, flow)) => Ok((end, flow.map_err(|e| self.locate(e)))),
+            Err(e) => Err(self.locate(e)),
+        };
+        if sys::leave_window() {
+            log::info!("continued after a stop (SIGTSTP) that waited for the window to end");
+        }
+        r
+    }
+
+    /// Names the window and the bytes it wrote in an error about a lost freeze.
+    fn locate(&self, e: Error) -> Error {
+        match e {
+            Error::FreezeLost { filesystem, foreign, .. } => {
+                Error::FreezeLost { filesystem, foreign, window: self.stats.windows, written: self.window_written }
+            }
+            e => e,
+        }
+    }
+
+    fn frozen_window(
         &mut self,
         planner: &mut dyn Planner,
         guard: &mut dyn WindowGuard,
@@ -540,6 +577,9 @@ impl Engine<'_> {
                 }
             }
             hooks::point("after-permit");
+            // Counted before the write: a failed or torn write may have touched them.
+            let (lo, hi) = self.window_written.unwrap_or((offset, offset));
+            self.window_written = Some((lo.min(offset), hi.max(offset + len as u64)));
             let wrote = self.target.write_at(&chunk.buf[..len], offset);
             hooks::point("after-write");
             if let Err(e) = wrote {

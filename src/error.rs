@@ -40,6 +40,15 @@ pub enum Error {
     )]
     WindowOverrun { window: u64, overruns: u64, deadline_ms: u64 },
 
+    /// Another program thawed reseq's freeze during a window (and may have frozen again).
+    #[error(
+        "the freeze of {filesystem} was lost during freeze window {window}: another program thawed it{}. reseq stopped writing at once and {}. {}. Make sure nothing else freezes this filesystem during a run (VM snapshot agents such as qemu-guest-agent fsfreeze hooks, backup tools), then run again with --resume",
+        if *.foreign { " and froze it again (that freeze is not reseq's and was left in place)" } else { "" },
+        if *.foreign { "did not thaw it" } else { "thawed only its own freezes" },
+        written_suffix(*.written)
+    )]
+    FreezeLost { filesystem: String, window: u64, foreign: bool, written: Option<(u64, u64)> },
+
     /// A bug or an impossible state.
     #[error("internal error: {0}")]
     Internal(String),
@@ -47,6 +56,15 @@ pub enum Error {
 
 fn hint_suffix(hint: &Option<String>) -> String {
     hint.as_ref().map(|h| format!("\n  hint: {h}")).unwrap_or_default()
+}
+
+fn written_suffix(written: Option<(u64, u64)>) -> String {
+    match written {
+        Some((start, end)) => format!(
+            "Device bytes {start}..{end} were rewritten in that window, each with the bytes read in the same window; if the thaw came before a write, a write the filesystem made after the thaw could have been overwritten there: check that range (fsck -n, the application's own checks)"
+        ),
+        None => "Nothing was written in that window".into(),
+    }
 }
 
 fn offset_suffix(offset: Option<u64>) -> String {
@@ -62,6 +80,7 @@ impl Error {
             Error::ChecksumMismatch { .. } => ExitCode::ChecksumMismatch,
             Error::Interrupted { .. } => ExitCode::Interrupted,
             Error::WindowOverrun { .. } => ExitCode::WindowOverrun,
+            Error::FreezeLost { .. } => ExitCode::FreezeLost,
             Error::Internal(_) => ExitCode::Internal,
         }
     }

@@ -23,11 +23,14 @@ pub enum ExitCode {
     Interrupted,
     /// `--max-overruns` freeze windows overran their deadline (the guardian thawed each).
     WindowOverrun,
+    /// Another program thawed (or thawed and re-froze) reseq's freeze during a window;
+    /// reseq stopped writing at once and never thawed a freeze that was not its own.
+    FreezeLost,
 }
 
 impl ExitCode {
     /// Every code, in numeric order (for docs and tests).
-    pub const ALL: [ExitCode; 8] = [
+    pub const ALL: [ExitCode; 9] = [
         ExitCode::Success,
         ExitCode::Internal,
         ExitCode::Usage,
@@ -36,6 +39,7 @@ impl ExitCode {
         ExitCode::ChecksumMismatch,
         ExitCode::Interrupted,
         ExitCode::WindowOverrun,
+        ExitCode::FreezeLost,
     ];
 
     pub fn code(self) -> i32 {
@@ -48,6 +52,7 @@ impl ExitCode {
             ExitCode::ChecksumMismatch => 5,
             ExitCode::Interrupted => 6,
             ExitCode::WindowOverrun => 7,
+            ExitCode::FreezeLost => 8,
         }
     }
 
@@ -61,6 +66,9 @@ impl ExitCode {
             ExitCode::ChecksumMismatch => "checksum mismatch on read-back; stopped at that offset",
             ExitCode::Interrupted => "interrupted by a signal; thawed, resumable with --resume",
             ExitCode::WindowOverrun => "too many freeze windows overran; the guardian thawed each; resumable",
+            ExitCode::FreezeLost => {
+                "another program thawed reseq's freeze mid-window; writing stopped, its freeze left alone; check the named range"
+            }
         }
     }
 }

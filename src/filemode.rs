@@ -35,7 +35,7 @@ use crate::freeze::GuardedFreeze;
 use crate::journal::{self, FileIdentity, Journal, RunRecord};
 use crate::mounts::{self, MountedFs};
 use crate::output::Progress;
-use crate::report::{Report, now_rfc3339};
+use crate::report::{FreezeBound, Report, now_rfc3339};
 use crate::signals::StopFlag;
 use crate::sys;
 use crate::target::{BlockTarget, DirectDevice};
@@ -459,6 +459,9 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
             )));
         }
     }
+    if !groups.is_empty() {
+        report.freeze_bound = Some(FreezeBound::new(max_freeze, crate::freeze::freeze_grace(max_freeze)));
+    }
     if args.dry_run {
         report.plan_text = Some(describe(&groups, &planned, max_freeze));
         return Ok(());
@@ -472,6 +475,7 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
         log::warn!("could not lower the I/O priority: {e}");
     }
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
+    sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
     let shared: SharedClaims = Arc::default();
     let run_start = Instant::now();
     let mut totals = EngineStats::default();
@@ -604,6 +608,9 @@ fn rewrite_file(
     if !quiet {
         log::info!("{}: {} from offset {start}", path.display(), human_bytes(md.len()));
     }
+    if let Err(e) = guard.set_journal(journal.path()) {
+        return fail(e);
+    }
     let mut progress = Progress::new(range_end, start, quiet);
     let (stats, result) = engine::run(&target, &cfg, &mut planner, guard, &mut journal, &mut progress, stop);
     progress.finish();
@@ -700,6 +707,9 @@ fn open_journal(path: &Path, id: &FileIdentity, g: &FsGroup, chunk_size: u64, en
             && r.run.as_ref().is_some_and(|run| run.file.as_ref() == Some(id) && run.chunk_size_bytes == chunk_size)
     });
     if let Some(r) = resumable {
+        for w in journal::describe_guardian_kills(&r.guardian_kills) {
+            log::warn!("{}: {w}", id.path);
+        }
         return Ok((r.done_offset, Journal::append_to(path)?));
     }
     let run = RunRecord {
@@ -716,7 +726,13 @@ fn open_journal(path: &Path, id: &FileIdentity, g: &FsGroup, chunk_size: u64, en
 }
 
 fn describe(groups: &[FsGroup], planned: &[Planned], max_freeze: Duration) -> String {
-    let mut s = format!("plan: {} file(s), windows of at most {:.3} s each\n", planned.len(), max_freeze.as_secs_f64());
+    let mut s = format!(
+        "plan: {} file(s), windows of at most {:.3} s each; a write still outstanding {:.3} s later (grace) gets reseq killed and the filesystem thawed: no freeze lasts beyond {:.3} s\n",
+        planned.len(),
+        max_freeze.as_secs_f64(),
+        crate::freeze::freeze_grace(max_freeze).as_secs_f64(),
+        crate::freeze::freeze_bound(max_freeze).as_secs_f64()
+    );
     for (gi, g) in groups.iter().enumerate() {
         s +=
             &format!("  filesystem {} ({}) on {}\n", g.fs.mount_point.display(), g.fs.fs_type, g.device.path.display());

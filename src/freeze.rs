@@ -6,21 +6,34 @@
 //! [`GuardedFreeze`], which freezes through the [guardian](crate::guardian).
 
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::errno::Errno;
 
 use crate::error::{Error, Result};
-use crate::guardian::{Guardian, Permit, ThawReport, WrittenReporter};
+use crate::guardian::{Bounds, FreezeFailure, Guardian, Permit, ThawReport, Watched, WrittenReporter};
 use crate::mounts::MountedFs;
+
+/// How long past `--max-freeze` a write already under way may hold a window before the
+/// guardian kills reseq: a quarter second at least (a 64 KiB write and its read-back on
+/// a busy device), at most one second, and never more than the window itself.
+pub fn freeze_grace(max_freeze: Duration) -> Duration {
+    max_freeze.min(Duration::from_secs(1)).max(Duration::from_millis(250))
+}
+
+/// The hard bound of one freeze: `--max-freeze` plus the grace.
+pub fn freeze_bound(max_freeze: Duration) -> Duration {
+    max_freeze + freeze_grace(max_freeze)
+}
 
 /// How one window ended.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WindowEnd {
     /// How long filesystems were frozen (zero without a freeze).
     pub frozen: Duration,
-    /// The guardian thawed at the deadline before reseq asked.
+    /// The filesystems were frozen longer than `--max-freeze`.
     pub overran: bool,
 }
 
@@ -88,41 +101,130 @@ pub fn open_mount_point(path: &Path) -> Result<OwnedFd> {
         .map_err(|e| Error::io(format!("opening mount point {} to freeze it", path.display()), e))
 }
 
+/// Where a freeze leaves a trace: the 4 KiB holding the superblock, which ext2/3/4 and
+/// xfs write on every freeze (s_wtime and s_kbytes_written for ext4; the log's state for
+/// xfs), and btrfs at 64 KiB. Other filesystems: none known.
+fn sentinel_offset(fs_type: &str) -> Option<u64> {
+    match fs_type {
+        "ext2" | "ext3" | "ext4" | "xfs" => Some(0),
+        "btrfs" => Some(64 << 10),
+        _ => None,
+    }
+}
+
+/// The block device node of a filesystem: its mount source if that is the node, else
+/// `/dev/block/MAJ:MIN` or `/dev/NAME` from sysfs.
+pub fn device_node(fs: &MountedFs) -> Option<PathBuf> {
+    let rdev = |p: &Path| {
+        std::fs::metadata(p).ok().filter(|m| m.file_type().is_block_device()).map(|m| {
+            (nix::sys::stat::major(m.rdev()) as u32, nix::sys::stat::minor(m.rdev()) as u32)
+        })
+    };
+    let mut candidates = vec![PathBuf::from(&fs.source), PathBuf::from(format!("/dev/block/{}", fs.dev))];
+    if let Ok(uevent) = std::fs::read_to_string(format!("/sys/dev/block/{}/uevent", fs.dev))
+        && let Some(name) = uevent.lines().find_map(|l| l.strip_prefix("DEVNAME="))
+    {
+        candidates.push(PathBuf::from(format!("/dev/{name}")));
+    }
+    candidates.into_iter().find(|p| rdev(p) == Some(fs.dev_num))
+}
+
+fn open_sentinel(fs: &MountedFs) -> Option<(PathBuf, OwnedFd, u64)> {
+    let offset = sentinel_offset(&fs.fs_type)?;
+    let node = device_node(fs)?;
+    let f = open_direct(&node).ok()?;
+    Some((node, f, offset))
+}
+
+/// Opens a block device read-only with O_DIRECT (the page cache could hold a stale copy).
+pub fn open_direct(node: &Path) -> std::io::Result<OwnedFd> {
+    std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_DIRECT).open(node).map(OwnedFd::from)
+}
+
 /// Freezes through the guardian.
 pub struct GuardedFreeze {
     guardian: Option<Guardian>,
     filesystems: Vec<MountedFs>,
-    /// Our own fds, to thaw directly if the guardian itself has died.
+    /// Our own fds, to thaw directly if the guardian itself is lost.
     fds: Vec<OwnedFd>,
     deadline: Duration,
     frozen: bool,
     first_window: bool,
+    windows: u64,
 }
 
 impl GuardedFreeze {
     /// Opens the filesystems and forks the guardian. Call before any thread starts.
     pub fn start(filesystems: Vec<MountedFs>, deadline: Duration) -> Result<GuardedFreeze> {
-        let fds = filesystems.iter().map(|f| open_mount_point(&f.mount_point)).collect::<Result<Vec<_>>>()?;
-        let names: Vec<String> = filesystems.iter().map(|f| f.mount_point.display().to_string()).collect();
-        let guardian = Guardian::spawn(&fds, &names).map_err(|e| Error::io("starting the thaw guardian", e))?;
+        let run_dir = crate::freeze_record::run_dir();
+        crate::freeze_record::check_run_dir(&run_dir, &filesystems)?;
+        let mut fds = Vec::new();
+        let mut watched = Vec::new();
+        for f in &filesystems {
+            let sentinel = open_sentinel(f);
+            if sentinel.is_none() {
+                log::info!(
+                    "{} ({}): no freeze sentinel; a program that thaws and re-freezes it during a window cannot be detected (see docs/SAFETY.md)",
+                    f.mount_point.display(),
+                    f.fs_type
+                );
+            }
+            let mount = open_mount_point(&f.mount_point)?;
+            fds.push(mount.try_clone().map_err(|e| Error::io("duplicating a mount point descriptor", e))?);
+            watched.push(Watched { mount, name: f.mount_point.display().to_string(), dev: f.dev.clone(), sentinel });
+        }
+        let bounds = Bounds { window: deadline, grace: freeze_grace(deadline) };
+        let guardian =
+            Guardian::spawn(watched, bounds, run_dir).map_err(|e| Error::io("starting the thaw guardian", e))?;
         log::debug!("guardian started as pid {}", guardian.pid());
-        Ok(GuardedFreeze { guardian: Some(guardian), filesystems, fds, deadline, frozen: false, first_window: true })
+        warn_about_other_freezers();
+        Ok(GuardedFreeze {
+            guardian: Some(guardian),
+            filesystems,
+            fds,
+            deadline,
+            frozen: false,
+            first_window: true,
+            windows: 0,
+        })
+    }
+
+    /// The journal in which the guardian notes it had to kill reseq.
+    pub fn set_journal(&mut self, path: &Path) -> Result<()> {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        match self.guardian()?.set_journal(&path) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.guardian_lost(e)),
+        }
     }
 
     fn guardian(&mut self) -> Result<&mut Guardian> {
         self.guardian.as_mut().ok_or_else(|| Error::Internal("the guardian is gone".into()))
     }
 
-    /// The guardian stopped answering: thaw ourselves (these are our freezes) and fail.
+    /// The guardian stopped answering (stopped by hand, or dead): make sure it is gone,
+    /// thaw ourselves (these are our freezes), and fail.
     fn guardian_lost(&mut self, e: std::io::Error) -> Error {
+        if let Some(g) = self.guardian.take() {
+            g.kill();
+        }
         if self.frozen {
             for fd in &self.fds {
                 let _ = crate::sys::fithaw(std::os::fd::AsFd::as_fd(fd));
             }
             self.frozen = false;
         }
-        self.guardian = None;
-        Error::io("the thaw guardian stopped answering; thawed directly and stopped", e)
+        Error::io("the thaw guardian stopped answering; reseq thawed directly and stopped", e)
+    }
+
+    fn freeze_lost(&self, index: usize, foreign: bool) -> Error {
+        let fs = &self.filesystems[index.min(self.filesystems.len() - 1)];
+        Error::FreezeLost {
+            filesystem: format!("{} ({}, {})", fs.mount_point.display(), fs.fs_type, fs.dev),
+            window: self.windows,
+            foreign,
+            written: None,
+        }
     }
 
     fn freeze_error(&self, index: usize, errno: Errno) -> Error {
@@ -150,6 +252,31 @@ impl GuardedFreeze {
     }
 }
 
+/// Programs known to freeze filesystems on their own schedule. One running is not an
+/// error (its hooks may be off), but a freeze it makes mid-window stops the run.
+fn warn_about_other_freezers() {
+    const KNOWN: [(&str, &str); 3] = [
+        ("qemu-ga", "qemu-guest-agent (guest-fsfreeze-freeze from the VM host's snapshots)"),
+        ("vmtoolsd", "VMware Tools (quiesced snapshots)"),
+        ("waagent", "the Azure agent (VM backup snapshots)"),
+    ];
+    let Ok(procs) = std::fs::read_dir("/proc") else { return };
+    let mut seen = Vec::new();
+    for p in procs.flatten() {
+        let Ok(comm) = std::fs::read_to_string(p.path().join("comm")) else { continue };
+        if let Some((_, what)) = KNOWN.iter().find(|(name, _)| comm.trim() == *name)
+            && !seen.contains(what)
+        {
+            seen.push(*what);
+        }
+    }
+    for what in seen {
+        log::warn!(
+            "{what} is running: if it freezes a filesystem during a window, reseq stops (exit 8). Do not schedule snapshots or backups during a run"
+        );
+    }
+}
+
 impl WindowGuard for GuardedFreeze {
     fn freezes(&self) -> bool {
         true
@@ -167,15 +294,22 @@ impl WindowGuard for GuardedFreeze {
         let deadline = self.deadline;
         match self.guardian()?.freeze(deadline) {
             Err(e) => Err(self.guardian_lost(e)),
-            Ok(Err(f)) => {
-                let err = self.freeze_error(f.index, f.errno);
+            Ok(Err(FreezeFailure::Record { errno })) => Err(Error::io(
+                format!(
+                    "the guardian could not write its freeze record in {}, so nothing was frozen",
+                    crate::freeze_record::run_dir().display()
+                ),
+                errno.into(),
+            )),
+            Ok(Err(FreezeFailure::Fifreeze { index, errno })) => {
+                let err = self.freeze_error(index, errno);
                 // After the first window a refusal is no longer "nothing written".
                 if !self.first_window
                     && let Error::Refused { reason, .. } = err
                 {
                     return Err(Error::io(
                         format!("{reason}; stopped between windows, resume later with --resume"),
-                        std::io::Error::from_raw_os_error(f.errno as i32),
+                        std::io::Error::from_raw_os_error(errno as i32),
                     ));
                 }
                 Err(err)
@@ -183,6 +317,7 @@ impl WindowGuard for GuardedFreeze {
             Ok(Ok(())) => {
                 self.frozen = true;
                 self.first_window = false;
+                self.windows += 1;
                 Ok(())
             }
         }
@@ -192,11 +327,7 @@ impl WindowGuard for GuardedFreeze {
         match self.guardian()?.permit() {
             Ok(Permit::Granted) => Ok(true),
             Ok(Permit::DeadlinePassed) => Ok(false),
-            Ok(Permit::FreezeLost) => Err(Error::Io {
-                context: "another process thawed reseq's freeze during a window (FITHAW from outside); stopped before writing anything read in that window. Resume with --resume once nothing else manages freezes on this filesystem".into(),
-                offset: None,
-                source: std::io::Error::from_raw_os_error(nix::libc::EBUSY),
-            }),
+            Ok(Permit::FreezeLost { index, foreign }) => Err(self.freeze_lost(index, foreign)),
             Err(e) => Err(self.guardian_lost(e)),
         }
     }
@@ -218,10 +349,8 @@ impl WindowGuard for GuardedFreeze {
         match r {
             Ok(t) => {
                 self.frozen = false;
-                if t.thawed_by_someone_else {
-                    log::warn!(
-                        "a filesystem was thawed by another process during the window (found before writing; nothing was written after it)"
-                    );
+                if let Some((index, foreign)) = t.lost {
+                    return Err(self.freeze_lost(index, foreign));
                 }
                 Ok(WindowEnd { frozen: t.frozen, overran: t.overran })
             }

@@ -1,35 +1,47 @@
 //! The guardian: a forked process that owns every freeze reseq makes, so that no way
-//! of dying leaves a filesystem frozen.
+//! of dying or stalling leaves a filesystem frozen past a stated bound.
 //!
 //! Why a process and not a thread or a signal handler: SIGKILL runs no handler and kills
-//! every thread, while a freeze outlives its maker (see `../shared/KERNEL-FACTS.md`).
-//! Only another process can thaw after that. Why the guardian freezes (not reseq):
-//! then it knows exactly which freezes are its own. If reseq froze and died before
-//! telling it, the guardian could not tell our freeze from an admin's, and must never
-//! thaw the latter.
+//! every thread, and SIGSTOP stops them all, while a freeze outlives its maker (see
+//! docs/SAFETY.md). Only another process can thaw after that. Why the guardian freezes
+//! (not reseq): then it knows exactly which freezes are its own. If reseq froze and died
+//! before telling it, the guardian could not tell our freeze from an admin's, and must
+//! never thaw the latter.
+//!
+//! Out of reach of what is aimed at reseq: the guardian runs in its own session and
+//! process group (a terminal's Ctrl-Z, `timeout`, `kill -- -PGID` miss it), ignores
+//! job-control and termination signals, and renames itself `freeze-guardian` (name and
+//! command line), so `pkill reseq`, `pkill -f reseq` and `killall reseq` miss it too.
 //!
 //! Protocol (a Unix socket pair, fixed 16-byte messages, strictly request/reply):
-//! - `FREEZE ms`: freeze every filesystem in order; undo and report the first failure.
-//!   The window deadline starts *before* the first FIFREEZE: the stall applications see
-//!   starts there.
-//! - `PERMIT`: reseq asks before each device write. Granted only while the window is
-//!   frozen and its deadline has not passed. A refusal after the deadline makes the
+//! - `JOURNAL len` + `len` bytes: the journal to note a kill in (see below).
+//! - `FREEZE ms`: record the freeze (see [`crate::freeze_record`]), freeze every
+//!   filesystem in order; undo and report the first failure. The window's clock starts
+//!   *before* the first FIFREEZE: the stall applications see starts there.
+//! - `PERMIT`: reseq asks before each device write. Granted only while every freeze is
+//!   still ours and the deadline has not passed. A refusal after the deadline makes the
 //!   guardian thaw at once. Because reseq reads a chunk before asking and writes it only
 //!   after a grant, a chunk's read and write always lie inside one freeze.
-//! - `WRITTEN`: one granted write finished, and its read-back too. Several may be
-//!   outstanding (the verifier reads back one chunk while the next is written). While any
-//!   is, the guardian does not thaw even past the deadline: thawing under an in-flight
-//!   write of stale bytes could let the filesystem's newer write lose, and a read-back
-//!   after a thaw could see the filesystem's own changes. Past the deadline it refuses
-//!   new grants and thaws the moment the last outstanding write reports.
-//! - `THAW`: end the window; the reply says whether the deadline was overrun and how
-//!   long the filesystems were frozen.
+//! - `WRITTEN`: one granted write finished, and its read-back too. While any is
+//!   outstanding the guardian does not thaw: thawing under an in-flight write of stale
+//!   bytes could let the filesystem's newer write lose. It waits for them until the
+//!   deadline plus the grace; then it kills reseq (SIGKILL through a pidfd, which also
+//!   ends a stopped process), waits for the socket's end of file, and thaws.
+//! - `THAW`: end the window; the reply says whether it overran `--max-freeze`, how long
+//!   the filesystems were frozen, and whether a freeze was lost to another program.
 //! - `EXIT`: leave.
 //!
 //! End of file on the socket means reseq is gone. The socket closes only when the last
 //! thread of reseq has exited, and a process cannot exit while its O_DIRECT I/O is in
 //! flight, so at EOF nothing of reseq's can still reach the device: the guardian thaws
-//! and exits.
+//! and exits. The one wait the guardian cannot bound is I/O the kernel itself cannot
+//! finish (a task in D state on a failing device).
+//!
+//! Someone else's freeze: FIFREEZE's EBUSY means "frozen by anyone", so a program that
+//! thaws our freeze and freezes again would pass that probe. The guardian also keeps a
+//! sentinel: the device block holding the superblock, read with O_DIRECT after
+//! freezing. ext4 and xfs write their superblock on every freeze, so a changed sentinel
+//! means the freeze in place is not ours: stop granting, and never thaw it.
 //!
 //! The guardian never execs and writes nothing while a filesystem is frozen (its stderr
 //! could be a file on that filesystem): it speaks only after thawing.
@@ -37,10 +49,12 @@
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 
+use crate::freeze_record::{FreezeRecord, RecordedFs, SentinelRecord};
 use crate::sys;
 
 const OP_FREEZE: u8 = 1;
@@ -48,6 +62,7 @@ const OP_PERMIT: u8 = 2;
 const OP_WRITTEN: u8 = 3;
 const OP_THAW: u8 = 4;
 const OP_EXIT: u8 = 5;
+const OP_JOURNAL: u8 = 6;
 
 const ST_OK: u8 = 0;
 const ST_ERR: u8 = 1;
@@ -56,6 +71,17 @@ const ST_DENIED: u8 = 2;
 const DENY_DEADLINE: u32 = 1;
 const DENY_FREEZE_LOST: u32 = 2;
 
+/// THAW reply flags (low byte of the reply's `a`; the lost filesystem's index above).
+const THAW_OVERRAN: u32 = 1;
+const THAW_LOST: u32 = 2;
+const THAW_FOREIGN: u32 = 4;
+
+/// A FREEZE failure index meaning "could not write the freeze record".
+const RECORD_FAILED: u32 = u32::MAX;
+
+/// The longest journal path the guardian accepts.
+const MAX_PATH: u32 = 4096;
+
 /// The answer to a request to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Permit {
@@ -63,8 +89,10 @@ pub enum Permit {
     Granted,
     /// The window's deadline passed; the guardian has thawed. Do not write.
     DeadlinePassed,
-    /// Someone else thawed our freeze during the window. Do not write.
-    FreezeLost,
+    /// Our freeze of filesystem `index` was lost to another program during the window.
+    /// `foreign`: a freeze that is not ours is in place now (thaw and re-freeze), left
+    /// alone. Do not write.
+    FreezeLost { index: usize, foreign: bool },
 }
 
 type Msg = [u8; 16];
@@ -83,21 +111,46 @@ fn fields(m: &Msg) -> (u8, u32, u64) {
 
 /// Why a freeze request failed.
 #[derive(Debug)]
-pub struct FreezeFailure {
-    /// Index into the filesystem list of the one that failed.
-    pub index: usize,
-    pub errno: Errno,
+pub enum FreezeFailure {
+    /// FIFREEZE failed on filesystem `index`.
+    Fifreeze { index: usize, errno: Errno },
+    /// The freeze record could not be written, so nothing was frozen.
+    Record { errno: Errno },
 }
 
 /// What the end of a window reports.
 #[derive(Debug, Clone, Copy)]
 pub struct ThawReport {
-    /// The deadline passed and the guardian thawed on its own.
+    /// The filesystems were frozen longer than the window allowed (`--max-freeze`).
     pub overran: bool,
     /// How long the filesystems were frozen (from the first FIFREEZE call to the thaw).
     pub frozen: Duration,
-    /// FITHAW said a filesystem was not frozen: someone thawed our freeze.
-    pub thawed_by_someone_else: bool,
+    /// Our freeze of filesystem `.0` was lost to another program; `.1`: a freeze that
+    /// is not ours is in place and was left alone.
+    pub lost: Option<(usize, bool)>,
+}
+
+/// One filesystem the guardian freezes.
+pub struct Watched {
+    /// Any descriptor on the filesystem (its mount point), for FIFREEZE/FITHAW.
+    pub mount: OwnedFd,
+    /// The mount point, for messages and the freeze record.
+    pub name: String,
+    /// "major:minor".
+    pub dev: String,
+    /// The block device (path, opened with O_DIRECT) and the offset of the 4 KiB holding
+    /// the superblock; None where a freeze leaves no trace there (see module docs).
+    pub sentinel: Option<(PathBuf, OwnedFd, u64)>,
+}
+
+/// Timing rules of the windows.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// `--max-freeze`.
+    pub window: Duration,
+    /// How long past `window` an outstanding write may hold the freeze before the
+    /// guardian kills reseq.
+    pub grace: Duration,
 }
 
 /// Sends `WRITTEN` from another thread. `WRITTEN` has no reply, so it cannot take the
@@ -117,22 +170,31 @@ impl WrittenReporter {
 pub struct Guardian {
     stream: UnixStream,
     pid: nix::unistd::Pid,
+    /// How long reseq waits for a reply to PERMIT or THAW before it decides the
+    /// guardian is stuck (stopped by hand) and thaws itself.
+    reply_timeout: Duration,
 }
 
 impl Guardian {
-    /// Forks the guardian. `fs_fds` are open descriptors of the filesystems to freeze
-    /// (mount point directories), `names` their mount points for messages.
-    /// Must be called while the process has a single thread.
-    pub fn spawn(fs_fds: &[OwnedFd], names: &[String]) -> std::io::Result<Guardian> {
+    /// Forks the guardian. Must be called while the process has a single thread.
+    pub fn spawn(fs: Vec<Watched>, bounds: Bounds, run_dir: PathBuf) -> std::io::Result<Guardian> {
         let (ours, theirs) = UnixStream::pair()?;
+        let reseq = nix::unistd::getpid();
         match sys::fork_single_threaded()? {
             sys::Forked::Parent { child } => {
                 drop(theirs);
-                Ok(Guardian { stream: ours, pid: child })
+                let reply_timeout = bounds.window + bounds.grace + Duration::from_secs(2);
+                Ok(Guardian { stream: ours, pid: child, reply_timeout })
             }
             sys::Forked::Child => {
                 drop(ours);
-                let code = guardian_main(theirs, fs_fds, names);
+                let code = match detach(reseq) {
+                    Some(reseq_fd) => {
+                        let mut g = GuardianState::new(fs, bounds, run_dir, reseq, reseq_fd);
+                        g.serve(theirs)
+                    }
+                    None => 70,
+                };
                 sys::exit_immediately(code)
             }
         }
@@ -142,29 +204,51 @@ impl Guardian {
         self.pid.as_raw()
     }
 
-    fn call(&mut self, m: Msg) -> std::io::Result<(u8, u32, u64)> {
+    fn call(&mut self, m: Msg, timeout: Option<Duration>) -> std::io::Result<(u8, u32, u64)> {
         self.stream.write_all(&m)?;
+        self.stream.set_read_timeout(timeout)?;
         let mut reply = [0u8; 16];
         self.stream.read_exact(&mut reply)?;
         Ok(fields(&reply))
     }
 
-    /// Freezes every filesystem; the window may last `deadline`.
-    pub fn freeze(&mut self, deadline: Duration) -> std::io::Result<Result<(), FreezeFailure>> {
-        let (st, idx, errno) = self.call(msg(OP_FREEZE, 0, deadline.as_millis() as u64))?;
-        Ok(if st == ST_OK {
-            Ok(())
-        } else {
-            Err(FreezeFailure { index: idx as usize, errno: Errno::from_raw(errno as i32) })
+    /// Tells the guardian which journal notes a kill.
+    pub fn set_journal(&mut self, path: &std::path::Path) -> std::io::Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let bytes = path.as_os_str().as_bytes();
+        if bytes.len() > MAX_PATH as usize {
+            return Err(std::io::Error::other("journal path too long for the guardian"));
+        }
+        self.stream.write_all(&msg(OP_JOURNAL, bytes.len() as u32, 0))?;
+        self.stream.write_all(bytes)?;
+        self.call_reply(Some(self.reply_timeout)).map(drop)
+    }
+
+    fn call_reply(&mut self, timeout: Option<Duration>) -> std::io::Result<(u8, u32, u64)> {
+        self.stream.set_read_timeout(timeout)?;
+        let mut reply = [0u8; 16];
+        self.stream.read_exact(&mut reply)?;
+        Ok(fields(&reply))
+    }
+
+    /// Freezes every filesystem for a window of `window`. No timeout: FIFREEZE syncs,
+    /// and nothing is frozen by us until it returns.
+    pub fn freeze(&mut self, window: Duration) -> std::io::Result<Result<(), FreezeFailure>> {
+        let (st, idx, errno) = self.call(msg(OP_FREEZE, 0, window.as_millis() as u64), None)?;
+        let errno = Errno::from_raw(errno as i32);
+        Ok(match (st, idx) {
+            (ST_OK, _) => Ok(()),
+            (_, RECORD_FAILED) => Err(FreezeFailure::Record { errno }),
+            (_, i) => Err(FreezeFailure::Fifreeze { index: i as usize, errno }),
         })
     }
 
     /// Asks to write.
     pub fn permit(&mut self) -> std::io::Result<Permit> {
-        let (st, why, _) = self.call(msg(OP_PERMIT, 0, 0))?;
+        let (st, why, lost) = self.call(msg(OP_PERMIT, 0, 0), Some(self.reply_timeout))?;
         Ok(match (st, why) {
             (ST_OK, _) => Permit::Granted,
-            (_, DENY_FREEZE_LOST) => Permit::FreezeLost,
+            (_, DENY_FREEZE_LOST) => Permit::FreezeLost { index: (lost >> 1) as usize, foreign: lost & 1 != 0 },
             _ => Permit::DeadlinePassed,
         })
     }
@@ -181,213 +265,410 @@ impl Guardian {
     }
 
     pub fn thaw(&mut self) -> std::io::Result<ThawReport> {
-        let (st, flags, micros) = self.call(msg(OP_THAW, 0, 0))?;
+        let (_st, a, micros) = self.call(msg(OP_THAW, 0, 0), Some(self.reply_timeout))?;
+        let flags = a & 0xff;
         Ok(ThawReport {
-            overran: flags & 1 != 0,
-            thawed_by_someone_else: flags & 2 != 0 || st == ST_ERR,
+            overran: flags & THAW_OVERRAN != 0,
+            lost: (flags & THAW_LOST != 0).then_some(((a >> 8) as usize, flags & THAW_FOREIGN != 0)),
             frozen: Duration::from_micros(micros),
         })
     }
 
-    /// Tells the guardian to leave and reaps it.
-    pub fn shutdown(mut self) {
-        let _ = self.stream.write_all(&msg(OP_EXIT, 0, 0));
+    /// The guardian stopped answering (stopped by hand, or dead): make sure it is gone,
+    /// so that it cannot thaw later what is no longer ours.
+    pub fn kill(self) {
+        let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(self.pid, None);
+    }
+
+    /// Tells the guardian to leave and reaps it; one that does not leave in time (stopped
+    /// by hand) is killed, so reseq never hangs on it.
+    pub fn shutdown(mut self) {
+        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+        let _ = self.stream.write_all(&msg(OP_EXIT, 0, 0));
+        let give_up = Instant::now() + self.reply_timeout;
+        while Instant::now() < give_up {
+            match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(5)),
+                _ => return,
+            }
+        }
+        self.kill();
     }
 }
 
-struct GuardianState<'a> {
-    fds: &'a [OwnedFd],
-    names: &'a [String],
-    /// Indices this guardian froze and has not thawed.
-    frozen: Vec<usize>,
+/// In the child, before anything else: leave reseq's session, ignore what is aimed at
+/// reseq's group, take a pidfd on reseq, and change name. None if reseq is already gone.
+fn detach(reseq: nix::unistd::Pid) -> Option<Option<OwnedFd>> {
+    let _ = sys::new_session();
+    sys::ignore_group_signals().ok()?;
+    // Without pidfds (Linux < 5.3) the guardian falls back to kill(2) while reseq is
+    // still its parent (a parent's PID cannot be reused while its child lives).
+    let pidfd = sys::pidfd_open(reseq.as_raw()).ok();
+    if nix::unistd::getppid() != reseq {
+        return None;
+    }
+    let _ = sys::set_process_title("freeze-guardian");
+    Some(pidfd)
+}
+
+/// Per-filesystem state.
+struct Fs {
+    w: Watched,
+    /// Frozen by this guardian and not yet thawed.
+    ours: bool,
+    /// The sentinel block as it read right after our freeze.
+    snapshot: Option<Vec<u8>>,
+}
+
+struct GuardianState {
+    fs: Vec<Fs>,
+    bounds: Bounds,
+    run_dir: PathBuf,
+    reseq: nix::unistd::Pid,
+    reseq_fd: Option<OwnedFd>,
+    journal: Option<PathBuf>,
     freeze_started: Option<Instant>,
+    /// The window's end (`--max-freeze` after the freeze began).
     deadline: Option<Instant>,
     /// Granted writes not yet reported finished.
     writing: u32,
     /// The deadline passed: no more grants in this window; thaw when `writing` is 0.
     revoked: bool,
-    overran: bool,
     frozen_for: Duration,
-    someone_else_thawed: bool,
+    /// (index, foreign) of a freeze lost in this window.
+    lost: Option<(usize, bool)>,
+    windows: u64,
 }
 
-impl GuardianState<'_> {
+enum Next {
+    Continue,
+    Exit(i32),
+}
+
+impl GuardianState {
+    fn new(
+        fs: Vec<Watched>,
+        bounds: Bounds,
+        run_dir: PathBuf,
+        reseq: nix::unistd::Pid,
+        reseq_fd: Option<OwnedFd>,
+    ) -> GuardianState {
+        GuardianState {
+            fs: fs.into_iter().map(|w| Fs { w, ours: false, snapshot: None }).collect(),
+            bounds,
+            run_dir,
+            reseq,
+            reseq_fd,
+            journal: None,
+            freeze_started: None,
+            deadline: None,
+            writing: 0,
+            revoked: false,
+            frozen_for: Duration::ZERO,
+            lost: None,
+            windows: 0,
+        }
+    }
+
+    fn any_ours(&self) -> bool {
+        self.fs.iter().any(|f| f.ours)
+    }
+
+    fn names(&self) -> String {
+        self.fs.iter().map(|f| f.w.name.as_str()).collect::<Vec<_>>().join(", ")
+    }
+
+    fn record(&self) -> FreezeRecord {
+        FreezeRecord {
+            guardian_pid: std::process::id() as i32,
+            guardian_start_ticks: crate::freeze_record::proc_stat(std::process::id() as i32).map_or(0, |s| s.0),
+            reseq_pid: self.reseq.as_raw(),
+            filesystems: self
+                .fs
+                .iter()
+                .map(|f| RecordedFs {
+                    mount_point: f.w.name.clone().into(),
+                    dev: f.w.dev.clone(),
+                    sentinel: f.w.sentinel.as_ref().zip(f.snapshot.as_ref()).map(|((path, _, offset), snap)| {
+                        SentinelRecord { device: path.clone(), offset: *offset, blake3: blake3::hash(snap).to_hex().to_string() }
+                    }),
+                })
+                .collect(),
+        }
+    }
+
+    fn read_sentinel(f: &Fs) -> Option<Vec<u8>> {
+        let (_, fd, offset) = f.w.sentinel.as_ref()?;
+        read_block(fd.as_fd(), *offset)
+    }
+
+    /// Thaws every freeze that is ours, never one that is not.
     fn thaw_all(&mut self) {
         // Reverse order: the mirror of freezing.
-        while let Some(i) = self.frozen.pop() {
-            if let Err(e) = sys::fithaw(self.fds[i].as_fd())
-                && e == Errno::EINVAL
-            {
-                self.someone_else_thawed = true;
-            }
+        for f in self.fs.iter_mut().rev().filter(|f| f.ours) {
+            let _ = sys::fithaw(f.w.mount.as_fd());
+            f.ours = false;
+            f.snapshot = None;
         }
         if let Some(start) = self.freeze_started.take() {
             self.frozen_for = start.elapsed();
         }
         self.deadline = None;
+        FreezeRecord::remove(&self.run_dir, std::process::id() as i32);
     }
 
-    fn freeze(&mut self, window: Duration) -> Result<(), FreezeFailure> {
-        let start = Instant::now();
-        for i in 0..self.fds.len() {
-            if let Err(errno) = sys::fifreeze(self.fds[i].as_fd()) {
-                self.thaw_all();
-                return Err(FreezeFailure { index: i, errno });
-            }
-            self.frozen.push(i);
+    fn freeze(&mut self, window: Duration) -> Result<(), (u32, Errno)> {
+        // The record first: if we die frozen, `reseq thaw` must know these are ours.
+        if let Err(e) = self.record().write(&self.run_dir) {
+            return Err((RECORD_FAILED, Errno::from_raw(e.raw_os_error().unwrap_or(libc_eio()))));
         }
+        let start = Instant::now();
         self.freeze_started = Some(start);
         self.deadline = Some(start + window);
-        self.overran = false;
         self.revoked = false;
-        self.someone_else_thawed = false;
+        self.lost = None;
         self.writing = 0;
+        self.windows += 1;
+        for i in 0..self.fs.len() {
+            if let Err(errno) = sys::fifreeze(self.fs[i].w.mount.as_fd()) {
+                self.thaw_all();
+                return Err((i as u32, errno));
+            }
+            self.fs[i].ours = true;
+            self.fs[i].snapshot = GuardianState::read_sentinel(&self.fs[i]);
+        }
+        // Again, with the sentinels, so that `reseq thaw` can tell our freeze from a
+        // later one. A failure here costs only that check: the first record stands.
+        let _ = self.record().write(&self.run_dir);
         Ok(())
     }
 
-    /// Checks that our freezes still hold: there is no status file, but a FIFREEZE on a
-    /// frozen filesystem gives EBUSY. If it succeeds, someone thawed ours (a stray
-    /// `fsfreeze -u`): we now hold a fresh freeze, kept in our list so it gets thawed,
-    /// and the data read earlier in the window must not be written.
-    fn still_frozen(&mut self) -> bool {
-        let mut all = true;
-        for &i in &self.frozen {
-            match sys::fifreeze(self.fds[i].as_fd()) {
-                Err(Errno::EBUSY) => {}
-                _ => {
-                    all = false;
-                    self.someone_else_thawed = true;
+    /// Checks that our freezes still hold. There is no status to ask, but FIFREEZE on a
+    /// frozen filesystem gives EBUSY. If it succeeds, someone thawed ours: we now hold a
+    /// fresh freeze, ours to thaw. If it gives EBUSY but the sentinel changed, someone
+    /// thawed ours and froze again: that freeze is theirs, and stays.
+    fn check_freezes(&mut self) {
+        for i in 0..self.fs.len() {
+            if !self.fs[i].ours {
+                continue;
+            }
+            match sys::fifreeze(self.fs[i].w.mount.as_fd()) {
+                Err(Errno::EBUSY) => {
+                    let now = GuardianState::read_sentinel(&self.fs[i]);
+                    if self.fs[i].snapshot.is_some() && now != self.fs[i].snapshot {
+                        self.fs[i].ours = false;
+                        self.lost.get_or_insert((i, true));
+                    }
+                }
+                Ok(()) => {
+                    self.fs[i].snapshot = GuardianState::read_sentinel(&self.fs[i]);
+                    self.lost.get_or_insert((i, false));
+                }
+                Err(_) => {
+                    self.lost.get_or_insert((i, false));
                 }
             }
         }
-        all
     }
 
-    fn past_deadline(&self) -> bool {
-        self.deadline.is_some_and(|d| Instant::now() >= d)
+    fn past(&self, extra: Duration) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d + extra)
     }
 
     /// The deadline has passed: stop granting, and thaw once no write is outstanding.
     fn revoke(&mut self) {
         self.revoked = true;
-        self.overran = true;
-        if self.writing == 0 && !self.frozen.is_empty() {
-            self.overrun_thaw();
+        if self.writing == 0 && self.any_ours() {
+            let n = self.fs.iter().filter(|f| f.ours).count();
+            self.thaw_all();
+            // Safe to speak: nothing of ours is frozen any more.
+            eprintln!(
+                "reseq guardian: freeze window overran its deadline; thawed {n} filesystem(s) ({})",
+                self.names()
+            );
         }
     }
 
-    fn overrun_thaw(&mut self) {
-        let n = self.frozen.len();
-        self.thaw_all();
-        // Safe to speak: nothing of ours is frozen any more.
-        eprintln!(
-            "reseq guardian: freeze window overran its deadline; thawed {n} filesystem(s) ({})",
-            self.names.join(", ")
-        );
-    }
-}
-
-fn guardian_main(mut stream: UnixStream, fds: &[OwnedFd], names: &[String]) -> i32 {
-    if sys::ignore_group_signals().is_err() {
-        return 70;
-    }
-    let mut st = GuardianState {
-        fds,
-        names,
-        frozen: Vec::new(),
-        freeze_started: None,
-        deadline: None,
-        writing: 0,
-        revoked: false,
-        overran: false,
-        frozen_for: Duration::ZERO,
-        someone_else_thawed: false,
-    };
-    loop {
-        let timeout = match st.deadline {
-            Some(d) if !st.frozen.is_empty() && !st.revoked => {
-                Some(d.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))
-            }
-            _ => None,
+    /// How long to wait for the next message.
+    fn timeout(&self) -> Option<Duration> {
+        let d = self.deadline.filter(|_| self.any_ours())?;
+        let until = if !self.revoked {
+            d
+        } else if self.writing > 0 {
+            d + self.bounds.grace
+        } else {
+            return None;
         };
-        if stream.set_read_timeout(timeout).is_err() {
-            st.thaw_all();
-            return 71;
-        }
-        let mut m = [0u8; 16];
-        match stream.read_exact(&mut m) {
-            Ok(()) => {}
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                if !st.frozen.is_empty() && st.past_deadline() {
-                    st.revoke();
-                }
-                continue;
+        Some(until.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))
+    }
+
+    fn serve(&mut self, mut stream: UnixStream) -> i32 {
+        loop {
+            if stream.set_read_timeout(self.timeout()).is_err() {
+                self.thaw_all();
+                return 71;
             }
-            Err(_) => {
-                // EOF (or a broken socket): reseq has exited; none of its I/O is in flight.
-                let n = st.frozen.len();
-                st.thaw_all();
-                if n > 0 {
-                    eprintln!(
-                        "reseq guardian: reseq exited while {n} filesystem(s) were frozen; thawed them ({})",
-                        names.join(", ")
-                    );
+            let mut m = [0u8; 16];
+            match stream.read_exact(&mut m) {
+                Ok(()) => {}
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    if self.any_ours() && self.past(self.bounds.grace) && self.writing > 0 {
+                        return self.kill_reseq(&mut stream);
+                    }
+                    if self.any_ours() && self.past(Duration::ZERO) {
+                        self.revoke();
+                    }
+                    continue;
                 }
-                return 0;
+                Err(_) => return self.reseq_gone(),
+            }
+            match self.handle(&mut stream, m) {
+                Next::Continue => {}
+                Next::Exit(code) => return code,
             }
         }
-        let (op, _a, b) = fields(&m);
+    }
+
+    fn handle(&mut self, stream: &mut UnixStream, m: Msg) -> Next {
+        let (op, a, b) = fields(&m);
         let reply = match op {
-            OP_FREEZE => match st.freeze(Duration::from_millis(b)) {
-                Ok(()) => Some(msg(ST_OK, 0, 0)),
-                Err(f) => Some(msg(ST_ERR, f.index as u32, f.errno as i32 as u64)),
-            },
-            OP_PERMIT => {
-                if st.frozen.is_empty() || st.revoked {
-                    Some(msg(ST_DENIED, DENY_DEADLINE, 0))
-                } else if st.past_deadline() {
-                    st.revoke();
-                    Some(msg(ST_DENIED, DENY_DEADLINE, 0))
-                } else if !st.still_frozen() {
-                    Some(msg(ST_DENIED, DENY_FREEZE_LOST, 0))
-                } else {
-                    st.writing += 1;
-                    Some(msg(ST_OK, 0, 0))
+            OP_JOURNAL => {
+                let mut path = vec![0u8; a.min(MAX_PATH) as usize];
+                if stream.read_exact(&mut path).is_err() {
+                    return Next::Exit(self.reseq_gone());
                 }
+                use std::os::unix::ffi::OsStringExt;
+                self.journal = Some(PathBuf::from(std::ffi::OsString::from_vec(path)));
+                Some(msg(ST_OK, 0, 0))
             }
+            OP_FREEZE => match self.freeze(Duration::from_millis(b)) {
+                Ok(()) => Some(msg(ST_OK, 0, 0)),
+                Err((index, errno)) => Some(msg(ST_ERR, index, errno as i32 as u64)),
+            },
+            OP_PERMIT => Some(self.permit()),
             OP_WRITTEN => {
-                st.writing = st.writing.saturating_sub(1);
+                self.writing = self.writing.saturating_sub(1);
                 // The deadline passed during the write: thaw now, not at the next request.
-                if !st.frozen.is_empty() && st.past_deadline() {
-                    st.revoke();
+                if self.any_ours() && self.past(Duration::ZERO) {
+                    self.revoke();
                 }
                 None
             }
             OP_THAW => {
-                st.writing = 0;
-                if !st.frozen.is_empty() {
-                    // A window that ends after its deadline overran, whoever thaws it.
-                    st.overran |= st.past_deadline();
-                    st.thaw_all();
+                self.writing = 0;
+                let window = self.bounds.window;
+                if self.any_ours() {
+                    self.check_freezes();
+                    self.thaw_all();
                 }
-                let flags = u32::from(st.overran) | (u32::from(st.someone_else_thawed) << 1);
-                Some(msg(ST_OK, flags, st.frozen_for.as_micros() as u64))
+                // Any window frozen longer than --max-freeze overran, whoever thawed it.
+                let overran = self.frozen_for > window;
+                let mut flags = u32::from(overran) * THAW_OVERRAN;
+                if let Some((i, foreign)) = self.lost {
+                    flags |= THAW_LOST | u32::from(foreign) * THAW_FOREIGN | ((i as u32) << 8);
+                }
+                Some(msg(ST_OK, flags, self.frozen_for.as_micros() as u64))
             }
             OP_EXIT => {
-                st.thaw_all();
-                return 0;
+                self.thaw_all();
+                return Next::Exit(0);
             }
             _ => {
-                st.thaw_all();
-                return 72;
+                self.thaw_all();
+                return Next::Exit(72);
             }
         };
         if let Some(r) = reply
             && stream.write_all(&r).is_err()
         {
-            st.thaw_all();
-            return 0;
+            return Next::Exit(self.reseq_gone());
         }
+        Next::Continue
     }
+
+    fn permit(&mut self) -> Msg {
+        if !self.any_ours() || self.revoked {
+            if let Some((i, foreign)) = self.lost {
+                return msg(ST_DENIED, DENY_FREEZE_LOST, ((i as u64) << 1) | u64::from(foreign));
+            }
+            return msg(ST_DENIED, DENY_DEADLINE, 0);
+        }
+        if self.past(Duration::ZERO) {
+            self.revoke();
+            return msg(ST_DENIED, DENY_DEADLINE, 0);
+        }
+        self.check_freezes();
+        if let Some((i, foreign)) = self.lost {
+            // Stop the window here: thaw what is still ours, leave what is not.
+            self.revoked = true;
+            if self.writing == 0 {
+                self.thaw_all();
+            }
+            return msg(ST_DENIED, DENY_FREEZE_LOST, ((i as u64) << 1) | u64::from(foreign));
+        }
+        self.writing += 1;
+        msg(ST_OK, 0, 0)
+    }
+
+    /// End of file: reseq has exited; none of its I/O is in flight.
+    fn reseq_gone(&mut self) -> i32 {
+        let n = self.fs.iter().filter(|f| f.ours).count();
+        self.thaw_all();
+        if n > 0 {
+            eprintln!("reseq guardian: reseq exited while {n} filesystem(s) were frozen; thawed them ({})", self.names());
+        }
+        0
+    }
+
+    /// A write or read-back is still outstanding at the deadline plus the grace: reseq is
+    /// stopped or stalled. Kill it, wait until none of its threads is left (the socket's
+    /// end of file), then thaw.
+    fn kill_reseq(&mut self, stream: &mut UnixStream) -> i32 {
+        let killed = match &self.reseq_fd {
+            Some(fd) => sys::pidfd_kill(fd.as_fd()).is_ok(),
+            None => {
+                nix::unistd::getppid() == self.reseq
+                    && nix::sys::signal::kill(self.reseq, nix::sys::signal::Signal::SIGKILL).is_ok()
+            }
+        };
+        let _ = stream.set_read_timeout(None);
+        let mut sink = [0u8; 256];
+        while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+        let frozen_since = self.freeze_started.map(|s| s.elapsed()).unwrap_or_default();
+        let names = self.names();
+        self.thaw_all();
+        let window = self.windows;
+        eprintln!(
+            "reseq guardian: a write was still outstanding {} ms after freeze window {window} began (limit {} ms + {} ms grace): reseq is stopped or stalled, so the guardian {} it and thawed {names} after {} ms. The data is intact (a chunk is only ever rewritten with the bytes read in the same freeze); run the same command with --resume.",
+            frozen_since.as_millis(),
+            self.bounds.window.as_millis(),
+            self.bounds.grace.as_millis(),
+            if killed { "killed" } else { "lost" },
+            self.frozen_for.as_millis(),
+        );
+        if let Some(j) = &self.journal {
+            let note = crate::journal::GuardianKill {
+                window,
+                frozen_ms: self.frozen_for.as_millis() as u64,
+                max_freeze_ms: self.bounds.window.as_millis() as u64,
+                grace_ms: self.bounds.grace.as_millis() as u64,
+            };
+            if let Err(e) = crate::journal::note_guardian_kill(j, &note) {
+                eprintln!("reseq guardian: could not note this in the journal {}: {e}", j.display());
+            }
+        }
+        0
+    }
+}
+
+/// The 4 KiB at `offset` of an O_DIRECT descriptor.
+pub fn read_block(fd: std::os::fd::BorrowedFd<'_>, offset: u64) -> Option<Vec<u8>> {
+    let mut buf = sys::AlignedBuf::new(4096, 4096);
+    sys::pread_exact(fd, &mut buf, offset).ok()?;
+    Some(buf.to_vec())
+}
+
+fn libc_eio() -> i32 {
+    Errno::EIO as i32
 }

@@ -60,6 +60,19 @@ pub enum Record {
     Begin { offset: u64, len: u64, blake3: String },
     Done { offset: u64, len: u64, blake3: String },
     Finished,
+    /// Written by the guardian, not by reseq: it killed reseq because a write was still
+    /// outstanding past the window's deadline plus grace (reseq stopped or stalled).
+    GuardianKilled(GuardianKill),
+}
+
+/// What the guardian notes when it had to kill reseq.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuardianKill {
+    /// The window's number in the guardian's count (1-based).
+    pub window: u64,
+    pub frozen_ms: u64,
+    pub max_freeze_ms: u64,
+    pub grace_ms: u64,
 }
 
 /// What a replay found.
@@ -75,6 +88,8 @@ pub struct Replay {
     pub finished: bool,
     /// Lines ignored because their checksum or JSON did not match (torn tail).
     pub bad_lines: u64,
+    /// Times the guardian killed reseq in this run (a window outlasted its bound).
+    pub guardian_kills: Vec<GuardianKill>,
 }
 
 pub fn encode(rec: &Record) -> String {
@@ -110,6 +125,7 @@ pub fn replay(text: &str) -> Replay {
                 }
             }
             Record::Finished => r.finished = true,
+            Record::GuardianKilled(k) => r.guardian_kills.push(k),
         }
     }
     r.bad_lines += lines.count() as u64;
@@ -123,6 +139,35 @@ fn decode(line: &str) -> Option<Record> {
         return None;
     }
     serde_json::from_str(json).ok()
+}
+
+/// Appends the guardian's note that it killed reseq. reseq is gone (the guardian saw
+/// its socket close), so nothing else appends. A line reseq left half-written is cut
+/// first: it never completed, and replay would stop at it and miss the note.
+pub fn note_guardian_kill(path: &Path, kill: &GuardianKill) -> std::io::Result<()> {
+    let mut f = OpenOptions::new().read(true).append(true).open(path)?;
+    let text = std::fs::read(path)?;
+    if let Some(last) = text.last()
+        && *last != b'\n'
+    {
+        let keep = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        f.set_len(keep as u64)?;
+    }
+    f.write_all(encode(&Record::GuardianKilled(kill.clone())).as_bytes())?;
+    f.sync_data()
+}
+
+/// What a resumed run says about the guardian's kills in the run it continues.
+pub fn describe_guardian_kills(kills: &[GuardianKill]) -> Vec<String> {
+    kills
+        .iter()
+        .map(|k| {
+            format!(
+                "the run being resumed broke its freeze bound: in its window {} a write was still outstanding past --max-freeze {} ms + {} ms grace (reseq stopped or stalled), so the guardian killed reseq and thawed after {} ms frozen",
+                k.window, k.max_freeze_ms, k.grace_ms, k.frozen_ms
+            )
+        })
+        .collect()
 }
 
 /// The journal file of one device.

@@ -18,6 +18,7 @@ pub mod error;
 pub mod exit_codes;
 pub mod filemode;
 pub mod freeze;
+pub mod freeze_record;
 pub mod generate;
 pub mod guardian;
 pub mod hooks;
@@ -36,6 +37,7 @@ pub mod sim;
 pub mod simulate;
 pub mod sys;
 pub mod target;
+pub mod thaw;
 pub mod units;
 pub mod usedspace;
 

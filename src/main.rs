@@ -45,6 +45,7 @@ fn main() -> std::process::ExitCode {
             (Some(report), args.output.clone(), result)
         }
         Command::Report(args) => return finish(rerender(&args.report, args.format)),
+        Command::Thaw { json } => return finish(thaw(*json)),
         Command::Generate { dir } => return finish(reseq::generate::generate(dir)),
         Command::Run { .. } => unreachable!("replaced by the job's rewrite above"),
         Command::Demo(args) if !nix::unistd::geteuid().is_root() => {
@@ -66,6 +67,9 @@ fn main() -> std::process::ExitCode {
         }
     };
     if let Some(r) = &report {
+        if result.is_err() && r.freeze_bound.is_some() && !r.dry_run {
+            eprintln!("reseq: {}", reseq::thaw::after_abnormal_stop());
+        }
         let format = output.format();
         if format != Format::Text || !cli.quiet || result.is_err() {
             print!("{}", render(r, format));
@@ -77,6 +81,16 @@ fn main() -> std::process::ExitCode {
         }
     }
     finish(result)
+}
+
+fn thaw(json: bool) -> reseq::error::Result<()> {
+    let summary = reseq::thaw::run(&reseq::freeze_record::run_dir())?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summary).unwrap_or_default());
+    } else {
+        print!("{}", summary.to_text());
+    }
+    reseq::thaw::live_guardian_error(&summary).map_or(Ok(()), Err)
 }
 
 fn rerender(path: &std::path::Path, format: Format) -> reseq::error::Result<()> {

@@ -90,19 +90,23 @@ pub fn hung_task() -> (Option<Duration>, bool) {
     (timeout, read_proc_u64("/proc/sys/kernel/hung_task_panic").is_some_and(|v| v != 0))
 }
 
-/// Refuses (or, with --force, warns about) a window longer than half the hung-task
-/// timeout: writers blocked by the freeze can trip the watchdog.
+/// Refuses (or, with --force, warns about) a window whose hard bound (`--max-freeze`
+/// plus the guardian's grace) is longer than half the hung-task timeout: writers blocked
+/// by the freeze can trip the watchdog.
 pub fn check_freeze_length(max_freeze: Duration, force: bool) -> Result<Vec<String>> {
     let (timeout, panic) = hung_task();
-    let Some(t) = timeout.filter(|t| max_freeze > *t / 2) else { return Ok(Vec::new()) };
+    let bound = crate::freeze::freeze_bound(max_freeze);
+    let Some(t) = timeout.filter(|t| bound > *t / 2) else { return Ok(Vec::new()) };
     let msg = format!(
-        "--max-freeze {:?} is longer than half of kernel.hung_task_timeout_secs ({} s): writers blocked by the freeze can trip the hung-task watchdog{}",
+        "--max-freeze {:?} plus the guardian's grace of {:?} is longer than half of kernel.hung_task_timeout_secs ({} s): writers blocked by the freeze can trip the hung-task watchdog{}",
         max_freeze,
+        crate::freeze::freeze_grace(max_freeze),
         t.as_secs(),
         if panic { ", and kernel.hung_task_panic=1 turns that into a kernel panic" } else { "" }
     );
     if !force {
-        return Err(Error::refused(msg, format!("use --max-freeze {}s or less, or --force", t.as_secs() / 2)));
+        let limit = (t / 2).saturating_sub(Duration::from_secs(1));
+        return Err(Error::refused(msg, format!("use --max-freeze {}ms or less, or --force", limit.as_millis())));
     }
     Ok(vec![msg])
 }
@@ -453,6 +457,7 @@ fn decide_start(
         warnings
             .push(format!("resuming with the journal's chunk size of {}", units::human_bytes(run.chunk_size_bytes)));
     }
+    warnings.extend(journal::describe_guardian_kills(&r.guardian_kills));
     Ok(Start::Resume { done: r.done, done_offset: r.done_offset, in_flight: r.in_flight, started_at: run.started_at })
 }
 

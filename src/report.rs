@@ -55,11 +55,35 @@ pub struct Report {
     pub selection: Option<Selection>,
     /// File mode: what was done to each file.
     pub files: Option<Vec<crate::filemode::FileReport>>,
+    /// Every freeze's limits, when the run froze anything.
+    #[serde(default)]
+    pub freeze_bound: Option<FreezeBound>,
     pub warnings: Vec<String>,
     pub outcome: Outcome,
     /// For a dry run, the plan as text (the human rendering of a dry run).
     #[serde(skip)]
     pub plan_text: Option<String>,
+}
+
+/// The limits every freeze window of a run kept to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FreezeBound {
+    /// `--max-freeze`: a window frozen longer counts in `windows_overrun`.
+    pub max_freeze_seconds: f64,
+    /// How long past it a write already under way may hold the window.
+    pub grace_seconds: f64,
+    /// The hard bound (the sum): past it the guardian kills reseq and thaws.
+    pub bound_seconds: f64,
+}
+
+impl FreezeBound {
+    pub fn new(max_freeze: std::time::Duration, grace: std::time::Duration) -> FreezeBound {
+        FreezeBound {
+            max_freeze_seconds: max_freeze.as_secs_f64(),
+            grace_seconds: grace.as_secs_f64(),
+            bound_seconds: (max_freeze + grace).as_secs_f64(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -162,6 +186,7 @@ impl Report {
             space: None,
             selection: None,
             files: None,
+            freeze_bound: None,
             warnings: Vec::new(),
             outcome: Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None },
             plan_text: None,

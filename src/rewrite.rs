@@ -20,7 +20,7 @@ use crate::measure;
 use crate::output::Progress;
 use crate::plan::{self, Environment, RewritePlan, Start};
 use crate::readbench::{Target, resolve_params};
-use crate::report::{Report, SpaceReport, now_rfc3339};
+use crate::report::{FreezeBound, Report, SpaceReport, now_rfc3339};
 use crate::signals::StopFlag;
 use crate::sys::AlignedBuf;
 use crate::target::{BlockTarget, DirectDevice, OpenMode};
@@ -40,6 +40,9 @@ pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
     let mut report = Report::new("rewrite", args.dry_run);
     let result = Environment::live().and_then(|env| plan::plan_rewrite(args, &env)).and_then(|plan| {
         report.set_plan(&plan);
+        if plan.needs_freeze() {
+            report.freeze_bound = Some(FreezeBound::new(plan.max_freeze, crate::freeze::freeze_grace(plan.max_freeze)));
+        }
         for w in &plan.warnings {
             log::warn!("{w}");
         }
@@ -99,9 +102,11 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
             s += &format!("  freeze: {} ({}, {} on {})\n", f.mount_point.display(), f.fs_type, f.source, f.dev);
         }
         s += &format!(
-            "  windows: at most {:.3} s frozen each (new chunks stop at 3/4 of that), pause {:.3} s between; guardian thaws at the deadline{}\n",
+            "  windows: at most {:.3} s frozen each (new chunks stop at 3/4 of that), pause {:.3} s between; the guardian thaws at the deadline, and a write still outstanding {:.3} s after it (grace) gets reseq killed and the filesystem thawed: no freeze lasts beyond {:.3} s{}\n",
             plan.max_freeze.as_secs_f64(),
             e.pause.as_secs_f64(),
+            crate::freeze::freeze_grace(plan.max_freeze).as_secs_f64(),
+            crate::freeze::freeze_bound(plan.max_freeze).as_secs_f64(),
             plan.hung_task_timeout.map(|t| format!(" (hung-task timeout {} s)", t.as_secs())).unwrap_or_default()
         );
     }
@@ -295,11 +300,14 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
 
     // The guardian is forked here, while this process still has one thread.
     let mut guard: Box<dyn WindowGuard> = if plan.needs_freeze() {
-        Box::new(GuardedFreeze::start(plan.filesystems.clone(), plan.max_freeze)?)
+        let mut g = GuardedFreeze::start(plan.filesystems.clone(), plan.max_freeze)?;
+        g.set_journal(journal.path())?;
+        Box::new(g)
     } else {
         Box::new(NoFreeze)
     };
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
+    crate::sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
     let done_bytes = plan.engine.start_offset - plan.engine.range_start;
     let mut progress = Progress::new(plan.total_bytes(), done_bytes, quiet);
     log::info!(

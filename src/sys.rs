@@ -9,7 +9,8 @@
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr::NonNull;
@@ -186,14 +187,138 @@ pub fn fork_single_threaded() -> std::io::Result<Forked> {
 }
 
 /// Ignore the signals that a terminal or a service manager sends to a whole process
-/// group, so that the guardian outlives a Ctrl-C aimed at reseq and thaws after it.
+/// group, so that the guardian outlives a Ctrl-C aimed at reseq and thaws after it; and
+/// the job-control stops (Ctrl-Z, a background read or write on the terminal), which
+/// would otherwise stop the guardian while it holds a freeze.
 pub fn ignore_group_signals() -> nix::Result<()> {
     use nix::sys::signal::{SigHandler, Signal, signal};
-    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGPIPE] {
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGPIPE,
+        Signal::SIGTSTP,
+        Signal::SIGTTIN,
+        Signal::SIGTTOU,
+    ] {
         // SAFETY: SigIgn installs no handler code, so no async-signal-safety concern.
         unsafe { signal(sig, SigHandler::SigIgn) }?;
     }
     Ok(())
+}
+
+/// setsid(2): a new session and process group, without a controlling terminal, so that
+/// signals aimed at reseq's group (a terminal's Ctrl-Z, `timeout`, `kill -- -PGID`) do
+/// not reach the caller.
+pub fn new_session() -> nix::Result<()> {
+    nix::unistd::setsid().map(drop)
+}
+
+/// pidfd_open(2): a descriptor that names process `pid` for as long as it is held, so a
+/// later signal can never reach another process that reused the number.
+pub fn pidfd_open(pid: i32) -> nix::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes two integers and returns a new descriptor or -1.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = Errno::result(rc)?;
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// SIGKILL through a pidfd (pidfd_send_signal(2)). SIGKILL also ends a stopped process.
+pub fn pidfd_kill(pidfd: BorrowedFd<'_>) -> nix::Result<()> {
+    // SAFETY: pidfd_send_signal(pidfd, sig, NULL info, 0 flags): integers and a null
+    // pointer, which the kernel reads as "like kill(2)".
+    let rc = unsafe {
+        libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<u8>(), 0)
+    };
+    Errno::result(rc).map(drop)
+}
+
+/// Sets the process name (`comm`, what `ps -o comm`, `pkill` and `killall` match, at
+/// most 15 bytes) and overwrites the command line (`/proc/PID/cmdline`, what `ps -f`
+/// and `pkill -f` match) with `title`. The guardian uses it to carry a name that
+/// `pkill reseq` cannot reach. The title is cut to fit the original arguments.
+pub fn set_process_title(title: &str) -> std::io::Result<()> {
+    let comm = CString::new(&title.as_bytes()[..title.len().min(15)]).map_err(std::io::Error::other)?;
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes from the
+    // pointer (kernel/sys.c); `comm` is one, alive for the call.
+    let rc = unsafe { libc::prctl(libc::PR_SET_NAME, comm.as_ptr() as libc::c_ulong, 0, 0, 0) };
+    Errno::result(rc)?;
+    // /proc/self/stat fields 48 and 49 (proc(5)): the argument block's addresses.
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    let after_comm = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<usize>().ok());
+    let (Some(start), Some(end)) = (field(48), field(49)) else {
+        return Err(std::io::Error::other("no argument block in /proc/self/stat"));
+    };
+    if start == 0 || end <= start + 1 {
+        return Ok(());
+    }
+    let len = end - start;
+    let n = title.len().min(len - 1);
+    // SAFETY: [start, end) is this process's argument block, which the kernel copied
+    // onto the stack at exec and which stays mapped and writable for the process's
+    // life (setproctitle(3) implementations write it the same way). We stay inside it
+    // and leave its last byte NUL, so argv stays a list of C strings.
+    unsafe {
+        std::ptr::write_bytes(start as *mut u8, 0, len);
+        std::ptr::copy_nonoverlapping(title.as_ptr(), start as *mut u8, n);
+    }
+    Ok(())
+}
+
+/// Set while a freeze window is open: a job-control stop then waits for its end.
+static IN_WINDOW: AtomicBool = AtomicBool::new(false);
+/// A job-control stop arrived during a window and is still to be taken.
+static STOP_PENDING: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_job_control_stop(_sig: libc::c_int) {
+    if IN_WINDOW.load(Ordering::SeqCst) {
+        STOP_PENDING.store(true, Ordering::SeqCst);
+    } else {
+        // SAFETY: raise(3) is async-signal-safe; SIGSTOP stops every thread at once.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    }
+}
+
+/// Catches SIGTSTP, SIGTTIN and SIGTTOU: outside a freeze window they stop the process
+/// at once, as by default; inside one the stop waits until [`leave_window`], after the
+/// thaw. A stopped process keeps the freezes it asked for, so a Ctrl-Z that stopped reseq
+/// mid-window would stall the host until `fg`.
+pub fn defer_job_control_stops() -> nix::Result<()> {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    let action = SigAction::new(SigHandler::Handler(on_job_control_stop), SaFlags::SA_RESTART, SigSet::empty());
+    for sig in [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU] {
+        // SAFETY: the handler only touches atomics and calls raise(3), both
+        // async-signal-safe.
+        unsafe { sigaction(sig, &action) }?;
+    }
+    Ok(())
+}
+
+/// A freeze window begins: job-control stops are deferred until [`leave_window`].
+pub fn enter_window() {
+    IN_WINDOW.store(true, Ordering::SeqCst);
+}
+
+/// The window is over and thawed: take a job-control stop that arrived during it.
+/// Returns whether the process was stopped (and has been continued since).
+pub fn leave_window() -> bool {
+    IN_WINDOW.store(false, Ordering::SeqCst);
+    if STOP_PENDING.swap(false, Ordering::SeqCst) {
+        // SAFETY: raise(3) with a valid signal number; it returns after SIGCONT.
+        unsafe { libc::raise(libc::SIGSTOP) };
+        return true;
+    }
+    false
+}
+
+/// Reads `buf.len()` bytes at `offset` of `fd` (one pread; for O_DIRECT sentinels).
+pub fn pread_exact(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> nix::Result<()> {
+    let n = nix::sys::uio::pread(fd, buf, offset as libc::off_t)?;
+    if n == buf.len() { Ok(()) } else { Err(Errno::EIO) }
 }
 
 /// Leave the process at once, without running atexit handlers or flushing stdio buffers
