@@ -270,6 +270,14 @@ impl Engine<'_> {
                     self.stats.next_offset_bytes
                 );
             }
+            if let Some(bound) = end.beyond_bound {
+                self.stats.windows_overrun += 1;
+                return Err(Error::BoundBroken {
+                    window: self.stats.windows,
+                    frozen_ms: end.frozen.as_millis() as u64,
+                    bound_ms: bound.as_millis() as u64,
+                });
+            }
             let flow = flow?;
             self.adapt_chunk_size(budget, end.overran || matches!(flow, WindowFlow::Overrun));
             if end.overran || matches!(flow, WindowFlow::Overrun) {

@@ -49,6 +49,12 @@ pub enum Error {
     )]
     FreezeLost { filesystem: String, window: u64, foreign: bool, written: Option<(u64, u64)> },
 
+    /// A window stayed frozen past its hard bound: the guardian itself was held up.
+    #[error(
+        "freeze window {window} lasted {frozen_ms} ms, beyond its bound of {bound_ms} ms (--max-freeze plus grace): the guardian could not end it on time (was it stopped by hand, or is the device stalled in the kernel?). reseq stopped; every chunk written was verified; run again with --resume"
+    )]
+    BoundBroken { window: u64, frozen_ms: u64, bound_ms: u64 },
+
     /// A bug or an impossible state.
     #[error("internal error: {0}")]
     Internal(String),
@@ -81,6 +87,7 @@ impl Error {
             Error::Interrupted { .. } => ExitCode::Interrupted,
             Error::WindowOverrun { .. } => ExitCode::WindowOverrun,
             Error::FreezeLost { .. } => ExitCode::FreezeLost,
+            Error::BoundBroken { .. } => ExitCode::WindowOverrun,
             Error::Internal(_) => ExitCode::Internal,
         }
     }

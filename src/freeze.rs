@@ -35,6 +35,8 @@ pub struct WindowEnd {
     pub frozen: Duration,
     /// The filesystems were frozen longer than `--max-freeze`.
     pub overran: bool,
+    /// The hard bound (`--max-freeze` plus grace), when this window went past it.
+    pub beyond_bound: Option<Duration>,
 }
 
 pub trait WindowGuard {
@@ -116,9 +118,10 @@ fn sentinel_offset(fs_type: &str) -> Option<u64> {
 /// `/dev/block/MAJ:MIN` or `/dev/NAME` from sysfs.
 pub fn device_node(fs: &MountedFs) -> Option<PathBuf> {
     let rdev = |p: &Path| {
-        std::fs::metadata(p).ok().filter(|m| m.file_type().is_block_device()).map(|m| {
-            (nix::sys::stat::major(m.rdev()) as u32, nix::sys::stat::minor(m.rdev()) as u32)
-        })
+        std::fs::metadata(p)
+            .ok()
+            .filter(|m| m.file_type().is_block_device())
+            .map(|m| (nix::sys::stat::major(m.rdev()) as u32, nix::sys::stat::minor(m.rdev()) as u32))
     };
     let mut candidates = vec![PathBuf::from(&fs.source), PathBuf::from(format!("/dev/block/{}", fs.dev))];
     if let Ok(uevent) = std::fs::read_to_string(format!("/sys/dev/block/{}/uevent", fs.dev))
@@ -352,7 +355,12 @@ impl WindowGuard for GuardedFreeze {
                 if let Some((index, foreign)) = t.lost {
                     return Err(self.freeze_lost(index, foreign));
                 }
-                Ok(WindowEnd { frozen: t.frozen, overran: t.overran })
+                let bound = freeze_bound(self.deadline);
+                Ok(WindowEnd {
+                    frozen: t.frozen,
+                    overran: t.overran,
+                    beyond_bound: (t.frozen > bound).then_some(bound),
+                })
             }
             Err(e) => Err(self.guardian_lost(e)),
         }

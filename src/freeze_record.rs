@@ -77,9 +77,10 @@ impl FreezeRecord {
 
     /// Whether the guardian that wrote this record still runs, and in which state
     /// (`/proc/PID/stat` field 3: `T` stopped, `D` in uninterruptible I/O...).
+    /// A zombie (`Z`, `X`) is gone: it can no longer thaw anything.
     pub fn guardian_state(&self) -> Option<char> {
         let (start, state) = proc_stat(self.guardian_pid)?;
-        (start == self.guardian_start_ticks).then_some(state)
+        (start == self.guardian_start_ticks && state != 'Z' && state != 'X').then_some(state)
     }
 }
 
@@ -120,11 +121,9 @@ pub fn proc_stat(pid: i32) -> Option<(u64, char)> {
 /// directory exists, is writable, and is not on a filesystem about to be frozen.
 pub fn check_run_dir(dir: &Path, frozen: &[MountedFs]) -> Result<()> {
     let hint = "set RESEQ_RUN_DIR to a writable directory on tmpfs (normally /run/reseq)";
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| Error::refused(format!("cannot create the freeze-record directory {}: {e}", dir.display()), hint))?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| {
+        Error::refused(format!("cannot create the freeze-record directory {}: {e}", dir.display()), hint)
+    })?;
     let meta = std::fs::metadata(dir)
         .map_err(|e| Error::refused(format!("cannot read the freeze-record directory {}: {e}", dir.display()), hint))?;
     let dev = (nix::sys::stat::major(meta.dev()) as u32, nix::sys::stat::minor(meta.dev()) as u32);
@@ -139,9 +138,9 @@ pub fn check_run_dir(dir: &Path, frozen: &[MountedFs]) -> Result<()> {
         ));
     }
     let probe = dir.join(format!(".probe-{}", std::process::id()));
-    File::create(&probe)
-        .and_then(|mut f| f.write_all(b"probe"))
-        .map_err(|e| Error::refused(format!("cannot write in the freeze-record directory {}: {e}", dir.display()), hint))?;
+    File::create(&probe).and_then(|mut f| f.write_all(b"probe")).map_err(|e| {
+        Error::refused(format!("cannot write in the freeze-record directory {}: {e}", dir.display()), hint)
+    })?;
     let _ = std::fs::remove_file(&probe);
     Ok(())
 }

@@ -153,6 +153,14 @@ pub struct Bounds {
     pub grace: Duration,
 }
 
+impl Bounds {
+    /// When, after the deadline, the guardian kills reseq: early enough in the grace that
+    /// the kill, the wait for reseq's exit and the thaw still end inside it.
+    pub fn kill_after(&self) -> Duration {
+        self.grace.saturating_sub((self.grace / 4).min(Duration::from_millis(100)))
+    }
+}
+
 /// Sends `WRITTEN` from another thread. `WRITTEN` has no reply, so it cannot take the
 /// writer's reply to `PERMIT`; and each message is one 16-byte `write` on a Unix stream
 /// socket, queued whole (one skb), so messages from two threads never interleave.
@@ -391,7 +399,11 @@ impl GuardianState {
                     mount_point: f.w.name.clone().into(),
                     dev: f.w.dev.clone(),
                     sentinel: f.w.sentinel.as_ref().zip(f.snapshot.as_ref()).map(|((path, _, offset), snap)| {
-                        SentinelRecord { device: path.clone(), offset: *offset, blake3: blake3::hash(snap).to_hex().to_string() }
+                        SentinelRecord {
+                            device: path.clone(),
+                            offset: *offset,
+                            blake3: blake3::hash(snap).to_hex().to_string(),
+                        }
                     }),
                 })
                 .collect(),
@@ -496,7 +508,7 @@ impl GuardianState {
         let until = if !self.revoked {
             d
         } else if self.writing > 0 {
-            d + self.bounds.grace
+            d + self.bounds.kill_after()
         } else {
             return None;
         };
@@ -513,7 +525,7 @@ impl GuardianState {
             match stream.read_exact(&mut m) {
                 Ok(()) => {}
                 Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                    if self.any_ours() && self.past(self.bounds.grace) && self.writing > 0 {
+                    if self.any_ours() && self.past(self.bounds.kill_after()) && self.writing > 0 {
                         return self.kill_reseq(&mut stream);
                     }
                     if self.any_ours() && self.past(Duration::ZERO) {
@@ -566,7 +578,7 @@ impl GuardianState {
                 let overran = self.frozen_for > window;
                 let mut flags = u32::from(overran) * THAW_OVERRAN;
                 if let Some((i, foreign)) = self.lost {
-                    flags |= THAW_LOST | u32::from(foreign) * THAW_FOREIGN | ((i as u32) << 8);
+                    flags |= THAW_LOST | (u32::from(foreign) * THAW_FOREIGN) | ((i as u32) << 8);
                 }
                 Some(msg(ST_OK, flags, self.frozen_for.as_micros() as u64))
             }
@@ -616,7 +628,10 @@ impl GuardianState {
         let n = self.fs.iter().filter(|f| f.ours).count();
         self.thaw_all();
         if n > 0 {
-            eprintln!("reseq guardian: reseq exited while {n} filesystem(s) were frozen; thawed them ({})", self.names());
+            eprintln!(
+                "reseq guardian: reseq exited while {n} filesystem(s) were frozen; thawed them ({})",
+                self.names()
+            );
         }
         0
     }
@@ -640,7 +655,7 @@ impl GuardianState {
         self.thaw_all();
         let window = self.windows;
         eprintln!(
-            "reseq guardian: a write was still outstanding {} ms after freeze window {window} began (limit {} ms + {} ms grace): reseq is stopped or stalled, so the guardian {} it and thawed {names} after {} ms. The data is intact (a chunk is only ever rewritten with the bytes read in the same freeze); run the same command with --resume.",
+            "reseq guardian: a write was still outstanding {} ms after freeze window {window} began (--max-freeze {} ms + {} ms grace): reseq is stopped or stalled, so the guardian {} it and thawed {names} after {} ms frozen. The data is intact (a chunk is only ever rewritten with the bytes read in the same freeze); run the same command with --resume.",
             frozen_since.as_millis(),
             self.bounds.window.as_millis(),
             self.bounds.grace.as_millis(),

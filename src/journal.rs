@@ -57,8 +57,16 @@ pub struct FileIdentity {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Record {
     Run(Box<RunRecord>),
-    Begin { offset: u64, len: u64, blake3: String },
-    Done { offset: u64, len: u64, blake3: String },
+    Begin {
+        offset: u64,
+        len: u64,
+        blake3: String,
+    },
+    Done {
+        offset: u64,
+        len: u64,
+        blake3: String,
+    },
     Finished,
     /// Written by the guardian, not by reseq: it killed reseq because a write was still
     /// outstanding past the window's deadline plus grace (reseq stopped or stalled).
@@ -163,7 +171,7 @@ pub fn describe_guardian_kills(kills: &[GuardianKill]) -> Vec<String> {
         .iter()
         .map(|k| {
             format!(
-                "the run being resumed broke its freeze bound: in its window {} a write was still outstanding past --max-freeze {} ms + {} ms grace (reseq stopped or stalled), so the guardian killed reseq and thawed after {} ms frozen",
+                "the run being resumed was killed by its guardian: in its window {} a write was still outstanding at the end of --max-freeze {} ms + {} ms grace (reseq stopped or stalled), so the guardian killed reseq and thawed after {} ms frozen",
                 k.window, k.max_freeze_ms, k.grace_ms, k.frozen_ms
             )
         })

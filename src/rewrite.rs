@@ -358,7 +358,9 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
     };
     // Only after a run that did something: a refused run (someone else's freeze, no
     // freeze support) must leave the device exactly as it was, free space included.
-    let ran = result.is_ok() || stats.bytes_written > 0;
+    // Never after a lost freeze: the filesystem may be frozen by someone else, and is
+    // not ours to touch until the admin has looked.
+    let ran = (result.is_ok() || stats.bytes_written > 0) && !matches!(result, Err(Error::FreezeLost { .. }));
     if plan.trim && ran && !used.spans.is_empty() {
         let mut trimmed = 0;
         for s in &used.spans {

@@ -24,6 +24,8 @@ fn systemd_units_verify() {
     let service = std::fs::read_to_string(format!("{root}/packaging/systemd/reseq@.service")).unwrap();
     assert!(service.contains("ExecStart=/usr/bin/reseq run --config /etc/reseq/%i.toml"));
     assert!(service.contains("KillMode=process"), "the guardian must outlive reseq on stop");
+    assert!(service.contains("ExecStopPost=-/usr/bin/reseq thaw"), "a stop must thaw what a killed guardian left");
+    assert!(service.contains("RuntimeDirectory=reseq"), "the freeze records need a writable /run/reseq");
     std::fs::write(dir.join("reseq@job.service"), service.replace("/usr/bin/reseq", env!("CARGO_BIN_EXE_reseq")))
         .unwrap();
     std::fs::copy(format!("{root}/packaging/systemd/reseq@.timer"), dir.join("reseq@job.timer")).unwrap();

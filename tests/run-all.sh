@@ -21,6 +21,7 @@ declare -A need=(
   [groff]=groff-base [man]=man-db
   [mkfs.btrfs]=btrfs-progs [fallocate]=util-linux
   [systemd-analyze]=systemd
+  [script]=bsdutils [pkill]=procps [killall]=psmisc [timeout]=coreutils
 )
 missing=()
 for tool in "${!need[@]}"; do

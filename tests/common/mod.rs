@@ -67,6 +67,12 @@ impl TestEnv {
         self.path("state")
     }
 
+    /// The guardians' freeze records of this test only (`reseq thaw` must never see
+    /// another test's).
+    pub fn run_dir(&self) -> PathBuf {
+        self.path("run")
+    }
+
     /// A loop device over a new sparse image.
     pub fn loop_device(&self, name: &str, size: u64) -> LoopDevice {
         LoopDevice::create(&self.path(name), size).expect("loop device")
@@ -104,7 +110,10 @@ impl TestEnv {
     /// The reseq binary with the state directory set.
     pub fn reseq(&self) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_reseq"));
-        c.env("RESEQ_STATE_DIR", self.state_dir()).env_remove("RESEQ_FAULTS").env("RUST_LOG", "info");
+        c.env("RESEQ_STATE_DIR", self.state_dir())
+            .env("RESEQ_RUN_DIR", self.run_dir())
+            .env_remove("RESEQ_FAULTS")
+            .env("RUST_LOG", "info");
         c
     }
 }
@@ -264,4 +273,156 @@ impl Drop for Appender {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Measures how long writes to a filesystem stall: a thread writes and fsyncs a small
+/// file every 20 ms and keeps the longest time one took. A freeze shows as a stall.
+pub struct StallProbe {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    worst_us: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    handle: Option<std::thread::JoinHandle<()>>,
+    mount: PathBuf,
+}
+
+impl StallProbe {
+    pub fn start(mount: &Path) -> StallProbe {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let worst_us = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (s, w, file) = (stop.clone(), worst_us.clone(), mount.join("stall-probe"));
+        let handle = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                let t = Instant::now();
+                if let Ok(mut f) = std::fs::File::create(&file) {
+                    let _ = std::io::Write::write_all(&mut f, b"probe");
+                    let _ = f.sync_all();
+                }
+                w.fetch_max(t.elapsed().as_micros() as u64, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        StallProbe { stop, worst_us, handle: Some(handle), mount: mount.to_path_buf() }
+    }
+
+    /// The longest stall so far.
+    pub fn worst(&self) -> Duration {
+        Duration::from_micros(self.worst_us.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Stops the probe and returns the longest stall. A probe still blocked 5 s later
+    /// means the filesystem stayed frozen: thaw it (cleanup) and fail.
+    pub fn finish(mut self) -> Duration {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let h = self.handle.take().unwrap();
+        let start = Instant::now();
+        while !h.is_finished() {
+            if start.elapsed() > Duration::from_secs(5) {
+                let _ = Command::new("fsfreeze").arg("-u").arg(&self.mount).output();
+                panic!("the stall probe on {} is still blocked 5 s after the run: left frozen", self.mount.display());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = h.join();
+        self.worst()
+    }
+}
+
+impl Drop for StallProbe {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(h) = self.handle.take()
+            && !h.is_finished()
+        {
+            let _ = Command::new("fsfreeze").arg("-u").arg(&self.mount).output();
+        }
+    }
+}
+
+/// A writer that appends numbered records with an fsync each, and notes outside the
+/// filesystem the last record whose fsync returned: every one up to it must survive.
+pub struct FsyncWriter {
+    child: std::process::Child,
+    stop: PathBuf,
+    ack: PathBuf,
+    mount: PathBuf,
+    pub log: PathBuf,
+}
+
+impl FsyncWriter {
+    /// `log` inside `mount`; `ack` and `stop` outside it.
+    pub fn start(mount: &Path, log: &Path, ack: &Path, stop: &Path) -> FsyncWriter {
+        let first = std::fs::read_to_string(log).map_or(0, |t| t.lines().count());
+        let script = format!(
+            "i={first}; while [ ! -e '{stop}' ]; do i=$((i+1)); echo \"record $i\" >> '{log}' && sync '{log}' && echo $i > '{ack}.tmp' && mv '{ack}.tmp' '{ack}'; done",
+            stop = stop.display(),
+            log = log.display(),
+            ack = ack.display()
+        );
+        let child = Command::new("sh").arg("-c").arg(script).spawn().unwrap();
+        FsyncWriter {
+            child,
+            stop: stop.to_path_buf(),
+            ack: ack.to_path_buf(),
+            mount: mount.to_path_buf(),
+            log: log.to_path_buf(),
+        }
+    }
+
+    /// Stops the writer; checks that every acknowledged record is there, once, in order.
+    /// Returns how many were acknowledged.
+    pub fn finish(mut self) -> u64 {
+        std::fs::write(&self.stop, b"").unwrap();
+        assert!(self.child.wait().unwrap().success());
+        let acked: u64 = std::fs::read_to_string(&self.ack).map_or(0, |t| t.trim().parse().unwrap_or(0));
+        let text = std::fs::read_to_string(&self.log).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.len() as u64 >= acked, "{} records fsync'd but only {} in the log", acked, lines.len());
+        for (i, line) in lines.iter().enumerate() {
+            assert_eq!(*line, format!("record {}", i + 1), "record {} is wrong", i + 1);
+        }
+        acked
+    }
+}
+
+impl Drop for FsyncWriter {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.stop, b"");
+        let _ = Command::new("fsfreeze").arg("-u").arg(&self.mount).output();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The PID of the freeze guardian that reseq process `reseq_pid` forked.
+pub fn guardian_of(reseq_pid: u32) -> Option<i32> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some(close) = stat.rfind(')') else { continue };
+        let comm = &stat[stat.find('(').unwrap_or(0) + 1..close];
+        let ppid: u32 = stat[close + 2..].split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+        if comm == "freeze-guardian" && ppid == reseq_pid {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// Waits until a guardian of this test has frozen (its record, rewritten after the
+/// freeze, carries the sentinel). False if none did within `limit`.
+pub fn wait_frozen_record(run_dir: &Path, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Ok(rd) = std::fs::read_dir(run_dir) {
+            for e in rd.flatten() {
+                if e.path().extension().is_some_and(|x| x == "freeze")
+                    && std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains("\"sentinel\":{"))
+                {
+                    return true;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    false
 }
