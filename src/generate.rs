@@ -86,10 +86,22 @@ pub fn man_page() -> String {
             options(&mut r, inner);
         }
     }
+    r.control("SH", ["FREEZE BOUND"]).text([roman(
+        "No freeze window lasts longer than --max-freeze plus a grace: --max-freeze itself, at least 250 ms and at most 1 s (--max-freeze 500ms: 1 s in all; the default 5 s: 6 s). --dry-run prints the bound and the report carries it (freeze_bound). At the deadline the guardian grants no more writes; a write or read-back still outstanding at the end of the grace means reseq is stopped or stalled, and the guardian kills it (SIGKILL through a pidfd), waits until none of its threads is left, thaws, and notes it in the journal (exit status 137; --resume continues). Ctrl-Z waits for the end of the window. The one wait nothing can bound is I/O the kernel cannot finish (a task in D state on a failing device).",
+    )]);
+    r.control("PP", []).text([roman(
+        "The guardian is the process that freezes and thaws. It runs in its own session, ignores termination and job-control signals, and is named freeze-guardian (process name and command line), so pkill reseq, pkill -f reseq, killall reseq, timeout and a systemd stop of reseq's main process do not reach it. See it with ps -o pid,ppid,sid,stat,args -C freeze-guardian; its parent is reseq. If both processes are killed anyway, reseq thaw thaws what they left frozen, and nothing else.",
+    )]);
+    r.control("PP", []).text([roman(
+        "If another program thaws reseq's freeze, or thaws and freezes again (VM snapshot agents, backup hooks), reseq stops writing at once, never thaws the other program's freeze, names the filesystem, window and byte range, and exits 8. Do not schedule other freezers during a run.",
+    )]);
     r.control("SH", ["EXIT STATUS"]);
     for c in ExitCode::ALL {
         r.control("TP", []).text([bold(c.code().to_string())]).text([roman(c.describe())]);
     }
+    r.control("TP", []).text([bold("137")]).text([roman(
+        "killed (SIGKILL): by its guardian when a window outlasted its bound with a write outstanding (the guardian says so on stderr and in the journal), or by someone else; thawed, data intact, resumable with --resume",
+    )]);
     r.control("SH", ["FILES"]);
     r.control("TP", []).text([italic("/var/lib/reseq/device-NAME.journal")]).text([roman(
         "The journal of a device's run (--state-dir, RESEQ_STATE_DIR): the plan and every finished chunk, each line checked by blake3. --resume continues from it.",
@@ -97,9 +109,15 @@ pub fn man_page() -> String {
     r.control("TP", []).text([italic("PATH.prom")]).text([roman(
         "Prometheus textfile metrics written atomically with --metrics-file, for node_exporter's textfile collector.",
     )]);
+    r.control("TP", []).text([italic("/run/reseq/guardian-PID.freeze")]).text([roman(
+        "A freeze record: what a guardian is freezing, written before each freeze and removed after the thaw (RESEQ_RUN_DIR). reseq thaw acts on the records of guardians that are gone.",
+    )]);
     r.control("SH", ["ENVIRONMENT"]);
     r.control("TP", []).text([bold("RUST_LOG")]).text([roman("Log filter (env_logger syntax); overrides -v and -q.")]);
     r.control("TP", []).text([bold("RESEQ_STATE_DIR")]).text([roman("Default of --state-dir.")]);
+    r.control("TP", []).text([bold("RESEQ_RUN_DIR")]).text([roman(
+        "Where guardians keep their freeze records (default /run/reseq; must be writable and not on a filesystem reseq freezes).",
+    )]);
     r.control("SH", ["SEE ALSO"]).text([
         bold("fsfreeze"),
         roman("(8), "),
