@@ -77,6 +77,18 @@ pub struct BlockDeviceInfo {
 }
 
 impl BlockDeviceInfo {
+    /// Devices through which the same bytes can be written: the device, its partitions,
+    /// and the whole disk it is a partition of.
+    pub fn devices_sharing_bytes(&self, sysfs: &Sysfs) -> Vec<(u32, u32)> {
+        let mut d = self.devices_to_freeze();
+        if let Some(disk) = &self.parent_disk
+            && let Some(dev) = sysfs.dev_of(disk)
+        {
+            d.push(dev);
+        }
+        d
+    }
+
     /// Devices whose mounted filesystems must be frozen: the device and its partitions.
     pub fn devices_to_freeze(&self) -> Vec<(u32, u32)> {
         std::iter::once(self.dev_num).chain(self.partitions.iter().map(|p| p.1)).collect()

@@ -565,6 +565,10 @@ impl Engine<'_> {
                 self.recycle(chunk.buf);
                 break Err(self.interrupted(sig));
             }
+            if let Err(e) = guard.recheck() {
+                self.recycle(chunk.buf);
+                break Err(e);
+            }
             *taken += len as u64;
             taken_chunks += 1;
             hooks::point("before-write");
@@ -764,28 +768,40 @@ fn verify_chunk(
     if after == *hash {
         return Ok(());
     }
-    // Still inside the freeze and the write permit: put the bytes read before the
-    // write back once more, so the device holds what it held before reseq touched it,
-    // then stop with the original error whatever the repair gives.
-    let repaired = target
-        .write_at(data, offset)
-        .and_then(|()| target.flush())
-        .and_then(|()| target.read_at(back, offset))
-        .map(|()| blake3::hash(back) == *hash);
-    let repair = match repaired {
-        Ok(true) => "the original bytes were written again and now read back correctly".to_string(),
-        Ok(false) => {
-            "the original bytes were written again and STILL read back differently: the device is failing".to_string()
-        }
-        Err(e) => format!("writing the original bytes again failed: {e}"),
-    };
-    log::error!("checksum mismatch at offset {offset}: {repair}");
+    // Never written again here: a differing read-back is a failing device or another
+    // writer, and writing the pre-read bytes again could overwrite that writer's newer
+    // data. Say exactly which sectors differ, and stop.
+    let differ = differing_sectors(data, back, offset);
+    log::error!("checksum mismatch at offset {offset}: {differ}");
     Err(Error::ChecksumMismatch {
         offset,
         len: data.len() as u64,
         before: hash.to_hex().to_string(),
         after: after.to_hex().to_string(),
+        differ,
     })
+}
+
+/// The 512-byte sectors (device offsets) where `back` differs from `data`, as ranges.
+fn differing_sectors(data: &[u8], back: &[u8], offset: u64) -> String {
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for (i, (a, b)) in data.chunks(512).zip(back.chunks(512)).enumerate() {
+        if a != b {
+            let at = offset + i as u64 * 512;
+            match ranges.last_mut() {
+                Some(r) if r.1 == at => r.1 = at + 512,
+                _ => ranges.push((at, at + 512)),
+            }
+        }
+    }
+    let total: u64 = ranges.iter().map(|r| r.1 - r.0).sum();
+    let shown: Vec<String> = ranges.iter().take(8).map(|(a, b)| format!("{a}..{b}")).collect();
+    format!(
+        "{total} bytes differ in {} range(s) (device bytes {}{})",
+        ranges.len(),
+        shown.join(", "),
+        if ranges.len() > 8 { ", ..." } else { "" }
+    )
 }
 
 /// Only the `selected` ranges (ascending, non-overlapping) of what `inner` plans: for

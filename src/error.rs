@@ -27,8 +27,10 @@ pub enum Error {
     },
 
     /// A chunk read back with a different blake3 than it was read with.
-    #[error("checksum mismatch at offset {offset} (length {len}): read-back blake3 {after} differs from {before}")]
-    ChecksumMismatch { offset: u64, len: u64, before: String, after: String },
+    #[error(
+        "checksum mismatch at offset {offset} (length {len}): read-back blake3 {after} differs from {before}: {differ}. reseq did not write this range again (a failing device or another writer: writing the old bytes back could overwrite newer data)"
+    )]
+    ChecksumMismatch { offset: u64, len: u64, before: String, after: String, differ: String },
 
     /// SIGINT/SIGTERM arrived; the run stopped between chunks.
     #[error("interrupted by {signal} after {done_bytes} of {total_bytes} bytes; run again with --resume to continue")]

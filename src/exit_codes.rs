@@ -66,9 +66,7 @@ impl ExitCode {
             ExitCode::ChecksumMismatch => "checksum mismatch on read-back; stopped at that offset",
             ExitCode::Interrupted => "interrupted by a signal; thawed, resumable with --resume",
             ExitCode::WindowOverrun => "too many freeze windows overran; the guardian thawed each; resumable",
-            ExitCode::FreezeLost => {
-                "another program thawed reseq's freeze mid-window; writing stopped, its freeze left alone; check the named range"
-            }
+            ExitCode::FreezeLost => "another program thawed the freeze; writing stopped; its freeze left alone",
         }
     }
 }

@@ -31,7 +31,7 @@ use crate::cli::RewriteArgs;
 use crate::device::{self, Sysfs};
 use crate::engine::{self, EngineConfig, EngineStats, Planner};
 use crate::error::{Error, Result};
-use crate::freeze::GuardedFreeze;
+use crate::freeze::{GuardedFreeze, WritersChecked};
 use crate::journal::{self, FileIdentity, Journal, RunRecord};
 use crate::mounts::{self, MountedFs};
 use crate::output::Progress;
@@ -484,7 +484,12 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     'groups: for (gi, g) in groups.iter().enumerate() {
         let dev = Arc::new(crate::rewrite::open_device(&g.device, true)?);
         // One guardian per filesystem, forked while no other thread runs.
-        let mut guard = GuardedFreeze::start(vec![g.fs.clone()], max_freeze)?;
+        // And nothing else may write its device: a raw writer bypasses the freeze.
+        let mut guard = WritersChecked::new(
+            GuardedFreeze::start(vec![g.fs.clone()], max_freeze)?,
+            g.device.path.clone(),
+            g.device.devices_sharing_bytes(&crate::device::Sysfs::default()),
+        );
         let state_mount = mounts::read_mounts().ok().and_then(|m| {
             mounts::mount_containing(&m, &std::path::absolute(&args.state_dir).unwrap_or_default()).map(|e| e.dev)
         });
@@ -555,7 +560,7 @@ fn rewrite_file(
     path: &Path,
     g: &FsGroup,
     dev: &Arc<DirectDevice>,
-    guard: &mut GuardedFreeze,
+    guard: &mut WritersChecked<GuardedFreeze>,
     (chunk_size, pause, rate): (u64, Duration, Option<u64>),
     state_mount: Option<(u32, u32)>,
 ) -> FileOutcome {
@@ -608,7 +613,7 @@ fn rewrite_file(
     if !quiet {
         log::info!("{}: {} from offset {start}", path.display(), human_bytes(md.len()));
     }
-    if let Err(e) = guard.set_journal(journal.path()) {
+    if let Err(e) = guard.inner.set_journal(journal.path()) {
         return fail(e);
     }
     let mut progress = Progress::new(range_end, start, quiet);

@@ -54,6 +54,10 @@ pub trait WindowGuard {
     fn reporter(&self) -> Result<Reporter>;
     /// Ends the window (thaws).
     fn end(&mut self) -> Result<WindowEnd>;
+    /// Called before each chunk's write: checks that may stop the run mid-window.
+    fn recheck(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Reports finished writes from the verifier thread.
@@ -373,5 +377,70 @@ impl Drop for GuardedFreeze {
             // EXIT also thaws anything still frozen (a panic mid-window).
             g.shutdown();
         }
+    }
+}
+
+/// Any guard, with a check before each window that nothing else writes the target (see
+/// [`crate::writers`]): a writer that appears mid-run stops it between windows.
+pub struct WritersChecked<G: WindowGuard> {
+    pub inner: G,
+    pub target: PathBuf,
+    pub devices: Vec<(u32, u32)>,
+    /// When the last check ran (a check reads all of /proc: a few ms).
+    pub checked: Option<std::time::Instant>,
+}
+
+impl<G: WindowGuard> WritersChecked<G> {
+    pub fn new(inner: G, target: PathBuf, devices: Vec<(u32, u32)>) -> WritersChecked<G> {
+        WritersChecked { inner, target, devices, checked: None }
+    }
+
+    /// Before the first write a writer is a refusal (exit 3, nothing written); later it
+    /// stops the run before reseq writes more (exit 4, resumable).
+    fn check(&mut self) -> Result<()> {
+        let first = self.checked.is_none();
+        self.checked = Some(std::time::Instant::now());
+        match crate::writers::refuse_other_writers(&self.target, &self.devices) {
+            Err(Error::Refused { reason, hint }) if !first => Err(Error::io(
+                format!(
+                    "{reason}; reseq stopped before writing more (every chunk it wrote was verified); {}, then run again with --resume",
+                    hint.unwrap_or_default()
+                ),
+                std::io::Error::from_raw_os_error(nix::libc::EBUSY),
+            )),
+            r => r,
+        }
+    }
+}
+
+impl<G: WindowGuard> WindowGuard for WritersChecked<G> {
+    fn freezes(&self) -> bool {
+        self.inner.freezes()
+    }
+    fn deadline(&self) -> Option<Duration> {
+        self.inner.deadline()
+    }
+    fn begin(&mut self) -> Result<()> {
+        self.check()?;
+        self.inner.begin()
+    }
+    /// Within a window (an unmounted device's run is one long window), every 250 ms.
+    fn recheck(&mut self) -> Result<()> {
+        if self.checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(250)) {
+            self.check()?;
+        }
+        self.inner.recheck()
+    }
+    fn may_write(&mut self) -> Result<bool> {
+        self.inner.may_write()
+    }
+    fn wrote(&mut self) -> Result<()> {
+        self.inner.wrote()
+    }
+    fn reporter(&self) -> Result<Reporter> {
+        self.inner.reporter()
+    }
+    fn end(&mut self) -> Result<WindowEnd> {
+        self.inner.end()
     }
 }

@@ -40,6 +40,7 @@ pub mod target;
 pub mod thaw;
 pub mod units;
 pub mod usedspace;
+pub mod writers;
 
 /// An error with its causes, one per line (as anyhow's `{:#}` would, without anyhow).
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {

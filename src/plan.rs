@@ -57,6 +57,9 @@ pub struct RewritePlan {
     pub used_space: Vec<(MountedFs, u64, u64)>,
     /// FITRIM the filesystems afterwards.
     pub trim: bool,
+    /// Devices through which the target's bytes can be written (itself, its partitions,
+    /// its disk): nothing else may hold them for writing, checked before every window.
+    pub writer_devices: Vec<(u32, u32)>,
     /// Things the user should know that did not stop the plan.
     pub warnings: Vec<String>,
 }
@@ -238,6 +241,10 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
         ));
     }
 
+    // 3b. Nobody else may write it: a raw writer bypasses freezes and O_EXCL alike.
+    let writer_devices = dev.devices_sharing_bytes(&env.sysfs);
+    crate::writers::refuse_other_writers(args.device(), &writer_devices)?;
+
     // 4. Filesystems to freeze: on the device, or on its partitions for a whole disk.
     let filesystems = mounts::filesystems_on(&env.mounts, &dev.devices_to_freeze());
     if filesystems.is_empty() {
@@ -326,6 +333,7 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
         hung_task_panic,
         journal_path,
         start,
+        writer_devices,
         warnings,
     })
 }

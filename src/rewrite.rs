@@ -14,7 +14,7 @@ use crate::bench::Selection;
 use crate::cli::RewriteArgs;
 use crate::engine::{self, Everything, Planner, Selected};
 use crate::error::{Error, Result};
-use crate::freeze::{GuardedFreeze, NoFreeze, WindowGuard};
+use crate::freeze::{GuardedFreeze, NoFreeze, WindowGuard, WritersChecked};
 use crate::journal::{self, Journal, RunRecord};
 use crate::measure;
 use crate::output::Progress;
@@ -110,6 +110,11 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
             plan.hung_task_timeout.map(|t| format!(" (hung-task timeout {} s)", t.as_secs())).unwrap_or_default()
         );
     }
+    s += &format!(
+        "  other writers: none (checked every process's open files and writable mappings, and loop devices backed by {} or its partitions/disk: {}); checked again before each window\n",
+        plan.device.path.display(),
+        plan.writer_devices.iter().map(|(a, b)| format!("{a}:{b}")).collect::<Vec<_>>().join(", ")
+    );
     if plan.used_space.is_empty() {
         s += "  space: everything is rewritten\n";
     } else {
@@ -299,12 +304,13 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
     };
 
     // The guardian is forked here, while this process still has one thread.
+    let (path, devices) = (plan.device.path.clone(), plan.writer_devices.clone());
     let mut guard: Box<dyn WindowGuard> = if plan.needs_freeze() {
         let mut g = GuardedFreeze::start(plan.filesystems.clone(), plan.max_freeze)?;
         g.set_journal(journal.path())?;
-        Box::new(g)
+        Box::new(WritersChecked::new(g, path, devices))
     } else {
-        Box::new(NoFreeze)
+        Box::new(WritersChecked::new(NoFreeze, path, devices))
     };
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
     crate::sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;

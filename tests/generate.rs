@@ -28,9 +28,18 @@ fn man_page_and_completions() {
         .unwrap();
     assert!(man.status.success());
     let text = String::from_utf8_lossy(&man.stdout);
-    for section in
-        ["NAME", "SYNOPSIS", "EXIT STATUS", "FILES", "RESEQ REWRITE", "RESEQ BENCH", "RESEQ SCAN", "RESEQ SIMULATE"]
-    {
+    for section in [
+        "NAME",
+        "SYNOPSIS",
+        "EXIT STATUS",
+        "FREEZE BOUND",
+        "FILES",
+        "RESEQ THAW",
+        "RESEQ REWRITE",
+        "RESEQ BENCH",
+        "RESEQ SCAN",
+        "RESEQ SIMULATE",
+    ] {
         assert!(text.contains(section), "the man page has no {section} section");
     }
     assert!(!text.contains("RESEQ GENERATE"), "hidden commands stay out of the man page");

@@ -1,0 +1,106 @@
+//! Nobody else writes while reseq does: a process holding the target open for writing,
+//! or a loop device stacked on it with a filesystem and a live writer, is refused before
+//! anything is written (exit 3, naming the PID or the device); one that appears mid-run
+//! stops the run before the next window.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// `sh` holding `dev` open read-write on fd 3 until killed.
+fn holder(dev: &std::path::Path) -> std::process::Child {
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec 3<>'{}'; exec sleep 60", dev.display()))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the fd is there.
+    for _ in 0..200 {
+        if std::fs::read_link(format!("/proc/{}/fd/3", child.id())).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+#[test]
+fn a_process_holding_the_device_for_writing_is_refused() {
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("held", 16 << 20, 5);
+    let before = hash_path(&lo.path).unwrap();
+    let mut h = holder(&lo.path);
+    let written = bytes_written_to(&lo.path);
+    let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path));
+    let _ = h.kill();
+    let _ = h.wait();
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert!(err.contains(&format!("PID {}", h.id())) && err.contains("open for writing"), "{err}");
+    assert_eq!(bytes_written_to(&lo.path), written, "nothing may be written");
+    assert_eq!(hash_path(&lo.path).unwrap(), before);
+    // The dry run says what it checked.
+    let out = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("other writers: none"));
+}
+
+/// The case: `losetup loop7 /dev/loop6`, ext4 mounted from loop7, a writer on it.
+/// O_EXCL on loop6 succeeds (loop7 is no exclusive opener, and shows in no holders/), so
+/// only the backing-file check can see it.
+#[test]
+fn a_loop_device_stacked_on_the_target_is_refused() {
+    if !require(&["losetup", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lower = env.loop_device("lower", 64 << 20);
+    let upper = LoopDevice::attach(&lower.path, &[]).unwrap();
+    mkfs_ext4(&upper.path).unwrap();
+    let m = Mount::new(&upper.path, &env.path("upper-mnt"), &[]).unwrap();
+    let writer = FsyncWriter::start(&m.dir, &m.dir.join("log"), &env.path("ack"), &env.path("stop"));
+    std::thread::sleep(Duration::from_millis(300));
+    let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lower.path));
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert!(err.contains(&upper.path.display().to_string()) && err.contains("loop device backed by"), "{err}");
+    assert!(writer.finish() > 0, "the writer's fsync'd records are all there");
+    drop(m);
+    let out = Command::new("e2fsck").args(["-f", "-n"]).arg(&upper.path).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// A writer that opens the device after the run started stops it within 250 ms, before
+/// reseq writes more (exit 4: something was written before, all of it verified).
+#[test]
+fn a_writer_appearing_mid_run_stops_it_between_windows() {
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("late", 64 << 20, 9);
+    let before = hash_path(&lo.path).unwrap();
+    let child = spawn_captured(
+        env.reseq()
+            .env("RESEQ_FAULTS", "delay@after-write#*=20")
+            .args(["rewrite", "--json", "--chunk-size", "1M"])
+            .arg(&lo.path),
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    let mut h = holder(&lo.path);
+    let out = wait_captured(child);
+    let _ = h.kill();
+    let _ = h.wait();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&format!("PID {}", h.id())) && stderr(&out).contains("--resume"));
+    let r = json_report(&out);
+    assert!(r["results"]["bytes_written"].as_u64().unwrap() < 64 << 20, "stopped before the end");
+    assert_eq!(hash_path(&lo.path).unwrap(), before, "the bytes are the same");
+}
