@@ -89,7 +89,7 @@ fn processes(devs: &[(u32, u32)], out: &mut Vec<Writer>) {
             let mut f = line.split_whitespace();
             let perms = f.nth(1).unwrap_or("");
             let Some(path) = line.split_whitespace().nth(5) else { continue };
-            if !(perms.contains('w') && perms.contains('s')) || !path.starts_with('/') {
+            if !(perms.contains('w') && perms.contains('s') && path.starts_with('/')) {
                 continue;
             }
             if std::fs::metadata(path).ok().and_then(|m| rdev_of(&m)).is_some_and(|d| devs.contains(&d)) {
