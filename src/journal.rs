@@ -108,6 +108,9 @@ pub fn encode(rec: &Record) -> String {
 /// Replays journal text. Stops at the first line that does not check out.
 pub fn replay(text: &str) -> Replay {
     let mut r = Replay::default();
+    // Begun and not yet done: with read-backs overlapping writes, several may be; each
+    // is finished only by its own `done`.
+    let mut begun: Vec<(u64, u64, String)> = Vec::new();
     let mut lines = text.split_inclusive('\n');
     for line in lines.by_ref() {
         let Some(rec) = decode(line) else {
@@ -118,15 +121,16 @@ pub fn replay(text: &str) -> Replay {
             Record::Run(run) => {
                 let start = run.range_start_bytes;
                 r = Replay { run: Some(*run), done_offset: start, ..Replay::default() };
+                begun.clear();
             }
-            Record::Begin { offset, len, blake3 } => r.in_flight = Some((offset, len, blake3)),
+            Record::Begin { offset, len, blake3 } => begun.push((offset, len, blake3)),
             Record::Done { offset, len, .. } => {
                 // Chunks finish in ascending order; anything else means a foreign or
                 // mixed file.
                 if offset >= r.done_offset && len > 0 {
                     r.done += 1;
                     r.done_offset = offset + len;
-                    r.in_flight = None;
+                    begun.retain(|b| b.0 != offset);
                 } else {
                     r.bad_lines += 1;
                     break;
@@ -137,6 +141,8 @@ pub fn replay(text: &str) -> Replay {
         }
     }
     r.bad_lines += lines.count() as u64;
+    // The first chunk begun and not done is the one a resume must look at.
+    r.in_flight = begun.into_iter().filter(|b| b.0 >= r.done_offset).min_by_key(|b| b.0);
     r
 }
 
@@ -338,6 +344,42 @@ mod tests {
         let r = replay(&t2);
         assert_eq!((r.done, r.done_offset), (2, 8192));
         assert_eq!(r.bad_lines, 1);
+    }
+
+    /// The verifier reads chunk A back while chunk B is written: A's `done` must not
+    /// clear B, which is still in flight (a torn write of B would otherwise be forgotten).
+    #[test]
+    fn a_chunk_stays_in_flight_until_its_own_done() {
+        let (a, b) = (blake3::hash(b"a").to_hex().to_string(), blake3::hash(b"b").to_hex().to_string());
+        let mut text = encode(&Record::Run(Box::new(run())));
+        text += &encode(&Record::Begin { offset: 0, len: 4096, blake3: a.clone() });
+        text += &encode(&Record::Begin { offset: 4096, len: 4096, blake3: b.clone() });
+        text += &encode(&done(0, &a));
+        let r = replay(&text);
+        assert_eq!((r.done, r.done_offset), (1, 4096));
+        assert_eq!(r.in_flight, Some((4096, 4096, b.clone())));
+        text += &encode(&done(4096, &b));
+        assert_eq!(replay(&text).in_flight, None);
+        let k = GuardianKill { window: 3, frozen_ms: 900, max_freeze_ms: 500, grace_ms: 500 };
+        text += &encode(&Record::GuardianKilled(k.clone()));
+        assert_eq!(replay(&text).guardian_kills, vec![k]);
+    }
+
+    /// The guardian's note after a kill cuts a half-written last line first, so replay
+    /// reaches the note.
+    #[test]
+    fn a_guardian_note_after_a_torn_line_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.journal");
+        let h = blake3::hash(b"x").to_hex().to_string();
+        let torn = encode(&done(4096, &h));
+        let text = encode(&Record::Run(Box::new(run()))) + &encode(&done(0, &h)) + &torn[..torn.len() / 2];
+        std::fs::write(&path, text).unwrap();
+        let k = GuardianKill { window: 1, frozen_ms: 950, max_freeze_ms: 500, grace_ms: 500 };
+        note_guardian_kill(&path, &k).unwrap();
+        let r = read(&path).unwrap().unwrap();
+        assert_eq!((r.done, r.bad_lines), (1, 0));
+        assert_eq!(r.guardian_kills, vec![k]);
     }
 
     #[test]

@@ -221,10 +221,16 @@ fn reverify_in_flight(target: &dyn BlockTarget, plan: &RewritePlan) -> Result<Op
         );
         Ok(Some("changed".into()))
     } else {
-        log::warn!(
-            "chunk {chunk} (offset {offset}) of the unmounted device changed since the last run stopped: something else wrote to the device in between"
-        );
-        Ok(Some("changed".into()))
+        // Nothing writes an unmounted device that reseq held exclusively, so this is a
+        // torn or failed write, or a writer that should not be there. Rewriting would
+        // bless whatever is there now as the data.
+        Err(Error::refused(
+            format!(
+                "chunk {chunk} (device bytes {offset}..{}) of the unmounted device changed since the last run stopped (blake3 now {now}, the journal's {expected}): a torn or failed write, or another writer. reseq will not continue over it",
+                offset + len as u64
+            ),
+            "find out what wrote there; restore those bytes (the journal records their blake3) from a backup, then run again with --restart",
+        ))
     }
 }
 

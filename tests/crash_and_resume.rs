@@ -335,3 +335,32 @@ fn chunks_shrink_when_they_are_slow_for_the_window() {
     assert_files_intact(&files);
     let _ = mnt;
 }
+
+/// The chunk in flight when a run died reads differently on an unmounted device (a torn
+/// write, or another writer): `--resume` refuses rather than rewrite whatever is there
+/// now as if it were the data (which would end "verification: passed" over zeros).
+#[test]
+fn a_changed_in_flight_chunk_on_an_unmounted_device_stops_the_resume() {
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("torn", 16 * MIB, 12);
+    let mut cmd = env.reseq();
+    cmd.env("RESEQ_FAULTS", "kill@after-write#3").args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path);
+    let out = output(&mut cmd);
+    assert_eq!(out.status.code(), None, "killed at the hook");
+    let jp = env.state_dir().join(format!("device-{}.journal", lo.name()));
+    let (offset, len, _) = reseq::journal::read(&jp).unwrap().unwrap().in_flight.expect("a chunk in flight");
+    // What a torn write leaves: zeros over part of the chunk.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&lo.path).unwrap();
+        f.write_all_at(&vec![0u8; 4096], offset + len / 2).unwrap();
+        f.sync_all().unwrap();
+    }
+    let out = output(env.reseq().args(["rewrite", "--resume"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert!(err.contains("changed since the last run stopped") && err.contains(&format!("{offset}..")), "{err}");
+}
