@@ -47,6 +47,18 @@ fn guardian_kill_ms(stderr: &str) -> Option<u64> {
     stderr[..at].rsplit("after ").next()?.trim().parse().ok()
 }
 
+/// The PID of the reseq process rewriting `dev` (found by its command line).
+fn reseq_running_on(dev: &Path) -> Option<u32> {
+    let want = dev.display().to_string();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_string_lossy().parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        let args: Vec<String> = cmd.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        (comm.trim() == "reseq" && args.iter().any(|a| *a == want)).then_some(pid)
+    })
+}
+
 fn e2fsck_clean(dev: &Path) {
     let out = Command::new("e2fsck").args(["-f", "-n"]).arg(dev).output().unwrap();
     assert!(
@@ -189,14 +201,12 @@ fn ctrl_z_in_a_shell_waits_for_the_window_to_end() {
         std::thread::sleep(Duration::from_millis(200 + rng.next_u64() % 500));
         stdin.write_all(b"\x1a").unwrap();
         std::thread::sleep(Duration::from_millis(1200));
-        // The guardian (in its own session) must not have stopped.
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            if let Ok(s) = std::fs::read_to_string(e.path().join("stat"))
-                && s.contains("(freeze-guardian)")
-                && let Some(state) = s[s.rfind(')').unwrap() + 2..].chars().next()
-            {
-                guardian_states.push(state);
-            }
+        // This run's guardian (in its own session) must not have stopped.
+        if let Some(g) = reseq_running_on(&lo.path).and_then(guardian_of)
+            && let Ok(s) = std::fs::read_to_string(format!("/proc/{g}/stat"))
+            && let Some(state) = s[s.rfind(')').unwrap() + 2..].chars().next()
+        {
+            guardian_states.push(state);
         }
         stdin.write_all(b"fg\n").unwrap();
     }
@@ -374,4 +384,41 @@ fn windows_overrun_counts_every_window_longer_than_max_freeze() {
             assert!(overruns >= 1, "a window of {longest:.3} s against 200 ms counted no overrun");
         }
     }
+}
+
+/// The same on xfs, whose freeze rewrites its superblock (sector 0) as it quiesces the
+/// log: the sentinel sees a thaw and re-freeze there too.
+#[test]
+fn a_foreign_thaw_and_refreeze_is_seen_on_xfs() {
+    if !require(&["mkfs.xfs"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, m) = env.mounted("x", 320 << 20, "xfs");
+    fill_files(&m.dir, 4, 50 << 20, 11);
+    let fs = std::fs::File::open(&m.dir).unwrap();
+    let mut refrozen = 0;
+    for i in 0..3 {
+        let child = spawn_captured(&mut slow_rewrite(&env, &lo.path, &["--restart"]));
+        let mut caught = None;
+        while caught.is_none() && wait_frozen_record(&env.run_dir(), Duration::from_secs(20)) {
+            if reseq::sys::fithaw(fs.as_fd()).is_ok() {
+                caught = Some(reseq::sys::fifreeze(fs.as_fd()).is_ok());
+            }
+        }
+        let refroze = caught.unwrap_or_else(|| panic!("try {i}: never caught a window"));
+        if refroze {
+            std::thread::sleep(Duration::from_millis(300));
+            assert!(reseq::sys::fithaw(fs.as_fd()).is_ok(), "try {i}: reseq thawed the other program's freeze");
+        }
+        let out = wait_captured(child);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(8), "try {i}: {err}");
+        if refroze {
+            assert!(err.contains("froze it again"), "try {i}: the sentinel missed it on xfs: {err}");
+            refrozen += 1;
+        }
+        assert_thawed_within(&m.dir, Duration::from_secs(2));
+    }
+    assert!(refrozen >= 2, "only {refrozen} of 3 tries re-froze before the guardian looked");
 }
