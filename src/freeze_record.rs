@@ -54,6 +54,10 @@ pub struct FreezeRecord {
     /// process that reused its PID.
     pub guardian_start_ticks: u64,
     pub reseq_pid: i32,
+    /// Start time of that reseq: a reseq still alive may still write what the guardian
+    /// granted, so its freeze is not to be thawed from outside either.
+    #[serde(default)]
+    pub reseq_start_ticks: u64,
     pub filesystems: Vec<RecordedFs>,
 }
 
@@ -79,10 +83,21 @@ impl FreezeRecord {
     /// (`/proc/PID/stat` field 3: `T` stopped, `D` in uninterruptible I/O...).
     /// A zombie (`Z`, `X`) is gone: it can no longer thaw anything.
     pub fn guardian_state(&self) -> Option<char> {
-        let (start, state) = proc_stat(self.guardian_pid)?;
-        (start == self.guardian_start_ticks && state != 'Z' && state != 'X').then_some(state)
+        alive(self.guardian_pid, self.guardian_start_ticks)
+    }
+
+    /// The state of the reseq this guardian served, if it still runs.
+    pub fn reseq_state(&self) -> Option<char> {
+        alive(self.reseq_pid, self.reseq_start_ticks)
     }
 }
+
+fn alive(pid: i32, start_ticks: u64) -> Option<char> {
+    let (start, state) = proc_stat(pid)?;
+    (start == start_ticks && state != 'Z' && state != 'X').then_some(state)
+}
+
+impl FreezeRecord {}
 
 /// Every record in `dir`, with the ones that cannot be read as errors.
 pub fn list(dir: &Path) -> std::io::Result<Vec<(PathBuf, std::result::Result<FreezeRecord, String>)>> {
@@ -137,6 +152,21 @@ pub fn check_run_dir(dir: &Path, frozen: &[MountedFs]) -> Result<()> {
             hint,
         ));
     }
+    // An overlay or FUSE filesystem can be backed by one reseq freezes (a container's
+    // /run on the host disk), and its device number does not say so: a record write
+    // there would block the guardian inside a freeze.
+    use nix::sys::statfs::{FUSE_SUPER_MAGIC, OVERLAYFS_SUPER_MAGIC, statfs};
+    if let Ok(st) = statfs(dir)
+        && [OVERLAYFS_SUPER_MAGIC, FUSE_SUPER_MAGIC].contains(&st.filesystem_type())
+    {
+        return Err(Error::refused(
+            format!(
+                "the freeze-record directory {} is on an overlay or FUSE filesystem, which may be backed by one reseq freezes",
+                dir.display()
+            ),
+            hint,
+        ));
+    }
     let probe = dir.join(format!(".probe-{}", std::process::id()));
     File::create(&probe).and_then(|mut f| f.write_all(b"probe")).map_err(|e| {
         Error::refused(format!("cannot write in the freeze-record directory {}: {e}", dir.display()), hint)
@@ -158,6 +188,7 @@ mod tests {
             guardian_pid: me,
             guardian_start_ticks: start,
             reseq_pid: 1,
+            reseq_start_ticks: 0,
             filesystems: vec![RecordedFs { mount_point: "/mnt/x".into(), dev: "7:1".into(), sentinel: None }],
         };
         r.write(dir.path()).unwrap();

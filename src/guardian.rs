@@ -57,6 +57,14 @@ use nix::errno::Errno;
 use crate::freeze_record::{FreezeRecord, RecordedFs, SentinelRecord};
 use crate::sys;
 
+/// stderr without panicking: it may be a closed pipe or a hung-up terminal, and the
+/// guardian must go on to thaw and exit whatever happens to it.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 const OP_FREEZE: u8 = 1;
 const OP_PERMIT: u8 = 2;
 const OP_WRITTEN: u8 = 3;
@@ -199,7 +207,13 @@ impl Guardian {
                 let code = match detach(reseq) {
                     Some(reseq_fd) => {
                         let mut g = GuardianState::new(fs, bounds, run_dir, reseq, reseq_fd);
-                        g.serve(theirs)
+                        // A panic must not unwind into reseq's copied stack (its destructors
+                        // would run here: unmounts, device detaches): thaw and leave.
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.serve(theirs)));
+                        r.unwrap_or_else(|_| {
+                            g.thaw_all();
+                            73
+                        })
                     }
                     None => 70,
                 };
@@ -239,10 +253,12 @@ impl Guardian {
         Ok(fields(&reply))
     }
 
-    /// Freezes every filesystem for a window of `window`. No timeout: FIFREEZE syncs,
-    /// and nothing is frozen by us until it returns.
+    /// Freezes every filesystem for a window of `window`. FIFREEZE syncs dirty data
+    /// first, which can take long on a busy host, so the wait is generous; a guardian that
+    /// does not answer within it was stopped by hand, and is treated as lost.
     pub fn freeze(&mut self, window: Duration) -> std::io::Result<Result<(), FreezeFailure>> {
-        let (st, idx, errno) = self.call(msg(OP_FREEZE, 0, window.as_millis() as u64), None)?;
+        let timeout = Some(Duration::from_secs(60).max(self.reply_timeout * 4));
+        let (st, idx, errno) = self.call(msg(OP_FREEZE, 0, window.as_millis() as u64), timeout)?;
         let errno = Errno::from_raw(errno as i32);
         Ok(match (st, idx) {
             (ST_OK, _) => Ok(()),
@@ -284,9 +300,18 @@ impl Guardian {
 
     /// The guardian stopped answering (stopped by hand, or dead): make sure it is gone,
     /// so that it cannot thaw later what is no longer ours.
+    /// The wait is bounded: a guardian in D state (a FIFREEZE stuck syncing) dies only
+    /// when that returns, and reseq must not hang on it.
     pub fn kill(self) {
+        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
         let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGKILL);
-        let _ = nix::sys::wait::waitpid(self.pid, None);
+        let give_up = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < give_up {
+            match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(5)),
+                _ => return,
+            }
+        }
     }
 
     /// Tells the guardian to leave and reaps it; one that does not leave in time (stopped
@@ -336,6 +361,7 @@ struct GuardianState {
     reseq: nix::unistd::Pid,
     reseq_fd: Option<OwnedFd>,
     journal: Option<PathBuf>,
+    reseq_start_ticks: u64,
     freeze_started: Option<Instant>,
     /// The window's end (`--max-freeze` after the freeze began).
     deadline: Option<Instant>,
@@ -369,6 +395,7 @@ impl GuardianState {
             reseq,
             reseq_fd,
             journal: None,
+            reseq_start_ticks: crate::freeze_record::proc_stat(reseq.as_raw()).map_or(0, |s| s.0),
             freeze_started: None,
             deadline: None,
             writing: 0,
@@ -392,6 +419,7 @@ impl GuardianState {
             guardian_pid: std::process::id() as i32,
             guardian_start_ticks: crate::freeze_record::proc_stat(std::process::id() as i32).map_or(0, |s| s.0),
             reseq_pid: self.reseq.as_raw(),
+            reseq_start_ticks: self.reseq_start_ticks,
             filesystems: self
                 .fs
                 .iter()
@@ -415,8 +443,12 @@ impl GuardianState {
         read_block(fd.as_fd(), *offset)
     }
 
-    /// Thaws every freeze that is ours, never one that is not.
+    /// Thaws every freeze that is ours, never one that is not: the sentinels are read
+    /// first on every path (deadline, end of window, reseq gone, kill, exit).
     fn thaw_all(&mut self) {
+        if self.any_ours() {
+            self.check_freezes();
+        }
         // Reverse order: the mirror of freezing.
         for f in self.fs.iter_mut().rev().filter(|f| f.ours) {
             let _ = sys::fithaw(f.w.mount.as_fd());
@@ -495,23 +527,16 @@ impl GuardianState {
             let n = self.fs.iter().filter(|f| f.ours).count();
             self.thaw_all();
             // Safe to speak: nothing of ours is frozen any more.
-            eprintln!(
-                "reseq guardian: freeze window overran its deadline; thawed {n} filesystem(s) ({})",
-                self.names()
-            );
+            say!("reseq guardian: freeze window overran its deadline; thawed {n} filesystem(s) ({})", self.names());
         }
     }
 
     /// How long to wait for the next message.
     fn timeout(&self) -> Option<Duration> {
         let d = self.deadline.filter(|_| self.any_ours())?;
-        let until = if !self.revoked {
-            d
-        } else if self.writing > 0 {
-            d + self.bounds.kill_after()
-        } else {
-            return None;
-        };
+        // Never None while a freeze is ours: a revoked window with nothing outstanding
+        // is thawed at once, and this wakes the loop to do it if it was not.
+        let until = if !self.revoked || self.writing == 0 { d } else { d + self.bounds.kill_after() };
         Some(until.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))
     }
 
@@ -528,7 +553,7 @@ impl GuardianState {
                     if self.any_ours() && self.past(self.bounds.kill_after()) && self.writing > 0 {
                         return self.kill_reseq(&mut stream);
                     }
-                    if self.any_ours() && self.past(Duration::ZERO) {
+                    if self.any_ours() && (self.revoked || self.past(Duration::ZERO)) {
                         self.revoke();
                     }
                     continue;
@@ -561,8 +586,9 @@ impl GuardianState {
             OP_PERMIT => Some(self.permit()),
             OP_WRITTEN => {
                 self.writing = self.writing.saturating_sub(1);
-                // The deadline passed during the write: thaw now, not at the next request.
-                if self.any_ours() && self.past(Duration::ZERO) {
+                // The deadline passed (or the freeze was lost) during the write: thaw now,
+                // not at the next request.
+                if self.any_ours() && (self.revoked || self.past(Duration::ZERO)) {
                     self.revoke();
                 }
                 None
@@ -571,7 +597,6 @@ impl GuardianState {
                 self.writing = 0;
                 let window = self.bounds.window;
                 if self.any_ours() {
-                    self.check_freezes();
                     self.thaw_all();
                 }
                 // Any window frozen longer than --max-freeze overran, whoever thawed it.
@@ -628,10 +653,7 @@ impl GuardianState {
         let n = self.fs.iter().filter(|f| f.ours).count();
         self.thaw_all();
         if n > 0 {
-            eprintln!(
-                "reseq guardian: reseq exited while {n} filesystem(s) were frozen; thawed them ({})",
-                self.names()
-            );
+            say!("reseq guardian: reseq exited while {n} filesystem(s) were frozen; thawed them ({})", self.names());
         }
         0
     }
@@ -654,7 +676,7 @@ impl GuardianState {
         let names = self.names();
         self.thaw_all();
         let window = self.windows;
-        eprintln!(
+        say!(
             "reseq guardian: a write was still outstanding {} ms after freeze window {window} began (--max-freeze {} ms + {} ms grace): reseq is stopped or stalled, so the guardian {} it and thawed {names} after {} ms frozen. The data is intact (a chunk is only ever rewritten with the bytes read in the same freeze); run the same command with --resume.",
             frozen_since.as_millis(),
             self.bounds.window.as_millis(),
@@ -670,7 +692,7 @@ impl GuardianState {
                 grace_ms: self.bounds.grace.as_millis() as u64,
             };
             if let Err(e) = crate::journal::note_guardian_kill(j, &note) {
-                eprintln!("reseq guardian: could not note this in the journal {}: {e}", j.display());
+                say!("reseq guardian: could not note this in the journal {}: {e}", j.display());
             }
         }
         0

@@ -141,8 +141,9 @@ pub fn replay(text: &str) -> Replay {
         }
     }
     r.bad_lines += lines.count() as u64;
-    // The first chunk begun and not done is the one a resume must look at.
-    r.in_flight = begun.into_iter().filter(|b| b.0 >= r.done_offset).min_by_key(|b| b.0);
+    // The last chunk begun and not done is the one the run was writing when it stopped
+    // (earlier ones were written and read back, and wait only for their commit).
+    r.in_flight = begun.into_iter().rfind(|b| b.0 >= r.done_offset);
     r
 }
 

@@ -283,17 +283,21 @@ extern "C" fn on_job_control_stop(_sig: libc::c_int) {
     }
 }
 
-/// Catches SIGTSTP, SIGTTIN and SIGTTOU: outside a freeze window they stop the process
-/// at once, as by default; inside one the stop waits until [`leave_window`], after the
-/// thaw. A stopped process keeps the freezes it asked for, so a Ctrl-Z that stopped reseq
-/// mid-window would stall the host until `fg`.
+/// Catches SIGTSTP (Ctrl-Z): outside a freeze window it stops the process at once, as
+/// by default; inside one the stop waits until [`leave_window`], after the thaw. A
+/// stopped process keeps the freezes it asked for, so a Ctrl-Z that stopped reseq
+/// mid-window would stall the host until `fg`. SIGTTIN and SIGTTOU (a background job
+/// touching the terminal) are ignored: then a terminal write just proceeds, even with
+/// `stty tostop`, where a caught SIGTTOU would make the write restart forever.
 pub fn defer_job_control_stops() -> nix::Result<()> {
-    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction, signal};
     let action = SigAction::new(SigHandler::Handler(on_job_control_stop), SaFlags::SA_RESTART, SigSet::empty());
-    for sig in [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU] {
-        // SAFETY: the handler only touches atomics and calls raise(3), both
-        // async-signal-safe.
-        unsafe { sigaction(sig, &action) }?;
+    // SAFETY: the handler only touches atomics and calls raise(3), both
+    // async-signal-safe.
+    unsafe { sigaction(Signal::SIGTSTP, &action) }?;
+    for sig in [Signal::SIGTTIN, Signal::SIGTTOU] {
+        // SAFETY: SigIgn installs no handler code.
+        unsafe { signal(sig, SigHandler::SigIgn) }?;
     }
     Ok(())
 }

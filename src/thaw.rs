@@ -84,11 +84,23 @@ pub fn run(dir: &Path) -> Result<ThawSummary> {
             summary.live_guardians.push((record.guardian_pid, state));
             continue;
         }
+        // The guardian is gone but reseq is not (stopped, say): it may still make a write
+        // the guardian granted, so thawing under it could lose the filesystem's newer data.
+        if let Some(state) = record.reseq_state() {
+            summary.live_guardians.push((record.reseq_pid, state));
+            continue;
+        }
+        let mut settled = true;
         for fs in &record.filesystems {
             let outcome = thaw_one(fs);
+            settled &= matches!(outcome, FsOutcome::Thawed | FsOutcome::NotFrozen);
             summary.filesystems.push(FsResult { mount_point: fs.mount_point.clone(), dev: fs.dev.clone(), outcome });
         }
-        FreezeRecord::remove(dir, record.guardian_pid);
+        // Kept while a filesystem was left alone: the reason may pass (a mount point that
+        // could not be opened), and the record is what says the freeze is ours.
+        if settled {
+            FreezeRecord::remove(dir, record.guardian_pid);
+        }
     }
     Ok(summary)
 }
@@ -99,7 +111,7 @@ pub fn live_guardian_error(summary: &ThawSummary) -> Option<Error> {
     let stopped = state == 'T' || state == 't';
     Some(Error::refused(
         format!(
-            "the freeze guardian with PID {pid} still runs (state {state}{}); it holds its freeze and will thaw it itself",
+            "reseq's freeze guardian, or the reseq it serves, still runs as PID {pid} (state {state}{}); its freeze is still in use and will be ended by the guardian (or, if only reseq is left, by reseq's exit)",
             if stopped { ": stopped" } else { "" }
         ),
         if stopped {
