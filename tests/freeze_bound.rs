@@ -55,7 +55,7 @@ fn reseq_running_on(dev: &Path) -> Option<u32> {
         let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
         let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
         let args: Vec<String> = cmd.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        (comm.trim() == "reseq" && args.iter().any(|a| *a == want)).then_some(pid)
+        (comm.trim() == "reseq" && args.contains(&want)).then_some(pid)
     })
 }
 
