@@ -318,27 +318,12 @@ fn a_foreign_thaw_and_refreeze_stops_the_run() {
         // Catch a window: FITHAW succeeds only on a frozen filesystem. Then freeze again
         // at once, as a snapshot agent does. (If the guardian's own check comes between
         // the two, it holds the freeze, ours fails with EBUSY, and it must still stop.)
-        let mut caught = None;
-        let start = Instant::now();
-        while caught.is_none() && start.elapsed() < Duration::from_secs(20) {
-            if !wait_frozen_record(&env.run_dir(), Duration::from_secs(20)) {
-                break;
-            }
-            if reseq::sys::fithaw(fs.as_fd()).is_ok() {
-                caught = Some(reseq::sys::fifreeze(fs.as_fd()).is_ok());
-            }
-        }
-        let refroze = caught.unwrap_or_else(|| panic!("try {i}: never caught a window"));
-        let ours_still = refroze.then(|| {
-            std::thread::sleep(Duration::from_millis(300));
-            // Still frozen, by us: reseq must not have thawed it.
-            reseq::sys::fithaw(fs.as_fd()).is_ok()
-        });
+        let ours_still = foreign_thaw_and_refreeze(&env, &fs, i);
         let out = wait_captured(child);
         assert_ne!(ours_still, Some(false), "try {i}: reseq thawed the other program's freeze");
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(8), "try {i}: {err}");
-        if refroze {
+        if ours_still.is_some() {
             assert!(err.contains("froze it again") && err.contains("did not thaw"), "try {i}: {err}");
             refrozen += 1;
         }
@@ -358,6 +343,29 @@ fn a_foreign_thaw_and_refreeze_stops_the_run() {
     drop(fs);
     drop(m);
     e2fsck_clean(&lo.path);
+}
+
+/// Acts as a snapshot agent would: catches one of reseq's windows (FITHAW succeeds only
+/// on a frozen filesystem), freezes again at once, holds it 300 ms, and thaws it.
+/// Returns None if the guardian's own check came between (it then holds the freeze, ours
+/// fails with EBUSY), else whether our freeze was still there to thaw (reseq must never
+/// thaw it).
+fn foreign_thaw_and_refreeze(env: &TestEnv, fs: &std::fs::File, i: usize) -> Option<bool> {
+    let start = Instant::now();
+    let mut caught = None;
+    while caught.is_none() && start.elapsed() < Duration::from_secs(20) {
+        if !wait_frozen_record(&env.run_dir(), Duration::from_secs(20)) {
+            break;
+        }
+        if reseq::sys::fithaw(fs.as_fd()).is_ok() {
+            caught = Some(reseq::sys::fifreeze(fs.as_fd()).is_ok());
+        }
+    }
+    let refroze = caught.unwrap_or_else(|| panic!("try {i}: never caught a window"));
+    refroze.then(|| {
+        std::thread::sleep(Duration::from_millis(300));
+        reseq::sys::fithaw(fs.as_fd()).is_ok()
+    })
 }
 
 /// `windows_overrun` counts every window frozen longer than --max-freeze, by any amount.
@@ -400,17 +408,9 @@ fn a_foreign_thaw_and_refreeze_is_seen_on_xfs() {
     let mut refrozen = 0;
     for i in 0..3 {
         let child = spawn_captured(&mut slow_rewrite(&env, &lo.path, &["--restart"]));
-        let mut caught = None;
-        while caught.is_none() && wait_frozen_record(&env.run_dir(), Duration::from_secs(20)) {
-            if reseq::sys::fithaw(fs.as_fd()).is_ok() {
-                caught = Some(reseq::sys::fifreeze(fs.as_fd()).is_ok());
-            }
-        }
-        let refroze = caught.unwrap_or_else(|| panic!("try {i}: never caught a window"));
-        if refroze {
-            std::thread::sleep(Duration::from_millis(300));
-            assert!(reseq::sys::fithaw(fs.as_fd()).is_ok(), "try {i}: reseq thawed the other program's freeze");
-        }
+        let ours_still = foreign_thaw_and_refreeze(&env, &fs, i);
+        let refroze = ours_still.is_some();
+        assert_ne!(ours_still, Some(false), "try {i}: reseq thawed the other program's freeze");
         let out = wait_captured(child);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(8), "try {i}: {err}");
