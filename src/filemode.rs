@@ -35,7 +35,7 @@ use crate::freeze::{GuardedFreeze, WritersChecked};
 use crate::journal::{self, FileIdentity, Journal, RunRecord};
 use crate::mounts::{self, MountedFs};
 use crate::output::Progress;
-use crate::report::{FreezeBound, Report, now_rfc3339};
+use crate::report::{Report, now_rfc3339};
 use crate::signals::StopFlag;
 use crate::sys;
 use crate::target::{BlockTarget, DirectDevice};
@@ -460,7 +460,7 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
         }
     }
     if !groups.is_empty() {
-        report.freeze_bound = Some(FreezeBound::new(max_freeze, crate::freeze::freeze_grace(max_freeze)));
+        report.freeze_bound = Some(crate::freeze::bound_report(max_freeze));
     }
     if args.dry_run {
         report.plan_text = Some(describe(&groups, &planned, max_freeze));
@@ -732,11 +732,10 @@ fn open_journal(path: &Path, id: &FileIdentity, g: &FsGroup, chunk_size: u64, en
 
 fn describe(groups: &[FsGroup], planned: &[Planned], max_freeze: Duration) -> String {
     let mut s = format!(
-        "plan: {} file(s), windows of at most {:.3} s each; a write still outstanding {:.3} s later (grace) gets reseq killed and the filesystem thawed: no freeze lasts beyond {:.3} s\n",
+        "plan: {} file(s), windows of at most {:.3} s each; {}\n",
         planned.len(),
         max_freeze.as_secs_f64(),
-        crate::freeze::freeze_grace(max_freeze).as_secs_f64(),
-        crate::freeze::freeze_bound(max_freeze).as_secs_f64()
+        crate::freeze::describe_bound(max_freeze)
     );
     for (gi, g) in groups.iter().enumerate() {
         s +=

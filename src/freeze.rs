@@ -28,6 +28,20 @@ pub fn freeze_bound(max_freeze: Duration) -> Duration {
     max_freeze + freeze_grace(max_freeze)
 }
 
+/// The bound as the dry runs state it.
+pub fn describe_bound(max_freeze: Duration) -> String {
+    format!(
+        "a write still outstanding {:.3} s after the deadline (grace) gets reseq killed and the filesystem thawed: no freeze lasts beyond {:.3} s",
+        freeze_grace(max_freeze).as_secs_f64(),
+        freeze_bound(max_freeze).as_secs_f64()
+    )
+}
+
+/// The bound as the report carries it.
+pub fn bound_report(max_freeze: Duration) -> crate::report::FreezeBound {
+    crate::report::FreezeBound::new(max_freeze, freeze_grace(max_freeze))
+}
+
 /// How one window ended.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WindowEnd {
@@ -267,11 +281,10 @@ fn warn_about_other_freezers() {
         ("vmtoolsd", "VMware Tools (quiesced snapshots)"),
         ("waagent", "the Azure agent (VM backup snapshots)"),
     ];
-    let Ok(procs) = std::fs::read_dir("/proc") else { return };
     let mut seen = Vec::new();
-    for p in procs.flatten() {
-        let Ok(comm) = std::fs::read_to_string(p.path().join("comm")) else { continue };
-        if let Some((_, what)) = KNOWN.iter().find(|(name, _)| comm.trim() == *name)
+    for pid in crate::procs::pids() {
+        let comm = crate::procs::comm(pid);
+        if let Some((_, what)) = KNOWN.iter().find(|(name, _)| comm == *name)
             && !seen.contains(what)
         {
             seen.push(*what);

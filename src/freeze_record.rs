@@ -5,9 +5,9 @@
 //! (a cgroup-wide kill does that). A freeze outlives its maker, so afterwards only a
 //! record says which filesystems were ours. `reseq thaw` reads the records whose guardian
 //! is gone and thaws those filesystems, and nothing else: a freeze made by someone else
-//! has no record. The directory is on tmpfs, never on a filesystem reseq freezes (a write
-//! there would block the guardian), and it empties itself at boot, when no freeze
-//! survives anyway.
+//! has no record. The directory must not be on a filesystem reseq freezes (a write there
+//! would block the guardian; [`check_run_dir`] refuses one); `/run` is a tmpfs on most
+//! hosts, which also empties itself at boot, when no freeze survives anyway.
 
 use std::fs::File;
 use std::io::Write;
@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::mounts::MountedFs;
+use crate::procs;
 
 pub const DEFAULT_RUN_DIR: &str = "/run/reseq";
 
@@ -83,21 +84,14 @@ impl FreezeRecord {
     /// (`/proc/PID/stat` field 3: `T` stopped, `D` in uninterruptible I/O...).
     /// A zombie (`Z`, `X`) is gone: it can no longer thaw anything.
     pub fn guardian_state(&self) -> Option<char> {
-        alive(self.guardian_pid, self.guardian_start_ticks)
+        procs::alive(self.guardian_pid, self.guardian_start_ticks)
     }
 
     /// The state of the reseq this guardian served, if it still runs.
     pub fn reseq_state(&self) -> Option<char> {
-        alive(self.reseq_pid, self.reseq_start_ticks)
+        procs::alive(self.reseq_pid, self.reseq_start_ticks)
     }
 }
-
-fn alive(pid: i32, start_ticks: u64) -> Option<char> {
-    let (start, state) = proc_stat(pid)?;
-    (start == start_ticks && state != 'Z' && state != 'X').then_some(state)
-}
-
-impl FreezeRecord {}
 
 /// Every record in `dir`, with the ones that cannot be read as errors.
 pub fn list(dir: &Path) -> std::io::Result<Vec<(PathBuf, std::result::Result<FreezeRecord, String>)>> {
@@ -119,17 +113,6 @@ pub fn list(dir: &Path) -> std::io::Result<Vec<(PathBuf, std::result::Result<Fre
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
-}
-
-/// (start time in clock ticks, state letter) of a running process.
-pub fn proc_stat(pid: i32) -> Option<(u64, char)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the comm: field 3 is fields[0].
-    let state = fields.first()?.chars().next()?;
-    let start = fields.get(22 - 3)?.parse().ok()?;
-    Some((start, state))
 }
 
 /// Makes sure the guardian can record its freezes before anything is frozen: the
@@ -183,7 +166,7 @@ mod tests {
     fn records_round_trip_and_list() {
         let dir = tempfile::tempdir().unwrap();
         let me = std::process::id() as i32;
-        let (start, state) = proc_stat(me).unwrap();
+        let procs::Stat { start_ticks: start, state, .. } = procs::stat(me).unwrap();
         let r = FreezeRecord {
             guardian_pid: me,
             guardian_start_ticks: start,

@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 
 use crate::freeze_record::{FreezeRecord, RecordedFs, SentinelRecord};
-use crate::sys;
+use crate::{procs, sys};
 
 /// stderr without panicking: it may be a closed pipe or a hung-up terminal, and the
 /// guardian must go on to thaw and exit whatever happens to it.
@@ -228,6 +228,10 @@ impl Guardian {
 
     fn call(&mut self, m: Msg, timeout: Option<Duration>) -> std::io::Result<(u8, u32, u64)> {
         self.stream.write_all(&m)?;
+        self.reply(timeout)
+    }
+
+    fn reply(&mut self, timeout: Option<Duration>) -> std::io::Result<(u8, u32, u64)> {
         self.stream.set_read_timeout(timeout)?;
         let mut reply = [0u8; 16];
         self.stream.read_exact(&mut reply)?;
@@ -243,14 +247,7 @@ impl Guardian {
         }
         self.stream.write_all(&msg(OP_JOURNAL, bytes.len() as u32, 0))?;
         self.stream.write_all(bytes)?;
-        self.call_reply(Some(self.reply_timeout)).map(drop)
-    }
-
-    fn call_reply(&mut self, timeout: Option<Duration>) -> std::io::Result<(u8, u32, u64)> {
-        self.stream.set_read_timeout(timeout)?;
-        let mut reply = [0u8; 16];
-        self.stream.read_exact(&mut reply)?;
-        Ok(fields(&reply))
+        self.reply(Some(self.reply_timeout)).map(drop)
     }
 
     /// Freezes every filesystem for a window of `window`. FIFREEZE syncs dirty data
@@ -303,30 +300,30 @@ impl Guardian {
     /// The wait is bounded: a guardian in D state (a FIFREEZE stuck syncing) dies only
     /// when that returns, and reseq must not hang on it.
     pub fn kill(self) {
-        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
         let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGKILL);
-        let give_up = Instant::now() + Duration::from_secs(1);
-        while Instant::now() < give_up {
-            match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(5)),
-                _ => return,
-            }
-        }
+        self.reaped_within(Duration::from_secs(1));
     }
 
     /// Tells the guardian to leave and reaps it; one that does not leave in time (stopped
     /// by hand) is killed, so reseq never hangs on it.
     pub fn shutdown(mut self) {
-        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
         let _ = self.stream.write_all(&msg(OP_EXIT, 0, 0));
-        let give_up = Instant::now() + self.reply_timeout;
+        if !self.reaped_within(self.reply_timeout) {
+            self.kill();
+        }
+    }
+
+    /// Waits up to `limit` for the guardian to exit; whether it did (or is gone).
+    fn reaped_within(&self, limit: Duration) -> bool {
+        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+        let give_up = Instant::now() + limit;
         while Instant::now() < give_up {
             match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(5)),
-                _ => return,
+                _ => return true,
             }
         }
-        self.kill();
+        false
     }
 }
 
@@ -361,6 +358,8 @@ struct GuardianState {
     reseq: nix::unistd::Pid,
     reseq_fd: Option<OwnedFd>,
     journal: Option<PathBuf>,
+    /// Start times of the guardian and of reseq, for the freeze record.
+    own_start_ticks: u64,
     reseq_start_ticks: u64,
     freeze_started: Option<Instant>,
     /// The window's end (`--max-freeze` after the freeze began).
@@ -395,7 +394,8 @@ impl GuardianState {
             reseq,
             reseq_fd,
             journal: None,
-            reseq_start_ticks: crate::freeze_record::proc_stat(reseq.as_raw()).map_or(0, |s| s.0),
+            own_start_ticks: procs::stat(std::process::id() as i32).map_or(0, |s| s.start_ticks),
+            reseq_start_ticks: procs::stat(reseq.as_raw()).map_or(0, |s| s.start_ticks),
             freeze_started: None,
             deadline: None,
             writing: 0,
@@ -417,7 +417,7 @@ impl GuardianState {
     fn record(&self) -> FreezeRecord {
         FreezeRecord {
             guardian_pid: std::process::id() as i32,
-            guardian_start_ticks: crate::freeze_record::proc_stat(std::process::id() as i32).map_or(0, |s| s.0),
+            guardian_start_ticks: self.own_start_ticks,
             reseq_pid: self.reseq.as_raw(),
             reseq_start_ticks: self.reseq_start_ticks,
             filesystems: self
@@ -465,7 +465,7 @@ impl GuardianState {
     fn freeze(&mut self, window: Duration) -> Result<(), (u32, Errno)> {
         // The record first: if we die frozen, `reseq thaw` must know these are ours.
         if let Err(e) = self.record().write(&self.run_dir) {
-            return Err((RECORD_FAILED, Errno::from_raw(e.raw_os_error().unwrap_or(libc_eio()))));
+            return Err((RECORD_FAILED, Errno::from_raw(e.raw_os_error().unwrap_or(Errno::EIO as i32))));
         }
         let start = Instant::now();
         self.freeze_started = Some(start);
@@ -704,8 +704,4 @@ pub fn read_block(fd: std::os::fd::BorrowedFd<'_>, offset: u64) -> Option<Vec<u8
     let mut buf = sys::AlignedBuf::new(4096, 4096);
     sys::pread_exact(fd, &mut buf, offset).ok()?;
     Some(buf.to_vec())
-}
-
-fn libc_eio() -> i32 {
-    Errno::EIO as i32
 }

@@ -27,6 +27,7 @@ pub mod measure;
 pub mod mounts;
 pub mod output;
 pub mod plan;
+pub mod procs;
 pub mod readbench;
 pub mod render;
 pub mod report;

@@ -20,7 +20,7 @@ use crate::measure;
 use crate::output::Progress;
 use crate::plan::{self, Environment, RewritePlan, Start};
 use crate::readbench::{Target, resolve_params};
-use crate::report::{FreezeBound, Report, SpaceReport, now_rfc3339};
+use crate::report::{Report, SpaceReport, now_rfc3339};
 use crate::signals::StopFlag;
 use crate::sys::AlignedBuf;
 use crate::target::{BlockTarget, DirectDevice, OpenMode};
@@ -41,7 +41,7 @@ pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
     let result = Environment::live().and_then(|env| plan::plan_rewrite(args, &env)).and_then(|plan| {
         report.set_plan(&plan);
         if plan.needs_freeze() {
-            report.freeze_bound = Some(FreezeBound::new(plan.max_freeze, crate::freeze::freeze_grace(plan.max_freeze)));
+            report.freeze_bound = Some(crate::freeze::bound_report(plan.max_freeze));
         }
         for w in &plan.warnings {
             log::warn!("{w}");
@@ -102,16 +102,15 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
             s += &format!("  freeze: {} ({}, {} on {})\n", f.mount_point.display(), f.fs_type, f.source, f.dev);
         }
         s += &format!(
-            "  windows: at most {:.3} s frozen each (new chunks stop at 3/4 of that), pause {:.3} s between; the guardian thaws at the deadline, and a write still outstanding {:.3} s after it (grace) gets reseq killed and the filesystem thawed: no freeze lasts beyond {:.3} s{}\n",
+            "  windows: at most {:.3} s frozen each (new chunks stop at 3/4 of that), pause {:.3} s between; the guardian thaws at the deadline, and {}{}\n",
             plan.max_freeze.as_secs_f64(),
             e.pause.as_secs_f64(),
-            crate::freeze::freeze_grace(plan.max_freeze).as_secs_f64(),
-            crate::freeze::freeze_bound(plan.max_freeze).as_secs_f64(),
+            crate::freeze::describe_bound(plan.max_freeze),
             plan.hung_task_timeout.map(|t| format!(" (hung-task timeout {} s)", t.as_secs())).unwrap_or_default()
         );
     }
     s += &format!(
-        "  other writers: none (checked every process's open files and writable mappings, and loop devices backed by {} or its partitions/disk: {}); checked again before each window\n",
+        "  other writers: none (checked every process's open files and writable mappings, and loop devices backed by {} or its partitions/disk: {}); checked again before windows and within them\n",
         plan.device.path.display(),
         plan.writer_devices.iter().map(|(a, b)| format!("{a}:{b}")).collect::<Vec<_>>().join(", ")
     );

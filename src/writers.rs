@@ -14,6 +14,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::procs;
 
 /// A process or device that may write the target behind reseq's back.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -32,22 +33,6 @@ fn rdev_of(meta: &std::fs::Metadata) -> Option<(u32, u32)> {
         .then(|| (nix::sys::stat::major(meta.rdev()) as u32, nix::sys::stat::minor(meta.rdev()) as u32))
 }
 
-fn cmdline(pid: i32) -> String {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let s: Vec<String> =
-        raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-    if s.is_empty() {
-        std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string()
-    } else {
-        s.join(" ")
-    }
-}
-
-fn ppid(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 2..].split_whitespace().nth(1)?.parse().ok()
-}
-
 /// The access mode of an open file from `/proc/PID/fdinfo/N` ("flags: 0100002", octal).
 fn opened_for_writing(pid: i32, fd: &str) -> bool {
     let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap_or_default();
@@ -62,42 +47,44 @@ fn opened_for_writing(pid: i32, fd: &str) -> bool {
 /// Every process other than reseq and its guardians holding one of `devs` for writing.
 fn processes(devs: &[(u32, u32)], out: &mut Vec<Writer>) {
     let me = std::process::id() as i32;
-    let Ok(procs) = std::fs::read_dir("/proc") else { return };
-    for p in procs.flatten() {
-        let Ok(pid) = p.file_name().to_string_lossy().parse::<i32>() else { continue };
-        // Ourselves, and our guardians (forked from us, so they hold copies of our fds).
-        if pid == me || ppid(pid) == Some(me) {
-            continue;
-        }
-        if let Ok(fds) = std::fs::read_dir(p.path().join("fd")) {
-            for fd in fds.flatten() {
-                let Some(dev) = std::fs::metadata(fd.path()).ok().and_then(|m| rdev_of(&m)) else { continue };
-                let name = fd.file_name().to_string_lossy().into_owned();
-                if devs.contains(&dev) && opened_for_writing(pid, &name) {
-                    let target = std::fs::read_link(fd.path()).map(|l| l.display().to_string()).unwrap_or_default();
-                    out.push(Writer {
-                        pid: Some(pid),
-                        what: cmdline(pid),
-                        how: format!("has {target} open for writing (fd {name})"),
-                    });
-                }
-            }
-        }
-        // Shared writable mappings of the device node itself.
-        let maps = std::fs::read_to_string(p.path().join("maps")).unwrap_or_default();
-        for line in maps.lines() {
-            let mut f = line.split_whitespace();
-            let perms = f.nth(1).unwrap_or("");
-            let Some(path) = line.split_whitespace().nth(5) else { continue };
-            if !(perms.contains('w') && perms.contains('s') && path.starts_with('/')) {
-                continue;
-            }
-            if std::fs::metadata(path).ok().and_then(|m| rdev_of(&m)).is_some_and(|d| devs.contains(&d)) {
-                out.push(Writer { pid: Some(pid), what: cmdline(pid), how: format!("maps {path} writable") });
-                break;
-            }
+    for pid in procs::pids().into_iter().filter(|&p| p != me) {
+        let how = holds_for_writing(pid, devs);
+        // Our guardians are forked from us, so they hold copies of our fds.
+        if !how.is_empty() && procs::stat(pid).is_none_or(|s| s.ppid != me) {
+            let what = procs::cmdline(pid);
+            out.extend(how.into_iter().map(|how| Writer { pid: Some(pid), what: what.clone(), how }));
         }
     }
+}
+
+/// How process `pid` holds one of `devs` for writing: open fds, and shared writable
+/// mappings of the device node itself.
+fn holds_for_writing(pid: i32, devs: &[(u32, u32)]) -> Vec<String> {
+    let dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+    let mut how = Vec::new();
+    for fd in std::fs::read_dir(dir.join("fd")).into_iter().flatten().flatten() {
+        let Some(dev) = std::fs::metadata(fd.path()).ok().and_then(|m| rdev_of(&m)) else { continue };
+        let name = fd.file_name().to_string_lossy().into_owned();
+        if devs.contains(&dev) && opened_for_writing(pid, &name) {
+            let target = std::fs::read_link(fd.path()).map(|l| l.display().to_string()).unwrap_or_default();
+            how.push(format!("has {target} open for writing (fd {name})"));
+        }
+    }
+    let maps = std::fs::read_to_string(dir.join("maps")).unwrap_or_default();
+    for line in maps.lines() {
+        // address perms offset dev inode path
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(perms), Some(path)) = (f.get(1), f.get(5)) else { continue };
+        if perms.contains('w')
+            && perms.contains('s')
+            && path.starts_with('/')
+            && std::fs::metadata(path).ok().and_then(|m| rdev_of(&m)).is_some_and(|d| devs.contains(&d))
+        {
+            how.push(format!("maps {path} writable"));
+            break;
+        }
+    }
+    how
 }
 
 /// Loop devices whose backing file is one of `devs`.

@@ -79,7 +79,7 @@ fn dry_run_and_report_state_the_bound() {
     let out = output(env.reseq().args(["rewrite", "--dry-run", "--max-freeze", MAX_FREEZE]).arg(&lo.path));
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("0.500 s after it (grace)") && text.contains("beyond 1.000 s"), "{text}");
+    assert!(text.contains("0.500 s after the deadline (grace)") && text.contains("beyond 1.000 s"), "{text}");
     let out = output(env.reseq().args(["rewrite", "--dry-run", "--json", "--max-freeze", MAX_FREEZE]).arg(&lo.path));
     let r = json_report(&out);
     assert_eq!(r["freeze_bound"]["grace_seconds"], 0.5);

@@ -239,8 +239,14 @@ impl Appender {
 
     /// As `start`, numbering from `first` (the log already holds the records before it).
     pub fn start_from(mount: &Path, log: &Path, stop: &Path, first: u64) -> Appender {
+        Appender::spawn(mount, log, stop, first, "")
+    }
+
+    /// The writer loop; `after` runs after each record is appended (and stops the loop
+    /// if it fails).
+    fn spawn(mount: &Path, log: &Path, stop: &Path, first: u64, after: &str) -> Appender {
         let script = format!(
-            "i={}; while [ ! -e '{}' ]; do i=$((i+1)); echo \"record $i\" >> '{}'; done",
+            "i={}; while [ ! -e '{}' ]; do i=$((i+1)); echo \"record $i\" >> '{}' {after}; done",
             first - 1,
             stop.display(),
             log.display()
@@ -341,55 +347,30 @@ impl Drop for StallProbe {
 /// A writer that appends numbered records with an fsync each, and notes outside the
 /// filesystem the last record whose fsync returned: every one up to it must survive.
 pub struct FsyncWriter {
-    child: std::process::Child,
-    stop: PathBuf,
+    appender: Appender,
     ack: PathBuf,
-    mount: PathBuf,
-    pub log: PathBuf,
 }
 
 impl FsyncWriter {
     /// `log` inside `mount`; `ack` and `stop` outside it.
     pub fn start(mount: &Path, log: &Path, ack: &Path, stop: &Path) -> FsyncWriter {
-        let first = std::fs::read_to_string(log).map_or(0, |t| t.lines().count());
-        let script = format!(
-            "i={first}; while [ ! -e '{stop}' ]; do i=$((i+1)); echo \"record $i\" >> '{log}' && sync '{log}' && echo $i > '{ack}.tmp' && mv '{ack}.tmp' '{ack}'; done",
-            stop = stop.display(),
+        let first = std::fs::read_to_string(log).map_or(0, |t| t.lines().count() as u64) + 1;
+        let after = format!(
+            "&& sync '{log}' && echo $i > '{ack}.tmp' && mv '{ack}.tmp' '{ack}' || break",
             log = log.display(),
             ack = ack.display()
         );
-        let child = Command::new("sh").arg("-c").arg(script).spawn().unwrap();
-        FsyncWriter {
-            child,
-            stop: stop.to_path_buf(),
-            ack: ack.to_path_buf(),
-            mount: mount.to_path_buf(),
-            log: log.to_path_buf(),
-        }
+        FsyncWriter { appender: Appender::spawn(mount, log, stop, first, &after), ack: ack.to_path_buf() }
     }
 
     /// Stops the writer; checks that every acknowledged record is there, once, in order.
     /// Returns how many were acknowledged.
-    pub fn finish(mut self) -> u64 {
-        std::fs::write(&self.stop, b"").unwrap();
-        assert!(self.child.wait().unwrap().success());
-        let acked: u64 = std::fs::read_to_string(&self.ack).map_or(0, |t| t.trim().parse().unwrap_or(0));
-        let text = std::fs::read_to_string(&self.log).unwrap();
-        let lines: Vec<&str> = text.lines().collect();
-        assert!(lines.len() as u64 >= acked, "{} records fsync'd but only {} in the log", acked, lines.len());
-        for (i, line) in lines.iter().enumerate() {
-            assert_eq!(*line, format!("record {}", i + 1), "record {} is wrong", i + 1);
-        }
+    pub fn finish(self) -> u64 {
+        let ack = self.ack.clone();
+        let in_log = self.appender.finish() as u64;
+        let acked: u64 = std::fs::read_to_string(&ack).map_or(0, |t| t.trim().parse().unwrap_or(0));
+        assert!(in_log >= acked, "{acked} records fsync'd but only {in_log} in the log");
         acked
-    }
-}
-
-impl Drop for FsyncWriter {
-    fn drop(&mut self) {
-        let _ = std::fs::write(&self.stop, b"");
-        let _ = Command::new("fsfreeze").arg("-u").arg(&self.mount).output();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -1,0 +1,69 @@
+//! Other processes, as `/proc` shows them: one parser for `/proc/PID/stat`, used by the
+//! freeze records (is a guardian still alive?), the other-writers check and the warning
+//! about other freezers.
+
+/// What `/proc/PID/stat` says about a process (proc(5)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stat {
+    /// Field 3: `R`, `S`, `D`, `T` (stopped), `Z` (zombie)...
+    pub state: char,
+    /// Field 4.
+    pub ppid: i32,
+    /// Field 22, in clock ticks since boot: tells a process from a later one that reused
+    /// its PID.
+    pub start_ticks: u64,
+}
+
+pub fn stat(pid: i32) -> Option<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name (field 2) is in parentheses and may hold spaces or ')': split after the last.
+    let fields: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
+    Some(Stat {
+        state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        start_ticks: fields.get(22 - 3)?.parse().ok()?,
+    })
+}
+
+/// The process `pid` started at `start_ticks` is still there, and not a zombie (which can
+/// no longer do anything). Its state, if so.
+pub fn alive(pid: i32, start_ticks: u64) -> Option<char> {
+    stat(pid).filter(|s| s.start_ticks == start_ticks && s.state != 'Z' && s.state != 'X').map(|s| s.state)
+}
+
+/// Every PID in /proc.
+pub fn pids() -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .map(|d| d.flatten().filter_map(|e| e.file_name().to_string_lossy().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// The process name (`comm`).
+pub fn comm(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string()
+}
+
+/// The command line, arguments joined by spaces; the name when it has none (a kernel
+/// thread, or a process that cleared it).
+pub fn cmdline(pid: i32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let args: Vec<String> =
+        raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    if args.is_empty() { comm(pid) } else { args.join(" ") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_process() {
+        let me = std::process::id() as i32;
+        let s = stat(me).unwrap();
+        assert_eq!(s.ppid, nix::unistd::getppid().as_raw());
+        assert_eq!(alive(me, s.start_ticks), Some(s.state));
+        assert_eq!(alive(me, s.start_ticks + 1), None, "a reused PID is another process");
+        assert!(pids().contains(&me));
+        assert!(!cmdline(me).is_empty());
+    }
+}
