@@ -596,9 +596,9 @@ impl GuardianState {
             OP_THAW => {
                 self.writing = 0;
                 let window = self.bounds.window;
-                if self.any_ours() {
-                    self.thaw_all();
-                }
+                // Also when nothing is ours any more (lost to another freezer): that ends
+                // the window's clock and removes its record.
+                self.thaw_all();
                 // Any window frozen longer than --max-freeze overran, whoever thawed it.
                 let overran = self.frozen_for > window;
                 let mut flags = u32::from(overran) * THAW_OVERRAN;
@@ -677,14 +677,17 @@ impl GuardianState {
         self.thaw_all();
         let window = self.windows;
         say!(
-            "reseq guardian: a write was still outstanding {} ms after freeze window {window} began (--max-freeze {} ms + {} ms grace): reseq is stopped or stalled, so the guardian {} it and thawed {names} after {} ms frozen. The data is intact (a chunk is only ever rewritten with the bytes read in the same freeze); run the same command with --resume.",
+            "reseq guardian: a write was still outstanding {} ms after freeze window {window} began (--max-freeze {} ms + {} ms grace): reseq is stopped or stalled, so the guardian {} it and thawed {names} after {} ms frozen. A chunk is only ever rewritten with the bytes read in the same freeze; run the same command with --resume, which re-reads the chunk that was in flight and checks it against the journal.",
             frozen_since.as_millis(),
             self.bounds.window.as_millis(),
             self.bounds.grace.as_millis(),
             if killed { "killed" } else { "lost" },
             self.frozen_for.as_millis(),
         );
-        if let Some(j) = &self.journal {
+        // Not while another program's freeze is in place: the journal may be on that
+        // filesystem, and the write would block until it thaws.
+        let foreign = self.lost.is_some_and(|(_, foreign)| foreign);
+        if let Some(j) = self.journal.as_ref().filter(|_| !foreign) {
             let note = crate::journal::GuardianKill {
                 window,
                 frozen_ms: self.frozen_for.as_millis() as u64,

@@ -407,3 +407,19 @@ pub fn wait_frozen_record(run_dir: &Path, limit: Duration) -> bool {
     }
     false
 }
+
+/// Runs a closure on drop: cleanup that must happen when a test fails half-way (a
+/// process it stopped would otherwise hold its loop device forever). `mem::forget` it
+/// once the cleanup would be wrong (PIDs it kills have been reaped and may be reused).
+pub struct Defer<F: FnMut()>(pub F);
+
+impl<F: FnMut()> Drop for Defer<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+
+/// SIGKILL, also to a stopped process; errors (already gone) ignored.
+pub fn sigkill(pid: i32) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+}
