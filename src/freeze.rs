@@ -441,9 +441,11 @@ impl<G: WindowGuard> WindowGuard for WritersChecked<G> {
         }
         self.inner.begin()
     }
-    /// Within a window (an unmounted device's run is one long window), every 250 ms.
+    /// Within a window, every 250 ms, only where windows do not freeze (an unmounted
+    /// device's run is one long window). A frozen window is short, checked before it
+    /// began, and must not spend its stall reading /proc.
     fn recheck(&mut self) -> Result<()> {
-        if self.checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(250)) {
+        if !self.inner.freezes() && self.checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(250)) {
             self.check()?;
         }
         self.inner.recheck()
