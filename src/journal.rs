@@ -160,13 +160,16 @@ fn decode(line: &str) -> Option<Record> {
 /// its socket close), so nothing else appends. A line reseq left half-written is cut
 /// first: it never completed, and replay would stop at it and miss the note.
 pub fn note_guardian_kill(path: &Path, kill: &GuardianKill) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
     let mut f = OpenOptions::new().read(true).append(true).open(path)?;
-    let text = std::fs::read(path)?;
-    if let Some(last) = text.last()
-        && *last != b'\n'
-    {
-        let keep = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        f.set_len(keep as u64)?;
+    // Only the tail: a journal has a line per chunk, and no line is near 64 KiB.
+    let len = f.metadata()?.len();
+    let from = len.saturating_sub(64 << 10);
+    let mut tail = vec![0u8; (len - from) as usize];
+    f.read_exact_at(&mut tail, from)?;
+    if tail.last().is_some_and(|&b| b != b'\n') {
+        let keep = tail.iter().rposition(|&b| b == b'\n').map_or(from, |i| from + i as u64 + 1);
+        f.set_len(keep)?;
     }
     f.write_all(encode(&Record::GuardianKilled(kill.clone())).as_bytes())?;
     f.sync_data()
