@@ -482,9 +482,6 @@ impl GuardianState {
             self.fs[i].ours = true;
             self.fs[i].snapshot = GuardianState::read_sentinel(&self.fs[i]);
         }
-        // Again, with the sentinels, so that `reseq thaw` can tell our freeze from a
-        // later one. A failure here costs only that check: the first record stands.
-        let _ = self.record().write(&self.run_dir);
         Ok(())
     }
 
@@ -620,6 +617,12 @@ impl GuardianState {
             && stream.write_all(&r).is_err()
         {
             return Next::Exit(self.reseq_gone());
+        }
+        if op == OP_FREEZE && self.any_ours() {
+            // Again, with the sentinels, so that `reseq thaw` can tell our freeze from a
+            // later one; after the reply, so that reseq reads its first chunks meanwhile.
+            // A failure costs only that check: the first record stands.
+            let _ = self.record().write(&self.run_dir);
         }
         Next::Continue
     }

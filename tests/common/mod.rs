@@ -52,11 +52,20 @@ pub fn require(tools: &[&str]) -> bool {
 /// guards made inside it (drop them first, or hold them in this order).
 pub struct TestEnv {
     pub dir: tempfile::TempDir,
+    run: tempfile::TempDir,
 }
 
 impl TestEnv {
     pub fn new() -> TestEnv {
-        TestEnv { dir: tempfile::Builder::new().prefix("reseq-test-").tempdir().expect("tempdir") }
+        let dir = tempfile::Builder::new().prefix("reseq-test-").tempdir().expect("tempdir");
+        let shm = Path::new("/dev/shm");
+        let run = if shm.is_dir() {
+            tempfile::Builder::new().prefix("reseq-test-run-").tempdir_in(shm)
+        } else {
+            tempfile::Builder::new().prefix("run").tempdir_in(dir.path())
+        }
+        .expect("run dir");
+        TestEnv { dir, run }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -68,9 +77,9 @@ impl TestEnv {
     }
 
     /// The guardians' freeze records of this test only (`reseq thaw` must never see
-    /// another test's).
+    /// another test's), on tmpfs as /run is on a host, when there is one.
     pub fn run_dir(&self) -> PathBuf {
-        self.path("run")
+        self.run.path().to_path_buf()
     }
 
     /// A loop device over a new sparse image.
