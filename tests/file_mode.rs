@@ -378,9 +378,10 @@ fn only_slow_files_are_rewritten() {
     let out = output(
         env.reseq()
             .args(["rewrite", "--json", "--only-slow"])
-            .arg(&dir) // Every read 30 ms longer, so this VM's timing noise cannot decide;
-            // the two "slow" files' reads 200 ms more.
-            .env("RESEQ_FAULTS", "slow-file@/db/=30,slow-file@/slow=200"),
+            .arg(&dir) // Every read 100 ms longer, so timing noise (a busy disk stalls a
+            // read by 100 ms and more) cannot double a fast file's time; the two "slow"
+            // files' reads 400 ms more.
+            .env("RESEQ_FAULTS", "slow-file@/db/=100,slow-file@/slow=400"),
     );
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);
