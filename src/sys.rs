@@ -277,6 +277,13 @@ static STOP_PENDING: AtomicBool = AtomicBool::new(false);
 extern "C" fn on_job_control_stop(_sig: libc::c_int) {
     if IN_WINDOW.load(Ordering::SeqCst) {
         STOP_PENDING.store(true, Ordering::SeqCst);
+        // The window may have ended (on another thread) since the check above, after
+        // `leave_window` looked for a pending stop: then take it here. The swap makes
+        // sure exactly one of the two takes it.
+        if !IN_WINDOW.load(Ordering::SeqCst) && STOP_PENDING.swap(false, Ordering::SeqCst) {
+            // SAFETY: raise(3) is async-signal-safe.
+            unsafe { libc::raise(libc::SIGSTOP) };
+        }
     } else {
         // SAFETY: raise(3) is async-signal-safe; SIGSTOP stops every thread at once.
         unsafe { libc::raise(libc::SIGSTOP) };
