@@ -74,6 +74,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Put a rescue copy back: the original bytes of a chunk whose write failed, tore or
+    /// read back different, which a run saved in the state directory. The write is
+    /// frozen like any write (when filesystems on the device are mounted), read back and
+    /// checked; the copy is removed only after that. Refuses when the device is not the
+    /// one the copy came from, or when something else wrote there since reseq stopped.
+    Restore(RestoreArgs),
     /// Write the man page and shell completions (generated from these definitions).
     #[command(hide = true)]
     Generate {
@@ -85,6 +91,27 @@ pub enum Command {
         #[command(subcommand)]
         command: SimCommand,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The rescue file (rescue-DEVICE-OFFSET-BLAKE3.bin in the state directory).
+    #[arg(value_name = "RESCUE_FILE")]
+    pub rescue: PathBuf,
+    /// Restore even if the device's bytes there changed since reseq stopped (something
+    /// else wrote there: restoring overwrites that).
+    #[arg(long)]
+    pub force: bool,
+    /// Remove the rescue copy without writing anything (the data was restored another
+    /// way, or is not wanted).
+    #[arg(long, conflicts_with = "force")]
+    pub forget: bool,
+    /// Longest time a filesystem on the device stays frozen for the write.
+    #[arg(long, default_value = "2s", value_name = "DURATION")]
+    pub max_freeze: String,
+    /// Print what was done as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

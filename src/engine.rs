@@ -28,12 +28,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError, bounded};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, LeftState, Result};
 use crate::freeze::WindowEnd;
 use crate::freeze::WindowGuard;
 use crate::hooks;
 use crate::journal::Journal;
 use crate::output::{self, Progress};
+use crate::rescue::{self, Pending, RescueTo};
 use crate::signals::StopFlag;
 use crate::sys::{self, AlignedBuf};
 use crate::target::BlockTarget;
@@ -64,7 +65,14 @@ pub struct EngineConfig {
     /// Enforced by lengthening the pause *between* windows: sleeping inside a window
     /// would lengthen the freeze.
     pub rate_bytes_per_second: Option<u64>,
+    /// Where the original bytes of a chunk go when its write fails, tears or reads back
+    /// different (None: nowhere, e.g. a simulation; the error still names the range).
+    pub rescue: Option<RescueTo>,
 }
+
+/// Attempts at writing one chunk, the first included: a failed write is retried (and
+/// each retry read back) this many times in all before the run stops.
+pub const WRITE_ATTEMPTS: u32 = 3;
 
 impl EngineConfig {
     pub fn chunks_total(&self) -> u64 {
@@ -208,6 +216,7 @@ pub fn run(
         chunk_size: cfg.chunk_size,
         done_before: cfg.start_offset.saturating_sub(cfg.range_start),
         window_written: None,
+        rescues: Vec::new(),
     };
     let result = engine.run_windows(planner, guard);
     (stats, result)
@@ -233,6 +242,8 @@ struct Engine<'a> {
     done_before: u64,
     /// Device bytes written in the current window (first offset, end).
     window_written: Option<(u64, u64)>,
+    /// Original bytes of chunks whose write did not verify, saved after the thaw.
+    rescues: Vec<Pending>,
 }
 
 impl Engine<'_> {
@@ -420,6 +431,10 @@ impl Engine<'_> {
         hooks::point("after-thaw");
         self.stats.bytes_read += read_total;
         self.stats.bytes_read_ahead_dropped += read_total.saturating_sub(taken);
+        let flow = match self.save_rescues() {
+            Some(text) => flow.map_err(|e| e.with_rescue(text)),
+            None => flow,
+        };
         let end = end?;
         // Flushed and journaled after the thaw: nothing here needs the freeze, and the
         // filesystem should not wait for the device's cache flush.
@@ -500,6 +515,17 @@ impl Engine<'_> {
             self.stats.bytes_verified += len;
         }
         let (offset, hash) = (v.chunk.offset, v.chunk.hash);
+        if let Err(e) = &v.result {
+            // Written but not read back as written: keep the original bytes.
+            let left = match e {
+                Error::ChecksumMismatch { after, .. } => Some(blake3::Hash::from_hex(after).ok()),
+                Error::Io { .. } => Some(None),
+                _ => None,
+            };
+            if let Some(left) = left {
+                self.keep(&v.chunk, left, "read back different from what was written");
+            }
+        }
         self.recycle(v.chunk.buf);
         if let Err(e) = told.and(v.result) {
             // Chunks after a failed one may verify fine, but the journal's cursor must
@@ -511,9 +537,93 @@ impl Engine<'_> {
             return Ok(());
         }
         hooks::point("after-verify");
+        self.accept(offset, len, hash);
+        Ok(())
+    }
+
+    /// A chunk written and read back as written: journaled as done at the next commit.
+    fn accept(&mut self, offset: u64, len: u64, hash: blake3::Hash) {
         self.verified.push((offset, len, hash));
         self.progress.advance(len, self.done_before);
-        Ok(())
+    }
+
+    /// A chunk's write failed: try again, each time with the guardian's permission and a
+    /// read-back, up to [`WRITE_ATTEMPTS`] in all. Accepted only when a read-back
+    /// matches the blake3 the chunk was read with; otherwise its original bytes are kept
+    /// for a rescue file and the error says what the device holds there now.
+    fn retry_write(&mut self, guard: &mut dyn WindowGuard, chunk: &Chunk, first: std::io::Error) -> Result<()> {
+        let (offset, len) = (chunk.offset, chunk.len);
+        let data = &chunk.buf[..len];
+        let mut back = AlignedBuf::new(len, self.target.mem_align());
+        let read_back = |back: &mut AlignedBuf| self.target.read_at(&mut back[..len], offset).ok().map(|()| blake3::hash(&back[..len]));
+        let mut left = read_back(&mut back);
+        let mut last = first;
+        let mut attempts = 1;
+        while attempts < WRITE_ATTEMPTS && self.stop.signal().is_none() {
+            log::warn!("writing {len} bytes at offset {offset} failed ({last}); retrying ({} of {})", attempts + 1, WRITE_ATTEMPTS);
+            // No permission (the window's deadline passed): no more attempts here.
+            if !guard.may_write()? {
+                break;
+            }
+            attempts += 1;
+            let wrote = self.target.write_at(data, offset);
+            left = read_back(&mut back);
+            guard.wrote()?;
+            match wrote {
+                Ok(()) if left == Some(chunk.hash) => {
+                    log::warn!("the write at offset {offset} succeeded on attempt {attempts} and read back as written");
+                    return Ok(());
+                }
+                Ok(()) => last = std::io::Error::other("the retried write completed but read back different"),
+                Err(e) => last = e,
+            }
+        }
+        let state = match left {
+            Some(h) if h == chunk.hash => LeftState::Intact,
+            Some(_) => LeftState::Changed,
+            None => LeftState::Unreadable,
+        };
+        let reason = match state {
+            LeftState::Intact => "write failed; the device still held these bytes (checked)",
+            LeftState::Changed => "write failed and left other bytes (torn write)",
+            LeftState::Unreadable => "write failed; the range could not be read back",
+        };
+        self.keep(chunk, left, reason);
+        Err(Error::WriteFailed { offset, len: len as u64, attempts, source: last, left: state, rescue: None })
+    }
+
+    /// Keeps a copy of a chunk's original bytes, to be saved after the thaw.
+    fn keep(&mut self, chunk: &Chunk, left: Option<blake3::Hash>, reason: &str) {
+        let data = &chunk.buf[..chunk.len];
+        match &self.cfg.rescue {
+            Some(to) => {
+                let at = self.target.device_offset(chunk.offset, chunk.len as u64).unwrap_or(chunk.offset);
+                self.rescues.push(to.pending(at, data, &chunk.hash, left, reason, chunk.offset));
+            }
+            None => log::error!("no rescue directory: the original bytes at offset {} are not kept", chunk.offset),
+        }
+    }
+
+    /// Saves the rescue copies kept in this window (after its thaw: the state directory
+    /// may be on the filesystem that was frozen). Returns what the error should add.
+    fn save_rescues(&mut self) -> Option<String> {
+        let to = self.cfg.rescue.as_ref()?;
+        let pending = std::mem::take(&mut self.rescues);
+        if pending.is_empty() {
+            return None;
+        }
+        let lines: Vec<String> = rescue::save_all(&to.dir, pending)
+            .into_iter()
+            .map(|r| match r {
+                Ok(path) => format!(
+                    "The original bytes are saved in {}: once the device is fixed, put them back with `{}`",
+                    path.display(),
+                    rescue::restore_command(&path)
+                ),
+                Err(e) => e,
+            })
+            .collect();
+        Some(lines.join("; "))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -596,8 +706,23 @@ impl Engine<'_> {
             hooks::point("after-write");
             if let Err(e) = wrote {
                 let _ = guard.wrote();
+                // Retried in order: what the verifier holds settles first.
+                let recovered =
+                    self.settle_all(guard, verified_rx, &mut outstanding).and_then(|()| self.retry_write(guard, &chunk, e));
+                let len = chunk.len as u64;
                 self.recycle(chunk.buf);
-                break Err(Error::io_at("writing the device", offset, e));
+                match recovered {
+                    Ok(()) => {
+                        self.stats.bytes_written += len;
+                        self.stats.chunks_written += 1;
+                        self.stats.bytes_verified += len;
+                        self.accept(offset, len, chunk.hash);
+                        in_window += 1;
+                        since_commit += len;
+                        continue;
+                    }
+                    Err(e) => break Err(e),
+                }
             }
             self.stats.bytes_written += len as u64;
             self.stats.chunks_written += 1;
@@ -779,6 +904,7 @@ fn verify_chunk(
         before: hash.to_hex().to_string(),
         after: after.to_hex().to_string(),
         differ,
+        rescue: None,
     })
 }
 
@@ -862,6 +988,7 @@ mod tests {
             journal_on_frozen_fs: false,
             max_overruns: 1,
             rate_bytes_per_second: None,
+            rescue: None,
         };
         assert_eq!(cfg.chunks_of(&[(50, 230), (900, 200)], 100), vec![(50, 100), (150, 100), (250, 30), (900, 100)]);
     }

@@ -28,9 +28,27 @@ pub enum Error {
 
     /// A chunk read back with a different blake3 than it was read with.
     #[error(
-        "checksum mismatch at offset {offset} (length {len}): read-back blake3 {after} differs from {before}: {differ}. reseq did not write this range again (a failing device or another writer: writing the old bytes back could overwrite newer data)"
+        "checksum mismatch at offset {offset} (length {len}): read-back blake3 {after} differs from {before}: {differ}. reseq did not write this range again (a failing device or another writer: writing the old bytes back could overwrite newer data){}",
+        rescue_suffix(.rescue)
     )]
-    ChecksumMismatch { offset: u64, len: u64, before: String, after: String, differ: String },
+    ChecksumMismatch { offset: u64, len: u64, before: String, after: String, differ: String, rescue: Option<String> },
+
+    /// A chunk's write failed, also when retried, or its retry did not read back right.
+    #[error(
+        "writing {len} bytes at offset {offset} failed {attempts} time(s) (the last: {source}). {}{}",
+        left_state(*.len, .left),
+        rescue_suffix(.rescue)
+    )]
+    WriteFailed {
+        offset: u64,
+        len: u64,
+        attempts: u32,
+        #[source]
+        source: std::io::Error,
+        /// What a read-back after the last attempt found.
+        left: LeftState,
+        rescue: Option<String>,
+    },
 
     /// SIGINT/SIGTERM arrived; the run stopped between chunks.
     #[error("interrupted by {signal} after {done_bytes} of {total_bytes} bytes; run again with --resume to continue")]
@@ -62,6 +80,31 @@ pub enum Error {
     Internal(String),
 }
 
+/// What a failed write left on the device, as a read-back after it found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeftState {
+    /// The original bytes, checked by blake3.
+    Intact,
+    /// Other bytes (a torn write).
+    Changed,
+    /// Could not be read.
+    Unreadable,
+}
+
+fn left_state(len: u64, left: &LeftState) -> String {
+    match left {
+        LeftState::Intact => "A read-back found the original bytes there (checked by blake3): data intact".into(),
+        LeftState::Changed => {
+            format!("A read-back found other bytes there (a torn write): those {len} bytes are uncertain on the device")
+        }
+        LeftState::Unreadable => format!("The range could not be read back: those {len} bytes are uncertain"),
+    }
+}
+
+fn rescue_suffix(rescue: &Option<String>) -> String {
+    rescue.as_ref().map(|r| format!(". {r}")).unwrap_or_default()
+}
+
 fn hint_suffix(hint: &Option<String>) -> String {
     hint.as_ref().map(|h| format!("\n  hint: {h}")).unwrap_or_default()
 }
@@ -86,6 +129,7 @@ impl Error {
             Error::Refused { .. } => ExitCode::Refused,
             Error::Io { .. } => ExitCode::IoError,
             Error::ChecksumMismatch { .. } => ExitCode::ChecksumMismatch,
+            Error::WriteFailed { .. } => ExitCode::IoError,
             Error::Interrupted { .. } => ExitCode::Interrupted,
             Error::WindowOverrun { .. } => ExitCode::WindowOverrun,
             Error::FreezeLost { .. } => ExitCode::FreezeLost,
@@ -100,6 +144,19 @@ impl Error {
 
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Error {
         Error::Io { context: context.into(), offset: None, source }
+    }
+
+    /// Adds where the original bytes of a failed chunk were saved.
+    pub fn with_rescue(self, text: String) -> Error {
+        match self {
+            Error::ChecksumMismatch { offset, len, before, after, differ, .. } => {
+                Error::ChecksumMismatch { offset, len, before, after, differ, rescue: Some(text) }
+            }
+            Error::WriteFailed { offset, len, attempts, source, left, .. } => {
+                Error::WriteFailed { offset, len, attempts, source, left, rescue: Some(text) }
+            }
+            e => e,
+        }
     }
 
     pub fn io_at(context: impl Into<String>, offset: u64, source: std::io::Error) -> Error {

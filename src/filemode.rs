@@ -200,6 +200,9 @@ impl BlockTarget for FileTarget {
     fn flush(&self) -> std::io::Result<()> {
         self.dev.flush()
     }
+    fn device_offset(&self, offset: u64, len: u64) -> Option<u64> {
+        FileTarget::device_offset(self, offset, len).ok()
+    }
 }
 
 /// What file mode did to one file.
@@ -483,6 +486,7 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     let mut outcome = Ok(());
     'groups: for (gi, g) in groups.iter().enumerate() {
         let dev = Arc::new(crate::rewrite::open_device(&g.device, true)?);
+        crate::rescue::check_device(&args.state_dir, &g.device.identity, dev.as_ref())?;
         // One guardian per filesystem, forked while no other thread runs.
         // And nothing else may write its device: a raw writer bypasses the freeze.
         let mut guard = WritersChecked::new(
@@ -609,6 +613,12 @@ fn rewrite_file(
         journal_on_frozen_fs: state_mount == Some(g.fs.dev_num),
         max_overruns: args.max_overruns,
         rate_bytes_per_second: rate,
+        rescue: Some(crate::rescue::RescueTo {
+            dir: args.state_dir.clone(),
+            device_path: g.device.path.clone(),
+            identity: g.device.identity.clone(),
+            file: Some(path.display().to_string()),
+        }),
     };
     if !quiet {
         log::info!("{}: {} from offset {start}", path.display(), human_bytes(md.len()));

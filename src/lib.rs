@@ -31,6 +31,8 @@ pub mod procs;
 pub mod readbench;
 pub mod render;
 pub mod report;
+pub mod rescue;
+pub mod restore;
 pub mod rewrite;
 pub mod scratch;
 pub mod signals;

@@ -46,6 +46,15 @@ fn main() -> std::process::ExitCode {
         }
         Command::Report(args) => return finish(rerender(&args.report, args.format)),
         Command::Thaw { json } => return finish(thaw(*json)),
+        Command::Restore(args) => {
+            return finish(reseq::restore::run(args).map(|s| {
+                if args.json {
+                    println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+                } else {
+                    print!("{}", s.to_text());
+                }
+            }));
+        }
         Command::Generate { dir } => return finish(reseq::generate::generate(dir)),
         Command::Run { .. } => unreachable!("replaced by the job's rewrite above"),
         Command::Demo(args) if !nix::unistd::geteuid().is_root() => {

@@ -313,6 +313,12 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
         journal_on_frozen_fs,
         max_overruns: args.max_overruns,
         rate_bytes_per_second: rate,
+        rescue: Some(crate::rescue::RescueTo {
+            dir: args.state_dir.clone(),
+            device_path: dev.path.clone(),
+            identity: dev.identity.clone(),
+            file: None,
+        }),
     };
     let used_space =
         if args.include_free { Vec::new() } else { used_space_spans(&env.sysfs, &dev, &filesystems, &mut warnings) };

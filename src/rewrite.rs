@@ -289,6 +289,9 @@ fn select_slow(plan: &RewritePlan, args: &RewriteArgs) -> Result<Selection> {
 fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
     let target = open_target(plan)?;
     let _claims = claim_unmounted_partitions(plan)?;
+    if let Some(to) = &plan.engine.rescue {
+        crate::rescue::check_device(&to.dir, &plan.device.identity, &target)?;
+    }
     report.in_flight_reverify = reverify_in_flight(&target, plan)?;
 
     let mut journal = match &plan.start {

@@ -106,6 +106,7 @@ pub fn engine_rewrite(
         journal_on_frozen_fs: false,
         max_overruns: 1,
         rate_bytes_per_second: None,
+        rescue: None,
     };
     let mut progress = Progress::new(end - start, 0, quiet);
     let (stats, result) =

@@ -26,6 +26,11 @@ pub trait BlockTarget: Send + Sync {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()>;
     /// Makes completed writes durable (a cache flush on the device).
     fn flush(&self) -> std::io::Result<()>;
+    /// Where `len` bytes at `offset` lie on the underlying device (file mode maps file
+    /// offsets), for rescue copies.
+    fn device_offset(&self, offset: u64, _len: u64) -> Option<u64> {
+        Some(offset)
+    }
 }
 
 /// A block device opened `O_RDWR | O_DIRECT`.

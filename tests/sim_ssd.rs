@@ -46,6 +46,7 @@ fn reseq_engine(ftl: Ftl, noise_interval_us: f64, chunk_size: u64) -> (Ftl, f64)
         journal_on_frozen_fs: false,
         max_overruns: 1,
         rate_bytes_per_second: None,
+        rescue: None,
     };
     let (stats, result) = engine::run(
         &dev,

@@ -1,0 +1,296 @@
+//! Rescue copies: the original bytes of a chunk whose write failed, tore, or read back
+//! different, kept so that nothing is lost whatever the device did.
+//!
+//! The engine holds a chunk's bytes (read and hashed in the same window) until its write
+//! is verified. When that does not happen, the bytes go into a rescue file in the state
+//! directory, written after the thaw (the state directory may be on a frozen filesystem),
+//! fsynced, and named after the device, the offset and the blake3. A run on that device
+//! refuses to go on while the device differs from a rescue copy (it would read the torn
+//! bytes and bless them as the data), and `reseq restore FILE` puts the copy back.
+//!
+//! Format: one JSON header line padded with spaces to [`HEADER_BYTES`], then the bytes.
+//! The padding keeps the data aligned for direct I/O and the header readable with `head`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::device::DeviceIdentity;
+use crate::error::{Error, Result};
+
+pub const HEADER_BYTES: usize = 4096;
+const MAGIC: &str = "reseq-rescue-1";
+
+/// What a rescue file says about its bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RescueHeader {
+    pub magic: String,
+    /// The device the bytes belong to, and where.
+    pub device_path: String,
+    pub identity: DeviceIdentity,
+    pub offset: u64,
+    pub len: u64,
+    /// blake3 of the original bytes (as the journal's `begin` record has it).
+    pub blake3: String,
+    /// blake3 of what the device held there when reseq stopped (None: unreadable).
+    /// `reseq restore` writes only over that, or with --force.
+    pub left_blake3: Option<String>,
+    /// What happened: "write failed", "torn write", "read-back differs"...
+    pub reason: String,
+    /// File mode: the file and its offset the bytes belonged to.
+    pub file: Option<String>,
+    pub created_at: String,
+}
+
+/// A rescue copy not yet on disk (its filesystem may be frozen).
+#[derive(Debug)]
+pub struct Pending {
+    pub header: RescueHeader,
+    pub data: Vec<u8>,
+}
+
+/// Where rescue copies go and what they belong to.
+#[derive(Clone, Debug)]
+pub struct RescueTo {
+    pub dir: PathBuf,
+    pub device_path: PathBuf,
+    pub identity: DeviceIdentity,
+    /// File mode: the file being rewritten (device offsets come from the target).
+    pub file: Option<String>,
+}
+
+impl RescueTo {
+    #[allow(clippy::too_many_arguments)]
+    pub fn pending(
+        &self,
+        device_offset: u64,
+        data: &[u8],
+        blake3: &blake3::Hash,
+        left: Option<blake3::Hash>,
+        reason: &str,
+        file_offset: u64,
+    ) -> Pending {
+        Pending {
+            header: RescueHeader {
+                magic: MAGIC.into(),
+                device_path: self.device_path.display().to_string(),
+                identity: self.identity.clone(),
+                offset: device_offset,
+                len: data.len() as u64,
+                blake3: blake3.to_hex().to_string(),
+                left_blake3: left.map(|h| h.to_hex().to_string()),
+                reason: reason.into(),
+                file: self.file.as_ref().map(|f| format!("{f} at file offset {file_offset}")),
+                created_at: crate::report::now_rfc3339(),
+            },
+            data: data.to_vec(),
+        }
+    }
+}
+
+pub fn file_name(identity: &DeviceIdentity, offset: u64, blake3: &str) -> String {
+    format!("rescue-{}-{offset}-{}.bin", identity.name, &blake3[..16.min(blake3.len())])
+}
+
+/// Writes `p` into `dir` (atomically: a unique temporary name, fsync, rename, fsync of
+/// the directory). Returns the path.
+pub fn save(dir: &Path, p: &Pending) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(file_name(&p.header.identity, p.header.offset, &p.header.blake3));
+    let mut tmp = tempfile::Builder::new().prefix(".rescue-").suffix(".tmp").tempfile_in(dir)?;
+    let mut head = serde_json::to_string(&p.header).map_err(std::io::Error::other)?;
+    if head.len() >= HEADER_BYTES {
+        return Err(std::io::Error::other("rescue header too long"));
+    }
+    head.push_str(&" ".repeat(HEADER_BYTES - 1 - head.len()));
+    head.push('\n');
+    tmp.write_all(head.as_bytes())?;
+    tmp.write_all(&p.data)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(&path).map_err(|e| e.error)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(path)
+}
+
+/// Saves every pending copy: into `dir`, or, if that fails (a full or read-only state
+/// directory), into the run directory. Returns a line per copy for the error message.
+pub fn save_all(dir: &Path, pending: Vec<Pending>) -> Vec<std::result::Result<PathBuf, String>> {
+    pending
+        .into_iter()
+        .map(|p| match save(dir, &p) {
+            Ok(path) => Ok(path),
+            Err(e) => {
+                let fallback = crate::freeze_record::run_dir();
+                match save(&fallback, &p) {
+                    Ok(path) => {
+                        log::error!(
+                            "could not save the rescue copy in {} ({e}); saved it in {} instead (a tmpfs: copy it somewhere lasting before a reboot)",
+                            dir.display(),
+                            path.display()
+                        );
+                        Ok(path)
+                    }
+                    Err(e2) => Err(format!(
+                        "the rescue copy of device bytes {}..{} (blake3 {}) could not be saved ({e}; and in {}: {e2}): restore those bytes from a backup",
+                        p.header.offset,
+                        p.header.offset + p.header.len,
+                        p.header.blake3,
+                        fallback.display()
+                    )),
+                }
+            }
+        })
+        .collect()
+}
+
+/// Reads a rescue file and checks its bytes against the blake3 its header names.
+pub fn load(path: &Path) -> Result<(RescueHeader, Vec<u8>)> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(format!("reading rescue file {}", path.display()), e))?;
+    let bad = |why: &str| {
+        Error::refused(
+            format!("{} is not a usable reseq rescue file: {why}", path.display()),
+            "name a rescue-*.bin file from the state directory, whole and unedited",
+        )
+    };
+    if bytes.len() < HEADER_BYTES {
+        return Err(bad("too short"));
+    }
+    let head = std::str::from_utf8(&bytes[..HEADER_BYTES]).map_err(|_| bad("its header is not text"))?;
+    let header: RescueHeader = serde_json::from_str(head.trim_end()).map_err(|e| bad(&format!("header: {e}")))?;
+    if header.magic != MAGIC {
+        return Err(bad("wrong magic"));
+    }
+    let data = bytes[HEADER_BYTES..].to_vec();
+    if data.len() as u64 != header.len {
+        return Err(bad(&format!("{} bytes of data, the header says {}", data.len(), header.len)));
+    }
+    if blake3::hash(&data).to_hex().as_str() != header.blake3 {
+        return Err(bad("its bytes do not match the blake3 in its header (damaged)"));
+    }
+    Ok((header, data))
+}
+
+/// The rescue files in `dir` that belong to the device `identity`.
+pub fn list_for(dir: &Path, identity: &DeviceIdentity) -> Vec<(PathBuf, RescueHeader)> {
+    let prefix = format!("rescue-{}-", identity.name);
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut out: Vec<(PathBuf, RescueHeader)> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".bin")))
+        .filter_map(|p| read_header(&p).map(|h| (p, h)))
+        .filter(|(_, h)| h.identity == *identity)
+        .collect();
+    out.sort_by_key(|(_, h)| h.offset);
+    out
+}
+
+fn read_header(path: &Path) -> Option<RescueHeader> {
+    use std::io::Read;
+    let mut head = vec![0u8; HEADER_BYTES];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    serde_json::from_str(std::str::from_utf8(&head).ok()?.trim_end()).ok()
+}
+
+/// Before any run on a device: each rescue copy of it must be back on the device. A
+/// copy whose bytes the device holds again is removed; any other stops the run, since
+/// reading the device there would take the torn bytes for the data.
+pub fn check_device(dir: &Path, identity: &DeviceIdentity, target: &dyn crate::target::BlockTarget) -> Result<()> {
+    for (path, h) in list_for(dir, identity) {
+        if device_holds(target, h.offset, h.len, &h.blake3)? {
+            log::info!(
+                "device bytes {}..{} hold the bytes of rescue copy {} again: removing it",
+                h.offset,
+                h.offset + h.len,
+                path.display()
+            );
+            remove(&path)?;
+            continue;
+        }
+        return Err(Error::refused(
+            format!(
+                "device bytes {}..{} of {} are not the data reseq read there before a failed write ({}, {}): their original bytes are in the rescue copy {}. Going on would take what is there now for the data",
+                h.offset,
+                h.offset + h.len,
+                h.device_path,
+                h.reason,
+                h.created_at,
+                path.display()
+            ),
+            format!(
+                "once the device works, run `{}` (it checks that nothing else wrote there since); `reseq restore --forget` drops the copy if you restored the data another way",
+                restore_command(&path)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether the device holds bytes with this blake3 at `offset`.
+pub fn device_holds(target: &dyn crate::target::BlockTarget, offset: u64, len: u64, blake3: &str) -> Result<bool> {
+    Ok(range_hash(target, offset, len)?.to_hex().as_str() == blake3)
+}
+
+pub fn range_hash(target: &dyn crate::target::BlockTarget, offset: u64, len: u64) -> Result<blake3::Hash> {
+    let mut buf = crate::sys::AlignedBuf::new(len as usize, target.mem_align());
+    target
+        .read_at(&mut buf[..len as usize], offset)
+        .map_err(|e| Error::io_at(format!("reading the {len} bytes of a rescue copy's range"), offset, e))?;
+    Ok(blake3::hash(&buf[..len as usize]))
+}
+
+/// Removes a rescue file, durably.
+pub fn remove(path: &Path) -> Result<()> {
+    std::fs::remove_file(path).map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(())
+}
+
+/// The command that puts a rescue copy back.
+pub fn restore_command(path: &Path) -> String {
+    format!("reseq restore {}", path.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity() -> DeviceIdentity {
+        DeviceIdentity {
+            name: "loop9".into(),
+            dev: "7:9".into(),
+            size_bytes: 1 << 20,
+            serial: None,
+            wwn: None,
+            model: None,
+            partition_start_sectors: None,
+            loop_backing_file: Some("/tmp/x".into()),
+        }
+    }
+
+    #[test]
+    fn saves_loads_and_lists() {
+        let dir = tempfile::tempdir().unwrap();
+        let to = RescueTo { dir: dir.path().into(), device_path: "/dev/loop9".into(), identity: identity(), file: None };
+        let data = vec![7u8; 8192];
+        let h = blake3::hash(&data);
+        let p = to.pending(65536, &data, &h, None, "torn write", 65536);
+        let path = save(dir.path(), &p).unwrap();
+        assert!(path.file_name().unwrap().to_str().unwrap().starts_with("rescue-loop9-65536-"));
+        let (header, back) = load(&path).unwrap();
+        assert_eq!(back, data);
+        assert_eq!(header.offset, 65536);
+        assert_eq!(list_for(dir.path(), &identity()).len(), 1);
+        let mut other = identity();
+        other.size_bytes += 1;
+        assert!(list_for(dir.path(), &other).is_empty(), "another device's copies are not listed");
+        // A flipped data byte is caught.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[HEADER_BYTES + 5] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+        assert!(load(&path).is_err());
+    }
+}
