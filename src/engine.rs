@@ -589,7 +589,7 @@ impl Engine<'_> {
             LeftState::Unreadable => "write failed; the range could not be read back",
         };
         self.keep(chunk, left, reason);
-        Err(Error::WriteFailed { offset, len: len as u64, attempts, source: last, left: state, rescue: None })
+        Err(Error::WriteFailed { offset, len: len as u64, attempts, cause: last, left: state, rescue: None })
     }
 
     /// Keeps a copy of a chunk's original bytes, to be saved after the thaw.

@@ -35,7 +35,7 @@ pub enum Error {
 
     /// A chunk's write failed, also when retried, or its retry did not read back right.
     #[error(
-        "writing {len} bytes at offset {offset} failed {attempts} time(s) (the last: {source}). {}{}",
+        "writing {len} bytes at offset {offset} failed {attempts} time(s) (the last: {cause}). {}{}",
         left_state(*.len, .left),
         rescue_suffix(.rescue)
     )]
@@ -43,8 +43,8 @@ pub enum Error {
         offset: u64,
         len: u64,
         attempts: u32,
-        #[source]
-        source: std::io::Error,
+        /// Not a `source`: the message names it already.
+        cause: std::io::Error,
         /// What a read-back after the last attempt found.
         left: LeftState,
         rescue: Option<String>,
@@ -152,8 +152,8 @@ impl Error {
             Error::ChecksumMismatch { offset, len, before, after, differ, .. } => {
                 Error::ChecksumMismatch { offset, len, before, after, differ, rescue: Some(text) }
             }
-            Error::WriteFailed { offset, len, attempts, source, left, .. } => {
-                Error::WriteFailed { offset, len, attempts, source, left, rescue: Some(text) }
+            Error::WriteFailed { offset, len, attempts, cause, left, .. } => {
+                Error::WriteFailed { offset, len, attempts, cause, left, rescue: Some(text) }
             }
             e => e,
         }

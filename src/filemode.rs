@@ -479,14 +479,21 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     }
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
     sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
+    let frozen: Vec<MountedFs> = groups.iter().map(|g| g.fs.clone()).collect();
+    let state = crate::state_dir::prepare(&args.state_dir, &frozen, chunk_size * 2 + (1 << 20))?;
     let shared: SharedClaims = Arc::default();
     let run_start = Instant::now();
     let mut totals = EngineStats::default();
     let mut file_reports = Vec::new();
     let mut outcome = Ok(());
     'groups: for (gi, g) in groups.iter().enumerate() {
+        let _lock = crate::state_dir::lock_device(
+            &state.path,
+            &g.device.identity.name,
+            &format!("{} ({})", g.device.path.display(), g.fs.mount_point.display()),
+        )?;
         let dev = Arc::new(crate::rewrite::open_device(&g.device, true)?);
-        crate::rescue::check_device(&args.state_dir, &g.device.identity, dev.as_ref())?;
+        crate::rescue::check_device(&state.path, &g.device.identity, dev.as_ref())?;
         // One guardian per filesystem, forked while no other thread runs.
         // And nothing else may write its device: a raw writer bypasses the freeze.
         let mut guard = WritersChecked::new(
@@ -494,9 +501,7 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
             g.device.path.clone(),
             g.device.devices_sharing_bytes(&crate::device::Sysfs::default()),
         );
-        let state_mount = mounts::read_mounts().ok().and_then(|m| {
-            mounts::mount_containing(&m, &std::path::absolute(&args.state_dir).unwrap_or_default()).map(|e| e.dev)
-        });
+        let state_on_fs = crate::state_dir::on_frozen(&state.path, std::slice::from_ref(&g.fs));
         for (fi, p) in planned.iter().enumerate().filter(|(_, p)| p.fs == gi) {
             if let Some(why) = left_alone.get(&fi) {
                 let mut fr = skipped_report(&p.path, "");
@@ -517,7 +522,7 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
                 &dev,
                 &mut guard,
                 (chunk_size, pause, rate),
-                state_mount,
+                (&state.path, state_on_fs),
             );
             add(&mut totals, &stats);
             file_reports.extend(fr);
@@ -566,7 +571,7 @@ fn rewrite_file(
     dev: &Arc<DirectDevice>,
     guard: &mut WritersChecked<GuardedFreeze>,
     (chunk_size, pause, rate): (u64, Duration, Option<u64>),
-    state_mount: Option<(u32, u32)>,
+    (state_dir, state_on_fs): (&Path, bool),
 ) -> FileOutcome {
     let fail = |e: Error| (None, EngineStats::default(), Err(e));
     let file = match std::fs::File::open(path) {
@@ -585,7 +590,7 @@ fn rewrite_file(
     let align = u64::from(g.device.dio_offset_align);
     // The file as it is now, rounded up to whole blocks of the device.
     let range_end = md.len().div_ceil(align) * align;
-    let jpath = args.state_dir.join(format!("file-{}-{}.journal", identity.dev.replace(':', "_"), identity.ino));
+    let jpath = state_dir.join(format!("file-{}-{}.journal", identity.dev.replace(':', "_"), identity.ino));
     let (start, mut journal) = match open_journal(&jpath, &identity, g, chunk_size, range_end) {
         Ok(x) => x,
         Err(e) => return fail(e),
@@ -610,11 +615,11 @@ fn rewrite_file(
         verify: !args.no_verify,
         read_ahead: args.read_ahead,
         pause,
-        journal_on_frozen_fs: state_mount == Some(g.fs.dev_num),
+        journal_on_frozen_fs: state_on_fs,
         max_overruns: args.max_overruns,
         rate_bytes_per_second: rate,
         rescue: Some(crate::rescue::RescueTo {
-            dir: args.state_dir.clone(),
+            dir: state_dir.to_path_buf(),
             device_path: g.device.path.clone(),
             identity: g.device.identity.clone(),
             file: Some(path.display().to_string()),

@@ -73,6 +73,37 @@ pub enum Record {
     GuardianKilled(GuardianKill),
 }
 
+/// The first line of a journal that did not check out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// 1-based line number.
+    pub line: u64,
+    /// Byte offset of the line's start.
+    pub byte_offset: u64,
+    /// It is the last line (an append cut short by a crash), not one in the middle.
+    pub last: bool,
+}
+
+impl Damage {
+    pub fn describe(&self, path: &Path) -> String {
+        if self.last {
+            format!(
+                "the last line of {} (line {}, byte {}) is incomplete or damaged (an append cut short): ignored",
+                path.display(),
+                self.line,
+                self.byte_offset
+            )
+        } else {
+            format!(
+                "line {} (byte {}) of {} is damaged (its checksum does not match, or its chunk goes backwards): the records from there on are not trusted, and the chunks they finished are done again",
+                self.line,
+                self.byte_offset,
+                path.display()
+            )
+        }
+    }
+}
+
 /// What the guardian notes when it had to kill reseq.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GuardianKill {
@@ -94,8 +125,16 @@ pub struct Replay {
     /// A chunk begun but not finished: (offset, length, blake3 it was read with).
     pub in_flight: Option<(u64, u64, String)>,
     pub finished: bool,
-    /// Lines ignored because their checksum or JSON did not match (torn tail).
+    /// Lines ignored because their checksum or JSON did not match, or a chunk went
+    /// backwards.
     pub bad_lines: u64,
+    /// The first such line.
+    pub damage: Option<Damage>,
+    /// Where the records before the damage end (bytes): they can be kept as they are.
+    pub valid_bytes: u64,
+    /// Records after the damage that still count: the chunk in flight, the guardian's
+    /// notes, the end of the run (a compacted journal carries them over).
+    carried: Vec<Record>,
     /// Times the guardian killed reseq in this run (a window outlasted its bound).
     pub guardian_kills: Vec<GuardianKill>,
 }
@@ -105,18 +144,35 @@ pub fn encode(rec: &Record) -> String {
     format!("{} {}\n", blake3::hash(json.as_bytes()).to_hex(), json)
 }
 
-/// Replays journal text. Stops at the first line that does not check out.
+/// Replays journal text. Progress (`done`, `done_offset`) stops at the first line that
+/// does not check out; later lines that do are still read for the chunk in flight, the
+/// guardian's notes and the end of the run, which do not depend on what came before.
 pub fn replay(text: &str) -> Replay {
     let mut r = Replay::default();
     // Begun and not yet done: with read-backs overlapping writes, several may be; each
     // is finished only by its own `done`.
     let mut begun: Vec<(u64, u64, String)> = Vec::new();
-    let mut lines = text.split_inclusive('\n');
-    for line in lines.by_ref() {
-        let Some(rec) = decode(line) else {
+    let mut at = 0u64;
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    for (i, line) in lines.iter().enumerate() {
+        let start = at;
+        at += line.len() as u64;
+        let rec = decode(line).filter(|rec| match rec {
+            // Chunks finish in ascending order; anything else means a foreign or mixed
+            // file.
+            Record::Done { offset, len, .. } => r.damage.is_some() || (*offset >= r.done_offset && *len > 0),
+            Record::Run(_) => r.damage.is_none(),
+            _ => true,
+        });
+        let Some(rec) = rec else {
             r.bad_lines += 1;
-            break;
+            r.damage.get_or_insert(Damage { line: i as u64 + 1, byte_offset: start, last: i + 1 == lines.len() });
+            continue;
         };
+        let trusted = r.damage.is_none();
+        if !trusted && matches!(rec, Record::Finished | Record::GuardianKilled(_)) {
+            r.carried.push(rec.clone());
+        }
         match rec {
             Record::Run(run) => {
                 let start = run.range_start_bytes;
@@ -125,26 +181,53 @@ pub fn replay(text: &str) -> Replay {
             }
             Record::Begin { offset, len, blake3 } => begun.push((offset, len, blake3)),
             Record::Done { offset, len, .. } => {
-                // Chunks finish in ascending order; anything else means a foreign or
-                // mixed file.
-                if offset >= r.done_offset && len > 0 {
+                begun.retain(|b| b.0 != offset);
+                if trusted {
                     r.done += 1;
                     r.done_offset = offset + len;
-                    begun.retain(|b| b.0 != offset);
-                } else {
-                    r.bad_lines += 1;
-                    break;
                 }
             }
             Record::Finished => r.finished = true,
             Record::GuardianKilled(k) => r.guardian_kills.push(k),
         }
+        if trusted {
+            r.valid_bytes = at;
+        }
     }
-    r.bad_lines += lines.count() as u64;
     // The last chunk begun and not done is the one the run was writing when it stopped
     // (earlier ones were written and read back, and wait only for their commit).
     r.in_flight = begun.into_iter().rfind(|b| b.0 >= r.done_offset);
+    if r.damage.is_some()
+        && let Some((offset, len, blake3)) = &r.in_flight
+    {
+        r.carried.insert(0, Record::Begin { offset: *offset, len: *len, blake3: blake3.clone() });
+    }
     r
+}
+
+/// Rewrites a damaged journal as what its replay trusts: the records before the damage,
+/// then the chunk in flight, the guardian's notes and the end of the run, if any came
+/// after it. Atomic (a new file renamed over the old), so that appending goes on after
+/// whole lines and a finished run reads as finished. Returns what was wrong.
+pub fn repair(path: &Path) -> Result<Option<String>> {
+    let ctx = |e| Error::io(format!("repairing journal {}", path.display()), e);
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(ctx(e)),
+    };
+    let r = replay(&text);
+    let Some(damage) = r.damage else { return Ok(None) };
+    let mut clean = text[..r.valid_bytes as usize].to_string();
+    for rec in &r.carried {
+        clean += &encode(rec);
+    }
+    replace_atomically(path, &clean).map_err(ctx)?;
+    Ok(Some(format!(
+        "{}; the journal was rewritten without it ({} damaged line(s) dropped)",
+        damage.describe(path),
+        r.bad_lines
+    )))
 }
 
 fn decode(line: &str) -> Option<Record> {
@@ -201,6 +284,18 @@ pub fn read(path: &Path) -> Result<Option<Replay>> {
     }
 }
 
+/// Writes `text` to a uniquely named temporary file and renames it over `path`, so a
+/// crash leaves either the old file or the new one, whole, and two runs sharing a state
+/// directory never write the same temporary file.
+fn replace_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new().prefix(".journal-").suffix(".tmp").tempfile_in(dir)?;
+    tmp.write_all(text.as_bytes())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    File::open(dir)?.sync_all()
+}
+
 /// An open journal, appending.
 pub struct Journal {
     file: Option<File>,
@@ -219,19 +314,16 @@ impl Journal {
         }
         // Write the new run to a temporary file and rename it over the old journal, so
         // a crash here leaves either the old journal or the new one, whole.
-        let tmp = path.with_extension("journal.tmp");
-        let mut f = File::create(&tmp).map_err(ctx)?;
-        f.write_all(encode(&Record::Run(Box::new(run))).as_bytes()).map_err(ctx)?;
-        f.sync_all().map_err(ctx)?;
-        std::fs::rename(&tmp, path).map_err(ctx)?;
-        if let Some(dir) = path.parent() {
-            File::open(dir).and_then(|d| d.sync_all()).map_err(ctx)?;
-        }
+        replace_atomically(path, &encode(&Record::Run(Box::new(run)))).map_err(ctx)?;
         Journal::append_to(path)
     }
 
-    /// Opens an existing journal to continue it.
+    /// Opens an existing journal to continue it, repairing it first if a line is damaged
+    /// (appending after a damaged line would leave every new record unread).
     pub fn append_to(path: &Path) -> Result<Journal> {
+        if let Some(what) = repair(path)? {
+            log::warn!("{what}");
+        }
         let file = OpenOptions::new()
             .append(true)
             .open(path)
@@ -393,12 +485,41 @@ mod tests {
         text += &encode(&done(0, &h)).replace("\"offset\":0", "\"offset\":5");
         text += &encode(&done(4096, &h));
         let r = replay(&text);
-        assert_eq!((r.done, r.bad_lines), (0, 2));
+        assert_eq!((r.done, r.bad_lines), (0, 1), "progress stops at the damaged line");
+        assert_eq!(r.damage.map(|d| (d.line, d.last)), Some((2, false)));
         let mut text = encode(&Record::Run(Box::new(run())));
         text += &encode(&done(8192, &h));
         text += &encode(&done(0, &h));
         let r = replay(&text);
         assert_eq!((r.done, r.done_offset, r.bad_lines), (1, 12288, 1));
+    }
+
+    /// A flipped byte mid-journal: named by line and offset; repaired to what is trusted
+    /// plus the chunk in flight and the end of the run; appending then reads back.
+    #[test]
+    fn a_damaged_middle_line_is_named_and_repaired() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.journal");
+        let h = blake3::hash(b"x").to_hex().to_string();
+        let first = encode(&Record::Run(Box::new(run()))) + &encode(&done(0, &h));
+        let bad = encode(&done(4096, &h)).replacen('1', "2", 1);
+        let text = first.clone()
+            + &bad
+            + &encode(&done(8192, &h))
+            + &encode(&Record::Begin { offset: 12288, len: 4096, blake3: h.clone() });
+        std::fs::write(&path, &text).unwrap();
+        let r = replay(&text);
+        assert_eq!((r.done, r.done_offset), (1, 4096), "chunks after the damage are redone");
+        assert_eq!(r.damage, Some(Damage { line: 3, byte_offset: first.len() as u64, last: false }));
+        assert_eq!(r.in_flight, Some((12288, 4096, h.clone())), "the chunk in flight is still known");
+        let what = repair(&path).unwrap().unwrap();
+        assert!(what.contains(&format!("line 3 (byte {})", first.len())), "{what}");
+        let mut j = Journal::append_to(&path).unwrap();
+        j.done(4096, 4096, &blake3::hash(b"x")).unwrap();
+        j.finished().unwrap();
+        let r = read(&path).unwrap().unwrap();
+        assert_eq!((r.done, r.done_offset, r.finished, r.bad_lines), (2, 8192, true, 0));
+        assert!(repair(&path).unwrap().is_none(), "clean now");
     }
 
     #[test]

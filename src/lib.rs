@@ -36,6 +36,7 @@ pub mod restore;
 pub mod rewrite;
 pub mod scratch;
 pub mod signals;
+pub mod state_dir;
 pub mod sim;
 pub mod simulate;
 pub mod sys;

@@ -281,8 +281,11 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
         warnings.extend(check_freeze_length(max_freeze, args.force)?);
     }
 
-    // 8. Journal: new run, or continuation of an unfinished one.
-    let journal_path = journal::journal_path(&args.state_dir, &dev.identity);
+    // 8. The state directory must take a journal and a rescue copy, before any freeze.
+    let state = crate::state_dir::prepare(&args.state_dir, &filesystems, chunk_size * 2 + (1 << 20))?;
+
+    // 9. Journal: new run, or continuation of an unfinished one.
+    let journal_path = journal::journal_path(&state.path, &dev.identity);
     let start = decide_start(args, &dev, chunk_size, &journal_path, &mut warnings)?;
     let chunk_size = match &start {
         Start::Resume { .. } => {
@@ -290,8 +293,7 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
         }
         Start::Fresh => chunk_size,
     };
-    let state_mount = mounts::mount_containing(&env.mounts, &absolute(&args.state_dir)).map(|m| m.dev);
-    let journal_on_frozen_fs = state_mount.is_some_and(|d| filesystems.iter().any(|f| f.dev_num == d));
+    let journal_on_frozen_fs = state.on_frozen_fs;
     if journal_on_frozen_fs {
         warnings.push(format!(
             "the state directory {} is on a filesystem reseq freezes: journal records are kept in memory during each window and written between windows, so a crash loses at most one window of progress",
@@ -314,7 +316,7 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
         max_overruns: args.max_overruns,
         rate_bytes_per_second: rate,
         rescue: Some(crate::rescue::RescueTo {
-            dir: args.state_dir.clone(),
+            dir: state.path.clone(),
             device_path: dev.path.clone(),
             identity: dev.identity.clone(),
             file: None,
@@ -382,10 +384,6 @@ fn used_space_spans(
     spans
 }
 
-fn absolute(p: &std::path::Path) -> PathBuf {
-    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
-}
-
 /// An unmounted device must be ours alone: O_EXCL fails with EBUSY if anything holds it,
 /// in particular a lazily unmounted filesystem (no mountinfo line, nothing to freeze,
 /// still writing).
@@ -422,12 +420,8 @@ fn decide_start(
         }
         return Ok(Start::Fresh);
     };
-    if r.bad_lines > 0 {
-        warnings.push(format!(
-            "ignored {} damaged line(s) at the end of {} (a torn write)",
-            r.bad_lines,
-            path.display()
-        ));
+    if let Some(d) = &r.damage {
+        warnings.push(d.describe(path));
     }
     let Some(run) = r.run.filter(|_| !r.finished) else {
         if args.resume {

@@ -230,7 +230,7 @@ impl Report {
         self.duration_seconds = elapsed.as_secs_f64();
         let verify_on = self.plan.as_ref().is_some_and(|p| p.verify);
         self.verification = match result {
-            Err(Error::ChecksumMismatch { .. }) => "failed",
+            Err(Error::ChecksumMismatch { .. } | Error::WriteFailed { .. }) => "failed",
             _ if self.dry_run || self.plan.is_none() => "off",
             Ok(()) if verify_on => "passed",
             Ok(()) => "off",
@@ -245,7 +245,7 @@ impl Report {
                 message: Some(crate::error_chain(e)),
                 offset_bytes: match e {
                     Error::Io { offset, .. } => *offset,
-                    Error::ChecksumMismatch { offset, .. } => Some(*offset),
+                    Error::ChecksumMismatch { offset, .. } | Error::WriteFailed { offset, .. } => Some(*offset),
                     _ => None,
                 },
             },

@@ -167,7 +167,7 @@ fn write_frozen(
                     Ok(()) => LeftState::Changed,
                     Err(_) => LeftState::Unreadable,
                 };
-                Err(Error::WriteFailed { offset: h.offset, len: h.len, attempts: 1, source: e, left, rescue: Some(kept) })
+                Err(Error::WriteFailed { offset: h.offset, len: h.len, attempts: 1, cause: e, left, rescue: Some(kept) })
             }
             (Ok(()), Err(e)) => Err(Error::io_at("reading back the restored bytes", h.offset, e)),
             (Ok(()), Ok(())) => {

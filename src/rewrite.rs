@@ -287,6 +287,9 @@ fn select_slow(plan: &RewritePlan, args: &RewriteArgs) -> Result<Selection> {
 }
 
 fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
+    let state_dir = plan.journal_path.parent().unwrap_or(std::path::Path::new("."));
+    let _lock =
+        crate::state_dir::lock_device(state_dir, &plan.device.identity.name, &plan.device.path.display().to_string())?;
     let target = open_target(plan)?;
     let _claims = claim_unmounted_partitions(plan)?;
     if let Some(to) = &plan.engine.rescue {

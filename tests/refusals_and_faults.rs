@@ -269,7 +269,11 @@ fn injected_read_error() {
 
 #[test]
 fn injected_write_error() {
-    fault("write-error@5M", 4, "writing the device at offset 5242880");
+    fault(
+        "write-error@5M",
+        4,
+        "writing 1048576 bytes at offset 5242880 failed 3 time(s) (the last: Input/output error (os error 5)). A read-back found the original bytes there (checked by blake3): data intact",
+    );
 }
 
 #[test]

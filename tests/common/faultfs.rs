@@ -1,0 +1,541 @@
+//! A fault-injecting FUSE filesystem for the tests: it serves one image file as
+//! `<mount>/disk`, and a loop device attached to that file turns every read and write of
+//! the device into a FUSE request here, where it can fail (EIO), be torn (part of it
+//! zeroed, then EIO) or be altered (stored wrong, reported fine). The faults come through
+//! the real kernel paths (bio -> loop -> vfs -> FUSE) and reach reseq as the I/O errors
+//! and bad data a failing disk would give it, not through reseq's own hooks.
+//!
+//! The file is opened with `FOPEN_DIRECT_IO`: the FUSE page cache never sits between the
+//! loop device and this code, so every read and write the loop driver issues is a
+//! request here. The loop device's own page cache is still there: tests go through it
+//! with O_DIRECT (as reseq does), see [`direct_read`] and [`direct_write`].
+//!
+//! Include it only in the test binaries that need it (it is the only user of `fuser`):
+//! `#[path = "common/faultfs.rs"] mod faultfs;` after `mod common;`.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use fuser::{
+    BackgroundSession, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyWrite, Request, SessionACL, TimeOrNow, WriteFlags,
+};
+
+use crate::common::{LoopDevice, TestEnv, XorShift, in_ci, run_cmd};
+
+/// What happens to a request that overlaps a fault's range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// Reads overlapping the range fail with EIO; no data is returned.
+    FailRead,
+    /// Writes overlapping the range fail with EIO; nothing of them is stored.
+    FailWrite,
+    /// Writes overlapping the range: the overlap is stored as zeros, the rest of the
+    /// request normally, and the reply is EIO (a write torn by a failing device).
+    TearWrite,
+    /// Writes overlapping the range are stored with every byte of the overlap XOR 0xFF
+    /// and reported successful: a read-back then differs (silent corruption).
+    AlterWrite,
+}
+
+impl FaultKind {
+    fn on_write(self) -> bool {
+        self != FaultKind::FailRead
+    }
+}
+
+/// A fault on the byte range `start..start + len` of the image.
+#[derive(Clone, Debug)]
+pub struct Fault {
+    pub kind: FaultKind,
+    pub start: u64,
+    pub len: u64,
+    /// `None`: every matching request; `Some(n)`: only the first `n` matching requests.
+    pub times: Option<u32>,
+}
+
+impl Fault {
+    /// A fault on every matching request.
+    pub fn new(kind: FaultKind, start: u64, len: u64) -> Fault {
+        Fault { kind, start, len, times: None }
+    }
+
+    /// The same fault on the first `n` matching requests only.
+    pub fn times(self, n: u32) -> Fault {
+        Fault { times: Some(n), ..self }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Faults in the order added, each with how many requests it was applied to.
+    faults: Vec<(Fault, u32)>,
+    hits: u64,
+    writes: Vec<(u64, u64)>,
+    reads: Vec<(u64, u64)>,
+    fsyncs: u64,
+}
+
+impl State {
+    /// The first fault still active that applies to this request (a read or a write of
+    /// `off..end`): its kind and the overlap, counted as applied.
+    fn take(&mut self, write: bool, off: u64, end: u64) -> Option<(FaultKind, u64, u64)> {
+        for (f, used) in &mut self.faults {
+            if f.kind.on_write() != write || f.times.is_some_and(|n| *used >= n) {
+                continue;
+            }
+            let (s, e) = (f.start.max(off), f.start.saturating_add(f.len).min(end));
+            if s < e {
+                *used += 1;
+                self.hits += 1;
+                return Some((f.kind, s, e));
+            }
+        }
+        None
+    }
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const ROOT: INodeNo = INodeNo::ROOT;
+const DISK: INodeNo = INodeNo(2);
+const DISK_NAME: &str = "disk";
+const TTL: Duration = Duration::from_secs(1);
+
+/// The filesystem proper, owned by the session thread.
+struct Served {
+    image: File,
+    size: u64,
+    uid: u32,
+    gid: u32,
+    state: Arc<Mutex<State>>,
+}
+
+impl Served {
+    fn attr(&self, ino: INodeNo) -> Option<FileAttr> {
+        let (kind, perm, size, nlink) = match ino {
+            ROOT => (FileType::Directory, 0o755, 0, 2),
+            DISK => (FileType::RegularFile, 0o644, self.size, 1),
+            _ => return None,
+        };
+        let t = SystemTime::UNIX_EPOCH;
+        Some(FileAttr {
+            ino,
+            size,
+            blocks: size.div_ceil(512),
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            kind,
+            perm,
+            nlink,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        })
+    }
+}
+
+impl Filesystem for Served {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.attr(DISK) {
+            Some(a) if parent == ROOT && name == DISK_NAME => reply.entry(&TTL, &a, Generation(0)),
+            _ => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.attr(ino) {
+            Some(a) => reply.attr(&TTL, &a),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    /// Mode, owner and time changes are accepted and forgotten; the size is fixed.
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        match self.attr(ino) {
+            Some(a) if size.is_none_or(|s| s == a.size) => reply.attr(&TTL, &a),
+            Some(_) => reply.error(Errno::EPERM),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if ino == DISK {
+            reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
+        } else {
+            reply.error(Errno::EISDIR);
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        if ino != DISK {
+            return reply.error(Errno::EISDIR);
+        }
+        let end = offset.saturating_add(size as u64).min(self.size);
+        if offset >= end {
+            return reply.data(&[]);
+        }
+        let fault = {
+            let mut st = lock(&self.state);
+            st.reads.push((offset, end - offset));
+            st.take(false, offset, end)
+        };
+        if fault.is_some() {
+            return reply.error(Errno::EIO);
+        }
+        let mut buf = vec![0u8; (end - offset) as usize];
+        match self.image.read_exact_at(&mut buf, offset) {
+            Ok(()) => reply.data(&buf),
+            Err(e) => reply.error(e.into()),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        if ino != DISK {
+            return reply.error(Errno::EISDIR);
+        }
+        let end = offset.saturating_add(data.len() as u64);
+        let fault = {
+            let mut st = lock(&self.state);
+            st.writes.push((offset, data.len() as u64));
+            if end > self.size {
+                return reply.error(Errno::ENOSPC);
+            }
+            st.take(true, offset, end)
+        };
+        let mut stored = std::borrow::Cow::Borrowed(data);
+        let mut result = Ok(());
+        if let Some((kind, s, e)) = fault {
+            let overlap = (s - offset) as usize..(e - offset) as usize;
+            match kind {
+                FaultKind::FailWrite => return reply.error(Errno::EIO),
+                FaultKind::TearWrite => {
+                    stored.to_mut()[overlap].fill(0);
+                    result = Err(Errno::EIO);
+                }
+                FaultKind::AlterWrite => stored.to_mut()[overlap].iter_mut().for_each(|b| *b ^= 0xff),
+                FaultKind::FailRead => unreachable!("read faults are not taken for writes"),
+            }
+        }
+        match self.image.write_all_at(&stored, offset).map_err(Errno::from).and(result) {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        lock(&self.state).fsyncs += 1;
+        match self.image.sync_data() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e.into()),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        if ino != ROOT {
+            return reply.error(Errno::ENOTDIR);
+        }
+        let entries = [
+            (ROOT, FileType::Directory, "."),
+            (ROOT, FileType::Directory, ".."),
+            (DISK, FileType::RegularFile, DISK_NAME),
+        ];
+        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(*ino, i as u64 + 1, *kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+}
+
+/// A mounted fault-injecting filesystem serving one image file as `disk()`. Dropping it
+/// unmounts it (lazily if something still holds the file: detach loop devices on it
+/// first) and joins the session thread.
+pub struct FaultFs {
+    state: Arc<Mutex<State>>,
+    session: Option<BackgroundSession>,
+    mount_dir: PathBuf,
+}
+
+impl FaultFs {
+    /// Serves `image` (an existing file; its size is the file's size, fixed) read-write as
+    /// `mount_dir/disk`. `mount_dir` is created if missing.
+    pub fn serve(image: &Path, mount_dir: &Path) -> std::io::Result<FaultFs> {
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(image)?;
+        let size = file.metadata()?.len();
+        std::fs::create_dir_all(mount_dir)?;
+        let state = Arc::new(Mutex::new(State::default()));
+        let served = Served {
+            image: file,
+            size,
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+            state: state.clone(),
+        };
+        let mut config = Config::default();
+        config.mount_options = vec![
+            MountOption::FSName("reseq-faultfs".into()),
+            MountOption::Subtype("faultfs".into()),
+            MountOption::DefaultPermissions,
+            MountOption::RW,
+            MountOption::NoDev,
+            MountOption::NoSuid,
+            MountOption::NoExec,
+        ];
+        // Without allow_other the kernel admits only the mounting user's processes (root
+        // here, as the tests run as root), and the loop driver's I/O, done by kernel
+        // workers with root credentials, passes that check too. allow_other only widens
+        // it; fuser's RootAndOwner then still refuses other users in userspace.
+        config.acl = SessionACL::Owner;
+        let session = fuser::spawn_mount(served, mount_dir, &config)?;
+        Ok(FaultFs { state, session: Some(session), mount_dir: mount_dir.to_path_buf() })
+    }
+
+    /// The served file.
+    pub fn disk(&self) -> PathBuf {
+        self.mount_dir.join(DISK_NAME)
+    }
+
+    pub fn mount_dir(&self) -> &Path {
+        &self.mount_dir
+    }
+
+    /// Adds a fault; it applies from the next request on. Faults are checked in the order
+    /// added and the first active one overlapping a request applies to it.
+    pub fn add(&self, f: Fault) {
+        lock(&self.state).faults.push((f, 0));
+    }
+
+    /// Removes all faults (the counters and logs stay).
+    pub fn clear(&self) {
+        lock(&self.state).faults.clear();
+    }
+
+    /// How many requests a fault was applied to so far.
+    pub fn hits(&self) -> u64 {
+        lock(&self.state).hits
+    }
+
+    /// (offset, length) of every WRITE request received, in order, failed ones included.
+    pub fn writes_seen(&self) -> Vec<(u64, u64)> {
+        lock(&self.state).writes.clone()
+    }
+
+    /// (offset, length) of every READ request received (within the file), in order.
+    pub fn reads_seen(&self) -> Vec<(u64, u64)> {
+        lock(&self.state).reads.clone()
+    }
+
+    /// How many FSYNC requests arrived (a flush of the loop device sends one).
+    pub fn fsyncs(&self) -> u64 {
+        lock(&self.state).fsyncs
+    }
+}
+
+impl Drop for FaultFs {
+    fn drop(&mut self) {
+        let Some(session) = self.session.take() else { return };
+        // A plain unmount ends the connection and with it the session thread. It is busy
+        // while something holds the file open (a loop device not yet detached, a process
+        // forked elsewhere in the test binary holding a copy of an fd for a moment).
+        let mut unmounted = false;
+        for _ in 0..30 {
+            if Command::new("umount").arg(&self.mount_dir).output().is_ok_and(|o| o.status.success()) {
+                unmounted = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if !unmounted {
+            let _ = Command::new("umount").arg("-l").arg(&self.mount_dir).output();
+            eprintln!("warning: lazily unmounted {} (still in use)", self.mount_dir.display());
+        }
+        // After a lazy unmount the thread ends only when the file's last user lets go.
+        let wait = if unmounted { Duration::from_secs(5) } else { Duration::from_secs(1) };
+        let start = Instant::now();
+        while !session.guard.is_finished() && start.elapsed() < wait {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if session.guard.is_finished() {
+            if let Err(e) = session.join() {
+                eprintln!("warning: the faultfs session on {} ended with {e}", self.mount_dir.display());
+            }
+        } else {
+            // Still serving whoever holds the file; the connection ends with that user or
+            // with this process. Dropping the session would unmount the path again.
+            eprintln!("warning: the faultfs session on {} is still in use; left running", self.mount_dir.display());
+            std::mem::forget(session);
+        }
+    }
+}
+
+/// Checks that FUSE is there (`/dev/fuse`), as `require` does for the other requirements:
+/// false (skip) outside CI, a panic in CI.
+pub fn require_fuse() -> bool {
+    if Path::new("/dev/fuse").exists() {
+        return true;
+    }
+    let msg = "missing test requirements: /dev/fuse (modprobe fuse)";
+    if in_ci() {
+        panic!("{msg}");
+    }
+    eprintln!("SKIP: {msg}");
+    false
+}
+
+/// A loop device over a fault-injecting filesystem's file. The fields drop in order: the
+/// loop device is detached before the filesystem is unmounted (the other way round, the
+/// unmount is busy and must be lazy).
+pub struct FaultDevice {
+    pub lo: LoopDevice,
+    pub fs: FaultFs,
+    /// The image file behind the filesystem: read it to see what was really stored.
+    pub image: PathBuf,
+}
+
+impl FaultDevice {
+    /// The image's bytes `off..off + len`, as stored (not through FUSE or the loop device).
+    pub fn image_bytes(&self, off: u64, len: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; len];
+        File::open(&self.image).unwrap().read_exact_at(&mut buf, off).unwrap();
+        buf
+    }
+}
+
+/// A loop device over `size` deterministic random bytes (XorShift `seed`, the same bytes
+/// as `TestEnv::random_loop_device`) served by a `FaultFs`: image `<name>` and mount
+/// `<name>-fuse` in the test's directory. The loop device does buffered I/O on the FUSE
+/// file (`--direct-io=off`), with the given logical sector size if any.
+pub fn fault_loop_device(env: &TestEnv, name: &str, size: u64, seed: u64, sector_size: Option<u32>) -> FaultDevice {
+    let image = env.path(name);
+    {
+        let f = File::create(&image).unwrap();
+        let mut rng = XorShift::new(seed);
+        let mut buf = vec![0u8; 1 << 20];
+        let mut off = 0;
+        while off < size {
+            rng.fill(&mut buf);
+            let n = (size - off).min(buf.len() as u64) as usize;
+            f.write_all_at(&buf[..n], off).unwrap();
+            off += n as u64;
+        }
+        f.sync_all().unwrap();
+    }
+    let fs = FaultFs::serve(&image, &env.path(&format!("{name}-fuse"))).expect("mount faultfs");
+    // Not `LoopDevice::attach`: it passes `--direct-io=on`, and losetup keeps that even
+    // with a later `--direct-io=off`.
+    let mut cmd = Command::new("losetup");
+    cmd.args(["--direct-io=off", "--find", "--show"]);
+    if let Some(s) = sector_size {
+        cmd.arg("--sector-size").arg(s.to_string());
+    }
+    let out = run_cmd(cmd.arg(fs.disk())).expect("loop device on faultfs");
+    let lo = LoopDevice { path: PathBuf::from(out.trim()), image: fs.disk() };
+    FaultDevice { lo, fs, image }
+}
+
+/// A buffer aligned for O_DIRECT (4 KiB).
+pub struct Aligned {
+    raw: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl Aligned {
+    pub fn zeroed(len: usize) -> Aligned {
+        let raw = vec![0u8; len + 4096];
+        let start = raw.as_ptr().align_offset(4096);
+        Aligned { raw, start, len }
+    }
+
+    pub fn from_slice(data: &[u8]) -> Aligned {
+        let mut a = Aligned::zeroed(data.len());
+        a.as_mut().copy_from_slice(data);
+        a
+    }
+}
+
+impl AsRef<[u8]> for Aligned {
+    fn as_ref(&self) -> &[u8] {
+        &self.raw[self.start..self.start + self.len]
+    }
+}
+
+impl AsMut<[u8]> for Aligned {
+    fn as_mut(&mut self) -> &mut [u8] {
+        &mut self.raw[self.start..self.start + self.len]
+    }
+}
+
+fn open_direct(dev: &Path, write: bool) -> std::io::Result<File> {
+    std::fs::OpenOptions::new().read(true).write(write).custom_flags(nix::fcntl::OFlag::O_DIRECT.bits()).open(dev)
+}
+
+/// Reads `len` bytes at `off` of `dev` with O_DIRECT (both multiples of its sector size).
+pub fn direct_read(dev: &Path, off: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = Aligned::zeroed(len);
+    open_direct(dev, false)?.read_exact_at(buf.as_mut(), off)?;
+    Ok(buf.as_ref().to_vec())
+}
+
+/// Writes `data` at `off` of `dev` with O_DIRECT (offset and length multiples of its
+/// sector size); the error of a failed write, as the application sees it.
+pub fn direct_write(dev: &Path, off: u64, data: &[u8]) -> std::io::Result<()> {
+    open_direct(dev, true)?.write_all_at(Aligned::from_slice(data).as_ref(), off)
+}
