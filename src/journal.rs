@@ -122,8 +122,10 @@ pub struct Replay {
     pub done: u64,
     /// Everything before this offset is done (the end of the last finished chunk).
     pub done_offset: u64,
-    /// A chunk begun but not finished: (offset, length, blake3 it was read with).
-    pub in_flight: Option<(u64, u64, String)>,
+    /// Chunks begun but not finished: (offset, length, blake3 it was read with),
+    /// ascending. Usually one; more when a read-back failed while later chunks were
+    /// already written.
+    pub in_flight: Vec<(u64, u64, String)>,
     pub finished: bool,
     /// Lines ignored because their checksum or JSON did not match, or a chunk went
     /// backwards.
@@ -194,13 +196,19 @@ pub fn replay(text: &str) -> Replay {
             r.valid_bytes = at;
         }
     }
-    // The last chunk begun and not done is the one the run was writing when it stopped
-    // (earlier ones were written and read back, and wait only for their commit).
-    r.in_flight = begun.into_iter().rfind(|b| b.0 >= r.done_offset);
-    if r.damage.is_some()
-        && let Some((offset, len, blake3)) = &r.in_flight
-    {
-        r.carried.insert(0, Record::Begin { offset: *offset, len: *len, blake3: blake3.clone() });
+    // Every chunk begun and not done past the progress: the one being written when the
+    // run stopped, and any written whose read-back had not been recorded.
+    begun.retain(|b| b.0 >= r.done_offset);
+    begun.sort();
+    begun.dedup_by_key(|b| b.0);
+    r.in_flight = begun;
+    if r.damage.is_some() {
+        let begins = r.in_flight.iter().map(|(offset, len, blake3)| Record::Begin {
+            offset: *offset,
+            len: *len,
+            blake3: blake3.clone(),
+        });
+        r.carried.splice(0..0, begins);
     }
     r
 }
@@ -432,7 +440,7 @@ mod tests {
         text += &encode(&Record::Begin { offset: 8192, len: 4096, blake3: h.clone() });
         let full = replay(&text);
         assert_eq!((full.done, full.done_offset), (2, 8192));
-        assert_eq!(full.in_flight, Some((8192, 4096, h.clone())));
+        assert_eq!(full.in_flight, vec![(8192, 4096, h.clone())]);
         assert_eq!(full.bad_lines, 0);
         // A torn append: half a line.
         let torn = encode(&done(8192, &h));
@@ -453,9 +461,9 @@ mod tests {
         text += &encode(&done(0, &a));
         let r = replay(&text);
         assert_eq!((r.done, r.done_offset), (1, 4096));
-        assert_eq!(r.in_flight, Some((4096, 4096, b.clone())));
+        assert_eq!(r.in_flight, vec![(4096, 4096, b.clone())]);
         text += &encode(&done(4096, &b));
-        assert_eq!(replay(&text).in_flight, None);
+        assert!(replay(&text).in_flight.is_empty());
         let k = GuardianKill { window: 3, frozen_ms: 900, max_freeze_ms: 500, grace_ms: 500 };
         text += &encode(&Record::GuardianKilled(k.clone()));
         assert_eq!(replay(&text).guardian_kills, vec![k]);
@@ -511,7 +519,7 @@ mod tests {
         let r = replay(&text);
         assert_eq!((r.done, r.done_offset), (1, 4096), "chunks after the damage are redone");
         assert_eq!(r.damage, Some(Damage { line: 3, byte_offset: first.len() as u64, last: false }));
-        assert_eq!(r.in_flight, Some((12288, 4096, h.clone())), "the chunk in flight is still known");
+        assert_eq!(r.in_flight, vec![(12288, 4096, h.clone())], "the chunk in flight is still known");
         let what = repair(&path).unwrap().unwrap();
         assert!(what.contains(&format!("line 3 (byte {})", first.len())), "{what}");
         let mut j = Journal::append_to(&path).unwrap();

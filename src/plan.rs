@@ -4,7 +4,7 @@
 //! has its own message saying why and what to do instead; the order goes from cheap and
 //! certain (what kind of file is this) to the ones that need the device open.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cli::RewriteArgs;
@@ -28,7 +28,7 @@ pub enum Start {
         /// Everything before this offset is done.
         done_offset: u64,
         /// The chunk that was being written when it stopped: (offset, length, pre-write blake3).
-        in_flight: Option<(u64, u64, String)>,
+        in_flight: Vec<(u64, u64, String)>,
         started_at: String,
     },
 }
@@ -301,10 +301,19 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
         ));
     }
 
+    let range_end = addressable_end(&dev);
+    if range_end < dev.identity.size_bytes {
+        warnings.push(format!(
+            "the last {} bytes of {} (from offset {range_end}) are less than one {}-byte sector, which direct I/O cannot address: they are left as they are, not rewritten",
+            dev.identity.size_bytes - range_end,
+            args.device().display(),
+            dev.dio_offset_align
+        ));
+    }
     let engine = EngineConfig {
         chunk_size,
         range_start: 0,
-        range_end: dev.identity.size_bytes,
+        range_end,
         start_offset: match &start {
             Start::Resume { done_offset, .. } => *done_offset,
             Start::Fresh => 0,
@@ -406,6 +415,14 @@ pub fn busy_unmounted(dev: &BlockDeviceInfo) -> Error {
     )
 }
 
+/// The end of what direct I/O can address: a device whose size is not a whole number of
+/// its sectors (a loop device with 4096-byte sectors over an odd-sized file) has a tail
+/// that no aligned read or write reaches.
+fn addressable_end(dev: &BlockDeviceInfo) -> u64 {
+    let align = u64::from(dev.dio_offset_align).max(1);
+    dev.identity.size_bytes / align * align
+}
+
 fn decide_start(
     args: &RewriteArgs,
     dev: &BlockDeviceInfo,
@@ -413,6 +430,13 @@ fn decide_start(
     path: &std::path::Path,
     warnings: &mut Vec<String>,
 ) -> Result<Start> {
+    if !args.resume {
+        // A resume checks the device against the copies (and drops those it holds
+        // again); any other run must not start over bytes a failed write left.
+        if let Some(e) = crate::rescue::pending(path.parent().unwrap_or(Path::new(".")), &dev.identity) {
+            return Err(e);
+        }
+    }
     let replay: Option<Replay> = journal::read(path)?;
     let Some(r) = replay else {
         if args.resume {
@@ -458,7 +482,7 @@ fn decide_start(
             "pass --restart to start a new run on this device",
         ));
     }
-    if run.range_end_bytes != dev.identity.size_bytes || run.range_start_bytes != 0 {
+    if run.range_end_bytes != addressable_end(dev) || run.range_start_bytes != 0 {
         return Err(Error::refused("cannot resume: the journal's range does not match the device", "pass --restart"));
     }
     if run.chunk_size_bytes != chunk_size {

@@ -227,6 +227,25 @@ pub fn check_device(dir: &Path, identity: &DeviceIdentity, target: &dyn crate::t
     Ok(())
 }
 
+/// A refusal naming the first rescue copy of the device, if there is one.
+pub fn pending(dir: &Path, identity: &DeviceIdentity) -> Option<Error> {
+    let (path, h) = list_for(dir, identity).into_iter().next()?;
+    Some(Error::refused(
+        format!(
+            "a rescue copy of device bytes {}..{} of {} exists ({}, {}): a failed write may have left other bytes there",
+            h.offset,
+            h.offset + h.len,
+            h.device_path,
+            h.reason,
+            h.created_at
+        ),
+        format!(
+            "run `{}` first: it puts the bytes back, or finds them already there and drops the copy",
+            restore_command(&path)
+        ),
+    ))
+}
+
 /// Whether the device holds bytes with this blake3 at `offset`.
 pub fn device_holds(target: &dyn crate::target::BlockTarget, offset: u64, len: u64, blake3: &str) -> Result<bool> {
     Ok(range_hash(target, offset, len)?.to_hex().as_str() == blake3)

@@ -200,25 +200,36 @@ fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
     Ok(held)
 }
 
-/// Re-reads the chunk an interrupted run was writing and compares it with the blake3 it
-/// had been read with.
+/// Re-reads the chunks an interrupted run had begun and not finished, and compares each
+/// with the blake3 it had been read with.
 fn reverify_in_flight(target: &dyn BlockTarget, plan: &RewritePlan) -> Result<Option<String>> {
-    let Start::Resume { in_flight: Some((offset, len, expected)), .. } = &plan.start else {
+    let Start::Resume { in_flight, .. } = &plan.start else {
         return Ok(None);
     };
-    let (offset, len) = (*offset, *len as usize);
+    let mut outcome = None;
+    for (offset, len, expected) in in_flight {
+        let changed = reverify_chunk(target, plan, *offset, *len as usize, expected)?;
+        if changed || outcome.is_none() {
+            outcome = Some(if changed { "changed" } else { "intact" }.to_string());
+        }
+    }
+    Ok(outcome)
+}
+
+/// Whether one chunk in flight changed (allowed only under a mounted filesystem).
+fn reverify_chunk(target: &dyn BlockTarget, plan: &RewritePlan, offset: u64, len: usize, expected: &str) -> Result<bool> {
     let chunk = offset / plan.engine.chunk_size;
     let mut buf = AlignedBuf::new(len, target.mem_align());
     target.read_at(&mut buf, offset).map_err(|e| Error::io_at("re-reading the chunk in flight", offset, e))?;
     let now = blake3::hash(&buf).to_hex().to_string();
     if now == *expected {
         log::info!("chunk {chunk} (offset {offset}), in flight when the last run stopped, is intact");
-        Ok(Some("intact".into()))
+        Ok(false)
     } else if plan.needs_freeze() {
         log::info!(
             "chunk {chunk} (offset {offset}) changed since the last run stopped: the mounted filesystem wrote there after the thaw, as it may"
         );
-        Ok(Some("changed".into()))
+        Ok(true)
     } else {
         // Nothing writes an unmounted device that reseq held exclusively, so this is a
         // torn or failed write, or a writer that should not be there. Rewriting would
@@ -228,7 +239,7 @@ fn reverify_in_flight(target: &dyn BlockTarget, plan: &RewritePlan) -> Result<Op
                 "chunk {chunk} (device bytes {offset}..{}) of the unmounted device changed since the last run stopped (blake3 now {now}, the journal's {expected}): a torn or failed write, or another writer. reseq will not continue over it",
                 offset + len as u64
             ),
-            "find out what wrote there; restore those bytes (the journal records their blake3) from a backup, then run again with --restart",
+            "find out what wrote there; restore those bytes (the journal records their blake3; a rescue copy, if any, is in the state directory: reseq restore) from a backup, then run again with --restart",
         ))
     }
 }

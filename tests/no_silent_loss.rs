@@ -230,3 +230,230 @@ fn faultfs_cleans_up_after_a_panic() {
     assert!(!mounted(&mount_dir), "{} still mounted", mount_dir.display());
     assert!(!loop_on(&image), "a loop device still on {}", image.display());
 }
+
+// ---- reseq against a device that fails, tears and alters ----
+
+/// A rewrite of the whole fault device in 1 MiB chunks.
+fn rewrite(env: &TestEnv, d: &FaultDevice, extra: &[&str]) -> std::process::Output {
+    output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).args(extra).arg(&d.lo.path))
+}
+
+fn rescue_files(env: &TestEnv) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(env.state_dir())
+        .map(|r| r.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.retain(|p| p.file_name().unwrap().to_string_lossy().starts_with("rescue-"));
+    v
+}
+
+/// The one rescue file: its blake3 is the one the journal's `begin` recorded for the
+/// chunk, and its bytes are the original image's there.
+fn the_rescue(env: &TestEnv, d: &FaultDevice, original: &[u8], offset: u64) -> std::path::PathBuf {
+    let files = rescue_files(env);
+    assert_eq!(files.len(), 1, "one rescue file: {files:?}");
+    let (h, data) = reseq::rescue::load(&files[0]).unwrap();
+    assert_eq!((h.offset, h.len), (offset, MIB));
+    assert_same("the rescue copy", &data, &original[offset as usize..(offset + MIB) as usize]);
+    let journal = std::fs::read_to_string(env.state_dir().join(format!("device-{}.journal", d.lo.name()))).unwrap();
+    let r = reseq::journal::replay(&journal);
+    assert!(r.in_flight.contains(&(offset, MIB, h.blake3.clone())), "the journal keeps the chunk in flight: {:?}", r.in_flight);
+    files[0].clone()
+}
+
+fn restore(env: &TestEnv, file: &Path) -> std::process::Output {
+    output(env.reseq().arg("restore").arg(file))
+}
+
+#[test]
+fn a_read_error_stops_the_run_before_writing_that_chunk() {
+    if !ready() {
+        return;
+    }
+    let env = TestEnv::new();
+    let d = fault_loop_device(&env, "readerr", 16 * MIB, 21, None);
+    let original = std::fs::read(&d.image).unwrap();
+    d.fs.add(Fault::new(FaultKind::FailRead, 5 * MIB + 8192, 4096));
+    let out = rewrite(&env, &d, &[]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(stderr(&out).contains("reading the device at offset 5242880"), "{}", stderr(&out));
+    assert!(d.fs.writes_seen().iter().all(|&(o, _)| o < 5 * MIB), "nothing written from the failed chunk on");
+    assert_same("the image", &std::fs::read(&d.image).unwrap(), &original);
+    assert!(rescue_files(&env).is_empty(), "nothing was written there: nothing to rescue");
+}
+
+#[test]
+fn a_write_error_that_passes_is_retried_and_verified() {
+    if !ready() {
+        return;
+    }
+    let env = TestEnv::new();
+    let d = fault_loop_device(&env, "flaky", 16 * MIB, 22, None);
+    let original = std::fs::read(&d.image).unwrap();
+    d.fs.add(Fault::new(FaultKind::TearWrite, 5 * MIB + 4096, 4096).times(1));
+    let out = rewrite(&env, &d, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("succeeded on attempt 2 and read back as written"), "{}", stderr(&out));
+    assert_eq!(d.fs.hits(), 1);
+    assert_same("the image", &std::fs::read(&d.image).unwrap(), &original);
+    assert!(rescue_files(&env).is_empty());
+}
+
+#[test]
+fn a_failing_write_that_leaves_the_data_is_rescued_then_cleared_by_the_next_run() {
+    if !ready() {
+        return;
+    }
+    let env = TestEnv::new();
+    let d = fault_loop_device(&env, "failw", 16 * MIB, 23, None);
+    let original = std::fs::read(&d.image).unwrap();
+    d.fs.add(Fault::new(FaultKind::FailWrite, 5 * MIB, 4096));
+    let out = rewrite(&env, &d, &[]);
+    assert_eq!(out.status.code(), Some(4));
+    let err = stderr(&out);
+    assert!(err.contains("writing 1048576 bytes at offset 5242880 failed 3 time(s)"), "{err}");
+    assert!(err.contains("found the original bytes there (checked by blake3): data intact"), "{err}");
+    assert!(!err.contains("uncertain"), "{err}");
+    the_rescue(&env, &d, &original, 5 * MIB);
+    assert_same("the image", &std::fs::read(&d.image).unwrap(), &original);
+    // The device holds the rescued bytes: the resume drops the copy and finishes.
+    d.fs.clear();
+    let out = rewrite(&env, &d, &["--resume"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(rescue_files(&env).is_empty());
+    assert_same("the image", &std::fs::read(&d.image).unwrap(), &original);
+}
+
+/// The case: a torn write (zeros, EIO). Exit 4 naming the bytes as uncertain and
+/// the rescue copy; a resume refuses (never exit 0) until `reseq restore`; restore
+/// refuses while the device still fails, then puts the bytes back; the resume finishes
+/// and the image is byte-identical to the original.
+#[test]
+fn a_torn_write_is_rescued_and_nothing_goes_on_until_it_is_restored() {
+    if !ready() {
+        return;
+    }
+    let env = TestEnv::new();
+    let d = fault_loop_device(&env, "torn", 16 * MIB, 24, None);
+    let original = std::fs::read(&d.image).unwrap();
+    let (at, len) = (5 * MIB + 65536, 65536u64);
+    d.fs.add(Fault::new(FaultKind::TearWrite, at, len));
+    let out = rewrite(&env, &d, &[]);
+    assert_eq!(out.status.code(), Some(4));
+    let err = stderr(&out);
+    assert!(err.contains("found other bytes there (a torn write): those 1048576 bytes are uncertain"), "{err}");
+    assert!(err.contains("reseq restore "), "{err}");
+    assert!(!err.contains("data intact"), "{err}");
+    assert_eq!(d.image_bytes(at, len as usize), vec![0u8; len as usize], "the fault tore the image");
+    let rescue = the_rescue(&env, &d, &original, 5 * MIB);
+
+    for extra in [&["--resume"][..], &["--restart"][..], &[][..]] {
+        let out = rewrite(&env, &d, extra);
+        assert_eq!(out.status.code(), Some(3), "{extra:?} must refuse");
+        assert!(stderr(&out).contains(&format!("reseq restore {}", rescue.display())), "{}", stderr(&out));
+    }
+    // Still failing: restore says so, keeps the copy.
+    let out = restore(&env, &rescue);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(rescue.exists() && stderr(&out).contains("is kept"), "{}", stderr(&out));
+    d.fs.clear();
+    let out = restore(&env, &rescue);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("read back and checked"));
+    assert!(!rescue.exists());
+    assert_same("the image after restore", &std::fs::read(&d.image).unwrap(), &original);
+    let out = rewrite(&env, &d, &["--resume"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("is intact"), "the chunk in flight re-verified: {}", stderr(&out));
+    assert_same("the image after the resume", &std::fs::read(&d.image).unwrap(), &original);
+}
+
+/// A read-back that differs: exit 5 with the differing sectors, the range never written
+/// again, a rescue copy; restore refuses a device that another writer changed since.
+#[test]
+fn a_read_back_that_differs_is_rescued_never_written_over() {
+    if !ready() {
+        return;
+    }
+    let env = TestEnv::new();
+    let d = fault_loop_device(&env, "alter", 16 * MIB, 25, None);
+    let original = std::fs::read(&d.image).unwrap();
+    d.fs.add(Fault::new(FaultKind::AlterWrite, 5 * MIB + 4096, 512));
+    let out = rewrite(&env, &d, &[]);
+    assert_eq!(out.status.code(), Some(5));
+    let err = stderr(&out);
+    assert!(err.contains("512 bytes differ in 1 range(s) (device bytes 5246976..5247488)"), "{err}");
+    let over: u64 = d.fs.writes_seen().iter().filter(|&&(o, l)| o < 5 * MIB + 4608 && o + l > 5 * MIB + 4096).map(|_| 1).sum();
+    assert_eq!(over, 1, "the differing range was written once, never again");
+    let rescue = the_rescue(&env, &d, &original, 5 * MIB);
+    d.fs.clear();
+    // Someone writes there after reseq stopped: restore must not overwrite it blindly.
+    direct_write(&d.lo.path, 5 * MIB + 65536, &random(4096, 99)).unwrap();
+    let out = restore(&env, &rescue);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("changed since reseq stopped"), "{}", stderr(&out));
+    let out = output(env.reseq().args(["restore", "--force"]).arg(&rescue));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_same("the image after restore --force", &std::fs::read(&d.image).unwrap(), &original);
+}
+
+/// Restore on a mounted filesystem: the write is frozen like any write, and refused for a
+/// device that is not the rescue copy's.
+#[test]
+fn restore_on_a_mounted_filesystem_freezes_and_checks_the_device() {
+    if !ready() || !require(&["mkfs.ext4", "e2fsck"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let d = fault_loop_device(&env, "mnt", 64 * MIB, 26, None);
+    mkfs_ext4(&d.lo.path).unwrap();
+    let mnt = Mount::new(&d.lo.path, &env.path("mnt-dir"), &[]).unwrap();
+    let files = fill_files(&mnt.dir, 8, 4 << 20, 27);
+    std::process::Command::new("sync").status().unwrap();
+    let before = direct_read(&d.lo.path, 0, (64 * MIB) as usize).unwrap();
+    // Tear a range in the middle of the files' data.
+    let at = find_used_mib(&before);
+    d.fs.add(Fault::new(FaultKind::TearWrite, at + 4096, 8192));
+    let out = rewrite(&env, &d, &["--max-freeze", "2s"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(!is_frozen(&mnt.dir));
+    let rescue = rescue_files(&env).pop().expect("a rescue copy");
+    d.fs.clear();
+    let out = output(env.reseq().args(["restore", "--json"]).arg(&rescue));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["outcome"], "restored");
+    assert_eq!(s["frozen_filesystems"][0], mnt.dir.display().to_string());
+    assert!(!is_frozen(&mnt.dir));
+    assert_files_intact(&files);
+    mnt.unmount().unwrap();
+    run_cmd(std::process::Command::new("e2fsck").args(["-f", "-n"]).arg(&d.lo.path)).unwrap();
+}
+
+/// The first MiB-aligned offset past 8 MiB whose bytes are not all zero (file data).
+fn find_used_mib(dev: &[u8]) -> u64 {
+    (8..dev.len() / MIB as usize)
+        .map(|i| i as u64 * MIB)
+        .find(|&o| dev[o as usize..(o + MIB) as usize].iter().filter(|&&b| b != 0).count() > 512 * 1024)
+        .expect("file data on the device")
+}
+
+/// A loop device with 4096-byte sectors over 5 MiB + 512 bytes: the aligned part is
+/// rewritten and the tail is named, not an I/O error.
+#[test]
+fn a_device_with_a_partial_last_sector_is_rewritten_up_to_it() {
+    if !ready() {
+        return;
+    }
+    let env = TestEnv::new();
+    let d = fault_loop_device(&env, "odd", 5 * MIB + 512, 28, Some(4096));
+    let original = std::fs::read(&d.image).unwrap();
+    let out = output(env.reseq().args(["rewrite", "--json", "--chunk-size", "1M"]).arg(&d.lo.path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json_report(&out);
+    assert_eq!(r["results"]["bytes_written"], 5 * MIB);
+    let warned = r["warnings"].as_array().unwrap().iter().any(|w| {
+        w.as_str().unwrap().contains("the last 512 bytes") && w.as_str().unwrap().contains("from offset 5242880")
+    });
+    assert!(warned, "the tail is named in the report: {}", r["warnings"]);
+    assert_same("the image", &std::fs::read(&d.image).unwrap(), &original);
+}
