@@ -132,6 +132,13 @@ pub fn find_lasting(devs: &[(u32, u32)]) -> Vec<Writer> {
 pub fn refuse_other_writers(target: &Path, devs: &[(u32, u32)]) -> Result<()> {
     let found = find_lasting(devs);
     let Some(first) = found.first() else { return Ok(()) };
+    // Another reseq (its state directory may differ, so its lock may not be seen).
+    if let Some(pid) = found.iter().filter_map(|w| w.pid).find(|&p| procs::comm(p) == "reseq") {
+        return Err(Error::refused(
+            format!("another reseq (PID {pid}) is working on {}", target.display()),
+            "wait for it to finish, or stop it (it thaws and can be resumed); two runs on one device would freeze and write over each other",
+        ));
+    }
     let list: Vec<String> = found
         .iter()
         .map(|w| match w.pid {

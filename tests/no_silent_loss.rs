@@ -457,3 +457,142 @@ fn a_device_with_a_partial_last_sector_is_rewritten_up_to_it() {
     assert!(warned, "the tail is named in the report: {}", r["warnings"]);
     assert_same("the image", &std::fs::read(&d.image).unwrap(), &original);
 }
+
+// ---- the state directory and the journal ----
+
+/// A tmpfs mounted at `dir` with `opts` (unmounted on drop).
+fn tmpfs(dir: &Path, opts: &str) -> Mount {
+    std::fs::create_dir_all(dir).unwrap();
+    run_cmd(std::process::Command::new("mount").args(["-t", "tmpfs", "-o", opts, "tmpfs"]).arg(dir)).unwrap();
+    Mount { dir: dir.to_path_buf() }
+}
+
+/// The case: a state directory reached through a symlink into the filesystem
+/// being frozen is that filesystem. Journal records wait for the thaw; no window blocks
+/// on them, none overruns.
+#[test]
+fn a_state_dir_symlinked_into_the_frozen_filesystem_is_seen_as_on_it() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("symstate", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 4, 4 << 20, 31);
+    std::fs::create_dir(mnt.dir.join("state")).unwrap();
+    let link = env.path("state-link");
+    std::os::unix::fs::symlink(mnt.dir.join("state"), &link).unwrap();
+    let out = output(
+        env.reseq()
+            .args(["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "300ms"])
+            .arg(&lo.path)
+            .env("RESEQ_STATE_DIR", &link),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json_report(&out);
+    assert_eq!(r["results"]["windows_overrun"], 0);
+    assert!(
+        r["warnings"].to_string().contains("is on a filesystem reseq freezes"),
+        "the journal is held during windows: {}",
+        r["warnings"]
+    );
+    assert!(mnt.dir.join("state").join(format!("device-{}.journal", lo.name())).exists());
+    assert!(!is_frozen(&mnt.dir));
+    assert_files_intact(&files);
+}
+
+/// Read-only and full state directories are refused (exit 3) before anything is frozen
+/// or written.
+#[test]
+fn a_read_only_or_full_state_dir_is_refused_before_any_freeze() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("rostate", 64 * MIB, "ext4");
+    fill_files(&mnt.dir, 2, 4 << 20, 32);
+    std::process::Command::new("sync").status().unwrap();
+    let written = bytes_written_to(&lo.path);
+    let ro = tmpfs(&env.path("ro"), "ro,size=8m");
+    let full = tmpfs(&env.path("full"), "size=2m");
+    for (dir, needle) in [(&ro.dir, "ead-only file system"), (&full.dir, "free, less than")] {
+        let out = output(
+            env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path).env("RESEQ_STATE_DIR", dir.join("s")),
+        );
+        assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(needle) && err.contains("state directory"), "{err}");
+        assert!(!err.contains("data intact, resumable"), "nothing started: {err}");
+    }
+    // File mode too.
+    let out = output(env.reseq().args(["rewrite"]).arg(&mnt.dir).env("RESEQ_STATE_DIR", &ro.dir));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(bytes_written_to(&lo.path), written, "nothing written");
+}
+
+/// Two runs on one device: the second is refused, naming the first one's PID.
+#[test]
+fn a_second_run_on_the_same_device_is_refused_with_the_pid_of_the_first() {
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("locked", 16 * MIB, 33);
+    let before = hash_path(&lo.path).unwrap();
+    let first = spawn_captured(
+        env.reseq()
+            .args(["rewrite", "--chunk-size", "1M"])
+            .arg(&lo.path)
+            .env("RESEQ_FAULTS", "delay@before-write#*=100"),
+    );
+    let lock = env.state_dir().join(format!("device-{}.lock", lo.name()));
+    let pid = first.id().to_string();
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&lock).map(|t| t.trim() != pid).unwrap_or(true) {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10), "the first run never took the lock");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = output(env.reseq().args(["rewrite", "--resume", "--chunk-size", "1M"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&format!("another reseq (PID {pid}) is working on {}", lo.path.display())));
+    let first = wait_captured(first);
+    assert_eq!(first.status.code(), Some(0), "{}", String::from_utf8_lossy(&first.stderr));
+    assert_eq!(hash_path(&lo.path).unwrap(), before);
+}
+
+/// A flipped byte in the middle of the journal: named by line and byte, the chunks after
+/// it redone, the journal rewritten, and the finished run reads as finished.
+#[test]
+fn a_damaged_journal_line_is_named_repaired_and_the_run_finishes() {
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("jdamage", 16 * MIB, 34);
+    let before = hash_path(&lo.path).unwrap();
+    let out =
+        output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path).env("RESEQ_FAULTS", "write-error@10M"));
+    assert_eq!(out.status.code(), Some(4));
+    let jpath = env.state_dir().join(format!("device-{}.journal", lo.name()));
+    let text = std::fs::read_to_string(&jpath).unwrap();
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    assert!(lines.len() > 8, "{text}");
+    // Line 4: flip one hex digit of its checksum.
+    let at: usize = lines[..3].iter().map(|l| l.len()).sum();
+    let mut bytes = text.into_bytes();
+    bytes[at] = if bytes[at] == b'0' { b'1' } else { b'0' };
+    std::fs::write(&jpath, &bytes).unwrap();
+
+    let out = output(env.reseq().args(["rewrite", "--json", "--resume", "--chunk-size", "1M"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains(&format!("line 4 (byte {at}) of {} is damaged", jpath.display())), "{err}");
+    assert!(err.contains("the journal was rewritten without it"), "{err}");
+    let r = json_report(&out);
+    assert!(r["results"]["bytes_written"].as_u64().unwrap() >= 13 * MIB, "chunks after the damage redone: {}", r["results"]);
+    let replay = reseq::journal::read(&jpath).unwrap().unwrap();
+    assert!(replay.finished && replay.damage.is_none(), "{replay:?}");
+    // Finished: a plain run starts afresh instead of "an unfinished run exists".
+    let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(hash_path(&lo.path).unwrap(), before);
+}
