@@ -431,6 +431,17 @@ impl Engine<'_> {
         hooks::point("after-thaw");
         self.stats.bytes_read += read_total;
         self.stats.bytes_read_ahead_dropped += read_total.saturating_sub(taken);
+        if matches!(end, Err(Error::FreezeLost { .. })) || matches!(flow, Err(Error::FreezeLost { .. })) {
+            // The filesystem was thawed by another program during the window: a
+            // read-back that differs is its own write, and the pre-read bytes are older
+            // than what it wrote. The error names the range to check instead.
+            if !self.rescues.is_empty() {
+                log::warn!(
+                    "the freeze was lost in this window: a differing read-back is the filesystem's own write; no rescue copy kept"
+                );
+            }
+            self.rescues.clear();
+        }
         let flow = match self.save_rescues() {
             Some(text) => flow.map_err(|e| e.with_rescue(text)),
             None => flow,
@@ -555,12 +566,18 @@ impl Engine<'_> {
         let (offset, len) = (chunk.offset, chunk.len);
         let data = &chunk.buf[..len];
         let mut back = AlignedBuf::new(len, self.target.mem_align());
-        let read_back = |back: &mut AlignedBuf| self.target.read_at(&mut back[..len], offset).ok().map(|()| blake3::hash(&back[..len]));
+        let read_back = |back: &mut AlignedBuf| {
+            self.target.read_at(&mut back[..len], offset).ok().map(|()| blake3::hash(&back[..len]))
+        };
         let mut left = read_back(&mut back);
         let mut last = first;
         let mut attempts = 1;
         while attempts < WRITE_ATTEMPTS && self.stop.signal().is_none() {
-            log::warn!("writing {len} bytes at offset {offset} failed ({last}); retrying ({} of {})", attempts + 1, WRITE_ATTEMPTS);
+            log::warn!(
+                "writing {len} bytes at offset {offset} failed ({last}); retrying ({} of {})",
+                attempts + 1,
+                WRITE_ATTEMPTS
+            );
             // No permission (the window's deadline passed): no more attempts here.
             if !guard.may_write()? {
                 break;
@@ -707,8 +724,9 @@ impl Engine<'_> {
             if let Err(e) = wrote {
                 let _ = guard.wrote();
                 // Retried in order: what the verifier holds settles first.
-                let recovered =
-                    self.settle_all(guard, verified_rx, &mut outstanding).and_then(|()| self.retry_write(guard, &chunk, e));
+                let recovered = self
+                    .settle_all(guard, verified_rx, &mut outstanding)
+                    .and_then(|()| self.retry_write(guard, &chunk, e));
                 let len = chunk.len as u64;
                 self.recycle(chunk.buf);
                 match recovered {

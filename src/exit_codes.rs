@@ -9,13 +9,14 @@
 pub enum ExitCode {
     /// Everything asked for was done and verified.
     Success,
-    /// An unexpected internal failure (a bug); data was left intact.
+    /// An unexpected internal failure (a bug).
     Internal,
     /// The command line or a value in it is invalid.
     Usage,
     /// reseq refused to act because acting would not be safe; nothing was written.
     Refused,
-    /// An I/O error stopped the run; the data is intact and the run can resume.
+    /// An I/O error stopped the run. A failed write's original bytes are in a rescue copy;
+    /// the message says whether a read-back found them intact.
     IoError,
     /// A chunk read back differently from what was written; the run stopped there.
     ChecksumMismatch,
@@ -59,11 +60,15 @@ impl ExitCode {
     pub fn describe(self) -> &'static str {
         match self {
             ExitCode::Success => "success: everything was rewritten and verified",
-            ExitCode::Internal => "internal error (a bug); data intact",
+            ExitCode::Internal => "internal error (a bug); stopped and thawed",
             ExitCode::Usage => "invalid command line or value",
             ExitCode::Refused => "refused as unsafe; nothing was written",
-            ExitCode::IoError => "I/O error; stopped, thawed, data intact, resumable",
-            ExitCode::ChecksumMismatch => "checksum mismatch on read-back; stopped at that offset",
+            ExitCode::IoError => {
+                "I/O error; stopped and thawed; the message says whether the bytes involved were checked intact or where their rescue copy is"
+            }
+            ExitCode::ChecksumMismatch => {
+                "checksum mismatch on read-back; stopped at that offset, its original bytes kept in a rescue copy"
+            }
             ExitCode::Interrupted => "interrupted by a signal; thawed, resumable with --resume",
             ExitCode::WindowOverrun => "too many freeze windows overran; the guardian thawed each; resumable",
             ExitCode::FreezeLost => "another program thawed the freeze; writing stopped; its freeze left alone",

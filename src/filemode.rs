@@ -493,7 +493,7 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
             &format!("{} ({})", g.device.path.display(), g.fs.mount_point.display()),
         )?;
         let dev = Arc::new(crate::rewrite::open_device(&g.device, true)?);
-        crate::rescue::check_device(&state.path, &g.device.identity, dev.as_ref())?;
+        crate::rescue::check_device(&state.path, &g.device.identity, dev.as_ref(), true)?;
         // One guardian per filesystem, forked while no other thread runs.
         // And nothing else may write its device: a raw writer bypasses the freeze.
         let mut guard = WritersChecked::new(

@@ -95,16 +95,25 @@ pub fn man_page() -> String {
     r.control("PP", []).text([roman(
         "If another program thaws reseq's freeze, or thaws and freezes again (VM snapshot agents, backup hooks), reseq stops writing at once, never thaws the other program's freeze, names the filesystem, window and byte range, and exits 8. Do not schedule other freezers during a run.",
     )]);
+    r.control("SH", ["RESCUE COPIES"]).text([roman(
+        "A write that fails is retried, each attempt read back, up to 3 attempts. A chunk whose write never verifies, tears, or reads back different keeps its original bytes in a rescue file in the state directory, rescue-DEVICE-OFFSET-BLAKE3.bin, and the message says whether a read-back found the original bytes there (data intact) or other bytes (uncertain). Every later run on that device refuses until reseq restore FILE has put the bytes back; reseq restore freezes as a rewrite does, reads back, refuses another device or a range that changed since (unless --force), and removes the copy only then.",
+    )]);
     r.control("SH", ["EXIT STATUS"]);
     for c in ExitCode::ALL {
         r.control("TP", []).text([bold(c.code().to_string())]).text([roman(c.describe())]);
     }
     r.control("TP", []).text([bold("137")]).text([roman(
-        "killed (SIGKILL): by its guardian when a window outlasted its bound with a write outstanding (the guardian says so on stderr and in the journal), or by someone else; thawed, data intact, resumable with --resume",
+        "killed (SIGKILL): by its guardian when a window outlasted its bound with a write outstanding (the guardian says so on stderr and in the journal), or by someone else; thawed; --resume continues and first re-reads every chunk that was in flight against its blake3",
     )]);
     r.control("SH", ["FILES"]);
     r.control("TP", []).text([italic("/var/lib/reseq/device-NAME.journal")]).text([roman(
         "The journal of a device's run (--state-dir, RESEQ_STATE_DIR): the plan and every finished chunk, each line checked by blake3. --resume continues from it.",
+    )]);
+    r.control("TP", []).text([italic("/var/lib/reseq/rescue-NAME-OFFSET-BLAKE3.bin")]).text([roman(
+        "A rescue copy: the original bytes of a chunk whose write did not verify, with a JSON header. reseq restore puts it back.",
+    )]);
+    r.control("TP", []).text([italic("/var/lib/reseq/device-NAME.lock")]).text([roman(
+        "Held (flock) by the run working on the device; a second run on it is refused with the first one's PID.",
     )]);
     r.control("TP", []).text([italic("PATH.prom")]).text([roman(
         "Prometheus textfile metrics written atomically with --metrics-file, for node_exporter's textfile collector.",

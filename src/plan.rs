@@ -282,7 +282,7 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
     }
 
     // 8. The state directory must take a journal and a rescue copy, before any freeze.
-    let state = crate::state_dir::prepare(&args.state_dir, &filesystems, chunk_size * 2 + (1 << 20))?;
+    let state = crate::state_dir::prepare_as(&args.state_dir, &filesystems, chunk_size * 2 + (1 << 20), args.dry_run)?;
 
     // 9. Journal: new run, or continuation of an unfinished one.
     let journal_path = journal::journal_path(&state.path, &dev.identity);
@@ -430,13 +430,6 @@ fn decide_start(
     path: &std::path::Path,
     warnings: &mut Vec<String>,
 ) -> Result<Start> {
-    if !args.resume {
-        // A resume checks the device against the copies (and drops those it holds
-        // again); any other run must not start over bytes a failed write left.
-        if let Some(e) = crate::rescue::pending(path.parent().unwrap_or(Path::new(".")), &dev.identity) {
-            return Err(e);
-        }
-    }
     let replay: Option<Replay> = journal::read(path)?;
     let Some(r) = replay else {
         if args.resume {
@@ -469,7 +462,12 @@ fn decide_start(
                 run.chunks_total,
                 run.started_at
             ),
-            "pass --resume to continue it, or --restart to start over",
+            match crate::rescue::pending(path.parent().unwrap_or(Path::new(".")), &dev.identity) {
+                Some(copy) => format!(
+                    "pass --resume to continue it, or --restart to start over; either checks the rescue copy first: {copy}"
+                ),
+                None => "pass --resume to continue it, or --restart to start over".into(),
+            },
         ));
     }
     if run.identity != dev.identity {

@@ -146,12 +146,17 @@ pub fn save_all(dir: &Path, pending: Vec<Pending>) -> Vec<std::result::Result<Pa
 
 /// Reads a rescue file and checks its bytes against the blake3 its header names.
 pub fn load(path: &Path) -> Result<(RescueHeader, Vec<u8>)> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(format!("reading rescue file {}", path.display()), e))?;
+    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory => {
+            Error::Usage(format!("{}: {e}; name a rescue-*.bin file from the state directory", path.display()))
+        }
+        _ => Error::io(format!("reading rescue file {}", path.display()), e),
+    })?;
     let bad = |why: &str| {
-        Error::refused(
-            format!("{} is not a usable reseq rescue file: {why}", path.display()),
-            "name a rescue-*.bin file from the state directory, whole and unedited",
-        )
+        Error::Usage(format!(
+            "{} is not a reseq rescue file ({why}); name a rescue-*.bin file from the state directory",
+            path.display()
+        ))
     };
     if bytes.len() < HEADER_BYTES {
         return Err(bad("too short"));
@@ -166,7 +171,14 @@ pub fn load(path: &Path) -> Result<(RescueHeader, Vec<u8>)> {
         return Err(bad(&format!("{} bytes of data, the header says {}", data.len(), header.len)));
     }
     if blake3::hash(&data).to_hex().as_str() != header.blake3 {
-        return Err(bad("its bytes do not match the blake3 in its header (damaged)"));
+        return Err(Error::refused(
+            format!(
+                "the rescue file {} is damaged: its bytes do not match the blake3 in its header ({})",
+                path.display(),
+                header.blake3
+            ),
+            "restore these device bytes from a backup; the journal records their blake3 too",
+        ));
     }
     Ok((header, data))
 }
@@ -178,7 +190,9 @@ pub fn list_for(dir: &Path, identity: &DeviceIdentity) -> Vec<(PathBuf, RescueHe
     let mut out: Vec<(PathBuf, RescueHeader)> = entries
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".bin")))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".bin"))
+        })
         .filter_map(|p| read_header(&p).map(|h| (p, h)))
         .filter(|(_, h)| h.identity == *identity)
         .collect();
@@ -196,9 +210,30 @@ fn read_header(path: &Path) -> Option<RescueHeader> {
 /// Before any run on a device: each rescue copy of it must be back on the device. A
 /// copy whose bytes the device holds again is removed; any other stops the run, since
 /// reading the device there would take the torn bytes for the data.
-pub fn check_device(dir: &Path, identity: &DeviceIdentity, target: &dyn crate::target::BlockTarget) -> Result<()> {
+///
+/// Under a mounted filesystem, a range that holds neither the copy nor what the failed
+/// write left has been written since by the filesystem, as it may: the copy is older
+/// than that data, so it is kept for reference, with a warning, and does not stop the run.
+pub fn check_device(
+    dir: &Path,
+    identity: &DeviceIdentity,
+    target: &dyn crate::target::BlockTarget,
+    mounted: bool,
+) -> Result<()> {
     for (path, h) in list_for(dir, identity) {
-        if device_holds(target, h.offset, h.len, &h.blake3)? {
+        let now = range_hash(target, h.offset, h.len)?.to_hex().to_string();
+        if mounted && now != h.blake3 && h.left_blake3.as_ref().is_some_and(|l| *l != now) {
+            log::warn!(
+                "device bytes {}..{} changed since a failed write left them ({}): the mounted filesystem wrote there since, so the rescue copy {} is older than that data and is not needed to go on; check the filesystem (fsck -n) and drop the copy with `reseq restore --forget {}`",
+                h.offset,
+                h.offset + h.len,
+                h.created_at,
+                path.display(),
+                path.display()
+            );
+            continue;
+        }
+        if now == h.blake3 {
             log::info!(
                 "device bytes {}..{} hold the bytes of rescue copy {} again: removing it",
                 h.offset,
@@ -227,22 +262,15 @@ pub fn check_device(dir: &Path, identity: &DeviceIdentity, target: &dyn crate::t
     Ok(())
 }
 
-/// A refusal naming the first rescue copy of the device, if there is one.
-pub fn pending(dir: &Path, identity: &DeviceIdentity) -> Option<Error> {
+/// What to tell about the device's first rescue copy, if there is one.
+pub fn pending(dir: &Path, identity: &DeviceIdentity) -> Option<String> {
     let (path, h) = list_for(dir, identity).into_iter().next()?;
-    Some(Error::refused(
-        format!(
-            "a rescue copy of device bytes {}..{} of {} exists ({}, {}): a failed write may have left other bytes there",
-            h.offset,
-            h.offset + h.len,
-            h.device_path,
-            h.reason,
-            h.created_at
-        ),
-        format!(
-            "run `{}` first: it puts the bytes back, or finds them already there and drops the copy",
-            restore_command(&path)
-        ),
+    Some(format!(
+        "device bytes {}..{} ({}) have a rescue copy; `{}` puts it back",
+        h.offset,
+        h.offset + h.len,
+        h.reason,
+        restore_command(&path)
     ))
 }
 
@@ -293,7 +321,8 @@ mod tests {
     #[test]
     fn saves_loads_and_lists() {
         let dir = tempfile::tempdir().unwrap();
-        let to = RescueTo { dir: dir.path().into(), device_path: "/dev/loop9".into(), identity: identity(), file: None };
+        let to =
+            RescueTo { dir: dir.path().into(), device_path: "/dev/loop9".into(), identity: identity(), file: None };
         let data = vec![7u8; 8192];
         let h = blake3::hash(&data);
         let p = to.pending(65536, &data, &h, None, "torn write", 65536);

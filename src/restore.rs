@@ -59,8 +59,7 @@ impl RestoreSummary {
 }
 
 pub fn run(args: &RestoreArgs) -> Result<RestoreSummary> {
-    let max_freeze =
-        units::parse_duration(&args.max_freeze).map_err(|e| Error::Usage(format!("--max-freeze: {e}")))?;
+    let max_freeze = units::parse_duration(&args.max_freeze).map_err(|e| Error::Usage(format!("--max-freeze: {e}")))?;
     if max_freeze < Duration::from_millis(10) {
         return Err(Error::Usage("--max-freeze must be at least 10ms".into()));
     }
@@ -159,7 +158,8 @@ fn write_frozen(
         let mut back = AlignedBuf::new(len, target.mem_align());
         let read = target.read_at(&mut back[..len], h.offset);
         guard.wrote()?;
-        let kept = format!("The rescue copy {} is kept; run restore again once the device works", args.rescue.display());
+        let kept =
+            format!("The rescue copy {} is kept; run restore again once the device works", args.rescue.display());
         match (wrote, read) {
             (Err(e), r) => {
                 let left = match r {
@@ -167,7 +167,14 @@ fn write_frozen(
                     Ok(()) => LeftState::Changed,
                     Err(_) => LeftState::Unreadable,
                 };
-                Err(Error::WriteFailed { offset: h.offset, len: h.len, attempts: 1, cause: e, left, rescue: Some(kept) })
+                Err(Error::WriteFailed {
+                    offset: h.offset,
+                    len: h.len,
+                    attempts: 1,
+                    cause: e,
+                    left,
+                    rescue: Some(kept),
+                })
             }
             (Ok(()), Err(e)) => Err(Error::io_at("reading back the restored bytes", h.offset, e)),
             (Ok(()), Ok(())) => {

@@ -217,7 +217,13 @@ fn reverify_in_flight(target: &dyn BlockTarget, plan: &RewritePlan) -> Result<Op
 }
 
 /// Whether one chunk in flight changed (allowed only under a mounted filesystem).
-fn reverify_chunk(target: &dyn BlockTarget, plan: &RewritePlan, offset: u64, len: usize, expected: &str) -> Result<bool> {
+fn reverify_chunk(
+    target: &dyn BlockTarget,
+    plan: &RewritePlan,
+    offset: u64,
+    len: usize,
+    expected: &str,
+) -> Result<bool> {
     let chunk = offset / plan.engine.chunk_size;
     let mut buf = AlignedBuf::new(len, target.mem_align());
     target.read_at(&mut buf, offset).map_err(|e| Error::io_at("re-reading the chunk in flight", offset, e))?;
@@ -304,7 +310,7 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
     let target = open_target(plan)?;
     let _claims = claim_unmounted_partitions(plan)?;
     if let Some(to) = &plan.engine.rescue {
-        crate::rescue::check_device(&to.dir, &plan.device.identity, &target)?;
+        crate::rescue::check_device(&to.dir, &plan.device.identity, &target, plan.needs_freeze())?;
     }
     report.in_flight_reverify = reverify_in_flight(&target, plan)?;
 

@@ -53,13 +53,24 @@ pub struct StateDir {
 /// Creates and checks the state directory: writable, not read-only, room for `need`
 /// bytes (a journal and a rescue copy). `frozen` are the filesystems the run freezes.
 pub fn prepare(dir: &Path, frozen: &[MountedFs], need: u64) -> Result<StateDir> {
+    prepare_as(dir, frozen, need, false)
+}
+
+/// As [`prepare`]; a dry run creates and writes nothing, so it checks only what is there.
+pub fn prepare_as(dir: &Path, frozen: &[MountedFs], need: u64, dry_run: bool) -> Result<StateDir> {
     let path = resolve(dir);
+    if dry_run && !path.is_dir() {
+        return Ok(StateDir {
+            on_frozen_fs: on_frozen(path.ancestors().find(|p| p.is_dir()).unwrap_or(&path), frozen),
+            path,
+        });
+    }
     let shown = if path == dir { dir.display().to_string() } else { format!("{} ({})", dir.display(), path.display()) };
     std::fs::create_dir_all(&path)
         .map_err(|e| Error::refused(format!("cannot create the state directory {shown}: {e}"), HINT))?;
     use nix::sys::statvfs::{FsFlags, statvfs};
-    let st = statvfs(&path)
-        .map_err(|e| Error::refused(format!("cannot examine the state directory {shown}: {e}"), HINT))?;
+    let st =
+        statvfs(&path).map_err(|e| Error::refused(format!("cannot examine the state directory {shown}: {e}"), HINT))?;
     if st.flags().contains(FsFlags::ST_RDONLY) {
         return Err(Error::refused(format!("the state directory {shown} is on a read-only filesystem"), HINT));
     }
@@ -74,8 +85,10 @@ pub fn prepare(dir: &Path, frozen: &[MountedFs], need: u64) -> Result<StateDir> 
             HINT,
         ));
     }
-    probe_write(&path, need.min(1 << 20))
-        .map_err(|e| Error::refused(format!("cannot write in the state directory {shown}: {e}"), HINT))?;
+    if !dry_run {
+        probe_write(&path, need.min(1 << 20))
+            .map_err(|e| Error::refused(format!("cannot write in the state directory {shown}: {e}"), HINT))?;
+    }
     Ok(StateDir { on_frozen_fs: on_frozen(&path, frozen), path })
 }
 
@@ -93,37 +106,59 @@ pub fn on_frozen(path: &Path, frozen: &[MountedFs]) -> bool {
     if statfs(path).is_ok_and(|st| [OVERLAYFS_SUPER_MAGIC, FUSE_SUPER_MAGIC].contains(&st.filesystem_type())) {
         return !frozen.is_empty();
     }
-    let by_stat = std::fs::metadata(path).ok().map(|m| {
-        (nix::sys::stat::major(m.dev()) as u32, nix::sys::stat::minor(m.dev()) as u32)
-    });
+    let by_stat = std::fs::metadata(path)
+        .ok()
+        .map(|m| (nix::sys::stat::major(m.dev()) as u32, nix::sys::stat::minor(m.dev()) as u32));
     let by_mount = mounts::read_mounts().ok().and_then(|m| mounts::mount_containing(&m, path).map(|e| e.dev));
     frozen.iter().any(|f| Some(f.dev_num) == by_stat || Some(f.dev_num) == by_mount)
 }
 
 /// An exclusive lock on one device, held for the run (and by its guardian, which
-/// inherits the descriptor, until the thaw).
+/// inherits the descriptor, until the thaw). The file is removed when the run ends.
 #[derive(Debug)]
 pub struct DeviceLock {
     _lock: Flock<File>,
     pub path: PathBuf,
 }
 
+impl Drop for DeviceLock {
+    fn drop(&mut self) {
+        // Removed while still locked; a run that opened it meanwhile sees, once it has
+        // the lock, that the path no longer names its file, and starts over.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// Takes the lock of device `name`, or refuses naming the PID that holds it.
 pub fn lock_device(dir: &Path, name: &str, shown: &str) -> Result<DeviceLock> {
     let path = dir.join(format!("device-{name}.lock"));
+    for _ in 0..100 {
+        let lock = try_lock(&path, shown)?;
+        let same = std::fs::metadata(&path)
+            .ok()
+            .zip(lock.metadata().ok())
+            .is_some_and(|(p, f)| p.ino() == f.ino() && p.dev() == f.dev());
+        if same {
+            return Ok(DeviceLock { _lock: lock, path });
+        }
+    }
+    Err(Error::Internal(format!("the lock of {shown} kept being replaced")))
+}
+
+fn try_lock(path: &Path, shown: &str) -> Result<Flock<File>> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)
+        .open(path)
         .map_err(|e| Error::refused(format!("cannot create the lock {}: {e}", path.display()), HINT))?;
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
             let _ = lock.set_len(0);
             let _ = lock.rewind();
             let _ = writeln!(lock, "{}", std::process::id());
-            Ok(DeviceLock { _lock: lock, path })
+            Ok(lock)
         }
         Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
             let mut text = String::new();

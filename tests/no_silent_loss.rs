@@ -239,9 +239,8 @@ fn rewrite(env: &TestEnv, d: &FaultDevice, extra: &[&str]) -> std::process::Outp
 }
 
 fn rescue_files(env: &TestEnv) -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(env.state_dir())
-        .map(|r| r.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
+    let mut v: Vec<_> =
+        std::fs::read_dir(env.state_dir()).map(|r| r.flatten().map(|e| e.path()).collect()).unwrap_or_default();
     v.retain(|p| p.file_name().unwrap().to_string_lossy().starts_with("rescue-"));
     v
 }
@@ -256,7 +255,11 @@ fn the_rescue(env: &TestEnv, d: &FaultDevice, original: &[u8], offset: u64) -> s
     assert_same("the rescue copy", &data, &original[offset as usize..(offset + MIB) as usize]);
     let journal = std::fs::read_to_string(env.state_dir().join(format!("device-{}.journal", d.lo.name()))).unwrap();
     let r = reseq::journal::replay(&journal);
-    assert!(r.in_flight.contains(&(offset, MIB, h.blake3.clone())), "the journal keeps the chunk in flight: {:?}", r.in_flight);
+    assert!(
+        r.in_flight.contains(&(offset, MIB, h.blake3.clone())),
+        "the journal keeps the chunk in flight: {:?}",
+        r.in_flight
+    );
     files[0].clone()
 }
 
@@ -382,7 +385,8 @@ fn a_read_back_that_differs_is_rescued_never_written_over() {
     assert_eq!(out.status.code(), Some(5));
     let err = stderr(&out);
     assert!(err.contains("512 bytes differ in 1 range(s) (device bytes 5246976..5247488)"), "{err}");
-    let over: u64 = d.fs.writes_seen().iter().filter(|&&(o, l)| o < 5 * MIB + 4608 && o + l > 5 * MIB + 4096).map(|_| 1).sum();
+    let over: u64 =
+        d.fs.writes_seen().iter().filter(|&&(o, l)| o < 5 * MIB + 4608 && o + l > 5 * MIB + 4096).map(|_| 1).sum();
     assert_eq!(over, 1, "the differing range was written once, never again");
     let rescue = the_rescue(&env, &d, &original, 5 * MIB);
     d.fs.clear();
@@ -391,6 +395,23 @@ fn a_read_back_that_differs_is_rescued_never_written_over() {
     let out = restore(&env, &rescue);
     assert_eq!(out.status.code(), Some(3));
     assert!(stderr(&out).contains("changed since reseq stopped"), "{}", stderr(&out));
+    // Bad input: a missing file, not a rescue file (exit 2); a copy whose header names
+    // another device (exit 3); a copy whose bytes were damaged (exit 3).
+    assert_eq!(restore(&env, &env.path("nope.bin")).status.code(), Some(2));
+    assert_eq!(restore(&env, &d.image).status.code(), Some(2));
+    let other = env.path("other.bin");
+    let text = std::fs::read(&rescue).unwrap();
+    let head = String::from_utf8_lossy(&text[..4096]).replace("\"size_bytes\":16777216", "\"size_bytes\":16777217");
+    std::fs::write(&other, [head.as_bytes(), &text[4096..]].concat()).unwrap();
+    let out = restore(&env, &other);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("is not the device this copy came from"), "{}", stderr(&out));
+    let mut damaged = text.clone();
+    damaged[5000] ^= 1;
+    std::fs::write(&other, damaged).unwrap();
+    let out = restore(&env, &other);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("is damaged"), "{}", stderr(&out));
     let out = output(env.reseq().args(["restore", "--force"]).arg(&rescue));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_same("the image after restore --force", &std::fs::read(&d.image).unwrap(), &original);
@@ -569,8 +590,9 @@ fn a_damaged_journal_line_is_named_repaired_and_the_run_finishes() {
     let env = TestEnv::new();
     let lo = env.random_loop_device("jdamage", 16 * MIB, 34);
     let before = hash_path(&lo.path).unwrap();
-    let out =
-        output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path).env("RESEQ_FAULTS", "write-error@10M"));
+    let out = output(
+        env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path).env("RESEQ_FAULTS", "write-error@10M"),
+    );
     assert_eq!(out.status.code(), Some(4));
     let jpath = env.state_dir().join(format!("device-{}.journal", lo.name()));
     let text = std::fs::read_to_string(&jpath).unwrap();
@@ -588,11 +610,57 @@ fn a_damaged_journal_line_is_named_repaired_and_the_run_finishes() {
     assert!(err.contains(&format!("line 4 (byte {at}) of {} is damaged", jpath.display())), "{err}");
     assert!(err.contains("the journal was rewritten without it"), "{err}");
     let r = json_report(&out);
-    assert!(r["results"]["bytes_written"].as_u64().unwrap() >= 13 * MIB, "chunks after the damage redone: {}", r["results"]);
+    assert!(
+        r["results"]["bytes_written"].as_u64().unwrap() >= 13 * MIB,
+        "chunks after the damage redone: {}",
+        r["results"]
+    );
     let replay = reseq::journal::read(&jpath).unwrap().unwrap();
     assert!(replay.finished && replay.damage.is_none(), "{replay:?}");
     // Finished: a plain run starts afresh instead of "an unfinished run exists".
     let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(hash_path(&lo.path).unwrap(), before);
+}
+
+/// File mode: a torn write in a file's blocks keeps the file's original bytes in a rescue
+/// copy that names the file; the next run refuses until restore; then all files are
+/// intact and the filesystem clean.
+#[test]
+fn file_mode_rescues_a_torn_write_in_a_file() {
+    if !ready() || !require(&["mkfs.ext4", "e2fsck", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let d = fault_loop_device(&env, "fmode", 64 * MIB, 35, None);
+    mkfs_ext4(&d.lo.path).unwrap();
+    let mnt = Mount::new(&d.lo.path, &env.path("fmode-dir"), &[]).unwrap();
+    let files = fill_files(&mnt.dir, 8, 4 << 20, 36);
+    std::process::Command::new("sync").status().unwrap();
+    // Where file3's data lies on the device.
+    let f = std::fs::File::open(&files[3].0).unwrap();
+    let at = reseq::sys::fiemap(std::os::fd::AsFd::as_fd(&f), 0, 0).unwrap()[0].physical;
+    drop(f);
+    d.fs.add(Fault::new(FaultKind::TearWrite, at + 8192, 4096));
+    let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M", "--max-freeze", "2s"]).arg(&mnt.dir));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("a torn write"), "{}", stderr(&out));
+    assert!(!is_frozen(&mnt.dir));
+    let rescue = rescue_files(&env).pop().expect("a rescue copy");
+    let (h, _) = reseq::rescue::load(&rescue).unwrap();
+    assert!(h.file.as_deref().is_some_and(|f| f.contains(&*mnt.dir.to_string_lossy())), "names the file: {h:?}");
+    assert!(h.offset <= at + 8192 && at + 8192 < h.offset + h.len, "device offsets: {h:?}");
+    let out = output(env.reseq().args(["rewrite"]).arg(&mnt.dir));
+    assert_eq!(out.status.code(), Some(3), "refused until restored: {}", stderr(&out));
+    d.fs.clear();
+    let out = restore(&env, &rescue);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Read the files from the device, not the page cache.
+    mnt.unmount().unwrap();
+    let mnt = Mount::new(&d.lo.path, &env.path("fmode-dir"), &[]).unwrap();
+    assert_files_intact(&files);
+    let out = output(env.reseq().args(["rewrite"]).arg(&mnt.dir));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    mnt.unmount().unwrap();
+    run_cmd(std::process::Command::new("e2fsck").args(["-f", "-n"]).arg(&d.lo.path)).unwrap();
 }

@@ -37,6 +37,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null
 fi
 
+# The no-silent-loss tests put a loop device on a FUSE filesystem (a real kernel fault
+# path): the fuse module must be loaded.
+[ -e /dev/fuse ] || modprobe fuse 2>/dev/null || echo "warning: no /dev/fuse (modprobe fuse failed); the FUSE fault tests will fail under CI=true" >&2
+
 # The packaging tests build the .deb with cargo-deb (crates.io) and syntax-check the
 # Ansible playbook with ansible-core (PyPI; brings PyYAML for the manifest test).
 command -v cargo-deb >/dev/null || cargo install --locked --quiet cargo-deb
