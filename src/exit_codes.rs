@@ -63,11 +63,9 @@ impl ExitCode {
             ExitCode::Internal => "internal error (a bug); stopped and thawed",
             ExitCode::Usage => "invalid command line or value",
             ExitCode::Refused => "refused as unsafe; nothing was written",
-            ExitCode::IoError => {
-                "I/O error; stopped and thawed; the message says whether the bytes involved were checked intact or where their rescue copy is"
-            }
+            ExitCode::IoError => "I/O error; stopped, thawed; bytes named intact (checked) or kept in a rescue copy",
             ExitCode::ChecksumMismatch => {
-                "checksum mismatch on read-back; stopped at that offset, its original bytes kept in a rescue copy"
+                "checksum mismatch on read-back; stopped there; original bytes in a rescue copy"
             }
             ExitCode::Interrupted => "interrupted by a signal; thawed, resumable with --resume",
             ExitCode::WindowOverrun => "too many freeze windows overran; the guardian thawed each; resumable",

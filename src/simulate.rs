@@ -52,6 +52,7 @@ pub fn build_params(preset: &str, device_size: &str, overrides: &[String]) -> Re
     if p.logical_bytes < 64 * MIB || !p.logical_bytes.is_multiple_of(SLOT) {
         return Err(Error::Usage("the simulated device must be at least 64 MiB, in whole 4 KiB blocks".into()));
     }
+    p.check_gc().map_err(|e| Error::Usage(format!("this simulated drive cannot work: {e}")))?;
     Ok(p)
 }
 

@@ -35,6 +35,8 @@ fn man_page_and_completions() {
         "FREEZE BOUND",
         "FILES",
         "RESEQ THAW",
+        "RESEQ RESTORE",
+        "RESCUE COPIES",
         "RESEQ REWRITE",
         "RESEQ BENCH",
         "RESEQ SCAN",

@@ -33,7 +33,7 @@ fn a_saved_report_round_trips_and_a_changed_type_is_rejected() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("ssd.sim");
     let s = state.to_str().unwrap();
-    assert!(run(&["sim", "create", s, "--device-size", "256M"]).status.success());
+    assert!(run(&["sim", "create", s, "--device-size", "1G"]).status.success());
     assert!(run(&["sim", "write", s, "--length", "128M"]).status.success());
     let sim = format!("sim:{s}");
     let out = run(&["bench", &sim, "--json", "--length", "128M", "--passes", "2"]);

@@ -25,7 +25,7 @@ fn fragment_then_rewrite_as_separate_commands() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("ssd.sim");
     let s = state.to_str().unwrap();
-    assert_eq!(reseq(&["sim", "create", s, "--device-size", "512M"]).0, 0);
+    assert_eq!(reseq(&["sim", "create", s, "--device-size", "1G"]).0, 0);
     assert_eq!(reseq(&["sim", "create", s]).0, 2, "create refuses to overwrite");
     assert_eq!(reseq(&["sim", "write", s, "--length", "256M"]).0, 0);
     let fresh = read_seconds(&state);
@@ -104,4 +104,54 @@ fn bench_and_scan_a_simulated_ssd() {
         .map(|r| r["index"].as_u64().unwrap())
         .collect();
     assert_eq!(slow, vec![2, 3], "the fragmented quarter [128M, 256M) is regions 2 and 3");
+}
+
+/// A drive whose spare area is under one GC line would livelock in GC once full (the
+/// reference model does): refused up front, naming the parameter, never a hang or panic.
+#[test]
+fn a_drive_whose_gc_cannot_progress_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("small.sim");
+    let s = state.to_str().unwrap();
+    let (code, _, err) = reseq(&["sim", "create", s, "--device-size", "512M"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("garbage collection could never free a line") && err.contains("--device-size 1373 MiB or more"),
+        "{err}"
+    );
+    assert!(!state.exists());
+    for (dev, file) in [("512M", "512M"), ("64M", "32M")] {
+        let (code, _, err) = reseq(&["simulate", "--device-size", dev, "--file-size", file]);
+        assert_eq!(code, 2, "{dev}/{file}");
+        assert!(err.contains("--device-size"), "{err}");
+    }
+    // The smallest size it names works, filled to the last block, with random writes.
+    assert_eq!(reseq(&["sim", "create", s, "--device-size", "1G"]).0, 0);
+    assert_eq!(reseq(&["sim", "write", s, "--length", "1G"]).0, 0);
+    let (code, _, _) = reseq(&["sim", "fragment", s, "--length", "1G", "--random-writes", "1G"]);
+    assert_eq!(code, 0);
+}
+
+/// The `sim` commands stream the state file: a command on a 64 GiB simulated drive peaks
+/// at no more than 1.25x its model state (the tables are 8.3 bytes per 4 KiB).
+#[test]
+fn sim_commands_peak_near_the_model_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("big.sim");
+    let s = state.to_str().unwrap();
+    let (code, v, _) = reseq(&["sim", "create", s, "--device-size", "64G"]);
+    assert_eq!(code, 0);
+    let model = v["model_state_bytes"].as_u64().unwrap();
+    for args in [&["sim", "write", s, "--length", "64M"][..], &["sim", "read", s, "--length", "64M"][..]] {
+        let child =
+            Command::new(env!("CARGO_BIN_EXE_reseq")).args(args).stdout(std::process::Stdio::null()).spawn().unwrap();
+        let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<nix::libc::rusage>() });
+        // SAFETY: wait4 on our own child with valid pointers; it reaps the child.
+        let pid = unsafe { nix::libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+        assert_eq!(pid, child.id() as i32);
+        assert!(nix::libc::WIFEXITED(status) && nix::libc::WEXITSTATUS(status) == 0, "{args:?}");
+        let peak = usage.ru_maxrss as u64 * 1024;
+        eprintln!("{args:?}: peak RSS {peak} bytes, model state {model} bytes ({:.2}x)", peak as f64 / model as f64);
+        assert!(peak as f64 <= 1.25 * model as f64, "{args:?} peaked at {peak} bytes for {model} bytes of model state");
+    }
 }

@@ -142,7 +142,7 @@ fn engine_result_equals_the_ascending_single_writer_reference() {
 #[test]
 fn state_file_round_trip() {
     let dir = tempfile::tempdir().unwrap();
-    let p = Params { logical_bytes: 256 * MIB, ..Params::preset("consumer-nvme").unwrap() };
+    let p = Params { logical_bytes: 2048 * MIB, ..Params::preset("consumer-nvme").unwrap() };
     let mut st = SimState::new(p);
     st.ftl.write_lpns(0..10_000);
     st.ftl.write_lpns((0..5000).map(|i| (i * 7919) % 10_000));

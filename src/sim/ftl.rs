@@ -175,6 +175,51 @@ pub struct Ftl {
     ra_buf: HashMap<u64, f64>,
 }
 
+impl Params {
+    /// Slots (4 KiB) per line, the unit GC frees: a block of every plane of every die.
+    pub fn slots_per_line(&self) -> u64 {
+        self.channels * self.ways * self.planes * (self.page_bytes / SLOT) * self.pages_per_block
+    }
+
+    /// Lines of the simulated drive, as [`Ftl::new`] lays it out.
+    fn lines(&self) -> u64 {
+        let phys_needed = ((self.logical_bytes / SLOT) as f64 * (1.0 + self.op_ratio)) as u64;
+        phys_needed.div_ceil(self.slots_per_line()) + self.gc_free_lines + 1
+    }
+
+    /// Whether garbage collection can always free a line, even with every logical block
+    /// written. The lines that can be GC victims (all but the ones GC keeps free and the
+    /// two open ones) must hold more slots than there are logical blocks: then some
+    /// victim has fewer valid slots than a line, and moving it frees space. Otherwise GC
+    /// moves a full line to free a line, forever (the reference model does that too).
+    pub fn check_gc(&self) -> Result<(), String> {
+        let spl = self.slots_per_line();
+        if spl == 0 {
+            return Err("the geometry gives lines of 0 slots".into());
+        }
+        let victims = self.lines().saturating_sub(self.gc_free_lines + 2);
+        if victims * spl > self.logical_bytes / SLOT {
+            return Ok(());
+        }
+        // Above line / op_ratio, the spare area is always more than a line.
+        let min_mib = if self.op_ratio > 0.0 {
+            format!(
+                "--device-size {} MiB or more",
+                ((spl * SLOT) as f64 / self.op_ratio / MIB as f64).ceil() as u64 + 1
+            )
+        } else {
+            "a device".into()
+        };
+        Err(format!(
+            "its spare area (op_ratio {} of {} MiB) leaves no room beyond one GC line ({} MiB) and the {} free and 2 open lines GC keeps: garbage collection could never free a line once the drive is full. Use {min_mib} with this preset, or a larger op_ratio (--set op_ratio=...)",
+            self.op_ratio,
+            self.logical_bytes >> 20,
+            (spl * SLOT) >> 20,
+            self.gc_free_lines,
+        ))
+    }
+}
+
 impl Ftl {
     pub fn new(p: Params) -> Ftl {
         let s = p.page_bytes / SLOT;

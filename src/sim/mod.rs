@@ -92,51 +92,106 @@ struct Header {
     tables_blake3: String,
 }
 
+/// Table bytes handled at a time when saving and loading: the tables are streamed, so
+/// a `sim` command holds little more than the model state itself.
+const STREAM_WORDS: usize = 256 << 10;
+
+/// Feeds `words` to `out` as little-endian bytes, a bounded piece at a time.
+fn for_each_le_piece(words: &[u32], mut out: impl FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(STREAM_WORDS * 4);
+    for piece in words.chunks(STREAM_WORDS) {
+        buf.clear();
+        for v in piece {
+            buf.extend_from_slice(&v.to_le_bytes());
+        }
+        out(&buf)?;
+    }
+    Ok(())
+}
+
+/// Reads `n` little-endian words from `r`, hashing the bytes as they come.
+fn read_words(r: &mut impl Read, n: u64, hasher: &mut blake3::Hasher) -> std::io::Result<Vec<u32>> {
+    let mut words = Vec::with_capacity(n as usize);
+    let mut buf = vec![0u8; STREAM_WORDS * 4];
+    let mut left = n as usize;
+    while left > 0 {
+        let k = left.min(STREAM_WORDS);
+        r.read_exact(&mut buf[..k * 4])?;
+        hasher.update(&buf[..k * 4]);
+        words.extend(buf[..k * 4].chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+        left -= k;
+    }
+    Ok(words)
+}
+
 impl SimState {
-    /// Saves to `path` atomically (temporary file in the same directory, then rename).
+    /// Saves to `path` atomically (a uniquely named temporary file in the same directory,
+    /// then rename), streaming the tables.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         let (l2p, p2l) = self.ftl.tables();
-        let mut tables = Vec::with_capacity((l2p.len() + p2l.len()) * 4);
-        for v in l2p.iter().chain(p2l.iter()) {
-            tables.extend_from_slice(&v.to_le_bytes());
+        let mut hasher = blake3::Hasher::new();
+        for t in [l2p, p2l] {
+            for_each_le_piece(t, |b| {
+                hasher.update(b);
+                Ok(())
+            })?;
         }
         let header = HeaderOut {
             ftl: &self.ftl,
             writer: &self.writer,
             l2p_len: l2p.len() as u64,
             p2l_len: p2l.len() as u64,
-            tables_blake3: blake3::hash(&tables).to_hex().to_string(),
+            tables_blake3: hasher.finalize().to_hex().to_string(),
         };
-        let tmp = path.with_extension("tmp");
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let tmp = tempfile::Builder::new().prefix(".sim-").suffix(".tmp").tempfile_in(dir)?;
         {
-            let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+            use std::os::unix::fs::PermissionsExt;
+            tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        }
+        {
+            let mut f = std::io::BufWriter::new(tmp.as_file());
             f.write_all(MAGIC)?;
             serde_json::to_writer(&mut f, &header)?;
             f.write_all(b"\n")?;
-            f.write_all(&tables)?;
-            f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+            for t in [l2p, p2l] {
+                for_each_le_piece(t, |b| f.write_all(b))?;
+            }
+            f.flush()?;
         }
-        std::fs::rename(&tmp, path)
+        tmp.as_file().sync_all()?;
+        tmp.persist(path).map_err(|e| e.error)?;
+        Ok(())
     }
 
     pub fn load(path: &Path) -> std::io::Result<SimState> {
         let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {m}", path.display()));
-        let mut data = Vec::new();
-        std::fs::File::open(path)?.read_to_end(&mut data)?;
-        let rest = data.strip_prefix(MAGIC).ok_or_else(|| bad("not a reseq simulated-SSD state file"))?;
-        let nl = rest.iter().position(|&b| b == b'\n').ok_or_else(|| bad("truncated header"))?;
-        let header: Header = serde_json::from_slice(&rest[..nl]).map_err(|e| bad(&format!("bad header: {e}")))?;
-        let tables = &rest[nl + 1..];
-        if tables.len() as u64 != (header.l2p_len + header.p2l_len) * 4 {
+        let file = std::fs::File::open(path)?;
+        let size = file.metadata()?.len();
+        let mut r = std::io::BufReader::new(file);
+        let mut magic = vec![0u8; MAGIC.len()];
+        if r.read_exact(&mut magic).is_err() || magic != MAGIC {
+            return Err(bad("not a reseq simulated-SSD state file"));
+        }
+        let mut line = Vec::new();
+        std::io::BufRead::read_until(&mut r, b'\n', &mut line)?;
+        if line.last() != Some(&b'\n') {
+            return Err(bad("truncated header"));
+        }
+        let header: Header = serde_json::from_slice(&line).map_err(|e| bad(&format!("bad header: {e}")))?;
+        let tables = (header.l2p_len + header.p2l_len) * 4;
+        if size != (MAGIC.len() + line.len()) as u64 + tables {
             return Err(bad("truncated tables"));
         }
-        if blake3::hash(tables).to_hex().as_str() != header.tables_blake3 {
+        let mut hasher = blake3::Hasher::new();
+        let l2p = read_words(&mut r, header.l2p_len, &mut hasher).map_err(|_| bad("truncated tables"))?;
+        let p2l = read_words(&mut r, header.p2l_len, &mut hasher).map_err(|_| bad("truncated tables"))?;
+        if hasher.finalize().to_hex().as_str() != header.tables_blake3 {
             return Err(bad("checksum mismatch: the file is damaged"));
         }
-        let words: Vec<u32> = tables.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
-        let (l2p, p2l) = words.split_at(header.l2p_len as usize);
+        header.ftl.p.check_gc().map_err(|e| bad(&format!("this simulated drive cannot work: {e}")))?;
         let mut ftl = header.ftl;
-        ftl.set_tables(l2p.to_vec(), p2l.to_vec()).map_err(|e| bad(&e))?;
+        ftl.set_tables(l2p, p2l).map_err(|e| bad(&e))?;
         Ok(SimState { ftl, writer: header.writer })
     }
 }
