@@ -142,6 +142,7 @@ fn sim_commands_peak_near_the_model_state() {
     let (code, v, _) = reseq(&["sim", "create", s, "--device-size", "64G"]);
     assert_eq!(code, 0);
     let model = v["model_state_bytes"].as_u64().unwrap();
+    #[allow(clippy::zombie_processes)] // reaped by wait4, which also gives the peak RSS
     for args in [&["sim", "write", s, "--length", "64M"][..], &["sim", "read", s, "--length", "64M"][..]] {
         let child =
             Command::new(env!("CARGO_BIN_EXE_reseq")).args(args).stdout(std::process::Stdio::null()).spawn().unwrap();
