@@ -106,6 +106,11 @@ pub struct RestoreArgs {
     /// way, or is not wanted).
     #[arg(long, conflicts_with = "force")]
     pub forget: bool,
+    /// The device, where it is now, if its name changed since the copy was made (loop and
+    /// NVMe numbers can change between boots). It must be the same device: same size,
+    /// and the same backing file, serial or WWN.
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<PathBuf>,
     /// Longest time a filesystem on the device stays frozen for the write.
     #[arg(long, default_value = "2s", value_name = "DURATION")]
     pub max_freeze: String,

@@ -50,6 +50,25 @@ pub struct DeviceIdentity {
     pub loop_backing_file: Option<String>,
 }
 
+impl DeviceIdentity {
+    /// The same device, perhaps under another name and number (loop and NVMe numbers
+    /// can change between boots): the same size and partition start, and the same
+    /// backing file, serial, WWN and model where any is known. A device with none of
+    /// those is only itself under the same name and major:minor.
+    pub fn same_device(&self, other: &DeviceIdentity) -> bool {
+        if self.size_bytes != other.size_bytes || self.partition_start_sectors != other.partition_start_sectors {
+            return false;
+        }
+        let stable =
+            |d: &DeviceIdentity| (d.loop_backing_file.clone(), d.serial.clone(), d.wwn.clone(), d.model.clone());
+        if self.loop_backing_file.is_some() || self.serial.is_some() || self.wwn.is_some() {
+            stable(self) == stable(other)
+        } else {
+            self.name == other.name && self.dev == other.dev
+        }
+    }
+}
+
 /// Everything reseq needs to know about a block device before planning.
 #[derive(Clone, Debug)]
 pub struct BlockDeviceInfo {

@@ -23,6 +23,7 @@
 //! in the next window. Then the device is flushed and the verified chunks are journaled
 //! as done (one journal fsync per commit, not per chunk).
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -34,7 +35,7 @@ use crate::freeze::WindowGuard;
 use crate::hooks;
 use crate::journal::Journal;
 use crate::output::{self, Progress};
-use crate::rescue::{self, Pending, RescueTo};
+use crate::rescue::{self, RescueTo};
 use crate::signals::StopFlag;
 use crate::sys::{self, AlignedBuf};
 use crate::target::BlockTarget;
@@ -95,9 +96,15 @@ impl EngineConfig {
         out
     }
 
+    /// Bytes per buffer: a chunk, or the whole range when that is smaller (a small
+    /// file's run should not allocate, and zero, megabytes it never uses).
+    fn buffer_bytes(&self) -> u64 {
+        self.chunk_size.min((self.range_end - self.range_start).max(1))
+    }
+
     /// Bytes of aligned buffers the engine allocates.
     pub fn memory_bytes(&self) -> u64 {
-        (self.pool_size() as u64 + u64::from(self.verify)) * self.chunk_size
+        (self.pool_size() as u64 + u64::from(self.verify)) * self.buffer_bytes()
     }
 
     /// Buffers in the pool: the read-ahead, the one being written, the one being read by
@@ -216,7 +223,7 @@ pub fn run(
         chunk_size: cfg.chunk_size,
         done_before: cfg.start_offset.saturating_sub(cfg.range_start),
         window_written: None,
-        rescues: Vec::new(),
+        rescued: Vec::new(),
     };
     let result = engine.run_windows(planner, guard);
     (stats, result)
@@ -242,8 +249,9 @@ struct Engine<'a> {
     done_before: u64,
     /// Device bytes written in the current window (first offset, end).
     window_written: Option<(u64, u64)>,
-    /// Original bytes of chunks whose write did not verify, saved after the thaw.
-    rescues: Vec<Pending>,
+    /// Rescue copies saved in this window: where (or why not), and whether the cause was
+    /// a differing read-back.
+    rescued: Vec<(std::result::Result<PathBuf, String>, bool)>,
 }
 
 impl Engine<'_> {
@@ -251,7 +259,7 @@ impl Engine<'_> {
         for _ in 0..self.cfg.pool_size() {
             self.pool
                 .0
-                .send(AlignedBuf::new(self.cfg.chunk_size as usize, self.target.mem_align()))
+                .send(AlignedBuf::new(self.cfg.buffer_bytes() as usize, self.target.mem_align()))
                 .expect("pool has room");
         }
         // Soft budget: stop starting chunks at 3/4 of the guardian's deadline, leaving room
@@ -340,7 +348,8 @@ impl Engine<'_> {
             Ok((end, flow)) => Ok((end, flow.map_err(|e| self.locate(e)))),
             Err(e) => Err(self.locate(e)),
         };
-        if sys::leave_window() {
+        // A window kept open for the next target (file mode) is not over yet.
+        if !guard.frozen_now() && sys::leave_window() {
             log::info!("continued after a stop (SIGTSTP) that waited for the window to end");
         }
         r
@@ -364,7 +373,8 @@ impl Engine<'_> {
     ) -> Result<(WindowEnd, Result<WindowFlow>)> {
         if guard.freezes() {
             output::hold();
-            self.journal.set_hold(self.cfg.journal_on_frozen_fs)?;
+            // Still held from a window kept open for this file (file mode batching).
+            self.journal.set_hold(self.cfg.journal_on_frozen_fs || self.journal.is_held())?;
         }
         // The guardian's deadline starts before the first FIFREEZE; so does our clock.
         let window_start = Instant::now();
@@ -415,7 +425,7 @@ impl Engine<'_> {
             stop_reader.store(true, Ordering::SeqCst);
             drop(written_tx);
             hooks::point("window-end");
-            end = guard.end();
+            end = if matches!(flow, Ok(WindowFlow::Complete)) { guard.end_complete() } else { guard.end() };
             for m in hashed_rx.iter() {
                 match m {
                     Staged::Hashed(c) => self.recycle(c.buf),
@@ -426,30 +436,28 @@ impl Engine<'_> {
             read_total = reader.join().unwrap_or(0);
             flow
         });
-        output::release();
-        self.journal.set_hold(false)?;
+        let still_frozen = guard.frozen_now();
+        if !still_frozen {
+            output::release();
+        }
+        let lost = matches!(end, Err(Error::FreezeLost { .. })) || matches!(flow, Err(Error::FreezeLost { .. }));
+        // Named in whatever error ends the run, the journal's own included.
+        let rescued = self.settle_rescues(still_frozen, lost);
+        let attach = |e: Error| match &rescued {
+            Some(text) => e.with_rescue(text.clone()),
+            None => e,
+        };
+        // A window kept open for the next file: the journal keeps holding, and the device
+        // is flushed before its records are written, by whoever closes the window.
+        self.journal.set_hold(still_frozen).map_err(attach)?;
         hooks::point("after-thaw");
         self.stats.bytes_read += read_total;
         self.stats.bytes_read_ahead_dropped += read_total.saturating_sub(taken);
-        if matches!(end, Err(Error::FreezeLost { .. })) || matches!(flow, Err(Error::FreezeLost { .. })) {
-            // The filesystem was thawed by another program during the window: a
-            // read-back that differs is its own write, and the pre-read bytes are older
-            // than what it wrote. The error names the range to check instead.
-            if !self.rescues.is_empty() {
-                log::warn!(
-                    "the freeze was lost in this window: a differing read-back is the filesystem's own write; no rescue copy kept"
-                );
-            }
-            self.rescues.clear();
-        }
-        let flow = match self.save_rescues() {
-            Some(text) => flow.map_err(|e| e.with_rescue(text)),
-            None => flow,
-        };
-        let end = end?;
+        let flow = flow.map_err(attach);
+        let end = end.map_err(attach)?;
         // Flushed and journaled after the thaw: nothing here needs the freeze, and the
         // filesystem should not wait for the device's cache flush.
-        self.commit()?;
+        if still_frozen { self.record_done() } else { self.commit() }.map_err(attach)?;
         if matches!(flow, Ok(WindowFlow::Complete)) {
             // Everything the plan asked for is done; what it left out needs nothing.
             self.stats.next_offset_bytes = self.cfg.range_end;
@@ -507,12 +515,19 @@ impl Engine<'_> {
         }
         let first = self.verified[0].0;
         self.target.flush().map_err(|e| Error::io_at("flushing the device's write cache", first, e))?;
+        self.record_done()?;
+        self.journal.commit()?;
+        hooks::point("after-journal");
+        Ok(())
+    }
+
+    /// Records verified chunks as done, in the journal's memory only while it is held
+    /// (it is written after the device's flush).
+    fn record_done(&mut self) -> Result<()> {
         for (offset, len, hash) in std::mem::take(&mut self.verified) {
             self.journal.done(offset, len, &hash)?;
             self.stats.next_offset_bytes = offset + len;
         }
-        self.journal.commit()?;
-        hooks::point("after-journal");
         Ok(())
     }
 
@@ -566,10 +581,13 @@ impl Engine<'_> {
         let (offset, len) = (chunk.offset, chunk.len);
         let data = &chunk.buf[..len];
         let mut back = AlignedBuf::new(len, self.target.mem_align());
-        let read_back = |back: &mut AlignedBuf| {
-            self.target.read_at(&mut back[..len], offset).ok().map(|()| blake3::hash(&back[..len]))
-        };
-        let mut left = read_back(&mut back);
+        let target = self.target;
+        let read_back =
+            |back: &mut AlignedBuf| target.read_at(&mut back[..len], offset).ok().map(|()| blake3::hash(&back[..len]));
+        let first_left = read_back(&mut back);
+        let mut left = first_left;
+        // Kept before any retry: a kill while retrying must not lose the bytes.
+        self.keep(chunk, left, left_reason(left, &chunk.hash));
         let mut last = first;
         let mut attempts = 1;
         while attempts < WRITE_ATTEMPTS && self.stop.signal().is_none() {
@@ -589,6 +607,7 @@ impl Engine<'_> {
             match wrote {
                 Ok(()) if left == Some(chunk.hash) => {
                     log::warn!("the write at offset {offset} succeeded on attempt {attempts} and read back as written");
+                    self.unkeep();
                     return Ok(());
                 }
                 Ok(()) => last = std::io::Error::other("the retried write completed but read back different"),
@@ -600,47 +619,68 @@ impl Engine<'_> {
             Some(_) => LeftState::Changed,
             None => LeftState::Unreadable,
         };
-        let reason = match state {
-            LeftState::Intact => "write failed; the device still held these bytes (checked)",
-            LeftState::Changed => "write failed and left other bytes (torn write)",
-            LeftState::Unreadable => "write failed; the range could not be read back",
-        };
-        self.keep(chunk, left, reason);
+        if left != first_left {
+            // What the device holds now is what restore must find there.
+            self.keep(chunk, left, left_reason(left, &chunk.hash));
+        }
         Err(Error::WriteFailed { offset, len: len as u64, attempts, cause: last, left: state, rescue: None })
     }
 
-    /// Keeps a copy of a chunk's original bytes, to be saved after the thaw.
+    /// Saves a copy of a chunk's original bytes at once: a kill before the thaw (the
+    /// guardian's, or anyone's) must not take them along. While the state directory's
+    /// filesystem is frozen, into the run directory (moved after the thaw). Saving the
+    /// same chunk again (a retry changed what the device holds) replaces the copy.
     fn keep(&mut self, chunk: &Chunk, left: Option<blake3::Hash>, reason: &str) {
         let data = &chunk.buf[..chunk.len];
-        match &self.cfg.rescue {
-            Some(to) => {
-                let at = self.target.device_offset(chunk.offset, chunk.len as u64).unwrap_or(chunk.offset);
-                self.rescues.push(to.pending(at, data, &chunk.hash, left, reason, chunk.offset));
-            }
-            None => log::error!("no rescue directory: the original bytes at offset {} are not kept", chunk.offset),
+        let Some(to) = &self.cfg.rescue else {
+            log::error!("no rescue directory: the original bytes at offset {} are not kept", chunk.offset);
+            return;
+        };
+        let at = self.target.device_offset(chunk.offset, chunk.len as u64).unwrap_or(chunk.offset);
+        let p = to.pending(at, data, &chunk.hash, left, reason, chunk.offset);
+        let dirs =
+            if self.cfg.journal_on_frozen_fs { vec![crate::freeze_record::run_dir()] } else { rescue::dirs(&to.dir) };
+        let saved = rescue::save_first(&dirs, &p);
+        let mismatch = reason.starts_with("read back");
+        self.rescued.retain(|(r, _)| !matches!((r, &saved), (Ok(a), Ok(b)) if a == b));
+        self.rescued.push((saved, mismatch));
+    }
+
+    /// A retried write verified after all: its copy is not needed.
+    fn unkeep(&mut self) {
+        if let Some((Ok(path), _)) = self.rescued.pop() {
+            let _ = rescue::remove(&path);
         }
     }
 
-    /// Saves the rescue copies kept in this window (after its thaw: the state directory
-    /// may be on the filesystem that was frozen). Returns what the error should add.
-    fn save_rescues(&mut self) -> Option<String> {
+    /// After the window: copies in the run directory move to the state directory (once
+    /// thawed), and the error gets a sentence per copy. When the freeze was lost, a
+    /// differing read-back was the filesystem's own write (its pre-read bytes are older
+    /// than what it wrote): that copy is dropped, and the error names the range instead.
+    fn settle_rescues(&mut self, still_frozen: bool, freeze_lost: bool) -> Option<String> {
         let to = self.cfg.rescue.as_ref()?;
-        let pending = std::mem::take(&mut self.rescues);
-        if pending.is_empty() {
-            return None;
+        let rescued = std::mem::take(&mut self.rescued);
+        let mut lines = Vec::new();
+        for (saved, mismatch) in rescued {
+            match saved.map(|p| p.to_path_buf()) {
+                Ok(path) if freeze_lost && mismatch => {
+                    log::warn!(
+                        "the freeze was lost in this window: the differing read-back is the filesystem's own write; no rescue copy kept"
+                    );
+                    let _ = rescue::remove(&path);
+                }
+                Ok(path) => {
+                    let path = if still_frozen { path } else { rescue::settle_in(&to.dir, &path) };
+                    lines.push(format!(
+                        "The original bytes are saved in {}: once the device is fixed, put them back with `{}`",
+                        path.display(),
+                        rescue::restore_command(&path)
+                    ));
+                }
+                Err(e) => lines.push(e),
+            }
         }
-        let lines: Vec<String> = rescue::save_all(&to.dir, pending)
-            .into_iter()
-            .map(|r| match r {
-                Ok(path) => format!(
-                    "The original bytes are saved in {}: once the device is fixed, put them back with `{}`",
-                    path.display(),
-                    rescue::restore_command(&path)
-                ),
-                Err(e) => e,
-            })
-            .collect();
-        Some(lines.join("; "))
+        (!lines.is_empty()).then(|| lines.join("; "))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -723,10 +763,22 @@ impl Engine<'_> {
             hooks::point("after-write");
             if let Err(e) = wrote {
                 let _ = guard.wrote();
-                // Retried in order: what the verifier holds settles first.
-                let recovered = self
-                    .settle_all(guard, verified_rx, &mut outstanding)
-                    .and_then(|()| self.retry_write(guard, &chunk, e));
+                // Retried in order: what the verifier holds settles first. If that failed,
+                // no retry, but this chunk's bytes are kept all the same.
+                let recovered = match self.settle_all(guard, verified_rx, &mut outstanding) {
+                    Ok(()) => self.retry_write(guard, &chunk, e),
+                    Err(earlier) => {
+                        let mut back = AlignedBuf::new(chunk.len, self.target.mem_align());
+                        let left = self
+                            .target
+                            .read_at(&mut back[..chunk.len], offset)
+                            .ok()
+                            .map(|()| blake3::hash(&back[..chunk.len]));
+                        log::error!("writing {} bytes at offset {offset} failed too: {e}", chunk.len);
+                        self.keep(&chunk, left, left_reason(left, &chunk.hash));
+                        Err(earlier)
+                    }
+                };
                 let len = chunk.len as u64;
                 self.recycle(chunk.buf);
                 match recovered {
@@ -819,6 +871,15 @@ impl Engine<'_> {
     }
 }
 
+/// Why a failed write's copy was kept, from what a read-back found.
+fn left_reason(left: Option<blake3::Hash>, original: &blake3::Hash) -> &'static str {
+    match left {
+        Some(h) if h == *original => "write failed; the device still held these bytes (checked)",
+        Some(_) => "write failed and left other bytes (torn write)",
+        None => "write failed; the range could not be read back",
+    }
+}
+
 /// Reader stage: reads this window's chunks ahead into pool buffers. Returns the bytes
 /// it read.
 fn read_stage(
@@ -883,7 +944,7 @@ fn verify_stage(
     pool: Sender<AlignedBuf>,
     reporter: Result<crate::freeze::Reporter>,
 ) {
-    let mut back = AlignedBuf::new(cfg.chunk_size as usize, target.mem_align());
+    let mut back = AlignedBuf::new(cfg.buffer_bytes() as usize, target.mem_align());
     let mut reporter = reporter;
     for chunk in input {
         let (offset, len) = (chunk.offset, chunk.len);

@@ -155,6 +155,9 @@ impl Error {
             Error::WriteFailed { offset, len, attempts, cause, left, .. } => {
                 Error::WriteFailed { offset, len, attempts, cause, left, rescue: Some(text) }
             }
+            Error::Io { context, offset, source } => {
+                Error::Io { context: format!("{context} ({text})"), offset, source }
+            }
             e => e,
         }
     }

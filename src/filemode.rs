@@ -31,7 +31,7 @@ use crate::cli::RewriteArgs;
 use crate::device::{self, Sysfs};
 use crate::engine::{self, EngineConfig, EngineStats, Planner};
 use crate::error::{Error, Result};
-use crate::freeze::{GuardedFreeze, WritersChecked};
+use crate::freeze::{Batched, GuardedFreeze, WindowGuard, WritersChecked};
 use crate::journal::{self, FileIdentity, Journal, RunRecord};
 use crate::mounts::{self, MountedFs};
 use crate::output::Progress;
@@ -484,6 +484,9 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     let shared: SharedClaims = Arc::default();
     let run_start = Instant::now();
     let mut totals = EngineStats::default();
+    let mut windows = 0;
+    // Journals of files whose window is still open: written after it closes.
+    let mut pending: Vec<Journal> = Vec::new();
     let mut file_reports = Vec::new();
     let mut outcome = Ok(());
     'groups: for (gi, g) in groups.iter().enumerate() {
@@ -493,15 +496,28 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
             &format!("{} ({})", g.device.path.display(), g.fs.mount_point.display()),
         )?;
         let dev = Arc::new(crate::rewrite::open_device(&g.device, true)?);
-        crate::rescue::check_device(&state.path, &g.device.identity, dev.as_ref(), true)?;
+        crate::rescue::check_device(&crate::rescue::dirs(&state.path), &g.device.identity, dev.as_ref(), true)?;
         // One guardian per filesystem, forked while no other thread runs.
         // And nothing else may write its device: a raw writer bypasses the freeze.
-        let mut guard = WritersChecked::new(
-            GuardedFreeze::start(vec![g.fs.clone()], max_freeze)?,
-            g.device.path.clone(),
-            g.device.devices_sharing_bytes(&crate::device::Sysfs::default()),
+        // Small files share windows: one freeze maps and rewrites as many as fit.
+        let mut guard = Batched::new(
+            WritersChecked::new(
+                GuardedFreeze::start(vec![g.fs.clone()], max_freeze)?,
+                g.device.path.clone(),
+                g.device.devices_sharing_bytes(&crate::device::Sysfs::default()),
+            ),
+            pause,
         );
         let state_on_fs = crate::state_dir::on_frozen(&state.path, std::slice::from_ref(&g.fs));
+        if state_on_fs {
+            log::warn!(
+                "the state directory {} is on {}, which is frozen: each file gets windows of its own (journals cannot be opened while it is frozen). A state directory on another filesystem lets small files share windows",
+                state.path.display(),
+                g.fs.mount_point.display()
+            );
+        }
+        let last =
+            planned.iter().enumerate().rfind(|(fi, p)| p.fs == gi && !left_alone.contains_key(fi)).map(|(fi, _)| fi);
         for (fi, p) in planned.iter().enumerate().filter(|(_, p)| p.fs == gi) {
             if let Some(why) = left_alone.get(&fi) {
                 let mut fr = skipped_report(&p.path, "");
@@ -511,6 +527,7 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
                 file_reports.push(fr);
                 continue;
             }
+            guard.more = !state_on_fs && last != Some(fi);
             let (fr, stats, r) = rewrite_file(
                 args,
                 quiet,
@@ -523,24 +540,61 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
                 &mut guard,
                 (chunk_size, pause, rate),
                 (&state.path, state_on_fs),
+                &mut pending,
             );
             add(&mut totals, &stats);
             file_reports.extend(fr);
             if let Err(e) = r {
+                // The file's error comes first.
+                let _ = account(&mut totals, guard.finish());
+                let _ = release_journals(&dev, &mut pending);
+                windows += guard.windows;
+                outcome = Err(e);
+                break 'groups;
+            }
+            if !guard.frozen_now()
+                && let Err(e) = release_journals(&dev, &mut pending)
+            {
+                windows += guard.windows;
                 outcome = Err(e);
                 break 'groups;
             }
             // --rate over the whole run: the windows of each file keep to it; between
-            // files, wait off whatever the run is still ahead by.
+            // files, wait off whatever the run is still ahead by, thawed.
             if let Some(rate) = rate {
                 let due = Duration::from_secs_f64(totals.bytes_written as f64 / rate as f64);
-                stop.sleep(due.saturating_sub(run_start.elapsed()));
+                if due > run_start.elapsed() {
+                    if let Err(e) =
+                        account(&mut totals, guard.finish()).and_then(|()| release_journals(&dev, &mut pending))
+                    {
+                        windows += guard.windows;
+                        outcome = Err(e);
+                        break 'groups;
+                    }
+                    stop.sleep(due.saturating_sub(run_start.elapsed()));
+                }
             }
         }
+        if let Err(e) = account(&mut totals, guard.finish()).and_then(|()| release_journals(&dev, &mut pending)) {
+            outcome = Err(e);
+        }
+        windows += guard.windows;
     }
+    // Freezes, not engine windows: files rewritten in one freeze share it.
+    totals.windows = windows;
     report.results = Some(totals);
     report.files = Some(file_reports);
     outcome
+}
+
+/// Counts a window that the file loop closed (the engine counted the others).
+fn account(t: &mut EngineStats, end: Result<crate::freeze::WindowEnd>) -> Result<()> {
+    let end = end?;
+    let frozen = end.frozen.as_secs_f64();
+    t.total_frozen_seconds += frozen;
+    t.longest_freeze_seconds = t.longest_freeze_seconds.max(frozen);
+    t.windows_overrun += u64::from(end.overran);
+    Ok(())
 }
 
 fn add(t: &mut EngineStats, s: &EngineStats) {
@@ -569,9 +623,10 @@ fn rewrite_file(
     path: &Path,
     g: &FsGroup,
     dev: &Arc<DirectDevice>,
-    guard: &mut WritersChecked<GuardedFreeze>,
+    guard: &mut Batched<WritersChecked<GuardedFreeze>>,
     (chunk_size, pause, rate): (u64, Duration, Option<u64>),
     (state_dir, state_on_fs): (&Path, bool),
+    pending: &mut Vec<Journal>,
 ) -> FileOutcome {
     let fail = |e: Error| (None, EngineStats::default(), Err(e));
     let file = match std::fs::File::open(path) {
@@ -591,7 +646,7 @@ fn rewrite_file(
     // The file as it is now, rounded up to whole blocks of the device.
     let range_end = md.len().div_ceil(align) * align;
     let jpath = state_dir.join(format!("file-{}-{}.journal", identity.dev.replace(':', "_"), identity.ino));
-    let (start, mut journal) = match open_journal(&jpath, &identity, g, chunk_size, range_end) {
+    let (start, mut journal) = match open_journal(&jpath, &identity, g, chunk_size, range_end, guard.frozen_now()) {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
@@ -628,7 +683,7 @@ fn rewrite_file(
     if !quiet {
         log::info!("{}: {} from offset {start}", path.display(), human_bytes(md.len()));
     }
-    if let Err(e) = guard.inner.set_journal(journal.path()) {
+    if let Err(e) = guard.inner.inner.set_journal(journal.path()) {
         return fail(e);
     }
     let mut progress = Progress::new(range_end, start, quiet);
@@ -663,6 +718,9 @@ fn rewrite_file(
     };
     if let Some(why) = &planner.skipped {
         log::warn!("{}: skipped: {why}", path.display());
+    }
+    if journal.is_held() {
+        pending.push(journal);
     }
     (Some(fr), stats, result)
 }
@@ -720,7 +778,16 @@ fn skipped_report(path: &Path, why: &str) -> FileReport {
 /// The file's journal: continues an unfinished run of the same file (same device, inode
 /// and birth time), starts afresh otherwise: a file whose identity changed is planned
 /// again.
-fn open_journal(path: &Path, id: &FileIdentity, g: &FsGroup, chunk_size: u64, end: u64) -> Result<(u64, Journal)> {
+/// A file's journal: the one to resume, or a new one; new ones are started in memory
+/// while a shared window is open (`deferred`), and written after it.
+fn open_journal(
+    path: &Path,
+    id: &FileIdentity,
+    g: &FsGroup,
+    chunk_size: u64,
+    end: u64,
+    deferred: bool,
+) -> Result<(u64, Journal)> {
     let resumable = journal::read(path)?.filter(|r| {
         !r.finished
             && r.done_offset < end
@@ -742,7 +809,20 @@ fn open_journal(path: &Path, id: &FileIdentity, g: &FsGroup, chunk_size: u64, en
         started_at: now_rfc3339(),
         file: Some(id.clone()),
     };
-    Ok((0, Journal::create(path, run)?))
+    if deferred { Ok((0, Journal::create_deferred(path, run))) } else { Ok((0, Journal::create(path, run)?)) }
+}
+
+/// After a shared window closed: the device is flushed, then the journals of the files
+/// rewritten in it are written (a `done` record never reaches the disk before the data).
+fn release_journals(dev: &DirectDevice, pending: &mut Vec<Journal>) -> Result<()> {
+    if pending.is_empty() {
+        return Ok(());
+    }
+    dev.flush().map_err(|e| Error::io("flushing the device's write cache", e))?;
+    for mut j in pending.drain(..) {
+        j.set_hold(false)?;
+    }
+    Ok(())
 }
 
 fn describe(groups: &[FsGroup], planned: &[Planned], max_freeze: Duration) -> String {

@@ -8,7 +8,7 @@
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 
@@ -71,6 +71,16 @@ pub trait WindowGuard {
     /// Called before each chunk's write: checks that may stop the run mid-window.
     fn recheck(&mut self) -> Result<()> {
         Ok(())
+    }
+    /// Ends a window in which the engine finished all it was asked to do. A guard that
+    /// batches several targets into one window may keep it open for the next one.
+    fn end_complete(&mut self) -> Result<WindowEnd> {
+        self.end()
+    }
+    /// Whether a window is still open after `end_complete` (the filesystems are still
+    /// frozen: nothing may be written to them, and held output stays held).
+    fn frozen_now(&self) -> bool {
+        false
     }
 }
 
@@ -390,6 +400,104 @@ impl Drop for GuardedFreeze {
             // EXIT also thaws anything still frozen (a panic mid-window).
             g.shutdown();
         }
+    }
+}
+
+/// Batches the windows of several engine runs (file mode: one run per file) into shared
+/// freezes. When a run finishes its file with time to spare, the window stays open for
+/// the next file, mapped and rewritten in the same freeze; it closes when the time left
+/// is under a third of the deadline, when the engine ends a window for any other reason,
+/// or when [`Batched::finish`] is called. Every window is still the guardian's, with its
+/// deadline and bound: the guardian grants no write past it, whoever asks.
+pub struct Batched<G: WindowGuard> {
+    pub inner: G,
+    /// When the open window froze.
+    open: Option<Instant>,
+    /// Whether another target follows (set by the caller before each run).
+    pub more: bool,
+    /// Thawed time between windows (`--pause`).
+    pause: Duration,
+    last_thaw: Option<Instant>,
+    /// Real freezes so far.
+    pub windows: u64,
+}
+
+impl<G: WindowGuard> Batched<G> {
+    pub fn new(inner: G, pause: Duration) -> Batched<G> {
+        Batched { inner, open: None, more: false, pause, last_thaw: None, windows: 0 }
+    }
+
+    /// Ends the open window, if any (thaws). Safe to call at any time.
+    pub fn finish(&mut self) -> Result<WindowEnd> {
+        if self.open.take().is_none() {
+            return Ok(WindowEnd::default());
+        }
+        let end = self.inner.end();
+        self.last_thaw = Some(Instant::now());
+        // What the engine held back while the window stayed open goes out now.
+        crate::output::release();
+        if crate::sys::leave_window() {
+            log::info!("continued after a stop (SIGTSTP) that waited for the window to end");
+        }
+        end
+    }
+
+    fn left(&self) -> Option<Duration> {
+        let d = self.inner.deadline()?;
+        Some(self.open.map_or(d, |t| d.saturating_sub(t.elapsed())))
+    }
+}
+
+impl<G: WindowGuard> WindowGuard for Batched<G> {
+    fn freezes(&self) -> bool {
+        self.inner.freezes()
+    }
+    /// In an open window, what is left of it.
+    fn deadline(&self) -> Option<Duration> {
+        self.left()
+    }
+    fn begin(&mut self) -> Result<()> {
+        if self.open.is_some() {
+            return Ok(());
+        }
+        if let Some(t) = self.last_thaw {
+            std::thread::sleep(self.pause.saturating_sub(t.elapsed()));
+        }
+        self.inner.begin()?;
+        self.open = Some(Instant::now());
+        self.windows += 1;
+        Ok(())
+    }
+    fn may_write(&mut self) -> Result<bool> {
+        self.inner.may_write()
+    }
+    fn wrote(&mut self) -> Result<()> {
+        self.inner.wrote()
+    }
+    fn reporter(&self) -> Result<Reporter> {
+        self.inner.reporter()
+    }
+    fn recheck(&mut self) -> Result<()> {
+        self.inner.recheck()
+    }
+    fn end(&mut self) -> Result<WindowEnd> {
+        self.finish()
+    }
+    fn end_complete(&mut self) -> Result<WindowEnd> {
+        let full = self.inner.deadline().unwrap_or_default();
+        if self.more && self.open.is_some() && self.left().is_some_and(|l| l > full / 3) {
+            return Ok(WindowEnd::default());
+        }
+        self.finish()
+    }
+    fn frozen_now(&self) -> bool {
+        self.open.is_some()
+    }
+}
+
+impl<G: WindowGuard> Drop for Batched<G> {
+    fn drop(&mut self) {
+        let _ = self.finish();
     }
 }
 

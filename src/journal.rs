@@ -139,6 +139,8 @@ pub struct Replay {
     carried: Vec<Record>,
     /// Times the guardian killed reseq in this run (a window outlasted its bound).
     pub guardian_kills: Vec<GuardianKill>,
+    /// The last record is the guardian's kill: the run ended with a write outstanding.
+    pub killed_last: bool,
 }
 
 pub fn encode(rec: &Record) -> String {
@@ -172,6 +174,7 @@ pub fn replay(text: &str) -> Replay {
             continue;
         };
         let trusted = r.damage.is_none();
+        r.killed_last = matches!(rec, Record::GuardianKilled(_));
         if !trusted && matches!(rec, Record::Finished | Record::GuardianKilled(_)) {
             r.carried.push(rec.clone());
         }
@@ -307,6 +310,8 @@ fn replace_atomically(path: &Path, text: &str) -> std::io::Result<()> {
 /// An open journal, appending.
 pub struct Journal {
     file: Option<File>,
+    /// A journal not yet on disk ([`Journal::create_deferred`]): its first record.
+    unborn: Option<String>,
     path: PathBuf,
     /// Records held back while the state directory's filesystem is frozen.
     held: Vec<String>,
@@ -326,6 +331,19 @@ impl Journal {
         Journal::append_to(path)
     }
 
+    /// As [`Journal::create`], but nothing touches the disk until the hold is released:
+    /// file mode starts the journals of the files that share a freeze window this way,
+    /// so that the window is not spent on their fsyncs.
+    pub fn create_deferred(path: &Path, run: RunRecord) -> Journal {
+        Journal {
+            file: None,
+            unborn: Some(encode(&Record::Run(Box::new(run)))),
+            path: path.to_path_buf(),
+            held: Vec::new(),
+            hold: true,
+        }
+    }
+
     /// Opens an existing journal to continue it, repairing it first if a line is damaged
     /// (appending after a damaged line would leave every new record unread).
     pub fn append_to(path: &Path) -> Result<Journal> {
@@ -336,12 +354,12 @@ impl Journal {
             .append(true)
             .open(path)
             .map_err(|e| Error::io(format!("opening journal {}", path.display()), e))?;
-        Ok(Journal { file: Some(file), path: path.to_path_buf(), held: Vec::new(), hold: false })
+        Ok(Journal { file: Some(file), unborn: None, path: path.to_path_buf(), held: Vec::new(), hold: false })
     }
 
     /// A journal that records nothing (dry runs, simulations without state).
     pub fn none() -> Journal {
-        Journal { file: None, path: PathBuf::new(), held: Vec::new(), hold: false }
+        Journal { file: None, unborn: None, path: PathBuf::new(), held: Vec::new(), hold: false }
     }
 
     pub fn path(&self) -> &Path {
@@ -351,6 +369,16 @@ impl Journal {
     /// While held, records stay in memory (the journal's filesystem is frozen).
     pub fn set_hold(&mut self, hold: bool) -> Result<()> {
         self.hold = hold;
+        if !hold && let Some(first) = self.unborn.take() {
+            let text = first + &std::mem::take(&mut self.held).concat();
+            let ctx = |e| Error::io(format!("creating journal {}", self.path.display()), e);
+            if let Some(dir) = self.path.parent() {
+                std::fs::create_dir_all(dir).map_err(ctx)?;
+            }
+            replace_atomically(&self.path, &text).map_err(ctx)?;
+            self.file = Some(OpenOptions::new().append(true).open(&self.path).map_err(ctx)?);
+            return Ok(());
+        }
         if !hold && !self.held.is_empty() {
             let text = std::mem::take(&mut self.held).concat();
             self.write(&text, true)?;
@@ -372,7 +400,7 @@ impl Journal {
 
     fn append(&mut self, rec: &Record, durable: bool) -> Result<()> {
         let line = encode(rec);
-        if self.hold {
+        if self.hold || self.unborn.is_some() {
             self.held.push(line);
             Ok(())
         } else {
@@ -393,7 +421,12 @@ impl Journal {
     /// Makes every record so far durable (one fsync for a batch of chunks). While held,
     /// this happens when the hold is released.
     pub fn commit(&mut self) -> Result<()> {
-        if self.hold { Ok(()) } else { self.write("", true) }
+        if self.hold || self.unborn.is_some() { Ok(()) } else { self.write("", true) }
+    }
+
+    /// Whether records wait in memory for [`Journal::set_hold`]`(false)`.
+    pub fn is_held(&self) -> bool {
+        self.hold || self.unborn.is_some()
     }
 
     pub fn finished(&mut self) -> Result<()> {

@@ -27,8 +27,10 @@ pub enum Start {
         done: u64,
         /// Everything before this offset is done.
         done_offset: u64,
-        /// The chunk that was being written when it stopped: (offset, length, pre-write blake3).
+        /// The chunks begun and not done when it stopped: (offset, length, pre-write blake3).
         in_flight: Vec<(u64, u64, String)>,
+        /// It stopped because its guardian killed it with a write outstanding.
+        killed_mid_write: bool,
         started_at: String,
     },
 }
@@ -440,6 +442,17 @@ fn decide_start(
     if let Some(d) = &r.damage {
         warnings.push(d.describe(path));
     }
+    if r.run.is_none()
+        && let Some(d) = &r.damage
+        && !args.restart
+    {
+        // Without its first record nothing says what the last run did, nor which chunks
+        // it left in flight.
+        return Err(Error::refused(
+            format!("the journal's first record is damaged: {}", d.describe(path)),
+            "pass --restart to discard it and start over (the chunks a crashed run left in flight are then not checked)",
+        ));
+    }
     let Some(run) = r.run.filter(|_| !r.finished) else {
         if args.resume {
             log::info!("the last run of {} finished: starting a new run", dev.path.display());
@@ -462,7 +475,7 @@ fn decide_start(
                 run.chunks_total,
                 run.started_at
             ),
-            match crate::rescue::pending(path.parent().unwrap_or(Path::new(".")), &dev.identity) {
+            match crate::rescue::pending(&crate::rescue::dirs(path.parent().unwrap_or(Path::new("."))), &dev.identity) {
                 Some(copy) => format!(
                     "pass --resume to continue it, or --restart to start over; either checks the rescue copy first: {copy}"
                 ),
@@ -488,7 +501,13 @@ fn decide_start(
             .push(format!("resuming with the journal's chunk size of {}", units::human_bytes(run.chunk_size_bytes)));
     }
     warnings.extend(journal::describe_guardian_kills(&r.guardian_kills));
-    Ok(Start::Resume { done: r.done, done_offset: r.done_offset, in_flight: r.in_flight, started_at: run.started_at })
+    Ok(Start::Resume {
+        done: r.done,
+        done_offset: r.done_offset,
+        in_flight: r.in_flight,
+        killed_mid_write: r.killed_last,
+        started_at: run.started_at,
+    })
 }
 
 #[cfg(test)]

@@ -90,7 +90,15 @@ impl RescueTo {
 }
 
 pub fn file_name(identity: &DeviceIdentity, offset: u64, blake3: &str) -> String {
-    format!("rescue-{}-{offset}-{}.bin", identity.name, &blake3[..16.min(blake3.len())])
+    // The identity's hash tells apart two devices that had the same name.
+    let id = blake3::hash(serde_json::to_string(identity).unwrap_or_default().as_bytes()).to_hex();
+    format!("rescue-{}-{offset}-{}-{}.bin", identity.name, &blake3[..16.min(blake3.len())], &id[..8])
+}
+
+/// Where rescue copies are looked for: the state directory, and the run directory that
+/// takes them when the state directory cannot (full, read-only, frozen).
+pub fn dirs(state_dir: &Path) -> Vec<PathBuf> {
+    vec![state_dir.to_path_buf(), crate::freeze_record::run_dir()]
 }
 
 /// Writes `p` into `dir` (atomically: a unique temporary name, fsync, rename, fsync of
@@ -113,35 +121,54 @@ pub fn save(dir: &Path, p: &Pending) -> std::io::Result<PathBuf> {
     Ok(path)
 }
 
-/// Saves every pending copy: into `dir`, or, if that fails (a full or read-only state
-/// directory), into the run directory. Returns a line per copy for the error message.
-pub fn save_all(dir: &Path, pending: Vec<Pending>) -> Vec<std::result::Result<PathBuf, String>> {
-    pending
-        .into_iter()
-        .map(|p| match save(dir, &p) {
-            Ok(path) => Ok(path),
-            Err(e) => {
-                let fallback = crate::freeze_record::run_dir();
-                match save(&fallback, &p) {
-                    Ok(path) => {
-                        log::error!(
-                            "could not save the rescue copy in {} ({e}); saved it in {} instead (a tmpfs: copy it somewhere lasting before a reboot)",
-                            dir.display(),
-                            path.display()
-                        );
-                        Ok(path)
-                    }
-                    Err(e2) => Err(format!(
-                        "the rescue copy of device bytes {}..{} (blake3 {}) could not be saved ({e}; and in {}: {e2}): restore those bytes from a backup",
-                        p.header.offset,
-                        p.header.offset + p.header.len,
-                        p.header.blake3,
-                        fallback.display()
-                    )),
+/// Saves a copy into the first of `dirs` that takes it. Returns the path, or a sentence
+/// saying it could not be saved anywhere.
+pub fn save_first(dirs: &[PathBuf], p: &Pending) -> std::result::Result<PathBuf, String> {
+    let mut errors = Vec::new();
+    for dir in dirs {
+        match save(dir, p) {
+            Ok(path) => {
+                if !errors.is_empty() {
+                    log::error!(
+                        "the rescue copy could not be saved in {} ({}): saved in {} instead",
+                        dirs[0].display(),
+                        errors.join("; "),
+                        path.display()
+                    );
                 }
+                return Ok(path);
             }
-        })
-        .collect()
+            Err(e) => errors.push(format!("{}: {e}", dir.display())),
+        }
+    }
+    Err(format!(
+        "the rescue copy of device bytes {}..{} (blake3 {}) could not be saved ({}): restore those bytes from a backup",
+        p.header.offset,
+        p.header.offset + p.header.len,
+        p.header.blake3,
+        errors.join("; ")
+    ))
+}
+
+/// Moves a copy saved in the run directory (a tmpfs, lost at reboot) into the state
+/// directory, once that can be written. Returns where it is now.
+pub fn settle_in(state_dir: &Path, path: &Path) -> PathBuf {
+    if path.parent() == Some(state_dir) {
+        return path.to_path_buf();
+    }
+    match load(path).map(|(header, data)| Pending { header, data }) {
+        Ok(p) => match save(state_dir, &p) {
+            Ok(new) => {
+                let _ = remove(path);
+                new
+            }
+            Err(e) => {
+                log::warn!("the rescue copy stays in {} (a tmpfs: copy it before a reboot): {e}", path.display());
+                path.to_path_buf()
+            }
+        },
+        Err(_) => path.to_path_buf(),
+    }
 }
 
 /// Reads a rescue file and checks its bytes against the blake3 its header names.
@@ -167,8 +194,14 @@ pub fn load(path: &Path) -> Result<(RescueHeader, Vec<u8>)> {
         return Err(bad("wrong magic"));
     }
     let data = bytes[HEADER_BYTES..].to_vec();
-    if data.len() as u64 != header.len {
-        return Err(bad(&format!("{} bytes of data, the header says {}", data.len(), header.len)));
+    if data.len() as u64 != header.len || header.len == 0 || header.len > 1 << 30 || !header.offset.is_multiple_of(512)
+    {
+        return Err(bad(&format!(
+            "{} bytes of data at offset {}, the header says {}",
+            data.len(),
+            header.offset,
+            header.len
+        )));
     }
     if blake3::hash(&data).to_hex().as_str() != header.blake3 {
         return Err(Error::refused(
@@ -183,18 +216,18 @@ pub fn load(path: &Path) -> Result<(RescueHeader, Vec<u8>)> {
     Ok((header, data))
 }
 
-/// The rescue files in `dir` that belong to the device `identity`.
-pub fn list_for(dir: &Path, identity: &DeviceIdentity) -> Vec<(PathBuf, RescueHeader)> {
-    let prefix = format!("rescue-{}-", identity.name);
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
-    let mut out: Vec<(PathBuf, RescueHeader)> = entries
-        .flatten()
-        .map(|e| e.path())
+/// The rescue files in `dirs` that belong to the device `identity`, under whatever name
+/// it had when they were made.
+pub fn list_for(dirs: &[PathBuf], identity: &DeviceIdentity) -> Vec<(PathBuf, RescueHeader)> {
+    let mut out: Vec<(PathBuf, RescueHeader)> = dirs
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|entries| entries.flatten().map(|e| e.path()))
         .filter(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".bin"))
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("rescue-") && n.ends_with(".bin"))
         })
         .filter_map(|p| read_header(&p).map(|h| (p, h)))
-        .filter(|(_, h)| h.identity == *identity)
+        .filter(|(_, h)| h.identity.same_device(identity) && h.len > 0)
         .collect();
     out.sort_by_key(|(_, h)| h.offset);
     out
@@ -215,12 +248,12 @@ fn read_header(path: &Path) -> Option<RescueHeader> {
 /// write left has been written since by the filesystem, as it may: the copy is older
 /// than that data, so it is kept for reference, with a warning, and does not stop the run.
 pub fn check_device(
-    dir: &Path,
+    dirs: &[PathBuf],
     identity: &DeviceIdentity,
     target: &dyn crate::target::BlockTarget,
     mounted: bool,
 ) -> Result<()> {
-    for (path, h) in list_for(dir, identity) {
+    for (path, h) in list_for(dirs, identity) {
         let now = range_hash(target, h.offset, h.len)?.to_hex().to_string();
         if mounted && now != h.blake3 && h.left_blake3.as_ref().is_some_and(|l| *l != now) {
             log::warn!(
@@ -263,8 +296,8 @@ pub fn check_device(
 }
 
 /// What to tell about the device's first rescue copy, if there is one.
-pub fn pending(dir: &Path, identity: &DeviceIdentity) -> Option<String> {
-    let (path, h) = list_for(dir, identity).into_iter().next()?;
+pub fn pending(dirs: &[PathBuf], identity: &DeviceIdentity) -> Option<String> {
+    let (path, h) = list_for(dirs, identity).into_iter().next()?;
     Some(format!(
         "device bytes {}..{} ({}) have a rescue copy; `{}` puts it back",
         h.offset,
@@ -331,10 +364,14 @@ mod tests {
         let (header, back) = load(&path).unwrap();
         assert_eq!(back, data);
         assert_eq!(header.offset, 65536);
-        assert_eq!(list_for(dir.path(), &identity()).len(), 1);
+        let dirs = [dir.path().to_path_buf()];
+        assert_eq!(list_for(&dirs, &identity()).len(), 1);
+        let mut renamed = identity();
+        (renamed.name, renamed.dev) = ("loop3".into(), "7:3".into());
+        assert_eq!(list_for(&dirs, &renamed).len(), 1, "the same backing file under another loop number");
         let mut other = identity();
         other.size_bytes += 1;
-        assert!(list_for(dir.path(), &other).is_empty(), "another device's copies are not listed");
+        assert!(list_for(&dirs, &other).is_empty(), "another device's copies are not listed");
         // A flipped data byte is caught.
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[HEADER_BYTES + 5] ^= 1;

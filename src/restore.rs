@@ -78,8 +78,10 @@ pub fn run(args: &RestoreArgs) -> Result<RestoreSummary> {
     }
     crate::plan::check_privileges()?;
     let sysfs = Sysfs::default();
-    let dev = device::inspect(Path::new(&h.device_path), &sysfs)?;
-    if dev.identity != h.identity {
+    let path = args.device.clone().unwrap_or_else(|| h.device_path.clone().into());
+    summary.device = path.display().to_string();
+    let dev = device::inspect(&path, &sysfs)?;
+    if !dev.identity.same_device(&h.identity) {
         return Err(Error::refused(
             format!(
                 "{} is not the device this copy came from (copy: {}, device now: {})",
@@ -87,9 +89,12 @@ pub fn run(args: &RestoreArgs) -> Result<RestoreSummary> {
                 serde_json::to_string(&h.identity).unwrap_or_default(),
                 serde_json::to_string(&dev.identity).unwrap_or_default()
             ),
-            "attach or name the same device (loop and NVMe numbers can change between boots), then run restore again",
+            "name the same device where it is now with --device (loop and NVMe numbers can change between boots)",
         ));
     }
+    // No rewrite (nor another restore) of this device meanwhile.
+    let dir = args.rescue.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let _lock = crate::state_dir::lock_device(dir, &dev.identity.name, &path.display().to_string())?;
     if dev.read_only {
         return Err(Error::refused(format!("{} is read-only", h.device_path), "make it writable (blockdev --setrw)"));
     }
@@ -152,7 +157,10 @@ fn write_frozen(
     // Frozen now: what is there cannot change under us any more; check it again.
     let outcome = refuse_if_changed(target, h, force).and_then(|()| {
         if !guard.may_write()? {
-            return Err(Error::Internal("the freeze window ended before the restore's write".into()));
+            return Err(Error::refused(
+                "the freeze window ended before the restore could write (was reseq restore stopped or stalled?): nothing was written, the rescue copy is kept",
+                "run reseq restore again",
+            ));
         }
         let wrote = target.write_at(&buf[..len], h.offset);
         let mut back = AlignedBuf::new(len, target.mem_align());

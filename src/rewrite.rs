@@ -203,12 +203,12 @@ fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
 /// Re-reads the chunks an interrupted run had begun and not finished, and compares each
 /// with the blake3 it had been read with.
 fn reverify_in_flight(target: &dyn BlockTarget, plan: &RewritePlan) -> Result<Option<String>> {
-    let Start::Resume { in_flight, .. } = &plan.start else {
+    let Start::Resume { in_flight, killed_mid_write, .. } = &plan.start else {
         return Ok(None);
     };
     let mut outcome = None;
     for (offset, len, expected) in in_flight {
-        let changed = reverify_chunk(target, plan, *offset, *len as usize, expected)?;
+        let changed = reverify_chunk(target, plan, *offset, *len as usize, expected, *killed_mid_write)?;
         if changed || outcome.is_none() {
             outcome = Some(if changed { "changed" } else { "intact" }.to_string());
         }
@@ -223,6 +223,7 @@ fn reverify_chunk(
     offset: u64,
     len: usize,
     expected: &str,
+    killed_mid_write: bool,
 ) -> Result<bool> {
     let chunk = offset / plan.engine.chunk_size;
     let mut buf = AlignedBuf::new(len, target.mem_align());
@@ -231,6 +232,16 @@ fn reverify_chunk(
     if now == *expected {
         log::info!("chunk {chunk} (offset {offset}), in flight when the last run stopped, is intact");
         Ok(false)
+    } else if plan.needs_freeze() && killed_mid_write {
+        // A write that stalled past the bound is a failing device's sign; it may have
+        // torn, and nothing kept its bytes (reseq was killed before the write returned).
+        Err(Error::refused(
+            format!(
+                "chunk {chunk} (device bytes {offset}..{}) was being written when the guardian killed reseq (the write stalled past the freeze bound, often a failing device), and it changed since (blake3 now {now}, the journal's {expected}): either the mounted filesystem wrote there after the thaw, or the write tore. reseq cannot tell which",
+                offset + len as u64
+            ),
+            "check the device's health (dmesg, smartctl) and the filesystem (fsck -n, the application's own checks); once satisfied, --restart starts over",
+        ))
     } else if plan.needs_freeze() {
         log::info!(
             "chunk {chunk} (offset {offset}) changed since the last run stopped: the mounted filesystem wrote there after the thaw, as it may"
@@ -310,7 +321,12 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
     let target = open_target(plan)?;
     let _claims = claim_unmounted_partitions(plan)?;
     if let Some(to) = &plan.engine.rescue {
-        crate::rescue::check_device(&to.dir, &plan.device.identity, &target, plan.needs_freeze())?;
+        crate::rescue::check_device(
+            &crate::rescue::dirs(&to.dir),
+            &plan.device.identity,
+            &target,
+            plan.needs_freeze(),
+        )?;
     }
     report.in_flight_reverify = reverify_in_flight(&target, plan)?;
 

@@ -531,3 +531,39 @@ fn dry_run_plans_each_file_and_touches_nothing() {
     assert_eq!(bytes_written_to(&lo.path), before, "a dry run wrote");
     assert!(!env.state_dir().exists());
 }
+
+/// Small files share freezes: 300 files of 40 KiB in a handful of windows instead of
+/// 300, each window within its bound, every file intact. With the state directory on
+/// the frozen filesystem (journals cannot be opened while it is frozen), each file gets
+/// windows of its own, and the run says why.
+#[test]
+fn small_files_share_freeze_windows() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("batch", 128 * MIB, "ext4");
+    std::fs::create_dir_all(mnt.dir.join("many")).unwrap();
+    std::fs::create_dir_all(mnt.dir.join("few")).unwrap();
+    let files = fill_files(&mnt.dir.join("many"), 300, 40 << 10, 61);
+    let args = ["rewrite", "--json", "--max-freeze", "500ms", "--max-overruns", "1000"];
+    let out = output(env.reseq().args(args).arg(mnt.dir.join("many")));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json_report(&out);
+    let windows = r["results"]["windows"].as_u64().unwrap();
+    assert!((1..=10).contains(&windows), "300 small files in {windows} freezes");
+    assert!(r["results"]["longest_freeze_seconds"].as_f64().unwrap() <= 1.0, "within the bound: {}", r["results"]);
+    let rewritten: u64 = r["files"].as_array().unwrap().iter().map(|f| f["bytes_rewritten"].as_u64().unwrap()).sum();
+    assert_eq!(rewritten, 300 * (40 << 10), "every file rewritten in full");
+    // The state directory on the frozen filesystem: a window (at least) per file.
+    let few = fill_files(&mnt.dir.join("few"), 12, 40 << 10, 62);
+    let out = output(env.reseq().args(args).arg(mnt.dir.join("few")).env("RESEQ_STATE_DIR", mnt.dir.join("state")));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(json_report(&out)["results"]["windows"].as_u64().unwrap() >= 12);
+    assert!(stderr(&out).contains("each file gets windows of its own"), "{}", stderr(&out));
+    drop_caches();
+    assert_files_intact(&files);
+    assert_files_intact(&few);
+    mnt.unmount().unwrap();
+    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+}
