@@ -372,6 +372,14 @@ mod tests {
         let mut other = identity();
         other.size_bytes += 1;
         assert!(list_for(&dirs, &other).is_empty(), "another device's copies are not listed");
+        // A crafted header with no bytes is not a rescue file (and no panic).
+        let mut empty = p.header.clone();
+        empty.len = 0;
+        let empty_path = dir.path().join("rescue-empty.bin");
+        let head = serde_json::to_string(&empty).unwrap();
+        std::fs::write(&empty_path, format!("{head}{}\n", " ".repeat(HEADER_BYTES - 1 - head.len()))).unwrap();
+        assert!(matches!(load(&empty_path), Err(Error::Usage(_))));
+        assert_eq!(list_for(&dirs, &identity()).len(), 1, "not listed either");
         // A flipped data byte is caught.
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[HEADER_BYTES + 5] ^= 1;

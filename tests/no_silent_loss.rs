@@ -664,3 +664,219 @@ fn file_mode_rescues_a_torn_write_in_a_file() {
     mnt.unmount().unwrap();
     run_cmd(std::process::Command::new("e2fsck").args(["-f", "-n"]).arg(&d.lo.path)).unwrap();
 }
+
+// ---- found by a hostile review ----
+
+/// Every range of the image that differs from the original is covered by a rescue copy
+/// (by device offset); restoring them all gives back the original image.
+fn restore_all_and_compare(env: &TestEnv, d: &FaultDevice, original: &[u8]) {
+    let now = std::fs::read(&d.image).unwrap();
+    let copies: Vec<(std::path::PathBuf, reseq::rescue::RescueHeader)> =
+        rescue_files_in(&[env.state_dir(), env.run_dir()])
+            .into_iter()
+            .map(|p| (p.clone(), reseq::rescue::load(&p).unwrap().0))
+            .collect();
+    for (i, (a, b)) in now.chunks(512).zip(original.chunks(512)).enumerate() {
+        let at = i as u64 * 512;
+        if a != b {
+            assert!(
+                copies.iter().any(|(_, h)| h.offset <= at && at < h.offset + h.len),
+                "bytes at {at} differ and no rescue copy covers them: {copies:?}"
+            );
+        }
+    }
+    for (p, _) in &copies {
+        let out = restore(env, p);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    assert_same("the image after restoring every copy", &std::fs::read(&d.image).unwrap(), original);
+}
+
+fn rescue_files_in(dirs: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
+    let mut v = Vec::new();
+    for d in dirs {
+        if let Ok(r) = std::fs::read_dir(d) {
+            v.extend(
+                r.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("rescue-")),
+            );
+        }
+    }
+    v
+}
+
+/// A read-back that differs at one chunk and a torn write at the next, written while the
+/// first was being read back: both are rescued, whatever the order they are seen in.
+#[test]
+fn a_torn_write_right_after_a_differing_read_back_is_rescued_too() {
+    if !ready() {
+        return;
+    }
+    for attempt in 0..3 {
+        let env = TestEnv::new();
+        let d = fault_loop_device(&env, &format!("two{attempt}"), 16 * MIB, 41, None);
+        let original = std::fs::read(&d.image).unwrap();
+        d.fs.add(Fault::new(FaultKind::AlterWrite, 5 * MIB + 4096, 512));
+        d.fs.add(Fault::new(FaultKind::TearWrite, 6 * MIB + 65536, 65536));
+        let out = rewrite(&env, &d, &[]);
+        assert_eq!(out.status.code(), Some(5));
+        d.fs.clear();
+        restore_all_and_compare(&env, &d, &original);
+    }
+}
+
+/// The device comes back under another name (loop and NVMe numbers change): its rescue
+/// copy still stops every run on it, and restore takes it with --device.
+#[test]
+fn a_rescue_copy_follows_its_device_under_another_name() {
+    if !ready() {
+        return;
+    }
+    let env = TestEnv::new();
+    let mut d = fault_loop_device(&env, "renamed", 16 * MIB, 42, None);
+    let original = std::fs::read(&d.image).unwrap();
+    d.fs.add(Fault::new(FaultKind::TearWrite, 5 * MIB, 8192));
+    assert_eq!(rewrite(&env, &d, &[]).status.code(), Some(4));
+    d.fs.clear();
+    let rescue = rescue_files(&env).pop().expect("a rescue copy");
+    // Detach, let another image take the number, attach the same disk again.
+    let old = d.lo.path.clone();
+    run_cmd(std::process::Command::new("losetup").arg("-d").arg(&old)).unwrap();
+    let dummy_img = env.path("dummy");
+    std::fs::write(&dummy_img, vec![0u8; MIB as usize]).unwrap();
+    let out = run_cmd(std::process::Command::new("losetup").arg("--show").arg(&old).arg(&dummy_img)).unwrap();
+    d.lo.path = std::path::PathBuf::from(out.trim()); // the struct now detaches the dummy
+    let again =
+        run_cmd(std::process::Command::new("losetup").args(["--direct-io=off", "--find", "--show"]).arg(d.fs.disk()))
+            .unwrap();
+    let again = LoopDevice { path: std::path::PathBuf::from(again.trim()), image: d.fs.disk() };
+    assert_ne!(again.path, old);
+    let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&again.path));
+    assert_eq!(out.status.code(), Some(3), "a run on the renamed device refuses: {}", stderr(&out));
+    assert!(stderr(&out).contains(&rescue.display().to_string()), "{}", stderr(&out));
+    let out = restore(&env, &rescue);
+    assert_eq!(out.status.code(), Some(3), "{old:?} is another device now");
+    assert!(stderr(&out).contains("--device"), "{}", stderr(&out));
+    let out = output(env.reseq().args(["restore", "--device"]).arg(&again.path).arg(&rescue));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_same("the image", &std::fs::read(&d.image).unwrap(), &original);
+    drop(again);
+}
+
+/// Killed right after a torn write (before the thaw's housekeeping): the copy was saved
+/// before any retry, so it is there, and the resume refuses until it is restored.
+#[test]
+fn a_kill_right_after_a_torn_write_keeps_the_rescue_copy() {
+    if !ready() {
+        return;
+    }
+    let env = TestEnv::new();
+    let d = fault_loop_device(&env, "killtorn", 16 * MIB, 43, None);
+    let original = std::fs::read(&d.image).unwrap();
+    d.fs.add(Fault::new(FaultKind::TearWrite, 5 * MIB, 8192));
+    let out = output(
+        env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&d.lo.path).env("RESEQ_FAULTS", "kill@after-thaw#1"),
+    );
+    assert_eq!(out.status.code(), None, "killed");
+    let rescue = rescue_files(&env).pop().expect("the copy survived the kill");
+    d.fs.clear();
+    let out = rewrite(&env, &d, &["--resume"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&format!("reseq restore {}", rescue.display())), "{}", stderr(&out));
+    restore_all_and_compare(&env, &d, &original);
+    assert_eq!(rewrite(&env, &d, &["--resume"]).status.code(), Some(0));
+}
+
+/// A state directory that fills up during the run: the copy goes to the run directory,
+/// and later runs find it there.
+#[test]
+fn a_rescue_copy_in_the_run_dir_is_found_by_later_runs() {
+    if !ready() {
+        return;
+    }
+    let env = TestEnv::new();
+    let d = fault_loop_device(&env, "fullstate", 16 * MIB, 44, None);
+    let original = std::fs::read(&d.image).unwrap();
+    let state = tmpfs(&env.path("small-state"), "size=4m");
+    d.fs.add(Fault::new(FaultKind::TearWrite, 5 * MIB, 8192));
+    let child = spawn_captured(
+        env.reseq()
+            .args(["rewrite", "--chunk-size", "1M"])
+            .arg(&d.lo.path)
+            .env("RESEQ_STATE_DIR", &state.dir)
+            .env("RESEQ_FAULTS", "delay@before-write#1=1500"),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Fill it (the run checked it had room, then it filled up).
+    let _ = std::process::Command::new("dd")
+        .args(["if=/dev/zero", "bs=64k"])
+        .arg(format!("of={}/filler", state.dir.display()))
+        .output();
+    let out = wait_captured(child);
+    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+    let copies = rescue_files_in(&[env.run_dir()]);
+    assert_eq!(copies.len(), 1, "the copy went to the run dir");
+    let _ = std::fs::remove_file(state.dir.join("filler"));
+    d.fs.clear();
+    let out = output(
+        env.reseq()
+            .args(["rewrite", "--restart", "--chunk-size", "1M"])
+            .arg(&d.lo.path)
+            .env("RESEQ_STATE_DIR", &state.dir),
+    );
+    assert_eq!(out.status.code(), Some(3), "--restart refuses too: {}", stderr(&out));
+    restore_all_and_compare(&env, &d, &original);
+}
+
+/// The journal's first record (the run) damaged: the resume refuses (it cannot tell what
+/// the last run did); --restart starts over.
+#[test]
+fn a_damaged_first_journal_record_needs_restart() {
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("jfirst", 16 * MIB, 45);
+    let before = hash_path(&lo.path).unwrap();
+    let out = output(
+        env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path).env("RESEQ_FAULTS", "write-error@10M"),
+    );
+    assert_eq!(out.status.code(), Some(4));
+    let jpath = env.state_dir().join(format!("device-{}.journal", lo.name()));
+    let mut bytes = std::fs::read(&jpath).unwrap();
+    bytes[3] = if bytes[3] == b'0' { b'1' } else { b'0' };
+    std::fs::write(&jpath, bytes).unwrap();
+    for extra in [&["--resume"][..], &[][..]] {
+        let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).args(extra).arg(&lo.path));
+        assert_eq!(out.status.code(), Some(3), "{extra:?}");
+        assert!(stderr(&out).contains("first record is damaged"), "{}", stderr(&out));
+    }
+    let out = output(env.reseq().args(["rewrite", "--restart", "--chunk-size", "1M"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(hash_path(&lo.path).unwrap(), before);
+}
+
+/// A write that tears and then stalls past the bound on a mounted filesystem: the
+/// guardian kills reseq before it can keep anything. The resume cannot tell the torn
+/// bytes from the filesystem's own writes, so it refuses and says why; --restart is the
+/// admin's decision.
+#[test]
+fn a_guardian_kill_mid_write_makes_the_resume_refuse_a_changed_chunk() {
+    if !ready() || !require(&["mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let d = fault_loop_device(&env, "gkill", 64 * MIB, 46, None);
+    mkfs_ext4(&d.lo.path).unwrap();
+    let mnt = Mount::new(&d.lo.path, &env.path("gkill-dir"), &[]).unwrap();
+    d.fs.add(Fault::new(FaultKind::TearWrite, 512 << 10, 4096));
+    let args = ["rewrite", "--include-free", "--chunk-size", "1M", "--max-freeze", "500ms"];
+    let out = output(env.reseq().args(args).arg(&d.lo.path).env("RESEQ_FAULTS", "delay@after-write#1=5000"));
+    assert_eq!(out.status.code(), None, "killed by its guardian: {}", stderr(&out));
+    assert!(!is_frozen(&mnt.dir));
+    d.fs.clear();
+    let out = output(env.reseq().args(args).arg("--resume").arg(&d.lo.path));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("was being written when the guardian killed reseq"), "{}", stderr(&out));
+}
