@@ -597,6 +597,9 @@ impl Engine<'_> {
                 WRITE_ATTEMPTS
             );
             // No permission (the window's deadline passed): no more attempts here.
+            if let Some(at) = self.target.device_offset(offset, len as u64) {
+                guard.announce(at, len as u64, &chunk.hash);
+            }
             if !guard.may_write()? {
                 break;
             }
@@ -744,6 +747,9 @@ impl Engine<'_> {
                 break Err(e);
             }
             let t0 = Instant::now();
+            if let Some(at) = self.target.device_offset(offset, len as u64) {
+                guard.announce(at, len as u64, &chunk.hash);
+            }
             match guard.may_write() {
                 Ok(true) => {}
                 Ok(false) => {

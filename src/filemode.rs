@@ -500,9 +500,11 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
         // One guardian per filesystem, forked while no other thread runs.
         // And nothing else may write its device: a raw writer bypasses the freeze.
         // Small files share windows: one freeze maps and rewrites as many as fit.
+        let mut freeze = GuardedFreeze::start(vec![g.fs.clone()], max_freeze)?;
+        freeze.set_target(&g.device.path)?;
         let mut guard = Batched::new(
             WritersChecked::new(
-                GuardedFreeze::start(vec![g.fs.clone()], max_freeze)?,
+                freeze,
                 g.device.path.clone(),
                 g.device.devices_sharing_bytes(&crate::device::Sysfs::default()),
             ),

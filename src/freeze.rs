@@ -62,6 +62,9 @@ pub trait WindowGuard {
     fn begin(&mut self) -> Result<()>;
     /// Asks to write; `Ok(false)` means the window is over and nothing may be written.
     fn may_write(&mut self) -> Result<bool>;
+    /// What the next `may_write` is for: `len` bytes at device offset `offset` with this
+    /// blake3 (a guardian checks them if it must kill reseq mid-write).
+    fn announce(&mut self, _offset: u64, _len: u64, _hash: &blake3::Hash) {}
     /// The write allowed by `may_write` has completed.
     fn wrote(&mut self) -> Result<()>;
     /// The same report, from another thread (the verifier reports after its read-back).
@@ -182,6 +185,8 @@ pub struct GuardedFreeze {
     frozen: bool,
     first_window: bool,
     windows: u64,
+    /// The chunk the next permit is for.
+    announced: Option<(u64, u64, blake3::Hash)>,
 }
 
 impl GuardedFreeze {
@@ -217,10 +222,20 @@ impl GuardedFreeze {
             frozen: false,
             first_window: true,
             windows: 0,
+            announced: None,
         })
     }
 
     /// The journal in which the guardian notes it had to kill reseq.
+    /// The device the writes go to: the guardian reads back the writes it granted if it
+    /// must kill reseq mid-write.
+    pub fn set_target(&mut self, path: &Path) -> Result<()> {
+        match self.guardian()?.set_target(path) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.guardian_lost(e)),
+        }
+    }
+
     pub fn set_journal(&mut self, path: &Path) -> Result<()> {
         let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         match self.guardian()?.set_journal(&path) {
@@ -353,8 +368,13 @@ impl WindowGuard for GuardedFreeze {
         }
     }
 
+    fn announce(&mut self, offset: u64, len: u64, hash: &blake3::Hash) {
+        self.announced = Some((offset, len, *hash));
+    }
+
     fn may_write(&mut self) -> Result<bool> {
-        match self.guardian()?.permit() {
+        let chunk = self.announced.take();
+        match self.guardian()?.permit(chunk) {
             Ok(Permit::Granted) => Ok(true),
             Ok(Permit::DeadlinePassed) => Ok(false),
             Ok(Permit::FreezeLost { index, foreign }) => Err(self.freeze_lost(index, foreign)),
@@ -471,6 +491,9 @@ impl<G: WindowGuard> WindowGuard for Batched<G> {
     fn may_write(&mut self) -> Result<bool> {
         self.inner.may_write()
     }
+    fn announce(&mut self, offset: u64, len: u64, hash: &blake3::Hash) {
+        self.inner.announce(offset, len, hash)
+    }
     fn wrote(&mut self) -> Result<()> {
         self.inner.wrote()
     }
@@ -560,6 +583,9 @@ impl<G: WindowGuard> WindowGuard for WritersChecked<G> {
     }
     fn may_write(&mut self) -> Result<bool> {
         self.inner.may_write()
+    }
+    fn announce(&mut self, offset: u64, len: u64, hash: &blake3::Hash) {
+        self.inner.announce(offset, len, hash)
     }
     fn wrote(&mut self) -> Result<()> {
         self.inner.wrote()

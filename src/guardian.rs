@@ -71,6 +71,9 @@ const OP_WRITTEN: u8 = 3;
 const OP_THAW: u8 = 4;
 const OP_EXIT: u8 = 5;
 const OP_JOURNAL: u8 = 6;
+/// The device whose writes PERMIT names (a path follows); the guardian opens it to
+/// check, after a kill, what the writes it had granted left there.
+const OP_TARGET: u8 = 7;
 
 const ST_OK: u8 = 0;
 const ST_ERR: u8 = 1;
@@ -264,9 +267,33 @@ impl Guardian {
         })
     }
 
-    /// Asks to write.
-    pub fn permit(&mut self) -> std::io::Result<Permit> {
-        let (st, why, lost) = self.call(msg(OP_PERMIT, 0, 0), Some(self.reply_timeout))?;
+    /// Names the device the writes go to (see [`Guardian::permit`]).
+    pub fn set_target(&mut self, path: &std::path::Path) -> std::io::Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let bytes = path.as_os_str().as_bytes();
+        if bytes.len() > MAX_PATH as usize {
+            return Err(std::io::Error::other("device path too long for the guardian"));
+        }
+        self.stream.write_all(&msg(OP_TARGET, bytes.len() as u32, 0))?;
+        self.stream.write_all(bytes)?;
+        self.reply(Some(self.reply_timeout)).map(drop)
+    }
+
+    /// Asks to write; `chunk` (device offset, length, blake3 of the bytes) is what the
+    /// write will be, so that a guardian that must kill reseq mid-write can tell whether
+    /// it left those bytes or tore them.
+    pub fn permit(&mut self, chunk: Option<(u64, u64, blake3::Hash)>) -> std::io::Result<Permit> {
+        let (st, why, lost) = match chunk {
+            Some((offset, len, hash)) if len > 0 && len <= u64::from(u32::MAX) => {
+                // One write: the verifier's WRITTEN, sent from another thread, must not
+                // land between the message and its hash.
+                let mut m = msg(OP_PERMIT, len as u32, offset).to_vec();
+                m.extend_from_slice(hash.as_bytes());
+                self.stream.write_all(&m)?;
+                self.reply(Some(self.reply_timeout))?
+            }
+            _ => self.call(msg(OP_PERMIT, 0, 0), Some(self.reply_timeout))?,
+        };
         Ok(match (st, why) {
             (ST_OK, _) => Permit::Granted,
             (_, DENY_FREEZE_LOST) => Permit::FreezeLost { index: (lost >> 1) as usize, foreign: lost & 1 != 0 },
@@ -358,6 +385,10 @@ struct GuardianState {
     reseq: nix::unistd::Pid,
     reseq_fd: Option<OwnedFd>,
     journal: Option<PathBuf>,
+    /// The device written (OP_TARGET), opened with O_DIRECT for reading.
+    target: Option<OwnedFd>,
+    /// Granted writes not yet reported, oldest first: (device offset, length, blake3).
+    granted: std::collections::VecDeque<(u64, u64, [u8; 32])>,
     /// Start times of the guardian and of reseq, for the freeze record.
     own_start_ticks: u64,
     reseq_start_ticks: u64,
@@ -394,6 +425,8 @@ impl GuardianState {
             reseq,
             reseq_fd,
             journal: None,
+            target: None,
+            granted: std::collections::VecDeque::new(),
             own_start_ticks: procs::stat(std::process::id() as i32).map_or(0, |s| s.start_ticks),
             reseq_start_ticks: procs::stat(reseq.as_raw()).map_or(0, |s| s.start_ticks),
             freeze_started: None,
@@ -473,6 +506,7 @@ impl GuardianState {
         self.revoked = false;
         self.lost = None;
         self.writing = 0;
+        self.granted.clear();
         self.windows += 1;
         for i in 0..self.fs.len() {
             if let Err(errno) = sys::fifreeze(self.fs[i].w.mount.as_fd()) {
@@ -580,9 +614,30 @@ impl GuardianState {
                 Ok(()) => Some(msg(ST_OK, 0, 0)),
                 Err((index, errno)) => Some(msg(ST_ERR, index, errno as i32 as u64)),
             },
-            OP_PERMIT => Some(self.permit()),
+            OP_TARGET => {
+                let mut path = vec![0u8; a.min(MAX_PATH) as usize];
+                if stream.read_exact(&mut path).is_err() {
+                    return Next::Exit(self.reseq_gone());
+                }
+                use std::os::unix::ffi::OsStringExt;
+                let path = PathBuf::from(std::ffi::OsString::from_vec(path));
+                self.target = crate::freeze::open_direct(&path).ok();
+                Some(msg(ST_OK, 0, 0))
+            }
+            OP_PERMIT => {
+                let mut hash = [0u8; 32];
+                if a > 0 && stream.read_exact(&mut hash).is_err() {
+                    return Next::Exit(self.reseq_gone());
+                }
+                let reply = self.permit();
+                if a > 0 && fields(&reply).0 == ST_OK {
+                    self.granted.push_back((b, u64::from(a), hash));
+                }
+                Some(reply)
+            }
             OP_WRITTEN => {
                 self.writing = self.writing.saturating_sub(1);
+                self.granted.pop_front();
                 // The deadline passed (or the freeze was lost) during the write: thaw now,
                 // not at the next request.
                 if self.any_ours() && (self.revoked || self.past(Duration::ZERO)) {
@@ -592,6 +647,7 @@ impl GuardianState {
             }
             OP_THAW => {
                 self.writing = 0;
+                self.granted.clear();
                 let window = self.bounds.window;
                 // Also when nothing is ours any more (lost to another freezer): that ends
                 // the window's clock and removes its record.
@@ -677,6 +733,9 @@ impl GuardianState {
         while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
         let frozen_since = self.freeze_started.map(|s| s.elapsed()).unwrap_or_default();
         let names = self.names();
+        // Still frozen, and none of reseq's I/O in flight: what the granted writes left
+        // is theirs alone. After the thaw the filesystem may write there too.
+        let in_flight = self.check_granted();
         self.thaw_all();
         let window = self.windows;
         say!(
@@ -696,12 +755,31 @@ impl GuardianState {
                 frozen_ms: self.frozen_for.as_millis() as u64,
                 max_freeze_ms: self.bounds.window.as_millis() as u64,
                 grace_ms: self.bounds.grace.as_millis() as u64,
+                in_flight,
             };
             if let Err(e) = crate::journal::note_guardian_kill(j, &note) {
                 say!("reseq guardian: could not note this in the journal {}: {e}", j.display());
             }
         }
         0
+    }
+}
+
+impl GuardianState {
+    /// Reads back each granted, unreported write (reseq is gone, its I/O finished) and
+    /// compares it with the bytes it was to write.
+    fn check_granted(&self) -> Vec<crate::journal::InFlightCheck> {
+        self.granted
+            .iter()
+            .map(|&(offset, len, hash)| {
+                let intact = self.target.as_ref().and_then(|fd| {
+                    let mut buf = sys::AlignedBuf::new(len as usize, 4096);
+                    sys::pread_exact(fd.as_fd(), &mut buf[..len as usize], offset).ok()?;
+                    Some(blake3::hash(&buf[..len as usize]) == blake3::Hash::from(hash))
+                });
+                crate::journal::InFlightCheck { offset, len, intact }
+            })
+            .collect()
     }
 }
 

@@ -112,6 +112,20 @@ pub struct GuardianKill {
     pub frozen_ms: u64,
     pub max_freeze_ms: u64,
     pub grace_ms: u64,
+    /// The writes it had granted and not heard back about, as it found them after
+    /// reseq was gone and before it thawed.
+    #[serde(default)]
+    pub in_flight: Vec<InFlightCheck>,
+}
+
+/// One granted write, read back by the guardian after the kill, still frozen.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InFlightCheck {
+    /// Device offset and length.
+    pub offset: u64,
+    pub len: u64,
+    /// The device held the bytes the write was to write (None: could not read).
+    pub intact: Option<bool>,
 }
 
 /// What a replay found.
@@ -497,7 +511,7 @@ mod tests {
         assert_eq!(r.in_flight, vec![(4096, 4096, b.clone())]);
         text += &encode(&done(4096, &b));
         assert!(replay(&text).in_flight.is_empty());
-        let k = GuardianKill { window: 3, frozen_ms: 900, max_freeze_ms: 500, grace_ms: 500 };
+        let k = GuardianKill { window: 3, frozen_ms: 900, max_freeze_ms: 500, grace_ms: 500, in_flight: Vec::new() };
         text += &encode(&Record::GuardianKilled(k.clone()));
         assert_eq!(replay(&text).guardian_kills, vec![k]);
     }
@@ -512,7 +526,7 @@ mod tests {
         let torn = encode(&done(4096, &h));
         let text = encode(&Record::Run(Box::new(run()))) + &encode(&done(0, &h)) + &torn[..torn.len() / 2];
         std::fs::write(&path, text).unwrap();
-        let k = GuardianKill { window: 1, frozen_ms: 950, max_freeze_ms: 500, grace_ms: 500 };
+        let k = GuardianKill { window: 1, frozen_ms: 950, max_freeze_ms: 500, grace_ms: 500, in_flight: Vec::new() };
         note_guardian_kill(&path, &k).unwrap();
         let r = read(&path).unwrap().unwrap();
         assert_eq!((r.done, r.bad_lines), (1, 0));

@@ -29,8 +29,9 @@ pub enum Start {
         done_offset: u64,
         /// The chunks begun and not done when it stopped: (offset, length, pre-write blake3).
         in_flight: Vec<(u64, u64, String)>,
-        /// It stopped because its guardian killed it with a write outstanding.
-        killed_mid_write: bool,
+        /// It stopped because its guardian killed it with a write outstanding: what the
+        /// guardian found of the writes it had granted, before it thawed.
+        killed_mid_write: Option<Vec<crate::journal::InFlightCheck>>,
         started_at: String,
     },
 }
@@ -505,7 +506,9 @@ fn decide_start(
         done: r.done,
         done_offset: r.done_offset,
         in_flight: r.in_flight,
-        killed_mid_write: r.killed_last,
+        killed_mid_write: r
+            .killed_last
+            .then(|| r.guardian_kills.last().map(|k| k.in_flight.clone()).unwrap_or_default()),
         started_at: run.started_at,
     })
 }

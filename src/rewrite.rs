@@ -208,7 +208,7 @@ fn reverify_in_flight(target: &dyn BlockTarget, plan: &RewritePlan) -> Result<Op
     };
     let mut outcome = None;
     for (offset, len, expected) in in_flight {
-        let changed = reverify_chunk(target, plan, *offset, *len as usize, expected, *killed_mid_write)?;
+        let changed = reverify_chunk(target, plan, *offset, *len as usize, expected, killed_mid_write.as_deref())?;
         if changed || outcome.is_none() {
             outcome = Some(if changed { "changed" } else { "intact" }.to_string());
         }
@@ -223,8 +223,12 @@ fn reverify_chunk(
     offset: u64,
     len: usize,
     expected: &str,
-    killed_mid_write: bool,
+    killed_mid_write: Option<&[crate::journal::InFlightCheck]>,
 ) -> Result<bool> {
+    // What the guardian found there when it killed reseq, still frozen, if this chunk's
+    // write was one it had granted and not heard back about (any other was read back).
+    let at_kill =
+        killed_mid_write.and_then(|c| c.iter().find(|c| c.offset == offset && c.len == len as u64)).map(|c| c.intact);
     let chunk = offset / plan.engine.chunk_size;
     let mut buf = AlignedBuf::new(len, target.mem_align());
     target.read_at(&mut buf, offset).map_err(|e| Error::io_at("re-reading the chunk in flight", offset, e))?;
@@ -232,12 +236,20 @@ fn reverify_chunk(
     if now == *expected {
         log::info!("chunk {chunk} (offset {offset}), in flight when the last run stopped, is intact");
         Ok(false)
-    } else if plan.needs_freeze() && killed_mid_write {
+    } else if plan.needs_freeze() && matches!(at_kill, Some(Some(false))) {
+        Err(Error::refused(
+            format!(
+                "chunk {chunk} (device bytes {offset}..{}) was being written when the guardian killed reseq (the write stalled past the freeze bound, often a failing device), and the guardian found it torn before it thawed: those bytes are not the data, and nothing kept the original (blake3 {expected})",
+                offset + len as u64
+            ),
+            "restore those bytes from a backup and check the filesystem (fsck -n, the application's own checks), then --restart",
+        ))
+    } else if plan.needs_freeze() && matches!(at_kill, Some(None)) {
         // A write that stalled past the bound is a failing device's sign; it may have
         // torn, and nothing kept its bytes (reseq was killed before the write returned).
         Err(Error::refused(
             format!(
-                "chunk {chunk} (device bytes {offset}..{}) was being written when the guardian killed reseq (the write stalled past the freeze bound, often a failing device), and it changed since (blake3 now {now}, the journal's {expected}): either the mounted filesystem wrote there after the thaw, or the write tore. reseq cannot tell which",
+                "chunk {chunk} (device bytes {offset}..{}) was being written when the guardian killed reseq (the write stalled past the freeze bound, often a failing device), and it changed since (blake3 now {now}, the journal's {expected}): either the mounted filesystem wrote there after the thaw, or the write tore, and the guardian could not read it back to tell",
                 offset + len as u64
             ),
             "check the device's health (dmesg, smartctl) and the filesystem (fsck -n, the application's own checks); once satisfied, --restart starts over",
@@ -352,6 +364,7 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
     let mut guard: Box<dyn WindowGuard> = if plan.needs_freeze() {
         let mut g = GuardedFreeze::start(plan.filesystems.clone(), plan.max_freeze)?;
         g.set_journal(journal.path())?;
+        g.set_target(&plan.device.path)?;
         Box::new(WritersChecked::new(g, path, devices))
     } else {
         Box::new(WritersChecked::new(NoFreeze, path, devices))

@@ -858,8 +858,9 @@ fn a_damaged_first_journal_record_needs_restart() {
 }
 
 /// A write that tears and then stalls past the bound on a mounted filesystem: the
-/// guardian kills reseq before it can keep anything. The resume cannot tell the torn
-/// bytes from the filesystem's own writes, so it refuses and says why; --restart is the
+/// guardian kills reseq before it can keep anything. The guardian reads the granted
+/// write back before it thaws and finds it torn, so the resume refuses and says so (a
+/// stall that left the bytes intact resumes: see crash_and_resume.rs); --restart is the
 /// admin's decision.
 #[test]
 fn a_guardian_kill_mid_write_makes_the_resume_refuse_a_changed_chunk() {
@@ -870,13 +871,21 @@ fn a_guardian_kill_mid_write_makes_the_resume_refuse_a_changed_chunk() {
     let d = fault_loop_device(&env, "gkill", 64 * MIB, 46, None);
     mkfs_ext4(&d.lo.path).unwrap();
     let mnt = Mount::new(&d.lo.path, &env.path("gkill-dir"), &[]).unwrap();
-    d.fs.add(Fault::new(FaultKind::TearWrite, 512 << 10, 4096));
+    let files = fill_files(&mnt.dir, 2, 4 << 20, 47);
+    std::process::Command::new("sync").status().unwrap();
+    // Tear inside file0's data, and stall right after that chunk's write.
+    let f = std::fs::File::open(&files[0].0).unwrap();
+    let at = reseq::sys::fiemap(std::os::fd::AsFd::as_fd(&f), 0, 0).unwrap()[0].physical + 8192;
+    drop(f);
+    d.fs.add(Fault::new(FaultKind::TearWrite, at, 4096));
     let args = ["rewrite", "--include-free", "--chunk-size", "1M", "--max-freeze", "500ms"];
-    let out = output(env.reseq().args(args).arg(&d.lo.path).env("RESEQ_FAULTS", "delay@after-write#1=5000"));
+    let stall = format!("delay@after-write#{}=5000", at / MIB + 1);
+    let out = output(env.reseq().args(args).arg(&d.lo.path).env("RESEQ_FAULTS", stall));
     assert_eq!(out.status.code(), None, "killed by its guardian: {}", stderr(&out));
     assert!(!is_frozen(&mnt.dir));
     d.fs.clear();
     let out = output(env.reseq().args(args).arg("--resume").arg(&d.lo.path));
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-    assert!(stderr(&out).contains("was being written when the guardian killed reseq"), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("was being written when the guardian killed reseq") && err.contains("found it torn"), "{err}");
 }
