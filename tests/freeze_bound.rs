@@ -259,8 +259,13 @@ fn reseq_thaw_after_both_are_killed() {
     let child = spawn_captured(&mut slow_rewrite(&env, &lo.path, &[]));
     assert!(wait_frozen_record(&env.run_dir(), Duration::from_secs(20)), "never froze");
     let guardian = guardian_of(child.id()).expect("the guardian");
+    // Both stopped first: neither can see the other die and thaw (reseq thaws itself
+    // when its guardian is lost), then both killed.
+    let reseq = Pid::from_raw(child.id() as i32);
+    let _ = kill(reseq, Signal::SIGSTOP);
+    let _ = kill(Pid::from_raw(guardian), Signal::SIGSTOP);
     let _ = kill(Pid::from_raw(guardian), Signal::SIGKILL);
-    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+    let _ = kill(reseq, Signal::SIGKILL);
     let _ = wait_captured(child);
     std::thread::sleep(Duration::from_millis(300));
     assert!(is_frozen(&m.dir), "both killed mid-window: the freeze must still be there for this test");
