@@ -136,6 +136,23 @@ pub struct EngineStats {
     /// Everything before this offset is done (rewritten and journaled, or left out by
     /// the plan); `range_end` when complete.
     pub next_offset_bytes: u64,
+    /// Where the time went, stage by stage (the stages overlap; see the module docs).
+    #[serde(default)]
+    pub stages: StageSeconds,
+}
+
+/// Busy time of each stage, in seconds, summed over the run. The reader, hasher and
+/// verifier run beside the writer, so these add up to more than the wall time; the
+/// writer's own time is `permit` + `write` + `writer_waiting` (for the next hashed chunk).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct StageSeconds {
+    pub read: f64,
+    pub hash: f64,
+    pub permit: f64,
+    pub write: f64,
+    /// Read back and compare (the verifier).
+    pub read_back: f64,
+    pub writer_waiting: f64,
 }
 
 /// Decides what to rewrite next. Called at the start of every window, *while frozen*,
@@ -410,14 +427,15 @@ impl Engine<'_> {
         let mut read_total = 0u64;
         let flow = std::thread::scope(|s| {
             let reader = s.spawn(|| read_stage(target, chunks, &pool_rx, raw_tx, &stop_reader));
-            s.spawn(move || hash_stage(raw_rx, hashed_tx));
-            if cfg.verify {
+            let hasher = s.spawn(move || hash_stage(raw_rx, hashed_tx));
+            let verifier = if cfg.verify {
                 let pool_tx = self.pool.0.clone();
                 let reporter = guard.reporter();
-                s.spawn(move || verify_stage(target, cfg, written_rx, verified_tx, pool_tx, reporter));
+                Some(s.spawn(move || verify_stage(target, cfg, written_rx, verified_tx, pool_tx, reporter)))
             } else {
                 drop((written_rx, verified_tx));
-            }
+                None
+            };
             let flow =
                 self.write_window(guard, &hashed_rx, &written_tx, &verified_rx, window_start, budget, &mut taken);
             // Every write and read-back has been reported: thaw, then let the stages wind
@@ -433,7 +451,13 @@ impl Engine<'_> {
                     Staged::Failed { .. } => {}
                 }
             }
-            read_total = reader.join().unwrap_or(0);
+            let (read, read_time) = reader.join().unwrap_or_default();
+            read_total = read;
+            self.stats.stages.read += read_time.as_secs_f64();
+            self.stats.stages.hash += hasher.join().unwrap_or_default().as_secs_f64();
+            if let Some(v) = verifier {
+                self.stats.stages.read_back += v.join().unwrap_or_default().as_secs_f64();
+            }
             flow
         });
         let still_frozen = guard.frozen_now();
@@ -708,7 +732,10 @@ impl Engine<'_> {
                 Ok(()) => {}
                 Err(e) => break Err(e),
             }
-            let Ok(staged) = hashed_rx.recv() else {
+            let waiting = Instant::now();
+            let received = hashed_rx.recv();
+            self.stats.stages.writer_waiting += waiting.elapsed().as_secs_f64();
+            let Ok(staged) = received else {
                 break Ok(WindowFlow::Complete);
             };
             let chunk = match staged {
@@ -750,7 +777,9 @@ impl Engine<'_> {
             if let Some(at) = self.target.device_offset(offset, len as u64) {
                 guard.announce(at, len as u64, &chunk.hash);
             }
-            match guard.may_write() {
+            let permit = guard.may_write();
+            self.stats.stages.permit += t0.elapsed().as_secs_f64();
+            match permit {
                 Ok(true) => {}
                 Ok(false) => {
                     self.recycle(chunk.buf);
@@ -765,7 +794,9 @@ impl Engine<'_> {
             // Counted before the write: a failed or torn write may have touched them.
             let (lo, hi) = self.window_written.unwrap_or((offset, offset));
             self.window_written = Some((lo.min(offset), hi.max(offset + len as u64)));
+            let t_write = Instant::now();
             let wrote = self.target.write_at(&chunk.buf[..len], offset);
+            self.stats.stages.write += t_write.elapsed().as_secs_f64();
             hooks::point("after-write");
             if let Err(e) = wrote {
                 let _ = guard.wrote();
@@ -894,8 +925,9 @@ fn read_stage(
     pool: &Receiver<AlignedBuf>,
     out: Sender<Staged>,
     stop: &AtomicBool,
-) -> u64 {
+) -> (u64, Duration) {
     let mut read = 0;
+    let mut busy = Duration::ZERO;
     for (i, &(offset, len)) in chunks.iter().enumerate() {
         let index = i as u64;
         if stop.load(Ordering::SeqCst) {
@@ -907,7 +939,10 @@ fn read_stage(
             let _ = out.send(Staged::Read { index, offset, len: 0, buf });
             break;
         }
-        match target.read_at(&mut buf[..len], offset) {
+        let t = Instant::now();
+        let r = target.read_at(&mut buf[..len], offset);
+        busy += t.elapsed();
+        match r {
             Ok(()) => {
                 read += len as u64;
                 if out.send(Staged::Read { index, offset, len, buf }).is_err() {
@@ -921,15 +956,18 @@ fn read_stage(
             }
         }
     }
-    read
+    (read, busy)
 }
 
 /// Hasher stage: blake3 of each chunk as read, off the reader's and writer's threads.
-fn hash_stage(input: Receiver<Staged>, out: Sender<Staged>) {
+fn hash_stage(input: Receiver<Staged>, out: Sender<Staged>) -> Duration {
+    let mut busy = Duration::ZERO;
     for m in input {
         let m = match m {
             Staged::Read { index, offset, len, buf } => {
+                let t = Instant::now();
                 let hash = blake3::hash(&buf[..len]);
+                busy += t.elapsed();
                 Staged::Hashed(Chunk { index, offset, len, buf, hash })
             }
             other => other,
@@ -938,6 +976,7 @@ fn hash_stage(input: Receiver<Staged>, out: Sender<Staged>) {
             break;
         }
     }
+    busy
 }
 
 /// Verifier stage: reads each written chunk back and compares its blake3.
@@ -949,12 +988,15 @@ fn verify_stage(
     out: Sender<Verified>,
     pool: Sender<AlignedBuf>,
     reporter: Result<crate::freeze::Reporter>,
-) {
+) -> Duration {
     let mut back = AlignedBuf::new(cfg.buffer_bytes() as usize, target.mem_align());
     let mut reporter = reporter;
+    let mut busy = Duration::ZERO;
     for chunk in input {
         let (offset, len) = (chunk.offset, chunk.len);
+        let t = Instant::now();
         let verified = verify_chunk(target, &chunk.buf[..len], offset, &chunk.hash, &mut back[..len]);
+        busy += t.elapsed();
         let told = match &mut reporter {
             Ok(r) => r.written(),
             Err(e) => Err(Error::Internal(format!("no way to report to the guardian: {e}"))),
@@ -964,6 +1006,7 @@ fn verify_stage(
             let _ = pool.send(chunk.buf);
         }
     }
+    busy
 }
 
 fn verify_chunk(

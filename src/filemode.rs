@@ -609,6 +609,13 @@ fn add(t: &mut EngineStats, s: &EngineStats) {
     t.windows_overrun += s.windows_overrun;
     t.longest_freeze_seconds = t.longest_freeze_seconds.max(s.longest_freeze_seconds);
     t.total_frozen_seconds += s.total_frozen_seconds;
+    let (a, b) = (&mut t.stages, &s.stages);
+    a.read += b.read;
+    a.hash += b.hash;
+    a.permit += b.permit;
+    a.write += b.write;
+    a.read_back += b.read_back;
+    a.writer_waiting += b.writer_waiting;
 }
 
 /// What one file's rewrite gave: its report (if it got that far), its engine stats, and
