@@ -14,7 +14,8 @@ N=${1:-2000}
 ROUNDS=${2:-3}
 BUDGET=${3:-500ms}
 RESEQ=$(reseq_bin)
-make_device 1024
+# Room for the tree (40 KiB files take 44 KiB with their metadata), the big file, slack.
+make_device $(( (N * 44 / 1024 + 256) * 3 / 2 + 256 ))
 mkfs.ext4 -q -E lazy_itable_init=0,lazy_journal_init=0 "$DEV"
 mkdir -p "$WORK/mnt"; mount "$DEV" "$WORK/mnt"
 trap 'fsfreeze -u "$WORK/mnt" 2>/dev/null || true; umount "$WORK/mnt" 2>/dev/null || true; losetup -d "$DEV" 2>/dev/null || true; rm -rf "$WORK"' EXIT
