@@ -14,7 +14,8 @@ BUDGET=${3:-500ms}
 BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 [ -x "$BIN/initdb" ] || { echo "needs PostgreSQL (apt-get install postgresql)" >&2; exit 2; }
 RESEQ=$(reseq_bin)
-make_device 2048
+# The cluster, its WAL (max_wal_size 1 GB) and amcheck's work need room.
+make_device $(( 3072 + SCALE * 40 ))
 mkfs.ext4 -q -E lazy_itable_init=0,lazy_journal_init=0 "$DEV"
 mkdir -p "$WORK/mnt" "$WORK/sock" "$WORK/log"; mount "$DEV" "$WORK/mnt"
 PG() { runuser -u postgres -- "$BIN/$@"; }
@@ -57,4 +58,4 @@ print(f"reseq:  {r['windows']} windows, {r['total_frozen_seconds']:.2f} s frozen
 print(f"p99 during / before = {during / before:.2f}  (goal <= 3)")
 PY
 runuser -u postgres -- psql -q "${CONN[@]}" -c "CREATE EXTENSION IF NOT EXISTS amcheck" postgres
-if PG pg_amcheck "${CONN[@]}" --all --heapallindexed >/dev/null 2>&1; then echo "amcheck: clean"; else echo "amcheck: FAILED"; fi
+if PG pg_amcheck "${CONN[@]}" --all --heapallindexed > "$WORK/amcheck.log" 2>&1; then echo "amcheck: clean"; else echo "amcheck: FAILED"; head -20 "$WORK/amcheck.log"; fi

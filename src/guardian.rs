@@ -243,12 +243,17 @@ impl Guardian {
 
     /// Tells the guardian which journal notes a kill.
     pub fn set_journal(&mut self, path: &std::path::Path) -> std::io::Result<()> {
+        self.send_path(OP_JOURNAL, path)
+    }
+
+    /// A message carrying a path (it follows the message), and its reply.
+    fn send_path(&mut self, op: u8, path: &std::path::Path) -> std::io::Result<()> {
         use std::os::unix::ffi::OsStrExt;
         let bytes = path.as_os_str().as_bytes();
         if bytes.len() > MAX_PATH as usize {
-            return Err(std::io::Error::other("journal path too long for the guardian"));
+            return Err(std::io::Error::other(format!("{} is too long a path for the guardian", path.display())));
         }
-        self.stream.write_all(&msg(OP_JOURNAL, bytes.len() as u32, 0))?;
+        self.stream.write_all(&msg(op, bytes.len() as u32, 0))?;
         self.stream.write_all(bytes)?;
         self.reply(Some(self.reply_timeout)).map(drop)
     }
@@ -269,14 +274,7 @@ impl Guardian {
 
     /// Names the device the writes go to (see [`Guardian::permit`]).
     pub fn set_target(&mut self, path: &std::path::Path) -> std::io::Result<()> {
-        use std::os::unix::ffi::OsStrExt;
-        let bytes = path.as_os_str().as_bytes();
-        if bytes.len() > MAX_PATH as usize {
-            return Err(std::io::Error::other("device path too long for the guardian"));
-        }
-        self.stream.write_all(&msg(OP_TARGET, bytes.len() as u32, 0))?;
-        self.stream.write_all(bytes)?;
-        self.reply(Some(self.reply_timeout)).map(drop)
+        self.send_path(OP_TARGET, path)
     }
 
     /// Asks to write; `chunk` (device offset, length, blake3 of the bytes) is what the
@@ -602,12 +600,8 @@ impl GuardianState {
         let (op, a, b) = fields(&m);
         let reply = match op {
             OP_JOURNAL => {
-                let mut path = vec![0u8; a.min(MAX_PATH) as usize];
-                if stream.read_exact(&mut path).is_err() {
-                    return Next::Exit(self.reseq_gone());
-                }
-                use std::os::unix::ffi::OsStringExt;
-                self.journal = Some(PathBuf::from(std::ffi::OsString::from_vec(path)));
+                let Some(path) = read_path(stream, a) else { return Next::Exit(self.reseq_gone()) };
+                self.journal = Some(path);
                 Some(msg(ST_OK, 0, 0))
             }
             OP_FREEZE => match self.freeze(Duration::from_millis(b)) {
@@ -615,12 +609,7 @@ impl GuardianState {
                 Err((index, errno)) => Some(msg(ST_ERR, index, errno as i32 as u64)),
             },
             OP_TARGET => {
-                let mut path = vec![0u8; a.min(MAX_PATH) as usize];
-                if stream.read_exact(&mut path).is_err() {
-                    return Next::Exit(self.reseq_gone());
-                }
-                use std::os::unix::ffi::OsStringExt;
-                let path = PathBuf::from(std::ffi::OsString::from_vec(path));
+                let Some(path) = read_path(stream, a) else { return Next::Exit(self.reseq_gone()) };
                 self.target = crate::freeze::open_direct(&path).ok();
                 Some(msg(ST_OK, 0, 0))
             }
@@ -781,6 +770,14 @@ impl GuardianState {
             })
             .collect()
     }
+}
+
+/// The path of `len` bytes that follows a message.
+fn read_path(stream: &mut UnixStream, len: u32) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut path = vec![0u8; len.min(MAX_PATH) as usize];
+    stream.read_exact(&mut path).ok()?;
+    Some(PathBuf::from(std::ffi::OsString::from_vec(path)))
 }
 
 /// The 4 KiB at `offset` of an O_DIRECT descriptor.
