@@ -166,7 +166,7 @@ mod tests {
     fn records_round_trip_and_list() {
         let dir = tempfile::tempdir().unwrap();
         let me = std::process::id() as i32;
-        let procs::Stat { start_ticks: start, state, .. } = procs::stat(me).unwrap();
+        let procs::Stat { start_ticks: start, .. } = procs::stat(me).unwrap();
         let r = FreezeRecord {
             guardian_pid: me,
             guardian_start_ticks: start,
@@ -180,7 +180,8 @@ mod tests {
         assert_eq!(l.len(), 2);
         assert!(l.iter().any(|(_, p)| p.as_ref().is_ok_and(|x| *x == r)));
         assert!(l.iter().any(|(_, p)| p.is_err()));
-        assert_eq!(r.guardian_state(), Some(state));
+        // The state itself may change between two reads (running, sleeping).
+        assert!(r.guardian_state().is_some(), "the live guardian is found");
         let reused = FreezeRecord { guardian_start_ticks: start + 1, ..r.clone() };
         assert_eq!(reused.guardian_state(), None, "a reused PID is not the guardian");
         FreezeRecord::remove(dir.path(), me);
