@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The full simulated experiment (4 GiB file, 8 GiB device, 5050 MiB of random 4 KiB
 # writes, six full reads, one rewrite), on one core, side by side with the Python
-# reference when ../shared/ftl-model/reference is there. Prints wall time and peak memory.
+# reference when REFERENCE names its directory (ftlsim.py). Prints wall time and peak memory.
 #   bench/sim-experiment.sh [PRESET]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ echo "== Rust model alone (the reference's experiment; goal: < 2 s on one core, 
 one_core target/release/examples/ftl_experiment "$PRESET" 2>&1
 echo "== reseq simulate (the same, but the rewrite runs through reseq's engine: read, blake3, write, read back, blake3)"
 one_core target/release/reseq -q simulate --preset "$PRESET" 2>&1 | tail -4
-REF=${REFERENCE:-../shared/ftl-model/reference}
+REF=${REFERENCE:-}
 if [ -f "$REF/ftlsim.py" ]; then
   echo "== Python reference (same experiment)"
   (cd "$REF" && one_core python3 -c "

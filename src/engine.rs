@@ -2,7 +2,7 @@
 //!
 //! Why this shape: an FTL places data in the order writes arrive, so the only order that
 //! re-linearizes is ascending offsets from a single writer, in large chunks (see
-//! `../shared/ftl-model/SPEC.md`: interleaved writers or descending order leave reads
+//! docs/FTL-MODEL.md: interleaved writers or descending order leave reads
 //! 15-50 % slower). Parallel writes would be faster to issue and worse for the drive.
 //!
 //! Per window, after the freeze, four stages run as threads joined by bounded channels:

@@ -2,7 +2,7 @@
 //! files, filesystems on them, and mounts, each released by `Drop` even on a panic.
 //!
 //! Loop devices are attached with `--direct-io=on` so that O_DIRECT reaches the backing
-//! file's disk rather than its page cache (see `../shared/KERNEL-FACTS.md`).
+//! file's disk rather than its page cache (without it, the host's page cache answers).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

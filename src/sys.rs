@@ -4,7 +4,7 @@
 //! checking memory safety or the exact kernel ABI we rely on reads this file and nothing
 //! else. Each call cites the kernel header that defines it. The wrappers return
 //! `nix::Result` (an errno) so callers can tell `EBUSY` from `EOPNOTSUPP`: for freezes
-//! those errnos are the only signal the kernel gives (see `../shared/KERNEL-FACTS.md`).
+//! those errnos are the only signal the kernel gives (docs/SAFETY.md).
 #![allow(unsafe_code)]
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};

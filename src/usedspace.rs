@@ -5,7 +5,7 @@
 //! xfs filesystems, each window asks them (GETFSMAP, while frozen, so the answer holds
 //! for the whole window) which ranges are FREE, and leaves those out. Everything not
 //! reported FREE counts as in use: ext4 leaves some used ranges out of GETFSMAP entirely
-//! (see `../shared/KERNEL-FACTS.md`). After the run, FITRIM discards free space again.
+//! (its own metadata, for one). After the run, FITRIM discards free space again.
 
 use std::os::fd::{AsFd, OwnedFd};
 

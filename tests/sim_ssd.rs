@@ -2,7 +2,7 @@
 //! reseq's real engine restores a degraded drive, and bad strategies come out worse.
 //!
 //! Sizes: a 1 GiB file on a 2 GiB device with the stages scaled by 1/4; the reference
-//! notes this gives the 4 GiB / 8 GiB numbers divided by 4 (SPEC.md section 6).
+//! notes this gives the 4 GiB / 8 GiB numbers divided by 4 (docs/FTL-MODEL.md).
 
 use reseq::engine::{self, EngineConfig};
 use reseq::freeze::NoFreeze;

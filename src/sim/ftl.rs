@@ -1,5 +1,5 @@
-//! The FTL model of `../shared/ftl-model/SPEC.md`, ported from the Python reference
-//! (`reference/ftlsim.py`) operation for operation, so that the same inputs give the
+//! The FTL model described in docs/FTL-MODEL.md, ported from its Python reference
+//! (`ftlsim.py`) operation for operation, so that the same inputs give the
 //! same virtual times. Where the reference and the spec differ, the reference wins (it is
 //! the oracle): physical read-ahead follows `slot(l) == slot(l-1) + 1` without the spec's
 //! `succ_line` hop at line ends.
@@ -26,7 +26,7 @@ pub enum ReadAhead {
     Phys,
 }
 
-/// Every parameter of the model (SPEC.md sections 1-5). Times in µs, bandwidths in
+/// Every parameter of the model (docs/FTL-MODEL.md). Times in µs, bandwidths in
 /// MB/s, which is bytes per µs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -93,7 +93,7 @@ impl Default for Params {
 pub const PRESETS: [&str; 3] = ["consumer-nvme", "consumer-nvme-mild", "datacenter-sata"];
 
 impl Params {
-    /// The presets of SPEC.md section 5 (as `reference/presets.py` sets them).
+    /// The presets of docs/FTL-MODEL.md (as the reference's `presets.py` sets them).
     pub fn preset(name: &str) -> Option<Params> {
         let base = Params { name: name.into(), ..Params::default() };
         Some(match name {
@@ -488,7 +488,7 @@ impl Ftl {
         done
     }
 
-    /// Read-ahead after a command ending at LBA `b` (SPEC.md section 4).
+    /// Read-ahead after a command ending at LBA `b` (docs/FTL-MODEL.md, Reads).
     fn prefetch(&mut self, b: u64, t0: f64) {
         let w = self.p.ra_bytes / SLOT;
         self.ra_buf.retain(|&l, _| l >= b);

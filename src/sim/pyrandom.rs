@@ -1,9 +1,9 @@
 //! Python's `random.Random` (MT19937 and `randrange`), bit for bit.
 //!
-//! Why: the FTL reference in `../shared/ftl-model/reference/` draws its random LBAs and
+//! Why: the FTL model's Python reference (docs/FTL-MODEL.md) draws its random LBAs and
 //! its noise writer's LBAs from `random.Random(seed)`. Same inputs must give the same
 //! virtual times to 0.1 %, and a different generator moves results by up to 0.5 %
-//! (SPEC.md), so we reproduce CPython's generator: `init_by_array` seeding from the
+//! (docs/FTL-MODEL.md), so we reproduce CPython's generator: `init_by_array` seeding from the
 //! integer's 32-bit words, `getrandbits`, and `_randbelow`'s rejection sampling.
 
 const N: usize = 624;
