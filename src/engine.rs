@@ -799,11 +799,14 @@ impl Engine<'_> {
             self.stats.stages.write += t_write.elapsed().as_secs_f64();
             hooks::point("after-write");
             if let Err(e) = wrote {
-                let _ = guard.wrote();
-                // Retried in order: what the verifier holds settles first. If that failed,
-                // no retry, but this chunk's bytes are kept all the same.
-                let recovered = match self.settle_all(guard, verified_rx, &mut outstanding) {
-                    Ok(()) => self.retry_write(guard, &chunk, e),
+                // Retried in order: what the verifier holds settles first, and only then is
+                // this write reported over, so that the guardian's list of granted writes
+                // loses them in the order they were granted. If settling failed, no retry,
+                // but this chunk's bytes are kept all the same.
+                let settled = self.settle_all(guard, verified_rx, &mut outstanding);
+                let told = guard.wrote();
+                let recovered = match settled {
+                    Ok(()) => told.and_then(|()| self.retry_write(guard, &chunk, e)),
                     Err(earlier) => {
                         let mut back = AlignedBuf::new(chunk.len, self.target.mem_align());
                         let left = self

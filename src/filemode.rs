@@ -497,6 +497,7 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
         )?;
         let dev = Arc::new(crate::rewrite::open_device(&g.device, true)?);
         crate::rescue::check_device(&crate::rescue::dirs(&state.path), &g.device.identity, dev.as_ref(), true)?;
+        crate::rescue::check_torn_notes(&g.device.path, dev.as_ref())?;
         // One guardian per filesystem, forked while no other thread runs.
         // And nothing else may write its device: a raw writer bypasses the freeze.
         // Small files share windows: one freeze maps and rewrites as many as fit.

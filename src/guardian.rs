@@ -383,8 +383,8 @@ struct GuardianState {
     reseq: nix::unistd::Pid,
     reseq_fd: Option<OwnedFd>,
     journal: Option<PathBuf>,
-    /// The device written (OP_TARGET), opened with O_DIRECT for reading.
-    target: Option<OwnedFd>,
+    /// The device written (OP_TARGET), and its descriptor (O_DIRECT, read-only).
+    target: Option<(PathBuf, OwnedFd)>,
     /// Granted writes not yet reported, oldest first: (device offset, length, blake3).
     granted: std::collections::VecDeque<(u64, u64, [u8; 32])>,
     /// Start times of the guardian and of reseq, for the freeze record.
@@ -610,7 +610,7 @@ impl GuardianState {
             },
             OP_TARGET => {
                 let Some(path) = read_path(stream, a) else { return Next::Exit(self.reseq_gone()) };
-                self.target = crate::freeze::open_direct(&path).ok();
+                self.target = crate::freeze::open_direct(&path).ok().map(|fd| (path, fd));
                 Some(msg(ST_OK, 0, 0))
             }
             OP_PERMIT => {
@@ -728,7 +728,7 @@ impl GuardianState {
         self.thaw_all();
         let window = self.windows;
         say!(
-            "reseq guardian: a write was still outstanding {} ms after freeze window {window} began (--max-freeze {} ms + {} ms grace): reseq is stopped or stalled, so the guardian {} it and thawed {names} after {} ms frozen. A chunk is only ever rewritten with the bytes read in the same freeze; run the same command with --resume, which re-reads the chunk that was in flight and checks it against the journal.",
+            "reseq guardian: a write was still outstanding {} ms after freeze window {window} began (--max-freeze {} ms + {} ms grace): reseq is stopped or stalled, so the guardian {} it and thawed {names} after {} ms frozen. A chunk is only ever rewritten with the bytes read in the same freeze, and the guardian read back the write it was waiting for before thawing; run the same command again (with --resume for a device): it checks what that write left first.",
             frozen_since.as_millis(),
             self.bounds.window.as_millis(),
             self.bounds.grace.as_millis(),
@@ -756,16 +756,27 @@ impl GuardianState {
 
 impl GuardianState {
     /// Reads back each granted, unreported write (reseq is gone, its I/O finished) and
-    /// compares it with the bytes it was to write.
+    /// compares it with the bytes it was to write. One that is not intact is also noted
+    /// in the run directory, which every later run on the device reads, whatever mode it
+    /// runs in and whether or not its journal reached the disk.
     fn check_granted(&self) -> Vec<crate::journal::InFlightCheck> {
         self.granted
             .iter()
             .map(|&(offset, len, hash)| {
-                let intact = self.target.as_ref().and_then(|fd| {
+                let intact = self.target.as_ref().and_then(|(_, fd)| {
                     let mut buf = sys::AlignedBuf::new(len as usize, 4096);
                     sys::pread_exact(fd.as_fd(), &mut buf[..len as usize], offset).ok()?;
                     Some(blake3::hash(&buf[..len as usize]) == blake3::Hash::from(hash))
                 });
+                if intact != Some(true)
+                    && let Some((path, _)) = &self.target
+                {
+                    let note = crate::rescue::TornNote::new(path, offset, len, &blake3::Hash::from(hash), intact);
+                    match note.save(&self.run_dir) {
+                        Ok(p) => say!("reseq guardian: device bytes {offset}..{} were not the bytes being written when reseq was killed; noted in {}", offset + len, p.display()),
+                        Err(e) => say!("reseq guardian: could not note torn device bytes {offset}..{}: {e}", offset + len),
+                    }
+                }
                 crate::journal::InFlightCheck { offset, len, intact }
             })
             .collect()

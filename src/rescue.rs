@@ -329,6 +329,95 @@ pub fn remove(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// What a guardian found when it killed reseq mid-write and read the write back before
+/// thawing: the bytes there were not the ones being written (torn), or could not be read.
+/// Nothing kept the original bytes (reseq died before the write returned), so every later
+/// run on the device refuses until they are back or the note is removed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TornNote {
+    pub magic: String,
+    pub device_path: String,
+    pub offset: u64,
+    pub len: u64,
+    /// blake3 of the bytes the write was to write (the data that belongs there).
+    pub blake3: String,
+    /// What the guardian found: false (other bytes) or None (unreadable).
+    pub intact: Option<bool>,
+    pub created_at: String,
+}
+
+const TORN_MAGIC: &str = "reseq-torn-1";
+
+impl TornNote {
+    pub fn new(device_path: &Path, offset: u64, len: u64, blake3: &blake3::Hash, intact: Option<bool>) -> TornNote {
+        TornNote {
+            magic: TORN_MAGIC.into(),
+            device_path: device_path.display().to_string(),
+            offset,
+            len,
+            blake3: blake3.to_hex().to_string(),
+            intact,
+            created_at: crate::report::now_rfc3339(),
+        }
+    }
+
+    /// Writes the note into `dir` (the run directory, never on a frozen filesystem).
+    pub fn save(&self, dir: &Path) -> std::io::Result<PathBuf> {
+        let name: String = self.device_path.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let path = dir.join(format!("torn-{name}-{}.json", self.offset));
+        let mut f = std::fs::File::create(&path)?;
+        f.write_all(serde_json::to_string_pretty(self).map_err(std::io::Error::other)?.as_bytes())?;
+        f.sync_all()?;
+        Ok(path)
+    }
+}
+
+/// Before any run on the device at `device_path`: the guardian's notes of torn writes.
+/// A range that holds the right bytes again drops its note; any other refuses the run.
+pub fn check_torn_notes(device_path: &Path, target: &dyn crate::target::BlockTarget) -> Result<()> {
+    let dir = crate::freeze_record::run_dir();
+    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let me = canonical(device_path);
+    let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(()) };
+    for path in entries.flatten().map(|e| e.path()) {
+        if !path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("torn-") && n.ends_with(".json")) {
+            continue;
+        }
+        let Some(note) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<TornNote>(&b).ok()) else {
+            continue;
+        };
+        if note.magic != TORN_MAGIC || canonical(Path::new(&note.device_path)) != me || note.len == 0 {
+            continue;
+        }
+        if device_holds(target, note.offset, note.len, &note.blake3)? {
+            log::info!(
+                "device bytes {}..{} hold their data again: removing {}",
+                note.offset,
+                note.offset + note.len,
+                path.display()
+            );
+            remove(&path)?;
+            continue;
+        }
+        return Err(Error::refused(
+            format!(
+                "device bytes {}..{} of {} were {} when the guardian killed reseq mid-write ({}; the write stalled past the freeze bound, often a failing device), and they still are not the data reseq read there (blake3 {}). No copy of those bytes was kept: reseq died before the write returned",
+                note.offset,
+                note.offset + note.len,
+                note.device_path,
+                if note.intact == Some(false) { "found torn" } else { "unreadable" },
+                note.created_at,
+                note.blake3
+            ),
+            format!(
+                "check the device (dmesg, smartctl) and restore what lives in that range from a backup (for a file: filefrag -v, or debugfs icheck, tells which); then remove {} and run again",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The command that puts a rescue copy back.
 pub fn restore_command(path: &Path) -> String {
     format!("reseq restore {}", path.display())

@@ -332,6 +332,7 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
         crate::state_dir::lock_device(state_dir, &plan.device.identity.name, &plan.device.path.display().to_string())?;
     let target = open_target(plan)?;
     let _claims = claim_unmounted_partitions(plan)?;
+    crate::rescue::check_torn_notes(&plan.device.path, &target)?;
     if let Some(to) = &plan.engine.rescue {
         crate::rescue::check_device(
             &crate::rescue::dirs(&to.dir),

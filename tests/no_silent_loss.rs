@@ -887,5 +887,44 @@ fn a_guardian_kill_mid_write_makes_the_resume_refuse_a_changed_chunk() {
     let out = output(env.reseq().args(args).arg("--resume").arg(&d.lo.path));
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let err = stderr(&out);
-    assert!(err.contains("was being written when the guardian killed reseq") && err.contains("found it torn"), "{err}");
+    assert!(err.contains("when the guardian killed reseq") && err.contains("found torn"), "{err}");
+}
+
+/// The same in file mode, in a window shared by small files: the file's journal was only
+/// in memory and nothing kept its bytes, but the guardian's note in the run directory
+/// stops every later run until the bytes are back.
+#[test]
+fn a_guardian_kill_mid_write_in_a_shared_file_window_stops_later_runs() {
+    if !ready() || !require(&["mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let d = fault_loop_device(&env, "gkillf", 64 * MIB, 48, None);
+    mkfs_ext4(&d.lo.path).unwrap();
+    let mnt = Mount::new(&d.lo.path, &env.path("gkillf-dir"), &[]).unwrap();
+    let files = fill_files(&mnt.dir, 4, 40 << 10, 49);
+    std::process::Command::new("sync").status().unwrap();
+    let f = std::fs::File::open(&files[1].0).unwrap();
+    let at = reseq::sys::fiemap(std::os::fd::AsFd::as_fd(&f), 0, 0).unwrap()[0].physical;
+    drop(f);
+    let original = direct_read(&d.lo.path, at, 40 << 10).unwrap();
+    d.fs.add(Fault::new(FaultKind::TearWrite, at + 8192, 4096));
+    let args = ["rewrite", "--max-freeze", "2s"];
+    let out = output(env.reseq().args(args).arg(&mnt.dir).env("RESEQ_FAULTS", "delay@after-write#2=8000"));
+    assert_eq!(out.status.code(), None, "killed by its guardian: {}", stderr(&out));
+    assert!(!is_frozen(&mnt.dir));
+    d.fs.clear();
+    for _ in 0..2 {
+        let out = output(env.reseq().args(args).arg(&mnt.dir));
+        assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+        assert!(stderr(&out).contains("found torn when the guardian killed reseq"), "{}", stderr(&out));
+    }
+    // The bytes put back (from a backup, as the hint says): the note goes, the run works.
+    direct_write(&d.lo.path, at, &original).unwrap();
+    let out = output(env.reseq().args(args).arg(&mnt.dir));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    mnt.unmount().unwrap();
+    let mnt = Mount::new(&d.lo.path, &env.path("gkillf-dir"), &[]).unwrap();
+    assert_files_intact(&files);
+    drop(mnt);
 }
