@@ -286,6 +286,9 @@ fn collect(args: &RewriteArgs) -> Result<Vec<PathBuf>> {
     }
     out.sort();
     out.dedup();
+    // Hard links: one inode, rewritten once (under its first path).
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|p| std::fs::metadata(p).map(|m| seen.insert((m.dev(), m.ino()))).unwrap_or(true));
     Ok(out)
 }
 

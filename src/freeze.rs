@@ -483,8 +483,10 @@ impl<G: WindowGuard> WindowGuard for Batched<G> {
         if let Some(t) = self.last_thaw {
             std::thread::sleep(self.pause.saturating_sub(t.elapsed()));
         }
+        // The guardian's deadline starts before its FIFREEZE; so does the time left.
+        let start = Instant::now();
         self.inner.begin()?;
-        self.open = Some(Instant::now());
+        self.open = Some(start);
         self.windows += 1;
         Ok(())
     }

@@ -567,3 +567,22 @@ fn small_files_share_freeze_windows() {
     mnt.unmount().unwrap();
     run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
 }
+
+/// Two names of one inode are one file: rewritten once.
+#[test]
+fn a_hard_linked_file_is_rewritten_once() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_lo, mnt) = env.mounted("hlink", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 1, 1 << 20, 63);
+    std::fs::hard_link(&files[0].0, mnt.dir.join("second-name")).unwrap();
+    let out = output(env.reseq().args(["rewrite", "--json"]).arg(&mnt.dir));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json_report(&out);
+    assert_eq!(r["files"].as_array().unwrap().len(), 1, "{}", r["files"]);
+    assert_eq!(r["results"]["bytes_written"], 1 << 20);
+    drop_caches();
+    assert_files_intact(&files);
+}
