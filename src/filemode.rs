@@ -732,7 +732,11 @@ fn rewrite_file(
     if let Some(why) = &planner.skipped {
         log::warn!("{}: skipped: {why}", path.display());
     }
-    if journal.is_held() {
+    if result.is_ok() && planner.skipped.is_none() {
+        // Done: its journal would only say so, and thousands of files would leave
+        // thousands of journals behind.
+        journal.discard();
+    } else if journal.is_held() {
         pending.push(journal);
     }
     (Some(fr), stats, result)

@@ -438,6 +438,14 @@ impl Journal {
         if self.hold || self.unborn.is_some() { Ok(()) } else { self.write("", true) }
     }
 
+    /// Drops a finished run's journal (file mode: a finished file needs none; without
+    /// it the next run starts afresh, as with a finished one). Held records go too.
+    pub fn discard(self) {
+        if self.file.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
     /// Whether records wait in memory for [`Journal::set_hold`]`(false)`.
     pub fn is_held(&self) -> bool {
         self.hold || self.unborn.is_some()

@@ -555,6 +555,8 @@ fn small_files_share_freeze_windows() {
     assert!(r["results"]["longest_freeze_seconds"].as_f64().unwrap() <= 1.0, "within the bound: {}", r["results"]);
     let rewritten: u64 = r["files"].as_array().unwrap().iter().map(|f| f["bytes_rewritten"].as_u64().unwrap()).sum();
     assert_eq!(rewritten, 300 * (40 << 10), "every file rewritten in full");
+    let left: Vec<_> = std::fs::read_dir(env.state_dir()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "finished files leave no journal (nor lock) behind: {left:?}");
     // The state directory on the frozen filesystem: a window (at least) per file.
     let few = fill_files(&mnt.dir.join("few"), 12, 40 << 10, 62);
     let out = output(env.reseq().args(args).arg(mnt.dir.join("few")).env("RESEQ_STATE_DIR", mnt.dir.join("state")));
