@@ -573,7 +573,7 @@ impl Engine<'_> {
                 _ => None,
             };
             if let Some(left) = left {
-                self.keep(&v.chunk, left, "read back different from what was written");
+                self.keep(&v.chunk, left, true);
             }
         }
         self.recycle(v.chunk.buf);
@@ -603,15 +603,10 @@ impl Engine<'_> {
     /// for a rescue file and the error says what the device holds there now.
     fn retry_write(&mut self, guard: &mut dyn WindowGuard, chunk: &Chunk, first: std::io::Error) -> Result<()> {
         let (offset, len) = (chunk.offset, chunk.len);
-        let data = &chunk.buf[..len];
-        let mut back = AlignedBuf::new(len, self.target.mem_align());
-        let target = self.target;
-        let read_back =
-            |back: &mut AlignedBuf| target.read_at(&mut back[..len], offset).ok().map(|()| blake3::hash(&back[..len]));
-        let first_left = read_back(&mut back);
+        let first_left = self.read_back(offset, len);
         let mut left = first_left;
         // Kept before any retry: a kill while retrying must not lose the bytes.
-        self.keep(chunk, left, left_reason(left, &chunk.hash));
+        self.keep(chunk, left, false);
         let mut last = first;
         let mut attempts = 1;
         while attempts < WRITE_ATTEMPTS && self.stop.signal().is_none() {
@@ -621,15 +616,12 @@ impl Engine<'_> {
                 WRITE_ATTEMPTS
             );
             // No permission (the window's deadline passed): no more attempts here.
-            if let Some(at) = self.target.device_offset(offset, len as u64) {
-                guard.announce(at, len as u64, &chunk.hash);
-            }
-            if !guard.may_write()? {
+            if !self.ask(guard, chunk)? {
                 break;
             }
             attempts += 1;
-            let wrote = self.target.write_at(data, offset);
-            left = read_back(&mut back);
+            let wrote = self.target.write_at(&chunk.buf[..len], offset);
+            left = self.read_back(offset, len);
             guard.wrote()?;
             match wrote {
                 Ok(()) if left == Some(chunk.hash) => {
@@ -641,34 +633,48 @@ impl Engine<'_> {
                 Err(e) => last = e,
             }
         }
-        let state = match left {
-            Some(h) if h == chunk.hash => LeftState::Intact,
-            Some(_) => LeftState::Changed,
-            None => LeftState::Unreadable,
-        };
         if left != first_left {
             // What the device holds now is what restore must find there.
-            self.keep(chunk, left, left_reason(left, &chunk.hash));
+            self.keep(chunk, left, false);
         }
+        let state = LeftState::of(left, &chunk.hash);
         Err(Error::WriteFailed { offset, len: len as u64, attempts, cause: last, left: state, rescue: None })
+    }
+
+    /// The blake3 of what the device holds at a chunk's place (None: unreadable).
+    fn read_back(&self, offset: u64, len: usize) -> Option<blake3::Hash> {
+        rescue::range_hash(self.target, offset, len as u64).ok()
+    }
+
+    /// Asks the guardian to write `chunk`, naming it (device offset, length, blake3), so
+    /// that a guardian that must kill reseq mid-write can check what the write left.
+    fn ask(&self, guard: &mut dyn WindowGuard, chunk: &Chunk) -> Result<bool> {
+        if let Some(at) = self.target.device_offset(chunk.offset, chunk.len as u64) {
+            guard.announce(at, chunk.len as u64, &chunk.hash);
+        }
+        guard.may_write()
     }
 
     /// Saves a copy of a chunk's original bytes at once: a kill before the thaw (the
     /// guardian's, or anyone's) must not take them along. While the state directory's
     /// filesystem is frozen, into the run directory (moved after the thaw). Saving the
     /// same chunk again (a retry changed what the device holds) replaces the copy.
-    fn keep(&mut self, chunk: &Chunk, left: Option<blake3::Hash>, reason: &str) {
+    fn keep(&mut self, chunk: &Chunk, left: Option<blake3::Hash>, mismatch: bool) {
         let data = &chunk.buf[..chunk.len];
         let Some(to) = &self.cfg.rescue else {
             log::error!("no rescue directory: the original bytes at offset {} are not kept", chunk.offset);
             return;
         };
         let at = self.target.device_offset(chunk.offset, chunk.len as u64).unwrap_or(chunk.offset);
+        let reason = if mismatch {
+            "read back different from what was written"
+        } else {
+            LeftState::of(left, &chunk.hash).reason()
+        };
         let p = to.pending(at, data, &chunk.hash, left, reason, chunk.offset);
         let dirs =
             if self.cfg.journal_on_frozen_fs { vec![crate::freeze_record::run_dir()] } else { rescue::dirs(&to.dir) };
         let saved = rescue::save_first(&dirs, &p);
-        let mismatch = reason.starts_with("read back");
         self.rescued.retain(|(r, _)| !matches!((r, &saved), (Ok(a), Ok(b)) if a == b));
         self.rescued.push((saved, mismatch));
     }
@@ -774,10 +780,7 @@ impl Engine<'_> {
                 break Err(e);
             }
             let t0 = Instant::now();
-            if let Some(at) = self.target.device_offset(offset, len as u64) {
-                guard.announce(at, len as u64, &chunk.hash);
-            }
-            let permit = guard.may_write();
+            let permit = self.ask(guard, &chunk);
             self.stats.stages.permit += t0.elapsed().as_secs_f64();
             match permit {
                 Ok(true) => {}
@@ -808,14 +811,8 @@ impl Engine<'_> {
                 let recovered = match settled {
                     Ok(()) => told.and_then(|()| self.retry_write(guard, &chunk, e)),
                     Err(earlier) => {
-                        let mut back = AlignedBuf::new(chunk.len, self.target.mem_align());
-                        let left = self
-                            .target
-                            .read_at(&mut back[..chunk.len], offset)
-                            .ok()
-                            .map(|()| blake3::hash(&back[..chunk.len]));
                         log::error!("writing {} bytes at offset {offset} failed too: {e}", chunk.len);
-                        self.keep(&chunk, left, left_reason(left, &chunk.hash));
+                        self.keep(&chunk, self.read_back(offset, chunk.len), false);
                         Err(earlier)
                     }
                 };
@@ -908,15 +905,6 @@ impl Engine<'_> {
             }
         }
         first_err.map_or(Ok(()), Err)
-    }
-}
-
-/// Why a failed write's copy was kept, from what a read-back found.
-fn left_reason(left: Option<blake3::Hash>, original: &blake3::Hash) -> &'static str {
-    match left {
-        Some(h) if h == *original => "write failed; the device still held these bytes (checked)",
-        Some(_) => "write failed and left other bytes (torn write)",
-        None => "write failed; the range could not be read back",
     }
 }
 

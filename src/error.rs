@@ -91,6 +91,26 @@ pub enum LeftState {
     Unreadable,
 }
 
+impl LeftState {
+    /// From the blake3 of a read-back (None: it failed) and of the original bytes.
+    pub fn of(left: Option<blake3::Hash>, original: &blake3::Hash) -> LeftState {
+        match left {
+            Some(h) if h == *original => LeftState::Intact,
+            Some(_) => LeftState::Changed,
+            None => LeftState::Unreadable,
+        }
+    }
+
+    /// Why a failed write's rescue copy was kept.
+    pub fn reason(self) -> &'static str {
+        match self {
+            LeftState::Intact => "write failed; the device still held these bytes (checked)",
+            LeftState::Changed => "write failed and left other bytes (torn write)",
+            LeftState::Unreadable => "write failed; the range could not be read back",
+        }
+    }
+}
+
 fn left_state(len: u64, left: &LeftState) -> String {
     match left {
         LeftState::Intact => "A read-back found the original bytes there (checked by blake3): data intact".into(),

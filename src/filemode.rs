@@ -597,9 +597,13 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
 fn account(t: &mut EngineStats, end: Result<crate::freeze::WindowEnd>) -> Result<()> {
     let end = end?;
     let frozen = end.frozen.as_secs_f64();
-    t.total_frozen_seconds += frozen;
-    t.longest_freeze_seconds = t.longest_freeze_seconds.max(frozen);
-    t.windows_overrun += u64::from(end.overran);
+    let window = EngineStats {
+        total_frozen_seconds: frozen,
+        longest_freeze_seconds: frozen,
+        windows_overrun: u64::from(end.overran),
+        ..EngineStats::default()
+    };
+    add(t, &window);
     Ok(())
 }
 

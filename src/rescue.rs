@@ -267,13 +267,7 @@ pub fn check_device(
             continue;
         }
         if now == h.blake3 {
-            log::info!(
-                "device bytes {}..{} hold the bytes of rescue copy {} again: removing it",
-                h.offset,
-                h.offset + h.len,
-                path.display()
-            );
-            remove(&path)?;
+            dropped_as_restored(&path, h.offset, h.len)?;
             continue;
         }
         return Err(Error::refused(
@@ -318,6 +312,12 @@ pub fn range_hash(target: &dyn crate::target::BlockTarget, offset: u64, len: u64
         .read_at(&mut buf[..len as usize], offset)
         .map_err(|e| Error::io_at(format!("reading the {len} bytes of a rescue copy's range"), offset, e))?;
     Ok(blake3::hash(&buf[..len as usize]))
+}
+
+/// The device holds the bytes a record (rescue copy, torn note) is about again: it goes.
+fn dropped_as_restored(path: &Path, offset: u64, len: u64) -> Result<()> {
+    log::info!("device bytes {offset}..{} hold their data again: removing {}", offset + len, path.display());
+    remove(path)
 }
 
 /// Removes a rescue file, durably.
@@ -390,13 +390,7 @@ pub fn check_torn_notes(device_path: &Path, target: &dyn crate::target::BlockTar
             continue;
         }
         if device_holds(target, note.offset, note.len, &note.blake3)? {
-            log::info!(
-                "device bytes {}..{} hold their data again: removing {}",
-                note.offset,
-                note.offset + note.len,
-                path.display()
-            );
-            remove(&path)?;
+            dropped_as_restored(&path, note.offset, note.len)?;
             continue;
         }
         return Err(Error::refused(

@@ -170,11 +170,8 @@ fn write_frozen(
             format!("The rescue copy {} is kept; run restore again once the device works", args.rescue.display());
         match (wrote, read) {
             (Err(e), r) => {
-                let left = match r {
-                    Ok(()) if blake3::hash(&back[..len]).to_hex().as_str() == h.blake3 => LeftState::Intact,
-                    Ok(()) => LeftState::Changed,
-                    Err(_) => LeftState::Unreadable,
-                };
+                let original = blake3::Hash::from_hex(&h.blake3).map_err(|e| Error::Internal(e.to_string()))?;
+                let left = LeftState::of(r.ok().map(|()| blake3::hash(&back[..len])), &original);
                 Err(Error::WriteFailed {
                     offset: h.offset,
                     len: h.len,
