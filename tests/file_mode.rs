@@ -268,9 +268,11 @@ fn a_killed_file_run_resumes_where_it_stopped() {
 /// it runs (between windows: a change blocks while the filesystem is frozen).
 fn rewrite_while(env: &TestEnv, path: &std::path::Path, change: impl FnOnce() + Send) -> serde_json::Value {
     let mut cmd = env.reseq();
-    // Many short windows on purpose; on a loaded machine some last a few ms past 150 ms,
-    // and each such counts as overrun: the overrun policy is not what these tests test.
-    cmd.args(["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "150ms", "--pause", "30ms"])
+    // Many short windows on purpose; on a loaded machine some last past --max-freeze, and
+    // each such counts as overrun: the overrun policy is not what these tests test. Under
+    // a parallel CPU and disk load a 150 ms window once lasted 819 ms, past its whole
+    // 400 ms bound (exit 7), hence 300 ms windows.
+    cmd.args(["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "300ms", "--pause", "30ms"])
         .args(["--max-overruns", "1000"])
         .arg(path)
         .env("RESEQ_FAULTS", "delay@after-write#*=25");
@@ -551,7 +553,9 @@ fn small_files_share_freeze_windows() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r = json_report(&out);
     let windows = r["results"]["windows"].as_u64().unwrap();
-    assert!((1..=10).contains(&windows), "300 small files in {windows} freezes");
+    // A handful unloaded (1-8 measured); under a parallel CPU and disk load, 23. Without
+    // sharing it is at least 300.
+    assert!((1..=60).contains(&windows), "300 small files in {windows} freezes");
     assert!(r["results"]["longest_freeze_seconds"].as_f64().unwrap() <= 1.0, "within the bound: {}", r["results"]);
     let rewritten: u64 = r["files"].as_array().unwrap().iter().map(|f| f["bytes_rewritten"].as_u64().unwrap()).sum();
     assert_eq!(rewritten, 300 * (40 << 10), "every file rewritten in full");
