@@ -281,10 +281,13 @@ impl Engine<'_> {
         }
         // Soft budget: stop starting chunks at 3/4 of the guardian's deadline, leaving room
         // for one slow chunk, its read-back and the thaw. Each overrun halves the share.
+        // In a window kept open from an earlier run, the same reserve comes off what is
+        // left, so the window stops at the same point as one of its own.
         let mut share = 0.75;
         let run_start = Instant::now();
         while self.stats.next_offset_bytes < self.cfg.range_end {
-            let budget = guard.deadline().map(|d| d.mul_f64(share));
+            let full = guard.deadline().map(|d| d.mul_f64(share));
+            let budget = guard.deadline().zip(guard.time_left()).map(|(d, l)| l.saturating_sub(d.mul_f64(1.0 - share)));
             if let Some(sig) = self.stop.signal() {
                 return Err(self.interrupted(sig));
             }
@@ -315,7 +318,7 @@ impl Engine<'_> {
                 });
             }
             let flow = flow?;
-            self.adapt_chunk_size(budget, end.overran || matches!(flow, WindowFlow::Overrun));
+            self.adapt_chunk_size(full, end.overran || matches!(flow, WindowFlow::Overrun));
             if end.overran || matches!(flow, WindowFlow::Overrun) {
                 self.stats.windows_overrun += 1;
                 let deadline = guard.deadline().unwrap_or_default();

@@ -58,6 +58,11 @@ pub trait WindowGuard {
     fn freezes(&self) -> bool;
     /// The hard limit of one window, if any.
     fn deadline(&self) -> Option<Duration>;
+    /// What is left of that limit for the next window: less than all of it in a window
+    /// kept open from an earlier run (see [`Batched`]).
+    fn time_left(&self) -> Option<Duration> {
+        self.deadline()
+    }
     /// Starts a window (freezes).
     fn begin(&mut self) -> Result<()>;
     /// Asks to write; `Ok(false)` means the window is over and nothing may be written.
@@ -426,7 +431,7 @@ impl Drop for GuardedFreeze {
 /// Batches the windows of several engine runs (file mode: one run per file) into shared
 /// freezes. When a run finishes its file with time to spare, the window stays open for
 /// the next file, mapped and rewritten in the same freeze; it closes when the time left
-/// is under a third of the deadline, when the engine ends a window for any other reason,
+/// is under 30 % of the deadline, when the engine ends a window for any other reason,
 /// or when [`Batched::finish`] is called. Every window is still the guardian's, with its
 /// deadline and bound: the guardian grants no write past it, whoever asks.
 pub struct Batched<G: WindowGuard> {
@@ -472,8 +477,11 @@ impl<G: WindowGuard> WindowGuard for Batched<G> {
     fn freezes(&self) -> bool {
         self.inner.freezes()
     }
-    /// In an open window, what is left of it.
     fn deadline(&self) -> Option<Duration> {
+        self.inner.deadline()
+    }
+    /// In an open window, what is left of it.
+    fn time_left(&self) -> Option<Duration> {
         self.left()
     }
     fn begin(&mut self) -> Result<()> {
@@ -509,8 +517,10 @@ impl<G: WindowGuard> WindowGuard for Batched<G> {
         self.finish()
     }
     fn end_complete(&mut self) -> Result<WindowEnd> {
+        // The engine keeps a quarter of the whole deadline in reserve (for a slow chunk
+        // and the thaw); beyond that, a next run needs room for a few chunks.
         let full = self.inner.deadline().unwrap_or_default();
-        if self.more && self.open.is_some() && self.left().is_some_and(|l| l > full / 3) {
+        if self.more && self.open.is_some() && self.left().is_some_and(|l| l > full.mul_f64(0.3)) {
             return Ok(WindowEnd::default());
         }
         self.finish()
@@ -565,6 +575,9 @@ impl<G: WindowGuard> WindowGuard for WritersChecked<G> {
     }
     fn deadline(&self) -> Option<Duration> {
         self.inner.deadline()
+    }
+    fn time_left(&self) -> Option<Duration> {
+        self.inner.time_left()
     }
     /// Before each window, unless the last check is under 100 ms old: file mode runs
     /// windows of small files back to back, and a check reads all of /proc.

@@ -331,7 +331,7 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
             dir: state.path.clone(),
             device_path: dev.path.clone(),
             identity: dev.identity.clone(),
-            file: None,
+            files: Vec::new(),
         }),
     };
     let used_space =

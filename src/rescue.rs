@@ -56,8 +56,9 @@ pub struct RescueTo {
     pub dir: PathBuf,
     pub device_path: PathBuf,
     pub identity: DeviceIdentity,
-    /// File mode: the file being rewritten (device offsets come from the target).
-    pub file: Option<String>,
+    /// File mode: the files of the run, as (start, length, path) in the run's offsets,
+    /// ascending (device offsets come from the target).
+    pub files: Vec<(u64, u64, String)>,
 }
 
 impl RescueTo {
@@ -81,11 +82,26 @@ impl RescueTo {
                 blake3: blake3.to_hex().to_string(),
                 left_blake3: left.map(|h| h.to_hex().to_string()),
                 reason: reason.into(),
-                file: self.file.as_ref().map(|f| format!("{f} at file offset {file_offset}")),
+                file: self.files_at(file_offset, data.len() as u64),
                 created_at: crate::report::now_rfc3339(),
             },
             data: data.to_vec(),
         }
+    }
+}
+
+impl RescueTo {
+    /// The files whose bytes lie in `len` bytes at `offset` (a chunk of a batch of small
+    /// files can hold many).
+    fn files_at(&self, offset: u64, len: u64) -> Option<String> {
+        let hit: Vec<&(u64, u64, String)> =
+            self.files.iter().filter(|(at, n, _)| *at < offset + len && offset < at + n).collect();
+        let (first, last) = (hit.first()?, hit.last()?);
+        let head = format!("{} at file offset {}", first.2, offset.saturating_sub(first.0));
+        Some(match hit.len() {
+            1 => head,
+            n => format!("{head}, then {} more file(s) through {}", n - 1, last.2),
+        })
     }
 }
 
@@ -438,7 +454,7 @@ mod tests {
     fn saves_loads_and_lists() {
         let dir = tempfile::tempdir().unwrap();
         let to =
-            RescueTo { dir: dir.path().into(), device_path: "/dev/loop9".into(), identity: identity(), file: None };
+            RescueTo { dir: dir.path().into(), device_path: "/dev/loop9".into(), identity: identity(), files: Vec::new() };
         let data = vec![7u8; 8192];
         let h = blake3::hash(&data);
         let p = to.pending(65536, &data, &h, None, "torn write", 65536);

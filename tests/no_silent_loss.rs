@@ -665,6 +665,48 @@ fn file_mode_rescues_a_torn_write_in_a_file() {
     run_cmd(std::process::Command::new("e2fsck").args(["-f", "-n"]).arg(&d.lo.path)).unwrap();
 }
 
+/// File mode, small files sharing one engine run and one chunk: a torn write keeps the
+/// chunk's original bytes, and the copy names the first file it holds; restored, every
+/// file is intact.
+#[test]
+fn file_mode_rescues_a_torn_write_in_a_batch_of_small_files() {
+    if !ready() || !require(&["mkfs.ext4", "e2fsck", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let d = fault_loop_device(&env, "fbatch", 64 * MIB, 37, None);
+    mkfs_ext4(&d.lo.path).unwrap();
+    let mnt = Mount::new(&d.lo.path, &env.path("fbatch-dir"), &[]).unwrap();
+    let files = fill_files(&mnt.dir, 64, 64 << 10, 38);
+    std::process::Command::new("sync").status().unwrap();
+    let f = std::fs::File::open(&files[20].0).unwrap();
+    let at = reseq::sys::fiemap(std::os::fd::AsFd::as_fd(&f), 0, 0).unwrap()[0].physical;
+    drop(f);
+    d.fs.add(Fault::new(FaultKind::TearWrite, at + 8192, 4096));
+    let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M", "--max-freeze", "2s"]).arg(&mnt.dir));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("a torn write"), "{}", stderr(&out));
+    assert!(!is_frozen(&mnt.dir));
+    let rescue = rescue_files(&env).pop().expect("a rescue copy");
+    let (h, _) = reseq::rescue::load(&rescue).unwrap();
+    assert!(h.len > 64 << 10, "one chunk holds several files: {h:?}");
+    assert!(h.offset <= at + 8192 && at + 8192 < h.offset + h.len, "device offsets: {h:?}");
+    let named = h.file.clone().unwrap_or_default();
+    assert!(named.contains("more file(s) through"), "names the files it holds: {named}");
+    let out = output(env.reseq().args(["rewrite"]).arg(&mnt.dir));
+    assert_eq!(out.status.code(), Some(3), "refused until restored: {}", stderr(&out));
+    d.fs.clear();
+    let out = restore(&env, &rescue);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    mnt.unmount().unwrap();
+    let mnt = Mount::new(&d.lo.path, &env.path("fbatch-dir"), &[]).unwrap();
+    assert_files_intact(&files);
+    let out = output(env.reseq().args(["rewrite"]).arg(&mnt.dir));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    mnt.unmount().unwrap();
+    run_cmd(std::process::Command::new("e2fsck").args(["-f", "-n"]).arg(&d.lo.path)).unwrap();
+}
+
 // ---- found by a hostile review ----
 
 /// Every range of the image that differs from the original is covered by a rescue copy
@@ -890,8 +932,8 @@ fn a_guardian_kill_mid_write_makes_the_resume_refuse_a_changed_chunk() {
     assert!(err.contains("when the guardian killed reseq") && err.contains("found torn"), "{err}");
 }
 
-/// The same in file mode, in a window shared by small files: the file's journal was only
-/// in memory and nothing kept its bytes, but the guardian's note in the run directory
+/// The same in file mode, in a chunk shared by small files: the journal was only in
+/// memory and nothing kept its bytes, but the guardian's note in the run directory
 /// stops every later run until the bytes are back.
 #[test]
 fn a_guardian_kill_mid_write_in_a_shared_file_window_stops_later_runs() {
@@ -910,7 +952,8 @@ fn a_guardian_kill_mid_write_in_a_shared_file_window_stops_later_runs() {
     let original = direct_read(&d.lo.path, at, 40 << 10).unwrap();
     d.fs.add(Fault::new(FaultKind::TearWrite, at + 8192, 4096));
     let args = ["rewrite", "--max-freeze", "2s"];
-    let out = output(env.reseq().args(args).arg(&mnt.dir).env("RESEQ_FAULTS", "delay@after-write#2=8000"));
+    // The four files lie one after another: one chunk, one write, torn.
+    let out = output(env.reseq().args(args).arg(&mnt.dir).env("RESEQ_FAULTS", "delay@after-write#1=8000"));
     assert_eq!(out.status.code(), None, "killed by its guardian: {}", stderr(&out));
     assert!(!is_frozen(&mnt.dir));
     d.fs.clear();

@@ -1,35 +1,28 @@
 //! File mode: `reseq rewrite FILE|DIR...` re-sequences the blocks of files on a mounted
 //! ext2/3/4 or xfs filesystem, in short freeze windows, while applications keep writing.
 //!
-//! The engine is the device engine, unchanged. Two adapters make a file look like a
-//! device to it:
-//! - [`FilePlanner`] maps the file with FIEMAP at the start of every window, *while
-//!   frozen* (only then is the map true for the whole window; a file seen in delayed
-//!   allocation before the freeze has its real extents once frozen), and plans the file's
-//!   ranges in file-offset order: the order in which a sequential scan reads them.
-//!   Unwritten extents and holes are never written; shared (reflinked) extents are
-//!   rewritten once per physical range across the whole run; a file with extents flagged
-//!   UNKNOWN, DELALLOC, ENCODED, DATA_INLINE, DATA_TAIL, NOT_ALIGNED or DATA_ENCRYPTED is
-//!   skipped with the reason.
-//! - [`FileTarget`] turns the engine's file offsets into device offsets through that map,
-//!   so every chunk is read from and written back to the device blocks the file occupies.
+//! The engine is the device engine, unchanged; [`planner`] makes files look like a
+//! device to it. A large file gets an engine run of its own, and a journal (keyed by
+//! device and inode) that lets a run resume it where it stopped. Small files are
+//! rewritten up to [`BATCH_FILES`] to one engine run, so that their I/O overlaps and
+//! files laid out one after another are rewritten in large chunks; a freeze window kept
+//! open (see [`Batched`]) serves the next run while time is left in it.
 //!
 //! Everything else is the device mode's: the guardian owns every freeze, a chunk's read
-//! and write lie inside one window, every chunk is verified, and the journal (one per
-//! file, keyed by device and inode) lets a run resume file by file.
+//! and write lie inside one window, and every chunk is verified.
 
 use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::cli::RewriteArgs;
 use crate::device::{self, Sysfs};
-use crate::engine::{self, EngineConfig, EngineStats, Planner};
+use crate::engine::{self, EngineConfig, EngineStats};
 use crate::error::{Error, Result};
 use crate::freeze::{Batched, GuardedFreeze, WindowGuard, WritersChecked};
 use crate::journal::{self, FileIdentity, Journal, RunRecord};
@@ -41,169 +34,9 @@ use crate::sys;
 use crate::target::{BlockTarget, DirectDevice};
 use crate::units::{self, human_bytes};
 
-/// One piece of a file: `len` bytes at file offset `logical` live at device offset
-/// `physical`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Extent {
-    pub logical: u64,
-    pub physical: u64,
-    pub len: u64,
-}
-
-type Map = Arc<Mutex<Vec<Extent>>>;
-
-// include/uapi/linux/fiemap.h extent flags.
-const UNWRITTEN: u32 = 0x800;
-const SHARED: u32 = 0x2000;
-const SKIP_FLAGS: [(u32, &str); 7] = [
-    (0x2, "UNKNOWN"),
-    (0x4, "DELALLOC"),
-    (0x8, "ENCODED"),
-    (0x80, "DATA_ENCRYPTED"),
-    (0x100, "NOT_ALIGNED"),
-    (0x200, "DATA_INLINE"),
-    (0x400, "DATA_TAIL"),
-];
-
-/// Physical ranges of shared extents, and which file of the run claimed each.
-pub type SharedClaims = Arc<Mutex<HashMap<(u64, u64), usize>>>;
-
-/// Plans a file's ranges from FIEMAP, in every window.
-pub struct FilePlanner {
-    file: std::fs::File,
-    /// This file's index in the run (for shared-extent claims).
-    index: usize,
-    map: Map,
-    shared: SharedClaims,
-    /// Why the file is skipped, if it is.
-    pub skipped: Option<String>,
-    /// Extents in the first map.
-    pub extents: Option<usize>,
-    pub bytes_unwritten: u64,
-    pub bytes_shared_elsewhere: u64,
-}
-
-/// Turns FIEMAP extents from `cursor` on into the pieces to rewrite, merging pieces that
-/// are adjacent both in the file and on the device. Returns the skip reason instead if an
-/// extent cannot be rewritten safely.
-pub fn plan_extents(
-    exts: &[sys::FiemapExtent],
-    cursor: u64,
-    end: u64,
-    mut shared_ok: impl FnMut(u64, u64) -> bool,
-    unwritten: &mut u64,
-    shared_elsewhere: &mut u64,
-) -> std::result::Result<Vec<Extent>, String> {
-    let mut out: Vec<Extent> = Vec::new();
-    for e in exts {
-        let bad: Vec<&str> = SKIP_FLAGS.iter().filter(|(f, _)| e.flags & f != 0).map(|(_, n)| *n).collect();
-        if !bad.is_empty() {
-            return Err(format!("an extent at file offset {} is flagged {}", e.logical, bad.join("|")));
-        }
-        let lo = e.logical.max(cursor);
-        let hi = (e.logical + e.length).min(end);
-        if lo >= hi {
-            continue;
-        }
-        let (len, physical) = (hi - lo, e.physical + (lo - e.logical));
-        if e.flags & UNWRITTEN != 0 {
-            *unwritten += len;
-            continue;
-        }
-        if e.flags & SHARED != 0 && !shared_ok(e.physical, e.length) {
-            *shared_elsewhere += len;
-            continue;
-        }
-        match out.last_mut() {
-            Some(l) if l.logical + l.len == lo && l.physical + l.len == physical => l.len += len,
-            _ => out.push(Extent { logical: lo, physical, len }),
-        }
-    }
-    Ok(out)
-}
-
-impl Planner for FilePlanner {
-    fn ranges(&mut self, cursor: u64, end: u64) -> Result<Vec<(u64, u64)>> {
-        let clear = |map: &Map| map.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        if self.skipped.is_some() {
-            return Ok(Vec::new());
-        }
-        let md = self.file.metadata().map_err(|e| Error::io("fstat", e))?;
-        if md.nlink() == 0 {
-            self.skipped = Some("deleted during the run".into());
-            clear(&self.map);
-            return Ok(Vec::new());
-        }
-        // FIEMAP_FLAG_SYNC returns at once on a frozen filesystem (nothing can be dirty).
-        let exts =
-            sys::fiemap(self.file.as_fd(), cursor, sys::FIEMAP_FLAG_SYNC).map_err(|e| Error::io("FIEMAP", e.into()))?;
-        self.extents.get_or_insert(exts.len());
-        let (index, shared) = (self.index, Arc::clone(&self.shared));
-        let claim = |p: u64, l: u64| {
-            let mut claims = shared.lock().unwrap_or_else(|p| p.into_inner());
-            *claims.entry((p, l)).or_insert(index) == index
-        };
-        match plan_extents(&exts, cursor, end, claim, &mut self.bytes_unwritten, &mut self.bytes_shared_elsewhere) {
-            Ok(pieces) => {
-                let ranges = pieces.iter().map(|e| (e.logical, e.len)).collect();
-                *self.map.lock().unwrap_or_else(|p| p.into_inner()) = pieces;
-                Ok(ranges)
-            }
-            Err(reason) => {
-                self.skipped = Some(reason);
-                clear(&self.map);
-                Ok(Vec::new())
-            }
-        }
-    }
-}
-
-/// A file seen as a block device: file offsets in, device offsets out.
-pub struct FileTarget {
-    dev: Arc<DirectDevice>,
-    map: Map,
-    len: u64,
-    name: String,
-}
-
-impl FileTarget {
-    fn device_offset(&self, offset: u64, len: u64) -> std::io::Result<u64> {
-        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.iter()
-            .find(|e| e.logical <= offset && offset + len <= e.logical + e.len)
-            .map(|e| e.physical + (offset - e.logical))
-            .ok_or_else(|| std::io::Error::other(format!("file offset {offset}+{len} is not in this window's map")))
-    }
-}
-
-impl BlockTarget for FileTarget {
-    fn describe(&self) -> String {
-        self.name.clone()
-    }
-    fn len_bytes(&self) -> u64 {
-        self.len
-    }
-    fn mem_align(&self) -> usize {
-        self.dev.mem_align()
-    }
-    fn offset_align(&self) -> u64 {
-        self.dev.offset_align()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        let at = self.device_offset(offset, buf.len() as u64)?;
-        self.dev.read_at(buf, at)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        let at = self.device_offset(offset, buf.len() as u64)?;
-        self.dev.write_at(buf, at)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.dev.flush()
-    }
-    fn device_offset(&self, offset: u64, len: u64) -> Option<u64> {
-        FileTarget::device_offset(self, offset, len).ok()
-    }
-}
+mod planner;
+use planner::{FileTarget, FilesPlanner, Map, Member, SharedClaims, UNWRITTEN};
+pub use planner::{Extent, plan_extents};
 
 /// What file mode did to one file.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
@@ -522,32 +355,32 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
                 g.fs.mount_point.display()
             );
         }
-        let last =
-            planned.iter().enumerate().rfind(|(fi, p)| p.fs == gi && !left_alone.contains_key(fi)).map(|(fi, _)| fi);
-        for (fi, p) in planned.iter().enumerate().filter(|(_, p)| p.fs == gi) {
-            if let Some(why) = left_alone.get(&fi) {
-                let mut fr = skipped_report(&p.path, "");
-                fr.skipped_reason = None;
-                fr.left_alone = Some(why.clone());
-                fr.size_bytes = std::fs::metadata(&p.path).map(|m| m.len()).unwrap_or(0);
-                file_reports.push(fr);
-                continue;
-            }
-            guard.more = !state_on_fs && last != Some(fi);
-            let (fr, stats, r) = rewrite_file(
-                args,
-                quiet,
-                &stop,
-                &shared,
-                fi,
-                &p.path,
-                g,
-                &dev,
-                &mut guard,
-                (chunk_size, pause, rate),
-                (&state.path, state_on_fs),
-                &mut pending,
-            );
+        let cx = JobContext {
+            args,
+            quiet,
+            stop: &stop,
+            shared: &shared,
+            g,
+            dev: &dev,
+            state_dir: &state.path,
+            state_on_fs,
+            chunk_size,
+            pause,
+            rate,
+        };
+        let in_group: Vec<usize> = (0..planned.len()).filter(|&fi| planned[fi].fs == gi).collect();
+        for &fi in in_group.iter().filter(|fi| left_alone.contains_key(fi)) {
+            let mut fr = skipped_report(&planned[fi].path, "");
+            fr.skipped_reason = None;
+            fr.left_alone = left_alone.get(&fi).cloned();
+            fr.size_bytes = std::fs::metadata(&planned[fi].path).map(|m| m.len()).unwrap_or(0);
+            file_reports.push((fi, fr));
+        }
+        let todo: Vec<usize> = in_group.into_iter().filter(|fi| !left_alone.contains_key(fi)).collect();
+        let jobs = group_jobs(&cx, &planned, &todo);
+        for (ji, job) in jobs.iter().enumerate() {
+            guard.more = !state_on_fs && ji + 1 < jobs.len();
+            let (fr, stats, r) = run_job(&cx, &mut guard, job, &planned, &mut pending);
             add(&mut totals, &stats);
             file_reports.extend(fr);
             if let Err(e) = r {
@@ -565,8 +398,8 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
                 outcome = Err(e);
                 break 'groups;
             }
-            // --rate over the whole run: the windows of each file keep to it; between
-            // files, wait off whatever the run is still ahead by, thawed.
+            // --rate over the whole run: the windows of each job keep to it; between
+            // jobs, wait off whatever the run is still ahead by, thawed.
             if let Some(rate) = rate {
                 let due = Duration::from_secs_f64(totals.bytes_written as f64 / rate as f64);
                 if due > run_start.elapsed() {
@@ -589,7 +422,9 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     // Freezes, not engine windows: files rewritten in one freeze share it.
     totals.windows = windows;
     report.results = Some(totals);
-    report.files = Some(file_reports);
+    // In path order, whatever order the runs took.
+    file_reports.sort_by_key(|(fi, _)| *fi);
+    report.files = Some(file_reports.into_iter().map(|(_, r)| r).collect());
     outcome
 }
 
@@ -626,124 +461,231 @@ fn add(t: &mut EngineStats, s: &EngineStats) {
     a.writer_waiting += b.writer_waiting;
 }
 
-/// What one file's rewrite gave: its report (if it got that far), its engine stats, and
-/// the error that stops the whole run, if any.
-type FileOutcome = (Option<FileReport>, EngineStats, Result<()>);
+/// Files at most this large are rewritten many to one engine run (their reads, writes and
+/// read-backs overlap, and files laid out one after another merge into large chunks).
+/// Larger ones run alone, and keep a journal of their own to resume from.
+const SMALL_FILE_CHUNKS: u64 = 1;
+/// At most this many files, and bytes, in one engine run: each holds a descriptor open,
+/// and an interrupted run does its small files again.
+const BATCH_FILES: usize = 256;
+const BATCH_BYTES: u64 = 64 << 20;
 
-#[allow(clippy::too_many_arguments)]
-fn rewrite_file(
-    args: &RewriteArgs,
+/// What every engine run of one filesystem shares.
+struct JobContext<'a> {
+    args: &'a RewriteArgs,
     quiet: bool,
-    stop: &StopFlag,
-    shared: &SharedClaims,
-    index: usize,
-    path: &Path,
-    g: &FsGroup,
-    dev: &Arc<DirectDevice>,
-    guard: &mut Batched<WritersChecked<GuardedFreeze>>,
-    (chunk_size, pause, rate): (u64, Duration, Option<u64>),
-    (state_dir, state_on_fs): (&Path, bool),
-    pending: &mut Vec<Journal>,
-) -> FileOutcome {
-    let fail = |e: Error| (None, EngineStats::default(), Err(e));
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        // Deleted between listing and now: nothing to do.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return (Some(skipped_report(path, "deleted before its turn")), EngineStats::default(), Ok(()));
+    stop: &'a StopFlag,
+    shared: &'a SharedClaims,
+    g: &'a FsGroup,
+    dev: &'a Arc<DirectDevice>,
+    state_dir: &'a Path,
+    state_on_fs: bool,
+    chunk_size: u64,
+    pause: Duration,
+    rate: Option<u64>,
+}
+
+/// One engine run: a file alone (resumable from its journal), or a batch of small files.
+struct Job {
+    files: Vec<usize>,
+    batch: bool,
+}
+
+/// Splits a filesystem's files into engine runs, in the order of their first block on
+/// the device (path order says nothing about where files lie; this order lets small
+/// files that lie one after another share chunks, and writes the device ascending). A
+/// file with a journal to resume from runs alone, as does a large one; with the state
+/// directory on the frozen filesystem every file runs alone (no journal can be written
+/// while it is frozen).
+fn group_jobs(cx: &JobContext, planned: &[Planned], todo: &[usize]) -> Vec<Job> {
+    let mut jobs: Vec<Job> = Vec::new();
+    let mut bytes = 0;
+    let mut todo = todo.to_vec();
+    // Mapped without a freeze, for the order only (each run maps again while frozen).
+    let first_block = |fi: &usize| {
+        std::fs::File::open(&planned[*fi].path)
+            .ok()
+            .and_then(|f| sys::fiemap(f.as_fd(), 0, 0).ok())
+            .and_then(|e| e.first().map(|e| e.physical))
+            .unwrap_or(0)
+    };
+    todo.sort_by_cached_key(first_block);
+    for fi in todo {
+        let md = std::fs::metadata(&planned[fi].path).ok();
+        let small = md.as_ref().is_some_and(|md| {
+            md.len() <= cx.chunk_size * SMALL_FILE_CHUNKS
+                && !cx.state_on_fs
+                && !file_journal_path(cx.state_dir, &file_identity(&planned[fi].path, md)).exists()
+        });
+        let size = md.map_or(0, |m| m.len());
+        match jobs.last_mut() {
+            Some(j) if small && j.batch && j.files.len() < BATCH_FILES && bytes + size <= BATCH_BYTES => {
+                j.files.push(fi);
+                bytes += size;
+            }
+            _ => {
+                jobs.push(Job { files: vec![fi], batch: small });
+                bytes = size;
+            }
         }
-        Err(e) => return fail(Error::io(format!("opening {}", path.display()), e)),
+    }
+    jobs
+}
+
+fn file_journal_path(state_dir: &Path, id: &FileIdentity) -> PathBuf {
+    state_dir.join(format!("file-{}-{}.journal", id.dev.replace(':', "_"), id.ino))
+}
+
+/// What one engine run gave: its files' reports (by index in the run), its engine stats,
+/// and the error that stops the whole run, if any.
+type JobOutcome = (Vec<(usize, FileReport)>, EngineStats, Result<()>);
+
+/// Opens a job's files. Files deleted since they were listed get a report instead.
+fn open_members(cx: &JobContext, job: &Job, planned: &[Planned]) -> Result<(Vec<Member>, Vec<(usize, FileReport)>)> {
+    let align = u64::from(cx.g.device.dio_offset_align);
+    let (mut members, mut gone) = (Vec::new(), Vec::new());
+    for &fi in &job.files {
+        let path = &planned[fi].path;
+        let file = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                gone.push((fi, skipped_report(path, "deleted before its turn")));
+                continue;
+            }
+            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+        };
+        let md = file.metadata().map_err(|e| Error::io(format!("fstat {}", path.display()), e))?;
+        // A file alone ends at its last device block; in a batch at its last filesystem
+        // block, so that the next file's first block can follow it in one chunk (the
+        // slack after the end of the file is the file's own block, written back as read).
+        let unit = if job.batch { (md.blksize()).max(align) } else { align };
+        let span = md.len().div_ceil(unit) * unit;
+        members.push(Member::new(fi, path.clone(), file, md.len(), span));
+    }
+    Ok((members, gone))
+}
+
+/// The journal of a job: a file alone resumes from its own; a batch has one that only
+/// records the run (a batch is not resumed: its files are small, and done again).
+fn job_journal(cx: &JobContext, job: &Job, members: &[Member], end: u64, deferred: bool) -> Result<(u64, Journal)> {
+    if !job.batch {
+        let md = members[0].file_metadata()?;
+        let id = file_identity(&members[0].path, &md);
+        return open_journal(&file_journal_path(cx.state_dir, &id), &id, cx.g, cx.chunk_size, end, deferred);
+    }
+    let run = RunRecord {
+        version: journal::JOURNAL_VERSION,
+        identity: cx.g.device.identity.clone(),
+        chunk_size_bytes: cx.chunk_size,
+        range_start_bytes: 0,
+        range_end_bytes: end,
+        chunks_total: end.div_ceil(cx.chunk_size),
+        started_at: now_rfc3339(),
+        file: None,
     };
-    let md = match file.metadata() {
-        Ok(m) => m,
-        Err(e) => return fail(Error::io("fstat", e)),
-    };
-    let identity = file_identity(path, &md);
-    let align = u64::from(g.device.dio_offset_align);
-    // The file as it is now, rounded up to whole blocks of the device.
-    let range_end = md.len().div_ceil(align) * align;
-    let jpath = state_dir.join(format!("file-{}-{}.journal", identity.dev.replace(':', "_"), identity.ino));
-    let (start, mut journal) = match open_journal(&jpath, &identity, g, chunk_size, range_end, guard.frozen_now()) {
+    let path = cx.state_dir.join(format!("file-batch-{}.journal", cx.g.device.identity.name));
+    if deferred { Ok((0, Journal::create_deferred(&path, run))) } else { Ok((0, Journal::create(&path, run)?)) }
+}
+
+fn run_job(
+    cx: &JobContext,
+    guard: &mut Batched<WritersChecked<GuardedFreeze>>,
+    job: &Job,
+    planned: &[Planned],
+    pending: &mut Vec<Journal>,
+) -> JobOutcome {
+    let fail = |reports, e: Error| (reports, EngineStats::default(), Err(e));
+    let (members, mut reports) = match open_members(cx, job, planned) {
         Ok(x) => x,
-        Err(e) => return fail(e),
+        Err(e) => return fail(Vec::new(), e),
     };
+    if members.is_empty() {
+        return (reports, EngineStats::default(), Ok(()));
+    }
     let map: Map = Arc::default();
-    let mut planner = FilePlanner {
-        file,
-        index,
-        map: Arc::clone(&map),
-        shared: Arc::clone(shared),
-        skipped: None,
-        extents: None,
-        bytes_unwritten: 0,
-        bytes_shared_elsewhere: 0,
+    let mut planner = FilesPlanner::new(members, Arc::clone(&map), Arc::clone(cx.shared));
+    let range_end = planner.end();
+    let (start, mut journal) = match job_journal(cx, job, &planner.members, range_end, guard.frozen_now()) {
+        Ok(x) => x,
+        Err(e) => return fail(reports, e),
     };
-    let target = FileTarget { dev: Arc::clone(dev), map, len: range_end, name: path.display().to_string() };
+    let name = match &planner.members[..] {
+        [one] => one.path.display().to_string(),
+        [first, ..] => format!("{} small files from {}", planner.members.len(), first.path.display()),
+        [] => unreachable!("members is not empty"),
+    };
+    let target = FileTarget { dev: Arc::clone(cx.dev), map, len: range_end, name: name.clone() };
     let cfg = EngineConfig {
-        chunk_size,
+        chunk_size: cx.chunk_size,
         range_start: 0,
         range_end,
         start_offset: start,
-        verify: !args.no_verify,
-        read_ahead: args.read_ahead,
-        pause,
-        journal_on_frozen_fs: state_on_fs,
-        max_overruns: args.max_overruns,
-        rate_bytes_per_second: rate,
+        verify: !cx.args.no_verify,
+        read_ahead: cx.args.read_ahead,
+        pause: cx.pause,
+        journal_on_frozen_fs: cx.state_on_fs,
+        max_overruns: cx.args.max_overruns,
+        rate_bytes_per_second: cx.rate,
         rescue: Some(crate::rescue::RescueTo {
-            dir: state_dir.to_path_buf(),
-            device_path: g.device.path.clone(),
-            identity: g.device.identity.clone(),
-            file: Some(path.display().to_string()),
+            dir: cx.state_dir.to_path_buf(),
+            device_path: cx.g.device.path.clone(),
+            identity: cx.g.device.identity.clone(),
+            files: planner.members.iter().map(|m| (m.base, m.span, m.path.display().to_string())).collect(),
         }),
     };
-    if !quiet {
-        log::info!("{}: {} from offset {start}", path.display(), human_bytes(md.len()));
+    if !cx.quiet {
+        log::info!("{name}: {} from offset {start}", human_bytes(range_end));
     }
     if let Err(e) = guard.inner.inner.set_journal(journal.path()) {
-        return fail(e);
+        return fail(reports, e);
     }
-    let mut progress = Progress::new(range_end, start, quiet);
-    let (stats, result) = engine::run(&target, &cfg, &mut planner, guard, &mut journal, &mut progress, stop);
+    let mut progress = Progress::new(range_end, start, cx.quiet);
+    let (stats, result) = engine::run(&target, &cfg, &mut planner, guard, &mut journal, &mut progress, cx.stop);
     progress.finish();
-    let fr = FileReport {
-        path: path.display().to_string(),
-        size_bytes: md.len(),
-        extents: planner.extents,
-        bytes_rewritten: stats.bytes_written,
-        bytes_skipped_unwritten: planner.bytes_unwritten,
-        bytes_skipped_shared: planner.bytes_shared_elsewhere,
-        bytes_skipped_holes: if result.is_ok() && planner.skipped.is_none() {
-            // Whatever of the file is neither rewritten nor otherwise skipped is a hole.
-            range_end
-                .saturating_sub(start + stats.bytes_written + planner.bytes_unwritten + planner.bytes_shared_elsewhere)
-        } else {
-            0
-        },
-        skipped_reason: planner.skipped.clone(),
-        left_alone: None,
-        read_bytes_per_second: None,
-        resumed_from_bytes: start,
-        windows: stats.windows,
-        longest_freeze_seconds: stats.longest_freeze_seconds,
-        verification: match (&result, cfg.verify) {
-            (Ok(()), true) => "passed",
-            (Ok(()), false) => "off",
-            _ => "incomplete",
+    planner.credit(stats.next_offset_bytes);
+    let done = result.is_ok();
+    for m in &planner.members {
+        reports.push((m.index, member_report(m, start, &stats, done, cfg.verify)));
+        if let Some(why) = &m.skipped {
+            log::warn!("{}: skipped: {why}", m.path.display());
         }
-        .into(),
-    };
-    if let Some(why) = &planner.skipped {
-        log::warn!("{}: skipped: {why}", path.display());
     }
-    if result.is_ok() && planner.skipped.is_none() {
+    if done && (job.batch || planner.members.iter().all(|m| m.skipped.is_none())) {
         // Done: its journal would only say so, and thousands of files would leave
         // thousands of journals behind.
         journal.discard();
     } else if journal.is_held() {
         pending.push(journal);
     }
-    (Some(fr), stats, result)
+    (reports, stats, result)
+}
+
+/// What the run did to one file. `start` is where a file alone resumed from.
+fn member_report(m: &Member, start: u64, stats: &EngineStats, done: bool, verify: bool) -> FileReport {
+    let resumed_from = start.saturating_sub(m.base).min(m.span);
+    let accounted = resumed_from + m.bytes_rewritten + m.bytes_unwritten + m.bytes_shared_elsewhere;
+    FileReport {
+        path: m.path.display().to_string(),
+        size_bytes: m.size,
+        extents: m.extents,
+        bytes_rewritten: m.bytes_rewritten,
+        bytes_skipped_unwritten: m.bytes_unwritten,
+        bytes_skipped_shared: m.bytes_shared_elsewhere,
+        // Whatever of a finished file is neither rewritten nor otherwise skipped is a hole.
+        bytes_skipped_holes: if done && m.skipped.is_none() { m.span.saturating_sub(accounted) } else { 0 },
+        skipped_reason: m.skipped.clone(),
+        left_alone: None,
+        read_bytes_per_second: None,
+        resumed_from_bytes: resumed_from,
+        windows: stats.windows,
+        longest_freeze_seconds: stats.longest_freeze_seconds,
+        verification: match (done, verify) {
+            (true, true) => "passed",
+            (true, false) => "off",
+            _ => "incomplete",
+        }
+        .into(),
+    }
 }
 
 /// For `--only-slow`: each file's sequential read (O_DIRECT, 1 MiB, QD1, one pass); the
@@ -796,11 +738,10 @@ fn skipped_report(path: &Path, why: &str) -> FileReport {
     }
 }
 
-/// The file's journal: continues an unfinished run of the same file (same device, inode
-/// and birth time), starts afresh otherwise: a file whose identity changed is planned
-/// again.
-/// A file's journal: the one to resume, or a new one; new ones are started in memory
-/// while a shared window is open (`deferred`), and written after it.
+/// A file's journal: continues an unfinished run of the same file (same device, inode
+/// and birth time), starts afresh otherwise (a file whose identity changed is planned
+/// again). New ones are started in memory while a shared window is open (`deferred`),
+/// and written after it.
 fn open_journal(
     path: &Path,
     id: &FileIdentity,
@@ -884,47 +825,4 @@ fn describe(groups: &[FsGroup], planned: &[Planned], max_freeze: Duration) -> St
     }
     s += "  nothing was written or frozen (dry run)\n";
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ext(logical: u64, physical: u64, length: u64, flags: u32) -> sys::FiemapExtent {
-        sys::FiemapExtent { logical, physical, length, flags, ..Default::default() }
-    }
-
-    #[test]
-    fn plans_in_file_order_merging_physically_adjacent_pieces() {
-        let (mut u, mut s) = (0, 0);
-        let exts = [
-            ext(0, 8192, 4096, 0),
-            ext(4096, 12288, 4096, 0),          // adjacent in file and on disk: merged
-            ext(8192, 4096, 4096, 0),           // behind on disk: its own piece, in file order
-            ext(12288, 40960, 8192, UNWRITTEN), // never written
-            ext(24576, 81920, 4096, SHARED),
-        ];
-        let got = plan_extents(&exts, 0, 1 << 20, |_, _| true, &mut u, &mut s).unwrap();
-        assert_eq!(
-            got,
-            vec![
-                Extent { logical: 0, physical: 8192, len: 8192 },
-                Extent { logical: 8192, physical: 4096, len: 4096 },
-                Extent { logical: 24576, physical: 81920, len: 4096 },
-            ]
-        );
-        assert_eq!(u, 8192);
-        // From a cursor inside an extent, and a shared range claimed by another file.
-        let got = plan_extents(&exts, 6144, 1 << 20, |_, _| false, &mut u, &mut s).unwrap();
-        assert_eq!(
-            got,
-            vec![
-                Extent { logical: 6144, physical: 14336, len: 2048 },
-                Extent { logical: 8192, physical: 4096, len: 4096 }
-            ]
-        );
-        assert_eq!(s, 4096);
-        let bad = [ext(0, 0, 4096, 0x200 | 0x100)];
-        assert!(plan_extents(&bad, 0, 4096, |_, _| true, &mut u, &mut s).unwrap_err().contains("DATA_INLINE"));
-    }
 }
