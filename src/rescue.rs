@@ -453,8 +453,12 @@ mod tests {
     #[test]
     fn saves_loads_and_lists() {
         let dir = tempfile::tempdir().unwrap();
-        let to =
-            RescueTo { dir: dir.path().into(), device_path: "/dev/loop9".into(), identity: identity(), files: Vec::new() };
+        let to = RescueTo {
+            dir: dir.path().into(),
+            device_path: "/dev/loop9".into(),
+            identity: identity(),
+            files: Vec::new(),
+        };
         let data = vec![7u8; 8192];
         let h = blake3::hash(&data);
         let p = to.pending(65536, &data, &h, None, "torn write", 65536);

@@ -35,8 +35,8 @@ use crate::target::{BlockTarget, DirectDevice};
 use crate::units::{self, human_bytes};
 
 mod planner;
-use planner::{FileTarget, FilesPlanner, Map, Member, SharedClaims, UNWRITTEN};
 pub use planner::{Extent, plan_extents};
+use planner::{FileTarget, FilesPlanner, Map, Member, SharedClaims, UNWRITTEN};
 
 /// What file mode did to one file.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]

@@ -252,7 +252,9 @@ impl FileTarget {
         map.get(i)
             .filter(|e| e.logical <= offset && offset + len <= e.logical + e.len)
             .map(|e| e.physical + (offset - e.logical))
-            .ok_or_else(|| std::io::Error::other(format!("offset {offset}+{len} of {} is not in this window's map", self.name)))
+            .ok_or_else(|| {
+                std::io::Error::other(format!("offset {offset}+{len} of {} is not in this window's map", self.name))
+            })
     }
 }
 
