@@ -536,12 +536,15 @@ fn file_journal_path(state_dir: &Path, id: &FileIdentity) -> PathBuf {
     state_dir.join(format!("file-{}-{}.journal", id.dev.replace(':', "_"), id.ino))
 }
 
-/// What one engine run gave: its files' reports (by index in the run), its engine stats,
-/// and the error that stops the whole run, if any.
-type JobOutcome = (Vec<(usize, FileReport)>, EngineStats, Result<()>);
+/// Files' reports, by their index in the run.
+type Reports = Vec<(usize, FileReport)>;
+
+/// What one engine run gave: its files' reports, its engine stats, and the error that
+/// stops the whole run, if any.
+type JobOutcome = (Reports, EngineStats, Result<()>);
 
 /// Opens a job's files. Files deleted since they were listed get a report instead.
-fn open_members(cx: &JobContext, job: &Job, planned: &[Planned]) -> Result<(Vec<Member>, Vec<(usize, FileReport)>)> {
+fn open_members(cx: &JobContext, job: &Job, planned: &[Planned]) -> Result<(Vec<Member>, Reports)> {
     let align = u64::from(cx.g.device.dio_offset_align);
     let (mut members, mut gone) = (Vec::new(), Vec::new());
     for &fi in &job.files {
