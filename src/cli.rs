@@ -13,6 +13,11 @@ pub const DEFAULT_CHUNK_SIZE: &str = "4M";
 /// Default bound of one freeze window.
 pub const DEFAULT_MAX_FREEZE: &str = "5s";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/reseq";
+pub const DEFAULT_PAUSE: &str = "0s";
+pub const DEFAULT_MAX_OVERRUNS: u32 = 3;
+pub const DEFAULT_READ_AHEAD: usize = 2;
+pub const DEFAULT_SCAN_REGIONS: usize = 64;
+pub const DEFAULT_SLOW_THRESHOLD: f64 = 0.7;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -220,7 +225,7 @@ pub enum SimCommand {
     Info { state: PathBuf },
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone)]
 pub struct RewriteArgs {
     /// A block device (/dev/nvme0n1p3, /dev/sdb), or files and directories of files on
     /// mounted ext4/xfs (file mode), or sim:STATE.
@@ -242,14 +247,14 @@ pub struct RewriteArgs {
     #[arg(long, value_name = "SIZE")]
     pub rate: Option<String>,
     /// Pause between windows, thawed, so applications catch up.
-    #[arg(long, default_value = "0s", value_name = "DURATION")]
+    #[arg(long, default_value = DEFAULT_PAUSE, value_name = "DURATION")]
     pub pause: String,
     /// Stop after this many freeze windows overrun their deadline (each overrun is thawed
     /// by the guardian; until this limit the run continues with shorter windows).
-    #[arg(long, default_value_t = 3, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_MAX_OVERRUNS, value_name = "N")]
     pub max_overruns: u32,
     /// Chunks read ahead of the writer (memory: (N + 4) x chunk size with verification).
-    #[arg(long, default_value_t = 2, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_READ_AHEAD, value_name = "N")]
     pub read_ahead: usize,
     /// Skip the read-back check after each write (faster; the pre-write hash is still journaled).
     #[arg(long)]
@@ -284,10 +289,10 @@ pub struct RewriteArgs {
     #[arg(long, value_name = "SCAN.json", conflicts_with = "only_slow")]
     pub from_scan: Option<PathBuf>,
     /// Regions of the scan for --only-slow.
-    #[arg(long, default_value_t = 64, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_SCAN_REGIONS, value_name = "N")]
     pub scan_regions: usize,
     /// A region is slow below this fraction of the median of the fastest quarter.
-    #[arg(long, default_value_t = 0.7, value_name = "FRACTION")]
+    #[arg(long, default_value_t = DEFAULT_SLOW_THRESHOLD, value_name = "FRACTION")]
     pub slow_threshold: f64,
     /// Benchmark sequential reads of the range before and after, and give a verdict.
     #[arg(long)]

@@ -445,11 +445,14 @@ pub struct Batched<G: WindowGuard> {
     last_thaw: Option<Instant>,
     /// Real freezes so far.
     pub windows: u64,
+    /// Runs after each thaw: what waited for the window to close (file mode: journals
+    /// and the run's record, after a device flush). Its error ends the window with it.
+    pub after_thaw: Option<Box<dyn FnMut() -> Result<()>>>,
 }
 
 impl<G: WindowGuard> Batched<G> {
     pub fn new(inner: G, pause: Duration) -> Batched<G> {
-        Batched { inner, open: None, more: false, pause, last_thaw: None, windows: 0 }
+        Batched { inner, open: None, more: false, pause, last_thaw: None, windows: 0, after_thaw: None }
     }
 
     /// Ends the open window, if any (thaws). Safe to call at any time.
@@ -464,7 +467,11 @@ impl<G: WindowGuard> Batched<G> {
         if crate::sys::leave_window() {
             log::info!("continued after a stop (SIGTSTP) that waited for the window to end");
         }
-        end
+        let end = end?;
+        if let Some(f) = &mut self.after_thaw {
+            f()?;
+        }
+        Ok(end)
     }
 
     fn left(&self) -> Option<Duration> {

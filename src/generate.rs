@@ -98,6 +98,9 @@ pub fn man_page() -> String {
     r.control("SH", ["RESCUE COPIES"]).text([roman(
         "A write that fails is retried, each attempt read back, up to 3 attempts. A chunk whose write never verifies, tears, or reads back different keeps its original bytes in a rescue file in the state directory, rescue-DEVICE-OFFSET-BLAKE3.bin, and the message says whether a read-back found the original bytes there (data intact) or other bytes (uncertain). Every later run on that device refuses until reseq restore FILE has put the bytes back; reseq restore freezes as a rewrite does, reads back, refuses another device or a range that changed since (unless --force), and removes the copy only then.",
     )]);
+    r.control("SH", ["RESUMING"]).text([roman(
+        "A run that stops (a signal, a kill, a reboot, an error) leaves its journal, and every later run over the same device or the same files is refused (exit 3) until it is given --resume, which continues it, or --restart, which starts over. With --resume (or resume = true in a config file) a run continues with the options it was started with: an option left out takes the interrupted run's value, and an option given with another value is refused (exit 2). A resumed file-mode run skips the files the interrupted run finished, continues a large file where its journal says, and rewrites again the small files it was in the middle of (at most 16 MiB).",
+    )]);
     r.control("SH", ["EXIT STATUS"]);
     for c in ExitCode::ALL {
         r.control("TP", []).text([bold(c.code().to_string())]).text([roman(c.describe())]);
@@ -108,6 +111,12 @@ pub fn man_page() -> String {
     r.control("SH", ["FILES"]);
     r.control("TP", []).text([italic("/var/lib/reseq/device-NAME.journal")]).text([roman(
         "The journal of a device's run (--state-dir, RESEQ_STATE_DIR): the plan and every finished chunk, each line checked by blake3. --resume continues from it.",
+    )]);
+    r.control("TP", [])
+        .text([italic("/var/lib/reseq/file-DEV-INODE.journal")])
+        .text([roman("File mode: the journal of a large file being rewritten, removed when the file is done.")]);
+    r.control("TP", []).text([italic("/var/lib/reseq/files-KEY.run")]).text([roman(
+        "File mode: the run's targets and options, and the files it finished; removed when the run finishes. --resume skips the files it lists.",
     )]);
     r.control("TP", []).text([italic("/var/lib/reseq/rescue-NAME-OFFSET-BLAKE3.bin")]).text([roman(
         "A rescue copy: the original bytes of a chunk whose write did not verify, with a JSON header. reseq restore puts it back.",

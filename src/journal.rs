@@ -39,6 +39,9 @@ pub struct RunRecord {
     /// File mode: the file this journal is about (a changed identity means a new run).
     #[serde(default)]
     pub file: Option<FileIdentity>,
+    /// Device mode: the options the run was started with (`--resume` keeps them).
+    #[serde(default)]
+    pub options: Option<crate::run_options::RunOptions>,
 }
 
 /// Which file a file-mode journal belongs to.
@@ -312,7 +315,7 @@ pub fn read(path: &Path) -> Result<Option<Replay>> {
 /// Writes `text` to a uniquely named temporary file and renames it over `path`, so a
 /// crash leaves either the old file or the new one, whole, and two runs sharing a state
 /// directory never write the same temporary file.
-fn replace_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+pub fn replace_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mut tmp = tempfile::Builder::new().prefix(".journal-").suffix(".tmp").tempfile_in(dir)?;
     tmp.write_all(text.as_bytes())?;
@@ -479,6 +482,7 @@ mod tests {
             chunks_total: 256,
             started_at: "2026-11-22T00:00:00Z".into(),
             file: None,
+            options: None,
         }
     }
 

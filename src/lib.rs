@@ -34,6 +34,7 @@ pub mod report;
 pub mod rescue;
 pub mod restore;
 pub mod rewrite;
+pub mod run_options;
 pub mod scratch;
 pub mod signals;
 pub mod sim;

@@ -39,6 +39,8 @@ pub enum Start {
 /// A checked, complete description of a device rewrite.
 #[derive(Clone, Debug)]
 pub struct RewritePlan {
+    /// The options as given, kept in the journal for `--resume`.
+    pub options: crate::run_options::RunOptions,
     /// The device and what we know about it.
     pub device: BlockDeviceInfo,
     /// Filesystems frozen in every window; empty when nothing is mounted (no freeze).
@@ -355,6 +357,7 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
         start,
         writer_devices,
         warnings,
+        options: crate::run_options::RunOptions::of(args),
     })
 }
 
@@ -424,6 +427,27 @@ pub fn busy_unmounted(dev: &BlockDeviceInfo) -> Error {
 fn addressable_end(dev: &BlockDeviceInfo) -> u64 {
     let align = u64::from(dev.dio_offset_align).max(1);
     dev.identity.size_bytes / align * align
+}
+
+/// With `--resume`: the arguments with the interrupted run's options in place of those
+/// left out (see [`crate::run_options`]). None without `--resume`, without an unfinished
+/// run, or when the device cannot be inspected (planning then says why).
+pub fn resumed_args(args: &RewriteArgs, env: &Environment) -> Result<Option<RewriteArgs>> {
+    if !args.resume || args.device().to_string_lossy().starts_with("sim:") {
+        return Ok(None);
+    }
+    let Ok(dev) = device::inspect(args.device(), &env.sysfs) else { return Ok(None) };
+    let state = crate::state_dir::resolve(&args.state_dir);
+    let Ok(Some(replay)) = journal::read(&journal::journal_path(&state, &dev.identity)) else { return Ok(None) };
+    let Some(options) = replay.run.filter(|r| !replay.finished && r.identity == dev.identity).and_then(|r| r.options)
+    else {
+        return Ok(None);
+    };
+    let resumed = options.apply(args)?;
+    if crate::run_options::RunOptions::of(&resumed) != crate::run_options::RunOptions::of(args) {
+        log::info!("resuming with the interrupted run's options: {}", options.describe());
+    }
+    Ok(Some(resumed))
 }
 
 fn decide_start(

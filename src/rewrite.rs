@@ -38,7 +38,17 @@ pub fn is_block_device(path: &std::path::Path) -> bool {
 pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
     let started = Instant::now();
     let mut report = Report::new("rewrite", args.dry_run);
-    let result = Environment::live().and_then(|env| plan::plan_rewrite(args, &env)).and_then(|plan| {
+    let resumed = Environment::live().and_then(|env| Ok((plan::resumed_args(args, &env)?, env)));
+    let result = resumed.and_then(|(resumed, env)| {
+        let args = resumed.as_ref().unwrap_or(args);
+        plan_and_execute(args, &env, quiet, &mut report)
+    });
+    report.finish(started.elapsed(), &result);
+    (report, result)
+}
+
+fn plan_and_execute(args: &RewriteArgs, env: &Environment, quiet: bool, report: &mut Report) -> Result<()> {
+    plan::plan_rewrite(args, env).and_then(|plan| {
         report.set_plan(&plan);
         if plan.needs_freeze() {
             report.freeze_bound = Some(crate::freeze::bound_report(plan.max_freeze));
@@ -59,14 +69,8 @@ pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
                 return Ok(());
             }
         }
-        if args.bench {
-            execute_with_bench(&plan, args, quiet, &mut report)
-        } else {
-            execute(&plan, quiet, &mut report)
-        }
-    });
-    report.finish(started.elapsed(), &result);
-    (report, result)
+        if args.bench { execute_with_bench(&plan, args, quiet, report) } else { execute(&plan, quiet, report) }
+    })
 }
 
 /// The plan, for `--dry-run`.
@@ -355,6 +359,7 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
                 chunks_total: plan.engine.chunks_total(),
                 started_at: now_rfc3339(),
                 file: None,
+                options: Some(plan.options.clone()),
             },
         )?,
         Start::Resume { .. } => Journal::append_to(&plan.journal_path)?,

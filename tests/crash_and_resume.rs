@@ -365,3 +365,43 @@ fn a_changed_in_flight_chunk_on_an_unmounted_device_stops_the_resume() {
     let err = stderr(&out);
     assert!(err.contains("changed since the last run stopped") && err.contains(&format!("{offset}..")), "{err}");
 }
+
+/// `--resume` continues a run with the options it was started with: a plain `--resume`
+/// (a timer job) keeps `--include-free` and 300 ms windows; a different value given is
+/// refused; `--restart` takes the new ones.
+#[test]
+fn a_resumed_run_keeps_the_options_it_was_started_with() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("opts", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 2, 4 << 20, 91);
+    let mut first = env.reseq();
+    first
+        .args(["rewrite", "--json", "--include-free", "--chunk-size", "1M", "--max-freeze", "300ms"])
+        .arg(&lo.path)
+        .env("RESEQ_FAULTS", "delay@after-write#*=15,kill@window-start#3");
+    assert_eq!(output(&mut first).status.code(), None, "killed");
+    assert_thawed_within(&mnt.dir, Duration::from_secs(2));
+    let out = output(env.reseq().args(["rewrite", "--resume", "--max-freeze", "2s"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--max-freeze 2s differs from the interrupted run's 300ms"), "{}", stderr(&out));
+    let out = output(env.reseq().args(["rewrite", "--json", "--resume"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("resuming with the interrupted run's options"), "{}", stderr(&out));
+    let r = json_report(&out);
+    assert_eq!(r["freeze_bound"]["max_freeze_seconds"], 0.3, "{}", r["freeze_bound"]);
+    // --include-free kept: the whole device, up to its end.
+    assert_eq!(r["results"]["next_offset_bytes"], 64 * MIB, "{}", r["results"]);
+    assert_eq!(r["plan"]["chunk_size_bytes"], MIB, "{}", r["plan"]);
+    // Killed again, then started over with other options.
+    assert_eq!(output(&mut first).status.code(), None, "killed");
+    let out = output(env.reseq().args(["rewrite", "--json", "--restart", "--max-freeze", "2s"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(json_report(&out)["freeze_bound"]["max_freeze_seconds"], 2.0);
+    mnt.unmount().unwrap();
+    let mnt = Mount::new(&lo.path, &env.path("opts-again"), &[]).unwrap();
+    let files: Vec<_> = files.iter().map(|(p, h)| (mnt.dir.join(p.file_name().unwrap()), *h)).collect();
+    assert_files_intact(&files);
+}

@@ -251,8 +251,12 @@ fn a_killed_file_run_resumes_where_it_stopped() {
         output(env.reseq().args(args).arg(&path).env("RESEQ_FAULTS", "delay@after-write#*=30,kill@window-start#3"));
     assert_eq!(out.status.code(), None, "killed");
     assert_thawed_within(&mnt.dir, std::time::Duration::from_secs(2));
+    // As in device mode, an unfinished run is neither continued nor dropped unasked.
     let out = output(env.reseq().args(args).arg(&path));
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--resume"), "{}", stderr(&out));
+    let out = output(env.reseq().args(args).arg("--resume").arg(&path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let f = json_report(&out)["files"][0].clone();
     let from = f["resumed_from_bytes"].as_u64().unwrap();
     assert!(from > 0 && from < 16 * MIB, "resumed from {from}");
@@ -266,8 +270,44 @@ fn a_killed_file_run_resumes_where_it_stopped() {
     run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
 }
 
-/// Killed in the middle of a batch of small files, the next run does them again, and
-/// every file is intact.
+/// File mode keeps a resumed run's options as device mode does; `--restart` starts the
+/// file over.
+#[test]
+fn a_resumed_file_run_keeps_its_options_and_restart_starts_over() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_lo, mnt) = env.mounted("fopts", 128 * MIB, "ext4");
+    let (path, hash) = fragmented_file(&mnt.dir, 16 << 20);
+    let mut first = env.reseq();
+    first
+        .args(["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "300ms", "--pause", "10ms"])
+        .arg(&path)
+        .env("RESEQ_FAULTS", "delay@after-write#*=30,kill@window-start#3");
+    assert_eq!(output(&mut first).status.code(), None, "killed");
+    let out = output(env.reseq().args(["rewrite", "--resume", "--chunk-size", "2M"]).arg(&path));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--chunk-size 2M differs from the interrupted run's 1M"), "{}", stderr(&out));
+    let out = output(env.reseq().args(["rewrite", "--json", "--resume"]).arg(&path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json_report(&out);
+    assert_eq!(r["freeze_bound"]["max_freeze_seconds"], 0.3, "{}", r["freeze_bound"]);
+    assert!(r["files"][0]["resumed_from_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(output(&mut first).status.code(), None, "killed again");
+    let out = output(env.reseq().args(["rewrite", "--json", "--restart"]).arg(&path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json_report(&out);
+    assert_eq!(r["files"][0]["resumed_from_bytes"], 0, "started over");
+    assert_eq!(r["freeze_bound"]["max_freeze_seconds"], 1.0, "the file-mode default");
+    let left: Vec<_> = std::fs::read_dir(env.state_dir()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "a finished run leaves nothing behind: {left:?}");
+    drop_caches();
+    assert_eq!(hash_path(&path).unwrap(), hash);
+}
+
+/// Killed in the middle of the small files, `--resume` skips the files the killed run
+/// finished (its record says which), does the rest, and every file is intact.
 #[test]
 fn a_run_killed_inside_a_batch_of_small_files_loses_nothing() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
@@ -275,17 +315,23 @@ fn a_run_killed_inside_a_batch_of_small_files_loses_nothing() {
     }
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("fbatch", 128 * MIB, "ext4");
-    let files = fill_files(&mnt.dir, 200, 96 << 10, 64);
-    let args = ["rewrite", "--json", "--chunk-size", "256K", "--max-freeze", "200ms", "--max-overruns", "1000"];
-    let faults = "delay@after-write#*=20,kill@window-start#3";
+    let files = fill_files(&mnt.dir, 400, 96 << 10, 64);
+    let args = ["rewrite", "--json", "--chunk-size", "128K", "--max-freeze", "200ms", "--max-overruns", "1000"];
+    // Runs of 170 small files (16 MiB): 128 chunks each if they lie one after another,
+    // 170 if not. Killed in the second either way.
+    let faults = "delay@after-write#*=5,kill@after-write#220";
     let out = output(env.reseq().args(args).arg(&mnt.dir).env("RESEQ_FAULTS", faults));
     assert_eq!(out.status.code(), None, "killed: {}", stderr(&out));
     assert_thawed_within(&mnt.dir, std::time::Duration::from_secs(2));
-    let out = output(env.reseq().args(args).arg(&mnt.dir));
+    let out = output(env.reseq().args(args).arg("--resume").arg(&mnt.dir));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r = json_report(&out);
-    let rewritten: u64 = r["files"].as_array().unwrap().iter().map(|f| f["bytes_rewritten"].as_u64().unwrap()).sum();
-    assert_eq!(rewritten, 200 * (96 << 10), "every file rewritten in full");
+    let files_r = r["files"].as_array().unwrap();
+    let earlier = files_r.iter().filter(|f| f["done_earlier"] == true).count() as u64;
+    let rewritten: u64 = files_r.iter().map(|f| f["bytes_rewritten"].as_u64().unwrap()).sum();
+    assert!(earlier > 0, "the killed run finished some files: {}", stderr(&out));
+    assert!(files_r.iter().filter(|f| f["done_earlier"] == true).all(|f| f["bytes_rewritten"] == 0));
+    assert_eq!(rewritten, (400 - earlier) * (96 << 10), "every other file rewritten in full");
     let left: Vec<_> = std::fs::read_dir(env.state_dir()).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "nothing left in the state dir: {left:?}");
     drop_caches();

@@ -659,7 +659,7 @@ fn file_mode_rescues_a_torn_write_in_a_file() {
     mnt.unmount().unwrap();
     let mnt = Mount::new(&d.lo.path, &env.path("fmode-dir"), &[]).unwrap();
     assert_files_intact(&files);
-    let out = output(env.reseq().args(["rewrite"]).arg(&mnt.dir));
+    let out = output(env.reseq().args(["rewrite", "--resume"]).arg(&mnt.dir));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     mnt.unmount().unwrap();
     run_cmd(std::process::Command::new("e2fsck").args(["-f", "-n"]).arg(&d.lo.path)).unwrap();
@@ -701,7 +701,7 @@ fn file_mode_rescues_a_torn_write_in_a_batch_of_small_files() {
     mnt.unmount().unwrap();
     let mnt = Mount::new(&d.lo.path, &env.path("fbatch-dir"), &[]).unwrap();
     assert_files_intact(&files);
-    let out = output(env.reseq().args(["rewrite"]).arg(&mnt.dir));
+    let out = output(env.reseq().args(["rewrite", "--resume"]).arg(&mnt.dir));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     mnt.unmount().unwrap();
     run_cmd(std::process::Command::new("e2fsck").args(["-f", "-n"]).arg(&d.lo.path)).unwrap();
@@ -964,7 +964,7 @@ fn a_guardian_kill_mid_write_in_a_shared_file_window_stops_later_runs() {
     }
     // The bytes put back (from a backup, as the hint says): the note goes, the run works.
     direct_write(&d.lo.path, at, &original).unwrap();
-    let out = output(env.reseq().args(args).arg(&mnt.dir));
+    let out = output(env.reseq().args(args).arg("--resume").arg(&mnt.dir));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     mnt.unmount().unwrap();
     let mnt = Mount::new(&d.lo.path, &env.path("gkillf-dir"), &[]).unwrap();

@@ -11,10 +11,12 @@
 //! Everything else is the device mode's: the guardian owns every freeze, a chunk's read
 //! and write lie inside one window, and every chunk is verified.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,12 +31,14 @@ use crate::journal::{self, FileIdentity, Journal, RunRecord};
 use crate::mounts::{self, MountedFs};
 use crate::output::Progress;
 use crate::report::{Report, now_rfc3339};
+use crate::run_options::RunOptions;
 use crate::signals::StopFlag;
 use crate::sys;
 use crate::target::{BlockTarget, DirectDevice};
 use crate::units::{self, human_bytes};
 
 mod planner;
+mod record;
 pub use planner::{Extent, plan_extents};
 use planner::{FileTarget, FilesPlanner, Map, Member, SharedClaims, UNWRITTEN};
 
@@ -63,6 +67,9 @@ pub struct FileReport {
     pub longest_freeze_seconds: f64,
     /// `passed`, `off` or `incomplete`.
     pub verification: String,
+    /// Finished by the interrupted run this one resumed: not rewritten again.
+    #[serde(default)]
+    pub done_earlier: bool,
 }
 
 /// Filesystems file mode refuses, with why.
@@ -264,6 +271,10 @@ pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
 }
 
 fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
+    let record_path = record::path_for(&crate::state_dir::resolve(&args.state_dir), &args.targets);
+    let (earlier, mut unfinished) = earlier_run(args, &record_path)?;
+    let resumed = earlier.as_ref().map(|e| e.header.options.apply(args)).transpose()?;
+    let args = resumed.as_ref().unwrap_or(args);
     let chunk_size = units::parse_size(&args.chunk_size).map_err(|e| Error::Usage(format!("--chunk-size: {e}")))?;
     let max_freeze = units::parse_duration(args.max_freeze_or(crate::cli::DEFAULT_FILE_MAX_FREEZE))
         .map_err(|e| Error::Usage(format!("--max-freeze: {e}")))?;
@@ -274,10 +285,9 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
             "--max-freeze must be >= 10ms; --chunk-size, --read-ahead, --max-overruns positive".into(),
         ));
     }
-    if args.bench || args.from_scan.is_some() || args.include_free || args.restart {
+    if args.bench || args.from_scan.is_some() || args.include_free {
         return Err(Error::Usage(
-            "file mode does not take --bench, --from-scan, --include-free or --restart (use reseq bench on the files)"
-                .into(),
+            "file mode does not take --bench, --from-scan or --include-free (use reseq bench on the files)".into(),
         ));
     }
     if !(args.slow_threshold > 0.0 && args.slow_threshold <= 1.0) {
@@ -321,8 +331,22 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     let run_start = Instant::now();
     let mut totals = EngineStats::default();
     let mut windows = 0;
-    // Journals of files whose window is still open: written after it closes.
-    let mut pending: Vec<Journal> = Vec::new();
+    // Journals of files whose window is still open, and the files done in it: written
+    // after it closes.
+    let pending = Rc::new(RefCell::new(Pending {
+        journals: Vec::new(),
+        record: match &earlier {
+            Some(e) => record::Record::resume(record_path, e)?,
+            None => record::Record::new(
+                record_path,
+                record::RunHeader {
+                    targets: record::canonical_targets(&args.targets),
+                    options: RunOptions::of(args),
+                    started_at: now_rfc3339(),
+                },
+            ),
+        },
+    }));
     let mut file_reports = Vec::new();
     let mut outcome = Ok(());
     'groups: for (gi, g) in groups.iter().enumerate() {
@@ -334,6 +358,10 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
         let dev = Arc::new(crate::rewrite::open_device(&g.device, true)?);
         crate::rescue::check_device(&crate::rescue::dirs(&state.path), &g.device.identity, dev.as_ref(), true)?;
         crate::rescue::check_torn_notes(&g.device.path, dev.as_ref())?;
+        // After the rescue checks: what they find matters more.
+        if let Some(e) = unfinished.take() {
+            return Err(e);
+        }
         // One guardian per filesystem, forked while no other thread runs.
         // And nothing else may write its device: a raw writer bypasses the freeze.
         // Small files share windows: one freeze maps and rewrites as many as fit.
@@ -376,23 +404,47 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
             fr.size_bytes = std::fs::metadata(&planned[fi].path).map(|m| m.len()).unwrap_or(0);
             file_reports.push((fi, fr));
         }
-        let todo: Vec<usize> = in_group.into_iter().filter(|fi| !left_alone.contains_key(fi)).collect();
+        let mut todo: Vec<usize> = in_group.into_iter().filter(|fi| !left_alone.contains_key(fi)).collect();
+        if let Some(e) = &earlier {
+            todo.retain(|&fi| match done_earlier(e, &planned[fi].path) {
+                Some(size) => {
+                    let mut fr = skipped_report(&planned[fi].path, "");
+                    (fr.skipped_reason, fr.size_bytes, fr.done_earlier) = (None, size, true);
+                    fr.verification = if args.no_verify { "off" } else { "passed" }.into();
+                    file_reports.push((fi, fr));
+                    false
+                }
+                None => true,
+            });
+        }
+        // The record names the run before its first window: killed in it, the next run
+        // knows an unfinished run is there.
+        if let Err(e) = release(&dev, &pending) {
+            outcome = Err(e);
+            break 'groups;
+        }
+        // Whenever a window closes, even inside a run of many windows, what waited for
+        // it goes out: a kill then loses no file already finished.
+        guard.after_thaw = Some(Box::new({
+            let (dev, pending) = (Arc::clone(&dev), Rc::clone(&pending));
+            move || release(&dev, &pending)
+        }));
         let jobs = group_jobs(&cx, &planned, &todo);
         for (ji, job) in jobs.iter().enumerate() {
             guard.more = !state_on_fs && ji + 1 < jobs.len();
-            let (fr, stats, r) = run_job(&cx, &mut guard, job, &planned, &mut pending);
+            let (fr, stats, r) = run_job(&cx, &mut guard, job, &planned, &pending);
             add(&mut totals, &stats);
             file_reports.extend(fr);
             if let Err(e) = r {
                 // The file's error comes first.
                 let _ = account(&mut totals, guard.finish());
-                let _ = release_journals(&dev, &mut pending);
+                let _ = release(&dev, &pending);
                 windows += guard.windows;
                 outcome = Err(e);
                 break 'groups;
             }
             if !guard.frozen_now()
-                && let Err(e) = release_journals(&dev, &mut pending)
+                && let Err(e) = release(&dev, &pending)
             {
                 windows += guard.windows;
                 outcome = Err(e);
@@ -403,9 +455,7 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
             if let Some(rate) = rate {
                 let due = Duration::from_secs_f64(totals.bytes_written as f64 / rate as f64);
                 if due > run_start.elapsed() {
-                    if let Err(e) =
-                        account(&mut totals, guard.finish()).and_then(|()| release_journals(&dev, &mut pending))
-                    {
+                    if let Err(e) = account(&mut totals, guard.finish()).and_then(|()| release(&dev, &pending)) {
                         windows += guard.windows;
                         outcome = Err(e);
                         break 'groups;
@@ -414,10 +464,13 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
                 }
             }
         }
-        if let Err(e) = account(&mut totals, guard.finish()).and_then(|()| release_journals(&dev, &mut pending)) {
+        if let Err(e) = account(&mut totals, guard.finish()).and_then(|()| release(&dev, &pending)) {
             outcome = Err(e);
         }
         windows += guard.windows;
+    }
+    if outcome.is_ok() {
+        pending.borrow_mut().record.finish();
     }
     // Freezes, not engine windows: files rewritten in one freeze share it.
     totals.windows = windows;
@@ -468,7 +521,7 @@ const SMALL_FILE_CHUNKS: u64 = 1;
 /// At most this many files, and bytes, in one engine run: each holds a descriptor open,
 /// and an interrupted run does its small files again.
 const BATCH_FILES: usize = 256;
-const BATCH_BYTES: u64 = 64 << 20;
+const BATCH_BYTES: u64 = 16 << 20;
 
 /// What every engine run of one filesystem shares.
 struct JobContext<'a> {
@@ -574,7 +627,8 @@ fn job_journal(cx: &JobContext, job: &Job, members: &[Member], end: u64, deferre
     if !job.batch {
         let md = members[0].file_metadata()?;
         let id = file_identity(&members[0].path, &md);
-        return open_journal(&file_journal_path(cx.state_dir, &id), &id, cx.g, cx.chunk_size, end, deferred);
+        let path = file_journal_path(cx.state_dir, &id);
+        return open_journal(&path, &id, cx.g, cx.chunk_size, end, deferred, cx.args.restart);
     }
     let run = RunRecord {
         version: journal::JOURNAL_VERSION,
@@ -585,6 +639,7 @@ fn job_journal(cx: &JobContext, job: &Job, members: &[Member], end: u64, deferre
         chunks_total: end.div_ceil(cx.chunk_size),
         started_at: now_rfc3339(),
         file: None,
+        options: None,
     };
     let path = cx.state_dir.join(format!("file-batch-{}.journal", cx.g.device.identity.name));
     if deferred { Ok((0, Journal::create_deferred(&path, run))) } else { Ok((0, Journal::create(&path, run)?)) }
@@ -595,7 +650,7 @@ fn run_job(
     guard: &mut Batched<WritersChecked<GuardedFreeze>>,
     job: &Job,
     planned: &[Planned],
-    pending: &mut Vec<Journal>,
+    pending: &Rc<RefCell<Pending>>,
 ) -> JobOutcome {
     let fail = |reports, e: Error| (reports, EngineStats::default(), Err(e));
     let (members, mut reports) = match open_members(cx, job, planned) {
@@ -649,6 +704,12 @@ fn run_job(
     let done = result.is_ok();
     for m in &planner.members {
         reports.push((m.index, member_report(m, start, &stats, done, cfg.verify)));
+        // Done when its run finished, or its cursor went past the whole file.
+        if (done || m.base + m.span <= stats.next_offset_bytes)
+            && let Ok(md) = m.file_metadata()
+        {
+            pending.borrow_mut().record.done(file_identity(&m.path, &md));
+        }
         if let Some(why) = &m.skipped {
             log::warn!("{}: skipped: {why}", m.path.display());
         }
@@ -658,7 +719,7 @@ fn run_job(
         // thousands of journals behind.
         journal.discard();
     } else if journal.is_held() {
-        pending.push(journal);
+        pending.borrow_mut().journals.push(journal);
     }
     (reports, stats, result)
 }
@@ -688,6 +749,7 @@ fn member_report(m: &Member, start: u64, stats: &EngineStats, done: bool, verify
             _ => "incomplete",
         }
         .into(),
+        done_earlier: false,
     }
 }
 
@@ -738,6 +800,7 @@ fn skipped_report(path: &Path, why: &str) -> FileReport {
         windows: 0,
         longest_freeze_seconds: 0.0,
         verification: "off".into(),
+        done_earlier: false,
     }
 }
 
@@ -752,9 +815,11 @@ fn open_journal(
     chunk_size: u64,
     end: u64,
     deferred: bool,
+    restart: bool,
 ) -> Result<(u64, Journal)> {
     let resumable = journal::read(path)?.filter(|r| {
-        !r.finished
+        !restart
+            && !r.finished
             && r.done_offset < end
             && r.run.as_ref().is_some_and(|run| run.file.as_ref() == Some(id) && run.chunk_size_bytes == chunk_size)
     });
@@ -773,21 +838,74 @@ fn open_journal(
         chunks_total: end.div_ceil(chunk_size),
         started_at: now_rfc3339(),
         file: Some(id.clone()),
+        options: None,
     };
     if deferred { Ok((0, Journal::create_deferred(path, run))) } else { Ok((0, Journal::create(path, run)?)) }
 }
 
+/// What waits for a window to close before it can be written.
+struct Pending {
+    journals: Vec<Journal>,
+    record: record::Record,
+}
+
 /// After a shared window closed: the device is flushed, then the journals of the files
-/// rewritten in it are written (a `done` record never reaches the disk before the data).
-fn release_journals(dev: &DirectDevice, pending: &mut Vec<Journal>) -> Result<()> {
-    if pending.is_empty() {
+/// rewritten in it and the run's record are written (a `done` record never reaches the
+/// disk before the data).
+fn release(dev: &DirectDevice, pending: &RefCell<Pending>) -> Result<()> {
+    let pending = &mut *pending.borrow_mut();
+    if pending.journals.is_empty() && !pending.record.has_waiting() {
         return Ok(());
     }
     dev.flush().map_err(|e| Error::io("flushing the device's write cache", e))?;
-    for mut j in pending.drain(..) {
+    for mut j in pending.journals.drain(..) {
         j.set_hold(false)?;
     }
-    Ok(())
+    pending.record.release()
+}
+
+/// An unfinished run over the same targets: continued with `--resume`, discarded with
+/// `--restart`, and refused otherwise, as device mode does (the refusal is returned, to
+/// be raised after the checks for rescue copies, which say more).
+fn earlier_run(args: &RewriteArgs, path: &Path) -> Result<(Option<record::Earlier>, Option<Error>)> {
+    let earlier = match record::read(path) {
+        Err(e) if args.restart => {
+            log::warn!("discarding a damaged run record: {e}");
+            None
+        }
+        r => r?,
+    };
+    let Some(e) = earlier else {
+        if args.resume {
+            log::info!("no unfinished run over these files: starting a new run");
+        }
+        return Ok((None, None));
+    };
+    let what = format!("the run over these files started {} ({} file(s) done)", e.header.started_at, e.done.len());
+    if args.restart {
+        log::warn!("discarding {what}");
+        return Ok((None, None));
+    }
+    if args.resume {
+        log::info!("resuming {what}, with its options: {}", e.header.options.describe());
+        return Ok((Some(e), None));
+    }
+    if args.dry_run {
+        log::info!("{what} is unfinished: the real run needs --resume or --restart");
+        return Ok((None, None));
+    }
+    let refusal = Error::refused(
+        format!("an unfinished file-mode run exists: {what}"),
+        "pass --resume to continue it (the files it finished are not rewritten again), or --restart to start over",
+    );
+    Ok((None, Some(refusal)))
+}
+
+/// The size of a file the resumed run finished (the same file: device, inode and birth
+/// time), or None.
+fn done_earlier(e: &record::Earlier, path: &Path) -> Option<u64> {
+    let md = std::fs::metadata(path).ok()?;
+    e.done.contains(&record::key(&file_identity(path, &md))).then_some(md.len())
 }
 
 fn describe(groups: &[FsGroup], planned: &[Planned], max_freeze: Duration) -> String {
