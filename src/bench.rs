@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::readbench::{ReadParams, Target, Timed, read_span, settle};
+use crate::readbench::{CacheCheck, ReadParams, Target, Timed, read_span, settle};
 
 /// One pass of a benchmark.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
@@ -38,6 +38,10 @@ pub struct BenchResult {
     pub median_bytes_per_second: f64,
     pub min_bytes_per_second: f64,
     pub max_bytes_per_second: f64,
+    /// The check for a cache below O_DIRECT, made before the passes (null: a simulated
+    /// SSD, which has none).
+    #[serde(default)]
+    pub cache: Option<CacheCheck>,
 }
 
 pub fn median(v: &[f64]) -> f64 {
@@ -52,6 +56,10 @@ pub fn median(v: &[f64]) -> f64 {
 
 /// Runs `passes` sequential reads of the range.
 pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Duration) -> Result<BenchResult> {
+    let cache = crate::readbench::cache_check(target, params.block_size_bytes, params.queue_depth)?;
+    if let Some(c) = cache.as_ref().filter(|c| c.cache_suspected) {
+        log::warn!("results unreliable: {}", c.finding);
+    }
     let mut out = Vec::new();
     for i in 0..passes.max(1) {
         if i > 0 {
@@ -79,6 +87,7 @@ pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Du
         min_bytes_per_second: rates.iter().copied().fold(f64::INFINITY, f64::min),
         max_bytes_per_second: rates.iter().copied().fold(0.0, f64::max),
         passes: out,
+        cache,
     })
 }
 
@@ -92,6 +101,10 @@ pub struct Region {
     pub bytes_per_second: f64,
     /// Slower than `threshold` x the reference (the fastest regions).
     pub slow: bool,
+    /// Where the region lies on the device, when only in-use ranges are measured (its
+    /// offset is then in the in-use bytes laid end to end): `[offset, length]` pairs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_ranges: Vec<[u64; 2]>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
@@ -129,6 +142,12 @@ pub fn scan(target: &Target, params: &ReadParams, regions: usize, threshold: f64
     let mut out = Vec::new();
     for (i, (off, len)) in bounds.into_iter().enumerate() {
         let t = read_span(target, params.block_size_bytes, params.queue_depth, off, len)?;
+        let device_ranges = match target {
+            Target::Real(s) if s.len() == 1 && s[0].in_use.is_some() => {
+                s[0].device_ranges(off, len).into_iter().map(|(o, l)| [o, l]).collect()
+            }
+            _ => Vec::new(),
+        };
         out.push(Region {
             index: i,
             offset_bytes: off,
@@ -136,6 +155,7 @@ pub fn scan(target: &Target, params: &ReadParams, regions: usize, threshold: f64
             seconds: t.seconds,
             bytes_per_second: t.rate(),
             slow: false,
+            device_ranges,
         });
     }
     Ok(flag_slow(target.describe(), target.is_virtual(), params.clone(), out, threshold))
@@ -192,13 +212,20 @@ impl Selection {
         }
     }
 
-    /// The chosen ranges, merged where adjacent.
+    /// The chosen ranges of the device, merged where adjacent.
     pub fn ranges(&self) -> Vec<(u64, u64)> {
         let mut out: Vec<(u64, u64)> = Vec::new();
         for r in &self.chosen {
-            match out.last_mut() {
-                Some(l) if l.0 + l.1 == r.offset_bytes => l.1 += r.length_bytes,
-                _ => out.push((r.offset_bytes, r.length_bytes)),
+            let on_device = if r.device_ranges.is_empty() {
+                vec![(r.offset_bytes, r.length_bytes)]
+            } else {
+                r.device_ranges.iter().map(|&[o, l]| (o, l)).collect()
+            };
+            for (o, l) in on_device {
+                match out.last_mut() {
+                    Some(last) if last.0 + last.1 == o => last.1 += l,
+                    _ => out.push((o, l)),
+                }
             }
         }
         out
@@ -208,7 +235,8 @@ impl Selection {
 /// The honest answer to "did it help?".
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Verdict {
-    /// `faster`, `no_measurable_change` or `slower`.
+    /// `faster`, `no_measurable_change`, `slower`, or `unreliable` (a cache below the
+    /// device could have served the reads: see the benchmarks' `cache`).
     pub verdict: String,
     /// Which rule decided, in words.
     pub rule: String,
@@ -261,6 +289,17 @@ fn mann_whitney_p(after: &[f64], before: &[f64]) -> f64 {
     let total: f64 = dist.iter().sum();
     let at_least: f64 = dist.iter().enumerate().filter(|(k, _)| *k as f64 >= u).map(|(_, c)| c).sum();
     at_least / total
+}
+
+/// The verdict on two benchmarks: "unreliable" when a cache below the device was
+/// suspected in either, whatever the numbers say.
+pub fn verdict_of(before: &BenchResult, after: &BenchResult) -> Verdict {
+    let rates = |x: &BenchResult| x.passes.iter().map(|p| p.bytes_per_second).collect::<Vec<f64>>();
+    let v = verdict(&rates(before), &rates(after));
+    match [before, after].iter().filter_map(|b| b.cache.as_ref()).find(|c| c.cache_suspected) {
+        Some(c) => Verdict { verdict: "unreliable".into(), rule: c.finding.clone(), ..v },
+        None => v,
+    }
 }
 
 pub fn verdict(before: &[f64], after: &[f64]) -> Verdict {
@@ -342,6 +381,7 @@ mod tests {
                 seconds: 1.0,
                 bytes_per_second: if i == 7 { 40.0 } else { 100.0 + i as f64 },
                 slow: false,
+                device_ranges: Vec::new(),
             })
             .collect();
         let s = flag_slow("t".into(), false, p, regions, 0.75);

@@ -364,6 +364,11 @@ pub struct ReadArgs {
     /// Length of the range (default: to the end).
     #[arg(long, value_name = "SIZE")]
     pub length: Option<String>,
+    /// A device with mounted ext4/xfs: measure its free space too. By default only the
+    /// ranges in use are read (offsets and lengths then count in-use bytes): free space,
+    /// trimmed or not, says nothing about the data.
+    #[arg(long)]
+    pub include_free: bool,
 }
 
 #[derive(Debug, Args)]

@@ -17,7 +17,7 @@ fn size(flag: &str, v: &str) -> Result<u64> {
 
 /// Opens the target of `bench`/`scan` and checks the read parameters against it.
 fn open_read(a: &ReadArgs) -> Result<(Target, ReadParams)> {
-    let target = Target::open(&a.target)?;
+    let target = if a.include_free { Target::open(&a.target)? } else { Target::open_in_use(&a.target, None)?.0 };
     let length = a.length.as_deref().map(|l| size("--length", l)).transpose()?;
     let params = resolve_params(
         &target,
@@ -68,18 +68,25 @@ pub fn run_scan(args: &ScanArgs) -> (Report, Result<()>) {
 
 /// The measurement `rewrite --bench` takes before and after: timed passes, then one
 /// pass region by region for the throughput map.
-pub fn measure_device(path: &Path, opts: &BenchOpts, range_len: u64) -> Result<(BenchResult, ScanResult)> {
-    let target = Target::open(path)?;
+///
+/// Only the ranges in use are read, the same ones before and after (`in_use`, taken
+/// before the rewrite): the run's FITRIM makes free space fast, which is not the data.
+pub fn measure_device(
+    path: &Path,
+    opts: &BenchOpts,
+    in_use: Option<&[(u64, u64)]>,
+) -> Result<(BenchResult, ScanResult, Option<crate::readbench::Ranges>)> {
+    let (target, in_use) = Target::open_in_use(path, in_use)?;
     let length = match &opts.length {
-        Some(l) => size("--bench-length", l)?.min(range_len),
-        None => range_len,
+        Some(l) => size("--bench-length", l)?.min(target.len()),
+        None => target.len(),
     };
     let params =
         resolve_params(&target, size("--bench-block-size", &opts.block_size)?, opts.queue_depth, 0, Some(length))?;
     let settle = parse_duration(&opts.settle).map_err(|e| Error::Usage(format!("--bench-settle: {e}")))?;
     let b = bench::bench(&target, &params, opts.passes.max(1), settle)?;
     let s = bench::scan(&target, &params, opts.regions.max(1), 0.7)?;
-    Ok((b, s))
+    Ok((b, s, in_use))
 }
 
 /// Sectors written so far to a block device, in bytes (`/sys/class/block/NAME/stat`

@@ -399,6 +399,28 @@ fn used_space_spans(
     spans
 }
 
+/// The ranges of `path` (a block device) that its mounted ext4/xfs filesystems use:
+/// everything but what GETFSMAP reports free, as a used-space rewrite sees it. None when
+/// no such filesystem is mounted on it (then all of it counts). Benchmarks read only
+/// these: free space, trimmed or not, says nothing about the data.
+pub fn in_use_ranges(path: &Path) -> Result<Option<Vec<(u64, u64)>>> {
+    let env = Environment::live()?;
+    let dev = device::inspect(path, &env.sysfs)?;
+    let filesystems = mounts::filesystems_on(&env.mounts, &dev.devices_to_freeze());
+    let spans = used_space_spans(&env.sysfs, &dev, &filesystems, &mut Vec::new());
+    if spans.is_empty() {
+        return Ok(None);
+    }
+    let spans: Vec<crate::usedspace::FsSpan> = spans
+        .into_iter()
+        .map(|(fs, start, len)| crate::usedspace::FsSpan::open(fs, start, len))
+        .collect::<Result<_>>()?;
+    let align = u64::from(dev.dio_offset_align).max(512);
+    let end = addressable_end(&dev);
+    let free = crate::usedspace::free_ranges(&spans, 0, end)?;
+    Ok(Some(crate::usedspace::subtract(0, end, &free, align)))
+}
+
 /// An unmounted device must be ours alone: O_EXCL fails with EBUSY if anything holds it,
 /// in particular a lazily unmounted filesystem (no mountinfo line, nothing to freeze,
 /// still writing).

@@ -28,9 +28,15 @@ use crate::sys::{self, AlignedBuf};
 pub struct Source {
     pub path: PathBuf,
     file: File,
+    /// Bytes to measure: the whole source, or the sum of its in-use ranges.
     pub len: u64,
     pub mem_align: usize,
     pub offset_align: u64,
+    /// Only these ranges of a device, laid end to end: (offset in the measured span,
+    /// device offset, length), ascending. None: all of it.
+    pub in_use: Option<Vec<(u64, u64, u64)>>,
+    /// The device's whole size, when only its in-use ranges are measured.
+    pub device_len: u64,
 }
 
 impl Source {
@@ -71,9 +77,63 @@ impl Source {
         } else {
             return Err(Error::Usage(format!("{} is neither a block device nor a regular file", path.display())));
         };
-        Ok(Source { path: path.to_path_buf(), file, len, mem_align: mem as usize, offset_align: u64::from(off) })
+        Ok(Source {
+            path: path.to_path_buf(),
+            file,
+            len,
+            mem_align: mem as usize,
+            offset_align: u64::from(off),
+            in_use: None,
+            device_len: len,
+        })
+    }
+
+    /// Measures only `ranges` (ascending device ranges) of this source from now on.
+    pub fn restrict(&mut self, ranges: &[(u64, u64)]) {
+        let mut at = 0;
+        let mut map = Vec::new();
+        for &(off, len) in ranges {
+            let len = len.min(self.device_len.saturating_sub(off));
+            if len > 0 {
+                map.push((at, off, len));
+                at += len;
+            }
+        }
+        self.len = at;
+        self.in_use = Some(map);
+    }
+
+    /// The device range under `[at, at + len)` of the measured span, up to the end of
+    /// the in-use range that holds `at`: (device offset, bytes).
+    pub fn locate(&self, at: u64, len: u64) -> (u64, u64) {
+        let Some(map) = &self.in_use else { return (at, len) };
+        let i = map.partition_point(|&(s, _, l)| s + l <= at);
+        match map.get(i) {
+            Some(&(s, d, l)) => (d + (at - s), len.min(s + l - at)),
+            None => (at, 0),
+        }
+    }
+
+    /// Device ranges under `[at, at + len)` of the measured span.
+    pub fn device_ranges(&self, mut at: u64, len: u64) -> Vec<(u64, u64)> {
+        let (end, mut out) = (at + len, Vec::new());
+        while at < end {
+            let (d, n) = self.locate(at, end - at);
+            if n == 0 {
+                break;
+            }
+            match out.last_mut() {
+                Some((o, l)) if *o + *l == d => *l += n,
+                _ => out.push((d, n)),
+            }
+            at += n;
+        }
+        out
     }
 }
+
+/// Device ranges, `(offset, length)`, ascending.
+pub type Ranges = Vec<(u64, u64)>;
 
 /// What to measure.
 pub enum Target {
@@ -105,6 +165,32 @@ impl Target {
         Ok(Target::Real(vec![Source::open(spec)?]))
     }
 
+    /// As [`Target::open`], but a block device carrying mounted ext4/xfs is measured on
+    /// the ranges its filesystems use only (`in_use`: taken now if None), so that free
+    /// space, fast when trimmed, never enters a result. Returns the ranges used.
+    pub fn open_in_use(spec: &Path, in_use: Option<&[(u64, u64)]>) -> Result<(Target, Option<Ranges>)> {
+        let mut target = Target::open(spec)?;
+        let Target::Real(sources) = &mut target else { return Ok((target, None)) };
+        let is_device = std::fs::metadata(spec).map(|m| m.file_type().is_block_device()).unwrap_or(false);
+        if sources.len() != 1 || !is_device {
+            return Ok((target, None));
+        }
+        let ranges = match in_use {
+            Some(r) => Some(r.to_vec()),
+            None => crate::plan::in_use_ranges(spec).unwrap_or_else(|e| {
+                log::warn!("cannot map the ranges in use on {} ({e}): measuring all of it", spec.display());
+                None
+            }),
+        };
+        if let Some(r) = &ranges {
+            sources[0].restrict(r);
+            if sources[0].len == 0 {
+                return Err(Error::Usage(format!("{} has no bytes in use to measure", spec.display())));
+            }
+        }
+        Ok((target, ranges))
+    }
+
     pub fn len(&self) -> u64 {
         match self {
             Target::Real(s) => s.iter().map(|s| s.len).sum(),
@@ -118,6 +204,12 @@ impl Target {
 
     pub fn describe(&self) -> String {
         match self {
+            Target::Real(s) if s.len() == 1 && s[0].in_use.is_some() => format!(
+                "{} (in-use ranges: {} of {})",
+                s[0].path.display(),
+                crate::units::human_bytes(s[0].len),
+                crate::units::human_bytes(s[0].device_len)
+            ),
             Target::Real(s) if s.len() == 1 => s[0].path.display().to_string(),
             Target::Real(s) => format!("{} files", s.len()),
             Target::Sim { path, .. } => format!("sim:{}", path.display()),
@@ -216,21 +308,33 @@ fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<
                         break;
                     }
                     // The tail of a file may be shorter; the read length stays aligned and
-                    // the kernel returns what exists.
-                    let want = (to - off).min(block);
-                    let len = want.div_ceil(s.offset_align) * s.offset_align;
-                    let r = crate::hooks::io_fault(crate::hooks::IoOp::Read, off, len)
-                        .and_then(|()| s.file.read_at(&mut buf[..len as usize], off));
-                    crate::hooks::read_delay(&s.path, off, len);
-                    match r {
-                        Ok(n) => {
-                            total.fetch_add((n as u64).min(want), Ordering::SeqCst);
-                        }
-                        Err(e) => {
-                            let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
-                            slot.get_or_insert(Error::io_at(format!("reading {}", s.path.display()), off, e));
+                    // the kernel returns what exists. A block that spans two in-use ranges
+                    // is read in two pieces.
+                    let block_end = (off + block).min(to);
+                    let mut at = off;
+                    while at < block_end {
+                        let (dev_at, want) = s.locate(at, block_end - at);
+                        if want == 0 {
                             break;
                         }
+                        let len = want.div_ceil(s.offset_align) * s.offset_align;
+                        let r = crate::hooks::io_fault(crate::hooks::IoOp::Read, dev_at, len)
+                            .and_then(|()| s.file.read_at(&mut buf[..len as usize], dev_at));
+                        crate::hooks::read_delay(&s.path, dev_at, len);
+                        match r {
+                            Ok(n) => {
+                                total.fetch_add((n as u64).min(want), Ordering::SeqCst);
+                            }
+                            Err(e) => {
+                                let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
+                                slot.get_or_insert(Error::io_at(format!("reading {}", s.path.display()), dev_at, e));
+                                break;
+                            }
+                        }
+                        at += want;
+                    }
+                    if first_error.lock().map(|e| e.is_some()).unwrap_or(true) {
+                        break;
                     }
                 }
             });
@@ -266,6 +370,85 @@ pub fn resolve_params(target: &Target, block: u64, qd: usize, offset: u64, lengt
         return Err(Error::Usage("on a simulated SSD --length must be whole 4 KiB blocks".into()));
     }
     Ok(ReadParams { block_size_bytes: block, queue_depth: qd, offset_bytes: offset, length_bytes: length })
+}
+
+/// Whether a cache below O_DIRECT could make reads look fast: a loop device whose
+/// backing file is read through the page cache (`loop/dio` is 0), or a second read of
+/// the same bytes much faster than the first (a host's or controller's cache). Such a
+/// benchmark cannot show what the flash does, and a verdict from it would credit the
+/// cache.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct CacheCheck {
+    /// For a loop device: whether it reads its backing file with direct I/O.
+    pub loop_direct_io: Option<bool>,
+    /// Bytes read twice for the re-read test.
+    pub sample_bytes: u64,
+    pub first_read_bytes_per_second: f64,
+    pub second_read_bytes_per_second: f64,
+    /// A cache below the device is likely: results are unreliable.
+    pub cache_suspected: bool,
+    /// Why, or how a cache was ruled out, in words.
+    pub finding: String,
+}
+
+/// A second read this much faster than the first suggests a cache. A page cache reads
+/// several times faster; a loop device over a disk file measured x1.38 on a noisy VM,
+/// which must not count.
+pub const RE_READ_RATIO: f64 = 2.0;
+/// Bytes read twice by the re-read test.
+pub const RE_READ_SAMPLE: u64 = 32 << 20;
+
+/// `loop/dio` of a loop device (or the loop device under a partition of one).
+fn loop_direct_io(path: &Path) -> Option<bool> {
+    let dev = std::fs::canonicalize(path).ok()?;
+    let name = dev.file_name()?.to_str()?.to_string();
+    let disk = name.strip_prefix("loop")?.split('p').next()?.to_string();
+    let dio = std::fs::read_to_string(format!("/sys/block/loop{disk}/loop/dio")).ok()?;
+    Some(dio.trim() == "1")
+}
+
+/// Checks `target` for a cache below O_DIRECT (nothing to check on a simulated SSD).
+pub fn cache_check(target: &Target, block: u64, qd: usize) -> Result<Option<CacheCheck>> {
+    let Target::Real(sources) = target else { return Ok(None) };
+    let loop_dio = match &sources[..] {
+        [one] => loop_direct_io(&one.path),
+        _ => None,
+    };
+    let sample = target.len().min(RE_READ_SAMPLE) / target.offset_align() * target.offset_align();
+    if sample == 0 {
+        return Ok(None);
+    }
+    let first = read_span(target, block.min(sample), qd, 0, sample)?.rate();
+    let second = read_span(target, block.min(sample), qd, 0, sample)?.rate();
+    let ratio = second / first.max(f64::MIN_POSITIVE);
+    let (suspected, finding) = if loop_dio == Some(false) {
+        (true, "a loop device without direct I/O (loop/dio = 0): reads come from its backing file's page cache".into())
+    } else if ratio > RE_READ_RATIO {
+        (
+            true,
+            format!(
+                "a second read of the same {} was x{ratio:.2} faster than the first: a cache below the device",
+                crate::units::human_bytes(sample)
+            ),
+        )
+    } else {
+        (
+            false,
+            format!(
+                "no cache seen: a second read of the same {} ran at x{ratio:.2} the first{}",
+                crate::units::human_bytes(sample),
+                if loop_dio == Some(true) { "; loop device with direct I/O" } else { "" }
+            ),
+        )
+    };
+    Ok(Some(CacheCheck {
+        loop_direct_io: loop_dio,
+        sample_bytes: sample,
+        first_read_bytes_per_second: first,
+        second_read_bytes_per_second: second,
+        cache_suspected: suspected,
+        finding,
+    }))
 }
 
 /// Sleeps between passes, so a drive that reorganises itself in the background can.

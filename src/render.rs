@@ -43,7 +43,11 @@ fn bench_line(label: &str, b: &BenchResult) -> String {
         human_rate(b.min_bytes_per_second),
         human_rate(b.max_bytes_per_second),
         passes.join(", ")
-    )
+    ) + &b
+        .cache
+        .as_ref()
+        .map(|c| format!("    cache check: {}{}\n", if c.cache_suspected { "UNRELIABLE, " } else { "" }, c.finding))
+        .unwrap_or_default()
 }
 
 fn scan_text(label: &str, sc: &ScanResult) -> String {
@@ -96,6 +100,9 @@ pub fn measurements_text(r: &Report) -> String {
             }
             if let Some(why) = &f.skipped_reason {
                 line += &format!(", SKIPPED: {why}");
+            }
+            if f.done_earlier {
+                line += ", done by the interrupted run this one resumed";
             }
             s += &line;
             s += "\n";
@@ -468,12 +475,18 @@ pub fn prometheus(r: &Report) -> String {
     );
     metric(
         "last_run_measurable_change",
-        "1 faster, 0 no measurable change, -1 slower (rewrite --bench).",
-        r.verdict.as_ref().map(|v| match v.verdict.as_str() {
-            "faster" => 1.0,
-            "slower" => -1.0,
-            _ => 0.0,
+        "1 faster, 0 no measurable change, -1 slower (rewrite --bench); absent when unreliable.",
+        r.verdict.as_ref().and_then(|v| match v.verdict.as_str() {
+            "faster" => Some(1.0),
+            "slower" => Some(-1.0),
+            "unreliable" => None,
+            _ => Some(0.0),
         }),
+    );
+    metric(
+        "last_run_bench_unreliable",
+        "1 when a cache below the device made the benchmark unreliable (rewrite --bench).",
+        r.verdict.as_ref().map(|v| f64::from(u8::from(v.verdict == "unreliable"))),
     );
     metric(
         "last_run_host_written_bytes",

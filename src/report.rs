@@ -16,7 +16,7 @@ use crate::mounts::MountedFs;
 use crate::plan::{RewritePlan, Start};
 use crate::units::{human_bytes, human_rate};
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Report {

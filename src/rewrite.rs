@@ -281,7 +281,7 @@ fn reverify_chunk(
 fn execute_with_bench(plan: &RewritePlan, args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     let (name, parent) = (&plan.device.identity.name, plan.device.parent_disk.as_deref());
     log::info!("benchmarking before the rewrite");
-    let (b, s) = measure::measure_device(&plan.device.path, &args.bench_opts, plan.total_bytes())?;
+    let (b, s, in_use) = measure::measure_device(&plan.device.path, &args.bench_opts, None)?;
     report.bench_before = Some(b);
     report.scan_before = Some(s);
     let cost_before = measure::snapshot(name, parent);
@@ -289,9 +289,9 @@ fn execute_with_bench(plan: &RewritePlan, args: &RewriteArgs, quiet: bool, repor
     report.write_cost = Some(measure::write_cost(&cost_before, &measure::snapshot(name, parent)));
     result?;
     log::info!("benchmarking after the rewrite");
-    let (b, s) = measure::measure_device(&plan.device.path, &args.bench_opts, plan.total_bytes())?;
-    let rates = |x: &crate::bench::BenchResult| x.passes.iter().map(|p| p.bytes_per_second).collect::<Vec<f64>>();
-    report.verdict = report.bench_before.as_ref().map(|before| bench::verdict(&rates(before), &rates(&b)));
+    // The same bytes as before: the ranges in use then (what the rewrite rewrote).
+    let (b, s, _) = measure::measure_device(&plan.device.path, &args.bench_opts, in_use.as_deref())?;
+    report.verdict = report.bench_before.as_ref().map(|before| bench::verdict_of(before, &b));
     report.bench_after = Some(b);
     report.scan_after = Some(s);
     Ok(())
@@ -310,7 +310,10 @@ fn select_slow(plan: &RewritePlan, args: &RewriteArgs) -> Result<Selection> {
             .scan
             .ok_or_else(|| Error::Usage(format!("{} holds no scan (use reseq scan --json)", path.display())))?;
         let covered: u64 = scan.regions.iter().map(|r| r.length_bytes).sum();
-        if scan.params.offset_bytes != 0 || covered != plan.total_bytes() {
+        // A scan of the ranges in use names its device ranges; one of the whole device
+        // must cover it.
+        let in_use_scan = scan.regions.iter().any(|r| !r.device_ranges.is_empty());
+        if !in_use_scan && (scan.params.offset_bytes != 0 || covered != plan.total_bytes()) {
             return Err(Error::refused(
                 format!(
                     "the saved scan covers {covered} bytes from offset {}, not this whole device",
@@ -322,10 +325,12 @@ fn select_slow(plan: &RewritePlan, args: &RewriteArgs) -> Result<Selection> {
         return Ok(Selection::from_scan(&scan, path.display().to_string()));
     }
     log::info!("scanning {} in {} regions to find the slow ones", plan.device.path.display(), args.scan_regions);
-    let target = Target::open(&plan.device.path)?;
+    // In-use ranges only: trimmed free space reads fast and would make every used region
+    // look slow.
+    let (target, _) = Target::open_in_use(&plan.device.path, None)?;
     let block = crate::units::parse_size(&args.bench_opts.block_size)
         .map_err(|e| Error::Usage(format!("--bench-block-size: {e}")))?;
-    let params = resolve_params(&target, block, args.bench_opts.queue_depth, 0, Some(plan.total_bytes()))?;
+    let params = resolve_params(&target, block, args.bench_opts.queue_depth, 0, None)?;
     let scan = bench::scan(&target, &params, args.scan_regions, args.slow_threshold)?;
     Ok(Selection::from_scan(&scan, "scan in this run".into()))
 }

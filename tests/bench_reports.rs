@@ -99,9 +99,19 @@ fn check_prometheus(text: &str) -> Vec<(String, f64)> {
                 assert!(!v.contains('\n'));
             }
             assert!(
-                ["_seconds", "_bytes", "_bytes_per_second", "_success", "_exit_code", "_overrun", "_change"]
-                    .iter()
-                    .any(|u| name.ends_with(u)),
+                // Units, counts, and 0/1 flags (`_success`, `_unreliable`).
+                [
+                    "_seconds",
+                    "_bytes",
+                    "_bytes_per_second",
+                    "_success",
+                    "_exit_code",
+                    "_overrun",
+                    "_change",
+                    "_unreliable"
+                ]
+                .iter()
+                .any(|u| name.ends_with(u)),
                 "{name} does not name its unit"
             );
             samples.push((name.to_string(), value.parse::<f64>().unwrap_or_else(|_| panic!("bad value: {line}"))));
@@ -206,4 +216,75 @@ fn rewrite_bench_reports_in_every_format() {
         })
         .count();
     assert!(blue > 300, "the chart does not look drawn: {blue} chart-coloured pixels");
+}
+
+/// An image full of random bytes, ext4 made without discard and a quarter used, mounted:
+/// the state in which a rewrite's FITRIM makes free space read fast.
+fn quarter_used(
+    env: &TestEnv,
+    name: &str,
+    direct_io: bool,
+) -> (LoopDevice, Mount, Vec<(std::path::PathBuf, blake3::Hash)>) {
+    let lo = env.random_loop_device(name, 256 * MIB, 71);
+    if !direct_io {
+        run_cmd(Command::new("losetup").args(["--direct-io=off"]).arg(&lo.path)).unwrap();
+    }
+    run_cmd(
+        Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0"])
+            .arg(&lo.path),
+    )
+    .unwrap();
+    let mnt = Mount::new(&lo.path, &env.path(&format!("{name}-mnt")), &[]).unwrap();
+    let files = fill_files(&mnt.dir, 4, 16 << 20, 72);
+    (lo, mnt, files)
+}
+
+/// Before and after read the same in-use bytes: the FITRIM after the rewrite, which makes
+/// free space read fast, cannot make the verdict "faster" on a device with no FTL.
+#[test]
+fn rewrite_bench_measures_in_use_bytes_and_does_not_credit_trim() {
+    if !require(&["losetup", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, _mnt, files) = quarter_used(&env, "trim", true);
+    let args = ["rewrite", "--json", "--bench", "--bench-passes", "4", "--bench-regions", "8"];
+    let out = output(env.reseq().args(args).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json_report(&out);
+    assert!(r["space"]["bytes_trimmed"].as_u64().unwrap() > 100 * MIB, "the run trims: {}", r["space"]);
+    let (before, after) = (&r["bench_before"], &r["bench_after"]);
+    assert!(before["target"].as_str().unwrap().contains("in-use ranges"), "{}", before["target"]);
+    let measured = before["params"]["length_bytes"].as_u64().unwrap();
+    assert!(measured > 64 * MIB && measured < 128 * MIB, "in-use bytes only: {measured}");
+    assert_eq!(after["params"]["length_bytes"], measured, "the same bytes after");
+    assert_eq!(before["cache"]["cache_suspected"], false, "{}", before["cache"]);
+    assert_ne!(r["verdict"]["verdict"], "faster", "a loop device has no FTL: {}", r["verdict"]);
+    let regions = r["scan_after"]["regions"].as_array().unwrap();
+    assert!(regions.iter().all(|g| !g["device_ranges"].as_array().unwrap().is_empty()), "regions name device ranges");
+    assert_files_intact(&files);
+}
+
+/// A loop device that reads its image through the page cache: the verdict is
+/// "unreliable", never "faster", and says why.
+#[test]
+fn a_cache_below_the_device_makes_the_verdict_unreliable() {
+    if !require(&["losetup", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, _mnt, files) = quarter_used(&env, "cache", false);
+    let out = output(env.reseq().args(["bench", "--json", "--passes", "2"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let b = &json_report(&out)["bench"];
+    assert_eq!(b["cache"]["loop_direct_io"], false, "{}", b["cache"]);
+    assert_eq!(b["cache"]["cache_suspected"], true);
+    let args = ["rewrite", "--json", "--bench", "--bench-passes", "3", "--bench-regions", "4"];
+    let out = output(env.reseq().args(args).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = &json_report(&out)["verdict"];
+    assert_eq!(v["verdict"], "unreliable", "{v}");
+    assert!(v["rule"].as_str().unwrap().contains("page cache"), "{v}");
+    assert_files_intact(&files);
 }

@@ -86,3 +86,51 @@ fn only_slow_rewrites_just_the_flagged_regions() {
     assert_eq!(out.status.code(), Some(3));
     assert!(stderr(&out).contains("not this whole device"));
 }
+
+/// --only-slow on a device with a mounted ext4 whose free space was trimmed (and reads
+/// fast): regions are cut from the ranges in use only, so the used data is not all
+/// "slow" next to trimmed space; only the region of the one slow file is rewritten.
+#[test]
+fn only_slow_on_a_used_space_device_picks_slow_used_regions_only() {
+    if !require(&["losetup", "mkfs.ext4", "fstrim"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("used.img", 256 * MIB, 12);
+    run_cmd(
+        std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0"])
+            .arg(&lo.path),
+    )
+    .unwrap();
+    let mnt = Mount::new(&lo.path, &env.path("used-mnt"), &[]).unwrap();
+    // Three quarters full, as a database's filesystem is: the metadata mkfs zeroed (which
+    // reads as fast as trimmed space) is then too little to set the reference.
+    let files = fill_files(&mnt.dir, 12, 16 << 20, 13);
+    run_cmd(std::process::Command::new("fstrim").arg(&mnt.dir)).unwrap();
+    let f = std::fs::File::open(&files[6].0).unwrap();
+    let ext = reseq::sys::fiemap(std::os::fd::AsFd::as_fd(&f), 0, 0).unwrap();
+    drop(f);
+    let (lo_b, hi_b) = (ext[0].physical, ext.iter().map(|e| e.physical + e.length).max().unwrap());
+    let faults = format!("slow@{lo_b}-{hi_b}=100");
+    let out = output(
+        env.reseq()
+            .args(["rewrite", "--json", "--only-slow", "--scan-regions", "16", "--bench-block-size", "1M"])
+            .arg(&lo.path)
+            .env("RESEQ_FAULTS", faults),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json_report(&out);
+    let chosen = r["selection"]["chosen"].as_array().unwrap();
+    assert!(!chosen.is_empty() && chosen.len() <= 4, "the slow file's regions: {}", r["selection"]);
+    for c in chosen {
+        let on_file = c["device_ranges"].as_array().unwrap().iter().any(|p| {
+            let (o, l) = (p[0].as_u64().unwrap(), p[1].as_u64().unwrap());
+            o < hi_b && lo_b < o + l
+        });
+        assert!(on_file, "a chosen region lies on the slow file: {c}");
+    }
+    let written = r["results"]["bytes_written"].as_u64().unwrap();
+    assert!(written > 0 && written <= 48 * MIB, "only the slow regions: {written}");
+    assert_files_intact(&files);
+}
