@@ -139,6 +139,9 @@ pub struct EngineStats {
     /// Where the time went, stage by stage (the stages overlap; see the module docs).
     #[serde(default)]
     pub stages: StageSeconds,
+    /// Wall time of the rewrite itself (a benchmark before or after is not in it).
+    #[serde(default)]
+    pub rewrite_seconds: f64,
 }
 
 /// Busy time of each stage, in seconds, summed over the run. The reader, hasher and
@@ -242,7 +245,9 @@ pub fn run(
         window_written: None,
         rescued: Vec::new(),
     };
+    let started = Instant::now();
     let result = engine.run_windows(planner, guard);
+    stats.rewrite_seconds = started.elapsed().as_secs_f64();
     (stats, result)
 }
 

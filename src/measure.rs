@@ -30,9 +30,10 @@ fn open_read(a: &ReadArgs) -> Result<(Target, ReadParams)> {
 }
 
 /// Runs one measuring command into a report.
-fn measured(command: &str, body: impl FnOnce(&mut Report) -> Result<()>) -> (Report, Result<()>) {
+fn measured(command: &str, target: &Path, body: impl FnOnce(&mut Report) -> Result<()>) -> (Report, Result<()>) {
     let started = Instant::now();
     let mut report = Report::new(command, false);
+    report.targets = vec![target.display().to_string()];
     let result = body(&mut report);
     report.finish(started.elapsed(), &result);
     (report, result)
@@ -40,7 +41,7 @@ fn measured(command: &str, body: impl FnOnce(&mut Report) -> Result<()>) -> (Rep
 
 /// `reseq bench`.
 pub fn run_bench(args: &BenchArgs) -> (Report, Result<()>) {
-    measured("bench", |report| {
+    measured("bench", &args.read.target, |report| {
         let settle = parse_duration(&args.settle).map_err(|e| Error::Usage(format!("--settle: {e}")))?;
         if args.passes == 0 {
             return Err(Error::Usage("--passes must be at least 1".into()));
@@ -53,7 +54,7 @@ pub fn run_bench(args: &BenchArgs) -> (Report, Result<()>) {
 
 /// `reseq scan`.
 pub fn run_scan(args: &ScanArgs) -> (Report, Result<()>) {
-    measured("scan", |report| {
+    measured("scan", &args.read.target, |report| {
         if args.regions == 0 || args.regions > 100_000 {
             return Err(Error::Usage("--regions must be between 1 and 100000".into()));
         }
@@ -77,16 +78,33 @@ pub fn measure_device(
     in_use: Option<&[(u64, u64)]>,
 ) -> Result<(BenchResult, ScanResult, Option<crate::readbench::Ranges>)> {
     let (target, in_use) = Target::open_in_use(path, in_use)?;
+    let (b, s) = measure_target(&target, opts)?;
+    Ok((b, s, in_use))
+}
+
+/// Timed passes, then one pass region by region, of a target opened by the caller.
+pub fn measure_target(target: &Target, opts: &BenchOpts) -> Result<(BenchResult, ScanResult)> {
     let length = match &opts.length {
         Some(l) => size("--bench-length", l)?.min(target.len()),
         None => target.len(),
     };
     let params =
-        resolve_params(&target, size("--bench-block-size", &opts.block_size)?, opts.queue_depth, 0, Some(length))?;
+        resolve_params(target, size("--bench-block-size", &opts.block_size)?, opts.queue_depth, 0, Some(length))?;
     let settle = parse_duration(&opts.settle).map_err(|e| Error::Usage(format!("--bench-settle: {e}")))?;
-    let b = bench::bench(&target, &params, opts.passes.max(1), settle)?;
-    let s = bench::scan(&target, &params, opts.regions.max(1), 0.7)?;
-    Ok((b, s, in_use))
+    let b = bench::bench(target, &params, opts.passes.max(1), settle)?;
+    let s = bench::scan(target, &params, opts.regions.max(1), 0.7)?;
+    Ok((b, s))
+}
+
+/// File mode's `--bench`: the files themselves, read through the filesystem (the path a
+/// backup or a sequential scan of a database takes), one after the other.
+pub fn measure_files(files: &[&Path], opts: &BenchOpts) -> Result<(BenchResult, ScanResult)> {
+    let sources = files.iter().map(|f| crate::readbench::Source::open(f)).collect::<Result<Vec<_>>>()?;
+    let target = Target::Real(sources.into_iter().filter(|s| s.len > 0).collect());
+    if target.is_empty() {
+        return Err(Error::Usage("--bench: the files hold no bytes to read".into()));
+    }
+    measure_target(&target, opts)
 }
 
 /// Sectors written so far to a block device, in bytes (`/sys/class/block/NAME/stat`

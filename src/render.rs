@@ -424,6 +424,7 @@ pub fn prometheus(r: &Report) -> String {
         .device
         .as_ref()
         .map(|d| d.path.clone())
+        .or_else(|| (!r.targets.is_empty()).then(|| r.targets.join(" ")))
         .or_else(|| r.bench.as_ref().map(|b| b.target.clone()))
         .or_else(|| r.scan.as_ref().map(|s| s.target.clone()))
         .unwrap_or_default();

@@ -25,6 +25,10 @@ pub struct Report {
     pub tool_version: String,
     pub command: String,
     pub argv: Vec<String>,
+    /// What the command was given to work on (a device, files, sim:STATE), also when it
+    /// failed before looking at it.
+    #[serde(default)]
+    pub targets: Vec<String>,
     pub host: String,
     pub started_at: String,
     pub finished_at: String,
@@ -165,6 +169,7 @@ impl Report {
             tool_version: env!("CARGO_PKG_VERSION").into(),
             command: command.into(),
             argv: std::env::args().collect(),
+            targets: Vec::new(),
             host: hostname(),
             started_at: now_rfc3339(),
             finished_at: String::new(),
@@ -288,11 +293,13 @@ impl Report {
             }
         }
         if let Some(r) = &self.results {
-            let rate = r.bytes_written as f64 / self.duration_seconds.max(1e-9);
+            // The rewrite's own time: a benchmark before and after is not part of its rate.
+            let secs = if r.rewrite_seconds > 0.0 { r.rewrite_seconds } else { self.duration_seconds };
+            let rate = r.bytes_written as f64 / secs.max(1e-9);
             s += &format!(
                 "  rewrote {} in {:.1} s ({}), read {}, verified {}\n",
                 human_bytes(r.bytes_written),
-                self.duration_seconds,
+                secs,
                 human_rate(rate),
                 human_bytes(r.bytes_read),
                 human_bytes(r.bytes_verified)

@@ -38,6 +38,7 @@ pub fn is_block_device(path: &std::path::Path) -> bool {
 pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
     let started = Instant::now();
     let mut report = Report::new("rewrite", args.dry_run);
+    report.targets = args.targets.iter().map(|t| t.display().to_string()).collect();
     let resumed = Environment::live().and_then(|env| Ok((plan::resumed_args(args, &env)?, env)));
     let result = resumed.and_then(|(resumed, env)| {
         let args = resumed.as_ref().unwrap_or(args);

@@ -672,3 +672,34 @@ fn a_hard_linked_file_is_rewritten_once() {
     drop_caches();
     assert_files_intact(&files);
 }
+
+/// `--bench` in file mode: the DBA's before/after on the files themselves.
+#[test]
+fn file_mode_bench_reads_the_files_before_and_after() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_lo, mnt) = env.mounted("fbench", 128 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 20, 1 << 20, 65);
+    let args = ["rewrite", "--json", "--bench", "--bench-passes", "3", "--bench-regions", "4", "--metrics-file"];
+    let prom = env.path("files.prom");
+    let out = output(env.reseq().args(args).arg(&prom).arg(&mnt.dir));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json_report(&out);
+    for b in [&r["bench_before"], &r["bench_after"]] {
+        assert_eq!(b["params"]["length_bytes"], 20 * MIB, "the files' bytes: {b}");
+        assert_eq!(b["target"], "20 files");
+        assert_eq!(b["passes"].as_array().unwrap().len(), 3);
+        assert!(b["cache"]["finding"].is_string(), "{b}");
+    }
+    let v = r["verdict"]["verdict"].as_str().unwrap();
+    assert!(["faster", "no_measurable_change", "slower", "unreliable"].contains(&v), "{v}");
+    assert_eq!(r["targets"][0], mnt.dir.display().to_string());
+    // Dashboards key on the target: a directory names itself.
+    let metrics = std::fs::read_to_string(&prom).unwrap();
+    assert!(metrics.contains(&format!("target=\"{}\"", mnt.dir.display())), "{metrics}");
+    let rewritten: u64 = r["files"].as_array().unwrap().iter().map(|f| f["bytes_rewritten"].as_u64().unwrap()).sum();
+    assert_eq!(rewritten, 20 * MIB);
+    assert_files_intact(&files);
+}

@@ -265,6 +265,7 @@ fn file_identity(path: &Path, md: &std::fs::Metadata) -> FileIdentity {
 pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
     let started = Instant::now();
     let mut report = Report::new("rewrite", args.dry_run);
+    report.targets = args.targets.iter().map(|t| t.display().to_string()).collect();
     let result = execute(args, quiet, &mut report);
     report.finish(started.elapsed(), &result);
     (report, result)
@@ -285,9 +286,9 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
             "--max-freeze must be >= 10ms; --chunk-size, --read-ahead, --max-overruns positive".into(),
         ));
     }
-    if args.bench || args.from_scan.is_some() || args.include_free {
+    if args.from_scan.is_some() || args.include_free {
         return Err(Error::Usage(
-            "file mode does not take --bench, --from-scan or --include-free (use reseq bench on the files)".into(),
+            "file mode does not take --from-scan or --include-free (they are about a device's regions)".into(),
         ));
     }
     if !(args.slow_threshold > 0.0 && args.slow_threshold <= 1.0) {
@@ -317,6 +318,14 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     }
     // --only-slow: time each file's sequential read and leave the fast ones alone.
     let left_alone = if args.only_slow { slow_files(args, &planned)? } else { HashMap::new() };
+    // --bench: the files to rewrite, read before and after.
+    let measured: Vec<&Path> =
+        (0..planned.len()).filter(|fi| !left_alone.contains_key(fi)).map(|fi| planned[fi].path.as_path()).collect();
+    if args.bench {
+        log::info!("benchmarking {} file(s) before the rewrite", measured.len());
+        let (b, s) = crate::measure::measure_files(&measured, &args.bench_opts)?;
+        (report.bench_before, report.scan_before) = (Some(b), Some(s));
+    }
     // A cron job's priority: best-effort level 7 (ionice -c2 -n7), not the idle class:
     // an idle-class writer can be starved while the filesystem is frozen, stretching the
     // very stall the windows bound. Set before any thread starts, so all inherit it.
@@ -472,6 +481,15 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     if outcome.is_ok() {
         pending.borrow_mut().record.finish();
     }
+    if args.bench && outcome.is_ok() {
+        log::info!("benchmarking the same files after the rewrite");
+        // Files deleted during the run are not read after it either.
+        let still: Vec<&Path> = measured.iter().copied().filter(|p| p.exists()).collect();
+        outcome = crate::measure::measure_files(&still, &args.bench_opts).map(|(b, s)| {
+            report.verdict = report.bench_before.as_ref().map(|before| crate::bench::verdict_of(before, &b));
+            (report.bench_after, report.scan_after) = (Some(b), Some(s));
+        });
+    }
     // Freezes, not engine windows: files rewritten in one freeze share it.
     totals.windows = windows;
     report.results = Some(totals);
@@ -496,6 +514,7 @@ fn account(t: &mut EngineStats, end: Result<crate::freeze::WindowEnd>) -> Result
 }
 
 fn add(t: &mut EngineStats, s: &EngineStats) {
+    t.rewrite_seconds += s.rewrite_seconds;
     t.bytes_read += s.bytes_read;
     t.bytes_written += s.bytes_written;
     t.bytes_verified += s.bytes_verified;
