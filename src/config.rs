@@ -123,7 +123,7 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
 
 /// Reads and parses a config file.
 pub fn load(path: &Path) -> Result<RewriteArgs> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    let text = std::fs::read_to_string(path).map_err(|e| Error::input(format!("reading {}", path.display()), e))?;
     parse(&text, path)
 }
 

@@ -166,6 +166,21 @@ impl Error {
         Error::Io { context: context.into(), offset: None, source }
     }
 
+    /// Failing to open or read an input the user named (a config, a report, a simulated
+    /// drive): a name that does not exist, or a file that is not what it should be, is
+    /// bad input (exit 2), no permission a refusal
+    /// (exit 3); only a real I/O failure is an I/O error.
+    pub fn input(what: impl Into<String>, source: std::io::Error) -> Error {
+        let what = what.into();
+        match source.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidData => Error::Usage(format!("{what}: {source}")),
+            std::io::ErrorKind::PermissionDenied => {
+                Error::refused(format!("{what}: {source}"), "run as root, or fix its permissions")
+            }
+            _ => Error::io(what, source),
+        }
+    }
+
     /// Adds where the original bytes of a failed chunk were saved.
     pub fn with_rescue(self, text: String) -> Error {
         match self {

@@ -105,7 +105,7 @@ fn thaw(json: bool) -> reseq::error::Result<()> {
 fn rerender(path: &std::path::Path, format: Format) -> reseq::error::Result<()> {
     // A report that is not there or not readable is bad input, not an I/O failure of a run.
     let text = std::fs::read_to_string(path)
-        .map_err(|e| reseq::error::Error::Usage(format!("cannot read the report {}: {e}", path.display())))?;
+        .map_err(|e| reseq::error::Error::input(format!("reading the report {}", path.display()), e))?;
     let report: Report = serde_json::from_str(&text)
         .map_err(|e| reseq::error::Error::Usage(format!("{} is not a reseq report: {e}", path.display())))?;
     print!("{}", render(&report, format));

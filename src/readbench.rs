@@ -51,7 +51,7 @@ impl Source {
                     format!("{} does not support direct I/O (O_DIRECT gave EINVAL)", path.display()),
                     "reseq never falls back to buffered reads, which would measure the page cache; use a filesystem that supports O_DIRECT",
                 ),
-                _ => Error::io(format!("opening {} for direct reads", path.display()), e),
+                _ => Error::input(format!("opening {} for direct reads", path.display()), e),
             })?;
         let (len, (mem, off)) = if md.file_type().is_block_device() {
             let len = sys::blk_size_bytes(std::os::fd::AsFd::as_fd(&file))
@@ -149,7 +149,7 @@ impl Target {
     pub fn open(spec: &Path) -> Result<Target> {
         if let Some(p) = spec.to_str().and_then(|s| s.strip_prefix("sim:")) {
             let state =
-                SimState::load(Path::new(p)).map_err(|e| Error::io(format!("loading simulated device {p}"), e))?;
+                SimState::load(Path::new(p)).map_err(|e| Error::input(format!("loading simulated device {p}"), e))?;
             return Ok(Target::Sim { path: PathBuf::from(p), state: Box::new(Mutex::new(state)) });
         }
         let md = std::fs::metadata(spec).map_err(|e| Error::Usage(format!("cannot use {}: {e}", spec.display())))?;
@@ -385,6 +385,10 @@ pub struct CacheCheck {
     pub sample_bytes: u64,
     pub first_read_bytes_per_second: f64,
     pub second_read_bytes_per_second: f64,
+    /// A first read of other bytes, after the second: if it is as fast, the first read
+    /// was slow for another reason (a busy host), not for want of a cache.
+    #[serde(default)]
+    pub other_first_read_bytes_per_second: f64,
     /// A cache below the device is likely: results are unreliable.
     pub cache_suspected: bool,
     /// Why, or how a cache was ruled out, in words.
@@ -414,20 +418,32 @@ pub fn cache_check(target: &Target, block: u64, qd: usize) -> Result<Option<Cach
         [one] => loop_direct_io(&one.path),
         _ => None,
     };
-    let sample = target.len().min(RE_READ_SAMPLE) / target.offset_align() * target.offset_align();
+    let align = target.offset_align();
+    let sample = (target.len() / 2).min(RE_READ_SAMPLE) / align * align;
     if sample == 0 {
         return Ok(None);
     }
-    let first = read_span(target, block.min(sample), qd, 0, sample)?.rate();
-    let second = read_span(target, block.min(sample), qd, 0, sample)?.rate();
-    let ratio = second / first.max(f64::MIN_POSITIVE);
+    let block = block.min(sample);
+    let first = read_span(target, block, qd, 0, sample)?.rate();
+    let second = read_span(target, block, qd, 0, sample)?.rate();
+    // Other bytes, from the end: cold if a cache is what made the second read fast. Of
+    // several files, the start of a later one (offsets inside a file must stay aligned).
+    let other_at = match &sources[..] {
+        [_] => (target.len() - sample) / align * align,
+        many => {
+            let bases = many.iter().scan(0, |b, s| Some(std::mem::replace(b, *b + s.len)));
+            bases.filter(|&b| b >= sample && b + sample <= target.len()).last().unwrap_or(0)
+        }
+    };
+    let other = read_span(target, block, qd, other_at, sample)?.rate();
+    let ratio = second / first.max(other).max(f64::MIN_POSITIVE);
     let (suspected, finding) = if loop_dio == Some(false) {
         (true, "a loop device without direct I/O (loop/dio = 0): reads come from its backing file's page cache".into())
     } else if ratio > RE_READ_RATIO {
         (
             true,
             format!(
-                "a second read of the same {} was x{ratio:.2} faster than the first: a cache below the device",
+                "a second read of the same {} was x{ratio:.2} faster than the first reads of it and of other bytes: a cache below the device",
                 crate::units::human_bytes(sample)
             ),
         )
@@ -446,6 +462,7 @@ pub fn cache_check(target: &Target, block: u64, qd: usize) -> Result<Option<Cach
         sample_bytes: sample,
         first_read_bytes_per_second: first,
         second_read_bytes_per_second: second,
+        other_first_read_bytes_per_second: other,
         cache_suspected: suspected,
         finding,
     }))

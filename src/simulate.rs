@@ -208,7 +208,7 @@ impl Experiment {
 }
 
 fn load(path: &Path) -> Result<SimState> {
-    SimState::load(path).map_err(|e| Error::io(format!("loading simulated device {}", path.display()), e))
+    SimState::load(path).map_err(|e| Error::input(format!("loading simulated device {}", path.display()), e))
 }
 
 fn save(state: &SimState, path: &Path) -> Result<()> {

@@ -140,7 +140,8 @@ fn rewrite_bench_reports_in_every_format() {
     assert_eq!(r["bench_before"]["passes"].as_array().unwrap().len(), 3);
     assert_eq!(r["bench_after"]["passes"].as_array().unwrap().len(), 3);
     assert_eq!(r["scan_after"]["regions"].as_array().unwrap().len(), 16);
-    assert!(["faster", "no_measurable_change", "slower"].contains(&r["verdict"]["verdict"].as_str().unwrap()));
+    let v = r["verdict"]["verdict"].as_str().unwrap();
+    assert!(["faster", "no_measurable_change", "slower", "unreliable"].contains(&v), "{v}");
     let host = r["write_cost"]["host_bytes_written"].as_u64().unwrap();
     let written = r["results"]["bytes_written"].as_u64().unwrap();
     assert!(host >= written && host < written + 2 * MIB, "host bytes written {host} vs reseq's {written}");
@@ -259,7 +260,8 @@ fn rewrite_bench_measures_in_use_bytes_and_does_not_credit_trim() {
     let measured = before["params"]["length_bytes"].as_u64().unwrap();
     assert!(measured > 64 * MIB && measured < 128 * MIB, "in-use bytes only: {measured}");
     assert_eq!(after["params"]["length_bytes"], measured, "the same bytes after");
-    assert_eq!(before["cache"]["cache_suspected"], false, "{}", before["cache"]);
+    // Whether this VM's host cache shows (it can: "unreliable") or not, never "faster".
+    assert!(before["cache"]["finding"].is_string(), "{}", before["cache"]);
     assert_ne!(r["verdict"]["verdict"], "faster", "a loop device has no FTL: {}", r["verdict"]);
     let regions = r["scan_after"]["regions"].as_array().unwrap();
     assert!(regions.iter().all(|g| !g["device_ranges"].as_array().unwrap().is_empty()), "regions name device ranges");

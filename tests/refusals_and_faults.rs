@@ -281,3 +281,37 @@ fn injected_checksum_mismatch() {
     // One byte flipped in the read-back: one sector named, and nothing written again.
     fault("corrupt@5M", 5, "512 bytes differ in 1 range(s) (device bytes 5242880..5243392)");
 }
+
+/// An input that is not there, or not what it should be, is bad input (exit 2), not an
+/// I/O error of a run (exit 4); no permission to read a device is a refusal (exit 3).
+#[test]
+fn missing_or_wrong_inputs_are_usage_errors_and_permission_a_refusal() {
+    if !require(&["losetup", "setpriv"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let missing = env.path("not-there");
+    let junk = env.path("junk");
+    std::fs::write(&junk, "not a state file").unwrap();
+    let cases: Vec<Vec<std::ffi::OsString>> = vec![
+        vec!["report".into(), missing.with_extension("json").into()],
+        vec!["run".into(), "--config".into(), missing.with_extension("toml").into()],
+        vec!["bench".into(), format!("sim:{}", missing.display()).into()],
+        vec!["sim".into(), "info".into(), missing.clone().into()],
+        vec!["sim".into(), "info".into(), junk.clone().into()],
+        vec!["bench".into(), missing.clone().into()],
+    ];
+    for args in cases {
+        let out = output(env.reseq().args(&args));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("resumable"), "{args:?}: {}", stderr(&out));
+    }
+    let lo = env.random_loop_device("perm.img", 8 * MIB, 2);
+    let out = output(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_reseq"), "bench"])
+            .arg(&lo.path),
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("Permission denied"), "{}", stderr(&out));
+}

@@ -215,12 +215,22 @@ fn check(args: &RewriteArgs, files: &[PathBuf]) -> Result<(Vec<FsGroup>, Vec<Pla
                 let (name, _) =
                     sysfs.name_of(dev).ok_or_else(|| Error::Internal(format!("no sysfs entry for {dev:?}")))?;
                 let node = PathBuf::from(format!("/dev/{name}"));
-                let device = device::inspect(&node, &sysfs).map_err(|_| {
-                    Error::refused(
-                        format!("{} ({}) has no device node at {}", fs.mount_point.display(), fs.dev, node.display()),
-                        "create the node (no udev?) and run reseq again",
-                    )
-                })?;
+                // Only a missing node is "no node"; any other failure says what it is.
+                let device = match device::inspect(&node, &sysfs) {
+                    Ok(d) => d,
+                    Err(_) if !node.exists() => {
+                        return Err(Error::refused(
+                            format!(
+                                "{} ({}) has no device node at {}",
+                                fs.mount_point.display(),
+                                fs.dev,
+                                node.display()
+                            ),
+                            "create the node (no udev?) and run reseq again",
+                        ));
+                    }
+                    Err(e) => return Err(e),
+                };
                 if device.read_only {
                     return Err(Error::refused(format!("{} is read-only", node.display()), "choose a writable device"));
                 }
