@@ -19,6 +19,33 @@ pub const DEFAULT_READ_AHEAD: usize = 2;
 pub const DEFAULT_SCAN_REGIONS: usize = 64;
 pub const DEFAULT_SLOW_THRESHOLD: f64 = 0.7;
 
+/// `--max-freeze`: a duration from 10 ms to 1 h (a freeze is a stall of every writer).
+fn window_length(v: &str) -> Result<String, String> {
+    let d = crate::units::parse_duration(v)?;
+    if d < std::time::Duration::from_millis(10) || d > std::time::Duration::from_secs(3600) {
+        return Err(format!("{v} is outside 10ms..1h"));
+    }
+    Ok(v.to_string())
+}
+
+/// Pauses and settle times: up to a day (a longer one is a typo, not a plan).
+fn pause_length(v: &str) -> Result<String, String> {
+    let d = crate::units::parse_duration(v)?;
+    if d > std::time::Duration::from_secs(86_400) {
+        return Err(format!("{v} is longer than a day"));
+    }
+    Ok(v.to_string())
+}
+
+/// A fraction in (0, 1], e.g. 0.7.
+fn fraction(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        Ok(_) => Err(format!("{v} is not in (0, 1]; e.g. 0.7")),
+        Err(e) => Err(format!("{v} is not a number ({e})")),
+    }
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "reseq",
@@ -79,14 +106,24 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List unfinished runs (device and file mode) with the options `--resume` would
+    /// continue them with, and rescue copies waiting for `reseq restore`. Reads only.
+    Status {
+        /// Where journals are kept.
+        #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR", env = "RESEQ_STATE_DIR")]
+        state_dir: PathBuf,
+        /// Print it as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Put a rescue copy back: the original bytes of a chunk whose write failed, tore or
     /// read back different, which a run saved in the state directory. The write is
     /// frozen like any write (when filesystems on the device are mounted), read back and
     /// checked; the copy is removed only after that. Refuses when the device is not the
     /// one the copy came from, or when something else wrote there since reseq stopped.
     Restore(RestoreArgs),
-    /// Write the man page and shell completions (generated from these definitions).
-    #[command(hide = true)]
+    /// Write the man page and shell completions (generated from these definitions), for
+    /// packagers: `reseq generate DIR`.
     Generate {
         /// Directory to write reseq.1, reseq.bash, _reseq and reseq.fish into.
         dir: PathBuf,
@@ -240,21 +277,21 @@ pub struct RewriteArgs {
     /// Longest time filesystems stay frozen in one window (e.g. 2s, 500ms). The guardian
     /// thaws at this deadline.
     /// [default: 5s for a device, 1s for files]
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", value_parser = window_length)]
     pub max_freeze: Option<String>,
     /// Average write rate limit for the whole run (e.g. 50M = 50 MiB/s), kept by pausing
     /// between windows.
     #[arg(long, value_name = "SIZE")]
     pub rate: Option<String>,
     /// Pause between windows, thawed, so applications catch up.
-    #[arg(long, default_value = DEFAULT_PAUSE, value_name = "DURATION")]
+    #[arg(long, default_value = DEFAULT_PAUSE, value_name = "DURATION", value_parser = pause_length)]
     pub pause: String,
     /// Stop after this many freeze windows overrun their deadline (each overrun is thawed
     /// by the guardian; until this limit the run continues with shorter windows).
-    #[arg(long, default_value_t = DEFAULT_MAX_OVERRUNS, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_MAX_OVERRUNS, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000), allow_negative_numbers = true)]
     pub max_overruns: u32,
     /// Chunks read ahead of the writer (memory: (N + 4) x chunk size with verification).
-    #[arg(long, default_value_t = DEFAULT_READ_AHEAD, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_READ_AHEAD, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64), allow_negative_numbers = true)]
     pub read_ahead: usize,
     /// Skip the read-back check after each write (faster; the pre-write hash is still journaled).
     #[arg(long)]
@@ -289,10 +326,10 @@ pub struct RewriteArgs {
     #[arg(long, value_name = "SCAN.json", conflicts_with = "only_slow")]
     pub from_scan: Option<PathBuf>,
     /// Regions of the scan for --only-slow.
-    #[arg(long, default_value_t = DEFAULT_SCAN_REGIONS, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_SCAN_REGIONS, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
     pub scan_regions: usize,
     /// A region is slow below this fraction of the median of the fastest quarter.
-    #[arg(long, default_value_t = DEFAULT_SLOW_THRESHOLD, value_name = "FRACTION")]
+    #[arg(long, default_value_t = DEFAULT_SLOW_THRESHOLD, value_name = "FRACTION", value_parser = fraction, allow_negative_numbers = true)]
     pub slow_threshold: f64,
     /// Benchmark sequential reads of the range before and after, and give a verdict.
     #[arg(long)]
@@ -331,16 +368,16 @@ pub struct BenchOpts {
     #[arg(long = "bench-block-size", default_value = "1M", value_name = "SIZE")]
     pub block_size: String,
     /// Reads in flight at once.
-    #[arg(long = "bench-queue-depth", default_value_t = 1, value_name = "N")]
+    #[arg(long = "bench-queue-depth", default_value_t = 1, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256), allow_negative_numbers = true)]
     pub queue_depth: usize,
     /// Timed passes over the range (before and after each, for rewrite --bench).
-    #[arg(long = "bench-passes", default_value_t = 3, value_name = "N")]
+    #[arg(long = "bench-passes", default_value_t = 3, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000), allow_negative_numbers = true)]
     pub passes: usize,
     /// Pause between passes, in case the drive reorganises itself in the background.
-    #[arg(long = "bench-settle", default_value = "0s", value_name = "DURATION")]
+    #[arg(long = "bench-settle", default_value = "0s", value_name = "DURATION", value_parser = pause_length)]
     pub settle: String,
     /// Regions of the before/after throughput map.
-    #[arg(long = "bench-regions", default_value_t = 32, value_name = "N")]
+    #[arg(long = "bench-regions", default_value_t = 32, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
     pub regions: usize,
     /// Benchmark only this much from the start of the range (default: all of it).
     #[arg(long = "bench-length", value_name = "SIZE")]
@@ -356,7 +393,7 @@ pub struct ReadArgs {
     #[arg(long, default_value = "1M", value_name = "SIZE")]
     pub block_size: String,
     /// Reads in flight at once (that many threads issuing O_DIRECT reads).
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256), allow_negative_numbers = true)]
     pub queue_depth: usize,
     /// Start of the range.
     #[arg(long, default_value = "0", value_name = "SIZE")]
@@ -376,10 +413,10 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub read: ReadArgs,
     /// Timed passes.
-    #[arg(long, default_value_t = 3, value_name = "N")]
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000), allow_negative_numbers = true)]
     pub passes: usize,
     /// Pause between passes (the article waited 10 s, in case the drive reorganises itself).
-    #[arg(long, default_value = "0s", value_name = "DURATION")]
+    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = pause_length)]
     pub settle: String,
     #[command(flatten)]
     pub output: OutputArgs,
@@ -390,11 +427,11 @@ pub struct ScanArgs {
     #[command(flatten)]
     pub read: ReadArgs,
     /// How many regions to time.
-    #[arg(long, default_value_t = 64, value_name = "N")]
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
     pub regions: usize,
     /// A region is flagged slow below this fraction of the median of the fastest quarter
     /// of the regions.
-    #[arg(long, default_value_t = 0.7, value_name = "FRACTION")]
+    #[arg(long, default_value_t = 0.7, value_name = "FRACTION", value_parser = fraction, allow_negative_numbers = true)]
     pub threshold: f64,
     #[command(flatten)]
     pub output: OutputArgs,

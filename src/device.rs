@@ -51,6 +51,29 @@ pub struct DeviceIdentity {
 }
 
 impl DeviceIdentity {
+    /// What differs from `was`, field by field, as a person reads it:
+    /// "size 2.0 GiB -> 3.0 GiB, serial S1 -> S2".
+    pub fn changes_since(&self, was: &DeviceIdentity) -> String {
+        let opt = |o: &Option<String>| o.clone().unwrap_or_else(|| "none".into());
+        let num = |o: Option<u64>| o.map_or_else(|| "none".into(), |n| n.to_string());
+        let fields = [
+            ("name", was.name.clone(), self.name.clone()),
+            ("major:minor", was.dev.clone(), self.dev.clone()),
+            ("size", crate::units::human_bytes(was.size_bytes), crate::units::human_bytes(self.size_bytes)),
+            ("serial", opt(&was.serial), opt(&self.serial)),
+            ("WWN", opt(&was.wwn), opt(&self.wwn)),
+            ("model", opt(&was.model), opt(&self.model)),
+            ("partition start sector", num(was.partition_start_sectors), num(self.partition_start_sectors)),
+            ("loop backing file", opt(&was.loop_backing_file), opt(&self.loop_backing_file)),
+        ];
+        let mut out: Vec<String> =
+            fields.iter().filter(|(_, a, b)| a != b).map(|(n, a, b)| format!("{n} {a} -> {b}")).collect();
+        if out.is_empty() && was.size_bytes != self.size_bytes {
+            out.push(format!("size {} -> {} bytes", was.size_bytes, self.size_bytes));
+        }
+        out.join(", ")
+    }
+
     /// The same device, perhaps under another name and number (loop and NVMe numbers
     /// can change between boots): the same size and partition start, and the same
     /// backing file, serial, WWN and model where any is known. A device with none of
@@ -341,6 +364,23 @@ pub fn inspect(path: &Path, sysfs: &Sysfs) -> Result<BlockDeviceInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn identity_changes_read_as_a_short_diff() {
+        let was = DeviceIdentity {
+            name: "nvme0n1p3".into(),
+            dev: "259:3".into(),
+            size_bytes: 2 << 30,
+            serial: Some("S1".into()),
+            wwn: None,
+            model: Some("M".into()),
+            partition_start_sectors: Some(2048),
+            loop_backing_file: None,
+        };
+        let now = DeviceIdentity { size_bytes: 3 << 30, serial: Some("S2".into()), ..was.clone() };
+        assert_eq!(now.changes_since(&was), "size 2.0 GiB -> 3.0 GiB, serial S1 -> S2");
+        assert_eq!(was.changes_since(&was), "");
+    }
 
     /// A fake sysfs with a disk `sdz` (rotational), partition `sdz1` held by `dm-7`.
     fn fake_sysfs() -> (tempfile::TempDir, Sysfs) {

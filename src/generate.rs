@@ -37,6 +37,10 @@ fn arg_line(a: &clap::Arg) -> Vec<roff::Inline> {
 fn arg_help(a: &clap::Arg) -> String {
     let mut h = a.get_long_help().or(a.get_help()).map(|h| h.to_string()).unwrap_or_default();
     let defaults: Vec<String> = a.get_default_values().iter().map(|d| d.to_string_lossy().into_owned()).collect();
+    let values: Vec<String> = a.get_possible_values().iter().map(|v| v.get_name().to_string()).collect();
+    if !values.is_empty() && a.get_action().takes_values() {
+        h += &format!(" [values: {}]", values.join(", "));
+    }
     if !defaults.is_empty() && a.get_action().takes_values() {
         h += &format!(" [default: {}]", defaults.join(","));
     }
@@ -46,6 +50,49 @@ fn arg_help(a: &clap::Arg) -> String {
 fn options(roff: &mut Roff, cmd: &clap::Command) {
     for a in cmd.get_arguments().filter(|a| !a.is_hide_set() && a.get_id() != "help" && a.get_id() != "version") {
         roff.control("TP", []).text(arg_line(a)).text([roman(arg_help(a))]);
+    }
+}
+
+/// The three uses, as an admin would type them.
+fn examples(r: &mut Roff) {
+    r.control("SH", ["EXAMPLES"]);
+    let ex: [(&str, &[&str]); 5] = [
+        (
+            "A maintenance window: the whole device, 5 s windows, a before/after benchmark, the report kept.",
+            &[
+                "reseq rewrite /dev/nvme0n1p3 --dry-run",
+                "reseq rewrite /dev/nvme0n1p3 --bench --json > run.json",
+                "reseq report run.json --format html > run.html",
+            ],
+        ),
+        (
+            "A timer over database files on a live server: one-second stalls, a pause between windows, resumable.",
+            &[
+                "reseq rewrite /var/lib/postgresql/15/main/base --max-freeze 1s --pause 2s --resume \\",
+                "    --metrics-file /var/lib/node_exporter/textfile_collector/reseq-pg.prom",
+                "cp /etc/reseq/example.toml /etc/reseq/pgdata.toml; systemctl enable --now reseq@pgdata.timer",
+            ],
+        ),
+        (
+            "Is it worth it? Read first, write nothing.",
+            &["reseq scan /dev/nvme0n1p3 --regions 64", "reseq bench /var/lib/postgresql/15/main/base --passes 3"],
+        ),
+        (
+            "After an interruption: continue with the options the run was started with, or start over.",
+            &["reseq rewrite /dev/nvme0n1p3 --resume", "reseq rewrite /dev/nvme0n1p3 --restart"],
+        ),
+        ("No degraded SSD at hand: the whole effect on a simulated drive.", &["reseq simulate", "reseq demo"]),
+    ];
+    for (what, lines) in ex {
+        r.control("PP", []).text([roman(what)]);
+        r.control("RS", ["4"]);
+        r.control("nf", []);
+        for l in lines {
+            r.text([roman(*l)]);
+            r.control("br", []);
+        }
+        r.control("fi", []);
+        r.control("RE", []);
     }
 }
 
@@ -95,6 +142,7 @@ pub fn man_page() -> String {
     r.control("PP", []).text([roman(
         "If another program thaws reseq's freeze, or thaws and freezes again (VM snapshot agents, backup hooks), reseq stops writing at once, never thaws the other program's freeze, names the filesystem, window and byte range, and exits 8. Do not schedule other freezers during a run.",
     )]);
+    examples(&mut r);
     r.control("SH", ["RESCUE COPIES"]).text([roman(
         "A write that fails is retried, each attempt read back, up to 3 attempts. A chunk whose write never verifies, tears, or reads back different keeps its original bytes in a rescue file in the state directory, rescue-DEVICE-OFFSET-BLAKE3.bin, and the message says whether a read-back found the original bytes there (data intact) or other bytes (uncertain). Every later run on that device refuses until reseq restore FILE has put the bytes back; reseq restore freezes as a rewrite does, reads back, refuses another device or a range that changed since (unless --force), and removes the copy only then.",
     )]);
@@ -123,6 +171,9 @@ pub fn man_page() -> String {
     )]);
     r.control("TP", []).text([italic("/var/lib/reseq/device-NAME.lock")]).text([roman(
         "Held (flock) by the run working on the device; a second run on it is refused with the first one's PID.",
+    )]);
+    r.control("TP", []).text([italic("/etc/reseq/NAME.toml")]).text([roman(
+        "A job for reseq run --config and the reseq@NAME systemd units: every key is a reseq rewrite option (example.toml shows them).",
     )]);
     r.control("TP", []).text([italic("PATH.prom")]).text([roman(
         "Prometheus textfile metrics written atomically with --metrics-file, for node_exporter's textfile collector.",

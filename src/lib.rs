@@ -40,6 +40,7 @@ pub mod signals;
 pub mod sim;
 pub mod simulate;
 pub mod state_dir;
+pub mod status;
 pub mod sys;
 pub mod target;
 pub mod thaw;

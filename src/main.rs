@@ -46,6 +46,15 @@ fn main() -> std::process::ExitCode {
         }
         Command::Report(args) => return finish(rerender(&args.report, args.format)),
         Command::Thaw { json } => return finish(thaw(*json)),
+        Command::Status { state_dir, json } => {
+            return finish(reseq::status::run(state_dir).map(|s| {
+                if *json {
+                    println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+                } else {
+                    print!("{}", s.to_text());
+                }
+            }));
+        }
         Command::Restore(args) => {
             return finish(reseq::restore::run(args).map(|s| {
                 if args.json {

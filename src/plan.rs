@@ -533,9 +533,8 @@ fn decide_start(
     if run.identity != dev.identity {
         return Err(Error::refused(
             format!(
-                "cannot resume: the device changed since the journal was written (journal: {}, device now: {})",
-                serde_json::to_string(&run.identity).unwrap_or_default(),
-                serde_json::to_string(&dev.identity).unwrap_or_default()
+                "cannot resume: the device changed since the journal was written: {}",
+                dev.identity.changes_since(&run.identity)
             ),
             "pass --restart to start a new run on this device",
         ));

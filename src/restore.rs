@@ -84,10 +84,9 @@ pub fn run(args: &RestoreArgs) -> Result<RestoreSummary> {
     if !dev.identity.same_device(&h.identity) {
         return Err(Error::refused(
             format!(
-                "{} is not the device this copy came from (copy: {}, device now: {})",
+                "{} is not the device this copy came from: {}",
                 h.device_path,
-                serde_json::to_string(&h.identity).unwrap_or_default(),
-                serde_json::to_string(&dev.identity).unwrap_or_default()
+                dev.identity.changes_since(&h.identity)
             ),
             "name the same device where it is now with --device (loop and NVMe numbers can change between boots)",
         ));

@@ -384,6 +384,12 @@ fn a_resumed_run_keeps_the_options_it_was_started_with() {
         .env("RESEQ_FAULTS", "delay@after-write#*=15,kill@window-start#3");
     assert_eq!(output(&mut first).status.code(), None, "killed");
     assert_thawed_within(&mnt.dir, Duration::from_secs(2));
+    // `reseq status` shows the run and what --resume would continue it with.
+    let out = output(env.reseq().arg("status"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(text.contains("unfinished device run") && text.contains(&lo.name()), "{text}");
+    assert!(text.contains("--chunk-size 1M --max-freeze 300ms --include-free"), "{text}");
     let out = output(env.reseq().args(["rewrite", "--resume", "--max-freeze", "2s"]).arg(&lo.path));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--max-freeze 2s differs from the interrupted run's 300ms"), "{}", stderr(&out));
@@ -400,6 +406,9 @@ fn a_resumed_run_keeps_the_options_it_was_started_with() {
     let out = output(env.reseq().args(["rewrite", "--json", "--restart", "--max-freeze", "2s"]).arg(&lo.path));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(json_report(&out)["freeze_bound"]["max_freeze_seconds"], 2.0);
+    let out = output(env.reseq().args(["status", "--json"]));
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["unfinished"].as_array().unwrap().len(), 0, "{st}");
     mnt.unmount().unwrap();
     let mnt = Mount::new(&lo.path, &env.path("opts-again"), &[]).unwrap();
     let files: Vec<_> = files.iter().map(|(p, h)| (mnt.dir.join(p.file_name().unwrap()), *h)).collect();

@@ -286,6 +286,10 @@ fn a_resumed_file_run_keeps_its_options_and_restart_starts_over() {
         .arg(&path)
         .env("RESEQ_FAULTS", "delay@after-write#*=30,kill@window-start#3");
     assert_eq!(output(&mut first).status.code(), None, "killed");
+    let out = output(env.reseq().args(["status", "--json"]));
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kinds: Vec<&str> = st["unfinished"].as_array().unwrap().iter().map(|u| u["kind"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"files") && kinds.contains(&"file"), "the run and its large file: {st}");
     let out = output(env.reseq().args(["rewrite", "--resume", "--chunk-size", "2M"]).arg(&path));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--chunk-size 2M differs from the interrupted run's 1M"), "{}", stderr(&out));

@@ -41,10 +41,22 @@ fn man_page_and_completions() {
         "RESEQ BENCH",
         "RESEQ SCAN",
         "RESEQ SIMULATE",
+        "RESEQ GENERATE",
+        "EXAMPLES",
+        "RESUMING",
     ] {
         assert!(text.contains(section), "the man page has no {section} section");
     }
-    assert!(!text.contains("RESEQ GENERATE"), "hidden commands stay out of the man page");
+    for needle in [
+        "[values: text, json, md, html, prom]",
+        "/etc/reseq/NAME.toml",
+        "files-KEY.run",
+        "file-DEV-INODE.journal",
+        "reseq rewrite /dev/nvme0n1p3 --resume",
+        "reseq@pgdata.timer",
+    ] {
+        assert!(text.contains(needle), "the man page lacks {needle}");
+    }
     for code in reseq::exit_codes::ExitCode::ALL {
         assert!(text.contains(code.describe()), "exit code {} is not documented", code.code());
     }

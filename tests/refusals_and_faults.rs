@@ -228,7 +228,10 @@ fn resume_refuses_a_different_device() {
     // Another image on (most likely) the same loop number: same name, other identity.
     let other = env.random_loop_device("second.img", 16 * MIB, 5);
     if other.name() == name {
-        expect_refusal(&env, &other.path, &["--resume"], "", 3, "the device changed since the journal was written");
+        let err =
+            expect_refusal(&env, &other.path, &["--resume"], "", 3, "the device changed since the journal was written");
+        // A short diff, not two JSON blobs.
+        assert!(err.contains("loop backing file") && err.contains("first.img -> ") && !err.contains("{\""), "{err}");
         let out = output(env.reseq().args(["rewrite", "--restart"]).arg(&other.path));
         assert_eq!(out.status.code(), Some(0));
     } else {
@@ -314,4 +317,25 @@ fn missing_or_wrong_inputs_are_usage_errors_and_permission_a_refusal() {
     );
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(stderr(&out).contains("Permission denied"), "{}", stderr(&out));
+}
+
+/// Out-of-range numbers and durations are refused when parsed, naming the option; a
+/// negative number gets that message, not clap's tip about `-- -4`.
+#[test]
+fn options_out_of_range_are_refused_naming_the_option() {
+    let env = TestEnv::new();
+    let cases: [(&[&str], &str); 6] = [
+        (&["rewrite", "--max-overruns", "-4", "/dev/null"], "--max-overruns"),
+        (&["rewrite", "--read-ahead", "0", "/dev/null"], "--read-ahead"),
+        (&["rewrite", "--slow-threshold", "5", "/dev/null"], "not in (0, 1]"),
+        (&["rewrite", "--pause", "1y", "/dev/null"], "longer than a day"),
+        (&["rewrite", "--max-freeze", "5ms", "/dev/null"], "outside 10ms..1h"),
+        (&["scan", "--threshold", "-0.5", "/dev/null"], "not in (0, 1]"),
+    ];
+    for (args, needle) in cases {
+        let out = output(env.reseq().args(args));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("-- -"), "{args:?}: no tip about --: {}", stderr(&out));
+    }
 }

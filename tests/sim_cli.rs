@@ -74,8 +74,9 @@ fn bad_parameters_are_usage_errors() {
     let (code, _, err) = reseq(&["simulate", "--set", "warp_factor=9"]);
     assert_eq!(code, 2);
     assert!(err.contains("unknown model parameter 'warp_factor'"));
+    // A state file that is not there is bad input, not an I/O failure of a run.
     let (code, _, err) = reseq(&["sim", "read", "/nonexistent.sim"]);
-    assert_eq!(code, 4);
+    assert_eq!(code, 2);
     assert!(err.contains("loading simulated device"));
 }
 

@@ -38,7 +38,7 @@ use crate::target::{BlockTarget, DirectDevice};
 use crate::units::{self, human_bytes};
 
 mod planner;
-mod record;
+pub mod record;
 pub use planner::{Extent, plan_extents};
 use planner::{FileTarget, FilesPlanner, Map, Member, SharedClaims, UNWRITTEN};
 
