@@ -30,6 +30,16 @@ pub enum Medium {
     Unknown(String),
 }
 
+impl std::fmt::Display for Medium {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Medium::SolidState(why) => write!(f, "solid state ({why})"),
+            Medium::Rotational(why) => write!(f, "rotational ({why})"),
+            Medium::Unknown(why) => write!(f, "unknown ({why})"),
+        }
+    }
+}
+
 /// Identity recorded in the journal; a resume refuses if any of it changed.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct DeviceIdentity {

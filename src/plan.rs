@@ -106,9 +106,9 @@ pub fn check_freeze_length(max_freeze: Duration, force: bool) -> Result<Vec<Stri
     let bound = crate::freeze::freeze_bound(max_freeze);
     let Some(t) = timeout.filter(|t| bound > *t / 2) else { return Ok(Vec::new()) };
     let msg = format!(
-        "--max-freeze {:?} plus the guardian's grace of {:?} is longer than half of kernel.hung_task_timeout_secs ({} s): writers blocked by the freeze can trip the hung-task watchdog{}",
-        max_freeze,
-        crate::freeze::freeze_grace(max_freeze),
+        "--max-freeze {:.3} s plus the guardian's grace of {:.3} s is longer than half of kernel.hung_task_timeout_secs ({} s): writers blocked by the freeze can trip the hung-task watchdog{}",
+        max_freeze.as_secs_f64(),
+        crate::freeze::freeze_grace(max_freeze).as_secs_f64(),
         t.as_secs(),
         if panic { ", and kernel.hung_task_panic=1 turns that into a kernel panic" } else { "" }
     );

@@ -132,7 +132,7 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
             );
         }
     }
-    s += &format!("  medium: {:?}\n", d.medium);
+    s += &format!("  medium: {}\n", d.medium);
     s += &format!("  journal: {}\n", plan.journal_path.display());
     for w in &plan.warnings {
         s += &format!("  warning: {w}\n");
@@ -392,7 +392,11 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
         (plan.total_bytes() - done_bytes).div_ceil(plan.engine.chunk_size),
         human_bytes(plan.engine.chunk_size),
         if plan.needs_freeze() {
-            format!(", freezing {} filesystem(s) for at most {:?} per window", plan.filesystems.len(), plan.max_freeze)
+            format!(
+                ", freezing {} filesystem(s) for at most {:.3} s per window",
+                plan.filesystems.len(),
+                plan.max_freeze.as_secs_f64()
+            )
         } else {
             String::new()
         }

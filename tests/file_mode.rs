@@ -422,6 +422,11 @@ fn reflinked_pair_on_xfs_is_written_once() {
     std::fs::write(&a, &data).unwrap();
     run_cmd(Command::new("cp").arg("--reflink=always").arg(&a).arg(mnt.dir.join("b"))).unwrap();
     run_cmd(&mut Command::new("sync")).unwrap();
+    // The dry run counts the shared range once, as the run writes it.
+    let out = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&a).arg(mnt.dir.join("b")));
+    let plan = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(plan.contains("a: 1 extents, 8.0 MiB to rewrite") || plan.contains("8.0 MiB to rewrite"), "{plan}");
+    assert!(plan.contains("0 B to rewrite"), "the clone adds nothing: {plan}");
     let out = output(env.reseq().args(["rewrite", "--json"]).arg(&a).arg(mnt.dir.join("b")));
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);

@@ -957,13 +957,19 @@ fn describe(groups: &[FsGroup], planned: &[Planned], max_freeze: Duration) -> St
             .map(|t| t.rate() / 3.0)
             .unwrap_or(0.0);
         let per_window = rate * max_freeze.as_secs_f64() * 0.75;
+        // A shared (reflinked) range is rewritten once, by the first file that has it.
+        let mut shared_seen = std::collections::HashSet::new();
         for p in planned.iter().filter(|p| p.fs == gi) {
             // Mapped without a freeze, for the plan only (the run maps again while frozen).
-            let (n, bytes) = std::fs::File::open(&p.path)
-                .ok()
-                .and_then(|f| sys::fiemap(f.as_fd(), 0, 0).ok())
-                .map(|e| (e.len(), e.iter().filter(|x| x.flags & UNWRITTEN == 0).map(|x| x.length).sum::<u64>()))
-                .unwrap_or((0, 0));
+            let exts =
+                std::fs::File::open(&p.path).ok().and_then(|f| sys::fiemap(f.as_fd(), 0, 0).ok()).unwrap_or_default();
+            let n = exts.len();
+            let bytes: u64 = exts
+                .iter()
+                .filter(|x| x.flags & UNWRITTEN == 0)
+                .filter(|x| x.flags & planner::SHARED == 0 || shared_seen.insert((x.physical, x.length)))
+                .map(|x| x.length)
+                .sum();
             let windows = if per_window > 0.0 { (bytes as f64 / per_window).ceil().max(1.0) as u64 } else { 0 };
             s += &format!(
                 "    {}: {n} extents, {} to rewrite, about {windows} window(s) at an assumed {}/s\n",
