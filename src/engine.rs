@@ -241,7 +241,6 @@ pub fn run(
         chunk_estimate: Duration::ZERO,
         failed: false,
         chunk_size: cfg.chunk_size,
-        done_before: cfg.start_offset.saturating_sub(cfg.range_start),
         window_written: None,
         rescued: Vec::new(),
     };
@@ -268,7 +267,6 @@ struct Engine<'a> {
     failed: bool,
     /// The chunk size of the next window (adapts; at most `cfg.chunk_size`).
     chunk_size: u64,
-    done_before: u64,
     /// Device bytes written in the current window (first offset, end).
     window_written: Option<(u64, u64)>,
     /// Rescue copies saved in this window: where (or why not), and whether the cause was
@@ -602,7 +600,7 @@ impl Engine<'_> {
     /// A chunk written and read back as written: journaled as done at the next commit.
     fn accept(&mut self, offset: u64, len: u64, hash: blake3::Hash) {
         self.verified.push((offset, len, hash));
-        self.progress.advance(len, self.done_before);
+        self.progress.advance(len);
     }
 
     /// A chunk's write failed: try again, each time with the guardian's permission and a

@@ -67,6 +67,8 @@ pub struct Progress {
     bar: Option<indicatif::ProgressBar>,
     total: u64,
     done: u64,
+    /// Done before this run (a resume): not part of its rate.
+    already: u64,
     started: Instant,
     last_line: Instant,
     every: Duration,
@@ -90,6 +92,7 @@ impl Progress {
             bar,
             total,
             done: already_done,
+            already: already_done,
             started: Instant::now(),
             last_line: Instant::now(),
             every: Duration::from_secs(10),
@@ -102,15 +105,17 @@ impl Progress {
         }
     }
 
-    pub fn advance(&mut self, bytes: u64, rate_base: u64) {
-        self.done += bytes;
+    pub fn advance(&mut self, bytes: u64) {
+        // A window's bytes can exceed an estimated total (used space maps again while
+        // frozen): the bar stops at its end rather than wrapping.
+        self.done = (self.done + bytes).min(self.total.max(self.done));
         if let Some(b) = &self.bar {
             b.set_position(self.done);
         } else if self.last_line.elapsed() >= self.every {
             self.last_line = Instant::now();
             let secs = self.started.elapsed().as_secs_f64();
-            let rate = (self.done - rate_base) as f64 / secs.max(1e-9);
-            let eta = if rate > 0.0 { (self.total - self.done) as f64 / rate } else { f64::NAN };
+            let rate = self.done.saturating_sub(self.already) as f64 / secs.max(1e-9);
+            let eta = if rate > 0.0 { self.total.saturating_sub(self.done) as f64 / rate } else { f64::NAN };
             log::info!(
                 "progress: {} of {} ({:.1}%), {}, ETA {:.0} s",
                 crate::units::human_bytes(self.done),

@@ -213,9 +213,11 @@ fn esc(s: &str) -> String {
 /// An SVG chart of throughput by region: one polyline per series.
 fn region_chart(series: &[(&str, &str, &ScanResult)]) -> String {
     // A wider left margin holds the axis labels ("2.3 GiB/s").
-    let (w, h, pad, left) = (880.0, 300.0, 50.0, 90.0);
-    let max =
-        series.iter().flat_map(|(_, _, s)| s.regions.iter().map(|r| r.bytes_per_second)).fold(1.0, f64::max) * 1.1;
+    let (w, h, pad, left) = (880.0, 320.0, 50.0, 90.0);
+    let top = series.iter().flat_map(|(_, _, s)| s.regions.iter().map(|r| r.bytes_per_second)).fold(1.0, f64::max);
+    // Round ticks (1, 2 or 5 x a power of ten, in MiB/s) up to just above the top.
+    let step = nice_step(top / 4.0);
+    let max = (top * 1.05 / step).ceil().max(1.0) * step;
     let n = series.iter().map(|(_, _, s)| s.regions.len()).max().unwrap_or(1).max(2);
     let x = |i: usize| left + (w - left - pad) * i as f64 / (n - 1) as f64;
     let y = |v: f64| h - pad - (h - 2.0 * pad) * v / max;
@@ -227,14 +229,32 @@ fn region_chart(series: &[(&str, &str, &ScanResult)]) -> String {
         w - left - pad,
         h - 2.0 * pad
     );
-    for k in 0..=4 {
-        let v = max * k as f64 / 4.0;
+    let ticks = (max / step).round() as usize;
+    for k in 0..=ticks {
+        let v = step * k as f64;
         s += &format!(
-            r##"<text x="{}" y="{}" font-size="11" text-anchor="end" fill="#555">{}/s</text>"##,
+            r##"<line x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#e3e3e8"/><text x="{}" y="{}" font-size="11" text-anchor="end" fill="#555">{}</text>"##,
+            w - pad,
             left - 6.0,
             y(v) + 4.0,
-            esc(&human_bytes(v as u64))
+            esc(&round_rate(v)),
+            y = y(v)
         );
+    }
+    // Offsets under the x axis: where regions start (in-use bytes when only the ranges in
+    // use were read).
+    if let Some((_, _, first)) = series.first() {
+        let regs = &first.regions;
+        for i in [0, regs.len() / 4, regs.len() / 2, regs.len() * 3 / 4, regs.len().saturating_sub(1)] {
+            if let Some(r) = regs.get(i) {
+                s += &format!(
+                    r##"<text x="{:.1}" y="{}" font-size="11" text-anchor="middle" fill="#555">{}</text>"##,
+                    x(r.index),
+                    h - pad + 16.0,
+                    esc(&human_bytes(r.offset_bytes))
+                );
+            }
+        }
     }
     for (li, (label, color, sc)) in series.iter().enumerate() {
         let pts: Vec<String> =
@@ -255,12 +275,54 @@ fn region_chart(series: &[(&str, &str, &ScanResult)]) -> String {
             esc(label)
         );
     }
+    // Every mark has a legend entry: the red dots too.
+    if let Some((_, _, sc)) = series.iter().find(|(_, _, sc)| sc.regions.iter().any(|r| r.slow)) {
+        s += &format!(
+            r##"<circle cx="{}" cy="16" r="4" fill="#d62728"/><text x="{}" y="20" font-size="12">slow region: below {:.0} % of the fastest quarter ({})</text>"##,
+            left + 160.0 * series.len() as f64 + 4.0,
+            left + 160.0 * series.len() as f64 + 12.0,
+            sc.threshold * 100.0,
+            esc(&human_rate(sc.reference_bytes_per_second))
+        );
+    }
+    let in_use = series.iter().any(|(_, _, sc)| sc.regions.iter().any(|r| !r.device_ranges.is_empty()));
     s += &format!(
-        r##"<text x="{}" y="{}" font-size="11" text-anchor="middle" fill="#555">region (offset order)</text></svg>"##,
+        r##"<text x="{}" y="{}" font-size="11" text-anchor="middle" fill="#555">{}</text></svg>"##,
         w / 2.0,
-        h - 12.0
+        h - 10.0,
+        if in_use {
+            "region start, in bytes in use (free space not read)"
+        } else {
+            "region start (offset on the target)"
+        }
     );
     s
+}
+
+/// A round step for an axis: 1, 2 or 5 x a power of ten MiB/s (or KiB/s below 1 MiB/s).
+fn nice_step(raw: f64) -> f64 {
+    let unit = if raw >= (1 << 20) as f64 { (1 << 20) as f64 } else { 1024.0 };
+    let x = (raw / unit).max(1.0);
+    let p = 10f64.powf(x.log10().floor());
+    let m = [1.0, 2.0, 5.0, 10.0].into_iter().find(|m| m * p >= x).unwrap_or(10.0);
+    m * p * unit
+}
+
+/// "500 MiB/s", "1.5 GiB/s": tick labels without needless decimals.
+fn round_rate(v: f64) -> String {
+    let mib = v / (1 << 20) as f64;
+    if mib >= 1024.0 {
+        format!("{} GiB/s", trim_zeros(mib / 1024.0))
+    } else if mib >= 1.0 {
+        format!("{} MiB/s", trim_zeros(mib))
+    } else {
+        format!("{} KiB/s", trim_zeros(v / 1024.0))
+    }
+}
+
+fn trim_zeros(x: f64) -> String {
+    let t = format!("{x:.2}");
+    t.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// An SVG bar chart of each pass's throughput.
@@ -341,6 +403,39 @@ fn html(r: &Report) -> String {
                 d.identity.serial.clone().unwrap_or_else(|| "n/a".into())
             ),
         ));
+    }
+    if !r.targets.is_empty() {
+        rows.push(("targets", r.targets.join(" ")));
+    }
+    if let Some(p) = &r.plan {
+        rows.push(("chunks", format!("{} x {}, verify {}", p.chunks_total, human_bytes(p.chunk_size_bytes), p.verify)));
+        rows.push((
+            "windows",
+            match p.max_freeze_seconds {
+                Some(m) => format!("at most {m:.3} s frozen each, pause {:.3} s between", p.pause_seconds),
+                None => "one, unfrozen (nothing mounted; the device held exclusively)".into(),
+            },
+        ));
+        let fs: Vec<String> =
+            p.filesystems_frozen.iter().map(|f| format!("{} ({})", f.mount_point.display(), f.fs_type)).collect();
+        rows.push(("frozen", if fs.is_empty() { "nothing mounted".into() } else { fs.join(", ") }));
+    }
+    if let Some(sp) = &r.space {
+        rows.push((
+            "space",
+            format!(
+                "{}: {} left out as free; TRIM {}",
+                sp.mode,
+                human_bytes(sp.bytes_skipped_as_free),
+                sp.bytes_trimmed.map(|b| format!("discarded {}", human_bytes(b))).unwrap_or_else(|| "not run".into())
+            ),
+        ));
+    }
+    for (k, b) in [("measured", &r.bench), ("measured before", &r.bench_before), ("measured after", &r.bench_after)] {
+        if let Some(b) = b {
+            let cache = b.cache.as_ref().map(|c| format!("; cache check: {}", c.finding)).unwrap_or_default();
+            rows.push((k, format!("{} of {}{cache}", human_bytes(b.params.length_bytes), b.target)));
+        }
     }
     if let Some(x) = &r.results {
         rows.push((
@@ -515,4 +610,19 @@ pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
         .map_err(|e| Error::io("writing metrics", e))?;
     tmp.persist(path).map_err(|e| Error::io(format!("renaming metrics into {}", path.display()), e.error))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_steps_are_round() {
+        const MIB: f64 = (1 << 20) as f64;
+        assert_eq!(nice_step(230.0 * MIB), 500.0 * MIB);
+        assert_eq!(nice_step(90.0 * MIB), 100.0 * MIB);
+        assert_eq!(nice_step(1.5 * MIB), 2.0 * MIB);
+        assert_eq!(round_rate(1536.0 * MIB), "1.5 GiB/s");
+        assert_eq!(round_rate(500.0 * MIB), "500 MiB/s");
+    }
 }

@@ -384,7 +384,25 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
     crate::sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
     let done_bytes = plan.engine.start_offset - plan.engine.range_start;
-    let mut progress = Progress::new(plan.total_bytes(), done_bytes, quiet);
+    // The bar and its ETA count what will be written: with free space left out, the bytes
+    // in use (mapped now, unfrozen: an estimate; each window maps again while frozen).
+    let in_use =
+        if plan.used_space.is_empty() { None } else { crate::plan::in_use_ranges(&plan.device.path).ok().flatten() };
+    let (to_write, written_before) = match in_use {
+        Some(r) => {
+            let below = |end: u64| r.iter().map(|&(o, l)| (o + l).min(end).saturating_sub(o)).sum::<u64>();
+            (below(plan.engine.range_end), below(plan.engine.start_offset))
+        }
+        None => (plan.total_bytes(), done_bytes),
+    };
+    if to_write != plan.total_bytes() {
+        log::info!(
+            "{} of {} in use (an estimate, mapped before the run): progress and ETA count those",
+            human_bytes(to_write),
+            human_bytes(plan.total_bytes())
+        );
+    }
+    let mut progress = Progress::new(to_write, written_before, quiet);
     log::info!(
         "rewriting {} ({}) in {} chunks of {}{}",
         plan.device.path.display(),

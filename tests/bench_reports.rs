@@ -175,6 +175,12 @@ fn rewrite_bench_reports_in_every_format() {
     std::fs::write(&html_path, &html_out.stdout).unwrap();
     let html = String::from_utf8_lossy(&html_out.stdout);
     assert!(html.contains("<svg id=\"regions\"") && html.contains("<svg id=\"passes\""));
+    // The settings and what was frozen, as the Markdown has them; every chart mark named.
+    for needle in
+        ["<th>chunks</th>", "<th>windows</th>", "<th>frozen</th>", "<th>space</th>", "cache check:", "region start"]
+    {
+        assert!(html.contains(needle), "the HTML lacks {needle}");
+    }
 
     // Headless Chromium: no console errors, and the chart has pixels where it belongs.
     let shot = env.path("report.png");
