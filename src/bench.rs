@@ -21,11 +21,31 @@ pub struct Pass {
     pub bytes: u64,
     pub seconds: f64,
     pub bytes_per_second: f64,
+    /// Read command latency percentiles, as fio reports them (null on a simulated SSD,
+    /// which times a pass, not its commands).
+    #[serde(default)]
+    pub latency_p50_seconds: Option<f64>,
+    #[serde(default)]
+    pub latency_p99_seconds: Option<f64>,
+}
+
+/// The `q` quantile (0..=1) of `v`, nearest rank.
+pub fn percentile(v: &[f64], q: f64) -> Option<f64> {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let i = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len().max(1)) - 1;
+    s.get(i).copied()
 }
 
 impl From<Timed> for Pass {
     fn from(t: Timed) -> Pass {
-        Pass { bytes: t.bytes, seconds: t.seconds, bytes_per_second: t.rate() }
+        Pass {
+            bytes: t.bytes,
+            seconds: t.seconds,
+            bytes_per_second: t.rate(),
+            latency_p50_seconds: percentile(&t.latencies, 0.50),
+            latency_p99_seconds: percentile(&t.latencies, 0.99),
+        }
     }
 }
 
@@ -70,8 +90,12 @@ pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Du
         let t =
             read_span(target, params.block_size_bytes, params.queue_depth, params.offset_bytes, params.length_bytes)?;
         let p = Pass::from(t);
+        let lat = match (p.latency_p50_seconds, p.latency_p99_seconds) {
+            (Some(a), Some(b)) => format!(", latency p50 {:.2} ms, p99 {:.2} ms", a * 1e3, b * 1e3),
+            _ => String::new(),
+        };
         log::info!(
-            "pass {}: {} in {:.3} s = {}",
+            "pass {}: {} in {:.3} s = {}{lat}",
             i + 1,
             crate::units::human_bytes(p.bytes),
             p.seconds,
@@ -365,6 +389,15 @@ mod tests {
         assert!(v.rule.contains("x1.5"), "{}", v.rule);
         let v = verdict(&[150.0, 151.0, 152.0], &[100.0, 101.0, 102.0]);
         assert_eq!(v.verdict, "no_measurable_change", "x0.67 is not under 1/1.5: {v:?}");
+    }
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), Some(50.0));
+        assert_eq!(percentile(&v, 0.99), Some(99.0));
+        assert_eq!(percentile(&[3.0], 0.99), Some(3.0));
+        assert_eq!(percentile(&[], 0.5), None);
     }
 
     #[test]

@@ -23,10 +23,8 @@ fn main() -> std::process::ExitCode {
     let (report, output, result) = match &cli.command {
         Command::Rewrite(args) if args.device().to_string_lossy().starts_with("sim:") => {
             // A simulated SSD: the same engine, through `reseq sim rewrite`.
-            return finish(
-                reseq::simulate::rewrite_target(args, cli.quiet)
-                    .map(|v| println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default())),
-            );
+            let (report, result) = reseq::simulate::rewrite_report(args, cli.quiet);
+            (Some(report), args.output.clone(), result)
         }
         Command::Rewrite(args) if args.targets.len() > 1 || !reseq::rewrite::is_block_device(args.device()) => {
             let (report, result) = reseq::filemode::run(args, cli.quiet);

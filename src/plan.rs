@@ -465,7 +465,7 @@ pub fn resumed_args(args: &RewriteArgs, env: &Environment) -> Result<Option<Rewr
     else {
         return Ok(None);
     };
-    let resumed = options.apply(args)?;
+    let resumed = options.apply(args, crate::cli::DEFAULT_MAX_FREEZE)?;
     if crate::run_options::RunOptions::of(&resumed) != crate::run_options::RunOptions::of(args) {
         log::info!("resuming with the interrupted run's options: {}", options.describe());
     }

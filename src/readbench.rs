@@ -257,10 +257,13 @@ pub struct ReadParams {
 }
 
 /// One timed read of a span.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Timed {
     pub bytes: u64,
     pub seconds: f64,
+    /// Each read command's latency, in seconds (none on a simulated SSD).
+    #[serde(skip)]
+    pub latencies: Vec<f64>,
 }
 
 impl Timed {
@@ -275,33 +278,43 @@ pub fn read_span(target: &Target, block: u64, qd: usize, offset: u64, length: u6
         Target::Sim { state, .. } => {
             let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
             let secs = seq_read_time(&mut st.ftl, offset / SLOT, length / SLOT, block, qd);
-            Ok(Timed { bytes: length, seconds: secs })
+            Ok(Timed { bytes: length, seconds: secs, latencies: Vec::new() })
         }
         Target::Real(sources) => {
             let start = Instant::now();
             let mut base = 0u64;
             let mut bytes = 0u64;
+            let mut latencies = Vec::new();
             for s in sources {
                 let (lo, hi) = (offset.max(base), (offset + length).min(base + s.len));
                 if lo < hi {
-                    bytes += read_source(s, block, qd, lo - base, hi - base)?;
+                    // A span of several files is aligned as a whole, not inside each file
+                    // (their sizes are arbitrary): start a file's part at an aligned offset,
+                    // reading at most one alignment unit twice.
+                    let from = (lo - base) / s.offset_align * s.offset_align;
+                    let (n, lat) = read_source(s, block, qd, from, hi - base)?;
+                    bytes += n;
+                    latencies.extend(lat);
                 }
                 base += s.len;
             }
-            Ok(Timed { bytes, seconds: start.elapsed().as_secs_f64() })
+            Ok(Timed { bytes, seconds: start.elapsed().as_secs_f64(), latencies })
         }
     }
 }
 
-/// Reads `[from, to)` of one source with `qd` threads; returns the bytes read.
-fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<u64> {
+/// Reads `[from, to)` of one source with `qd` threads; returns the bytes read and each
+/// read command's latency.
+fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<(u64, Vec<f64>)> {
     let cursor = AtomicU64::new(from);
     let total = AtomicU64::new(0);
+    let all_latencies: Mutex<Vec<f64>> = Mutex::new(Vec::new());
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
     std::thread::scope(|scope| {
         for _ in 0..qd.max(1) {
             scope.spawn(|| {
                 let mut buf = AlignedBuf::new(block as usize, s.mem_align);
+                let mut latencies = Vec::new();
                 loop {
                     let off = cursor.fetch_add(block, Ordering::SeqCst);
                     if off >= to || first_error.lock().map(|e| e.is_some()).unwrap_or(true) {
@@ -318,9 +331,11 @@ fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<
                             break;
                         }
                         let len = want.div_ceil(s.offset_align) * s.offset_align;
+                        let t = Instant::now();
                         let r = crate::hooks::io_fault(crate::hooks::IoOp::Read, dev_at, len)
                             .and_then(|()| s.file.read_at(&mut buf[..len as usize], dev_at));
                         crate::hooks::read_delay(&s.path, dev_at, len);
+                        latencies.push(t.elapsed().as_secs_f64());
                         match r {
                             Ok(n) => {
                                 total.fetch_add((n as u64).min(want), Ordering::SeqCst);
@@ -337,12 +352,13 @@ fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<
                         break;
                     }
                 }
+                all_latencies.lock().unwrap_or_else(|p| p.into_inner()).extend(latencies);
             });
         }
     });
     match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         Some(e) => Err(e),
-        None => Ok(total.into_inner()),
+        None => Ok((total.into_inner(), all_latencies.into_inner().unwrap_or_else(|p| p.into_inner()))),
     }
 }
 

@@ -30,7 +30,16 @@ pub fn render(r: &Report, f: Format) -> String {
 }
 
 fn bench_line(label: &str, b: &BenchResult) -> String {
-    let passes: Vec<String> = b.passes.iter().map(|p| human_rate(p.bytes_per_second)).collect();
+    let passes: Vec<String> = b
+        .passes
+        .iter()
+        .map(|p| match (p.latency_p50_seconds, p.latency_p99_seconds) {
+            (Some(a), Some(c)) => {
+                format!("{} (p50 {:.2} ms, p99 {:.2} ms)", human_rate(p.bytes_per_second), a * 1e3, c * 1e3)
+            }
+            _ => human_rate(p.bytes_per_second),
+        })
+        .collect();
     format!(
         "  {label}: {} of {} in {} passes of {} blocks at QD{}{}: median {}, min {}, max {} ({})\n",
         human_bytes(b.params.length_bytes),

@@ -67,6 +67,11 @@ fn plan_and_execute(args: &RewriteArgs, env: &Environment, quiet: bool, report: 
             report.selection = Some(sel);
             if nothing {
                 log::info!("no region reads slowly: nothing to rewrite");
+                // A resumed run that finds nothing slow any more is finished: its journal
+                // says so, or every later run would resume it again.
+                if let crate::plan::Start::Resume { .. } = plan.start {
+                    crate::journal::Journal::append_to(&plan.journal_path)?.finished()?;
+                }
                 return Ok(());
             }
         }

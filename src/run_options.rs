@@ -41,6 +41,8 @@ impl Eq for RunOptions {}
 #[derive(Clone, Copy)]
 enum Kind {
     Size,
+    /// A size per second: `100M` or `100M/s`.
+    Rate,
     Duration,
     Plain,
 }
@@ -48,6 +50,10 @@ enum Kind {
 fn same(kind: Kind, a: &str, b: &str) -> bool {
     match kind {
         Kind::Size => units::parse_size(a).ok().zip(units::parse_size(b).ok()).is_some_and(|(x, y)| x == y) || a == b,
+        Kind::Rate => {
+            let r = |s: &str| units::parse_size(s.trim_end_matches("/s")).ok();
+            r(a).zip(r(b)).is_some_and(|(x, y)| x == y) || a == b
+        }
         Kind::Duration => {
             units::parse_duration(a).ok().zip(units::parse_duration(b).ok()).is_some_and(|(x, y)| x == y) || a == b
         }
@@ -105,8 +111,9 @@ impl RunOptions {
     }
 
     /// `args` with this run's options in place of those left out; an error naming the
-    /// first option given with another value.
-    pub fn apply(&self, args: &RewriteArgs) -> Result<RewriteArgs> {
+    /// first option given with another value. `default_max_freeze` is the mode's (a run
+    /// started without `--max-freeze` had it).
+    pub fn apply(&self, args: &RewriteArgs, default_max_freeze: &str) -> Result<RewriteArgs> {
         let mut out = args.clone();
         // The first option given otherwise: (name and value, what the run had).
         let mut conflict: Option<(String, Option<String>)> = None;
@@ -133,8 +140,10 @@ impl RunOptions {
             Some(self.chunk_size.clone()),
         )
         .unwrap_or_else(|| cli::DEFAULT_CHUNK_SIZE.into());
-        out.max_freeze = take("--max-freeze", Kind::Duration, args.max_freeze.clone(), self.max_freeze.clone());
-        out.rate = take("--rate", Kind::Size, args.rate.clone(), self.rate.clone());
+        let stored_freeze = self.max_freeze.clone().unwrap_or_else(|| default_max_freeze.to_string());
+        out.max_freeze = take("--max-freeze", Kind::Duration, args.max_freeze.clone(), Some(stored_freeze))
+            .filter(|_| self.max_freeze.is_some() || args.max_freeze.is_some());
+        out.rate = take("--rate", Kind::Rate, args.rate.clone(), self.rate.clone());
         out.pause = take(
             "--pause",
             Kind::Duration,
@@ -178,12 +187,13 @@ impl RunOptions {
             Some(self.slow_threshold.to_string()),
         )
         .map_or(cli::DEFAULT_SLOW_THRESHOLD, |v| v.parse().unwrap_or(cli::DEFAULT_SLOW_THRESHOLD));
-        let joined = |v: &[String]| (!v.is_empty()).then(|| v.join(","));
-        out.exclude = match take("--exclude", Kind::Plain, joined(&args.exclude), joined(&self.exclude)) {
-            Some(_) if !args.exclude.is_empty() => args.exclude.clone(),
-            Some(_) => self.exclude.clone(),
-            None => Vec::new(),
-        };
+        // Patterns as a list: `--exclude 'a,b'` is not `--exclude a --exclude b`.
+        if !args.exclude.is_empty() && args.exclude != self.exclude {
+            let shown = |v: &[String]| v.iter().map(|e| format!("'{e}'")).collect::<Vec<_>>().join(" ");
+            let had = (!self.exclude.is_empty()).then(|| shown(&self.exclude));
+            conflict.get_or_insert((format!("--exclude {}", shown(&args.exclude)), had));
+        }
+        out.exclude = self.exclude.clone();
         if let Some((given, had)) = conflict {
             let name = given.split(' ').next().unwrap_or_default().to_string();
             let what = match had {
@@ -214,19 +224,28 @@ mod tests {
     #[test]
     fn options_left_out_take_the_runs_and_a_different_one_is_refused() {
         let stored = RunOptions::of(&args(&["--max-freeze", "300ms", "--include-free", "--chunk-size", "1M"]));
-        let got = stored.apply(&args(&["--resume"])).unwrap();
+        let got = stored.apply(&args(&["--resume"]), "5s").unwrap();
         assert_eq!(got.max_freeze.as_deref(), Some("300ms"));
         assert!(got.include_free && got.resume);
         assert_eq!(got.chunk_size, "1M");
         // The same meaning, written otherwise, is the same option.
-        let got = stored.apply(&args(&["--max-freeze", "0.3s", "--chunk-size", "1024K"])).unwrap();
+        let got = stored.apply(&args(&["--max-freeze", "0.3s", "--chunk-size", "1024K"]), "5s").unwrap();
         assert_eq!(got.max_freeze.as_deref(), Some("300ms"));
-        let e = stored.apply(&args(&["--max-freeze", "2s"])).unwrap_err().to_string();
+        let e = stored.apply(&args(&["--max-freeze", "2s"]), "5s").unwrap_err().to_string();
         assert!(e.contains("--max-freeze 2s differs from the interrupted run's 300ms"), "{e}");
-        let e = stored.apply(&args(&["--no-verify"])).unwrap_err().to_string();
+        let e = stored.apply(&args(&["--no-verify"]), "5s").unwrap_err().to_string();
         assert!(e.contains("--no-verify was not an option of the interrupted run"), "{e}");
-        let e = stored.apply(&args(&["--rate", "10M"])).unwrap_err().to_string();
+        let e = stored.apply(&args(&["--rate", "10M"]), "5s").unwrap_err().to_string();
         assert!(e.contains("--rate"), "{e}");
+        // The mode's default --max-freeze, given, is what a run without one had.
+        let plain = RunOptions::of(&args(&[]));
+        assert!(plain.apply(&args(&["--max-freeze", "1s"]), "1s").is_ok());
+        assert!(plain.apply(&args(&["--max-freeze", "2s"]), "1s").is_err());
+        let rated = RunOptions::of(&args(&["--rate", "100M"]));
+        assert!(rated.apply(&args(&["--rate", "100M/s"]), "5s").is_ok(), "the same rate, written otherwise");
+        let ex = RunOptions::of(&args(&["--exclude", "a", "--exclude", "b"]));
+        assert!(ex.apply(&args(&["--exclude", "a,b"]), "1s").is_err(), "one pattern is not two");
+        assert_eq!(ex.apply(&args(&[]), "1s").unwrap().exclude, ["a", "b"]);
         assert_eq!(stored.describe(), "--chunk-size 1M --max-freeze 300ms --include-free", "options as a command line");
     }
 }

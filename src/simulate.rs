@@ -331,6 +331,24 @@ pub fn rewrite_target(args: &crate::cli::RewriteArgs, quiet: bool) -> Result<ser
     )
 }
 
+/// `reseq rewrite sim:STATE` as a report like any rewrite's (so that `--json`, `--format`,
+/// `--metrics-file` and `reseq report` treat it alike); the virtual time is a warning.
+pub fn rewrite_report(args: &crate::cli::RewriteArgs, quiet: bool) -> (crate::report::Report, Result<()>) {
+    let started = std::time::Instant::now();
+    let mut report = crate::report::Report::new("rewrite", false);
+    report.targets = vec![args.device().display().to_string()];
+    let result = rewrite_target(args, quiet).map(|v| {
+        report.results = serde_json::from_value(v["rewrite"].clone()).ok();
+        report.selection = serde_json::from_value(v["selection"].clone()).ok();
+        report.warnings.push(format!(
+            "a simulated SSD: the rewrite took {:.3} s of its virtual time",
+            v["virtual_seconds"].as_f64().unwrap_or(0.0)
+        ));
+    });
+    report.finish(started.elapsed(), &result);
+    (report, result)
+}
+
 /// Scans `[start, end)` of a simulated SSD (1 MiB reads, QD1, virtual time) and picks
 /// the slow regions.
 pub fn slow_regions_of(state: SimState, start: u64, end: u64, regions: usize, threshold: f64) -> Result<Selection> {

@@ -690,17 +690,24 @@ fn file_mode_bench_reads_the_files_before_and_after() {
     }
     let env = TestEnv::new();
     let (_lo, mnt) = env.mounted("fbench", 128 * MIB, "ext4");
-    let files = fill_files(&mnt.dir, 20, 1 << 20, 65);
+    // Sizes that are not multiples of the direct-I/O alignment: the regions of a scan
+    // over several files must still read each file at aligned offsets.
+    let size = (1 << 20) + 1000;
+    let files = fill_files(&mnt.dir, 20, size, 65);
     let args = ["rewrite", "--json", "--bench", "--bench-passes", "3", "--bench-regions", "4", "--metrics-file"];
     let prom = env.path("files.prom");
     let out = output(env.reseq().args(args).arg(&prom).arg(&mnt.dir));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r = json_report(&out);
     for b in [&r["bench_before"], &r["bench_after"]] {
-        assert_eq!(b["params"]["length_bytes"], 20 * MIB, "the files' bytes: {b}");
+        assert_eq!(b["params"]["length_bytes"], 20 * size as u64, "the files' bytes: {b}");
         assert_eq!(b["target"], "20 files");
         assert_eq!(b["passes"].as_array().unwrap().len(), 3);
         assert!(b["cache"]["finding"].is_string(), "{b}");
+        for p in b["passes"].as_array().unwrap() {
+            let (p50, p99) = (p["latency_p50_seconds"].as_f64().unwrap(), p["latency_p99_seconds"].as_f64().unwrap());
+            assert!(p50 > 0.0 && p99 >= p50, "read latencies as fio reports them: {p}");
+        }
     }
     let v = r["verdict"]["verdict"].as_str().unwrap();
     assert!(["faster", "no_measurable_change", "slower", "unreliable"].contains(&v), "{v}");
@@ -709,6 +716,8 @@ fn file_mode_bench_reads_the_files_before_and_after() {
     let metrics = std::fs::read_to_string(&prom).unwrap();
     assert!(metrics.contains(&format!("target=\"{}\"", mnt.dir.display())), "{metrics}");
     let rewritten: u64 = r["files"].as_array().unwrap().iter().map(|f| f["bytes_rewritten"].as_u64().unwrap()).sum();
-    assert_eq!(rewritten, 20 * MIB);
+    // (A filesystem this small has 1 KiB blocks.)
+    let block = std::os::unix::fs::MetadataExt::blksize(&std::fs::metadata(&files[0].0).unwrap());
+    assert_eq!(rewritten, 20 * (size as u64).div_ceil(block) * block, "each file to the end of its last block");
     assert_files_intact(&files);
 }

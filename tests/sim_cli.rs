@@ -41,9 +41,16 @@ fn fragment_then_rewrite_as_separate_commands() {
     let after = read_seconds(&state);
     assert!(after <= fresh * 1.03, "rewrite should restore reads: fresh {fresh}, after {after}");
     // `reseq rewrite sim:STATE` is the same, over the whole device.
-    let (code, v, _) = reseq(&["rewrite", &format!("sim:{s}"), "--only-slow"]);
+    let (code, v, _) = reseq(&["rewrite", &format!("sim:{s}"), "--only-slow", "--json"]);
     assert_eq!(code, 0);
     assert!(v["selection"]["bytes_left_alone"].as_u64().unwrap() > 0);
+    assert!(v["results"]["bytes_written"].as_u64().unwrap() > 0, "{v}");
+    // Its JSON is a report like any other: `reseq report` renders it.
+    let saved = dir.path().join("sim-run.json");
+    std::fs::write(&saved, serde_json::to_vec(&v).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_reseq")).arg("report").arg(&saved).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("virtual time"));
     let (code, _, err) = reseq(&["rewrite", &format!("sim:{s}"), "--resume"]);
     assert_eq!(code, 2);
     assert!(err.contains("on a simulated SSD"));

@@ -284,7 +284,8 @@ pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
 fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     let record_path = record::path_for(&crate::state_dir::resolve(&args.state_dir), &args.targets);
     let (earlier, mut unfinished) = earlier_run(args, &record_path)?;
-    let resumed = earlier.as_ref().map(|e| e.header.options.apply(args)).transpose()?;
+    let resumed =
+        earlier.as_ref().map(|e| e.header.options.apply(args, crate::cli::DEFAULT_FILE_MAX_FREEZE)).transpose()?;
     let args = resumed.as_ref().unwrap_or(args);
     let chunk_size = units::parse_size(&args.chunk_size).map_err(|e| Error::Usage(format!("--chunk-size: {e}")))?;
     let max_freeze = units::parse_duration(args.max_freeze_or(crate::cli::DEFAULT_FILE_MAX_FREEZE))
@@ -733,8 +734,10 @@ fn run_job(
     let done = result.is_ok();
     for m in &planner.members {
         reports.push((m.index, member_report(m, start, &stats, done, cfg.verify)));
-        // Done when its run finished, or its cursor went past the whole file.
-        if (done || m.base + m.span <= stats.next_offset_bytes)
+        // Done when its run finished, or its cursor went past the whole file; a skipped
+        // file is not done (a resume looks at it again, and says why it skips it).
+        if m.skipped.is_none()
+            && (done || m.base + m.span <= stats.next_offset_bytes)
             && let Ok(md) = m.file_metadata()
         {
             pending.borrow_mut().record.done(file_identity(&m.path, &md));

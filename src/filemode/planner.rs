@@ -151,6 +151,12 @@ impl Member {
     }
 }
 
+/// A skipped file gives up the shared ranges it claimed: another file holding them
+/// rewrites them instead of counting them as done by this one.
+fn release_claims(shared: &SharedClaims, index: usize) {
+    lock(shared).retain(|_, claimer| *claimer != index);
+}
+
 /// Plans the files of one engine run from FIEMAP, in every window.
 pub struct FilesPlanner {
     pub members: Vec<Member>,
@@ -196,24 +202,35 @@ impl FilesPlanner {
         let md = m.file.metadata().map_err(|e| Error::io(format!("fstat {}", m.path.display()), e))?;
         if md.nlink() == 0 {
             m.skipped = Some("deleted during the run".into());
+            release_claims(&self.shared, m.index);
             return Ok(());
         }
         let local = cursor.saturating_sub(m.base);
         // FIEMAP_FLAG_SYNC returns at once on a frozen filesystem (nothing can be dirty).
         let exts = sys::fiemap(m.file.as_fd(), local, sys::FIEMAP_FLAG_SYNC)
             .map_err(|e| Error::io(format!("FIEMAP {}", m.path.display()), e.into()))?;
+        // Skipped bytes are counted from the file's first map only: every later window
+        // maps the rest of it again.
+        let first = m.extents.is_none();
         m.extents.get_or_insert(exts.len());
         let (index, shared) = (m.index, Arc::clone(&self.shared));
         let claim = |p: u64, l: u64| *lock(&shared).entry((p, l)).or_insert(index) == index;
-        match plan_extents(&exts, local, m.span, claim, &mut m.bytes_unwritten, &mut m.bytes_shared_elsewhere) {
+        let (mut unwritten, mut shared_elsewhere) = (0, 0);
+        match plan_extents(&exts, local, m.span, claim, &mut unwritten, &mut shared_elsewhere) {
             Ok(pieces) => {
+                if first {
+                    (m.bytes_unwritten, m.bytes_shared_elsewhere) = (unwritten, shared_elsewhere);
+                }
                 for p in pieces {
                     let at = m.base + p.logical;
                     self.planned.push((mi, at, p.len));
                     push_merged(runs, Extent { logical: at, ..p });
                 }
             }
-            Err(reason) => m.skipped = Some(reason),
+            Err(reason) => {
+                m.skipped = Some(reason);
+                release_claims(&self.shared, m.index);
+            }
         }
         Ok(())
     }
