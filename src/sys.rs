@@ -508,6 +508,32 @@ pub fn fiemap(fd: BorrowedFd<'_>, start: u64, flags: u32) -> nix::Result<Vec<Fie
     Ok(out)
 }
 
+/// struct fsxattr (include/uapi/linux/fs.h), for FS_IOC_FSGETXATTR.
+#[repr(C)]
+#[derive(Default)]
+pub struct Fsxattr {
+    fsx_xflags: u32,
+    fsx_extsize: u32,
+    fsx_nextents: u32,
+    fsx_projid: u32,
+    fsx_cowextsize: u32,
+    fsx_pad: [u8; 8],
+}
+
+// include/uapi/linux/fs.h: `#define FS_IOC_FSGETXATTR _IOR('X', 31, struct fsxattr)`.
+nix::ioctl_read!(ioctl_fsgetxattr, b'X', 31, Fsxattr);
+
+/// FS_XFLAG_REALTIME: the file's data lives on the filesystem's realtime device (xfs).
+pub const FS_XFLAG_REALTIME: u32 = 0x1;
+
+/// The extended flags (`fsx_xflags`) of the file open at `fd`.
+pub fn fs_xflags(fd: BorrowedFd<'_>) -> nix::Result<u32> {
+    let mut x = Fsxattr::default();
+    // SAFETY: the kernel fills a struct fsxattr we own, of the size the request encodes.
+    unsafe { ioctl_fsgetxattr(fd.as_raw_fd(), &mut x) }?;
+    Ok(x.fsx_xflags)
+}
+
 /// `STATX_ATTR_ENCRYPTED` (include/uapi/linux/stat.h): the file is fscrypt-encrypted.
 pub fn statx_encrypted(path: &Path) -> nix::Result<bool> {
     let cpath = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;

@@ -212,6 +212,13 @@ impl FilesPlanner {
         // Skipped bytes are counted from the file's first map only: every later window
         // maps the rest of it again.
         let first = m.extents.is_none();
+        // An xfs realtime file's FIEMAP addresses are on the realtime device, not the
+        // device reseq writes.
+        if first && sys::fs_xflags(m.file.as_fd()).is_ok_and(|f| f & sys::FS_XFLAG_REALTIME != 0) {
+            m.skipped = Some("an xfs realtime file: its blocks are on the realtime device, not this one".into());
+            release_claims(&self.shared, m.index);
+            return Ok(());
+        }
         m.extents.get_or_insert(exts.len());
         let (index, shared) = (m.index, Arc::clone(&self.shared));
         let claim = |p: u64, l: u64| *lock(&shared).entry((p, l)).or_insert(index) == index;
