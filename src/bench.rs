@@ -207,6 +207,83 @@ pub fn flag_slow(
     ScanResult { target, virtual_time, params, reference_bytes_per_second: reference, threshold, regions, slow_regions }
 }
 
+/// `reseq estimate`: a sample, not a full pass, and what it predicts.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct Estimate {
+    pub target: String,
+    pub virtual_time: bool,
+    /// The sampled regions: each `sample_bytes / regions` long, spread evenly.
+    pub regions: Vec<Region>,
+    pub sample_bytes: u64,
+    /// Median throughput of all sampled regions: what a sequential read gets now.
+    pub median_bytes_per_second: f64,
+    /// Median of the fastest quarter: what re-sequenced data reads at, on this drive.
+    pub reference_bytes_per_second: f64,
+    /// reference / median: how much faster a full read could be.
+    pub predicted_speedup: f64,
+    /// In words, for the admin.
+    pub advice: String,
+    pub cache: Option<CacheCheck>,
+}
+
+/// Below this predicted speed-up the drive looks flat (the drift between two reads of
+/// the same bytes on a shared host is about as large).
+pub const WORTH_IT: f64 = 1.3;
+
+/// Reads `regions` evenly spread samples of `[0, len)` once each.
+pub fn estimate(target: &Target, block: u64, sample: u64, regions: usize) -> Result<Estimate> {
+    let cache = crate::readbench::cache_check(target, block, 1)?;
+    let align = target.offset_align();
+    let len = target.len();
+    let n = regions.max(1) as u64;
+    let each = (sample / n).max(block).min(len / n) / align * align;
+    if each == 0 {
+        return Err(crate::error::Error::Usage(format!("{} is too small to sample", target.describe())));
+    }
+    let mut out = Vec::new();
+    for i in 0..n {
+        let at = (len - each) / (n - 1).max(1) * i / align * align;
+        let t = read_span(target, block.min(each), 1, at, each)?;
+        out.push(Region {
+            index: i as usize,
+            offset_bytes: at,
+            length_bytes: each,
+            seconds: t.seconds,
+            bytes_per_second: t.rate(),
+            slow: false,
+            device_ranges: Vec::new(),
+        });
+    }
+    let rates: Vec<f64> = out.iter().map(|r| r.bytes_per_second).collect();
+    let med = median(&rates);
+    let mut sorted = rates.clone();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let reference = median(&sorted[..sorted.len().div_ceil(4)]);
+    let speedup = reference / med.max(f64::MIN_POSITIVE);
+    let advice = match &cache {
+        Some(c) if c.cache_suspected => format!("cannot tell: {}", c.finding),
+        _ if speedup < WORTH_IT => format!(
+            "looks flat: the sampled regions read within x{speedup:.2} of the fastest; re-sequencing is unlikely to help much"
+        ),
+        _ => format!(
+            "worth it: a full read could be about x{speedup:.2} faster ({} now, {} at the fastest regions' rate)",
+            crate::units::human_rate(med),
+            crate::units::human_rate(reference)
+        ),
+    };
+    Ok(Estimate {
+        target: target.describe(),
+        virtual_time: target.is_virtual(),
+        sample_bytes: each * n,
+        regions: out,
+        median_bytes_per_second: med,
+        reference_bytes_per_second: reference,
+        predicted_speedup: speedup,
+        advice,
+        cache,
+    })
+}
+
 /// What selective re-sequencing chose to rewrite, and what it left alone.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Selection {

@@ -85,6 +85,11 @@ pub enum Command {
     Bench(BenchArgs),
     /// Read a target once region by region and flag the regions that read slowly.
     Scan(ScanArgs),
+    /// Is it worth it? Reads a sample of the target (on a device with mounted ext4/xfs,
+    /// of the ranges in use) spread over it, in seconds rather than a full pass, and
+    /// predicts how much faster a sequential read would be if every region read like the
+    /// fastest ones. Says plainly when the drive looks flat. Writes nothing.
+    Estimate(EstimateArgs),
     /// Re-render a report saved with --json.
     Report(ReportArgs),
     /// Run a job from a configuration file (the reseq@NAME.service unit runs
@@ -433,6 +438,20 @@ pub struct ScanArgs {
     /// of the regions.
     #[arg(long, default_value_t = 0.7, value_name = "FRACTION", value_parser = fraction, allow_negative_numbers = true)]
     pub threshold: f64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct EstimateArgs {
+    /// A block device, a file, a directory of files, or sim:STATE.
+    pub target: PathBuf,
+    /// Bytes to read in all, spread over the target.
+    #[arg(long, default_value = "256M", value_name = "SIZE")]
+    pub sample: String,
+    /// Places to read from.
+    #[arg(long, default_value_t = 32, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(4..=4096), allow_negative_numbers = true)]
+    pub regions: usize,
     #[command(flatten)]
     pub output: OutputArgs,
 }

@@ -75,7 +75,11 @@ fn examples(r: &mut Roff) {
         ),
         (
             "Is it worth it? Read first, write nothing.",
-            &["reseq scan /dev/nvme0n1p3 --regions 64", "reseq bench /var/lib/postgresql/15/main/base --passes 3"],
+            &[
+                "reseq estimate /dev/nvme0n1p3",
+                "reseq scan /dev/nvme0n1p3 --regions 64",
+                "reseq bench /var/lib/postgresql/15/main/base --passes 3",
+            ],
         ),
         (
             "After an interruption: continue with the options the run was started with, or start over.",

@@ -38,6 +38,10 @@ fn main() -> std::process::ExitCode {
             let (report, result) = reseq::measure::run_bench(args);
             (Some(report), args.output.clone(), result)
         }
+        Command::Estimate(args) => {
+            let (report, result) = reseq::measure::run_estimate(args);
+            (Some(report), args.output.clone(), result)
+        }
         Command::Scan(args) => {
             let (report, result) = reseq::measure::run_scan(args);
             (Some(report), args.output.clone(), result)

@@ -67,6 +67,19 @@ pub fn run_scan(args: &ScanArgs) -> (Report, Result<()>) {
     })
 }
 
+/// `reseq estimate`.
+pub fn run_estimate(args: &crate::cli::EstimateArgs) -> (Report, Result<()>) {
+    measured("estimate", &args.target, |report| {
+        let sample = size("--sample", &args.sample)?;
+        let (target, _) = Target::open_in_use(&args.target, None)?;
+        let block = (1u64 << 20).max(target.offset_align());
+        let e = bench::estimate(&target, block, sample, args.regions)?;
+        log::info!("{}", e.advice);
+        report.estimate = Some(e);
+        Ok(())
+    })
+}
+
 /// The measurement `rewrite --bench` takes before and after: timed passes, then one
 /// pass region by region for the throughput map.
 ///

@@ -123,6 +123,18 @@ pub fn measurements_text(r: &Report) -> String {
     if let Some(sc) = &r.scan {
         s += &scan_text("scan", sc);
     }
+    if let Some(e) = &r.estimate {
+        s += &format!(
+            "  estimate: {} sampled in {} places of {}: median {}, fastest quarter {}{}\n  {}\n",
+            human_bytes(e.sample_bytes),
+            e.regions.len(),
+            e.target,
+            human_rate(e.median_bytes_per_second),
+            human_rate(e.reference_bytes_per_second),
+            if e.virtual_time { " (virtual time)" } else { "" },
+            e.advice
+        );
+    }
     if let Some(b) = &r.bench_before {
         s += &bench_line("before", b);
     }

@@ -46,6 +46,9 @@ pub struct Report {
     pub bench: Option<BenchResult>,
     /// `reseq scan`: throughput by region.
     pub scan: Option<ScanResult>,
+    /// `reseq estimate`: a sample and its prediction.
+    #[serde(default)]
+    pub estimate: Option<crate::bench::Estimate>,
     /// `rewrite --bench`: the same reads before and after the rewrite.
     pub bench_before: Option<BenchResult>,
     pub bench_after: Option<BenchResult>,
@@ -182,6 +185,7 @@ impl Report {
             in_flight_reverify: None,
             bench: None,
             scan: None,
+            estimate: None,
             bench_before: None,
             bench_after: None,
             scan_before: None,

@@ -271,6 +271,14 @@ fn rewrite_bench_measures_in_use_bytes_and_does_not_credit_trim() {
     assert_ne!(r["verdict"]["verdict"], "faster", "a loop device has no FTL: {}", r["verdict"]);
     let regions = r["scan_after"]["regions"].as_array().unwrap();
     assert!(regions.iter().all(|g| !g["device_ranges"].as_array().unwrap().is_empty()), "regions name device ranges");
+    // `reseq estimate` samples the same in-use bytes, and writes nothing.
+    let before = hash_path(&files[0].0).unwrap();
+    let out = output(env.reseq().args(["estimate", "--json", "--sample", "32M"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let e = &json_report(&out)["estimate"];
+    assert!(e["target"].as_str().unwrap().contains("in-use ranges"), "{e}");
+    assert!(e["advice"].as_str().unwrap().len() > 10, "{e}");
+    assert_eq!(hash_path(&files[0].0).unwrap(), before);
     assert_files_intact(&files);
 }
 

@@ -166,3 +166,30 @@ fn sim_commands_peak_near_the_model_state() {
         assert!(peak as f64 <= 1.25 * model as f64, "{args:?} peaked at {peak} bytes for {model} bytes of model state");
     }
 }
+
+/// `reseq estimate`: a sample says "looks flat" on a fresh drive and "worth it" once
+/// half of it is degraded by random writes, in seconds of reading, writing nothing.
+#[test]
+fn estimate_tells_a_flat_drive_from_a_degraded_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("est.sim");
+    let s = state.to_str().unwrap();
+    assert_eq!(reseq(&["sim", "create", s, "--device-size", "1G"]).0, 0);
+    assert_eq!(reseq(&["sim", "write", s, "--length", "1G"]).0, 0);
+    let (code, v, _) = reseq(&["estimate", &format!("sim:{s}"), "--json"]);
+    assert_eq!(code, 0);
+    let e = &v["estimate"];
+    assert!(e["predicted_speedup"].as_f64().unwrap() < 1.3, "{e}");
+    assert!(e["advice"].as_str().unwrap().starts_with("looks flat"), "{e}");
+    assert_eq!(e["regions"].as_array().unwrap().len(), 32);
+    assert_eq!(reseq(&["sim", "fragment", s, "--length", "512M", "--random-writes", "500M"]).0, 0);
+    let (code, v, _) = reseq(&["estimate", &format!("sim:{s}"), "--json", "--sample", "64M"]);
+    assert_eq!(code, 0);
+    let e = &v["estimate"];
+    assert!(e["predicted_speedup"].as_f64().unwrap() >= 1.3, "{e}");
+    assert!(e["advice"].as_str().unwrap().starts_with("worth it"), "{e}");
+    assert_eq!(e["sample_bytes"], 64u64 << 20);
+    // It wrote nothing: the drive's host writes are what they were.
+    let (_, info, _) = reseq(&["sim", "info", s]);
+    assert_eq!(info["mapped_bytes"], 1u64 << 30);
+}
