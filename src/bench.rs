@@ -64,7 +64,31 @@ pub struct BenchResult {
     /// SSD, which has none).
     #[serde(default)]
     pub cache: Option<CacheCheck>,
+    /// How loaded the host was during the passes (null: no PSI, or a simulated SSD).
+    #[serde(default)]
+    pub host_pressure: Option<HostPressure>,
 }
+
+/// The share of the passes' wall time in which some task waited for a CPU, or for I/O
+/// (Linux pressure stall information, /proc/pressure). Our own reader waits for I/O
+/// too, so `io_some` is high on both sides; a change between before and after is what
+/// matters: on a shared host, another job's load makes the same device read x1.8 slower.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct HostPressure {
+    pub cpu_some: f64,
+    pub io_some: f64,
+}
+
+/// `some total=` (microseconds) of /proc/pressure/KIND.
+fn psi_total(kind: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/pressure/{kind}")).ok()?;
+    let line = text.lines().find(|l| l.starts_with("some"))?;
+    line.split_whitespace().find_map(|f| f.strip_prefix("total="))?.parse().ok()
+}
+
+/// A change of the host's pressure between two benchmarks larger than this makes the
+/// comparison unreliable.
+pub const PRESSURE_CHANGE: f64 = 0.15;
 
 pub fn median(v: &[f64]) -> f64 {
     let mut s: Vec<f64> = v.to_vec();
@@ -82,6 +106,7 @@ pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Du
     if let Some(c) = cache.as_ref().filter(|c| c.cache_suspected) {
         log::warn!("results unreliable: {}", c.finding);
     }
+    let psi_start = (psi_total("cpu"), psi_total("io"), std::time::Instant::now());
     let mut out = Vec::new();
     for i in 0..passes.max(1) {
         if i > 0 {
@@ -104,6 +129,12 @@ pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Du
         out.push(p);
     }
     let rates: Vec<f64> = out.iter().map(|p| p.bytes_per_second).collect();
+    let wall_us = psi_start.2.elapsed().as_micros().max(1) as f64;
+    let share = |a: Option<u64>, b: Option<u64>| Some((b?.saturating_sub(a?) as f64 / wall_us).min(1.0));
+    let host_pressure = match (share(psi_start.0, psi_total("cpu")), share(psi_start.1, psi_total("io"))) {
+        (Some(cpu_some), Some(io_some)) if !target.is_virtual() => Some(HostPressure { cpu_some, io_some }),
+        _ => None,
+    };
     Ok(BenchResult {
         target: target.describe(),
         virtual_time: target.is_virtual(),
@@ -114,6 +145,7 @@ pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Du
         max_bytes_per_second: rates.iter().copied().fold(0.0, f64::max),
         passes: out,
         cache,
+        host_pressure,
     })
 }
 
@@ -399,10 +431,23 @@ fn mann_whitney_p(after: &[f64], before: &[f64]) -> f64 {
 pub fn verdict_of(before: &BenchResult, after: &BenchResult) -> Verdict {
     let rates = |x: &BenchResult| x.passes.iter().map(|p| p.bytes_per_second).collect::<Vec<f64>>();
     let v = verdict(&rates(before), &rates(after));
-    match [before, after].iter().filter_map(|b| b.cache.as_ref()).find(|c| c.cache_suspected) {
-        Some(c) => Verdict { verdict: "unreliable".into(), rule: c.finding.clone(), ..v },
-        None => v,
+    if let Some(c) = [before, after].iter().filter_map(|b| b.cache.as_ref()).find(|c| c.cache_suspected) {
+        return Verdict { verdict: "unreliable".into(), rule: c.finding.clone(), ..v };
     }
+    if let (Some(a), Some(b)) = (&before.host_pressure, &after.host_pressure)
+        && ((a.cpu_some - b.cpu_some).abs() > PRESSURE_CHANGE || (a.io_some - b.io_some).abs() > PRESSURE_CHANGE)
+    {
+        let rule = format!(
+            "the host's load changed between the benchmarks (time some task waited for a CPU {:.0} % -> {:.0} %, for I/O {:.0} % -> {:.0} %; /proc/pressure), so the device's speed cannot be compared (medians x{:.2})",
+            a.cpu_some * 100.0,
+            b.cpu_some * 100.0,
+            a.io_some * 100.0,
+            b.io_some * 100.0,
+            v.speedup
+        );
+        return Verdict { verdict: "unreliable".into(), rule, ..v };
+    }
+    v
 }
 
 /// The least change of the median throughput a verdict names. Measured on this

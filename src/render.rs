@@ -158,7 +158,7 @@ pub fn measurements_text(r: &Report) -> String {
 }
 
 fn markdown(r: &Report) -> String {
-    let mut s = format!("### reseq {} — {}\n\n", r.command, r.outcome.status.describe());
+    let mut s = format!("### reseq {} — {}\n\n", r.command, r.outcome_text());
     s += "| | |\n|---|---|\n";
     let mut row = |k: &str, v: String| {
         let _ = writeln!(s, "| {k} | {} |", v.replace('|', "\\|"));
@@ -394,7 +394,7 @@ fn html(r: &Report) -> String {
         "<h1>reseq {}</h1><p class=\"outcome {}\">{} (exit {})</p>",
         esc(&r.command),
         if r.outcome.exit_code == 0 { "ok" } else { "bad" },
-        esc(r.outcome.status.describe()),
+        esc(&r.outcome_text()),
         r.outcome.exit_code
     );
     if let Some(v) = &r.verdict {

@@ -328,13 +328,27 @@ impl Report {
         for w in &self.warnings {
             s += &format!("  warning: {w}\n");
         }
-        let describe = match (self.command.as_str(), self.outcome.status) {
-            ("rewrite", _) | (_, ExitCode::Internal | ExitCode::Usage | ExitCode::Refused | ExitCode::IoError) => {
-                self.outcome.status.describe()
-            }
-            _ => "success",
-        };
-        s += &format!("  outcome: {describe} (exit {})\n", self.outcome.exit_code);
+        s += &format!("  outcome: {} (exit {})\n", self.outcome_text(), self.outcome.exit_code);
         s
+    }
+
+    /// What happened, in words that fit the command: a scan or a dry run wrote nothing,
+    /// and a run without verification did not verify.
+    pub fn outcome_text(&self) -> String {
+        if self.outcome.exit_code != 0 {
+            return self.outcome.status.describe().into();
+        }
+        let written = self.results.as_ref().map_or(0, |r| r.bytes_written);
+        // File mode and simulated drives have no plan: what was read back says it.
+        let verified = self.results.as_ref().is_none_or(|r| r.bytes_verified >= r.bytes_written);
+        match self.command.as_str() {
+            "rewrite" if self.dry_run => "success: planned; nothing was written or frozen (dry run)".into(),
+            "rewrite" if written == 0 && self.selection.is_some() => {
+                "success: nothing read slowly, so nothing was rewritten".into()
+            }
+            "rewrite" if !verified => "success: everything was rewritten (verification off)".into(),
+            "rewrite" => self.outcome.status.describe().into(),
+            _ => "success: measured; nothing was written".into(),
+        }
     }
 }

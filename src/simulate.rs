@@ -311,9 +311,9 @@ pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
 /// `reseq rewrite sim:STATE`: the whole simulated device, with the options that apply
 /// to it (chunk size, verification, --only-slow); device-only options are refused.
 pub fn rewrite_target(args: &crate::cli::RewriteArgs, quiet: bool) -> Result<serde_json::Value> {
-    if args.bench || args.from_scan.is_some() || args.resume || args.dry_run {
+    if args.from_scan.is_some() || args.resume || args.dry_run {
         return Err(Error::Usage(
-            "on a simulated SSD, rewrite takes --chunk-size, --no-verify and --only-slow; use reseq bench sim:... for measurements".into(),
+            "on a simulated SSD, rewrite takes --chunk-size, --no-verify, --only-slow and --bench".into(),
         ));
     }
     let state = std::path::PathBuf::from(args.device().to_string_lossy().trim_start_matches("sim:"));
@@ -337,14 +337,30 @@ pub fn rewrite_report(args: &crate::cli::RewriteArgs, quiet: bool) -> (crate::re
     let started = std::time::Instant::now();
     let mut report = crate::report::Report::new("rewrite", false);
     report.targets = vec![args.device().display().to_string()];
-    let result = rewrite_target(args, quiet).map(|v| {
+    let measure = || {
+        let target = crate::readbench::Target::open(args.device())?;
+        crate::measure::measure_target(&target, &args.bench_opts)
+    };
+    let mut run = || -> Result<()> {
+        if args.bench {
+            let (b, s) = measure()?;
+            (report.bench_before, report.scan_before) = (Some(b), Some(s));
+        }
+        let v = rewrite_target(args, quiet)?;
         report.results = serde_json::from_value(v["rewrite"].clone()).ok();
         report.selection = serde_json::from_value(v["selection"].clone()).ok();
         report.warnings.push(format!(
             "a simulated SSD: the rewrite took {:.3} s of its virtual time",
             v["virtual_seconds"].as_f64().unwrap_or(0.0)
         ));
-    });
+        if args.bench {
+            let (b, s) = measure()?;
+            report.verdict = report.bench_before.as_ref().map(|before| crate::bench::verdict_of(before, &b));
+            (report.bench_after, report.scan_after) = (Some(b), Some(s));
+        }
+        Ok(())
+    };
+    let result = run();
     report.finish(started.elapsed(), &result);
     (report, result)
 }

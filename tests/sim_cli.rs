@@ -59,6 +59,13 @@ fn fragment_then_rewrite_as_separate_commands() {
     let (code, v, _) = reseq(&["sim", "info", s]);
     assert_eq!(code, 0);
     assert_eq!(v["mapped_bytes"], 256u64 << 20);
+    // Degraded again, then rewritten with --bench: the real verdict path, on the
+    // simulated drive's clock, says "faster".
+    assert_eq!(reseq(&["sim", "fragment", s, "--length", "256M", "--random-writes", "250M"]).0, 0);
+    let (code, v, _) = reseq(&["rewrite", &format!("sim:{s}"), "--bench", "--bench-length", "256M", "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(v["verdict"]["verdict"], "faster", "{}", v["verdict"]);
+    assert!(v["verdict"]["speedup"].as_f64().unwrap() >= 1.5, "{}", v["verdict"]);
 }
 
 #[test]
