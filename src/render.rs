@@ -320,19 +320,26 @@ fn region_chart(series: &[(&str, &str, &ScanResult)]) -> String {
     s
 }
 
-/// A round step for an axis: 1, 2 or 5 x a power of ten MiB/s (or KiB/s below 1 MiB/s).
+/// A round step for an axis: 1, 2 or 5 x a power of ten, in the unit its labels use
+/// (GiB/s from half a GiB/s, MiB/s, KiB/s), so that every tick reads round.
 fn nice_step(raw: f64) -> f64 {
-    let unit = if raw >= (1 << 20) as f64 { (1 << 20) as f64 } else { 1024.0 };
-    let x = (raw / unit).max(1.0);
+    let unit = match raw {
+        r if r >= (512u64 << 20) as f64 => (1u64 << 30) as f64,
+        r if r >= (1u64 << 20) as f64 => (1u64 << 20) as f64,
+        _ => 1024.0,
+    };
+    let x = (raw / unit).max(1e-3);
     let p = 10f64.powf(x.log10().floor());
-    let m = [1.0, 2.0, 5.0, 10.0].into_iter().find(|m| m * p >= x).unwrap_or(10.0);
+    let m = [1.0, 2.0, 5.0, 10.0].into_iter().find(|m| m * p >= x * 0.999).unwrap_or(10.0);
     m * p * unit
 }
 
 /// "500 MiB/s", "1.5 GiB/s": tick labels without needless decimals.
 fn round_rate(v: f64) -> String {
     let mib = v / (1 << 20) as f64;
-    if mib >= 1024.0 {
+    if v == 0.0 {
+        "0".into()
+    } else if mib >= 1024.0 {
         format!("{} GiB/s", trim_zeros(mib / 1024.0))
     } else if mib >= 1.0 {
         format!("{} MiB/s", trim_zeros(mib))
@@ -429,7 +436,11 @@ fn html(r: &Report) -> String {
         rows.push(("targets", r.targets.join(" ")));
     }
     if let Some(p) = &r.plan {
-        rows.push(("chunks", format!("{} x {}, verify {}", p.chunks_total, human_bytes(p.chunk_size_bytes), p.verify)));
+        let verify = if p.verify { "on" } else { "off" };
+        rows.push((
+            "chunks",
+            format!("{} x {}, verification {verify}", p.chunks_total, human_bytes(p.chunk_size_bytes)),
+        ));
         rows.push((
             "windows",
             match p.max_freeze_seconds {
@@ -643,6 +654,11 @@ mod tests {
         assert_eq!(nice_step(230.0 * MIB), 500.0 * MIB);
         assert_eq!(nice_step(90.0 * MIB), 100.0 * MIB);
         assert_eq!(nice_step(1.5 * MIB), 2.0 * MIB);
+        // From half a GiB/s the step is in GiB/s: ticks 1, 2, 3 GiB/s, not 1000, 1.95, 2.93.
+        assert_eq!(nice_step(700.0 * MIB), 1024.0 * MIB);
+        assert_eq!(nice_step(600.0 * 1024.0 * MIB), 1000.0 * 1024.0 * MIB);
+        assert_eq!(round_rate(2048.0 * MIB), "2 GiB/s");
+        assert_eq!(round_rate(0.0), "0");
         assert_eq!(round_rate(1536.0 * MIB), "1.5 GiB/s");
         assert_eq!(round_rate(500.0 * MIB), "500 MiB/s");
     }
