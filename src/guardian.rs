@@ -728,7 +728,7 @@ impl GuardianState {
         self.thaw_all();
         let window = self.windows;
         say!(
-            "reseq guardian: a write was still outstanding {} ms after freeze window {window} began (--max-freeze {} ms + {} ms grace): reseq is stopped or stalled, so the guardian {} it and thawed {names} after {} ms frozen. A chunk is only ever rewritten with the bytes read in the same freeze, and the guardian read back the write it was waiting for before thawing; run the same command again (with --resume for a device): it checks what that write left first.",
+            "reseq guardian: a write was still outstanding {} ms after freeze window {window} began (--max-freeze {} ms + {} ms grace): reseq is stopped or stalled, so the guardian {} it and thawed {names} after {} ms frozen. A chunk is only ever rewritten with the bytes read in the same freeze, and the guardian read back the write it was waiting for before thawing; run the same command again with --resume (device and file mode alike): it checks what that write left first.",
             frozen_since.as_millis(),
             self.bounds.window.as_millis(),
             self.bounds.grace.as_millis(),

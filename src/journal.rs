@@ -54,6 +54,11 @@ pub struct FileIdentity {
     /// file from an old one that reused the inode number.
     pub birth_time: Option<u64>,
     pub path: String,
+    /// The inode's change time in ns when recorded: any write, truncation or attribute
+    /// change since moves it, and then the file is not what reseq rewrote (its blocks
+    /// may be new), so a resume does it again rather than skip it.
+    #[serde(default)]
+    pub changed_ns: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

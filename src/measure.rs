@@ -112,10 +112,15 @@ pub fn measure_target(target: &Target, opts: &BenchOpts) -> Result<(BenchResult,
 /// File mode's `--bench`: the files themselves, read through the filesystem (the path a
 /// backup or a sequential scan of a database takes), one after the other.
 pub fn measure_files(files: &[&Path], opts: &BenchOpts) -> Result<(BenchResult, ScanResult)> {
-    let sources = files.iter().map(|f| crate::readbench::Source::open(f)).collect::<Result<Vec<_>>>()?;
+    let mut sources = files.iter().map(|f| crate::readbench::Source::open(f)).collect::<Result<Vec<_>>>()?;
+    // Written data only: a sparse file's holes read at memory speed.
+    for s in &mut sources {
+        let written = s.written_ranges()?;
+        s.restrict(&written);
+    }
     let target = Target::Real(sources.into_iter().filter(|s| s.len > 0).collect());
     if target.is_empty() {
-        return Err(Error::Usage("--bench: the files hold no bytes to read".into()));
+        return Err(Error::Usage("--bench: the files hold no written data to read (holes only)".into()));
     }
     measure_target(&target, opts)
 }

@@ -103,6 +103,27 @@ impl Source {
         self.in_use = Some(map);
     }
 
+    /// A regular file's ranges that hold written data (FIEMAP: holes and unwritten
+    /// extents read as zeros at memory speed and say nothing about the drive).
+    pub fn written_ranges(&self) -> Result<Ranges> {
+        let exts = sys::fiemap(std::os::fd::AsFd::as_fd(&self.file), 0, sys::FIEMAP_FLAG_SYNC)
+            .map_err(|e| Error::io(format!("FIEMAP {}", self.path.display()), e.into()))?;
+        let align = self.offset_align.max(1);
+        let mut out: Ranges = Vec::new();
+        for e in exts.iter().filter(|e| e.flags & 0x800 == 0) {
+            let lo = e.logical / align * align;
+            let hi = (e.logical + e.length).min(self.device_len.div_ceil(align) * align);
+            if lo >= hi {
+                continue;
+            }
+            match out.last_mut() {
+                Some(l) if l.0 + l.1 >= lo => l.1 = l.1.max(hi - l.0),
+                _ => out.push((lo, hi - lo)),
+            }
+        }
+        Ok(out)
+    }
+
     /// The device range under `[at, at + len)` of the measured span, up to the end of
     /// the in-use range that holds `at`: (device offset, bytes).
     pub fn locate(&self, at: u64, len: u64) -> (u64, u64) {

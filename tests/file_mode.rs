@@ -742,3 +742,73 @@ fn xfs_flags_are_read_for_the_realtime_check() {
     run_cmd(Command::new("xfs_io").args(["-c", "chattr +d"]).arg(&f)).unwrap();
     assert_ne!(flags(&f) & 0x80, 0, "the flag xfs_io set");
 }
+
+/// Found by a hostile test: a file rewritten in place (same inode) after an interrupted
+/// run is done again by `--resume` (its blocks may be new), not skipped as done.
+#[test]
+fn resume_redoes_a_file_changed_since_the_interrupted_run() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_lo, mnt) = env.mounted("fchg", 128 * MIB, "ext4");
+    let (path, _) = fragmented_file(&mnt.dir, 16 << 20);
+    let args = ["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "200ms"];
+    let out =
+        output(env.reseq().args(args).arg(&path).env("RESEQ_FAULTS", "delay@after-write#*=30,kill@window-start#3"));
+    assert_eq!(out.status.code(), None, "killed");
+    // Another program truncates and writes the file again, in place.
+    let data: Vec<u8> = (0..16u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&path, &data).unwrap();
+    run_cmd(&mut Command::new("sync")).unwrap();
+    let out = output(env.reseq().args(args).arg("--resume").arg(&path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let f = json_report(&out)["files"][0].clone();
+    assert_eq!(f["resumed_from_bytes"], 0, "a changed file starts over: {f}");
+    assert_eq!(f["bytes_rewritten"], 16 * MIB);
+    drop_caches();
+    assert_eq!(std::fs::read(&path).unwrap(), data);
+}
+
+/// Found by a hostile test: a file-mode run refused before writing anything (the
+/// filesystem frozen by someone else) leaves no unfinished run behind.
+#[test]
+fn a_refused_file_run_leaves_no_unfinished_run() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_lo, mnt) = env.mounted("fref", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 3, 8 << 20, 66);
+    run_cmd(Command::new("fsfreeze").arg("-f").arg(&mnt.dir)).unwrap();
+    let out = output(env.reseq().arg("rewrite").arg(&mnt.dir));
+    run_cmd(Command::new("fsfreeze").arg("-u").arg(&mnt.dir)).unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("already frozen by someone else"), "{}", stderr(&out));
+    let left: Vec<_> = std::fs::read_dir(env.state_dir()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "a refused run leaves nothing: {left:?}");
+    let out = output(env.reseq().arg("rewrite").arg(&mnt.dir));
+    assert_eq!(out.status.code(), Some(0), "the next run is not refused: {}", stderr(&out));
+    assert_files_intact(&files);
+}
+
+/// Found by a hostile test: `--bench` in file mode reads written data only; a sparse
+/// file's holes (read at memory speed) would fake a "faster".
+#[test]
+fn file_mode_bench_skips_holes() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze", "truncate"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_lo, mnt) = env.mounted("fhole", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 2, 2 << 20, 67);
+    run_cmd(Command::new("truncate").args(["-s", "10M"]).arg(mnt.dir.join("allhole"))).unwrap();
+    let out = output(env.reseq().args(["rewrite", "--json", "--bench", "--bench-passes", "2"]).arg(&mnt.dir));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json_report(&out);
+    assert_eq!(r["bench_before"]["params"]["length_bytes"], 4 * MIB, "the two files' data, not the hole");
+    let out = output(env.reseq().args(["rewrite", "--bench"]).arg(mnt.dir.join("allhole")));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no written data"), "{}", stderr(&out));
+    assert_files_intact(&files);
+}

@@ -268,6 +268,7 @@ fn file_identity(path: &Path, md: &std::fs::Metadata) -> FileIdentity {
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map(|d| d.as_nanos() as u64),
         path: path.display().to_string(),
+        changed_ns: Some(md.ctime() as u64 * 1_000_000_000 + md.ctime_nsec() as u64),
     }
 }
 
@@ -489,7 +490,13 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
         }
         windows += guard.windows;
     }
-    if outcome.is_ok() {
+    // Finished, or refused before anything was written or done: no unfinished run to
+    // leave behind (a resumed run's record stays: it still lists what was done).
+    let refused_untouched = matches!(outcome, Err(Error::Refused { .. }))
+        && totals.bytes_written == 0
+        && earlier.is_none()
+        && pending.borrow().record.nothing_done();
+    if outcome.is_ok() || refused_untouched {
         pending.borrow_mut().record.finish();
     }
     if args.bench && outcome.is_ok() {
@@ -746,7 +753,10 @@ fn run_job(
             log::warn!("{}: skipped: {why}", m.path.display());
         }
     }
-    if done && (job.batch || planner.members.iter().all(|m| m.skipped.is_none())) {
+    // Refused before writing anything (another freezer, another writer): a new journal
+    // would only make the next run think something is unfinished.
+    let refused_untouched = matches!(result, Err(Error::Refused { .. })) && stats.bytes_written == 0 && start == 0;
+    if refused_untouched || (done && (job.batch || planner.members.iter().all(|m| m.skipped.is_none()))) {
         // Done: its journal would only say so, and thousands of files would leave
         // thousands of journals behind.
         journal.discard();

@@ -39,12 +39,16 @@ enum Line {
 #[derive(Debug)]
 pub struct Earlier {
     pub header: RunHeader,
-    /// Files it finished: (device, inode, birth time).
-    pub done: HashSet<(String, u64, Option<u64>)>,
+    /// Files it finished: (device, inode, birth time, change time).
+    pub done: HashSet<Key>,
 }
 
-pub fn key(id: &FileIdentity) -> (String, u64, Option<u64>) {
-    (id.dev.clone(), id.ino, id.birth_time)
+/// A file as it was when it was finished: one changed since (written, truncated) is
+/// not done, whatever its inode.
+pub type Key = (String, u64, Option<u64>, Option<u64>);
+
+pub fn key(id: &FileIdentity) -> Key {
+    (id.dev.clone(), id.ino, id.birth_time, id.changed_ns)
 }
 
 /// Where the record of a run over `targets` lives.
@@ -96,26 +100,44 @@ pub struct Record {
     /// Files done, waiting for the device flush (and a thawed state directory).
     waiting: Vec<FileIdentity>,
     finished: bool,
+    any_done: bool,
 }
 
 impl Record {
     /// A record, written at the first [`Record::release`] (the state directory may be on
     /// a frozen filesystem until then).
     pub fn new(path: PathBuf, header: RunHeader) -> Record {
-        Record { path, file: None, header, waiting: Vec::new(), finished: false }
+        Record { path, file: None, header, waiting: Vec::new(), finished: false, any_done: false }
     }
 
     /// Continues the record of a resumed run.
     pub fn resume(path: PathBuf, earlier: &Earlier) -> Result<Record> {
-        let file = OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-        Ok(Record { path, file: Some(file), header: earlier.header.clone(), waiting: Vec::new(), finished: false })
+        let ctx = |e| Error::io(format!("opening {}", path.display()), e);
+        let torn = !std::fs::read(&path).map_err(ctx)?.ends_with(b"\n");
+        let mut file = OpenOptions::new().append(true).open(&path).map_err(ctx)?;
+        // A line torn by a crash (or a full disk) mid-append: end it, so that the next
+        // record starts a line of its own.
+        if torn {
+            file.write_all(b"\n").map_err(ctx)?;
+        }
+        Ok(Record {
+            path,
+            file: Some(file),
+            header: earlier.header.clone(),
+            waiting: Vec::new(),
+            finished: false,
+            any_done: false,
+        })
     }
 
     pub fn done(&mut self, id: FileIdentity) {
         self.waiting.push(id);
+        self.any_done = true;
+    }
+
+    /// No file was recorded done by this run.
+    pub fn nothing_done(&self) -> bool {
+        !self.any_done
     }
 
     /// Writes what waits, durably. Call it only after the device was flushed, thawed.
