@@ -33,6 +33,9 @@ pub struct Status {
     pub rescue_copies: Vec<String>,
     /// Journals or records that could not be read.
     pub unreadable: Vec<String>,
+    /// Runs working now: "DEVICE: PID N" (from the device locks they hold).
+    #[serde(default)]
+    pub running: Vec<String>,
 }
 
 impl Status {
@@ -40,6 +43,9 @@ impl Status {
         let mut s = format!("state directory {}\n", self.state_dir);
         if self.unfinished.is_empty() && self.rescue_copies.is_empty() && self.unreadable.is_empty() {
             s += "  nothing unfinished, no rescue copies\n";
+        }
+        for r in &self.running {
+            s += &format!("  running now: {r} (an unfinished run below may be this one)\n");
         }
         for u in &self.unfinished {
             s += &format!("  unfinished {} run: {} (started {}), {}\n", u.kind, u.target, u.started_at, u.progress);
@@ -80,10 +86,20 @@ pub fn run(state_dir: &Path) -> Result<Status> {
         unfinished: Vec::new(),
         rescue_copies: Vec::new(),
         unreadable: Vec::new(),
+        running: Vec::new(),
     };
     for p in entries(&dir) {
         let name = name_of(&p);
         let shown = p.display().to_string();
+        // A lock file exists while a run holds it (it is removed at the end); its PID
+        // names the run, if that process is still there.
+        if let Some(dev) = name.strip_prefix("device-").and_then(|n| n.strip_suffix(".lock")) {
+            let pid = std::fs::read_to_string(&p).ok().and_then(|t| t.trim().parse::<u32>().ok());
+            if let Some(pid) = pid.filter(|pid| Path::new(&format!("/proc/{pid}")).exists()) {
+                st.running.push(format!("/dev/{dev}: reseq PID {pid}"));
+            }
+            continue;
+        }
         if name.ends_with(".journal") {
             match journal::read(&p) {
                 Ok(Some(r)) if !r.finished => {

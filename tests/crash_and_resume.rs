@@ -414,3 +414,29 @@ fn a_resumed_run_keeps_the_options_it_was_started_with() {
     let files: Vec<_> = files.iter().map(|(p, h)| (mnt.dir.join(p.file_name().unwrap()), *h)).collect();
     assert_files_intact(&files);
 }
+
+/// `reseq status` names a run that is working now, by its PID.
+#[test]
+fn status_names_a_run_in_progress() {
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("live.img", 64 * MIB, 8);
+    let mut cmd = slow_rewrite(&env, &lo, "");
+    let child = spawn_captured(&mut cmd);
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = String::new();
+    while Instant::now() < deadline {
+        let out = output(env.reseq().args(["status", "--json"]));
+        seen = String::from_utf8_lossy(&out.stdout).into_owned();
+        if seen.contains(&format!("reseq PID {pid}")) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT);
+    let _ = wait_captured(child);
+    assert!(seen.contains(&format!("/dev/{}: reseq PID {pid}", lo.name())), "{seen}");
+}
