@@ -33,6 +33,18 @@ pub struct RunOptions {
     pub exclude: Vec<String>,
 }
 
+/// A numeric option: given (not at its default) or the run's, through `take`.
+fn number<T: PartialEq + ToString + std::str::FromStr>(
+    take: &mut impl FnMut(&str, Kind, Option<String>, Option<String>) -> Option<String>,
+    name: &str,
+    given: T,
+    stored: T,
+    default: T,
+) -> T {
+    let given = (given != default).then(|| given.to_string());
+    take(name, Kind::Plain, given, Some(stored.to_string())).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 // slow_threshold is checked to lie in (0, 1]: never NaN.
 impl Eq for RunOptions {}
 
@@ -151,20 +163,9 @@ impl RunOptions {
             Some(self.pause.clone()),
         )
         .unwrap_or_else(|| cli::DEFAULT_PAUSE.into());
-        out.max_overruns = take(
-            "--max-overruns",
-            Kind::Plain,
-            given(args.max_overruns != cli::DEFAULT_MAX_OVERRUNS, args.max_overruns.to_string()),
-            Some(self.max_overruns.to_string()),
-        )
-        .map_or(cli::DEFAULT_MAX_OVERRUNS, |v| v.parse().unwrap_or(cli::DEFAULT_MAX_OVERRUNS));
-        out.read_ahead = take(
-            "--read-ahead",
-            Kind::Plain,
-            given(args.read_ahead != cli::DEFAULT_READ_AHEAD, args.read_ahead.to_string()),
-            Some(self.read_ahead.to_string()),
-        )
-        .map_or(cli::DEFAULT_READ_AHEAD, |v| v.parse().unwrap_or(cli::DEFAULT_READ_AHEAD));
+        out.max_overruns =
+            number(&mut take, "--max-overruns", args.max_overruns, self.max_overruns, cli::DEFAULT_MAX_OVERRUNS);
+        out.read_ahead = number(&mut take, "--read-ahead", args.read_ahead, self.read_ahead, cli::DEFAULT_READ_AHEAD);
         out.no_verify = take("--no-verify", Kind::Plain, flag(args.no_verify), flag(self.no_verify)).is_some();
         out.include_free =
             take("--include-free", Kind::Plain, flag(args.include_free), flag(self.include_free)).is_some();
@@ -173,20 +174,15 @@ impl RunOptions {
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
         out.from_scan =
             take("--from-scan", Kind::Plain, path(&args.from_scan), path(&self.from_scan)).map(PathBuf::from);
-        out.scan_regions = take(
-            "--scan-regions",
-            Kind::Plain,
-            given(args.scan_regions != cli::DEFAULT_SCAN_REGIONS, args.scan_regions.to_string()),
-            Some(self.scan_regions.to_string()),
-        )
-        .map_or(cli::DEFAULT_SCAN_REGIONS, |v| v.parse().unwrap_or(cli::DEFAULT_SCAN_REGIONS));
-        out.slow_threshold = take(
+        out.scan_regions =
+            number(&mut take, "--scan-regions", args.scan_regions, self.scan_regions, cli::DEFAULT_SCAN_REGIONS);
+        out.slow_threshold = number(
+            &mut take,
             "--slow-threshold",
-            Kind::Plain,
-            given(args.slow_threshold != cli::DEFAULT_SLOW_THRESHOLD, args.slow_threshold.to_string()),
-            Some(self.slow_threshold.to_string()),
-        )
-        .map_or(cli::DEFAULT_SLOW_THRESHOLD, |v| v.parse().unwrap_or(cli::DEFAULT_SLOW_THRESHOLD));
+            args.slow_threshold,
+            self.slow_threshold,
+            cli::DEFAULT_SLOW_THRESHOLD,
+        );
         // Patterns as a list: `--exclude 'a,b'` is not `--exclude a --exclude b`.
         if !args.exclude.is_empty() && args.exclude != self.exclude {
             let shown = |v: &[String]| v.iter().map(|e| format!("'{e}'")).collect::<Vec<_>>().join(" ");
