@@ -95,7 +95,11 @@ pub fn run(state_dir: &Path) -> Result<Status> {
         // names the run, if that process is still there.
         if let Some(dev) = name.strip_prefix("device-").and_then(|n| n.strip_suffix(".lock")) {
             let pid = std::fs::read_to_string(&p).ok().and_then(|t| t.trim().parse::<u32>().ok());
-            if let Some(pid) = pid.filter(|pid| Path::new(&format!("/proc/{pid}")).exists()) {
+            // Still a reseq: a PID left in a killed run's lock can be reused by anything.
+            let is_reseq = |pid: &u32| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.windows(5).any(|w| w == b"reseq"))
+            };
+            if let Some(pid) = pid.filter(is_reseq) {
                 st.running.push(format!("/dev/{dev}: reseq PID {pid}"));
             }
             continue;
