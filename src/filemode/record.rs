@@ -161,7 +161,9 @@ impl Record {
             .collect();
         let f = self.file.as_mut().expect("opened above");
         f.write_all(text.as_bytes()).map_err(ctx)?;
-        f.sync_data().map_err(ctx)
+        f.sync_data().map_err(ctx)?;
+        crate::hooks::point("files-recorded");
+        Ok(())
     }
 
     pub fn has_waiting(&self) -> bool {
