@@ -370,7 +370,7 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     }));
     let mut file_reports = Vec::new();
     let mut outcome = Ok(());
-    'groups: for (gi, g) in groups.iter().enumerate() {
+    for (gi, g) in groups.iter().enumerate() {
         let _lock = crate::state_dir::lock_device(
             &state.path,
             &g.device.identity.name,
@@ -416,6 +416,7 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
             chunk_size,
             pause,
             rate,
+            run_start,
         };
         let in_group: Vec<usize> = (0..planned.len()).filter(|&fi| planned[fi].fs == gi).collect();
         for &fi in in_group.iter().filter(|fi| left_alone.contains_key(fi)) {
@@ -438,57 +439,18 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
                 None => true,
             });
         }
-        // The record names the run before its first window: killed in it, the next run
-        // knows an unfinished run is there.
-        if let Err(e) = release(&dev, &pending) {
-            outcome = Err(e);
-            break 'groups;
-        }
-        // Whenever a window closes, even inside a run of many windows, what waited for
-        // it goes out: a kill then loses no file already finished.
-        guard.after_thaw = Some(Box::new({
-            let (dev, pending) = (Arc::clone(&dev), Rc::clone(&pending));
-            move || release(&dev, &pending)
-        }));
-        let jobs = group_jobs(&cx, &planned, &todo);
-        for (ji, job) in jobs.iter().enumerate() {
-            guard.more = !state_on_fs && ji + 1 < jobs.len();
-            let (fr, stats, r) = run_job(&cx, &mut guard, job, &planned, &pending);
-            add(&mut totals, &stats);
-            file_reports.extend(fr);
-            if let Err(e) = r {
-                // The file's error comes first.
-                let _ = account(&mut totals, guard.finish());
-                let _ = release(&dev, &pending);
-                windows += guard.windows;
-                outcome = Err(e);
-                break 'groups;
-            }
-            if !guard.frozen_now()
-                && let Err(e) = release(&dev, &pending)
-            {
-                windows += guard.windows;
-                outcome = Err(e);
-                break 'groups;
-            }
-            // --rate over the whole run: the windows of each job keep to it; between
-            // jobs, wait off whatever the run is still ahead by, thawed.
-            if let Some(rate) = rate {
-                let due = Duration::from_secs_f64(totals.bytes_written as f64 / rate as f64);
-                if due > run_start.elapsed() {
-                    if let Err(e) = account(&mut totals, guard.finish()).and_then(|()| release(&dev, &pending)) {
-                        windows += guard.windows;
-                        outcome = Err(e);
-                        break 'groups;
-                    }
-                    stop.sleep(due.saturating_sub(run_start.elapsed()));
-                }
-            }
-        }
-        if let Err(e) = account(&mut totals, guard.finish()).and_then(|()| release(&dev, &pending)) {
-            outcome = Err(e);
-        }
+        let r = run_jobs(&cx, &mut guard, &planned, &todo, &pending, &mut totals, &mut file_reports);
+        // Whatever ended the jobs, the window closes here; the jobs' error comes first.
+        let end = account(&mut totals, guard.finish()).and_then(|()| release(&dev, &pending));
         windows += guard.windows;
+        match (r, end) {
+            (Err(e), _) => {
+                outcome = Err(e);
+                break;
+            }
+            (Ok(()), Err(e)) => outcome = Err(e),
+            (Ok(()), Ok(())) => {}
+        }
     }
     // Finished, or refused before anything was written or done: no unfinished run to
     // leave behind (a resumed run's record stays: it still lists what was done).
@@ -515,6 +477,50 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     file_reports.sort_by_key(|(fi, _)| *fi);
     report.files = Some(file_reports.into_iter().map(|(_, r)| r).collect());
     outcome
+}
+
+/// The engine runs of one filesystem, in order, in windows shared while time is left in
+/// them. Returns at the first error; the caller closes the window.
+fn run_jobs(
+    cx: &JobContext,
+    guard: &mut Batched<WritersChecked<GuardedFreeze>>,
+    planned: &[Planned],
+    todo: &[usize],
+    pending: &Rc<RefCell<Pending>>,
+    totals: &mut EngineStats,
+    file_reports: &mut Reports,
+) -> Result<()> {
+    // The record names the run before its first window: killed in it, the next run
+    // knows an unfinished run is there.
+    release(cx.dev, pending)?;
+    // Whenever a window closes, even inside a run of many windows, what waited for
+    // it goes out: a kill then loses no file already finished.
+    guard.after_thaw = Some(Box::new({
+        let (dev, pending) = (Arc::clone(cx.dev), Rc::clone(pending));
+        move || release(&dev, &pending)
+    }));
+    let jobs = group_jobs(cx, planned, todo);
+    for (ji, job) in jobs.iter().enumerate() {
+        guard.more = !cx.state_on_fs && ji + 1 < jobs.len();
+        let (fr, stats, r) = run_job(cx, guard, job, planned, pending);
+        add(totals, &stats);
+        file_reports.extend(fr);
+        r?;
+        if !guard.frozen_now() {
+            release(cx.dev, pending)?;
+        }
+        // --rate over the whole run: the windows of each job keep to it; between
+        // jobs, wait off whatever the run is still ahead by, thawed.
+        if let Some(rate) = cx.rate {
+            let due = Duration::from_secs_f64(totals.bytes_written as f64 / rate as f64);
+            if due > cx.run_start.elapsed() {
+                account(totals, guard.finish())?;
+                release(cx.dev, pending)?;
+                cx.stop.sleep(due.saturating_sub(cx.run_start.elapsed()));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Counts a window that the file loop closed (the engine counted the others).
@@ -573,6 +579,7 @@ struct JobContext<'a> {
     chunk_size: u64,
     pause: Duration,
     rate: Option<u64>,
+    run_start: Instant,
 }
 
 /// One engine run: a file alone (resumable from its journal), or a batch of small files.
