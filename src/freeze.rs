@@ -442,6 +442,9 @@ pub struct Batched<G: WindowGuard> {
     pub more: bool,
     /// Thawed time between windows (`--pause`).
     pause: Duration,
+    /// Ends a pause early: a stop asked for between windows is seen in 50 ms, not after
+    /// the pause (the engine then stops before its first write).
+    stop: crate::signals::StopFlag,
     last_thaw: Option<Instant>,
     /// Real freezes so far.
     pub windows: u64,
@@ -451,8 +454,8 @@ pub struct Batched<G: WindowGuard> {
 }
 
 impl<G: WindowGuard> Batched<G> {
-    pub fn new(inner: G, pause: Duration) -> Batched<G> {
-        Batched { inner, open: None, more: false, pause, last_thaw: None, windows: 0, after_thaw: None }
+    pub fn new(inner: G, pause: Duration, stop: crate::signals::StopFlag) -> Batched<G> {
+        Batched { inner, open: None, more: false, pause, stop, last_thaw: None, windows: 0, after_thaw: None }
     }
 
     /// Ends the open window, if any (thaws). Safe to call at any time.
@@ -496,7 +499,7 @@ impl<G: WindowGuard> WindowGuard for Batched<G> {
             return Ok(());
         }
         if let Some(t) = self.last_thaw {
-            std::thread::sleep(self.pause.saturating_sub(t.elapsed()));
+            self.stop.sleep(self.pause.saturating_sub(t.elapsed()));
         }
         // The guardian's deadline starts before its FIFREEZE; so does the time left.
         let start = Instant::now();

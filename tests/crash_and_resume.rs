@@ -120,10 +120,14 @@ fn kill_9_at_many_points_then_resume() {
     assert_eq!(r["results"]["chunks_already_done"], done);
     assert_eq!(r["results"]["bytes_written"], remaining, "resume rewrote finished chunks");
     assert_eq!(r["plan"]["resume_from_chunk"], done);
+    // The device's own counter, independent of reseq's accounting. It also counts the
+    // mounted filesystem's writes (its journal at each freeze: 2.7 MiB seen under a
+    // parallel load), so it is held against what a resume from the start would add.
     let host_written = bytes_written_to(&lo.path) - before;
+    let done_bytes = total_chunks * MIB - remaining;
     assert!(
-        host_written >= remaining && host_written <= remaining + MIB,
-        "the device saw {host_written} bytes written for {remaining} remaining"
+        host_written >= remaining && host_written < remaining + done_bytes,
+        "the device saw {host_written} bytes written for {remaining} remaining ({done_bytes} done before)"
     );
     assert_files_intact(&files);
     mnt.unmount().unwrap();
@@ -317,10 +321,11 @@ fn chunks_shrink_when_they_are_slow_for_the_window() {
         return;
     }
     let env = TestEnv::new();
-    // The first three chunks are slow (120 ms against a 300 ms budget: over a quarter);
-    // later ones quick. Windows of 400 ms leave room for a machine under load.
-    let slow = "delay@after-write#1=120,delay@after-write#2=120,delay@after-write#3=120";
-    let (lo, mnt, files, mut cmd) = mounted_rewrite(&env, "adapt", 31, &["--max-freeze", "400ms"], slow);
+    // The first three chunks are slow (300 ms against a 750 ms budget: over a quarter);
+    // later ones quick. Windows of 1 s leave 400 ms for a machine under a parallel load
+    // (with 120 ms chunks in 400 ms windows, a loaded host overran one).
+    let slow = "delay@after-write#1=300,delay@after-write#2=300,delay@after-write#3=300";
+    let (lo, mnt, files, mut cmd) = mounted_rewrite(&env, "adapt", 31, &["--max-freeze", "1s"], slow);
     let out = output(&mut cmd);
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);

@@ -501,7 +501,12 @@ fn inline_data_files_are_skipped_with_the_reason() {
     }
     let env = TestEnv::new();
     let lo = env.loop_device("inl.img", 64 * MIB);
-    run_cmd(Command::new("mkfs.ext4").args(["-q", "-F", "-O", "inline_data"]).arg(&lo.path)).unwrap();
+    run_cmd(
+        Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-O", "inline_data", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
+            .arg(&lo.path),
+    )
+    .unwrap();
     let mnt = Mount::new(&lo.path, &env.path("inl"), &[]).unwrap();
     let tiny = mnt.dir.join("tiny");
     std::fs::write(&tiny, b"a few bytes kept in the inode").unwrap();
@@ -814,5 +819,53 @@ fn file_mode_bench_skips_holes() {
     let out = output(env.reseq().args(["rewrite", "--bench"]).arg(mnt.dir.join("allhole")));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("no written data"), "{}", stderr(&out));
+    assert_files_intact(&files);
+}
+
+/// `--pause` holds between the windows of a file-mode run (20 files with `--pause 1s`
+/// once froze back to back), and a stop during a pause ends the run at once, thawed,
+/// instead of after the pause.
+#[test]
+fn pause_holds_between_windows_and_a_stop_cuts_it_short() {
+    if !require(&["losetup", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_lo, mnt) = env.mounted("pause", 128 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 4, 2 << 20, 21);
+    let rewrite = |pause: &str| {
+        let mut c = env.reseq();
+        c.args(["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "200ms", "--max-overruns", "1000"])
+            .args(["--pause", pause])
+            .arg(&mnt.dir)
+            // Slow chunks: two or three to a window, so the run takes several windows.
+            .env("RESEQ_FAULTS", "delay@after-write#*=50");
+        c
+    };
+    let t = std::time::Instant::now();
+    let out = output(&mut rewrite("400ms"));
+    let took = t.elapsed();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let windows = json_report(&out)["results"]["windows"].as_u64().unwrap();
+    assert!(windows >= 3, "expected several windows, got {windows}");
+    let paused = std::time::Duration::from_millis(400) * (windows as u32 - 1);
+    assert!(took >= paused, "{windows} windows with --pause 400ms took only {took:?}");
+    assert_files_intact(&files);
+
+    // A stop while pausing for 10 s: seen within the pause, not after it.
+    let child = spawn_captured(&mut rewrite("10s"));
+    let pid = child.id() as i32;
+    let _kill = Defer(move || sigkill(pid));
+    assert!(wait_frozen_record(&env.run_dir(), std::time::Duration::from_secs(20)), "no window began");
+    // The first window lasts at most 200 ms (and the guardian's bound); then the pause.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGINT).unwrap();
+    let asked = std::time::Instant::now();
+    let out = wait_captured(child);
+    assert!(asked.elapsed() < std::time::Duration::from_secs(3), "the stop waited {:?}", asked.elapsed());
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    let r = json_report(&out);
+    assert!(r["results"]["bytes_written"].as_u64().unwrap() > 0, "stopped before the first window: {}", r["results"]);
+    assert!(!is_frozen(&mnt.dir));
     assert_files_intact(&files);
 }

@@ -395,6 +395,7 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
                 g.device.devices_sharing_bytes(&crate::device::Sysfs::default()),
             ),
             pause,
+            stop.clone(),
         );
         let state_on_fs = crate::state_dir::on_frozen(&state.path, std::slice::from_ref(&g.fs));
         if state_on_fs {
