@@ -162,7 +162,7 @@ pub fn man_page() -> String {
     )]);
     r.control("SH", ["FILES"]);
     r.control("TP", []).text([italic("/var/lib/reseq/device-NAME.journal")]).text([roman(
-        "The journal of a device's run (--state-dir, RESEQ_STATE_DIR): the plan and every finished chunk, each line checked by blake3. --resume continues from it.",
+        "The journal of a device's run (--state-dir, RESEQ_STATE_DIR): the plan and every finished chunk, each line checked by blake3. --resume continues from it. When the run finishes it is compacted to the plan and the verified chunks with their hashes, and kept until the next run of that device replaces it.",
     )]);
     r.control("TP", [])
         .text([italic("/var/lib/reseq/file-DEV-INODE.journal")])

@@ -459,9 +459,33 @@ impl Journal {
         self.hold || self.unborn.is_some()
     }
 
+    /// Ends the run, and compacts the journal when it is on disk (see [`compact`]).
     pub fn finished(&mut self) -> Result<()> {
-        self.append(&Record::Finished, true)
+        self.append(&Record::Finished, true)?;
+        if self.file.is_some() && !self.is_held() {
+            let ctx = |e| Error::io(format!("compacting journal {}", self.path.display()), e);
+            compact(&self.path).map_err(ctx)?;
+            // The handle is on the old file, which the rename replaced.
+            self.file = Some(OpenOptions::new().append(true).open(&self.path).map_err(ctx)?);
+        }
+        Ok(())
     }
+}
+
+/// Rewrites a finished run's journal without its `begin` records, atomically. They say
+/// which chunk was being written, which only matters while a run may resume; a finished
+/// journal keeps its plan, the verified chunks with their hashes (the evidence of what
+/// was written) and the guardian's notes, until the next run of the device replaces it.
+/// Half the size: a 1 TiB device at 4 MiB chunks leaves 37 MiB rather than 74 MiB.
+pub fn compact(path: &Path) -> std::io::Result<()> {
+    let text = std::fs::read_to_string(path)?;
+    let r = replay(&text);
+    if !r.finished || r.damage.is_some() {
+        return Ok(());
+    }
+    let kept: String =
+        text.split_inclusive('\n').filter(|l| !matches!(decode(l), Some(Record::Begin { .. }))).collect();
+    if kept.len() < text.len() { replace_atomically(path, &kept) } else { Ok(()) }
 }
 
 #[cfg(test)]
@@ -609,5 +633,46 @@ mod tests {
         j.finished().unwrap();
         let r = read(&p).unwrap().unwrap();
         assert_eq!((r.done, r.done_offset, r.finished, r.run.unwrap()), (2, 8192, true, run()));
+    }
+
+    #[test]
+    fn a_finished_journal_is_compacted_to_its_plan_and_verified_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j");
+        let mut j = Journal::create(&p, run()).unwrap();
+        let h = blake3::hash(b"z");
+        for i in 0..4 {
+            j.begin(i * 4096, 4096, &h).unwrap();
+            j.done(i * 4096, 4096, &h).unwrap();
+        }
+        j.commit().unwrap();
+        let full = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(full.lines().count(), 9);
+        j.finished().unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(text.lines().count(), 6, "run, 4 done, finished: {text}");
+        assert!(!text.contains("\"begin\""), "{text}");
+        let r = read(&p).unwrap().unwrap();
+        assert_eq!((r.done, r.done_offset, r.finished, r.in_flight.len()), (4, 16384, true, 0));
+        // Still a journal reseq appends to, and then discards (file mode).
+        j.commit().unwrap();
+        j.discard();
+        assert!(!p.exists());
+    }
+
+    #[test]
+    fn an_unfinished_or_damaged_journal_is_not_compacted() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j");
+        let h = blake3::hash(b"z").to_hex().to_string();
+        let begin = encode(&Record::Begin { offset: 0, len: 4096, blake3: h });
+        let text = encode(&Record::Run(Box::new(run()))) + &begin;
+        std::fs::write(&p, &text).unwrap();
+        compact(&p).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), text, "the chunk in flight is kept");
+        let damaged = text.clone() + "0000 {\"type\":\"done\"}\n" + &encode(&Record::Finished);
+        std::fs::write(&p, &damaged).unwrap();
+        compact(&p).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), damaged, "left for repair() to judge");
     }
 }
