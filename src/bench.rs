@@ -102,10 +102,8 @@ pub fn median(v: &[f64]) -> f64 {
 
 /// Runs `passes` sequential reads of the range.
 pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Duration) -> Result<BenchResult> {
-    let cache = crate::readbench::cache_check(target, params.block_size_bytes, params.queue_depth)?;
-    if let Some(c) = cache.as_ref().filter(|c| c.cache_suspected) {
-        log::warn!("results unreliable: {}", c.finding);
-    }
+    let (block, qd) = (params.block_size_bytes, params.queue_depth);
+    let mut cache = crate::readbench::cache_check(target, block, qd)?;
     let psi_start = (psi_total("cpu"), psi_total("io"), std::time::Instant::now());
     let mut out = Vec::new();
     for i in 0..passes.max(1) {
@@ -127,6 +125,16 @@ pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Du
             crate::units::human_rate(p.bytes_per_second)
         );
         out.push(p);
+        if i == 0
+            && let Some(c) = cache.as_mut()
+        {
+            crate::readbench::recheck_after_pass(c, target, block, qd, (params.offset_bytes, params.length_bytes))?;
+            if c.cache_suspected {
+                log::warn!("results unreliable: {}", c.finding);
+            } else if c.after_pass_bytes_per_second.is_some() {
+                log::info!("{}", c.finding);
+            }
+        }
     }
     let rates: Vec<f64> = out.iter().map(|p| p.bytes_per_second).collect();
     let wall_us = psi_start.2.elapsed().as_micros().max(1) as f64;

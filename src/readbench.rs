@@ -426,6 +426,11 @@ pub struct CacheCheck {
     /// was slow for another reason (a busy host), not for want of a cache.
     #[serde(default)]
     pub other_first_read_bytes_per_second: f64,
+    /// The same sample read again after the first pass, when a cache was seen and a pass
+    /// is much larger than the sample (null: not read). As slow as a first read, the pass
+    /// evicted it: the cache is smaller than a pass, and passes read the device.
+    #[serde(default)]
+    pub after_pass_bytes_per_second: Option<f64>,
     /// A cache below the device is likely: results are unreliable.
     pub cache_suspected: bool,
     /// Why, or how a cache was ruled out, in words.
@@ -500,9 +505,47 @@ pub fn cache_check(target: &Target, block: u64, qd: usize) -> Result<Option<Cach
         first_read_bytes_per_second: first,
         second_read_bytes_per_second: second,
         other_first_read_bytes_per_second: other,
+        after_pass_bytes_per_second: None,
         cache_suspected: suspected,
         finding,
     }))
+}
+
+/// A pass must be this many times the re-read sample for [`recheck_after_pass`]: the
+/// sample, cached when the pass starts, is then a small part of the pass's time.
+pub const PASS_OVER_SAMPLE: u64 = 8;
+
+/// After the first pass: whether a cache the re-read test saw still holds the sample.
+/// A cache smaller than a pass cannot serve a sequential pass (a scan larger than a
+/// least-recently-used cache evicts each block before it comes round again), so when
+/// the sample reads as slowly as a first read again, the cache is ruled out for the
+/// passes. Only a cache whose cold and warm speeds were both measured qualifies: a page
+/// cache already warm for every byte reads evenly fast, and evicts nothing visible.
+pub fn recheck_after_pass(c: &mut CacheCheck, target: &Target, block: u64, qd: usize, pass: (u64, u64)) -> Result<()> {
+    let cold = c.first_read_bytes_per_second.max(c.other_first_read_bytes_per_second);
+    let seen = c.second_read_bytes_per_second > RE_READ_RATIO * cold;
+    if !c.cache_suspected || !seen || pass.0 > 0 || pass.1 < PASS_OVER_SAMPLE * c.sample_bytes {
+        return Ok(());
+    }
+    let again = read_span(target, block.min(c.sample_bytes), qd, 0, c.sample_bytes)?.rate();
+    c.after_pass_bytes_per_second = Some(again);
+    // Nearer a first read than a cached one (geometric middle: cached reads vary by x3
+    // from run to run on a shared host, first reads much less).
+    let (warm, now) = (c.second_read_bytes_per_second / cold, again / cold);
+    let (sample, pass) = (crate::units::human_bytes(c.sample_bytes), crate::units::human_bytes(pass.1));
+    let how = format!(
+        "after a pass of {pass}, the same {sample} read at x{now:.2} a first read (from the cache: x{warm:.2})"
+    );
+    if now * now <= warm {
+        c.cache_suspected = false;
+        c.finding = format!(
+            "{}; ruled out: it is smaller than a pass ({how}: evicted), so the passes read the device",
+            c.finding
+        );
+    } else {
+        c.finding = format!("{}; it still held those bytes: {how}", c.finding);
+    }
+    Ok(())
 }
 
 /// Sleeps between passes, so a drive that reorganises itself in the background can.

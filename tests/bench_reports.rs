@@ -1,10 +1,13 @@
 //! `bench`, `scan`, `rewrite --bench` and the report renderings, on real loop devices.
 
 mod common;
+#[path = "common/faultfs.rs"]
+mod faultfs;
 
 use std::process::Command;
 
 use common::*;
+use faultfs::*;
 
 const MIB: u64 = 1 << 20;
 
@@ -303,4 +306,37 @@ fn a_cache_below_the_device_makes_the_verdict_unreliable() {
     assert_eq!(v["verdict"], "unreliable", "{v}");
     assert!(v["rule"].as_str().unwrap().contains("page cache"), "{v}");
     assert_files_intact(&files);
+}
+
+/// A cache below the device smaller than a pass (a controller's read cache, emulated by
+/// a FUSE filesystem under the loop device): the re-read test sees it, the first pass
+/// evicts it, and the benchmark says it is ruled out, and how. A cache larger than a
+/// pass still holds the sample afterwards: then the results stay unreliable.
+#[test]
+fn a_cache_smaller_than_a_pass_is_ruled_out_by_eviction() {
+    if !require(&["losetup"]) || !require_fuse() {
+        return;
+    }
+    let env = TestEnv::new();
+    let d = fault_loop_device(&env, "cached", 256 * MIB, 5, None);
+    let bench = || {
+        let out = output(env.reseq().args(["bench", "--json", "--passes", "1"]).arg(&d.lo.path));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        json_report(&out)["bench"]["cache"].clone()
+    };
+    // 15 ms a MiB from the flash: a cold read runs at most ~65 MiB/s, several times
+    // slower than the FUSE path itself, even on a loaded host.
+    let cold = std::time::Duration::from_millis(15);
+    d.fs.set_cache(64 * MIB, cold);
+    let c = bench();
+    let rate = |k: &str| c[k].as_f64().unwrap();
+    assert!(rate("second_read_bytes_per_second") > 2.0 * rate("first_read_bytes_per_second"), "not seen: {c}");
+    assert!(rate("after_pass_bytes_per_second") < 2.0 * rate("first_read_bytes_per_second"), "{c}");
+    assert_eq!(c["cache_suspected"], false, "{c}");
+    assert!(c["finding"].as_str().unwrap().contains("ruled out: it is smaller than a pass"), "{c}");
+
+    d.fs.set_cache(512 * MIB, cold);
+    let c = bench();
+    assert_eq!(c["cache_suspected"], true, "{c}");
+    assert!(c["finding"].as_str().unwrap().contains("still held"), "{c}");
 }

@@ -73,10 +73,39 @@ impl Fault {
     }
 }
 
+/// An emulated read cache below the device (a controller's DRAM): 1 MiB blocks, the
+/// least recently read one goes first; a read of a block not in it waits `cold`.
+struct DeviceCache {
+    blocks: usize,
+    cold: Duration,
+    lru: std::collections::VecDeque<u64>,
+}
+
+impl DeviceCache {
+    /// Reads `off..end` through the cache: what it waits.
+    fn read(&mut self, off: u64, end: u64) -> Duration {
+        let mut wait = Duration::ZERO;
+        for b in off >> 20..=(end - 1) >> 20 {
+            match self.lru.iter().position(|&x| x == b) {
+                Some(i) => {
+                    self.lru.remove(i);
+                }
+                None => wait += self.cold,
+            }
+            self.lru.push_back(b);
+            if self.lru.len() > self.blocks {
+                self.lru.pop_front();
+            }
+        }
+        wait
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// Faults in the order added, each with how many requests it was applied to.
     faults: Vec<(Fault, u32)>,
+    cache: Option<DeviceCache>,
     hits: u64,
     writes: Vec<(u64, u64)>,
     reads: Vec<(u64, u64)>,
@@ -215,14 +244,16 @@ impl Filesystem for Served {
         if offset >= end {
             return reply.data(&[]);
         }
-        let fault = {
+        let (fault, wait) = {
             let mut st = lock(&self.state);
             st.reads.push((offset, end - offset));
-            st.take(false, offset, end)
+            let wait = st.cache.as_mut().map_or(Duration::ZERO, |c| c.read(offset, end));
+            (st.take(false, offset, end), wait)
         };
         if fault.is_some() {
             return reply.error(Errno::EIO);
         }
+        std::thread::sleep(wait);
         let mut buf = vec![0u8; (end - offset) as usize];
         match self.image.read_exact_at(&mut buf, offset) {
             Ok(()) => reply.data(&buf),
@@ -360,6 +391,13 @@ impl FaultFs {
     /// added and the first active one overlapping a request applies to it.
     pub fn add(&self, f: Fault) {
         lock(&self.state).faults.push((f, 0));
+    }
+
+    /// From now on, reads go through an emulated cache of `bytes` (whole MiB, emptied
+    /// now): a read of a MiB block not in it waits `cold`.
+    pub fn set_cache(&self, bytes: u64, cold: Duration) {
+        let blocks = (bytes >> 20) as usize;
+        lock(&self.state).cache = Some(DeviceCache { blocks, cold, lru: Default::default() });
     }
 
     /// Removes all faults (the counters and logs stay).
