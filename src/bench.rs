@@ -387,6 +387,51 @@ pub struct Verdict {
     pub speedup: f64,
     /// One-sided exact Mann-Whitney U p-value in the direction of the medians.
     pub p_value: f64,
+    /// Of the bytes measured in use before the run, how many the filesystems had freed
+    /// when it ended (and its FITRIM discarded: they read fast). Null: not checked (no
+    /// mounted ext4/xfs, or the map could not be taken).
+    #[serde(default)]
+    pub measured_bytes_freed: Option<u64>,
+}
+
+/// A share of the measured bytes freed during the run above which "after" no longer
+/// reads the same data: trimmed bytes read at memory speed, so a share f freed alone
+/// can make the reads up to 1 / (1 - f) faster (x1.11 at 10 %).
+pub const FREED_SHARE: f64 = 0.10;
+
+/// Bytes of the first `measured` bytes of `then` (ranges in use before, laid end to
+/// end) that `now` (in use after) no longer covers. Both sorted.
+pub fn bytes_freed(then: &[(u64, u64)], now: &[(u64, u64)], measured: u64) -> u64 {
+    let mut left = measured;
+    let mut freed = 0;
+    for &(at, len) in then {
+        let len = len.min(left);
+        left -= len;
+        let covered: u64 = now.iter().map(|&(a, l)| (at + len).min(a + l).saturating_sub(at.max(a))).sum();
+        freed += len - covered.min(len);
+        if left == 0 {
+            break;
+        }
+    }
+    freed
+}
+
+/// The verdict once the ranges in use after the run are known: "unreliable" when more
+/// than [`FREED_SHARE`] of the measured bytes were freed during it.
+pub fn with_freed(v: Verdict, freed: u64, measured: u64) -> Verdict {
+    let share = freed as f64 / measured.max(1) as f64;
+    let v = Verdict { measured_bytes_freed: Some(freed), ..v };
+    if share <= FREED_SHARE || v.verdict == "unreliable" {
+        return v;
+    }
+    let rule = format!(
+        "{} of the {} measured in use before the run were freed during it ({:.0} %) and trimmed after it: trimmed space reads fast, so the reads after are not of the same data (medians x{:.2})",
+        crate::units::human_bytes(freed),
+        crate::units::human_bytes(measured),
+        share * 100.0,
+        v.speedup
+    );
+    Verdict { verdict: "unreliable".into(), rule, ..v }
 }
 
 /// How many orderings of `n` x's and `m` y's give each U (x beats y counts 1): the exact
@@ -489,9 +534,15 @@ pub fn verdict(before: &[f64], after: &[f64]) -> Verdict {
         let rule = format!(
             "{rule}, but the medians differ by x{speedup:.2}, less than the x{MIN_EFFECT} needed to tell a change from a device's drift between two benchmarks"
         );
-        return Verdict { verdict: "no_measurable_change".into(), rule, speedup, p_value: p };
+        return Verdict {
+            verdict: "no_measurable_change".into(),
+            rule,
+            speedup,
+            p_value: p,
+            measured_bytes_freed: None,
+        };
     }
-    Verdict { verdict: v.into(), rule, speedup, p_value: p }
+    Verdict { verdict: v.into(), rule, speedup, p_value: p, measured_bytes_freed: None }
 }
 
 #[cfg(test)]
@@ -519,6 +570,28 @@ mod tests {
         assert!(v.rule.contains("x1.5"), "{}", v.rule);
         let v = verdict(&[150.0, 151.0, 152.0], &[100.0, 101.0, 102.0]);
         assert_eq!(v.verdict, "no_measurable_change", "x0.67 is not under 1/1.5: {v:?}");
+    }
+
+    #[test]
+    fn bytes_freed_during_a_run_count_within_the_measured_prefix() {
+        let then = [(0, 100), (200, 100), (1000, 50)];
+        assert_eq!(bytes_freed(&then, &then, 250), 0);
+        // [50, 100) and [200, 230) freed; 200 bytes measured cover the first two ranges.
+        let now = [(0, 50), (230, 70), (1000, 50)];
+        assert_eq!(bytes_freed(&then, &now, 200), 50 + 30);
+        assert_eq!(bytes_freed(&then, &now, 120), 50 + 20, "only the first 120 bytes measured");
+        assert_eq!(bytes_freed(&then, &[], 250), 250);
+    }
+
+    #[test]
+    fn a_verdict_is_unreliable_when_much_of_what_it_measured_was_freed() {
+        let v = verdict(&[100.0, 101.0, 102.0], &[200.0, 201.0, 202.0]);
+        assert_eq!(v.verdict, "faster");
+        let kept = with_freed(v.clone(), 5, 100);
+        assert_eq!((kept.verdict.as_str(), kept.measured_bytes_freed), ("faster", Some(5)));
+        let w = with_freed(v, 40, 100);
+        assert_eq!(w.verdict, "unreliable");
+        assert!(w.rule.contains("freed during it (40 %)"), "{}", w.rule);
     }
 
     #[test]

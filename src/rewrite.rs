@@ -297,7 +297,14 @@ fn execute_with_bench(plan: &RewritePlan, args: &RewriteArgs, quiet: bool, repor
     log::info!("benchmarking after the rewrite");
     // The same bytes as before: the ranges in use then (what the rewrite rewrote).
     let (b, s, _) = measure::measure_device(&plan.device.path, &args.bench_opts, in_use.as_deref())?;
-    report.verdict = report.bench_before.as_ref().map(|before| bench::verdict_of(before, &b));
+    let mut verdict = report.bench_before.as_ref().map(|before| bench::verdict_of(before, &b));
+    // What the filesystems freed meanwhile was trimmed and reads fast: the same ranges
+    // are then not the same data.
+    if let (Some(then), Ok(Some(now))) = (&in_use, crate::plan::in_use_ranges(&plan.device.path)) {
+        let measured = b.params.length_bytes;
+        verdict = verdict.map(|v| bench::with_freed(v, bench::bytes_freed(then, &now, measured), measured));
+    }
+    report.verdict = verdict;
     report.bench_after = Some(b);
     report.scan_after = Some(s);
     Ok(())

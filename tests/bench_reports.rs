@@ -340,3 +340,39 @@ fn a_cache_smaller_than_a_pass_is_ruled_out_by_eviction() {
     assert_eq!(c["cache_suspected"], true, "{c}");
     assert!(c["finding"].as_str().unwrap().contains("still held"), "{c}");
 }
+
+/// Files deleted during a `rewrite --bench` run are trimmed after it and read fast: the
+/// ranges measured before are then not the same data, and the verdict says so
+/// ("unreliable"), never "faster".
+#[test]
+fn bytes_freed_during_the_run_make_the_verdict_unreliable() {
+    if !require(&["losetup", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, _mnt, files) = quarter_used(&env, "freed", true);
+    let mut cmd = env.reseq();
+    cmd.args(["rewrite", "--json", "--bench", "--bench-passes", "2", "--bench-regions", "4", "--chunk-size", "1M"])
+        .args(["--max-freeze", "300ms", "--max-overruns", "1000"])
+        .arg(&lo.path)
+        // Slow chunks: the run lasts seconds, in many windows, after its first.
+        .env("RESEQ_FAULTS", "delay@after-write#*=30");
+    let child = spawn_captured(&mut cmd);
+    let pid = child.id() as i32;
+    let _kill = Defer(move || sigkill(pid));
+    assert!(wait_frozen_record(&env.run_dir(), std::time::Duration::from_secs(60)), "no window began");
+    // Three of the four files (48 MiB of about 70 MiB in use); an unlink waits out a window.
+    for (f, _) in &files[1..] {
+        std::fs::remove_file(f).unwrap();
+    }
+    let out = wait_captured(child);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json_report(&out);
+    let v = &r["verdict"];
+    assert!(v["measured_bytes_freed"].as_u64().unwrap() >= 40 * MIB, "{v}");
+    assert_eq!(v["verdict"], "unreliable", "{v}");
+    let rule = v["rule"].as_str().unwrap();
+    assert!(rule.contains("freed during it") || rule.contains("cache") || rule.contains("load changed"), "{rule}");
+    assert!(r["space"]["bytes_trimmed"].as_u64().unwrap() >= 48 * MIB, "{}", r["space"]);
+    assert_files_intact(&files[..1]);
+}
