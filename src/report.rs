@@ -58,6 +58,9 @@ pub struct Report {
     pub write_cost: Option<WriteCost>,
     /// `rewrite`: what was left out as free space, and what FITRIM discarded after.
     pub space: Option<SpaceReport>,
+    /// `bench --trim-impact`: what a trim cost readers on that filesystem.
+    #[serde(default)]
+    pub trim_impact: Option<crate::trim_impact::TrimImpact>,
     /// `rewrite --only-slow`: the regions chosen and left alone.
     pub selection: Option<Selection>,
     /// File mode: what was done to each file.
@@ -130,6 +133,9 @@ pub struct SpaceReport {
     pub bytes_skipped_as_free: u64,
     /// Bytes FITRIM reported discarded after the run (null: not run).
     pub bytes_trimmed: Option<u64>,
+    /// The FITRIM's slices, pace and cost (null: not run).
+    #[serde(default)]
+    pub trim: Option<crate::trim::TrimReport>,
 }
 
 /// What the rewrite cost the drive.
@@ -193,6 +199,7 @@ impl Report {
             verdict: None,
             write_cost: None,
             space: None,
+            trim_impact: None,
             selection: None,
             files: None,
             freeze_bound: None,
