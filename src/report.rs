@@ -355,6 +355,9 @@ impl Report {
             }
             "rewrite" if !verified => "success: everything was rewritten (verification off)".into(),
             "rewrite" => self.outcome.status.describe().into(),
+            "bench" if self.trim_impact.is_some() => {
+                "success: measured; the scratch file written for it was trimmed and removed".into()
+            }
             _ => "success: measured; nothing was written".into(),
         }
     }

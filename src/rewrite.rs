@@ -134,7 +134,11 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
                 fs.mount_point.display(),
                 fs.fs_type,
                 start + len,
-                if plan.trim { format!(", FITRIM afterwards in slices, pace {}", plan.trim_pace.describe()) } else { String::new() }
+                if plan.trim {
+                    format!(", FITRIM afterwards in slices, pace {}", plan.trim_pace.describe())
+                } else {
+                    String::new()
+                }
             );
         }
     }
@@ -349,7 +353,12 @@ fn trim_free_space(plan: &RewritePlan, spans: &[FsSpan], bench: bool, stop: &Sto
         .iter()
         .map(|s| TrimTarget { name: s.fs.mount_point.display().to_string(), fd: s.fd(), start: 0, end: s.len })
         .collect();
-    log::info!("trimming the free space of {} filesystem(s) in slices, pace {}", targets.len(), plan.trim_pace.describe());
+    crate::hooks::point("before-trim");
+    log::info!(
+        "trimming the free space of {} filesystem(s) in slices, pace {}",
+        targets.len(),
+        plan.trim_pace.describe()
+    );
     let probe = if bench {
         // The ranges in use now, after the rewrite: the data readers want.
         match plan::in_use_ranges(&plan.device.path).and_then(|r| Probe::open(&plan.device.path, r.as_deref())) {

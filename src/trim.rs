@@ -38,6 +38,8 @@ const MIB: u64 = 1 << 20;
 pub const SLICE_ALIGN: u64 = MIB;
 /// The first slice of the default pace.
 pub const DEFAULT_SLICE: u64 = 256 * MIB;
+/// Slices of an unpaced trim (`bench --trim-impact`): small enough to time one by one.
+pub const UNPACED_SLICE: u64 = 16 * MIB;
 pub const MIN_SLICE: u64 = MIB;
 pub const MAX_SLICE: u64 = 4 << 30;
 /// Default pace: sleep this many times each slice's duration before the next one.
@@ -109,6 +111,7 @@ impl Pacer {
             Pace::Fixed { rate: Some(r), .. } => {
                 clamp_aligned((r as f64 * RATE_SLICE_TIME.as_secs_f64()) as u64, SLICE_ALIGN, MIN_SLICE, MAX_SLICE)
             }
+            Pace::Unpaced => UNPACED_SLICE,
             _ => DEFAULT_SLICE,
         };
         Pacer { pace, slice, base: Duration::ZERO, since_base: 0 }
@@ -155,12 +158,16 @@ impl Pacer {
 /// One FITRIM call.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TrimSlice {
+    /// When it started, in seconds from the start of the trim (the pacing shows in these).
+    pub at_seconds: f64,
     /// Byte offset in the filesystem (FITRIM's `start`).
     pub start_bytes: u64,
     /// FITRIM's `len` as asked (the last slice may reach past the filesystem's end,
     /// which the kernel clamps).
     pub length_bytes: u64,
-    /// What the filesystem reported discarded in it.
+    /// What the filesystem reported discarded in it. ext4 discards a free extent that
+    /// begins in the slice up to its end (at most the end of its block group), so this
+    /// can exceed `length_bytes`; the next slices then find those blocks done.
     pub trimmed_bytes: u64,
     pub seconds: f64,
 }
@@ -345,14 +352,21 @@ pub fn run(targets: &[TrimTarget<'_>], pace: Pace, stop: &StopFlag, _thawed: &Th
                 break 'targets;
             }
             let len = pacer.slice_len().min(t.end - at);
+            crate::hooks::point("trim-slice");
             let t0 = Instant::now();
             let r = sys::fitrim_range(t.fd, at, len);
             let took = t0.elapsed();
             last_end = Instant::now();
             match r {
                 Ok(n) => {
-                    log::debug!("FITRIM {} bytes {at}..{}: {n} discarded in {:.3} s", t.name, at + len, took.as_secs_f64());
+                    log::debug!(
+                        "FITRIM {} bytes {at}..{}: {n} discarded in {:.3} s",
+                        t.name,
+                        at + len,
+                        took.as_secs_f64()
+                    );
                     fs.slices.push(TrimSlice {
+                        at_seconds: (t0 - started).as_secs_f64(),
                         start_bytes: at,
                         length_bytes: len,
                         trimmed_bytes: n,

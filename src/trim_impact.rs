@@ -26,6 +26,11 @@ use crate::signals::StopFlag;
 use crate::trim::{self, Pace, Probe, TrimReport, TrimTarget};
 use crate::units::human_bytes;
 
+/// A p99 read latency during the trim this many times the one before it is a stall.
+pub const STALL_RATIO: f64 = 4.0;
+/// Probe reads during the trim needed before the text judges the drive.
+pub const MIN_READS_FOR_VERDICT: u64 = 20;
+
 /// Size of the file the probe reads (kept during the trim).
 pub const PROBE_FILE_BYTES: u64 = 16 << 20;
 
@@ -55,11 +60,19 @@ impl TrimImpact {
             self.write_seconds
         );
         s += &self.trim.text();
-        if let Some(r) = self.trim.probe.as_ref().and_then(|p| p.p99_ratio) {
+        let probe = self.trim.probe.as_ref();
+        if let Some(p) = probe.filter(|p| p.during.reads < MIN_READS_FOR_VERDICT) {
+            s += &format!(
+                "  only {} probe read(s) during the trim: too few to judge; a larger --trim-size makes the trim last longer\n",
+                p.during.reads
+            );
+        } else if let Some(r) = probe.and_then(|p| p.p99_ratio) {
             s += &format!(
                 "  {}\n",
-                if r >= 4.0 {
-                    format!("this drive stalls readers while it trims (p99 x{r:.1}): pace the trim (--trim-rate) on busy hosts")
+                if r >= STALL_RATIO {
+                    format!(
+                        "this drive stalls readers while it trims (p99 x{r:.1}): pace the trim (--trim-rate) on busy hosts"
+                    )
                 } else {
                     format!("reads barely noticed the trim (p99 x{r:.1})")
                 }
@@ -179,10 +192,9 @@ fn check_discard(dir: &Path, fs: &crate::mounts::MountEntry, dir_fd: &File) -> R
     match crate::sys::fitrim_range(dir_fd.as_fd(), 0, trim::SLICE_ALIGN) {
         Ok(_) => Ok(max),
         Err(nix::errno::Errno::EOPNOTSUPP) => Err(no_discard("FITRIM gave EOPNOTSUPP".into())),
-        Err(nix::errno::Errno::EPERM) => Err(Error::refused(
-            "FITRIM needs CAP_SYS_ADMIN",
-            "run reseq bench --trim-impact as root",
-        )),
+        Err(nix::errno::Errno::EPERM) => {
+            Err(Error::refused("FITRIM needs CAP_SYS_ADMIN", "run reseq bench --trim-impact as root"))
+        }
         Err(e) => Err(Error::io(format!("FITRIM on {}", fs.mount_point.display()), e.into())),
     }
 }
