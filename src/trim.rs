@@ -10,8 +10,8 @@
 //!   time; slices grow or shrink so that one lasts about [`TARGET_SLICE`] (a reader
 //!   stalls at most about that long);
 //! - `--trim-rate` paces by bytes discarded per second (what the drive has to do), in
-//!   slices of a quarter second's worth; `--pause` sleeps that long between slices. Given
-//!   both, the longer sleep wins.
+//!   slices of a quarter second's worth; `--pause` sleeps that long between slices (with
+//!   slices sized as by default). Given both, the longer sleep wins.
 //!
 //! A slice only runs after the last freeze window is thawed: [`run`] takes a
 //! [`crate::freeze::Thawed`], which only ending the windows makes. A stop signal ends the
@@ -36,8 +36,9 @@ use crate::units::{human_bytes, human_rate};
 const MIB: u64 = 1 << 20;
 /// Slice boundaries are multiples of this (whole blocks on any block size up to 64 KiB).
 pub const SLICE_ALIGN: u64 = MIB;
-/// The first slice of the default pace.
-pub const DEFAULT_SLICE: u64 = 256 * MIB;
+/// The first slice of the default pace: small, as the drive's speed is not known yet
+/// (slices double while they take under a quarter of [`TARGET_SLICE`]).
+pub const DEFAULT_SLICE: u64 = 64 * MIB;
 /// Slices of an unpaced trim (`bench --trim-impact`): small enough to time one by one.
 pub const UNPACED_SLICE: u64 = 16 * MIB;
 pub const MIN_SLICE: u64 = MIB;
@@ -122,21 +123,29 @@ impl Pacer {
         self.slice
     }
 
+    /// Halves a slice that stalled readers longer than [`TARGET_SLICE`], doubles one that
+    /// took under a quarter of it.
+    fn adapt(&mut self, took: Duration) {
+        if took > TARGET_SLICE && self.slice > MIN_SLICE {
+            self.slice = clamp_aligned(self.slice / 2, SLICE_ALIGN, MIN_SLICE, MAX_SLICE);
+        } else if took < TARGET_SLICE / 4 && self.slice < MAX_SLICE {
+            self.slice = clamp_aligned(self.slice * 2, SLICE_ALIGN, MIN_SLICE, MAX_SLICE);
+        }
+    }
+
     /// After a slice that took `took`, trimmed `trimmed` bytes and ended at `now` (since
     /// the start): how long to sleep before the next one.
     pub fn after_slice(&mut self, took: Duration, trimmed: u64, now: Duration) -> Duration {
         match self.pace {
             Pace::Unpaced => Duration::ZERO,
             Pace::Auto => {
-                // Halve a slice that stalled readers too long, double one far under.
-                if took > TARGET_SLICE && self.slice > MIN_SLICE {
-                    self.slice = clamp_aligned(self.slice / 2, SLICE_ALIGN, MIN_SLICE, MAX_SLICE);
-                } else if took < TARGET_SLICE / 4 && self.slice < MAX_SLICE {
-                    self.slice = clamp_aligned(self.slice * 2, SLICE_ALIGN, MIN_SLICE, MAX_SLICE);
-                }
+                self.adapt(took);
                 took * IDLE_FACTOR
             }
             Pace::Fixed { rate, pause } => {
+                if rate.is_none() {
+                    self.adapt(took);
+                }
                 let by_rate = rate.filter(|&r| r > 0).map_or(Duration::ZERO, |r| {
                     self.since_base += trimmed;
                     let due = self.base + Duration::from_secs_f64(self.since_base as f64 / r as f64);
@@ -602,6 +611,7 @@ mod tests {
     fn a_pause_is_a_floor_and_no_pace_is_auto() {
         let mut p = Pacer::new(Pace::Fixed { rate: None, pause: ms(300) });
         assert_eq!(p.after_slice(ms(1), 10 * MIB, ms(1)), ms(300));
+        assert_eq!(p.slice_len(), 2 * DEFAULT_SLICE, "slices still sized to the stall target");
         let mut p = Pacer::new(Pace::Fixed { rate: Some(100 * MIB), pause: ms(300) });
         assert_eq!(p.after_slice(ms(1), 25 * MIB, ms(1)), ms(300), "the longer of the two");
         assert_eq!(Pace::of(None, Duration::ZERO), Pace::Auto);
