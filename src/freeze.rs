@@ -69,7 +69,7 @@ impl Thawed {
     }
 
     /// For commands that freeze nothing (`bench --trim-impact`).
-    pub fn never_froze() -> Thawed {
+    pub(crate) fn never_froze() -> Thawed {
         Thawed { _private: () }
     }
 }

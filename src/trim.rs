@@ -13,6 +13,9 @@
 //!   slices of a quarter second's worth; `--pause` sleeps that long between slices (with
 //!   slices sized as by default). Given both, the longer sleep wins.
 //!
+//! What FITRIM reports differs: ext4 the bytes it discarded, xfs the length of the range
+//! it went through. The pace and the report count what the filesystem reports.
+//!
 //! A slice only runs after the last freeze window is thawed: [`run`] takes a
 //! [`crate::freeze::Thawed`], which only ending the windows makes. A stop signal ends the
 //! trim between slices; the report says what was trimmed until then.
@@ -147,14 +150,15 @@ impl Pacer {
                     self.adapt(took);
                 }
                 let by_rate = rate.filter(|&r| r > 0).map_or(Duration::ZERO, |r| {
+                    let secs = |bytes: u64| Duration::from_secs_f64(bytes as f64 / r as f64);
                     self.since_base += trimmed;
-                    let due = self.base + Duration::from_secs_f64(self.since_base as f64 / r as f64);
-                    // Far behind (the process was stopped, the device was slow): start
-                    // counting afresh rather than catch up in a burst, which is the
-                    // stall the pace is there to prevent.
+                    let mut due = self.base + secs(self.since_base);
+                    // Far behind (the process was stopped, the device was slow): count
+                    // afresh from this slice rather than catch up in a burst, which is
+                    // the stall the pace is there to prevent.
                     if now > due + RATE_SLICE_TIME * 2 {
-                        self.base = now;
-                        self.since_base = 0;
+                        (self.base, self.since_base) = (now, trimmed);
+                        due = now + secs(trimmed);
                     }
                     due.saturating_sub(now)
                 });
@@ -174,9 +178,10 @@ pub struct TrimSlice {
     /// FITRIM's `len` as asked (the last slice may reach past the filesystem's end,
     /// which the kernel clamps).
     pub length_bytes: u64,
-    /// What the filesystem reported discarded in it. ext4 discards a free extent that
-    /// begins in the slice up to its end (at most the end of its block group), so this
-    /// can exceed `length_bytes`; the next slices then find those blocks done.
+    /// What FITRIM reported in `len`. ext4: the bytes it discarded (a free extent that
+    /// begins in the slice is discarded up to its end, at most its block group's end, so
+    /// this can exceed `length_bytes`; the next slices find those blocks done). xfs: the
+    /// length of the range it went through, whatever was free in it.
     pub trimmed_bytes: u64,
     pub seconds: f64,
 }
@@ -590,9 +595,10 @@ mod tests {
         assert_eq!(p.after_slice(ms(5), 0, ms(255)), Duration::ZERO);
         // 50 MiB by 260 ms: due at 500 ms.
         assert_eq!(p.after_slice(ms(5), 25 * MIB, ms(260)), ms(240));
-        // Stopped (SIGSTOP) for 10 s: counting starts afresh, no burst of catch-up slices.
-        assert_eq!(p.after_slice(ms(5), 25 * MIB, ms(10_500)), Duration::ZERO);
-        assert_eq!(p.after_slice(ms(5), 25 * MIB, ms(10_510)), ms(240));
+        // Stopped (SIGSTOP) for 10 s: counting starts afresh from that slice, which is
+        // paced like any other; no burst of catch-up slices.
+        assert_eq!(p.after_slice(ms(5), 25 * MIB, ms(10_500)), ms(250));
+        assert_eq!(p.after_slice(ms(5), 25 * MIB, ms(10_755)), ms(245));
         // Over a long run the average holds: 400 slices of 25 MiB.
         let mut p = Pacer::new(Pace::Fixed { rate: Some(rate), pause: Duration::ZERO });
         let mut now = Duration::ZERO;

@@ -154,9 +154,16 @@ fn a_stop_signal_ends_the_trim_between_slices_and_a_stopped_process_does_not_bur
         return;
     }
     let env = TestEnv::new();
-    let (lo, mnt) = env.mounted("stop", 512 * MIB, "ext4");
-    // ~490 MiB at 32 MiB/s: about 15 s if nothing stopped it.
-    let mut child = spawn_captured(env.reseq().args(["rewrite", "--json", "--trim-rate", "32M"]).arg(&lo.path));
+    let (lo, mnt) = env.mounted("stop", 256 * MIB, "ext4");
+    // Free space in 1 MiB pieces (every other file of 160 deleted), so that slices discard
+    // about what they cover: ext4 discards a free extent to its end, which on a fresh
+    // filesystem is a whole block group in one slice. At 16 MiB/s, 4 MiB slices.
+    let files = fill_files(&mnt.dir, 160, 1 << 20, 9);
+    for (p, _) in files.iter().step_by(2) {
+        std::fs::remove_file(p).unwrap();
+    }
+    run_cmd(&mut Command::new("sync")).unwrap();
+    let mut child = spawn_captured(env.reseq().args(["rewrite", "--json", "--trim-rate", "16M"]).arg(&lo.path));
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let _kill = Defer(move || sigkill(pid.as_raw()));
     // Wait for the trim to start (its log line), without blocking on the pipe.
@@ -189,24 +196,36 @@ fn a_stop_signal_ends_the_trim_between_slices_and_a_stopped_process_does_not_bur
     let log = reader.join().unwrap();
     eprintln!("{log}");
     assert!(took < Duration::from_secs(2), "stopped {took:?} after SIGINT");
-    assert_eq!(out.status.code(), Some(6), "interrupted");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.code(), Some(6), "interrupted (signal {:?})", out.status.signal());
     let r = json_report(&out);
     let t = &r["space"]["trim"];
     assert_eq!(t["stopped_by"], "SIGINT");
     let trimmed = t["bytes_trimmed"].as_u64().unwrap();
-    assert!(trimmed > 0 && trimmed < 450 * MIB, "part of the free space: {trimmed}");
+    assert!(trimmed > 0 && trimmed < free_bytes(&mnt.dir), "part of the free space: {trimmed}");
     assert!(r["outcome"]["message"].as_str().unwrap().contains("stopped by SIGINT"), "{}", r["outcome"]);
     assert_eq!(r["verification"], "incomplete");
-    // The slices after the 3 s gap keep the pace: what they discarded in their first
-    // second stays within a second's worth plus the largest single slice.
+    // After the 3 s gap the pace does not catch up in a burst: each slice after the
+    // resume is followed by its own discard time at the rate before the next one starts
+    // (0.2 s of slack for a loaded host; a catch-up would start them back to back).
     let s = slices(&r);
     let gap = s.windows(2).position(|w| w[1].0 - w[0].0 > 2.5).expect("the stop shows as a gap");
-    let resumed = s[gap + 1].0;
-    let biggest = s.iter().map(|x| x.3).max().unwrap();
-    let burst: u64 = s[gap + 1..].iter().filter(|x| x.0 < resumed + 1.0).map(|x| x.3).sum();
-    assert!(burst <= 32 * MIB + biggest, "{burst} discarded within 1 s of SIGCONT: {s:?}");
+    let rate = 16.0 * MIB as f64;
+    let after: Vec<_> = s[gap + 1..].windows(2).take(3).collect();
+    assert!(!after.is_empty(), "slices ran after SIGCONT: {s:?}");
+    for w in after {
+        let paid = w[0].3 as f64 / rate;
+        assert!(
+            w[1].0 - w[0].0 >= paid - 0.2,
+            "slice at {} discarded {} and the next began {} s later: {s:?}",
+            w[0].0,
+            w[0].3,
+            w[1].0 - w[0].0
+        );
+    }
     // The data is untouched and the filesystem not frozen.
     assert!(!is_frozen(&mnt.dir));
+    assert_files_intact(&files[1..].iter().step_by(2).cloned().collect::<Vec<_>>());
 }
 
 #[test]
