@@ -280,7 +280,7 @@ fn bench_trim_impact_measures_cleans_up_and_refuses_without_discard() {
     assert!(String::from_utf8_lossy(&again.stdout).contains("trim impact on"));
 
     // SIGTERM while the scratch file is being written: stopped, and nothing left behind.
-    let mut child = spawn_captured(env.reseq().args(["bench", "--trim-impact", "--trim-size", "180M"]).arg(&mnt.dir));
+    let child = spawn_captured(env.reseq().args(["bench", "--trim-impact", "--trim-size", "180M"]).arg(&mnt.dir));
     let pid = child.id() as i32;
     let _kill = Defer(move || sigkill(pid));
     let t0 = Instant::now();
