@@ -20,7 +20,9 @@ pub enum ExitCode {
     IoError,
     /// A chunk read back differently from what was written; the run stopped there.
     ChecksumMismatch,
-    /// SIGINT/SIGTERM stopped the run after a chunk; resume with `--resume`.
+    /// SIGINT/SIGTERM stopped the run after a chunk; resume with `--resume`. Also a
+    /// FITRIM after a finished rewrite stopped between slices, and a stopped
+    /// `bench --trim-impact` (nothing to resume then).
     Interrupted,
     /// `--max-overruns` freeze windows overran their deadline (the guardian thawed each).
     WindowOverrun,
@@ -67,7 +69,9 @@ impl ExitCode {
             ExitCode::ChecksumMismatch => {
                 "checksum mismatch on read-back; stopped there; original bytes in a rescue copy"
             }
-            ExitCode::Interrupted => "interrupted by a signal; thawed, resumable with --resume",
+            ExitCode::Interrupted => {
+                "interrupted by a signal; thawed, resumable with --resume (if the rewrite had finished, only its FITRIM was cut short)"
+            }
             ExitCode::WindowOverrun => "too many freeze windows overran; the guardian thawed each; resumable",
             ExitCode::FreezeLost => "another program thawed the freeze; writing stopped; its freeze left alone",
         }

@@ -669,7 +669,6 @@ pub fn prometheus(r: &Report) -> String {
         "Longest single FITRIM slice (how long a reader could stall).",
         trim.map(|t| t.slowest_slice_seconds),
     );
-    metric("last_run_trim_slices", "FITRIM slices.", trim.map(|t| t.slices as f64));
     let probe = trim.and_then(|t| t.probe.as_ref());
     metric(
         "trim_read_latency_p99_before_seconds",
