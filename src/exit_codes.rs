@@ -69,9 +69,7 @@ impl ExitCode {
             ExitCode::ChecksumMismatch => {
                 "checksum mismatch on read-back; stopped there; original bytes in a rescue copy"
             }
-            ExitCode::Interrupted => {
-                "interrupted by a signal; thawed, resumable with --resume (if the rewrite had finished, only its FITRIM was cut short)"
-            }
+            ExitCode::Interrupted => "interrupted by a signal; thawed, resumable with --resume",
             ExitCode::WindowOverrun => "too many freeze windows overran; the guardian thawed each; resumable",
             ExitCode::FreezeLost => "another program thawed the freeze; writing stopped; its freeze left alone",
         }

@@ -440,7 +440,10 @@ impl Probe {
         let ranges: Vec<(u64, u64)> = match ranges {
             Some(r) => r
                 .iter()
-                .map(|&(o, l)| (o.div_ceil(src.offset_align) * src.offset_align, l))
+                .map(|&(o, l)| {
+                    let a = o.div_ceil(src.offset_align) * src.offset_align;
+                    (a, l.saturating_sub(a - o))
+                })
                 .filter(|&(_, l)| l >= block)
                 .collect(),
             None => vec![(0, src.len)],
