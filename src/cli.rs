@@ -323,6 +323,11 @@ pub struct RewriteArgs {
     /// Do not run FITRIM on the filesystems after the run.
     #[arg(long)]
     pub no_trim: bool,
+    /// Pace of the FITRIM after the run, in bytes discarded per second (e.g. 2G). By
+    /// default reseq trims in slices and idles 4 x each slice's time between them (the
+    /// device busy at most 20 % of the time); --pause also spaces the slices.
+    #[arg(long, value_name = "SIZE", conflicts_with = "no_trim")]
+    pub trim_rate: Option<String>,
     /// Rewrite only the regions that read slowly: scan the device first (reads only,
     /// with the --bench-* block size and queue depth) and rewrite the flagged regions.
     #[arg(long)]
@@ -417,6 +422,20 @@ pub struct ReadArgs {
 pub struct BenchArgs {
     #[command(flatten)]
     pub read: ReadArgs,
+    /// Measure what TRIM costs readers on the filesystem holding TARGET (a file or
+    /// directory on mounted ext4/xfs): write a scratch file there, delete it and FITRIM
+    /// its range in slices while a light probe reads; report the trim rate and the read
+    /// latency during the trim against before it. The scratch file is always removed.
+    /// Refused (exit 3) where the device has no discard.
+    #[arg(long)]
+    pub trim_impact: bool,
+    /// --trim-impact: bytes of the scratch file (what is deleted and trimmed).
+    #[arg(long, default_value = "1G", value_name = "SIZE", requires = "trim_impact")]
+    pub trim_size: String,
+    /// --trim-impact: pace the trim at this many bytes discarded per second (default:
+    /// unpaced slices, the drive's worst case).
+    #[arg(long, value_name = "SIZE", requires = "trim_impact")]
+    pub trim_rate: Option<String>,
     /// Timed passes.
     #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000), allow_negative_numbers = true)]
     pub passes: usize,

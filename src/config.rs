@@ -14,7 +14,7 @@ use crate::cli::{Cli, Command, RewriteArgs};
 use crate::error::{Error, Result};
 
 /// Keys and whether they take a value (false: a flag, given as `true`/`false`).
-const KEYS: [(&str, bool); 20] = [
+const KEYS: [(&str, bool); 21] = [
     ("exclude", true),
     ("chunk_size", true),
     ("max_freeze", true),
@@ -28,6 +28,7 @@ const KEYS: [(&str, bool); 20] = [
     ("state_dir", true),
     ("include_free", false),
     ("no_trim", false),
+    ("trim_rate", true),
     ("only_slow", false),
     ("scan_regions", true),
     ("slow_threshold", true),
@@ -142,6 +143,8 @@ mod tests {
         assert_eq!(a.exclude, vec!["pg_internal.init".to_string()]);
         assert!(!a.bench);
         assert!(a.output.metrics_file.is_some());
+        let t = parse("targets = [\"/dev/sdb\"]\ntrim_rate = \"2G\"", Path::new("j.toml")).unwrap();
+        assert_eq!(t.trim_rate.as_deref(), Some("2G"), "the trim's pace is a job option");
     }
 
     #[test]

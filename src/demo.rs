@@ -113,6 +113,7 @@ fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> 
         force: false,
         include_free: false,
         no_trim: false,
+        trim_rate: None,
         only_slow: false,
         from_scan: None,
         scan_regions: 64,

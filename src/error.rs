@@ -54,6 +54,11 @@ pub enum Error {
     #[error("interrupted by {signal} after {done_bytes} of {total_bytes} bytes; run again with --resume to continue")]
     Interrupted { signal: String, done_bytes: u64, total_bytes: u64 },
 
+    /// SIGINT/SIGTERM stopped something that is not a resumable rewrite (the FITRIM after a
+    /// finished one, between slices; `bench --trim-impact`).
+    #[error("stopped by {signal}: {what}")]
+    Stopped { signal: String, what: String },
+
     /// Freeze windows went past their deadline `--max-overruns` times; the guardian thawed.
     #[error(
         "{overruns} freeze window(s) overran the {deadline_ms} ms deadline (the last: window {window}); the guardian thawed each time before any further write, and reseq stopped (--max-overruns). Run again with --resume, at a quieter time or with a longer --max-freeze"
@@ -150,7 +155,7 @@ impl Error {
             Error::Io { .. } => ExitCode::IoError,
             Error::ChecksumMismatch { .. } => ExitCode::ChecksumMismatch,
             Error::WriteFailed { .. } => ExitCode::IoError,
-            Error::Interrupted { .. } => ExitCode::Interrupted,
+            Error::Interrupted { .. } | Error::Stopped { .. } => ExitCode::Interrupted,
             Error::WindowOverrun { .. } => ExitCode::WindowOverrun,
             Error::FreezeLost { .. } => ExitCode::FreezeLost,
             Error::BoundBroken { .. } => ExitCode::WindowOverrun,

@@ -20,7 +20,9 @@ pub enum ExitCode {
     IoError,
     /// A chunk read back differently from what was written; the run stopped there.
     ChecksumMismatch,
-    /// SIGINT/SIGTERM stopped the run after a chunk; resume with `--resume`.
+    /// SIGINT/SIGTERM stopped the run after a chunk; resume with `--resume`. Also a
+    /// FITRIM after a finished rewrite stopped between slices, and a stopped
+    /// `bench --trim-impact` (nothing to resume then).
     Interrupted,
     /// `--max-overruns` freeze windows overran their deadline (the guardian thawed each).
     WindowOverrun,

@@ -53,6 +53,27 @@ pub struct WindowEnd {
     pub beyond_bound: Option<Duration>,
 }
 
+/// Proof that no freeze window of this run is open: made only by ending the windows
+/// ([`Thawed::end_windows`], which drops the guard and with it the guardian, thawing
+/// anything still frozen) or by a command that never freezes. What must never run
+/// inside a window (FITRIM) asks for one.
+pub struct Thawed {
+    _private: (),
+}
+
+impl Thawed {
+    /// Ends the run's windows: the guard goes, and with it any freeze.
+    pub fn end_windows(guard: Box<dyn WindowGuard + '_>) -> Thawed {
+        drop(guard);
+        Thawed { _private: () }
+    }
+
+    /// For commands that freeze nothing (`bench --trim-impact`).
+    pub(crate) fn never_froze() -> Thawed {
+        Thawed { _private: () }
+    }
+}
+
 pub trait WindowGuard {
     /// Whether windows freeze anything (if not, output need not be held back).
     fn freezes(&self) -> bool;

@@ -56,7 +56,7 @@ fn options(roff: &mut Roff, cmd: &clap::Command) {
 /// The three uses, as an admin would type them.
 fn examples(r: &mut Roff) {
     r.control("SH", ["EXAMPLES"]);
-    let ex: [(&str, &[&str]); 5] = [
+    let ex: [(&str, &[&str]); 6] = [
         (
             "A maintenance window: the whole device, 5 s windows, a before/after benchmark, the report kept.",
             &[
@@ -84,6 +84,13 @@ fn examples(r: &mut Roff) {
         (
             "After an interruption: continue with the options the run was started with, or start over.",
             &["reseq rewrite /dev/nvme0n1p3 --resume", "reseq rewrite /dev/nvme0n1p3 --restart"],
+        ),
+        (
+            "Does this drive stall readers while it trims? Then pace the trim after a rewrite.",
+            &[
+                "reseq bench --trim-impact /var/lib/postgresql --trim-size 4G",
+                "reseq rewrite /dev/nvme0n1p3 --trim-rate 2G --bench",
+            ],
         ),
         ("No degraded SSD at hand: the whole effect on a simulated drive.", &["reseq simulate", "reseq demo"]),
     ];
@@ -150,8 +157,11 @@ pub fn man_page() -> String {
     r.control("SH", ["RESCUE COPIES"]).text([roman(
         "A write that fails is retried, each attempt read back, up to 3 attempts. A chunk whose write never verifies, tears, or reads back different keeps its original bytes in a rescue file in the state directory, rescue-DEVICE-OFFSET-BLAKE3.bin, and the message says whether a read-back found the original bytes there (data intact) or other bytes (uncertain). Every later run on that device refuses until reseq restore FILE has put the bytes back; reseq restore freezes as a rewrite does, reads back, refuses another device or a range that changed since (unless --force), and removes the copy only then.",
     )]);
+    r.control("SH", ["TRIM"]).text([roman(
+        "After a used-space rewrite of a device with mounted ext4/xfs (not with --no-trim, not after a refused, lost or signalled run), reseq discards the filesystems' free space with FITRIM in slices: ascending, each byte of a filesystem in exactly one slice, and only after the last freeze window is thawed. One FITRIM over a whole filesystem can stall a drive's reads for seconds. By default reseq times each slice and idles 4 times as long before the next (the device busy with TRIM at most 20 % of the time), sizing slices to about 100 ms each. --trim-rate SIZE paces by bytes discarded per second instead (slices of a quarter second's worth; after a stall, such as SIGSTOP, it does not catch up in a burst); --pause sleeps at least that long between slices (both given: the longer sleep). ext4 discards a free extent that begins in a slice up to its end (at most its block group, 128 MiB with 4 KiB blocks), so one slice can discard more than its length; the pace counts what was discarded (xfs reports the range it went through instead, which the pace then counts). SIGINT/SIGTERM stops between slices; the report says what was trimmed, and reseq exits 6. With --bench, a light probe (4 KiB O_DIRECT reads of data in use, one every 5 ms) measures read latency for 2 s before the trim and during it. reseq bench --trim-impact DIR measures the same on a scratch file it writes, deletes and trims on that filesystem, and removes in every case; it is refused (exit 3) where the device cannot discard.",
+    )]);
     r.control("SH", ["RESUMING"]).text([roman(
-        "A run that stops (a signal, a kill, a reboot, an error) leaves its journal, and every later run over the same device or the same files is refused (exit 3) until it is given --resume, which continues it, or --restart, which starts over. With --resume (or resume = true in a config file) a run continues with the options it was started with: an option left out takes the interrupted run's value, and an option given with another value is refused (exit 2), except the pacing options (--rate, --pause, --max-overruns, --read-ahead), which replace the run's with a warning. A resumed file-mode run skips the files the interrupted run finished, continues a large file where its journal says, and rewrites again the small files it was in the middle of (at most 16 MiB).",
+        "A run that stops (a signal, a kill, a reboot, an error) leaves its journal, and every later run over the same device or the same files is refused (exit 3) until it is given --resume, which continues it, or --restart, which starts over. With --resume (or resume = true in a config file) a run continues with the options it was started with: an option left out takes the interrupted run's value, and an option given with another value is refused (exit 2), except the pacing options (--rate, --pause, --max-overruns, --read-ahead, --trim-rate), which replace the run's with a warning. A resumed file-mode run skips the files the interrupted run finished, continues a large file where its journal says, and rewrites again the small files it was in the middle of (at most 16 MiB).",
     )]);
     r.control("SH", ["EXIT STATUS"]);
     for c in ExitCode::ALL {

@@ -19,7 +19,8 @@
 //! POINTs: `window-start` (after the freeze), `before-write` (before asking to write),
 //! `after-permit` (granted, before the write syscall), `after-write`, `after-verify`,
 //! `after-journal`, `window-end` (before the thaw), `after-thaw`, `files-recorded` (file
-//! mode: finished files written durably to the run's record).
+//! mode: finished files written durably to the run's record), `before-trim` (thawed,
+//! before the first FITRIM slice), `trim-slice` (before each FITRIM slice).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoOp {

@@ -44,6 +44,8 @@ pub mod status;
 pub mod sys;
 pub mod target;
 pub mod thaw;
+pub mod trim;
+pub mod trim_impact;
 pub mod units;
 pub mod usedspace;
 pub mod writers;

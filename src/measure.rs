@@ -42,6 +42,9 @@ fn measured(command: &str, target: &Path, body: impl FnOnce(&mut Report) -> Resu
 /// `reseq bench`.
 pub fn run_bench(args: &BenchArgs) -> (Report, Result<()>) {
     measured("bench", &args.read.target, |report| {
+        if args.trim_impact {
+            return crate::trim_impact::run(args, report);
+        }
         let settle = parse_duration(&args.settle).map_err(|e| Error::Usage(format!("--settle: {e}")))?;
         if args.passes == 0 {
             return Err(Error::Usage("--passes must be at least 1".into()));

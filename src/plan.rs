@@ -62,6 +62,8 @@ pub struct RewritePlan {
     pub used_space: Vec<(MountedFs, u64, u64)>,
     /// FITRIM the filesystems afterwards.
     pub trim: bool,
+    /// How the FITRIM slices are spaced (`--trim-rate`, `--pause`).
+    pub trim_pace: crate::trim::Pace,
     /// Devices through which the target's bytes can be written (itself, its partitions,
     /// its disk): nothing else may hold them for writing, checked before every window.
     pub writer_devices: Vec<(u32, u32)>,
@@ -121,12 +123,17 @@ pub fn check_freeze_length(max_freeze: Duration, force: bool) -> Result<Vec<Stri
 
 /// `--rate`, in bytes per second.
 pub fn parse_rate(args: &RewriteArgs) -> Result<Option<u64>> {
-    match &args.rate {
+    parse_rate_option("--rate", args.rate.as_deref())
+}
+
+/// A rate option (`100M` or `100M/s`), in bytes per second; positive.
+pub fn parse_rate_option(name: &str, value: Option<&str>) -> Result<Option<u64>> {
+    match value {
         None => Ok(None),
         Some(r) => match units::parse_size(r.trim_end_matches("/s")) {
-            Ok(0) => Err(Error::Usage("--rate must be positive".into())),
+            Ok(0) => Err(Error::Usage(format!("{name} must be positive"))),
             Ok(v) => Ok(Some(v)),
-            Err(e) => Err(Error::Usage(format!("--rate: {e}"))),
+            Err(e) => Err(Error::Usage(format!("{name}: {e}"))),
         },
     }
 }
@@ -203,6 +210,7 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
     }
     let pause = units::parse_duration(&args.pause).map_err(|e| Error::Usage(format!("--pause: {e}")))?;
     let rate = parse_rate(args)?;
+    let trim_pace = crate::trim::Pace::of(parse_rate_option("--trim-rate", args.trim_rate.as_deref())?, pause);
     if args.max_overruns == 0 {
         return Err(Error::Usage("--max-overruns must be at least 1".into()));
     }
@@ -347,6 +355,7 @@ pub fn plan_rewrite(args: &RewriteArgs, env: &Environment) -> Result<RewritePlan
     Ok(RewritePlan {
         used_space,
         trim: !args.no_trim,
+        trim_pace,
         device: dev,
         filesystems,
         engine,

@@ -88,6 +88,11 @@ impl Source {
         })
     }
 
+    /// The open O_DIRECT file (for the trim's latency probe).
+    pub fn into_file(self) -> File {
+        self.file
+    }
+
     /// Measures only `ranges` (ascending device ranges) of this source from now on.
     pub fn restrict(&mut self, ranges: &[(u64, u64)]) {
         let mut at = 0;

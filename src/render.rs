@@ -135,6 +135,9 @@ pub fn measurements_text(r: &Report) -> String {
             e.advice
         );
     }
+    if let Some(t) = &r.trim_impact {
+        s += &t.text();
+    }
     if let Some(b) = &r.bench_before {
         s += &bench_line("before", b);
     }
@@ -143,6 +146,9 @@ pub fn measurements_text(r: &Report) -> String {
     }
     if let Some(v) = &r.verdict {
         s += &format!("  verdict: {} (x{:.2}; {})\n", v.verdict.replace('_', " "), v.speedup, v.rule);
+    }
+    if let Some(t) = r.space.as_ref().and_then(|sp| sp.trim.as_ref()) {
+        s += &t.text();
     }
     if let Some(w) = &r.write_cost {
         s += &format!(
@@ -217,12 +223,45 @@ fn markdown(r: &Report) -> String {
     if let Some(w) = &r.write_cost {
         row("host bytes written", w.host_bytes_written.map(human_bytes).unwrap_or_else(|| "unknown".into()));
     }
+    if let Some(t) = r.space.as_ref().and_then(|sp| sp.trim.as_ref()) {
+        row("trim", trim_summary(t));
+    }
+    if let Some(t) = &r.trim_impact {
+        row("trim impact", format!("{} ({}): {}", t.mount_point, t.fs_type, trim_summary(&t.trim)));
+    }
     row("exit", format!("{} ({:?})", r.outcome.exit_code, r.outcome.status));
     if let Some(m) = &r.outcome.message {
         row("message", m.clone());
     }
     for w in &r.warnings {
         s += &format!("\n> warning: {w}\n");
+    }
+    s
+}
+
+/// One line about a sliced trim, for the Markdown and HTML tables.
+fn trim_summary(t: &crate::trim::TrimReport) -> String {
+    let mut s = format!(
+        "{} discarded in {} slice(s), {:.1} s ({}), slowest slice {:.3} s, pace {}",
+        human_bytes(t.bytes_trimmed),
+        t.slices,
+        t.seconds,
+        human_rate(t.bytes_per_second),
+        t.slowest_slice_seconds,
+        t.pace
+    );
+    if let Some(sig) = &t.stopped_by {
+        s += &format!(", stopped by {sig}");
+    }
+    if let Some(p) = &t.probe {
+        let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.2} ms", v * 1e3));
+        s += &format!(
+            "; read latency p50/p99 before {}/{}, during {}/{}",
+            ms(p.before.p50_seconds),
+            ms(p.before.p99_seconds),
+            ms(p.during.p50_seconds),
+            ms(p.during.p99_seconds)
+        );
     }
     s
 }
@@ -463,6 +502,12 @@ fn html(r: &Report) -> String {
             ),
         ));
     }
+    if let Some(t) = r.space.as_ref().and_then(|sp| sp.trim.as_ref()) {
+        rows.push(("trim", trim_summary(t)));
+    }
+    if let Some(t) = &r.trim_impact {
+        rows.push(("trim impact", format!("{} ({}): {}", t.mount_point, t.fs_type, trim_summary(&t.trim))));
+    }
     for (k, b) in [("measured", &r.bench), ("measured before", &r.bench_before), ("measured after", &r.bench_after)] {
         if let Some(b) = b {
             let cache = b.cache.as_ref().map(|c| format!("; cache check: {}", c.finding)).unwrap_or_default();
@@ -615,6 +660,25 @@ pub fn prometheus(r: &Report) -> String {
         "last_run_bench_unreliable",
         "1 when a cache below the device made the benchmark unreliable (rewrite --bench).",
         r.verdict.as_ref().map(|v| f64::from(u8::from(v.verdict == "unreliable"))),
+    );
+    let trim = r.space.as_ref().and_then(|sp| sp.trim.as_ref()).or(r.trim_impact.as_ref().map(|t| &t.trim));
+    metric("last_run_trimmed_bytes", "Bytes FITRIM discarded.", trim.map(|t| t.bytes_trimmed as f64));
+    metric("last_run_trim_seconds", "Wall time of the sliced FITRIM, pauses included.", trim.map(|t| t.seconds));
+    metric(
+        "last_run_trim_slowest_slice_seconds",
+        "Longest single FITRIM slice (how long a reader could stall).",
+        trim.map(|t| t.slowest_slice_seconds),
+    );
+    let probe = trim.and_then(|t| t.probe.as_ref());
+    metric(
+        "trim_read_latency_p99_before_seconds",
+        "Read latency p99 of the probe just before the trim.",
+        probe.and_then(|p| p.before.p99_seconds),
+    );
+    metric(
+        "trim_read_latency_p99_during_seconds",
+        "Read latency p99 of the probe during the trim.",
+        probe.and_then(|p| p.during.p99_seconds),
     );
     metric(
         "last_run_host_written_bytes",

@@ -58,6 +58,9 @@ pub struct Report {
     pub write_cost: Option<WriteCost>,
     /// `rewrite`: what was left out as free space, and what FITRIM discarded after.
     pub space: Option<SpaceReport>,
+    /// `bench --trim-impact`: what a trim cost readers on that filesystem.
+    #[serde(default)]
+    pub trim_impact: Option<crate::trim_impact::TrimImpact>,
     /// `rewrite --only-slow`: the regions chosen and left alone.
     pub selection: Option<Selection>,
     /// File mode: what was done to each file.
@@ -130,6 +133,9 @@ pub struct SpaceReport {
     pub bytes_skipped_as_free: u64,
     /// Bytes FITRIM reported discarded after the run (null: not run).
     pub bytes_trimmed: Option<u64>,
+    /// The FITRIM's slices, pace and cost (null: not run).
+    #[serde(default)]
+    pub trim: Option<crate::trim::TrimReport>,
 }
 
 /// What the rewrite cost the drive.
@@ -193,6 +199,7 @@ impl Report {
             verdict: None,
             write_cost: None,
             space: None,
+            trim_impact: None,
             selection: None,
             files: None,
             freeze_bound: None,
@@ -348,6 +355,9 @@ impl Report {
             }
             "rewrite" if !verified => "success: everything was rewritten (verification off)".into(),
             "rewrite" => self.outcome.status.describe().into(),
+            "bench" if self.trim_impact.is_some() => {
+                "success: measured; the scratch file written for it was trimmed and removed".into()
+            }
             _ => "success: measured; nothing was written".into(),
         }
     }

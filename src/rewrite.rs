@@ -14,7 +14,7 @@ use crate::bench::Selection;
 use crate::cli::RewriteArgs;
 use crate::engine::{self, Everything, Planner, Selected};
 use crate::error::{Error, Result};
-use crate::freeze::{GuardedFreeze, NoFreeze, WindowGuard, WritersChecked};
+use crate::freeze::{GuardedFreeze, NoFreeze, Thawed, WindowGuard, WritersChecked};
 use crate::journal::{self, Journal, RunRecord};
 use crate::measure;
 use crate::output::Progress;
@@ -24,6 +24,7 @@ use crate::report::{Report, SpaceReport, now_rfc3339};
 use crate::signals::StopFlag;
 use crate::sys::AlignedBuf;
 use crate::target::{BlockTarget, DirectDevice, OpenMode};
+use crate::trim::{self, Probe, TrimReport, TrimTarget};
 use crate::units::human_bytes;
 use crate::usedspace::{FsSpan, UsedSpace};
 
@@ -75,7 +76,7 @@ fn plan_and_execute(args: &RewriteArgs, env: &Environment, quiet: bool, report: 
                 return Ok(());
             }
         }
-        if args.bench { execute_with_bench(&plan, args, quiet, report) } else { execute(&plan, quiet, report) }
+        if args.bench { execute_with_bench(&plan, args, quiet, report) } else { execute(&plan, quiet, false, report) }
     })
 }
 
@@ -133,7 +134,11 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
                 fs.mount_point.display(),
                 fs.fs_type,
                 start + len,
-                if plan.trim { ", FITRIM afterwards" } else { "" }
+                if plan.trim {
+                    format!(", FITRIM afterwards in slices, pace {}", plan.trim_pace.describe())
+                } else {
+                    String::new()
+                }
             );
         }
     }
@@ -291,7 +296,7 @@ fn execute_with_bench(plan: &RewritePlan, args: &RewriteArgs, quiet: bool, repor
     report.bench_before = Some(b);
     report.scan_before = Some(s);
     let cost_before = measure::snapshot(name, parent);
-    let result = execute(plan, quiet, report);
+    let result = execute(plan, quiet, true, report);
     report.write_cost = Some(measure::write_cost(&cost_before, &measure::snapshot(name, parent)));
     result?;
     log::info!("benchmarking after the rewrite");
@@ -348,7 +353,49 @@ fn select_slow(plan: &RewritePlan, args: &RewriteArgs) -> Result<Selection> {
     Ok(Selection::from_scan(&scan, "scan in this run".into()))
 }
 
-fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
+/// FITRIM of the filesystems' free space, in paced slices; with `bench`, a light read
+/// probe of the data in use before and during it.
+fn trim_free_space(plan: &RewritePlan, spans: &[FsSpan], bench: bool, stop: &StopFlag, thawed: &Thawed) -> TrimReport {
+    let targets: Vec<TrimTarget> = spans
+        .iter()
+        .map(|s| TrimTarget { name: s.fs.mount_point.display().to_string(), fd: s.fd(), start: 0, end: s.len })
+        .collect();
+    crate::hooks::point("before-trim");
+    log::info!(
+        "trimming the free space of {} filesystem(s) in slices, pace {}",
+        targets.len(),
+        plan.trim_pace.describe()
+    );
+    let probe = if bench {
+        // The ranges in use now, after the rewrite: the data readers want.
+        match plan::in_use_ranges(&plan.device.path).and_then(|r| Probe::open(&plan.device.path, r.as_deref())) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                log::warn!("no read probe during the trim: {}", crate::error_chain(&e));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let t = match probe {
+        Some(p) => trim::run_probed(&targets, plan.trim_pace, stop, thawed, std::sync::Arc::new(p)),
+        None => trim::run(&targets, plan.trim_pace, stop, thawed),
+    };
+    log::info!(
+        "FITRIM discarded {} of free space in {} slice(s), {:.1} s (slowest slice {:.3} s)",
+        human_bytes(t.bytes_trimmed),
+        t.slices,
+        t.seconds,
+        t.slowest_slice_seconds
+    );
+    if let Some(p) = &t.probe {
+        log::info!("{}", p.text().trim());
+    }
+    t
+}
+
+fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) -> Result<()> {
     let state_dir = plan.journal_path.parent().unwrap_or(std::path::Path::new("."));
     let _lock =
         crate::state_dir::lock_device(state_dir, &plan.device.identity.name, &plan.device.path.display().to_string())?;
@@ -447,12 +494,13 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
         }
         None => base,
     };
-    let (mut stats, result) =
+    let (mut stats, mut result) =
         engine::run(&target, &plan.engine, planner, guard.as_mut(), &mut journal, &mut progress, &stop);
     if let Start::Resume { done, .. } = plan.start {
         stats.chunks_already_done = done;
     }
-    drop(guard); // thawed: FITRIM runs on live filesystems
+    // Thawed: FITRIM runs on live filesystems, never inside a window.
+    let thawed = Thawed::end_windows(guard);
     let covered = stats.next_offset_bytes - plan.engine.start_offset;
     let mut space = SpaceReport {
         mode: if plan.used_space.is_empty() { "everything" } else { "used_space" }.into(),
@@ -464,23 +512,28 @@ fn execute(plan: &RewritePlan, quiet: bool, report: &mut Report) -> Result<()> {
             covered.saturating_sub(stats.bytes_written).saturating_sub(left_alone)
         },
         bytes_trimmed: None,
+        trim: None,
     };
     // Only after a run that did something: a refused run (someone else's freeze, no
     // freeze support) must leave the device exactly as it was, free space included.
     // Never after a lost freeze: the filesystem may be frozen by someone else, and is
-    // not ours to touch until the admin has looked.
+    // not ours to touch until the admin has looked. Not after a stop signal either: the
+    // run that finishes the rewrite trims.
     let ran = (result.is_ok() || stats.bytes_written > 0) && !matches!(result, Err(Error::FreezeLost { .. }));
-    if plan.trim && ran && !used.spans.is_empty() {
-        let mut trimmed = 0;
-        for s in &used.spans {
-            match s.trim() {
-                Ok(n) => trimmed += n,
-                // Not fatal: the data is rewritten; say so and carry on.
-                Err(e) => log::warn!("{}", crate::error_chain(&e)),
-            }
+    if plan.trim && ran && !used.spans.is_empty() && stop.signal().is_none() {
+        let t = trim_free_space(plan, &used.spans, bench, &stop, &thawed);
+        space.bytes_trimmed = Some(t.bytes_trimmed);
+        if let (Some(sig), Ok(())) = (&t.stopped_by, &result) {
+            result = Err(Error::Stopped {
+                signal: sig.clone(),
+                what: format!(
+                    "the rewrite had finished and is verified; the FITRIM after it stopped between slices after {} slice(s), {} discarded. The rest of the free space is discarded by fstrim or the next run",
+                    t.slices,
+                    human_bytes(t.bytes_trimmed)
+                ),
+            });
         }
-        log::info!("FITRIM discarded {} of free space", human_bytes(trimmed));
-        space.bytes_trimmed = Some(trimmed);
+        space.trim = Some(t);
     }
     report.space = Some(space);
     progress.finish();

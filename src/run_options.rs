@@ -6,8 +6,8 @@
 //! takes the interrupted run's value; an option given with a value that differs from it
 //! is refused (exit 2), since a run half done one way and half another is neither.
 //! Options at their default count as left out. Pacing options (`--rate`, `--pause`,
-//! `--max-overruns`, `--read-ahead`) say how, not what: given, they replace the run's,
-//! with a warning.
+//! `--max-overruns`, `--read-ahead`, `--trim-rate`) say how, not what: given, they
+//! replace the run's, with a warning.
 
 use std::path::PathBuf;
 
@@ -28,6 +28,9 @@ pub struct RunOptions {
     pub no_verify: bool,
     pub include_free: bool,
     pub no_trim: bool,
+    /// `--trim-rate` (pacing; absent from runs recorded before it existed).
+    #[serde(default)]
+    pub trim_rate: Option<String>,
     pub only_slow: bool,
     pub from_scan: Option<PathBuf>,
     pub scan_regions: usize,
@@ -87,6 +90,7 @@ impl RunOptions {
             no_verify: args.no_verify,
             include_free: args.include_free,
             no_trim: args.no_trim,
+            trim_rate: args.trim_rate.clone(),
             only_slow: args.only_slow,
             from_scan: args.from_scan.clone(),
             scan_regions: args.scan_regions,
@@ -111,6 +115,7 @@ impl RunOptions {
         opt("--no-verify", self.no_verify.then(String::new));
         opt("--include-free", self.include_free.then(String::new));
         opt("--no-trim", self.no_trim.then(String::new));
+        opt("--trim-rate", self.trim_rate.clone());
         opt("--only-slow", self.only_slow.then(String::new));
         opt("--from-scan", self.from_scan.as_ref().map(|p| p.display().to_string()));
         opt("--scan-regions", (self.scan_regions != cli::DEFAULT_SCAN_REGIONS).then(|| self.scan_regions.to_string()));
@@ -171,6 +176,7 @@ impl RunOptions {
             }
         };
         out.rate = pace("--rate", Kind::Rate, args.rate.clone(), self.rate.clone());
+        out.trim_rate = pace("--trim-rate", Kind::Rate, args.trim_rate.clone(), self.trim_rate.clone());
         out.pause = pace(
             "--pause",
             Kind::Duration,
@@ -247,8 +253,15 @@ mod tests {
         let e = stored.apply(&args(&["--no-verify"]), "5s").unwrap_err().to_string();
         assert!(e.contains("--no-verify was not an option of the interrupted run"), "{e}");
         // Pacing may change: a busier host needs slower windows or more overruns.
-        let got = stored.apply(&args(&["--rate", "10M", "--max-overruns", "50"]), "5s").unwrap();
+        let got = stored.apply(&args(&["--rate", "10M", "--max-overruns", "50", "--trim-rate", "1G"]), "5s").unwrap();
         assert_eq!((got.rate.as_deref(), got.max_overruns), (Some("10M"), 50));
+        assert_eq!(got.trim_rate.as_deref(), Some("1G"), "--trim-rate is pacing: it may change");
+        let trimmed = RunOptions::of(&args(&["--trim-rate", "200M"]));
+        assert_eq!(trimmed.apply(&args(&["--resume"]), "5s").unwrap().trim_rate.as_deref(), Some("200M"), "kept");
+        assert!(trimmed.describe().ends_with("--trim-rate 200M"));
+        // A run recorded before --trim-rate existed reads back without it.
+        let old = r#"{"chunk_size":"4M","max_freeze":null,"rate":null,"pause":"0s","max_overruns":3,"read_ahead":2,"no_verify":false,"include_free":false,"no_trim":false,"only_slow":false,"from_scan":null,"scan_regions":64,"slow_threshold":0.7,"exclude":[]}"#;
+        assert_eq!(serde_json::from_str::<RunOptions>(old).unwrap().trim_rate, None);
         // The mode's default --max-freeze, given, is what a run without one had.
         let plain = RunOptions::of(&args(&[]));
         assert!(plain.apply(&args(&["--max-freeze", "1s"]), "1s").is_ok());

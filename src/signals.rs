@@ -21,11 +21,19 @@ impl StopFlag {
 
     /// Installs the handlers.
     pub fn install() -> std::io::Result<StopFlag> {
+        StopFlag::install_with(true)
+    }
+
+    /// Installs the handlers; without `second_exits`, a second signal only stops as the
+    /// first did (for work whose cleanup must run: a scratch file to remove).
+    pub fn install_with(second_exits: bool) -> std::io::Result<StopFlag> {
         let flag = StopFlag::new();
         for sig in [SIGINT, SIGTERM, SIGHUP] {
-            let seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&seen))?;
-            signal_hook::flag::register(sig, seen)?;
+            if second_exits {
+                let seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&seen))?;
+                signal_hook::flag::register(sig, seen)?;
+            }
             signal_hook::flag::register_usize(sig, Arc::clone(&flag.0), sig as usize)?;
         }
         Ok(flag)

@@ -430,9 +430,13 @@ pub struct FstrimRange {
 }
 nix::ioctl_readwrite!(ioctl_fitrim, b'X', 121, FstrimRange);
 
-/// FITRIM over the whole filesystem; returns the bytes the filesystem trimmed.
-pub fn fitrim(fd: BorrowedFd<'_>) -> nix::Result<u64> {
-    let mut r = FstrimRange { start: 0, len: u64::MAX, minlen: 0 };
+/// FITRIM over `[start, start + len)` of the filesystem (byte offsets on its device;
+/// the kernel rounds them to whole blocks and clamps the end to the filesystem's);
+/// returns the bytes the filesystem trimmed in that range. EINVAL when `start` lies past
+/// the filesystem's last block or `len` is under one block; EOPNOTSUPP when the device
+/// below has no discard.
+pub fn fitrim_range(fd: BorrowedFd<'_>, start: u64, len: u64) -> nix::Result<u64> {
+    let mut r = FstrimRange { start, len, minlen: 0 };
     // SAFETY: FITRIM reads and writes one struct fstrim_range (fs/ext4/ioctl.c,
     // fs/xfs/xfs_discard.c); `r` is a live local of that layout.
     unsafe { ioctl_fitrim(fd.as_raw_fd(), &mut r) }?;

@@ -5,7 +5,8 @@
 //! xfs filesystems, each window asks them (GETFSMAP, while frozen, so the answer holds
 //! for the whole window) which ranges are FREE, and leaves those out. Everything not
 //! reported FREE counts as in use: ext4 leaves some used ranges out of GETFSMAP entirely
-//! (its own metadata, for one). After the run, FITRIM discards free space again.
+//! (its own metadata, for one). After the run, FITRIM discards free space again, in
+//! paced slices (`trim.rs`).
 
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -33,10 +34,9 @@ impl FsSpan {
         Ok(FsSpan { fs, fd, start, len })
     }
 
-    /// Discards the filesystem's free space; returns the bytes it trimmed.
-    pub fn trim(&self) -> Result<u64> {
-        sys::fitrim(self.fd.as_fd())
-            .map_err(|e| Error::io(format!("FITRIM on {}", self.fs.mount_point.display()), e.into()))
+    /// The mount point, open: what FITRIM and GETFSMAP are asked through.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }
 

@@ -298,9 +298,9 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
             "--max-freeze must be >= 10ms; --chunk-size, --read-ahead, --max-overruns positive".into(),
         ));
     }
-    if args.from_scan.is_some() || args.include_free {
+    if args.from_scan.is_some() || args.include_free || args.trim_rate.is_some() {
         return Err(Error::Usage(
-            "file mode does not take --from-scan or --include-free (they are about a device's regions)".into(),
+            "file mode does not take --from-scan, --include-free or --trim-rate (they are about a device's regions and the FITRIM after a device run)".into(),
         ));
     }
     if !(args.slow_threshold > 0.0 && args.slow_threshold <= 1.0) {
