@@ -12,6 +12,7 @@
 pub mod experiment;
 pub mod ftl;
 pub mod pyrandom;
+pub mod serve;
 
 use std::io::{Read, Write};
 use std::path::Path;
