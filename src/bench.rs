@@ -67,6 +67,32 @@ pub struct BenchResult {
     /// How loaded the host was during the passes (null: no PSI, or a simulated SSD).
     #[serde(default)]
     pub host_pressure: Option<HostPressure>,
+    /// A drive emulated by `reseq sim serve` under the target: its replies during the
+    /// passes, and how many left later than their modelled completion (null: not one).
+    #[serde(default)]
+    pub emulated: Option<EmulatedDrive>,
+}
+
+/// The replies of an emulated drive (`reseq sim serve`) during a benchmark's passes.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct EmulatedDrive {
+    pub replies: u64,
+    /// Replies sent more than 1 ms after their modelled completion: the host did not keep
+    /// up with the drive's time scale.
+    pub late_replies: u64,
+    pub time_scale: f64,
+}
+
+/// The share of an emulated drive's replies that may be late before a verdict on it is
+/// unreliable.
+pub const LATE_SHARE: f64 = 0.05;
+
+/// The emulated drive under the first source of `target`, if any.
+fn served_stats(target: &Target) -> Option<crate::sim::serve::ServedStats> {
+    match target {
+        Target::Real(s) => crate::sim::serve::served_stats_of(&s.first()?.path),
+        Target::Sim { .. } => None,
+    }
 }
 
 /// The share of the passes' wall time in which some task waited for a CPU, or for I/O
@@ -107,6 +133,7 @@ pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Du
         log::warn!("results unreliable: {}", c.finding);
     }
     let psi_start = (psi_total("cpu"), psi_total("io"), std::time::Instant::now());
+    let served_start = served_stats(target);
     let mut out = Vec::new();
     for i in 0..passes.max(1) {
         if i > 0 {
@@ -146,6 +173,11 @@ pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Du
         passes: out,
         cache,
         host_pressure,
+        emulated: served_start.zip(served_stats(target)).map(|(a, b)| EmulatedDrive {
+            replies: b.replies.saturating_sub(a.replies),
+            late_replies: b.late_replies.saturating_sub(a.late_replies),
+            time_scale: b.time_scale,
+        }),
     })
 }
 
@@ -433,6 +465,19 @@ pub fn verdict_of(before: &BenchResult, after: &BenchResult) -> Verdict {
     let v = verdict(&rates(before), &rates(after));
     if let Some(c) = [before, after].iter().filter_map(|b| b.cache.as_ref()).find(|c| c.cache_suspected) {
         return Verdict { verdict: "unreliable".into(), rule: c.finding.clone(), ..v };
+    }
+    // An emulated drive's reads take the time its model says, on its own clock; a
+    // busier host can change that only by answering late, which the drive counts. So
+    // late replies decide there, not the host's pressure.
+    if let (Some(a), Some(b)) = (&before.emulated, &after.emulated) {
+        if let Some(e) = [a, b].into_iter().find(|e| e.late_replies as f64 > LATE_SHARE * e.replies as f64) {
+            let rule = format!(
+                "the emulated drive (reseq sim serve) answered {} of {} requests late: this host did not keep up with its time scale {} (use a larger --time-scale), so the device's speed cannot be compared (medians x{:.2})",
+                e.late_replies, e.replies, e.time_scale, v.speedup
+            );
+            return Verdict { verdict: "unreliable".into(), rule, ..v };
+        }
+        return v;
     }
     if let (Some(a), Some(b)) = (&before.host_pressure, &after.host_pressure)
         && ((a.cpu_some - b.cpu_some).abs() > PRESSURE_CHANGE || (a.io_some - b.io_some).abs() > PRESSURE_CHANGE)

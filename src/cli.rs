@@ -484,6 +484,10 @@ pub struct DemoArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// The plain demo: a loop device over an image file, which has no FTL (nothing to
+    /// speed up), instead of an emulated SSD served through FUSE.
+    #[arg(long)]
+    pub no_fuse: bool,
 }
 
 impl SimulateArgs {
