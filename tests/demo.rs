@@ -64,6 +64,7 @@ fn demo_without_root_runs_the_simulation() {
     if !require(&["setpriv"]) {
         return;
     }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let out = output(std::process::Command::new("setpriv").args([
         "--reuid=65534",
         "--regid=65534",

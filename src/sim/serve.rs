@@ -98,6 +98,8 @@ struct Counters {
     fsyncs: AtomicU64,
     max_in_flight: AtomicU64,
     late_replies: AtomicU64,
+    /// Sum of how late the replies were, µs (a reply sent within 100 µs counts as on time).
+    late_us: AtomicU64,
     replies: AtomicU64,
     max_read_request: AtomicU64,
     max_write_request: AtomicU64,
@@ -106,6 +108,8 @@ struct Counters {
 /// A reply sent this much after its modelled completion is late: the host did not keep
 /// up with the time scale.
 const LATE: Duration = Duration::from_millis(1);
+/// Timer wake-up jitter below this is not counted in [`ServedStats::late_seconds`].
+const ON_TIME: Duration = Duration::from_micros(100);
 
 /// What `MOUNTDIR/stats` holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
@@ -114,6 +118,9 @@ pub struct ServedStats {
     pub reseq_sim_serve: bool,
     pub replies: u64,
     pub late_replies: u64,
+    /// Sum of the delays of the replies sent late, seconds: what the host added to the
+    /// model's time.
+    pub late_seconds: f64,
     pub time_scale: f64,
 }
 
@@ -169,8 +176,12 @@ fn timer_thread(rx: crossbeam_channel::Receiver<Pending>, counters: Arc<Counters
         let now = Instant::now();
         while heap.peek().is_some_and(|p| p.at <= now) {
             let p = heap.pop().expect("peeked");
-            if now.duration_since(p.at) > LATE {
+            let late = now.duration_since(p.at);
+            if late > LATE {
                 counters.late_replies.fetch_add(1, Ordering::Relaxed);
+            }
+            if late > ON_TIME {
+                counters.late_us.fetch_add(late.as_micros() as u64, Ordering::Relaxed);
             }
             counters.replies.fetch_add(1, Ordering::Relaxed);
             (p.send)();
@@ -304,16 +315,17 @@ impl Drive {
         self.start.elapsed().as_secs_f64() * 1e6 / self.scale
     }
 
-    /// The virtual time a request that arrives now is given, µs: now, less the time it
-    /// spent on the way through the kernel and this process after the last reply, up to
-    /// [`PATH_ALLOWANCE`], but not before that reply plus the model's host gap. A real
+    /// The virtual time a request that arrives now is given, µs: the last reply plus the
+    /// model's host gap if it comes within [`PATH_ALLOWANCE`] of it (the time it spent on
+    /// the way through the kernel and this process is forgiven), else now. A real
     /// host's path costs no such time; with the FUSE round trip counted, a sequential read
     /// at QD1 would run slower than the model by its overhead per command (measured here:
     /// about 0.35 ms, +16 % at the default scale).
     fn arrival_us(&self) -> f64 {
         let now = self.now_us();
         let floor = f64::from_bits(self.last_reply.load(Ordering::Relaxed)) + self.host_gap_us;
-        (now - PATH_ALLOWANCE.as_secs_f64() * 1e6 / self.scale).max(floor).min(now)
+        // After a longer pause the host was idle: that time is real, nothing is forgiven.
+        if now - floor <= PATH_ALLOWANCE.as_secs_f64() * 1e6 / self.scale { floor.min(now) } else { now }
     }
 
     fn wall(&self, t_us: f64) -> Instant {
@@ -340,6 +352,7 @@ impl Drive {
             reseq_sim_serve: true,
             replies: c.replies.load(Ordering::Relaxed),
             late_replies: c.late_replies.load(Ordering::Relaxed),
+            late_seconds: c.late_us.load(Ordering::Relaxed) as f64 / 1e6,
             time_scale: self.scale,
         };
         let mut v = serde_json::to_vec(&s).unwrap_or_default();
