@@ -67,6 +67,37 @@ pub struct BenchResult {
     /// How loaded the host was during the passes (null: no PSI, or a simulated SSD).
     #[serde(default)]
     pub host_pressure: Option<HostPressure>,
+    /// A drive emulated by `reseq sim serve` under the target: its replies during the
+    /// passes, and how many left later than their modelled completion (null: not one).
+    #[serde(default)]
+    pub emulated: Option<EmulatedDrive>,
+}
+
+/// The replies of an emulated drive (`reseq sim serve`) during a benchmark's passes.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct EmulatedDrive {
+    pub replies: u64,
+    /// Replies sent more than 1 ms after their modelled completion: the host did not keep
+    /// up with the drive's time scale.
+    pub late_replies: u64,
+    /// The sum of the replies' delays past their modelled completion, as a share of the
+    /// passes' time: how much the host, not the model, could have slowed the passes.
+    pub late_share: f64,
+    pub time_scale: f64,
+}
+
+/// The share of the passes' time the replies of an emulated drive may be late by, in
+/// sum, before a verdict on it is unreliable. Lateness slows a benchmark by at most this
+/// share; faking the x[`MIN_EFFECT`] a verdict needs would take a third. Measured on the
+/// shared 2-core VM at load average 4: 0.03 to 0.07.
+pub const LATE_SHARE: f64 = 0.20;
+
+/// The emulated drive under the first source of `target`, if any.
+fn served_stats(target: &Target) -> Option<crate::sim::serve::ServedStats> {
+    match target {
+        Target::Real(s) => crate::sim::serve::served_stats_of(&s.first()?.path),
+        Target::Sim { .. } => None,
+    }
 }
 
 /// The share of the passes' wall time in which some task waited for a CPU, or for I/O
@@ -105,6 +136,7 @@ pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Du
     let (block, qd) = (params.block_size_bytes, params.queue_depth);
     let mut cache = crate::readbench::cache_check(target, block, qd)?;
     let psi_start = (psi_total("cpu"), psi_total("io"), std::time::Instant::now());
+    let served_start = served_stats(target);
     let mut out = Vec::new();
     for i in 0..passes.max(1) {
         if i > 0 {
@@ -137,6 +169,7 @@ pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Du
         }
     }
     let rates: Vec<f64> = out.iter().map(|p| p.bytes_per_second).collect();
+    let pass_seconds: f64 = out.iter().map(|p| p.seconds).sum();
     let wall_us = psi_start.2.elapsed().as_micros().max(1) as f64;
     let share = |a: Option<u64>, b: Option<u64>| Some((b?.saturating_sub(a?) as f64 / wall_us).min(1.0));
     let host_pressure = match (share(psi_start.0, psi_total("cpu")), share(psi_start.1, psi_total("io"))) {
@@ -154,6 +187,12 @@ pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Du
         passes: out,
         cache,
         host_pressure,
+        emulated: served_start.zip(served_stats(target)).map(|(a, b)| EmulatedDrive {
+            replies: b.replies.saturating_sub(a.replies),
+            late_replies: b.late_replies.saturating_sub(a.late_replies),
+            late_share: (b.late_seconds - a.late_seconds).max(0.0) / pass_seconds.max(f64::MIN_POSITIVE),
+            time_scale: b.time_scale,
+        }),
     })
 }
 
@@ -488,6 +527,23 @@ pub fn verdict_of(before: &BenchResult, after: &BenchResult) -> Verdict {
     let v = verdict(&rates(before), &rates(after));
     if let Some(c) = [before, after].iter().filter_map(|b| b.cache.as_ref()).find(|c| c.cache_suspected) {
         return Verdict { verdict: "unreliable".into(), rule: c.finding.clone(), ..v };
+    }
+    // An emulated drive's reads take the time its model says, on its own clock; a
+    // busier host can change that only by answering late, which the drive counts. So
+    // late replies decide there, not the host's pressure.
+    if let (Some(a), Some(b)) = (&before.emulated, &after.emulated) {
+        if let Some(e) = [a, b].into_iter().find(|e| e.late_share > LATE_SHARE) {
+            let rule = format!(
+                "the emulated drive (reseq sim serve) answered {} of {} requests late, by {:.0} % of the passes' time in sum: this host did not keep up with its time scale {} (use a larger --time-scale), so the device's speed cannot be compared (medians x{:.2})",
+                e.late_replies,
+                e.replies,
+                e.late_share * 100.0,
+                e.time_scale,
+                v.speedup
+            );
+            return Verdict { verdict: "unreliable".into(), rule, ..v };
+        }
+        return v;
     }
     if let (Some(a), Some(b)) = (&before.host_pressure, &after.host_pressure)
         && ((a.cpu_some - b.cpu_some).abs() > PRESSURE_CHANGE || (a.io_some - b.io_some).abs() > PRESSURE_CHANGE)

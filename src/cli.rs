@@ -265,6 +265,18 @@ pub enum SimCommand {
     },
     /// Parameters and counters of a simulated SSD.
     Info { state: PathBuf },
+    /// Serve the simulated SSD as the file MOUNTDIR/disk through FUSE (put a loop device
+    /// on it), in the foreground until SIGINT/SIGTERM or `umount MOUNTDIR`; saves the
+    /// drive's state on exit. The data lives in STATE.data (sparse, created if missing).
+    Serve {
+        state: PathBuf,
+        /// An empty directory to mount on.
+        mount_dir: PathBuf,
+        /// Wall-clock µs per µs of model time: every request is answered when its
+        /// modelled completion, times this, has come.
+        #[arg(long, default_value_t = crate::sim::serve::DEFAULT_TIME_SCALE, value_name = "X")]
+        time_scale: f64,
+    },
 }
 
 #[derive(Debug, Args, Clone)]
@@ -491,6 +503,10 @@ pub struct DemoArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// The plain demo: a loop device over an image file, which has no FTL (nothing to
+    /// speed up), instead of an emulated SSD served through FUSE.
+    #[arg(long)]
+    pub no_fuse: bool,
 }
 
 impl SimulateArgs {

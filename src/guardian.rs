@@ -520,7 +520,8 @@ impl GuardianState {
     /// Checks that our freezes still hold. There is no status to ask, but FIFREEZE on a
     /// frozen filesystem gives EBUSY. If it succeeds, someone thawed ours: we now hold a
     /// fresh freeze, ours to thaw. If it gives EBUSY but the sentinel changed, someone
-    /// thawed ours and froze again: that freeze is theirs, and stays.
+    /// thawed ours and froze again: that freeze is theirs, and stays (a sentinel that
+    /// cannot be read proves nothing: the freeze stays ours).
     fn check_freezes(&mut self) {
         for i in 0..self.fs.len() {
             if !self.fs[i].ours {
@@ -528,8 +529,12 @@ impl GuardianState {
             }
             match sys::fifreeze(self.fs[i].w.mount.as_fd()) {
                 Err(Errno::EBUSY) => {
+                    // A sentinel that cannot be read now (the device failing: EIO, a FUSE
+                    // server gone) says nothing about who froze: the freeze stays ours
+                    // and is thawed. Taking it for a foreign one left a filesystem
+                    // frozen when an emulated drive's server was killed mid-run.
                     let now = GuardianState::read_sentinel(&self.fs[i]);
-                    if self.fs[i].snapshot.is_some() && now != self.fs[i].snapshot {
+                    if self.fs[i].snapshot.is_some() && now.is_some() && now != self.fs[i].snapshot {
                         self.fs[i].ours = false;
                         self.lost.get_or_insert((i, true));
                     }

@@ -56,7 +56,9 @@ pub fn init_logging(verbose: u8, quiet: bool) {
         (false, 1) => "debug",
         _ => "trace",
     };
-    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
+    // fuser (`sim serve`) logs every request it does not implement and its mount steps.
+    let filter = if verbose >= 2 { level.to_string() } else { format!("{level},fuser=error") };
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(filter))
         .target(env_logger::Target::Pipe(Box::new(HeldStderr)))
         .format_timestamp_millis()
         .try_init();

@@ -57,6 +57,18 @@ fn bench_line(label: &str, b: &BenchResult) -> String {
         .as_ref()
         .map(|c| format!("    cache check: {}{}\n", if c.cache_suspected { "UNRELIABLE, " } else { "" }, c.finding))
         .unwrap_or_default()
+        + &b.emulated
+            .as_ref()
+            .map(|e| {
+                format!(
+                    "    emulated drive (reseq sim serve, time x{}): {} of {} replies late, by {:.1} % of the passes' time\n",
+                    e.time_scale,
+                    e.late_replies,
+                    e.replies,
+                    e.late_share * 100.0
+                )
+            })
+            .unwrap_or_default()
 }
 
 fn scan_text(label: &str, sc: &ScanResult) -> String {

@@ -299,6 +299,10 @@ pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
             save(&st, state)?;
             serde_json::json!({"rewrite": stats, "virtual_seconds": (st.writer.t - t0) / 1e6, "selection": selection})
         }
+        SimCommand::Serve { state, mount_dir, time_scale } => {
+            serde_json::to_value(crate::sim::serve::serve(state, mount_dir, *time_scale, quiet)?)
+                .map_err(|e| Error::Internal(format!("serve summary: {e}")))?
+        }
         SimCommand::Info { state } => {
             let st = load(state)?;
             let mapped = (0..st.ftl.n_lpn).filter(|&l| st.ftl.is_mapped(l)).count() as u64;

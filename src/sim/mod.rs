@@ -12,6 +12,7 @@
 pub mod experiment;
 pub mod ftl;
 pub mod pyrandom;
+pub mod serve;
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -126,7 +127,7 @@ fn read_words(r: &mut impl Read, n: u64, hasher: &mut blake3::Hasher) -> std::io
 
 impl SimState {
     /// Saves to `path` atomically (a uniquely named temporary file in the same directory,
-    /// then rename), streaming the tables.
+    /// fsync, rename, fsync of the directory), streaming the tables.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         let (l2p, p2l) = self.ftl.tables();
         let mut hasher = blake3::Hasher::new();
@@ -161,6 +162,8 @@ impl SimState {
         }
         tmp.as_file().sync_all()?;
         tmp.persist(path).map_err(|e| e.error)?;
+        // The rename is durable once the directory is.
+        std::fs::File::open(dir)?.sync_all()?;
         Ok(())
     }
 

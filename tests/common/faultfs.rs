@@ -28,7 +28,7 @@ use fuser::{
     ReplyWrite, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 
-use crate::common::{LoopDevice, TestEnv, XorShift, in_ci, run_cmd};
+use crate::common::{LoopDevice, TestEnv, XorShift, run_cmd};
 
 /// What happens to a request that overlaps a fault's range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -461,20 +461,6 @@ impl Drop for FaultFs {
             std::mem::forget(session);
         }
     }
-}
-
-/// Checks that FUSE is there (`/dev/fuse`), as `require` does for the other requirements:
-/// false (skip) outside CI, a panic in CI.
-pub fn require_fuse() -> bool {
-    if Path::new("/dev/fuse").exists() {
-        return true;
-    }
-    let msg = "missing test requirements: /dev/fuse (modprobe fuse)";
-    if in_ci() {
-        panic!("{msg}");
-    }
-    eprintln!("SKIP: {msg}");
-    false
 }
 
 /// A loop device over a fault-injecting filesystem's file. The fields drop in order: the

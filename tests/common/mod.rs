@@ -48,6 +48,20 @@ pub fn require(tools: &[&str]) -> bool {
     false
 }
 
+/// Checks that FUSE is there (`/dev/fuse`), as `require` does for the other requirements:
+/// false (skip) outside CI, a panic in CI.
+pub fn require_fuse() -> bool {
+    if Path::new("/dev/fuse").exists() {
+        return true;
+    }
+    let msg = "missing test requirements: /dev/fuse (modprobe fuse)";
+    if in_ci() {
+        panic!("{msg}");
+    }
+    eprintln!("SKIP: {msg}");
+    false
+}
+
 /// A scratch directory with helpers; everything in it is removed on drop, after the
 /// guards made inside it (drop them first, or hold them in this order).
 pub struct TestEnv {
