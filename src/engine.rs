@@ -404,6 +404,9 @@ impl Engine<'_> {
         if let Err(e) = guard.begin() {
             output::release();
             self.journal.set_hold(false)?;
+            if let (Error::Interrupted { .. }, Some(sig)) = (&e, self.stop.signal()) {
+                return Err(self.interrupted(sig));
+            }
             return Err(e);
         }
         hooks::point("window-start");

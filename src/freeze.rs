@@ -521,6 +521,10 @@ impl<G: WindowGuard> WindowGuard for Batched<G> {
         }
         if let Some(t) = self.last_thaw {
             self.stop.sleep(self.pause.saturating_sub(t.elapsed()));
+            // A stop during the pause: no freeze after it (the engine fills in the figures).
+            if let Some(sig) = self.stop.signal() {
+                return Err(crate::error::Error::Interrupted { signal: sig.into(), done_bytes: 0, total_bytes: 0 });
+            }
         }
         // The guardian's deadline starts before its FIFREEZE; so does the time left.
         let start = Instant::now();

@@ -463,10 +463,16 @@ impl Journal {
     pub fn finished(&mut self) -> Result<()> {
         self.append(&Record::Finished, true)?;
         if self.file.is_some() && !self.is_held() {
-            let ctx = |e| Error::io(format!("compacting journal {}", self.path.display()), e);
-            compact(&self.path).map_err(ctx)?;
-            // The handle is on the old file, which the rename replaced.
-            self.file = Some(OpenOptions::new().append(true).open(&self.path).map_err(ctx)?);
+            // Housekeeping after a finished run: its failure (a full state directory)
+            // must not fail the run, whose end is already durable.
+            if let Err(e) = compact(&self.path) {
+                log::warn!("the run finished, but its journal {} was not compacted: {e}", self.path.display());
+            }
+            // The handle may be on the old file, which the rename replaced.
+            match OpenOptions::new().append(true).open(&self.path) {
+                Ok(f) => self.file = Some(f),
+                Err(e) => log::warn!("reopening journal {}: {e}", self.path.display()),
+            }
         }
         Ok(())
     }
@@ -480,7 +486,8 @@ impl Journal {
 pub fn compact(path: &Path) -> std::io::Result<()> {
     let text = std::fs::read_to_string(path)?;
     let r = replay(&text);
-    if !r.finished || r.damage.is_some() {
+    // File mode drops a finished file's journal at once: nothing to keep.
+    if !r.finished || r.damage.is_some() || r.run.as_ref().is_some_and(|run| run.file.is_some()) {
         return Ok(());
     }
     let kept: String =

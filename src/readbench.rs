@@ -529,7 +529,10 @@ pub const PASS_OVER_SAMPLE: u64 = 8;
 pub fn recheck_after_pass(c: &mut CacheCheck, target: &Target, block: u64, qd: usize, pass: (u64, u64)) -> Result<()> {
     let cold = c.first_read_bytes_per_second.max(c.other_first_read_bytes_per_second);
     let seen = c.second_read_bytes_per_second > RE_READ_RATIO * cold;
-    if !c.cache_suspected || !seen || pass.0 > 0 || pass.1 < PASS_OVER_SAMPLE * c.sample_bytes {
+    // A loop device reading its backing file through the page cache is a fact from
+    // sysfs, not a measurement: one slow re-read must not overrule it.
+    let page_cache = c.loop_direct_io == Some(false);
+    if !c.cache_suspected || !seen || page_cache || pass.0 > 0 || pass.1 < PASS_OVER_SAMPLE * c.sample_bytes {
         return Ok(());
     }
     let again = read_span(target, block.min(c.sample_bytes), qd, 0, c.sample_bytes)?.rate();

@@ -303,11 +303,19 @@ fn execute_with_bench(plan: &RewritePlan, args: &RewriteArgs, quiet: bool, repor
     // The same bytes as before: the ranges in use then (what the rewrite rewrote).
     let (b, s, _) = measure::measure_device(&plan.device.path, &args.bench_opts, in_use.as_deref())?;
     let mut verdict = report.bench_before.as_ref().map(|before| bench::verdict_of(before, &b));
-    // What the filesystems freed meanwhile was trimmed and reads fast: the same ranges
-    // are then not the same data.
-    if let (Some(then), Ok(Some(now))) = (&in_use, crate::plan::in_use_ranges(&plan.device.path)) {
-        let measured = b.params.length_bytes;
-        verdict = verdict.map(|v| bench::with_freed(v, bench::bytes_freed(then, &now, measured), measured));
+    // What the filesystems freed meanwhile, the run's FITRIM discarded, and it reads
+    // fast: the same ranges are then not the same data. (Without a trim, freed blocks
+    // keep their data and their speed.)
+    let trimmed = report.space.as_ref().and_then(|s| s.bytes_trimmed).is_some_and(|t| t > 0);
+    if let (Some(then), true) = (&in_use, trimmed) {
+        match crate::plan::in_use_ranges(&plan.device.path) {
+            Ok(Some(now)) => {
+                let measured = b.params.length_bytes;
+                verdict = verdict.map(|v| bench::with_freed(v, bench::bytes_freed(then, &now, measured), measured));
+            }
+            Ok(None) => log::warn!("the filesystems are gone: bytes freed during the run not checked"),
+            Err(e) => log::warn!("bytes freed during the run not checked: {e}"),
+        }
     }
     report.verdict = verdict;
     report.bench_after = Some(b);

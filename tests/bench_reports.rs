@@ -319,6 +319,11 @@ fn a_cache_smaller_than_a_pass_is_ruled_out_by_eviction() {
     }
     let env = TestEnv::new();
     let d = fault_loop_device(&env, "cached", 256 * MIB, 5, None);
+    // Direct I/O from the loop device to the FUSE file (served FOPEN_DIRECT_IO): no page
+    // cache anywhere, only the emulated one (a loop without it is a page cache by rule).
+    run_cmd(Command::new("losetup").args(["--direct-io=on"]).arg(&d.lo.path)).unwrap();
+    let name = d.lo.path.file_name().unwrap().to_string_lossy().to_string();
+    assert_eq!(std::fs::read_to_string(format!("/sys/block/{name}/loop/dio")).unwrap().trim(), "1");
     let bench = || {
         let out = output(env.reseq().args(["bench", "--json", "--passes", "1"]).arg(&d.lo.path));
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -833,17 +833,17 @@ fn pause_holds_between_windows_and_a_stop_cuts_it_short() {
     let env = TestEnv::new();
     let (_lo, mnt) = env.mounted("pause", 128 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 4, 2 << 20, 21);
-    let rewrite = |pause: &str| {
+    let rewrite = |pause: &str, dir: &std::path::Path| {
         let mut c = env.reseq();
         c.args(["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "200ms", "--max-overruns", "1000"])
             .args(["--pause", pause])
-            .arg(&mnt.dir)
+            .arg(dir)
             // Slow chunks: two or three to a window, so the run takes several windows.
             .env("RESEQ_FAULTS", "delay@after-write#*=50");
         c
     };
     let t = std::time::Instant::now();
-    let out = output(&mut rewrite("400ms"));
+    let out = output(&mut rewrite("400ms", &mnt.dir));
     let took = t.elapsed();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let windows = json_report(&out)["results"]["windows"].as_u64().unwrap();
@@ -852,8 +852,13 @@ fn pause_holds_between_windows_and_a_stop_cuts_it_short() {
     assert!(took >= paused, "{windows} windows with --pause 400ms took only {took:?}");
     assert_files_intact(&files);
 
-    // A stop while pausing for 10 s: seen within the pause, not after it.
-    let child = spawn_captured(&mut rewrite("10s"));
+    // A stop while pausing 10 s between files: seen within the pause, not after it, and
+    // no freeze after it. With the state directory on the frozen filesystem each file
+    // gets a window of its own, so the pause is the one between files.
+    let one = mnt.dir.join("one");
+    std::fs::create_dir(&one).unwrap();
+    let small = fill_files(&one, 4, 1 << 20, 22);
+    let child = spawn_captured(rewrite("10s", &one).arg("--state-dir").arg(mnt.dir.join("state")));
     let pid = child.id() as i32;
     let _kill = Defer(move || sigkill(pid));
     assert!(wait_frozen_record(&env.run_dir(), std::time::Duration::from_secs(20)), "no window began");
@@ -865,7 +870,9 @@ fn pause_holds_between_windows_and_a_stop_cuts_it_short() {
     assert!(asked.elapsed() < std::time::Duration::from_secs(3), "the stop waited {:?}", asked.elapsed());
     assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
     let r = json_report(&out);
+    assert_eq!(r["results"]["windows"], 1, "a freeze after the stop: {}", r["results"]);
     assert!(r["results"]["bytes_written"].as_u64().unwrap() > 0, "stopped before the first window: {}", r["results"]);
     assert!(!is_frozen(&mnt.dir));
     assert_files_intact(&files);
+    assert_files_intact(&small);
 }
