@@ -3,16 +3,16 @@
 use clap::Parser;
 
 use reseq::cli::{Cli, Command, OutputArgs, SimulateArgs};
-use reseq::exit_codes::ExitCode;
-use reseq::render::{Format, render, write_atomically};
 use reseq::report::Report;
+use reseq::report::render::{Format, render, write_atomically};
+use reseq::support::exit_codes::ExitCode;
 
 fn main() -> std::process::ExitCode {
     let mut cli = Cli::parse();
-    reseq::output::init_logging(cli.verbose, cli.quiet);
+    reseq::support::output::init_logging(cli.verbose, cli.quiet);
     // A job file is a rewrite written down: load it and run it as one.
     if let Command::Run { config, dry_run } = &cli.command {
-        match reseq::config::load(config) {
+        match reseq::cli::config::load(config) {
             Ok(mut args) => {
                 args.dry_run |= *dry_run;
                 cli.command = Command::Rewrite(args);
@@ -23,11 +23,11 @@ fn main() -> std::process::ExitCode {
     let (report, output, result) = match &cli.command {
         Command::Rewrite(args) if args.device().to_string_lossy().starts_with("sim:") => {
             // A simulated SSD: the same engine, through `reseq sim rewrite`.
-            let (report, result) = reseq::simulate::rewrite_report(args, cli.quiet);
+            let (report, result) = reseq::commands::simulate::rewrite_report(args, cli.quiet);
             (Some(report), args.output.clone(), result)
         }
         Command::Rewrite(args) if args.targets.len() > 1 || !reseq::rewrite::is_block_device(args.device()) => {
-            let (report, result) = reseq::filemode::run(args, cli.quiet);
+            let (report, result) = reseq::rewrite::files::run(args, cli.quiet);
             (Some(report), args.output.clone(), result)
         }
         Command::Rewrite(args) => {
@@ -35,21 +35,21 @@ fn main() -> std::process::ExitCode {
             (Some(report), args.output.clone(), result)
         }
         Command::Bench(args) => {
-            let (report, result) = reseq::measure::run_bench(args);
+            let (report, result) = reseq::commands::measure::run_bench(args);
             (Some(report), args.output.clone(), result)
         }
         Command::Estimate(args) => {
-            let (report, result) = reseq::measure::run_estimate(args);
+            let (report, result) = reseq::commands::measure::run_estimate(args);
             (Some(report), args.output.clone(), result)
         }
         Command::Scan(args) => {
-            let (report, result) = reseq::measure::run_scan(args);
+            let (report, result) = reseq::commands::measure::run_scan(args);
             (Some(report), args.output.clone(), result)
         }
         Command::Report(args) => return finish(rerender(&args.report, args.format)),
         Command::Thaw { json } => return finish(thaw(*json)),
         Command::Status { state_dir, json } => {
-            return finish(reseq::status::run(state_dir).map(|s| {
+            return finish(reseq::commands::status::run(state_dir).map(|s| {
                 if *json {
                     println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
                 } else {
@@ -58,7 +58,7 @@ fn main() -> std::process::ExitCode {
             }));
         }
         Command::Restore(args) => {
-            return finish(reseq::restore::run(args).map(|s| {
+            return finish(reseq::commands::restore::run(args).map(|s| {
                 if args.json {
                     println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
                 } else {
@@ -66,29 +66,32 @@ fn main() -> std::process::ExitCode {
                 }
             }));
         }
-        Command::Generate { dir } => return finish(reseq::generate::generate(dir)),
+        Command::Generate { dir } => return finish(reseq::cli::generate::generate(dir)),
         Command::Run { .. } => unreachable!("replaced by the job's rewrite above"),
         Command::Demo(args) if !nix::unistd::geteuid().is_root() => {
             eprintln!("reseq demo: not root, so no loop device; running the simulated SSD instead (reseq simulate)");
-            return print_simulation(reseq::simulate::simulate(&SimulateArgs::defaults(), cli.quiet), args.json);
+            return print_simulation(
+                reseq::commands::simulate::simulate(&SimulateArgs::defaults(), cli.quiet),
+                args.json,
+            );
         }
         Command::Demo(args) => {
-            let (report, result) = reseq::demo::run(args, cli.quiet);
+            let (report, result) = reseq::commands::demo::run(args, cli.quiet);
             (report, OutputArgs { json: args.json, ..Default::default() }, result)
         }
         Command::Simulate(args) => {
-            return print_simulation(reseq::simulate::simulate(args, cli.quiet), args.json);
+            return print_simulation(reseq::commands::simulate::simulate(args, cli.quiet), args.json);
         }
         Command::Sim { command } => {
             return finish(
-                reseq::simulate::sim_command(command, cli.quiet)
+                reseq::commands::simulate::sim_command(command, cli.quiet)
                     .map(|v| println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default())),
             );
         }
     };
     if let Some(r) = &report {
         if result.is_err() && r.freeze_bound.is_some() && !r.dry_run {
-            eprintln!("reseq: {}", reseq::thaw::after_abnormal_stop());
+            eprintln!("reseq: {}", reseq::host::thaw::after_abnormal_stop());
         }
         let format = output.format();
         if format != Format::Text || !cli.quiet || result.is_err() {
@@ -103,27 +106,30 @@ fn main() -> std::process::ExitCode {
     finish(result)
 }
 
-fn thaw(json: bool) -> reseq::error::Result<()> {
-    let summary = reseq::thaw::run(&reseq::freeze_record::run_dir())?;
+fn thaw(json: bool) -> reseq::support::error::Result<()> {
+    let summary = reseq::host::thaw::run(&reseq::host::freeze_record::run_dir())?;
     if json {
         println!("{}", serde_json::to_string_pretty(&summary).unwrap_or_default());
     } else {
         print!("{}", summary.to_text());
     }
-    reseq::thaw::live_guardian_error(&summary).map_or(Ok(()), Err)
+    reseq::host::thaw::live_guardian_error(&summary).map_or(Ok(()), Err)
 }
 
-fn rerender(path: &std::path::Path, format: Format) -> reseq::error::Result<()> {
+fn rerender(path: &std::path::Path, format: Format) -> reseq::support::error::Result<()> {
     // A report that is not there or not readable is bad input, not an I/O failure of a run.
     let text = std::fs::read_to_string(path)
-        .map_err(|e| reseq::error::Error::input(format!("reading the report {}", path.display()), e))?;
+        .map_err(|e| reseq::support::error::Error::input(format!("reading the report {}", path.display()), e))?;
     let report: Report = serde_json::from_str(&text)
-        .map_err(|e| reseq::error::Error::Usage(format!("{} is not a reseq report: {e}", path.display())))?;
+        .map_err(|e| reseq::support::error::Error::Usage(format!("{} is not a reseq report: {e}", path.display())))?;
     print!("{}", render(&report, format));
     Ok(())
 }
 
-fn print_simulation(r: reseq::error::Result<reseq::simulate::Experiment>, json: bool) -> std::process::ExitCode {
+fn print_simulation(
+    r: reseq::support::error::Result<reseq::commands::simulate::Experiment>,
+    json: bool,
+) -> std::process::ExitCode {
     finish(r.map(|e| {
         if json {
             println!("{}", serde_json::to_string_pretty(&e).unwrap_or_default());
@@ -133,13 +139,13 @@ fn print_simulation(r: reseq::error::Result<reseq::simulate::Experiment>, json: 
     }))
 }
 
-fn finish(result: reseq::error::Result<()>) -> std::process::ExitCode {
+fn finish(result: reseq::support::error::Result<()>) -> std::process::ExitCode {
     match result {
         Ok(()) => ExitCode::Success.into(),
         Err(e) => {
             let err = anyhow::Error::new(e);
             eprintln!("reseq: {err:#}");
-            err.downcast_ref::<reseq::error::Error>().map_or(ExitCode::Internal, |e| e.exit_code()).into()
+            err.downcast_ref::<reseq::support::error::Error>().map_or(ExitCode::Internal, |e| e.exit_code()).into()
         }
     }
 }

@@ -360,7 +360,8 @@ fn a_changed_in_flight_chunk_on_an_unmounted_device_stops_the_resume() {
     let out = output(&mut cmd);
     assert_eq!(out.status.code(), None, "killed at the hook");
     let jp = env.state_dir().join(format!("device-{}.journal", lo.name()));
-    let (offset, len, _) = reseq::journal::read(&jp).unwrap().unwrap().in_flight.pop().expect("a chunk in flight");
+    let (offset, len, _) =
+        reseq::engine::journal::read(&jp).unwrap().unwrap().in_flight.pop().expect("a chunk in flight");
     // What a torn write leaves: zeros over part of the chunk.
     {
         use std::os::unix::fs::FileExt;

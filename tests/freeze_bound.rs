@@ -132,7 +132,7 @@ fn sigstop_at_random_moments_never_holds_a_freeze() {
                 let ms = guardian_kill_ms(&err).unwrap_or_else(|| panic!("try {i}: no guardian message:\n{err}"));
                 assert!(ms <= BOUND.as_millis() as u64, "try {i}: frozen {ms} ms");
                 let jp = env.state_dir().join(format!("device-{}.journal", lo.name()));
-                let replay = reseq::journal::read(&jp).unwrap().unwrap();
+                let replay = reseq::engine::journal::read(&jp).unwrap().unwrap();
                 assert!(!replay.guardian_kills.is_empty(), "try {i}: the kill is not in the journal");
             }
             Some(7) => overran += 1,

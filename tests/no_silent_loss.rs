@@ -250,11 +250,11 @@ fn rescue_files(env: &TestEnv) -> Vec<std::path::PathBuf> {
 fn the_rescue(env: &TestEnv, d: &FaultDevice, original: &[u8], offset: u64) -> std::path::PathBuf {
     let files = rescue_files(env);
     assert_eq!(files.len(), 1, "one rescue file: {files:?}");
-    let (h, data) = reseq::rescue::load(&files[0]).unwrap();
+    let (h, data) = reseq::engine::rescue::load(&files[0]).unwrap();
     assert_eq!((h.offset, h.len), (offset, MIB));
     assert_same("the rescue copy", &data, &original[offset as usize..(offset + MIB) as usize]);
     let journal = std::fs::read_to_string(env.state_dir().join(format!("device-{}.journal", d.lo.name()))).unwrap();
-    let r = reseq::journal::replay(&journal);
+    let r = reseq::engine::journal::replay(&journal);
     assert!(
         r.in_flight.contains(&(offset, MIB, h.blake3.clone())),
         "the journal keeps the chunk in flight: {:?}",
@@ -615,7 +615,7 @@ fn a_damaged_journal_line_is_named_repaired_and_the_run_finishes() {
         "chunks after the damage redone: {}",
         r["results"]
     );
-    let replay = reseq::journal::read(&jpath).unwrap().unwrap();
+    let replay = reseq::engine::journal::read(&jpath).unwrap().unwrap();
     assert!(replay.finished && replay.damage.is_none(), "{replay:?}");
     // Finished: a plain run starts afresh instead of "an unfinished run exists".
     let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path));
@@ -632,7 +632,7 @@ fn file_mode_torn_write(
     count: usize,
     size: usize,
     victim: usize,
-    check: impl Fn(&reseq::rescue::RescueHeader),
+    check: impl Fn(&reseq::engine::rescue::RescueHeader),
 ) {
     if !ready() || !require(&["mkfs.ext4", "e2fsck", "fsfreeze"]) {
         return;
@@ -653,7 +653,7 @@ fn file_mode_torn_write(
     assert!(stderr(&out).contains("a torn write"), "{}", stderr(&out));
     assert!(!is_frozen(&mnt.dir));
     let rescue = rescue_files(&env).pop().expect("a rescue copy");
-    let (h, _) = reseq::rescue::load(&rescue).unwrap();
+    let (h, _) = reseq::engine::rescue::load(&rescue).unwrap();
     assert!(h.file.as_deref().is_some_and(|f| f.contains(&*mnt.dir.to_string_lossy())), "names the file: {h:?}");
     assert!(h.offset <= at + 8192 && at + 8192 < h.offset + h.len, "device offsets: {h:?}");
     check(&h);
@@ -697,10 +697,10 @@ fn file_mode_rescues_a_torn_write_in_a_batch_of_small_files() {
 /// (by device offset); restoring them all gives back the original image.
 fn restore_all_and_compare(env: &TestEnv, d: &FaultDevice, original: &[u8]) {
     let now = std::fs::read(&d.image).unwrap();
-    let copies: Vec<(std::path::PathBuf, reseq::rescue::RescueHeader)> =
+    let copies: Vec<(std::path::PathBuf, reseq::engine::rescue::RescueHeader)> =
         rescue_files_in(&[env.state_dir(), env.run_dir()])
             .into_iter()
-            .map(|p| (p.clone(), reseq::rescue::load(&p).unwrap().0))
+            .map(|p| (p.clone(), reseq::engine::rescue::load(&p).unwrap().0))
             .collect();
     for (i, (a, b)) in now.chunks(512).zip(original.chunks(512)).enumerate() {
         let at = i as u64 * 512;

@@ -4,14 +4,14 @@
 //! Sizes: a 1 GiB file on a 2 GiB device with the stages scaled by 1/4; the reference
 //! notes this gives the 4 GiB / 8 GiB numbers divided by 4 (docs/FTL-MODEL.md).
 
+use reseq::engine::journal::Journal;
 use reseq::engine::{self, EngineConfig};
-use reseq::freeze::NoFreeze;
-use reseq::journal::Journal;
-use reseq::output::Progress;
-use reseq::signals::StopFlag;
+use reseq::host::freeze::NoFreeze;
 use reseq::sim::experiment::{Order, Strategy, degrade, rewrite};
 use reseq::sim::ftl::{Ftl, Params, SLOT, seq_read_time};
 use reseq::sim::{SimDevice, SimState};
+use reseq::support::output::Progress;
+use reseq::support::signals::StopFlag;
 
 const MIB: u64 = 1 << 20;
 const FILE: u64 = 1 << 30;
@@ -104,7 +104,7 @@ fn reseq_engine_restores_a_degraded_drive_and_bad_strategies_do_worse() {
     assert!(curve[4] > 2.5 * fresh_t);
 
     // reseq's own engine, default chunk size, verification on.
-    let default_chunk = reseq::units::parse_size(reseq::cli::DEFAULT_CHUNK_SIZE).unwrap();
+    let default_chunk = reseq::support::units::parse_size(reseq::cli::DEFAULT_CHUNK_SIZE).unwrap();
     let (_, ours) = reseq_engine(deg.clone(), 0.0, default_chunk);
     eprintln!("consumer-nvme: fresh {fresh_t:.3} s, degraded {:.3} s, after reseq {ours:.3} s", curve[4]);
     assert!(ours <= fresh_t * 1.03, "reseq's engine left {ours:.3} s vs fresh {fresh_t:.3} s");
@@ -163,8 +163,8 @@ fn state_file_round_trip() {
 /// regions writes at most 30 % of what a full rewrite writes and reads as fast after.
 #[test]
 fn only_slow_regions_on_a_partly_fragmented_drive() {
+    use reseq::commands::simulate::{engine_rewrite, slow_regions_of};
     use reseq::engine::{Everything, Selected};
-    use reseq::simulate::{engine_rewrite, slow_regions_of};
     let size = 1u64 << 30;
     let p = Params { logical_bytes: size, ..Params::preset("consumer-nvme").unwrap() };
     let mut state = SimState::new(p);

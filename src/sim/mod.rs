@@ -20,7 +20,7 @@ use std::sync::Mutex;
 
 use ftl::{Ftl, Params, SLOT, Writer};
 
-use crate::target::BlockTarget;
+use crate::engine::target::BlockTarget;
 
 /// The 4 KiB pattern of LBA `lpn`: its number, then zeros.
 pub fn fill_pattern(buf: &mut [u8], first_lpn: u64) {

@@ -39,7 +39,7 @@ use serde::Serialize;
 
 use super::SimState;
 use super::ftl::SLOT;
-use crate::error::{Error, Result};
+use crate::support::error::{Error, Result};
 
 /// The default `--time-scale`: one µs of model time takes this many µs of wall time.
 /// A fresh sequential read of the consumer-nvme preset then runs at about 2.2 GB/s ÷ 10 =
@@ -878,7 +878,7 @@ pub fn serve(state_path: &Path, mount_dir: &Path, scale: f64, quiet: bool) -> Re
         eprintln!(
             "reseq sim serve: {} ({}) served as {} at time scale {scale}; stop with Ctrl-C, SIGTERM or `umount {}`",
             state_path.display(),
-            crate::units::human_bytes(served.state.lock().map(|s| s.len_bytes()).unwrap_or(0)),
+            crate::support::units::human_bytes(served.state.lock().map(|s| s.len_bytes()).unwrap_or(0)),
             served.disk().display(),
             mount_dir.display()
         );

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-pub use reseq::scratch::{LoopDevice, Mount, XorShift, hash_path, mkfs_ext4, mkfs_xfs, run_cmd};
+pub use reseq::support::scratch::{LoopDevice, Mount, XorShift, hash_path, mkfs_ext4, mkfs_xfs, run_cmd};
 
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
@@ -237,13 +237,13 @@ pub fn is_block_device(p: &Path) -> bool {
 /// Finished chunks in the journal of `dev`.
 pub fn journal_done(state_dir: &Path, dev: &LoopDevice) -> u64 {
     let p = state_dir.join(format!("device-{}.journal", dev.name()));
-    reseq::journal::read(&p).unwrap().map(|r| r.done).unwrap_or(0)
+    reseq::engine::journal::read(&p).unwrap().map(|r| r.done).unwrap_or(0)
 }
 
 /// Bytes of `dev` the journal says are done (chunk sizes may adapt, so count bytes).
 pub fn journal_done_bytes(state_dir: &Path, dev: &LoopDevice) -> u64 {
     let p = state_dir.join(format!("device-{}.journal", dev.name()));
-    reseq::journal::read(&p).unwrap().map(|r| r.done_offset).unwrap_or(0)
+    reseq::engine::journal::read(&p).unwrap().map(|r| r.done_offset).unwrap_or(0)
 }
 
 /// A process appending numbered records to `log` until `stop` exists.

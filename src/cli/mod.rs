@@ -1,0 +1,553 @@
+//! The command line, and nothing else: clap definitions, parsed into raw values.
+//! Checking them and turning them into a plan happens in `plan.rs`.
+
+pub mod config;
+pub mod generate;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Default chunk size, chosen by measurement (docs/CHUNK-SIZE.md, `bench/chunk-size.sh`):
+/// 2-4 MiB was at or near the best on both a disk-backed and a memory-backed loop device,
+/// it is well above the 1 MiB the FTL model needs to re-linearize, and it keeps memory
+/// (6 buffers) and the granularity of freeze windows small.
+pub const DEFAULT_CHUNK_SIZE: &str = "4M";
+/// Default bound of one freeze window.
+pub const DEFAULT_MAX_FREEZE: &str = "5s";
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/reseq";
+pub const DEFAULT_PAUSE: &str = "0s";
+pub const DEFAULT_MAX_OVERRUNS: u32 = 3;
+pub const DEFAULT_READ_AHEAD: usize = 2;
+pub const DEFAULT_SCAN_REGIONS: usize = 64;
+pub const DEFAULT_SLOW_THRESHOLD: f64 = 0.7;
+
+/// `--max-freeze`: a duration from 10 ms to 1 h (a freeze is a stall of every writer).
+fn window_length(v: &str) -> Result<String, String> {
+    let d = crate::support::units::parse_duration(v)?;
+    if d < std::time::Duration::from_millis(10) || d > std::time::Duration::from_secs(3600) {
+        return Err(format!("{v} is outside 10ms..1h"));
+    }
+    Ok(v.to_string())
+}
+
+/// Pauses and settle times: up to a day (a longer one is a typo, not a plan).
+fn pause_length(v: &str) -> Result<String, String> {
+    let d = crate::support::units::parse_duration(v)?;
+    if d > std::time::Duration::from_secs(86_400) {
+        return Err(format!("{v} is longer than a day"));
+    }
+    Ok(v.to_string())
+}
+
+/// A fraction in (0, 1], e.g. 0.7.
+fn fraction(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        Ok(_) => Err(format!("{v} is not in (0, 1]; e.g. 0.7")),
+        Err(e) => Err(format!("{v} is not a number ({e})")),
+    }
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "reseq",
+    version,
+    about = "Re-sequence SSD data in place so sequential reads are fast again, without losing a byte",
+    long_about = "reseq rewrites a device's blocks to the same addresses, in ascending order and large \
+chunks, so that the SSD's flash translation layer lays them out in order again. Mounted filesystems \
+are frozen (FIFREEZE) in bounded windows, a guardian process thaws them whatever happens to reseq, \
+every chunk is verified with blake3 after a read-back, and a journal lets an interrupted run resume."
+)]
+pub struct Cli {
+    /// More log output (-v debug, -vv trace). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Only warnings and errors.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Re-sequence a block device (a partition or a whole disk), or files and directories
+    /// on mounted ext4/xfs (file mode), in place.
+    Rewrite(RewriteArgs),
+    /// Make a throwaway ext4 image on a loop device, fragment a file on it, re-sequence it
+    /// while mounted, print the report and clean up. Touches no real disk. Without root it
+    /// runs `reseq simulate` instead.
+    Demo(DemoArgs),
+    /// Reproduce the degradation experiment on a simulated SSD: write a file, degrade it
+    /// with four stages of random 4 KiB writes, re-sequence it with reseq's own engine,
+    /// and print sequential read times (virtual) after each step.
+    Simulate(SimulateArgs),
+    /// Measure sequential read throughput (O_DIRECT) of a device, file, directory or
+    /// simulated SSD: each pass and the median, min and max.
+    Bench(BenchArgs),
+    /// Read a target once region by region and flag the regions that read slowly.
+    Scan(ScanArgs),
+    /// Is it worth it? Reads a sample of the target (on a device with mounted ext4/xfs,
+    /// of the ranges in use) spread over it, in seconds rather than a full pass, and
+    /// predicts how much faster a sequential read would be if every region read like the
+    /// fastest ones. Says plainly when the drive looks flat. Writes nothing.
+    Estimate(EstimateArgs),
+    /// Re-render a report saved with --json.
+    Report(ReportArgs),
+    /// Run a job from a configuration file (the reseq@NAME.service unit runs
+    /// /etc/reseq/NAME.toml); its keys are `reseq rewrite` options.
+    Run {
+        /// The job's TOML file.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Print the plan only.
+        #[arg(long, short = 'n')]
+        dry_run: bool,
+    },
+    /// Thaw the filesystems that a killed reseq left frozen, and nothing else: only those
+    /// in a freeze record (under /run/reseq, or RESEQ_RUN_DIR) whose guardian is gone.
+    /// Refuses, naming the PID, while that guardian still runs. The reseq@.service unit
+    /// runs it after every stop.
+    Thaw {
+        /// Print what was done as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List unfinished runs (device and file mode) with the options `--resume` would
+    /// continue them with, and rescue copies waiting for `reseq restore`. Reads only.
+    Status {
+        /// Where journals are kept.
+        #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR", env = "RESEQ_STATE_DIR")]
+        state_dir: PathBuf,
+        /// Print it as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put a rescue copy back: the original bytes of a chunk whose write failed, tore or
+    /// read back different, which a run saved in the state directory. The write is
+    /// frozen like any write (when filesystems on the device are mounted), read back and
+    /// checked; the copy is removed only after that. Refuses when the device is not the
+    /// one the copy came from, or when something else wrote there since reseq stopped.
+    Restore(RestoreArgs),
+    /// Write the man page and shell completions (generated from these definitions), for
+    /// packagers: `reseq generate DIR`.
+    Generate {
+        /// Directory to write reseq.1, reseq.bash, _reseq and reseq.fish into.
+        dir: PathBuf,
+    },
+    /// A simulated SSD kept in a state file, for running the steps one at a time.
+    Sim {
+        #[command(subcommand)]
+        command: SimCommand,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The rescue file (rescue-DEVICE-OFFSET-BLAKE3.bin in the state directory).
+    #[arg(value_name = "RESCUE_FILE")]
+    pub rescue: PathBuf,
+    /// Restore even if the device's bytes there changed since reseq stopped (something
+    /// else wrote there: restoring overwrites that).
+    #[arg(long)]
+    pub force: bool,
+    /// Remove the rescue copy without writing anything (the data was restored another
+    /// way, or is not wanted).
+    #[arg(long, conflicts_with = "force")]
+    pub forget: bool,
+    /// The device, where it is now, if its name changed since the copy was made (loop and
+    /// NVMe numbers can change between boots). It must be the same device: same size,
+    /// and the same backing file, serial or WWN.
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<PathBuf>,
+    /// Longest time a filesystem on the device stays frozen for the write.
+    #[arg(long, default_value = "2s", value_name = "DURATION")]
+    pub max_freeze: String,
+    /// Print what was done as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Drive model: consumer-nvme (Toshiba XG5-like), consumer-nvme-mild (Samsung
+    /// PM981-like) or datacenter-sata (Intel S3510-like).
+    #[arg(long, default_value = "consumer-nvme")]
+    pub preset: String,
+    /// Simulated device size.
+    #[arg(long, default_value = "8G", value_name = "SIZE")]
+    pub device_size: String,
+    /// Size of the file written at the start of the device.
+    #[arg(long, default_value = "4G", value_name = "SIZE")]
+    pub file_size: String,
+    /// Random 4 KiB write stages in MiB, as for a 4 GiB file (scaled to --file-size).
+    #[arg(long, value_delimiter = ',', default_value = "50,200,800,4000", value_name = "MIB,...")]
+    pub stages: Vec<f64>,
+    /// Chunk size of reseq's rewrite.
+    #[arg(long, default_value = DEFAULT_CHUNK_SIZE, value_name = "SIZE")]
+    pub chunk_size: String,
+    /// Seed of the random writes.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Override a model parameter (repeatable), e.g. --set t_read_us=50 --set readahead=none.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Print the results as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A range of a simulated device.
+#[derive(Debug, Args, Clone)]
+pub struct SimRangeArgs {
+    /// Start of the range.
+    #[arg(long, default_value = "0", value_name = "SIZE")]
+    pub offset: String,
+    /// Length of the range (default: to the end of the device).
+    #[arg(long, value_name = "SIZE")]
+    pub length: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SimCommand {
+    /// Create a fresh (empty, all trimmed) simulated SSD.
+    Create {
+        state: PathBuf,
+        #[arg(long, default_value = "consumer-nvme")]
+        preset: String,
+        #[arg(long, default_value = "8G", value_name = "SIZE")]
+        device_size: String,
+        /// Override a model parameter (repeatable).
+        #[arg(long, value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
+    /// Write a range sequentially, as writing a file does.
+    Write {
+        state: PathBuf,
+        #[command(flatten)]
+        range: SimRangeArgs,
+    },
+    /// Random 4 KiB writes into a range (the article's fio step).
+    Fragment {
+        state: PathBuf,
+        #[command(flatten)]
+        range: SimRangeArgs,
+        /// How much to write in random 4 KiB blocks.
+        #[arg(long, value_name = "SIZE")]
+        random_writes: String,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Sequential read of a range: virtual time and throughput.
+    Read {
+        state: PathBuf,
+        #[command(flatten)]
+        range: SimRangeArgs,
+        #[arg(long, default_value = "1M", value_name = "SIZE")]
+        block_size: String,
+        #[arg(long, default_value_t = 1)]
+        queue_depth: usize,
+    },
+    /// Re-sequence a range with reseq's engine.
+    Rewrite {
+        state: PathBuf,
+        #[command(flatten)]
+        range: SimRangeArgs,
+        #[arg(long, default_value = DEFAULT_CHUNK_SIZE, value_name = "SIZE")]
+        chunk_size: String,
+        #[arg(long)]
+        no_verify: bool,
+        /// Scan the range first and rewrite only the regions that read slowly.
+        #[arg(long)]
+        only_slow: bool,
+        #[arg(long, default_value_t = 64, value_name = "N")]
+        scan_regions: usize,
+        #[arg(long, default_value_t = 0.7, value_name = "FRACTION")]
+        slow_threshold: f64,
+    },
+    /// Parameters and counters of a simulated SSD.
+    Info { state: PathBuf },
+    /// Serve the simulated SSD as the file MOUNTDIR/disk through FUSE (put a loop device
+    /// on it), in the foreground until SIGINT/SIGTERM or `umount MOUNTDIR`; saves the
+    /// drive's state on exit. The data lives in STATE.data (sparse, created if missing).
+    Serve {
+        state: PathBuf,
+        /// An empty directory to mount on.
+        mount_dir: PathBuf,
+        /// Wall-clock µs per µs of model time: every request is answered when its
+        /// modelled completion, times this, has come.
+        #[arg(long, default_value_t = crate::sim::serve::DEFAULT_TIME_SCALE, value_name = "X")]
+        time_scale: f64,
+    },
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct RewriteArgs {
+    /// A block device (/dev/nvme0n1p3, /dev/sdb), or files and directories of files on
+    /// mounted ext4/xfs (file mode), or sim:STATE.
+    #[arg(required = true, num_args = 1.., value_name = "TARGET")]
+    pub targets: Vec<PathBuf>,
+    /// File mode: skip paths matching this glob (repeatable), e.g. --exclude '*.tmp'.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Bytes per chunk (K, M, G suffixes; a multiple of the device's direct-I/O alignment).
+    #[arg(long, default_value = DEFAULT_CHUNK_SIZE, value_name = "SIZE")]
+    pub chunk_size: String,
+    /// Longest time filesystems stay frozen in one window (e.g. 2s, 500ms). The guardian
+    /// thaws at this deadline.
+    /// [default: 5s for a device, 1s for files]
+    #[arg(long, value_name = "DURATION", value_parser = window_length)]
+    pub max_freeze: Option<String>,
+    /// Average write rate limit for the whole run (e.g. 50M = 50 MiB/s), kept by pausing
+    /// between windows.
+    #[arg(long, value_name = "SIZE")]
+    pub rate: Option<String>,
+    /// Pause between windows, thawed, so applications catch up.
+    #[arg(long, default_value = DEFAULT_PAUSE, value_name = "DURATION", value_parser = pause_length)]
+    pub pause: String,
+    /// Stop after this many freeze windows overrun their deadline (each overrun is thawed
+    /// by the guardian; until this limit the run continues with shorter windows).
+    #[arg(long, default_value_t = DEFAULT_MAX_OVERRUNS, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000), allow_negative_numbers = true)]
+    pub max_overruns: u32,
+    /// Chunks read ahead of the writer (memory: (N + 4) x chunk size with verification).
+    #[arg(long, default_value_t = DEFAULT_READ_AHEAD, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64), allow_negative_numbers = true)]
+    pub read_ahead: usize,
+    /// Skip the read-back check after each write (faster; the pre-write hash is still journaled).
+    #[arg(long)]
+    pub no_verify: bool,
+    /// Go on despite a rotational device or a window longer than half the hung-task timeout.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the plan and exit without writing or freezing anything.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+    /// Continue an interrupted run from its journal (starts afresh if there is none).
+    #[arg(long, conflicts_with = "restart")]
+    pub resume: bool,
+    /// Discard an unfinished run's journal and start from the beginning.
+    #[arg(long)]
+    pub restart: bool,
+    /// Where journals are kept.
+    #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR", env = "RESEQ_STATE_DIR")]
+    pub state_dir: PathBuf,
+    /// Rewrite free space too. By default, free space of mounted ext4/xfs filesystems is
+    /// left out (GETFSMAP), which saves endurance and keeps what TRIM achieved.
+    #[arg(long)]
+    pub include_free: bool,
+    /// Do not run FITRIM on the filesystems after the run.
+    #[arg(long)]
+    pub no_trim: bool,
+    /// Pace of the FITRIM after the run, in bytes discarded per second (e.g. 2G). By
+    /// default reseq trims in slices and idles 4 x each slice's time between them (the
+    /// device busy at most 20 % of the time); --pause also spaces the slices.
+    #[arg(long, value_name = "SIZE", conflicts_with = "no_trim")]
+    pub trim_rate: Option<String>,
+    /// Rewrite only the regions that read slowly: scan the device first (reads only,
+    /// with the --bench-* block size and queue depth) and rewrite the flagged regions.
+    #[arg(long)]
+    pub only_slow: bool,
+    /// Like --only-slow, with the slow regions of a scan saved earlier (reseq scan --json).
+    #[arg(long, value_name = "SCAN.json", conflicts_with = "only_slow")]
+    pub from_scan: Option<PathBuf>,
+    /// Regions of the scan for --only-slow.
+    #[arg(long, default_value_t = DEFAULT_SCAN_REGIONS, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
+    pub scan_regions: usize,
+    /// A region is slow below this fraction of the median of the fastest quarter.
+    #[arg(long, default_value_t = DEFAULT_SLOW_THRESHOLD, value_name = "FRACTION", value_parser = fraction, allow_negative_numbers = true)]
+    pub slow_threshold: f64,
+    /// Benchmark sequential reads of the range before and after, and give a verdict.
+    #[arg(long)]
+    pub bench: bool,
+    #[command(flatten)]
+    pub bench_opts: BenchOpts,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// How reports are printed and where metrics go.
+#[derive(Debug, Args, Clone, Default)]
+pub struct OutputArgs {
+    /// Print the report as JSON on stdout (same as --format json).
+    #[arg(long)]
+    pub json: bool,
+    /// Report format on stdout.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<crate::report::render::Format>,
+    /// Also write Prometheus textfile metrics here, atomically (node_exporter's
+    /// textfile collector directory, e.g. /var/lib/node_exporter/textfile_collector/reseq.prom).
+    #[arg(long, value_name = "PATH.prom")]
+    pub metrics_file: Option<PathBuf>,
+}
+
+impl OutputArgs {
+    pub fn format(&self) -> crate::report::render::Format {
+        if self.json {
+            crate::report::render::Format::Json
+        } else {
+            self.format.unwrap_or(crate::report::render::Format::Text)
+        }
+    }
+}
+
+/// Read benchmark parameters (for `bench`, and `rewrite --bench` with the `bench-` prefix).
+#[derive(Debug, Args, Clone)]
+pub struct BenchOpts {
+    /// Bytes per read command.
+    #[arg(long = "bench-block-size", default_value = "1M", value_name = "SIZE")]
+    pub block_size: String,
+    /// Reads in flight at once.
+    #[arg(long = "bench-queue-depth", default_value_t = 1, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256), allow_negative_numbers = true)]
+    pub queue_depth: usize,
+    /// Timed passes over the range (before and after each, for rewrite --bench).
+    #[arg(long = "bench-passes", default_value_t = 3, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000), allow_negative_numbers = true)]
+    pub passes: usize,
+    /// Pause between passes, in case the drive reorganises itself in the background.
+    #[arg(long = "bench-settle", default_value = "0s", value_name = "DURATION", value_parser = pause_length)]
+    pub settle: String,
+    /// Regions of the before/after throughput map.
+    #[arg(long = "bench-regions", default_value_t = 32, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
+    pub regions: usize,
+    /// Benchmark only this much from the start of the range (default: all of it).
+    #[arg(long = "bench-length", value_name = "SIZE")]
+    pub length: Option<String>,
+}
+
+/// What to read and how, for `bench` and `scan`.
+#[derive(Debug, Args)]
+pub struct ReadArgs {
+    /// A block device, a file, a directory of files, or sim:STATE (a simulated SSD).
+    pub target: PathBuf,
+    /// Bytes per read command.
+    #[arg(long, default_value = "1M", value_name = "SIZE")]
+    pub block_size: String,
+    /// Reads in flight at once (that many threads issuing O_DIRECT reads).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256), allow_negative_numbers = true)]
+    pub queue_depth: usize,
+    /// Start of the range.
+    #[arg(long, default_value = "0", value_name = "SIZE")]
+    pub offset: String,
+    /// Length of the range (default: to the end).
+    #[arg(long, value_name = "SIZE")]
+    pub length: Option<String>,
+    /// A device with mounted ext4/xfs: measure its free space too. By default only the
+    /// ranges in use are read (offsets and lengths then count in-use bytes): free space,
+    /// trimmed or not, says nothing about the data.
+    #[arg(long)]
+    pub include_free: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub read: ReadArgs,
+    /// Measure what TRIM costs readers on the filesystem holding TARGET (a file or
+    /// directory on mounted ext4/xfs): write a scratch file there, delete it and FITRIM
+    /// its range in slices while a light probe reads; report the trim rate and the read
+    /// latency during the trim against before it. The scratch file is always removed.
+    /// Refused (exit 3) where the device has no discard.
+    #[arg(long)]
+    pub trim_impact: bool,
+    /// --trim-impact: bytes of the scratch file (what is deleted and trimmed).
+    #[arg(long, default_value = "1G", value_name = "SIZE", requires = "trim_impact")]
+    pub trim_size: String,
+    /// --trim-impact: pace the trim at this many bytes discarded per second (default:
+    /// unpaced slices, the drive's worst case).
+    #[arg(long, value_name = "SIZE", requires = "trim_impact")]
+    pub trim_rate: Option<String>,
+    /// Timed passes.
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000), allow_negative_numbers = true)]
+    pub passes: usize,
+    /// Pause between passes (the article waited 10 s, in case the drive reorganises itself).
+    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = pause_length)]
+    pub settle: String,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    #[command(flatten)]
+    pub read: ReadArgs,
+    /// How many regions to time.
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
+    pub regions: usize,
+    /// A region is flagged slow below this fraction of the median of the fastest quarter
+    /// of the regions.
+    #[arg(long, default_value_t = 0.7, value_name = "FRACTION", value_parser = fraction, allow_negative_numbers = true)]
+    pub threshold: f64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct EstimateArgs {
+    /// A block device, a file, a directory of files, or sim:STATE.
+    pub target: PathBuf,
+    /// Bytes to read in all, spread over the target.
+    #[arg(long, default_value = "256M", value_name = "SIZE")]
+    pub sample: String,
+    /// Places to read from.
+    #[arg(long, default_value_t = 32, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(4..=4096), allow_negative_numbers = true)]
+    pub regions: usize,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A report saved with --json.
+    pub report: PathBuf,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: crate::report::render::Format,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Size of the throwaway image.
+    #[arg(long, default_value = "256M", value_name = "SIZE")]
+    pub size: String,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// The plain demo: a loop device over an image file, which has no FTL (nothing to
+    /// speed up), instead of an emulated SSD served through FUSE.
+    #[arg(long)]
+    pub no_fuse: bool,
+}
+
+impl SimulateArgs {
+    /// The defaults of `reseq simulate`, as clap would parse an empty command line.
+    pub fn defaults() -> SimulateArgs {
+        match Cli::parse_from(["reseq", "simulate"]).command {
+            Command::Simulate(a) => a,
+            _ => unreachable!("parsed a simulate command"),
+        }
+    }
+}
+
+impl BenchOpts {
+    /// The defaults, as clap would parse them.
+    pub fn defaults() -> BenchOpts {
+        match Cli::parse_from(["reseq", "rewrite", "/dev/null"]).command {
+            Command::Rewrite(a) => a.bench_opts,
+            _ => unreachable!("parsed a rewrite command"),
+        }
+    }
+}
+
+impl RewriteArgs {
+    /// The device of device mode (the first target).
+    pub fn device(&self) -> &PathBuf {
+        &self.targets[0]
+    }
+
+    /// `--max-freeze`, or the default of the mode.
+    pub fn max_freeze_or(&self, default: &'static str) -> &str {
+        self.max_freeze.as_deref().unwrap_or(default)
+    }
+}
+
+/// Default bound of a freeze window in file mode: a live database should see stalls
+/// of about a second at most.
+pub const DEFAULT_FILE_MAX_FREEZE: &str = "1s";

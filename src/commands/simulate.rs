@@ -1,0 +1,382 @@
+//! `reseq simulate` and `reseq sim …`: the simulated SSD from the command line.
+//!
+//! `simulate` reproduces the article's experiment in one command: write a file, degrade
+//! it in four stages of random 4 KiB writes, read it after each, re-sequence it with
+//! reseq's own engine, read it again. `sim` keeps a simulated device in a state file so
+//! the same steps can be run one at a time (create, write, fragment, read, rewrite).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::cli::{SimCommand, SimRangeArgs, SimulateArgs};
+use crate::engine::journal::Journal;
+use crate::engine::{self, EngineConfig, EngineStats};
+use crate::host::freeze::NoFreeze;
+use crate::measure::bench::Selection;
+use crate::measure::readbench::{ReadParams, Target};
+use crate::sim::experiment::degrade;
+use crate::sim::ftl::{PRESETS, Params, SLOT, seq_read_time};
+use crate::sim::pyrandom::PyRandom;
+use crate::sim::{SimDevice, SimState};
+use crate::support::error::{Error, Result};
+use crate::support::output::Progress;
+use crate::support::signals::StopFlag;
+use crate::support::units::{human_bytes, parse_size};
+
+const MIB: u64 = 1 << 20;
+
+/// Builds model parameters from a preset, a size and `KEY=VALUE` overrides.
+pub fn build_params(preset: &str, device_size: &str, overrides: &[String]) -> Result<Params> {
+    let base = Params::preset(preset)
+        .ok_or_else(|| Error::Usage(format!("unknown preset '{preset}' (choose one of: {})", PRESETS.join(", "))))?;
+    let size = parse_size(device_size).map_err(|e| Error::Usage(format!("--device-size: {e}")))?;
+    let mut value = serde_json::to_value(Params { logical_bytes: size, ..base }).expect("params serialize");
+    for o in overrides {
+        let (k, v) = o.split_once('=').ok_or_else(|| Error::Usage(format!("--set {o}: expected KEY=VALUE")))?;
+        let slot = value.get_mut(k).ok_or_else(|| {
+            let keys: Vec<String> = serde_json::to_value(Params::default())
+                .ok()
+                .and_then(|p| p.as_object().map(|m| m.keys().cloned().collect()))
+                .unwrap_or_default();
+            Error::Usage(format!("--set: unknown model parameter '{k}' (parameters: {})", keys.join(", ")))
+        })?;
+        *slot = if k.ends_with("_bytes") {
+            serde_json::json!(parse_size(v).map_err(|e| Error::Usage(format!("--set {k}: {e}")))?)
+        } else {
+            serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_string()))
+        };
+    }
+    let p: Params = serde_json::from_value(value).map_err(|e| Error::Usage(format!("--set: {e}")))?;
+    if p.logical_bytes < 64 * MIB || !p.logical_bytes.is_multiple_of(SLOT) {
+        return Err(Error::Usage("the simulated device must be at least 64 MiB, in whole 4 KiB blocks".into()));
+    }
+    p.check_gc().map_err(|e| Error::Usage(format!("this simulated drive cannot work: {e}")))?;
+    Ok(p)
+}
+
+/// One row of the experiment's table.
+#[derive(Debug, Serialize)]
+pub struct Step {
+    pub label: String,
+    pub read_seconds: f64,
+    pub read_bytes_per_second: f64,
+    pub slowdown_vs_fresh: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Experiment {
+    pub schema_version: u32,
+    pub preset: String,
+    pub params: Params,
+    pub device_bytes: u64,
+    pub file_bytes: u64,
+    pub random_write_stages_bytes: Vec<u64>,
+    pub steps: Vec<Step>,
+    pub rewrite: EngineStats,
+    pub rewrite_virtual_seconds: f64,
+    pub wall_seconds: f64,
+    pub model_state_bytes: u64,
+}
+
+/// Runs reseq's engine over `[start, end)` of a simulated device, rewriting what
+/// `planner` picks (everything, or only the slow regions).
+pub fn engine_rewrite(
+    dev: &SimDevice,
+    start: u64,
+    end: u64,
+    chunk_size: u64,
+    verify: bool,
+    quiet: bool,
+    planner: &mut dyn crate::engine::Planner,
+) -> Result<EngineStats> {
+    if chunk_size == 0 || !chunk_size.is_multiple_of(SLOT) {
+        return Err(Error::Usage(format!(
+            "--chunk-size must be a multiple of 4 KiB on a simulated device, not {chunk_size}"
+        )));
+    }
+    let cfg = EngineConfig {
+        chunk_size,
+        range_start: start,
+        range_end: end,
+        start_offset: start,
+        verify,
+        read_ahead: 2,
+        pause: Duration::ZERO,
+        journal_on_frozen_fs: false,
+        max_overruns: 1,
+        rate_bytes_per_second: None,
+        rescue: None,
+    };
+    let mut progress = Progress::new(end - start, 0, quiet);
+    let (stats, result) =
+        engine::run(dev, &cfg, planner, &mut NoFreeze, &mut Journal::none(), &mut progress, &StopFlag::new());
+    result.map(|()| stats)
+}
+
+/// `reseq simulate`.
+pub fn simulate(args: &SimulateArgs, quiet: bool) -> Result<Experiment> {
+    let wall = Instant::now();
+    let p = build_params(&args.preset, &args.device_size, &args.set)?;
+    let file = parse_size(&args.file_size).map_err(|e| Error::Usage(format!("--file-size: {e}")))?;
+    if file == 0 || file % SLOT != 0 || file > p.logical_bytes {
+        return Err(Error::Usage("--file-size must be whole 4 KiB blocks and fit on the device".into()));
+    }
+    let chunk = parse_size(&args.chunk_size).map_err(|e| Error::Usage(format!("--chunk-size: {e}")))?;
+    // The article's stages are for a 4 GiB file; scale them to this file.
+    let scale = file as f64 / (4u64 << 30) as f64;
+    let stages_mib: Vec<f64> = args.stages.iter().map(|&m| m * scale).collect();
+    let nf = file / SLOT;
+    let mut state = SimState::new(p.clone());
+    let times = degrade(&mut state.ftl, nf, args.seed, &stages_mib);
+    log::debug!("model: write, degrade and 5 reads took {:.2} s", wall.elapsed().as_secs_f64());
+    let t = Instant::now();
+    let dev = SimDevice::new(state);
+    let stats = engine_rewrite(&dev, 0, file, chunk, true, quiet, &mut crate::engine::Everything)?;
+    let mut state = dev.into_state();
+    log::debug!("engine: rewrite took {:.2} s", t.elapsed().as_secs_f64());
+    let t = Instant::now();
+    let after = seq_read_time(&mut state.ftl, 0, nf, MIB, 1);
+    log::debug!("model: final read took {:.2} s", t.elapsed().as_secs_f64());
+
+    let fresh = times[0];
+    let mut steps = Vec::new();
+    let mut row = |label: String, t: f64| {
+        steps.push(Step {
+            label,
+            read_seconds: t,
+            read_bytes_per_second: file as f64 / t,
+            slowdown_vs_fresh: t / fresh,
+        })
+    };
+    row("fresh (file written sequentially)".into(), fresh);
+    let mut total = 0.0;
+    for (mb, t) in stages_mib.iter().zip(&times[1..]) {
+        total += mb;
+        row(
+            format!(
+                "+{} random 4 KiB writes (total {})",
+                human_bytes((mb * MIB as f64) as u64),
+                human_bytes((total * MIB as f64) as u64)
+            ),
+            *t,
+        );
+    }
+    row(format!("after reseq rewrite ({} chunks, verified)", human_bytes(chunk)), after);
+    Ok(Experiment {
+        schema_version: 1,
+        preset: args.preset.clone(),
+        device_bytes: p.logical_bytes,
+        file_bytes: file,
+        random_write_stages_bytes: stages_mib.iter().map(|m| (m * MIB as f64) as u64).collect(),
+        steps,
+        rewrite_virtual_seconds: state.writer.t / 1e6,
+        rewrite: stats,
+        wall_seconds: wall.elapsed().as_secs_f64(),
+        model_state_bytes: state.ftl.state_bytes(),
+        params: p,
+    })
+}
+
+impl Experiment {
+    pub fn to_text(&self) -> String {
+        let mut s = format!(
+            "simulated {} SSD: {} device, {} file; sequential read of the file, 1 MiB commands, QD1, virtual time\n\n",
+            self.preset,
+            human_bytes(self.device_bytes),
+            human_bytes(self.file_bytes)
+        );
+        s += &format!("  {:<52} {:>8} {:>12} {:>9}\n", "step", "read", "throughput", "vs fresh");
+        for st in &self.steps {
+            s += &format!(
+                "  {:<52} {:>6.2} s {:>10}/s {:>8.2}x\n",
+                st.label,
+                st.read_seconds,
+                human_bytes(st.read_bytes_per_second as u64),
+                st.slowdown_vs_fresh
+            );
+        }
+        s += &format!(
+            "\n  the rewrite wrote {} in {:.1} s of virtual time; simulation took {:.2} s of wall time\n",
+            human_bytes(self.rewrite.bytes_written),
+            self.rewrite_virtual_seconds,
+            self.wall_seconds
+        );
+        s
+    }
+}
+
+fn load(path: &Path) -> Result<SimState> {
+    SimState::load(path).map_err(|e| Error::input(format!("loading simulated device {}", path.display()), e))
+}
+
+fn save(state: &SimState, path: &Path) -> Result<()> {
+    state.save(path).map_err(|e| Error::io(format!("saving simulated device {}", path.display()), e))
+}
+
+/// (first LBA, LBA count) of a range argument on a device.
+fn lba_range(r: &SimRangeArgs, state: &SimState) -> Result<(u64, u64)> {
+    let len_dev = state.len_bytes();
+    let off = parse_size(&r.offset).map_err(|e| Error::Usage(format!("--offset: {e}")))?;
+    let len = match &r.length {
+        Some(l) => parse_size(l).map_err(|e| Error::Usage(format!("--length: {e}")))?,
+        None => len_dev.saturating_sub(off),
+    };
+    if off % SLOT != 0 || len % SLOT != 0 || len == 0 || off + len > len_dev {
+        return Err(Error::Usage(format!(
+            "range {off}+{len} must be whole 4 KiB blocks inside the {} device",
+            human_bytes(len_dev)
+        )));
+    }
+    Ok((off / SLOT, len / SLOT))
+}
+
+/// `reseq sim …`. Returns what to print.
+pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
+    Ok(match cmd {
+        SimCommand::Create { state, preset, device_size, set } => {
+            if state.exists() {
+                return Err(Error::Usage(format!("{} exists; remove it first", state.display())));
+            }
+            let st = SimState::new(build_params(preset, device_size, set)?);
+            save(&st, state)?;
+            serde_json::json!({"created": state, "preset": preset, "device_bytes": st.len_bytes(),
+                               "model_state_bytes": st.ftl.state_bytes()})
+        }
+        SimCommand::Write { state, range } => {
+            let mut st = load(state)?;
+            let (first, n) = lba_range(range, &st)?;
+            st.ftl.write_lpns(first..first + n);
+            save(&st, state)?;
+            serde_json::json!({"written_bytes": n * SLOT})
+        }
+        SimCommand::Fragment { state, range, random_writes, seed } => {
+            let mut st = load(state)?;
+            let (first, n) = lba_range(range, &st)?;
+            let bytes = parse_size(random_writes).map_err(|e| Error::Usage(format!("--random-writes: {e}")))?;
+            let mut rng = PyRandom::new(*seed);
+            let lpns: Vec<u64> = (0..bytes / SLOT).map(|_| first + rng.randrange(0, n)).collect();
+            st.ftl.write_lpns(lpns);
+            save(&st, state)?;
+            serde_json::json!({"random_4k_writes": bytes / SLOT, "gc_runs": st.ftl.stats.gc_runs})
+        }
+        SimCommand::Read { state, range, block_size, queue_depth } => {
+            let mut st = load(state)?;
+            let (first, n) = lba_range(range, &st)?;
+            let bs = parse_size(block_size).map_err(|e| Error::Usage(format!("--block-size: {e}")))?;
+            if bs == 0 || bs % SLOT != 0 || *queue_depth == 0 {
+                return Err(Error::Usage(
+                    "--block-size must be whole 4 KiB blocks and --queue-depth at least 1".into(),
+                ));
+            }
+            let secs = seq_read_time(&mut st.ftl, first, n, bs, *queue_depth);
+            serde_json::json!({"read_bytes": n * SLOT, "virtual_seconds": secs,
+                               "read_bytes_per_second": (n * SLOT) as f64 / secs,
+                               "block_size_bytes": bs, "queue_depth": queue_depth})
+        }
+        SimCommand::Rewrite { state, range, chunk_size, no_verify, only_slow, scan_regions, slow_threshold } => {
+            let st = load(state)?;
+            let (first, n) = lba_range(range, &st)?;
+            let chunk = parse_size(chunk_size).map_err(|e| Error::Usage(format!("--chunk-size: {e}")))?;
+            let (start, end) = (first * SLOT, (first + n) * SLOT);
+            let selection = if *only_slow {
+                Some(slow_regions_of(st.clone(), start, end, *scan_regions, *slow_threshold)?)
+            } else {
+                None
+            };
+            let t0 = st.writer.t;
+            let dev = SimDevice::new(st);
+            let stats = match &selection {
+                Some(sel) => {
+                    let mut planner =
+                        crate::engine::Selected { inner: &mut crate::engine::Everything, selected: sel.ranges() };
+                    engine_rewrite(&dev, start, end, chunk, !no_verify, quiet, &mut planner)?
+                }
+                None => engine_rewrite(&dev, start, end, chunk, !no_verify, quiet, &mut crate::engine::Everything)?,
+            };
+            let st = dev.into_state();
+            save(&st, state)?;
+            serde_json::json!({"rewrite": stats, "virtual_seconds": (st.writer.t - t0) / 1e6, "selection": selection})
+        }
+        SimCommand::Serve { state, mount_dir, time_scale } => {
+            serde_json::to_value(crate::sim::serve::serve(state, mount_dir, *time_scale, quiet)?)
+                .map_err(|e| Error::Internal(format!("serve summary: {e}")))?
+        }
+        SimCommand::Info { state } => {
+            let st = load(state)?;
+            let mapped = (0..st.ftl.n_lpn).filter(|&l| st.ftl.is_mapped(l)).count() as u64;
+            serde_json::json!({"params": st.ftl.p, "device_bytes": st.len_bytes(), "mapped_bytes": mapped * SLOT,
+                               "stats": st.ftl.stats, "model_state_bytes": st.ftl.state_bytes()})
+        }
+    })
+}
+
+/// `reseq rewrite sim:STATE`: the whole simulated device, with the options that apply
+/// to it (chunk size, verification, --only-slow); device-only options are refused.
+pub fn rewrite_target(args: &crate::cli::RewriteArgs, quiet: bool) -> Result<serde_json::Value> {
+    if args.from_scan.is_some() || args.resume || args.dry_run {
+        return Err(Error::Usage(
+            "on a simulated SSD, rewrite takes --chunk-size, --no-verify, --only-slow and --bench".into(),
+        ));
+    }
+    let state = std::path::PathBuf::from(args.device().to_string_lossy().trim_start_matches("sim:"));
+    sim_command(
+        &SimCommand::Rewrite {
+            state,
+            range: SimRangeArgs { offset: "0".into(), length: None },
+            chunk_size: args.chunk_size.clone(),
+            no_verify: args.no_verify,
+            only_slow: args.only_slow,
+            scan_regions: args.scan_regions,
+            slow_threshold: args.slow_threshold,
+        },
+        quiet,
+    )
+}
+
+/// `reseq rewrite sim:STATE` as a report like any rewrite's (so that `--json`, `--format`,
+/// `--metrics-file` and `reseq report` treat it alike); the virtual time is a warning.
+pub fn rewrite_report(args: &crate::cli::RewriteArgs, quiet: bool) -> (crate::report::Report, Result<()>) {
+    let started = std::time::Instant::now();
+    let mut report = crate::report::Report::new("rewrite", false);
+    report.targets = vec![args.device().display().to_string()];
+    let measure = || {
+        let target = crate::measure::readbench::Target::open(args.device())?;
+        crate::commands::measure::measure_target(&target, &args.bench_opts)
+    };
+    let mut run = || -> Result<()> {
+        if args.bench {
+            let (b, s) = measure()?;
+            (report.bench_before, report.scan_before) = (Some(b), Some(s));
+        }
+        let v = rewrite_target(args, quiet)?;
+        report.results = serde_json::from_value(v["rewrite"].clone()).ok();
+        report.selection = serde_json::from_value(v["selection"].clone()).ok();
+        report.warnings.push(format!(
+            "a simulated SSD: the rewrite took {:.3} s of its virtual time",
+            v["virtual_seconds"].as_f64().unwrap_or(0.0)
+        ));
+        if args.bench {
+            let (b, s) = measure()?;
+            report.verdict = report.bench_before.as_ref().map(|before| crate::measure::bench::verdict_of(before, &b));
+            (report.bench_after, report.scan_after) = (Some(b), Some(s));
+        }
+        Ok(())
+    };
+    let result = run();
+    report.finish(started.elapsed(), &result);
+    (report, result)
+}
+
+/// Scans `[start, end)` of a simulated SSD (1 MiB reads, QD1, virtual time) and picks
+/// the slow regions.
+pub fn slow_regions_of(state: SimState, start: u64, end: u64, regions: usize, threshold: f64) -> Result<Selection> {
+    if regions == 0 || !(threshold > 0.0 && threshold <= 1.0) {
+        return Err(Error::Usage("--scan-regions must be positive and --slow-threshold in (0, 1]".into()));
+    }
+    let target = Target::Sim { path: "simulated".into(), state: Box::new(std::sync::Mutex::new(state)) };
+    let params = ReadParams { block_size_bytes: MIB, queue_depth: 1, offset_bytes: start, length_bytes: end - start };
+    let scan = crate::measure::bench::scan(&target, &params, regions, threshold)?;
+    Ok(Selection::from_scan(&scan, "scan in this run".into()))
+}

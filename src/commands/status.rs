@@ -1,0 +1,157 @@
+//! `reseq status`: what the state directory says is unfinished, and what waits for the
+//! admin. An admin coming back to a server (or a timer job that refused with exit 3)
+//! sees here which runs can be resumed and with which options, and which rescue copies
+//! must be restored before anything else runs. Reads only.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::engine::journal;
+use crate::support::error::{Error, Result};
+
+/// An unfinished run.
+#[derive(Debug, Serialize)]
+pub struct Unfinished {
+    /// `device`, `files` (a file-mode run) or `file` (a large file's own journal).
+    pub kind: String,
+    /// The device, the targets, or the file.
+    pub target: String,
+    pub started_at: String,
+    /// How far it got, in words.
+    pub progress: String,
+    /// The options `--resume` continues it with (null: not recorded, an older run).
+    pub options: Option<String>,
+    pub record: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub state_dir: String,
+    pub unfinished: Vec<Unfinished>,
+    /// Rescue copies and torn-write notes: each stops later runs on its device.
+    pub rescue_copies: Vec<String>,
+    /// Journals or records that could not be read.
+    pub unreadable: Vec<String>,
+    /// Runs working now: "DEVICE: PID N" (from the device locks they hold).
+    #[serde(default)]
+    pub running: Vec<String>,
+}
+
+impl Status {
+    pub fn to_text(&self) -> String {
+        let mut s = format!("state directory {}\n", self.state_dir);
+        if self.unfinished.is_empty() && self.rescue_copies.is_empty() && self.unreadable.is_empty() {
+            s += "  nothing unfinished, no rescue copies\n";
+        }
+        for r in &self.running {
+            s += &format!("  running now: {r} (an unfinished run below may be this one)\n");
+        }
+        for u in &self.unfinished {
+            s += &format!("  unfinished {} run: {} (started {}), {}\n", u.kind, u.target, u.started_at, u.progress);
+            if let Some(o) = &u.options {
+                s += &format!("    --resume continues it with: {o}\n");
+            }
+            s += &format!("    record: {}\n", u.record);
+        }
+        for r in &self.rescue_copies {
+            s += &format!("  rescue copy (restore it: reseq restore FILE): {r}\n");
+        }
+        for r in &self.unreadable {
+            s += &format!("  unreadable: {r}\n");
+        }
+        s
+    }
+}
+
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> =
+        std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn name_of(p: &Path) -> String {
+    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// Reads the state directory (and the run directory, for rescue copies kept there).
+pub fn run(state_dir: &Path) -> Result<Status> {
+    let dir = crate::host::state_dir::resolve(state_dir);
+    if !dir.is_dir() {
+        return Err(Error::Usage(format!("{} is not a directory (--state-dir)", dir.display())));
+    }
+    let mut st = Status {
+        state_dir: dir.display().to_string(),
+        unfinished: Vec::new(),
+        rescue_copies: Vec::new(),
+        unreadable: Vec::new(),
+        running: Vec::new(),
+    };
+    for p in entries(&dir) {
+        let name = name_of(&p);
+        let shown = p.display().to_string();
+        // A lock file exists while a run holds it (it is removed at the end); its PID
+        // names the run, if that process is still there.
+        if let Some(dev) = name.strip_prefix("device-").and_then(|n| n.strip_suffix(".lock")) {
+            let pid = std::fs::read_to_string(&p).ok().and_then(|t| t.trim().parse::<u32>().ok());
+            // Still a reseq: a PID left in a killed run's lock can be reused by anything.
+            let is_reseq = |pid: &u32| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.windows(5).any(|w| w == b"reseq"))
+            };
+            if let Some(pid) = pid.filter(is_reseq) {
+                st.running.push(format!("/dev/{dev}: reseq PID {pid}"));
+            }
+            continue;
+        }
+        if name.ends_with(".journal") {
+            match journal::read(&p) {
+                Ok(Some(r)) if !r.finished => {
+                    let Some(run) = r.run else {
+                        st.unreadable.push(format!("{shown}: its first record is damaged"));
+                        continue;
+                    };
+                    let (kind, target) = match &run.file {
+                        Some(f) => ("file", f.path.clone()),
+                        None if name.starts_with("file-batch-") => continue, // small files: redone, not resumed
+                        None => ("device", format!("/dev/{}", run.identity.name)),
+                    };
+                    st.unfinished.push(Unfinished {
+                        kind: kind.into(),
+                        target,
+                        started_at: run.started_at.clone(),
+                        progress: format!("{} of {} chunks done", r.done, run.chunks_total),
+                        options: run.options.as_ref().map(|o| o.describe()),
+                        record: shown,
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => st.unreadable.push(format!("{shown}: {e}")),
+            }
+        } else if name.starts_with("files-") && name.ends_with(".run") {
+            match crate::rewrite::files::record::read(&p) {
+                Ok(Some(e)) => st.unfinished.push(Unfinished {
+                    kind: "files".into(),
+                    target: e.header.targets.join(" "),
+                    started_at: e.header.started_at.clone(),
+                    progress: format!("{} file(s) done", e.done.len()),
+                    options: Some(e.header.options.describe()),
+                    record: shown,
+                }),
+                Ok(None) => {}
+                Err(e) => st.unreadable.push(format!("{shown}: {e}")),
+            }
+        }
+    }
+    for d in crate::engine::rescue::dirs(&dir) {
+        for p in entries(&d) {
+            let name = name_of(&p);
+            if (name.starts_with("rescue-") && name.ends_with(".bin"))
+                || (name.starts_with("torn-") && name.ends_with(".json"))
+            {
+                st.rescue_copies.push(p.display().to_string());
+            }
+        }
+    }
+    Ok(st)
+}

@@ -1,0 +1,685 @@
+//! The crash journal: what a run set out to do and which chunks are finished.
+//!
+//! One append-only text file per device in the state directory. Each line is
+//! `<blake3 of the JSON, hex> <JSON>`, so a torn last line (power cut mid-append) is
+//! recognised and ignored on replay, and a damaged line in the middle stops the replay
+//! there rather than trusting what follows (as bupstash does with its checksummed log).
+//!
+//! Records: `run` (identity, chunk size, range: the plan), `begin` (the chunk about to
+//! be written, as offset and length, and the blake3 it was read with; not fsynced:
+//! advisory), `done` (chunk finished: written, flushed, verified; fsynced in batches, at
+//! each commit), `finished`. Chunks are recorded by offset, not index, because a plan
+//! that skips ranges (free space, holes) chunks differently from window to window.
+//!
+//! When the state directory lies on a filesystem that reseq freezes, records are kept
+//! in memory during the window and written after the thaw: writing there while frozen
+//! would block reseq forever.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::host::device::DeviceIdentity;
+use crate::support::error::{Error, Result};
+
+pub const JOURNAL_VERSION: u32 = 2;
+
+/// What a run set out to do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub version: u32,
+    pub identity: DeviceIdentity,
+    pub chunk_size_bytes: u64,
+    pub range_start_bytes: u64,
+    pub range_end_bytes: u64,
+    pub chunks_total: u64,
+    pub started_at: String,
+    /// File mode: the file this journal is about (a changed identity means a new run).
+    #[serde(default)]
+    pub file: Option<FileIdentity>,
+    /// Device mode: the options the run was started with (`--resume` keeps them).
+    #[serde(default)]
+    pub options: Option<crate::options::resume::RunOptions>,
+}
+
+/// Which file a file-mode journal belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileIdentity {
+    /// "major:minor" of the filesystem's device.
+    pub dev: String,
+    pub ino: u64,
+    /// Creation time in ns (statx btime), where the filesystem records it: tells a new
+    /// file from an old one that reused the inode number.
+    pub birth_time: Option<u64>,
+    pub path: String,
+    /// The inode's change time in ns when recorded: any write, truncation or attribute
+    /// change since moves it, and then the file is not what reseq rewrote (its blocks
+    /// may be new), so a resume does it again rather than skip it.
+    #[serde(default)]
+    pub changed_ns: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    Run(Box<RunRecord>),
+    Begin {
+        offset: u64,
+        len: u64,
+        blake3: String,
+    },
+    Done {
+        offset: u64,
+        len: u64,
+        blake3: String,
+    },
+    Finished,
+    /// Written by the guardian, not by reseq: it killed reseq because a write was still
+    /// outstanding past the window's deadline plus grace (reseq stopped or stalled).
+    GuardianKilled(GuardianKill),
+}
+
+/// The first line of a journal that did not check out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// 1-based line number.
+    pub line: u64,
+    /// Byte offset of the line's start.
+    pub byte_offset: u64,
+    /// It is the last line (an append cut short by a crash), not one in the middle.
+    pub last: bool,
+}
+
+impl Damage {
+    pub fn describe(&self, path: &Path) -> String {
+        if self.last {
+            format!(
+                "the last line of {} (line {}, byte {}) is incomplete or damaged (an append cut short): ignored",
+                path.display(),
+                self.line,
+                self.byte_offset
+            )
+        } else {
+            format!(
+                "line {} (byte {}) of {} is damaged (its checksum does not match, or its chunk goes backwards): the records from there on are not trusted, and the chunks they finished are done again",
+                self.line,
+                self.byte_offset,
+                path.display()
+            )
+        }
+    }
+}
+
+/// What the guardian notes when it had to kill reseq.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuardianKill {
+    /// The window's number in the guardian's count (1-based).
+    pub window: u64,
+    pub frozen_ms: u64,
+    pub max_freeze_ms: u64,
+    pub grace_ms: u64,
+    /// The writes it had granted and not heard back about, as it found them after
+    /// reseq was gone and before it thawed.
+    #[serde(default)]
+    pub in_flight: Vec<InFlightCheck>,
+}
+
+/// One granted write, read back by the guardian after the kill, still frozen.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InFlightCheck {
+    /// Device offset and length.
+    pub offset: u64,
+    pub len: u64,
+    /// The device held the bytes the write was to write (None: could not read).
+    pub intact: Option<bool>,
+}
+
+/// What a replay found.
+#[derive(Clone, Debug, Default)]
+pub struct Replay {
+    pub run: Option<RunRecord>,
+    /// Chunks finished.
+    pub done: u64,
+    /// Everything before this offset is done (the end of the last finished chunk).
+    pub done_offset: u64,
+    /// Chunks begun but not finished: (offset, length, blake3 it was read with),
+    /// ascending. Usually one; more when a read-back failed while later chunks were
+    /// already written.
+    pub in_flight: Vec<(u64, u64, String)>,
+    pub finished: bool,
+    /// Lines ignored because their checksum or JSON did not match, or a chunk went
+    /// backwards.
+    pub bad_lines: u64,
+    /// The first such line.
+    pub damage: Option<Damage>,
+    /// Where the records before the damage end (bytes): they can be kept as they are.
+    pub valid_bytes: u64,
+    /// Records after the damage that still count: the chunk in flight, the guardian's
+    /// notes, the end of the run (a compacted journal carries them over).
+    carried: Vec<Record>,
+    /// Times the guardian killed reseq in this run (a window outlasted its bound).
+    pub guardian_kills: Vec<GuardianKill>,
+    /// The last record is the guardian's kill: the run ended with a write outstanding.
+    pub killed_last: bool,
+}
+
+pub fn encode(rec: &Record) -> String {
+    let json = serde_json::to_string(rec).expect("records serialize");
+    format!("{} {}\n", blake3::hash(json.as_bytes()).to_hex(), json)
+}
+
+/// Replays journal text. Progress (`done`, `done_offset`) stops at the first line that
+/// does not check out; later lines that do are still read for the chunk in flight, the
+/// guardian's notes and the end of the run, which do not depend on what came before.
+pub fn replay(text: &str) -> Replay {
+    let mut r = Replay::default();
+    // Begun and not yet done: with read-backs overlapping writes, several may be; each
+    // is finished only by its own `done`.
+    let mut begun: Vec<(u64, u64, String)> = Vec::new();
+    let mut at = 0u64;
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    for (i, line) in lines.iter().enumerate() {
+        let start = at;
+        at += line.len() as u64;
+        let rec = decode(line).filter(|rec| match rec {
+            // Chunks finish in ascending order; anything else means a foreign or mixed
+            // file.
+            Record::Done { offset, len, .. } => r.damage.is_some() || (*offset >= r.done_offset && *len > 0),
+            Record::Run(_) => r.damage.is_none(),
+            _ => true,
+        });
+        let Some(rec) = rec else {
+            r.bad_lines += 1;
+            r.damage.get_or_insert(Damage { line: i as u64 + 1, byte_offset: start, last: i + 1 == lines.len() });
+            continue;
+        };
+        let trusted = r.damage.is_none();
+        r.killed_last = matches!(rec, Record::GuardianKilled(_));
+        if !trusted && matches!(rec, Record::Finished | Record::GuardianKilled(_)) {
+            r.carried.push(rec.clone());
+        }
+        match rec {
+            Record::Run(run) => {
+                let start = run.range_start_bytes;
+                r = Replay { run: Some(*run), done_offset: start, ..Replay::default() };
+                begun.clear();
+            }
+            Record::Begin { offset, len, blake3 } => begun.push((offset, len, blake3)),
+            Record::Done { offset, len, .. } => {
+                begun.retain(|b| b.0 != offset);
+                if trusted {
+                    r.done += 1;
+                    r.done_offset = offset + len;
+                }
+            }
+            Record::Finished => r.finished = true,
+            Record::GuardianKilled(k) => r.guardian_kills.push(k),
+        }
+        if trusted {
+            r.valid_bytes = at;
+        }
+    }
+    // Every chunk begun and not done past the progress: the one being written when the
+    // run stopped, and any written whose read-back had not been recorded.
+    begun.retain(|b| b.0 >= r.done_offset);
+    begun.sort();
+    begun.dedup_by_key(|b| b.0);
+    r.in_flight = begun;
+    if r.damage.is_some() {
+        let begins = r.in_flight.iter().map(|(offset, len, blake3)| Record::Begin {
+            offset: *offset,
+            len: *len,
+            blake3: blake3.clone(),
+        });
+        r.carried.splice(0..0, begins);
+    }
+    r
+}
+
+/// Rewrites a damaged journal as what its replay trusts: the records before the damage,
+/// then the chunk in flight, the guardian's notes and the end of the run, if any came
+/// after it. Atomic (a new file renamed over the old), so that appending goes on after
+/// whole lines and a finished run reads as finished. Returns what was wrong.
+pub fn repair(path: &Path) -> Result<Option<String>> {
+    let ctx = |e| Error::io(format!("repairing journal {}", path.display()), e);
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(ctx(e)),
+    };
+    let r = replay(&text);
+    let Some(damage) = r.damage else { return Ok(None) };
+    let mut clean = text[..r.valid_bytes as usize].to_string();
+    for rec in &r.carried {
+        clean += &encode(rec);
+    }
+    replace_atomically(path, &clean).map_err(ctx)?;
+    Ok(Some(format!(
+        "{}; the journal was rewritten without it ({} damaged line(s) dropped)",
+        damage.describe(path),
+        r.bad_lines
+    )))
+}
+
+fn decode(line: &str) -> Option<Record> {
+    let line = line.strip_suffix('\n')?;
+    let (sum, json) = line.split_once(' ')?;
+    if blake3::hash(json.as_bytes()).to_hex().as_str() != sum {
+        return None;
+    }
+    serde_json::from_str(json).ok()
+}
+
+/// Appends the guardian's note that it killed reseq. reseq is gone (the guardian saw
+/// its socket close), so nothing else appends. A line reseq left half-written is cut
+/// first: it never completed, and replay would stop at it and miss the note.
+pub fn note_guardian_kill(path: &Path, kill: &GuardianKill) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut f = OpenOptions::new().read(true).append(true).open(path)?;
+    // Only the tail: a journal has a line per chunk, and no line is near 64 KiB.
+    let len = f.metadata()?.len();
+    let from = len.saturating_sub(64 << 10);
+    let mut tail = vec![0u8; (len - from) as usize];
+    f.read_exact_at(&mut tail, from)?;
+    if tail.last().is_some_and(|&b| b != b'\n') {
+        let keep = tail.iter().rposition(|&b| b == b'\n').map_or(from, |i| from + i as u64 + 1);
+        f.set_len(keep)?;
+    }
+    f.write_all(encode(&Record::GuardianKilled(kill.clone())).as_bytes())?;
+    f.sync_data()
+}
+
+/// What a resumed run says about the guardian's kills in the run it continues.
+pub fn describe_guardian_kills(kills: &[GuardianKill]) -> Vec<String> {
+    kills
+        .iter()
+        .map(|k| {
+            format!(
+                "the run being resumed was killed by its guardian: in its window {} a write was still outstanding at the end of --max-freeze {} ms + {} ms grace (reseq stopped or stalled), so the guardian killed reseq and thawed after {} ms frozen",
+                k.window, k.max_freeze_ms, k.grace_ms, k.frozen_ms
+            )
+        })
+        .collect()
+}
+
+/// The journal file of one device.
+pub fn journal_path(state_dir: &Path, identity: &DeviceIdentity) -> PathBuf {
+    state_dir.join(format!("device-{}.journal", identity.name))
+}
+
+pub fn read(path: &Path) -> Result<Option<Replay>> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(replay(&t))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(format!("reading journal {}", path.display()), e)),
+    }
+}
+
+/// Writes `text` to a uniquely named temporary file and renames it over `path`, so a
+/// crash leaves either the old file or the new one, whole, and two runs sharing a state
+/// directory never write the same temporary file.
+pub fn replace_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new().prefix(".journal-").suffix(".tmp").tempfile_in(dir)?;
+    tmp.write_all(text.as_bytes())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    File::open(dir)?.sync_all()
+}
+
+/// An open journal, appending.
+pub struct Journal {
+    file: Option<File>,
+    /// A journal not yet on disk ([`Journal::create_deferred`]): its first record.
+    unborn: Option<String>,
+    path: PathBuf,
+    /// Records held back while the state directory's filesystem is frozen.
+    held: Vec<String>,
+    hold: bool,
+}
+
+impl Journal {
+    /// Starts a new journal for `run` (replacing an old one).
+    pub fn create(path: &Path, run: RunRecord) -> Result<Journal> {
+        let ctx = |e| Error::io(format!("creating journal {}", path.display()), e);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(ctx)?;
+        }
+        // Write the new run to a temporary file and rename it over the old journal, so
+        // a crash here leaves either the old journal or the new one, whole.
+        replace_atomically(path, &encode(&Record::Run(Box::new(run)))).map_err(ctx)?;
+        Journal::append_to(path)
+    }
+
+    /// As [`Journal::create`], but nothing touches the disk until the hold is released:
+    /// file mode starts the journals of the files that share a freeze window this way,
+    /// so that the window is not spent on their fsyncs.
+    pub fn create_deferred(path: &Path, run: RunRecord) -> Journal {
+        Journal {
+            file: None,
+            unborn: Some(encode(&Record::Run(Box::new(run)))),
+            path: path.to_path_buf(),
+            held: Vec::new(),
+            hold: true,
+        }
+    }
+
+    /// Opens an existing journal to continue it, repairing it first if a line is damaged
+    /// (appending after a damaged line would leave every new record unread).
+    pub fn append_to(path: &Path) -> Result<Journal> {
+        if let Some(what) = repair(path)? {
+            log::warn!("{what}");
+        }
+        let file = OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::io(format!("opening journal {}", path.display()), e))?;
+        Ok(Journal { file: Some(file), unborn: None, path: path.to_path_buf(), held: Vec::new(), hold: false })
+    }
+
+    /// A journal that records nothing (dry runs, simulations without state).
+    pub fn none() -> Journal {
+        Journal { file: None, unborn: None, path: PathBuf::new(), held: Vec::new(), hold: false }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// While held, records stay in memory (the journal's filesystem is frozen).
+    pub fn set_hold(&mut self, hold: bool) -> Result<()> {
+        self.hold = hold;
+        if !hold && let Some(first) = self.unborn.take() {
+            let text = first + &std::mem::take(&mut self.held).concat();
+            let ctx = |e| Error::io(format!("creating journal {}", self.path.display()), e);
+            if let Some(dir) = self.path.parent() {
+                std::fs::create_dir_all(dir).map_err(ctx)?;
+            }
+            replace_atomically(&self.path, &text).map_err(ctx)?;
+            self.file = Some(OpenOptions::new().append(true).open(&self.path).map_err(ctx)?);
+            return Ok(());
+        }
+        if !hold && !self.held.is_empty() {
+            let text = std::mem::take(&mut self.held).concat();
+            self.write(&text, true)?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, text: &str, durable: bool) -> Result<()> {
+        let Some(f) = self.file.as_mut() else {
+            return Ok(());
+        };
+        let ctx = |e| Error::io(format!("appending to journal {}", self.path.display()), e);
+        f.write_all(text.as_bytes()).map_err(ctx)?;
+        if durable {
+            f.sync_data().map_err(ctx)?;
+        }
+        Ok(())
+    }
+
+    fn append(&mut self, rec: &Record, durable: bool) -> Result<()> {
+        let line = encode(rec);
+        if self.hold || self.unborn.is_some() {
+            self.held.push(line);
+            Ok(())
+        } else {
+            self.write(&line, durable)
+        }
+    }
+
+    /// The chunk about to be written (advisory: not fsynced).
+    pub fn begin(&mut self, offset: u64, len: u64, hash: &blake3::Hash) -> Result<()> {
+        self.append(&Record::Begin { offset, len, blake3: hash.to_hex().to_string() }, false)
+    }
+
+    /// The chunk is written, flushed and verified. Durable at the next [`Journal::commit`].
+    pub fn done(&mut self, offset: u64, len: u64, hash: &blake3::Hash) -> Result<()> {
+        self.append(&Record::Done { offset, len, blake3: hash.to_hex().to_string() }, false)
+    }
+
+    /// Makes every record so far durable (one fsync for a batch of chunks). While held,
+    /// this happens when the hold is released.
+    pub fn commit(&mut self) -> Result<()> {
+        if self.hold || self.unborn.is_some() { Ok(()) } else { self.write("", true) }
+    }
+
+    /// Drops a finished run's journal (file mode: a finished file needs none; without
+    /// it the next run starts afresh, as with a finished one). Held records go too.
+    pub fn discard(self) {
+        if self.file.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    /// Whether records wait in memory for [`Journal::set_hold`]`(false)`.
+    pub fn is_held(&self) -> bool {
+        self.hold || self.unborn.is_some()
+    }
+
+    /// Ends the run, and compacts the journal when it is on disk (see [`compact`]).
+    pub fn finished(&mut self) -> Result<()> {
+        self.append(&Record::Finished, true)?;
+        if self.file.is_some() && !self.is_held() {
+            // Housekeeping after a finished run: its failure (a full state directory)
+            // must not fail the run, whose end is already durable.
+            if let Err(e) = compact(&self.path) {
+                log::warn!("the run finished, but its journal {} was not compacted: {e}", self.path.display());
+            }
+            // The handle may be on the old file, which the rename replaced.
+            match OpenOptions::new().append(true).open(&self.path) {
+                Ok(f) => self.file = Some(f),
+                Err(e) => log::warn!("reopening journal {}: {e}", self.path.display()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Rewrites a finished run's journal without its `begin` records, atomically. They say
+/// which chunk was being written, which only matters while a run may resume; a finished
+/// journal keeps its plan, the verified chunks with their hashes (the evidence of what
+/// was written) and the guardian's notes, until the next run of the device replaces it.
+/// Half the size: a 1 TiB device at 4 MiB chunks leaves 37 MiB rather than 74 MiB.
+pub fn compact(path: &Path) -> std::io::Result<()> {
+    let text = std::fs::read_to_string(path)?;
+    let r = replay(&text);
+    // File mode drops a finished file's journal at once: nothing to keep.
+    if !r.finished || r.damage.is_some() || r.run.as_ref().is_some_and(|run| run.file.is_some()) {
+        return Ok(());
+    }
+    let kept: String =
+        text.split_inclusive('\n').filter(|l| !matches!(decode(l), Some(Record::Begin { .. }))).collect();
+    if kept.len() < text.len() { replace_atomically(path, &kept) } else { Ok(()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> RunRecord {
+        RunRecord {
+            version: JOURNAL_VERSION,
+            identity: DeviceIdentity {
+                name: "loop9".into(),
+                dev: "7:9".into(),
+                size_bytes: 1 << 20,
+                serial: None,
+                wwn: None,
+                model: None,
+                partition_start_sectors: None,
+                loop_backing_file: Some("/tmp/x.img".into()),
+            },
+            chunk_size_bytes: 4096,
+            range_start_bytes: 0,
+            range_end_bytes: 1 << 20,
+            chunks_total: 256,
+            started_at: "2026-11-22T00:00:00Z".into(),
+            file: None,
+            options: None,
+        }
+    }
+
+    fn done(offset: u64, h: &str) -> Record {
+        Record::Done { offset, len: 4096, blake3: h.to_string() }
+    }
+
+    #[test]
+    fn replays_and_ignores_torn_tail() {
+        let h = blake3::hash(b"x").to_hex().to_string();
+        let mut text = encode(&Record::Run(Box::new(run())));
+        text += &encode(&done(0, &h));
+        text += &encode(&done(4096, &h));
+        text += &encode(&Record::Begin { offset: 8192, len: 4096, blake3: h.clone() });
+        let full = replay(&text);
+        assert_eq!((full.done, full.done_offset), (2, 8192));
+        assert_eq!(full.in_flight, vec![(8192, 4096, h.clone())]);
+        assert_eq!(full.bad_lines, 0);
+        // A torn append: half a line.
+        let torn = encode(&done(8192, &h));
+        let t2 = format!("{text}{}", &torn[..torn.len() / 2]);
+        let r = replay(&t2);
+        assert_eq!((r.done, r.done_offset), (2, 8192));
+        assert_eq!(r.bad_lines, 1);
+    }
+
+    /// The verifier reads chunk A back while chunk B is written: A's `done` must not
+    /// clear B, which is still in flight (a torn write of B would otherwise be forgotten).
+    #[test]
+    fn a_chunk_stays_in_flight_until_its_own_done() {
+        let (a, b) = (blake3::hash(b"a").to_hex().to_string(), blake3::hash(b"b").to_hex().to_string());
+        let mut text = encode(&Record::Run(Box::new(run())));
+        text += &encode(&Record::Begin { offset: 0, len: 4096, blake3: a.clone() });
+        text += &encode(&Record::Begin { offset: 4096, len: 4096, blake3: b.clone() });
+        text += &encode(&done(0, &a));
+        let r = replay(&text);
+        assert_eq!((r.done, r.done_offset), (1, 4096));
+        assert_eq!(r.in_flight, vec![(4096, 4096, b.clone())]);
+        text += &encode(&done(4096, &b));
+        assert!(replay(&text).in_flight.is_empty());
+        let k = GuardianKill { window: 3, frozen_ms: 900, max_freeze_ms: 500, grace_ms: 500, in_flight: Vec::new() };
+        text += &encode(&Record::GuardianKilled(k.clone()));
+        assert_eq!(replay(&text).guardian_kills, vec![k]);
+    }
+
+    /// The guardian's note after a kill cuts a half-written last line first, so replay
+    /// reaches the note.
+    #[test]
+    fn a_guardian_note_after_a_torn_line_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.journal");
+        let h = blake3::hash(b"x").to_hex().to_string();
+        let torn = encode(&done(4096, &h));
+        let text = encode(&Record::Run(Box::new(run()))) + &encode(&done(0, &h)) + &torn[..torn.len() / 2];
+        std::fs::write(&path, text).unwrap();
+        let k = GuardianKill { window: 1, frozen_ms: 950, max_freeze_ms: 500, grace_ms: 500, in_flight: Vec::new() };
+        note_guardian_kill(&path, &k).unwrap();
+        let r = read(&path).unwrap().unwrap();
+        assert_eq!((r.done, r.bad_lines), (1, 0));
+        assert_eq!(r.guardian_kills, vec![k]);
+    }
+
+    #[test]
+    fn a_flipped_bit_or_a_backward_chunk_stops_the_replay() {
+        let h = blake3::hash(b"x").to_hex().to_string();
+        let mut text = encode(&Record::Run(Box::new(run())));
+        text += &encode(&done(0, &h)).replace("\"offset\":0", "\"offset\":5");
+        text += &encode(&done(4096, &h));
+        let r = replay(&text);
+        assert_eq!((r.done, r.bad_lines), (0, 1), "progress stops at the damaged line");
+        assert_eq!(r.damage.map(|d| (d.line, d.last)), Some((2, false)));
+        let mut text = encode(&Record::Run(Box::new(run())));
+        text += &encode(&done(8192, &h));
+        text += &encode(&done(0, &h));
+        let r = replay(&text);
+        assert_eq!((r.done, r.done_offset, r.bad_lines), (1, 12288, 1));
+    }
+
+    /// A flipped byte mid-journal: named by line and offset; repaired to what is trusted
+    /// plus the chunk in flight and the end of the run; appending then reads back.
+    #[test]
+    fn a_damaged_middle_line_is_named_and_repaired() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.journal");
+        let h = blake3::hash(b"x").to_hex().to_string();
+        let first = encode(&Record::Run(Box::new(run()))) + &encode(&done(0, &h));
+        let bad = encode(&done(4096, &h)).replacen('1', "2", 1);
+        let text = first.clone()
+            + &bad
+            + &encode(&done(8192, &h))
+            + &encode(&Record::Begin { offset: 12288, len: 4096, blake3: h.clone() });
+        std::fs::write(&path, &text).unwrap();
+        let r = replay(&text);
+        assert_eq!((r.done, r.done_offset), (1, 4096), "chunks after the damage are redone");
+        assert_eq!(r.damage, Some(Damage { line: 3, byte_offset: first.len() as u64, last: false }));
+        assert_eq!(r.in_flight, vec![(12288, 4096, h.clone())], "the chunk in flight is still known");
+        let what = repair(&path).unwrap().unwrap();
+        assert!(what.contains(&format!("line 3 (byte {})", first.len())), "{what}");
+        let mut j = Journal::append_to(&path).unwrap();
+        j.done(4096, 4096, &blake3::hash(b"x")).unwrap();
+        j.finished().unwrap();
+        let r = read(&path).unwrap().unwrap();
+        assert_eq!((r.done, r.done_offset, r.finished, r.bad_lines), (2, 8192, true, 0));
+        assert!(repair(&path).unwrap().is_none(), "clean now");
+    }
+
+    #[test]
+    fn file_round_trip_with_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j");
+        let mut j = Journal::create(&p, run()).unwrap();
+        let h = blake3::hash(b"y");
+        j.set_hold(true).unwrap();
+        j.done(0, 4096, &h).unwrap();
+        assert_eq!(read(&p).unwrap().unwrap().done, 0, "held records are not on disk yet");
+        j.set_hold(false).unwrap();
+        j.done(4096, 4096, &h).unwrap();
+        j.commit().unwrap();
+        j.finished().unwrap();
+        let r = read(&p).unwrap().unwrap();
+        assert_eq!((r.done, r.done_offset, r.finished, r.run.unwrap()), (2, 8192, true, run()));
+    }
+
+    #[test]
+    fn a_finished_journal_is_compacted_to_its_plan_and_verified_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j");
+        let mut j = Journal::create(&p, run()).unwrap();
+        let h = blake3::hash(b"z");
+        for i in 0..4 {
+            j.begin(i * 4096, 4096, &h).unwrap();
+            j.done(i * 4096, 4096, &h).unwrap();
+        }
+        j.commit().unwrap();
+        let full = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(full.lines().count(), 9);
+        j.finished().unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(text.lines().count(), 6, "run, 4 done, finished: {text}");
+        assert!(!text.contains("\"begin\""), "{text}");
+        let r = read(&p).unwrap().unwrap();
+        assert_eq!((r.done, r.done_offset, r.finished, r.in_flight.len()), (4, 16384, true, 0));
+        // Still a journal reseq appends to, and then discards (file mode).
+        j.commit().unwrap();
+        j.discard();
+        assert!(!p.exists());
+    }
+
+    #[test]
+    fn an_unfinished_or_damaged_journal_is_not_compacted() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j");
+        let h = blake3::hash(b"z").to_hex().to_string();
+        let begin = encode(&Record::Begin { offset: 0, len: 4096, blake3: h });
+        let text = encode(&Record::Run(Box::new(run()))) + &begin;
+        std::fs::write(&p, &text).unwrap();
+        compact(&p).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), text, "the chunk in flight is kept");
+        let damaged = text.clone() + "0000 {\"type\":\"done\"}\n" + &encode(&Record::Finished);
+        std::fs::write(&p, &damaged).unwrap();
+        compact(&p).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), damaged, "left for repair() to judge");
+    }
+}

@@ -1,0 +1,497 @@
+//! Rescue copies: the original bytes of a chunk whose write failed, tore, or read back
+//! different, kept so that nothing is lost whatever the device did.
+//!
+//! The engine holds a chunk's bytes (read and hashed in the same window) until its write
+//! is verified. When that does not happen, the bytes go into a rescue file in the state
+//! directory, written after the thaw (the state directory may be on a frozen filesystem),
+//! fsynced, and named after the device, the offset and the blake3. A run on that device
+//! refuses to go on while the device differs from a rescue copy (it would read the torn
+//! bytes and bless them as the data), and `reseq restore FILE` puts the copy back.
+//!
+//! Format: one JSON header line padded with spaces to [`HEADER_BYTES`], then the bytes.
+//! The padding keeps the data aligned for direct I/O and the header readable with `head`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::host::device::DeviceIdentity;
+use crate::support::error::{Error, Result};
+
+pub const HEADER_BYTES: usize = 4096;
+const MAGIC: &str = "reseq-rescue-1";
+
+/// What a rescue file says about its bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RescueHeader {
+    pub magic: String,
+    /// The device the bytes belong to, and where.
+    pub device_path: String,
+    pub identity: DeviceIdentity,
+    pub offset: u64,
+    pub len: u64,
+    /// blake3 of the original bytes (as the journal's `begin` record has it).
+    pub blake3: String,
+    /// blake3 of what the device held there when reseq stopped (None: unreadable).
+    /// `reseq restore` writes only over that, or with --force.
+    pub left_blake3: Option<String>,
+    /// What happened: "write failed", "torn write", "read-back differs"...
+    pub reason: String,
+    /// File mode: the file and its offset the bytes belonged to.
+    pub file: Option<String>,
+    pub created_at: String,
+}
+
+/// A rescue copy not yet on disk (its filesystem may be frozen).
+#[derive(Debug)]
+pub struct Pending {
+    pub header: RescueHeader,
+    pub data: Vec<u8>,
+}
+
+/// Where rescue copies go and what they belong to.
+#[derive(Clone, Debug)]
+pub struct RescueTo {
+    pub dir: PathBuf,
+    pub device_path: PathBuf,
+    pub identity: DeviceIdentity,
+    /// File mode: the files of the run, as (start, length, path) in the run's offsets,
+    /// ascending (device offsets come from the target).
+    pub files: Vec<(u64, u64, String)>,
+}
+
+impl RescueTo {
+    #[allow(clippy::too_many_arguments)]
+    pub fn pending(
+        &self,
+        device_offset: u64,
+        data: &[u8],
+        blake3: &blake3::Hash,
+        left: Option<blake3::Hash>,
+        reason: &str,
+        file_offset: u64,
+    ) -> Pending {
+        Pending {
+            header: RescueHeader {
+                magic: MAGIC.into(),
+                device_path: self.device_path.display().to_string(),
+                identity: self.identity.clone(),
+                offset: device_offset,
+                len: data.len() as u64,
+                blake3: blake3.to_hex().to_string(),
+                left_blake3: left.map(|h| h.to_hex().to_string()),
+                reason: reason.into(),
+                file: self.files_at(file_offset, data.len() as u64),
+                created_at: crate::report::now_rfc3339(),
+            },
+            data: data.to_vec(),
+        }
+    }
+}
+
+impl RescueTo {
+    /// The files whose bytes lie in `len` bytes at `offset` (a chunk of a batch of small
+    /// files can hold many).
+    fn files_at(&self, offset: u64, len: u64) -> Option<String> {
+        let hit: Vec<&(u64, u64, String)> =
+            self.files.iter().filter(|(at, n, _)| *at < offset + len && offset < at + n).collect();
+        let (first, last) = (hit.first()?, hit.last()?);
+        let head = format!("{} at file offset {}", first.2, offset.saturating_sub(first.0));
+        Some(match hit.len() {
+            1 => head,
+            n => format!("{head}, then {} more file(s) through {}", n - 1, last.2),
+        })
+    }
+}
+
+pub fn file_name(identity: &DeviceIdentity, offset: u64, blake3: &str) -> String {
+    // The identity's hash tells apart two devices that had the same name.
+    let id = blake3::hash(serde_json::to_string(identity).unwrap_or_default().as_bytes()).to_hex();
+    format!("rescue-{}-{offset}-{}-{}.bin", identity.name, &blake3[..16.min(blake3.len())], &id[..8])
+}
+
+/// Where rescue copies are looked for: the state directory, and the run directory that
+/// takes them when the state directory cannot (full, read-only, frozen).
+pub fn dirs(state_dir: &Path) -> Vec<PathBuf> {
+    vec![state_dir.to_path_buf(), crate::host::freeze_record::run_dir()]
+}
+
+/// Writes `p` into `dir` (atomically: a unique temporary name, fsync, rename, fsync of
+/// the directory). Returns the path.
+pub fn save(dir: &Path, p: &Pending) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(file_name(&p.header.identity, p.header.offset, &p.header.blake3));
+    let mut tmp = tempfile::Builder::new().prefix(".rescue-").suffix(".tmp").tempfile_in(dir)?;
+    let mut head = serde_json::to_string(&p.header).map_err(std::io::Error::other)?;
+    if head.len() >= HEADER_BYTES {
+        return Err(std::io::Error::other("rescue header too long"));
+    }
+    head.push_str(&" ".repeat(HEADER_BYTES - 1 - head.len()));
+    head.push('\n');
+    tmp.write_all(head.as_bytes())?;
+    tmp.write_all(&p.data)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(&path).map_err(|e| e.error)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(path)
+}
+
+/// Saves a copy into the first of `dirs` that takes it. Returns the path, or a sentence
+/// saying it could not be saved anywhere.
+pub fn save_first(dirs: &[PathBuf], p: &Pending) -> std::result::Result<PathBuf, String> {
+    let mut errors = Vec::new();
+    for dir in dirs {
+        match save(dir, p) {
+            Ok(path) => {
+                if !errors.is_empty() {
+                    log::error!(
+                        "the rescue copy could not be saved in {} ({}): saved in {} instead",
+                        dirs[0].display(),
+                        errors.join("; "),
+                        path.display()
+                    );
+                }
+                return Ok(path);
+            }
+            Err(e) => errors.push(format!("{}: {e}", dir.display())),
+        }
+    }
+    Err(format!(
+        "the rescue copy of device bytes {}..{} (blake3 {}) could not be saved ({}): restore those bytes from a backup",
+        p.header.offset,
+        p.header.offset + p.header.len,
+        p.header.blake3,
+        errors.join("; ")
+    ))
+}
+
+/// Moves a copy saved in the run directory (a tmpfs, lost at reboot) into the state
+/// directory, once that can be written. Returns where it is now.
+pub fn settle_in(state_dir: &Path, path: &Path) -> PathBuf {
+    if path.parent() == Some(state_dir) {
+        return path.to_path_buf();
+    }
+    match load(path).map(|(header, data)| Pending { header, data }) {
+        Ok(p) => match save(state_dir, &p) {
+            Ok(new) => {
+                let _ = remove(path);
+                new
+            }
+            Err(e) => {
+                log::warn!("the rescue copy stays in {} (a tmpfs: copy it before a reboot): {e}", path.display());
+                path.to_path_buf()
+            }
+        },
+        Err(_) => path.to_path_buf(),
+    }
+}
+
+/// Reads a rescue file and checks its bytes against the blake3 its header names.
+pub fn load(path: &Path) -> Result<(RescueHeader, Vec<u8>)> {
+    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory => {
+            Error::Usage(format!("{}: {e}; name a rescue-*.bin file from the state directory", path.display()))
+        }
+        _ => Error::io(format!("reading rescue file {}", path.display()), e),
+    })?;
+    let bad = |why: &str| {
+        Error::Usage(format!(
+            "{} is not a reseq rescue file ({why}); name a rescue-*.bin file from the state directory",
+            path.display()
+        ))
+    };
+    if bytes.len() < HEADER_BYTES {
+        return Err(bad("too short"));
+    }
+    let head = std::str::from_utf8(&bytes[..HEADER_BYTES]).map_err(|_| bad("its header is not text"))?;
+    let header: RescueHeader = serde_json::from_str(head.trim_end()).map_err(|e| bad(&format!("header: {e}")))?;
+    if header.magic != MAGIC {
+        return Err(bad("wrong magic"));
+    }
+    let data = bytes[HEADER_BYTES..].to_vec();
+    if data.len() as u64 != header.len || header.len == 0 || header.len > 1 << 30 || !header.offset.is_multiple_of(512)
+    {
+        return Err(bad(&format!(
+            "{} bytes of data at offset {}, the header says {}",
+            data.len(),
+            header.offset,
+            header.len
+        )));
+    }
+    if blake3::hash(&data).to_hex().as_str() != header.blake3 {
+        return Err(Error::refused(
+            format!(
+                "the rescue file {} is damaged: its bytes do not match the blake3 in its header ({})",
+                path.display(),
+                header.blake3
+            ),
+            "restore these device bytes from a backup; the journal records their blake3 too",
+        ));
+    }
+    Ok((header, data))
+}
+
+/// The rescue files in `dirs` that belong to the device `identity`, under whatever name
+/// it had when they were made.
+pub fn list_for(dirs: &[PathBuf], identity: &DeviceIdentity) -> Vec<(PathBuf, RescueHeader)> {
+    let mut out: Vec<(PathBuf, RescueHeader)> = dirs
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|entries| entries.flatten().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("rescue-") && n.ends_with(".bin"))
+        })
+        .filter_map(|p| read_header(&p).map(|h| (p, h)))
+        .filter(|(_, h)| h.identity.same_device(identity) && h.len > 0)
+        .collect();
+    out.sort_by_key(|(_, h)| h.offset);
+    out
+}
+
+fn read_header(path: &Path) -> Option<RescueHeader> {
+    use std::io::Read;
+    let mut head = vec![0u8; HEADER_BYTES];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    serde_json::from_str(std::str::from_utf8(&head).ok()?.trim_end()).ok()
+}
+
+/// Before any run on a device: each rescue copy of it must be back on the device. A
+/// copy whose bytes the device holds again is removed; any other stops the run, since
+/// reading the device there would take the torn bytes for the data.
+///
+/// Under a mounted filesystem, a range that holds neither the copy nor what the failed
+/// write left has been written since by the filesystem, as it may: the copy is older
+/// than that data, so it is kept for reference, with a warning, and does not stop the run.
+pub fn check_device(
+    dirs: &[PathBuf],
+    identity: &DeviceIdentity,
+    target: &dyn crate::engine::target::BlockTarget,
+    mounted: bool,
+) -> Result<()> {
+    for (path, h) in list_for(dirs, identity) {
+        let now = range_hash(target, h.offset, h.len)?.to_hex().to_string();
+        if mounted && now != h.blake3 && h.left_blake3.as_ref().is_some_and(|l| *l != now) {
+            log::warn!(
+                "device bytes {}..{} changed since a failed write left them ({}): the mounted filesystem wrote there since, so the rescue copy {} is older than that data and is not needed to go on; check the filesystem (fsck -n) and drop the copy with `reseq restore --forget {}`",
+                h.offset,
+                h.offset + h.len,
+                h.created_at,
+                path.display(),
+                path.display()
+            );
+            continue;
+        }
+        if now == h.blake3 {
+            dropped_as_restored(&path, h.offset, h.len)?;
+            continue;
+        }
+        return Err(Error::refused(
+            format!(
+                "device bytes {}..{} of {} are not the data reseq read there before a failed write ({}, {}): their original bytes are in the rescue copy {}. Going on would take what is there now for the data",
+                h.offset,
+                h.offset + h.len,
+                h.device_path,
+                h.reason,
+                h.created_at,
+                path.display()
+            ),
+            format!(
+                "once the device works, run `{}` (it checks that nothing else wrote there since); `reseq restore --forget` drops the copy if you restored the data another way",
+                restore_command(&path)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// What to tell about the device's first rescue copy, if there is one.
+pub fn pending(dirs: &[PathBuf], identity: &DeviceIdentity) -> Option<String> {
+    let (path, h) = list_for(dirs, identity).into_iter().next()?;
+    Some(format!(
+        "device bytes {}..{} ({}) have a rescue copy; `{}` puts it back",
+        h.offset,
+        h.offset + h.len,
+        h.reason,
+        restore_command(&path)
+    ))
+}
+
+/// Whether the device holds bytes with this blake3 at `offset`.
+pub fn device_holds(
+    target: &dyn crate::engine::target::BlockTarget,
+    offset: u64,
+    len: u64,
+    blake3: &str,
+) -> Result<bool> {
+    Ok(range_hash(target, offset, len)?.to_hex().as_str() == blake3)
+}
+
+pub fn range_hash(target: &dyn crate::engine::target::BlockTarget, offset: u64, len: u64) -> Result<blake3::Hash> {
+    let mut buf = crate::sys::AlignedBuf::new(len as usize, target.mem_align());
+    target
+        .read_at(&mut buf[..len as usize], offset)
+        .map_err(|e| Error::io_at(format!("reading the {len} bytes of a rescue copy's range"), offset, e))?;
+    Ok(blake3::hash(&buf[..len as usize]))
+}
+
+/// The device holds the bytes a record (rescue copy, torn note) is about again: it goes.
+fn dropped_as_restored(path: &Path, offset: u64, len: u64) -> Result<()> {
+    log::info!("device bytes {offset}..{} hold their data again: removing {}", offset + len, path.display());
+    remove(path)
+}
+
+/// Removes a rescue file, durably.
+pub fn remove(path: &Path) -> Result<()> {
+    std::fs::remove_file(path).map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(())
+}
+
+/// What a guardian found when it killed reseq mid-write and read the write back before
+/// thawing: the bytes there were not the ones being written (torn), or could not be read.
+/// Nothing kept the original bytes (reseq died before the write returned), so every later
+/// run on the device refuses until they are back or the note is removed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TornNote {
+    pub magic: String,
+    pub device_path: String,
+    pub offset: u64,
+    pub len: u64,
+    /// blake3 of the bytes the write was to write (the data that belongs there).
+    pub blake3: String,
+    /// What the guardian found: false (other bytes) or None (unreadable).
+    pub intact: Option<bool>,
+    pub created_at: String,
+}
+
+const TORN_MAGIC: &str = "reseq-torn-1";
+
+impl TornNote {
+    pub fn new(device_path: &Path, offset: u64, len: u64, blake3: &blake3::Hash, intact: Option<bool>) -> TornNote {
+        TornNote {
+            magic: TORN_MAGIC.into(),
+            device_path: device_path.display().to_string(),
+            offset,
+            len,
+            blake3: blake3.to_hex().to_string(),
+            intact,
+            created_at: crate::report::now_rfc3339(),
+        }
+    }
+
+    /// Writes the note into `dir` (the run directory, never on a frozen filesystem).
+    pub fn save(&self, dir: &Path) -> std::io::Result<PathBuf> {
+        let name: String = self.device_path.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let path = dir.join(format!("torn-{name}-{}.json", self.offset));
+        let mut f = std::fs::File::create(&path)?;
+        f.write_all(serde_json::to_string_pretty(self).map_err(std::io::Error::other)?.as_bytes())?;
+        f.sync_all()?;
+        Ok(path)
+    }
+}
+
+/// Before any run on the device at `device_path`: the guardian's notes of torn writes.
+/// A range that holds the right bytes again drops its note; any other refuses the run.
+pub fn check_torn_notes(device_path: &Path, target: &dyn crate::engine::target::BlockTarget) -> Result<()> {
+    let dir = crate::host::freeze_record::run_dir();
+    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let me = canonical(device_path);
+    let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(()) };
+    for path in entries.flatten().map(|e| e.path()) {
+        if !path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("torn-") && n.ends_with(".json")) {
+            continue;
+        }
+        let Some(note) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<TornNote>(&b).ok()) else {
+            continue;
+        };
+        if note.magic != TORN_MAGIC || canonical(Path::new(&note.device_path)) != me || note.len == 0 {
+            continue;
+        }
+        if device_holds(target, note.offset, note.len, &note.blake3)? {
+            dropped_as_restored(&path, note.offset, note.len)?;
+            continue;
+        }
+        return Err(Error::refused(
+            format!(
+                "device bytes {}..{} of {} were {} when the guardian killed reseq mid-write ({}; the write stalled past the freeze bound, often a failing device), and they still are not the data reseq read there (blake3 {}). No copy of those bytes was kept: reseq died before the write returned",
+                note.offset,
+                note.offset + note.len,
+                note.device_path,
+                if note.intact == Some(false) { "found torn" } else { "unreadable" },
+                note.created_at,
+                note.blake3
+            ),
+            format!(
+                "check the device (dmesg, smartctl) and restore what lives in that range from a backup (for a file: filefrag -v, or debugfs icheck, tells which); then remove {} and run again",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The command that puts a rescue copy back.
+pub fn restore_command(path: &Path) -> String {
+    format!("reseq restore {}", path.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity() -> DeviceIdentity {
+        DeviceIdentity {
+            name: "loop9".into(),
+            dev: "7:9".into(),
+            size_bytes: 1 << 20,
+            serial: None,
+            wwn: None,
+            model: None,
+            partition_start_sectors: None,
+            loop_backing_file: Some("/tmp/x".into()),
+        }
+    }
+
+    #[test]
+    fn saves_loads_and_lists() {
+        let dir = tempfile::tempdir().unwrap();
+        let to = RescueTo {
+            dir: dir.path().into(),
+            device_path: "/dev/loop9".into(),
+            identity: identity(),
+            files: Vec::new(),
+        };
+        let data = vec![7u8; 8192];
+        let h = blake3::hash(&data);
+        let p = to.pending(65536, &data, &h, None, "torn write", 65536);
+        let path = save(dir.path(), &p).unwrap();
+        assert!(path.file_name().unwrap().to_str().unwrap().starts_with("rescue-loop9-65536-"));
+        let (header, back) = load(&path).unwrap();
+        assert_eq!(back, data);
+        assert_eq!(header.offset, 65536);
+        let dirs = [dir.path().to_path_buf()];
+        assert_eq!(list_for(&dirs, &identity()).len(), 1);
+        let mut renamed = identity();
+        (renamed.name, renamed.dev) = ("loop3".into(), "7:3".into());
+        assert_eq!(list_for(&dirs, &renamed).len(), 1, "the same backing file under another loop number");
+        let mut other = identity();
+        other.size_bytes += 1;
+        assert!(list_for(&dirs, &other).is_empty(), "another device's copies are not listed");
+        // A crafted header with no bytes is not a rescue file (and no panic).
+        let mut empty = p.header.clone();
+        empty.len = 0;
+        let empty_path = dir.path().join("rescue-empty.bin");
+        let head = serde_json::to_string(&empty).unwrap();
+        std::fs::write(&empty_path, format!("{head}{}\n", " ".repeat(HEADER_BYTES - 1 - head.len()))).unwrap();
+        assert!(matches!(load(&empty_path), Err(Error::Usage(_))));
+        assert_eq!(list_for(&dirs, &identity()).len(), 1, "not listed either");
+        // A flipped data byte is caught.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[HEADER_BYTES + 5] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+        assert!(load(&path).is_err());
+    }
+}

@@ -1,0 +1,444 @@
+//! What a block device is: identity, geometry, stacking, and how far to trust what it
+//! says about itself.
+//!
+//! Everything here is read from sysfs (through a root path, so unit tests can build a
+//! fake tree), `/proc/swaps` and a few ioctls. Behaviour that depends on the kind of
+//! device is decided here, with the reason next to it:
+//! - `queue/rotational` is trusted only for real disks. Loop devices inherit it from
+//!   whatever holds their backing file, and virtio-blk reports 1 because the host tells it
+//!   nothing (measured on this project's CI VM: `/sys/block/vda/queue/rotational` = 1 on an
+//!   SSD-backed host). For those we follow the loop's backing file or say "unknown".
+//! - Direct-I/O alignment comes from `statx(STATX_DIOALIGN)` (6.11+ for block devices),
+//!   falling back to BLKSSZGET, which is the logical sector size.
+
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use crate::support::error::{Error, Result};
+use crate::sys;
+
+/// Whether the medium spins, and why we believe it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "reason")]
+pub enum Medium {
+    /// Reported non-rotational by a device whose report we trust (or memory-backed).
+    SolidState(String),
+    /// Reported rotational by a device whose report we trust.
+    Rotational(String),
+    /// The device cannot know (virtual device); reseq proceeds without a warning.
+    Unknown(String),
+}
+
+impl std::fmt::Display for Medium {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Medium::SolidState(why) => write!(f, "solid state ({why})"),
+            Medium::Rotational(why) => write!(f, "rotational ({why})"),
+            Medium::Unknown(why) => write!(f, "unknown ({why})"),
+        }
+    }
+}
+
+/// Identity recorded in the journal; a resume refuses if any of it changed.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct DeviceIdentity {
+    /// Kernel name (`loop0`, `nvme0n1p2`).
+    pub name: String,
+    /// "major:minor".
+    pub dev: String,
+    pub size_bytes: u64,
+    /// Serial number of the disk, where the driver exposes one.
+    pub serial: Option<String>,
+    /// World-wide name / NVMe wwid, where exposed.
+    pub wwn: Option<String>,
+    pub model: Option<String>,
+    /// For partitions: the start sector on the parent disk (same number, different
+    /// partition table = different data).
+    pub partition_start_sectors: Option<u64>,
+    /// For loop devices: the backing file (loop numbers are reused).
+    pub loop_backing_file: Option<String>,
+}
+
+impl DeviceIdentity {
+    /// What differs from `was`, field by field, as a person reads it:
+    /// "size 2.0 GiB -> 3.0 GiB, serial S1 -> S2".
+    pub fn changes_since(&self, was: &DeviceIdentity) -> String {
+        let opt = |o: &Option<String>| o.clone().unwrap_or_else(|| "none".into());
+        let num = |o: Option<u64>| o.map_or_else(|| "none".into(), |n| n.to_string());
+        let fields = [
+            ("name", was.name.clone(), self.name.clone()),
+            ("major:minor", was.dev.clone(), self.dev.clone()),
+            (
+                "size",
+                crate::support::units::human_bytes(was.size_bytes),
+                crate::support::units::human_bytes(self.size_bytes),
+            ),
+            ("serial", opt(&was.serial), opt(&self.serial)),
+            ("WWN", opt(&was.wwn), opt(&self.wwn)),
+            ("model", opt(&was.model), opt(&self.model)),
+            ("partition start sector", num(was.partition_start_sectors), num(self.partition_start_sectors)),
+            ("loop backing file", opt(&was.loop_backing_file), opt(&self.loop_backing_file)),
+        ];
+        let mut out: Vec<String> =
+            fields.iter().filter(|(_, a, b)| a != b).map(|(n, a, b)| format!("{n} {a} -> {b}")).collect();
+        if out.is_empty() && was.size_bytes != self.size_bytes {
+            out.push(format!("size {} -> {} bytes", was.size_bytes, self.size_bytes));
+        }
+        out.join(", ")
+    }
+
+    /// The same device, perhaps under another name and number (loop and NVMe numbers
+    /// can change between boots): the same size and partition start, and the same
+    /// backing file, serial, WWN and model where any is known. A device with none of
+    /// those is only itself under the same name and major:minor.
+    pub fn same_device(&self, other: &DeviceIdentity) -> bool {
+        if self.size_bytes != other.size_bytes || self.partition_start_sectors != other.partition_start_sectors {
+            return false;
+        }
+        let stable =
+            |d: &DeviceIdentity| (d.loop_backing_file.clone(), d.serial.clone(), d.wwn.clone(), d.model.clone());
+        if self.loop_backing_file.is_some() || self.serial.is_some() || self.wwn.is_some() {
+            stable(self) == stable(other)
+        } else {
+            self.name == other.name && self.dev == other.dev
+        }
+    }
+}
+
+/// Everything reseq needs to know about a block device before planning.
+#[derive(Clone, Debug)]
+pub struct BlockDeviceInfo {
+    /// The path the user gave.
+    pub path: PathBuf,
+    pub identity: DeviceIdentity,
+    pub dev_num: (u32, u32),
+    /// Parent disk name when this is a partition.
+    pub parent_disk: Option<String>,
+    /// (name, dev) of the partitions of a whole disk (empty for a partition).
+    pub partitions: Vec<(String, (u32, u32))>,
+    /// Devices stacked on top (dm, md, bcache...), of the device or its partitions.
+    pub holders: Vec<String>,
+    /// BLKROGET.
+    pub read_only: bool,
+    pub medium: Medium,
+    /// Direct-I/O alignment of buffer addresses, in bytes.
+    pub dio_mem_align: u32,
+    /// Direct-I/O alignment of offsets and lengths, in bytes.
+    pub dio_offset_align: u32,
+    /// Where the alignment came from (`statx` or `BLKSSZGET`).
+    pub dio_align_source: &'static str,
+    /// Active swap areas on the device, its partitions, or files on them.
+    pub active_swap: Vec<String>,
+}
+
+impl BlockDeviceInfo {
+    /// Devices through which the same bytes can be written: the device, its partitions,
+    /// and the whole disk it is a partition of.
+    pub fn devices_sharing_bytes(&self, sysfs: &Sysfs) -> Vec<(u32, u32)> {
+        let mut d = self.devices_to_freeze();
+        if let Some(disk) = &self.parent_disk
+            && let Some(dev) = sysfs.dev_of(disk)
+        {
+            d.push(dev);
+        }
+        d
+    }
+
+    /// Devices whose mounted filesystems must be frozen: the device and its partitions.
+    pub fn devices_to_freeze(&self) -> Vec<(u32, u32)> {
+        std::iter::once(self.dev_num).chain(self.partitions.iter().map(|p| p.1)).collect()
+    }
+}
+
+/// Reads sysfs below a root ("/sys" in production).
+#[derive(Clone, Debug)]
+pub struct Sysfs {
+    pub root: PathBuf,
+}
+
+impl Default for Sysfs {
+    fn default() -> Self {
+        Sysfs { root: PathBuf::from("/sys") }
+    }
+}
+
+impl Sysfs {
+    fn block_dir(&self, name: &str) -> PathBuf {
+        self.root.join("class/block").join(name)
+    }
+
+    fn read(&self, name: &str, attr: &str) -> Option<String> {
+        let text = std::fs::read_to_string(self.block_dir(name).join(attr)).ok()?;
+        let t = text.trim();
+        (!t.is_empty()).then(|| t.to_string())
+    }
+
+    /// Kernel name and parent disk (for a partition) of a device number.
+    pub fn name_of(&self, dev: (u32, u32)) -> Option<(String, Option<String>)> {
+        let link = std::fs::read_link(self.root.join(format!("dev/block/{}:{}", dev.0, dev.1))).ok()?;
+        let name = link.file_name()?.to_string_lossy().into_owned();
+        let is_partition = self.block_dir(&name).join("partition").exists();
+        let parent = if is_partition {
+            link.parent().and_then(|p| p.file_name()).map(|p| p.to_string_lossy().into_owned())
+        } else {
+            None
+        };
+        Some((name, parent))
+    }
+
+    fn dev_of(&self, name: &str) -> Option<(u32, u32)> {
+        let s = self.read(name, "dev")?;
+        let (a, b) = s.split_once(':')?;
+        Some((a.parse().ok()?, b.parse().ok()?))
+    }
+
+    /// Partitions of a whole disk, in name order.
+    pub fn partitions_of(&self, disk: &str) -> Vec<(String, (u32, u32))> {
+        let mut parts: Vec<_> = std::fs::read_dir(self.block_dir(disk))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("partition").exists())
+            .filter_map(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                self.dev_of(&n).map(|d| (n, d))
+            })
+            .collect();
+        parts.sort();
+        parts
+    }
+
+    pub fn holders_of(&self, name: &str) -> Vec<String> {
+        let mut h: Vec<String> = std::fs::read_dir(self.block_dir(name).join("holders"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        h.sort();
+        h
+    }
+
+    /// The disk that carries the queue (a partition's parent, or the device itself).
+    fn disk_of<'a>(name: &'a str, parent: &'a Option<String>) -> &'a str {
+        parent.as_deref().unwrap_or(name)
+    }
+
+    /// Decides how far to trust `queue/rotational`; see the module docs for why.
+    pub fn medium(&self, disk: &str, depth: u32) -> Medium {
+        if disk.starts_with("loop") {
+            let Some(backing) = self.read(disk, "loop/backing_file") else {
+                return Medium::Unknown("loop device without a backing file".into());
+            };
+            return match std::fs::metadata(&backing) {
+                Ok(md) if depth < 4 => {
+                    let dev = (nix::sys::stat::major(md.dev()) as u32, nix::sys::stat::minor(md.dev()) as u32);
+                    match self.name_of(dev) {
+                        Some((n, p)) => match self.medium(Self::disk_of(&n, &p), depth + 1) {
+                            Medium::Unknown(r) => Medium::Unknown(format!("loop over {backing}: {r}")),
+                            Medium::SolidState(r) => Medium::SolidState(format!("loop over {backing}: {r}")),
+                            Medium::Rotational(r) => Medium::Rotational(format!("loop over {backing}: {r}")),
+                        },
+                        None => Medium::SolidState(format!("loop over {backing}, held in memory (no block device)")),
+                    }
+                }
+                _ => Medium::Unknown(format!("loop over {backing}, which cannot be inspected")),
+            };
+        }
+        let driver = std::fs::read_link(self.block_dir(disk).join("device/driver"))
+            .ok()
+            .and_then(|l| l.file_name().map(|f| f.to_string_lossy().into_owned()))
+            .unwrap_or_default();
+        if driver.starts_with("virtio") || disk.starts_with("vd") || disk.starts_with("xvd") {
+            return Medium::Unknown(format!(
+                "{disk} is a virtual disk; its rotational flag is a default, not a measurement"
+            ));
+        }
+        if disk.starts_with("zram") || disk.starts_with("ram") || disk.starts_with("pmem") {
+            return Medium::SolidState(format!("{disk} is memory-backed"));
+        }
+        match self.read(disk, "queue/rotational").as_deref() {
+            Some("1") => Medium::Rotational(format!("{disk} reports queue/rotational=1")),
+            Some("0") => Medium::SolidState(format!("{disk} reports queue/rotational=0")),
+            _ => Medium::Unknown(format!("{disk} has no queue/rotational")),
+        }
+    }
+
+    /// Serial, WWN and model as the driver exposes them (NVMe, SCSI, virtio differ).
+    fn ids(&self, disk: &str) -> (Option<String>, Option<String>, Option<String>) {
+        let serial = self.read(disk, "device/serial").or_else(|| self.read(disk, "serial"));
+        let wwn = self.read(disk, "wwid").or_else(|| self.read(disk, "device/wwid"));
+        let model = self.read(disk, "device/model");
+        (serial, wwn, model)
+    }
+}
+
+/// Active swap areas that live on any of `devs`: swap partitions, or swap files on a
+/// filesystem of theirs. Swap writes are not stopped by a freeze.
+pub fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<String> {
+    swaps_text
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .map(|f| f.replace("\\040", " "))
+        .filter(|f| {
+            std::fs::metadata(f).is_ok_and(|md| {
+                let d = if md.file_type().is_block_device() { md.rdev() } else { md.dev() };
+                let num = (nix::sys::stat::major(d) as u32, nix::sys::stat::minor(d) as u32);
+                devs.contains(&num)
+            })
+        })
+        .collect()
+}
+
+/// Fails with a usage error unless `path` is a block device (stat needs no privileges,
+/// so this comes before the root check).
+pub fn check_block_device(path: &Path) -> Result<std::fs::Metadata> {
+    let md = std::fs::metadata(path).map_err(|e| Error::Usage(format!("cannot use {}: {e}", path.display())))?;
+    if !md.file_type().is_block_device() {
+        let kind = if md.is_file() {
+            "a regular file"
+        } else if md.is_dir() {
+            "a directory"
+        } else {
+            "not a block device"
+        };
+        return Err(Error::Usage(format!(
+            "{} is {kind}; `reseq rewrite` takes a block device such as /dev/sdb or /dev/nvme0n1p2",
+            path.display()
+        )));
+    }
+    Ok(md)
+}
+
+/// Inspects the block device at `path`.
+pub fn inspect(path: &Path, sysfs: &Sysfs) -> Result<BlockDeviceInfo> {
+    let md = check_block_device(path)?;
+    let dev_num = (nix::sys::stat::major(md.rdev()) as u32, nix::sys::stat::minor(md.rdev()) as u32);
+    let (name, parent_disk) = sysfs.name_of(dev_num).ok_or_else(|| {
+        Error::Internal(format!(
+            "{} ({}:{}) is not in {}/dev/block",
+            path.display(),
+            dev_num.0,
+            dev_num.1,
+            sysfs.root.display()
+        ))
+    })?;
+
+    // Read-only open: inspection never needs write access.
+    let file =
+        std::fs::File::open(path).map_err(|e| Error::io(format!("opening {} to inspect it", path.display()), e))?;
+    let size_bytes = sys::blk_size_bytes(file.as_fd()).map_err(|e| Error::io("BLKGETSIZE64", e.into()))?;
+    let read_only = sys::blk_read_only(file.as_fd()).map_err(|e| Error::io("BLKROGET", e.into()))?;
+    let (dio_mem_align, dio_offset_align, dio_align_source) = match sys::statx_dio_align(path) {
+        Ok(Some((m, o))) => (m, o, "statx"),
+        _ => {
+            let s = sys::blk_logical_sector_size(file.as_fd()).map_err(|e| Error::io("BLKSSZGET", e.into()))?;
+            (s, s, "BLKSSZGET")
+        }
+    };
+
+    let disk = Sysfs::disk_of(&name, &parent_disk).to_string();
+    let partitions = if parent_disk.is_none() { sysfs.partitions_of(&name) } else { Vec::new() };
+    let mut holders = sysfs.holders_of(&name);
+    for (p, _) in &partitions {
+        holders.extend(sysfs.holders_of(p).into_iter().map(|h| format!("{h} (on {p})")));
+    }
+    let (serial, wwn, model) = sysfs.ids(&disk);
+    let identity = DeviceIdentity {
+        dev: format!("{}:{}", dev_num.0, dev_num.1),
+        size_bytes,
+        serial,
+        wwn,
+        model,
+        partition_start_sectors: sysfs.read(&name, "start").and_then(|s| s.parse().ok()),
+        loop_backing_file: sysfs.read(&disk, "loop/backing_file"),
+        name,
+    };
+    let mut devs = vec![dev_num];
+    devs.extend(partitions.iter().map(|p| p.1));
+    let active_swap = active_swap_on(&std::fs::read_to_string("/proc/swaps").unwrap_or_default(), &devs);
+    Ok(BlockDeviceInfo {
+        path: path.to_path_buf(),
+        medium: sysfs.medium(&disk, 0),
+        identity,
+        dev_num,
+        parent_disk,
+        partitions,
+        holders,
+        read_only,
+        dio_mem_align,
+        dio_offset_align,
+        dio_align_source,
+        active_swap,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_changes_read_as_a_short_diff() {
+        let was = DeviceIdentity {
+            name: "nvme0n1p3".into(),
+            dev: "259:3".into(),
+            size_bytes: 2 << 30,
+            serial: Some("S1".into()),
+            wwn: None,
+            model: Some("M".into()),
+            partition_start_sectors: Some(2048),
+            loop_backing_file: None,
+        };
+        let now = DeviceIdentity { size_bytes: 3 << 30, serial: Some("S2".into()), ..was.clone() };
+        assert_eq!(now.changes_since(&was), "size 2.0 GiB -> 3.0 GiB, serial S1 -> S2");
+        assert_eq!(was.changes_since(&was), "");
+    }
+
+    /// A fake sysfs with a disk `sdz` (rotational), partition `sdz1` held by `dm-7`.
+    fn fake_sysfs() -> (tempfile::TempDir, Sysfs) {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        let disk = r.join("devices/pci0/block/sdz");
+        std::fs::create_dir_all(disk.join("sdz1/holders/dm-7")).unwrap();
+        std::fs::create_dir_all(disk.join("queue")).unwrap();
+        std::fs::create_dir_all(disk.join("holders")).unwrap();
+        std::fs::create_dir_all(disk.join("device")).unwrap();
+        std::fs::write(disk.join("queue/rotational"), "1\n").unwrap();
+        std::fs::write(disk.join("dev"), "8:0\n").unwrap();
+        std::fs::write(disk.join("device/serial"), "ABC123 \n").unwrap();
+        std::fs::write(disk.join("sdz1/dev"), "8:1\n").unwrap();
+        std::fs::write(disk.join("sdz1/partition"), "1\n").unwrap();
+        std::fs::write(disk.join("sdz1/start"), "2048\n").unwrap();
+        std::fs::create_dir_all(r.join("class/block")).unwrap();
+        std::fs::create_dir_all(r.join("dev/block")).unwrap();
+        std::os::unix::fs::symlink(&disk, r.join("class/block/sdz")).unwrap();
+        std::os::unix::fs::symlink(disk.join("sdz1"), r.join("class/block/sdz1")).unwrap();
+        std::os::unix::fs::symlink("../../devices/pci0/block/sdz", r.join("dev/block/8:0")).unwrap();
+        std::os::unix::fs::symlink("../../devices/pci0/block/sdz/sdz1", r.join("dev/block/8:1")).unwrap();
+        let sysfs = Sysfs { root: r.to_path_buf() };
+        (dir, sysfs)
+    }
+
+    #[test]
+    fn names_partitions_and_holders() {
+        let (_d, s) = fake_sysfs();
+        assert_eq!(s.name_of((8, 1)), Some(("sdz1".into(), Some("sdz".into()))));
+        assert_eq!(s.name_of((8, 0)), Some(("sdz".into(), None)));
+        assert_eq!(s.partitions_of("sdz"), vec![("sdz1".to_string(), (8, 1))]);
+        assert_eq!(s.holders_of("sdz1"), vec!["dm-7".to_string()]);
+        assert!(s.holders_of("sdz").is_empty());
+        assert_eq!(s.ids("sdz").0.as_deref(), Some("ABC123"));
+    }
+
+    #[test]
+    fn trusts_rotational_only_on_real_disks() {
+        let (_d, s) = fake_sysfs();
+        assert!(matches!(s.medium("sdz", 0), Medium::Rotational(_)));
+        std::fs::create_dir_all(s.root.join("class/block/vdq/queue")).unwrap();
+        std::fs::write(s.root.join("class/block/vdq/queue/rotational"), "1").unwrap();
+        assert!(matches!(s.medium("vdq", 0), Medium::Unknown(_)));
+        assert!(matches!(s.medium("zram3", 0), Medium::SolidState(_)));
+    }
+}

@@ -1,0 +1,653 @@
+//! Freeze windows: the engine's only view of freezing.
+//!
+//! The engine calls [`WindowGuard::begin`] before reading a window's first chunk,
+//! [`WindowGuard::may_write`] before each write, and [`WindowGuard::end`] after the last.
+//! Implementations: [`NoFreeze`] for an unmounted device or a simulated one, and
+//! [`GuardedFreeze`], which freezes through the [guardian](crate::host::guardian).
+
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+
+use crate::host::guardian::{Bounds, FreezeFailure, Guardian, Permit, ThawReport, Watched, WrittenReporter};
+use crate::host::mounts::MountedFs;
+use crate::support::error::{Error, Result};
+
+/// How long past `--max-freeze` a write already under way may hold a window before the
+/// guardian kills reseq: a quarter second at least (a 64 KiB write and its read-back on
+/// a busy device), at most one second, and never more than the window itself.
+pub fn freeze_grace(max_freeze: Duration) -> Duration {
+    max_freeze.min(Duration::from_secs(1)).max(Duration::from_millis(250))
+}
+
+/// The hard bound of one freeze: `--max-freeze` plus the grace.
+pub fn freeze_bound(max_freeze: Duration) -> Duration {
+    max_freeze + freeze_grace(max_freeze)
+}
+
+/// The bound as the dry runs state it.
+pub fn describe_bound(max_freeze: Duration) -> String {
+    format!(
+        "a write still outstanding {:.3} s after the deadline (grace) gets reseq killed and the filesystem thawed: no freeze lasts beyond {:.3} s",
+        freeze_grace(max_freeze).as_secs_f64(),
+        freeze_bound(max_freeze).as_secs_f64()
+    )
+}
+
+/// The bound as the report carries it.
+pub fn bound_report(max_freeze: Duration) -> crate::report::FreezeBound {
+    crate::report::FreezeBound::new(max_freeze, freeze_grace(max_freeze))
+}
+
+/// How one window ended.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WindowEnd {
+    /// How long filesystems were frozen (zero without a freeze).
+    pub frozen: Duration,
+    /// The filesystems were frozen longer than `--max-freeze`.
+    pub overran: bool,
+    /// The hard bound (`--max-freeze` plus grace), when this window went past it.
+    pub beyond_bound: Option<Duration>,
+}
+
+/// Proof that no freeze window of this run is open: made only by ending the windows
+/// ([`Thawed::end_windows`], which drops the guard and with it the guardian, thawing
+/// anything still frozen) or by a command that never freezes. What must never run
+/// inside a window (FITRIM) asks for one.
+pub struct Thawed {
+    _private: (),
+}
+
+impl Thawed {
+    /// Ends the run's windows: the guard goes, and with it any freeze.
+    pub fn end_windows(guard: Box<dyn WindowGuard + '_>) -> Thawed {
+        drop(guard);
+        Thawed { _private: () }
+    }
+
+    /// For commands that freeze nothing (`bench --trim-impact`).
+    pub(crate) fn never_froze() -> Thawed {
+        Thawed { _private: () }
+    }
+}
+
+pub trait WindowGuard {
+    /// Whether windows freeze anything (if not, output need not be held back).
+    fn freezes(&self) -> bool;
+    /// The hard limit of one window, if any.
+    fn deadline(&self) -> Option<Duration>;
+    /// What is left of that limit for the next window: less than all of it in a window
+    /// kept open from an earlier run (see [`Batched`]).
+    fn time_left(&self) -> Option<Duration> {
+        self.deadline()
+    }
+    /// Starts a window (freezes).
+    fn begin(&mut self) -> Result<()>;
+    /// Asks to write; `Ok(false)` means the window is over and nothing may be written.
+    fn may_write(&mut self) -> Result<bool>;
+    /// What the next `may_write` is for: `len` bytes at device offset `offset` with this
+    /// blake3 (a guardian checks them if it must kill reseq mid-write).
+    fn announce(&mut self, _offset: u64, _len: u64, _hash: &blake3::Hash) {}
+    /// The write allowed by `may_write` has completed.
+    fn wrote(&mut self) -> Result<()>;
+    /// The same report, from another thread (the verifier reports after its read-back).
+    fn reporter(&self) -> Result<Reporter>;
+    /// Ends the window (thaws).
+    fn end(&mut self) -> Result<WindowEnd>;
+    /// Called before each chunk's write: checks that may stop the run mid-window.
+    fn recheck(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Ends a window in which the engine finished all it was asked to do. A guard that
+    /// batches several targets into one window may keep it open for the next one.
+    fn end_complete(&mut self) -> Result<WindowEnd> {
+        self.end()
+    }
+    /// Whether a window is still open after `end_complete` (the filesystems are still
+    /// frozen: nothing may be written to them, and held output stays held).
+    fn frozen_now(&self) -> bool {
+        false
+    }
+}
+
+/// Reports finished writes from the verifier thread.
+pub struct Reporter(Option<WrittenReporter>);
+
+impl Reporter {
+    pub fn written(&mut self) -> Result<()> {
+        match &mut self.0 {
+            Some(r) => r.written().map_err(|e| Error::io("telling the thaw guardian a write finished", e)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Nothing to freeze: the device is not mounted (and is held with O_EXCL so it cannot
+/// be mounted meanwhile), or it is simulated.
+pub struct NoFreeze;
+
+impl WindowGuard for NoFreeze {
+    fn freezes(&self) -> bool {
+        false
+    }
+    fn deadline(&self) -> Option<Duration> {
+        None
+    }
+    fn begin(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn may_write(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+    fn wrote(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn reporter(&self) -> Result<Reporter> {
+        Ok(Reporter(None))
+    }
+    fn end(&mut self) -> Result<WindowEnd> {
+        Ok(WindowEnd::default())
+    }
+}
+
+/// Opens a mount point for FIFREEZE/FITHAW (any fd on the filesystem works).
+pub fn open_mount_point(path: &Path) -> Result<OwnedFd> {
+    std::fs::File::open(path)
+        .map(OwnedFd::from)
+        .map_err(|e| Error::io(format!("opening mount point {} to freeze it", path.display()), e))
+}
+
+/// Where a freeze leaves a trace: the 4 KiB holding the superblock, which ext2/3/4 and
+/// xfs write on every freeze (s_wtime and s_kbytes_written for ext4; the log's state for
+/// xfs), and btrfs at 64 KiB. Other filesystems: none known.
+fn sentinel_offset(fs_type: &str) -> Option<u64> {
+    match fs_type {
+        "ext2" | "ext3" | "ext4" | "xfs" => Some(0),
+        "btrfs" => Some(64 << 10),
+        _ => None,
+    }
+}
+
+/// The block device node of a filesystem: its mount source if that is the node, else
+/// `/dev/block/MAJ:MIN` or `/dev/NAME` from sysfs.
+pub fn device_node(fs: &MountedFs) -> Option<PathBuf> {
+    let rdev = |p: &Path| {
+        std::fs::metadata(p)
+            .ok()
+            .filter(|m| m.file_type().is_block_device())
+            .map(|m| (nix::sys::stat::major(m.rdev()) as u32, nix::sys::stat::minor(m.rdev()) as u32))
+    };
+    let mut candidates = vec![PathBuf::from(&fs.source), PathBuf::from(format!("/dev/block/{}", fs.dev))];
+    if let Ok(uevent) = std::fs::read_to_string(format!("/sys/dev/block/{}/uevent", fs.dev))
+        && let Some(name) = uevent.lines().find_map(|l| l.strip_prefix("DEVNAME="))
+    {
+        candidates.push(PathBuf::from(format!("/dev/{name}")));
+    }
+    candidates.into_iter().find(|p| rdev(p) == Some(fs.dev_num))
+}
+
+fn open_sentinel(fs: &MountedFs) -> Option<(PathBuf, OwnedFd, u64)> {
+    let offset = sentinel_offset(&fs.fs_type)?;
+    let node = device_node(fs)?;
+    let f = open_direct(&node).ok()?;
+    Some((node, f, offset))
+}
+
+/// Opens a block device read-only with O_DIRECT (the page cache could hold a stale copy).
+pub fn open_direct(node: &Path) -> std::io::Result<OwnedFd> {
+    std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_DIRECT).open(node).map(OwnedFd::from)
+}
+
+/// Freezes through the guardian.
+pub struct GuardedFreeze {
+    guardian: Option<Guardian>,
+    filesystems: Vec<MountedFs>,
+    /// Our own fds, to thaw directly if the guardian itself is lost.
+    fds: Vec<OwnedFd>,
+    deadline: Duration,
+    frozen: bool,
+    first_window: bool,
+    windows: u64,
+    /// The chunk the next permit is for.
+    announced: Option<(u64, u64, blake3::Hash)>,
+}
+
+impl GuardedFreeze {
+    /// Opens the filesystems and forks the guardian. Call before any thread starts.
+    pub fn start(filesystems: Vec<MountedFs>, deadline: Duration) -> Result<GuardedFreeze> {
+        let run_dir = crate::host::freeze_record::run_dir();
+        crate::host::freeze_record::check_run_dir(&run_dir, &filesystems)?;
+        let mut fds = Vec::new();
+        let mut watched = Vec::new();
+        for f in &filesystems {
+            let sentinel = open_sentinel(f);
+            if sentinel.is_none() {
+                log::info!(
+                    "{} ({}): no freeze sentinel; a program that thaws and re-freezes it during a window cannot be detected (see docs/SAFETY.md)",
+                    f.mount_point.display(),
+                    f.fs_type
+                );
+            }
+            let mount = open_mount_point(&f.mount_point)?;
+            fds.push(mount.try_clone().map_err(|e| Error::io("duplicating a mount point descriptor", e))?);
+            watched.push(Watched { mount, name: f.mount_point.display().to_string(), dev: f.dev.clone(), sentinel });
+        }
+        let bounds = Bounds { window: deadline, grace: freeze_grace(deadline) };
+        let guardian =
+            Guardian::spawn(watched, bounds, run_dir).map_err(|e| Error::io("starting the thaw guardian", e))?;
+        log::debug!("guardian started as pid {}", guardian.pid());
+        warn_about_other_freezers();
+        Ok(GuardedFreeze {
+            guardian: Some(guardian),
+            filesystems,
+            fds,
+            deadline,
+            frozen: false,
+            first_window: true,
+            windows: 0,
+            announced: None,
+        })
+    }
+
+    /// The journal in which the guardian notes it had to kill reseq.
+    /// The device the writes go to: the guardian reads back the writes it granted if it
+    /// must kill reseq mid-write.
+    pub fn set_target(&mut self, path: &Path) -> Result<()> {
+        match self.guardian()?.set_target(path) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.guardian_lost(e)),
+        }
+    }
+
+    pub fn set_journal(&mut self, path: &Path) -> Result<()> {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        match self.guardian()?.set_journal(&path) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.guardian_lost(e)),
+        }
+    }
+
+    fn guardian(&mut self) -> Result<&mut Guardian> {
+        self.guardian.as_mut().ok_or_else(|| Error::Internal("the guardian is gone".into()))
+    }
+
+    /// The guardian stopped answering (stopped by hand, or dead): make sure it is gone,
+    /// thaw ourselves (these are our freezes), and fail.
+    fn guardian_lost(&mut self, e: std::io::Error) -> Error {
+        if let Some(g) = self.guardian.take() {
+            g.kill();
+        }
+        if self.frozen {
+            for fd in &self.fds {
+                let _ = crate::sys::fithaw(std::os::fd::AsFd::as_fd(fd));
+            }
+            self.frozen = false;
+        }
+        Error::io("the thaw guardian stopped answering; reseq thawed directly and stopped", e)
+    }
+
+    fn freeze_lost(&self, index: usize, foreign: bool) -> Error {
+        let fs = &self.filesystems[index.min(self.filesystems.len() - 1)];
+        Error::FreezeLost {
+            filesystem: format!("{} ({}, {})", fs.mount_point.display(), fs.fs_type, fs.dev),
+            window: self.windows,
+            foreign,
+            written: None,
+        }
+    }
+
+    fn freeze_error(&self, index: usize, errno: Errno) -> Error {
+        let fs = &self.filesystems[index];
+        let what = format!("{} ({}, {} on {})", fs.mount_point.display(), fs.fs_type, fs.source, fs.dev);
+        match errno {
+            Errno::EBUSY => Error::refused(
+                format!(
+                    "{what} is already frozen by someone else (FIFREEZE gave EBUSY); reseq never thaws a freeze it did not make"
+                ),
+                "find who froze it (fsfreeze, a backup or snapshot tool), let them thaw it, then run reseq again",
+            ),
+            Errno::EOPNOTSUPP | Errno::ENOTTY => Error::refused(
+                format!(
+                    "{what} cannot be frozen ({} does not support FIFREEZE), and a mounted filesystem is never written without a freeze",
+                    fs.fs_type
+                ),
+                "unmount it and run reseq on the unmounted device",
+            ),
+            Errno::EPERM => {
+                Error::refused(format!("FIFREEZE on {what} was denied (EPERM)"), "run as root with CAP_SYS_ADMIN")
+            }
+            e => Error::io(format!("freezing {what}"), e.into()),
+        }
+    }
+}
+
+/// Programs known to freeze filesystems on their own schedule. One running is not an
+/// error (its hooks may be off), but a freeze it makes mid-window stops the run.
+fn warn_about_other_freezers() {
+    const KNOWN: [(&str, &str); 3] = [
+        ("qemu-ga", "qemu-guest-agent (guest-fsfreeze-freeze from the VM host's snapshots)"),
+        ("vmtoolsd", "VMware Tools (quiesced snapshots)"),
+        ("waagent", "the Azure agent (VM backup snapshots)"),
+    ];
+    let mut seen = Vec::new();
+    for pid in crate::host::procs::pids() {
+        let comm = crate::host::procs::comm(pid);
+        if let Some((_, what)) = KNOWN.iter().find(|(name, _)| comm == *name)
+            && !seen.contains(what)
+        {
+            seen.push(*what);
+        }
+    }
+    for what in seen {
+        log::warn!(
+            "{what} is running: if it freezes a filesystem during a window, reseq stops (exit 8). Do not schedule snapshots or backups during a run"
+        );
+    }
+}
+
+impl WindowGuard for GuardedFreeze {
+    fn freezes(&self) -> bool {
+        true
+    }
+    fn deadline(&self) -> Option<Duration> {
+        Some(self.deadline)
+    }
+
+    fn begin(&mut self) -> Result<()> {
+        // Flush dirty data first, unfrozen: the freeze then has little left to sync, so
+        // the stall it causes is shorter. syncfs is not blocked by anyone's freeze.
+        for fd in &self.fds {
+            let _ = nix::unistd::syncfs(fd);
+        }
+        let deadline = self.deadline;
+        match self.guardian()?.freeze(deadline) {
+            Err(e) => Err(self.guardian_lost(e)),
+            Ok(Err(FreezeFailure::Record { errno })) => Err(Error::io(
+                format!(
+                    "the guardian could not write its freeze record in {}, so nothing was frozen",
+                    crate::host::freeze_record::run_dir().display()
+                ),
+                errno.into(),
+            )),
+            Ok(Err(FreezeFailure::Fifreeze { index, errno })) => {
+                let err = self.freeze_error(index, errno);
+                // After the first window a refusal is no longer "nothing written".
+                if !self.first_window
+                    && let Error::Refused { reason, .. } = err
+                {
+                    return Err(Error::io(
+                        format!("{reason}; stopped between windows, resume later with --resume"),
+                        std::io::Error::from_raw_os_error(errno as i32),
+                    ));
+                }
+                Err(err)
+            }
+            Ok(Ok(())) => {
+                self.frozen = true;
+                self.first_window = false;
+                self.windows += 1;
+                Ok(())
+            }
+        }
+    }
+
+    fn announce(&mut self, offset: u64, len: u64, hash: &blake3::Hash) {
+        self.announced = Some((offset, len, *hash));
+    }
+
+    fn may_write(&mut self) -> Result<bool> {
+        let chunk = self.announced.take();
+        match self.guardian()?.permit(chunk) {
+            Ok(Permit::Granted) => Ok(true),
+            Ok(Permit::DeadlinePassed) => Ok(false),
+            Ok(Permit::FreezeLost { index, foreign }) => Err(self.freeze_lost(index, foreign)),
+            Err(e) => Err(self.guardian_lost(e)),
+        }
+    }
+
+    fn wrote(&mut self) -> Result<()> {
+        match self.guardian()?.written() {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.guardian_lost(e)),
+        }
+    }
+
+    fn reporter(&self) -> Result<Reporter> {
+        let g = self.guardian.as_ref().ok_or_else(|| Error::Internal("the guardian is gone".into()))?;
+        Ok(Reporter(Some(g.reporter().map_err(|e| Error::io("cloning the guardian socket", e))?)))
+    }
+
+    fn end(&mut self) -> Result<WindowEnd> {
+        let r: std::io::Result<ThawReport> = self.guardian()?.thaw();
+        match r {
+            Ok(t) => {
+                self.frozen = false;
+                if let Some((index, foreign)) = t.lost {
+                    return Err(self.freeze_lost(index, foreign));
+                }
+                let bound = freeze_bound(self.deadline);
+                Ok(WindowEnd {
+                    frozen: t.frozen,
+                    overran: t.overran,
+                    beyond_bound: (t.frozen > bound).then_some(bound),
+                })
+            }
+            Err(e) => Err(self.guardian_lost(e)),
+        }
+    }
+}
+
+impl Drop for GuardedFreeze {
+    fn drop(&mut self) {
+        if let Some(g) = self.guardian.take() {
+            // EXIT also thaws anything still frozen (a panic mid-window).
+            g.shutdown();
+        }
+    }
+}
+
+/// Batches the windows of several engine runs (file mode: one run per file) into shared
+/// freezes. When a run finishes its file with time to spare, the window stays open for
+/// the next file, mapped and rewritten in the same freeze; it closes when the time left
+/// is under 30 % of the deadline, when the engine ends a window for any other reason,
+/// or when [`Batched::finish`] is called. Every window is still the guardian's, with its
+/// deadline and bound: the guardian grants no write past it, whoever asks.
+pub struct Batched<G: WindowGuard> {
+    pub inner: G,
+    /// When the open window froze.
+    open: Option<Instant>,
+    /// Whether another target follows (set by the caller before each run).
+    pub more: bool,
+    /// Thawed time between windows (`--pause`).
+    pause: Duration,
+    /// Ends a pause early: a stop asked for between windows is seen in 50 ms, not after
+    /// the pause (the engine then stops before its first write).
+    stop: crate::support::signals::StopFlag,
+    last_thaw: Option<Instant>,
+    /// Real freezes so far.
+    pub windows: u64,
+    /// Runs after each thaw: what waited for the window to close (file mode: journals
+    /// and the run's record, after a device flush). Its error ends the window with it.
+    pub after_thaw: Option<Box<dyn FnMut() -> Result<()>>>,
+}
+
+impl<G: WindowGuard> Batched<G> {
+    pub fn new(inner: G, pause: Duration, stop: crate::support::signals::StopFlag) -> Batched<G> {
+        Batched { inner, open: None, more: false, pause, stop, last_thaw: None, windows: 0, after_thaw: None }
+    }
+
+    /// Ends the open window, if any (thaws). Safe to call at any time.
+    pub fn finish(&mut self) -> Result<WindowEnd> {
+        if self.open.take().is_none() {
+            return Ok(WindowEnd::default());
+        }
+        let end = self.inner.end();
+        self.last_thaw = Some(Instant::now());
+        // What the engine held back while the window stayed open goes out now.
+        crate::support::output::release();
+        if crate::sys::leave_window() {
+            log::info!("continued after a stop (SIGTSTP) that waited for the window to end");
+        }
+        let end = end?;
+        if let Some(f) = &mut self.after_thaw {
+            f()?;
+        }
+        Ok(end)
+    }
+
+    fn left(&self) -> Option<Duration> {
+        let d = self.inner.deadline()?;
+        Some(self.open.map_or(d, |t| d.saturating_sub(t.elapsed())))
+    }
+}
+
+impl<G: WindowGuard> WindowGuard for Batched<G> {
+    fn freezes(&self) -> bool {
+        self.inner.freezes()
+    }
+    fn deadline(&self) -> Option<Duration> {
+        self.inner.deadline()
+    }
+    /// In an open window, what is left of it.
+    fn time_left(&self) -> Option<Duration> {
+        self.left()
+    }
+    fn begin(&mut self) -> Result<()> {
+        if self.open.is_some() {
+            return Ok(());
+        }
+        if let Some(t) = self.last_thaw {
+            self.stop.sleep(self.pause.saturating_sub(t.elapsed()));
+            // A stop during the pause: no freeze after it (the engine fills in the figures).
+            if let Some(sig) = self.stop.signal() {
+                return Err(crate::support::error::Error::Interrupted {
+                    signal: sig.into(),
+                    done_bytes: 0,
+                    total_bytes: 0,
+                });
+            }
+        }
+        // The guardian's deadline starts before its FIFREEZE; so does the time left.
+        let start = Instant::now();
+        self.inner.begin()?;
+        self.open = Some(start);
+        self.windows += 1;
+        Ok(())
+    }
+    fn may_write(&mut self) -> Result<bool> {
+        self.inner.may_write()
+    }
+    fn announce(&mut self, offset: u64, len: u64, hash: &blake3::Hash) {
+        self.inner.announce(offset, len, hash)
+    }
+    fn wrote(&mut self) -> Result<()> {
+        self.inner.wrote()
+    }
+    fn reporter(&self) -> Result<Reporter> {
+        self.inner.reporter()
+    }
+    fn recheck(&mut self) -> Result<()> {
+        self.inner.recheck()
+    }
+    fn end(&mut self) -> Result<WindowEnd> {
+        self.finish()
+    }
+    fn end_complete(&mut self) -> Result<WindowEnd> {
+        // The engine keeps a quarter of the whole deadline in reserve (for a slow chunk
+        // and the thaw); beyond that, a next run needs room for a few chunks.
+        let full = self.inner.deadline().unwrap_or_default();
+        if self.more && self.open.is_some() && self.left().is_some_and(|l| l > full.mul_f64(0.3)) {
+            return Ok(WindowEnd::default());
+        }
+        self.finish()
+    }
+    fn frozen_now(&self) -> bool {
+        self.open.is_some()
+    }
+}
+
+impl<G: WindowGuard> Drop for Batched<G> {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+/// Any guard, with a check before each window that nothing else writes the target (see
+/// [`crate::host::writers`]): a writer that appears mid-run stops it between windows.
+pub struct WritersChecked<G: WindowGuard> {
+    pub inner: G,
+    pub target: PathBuf,
+    pub devices: Vec<(u32, u32)>,
+    /// When the last check ran (a check reads all of /proc: a few ms).
+    pub checked: Option<std::time::Instant>,
+}
+
+impl<G: WindowGuard> WritersChecked<G> {
+    pub fn new(inner: G, target: PathBuf, devices: Vec<(u32, u32)>) -> WritersChecked<G> {
+        WritersChecked { inner, target, devices, checked: None }
+    }
+
+    /// Before the first write a writer is a refusal (exit 3, nothing written); later it
+    /// stops the run before reseq writes more (exit 4, resumable).
+    fn check(&mut self) -> Result<()> {
+        let first = self.checked.is_none();
+        self.checked = Some(std::time::Instant::now());
+        match crate::host::writers::refuse_other_writers(&self.target, &self.devices) {
+            Err(Error::Refused { reason, hint }) if !first => Err(Error::io(
+                format!(
+                    "{reason}; reseq stopped before writing more (every chunk it wrote was verified); {}, then run again with --resume",
+                    hint.unwrap_or_default()
+                ),
+                std::io::Error::from_raw_os_error(nix::libc::EBUSY),
+            )),
+            r => r,
+        }
+    }
+}
+
+impl<G: WindowGuard> WindowGuard for WritersChecked<G> {
+    fn freezes(&self) -> bool {
+        self.inner.freezes()
+    }
+    fn deadline(&self) -> Option<Duration> {
+        self.inner.deadline()
+    }
+    fn time_left(&self) -> Option<Duration> {
+        self.inner.time_left()
+    }
+    /// Before each window, unless the last check is under 100 ms old: file mode runs
+    /// windows of small files back to back, and a check reads all of /proc.
+    fn begin(&mut self) -> Result<()> {
+        if self.checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)) {
+            self.check()?;
+        }
+        self.inner.begin()
+    }
+    /// Within a window, every 250 ms, only where windows do not freeze (an unmounted
+    /// device's run is one long window). A frozen window is short, checked before it
+    /// began, and must not spend its stall reading /proc.
+    fn recheck(&mut self) -> Result<()> {
+        if !self.inner.freezes() && self.checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(250)) {
+            self.check()?;
+        }
+        self.inner.recheck()
+    }
+    fn may_write(&mut self) -> Result<bool> {
+        self.inner.may_write()
+    }
+    fn announce(&mut self, offset: u64, len: u64, hash: &blake3::Hash) {
+        self.inner.announce(offset, len, hash)
+    }
+    fn wrote(&mut self) -> Result<()> {
+        self.inner.wrote()
+    }
+    fn reporter(&self) -> Result<Reporter> {
+        self.inner.reporter()
+    }
+    fn end(&mut self) -> Result<WindowEnd> {
+        self.inner.end()
+    }
+}

@@ -1,0 +1,129 @@
+//! Used-space device mode: rewrite what the filesystem uses, skip its free space.
+//!
+//! Every rewrite costs flash endurance, and writing free space tells the SSD that space
+//! is in use again, undoing what TRIM achieved. So when a device carries mounted ext4 or
+//! xfs filesystems, each window asks them (GETFSMAP, while frozen, so the answer holds
+//! for the whole window) which ranges are FREE, and leaves those out. Everything not
+//! reported FREE counts as in use: ext4 leaves some used ranges out of GETFSMAP entirely
+//! (its own metadata, for one). After the run, FITRIM discards free space again, in
+//! paced slices (`trim.rs`).
+
+use std::os::fd::{AsFd, OwnedFd};
+
+use crate::engine::Planner;
+use crate::host::freeze::open_mount_point;
+use crate::host::mounts::MountedFs;
+use crate::support::error::{Error, Result};
+use crate::sys;
+
+/// Filesystems whose free space we can read (GETFSMAP).
+pub const SUPPORTED: [&str; 4] = ["ext2", "ext3", "ext4", "xfs"];
+
+/// One filesystem on the target: where it starts on the target and how long it is.
+pub struct FsSpan {
+    pub fs: MountedFs,
+    fd: OwnedFd,
+    /// Offset of the filesystem's device on the target (a partition's start on its disk).
+    pub start: u64,
+    pub len: u64,
+}
+
+impl FsSpan {
+    pub fn open(fs: MountedFs, start: u64, len: u64) -> Result<FsSpan> {
+        let fd = open_mount_point(&fs.mount_point)?;
+        Ok(FsSpan { fs, fd, start, len })
+    }
+
+    /// The mount point, open: what FITRIM and GETFSMAP are asked through.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// The kernel's encoding of a device number in `fmr_device` (new_encode_dev,
+/// include/linux/kdev_t.h).
+pub fn encode_dev(major: u32, minor: u32) -> u32 {
+    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
+}
+
+/// Free ranges of the spans within `[from, to)` of the target, sorted, in target offsets.
+pub fn free_ranges(spans: &[FsSpan], from: u64, to: u64) -> Result<Vec<(u64, u64)>> {
+    let mut free = Vec::new();
+    for s in spans {
+        let (lo, hi) = (from.max(s.start), to.min(s.start + s.len));
+        if lo >= hi {
+            continue;
+        }
+        let dev = encode_dev(s.fs.dev_num.0, s.fs.dev_num.1);
+        let recs = sys::getfsmap(s.fd.as_fd(), lo - s.start, hi - s.start)
+            .map_err(|e| Error::io(format!("GETFSMAP on {}", s.fs.mount_point.display()), e.into()))?;
+        for r in recs {
+            // Only the data device's records; an xfs external log has its own.
+            if r.owner == sys::FMR_OWN_FREE && r.device == dev {
+                let a = (s.start + r.physical).max(lo);
+                let b = (s.start + r.physical + r.length).min(hi);
+                if a < b {
+                    free.push((a, b - a));
+                }
+            }
+        }
+    }
+    free.sort_unstable();
+    Ok(free)
+}
+
+/// `[from, to)` minus the `free` ranges (sorted), with every boundary rounded so that
+/// only whole `align` blocks inside a free range are left out.
+pub fn subtract(from: u64, to: u64, free: &[(u64, u64)], align: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut at = from;
+    for &(f, len) in free {
+        let (fa, fb) = (f.div_ceil(align) * align, (f + len) / align * align);
+        if fb <= fa || fb <= at || fa >= to {
+            continue;
+        }
+        if fa > at {
+            out.push((at, fa - at));
+        }
+        at = at.max(fb);
+    }
+    if at < to {
+        out.push((at, to - at));
+    }
+    out
+}
+
+/// A planner that leaves out what the filesystems report FREE.
+pub struct UsedSpace {
+    pub spans: Vec<FsSpan>,
+    pub align: u64,
+}
+
+impl Planner for UsedSpace {
+    fn ranges(&mut self, cursor: u64, end: u64) -> Result<Vec<(u64, u64)>> {
+        let free = free_ranges(&self.spans, cursor, end)?;
+        Ok(subtract(cursor, end, &free, self.align))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subtracts_free_ranges() {
+        let free = [(100, 50), (400, 100), (900, 200)];
+        assert_eq!(subtract(0, 1000, &free, 1), vec![(0, 100), (150, 250), (500, 400)]);
+        // Alignment only ever shrinks what is skipped.
+        // Alignment only ever shrinks what is skipped: here only [960, 1000) is whole.
+        assert_eq!(subtract(0, 1000, &free, 64), vec![(0, 960)]);
+        assert_eq!(subtract(120, 450, &free, 1), vec![(150, 250)]);
+        assert_eq!(subtract(0, 100, &[], 4096), vec![(0, 100)]);
+    }
+
+    #[test]
+    fn encodes_device_numbers_like_the_kernel() {
+        assert_eq!(encode_dev(7, 0), 0x700);
+        assert_eq!(encode_dev(259, 300), (300 & 0xff) | (259 << 8) | ((300 & !0xff) << 12));
+    }
+}

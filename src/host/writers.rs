@@ -1,0 +1,162 @@
+//! Other writers of the target: processes that hold it (or a partition of it, or the
+//! disk it is part of) open for writing or mapped writable, and loop devices backed by it.
+//!
+//! Why: a freeze stops the filesystem's writes, and O_EXCL stops other exclusive
+//! openers, but neither stops a process that opened the block device itself: a VM on a
+//! raw partition, a database on a raw device, `dd`, or a loop device stacked on the
+//! target with a filesystem mounted from it (which shows in no `holders/`). Their writes
+//! race reseq's rewrite of the same bytes, and one of them loses. Nothing in the kernel
+//! excludes them, so reseq looks (`/proc/*/fd`, `/proc/*/fdinfo`, `/proc/*/maps`,
+//! `/sys/block/loop*/loop/backing_file`) and refuses when it finds one: before the first
+//! write, and again before each window.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use crate::host::procs;
+use crate::support::error::{Error, Result};
+
+/// A process or device that may write the target behind reseq's back.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Writer {
+    /// None for a loop device (the kernel writes, for whoever uses it).
+    pub pid: Option<i32>,
+    /// The process's command line, or the loop device's name.
+    pub what: String,
+    /// How it holds the target: "fd 5 (O_RDWR) on /dev/loop6", "loop7 is backed by it"...
+    pub how: String,
+}
+
+fn rdev_of(meta: &std::fs::Metadata) -> Option<(u32, u32)> {
+    meta.file_type()
+        .is_block_device()
+        .then(|| (nix::sys::stat::major(meta.rdev()) as u32, nix::sys::stat::minor(meta.rdev()) as u32))
+}
+
+/// The access mode of an open file from `/proc/PID/fdinfo/N` ("flags: 0100002", octal).
+fn opened_for_writing(pid: i32, fd: &str) -> bool {
+    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap_or_default();
+    let flags = info
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+        .unwrap_or(0);
+    flags & 0o3 != 0 // O_WRONLY or O_RDWR
+}
+
+/// Every process other than reseq and its guardians holding one of `devs` for writing.
+fn processes(devs: &[(u32, u32)], out: &mut Vec<Writer>) {
+    let me = std::process::id() as i32;
+    for pid in procs::pids().into_iter().filter(|&p| p != me) {
+        let how = holds_for_writing(pid, devs);
+        // Our guardians are forked from us, so they hold copies of our fds.
+        if !how.is_empty() && procs::stat(pid).is_none_or(|s| s.ppid != me) {
+            let what = procs::cmdline(pid);
+            out.extend(how.into_iter().map(|how| Writer { pid: Some(pid), what: what.clone(), how }));
+        }
+    }
+}
+
+/// How process `pid` holds one of `devs` for writing: open fds, and shared writable
+/// mappings of the device node itself.
+fn holds_for_writing(pid: i32, devs: &[(u32, u32)]) -> Vec<String> {
+    let dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+    let mut how = Vec::new();
+    for fd in std::fs::read_dir(dir.join("fd")).into_iter().flatten().flatten() {
+        let Some(dev) = std::fs::metadata(fd.path()).ok().and_then(|m| rdev_of(&m)) else { continue };
+        let name = fd.file_name().to_string_lossy().into_owned();
+        if devs.contains(&dev) && opened_for_writing(pid, &name) {
+            let target = std::fs::read_link(fd.path()).map(|l| l.display().to_string()).unwrap_or_default();
+            how.push(format!("has {target} open for writing (fd {name})"));
+        }
+    }
+    let maps = std::fs::read_to_string(dir.join("maps")).unwrap_or_default();
+    for line in maps.lines() {
+        // address perms offset dev inode path
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(perms), Some(path)) = (f.get(1), f.get(5)) else { continue };
+        if perms.contains('w')
+            && perms.contains('s')
+            && path.starts_with('/')
+            && std::fs::metadata(path).ok().and_then(|m| rdev_of(&m)).is_some_and(|d| devs.contains(&d))
+        {
+            how.push(format!("maps {path} writable"));
+            break;
+        }
+    }
+    how
+}
+
+/// Loop devices whose backing file is one of `devs`.
+fn loop_devices(devs: &[(u32, u32)], out: &mut Vec<Writer>) {
+    let Ok(blocks) = std::fs::read_dir("/sys/block") else { return };
+    for b in blocks.flatten() {
+        let name = b.file_name().to_string_lossy().into_owned();
+        let Ok(backing) = std::fs::read_to_string(b.path().join("loop/backing_file")) else { continue };
+        let backing = backing.trim();
+        if std::fs::metadata(backing).ok().and_then(|m| rdev_of(&m)).is_some_and(|d| devs.contains(&d)) {
+            out.push(Writer {
+                pid: None,
+                what: format!("/dev/{name}"),
+                how: format!("is a loop device backed by {backing}"),
+            });
+        }
+    }
+}
+
+/// Everything that may write `devs` besides reseq.
+pub fn find(devs: &[(u32, u32)]) -> Vec<Writer> {
+    let mut out = Vec::new();
+    processes(devs, &mut out);
+    loop_devices(devs, &mut out);
+    out
+}
+
+/// What is still there after a few looks 100 ms apart: tools that probe devices (a
+/// `losetup --find` scanning for a free loop device, blkid) hold one for a moment, a
+/// writer to fear holds it on.
+pub fn find_lasting(devs: &[(u32, u32)]) -> Vec<Writer> {
+    let mut found = find(devs);
+    for _ in 0..3 {
+        if found.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let again = find(devs);
+        found.retain(|w| again.contains(w));
+    }
+    found
+}
+
+/// Refuses when anything else may write `devs`; `target` names them in the message.
+pub fn refuse_other_writers(target: &Path, devs: &[(u32, u32)]) -> Result<()> {
+    let found = find_lasting(devs);
+    let Some(first) = found.first() else { return Ok(()) };
+    // Another reseq (its state directory may differ, so its lock may not be seen).
+    if let Some(pid) = found.iter().filter_map(|w| w.pid).find(|&p| procs::comm(p) == "reseq") {
+        return Err(Error::refused(
+            format!("another reseq (PID {pid}) is working on {}", target.display()),
+            "wait for it to finish, or stop it (it thaws and can be resumed); two runs on one device would freeze and write over each other",
+        ));
+    }
+    let list: Vec<String> = found
+        .iter()
+        .map(|w| match w.pid {
+            Some(pid) => format!("PID {pid} ({}) {}", w.what, w.how),
+            None => format!("{} {}", w.what, w.how),
+        })
+        .collect();
+    Err(Error::refused(
+        format!(
+            "another writer of {}: {}. Its writes bypass any freeze and would race the rewrite of the same bytes; one of them would be lost",
+            target.display(),
+            list.join("; ")
+        ),
+        match first.pid {
+            Some(pid) => {
+                format!("stop PID {pid} (and any other listed) or let it close the device, then run reseq again")
+            }
+            None => format!("detach {} (losetup -d) or unmount what uses it, then run reseq again", first.what),
+        },
+    ))
+}

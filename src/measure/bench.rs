@@ -1,0 +1,732 @@
+//! `reseq bench` and `reseq scan`, and the before/after verdict.
+//!
+//! The verdict is deliberately hard to earn: shared and noisy machines make one faster
+//! pass meaningless. "faster" needs every after-pass to beat every before-pass, or a
+//! one-sided exact Mann-Whitney U test at p < 0.05 (which needs at least 4 passes a side
+//! to ever fire without the first rule), *and* medians at least [`MIN_EFFECT`] apart;
+//! "slower" mirrors it; anything else is "no measurable change". The passes of one
+//! benchmark are seconds apart, before and after minutes apart: a device whose speed
+//! drifts in between (a shared host's storage does) would pass the tests alone.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::measure::readbench::{CacheCheck, ReadParams, Target, Timed, read_span, settle};
+use crate::support::error::Result;
+
+/// One pass of a benchmark.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct Pass {
+    pub bytes: u64,
+    pub seconds: f64,
+    pub bytes_per_second: f64,
+    /// Read command latency percentiles, as fio reports them (null on a simulated SSD,
+    /// which times a pass, not its commands).
+    #[serde(default)]
+    pub latency_p50_seconds: Option<f64>,
+    #[serde(default)]
+    pub latency_p99_seconds: Option<f64>,
+}
+
+/// The `q` quantile (0..=1) of `v`, nearest rank.
+pub fn percentile(v: &[f64], q: f64) -> Option<f64> {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let i = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len().max(1)) - 1;
+    s.get(i).copied()
+}
+
+impl From<Timed> for Pass {
+    fn from(t: Timed) -> Pass {
+        Pass {
+            bytes: t.bytes,
+            seconds: t.seconds,
+            bytes_per_second: t.rate(),
+            latency_p50_seconds: percentile(&t.latencies, 0.50),
+            latency_p99_seconds: percentile(&t.latencies, 0.99),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct BenchResult {
+    pub target: String,
+    /// Measured on a simulated SSD's virtual clock.
+    pub virtual_time: bool,
+    pub params: ReadParams,
+    pub settle_seconds: f64,
+    pub passes: Vec<Pass>,
+    pub median_bytes_per_second: f64,
+    pub min_bytes_per_second: f64,
+    pub max_bytes_per_second: f64,
+    /// The check for a cache below O_DIRECT, made before the passes (null: a simulated
+    /// SSD, which has none).
+    #[serde(default)]
+    pub cache: Option<CacheCheck>,
+    /// How loaded the host was during the passes (null: no PSI, or a simulated SSD).
+    #[serde(default)]
+    pub host_pressure: Option<HostPressure>,
+    /// A drive emulated by `reseq sim serve` under the target: its replies during the
+    /// passes, and how many left later than their modelled completion (null: not one).
+    #[serde(default)]
+    pub emulated: Option<EmulatedDrive>,
+}
+
+/// The replies of an emulated drive (`reseq sim serve`) during a benchmark's passes.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct EmulatedDrive {
+    pub replies: u64,
+    /// Replies sent more than 1 ms after their modelled completion: the host did not keep
+    /// up with the drive's time scale.
+    pub late_replies: u64,
+    /// The sum of the replies' delays past their modelled completion, as a share of the
+    /// passes' time: how much the host, not the model, could have slowed the passes.
+    pub late_share: f64,
+    pub time_scale: f64,
+}
+
+/// The share of the passes' time the replies of an emulated drive may be late by, in
+/// sum, before a verdict on it is unreliable. Lateness slows a benchmark by at most this
+/// share; faking the x[`MIN_EFFECT`] a verdict needs would take a third. Measured on the
+/// shared 2-core VM at load average 4: 0.03 to 0.07.
+pub const LATE_SHARE: f64 = 0.20;
+
+/// The emulated drive under the first source of `target`, if any.
+fn served_stats(target: &Target) -> Option<crate::sim::serve::ServedStats> {
+    match target {
+        Target::Real(s) => crate::sim::serve::served_stats_of(&s.first()?.path),
+        Target::Sim { .. } => None,
+    }
+}
+
+/// The share of the passes' wall time in which some task waited for a CPU, or for I/O
+/// (Linux pressure stall information, /proc/pressure). Our own reader waits for I/O
+/// too, so `io_some` is high on both sides; a change between before and after is what
+/// matters: on a shared host, another job's load makes the same device read x1.8 slower.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct HostPressure {
+    pub cpu_some: f64,
+    pub io_some: f64,
+}
+
+/// `some total=` (microseconds) of /proc/pressure/KIND.
+fn psi_total(kind: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/pressure/{kind}")).ok()?;
+    let line = text.lines().find(|l| l.starts_with("some"))?;
+    line.split_whitespace().find_map(|f| f.strip_prefix("total="))?.parse().ok()
+}
+
+/// A change of the host's pressure between two benchmarks larger than this makes the
+/// comparison unreliable.
+pub const PRESSURE_CHANGE: f64 = 0.15;
+
+pub fn median(v: &[f64]) -> f64 {
+    let mut s: Vec<f64> = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// Runs `passes` sequential reads of the range.
+pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Duration) -> Result<BenchResult> {
+    let (block, qd) = (params.block_size_bytes, params.queue_depth);
+    let mut cache = crate::measure::readbench::cache_check(target, block, qd)?;
+    let psi_start = (psi_total("cpu"), psi_total("io"), std::time::Instant::now());
+    let served_start = served_stats(target);
+    let mut out = Vec::new();
+    for i in 0..passes.max(1) {
+        if i > 0 {
+            settle(settle_for);
+        }
+        let t =
+            read_span(target, params.block_size_bytes, params.queue_depth, params.offset_bytes, params.length_bytes)?;
+        let p = Pass::from(t);
+        let lat = match (p.latency_p50_seconds, p.latency_p99_seconds) {
+            (Some(a), Some(b)) => format!(", latency p50 {:.2} ms, p99 {:.2} ms", a * 1e3, b * 1e3),
+            _ => String::new(),
+        };
+        log::info!(
+            "pass {}: {} in {:.3} s = {}{lat}",
+            i + 1,
+            crate::support::units::human_bytes(p.bytes),
+            p.seconds,
+            crate::support::units::human_rate(p.bytes_per_second)
+        );
+        out.push(p);
+        if i == 0
+            && let Some(c) = cache.as_mut()
+        {
+            crate::measure::readbench::recheck_after_pass(
+                c,
+                target,
+                block,
+                qd,
+                (params.offset_bytes, params.length_bytes),
+            )?;
+            if c.cache_suspected {
+                log::warn!("results unreliable: {}", c.finding);
+            } else if c.after_pass_bytes_per_second.is_some() {
+                log::info!("{}", c.finding);
+            }
+        }
+    }
+    let rates: Vec<f64> = out.iter().map(|p| p.bytes_per_second).collect();
+    let pass_seconds: f64 = out.iter().map(|p| p.seconds).sum();
+    let wall_us = psi_start.2.elapsed().as_micros().max(1) as f64;
+    let share = |a: Option<u64>, b: Option<u64>| Some((b?.saturating_sub(a?) as f64 / wall_us).min(1.0));
+    let host_pressure = match (share(psi_start.0, psi_total("cpu")), share(psi_start.1, psi_total("io"))) {
+        (Some(cpu_some), Some(io_some)) if !target.is_virtual() => Some(HostPressure { cpu_some, io_some }),
+        _ => None,
+    };
+    Ok(BenchResult {
+        target: target.describe(),
+        virtual_time: target.is_virtual(),
+        params: params.clone(),
+        settle_seconds: settle_for.as_secs_f64(),
+        median_bytes_per_second: median(&rates),
+        min_bytes_per_second: rates.iter().copied().fold(f64::INFINITY, f64::min),
+        max_bytes_per_second: rates.iter().copied().fold(0.0, f64::max),
+        passes: out,
+        cache,
+        host_pressure,
+        emulated: served_start.zip(served_stats(target)).map(|(a, b)| EmulatedDrive {
+            replies: b.replies.saturating_sub(a.replies),
+            late_replies: b.late_replies.saturating_sub(a.late_replies),
+            late_share: (b.late_seconds - a.late_seconds).max(0.0) / pass_seconds.max(f64::MIN_POSITIVE),
+            time_scale: b.time_scale,
+        }),
+    })
+}
+
+/// One region of a scan.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct Region {
+    pub index: usize,
+    pub offset_bytes: u64,
+    pub length_bytes: u64,
+    pub seconds: f64,
+    pub bytes_per_second: f64,
+    /// Slower than `threshold` x the reference (the fastest regions).
+    pub slow: bool,
+    /// Where the region lies on the device, when only in-use ranges are measured (its
+    /// offset is then in the in-use bytes laid end to end): `[offset, length]` pairs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_ranges: Vec<[u64; 2]>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct ScanResult {
+    pub target: String,
+    pub virtual_time: bool,
+    pub params: ReadParams,
+    /// Median throughput of the fastest quarter of the regions (at least one).
+    pub reference_bytes_per_second: f64,
+    /// A region is slow below this fraction of the reference.
+    pub threshold: f64,
+    pub regions: Vec<Region>,
+    pub slow_regions: usize,
+}
+
+/// Region boundaries: `n` regions covering `[offset, offset + length)` exactly, each a
+/// multiple of `align` except possibly the last.
+pub fn region_bounds(offset: u64, length: u64, n: usize, align: u64) -> Vec<(u64, u64)> {
+    let n = n.max(1) as u64;
+    let size = (length.div_ceil(n)).div_ceil(align).max(1) * align;
+    let mut out = Vec::new();
+    let mut at = offset;
+    let end = offset + length;
+    while at < end {
+        let len = size.min(end - at);
+        out.push((at, len));
+        at += len;
+    }
+    out
+}
+
+/// Reads the range once, region by region, and flags the slow regions.
+pub fn scan(target: &Target, params: &ReadParams, regions: usize, threshold: f64) -> Result<ScanResult> {
+    let bounds = region_bounds(params.offset_bytes, params.length_bytes, regions, target.offset_align());
+    let mut out = Vec::new();
+    for (i, (off, len)) in bounds.into_iter().enumerate() {
+        let t = read_span(target, params.block_size_bytes, params.queue_depth, off, len)?;
+        let device_ranges = match target {
+            Target::Real(s) if s.len() == 1 && s[0].in_use.is_some() => {
+                s[0].device_ranges(off, len).into_iter().map(|(o, l)| [o, l]).collect()
+            }
+            _ => Vec::new(),
+        };
+        out.push(Region {
+            index: i,
+            offset_bytes: off,
+            length_bytes: len,
+            seconds: t.seconds,
+            bytes_per_second: t.rate(),
+            slow: false,
+            device_ranges,
+        });
+    }
+    Ok(flag_slow(target.describe(), target.is_virtual(), params.clone(), out, threshold))
+}
+
+/// Marks regions slower than `threshold` x the median of the fastest quarter (a quarter,
+/// not the single fastest region, so that one lucky region does not flag the rest).
+pub fn flag_slow(
+    target: String,
+    virtual_time: bool,
+    params: ReadParams,
+    mut regions: Vec<Region>,
+    threshold: f64,
+) -> ScanResult {
+    let mut rates: Vec<f64> = regions.iter().map(|r| r.bytes_per_second).collect();
+    rates.sort_by(|a, b| b.total_cmp(a));
+    let top = rates.len().div_ceil(4).max(1);
+    let reference = median(&rates[..top.min(rates.len())]);
+    for r in &mut regions {
+        r.slow = r.bytes_per_second < threshold * reference;
+    }
+    let slow_regions = regions.iter().filter(|r| r.slow).count();
+    ScanResult { target, virtual_time, params, reference_bytes_per_second: reference, threshold, regions, slow_regions }
+}
+
+/// `reseq estimate`: a sample, not a full pass, and what it predicts.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct Estimate {
+    pub target: String,
+    pub virtual_time: bool,
+    /// The sampled regions: each `sample_bytes / regions` long, spread evenly.
+    pub regions: Vec<Region>,
+    pub sample_bytes: u64,
+    /// Median throughput of all sampled regions: what a sequential read gets now.
+    pub median_bytes_per_second: f64,
+    /// Median of the fastest quarter: what re-sequenced data reads at, on this drive.
+    pub reference_bytes_per_second: f64,
+    /// reference / median: how much faster a full read could be.
+    pub predicted_speedup: f64,
+    /// In words, for the admin.
+    pub advice: String,
+    pub cache: Option<CacheCheck>,
+}
+
+/// Below this predicted speed-up a simulated drive looks flat. A real one must show
+/// [`MIN_EFFECT`], as a verdict must: one reading of each region on a shared host
+/// varies that much (a loop device, which has no FTL, sampled at x1.37 here).
+pub const WORTH_IT: f64 = 1.3;
+
+/// Reads `regions` evenly spread samples of `[0, len)`, twice each.
+pub fn estimate(target: &Target, block: u64, sample: u64, regions: usize) -> Result<Estimate> {
+    let cache = crate::measure::readbench::cache_check(target, block, 1)?;
+    let align = target.offset_align();
+    let len = target.len();
+    let n = regions.max(1) as u64;
+    let each = (sample / n).max(block).min(len / n) / align * align;
+    if each == 0 {
+        return Err(crate::support::error::Error::Usage(format!("{} is too small to sample", target.describe())));
+    }
+    let at = |i: u64| (len - each) / (n - 1).max(1) * i / align * align;
+    // Each region read twice, forward then backward, and its faster reading kept: a busy
+    // host only ever slows a read, and one reading per region made a loop device (no
+    // FTL) look "worth it" in 4 of 12 tries here.
+    let mut best = vec![f64::INFINITY; n as usize];
+    for i in (0..n).chain((0..n).rev()) {
+        let t = read_span(target, block.min(each), 1, at(i), each)?;
+        best[i as usize] = best[i as usize].min(t.seconds);
+    }
+    let out: Vec<Region> = (0..n)
+        .map(|i| Region {
+            index: i as usize,
+            offset_bytes: at(i),
+            length_bytes: each,
+            seconds: best[i as usize],
+            bytes_per_second: each as f64 / best[i as usize].max(f64::MIN_POSITIVE),
+            slow: false,
+            device_ranges: Vec::new(),
+        })
+        .collect();
+    let rates: Vec<f64> = out.iter().map(|r| r.bytes_per_second).collect();
+    let med = median(&rates);
+    let mut sorted = rates.clone();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let reference = median(&sorted[..sorted.len().div_ceil(4)]);
+    let speedup = reference / med.max(f64::MIN_POSITIVE);
+    let advice = match &cache {
+        Some(c) if c.cache_suspected => format!("cannot tell: {}", c.finding),
+        _ if speedup < if target.is_virtual() { WORTH_IT } else { MIN_EFFECT } => format!(
+            "looks flat: the sampled regions read within x{speedup:.2} of the fastest{}; re-sequencing is unlikely to help much",
+            if target.is_virtual() {
+                String::new()
+            } else {
+                format!(" (under x{MIN_EFFECT} is within what a device's reads drift)")
+            }
+        ),
+        _ => format!(
+            "worth it: a full read could be about x{speedup:.2} faster ({} now, {} at the fastest regions' rate)",
+            crate::support::units::human_rate(med),
+            crate::support::units::human_rate(reference)
+        ),
+    };
+    Ok(Estimate {
+        target: target.describe(),
+        virtual_time: target.is_virtual(),
+        sample_bytes: each * n,
+        regions: out,
+        median_bytes_per_second: med,
+        reference_bytes_per_second: reference,
+        predicted_speedup: speedup,
+        advice,
+        cache,
+    })
+}
+
+/// What selective re-sequencing chose to rewrite, and what it left alone.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct Selection {
+    /// Where the slow regions came from: `scan in this run` or the saved scan's path.
+    pub source: String,
+    pub threshold: f64,
+    pub reference_bytes_per_second: f64,
+    /// The regions chosen (slow), in offset order.
+    pub chosen: Vec<Region>,
+    pub bytes_chosen: u64,
+    pub regions_left_alone: usize,
+    /// Bytes left alone because they read at least `threshold` x the reference.
+    pub bytes_left_alone: u64,
+}
+
+impl Selection {
+    pub fn from_scan(scan: &ScanResult, source: String) -> Selection {
+        let chosen: Vec<Region> = scan.regions.iter().filter(|r| r.slow).cloned().collect();
+        let bytes_chosen = chosen.iter().map(|r| r.length_bytes).sum();
+        let total: u64 = scan.regions.iter().map(|r| r.length_bytes).sum();
+        Selection {
+            source,
+            threshold: scan.threshold,
+            reference_bytes_per_second: scan.reference_bytes_per_second,
+            regions_left_alone: scan.regions.len() - chosen.len(),
+            bytes_left_alone: total - bytes_chosen,
+            bytes_chosen,
+            chosen,
+        }
+    }
+
+    /// The chosen ranges of the device, merged where adjacent.
+    pub fn ranges(&self) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for r in &self.chosen {
+            let on_device = if r.device_ranges.is_empty() {
+                vec![(r.offset_bytes, r.length_bytes)]
+            } else {
+                r.device_ranges.iter().map(|&[o, l]| (o, l)).collect()
+            };
+            for (o, l) in on_device {
+                match out.last_mut() {
+                    Some(last) if last.0 + last.1 == o => last.1 += l,
+                    _ => out.push((o, l)),
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The honest answer to "did it help?".
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct Verdict {
+    /// `faster`, `no_measurable_change`, `slower`, or `unreliable` (a cache below the
+    /// device could have served the reads: see the benchmarks' `cache`).
+    pub verdict: String,
+    /// Which rule decided, in words.
+    pub rule: String,
+    /// Median after / median before.
+    pub speedup: f64,
+    /// One-sided exact Mann-Whitney U p-value in the direction of the medians.
+    pub p_value: f64,
+    /// Of the bytes measured in use before the run, how many the filesystems had freed
+    /// when it ended (and its FITRIM discarded: they read fast). Null: not checked (no
+    /// mounted ext4/xfs, or the map could not be taken).
+    #[serde(default)]
+    pub measured_bytes_freed: Option<u64>,
+}
+
+/// A share of the measured bytes freed during the run above which "after" no longer
+/// reads the same data: trimmed bytes read at memory speed, so a share f freed alone
+/// can make the reads up to 1 / (1 - f) faster (x1.11 at 10 %).
+pub const FREED_SHARE: f64 = 0.10;
+
+/// Bytes of the first `measured` bytes of `then` (ranges in use before, laid end to
+/// end) that `now` (in use after) no longer covers. Both sorted.
+pub fn bytes_freed(then: &[(u64, u64)], now: &[(u64, u64)], measured: u64) -> u64 {
+    let mut left = measured;
+    let mut freed = 0;
+    let mut j = 0;
+    for &(at, len) in then {
+        let len = len.min(left);
+        left -= len;
+        // Both sorted and disjoint: skip what ends before this range, once.
+        while j < now.len() && now[j].0 + now[j].1 <= at {
+            j += 1;
+        }
+        let covered: u64 = now[j..]
+            .iter()
+            .take_while(|&&(a, _)| a < at + len)
+            .map(|&(a, l)| (at + len).min(a + l).saturating_sub(at.max(a)))
+            .sum();
+        freed += len - covered.min(len);
+        if left == 0 {
+            break;
+        }
+    }
+    freed
+}
+
+/// The verdict once the ranges in use after the run are known: "unreliable" when more
+/// than [`FREED_SHARE`] of the measured bytes were freed during it.
+pub fn with_freed(v: Verdict, freed: u64, measured: u64) -> Verdict {
+    let share = freed as f64 / measured.max(1) as f64;
+    let v = Verdict { measured_bytes_freed: Some(freed), ..v };
+    if share <= FREED_SHARE || v.verdict == "unreliable" {
+        return v;
+    }
+    let rule = format!(
+        "{} of the {} measured in use before the run were freed during it ({:.0} %) and trimmed after it: trimmed space reads fast, so the reads after are not of the same data (medians x{:.2})",
+        crate::support::units::human_bytes(freed),
+        crate::support::units::human_bytes(measured),
+        share * 100.0,
+        v.speedup
+    );
+    Verdict { verdict: "unreliable".into(), rule, ..v }
+}
+
+/// How many orderings of `n` x's and `m` y's give each U (x beats y counts 1): the exact
+/// null distribution of Mann-Whitney U without ties.
+fn u_distribution(n: usize, m: usize) -> Vec<f64> {
+    // f[i][j][u]: arrangements of i x's and j y's with statistic u.
+    let max_u = n * m;
+    let mut f = vec![vec![vec![0f64; max_u + 1]; m + 1]; n + 1];
+    // With no x, or no y, U is 0 in exactly one way.
+    for row in f.iter_mut() {
+        row[0][0] = 1.0;
+    }
+    for cell in f[0].iter_mut() {
+        cell[0] = 1.0;
+    }
+    for i in 1..=n {
+        for j in 1..=m {
+            for u in 0..=max_u {
+                // The largest element is an x (it beats all j y's) or a y.
+                let a = if u >= j { f[i - 1][j][u - j] } else { 0.0 };
+                f[i][j][u] = a + f[i][j - 1][u];
+            }
+        }
+    }
+    f[n][m].clone()
+}
+
+/// One-sided p-value that `after` is stochastically larger than `before`.
+fn mann_whitney_p(after: &[f64], before: &[f64]) -> f64 {
+    let mut u = 0.0;
+    for a in after {
+        for b in before {
+            u += if a > b {
+                1.0
+            } else if a == b {
+                0.5
+            } else {
+                0.0
+            };
+        }
+    }
+    let dist = u_distribution(after.len(), before.len());
+    let total: f64 = dist.iter().sum();
+    let at_least: f64 = dist.iter().enumerate().filter(|(k, _)| *k as f64 >= u).map(|(_, c)| c).sum();
+    at_least / total
+}
+
+/// The verdict on two benchmarks: "unreliable" when a cache below the device was
+/// suspected in either, whatever the numbers say.
+pub fn verdict_of(before: &BenchResult, after: &BenchResult) -> Verdict {
+    let rates = |x: &BenchResult| x.passes.iter().map(|p| p.bytes_per_second).collect::<Vec<f64>>();
+    let v = verdict(&rates(before), &rates(after));
+    if let Some(c) = [before, after].iter().filter_map(|b| b.cache.as_ref()).find(|c| c.cache_suspected) {
+        return Verdict { verdict: "unreliable".into(), rule: c.finding.clone(), ..v };
+    }
+    // An emulated drive's reads take the time its model says, on its own clock; a
+    // busier host can change that only by answering late, which the drive counts. So
+    // late replies decide there, not the host's pressure.
+    if let (Some(a), Some(b)) = (&before.emulated, &after.emulated) {
+        if let Some(e) = [a, b].into_iter().find(|e| e.late_share > LATE_SHARE) {
+            let rule = format!(
+                "the emulated drive (reseq sim serve) answered {} of {} requests late, by {:.0} % of the passes' time in sum: this host did not keep up with its time scale {} (use a larger --time-scale), so the device's speed cannot be compared (medians x{:.2})",
+                e.late_replies,
+                e.replies,
+                e.late_share * 100.0,
+                e.time_scale,
+                v.speedup
+            );
+            return Verdict { verdict: "unreliable".into(), rule, ..v };
+        }
+        return v;
+    }
+    if let (Some(a), Some(b)) = (&before.host_pressure, &after.host_pressure)
+        && ((a.cpu_some - b.cpu_some).abs() > PRESSURE_CHANGE || (a.io_some - b.io_some).abs() > PRESSURE_CHANGE)
+    {
+        let rule = format!(
+            "the host's load changed between the benchmarks (time some task waited for a CPU {:.0} % -> {:.0} %, for I/O {:.0} % -> {:.0} %; /proc/pressure), so the device's speed cannot be compared (medians x{:.2})",
+            a.cpu_some * 100.0,
+            b.cpu_some * 100.0,
+            a.io_some * 100.0,
+            b.io_some * 100.0,
+            v.speedup
+        );
+        return Verdict { verdict: "unreliable".into(), rule, ..v };
+    }
+    v
+}
+
+/// The least change of the median throughput a verdict names. Measured on this
+/// project's VM: a loop device's sequential reads of the same bytes drifted between
+/// 1.0 and 1.8 GB/s within a minute, so passes taken before and after a rewrite that
+/// changed nothing came out "faster" x1.29 and "slower" x0.67 in three runs. The FTL
+/// effect this tool exists for is x1.9 to x3.6 on the drives that have it.
+pub const MIN_EFFECT: f64 = 1.5;
+
+pub fn verdict(before: &[f64], after: &[f64]) -> Verdict {
+    let speedup = median(after) / median(before).max(f64::MIN_POSITIVE);
+    let min_a = after.iter().copied().fold(f64::INFINITY, f64::min);
+    let max_a = after.iter().copied().fold(0.0, f64::max);
+    let min_b = before.iter().copied().fold(f64::INFINITY, f64::min);
+    let max_b = before.iter().copied().fold(0.0, f64::max);
+    let p_up = mann_whitney_p(after, before);
+    let p_down = mann_whitney_p(before, after);
+    let (v, rule, p) = if min_a > max_b {
+        ("faster", "every after-pass beat every before-pass".to_string(), p_up)
+    } else if max_a < min_b {
+        ("slower", "every after-pass was slower than every before-pass".to_string(), p_down)
+    } else if p_up < 0.05 {
+        ("faster", format!("one-sided exact Mann-Whitney U, p = {p_up:.3} < 0.05"), p_up)
+    } else if p_down < 0.05 {
+        ("slower", format!("one-sided exact Mann-Whitney U, p = {p_down:.3} < 0.05"), p_down)
+    } else {
+        let p = p_up.min(p_down);
+        ("no_measurable_change", format!("passes overlap and Mann-Whitney U gives p = {p:.3} >= 0.05"), p)
+    };
+    if v != "no_measurable_change" && speedup < MIN_EFFECT && speedup > 1.0 / MIN_EFFECT {
+        let rule = format!(
+            "{rule}, but the medians differ by x{speedup:.2}, less than the x{MIN_EFFECT} needed to tell a change from a device's drift between two benchmarks"
+        );
+        return Verdict {
+            verdict: "no_measurable_change".into(),
+            rule,
+            speedup,
+            p_value: p,
+            measured_bytes_freed: None,
+        };
+    }
+    Verdict { verdict: v.into(), rule, speedup, p_value: p, measured_bytes_freed: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_from_made_up_passes() {
+        let v = verdict(&[100.0, 110.0, 105.0], &[200.0, 190.0, 210.0]);
+        assert_eq!(v.verdict, "faster");
+        assert!((v.speedup - 200.0 / 105.0).abs() < 1e-9);
+        assert!((v.p_value - 0.05).abs() < 1e-9, "3 vs 3, all beat all: p = 1/20");
+        let v = verdict(&[200.0, 190.0, 210.0], &[100.0, 110.0, 105.0]);
+        assert_eq!(v.verdict, "slower");
+        let v = verdict(&[100.0, 120.0, 110.0], &[105.0, 115.0, 112.0]);
+        assert_eq!(v.verdict, "no_measurable_change");
+        // Overlapping, but with enough passes the test decides: 5 vs 5, one overlap.
+        let v = verdict(&[100.0, 101.0, 102.0, 103.0, 150.0], &[140.0, 160.0, 161.0, 162.0, 163.0]);
+        assert_eq!(v.verdict, "faster", "{v:?}");
+        assert!(v.rule.contains("Mann-Whitney"));
+        assert!(v.p_value < 0.05);
+        // Every pass beats every pass, but by x1.29: drift, not a finding.
+        let v = verdict(&[100.0, 101.0, 102.0], &[129.0, 130.0, 131.0]);
+        assert_eq!(v.verdict, "no_measurable_change", "{v:?}");
+        assert!(v.rule.contains("x1.5"), "{}", v.rule);
+        let v = verdict(&[150.0, 151.0, 152.0], &[100.0, 101.0, 102.0]);
+        assert_eq!(v.verdict, "no_measurable_change", "x0.67 is not under 1/1.5: {v:?}");
+    }
+
+    #[test]
+    fn bytes_freed_during_a_run_count_within_the_measured_prefix() {
+        let then = [(0, 100), (200, 100), (1000, 50)];
+        assert_eq!(bytes_freed(&then, &then, 250), 0);
+        // [50, 100) and [200, 230) freed; 200 bytes measured cover the first two ranges.
+        let now = [(0, 50), (230, 70), (1000, 50)];
+        assert_eq!(bytes_freed(&then, &now, 200), 50 + 30);
+        assert_eq!(bytes_freed(&then, &now, 120), 50 + 20, "only the first 120 bytes measured");
+        assert_eq!(bytes_freed(&then, &[], 250), 250);
+    }
+
+    #[test]
+    fn a_verdict_is_unreliable_when_much_of_what_it_measured_was_freed() {
+        let v = verdict(&[100.0, 101.0, 102.0], &[200.0, 201.0, 202.0]);
+        assert_eq!(v.verdict, "faster");
+        let kept = with_freed(v.clone(), 5, 100);
+        assert_eq!((kept.verdict.as_str(), kept.measured_bytes_freed), ("faster", Some(5)));
+        let w = with_freed(v, 40, 100);
+        assert_eq!(w.verdict, "unreliable");
+        assert!(w.rule.contains("freed during it (40 %)"), "{}", w.rule);
+    }
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), Some(50.0));
+        assert_eq!(percentile(&v, 0.99), Some(99.0));
+        assert_eq!(percentile(&[3.0], 0.99), Some(3.0));
+        assert_eq!(percentile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn u_distribution_is_a_distribution() {
+        let d = u_distribution(3, 3);
+        assert_eq!(d.iter().sum::<f64>(), 20.0);
+        assert_eq!(d.len(), 10);
+        assert_eq!(d[0], 1.0);
+        assert_eq!(d[9], 1.0);
+    }
+
+    #[test]
+    fn regions_cover_the_range_exactly() {
+        for (off, len, n, al) in [(0, 1000 * 4096, 7, 4096), (4096, 12345 * 512, 16, 512), (0, 4096, 10, 4096)] {
+            let b = region_bounds(off, len, n, al);
+            assert_eq!(b[0].0, off);
+            for w in b.windows(2) {
+                assert_eq!(w[0].0 + w[0].1, w[1].0, "gap or overlap");
+                assert_eq!(w[0].1 % al, 0);
+            }
+            let last = b.last().unwrap();
+            assert_eq!(last.0 + last.1, off + len);
+            assert!(b.len() <= n);
+        }
+    }
+
+    #[test]
+    fn slow_regions_are_flagged_against_the_fastest() {
+        let p = ReadParams { block_size_bytes: 4096, queue_depth: 1, offset_bytes: 0, length_bytes: 10 };
+        let regions = (0..20)
+            .map(|i| Region {
+                index: i,
+                offset_bytes: 0,
+                length_bytes: 1,
+                seconds: 1.0,
+                bytes_per_second: if i == 7 { 40.0 } else { 100.0 + i as f64 },
+                slow: false,
+                device_ranges: Vec::new(),
+            })
+            .collect();
+        let s = flag_slow("t".into(), false, p, regions, 0.75);
+        assert_eq!(s.slow_regions, 1);
+        assert!(s.regions[7].slow);
+        assert!((s.reference_bytes_per_second - 117.0).abs() < 1e-9);
+    }
+}

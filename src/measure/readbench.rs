@@ -1,0 +1,565 @@
+//! Sequential read measurement: the core of `bench`, `scan` and `rewrite --bench`.
+//!
+//! Reads always use O_DIRECT into aligned buffers: a benchmark served from the page
+//! cache measures memory, not the drive, and one that silently fell back to buffered I/O
+//! would lie. A file is read *through the filesystem* (O_DIRECT on the file), not at its
+//! FIEMAP ranges: that is the path a backup or a sequential scan takes, so it is the
+//! number a user cares about, and it needs no freeze or mapping.
+//!
+//! Queue depth N means N threads issuing positioned reads, each taking the next block
+//! from a shared cursor, so N reads are really in flight. A simulated SSD is measured on
+//! its virtual clock instead (`sim:STATE` targets).
+
+use std::fs::File;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::sim::SimState;
+use crate::sim::ftl::{SLOT, seq_read_time};
+use crate::support::error::{Error, Result};
+use crate::sys::{self, AlignedBuf};
+
+/// One readable source: a block device or a regular file, opened O_DIRECT read-only.
+pub struct Source {
+    pub path: PathBuf,
+    file: File,
+    /// Bytes to measure: the whole source, or the sum of its in-use ranges.
+    pub len: u64,
+    pub mem_align: usize,
+    pub offset_align: u64,
+    /// Only these ranges of a device, laid end to end: (offset in the measured span,
+    /// device offset, length), ascending. None: all of it.
+    pub in_use: Option<Vec<(u64, u64, u64)>>,
+    /// The device's whole size, when only its in-use ranges are measured.
+    pub device_len: u64,
+}
+
+impl Source {
+    pub fn open(path: &Path) -> Result<Source> {
+        let md = std::fs::metadata(path).map_err(|e| Error::Usage(format!("cannot use {}: {e}", path.display())))?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_DIRECT)
+            .open(path)
+            .map_err(|e| match e.raw_os_error() {
+                Some(nix::libc::EINVAL) => Error::refused(
+                    format!("{} does not support direct I/O (O_DIRECT gave EINVAL)", path.display()),
+                    "reseq never falls back to buffered reads, which would measure the page cache; use a filesystem that supports O_DIRECT",
+                ),
+                _ => Error::input(format!("opening {} for direct reads", path.display()), e),
+            })?;
+        let (len, (mem, off)) = if md.file_type().is_block_device() {
+            let len = sys::blk_size_bytes(std::os::fd::AsFd::as_fd(&file))
+                .map_err(|e| Error::io("BLKGETSIZE64", e.into()))?;
+            let align = match sys::statx_dio_align(path) {
+                Ok(Some(a)) => a,
+                _ => {
+                    let s = sys::blk_logical_sector_size(std::os::fd::AsFd::as_fd(&file))
+                        .map_err(|e| Error::io("BLKSSZGET", e.into()))?;
+                    (s, s)
+                }
+            };
+            (len, align)
+        } else if md.is_file() {
+            // statx reports 0/0 where the file cannot do direct I/O (fscrypt, some filesystems).
+            let align = sys::statx_dio_align(path).ok().flatten().ok_or_else(|| {
+                Error::refused(
+                    format!("{} cannot be read with direct I/O (statx reports no DIO alignment)", path.display()),
+                    "reseq does not fall back to buffered reads",
+                )
+            })?;
+            (md.len(), align)
+        } else {
+            return Err(Error::Usage(format!("{} is neither a block device nor a regular file", path.display())));
+        };
+        Ok(Source {
+            path: path.to_path_buf(),
+            file,
+            len,
+            mem_align: mem as usize,
+            offset_align: u64::from(off),
+            in_use: None,
+            device_len: len,
+        })
+    }
+
+    /// The open O_DIRECT file (for the trim's latency probe).
+    pub fn into_file(self) -> File {
+        self.file
+    }
+
+    /// Measures only `ranges` (ascending device ranges) of this source from now on.
+    pub fn restrict(&mut self, ranges: &[(u64, u64)]) {
+        let mut at = 0;
+        let mut map = Vec::new();
+        for &(off, len) in ranges {
+            let len = len.min(self.device_len.saturating_sub(off));
+            if len > 0 {
+                map.push((at, off, len));
+                at += len;
+            }
+        }
+        self.len = at;
+        self.in_use = Some(map);
+    }
+
+    /// A regular file's ranges that hold written data (FIEMAP: holes and unwritten
+    /// extents read as zeros at memory speed and say nothing about the drive).
+    pub fn written_ranges(&self) -> Result<Ranges> {
+        let exts = sys::fiemap(std::os::fd::AsFd::as_fd(&self.file), 0, sys::FIEMAP_FLAG_SYNC)
+            .map_err(|e| Error::io(format!("FIEMAP {}", self.path.display()), e.into()))?;
+        let align = self.offset_align.max(1);
+        let mut out: Ranges = Vec::new();
+        for e in exts.iter().filter(|e| e.flags & 0x800 == 0) {
+            let lo = e.logical / align * align;
+            let hi = (e.logical + e.length).min(self.device_len.div_ceil(align) * align);
+            if lo >= hi {
+                continue;
+            }
+            match out.last_mut() {
+                Some(l) if l.0 + l.1 >= lo => l.1 = l.1.max(hi - l.0),
+                _ => out.push((lo, hi - lo)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The device range under `[at, at + len)` of the measured span, up to the end of
+    /// the in-use range that holds `at`: (device offset, bytes).
+    pub fn locate(&self, at: u64, len: u64) -> (u64, u64) {
+        let Some(map) = &self.in_use else { return (at, len) };
+        let i = map.partition_point(|&(s, _, l)| s + l <= at);
+        match map.get(i) {
+            Some(&(s, d, l)) => (d + (at - s), len.min(s + l - at)),
+            None => (at, 0),
+        }
+    }
+
+    /// Device ranges under `[at, at + len)` of the measured span.
+    pub fn device_ranges(&self, mut at: u64, len: u64) -> Vec<(u64, u64)> {
+        let (end, mut out) = (at + len, Vec::new());
+        while at < end {
+            let (d, n) = self.locate(at, end - at);
+            if n == 0 {
+                break;
+            }
+            match out.last_mut() {
+                Some((o, l)) if *o + *l == d => *l += n,
+                _ => out.push((d, n)),
+            }
+            at += n;
+        }
+        out
+    }
+}
+
+/// Device ranges, `(offset, length)`, ascending.
+pub type Ranges = Vec<(u64, u64)>;
+
+/// What to measure.
+pub enum Target {
+    /// Real sources, read one after the other (a device, a file, or files of a directory).
+    Real(Vec<Source>),
+    /// A simulated SSD (`sim:STATE`), measured on its virtual clock.
+    Sim { path: PathBuf, state: Box<Mutex<SimState>> },
+}
+
+impl Target {
+    /// Opens a target: `sim:PATH`, a block device, a file, or a directory (its regular
+    /// files, recursively, on the same filesystem, in path order).
+    pub fn open(spec: &Path) -> Result<Target> {
+        if let Some(p) = spec.to_str().and_then(|s| s.strip_prefix("sim:")) {
+            let state =
+                SimState::load(Path::new(p)).map_err(|e| Error::input(format!("loading simulated device {p}"), e))?;
+            return Ok(Target::Sim { path: PathBuf::from(p), state: Box::new(Mutex::new(state)) });
+        }
+        let md = std::fs::metadata(spec).map_err(|e| Error::Usage(format!("cannot use {}: {e}", spec.display())))?;
+        if md.is_dir() {
+            let mut files = Vec::new();
+            collect_files(spec, std::os::unix::fs::MetadataExt::dev(&md), &mut files)?;
+            files.sort();
+            if files.is_empty() {
+                return Err(Error::Usage(format!("{} holds no regular files", spec.display())));
+            }
+            return Ok(Target::Real(files.iter().map(|f| Source::open(f)).collect::<Result<_>>()?));
+        }
+        Ok(Target::Real(vec![Source::open(spec)?]))
+    }
+
+    /// As [`Target::open`], but a block device carrying mounted ext4/xfs is measured on
+    /// the ranges its filesystems use only (`in_use`: taken now if None), so that free
+    /// space, fast when trimmed, never enters a result. Returns the ranges used.
+    pub fn open_in_use(spec: &Path, in_use: Option<&[(u64, u64)]>) -> Result<(Target, Option<Ranges>)> {
+        let mut target = Target::open(spec)?;
+        let Target::Real(sources) = &mut target else { return Ok((target, None)) };
+        let is_device = std::fs::metadata(spec).map(|m| m.file_type().is_block_device()).unwrap_or(false);
+        if sources.len() != 1 || !is_device {
+            return Ok((target, None));
+        }
+        let ranges = match in_use {
+            Some(r) => Some(r.to_vec()),
+            None => crate::rewrite::plan::in_use_ranges(spec).unwrap_or_else(|e| {
+                log::warn!("cannot map the ranges in use on {} ({e}): measuring all of it", spec.display());
+                None
+            }),
+        };
+        if let Some(r) = &ranges {
+            sources[0].restrict(r);
+            if sources[0].len == 0 {
+                return Err(Error::Usage(format!("{} has no bytes in use to measure", spec.display())));
+            }
+        }
+        Ok((target, ranges))
+    }
+
+    pub fn len(&self) -> u64 {
+        match self {
+            Target::Real(s) => s.iter().map(|s| s.len).sum(),
+            Target::Sim { state, .. } => state.lock().map(|s| s.len_bytes()).unwrap_or(0),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Real(s) if s.len() == 1 && s[0].in_use.is_some() => format!(
+                "{} (in-use ranges: {} of {})",
+                s[0].path.display(),
+                crate::support::units::human_bytes(s[0].len),
+                crate::support::units::human_bytes(s[0].device_len)
+            ),
+            Target::Real(s) if s.len() == 1 => s[0].path.display().to_string(),
+            Target::Real(s) => format!("{} files", s.len()),
+            Target::Sim { path, .. } => format!("sim:{}", path.display()),
+        }
+    }
+
+    pub fn is_virtual(&self) -> bool {
+        matches!(self, Target::Sim { .. })
+    }
+
+    /// The alignment every offset and block size must respect.
+    pub fn offset_align(&self) -> u64 {
+        match self {
+            Target::Real(s) => s.iter().map(|s| s.offset_align).max().unwrap_or(512),
+            Target::Sim { .. } => SLOT,
+        }
+    }
+}
+
+fn collect_files(dir: &Path, dev: u64, out: &mut Vec<PathBuf>) -> Result<()> {
+    let rd = std::fs::read_dir(dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    for entry in rd {
+        let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+        let md = entry.metadata().map_err(|e| Error::io(format!("stat {}", entry.path().display()), e))?;
+        if std::os::unix::fs::MetadataExt::dev(&md) != dev {
+            continue; // stay on one filesystem
+        }
+        if md.is_dir() {
+            collect_files(&entry.path(), dev, out)?;
+        } else if md.is_file() && md.len() > 0 {
+            out.push(entry.path());
+        }
+    }
+    Ok(())
+}
+
+/// How to read.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct ReadParams {
+    pub block_size_bytes: u64,
+    pub queue_depth: usize,
+    /// Offset into the target (for several files: into their concatenation).
+    pub offset_bytes: u64,
+    pub length_bytes: u64,
+}
+
+/// One timed read of a span.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct Timed {
+    pub bytes: u64,
+    pub seconds: f64,
+    /// Each read command's latency, in seconds (none on a simulated SSD).
+    #[serde(skip)]
+    pub latencies: Vec<f64>,
+}
+
+impl Timed {
+    pub fn rate(&self) -> f64 {
+        if self.seconds > 0.0 { self.bytes as f64 / self.seconds } else { 0.0 }
+    }
+}
+
+/// Reads `[offset, offset + length)` of the target once, sequentially.
+pub fn read_span(target: &Target, block: u64, qd: usize, offset: u64, length: u64) -> Result<Timed> {
+    match target {
+        Target::Sim { state, .. } => {
+            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            let secs = seq_read_time(&mut st.ftl, offset / SLOT, length / SLOT, block, qd);
+            Ok(Timed { bytes: length, seconds: secs, latencies: Vec::new() })
+        }
+        Target::Real(sources) => {
+            let start = Instant::now();
+            let mut base = 0u64;
+            let mut bytes = 0u64;
+            let mut latencies = Vec::new();
+            for s in sources {
+                let (lo, hi) = (offset.max(base), (offset + length).min(base + s.len));
+                if lo < hi {
+                    // A span of several files is aligned as a whole, not inside each file
+                    // (their sizes are arbitrary): start a file's part at an aligned offset,
+                    // reading at most one alignment unit twice.
+                    let from = (lo - base) / s.offset_align * s.offset_align;
+                    let (n, lat) = read_source(s, block, qd, from, hi - base)?;
+                    bytes += n;
+                    latencies.extend(lat);
+                }
+                base += s.len;
+            }
+            Ok(Timed { bytes, seconds: start.elapsed().as_secs_f64(), latencies })
+        }
+    }
+}
+
+/// Reads `[from, to)` of one source with `qd` threads; returns the bytes read and each
+/// read command's latency.
+fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<(u64, Vec<f64>)> {
+    let cursor = AtomicU64::new(from);
+    let total = AtomicU64::new(0);
+    let all_latencies: Mutex<Vec<f64>> = Mutex::new(Vec::new());
+    let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..qd.max(1) {
+            scope.spawn(|| {
+                let mut buf = AlignedBuf::new(block as usize, s.mem_align);
+                let mut latencies = Vec::new();
+                loop {
+                    let off = cursor.fetch_add(block, Ordering::SeqCst);
+                    if off >= to || first_error.lock().map(|e| e.is_some()).unwrap_or(true) {
+                        break;
+                    }
+                    // The tail of a file may be shorter; the read length stays aligned and
+                    // the kernel returns what exists. A block that spans two in-use ranges
+                    // is read in two pieces.
+                    let block_end = (off + block).min(to);
+                    let mut at = off;
+                    while at < block_end {
+                        let (dev_at, want) = s.locate(at, block_end - at);
+                        if want == 0 {
+                            break;
+                        }
+                        let len = want.div_ceil(s.offset_align) * s.offset_align;
+                        let t = Instant::now();
+                        let r = crate::support::hooks::io_fault(crate::support::hooks::IoOp::Read, dev_at, len)
+                            .and_then(|()| s.file.read_at(&mut buf[..len as usize], dev_at));
+                        crate::support::hooks::read_delay(&s.path, dev_at, len);
+                        latencies.push(t.elapsed().as_secs_f64());
+                        match r {
+                            Ok(n) => {
+                                total.fetch_add((n as u64).min(want), Ordering::SeqCst);
+                            }
+                            Err(e) => {
+                                let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
+                                slot.get_or_insert(Error::io_at(format!("reading {}", s.path.display()), dev_at, e));
+                                break;
+                            }
+                        }
+                        at += want;
+                    }
+                    if first_error.lock().map(|e| e.is_some()).unwrap_or(true) {
+                        break;
+                    }
+                }
+                all_latencies.lock().unwrap_or_else(|p| p.into_inner()).extend(latencies);
+            });
+        }
+    });
+    match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok((total.into_inner(), all_latencies.into_inner().unwrap_or_else(|p| p.into_inner()))),
+    }
+}
+
+/// Checks and completes read parameters against the target.
+pub fn resolve_params(target: &Target, block: u64, qd: usize, offset: u64, length: Option<u64>) -> Result<ReadParams> {
+    let align = target.offset_align();
+    if block == 0 || !block.is_multiple_of(align) {
+        return Err(Error::Usage(format!("--block-size must be a non-zero multiple of {align} bytes for this target")));
+    }
+    if qd == 0 || qd > 256 {
+        return Err(Error::Usage("--queue-depth must be between 1 and 256".into()));
+    }
+    if !offset.is_multiple_of(align) {
+        return Err(Error::Usage(format!("--offset must be a multiple of {align} bytes")));
+    }
+    let len = target.len();
+    if offset >= len {
+        return Err(Error::Usage(format!("--offset {offset} is past the end of the target ({len} bytes)")));
+    }
+    let length = length.unwrap_or(len - offset).min(len - offset);
+    if length == 0 {
+        return Err(Error::Usage("--length must be positive".into()));
+    }
+    if target.is_virtual() && !length.is_multiple_of(SLOT) {
+        return Err(Error::Usage("on a simulated SSD --length must be whole 4 KiB blocks".into()));
+    }
+    Ok(ReadParams { block_size_bytes: block, queue_depth: qd, offset_bytes: offset, length_bytes: length })
+}
+
+/// Whether a cache below O_DIRECT could make reads look fast: a loop device whose
+/// backing file is read through the page cache (`loop/dio` is 0), or a second read of
+/// the same bytes much faster than the first (a host's or controller's cache). Such a
+/// benchmark cannot show what the flash does, and a verdict from it would credit the
+/// cache.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct CacheCheck {
+    /// For a loop device: whether it reads its backing file with direct I/O.
+    pub loop_direct_io: Option<bool>,
+    /// Bytes read twice for the re-read test.
+    pub sample_bytes: u64,
+    pub first_read_bytes_per_second: f64,
+    pub second_read_bytes_per_second: f64,
+    /// A first read of other bytes, after the second: if it is as fast, the first read
+    /// was slow for another reason (a busy host), not for want of a cache.
+    #[serde(default)]
+    pub other_first_read_bytes_per_second: f64,
+    /// The same sample read again after the first pass, when a cache was seen and a pass
+    /// is much larger than the sample (null: not read). As slow as a first read, the pass
+    /// evicted it: the cache is smaller than a pass, and passes read the device.
+    #[serde(default)]
+    pub after_pass_bytes_per_second: Option<f64>,
+    /// A cache below the device is likely: results are unreliable.
+    pub cache_suspected: bool,
+    /// Why, or how a cache was ruled out, in words.
+    pub finding: String,
+}
+
+/// A second read this much faster than the first suggests a cache. A page cache reads
+/// several times faster; a loop device over a disk file measured x1.38 on a noisy VM,
+/// which must not count.
+pub const RE_READ_RATIO: f64 = 2.0;
+/// Bytes read twice by the re-read test.
+pub const RE_READ_SAMPLE: u64 = 32 << 20;
+
+/// `loop/dio` of a loop device (or the loop device under a partition of one).
+fn loop_direct_io(path: &Path) -> Option<bool> {
+    let dev = std::fs::canonicalize(path).ok()?;
+    let name = dev.file_name()?.to_str()?.to_string();
+    let disk = name.strip_prefix("loop")?.split('p').next()?.to_string();
+    let dio = std::fs::read_to_string(format!("/sys/block/loop{disk}/loop/dio")).ok()?;
+    Some(dio.trim() == "1")
+}
+
+/// Checks `target` for a cache below O_DIRECT (nothing to check on a simulated SSD).
+pub fn cache_check(target: &Target, block: u64, qd: usize) -> Result<Option<CacheCheck>> {
+    let Target::Real(sources) = target else { return Ok(None) };
+    let loop_dio = match &sources[..] {
+        [one] => loop_direct_io(&one.path),
+        _ => None,
+    };
+    let align = target.offset_align();
+    let sample = (target.len() / 2).min(RE_READ_SAMPLE) / align * align;
+    if sample == 0 {
+        return Ok(None);
+    }
+    let block = block.min(sample);
+    let first = read_span(target, block, qd, 0, sample)?.rate();
+    let second = read_span(target, block, qd, 0, sample)?.rate();
+    // Other bytes, from the end: cold if a cache is what made the second read fast. Of
+    // several files, the start of a later one (offsets inside a file must stay aligned).
+    let other_at = match &sources[..] {
+        [_] => (target.len() - sample) / align * align,
+        many => {
+            let bases = many.iter().scan(0, |b, s| Some(std::mem::replace(b, *b + s.len)));
+            bases.filter(|&b| b >= sample && b + sample <= target.len()).last().unwrap_or(0)
+        }
+    };
+    let other = read_span(target, block, qd, other_at, sample)?.rate();
+    let ratio = second / first.max(other).max(f64::MIN_POSITIVE);
+    let (suspected, finding) = if loop_dio == Some(false) {
+        (true, "a loop device without direct I/O (loop/dio = 0): reads come from its backing file's page cache".into())
+    } else if ratio > RE_READ_RATIO {
+        (
+            true,
+            format!(
+                "a second read of the same {} was x{ratio:.2} faster than the first reads of it and of other bytes: a cache below the device",
+                crate::support::units::human_bytes(sample)
+            ),
+        )
+    } else {
+        (
+            false,
+            format!(
+                "no cache seen: a second read of the same {} ran at x{ratio:.2} the first{}",
+                crate::support::units::human_bytes(sample),
+                if loop_dio == Some(true) { "; loop device with direct I/O" } else { "" }
+            ),
+        )
+    };
+    Ok(Some(CacheCheck {
+        loop_direct_io: loop_dio,
+        sample_bytes: sample,
+        first_read_bytes_per_second: first,
+        second_read_bytes_per_second: second,
+        other_first_read_bytes_per_second: other,
+        after_pass_bytes_per_second: None,
+        cache_suspected: suspected,
+        finding,
+    }))
+}
+
+/// A pass must be this many times the re-read sample for [`recheck_after_pass`]: the
+/// sample, cached when the pass starts, is then a small part of the pass's time.
+pub const PASS_OVER_SAMPLE: u64 = 8;
+
+/// After the first pass: whether a cache the re-read test saw still holds the sample.
+/// A cache smaller than a pass cannot serve a sequential pass (a scan larger than a
+/// least-recently-used cache evicts each block before it comes round again), so when
+/// the sample reads as slowly as a first read again, the cache is ruled out for the
+/// passes. Only a cache whose cold and warm speeds were both measured qualifies: a page
+/// cache already warm for every byte reads evenly fast, and evicts nothing visible.
+pub fn recheck_after_pass(c: &mut CacheCheck, target: &Target, block: u64, qd: usize, pass: (u64, u64)) -> Result<()> {
+    let cold = c.first_read_bytes_per_second.max(c.other_first_read_bytes_per_second);
+    let seen = c.second_read_bytes_per_second > RE_READ_RATIO * cold;
+    // A loop device reading its backing file through the page cache is a fact from
+    // sysfs, not a measurement: one slow re-read must not overrule it.
+    let page_cache = c.loop_direct_io == Some(false);
+    if !c.cache_suspected || !seen || page_cache || pass.0 > 0 || pass.1 < PASS_OVER_SAMPLE * c.sample_bytes {
+        return Ok(());
+    }
+    let again = read_span(target, block.min(c.sample_bytes), qd, 0, c.sample_bytes)?.rate();
+    c.after_pass_bytes_per_second = Some(again);
+    // Nearer a first read than a cached one (geometric middle: cached reads vary by x3
+    // from run to run on a shared host, first reads much less).
+    let (warm, now) = (c.second_read_bytes_per_second / cold, again / cold);
+    let (sample, pass) =
+        (crate::support::units::human_bytes(c.sample_bytes), crate::support::units::human_bytes(pass.1));
+    let how = format!(
+        "after a pass of {pass}, the same {sample} read at x{now:.2} a first read (from the cache: x{warm:.2})"
+    );
+    if now * now <= warm {
+        c.cache_suspected = false;
+        c.finding = format!(
+            "{}; ruled out: it is smaller than a pass ({how}: evicted), so the passes read the device",
+            c.finding
+        );
+    } else {
+        c.finding = format!("{}; it still held those bytes: {how}", c.finding);
+    }
+    Ok(())
+}
+
+/// Sleeps between passes, so a drive that reorganises itself in the background can.
+pub fn settle(d: Duration) {
+    if !d.is_zero() {
+        std::thread::sleep(d);
+    }
+}

@@ -1,0 +1,4 @@
+//! Typed options: what the command line (or a config file) asked for, as values the
+//! layers below use without ever seeing a flag string.
+
+pub mod resume;

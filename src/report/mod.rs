@@ -1,0 +1,366 @@
+//! The report of a run: one document, rendered as text for people or JSON for scripts.
+//!
+//! Field names are snake_case with units in the names (`_bytes`, `_seconds`). Bump
+//! `SCHEMA_VERSION` on any incompatible change.
+
+pub mod render;
+
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::EngineStats;
+use crate::host::device::{DeviceIdentity, Medium};
+use crate::host::mounts::MountedFs;
+use crate::measure::bench::{BenchResult, ScanResult, Selection, Verdict};
+use crate::rewrite::plan::{RewritePlan, Start};
+use crate::support::error::Error;
+use crate::support::exit_codes::ExitCode;
+use crate::support::units::{human_bytes, human_rate};
+
+pub const SCHEMA_VERSION: u32 = 2;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Report {
+    pub schema_version: u32,
+    pub tool: String,
+    pub tool_version: String,
+    pub command: String,
+    pub argv: Vec<String>,
+    /// What the command was given to work on (a device, files, sim:STATE), also when it
+    /// failed before looking at it.
+    #[serde(default)]
+    pub targets: Vec<String>,
+    pub host: String,
+    pub started_at: String,
+    pub finished_at: String,
+    pub duration_seconds: f64,
+    pub dry_run: bool,
+    pub device: Option<DeviceReport>,
+    pub plan: Option<PlanReport>,
+    pub results: Option<EngineStats>,
+    /// `passed`, `failed`, `off`, or `incomplete` (stopped before the end).
+    pub verification: String,
+    /// Outcome of re-reading the chunk that was in flight when the previous run stopped:
+    /// `intact`, `changed` (something wrote there since), or null.
+    pub in_flight_reverify: Option<String>,
+    /// `reseq bench`: the passes.
+    pub bench: Option<BenchResult>,
+    /// `reseq scan`: throughput by region.
+    pub scan: Option<ScanResult>,
+    /// `reseq estimate`: a sample and its prediction.
+    #[serde(default)]
+    pub estimate: Option<crate::measure::bench::Estimate>,
+    /// `rewrite --bench`: the same reads before and after the rewrite.
+    pub bench_before: Option<BenchResult>,
+    pub bench_after: Option<BenchResult>,
+    pub scan_before: Option<ScanResult>,
+    pub scan_after: Option<ScanResult>,
+    pub verdict: Option<Verdict>,
+    pub write_cost: Option<WriteCost>,
+    /// `rewrite`: what was left out as free space, and what FITRIM discarded after.
+    pub space: Option<SpaceReport>,
+    /// `bench --trim-impact`: what a trim cost readers on that filesystem.
+    #[serde(default)]
+    pub trim_impact: Option<crate::measure::trim_impact::TrimImpact>,
+    /// `rewrite --only-slow`: the regions chosen and left alone.
+    pub selection: Option<Selection>,
+    /// File mode: what was done to each file.
+    pub files: Option<Vec<crate::rewrite::files::FileReport>>,
+    /// Every freeze's limits, when the run froze anything.
+    #[serde(default)]
+    pub freeze_bound: Option<FreezeBound>,
+    pub warnings: Vec<String>,
+    pub outcome: Outcome,
+    /// For a dry run, the plan as text (the human rendering of a dry run).
+    #[serde(skip)]
+    pub plan_text: Option<String>,
+}
+
+/// The limits every freeze window of a run kept to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FreezeBound {
+    /// `--max-freeze`: a window frozen longer counts in `windows_overrun`.
+    pub max_freeze_seconds: f64,
+    /// How long past it a write already under way may hold the window.
+    pub grace_seconds: f64,
+    /// The hard bound (the sum): past it the guardian kills reseq and thaws.
+    pub bound_seconds: f64,
+}
+
+impl FreezeBound {
+    pub fn new(max_freeze: std::time::Duration, grace: std::time::Duration) -> FreezeBound {
+        FreezeBound {
+            max_freeze_seconds: max_freeze.as_secs_f64(),
+            grace_seconds: grace.as_secs_f64(),
+            bound_seconds: (max_freeze + grace).as_secs_f64(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DeviceReport {
+    pub path: String,
+    #[serde(flatten)]
+    pub identity: DeviceIdentity,
+    pub medium: Medium,
+    pub dio_mem_align_bytes: u32,
+    pub dio_offset_align_bytes: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PlanReport {
+    pub range_start_bytes: u64,
+    pub range_end_bytes: u64,
+    pub chunk_size_bytes: u64,
+    pub chunks_total: u64,
+    pub resume_from_chunk: u64,
+    pub verify: bool,
+    pub read_ahead_chunks: usize,
+    pub memory_bytes: u64,
+    /// Null when nothing is mounted: no freeze, no windows.
+    pub max_freeze_seconds: Option<f64>,
+    pub pause_seconds: f64,
+    pub hung_task_timeout_seconds: Option<u64>,
+    pub filesystems_frozen: Vec<MountedFs>,
+    pub journal_path: String,
+}
+
+/// Used-space mode: free space skipped and trimmed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SpaceReport {
+    /// `used_space` (free space of mounted ext4/xfs left out) or `everything`.
+    pub mode: String,
+    /// Bytes passed over because the filesystems reported them FREE while frozen.
+    pub bytes_skipped_as_free: u64,
+    /// Bytes FITRIM reported discarded after the run (null: not run).
+    pub bytes_trimmed: Option<u64>,
+    /// The FITRIM's slices, pace and cost (null: not run).
+    #[serde(default)]
+    pub trim: Option<crate::host::trim::TrimReport>,
+}
+
+/// What the rewrite cost the drive.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct WriteCost {
+    /// Delta of sectors written in `/sys/class/block/<dev>/stat`, in bytes (everything the
+    /// host wrote to the device during the run, reseq's writes and anyone else's).
+    pub host_bytes_written: Option<u64>,
+    /// NVMe SMART "Data Units Written" (units of 512,000 bytes) before and after; null
+    /// where the device is not NVMe or `smartctl --json` is unavailable.
+    pub nvme_data_units_written_before: Option<u64>,
+    pub nvme_data_units_written_after: Option<u64>,
+    /// NVMe SMART "Percentage Used" before and after.
+    pub nvme_percentage_used_before: Option<u64>,
+    pub nvme_percentage_used_after: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Outcome {
+    pub exit_code: i32,
+    pub status: ExitCode,
+    pub message: Option<String>,
+    /// The device offset an error concerns, when there is one.
+    pub offset_bytes: Option<u64>,
+}
+
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+pub fn hostname() -> String {
+    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+impl Report {
+    pub fn new(command: &str, dry_run: bool) -> Report {
+        Report {
+            schema_version: SCHEMA_VERSION,
+            tool: "reseq".into(),
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            command: command.into(),
+            argv: std::env::args().collect(),
+            targets: Vec::new(),
+            host: hostname(),
+            started_at: now_rfc3339(),
+            finished_at: String::new(),
+            duration_seconds: 0.0,
+            dry_run,
+            device: None,
+            plan: None,
+            results: None,
+            verification: "incomplete".into(),
+            in_flight_reverify: None,
+            bench: None,
+            scan: None,
+            estimate: None,
+            bench_before: None,
+            bench_after: None,
+            scan_before: None,
+            scan_after: None,
+            verdict: None,
+            write_cost: None,
+            space: None,
+            trim_impact: None,
+            selection: None,
+            files: None,
+            freeze_bound: None,
+            warnings: Vec::new(),
+            outcome: Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None },
+            plan_text: None,
+        }
+    }
+
+    pub fn set_plan(&mut self, plan: &RewritePlan) {
+        let d = &plan.device;
+        self.device = Some(DeviceReport {
+            path: d.path.display().to_string(),
+            identity: d.identity.clone(),
+            medium: d.medium.clone(),
+            dio_mem_align_bytes: d.dio_mem_align,
+            dio_offset_align_bytes: d.dio_offset_align,
+        });
+        let e = &plan.engine;
+        self.plan = Some(PlanReport {
+            range_start_bytes: e.range_start,
+            range_end_bytes: e.range_end,
+            chunk_size_bytes: e.chunk_size,
+            chunks_total: e.chunks_total(),
+            resume_from_chunk: match plan.start {
+                Start::Resume { done, .. } => done,
+                Start::Fresh => 0,
+            },
+            verify: e.verify,
+            read_ahead_chunks: e.read_ahead,
+            memory_bytes: e.memory_bytes(),
+            max_freeze_seconds: plan.needs_freeze().then_some(plan.max_freeze.as_secs_f64()),
+            pause_seconds: e.pause.as_secs_f64(),
+            hung_task_timeout_seconds: plan.hung_task_timeout.map(|t| t.as_secs()),
+            filesystems_frozen: plan.filesystems.clone(),
+            journal_path: plan.journal_path.display().to_string(),
+        });
+        self.warnings.extend(plan.warnings.iter().cloned());
+    }
+
+    /// Records how the run ended.
+    pub fn finish(&mut self, elapsed: Duration, result: &Result<(), Error>) {
+        self.finished_at = now_rfc3339();
+        self.duration_seconds = elapsed.as_secs_f64();
+        let verify_on = self.plan.as_ref().is_some_and(|p| p.verify);
+        self.verification = match result {
+            Err(Error::ChecksumMismatch { .. } | Error::WriteFailed { .. }) => "failed",
+            _ if self.dry_run || self.plan.is_none() => "off",
+            Ok(()) if verify_on => "passed",
+            Ok(()) => "off",
+            Err(_) => "incomplete",
+        }
+        .into();
+        self.outcome = match result {
+            Ok(()) => Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None },
+            Err(e) => Outcome {
+                exit_code: e.exit_code().code(),
+                status: e.exit_code(),
+                message: Some(crate::error_chain(e)),
+                offset_bytes: match e {
+                    Error::Io { offset, .. } => *offset,
+                    Error::ChecksumMismatch { offset, .. } | Error::WriteFailed { offset, .. } => Some(*offset),
+                    _ => None,
+                },
+            },
+        };
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("report serializes")
+    }
+
+    /// The human summary at the end of a run.
+    pub fn to_text(&self) -> String {
+        if let (true, Some(t), 0) = (self.dry_run, &self.plan_text, self.outcome.exit_code) {
+            return t.clone();
+        }
+        let mut s = String::new();
+        let dev = self.device.as_ref();
+        if let (Some(d), Some(p)) = (dev, self.plan.as_ref()) {
+            s += &format!(
+                "reseq {}: {} ({}, {})\n",
+                self.command,
+                d.path,
+                d.identity.dev,
+                human_bytes(d.identity.size_bytes)
+            );
+            s += &format!(
+                "  chunks: {} x {}, verify {}, read-ahead {}, memory {}\n",
+                p.chunks_total,
+                human_bytes(p.chunk_size_bytes),
+                if p.verify { "on" } else { "off" },
+                p.read_ahead_chunks,
+                human_bytes(p.memory_bytes)
+            );
+            if p.filesystems_frozen.is_empty() {
+                s += "  freeze: none (no filesystem mounted; device held exclusively)\n";
+            } else {
+                for f in &p.filesystems_frozen {
+                    s += &format!("  freeze: {} ({}, {})\n", f.mount_point.display(), f.fs_type, f.dev);
+                }
+            }
+        }
+        if let Some(r) = &self.results {
+            // The rewrite's own time: a benchmark before and after is not part of its rate.
+            let secs = if r.rewrite_seconds > 0.0 { r.rewrite_seconds } else { self.duration_seconds };
+            let rate = r.bytes_written as f64 / secs.max(1e-9);
+            s += &format!(
+                "  rewrote {} in {:.1} s ({}), read {}, verified {}\n",
+                human_bytes(r.bytes_written),
+                secs,
+                human_rate(rate),
+                human_bytes(r.bytes_read),
+                human_bytes(r.bytes_verified)
+            );
+            if r.chunks_already_done > 0 {
+                s += &format!("  resumed: {} chunks were already done\n", r.chunks_already_done);
+            }
+            if r.windows > 0 && self.plan.as_ref().is_some_and(|p| !p.filesystems_frozen.is_empty()) {
+                s += &format!(
+                    "  windows: {}, longest freeze {:.3} s, frozen {:.1} s in all, overruns {}\n",
+                    r.windows, r.longest_freeze_seconds, r.total_frozen_seconds, r.windows_overrun
+                );
+            }
+        }
+        if let Some(v) = &self.in_flight_reverify {
+            s += &format!("  chunk in flight at the previous stop: {v}\n");
+        }
+        s += &crate::report::render::measurements_text(self);
+        if self.plan.is_some() {
+            s += &format!("  verification: {}\n", self.verification);
+        }
+        for w in &self.warnings {
+            s += &format!("  warning: {w}\n");
+        }
+        s += &format!("  outcome: {} (exit {})\n", self.outcome_text(), self.outcome.exit_code);
+        s
+    }
+
+    /// What happened, in words that fit the command: a scan or a dry run wrote nothing,
+    /// and a run without verification did not verify.
+    pub fn outcome_text(&self) -> String {
+        if self.outcome.exit_code != 0 {
+            return self.outcome.status.describe().into();
+        }
+        let written = self.results.as_ref().map_or(0, |r| r.bytes_written);
+        // File mode and simulated drives have no plan: what was read back says it.
+        let verified = self.results.as_ref().is_none_or(|r| r.bytes_verified >= r.bytes_written);
+        match self.command.as_str() {
+            "rewrite" if self.dry_run => "success: planned; nothing was written or frozen (dry run)".into(),
+            "rewrite" if written == 0 && self.selection.is_some() => {
+                "success: nothing read slowly, so nothing was rewritten".into()
+            }
+            "rewrite" if !verified => "success: everything was rewritten (verification off)".into(),
+            "rewrite" => self.outcome.status.describe().into(),
+            "bench" if self.trim_impact.is_some() => {
+                "success: measured; the scratch file written for it was trimmed and removed".into()
+            }
+            _ => "success: measured; nothing was written".into(),
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! The two adapters that make files look like one device to the engine.
+//!
+//! One engine run rewrites one or more files (a large file alone; small files many at a
+//! time, so that their reads, writes and read-backs overlap as a device's do). The files
+//! are laid end to end in a *virtual* address space: file `k` occupies
+//! `[base_k, base_k + span_k)`, where its span is its size when the run started, rounded
+//! up to whole blocks. The engine's cursor and journal are in that space.
+//! - [`FilesPlanner`] maps the files with FIEMAP at the start of every window, *while
+//!   frozen* (only then is the map true for the whole window; a file seen in delayed
+//!   allocation before the freeze has its real extents once frozen), and plans each
+//!   file's ranges in file-offset order, files in their order: the order in which a
+//!   sequential scan reads them. A piece that continues the previous one both in the
+//!   virtual space and on the device joins it, so small files laid out one after another
+//!   are rewritten in large chunks. Unwritten extents and holes are never written; shared
+//!   (reflinked) extents are rewritten once per physical range across the whole run; a
+//!   file with extents flagged UNKNOWN, DELALLOC, ENCODED, DATA_INLINE, DATA_TAIL,
+//!   NOT_ALIGNED or DATA_ENCRYPTED is skipped with the reason, and the others go on.
+//! - [`FileTarget`] turns virtual offsets into device offsets through that map, so every
+//!   chunk is read from and written back to the device blocks the files occupy, and
+//!   never to any other block.
+
+use std::collections::HashMap;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use crate::engine::Planner;
+use crate::engine::target::{BlockTarget, DirectDevice};
+use crate::support::error::{Error, Result};
+use crate::sys;
+
+/// One piece of a file: `len` bytes at file offset `logical` live at device offset
+/// `physical`. In a window's map, `logical` is a virtual offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub logical: u64,
+    pub physical: u64,
+    pub len: u64,
+}
+
+/// This window's map, ascending by virtual offset.
+pub type Map = Arc<Mutex<Vec<Extent>>>;
+
+// include/uapi/linux/fiemap.h extent flags.
+pub const UNWRITTEN: u32 = 0x800;
+pub const SHARED: u32 = 0x2000;
+const SKIP_FLAGS: [(u32, &str); 7] = [
+    (0x2, "UNKNOWN"),
+    (0x4, "DELALLOC"),
+    (0x8, "ENCODED"),
+    (0x80, "DATA_ENCRYPTED"),
+    (0x100, "NOT_ALIGNED"),
+    (0x200, "DATA_INLINE"),
+    (0x400, "DATA_TAIL"),
+];
+
+/// Physical ranges of shared extents, and which file of the run claimed each.
+pub type SharedClaims = Arc<Mutex<HashMap<(u64, u64), usize>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Turns FIEMAP extents from `cursor` on into the pieces to rewrite, merging pieces that
+/// are adjacent both in the file and on the device. Returns the skip reason instead if an
+/// extent cannot be rewritten safely.
+pub fn plan_extents(
+    exts: &[sys::FiemapExtent],
+    cursor: u64,
+    end: u64,
+    mut shared_ok: impl FnMut(u64, u64) -> bool,
+    unwritten: &mut u64,
+    shared_elsewhere: &mut u64,
+) -> std::result::Result<Vec<Extent>, String> {
+    let mut out: Vec<Extent> = Vec::new();
+    for e in exts {
+        let bad: Vec<&str> = SKIP_FLAGS.iter().filter(|(f, _)| e.flags & f != 0).map(|(_, n)| *n).collect();
+        if !bad.is_empty() {
+            return Err(format!("an extent at file offset {} is flagged {}", e.logical, bad.join("|")));
+        }
+        let lo = e.logical.max(cursor);
+        let hi = (e.logical + e.length).min(end);
+        if lo >= hi {
+            continue;
+        }
+        let (len, physical) = (hi - lo, e.physical + (lo - e.logical));
+        if e.flags & UNWRITTEN != 0 {
+            *unwritten += len;
+            continue;
+        }
+        if e.flags & SHARED != 0 && !shared_ok(e.physical, e.length) {
+            *shared_elsewhere += len;
+            continue;
+        }
+        push_merged(&mut out, Extent { logical: lo, physical, len });
+    }
+    Ok(out)
+}
+
+/// Appends `e`, joining it to the last piece when it continues that piece both in
+/// (virtual) offset and on the device.
+fn push_merged(out: &mut Vec<Extent>, e: Extent) {
+    match out.last_mut() {
+        Some(l) if l.logical + l.len == e.logical && l.physical + l.len == e.physical => l.len += e.len,
+        _ => out.push(e),
+    }
+}
+
+/// One file of an engine run, and what happened to it.
+pub struct Member {
+    /// This file's index in the whole run (for shared-extent claims).
+    pub index: usize,
+    pub path: PathBuf,
+    file: std::fs::File,
+    /// Size when the run started.
+    pub size: u64,
+    /// Where the file starts in the run's virtual address space.
+    pub base: u64,
+    /// Bytes of virtual space it occupies (its size rounded up to whole blocks).
+    pub span: u64,
+    /// Why the file is skipped, if it is.
+    pub skipped: Option<String>,
+    /// Extents in the first map.
+    pub extents: Option<usize>,
+    pub bytes_unwritten: u64,
+    pub bytes_shared_elsewhere: u64,
+    /// Bytes written and verified (credited as the cursor passes them).
+    pub bytes_rewritten: u64,
+}
+
+impl Member {
+    pub fn new(index: usize, path: PathBuf, file: std::fs::File, size: u64, span: u64) -> Member {
+        Member {
+            index,
+            path,
+            file,
+            size,
+            base: 0,
+            span,
+            skipped: None,
+            extents: None,
+            bytes_unwritten: 0,
+            bytes_shared_elsewhere: 0,
+            bytes_rewritten: 0,
+        }
+    }
+
+    pub fn file_metadata(&self) -> Result<std::fs::Metadata> {
+        self.file.metadata().map_err(|e| Error::io(format!("fstat {}", self.path.display()), e))
+    }
+}
+
+/// A skipped file gives up the shared ranges it claimed: another file holding them
+/// rewrites them instead of counting them as done by this one.
+fn release_claims(shared: &SharedClaims, index: usize) {
+    lock(shared).retain(|_, claimer| *claimer != index);
+}
+
+/// Plans the files of one engine run from FIEMAP, in every window.
+pub struct FilesPlanner {
+    pub members: Vec<Member>,
+    map: Map,
+    shared: SharedClaims,
+    /// Pieces of the last plan not yet credited to their file: (member, virtual offset,
+    /// length).
+    planned: Vec<(usize, u64, u64)>,
+}
+
+impl FilesPlanner {
+    /// Lays `members` end to end from virtual offset 0.
+    pub fn new(mut members: Vec<Member>, map: Map, shared: SharedClaims) -> FilesPlanner {
+        let mut base = 0;
+        for m in &mut members {
+            m.base = base;
+            base += m.span;
+        }
+        FilesPlanner { members, map, shared, planned: Vec::new() }
+    }
+
+    /// The end of the virtual address space.
+    pub fn end(&self) -> u64 {
+        self.members.last().map_or(0, |m| m.base + m.span)
+    }
+
+    /// Credits the planned bytes below `cursor` to their files: the engine has written,
+    /// verified and recorded everything before its cursor. Call it with the run's last
+    /// cursor when the run ends.
+    pub fn credit(&mut self, cursor: u64) {
+        for (mi, at, len) in self.planned.drain(..) {
+            self.members[mi].bytes_rewritten += cursor.clamp(at, at + len) - at;
+        }
+    }
+
+    /// Maps one file from `cursor` (a virtual offset inside it) and appends its pieces to
+    /// `runs`.
+    fn plan_member(&mut self, mi: usize, cursor: u64, runs: &mut Vec<Extent>) -> Result<()> {
+        let m = &mut self.members[mi];
+        if m.skipped.is_some() {
+            return Ok(());
+        }
+        let md = m.file.metadata().map_err(|e| Error::io(format!("fstat {}", m.path.display()), e))?;
+        if md.nlink() == 0 {
+            m.skipped = Some("deleted during the run".into());
+            release_claims(&self.shared, m.index);
+            return Ok(());
+        }
+        let local = cursor.saturating_sub(m.base);
+        // FIEMAP_FLAG_SYNC returns at once on a frozen filesystem (nothing can be dirty).
+        let exts = sys::fiemap(m.file.as_fd(), local, sys::FIEMAP_FLAG_SYNC)
+            .map_err(|e| Error::io(format!("FIEMAP {}", m.path.display()), e.into()))?;
+        // Skipped bytes are counted from the file's first map only: every later window
+        // maps the rest of it again.
+        let first = m.extents.is_none();
+        // An xfs realtime file's FIEMAP addresses are on the realtime device, not the
+        // device reseq writes.
+        if first && sys::fs_xflags(m.file.as_fd()).is_ok_and(|f| f & sys::FS_XFLAG_REALTIME != 0) {
+            m.skipped = Some("an xfs realtime file: its blocks are on the realtime device, not this one".into());
+            release_claims(&self.shared, m.index);
+            return Ok(());
+        }
+        m.extents.get_or_insert(exts.len());
+        let (index, shared) = (m.index, Arc::clone(&self.shared));
+        let claim = |p: u64, l: u64| *lock(&shared).entry((p, l)).or_insert(index) == index;
+        let (mut unwritten, mut shared_elsewhere) = (0, 0);
+        match plan_extents(&exts, local, m.span, claim, &mut unwritten, &mut shared_elsewhere) {
+            Ok(pieces) => {
+                if first {
+                    (m.bytes_unwritten, m.bytes_shared_elsewhere) = (unwritten, shared_elsewhere);
+                }
+                for p in pieces {
+                    let at = m.base + p.logical;
+                    self.planned.push((mi, at, p.len));
+                    push_merged(runs, Extent { logical: at, ..p });
+                }
+            }
+            Err(reason) => {
+                m.skipped = Some(reason);
+                release_claims(&self.shared, m.index);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Planner for FilesPlanner {
+    fn ranges(&mut self, cursor: u64, end: u64) -> Result<Vec<(u64, u64)>> {
+        self.credit(cursor);
+        let first = self.members.partition_point(|m| m.base + m.span <= cursor);
+        let mut runs = Vec::new();
+        let last = self.members.partition_point(|m| m.base < end);
+        let planned = (first..last).try_for_each(|mi| self.plan_member(mi, cursor, &mut runs));
+        if let Err(e) = planned {
+            lock(&self.map).clear();
+            self.planned.clear();
+            return Err(e);
+        }
+        let ranges = runs.iter().map(|e| (e.logical, e.len)).collect();
+        *lock(&self.map) = runs;
+        Ok(ranges)
+    }
+}
+
+/// Files seen as a block device: virtual offsets in, device offsets out.
+pub struct FileTarget {
+    pub dev: Arc<DirectDevice>,
+    pub map: Map,
+    pub len: u64,
+    pub name: String,
+}
+
+impl FileTarget {
+    fn device_offset(&self, offset: u64, len: u64) -> std::io::Result<u64> {
+        let map = lock(&self.map);
+        let i = map.partition_point(|e| e.logical + e.len <= offset);
+        map.get(i)
+            .filter(|e| e.logical <= offset && offset + len <= e.logical + e.len)
+            .map(|e| e.physical + (offset - e.logical))
+            .ok_or_else(|| {
+                std::io::Error::other(format!("offset {offset}+{len} of {} is not in this window's map", self.name))
+            })
+    }
+}
+
+impl BlockTarget for FileTarget {
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+    fn len_bytes(&self) -> u64 {
+        self.len
+    }
+    fn mem_align(&self) -> usize {
+        self.dev.mem_align()
+    }
+    fn offset_align(&self) -> u64 {
+        self.dev.offset_align()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let at = self.device_offset(offset, buf.len() as u64)?;
+        self.dev.read_at(buf, at)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        let at = self.device_offset(offset, buf.len() as u64)?;
+        self.dev.write_at(buf, at)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.dev.flush()
+    }
+    fn device_offset(&self, offset: u64, len: u64) -> Option<u64> {
+        FileTarget::device_offset(self, offset, len).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ext(logical: u64, physical: u64, length: u64, flags: u32) -> sys::FiemapExtent {
+        sys::FiemapExtent { logical, physical, length, flags, ..Default::default() }
+    }
+
+    #[test]
+    fn plans_in_file_order_merging_physically_adjacent_pieces() {
+        let (mut u, mut s) = (0, 0);
+        let exts = [
+            ext(0, 8192, 4096, 0),
+            ext(4096, 12288, 4096, 0),          // adjacent in file and on disk: merged
+            ext(8192, 4096, 4096, 0),           // behind on disk: its own piece, in file order
+            ext(12288, 40960, 8192, UNWRITTEN), // never written
+            ext(24576, 81920, 4096, SHARED),
+        ];
+        let got = plan_extents(&exts, 0, 1 << 20, |_, _| true, &mut u, &mut s).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                Extent { logical: 0, physical: 8192, len: 8192 },
+                Extent { logical: 8192, physical: 4096, len: 4096 },
+                Extent { logical: 24576, physical: 81920, len: 4096 },
+            ]
+        );
+        assert_eq!(u, 8192);
+        // From a cursor inside an extent, and a shared range claimed by another file.
+        let got = plan_extents(&exts, 6144, 1 << 20, |_, _| false, &mut u, &mut s).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                Extent { logical: 6144, physical: 14336, len: 2048 },
+                Extent { logical: 8192, physical: 4096, len: 4096 }
+            ]
+        );
+        assert_eq!(s, 4096);
+        let bad = [ext(0, 0, 4096, 0x200 | 0x100)];
+        assert!(plan_extents(&bad, 0, 4096, |_, _| true, &mut u, &mut s).unwrap_err().contains("DATA_INLINE"));
+    }
+
+    #[test]
+    fn files_laid_end_to_end_and_on_the_device_merge_into_one_run() {
+        let mut runs = Vec::new();
+        push_merged(&mut runs, Extent { logical: 0, physical: 1 << 20, len: 8192 });
+        push_merged(&mut runs, Extent { logical: 8192, physical: (1 << 20) + 8192, len: 4096 });
+        // The next file is elsewhere on the device: a run of its own.
+        push_merged(&mut runs, Extent { logical: 12288, physical: 4096, len: 4096 });
+        assert_eq!(
+            runs,
+            vec![
+                Extent { logical: 0, physical: 1 << 20, len: 12288 },
+                Extent { logical: 12288, physical: 4096, len: 4096 }
+            ]
+        );
+    }
+}

@@ -1,0 +1,564 @@
+//! `reseq rewrite DEVICE`: plan, then act.
+//!
+//! Acting means: open the device (exclusively if nothing is mounted), claim every
+//! unmounted partition of a whole disk so nothing can be mounted behind our back, check
+//! the chunk an earlier run left in flight, start the journal, fork the guardian (before
+//! any thread exists), install the signal handlers, and hand over to the engine.
+
+pub mod files;
+pub mod plan;
+
+use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::Instant;
+
+use crate::cli::RewriteArgs;
+use crate::commands::measure;
+use crate::engine::journal::{self, Journal, RunRecord};
+use crate::engine::target::{BlockTarget, DirectDevice, OpenMode};
+use crate::engine::{self, Everything, Planner, Selected};
+use crate::host::freeze::{GuardedFreeze, NoFreeze, Thawed, WindowGuard, WritersChecked};
+use crate::host::trim::{self, Probe, TrimReport, TrimTarget};
+use crate::host::usedspace::{FsSpan, UsedSpace};
+use crate::measure::bench;
+use crate::measure::bench::Selection;
+use crate::measure::readbench::{Target, resolve_params};
+use crate::report::{Report, SpaceReport, now_rfc3339};
+use crate::rewrite::plan::{Environment, RewritePlan, Start};
+use crate::support::error::{Error, Result};
+use crate::support::output::Progress;
+use crate::support::signals::StopFlag;
+use crate::support::units::human_bytes;
+use crate::sys::AlignedBuf;
+
+/// Whether `path` is a block device (device mode) rather than files (file mode). A path
+/// that does not exist goes to device mode, which says so.
+pub fn is_block_device(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).map(|m| m.file_type().is_block_device() || !(m.is_file() || m.is_dir())).unwrap_or(true)
+}
+
+/// Runs `reseq rewrite` on a device. Always returns a report, also when the run failed.
+pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
+    let started = Instant::now();
+    let mut report = Report::new("rewrite", args.dry_run);
+    report.targets = args.targets.iter().map(|t| t.display().to_string()).collect();
+    let resumed = Environment::live().and_then(|env| Ok((plan::resumed_args(args, &env)?, env)));
+    let result = resumed.and_then(|(resumed, env)| {
+        let args = resumed.as_ref().unwrap_or(args);
+        plan_and_execute(args, &env, quiet, &mut report)
+    });
+    report.finish(started.elapsed(), &result);
+    (report, result)
+}
+
+fn plan_and_execute(args: &RewriteArgs, env: &Environment, quiet: bool, report: &mut Report) -> Result<()> {
+    plan::plan_rewrite(args, env).and_then(|plan| {
+        report.set_plan(&plan);
+        if plan.needs_freeze() {
+            report.freeze_bound = Some(crate::host::freeze::bound_report(plan.max_freeze));
+        }
+        for w in &plan.warnings {
+            log::warn!("{w}");
+        }
+        if args.dry_run {
+            report.plan_text = Some(describe_plan(&plan));
+            return Ok(());
+        }
+        if args.only_slow || args.from_scan.is_some() {
+            let sel = select_slow(&plan, args)?;
+            let nothing = sel.chosen.is_empty();
+            report.selection = Some(sel);
+            if nothing {
+                log::info!("no region reads slowly: nothing to rewrite");
+                // A resumed run that finds nothing slow any more is finished: its journal
+                // says so, or every later run would resume it again.
+                if let crate::rewrite::plan::Start::Resume { .. } = plan.start {
+                    crate::engine::journal::Journal::append_to(&plan.journal_path)?.finished()?;
+                }
+                return Ok(());
+            }
+        }
+        if args.bench { execute_with_bench(&plan, args, quiet, report) } else { execute(&plan, quiet, false, report) }
+    })
+}
+
+/// The plan, for `--dry-run`.
+pub fn describe_plan(plan: &RewritePlan) -> String {
+    let e = &plan.engine;
+    let d = &plan.device;
+    let mut s =
+        format!("plan for {} ({}, {}):\n", d.path.display(), d.identity.dev, human_bytes(d.identity.size_bytes));
+    s += &format!("  range: bytes {}..{} ({})\n", e.range_start, e.range_end, human_bytes(e.range_end - e.range_start));
+    s += &format!(
+        "  chunks: {} of {} (direct-I/O alignment {} B from {}), ascending, one writer\n",
+        e.chunks_total(),
+        human_bytes(e.chunk_size),
+        d.dio_offset_align,
+        d.dio_align_source
+    );
+    if let Start::Resume { done, started_at, .. } = &plan.start {
+        s += &format!("  resume: {done} chunks already done by the run started {started_at}\n");
+    }
+    s += &format!("  verify: {}\n", if e.verify { "read back and compare blake3 after every write" } else { "off" });
+    s += &format!(
+        "  memory: {} in aligned buffers of {} ({} read ahead, 1 being read, 1 being written{})\n",
+        human_bytes(e.memory_bytes()),
+        human_bytes(e.chunk_size),
+        e.read_ahead,
+        if e.verify { ", 1 awaiting its read-back, 1 read back" } else { "" },
+    );
+    if plan.filesystems.is_empty() {
+        s +=
+            "  freeze: nothing mounted; the device is opened exclusively (O_EXCL), so nothing can mount it meanwhile\n";
+    } else {
+        for f in &plan.filesystems {
+            s += &format!("  freeze: {} ({}, {} on {})\n", f.mount_point.display(), f.fs_type, f.source, f.dev);
+        }
+        s += &format!(
+            "  windows: at most {:.3} s frozen each (new chunks stop at 3/4 of that), pause {:.3} s between; the guardian thaws at the deadline, and {}{}\n",
+            plan.max_freeze.as_secs_f64(),
+            e.pause.as_secs_f64(),
+            crate::host::freeze::describe_bound(plan.max_freeze),
+            plan.hung_task_timeout.map(|t| format!(" (hung-task timeout {} s)", t.as_secs())).unwrap_or_default()
+        );
+    }
+    s += &format!(
+        "  other writers: none (checked every process's open files and writable mappings, and loop devices backed by {} or its partitions/disk: {}); checked again before windows and within them\n",
+        plan.device.path.display(),
+        plan.writer_devices.iter().map(|(a, b)| format!("{a}:{b}")).collect::<Vec<_>>().join(", ")
+    );
+    if plan.used_space.is_empty() {
+        s += "  space: everything is rewritten\n";
+    } else {
+        for (fs, start, len) in &plan.used_space {
+            s += &format!(
+                "  space: free space of {} ({}, bytes {start}..{}) is left out (GETFSMAP in each window){}\n",
+                fs.mount_point.display(),
+                fs.fs_type,
+                start + len,
+                if plan.trim {
+                    format!(", FITRIM afterwards in slices, pace {}", plan.trim_pace.describe())
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    s += &format!("  medium: {}\n", d.medium);
+    s += &format!("  journal: {}\n", plan.journal_path.display());
+    for w in &plan.warnings {
+        s += &format!("  warning: {w}\n");
+    }
+    s += "  nothing was written or frozen (dry run)\n";
+    s
+}
+
+fn open_target(plan: &RewritePlan) -> Result<DirectDevice> {
+    open_device(&plan.device, plan.needs_freeze())
+}
+
+/// Opens a device for direct I/O: shared when filesystems on it are mounted (the freeze
+/// keeps them still), exclusive otherwise. EBUSY gets its own explanation.
+pub fn open_device(d: &crate::host::device::BlockDeviceInfo, mounted: bool) -> Result<DirectDevice> {
+    let mode = if mounted { OpenMode::SharedWithMounts } else { OpenMode::Exclusive };
+    DirectDevice::open(&d.path, mode, d.identity.size_bytes, d.dio_mem_align as usize, u64::from(d.dio_offset_align)).map_err(
+        |e| match (e.raw_os_error(), mode) {
+            (Some(nix::libc::EBUSY), OpenMode::SharedWithMounts) => {
+                let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+                let boot = if cmdline.contains("bdev_allow_write_mounted=0") {
+                    "the kernel was booted with bdev_allow_write_mounted=0"
+                } else {
+                    "the kernel is built with CONFIG_BLK_DEV_WRITE_MOUNTED=n or booted with bdev_allow_write_mounted=0"
+                };
+                Error::refused(
+                    format!("the kernel refuses to open the mounted device {} for writing (EBUSY): {boot}", d.path.display()),
+                    "unmount the filesystem and run reseq on the unmounted device; reseq never writes around this through another device",
+                )
+            }
+            (Some(nix::libc::EBUSY), OpenMode::Exclusive) => plan::busy_unmounted(d),
+            _ => Error::io(format!("opening {} for direct I/O", d.path.display()), e),
+        },
+    )
+}
+
+/// For a whole disk with some partitions mounted, claims the unmounted ones with O_EXCL:
+/// while we hold them nobody can mount them, so no unfrozen filesystem appears mid-run.
+fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
+    let mounted: Vec<(u32, u32)> = plan.filesystems.iter().map(|f| f.dev_num).collect();
+    let mut held = Vec::new();
+    if !plan.needs_freeze() {
+        return Ok(held); // the whole disk itself is held with O_EXCL
+    }
+    for (name, dev) in &plan.device.partitions {
+        if mounted.contains(dev) {
+            continue;
+        }
+        let path = std::path::PathBuf::from(format!("/dev/{name}"));
+        match std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_EXCL).open(&path) {
+            Ok(f) => held.push(f),
+            Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
+                return Err(Error::refused(
+                    format!(
+                        "partition {} is busy but not mounted (lazily unmounted, or held by another program)",
+                        path.display()
+                    ),
+                    "let its holder finish, then run reseq again",
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::refused(
+                    format!("partition {name} has no device node at {} to hold it unmountable", path.display()),
+                    "create the node (no udev here?) or target the partitions one by one",
+                ));
+            }
+            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+        }
+    }
+    Ok(held)
+}
+
+/// Re-reads the chunks an interrupted run had begun and not finished, and compares each
+/// with the blake3 it had been read with.
+fn reverify_in_flight(target: &dyn BlockTarget, plan: &RewritePlan) -> Result<Option<String>> {
+    let Start::Resume { in_flight, killed_mid_write, .. } = &plan.start else {
+        return Ok(None);
+    };
+    let mut outcome = None;
+    for (offset, len, expected) in in_flight {
+        let changed = reverify_chunk(target, plan, *offset, *len as usize, expected, killed_mid_write.as_deref())?;
+        if changed || outcome.is_none() {
+            outcome = Some(if changed { "changed" } else { "intact" }.to_string());
+        }
+    }
+    Ok(outcome)
+}
+
+/// Whether one chunk in flight changed (allowed only under a mounted filesystem).
+fn reverify_chunk(
+    target: &dyn BlockTarget,
+    plan: &RewritePlan,
+    offset: u64,
+    len: usize,
+    expected: &str,
+    killed_mid_write: Option<&[crate::engine::journal::InFlightCheck]>,
+) -> Result<bool> {
+    // What the guardian found there when it killed reseq, still frozen, if this chunk's
+    // write was one it had granted and not heard back about (any other was read back).
+    let at_kill =
+        killed_mid_write.and_then(|c| c.iter().find(|c| c.offset == offset && c.len == len as u64)).map(|c| c.intact);
+    let chunk = offset / plan.engine.chunk_size;
+    let mut buf = AlignedBuf::new(len, target.mem_align());
+    target.read_at(&mut buf, offset).map_err(|e| Error::io_at("re-reading the chunk in flight", offset, e))?;
+    let now = blake3::hash(&buf).to_hex().to_string();
+    if now == *expected {
+        log::info!("chunk {chunk} (offset {offset}), in flight when the last run stopped, is intact");
+        Ok(false)
+    } else if plan.needs_freeze() && matches!(at_kill, Some(Some(false))) {
+        Err(Error::refused(
+            format!(
+                "chunk {chunk} (device bytes {offset}..{}) was being written when the guardian killed reseq (the write stalled past the freeze bound, often a failing device), and the guardian found it torn before it thawed: those bytes are not the data, and nothing kept the original (blake3 {expected})",
+                offset + len as u64
+            ),
+            "restore those bytes from a backup and check the filesystem (fsck -n, the application's own checks), then --restart",
+        ))
+    } else if plan.needs_freeze() && matches!(at_kill, Some(None)) {
+        // A write that stalled past the bound is a failing device's sign; it may have
+        // torn, and nothing kept its bytes (reseq was killed before the write returned).
+        Err(Error::refused(
+            format!(
+                "chunk {chunk} (device bytes {offset}..{}) was being written when the guardian killed reseq (the write stalled past the freeze bound, often a failing device), and it changed since (blake3 now {now}, the journal's {expected}): either the mounted filesystem wrote there after the thaw, or the write tore, and the guardian could not read it back to tell",
+                offset + len as u64
+            ),
+            "check the device's health (dmesg, smartctl) and the filesystem (fsck -n, the application's own checks); once satisfied, --restart starts over",
+        ))
+    } else if plan.needs_freeze() {
+        log::info!(
+            "chunk {chunk} (offset {offset}) changed since the last run stopped: the mounted filesystem wrote there after the thaw, as it may"
+        );
+        Ok(true)
+    } else {
+        // Nothing writes an unmounted device that reseq held exclusively, so this is a
+        // torn or failed write, or a writer that should not be there. Rewriting would
+        // bless whatever is there now as the data.
+        Err(Error::refused(
+            format!(
+                "chunk {chunk} (device bytes {offset}..{}) of the unmounted device changed since the last run stopped (blake3 now {now}, the journal's {expected}): a torn or failed write, or another writer. reseq will not continue over it",
+                offset + len as u64
+            ),
+            "find out what wrote there; restore those bytes (the journal records their blake3; a rescue copy, if any, is in the state directory: reseq restore) from a backup, then run again with --restart",
+        ))
+    }
+}
+
+/// `rewrite --bench`: the same reads before and after, the verdict, and the write cost.
+fn execute_with_bench(plan: &RewritePlan, args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
+    let (name, parent) = (&plan.device.identity.name, plan.device.parent_disk.as_deref());
+    log::info!("benchmarking before the rewrite");
+    let (b, s, in_use) = measure::measure_device(&plan.device.path, &args.bench_opts, None)?;
+    report.bench_before = Some(b);
+    report.scan_before = Some(s);
+    let cost_before = measure::snapshot(name, parent);
+    let result = execute(plan, quiet, true, report);
+    report.write_cost = Some(measure::write_cost(&cost_before, &measure::snapshot(name, parent)));
+    result?;
+    log::info!("benchmarking after the rewrite");
+    // The same bytes as before: the ranges in use then (what the rewrite rewrote).
+    let (b, s, _) = measure::measure_device(&plan.device.path, &args.bench_opts, in_use.as_deref())?;
+    let mut verdict = report.bench_before.as_ref().map(|before| bench::verdict_of(before, &b));
+    // What the filesystems freed meanwhile, the run's FITRIM discarded, and it reads
+    // fast: the same ranges are then not the same data. (Without a trim, freed blocks
+    // keep their data and their speed.)
+    let trimmed = report.space.as_ref().and_then(|s| s.bytes_trimmed).is_some_and(|t| t > 0);
+    if let (Some(then), true) = (&in_use, trimmed) {
+        match crate::rewrite::plan::in_use_ranges(&plan.device.path) {
+            Ok(Some(now)) => {
+                let measured = b.params.length_bytes;
+                verdict = verdict.map(|v| bench::with_freed(v, bench::bytes_freed(then, &now, measured), measured));
+            }
+            Ok(None) => log::warn!("the filesystems are gone: bytes freed during the run not checked"),
+            Err(e) => log::warn!("bytes freed during the run not checked: {e}"),
+        }
+    }
+    report.verdict = verdict;
+    report.bench_after = Some(b);
+    report.scan_after = Some(s);
+    Ok(())
+}
+
+/// The regions to rewrite for --only-slow (a scan now) or --from-scan (a saved one).
+fn select_slow(plan: &RewritePlan, args: &RewriteArgs) -> Result<Selection> {
+    if !(args.slow_threshold > 0.0 && args.slow_threshold <= 1.0) || args.scan_regions == 0 {
+        return Err(Error::Usage("--slow-threshold must be in (0, 1] and --scan-regions positive".into()));
+    }
+    if let Some(path) = &args.from_scan {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let saved: Report = serde_json::from_str(&text)
+            .map_err(|e| Error::Usage(format!("{} is not a reseq report: {e}", path.display())))?;
+        let scan = saved
+            .scan
+            .ok_or_else(|| Error::Usage(format!("{} holds no scan (use reseq scan --json)", path.display())))?;
+        let covered: u64 = scan.regions.iter().map(|r| r.length_bytes).sum();
+        // A scan of the ranges in use names its device ranges; one of the whole device
+        // must cover it.
+        let in_use_scan = scan.regions.iter().any(|r| !r.device_ranges.is_empty());
+        if !in_use_scan && (scan.params.offset_bytes != 0 || covered != plan.total_bytes()) {
+            return Err(Error::refused(
+                format!(
+                    "the saved scan covers {covered} bytes from offset {}, not this whole device",
+                    scan.params.offset_bytes
+                ),
+                "scan the whole device (reseq scan DEVICE --json), or use --only-slow",
+            ));
+        }
+        return Ok(Selection::from_scan(&scan, path.display().to_string()));
+    }
+    log::info!("scanning {} in {} regions to find the slow ones", plan.device.path.display(), args.scan_regions);
+    // In-use ranges only: trimmed free space reads fast and would make every used region
+    // look slow.
+    let (target, _) = Target::open_in_use(&plan.device.path, None)?;
+    let block = crate::support::units::parse_size(&args.bench_opts.block_size)
+        .map_err(|e| Error::Usage(format!("--bench-block-size: {e}")))?;
+    let params = resolve_params(&target, block, args.bench_opts.queue_depth, 0, None)?;
+    let scan = bench::scan(&target, &params, args.scan_regions, args.slow_threshold)?;
+    Ok(Selection::from_scan(&scan, "scan in this run".into()))
+}
+
+/// FITRIM of the filesystems' free space, in paced slices; with `bench`, a light read
+/// probe of the data in use before and during it.
+fn trim_free_space(plan: &RewritePlan, spans: &[FsSpan], bench: bool, stop: &StopFlag, thawed: &Thawed) -> TrimReport {
+    let targets: Vec<TrimTarget> = spans
+        .iter()
+        .map(|s| TrimTarget { name: s.fs.mount_point.display().to_string(), fd: s.fd(), start: 0, end: s.len })
+        .collect();
+    crate::support::hooks::point("before-trim");
+    log::info!(
+        "trimming the free space of {} filesystem(s) in slices, pace {}",
+        targets.len(),
+        plan.trim_pace.describe()
+    );
+    let probe = if bench {
+        // The ranges in use now, after the rewrite: the data readers want.
+        match plan::in_use_ranges(&plan.device.path).and_then(|r| Probe::open(&plan.device.path, r.as_deref())) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                log::warn!("no read probe during the trim: {}", crate::error_chain(&e));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let t = match probe {
+        Some(p) => trim::run_probed(&targets, plan.trim_pace, stop, thawed, std::sync::Arc::new(p)),
+        None => trim::run(&targets, plan.trim_pace, stop, thawed),
+    };
+    log::info!(
+        "FITRIM discarded {} of free space in {} slice(s), {:.1} s (slowest slice {:.3} s)",
+        human_bytes(t.bytes_trimmed),
+        t.slices,
+        t.seconds,
+        t.slowest_slice_seconds
+    );
+    if let Some(p) = &t.probe {
+        log::info!("{}", p.text().trim());
+    }
+    t
+}
+
+fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) -> Result<()> {
+    let state_dir = plan.journal_path.parent().unwrap_or(std::path::Path::new("."));
+    let _lock = crate::host::state_dir::lock_device(
+        state_dir,
+        &plan.device.identity.name,
+        &plan.device.path.display().to_string(),
+    )?;
+    let target = open_target(plan)?;
+    let _claims = claim_unmounted_partitions(plan)?;
+    crate::engine::rescue::check_torn_notes(&plan.device.path, &target)?;
+    if let Some(to) = &plan.engine.rescue {
+        crate::engine::rescue::check_device(
+            &crate::engine::rescue::dirs(&to.dir),
+            &plan.device.identity,
+            &target,
+            plan.needs_freeze(),
+        )?;
+    }
+    report.in_flight_reverify = reverify_in_flight(&target, plan)?;
+
+    let mut journal = match &plan.start {
+        Start::Fresh => Journal::create(
+            &plan.journal_path,
+            RunRecord {
+                version: journal::JOURNAL_VERSION,
+                identity: plan.device.identity.clone(),
+                chunk_size_bytes: plan.engine.chunk_size,
+                range_start_bytes: plan.engine.range_start,
+                range_end_bytes: plan.engine.range_end,
+                chunks_total: plan.engine.chunks_total(),
+                started_at: now_rfc3339(),
+                file: None,
+                options: Some(plan.options.clone()),
+            },
+        )?,
+        Start::Resume { .. } => Journal::append_to(&plan.journal_path)?,
+    };
+
+    // The guardian is forked here, while this process still has one thread.
+    let (path, devices) = (plan.device.path.clone(), plan.writer_devices.clone());
+    let mut guard: Box<dyn WindowGuard> = if plan.needs_freeze() {
+        let mut g = GuardedFreeze::start(plan.filesystems.clone(), plan.max_freeze)?;
+        g.set_journal(journal.path())?;
+        g.set_target(&plan.device.path)?;
+        Box::new(WritersChecked::new(g, path, devices))
+    } else {
+        Box::new(WritersChecked::new(NoFreeze, path, devices))
+    };
+    let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
+    crate::sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
+    let done_bytes = plan.engine.start_offset - plan.engine.range_start;
+    // The bar and its ETA count what will be written: with free space left out, the bytes
+    // in use (mapped now, unfrozen: an estimate; each window maps again while frozen).
+    let in_use = if plan.used_space.is_empty() {
+        None
+    } else {
+        crate::rewrite::plan::in_use_ranges(&plan.device.path).ok().flatten()
+    };
+    let (to_write, written_before) = match in_use {
+        Some(r) => {
+            let below = |end: u64| r.iter().map(|&(o, l)| (o + l).min(end).saturating_sub(o)).sum::<u64>();
+            (below(plan.engine.range_end), below(plan.engine.start_offset))
+        }
+        None => (plan.total_bytes(), done_bytes),
+    };
+    if to_write != plan.total_bytes() {
+        log::info!(
+            "{} of {} in use (an estimate, mapped before the run): progress and ETA count those",
+            human_bytes(to_write),
+            human_bytes(plan.total_bytes())
+        );
+    }
+    let mut progress = Progress::new(to_write, written_before, quiet);
+    log::info!(
+        "rewriting {} ({}) in {} chunks of {}{}",
+        plan.device.path.display(),
+        human_bytes(plan.total_bytes()),
+        (plan.total_bytes() - done_bytes).div_ceil(plan.engine.chunk_size),
+        human_bytes(plan.engine.chunk_size),
+        if plan.needs_freeze() {
+            format!(
+                ", freezing {} filesystem(s) for at most {:.3} s per window",
+                plan.filesystems.len(),
+                plan.max_freeze.as_secs_f64()
+            )
+        } else {
+            String::new()
+        }
+    );
+    let spans = plan
+        .used_space
+        .iter()
+        .map(|(fs, start, len)| FsSpan::open(fs.clone(), *start, *len))
+        .collect::<Result<Vec<_>>>()?;
+    let mut used = UsedSpace { spans, align: u64::from(plan.device.dio_offset_align) };
+    let mut everything = Everything;
+    let base: &mut dyn Planner = if plan.used_space.is_empty() { &mut everything } else { &mut used };
+    let mut selected;
+    let planner: &mut dyn Planner = match &report.selection {
+        Some(sel) => {
+            selected = Selected { inner: base, selected: sel.ranges() };
+            &mut selected
+        }
+        None => base,
+    };
+    let (mut stats, mut result) =
+        engine::run(&target, &plan.engine, planner, guard.as_mut(), &mut journal, &mut progress, &stop);
+    if let Start::Resume { done, .. } = plan.start {
+        stats.chunks_already_done = done;
+    }
+    // Thawed: FITRIM runs on live filesystems, never inside a window.
+    let thawed = Thawed::end_windows(guard);
+    let covered = stats.next_offset_bytes - plan.engine.start_offset;
+    let mut space = SpaceReport {
+        mode: if plan.used_space.is_empty() { "everything" } else { "used_space" }.into(),
+        // Covered but not written: free space, and regions --only-slow left alone.
+        bytes_skipped_as_free: if plan.used_space.is_empty() {
+            0
+        } else {
+            let left_alone = report.selection.as_ref().map_or(0, |s| s.bytes_left_alone);
+            covered.saturating_sub(stats.bytes_written).saturating_sub(left_alone)
+        },
+        bytes_trimmed: None,
+        trim: None,
+    };
+    // Only after a run that did something: a refused run (someone else's freeze, no
+    // freeze support) must leave the device exactly as it was, free space included.
+    // Never after a lost freeze: the filesystem may be frozen by someone else, and is
+    // not ours to touch until the admin has looked. Not after a stop signal either: the
+    // run that finishes the rewrite trims.
+    let ran = (result.is_ok() || stats.bytes_written > 0) && !matches!(result, Err(Error::FreezeLost { .. }));
+    if plan.trim && ran && !used.spans.is_empty() && stop.signal().is_none() {
+        let t = trim_free_space(plan, &used.spans, bench, &stop, &thawed);
+        space.bytes_trimmed = Some(t.bytes_trimmed);
+        if let (Some(sig), Ok(())) = (&t.stopped_by, &result) {
+            result = Err(Error::Stopped {
+                signal: sig.clone(),
+                what: format!(
+                    "the rewrite had finished and is verified; the FITRIM after it stopped between slices after {} slice(s), {} discarded. The rest of the free space is discarded by fstrim or the next run",
+                    t.slices,
+                    human_bytes(t.bytes_trimmed)
+                ),
+            });
+        }
+        space.trim = Some(t);
+    }
+    report.space = Some(space);
+    progress.finish();
+    // A refusal at the first freeze (EBUSY, EOPNOTSUPP) means nothing was done: remove
+    // the journal this run just made, so the next run does not ask for --resume.
+    if matches!(result, Err(Error::Refused { .. })) && matches!(plan.start, Start::Fresh) && stats.chunks_written == 0 {
+        let _ = std::fs::remove_file(journal.path());
+    }
+    report.results = Some(stats);
+    result
+}

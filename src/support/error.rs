@@ -1,0 +1,208 @@
+//! The crate's error type: each variant maps to one documented exit code.
+//!
+//! Library code returns `Error`; only `main.rs` wraps it in `anyhow` to print the cause
+//! chain. A refusal always carries a hint saying what the user can do instead.
+
+use crate::support::exit_codes::ExitCode;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad command-line input.
+    #[error("{0}")]
+    Usage(String),
+
+    /// Acting would be unsafe. Nothing has been written when this is returned.
+    #[error("refused: {reason}{}", hint_suffix(.hint))]
+    Refused { reason: String, hint: Option<String> },
+
+    /// An I/O error. `offset` names the device offset when one was involved.
+    #[error("{context}{}", offset_suffix(*.offset))]
+    Io {
+        context: String,
+        offset: Option<u64>,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A chunk read back with a different blake3 than it was read with.
+    #[error(
+        "checksum mismatch at offset {offset} (length {len}): read-back blake3 {after} differs from {before}: {differ}. reseq did not write this range again (a failing device or another writer: writing the old bytes back could overwrite newer data){}",
+        rescue_suffix(.rescue)
+    )]
+    ChecksumMismatch { offset: u64, len: u64, before: String, after: String, differ: String, rescue: Option<String> },
+
+    /// A chunk's write failed, also when retried, or its retry did not read back right.
+    #[error(
+        "writing {len} bytes at offset {offset} failed {attempts} time(s) (the last: {cause}). {}{}",
+        left_state(*.len, .left),
+        rescue_suffix(.rescue)
+    )]
+    WriteFailed {
+        offset: u64,
+        len: u64,
+        attempts: u32,
+        /// Not a `source`: the message names it already.
+        cause: std::io::Error,
+        /// What a read-back after the last attempt found.
+        left: LeftState,
+        rescue: Option<String>,
+    },
+
+    /// SIGINT/SIGTERM arrived; the run stopped between chunks.
+    #[error("interrupted by {signal} after {done_bytes} of {total_bytes} bytes; run again with --resume to continue")]
+    Interrupted { signal: String, done_bytes: u64, total_bytes: u64 },
+
+    /// SIGINT/SIGTERM stopped something that is not a resumable rewrite (the FITRIM after a
+    /// finished one, between slices; `bench --trim-impact`).
+    #[error("stopped by {signal}: {what}")]
+    Stopped { signal: String, what: String },
+
+    /// Freeze windows went past their deadline `--max-overruns` times; the guardian thawed.
+    #[error(
+        "{overruns} freeze window(s) overran the {deadline_ms} ms deadline (the last: window {window}); the guardian thawed each time before any further write, and reseq stopped (--max-overruns). Run again with --resume, at a quieter time or with a longer --max-freeze"
+    )]
+    WindowOverrun { window: u64, overruns: u64, deadline_ms: u64 },
+
+    /// Another program thawed reseq's freeze during a window (and may have frozen again).
+    #[error(
+        "the freeze of {filesystem} was lost during freeze window {window}: another program thawed it{}. reseq stopped writing at once and {}. {}. Make sure nothing else freezes this filesystem during a run (VM snapshot agents such as qemu-guest-agent fsfreeze hooks, backup tools), then run again with --resume",
+        if *.foreign { " and froze it again (that freeze is not reseq's and was left in place)" } else { "" },
+        if *.foreign { "did not thaw it" } else { "thawed only its own freezes" },
+        written_suffix(*.written)
+    )]
+    FreezeLost { filesystem: String, window: u64, foreign: bool, written: Option<(u64, u64)> },
+
+    /// A window stayed frozen past its hard bound: the guardian itself was held up.
+    #[error(
+        "freeze window {window} lasted {frozen_ms} ms, beyond its bound of {bound_ms} ms (--max-freeze plus grace): the guardian could not end it on time (was it stopped by hand, or is the device stalled in the kernel?). reseq stopped; every chunk written was verified; run again with --resume"
+    )]
+    BoundBroken { window: u64, frozen_ms: u64, bound_ms: u64 },
+
+    /// A bug or an impossible state.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// What a failed write left on the device, as a read-back after it found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeftState {
+    /// The original bytes, checked by blake3.
+    Intact,
+    /// Other bytes (a torn write).
+    Changed,
+    /// Could not be read.
+    Unreadable,
+}
+
+impl LeftState {
+    /// From the blake3 of a read-back (None: it failed) and of the original bytes.
+    pub fn of(left: Option<blake3::Hash>, original: &blake3::Hash) -> LeftState {
+        match left {
+            Some(h) if h == *original => LeftState::Intact,
+            Some(_) => LeftState::Changed,
+            None => LeftState::Unreadable,
+        }
+    }
+
+    /// Why a failed write's rescue copy was kept.
+    pub fn reason(self) -> &'static str {
+        match self {
+            LeftState::Intact => "write failed; the device still held these bytes (checked)",
+            LeftState::Changed => "write failed and left other bytes (torn write)",
+            LeftState::Unreadable => "write failed; the range could not be read back",
+        }
+    }
+}
+
+fn left_state(len: u64, left: &LeftState) -> String {
+    match left {
+        LeftState::Intact => "A read-back found the original bytes there (checked by blake3): data intact".into(),
+        LeftState::Changed => {
+            format!("A read-back found other bytes there (a torn write): those {len} bytes are uncertain on the device")
+        }
+        LeftState::Unreadable => format!("The range could not be read back: those {len} bytes are uncertain"),
+    }
+}
+
+fn rescue_suffix(rescue: &Option<String>) -> String {
+    rescue.as_ref().map(|r| format!(". {r}")).unwrap_or_default()
+}
+
+fn hint_suffix(hint: &Option<String>) -> String {
+    hint.as_ref().map(|h| format!("\n  hint: {h}")).unwrap_or_default()
+}
+
+fn written_suffix(written: Option<(u64, u64)>) -> String {
+    match written {
+        Some((start, end)) => format!(
+            "Device bytes {start}..{end} were rewritten in that window, each with the bytes read in the same window; if the thaw came before a write, a write the filesystem made after the thaw could have been overwritten there: check that range (fsck -n, the application's own checks)"
+        ),
+        None => "Nothing was written in that window".into(),
+    }
+}
+
+fn offset_suffix(offset: Option<u64>) -> String {
+    offset.map(|o| format!(" at offset {o}")).unwrap_or_default()
+}
+
+impl Error {
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            Error::Usage(_) => ExitCode::Usage,
+            Error::Refused { .. } => ExitCode::Refused,
+            Error::Io { .. } => ExitCode::IoError,
+            Error::ChecksumMismatch { .. } => ExitCode::ChecksumMismatch,
+            Error::WriteFailed { .. } => ExitCode::IoError,
+            Error::Interrupted { .. } | Error::Stopped { .. } => ExitCode::Interrupted,
+            Error::WindowOverrun { .. } => ExitCode::WindowOverrun,
+            Error::FreezeLost { .. } => ExitCode::FreezeLost,
+            Error::BoundBroken { .. } => ExitCode::WindowOverrun,
+            Error::Internal(_) => ExitCode::Internal,
+        }
+    }
+
+    pub fn refused(reason: impl Into<String>, hint: impl Into<String>) -> Error {
+        Error::Refused { reason: reason.into(), hint: Some(hint.into()) }
+    }
+
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Error {
+        Error::Io { context: context.into(), offset: None, source }
+    }
+
+    /// Failing to open or read an input the user named (a config, a report, a simulated
+    /// drive): a name that does not exist, or a file that is not what it should be, is
+    /// bad input (exit 2), no permission a refusal
+    /// (exit 3); only a real I/O failure is an I/O error.
+    pub fn input(what: impl Into<String>, source: std::io::Error) -> Error {
+        let what = what.into();
+        match source.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidData => Error::Usage(format!("{what}: {source}")),
+            std::io::ErrorKind::PermissionDenied => {
+                Error::refused(format!("{what}: {source}"), "run as root, or fix its permissions")
+            }
+            _ => Error::io(what, source),
+        }
+    }
+
+    /// Adds where the original bytes of a failed chunk were saved.
+    pub fn with_rescue(self, text: String) -> Error {
+        match self {
+            Error::ChecksumMismatch { offset, len, before, after, differ, .. } => {
+                Error::ChecksumMismatch { offset, len, before, after, differ, rescue: Some(text) }
+            }
+            Error::WriteFailed { offset, len, attempts, cause, left, .. } => {
+                Error::WriteFailed { offset, len, attempts, cause, left, rescue: Some(text) }
+            }
+            Error::Io { context, offset, source } => {
+                Error::Io { context: format!("{context} ({text})"), offset, source }
+            }
+            e => e,
+        }
+    }
+
+    pub fn io_at(context: impl Into<String>, offset: u64, source: std::io::Error) -> Error {
+        Error::Io { context: context.into(), offset: Some(offset), source }
+    }
+}

@@ -1,0 +1,202 @@
+//! Test-only fault and delay injection, compiled in only with the `fault-injection`
+//! feature (the test suite builds with it; release builds compile every hook to nothing).
+//!
+//! `RESEQ_FAULTS` holds comma-separated rules:
+//! - `read-error@OFFSET`, `write-error@OFFSET`: the read or write of the chunk that
+//!   contains OFFSET fails with EIO.
+//! - `corrupt@OFFSET`: the second read of the chunk containing OFFSET (the read-back)
+//!   gets one byte flipped in memory, so verification must catch it.
+//! - `delay@POINT#N=MS` (N may be `*` for every hit): sleep at the N-th hit of POINT.
+//! - `kill@POINT#N`: SIGKILL reseq itself at the N-th hit of POINT.
+//! - `ebusy-open`: opening a mounted device for writing fails with EBUSY, as on kernels
+//!   built with CONFIG_BLK_DEV_WRITE_MOUNTED=n (not reproducible on this CI kernel).
+//! - `rotational`: the device is taken to be rotational (no test disk spins).
+//! - `slow@START-END=MS`: every benchmark read touching `[START, END)` takes MS longer
+//!   (a region made slow on purpose, for `scan`).
+//! - `slow-file@TEXT=MS`: every benchmark read of a file whose path contains TEXT takes
+//!   MS longer (a slow file, for file mode's `--only-slow`).
+//!
+//! POINTs: `window-start` (after the freeze), `before-write` (before asking to write),
+//! `after-permit` (granted, before the write syscall), `after-write`, `after-verify`,
+//! `after-journal`, `window-end` (before the thaw), `after-thaw`, `files-recorded` (file
+//! mode: finished files written durably to the run's record), `before-trim` (thawed,
+//! before the first FITRIM slice), `trim-slice` (before each FITRIM slice).
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoOp {
+    Read,
+    Write,
+}
+
+#[cfg(feature = "fault-injection")]
+mod imp {
+    use super::IoOp;
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+
+    #[derive(Debug)]
+    enum Rule {
+        Io(IoOp, u64),
+        Corrupt(u64),
+        Delay(String, Option<u64>, u64),
+        Kill(String, u64),
+        EbusyOpen,
+        Rotational,
+        Slow(u64, u64, u64),
+        SlowFile(String, u64),
+    }
+
+    struct State {
+        rules: Vec<Rule>,
+        hits: Mutex<HashMap<String, u64>>,
+        /// Reads seen per corrupt offset (the first is the real read, the second the read-back).
+        corrupt_reads: Mutex<HashMap<u64, u64>>,
+    }
+
+    fn state() -> &'static State {
+        static S: OnceLock<State> = OnceLock::new();
+        S.get_or_init(|| {
+            let text = std::env::var("RESEQ_FAULTS").unwrap_or_default();
+            let rules = text.split(',').filter(|r| !r.trim().is_empty()).map(|r| parse(r.trim())).collect();
+            State { rules, hits: Mutex::new(HashMap::new()), corrupt_reads: Mutex::new(HashMap::new()) }
+        })
+    }
+
+    fn parse(rule: &str) -> Rule {
+        fn fail(rule: &str) -> ! {
+            panic!("bad RESEQ_FAULTS rule '{rule}'")
+        }
+        let num = |s: &str| crate::support::units::parse_size(s).unwrap_or_else(|_| fail(rule));
+        if rule == "ebusy-open" {
+            return Rule::EbusyOpen;
+        }
+        if rule == "rotational" {
+            return Rule::Rotational;
+        }
+        let (kind, rest) = rule.split_once('@').unwrap_or_else(|| fail(rule));
+        match kind {
+            "read-error" => Rule::Io(IoOp::Read, num(rest)),
+            "write-error" => Rule::Io(IoOp::Write, num(rest)),
+            "corrupt" => Rule::Corrupt(num(rest)),
+            "slow-file" => {
+                let (text, ms) = rest.split_once('=').unwrap_or_else(|| fail(rule));
+                Rule::SlowFile(text.to_string(), ms.parse().unwrap_or_else(|_| fail(rule)))
+            }
+            "slow" => {
+                let (range, ms) = rest.split_once('=').unwrap_or_else(|| fail(rule));
+                let (a, b) = range.split_once('-').unwrap_or_else(|| fail(rule));
+                Rule::Slow(num(a), num(b), ms.parse().unwrap_or_else(|_| fail(rule)))
+            }
+            "delay" => {
+                let (at, ms) = rest.split_once('=').unwrap_or_else(|| fail(rule));
+                let (point, n) = at.split_once('#').unwrap_or((at, "1"));
+                let n = if n == "*" { None } else { Some(n.parse().unwrap_or_else(|_| fail(rule))) };
+                Rule::Delay(point.to_string(), n, ms.parse().unwrap_or_else(|_| fail(rule)))
+            }
+            "kill" => {
+                let (point, n) = rest.split_once('#').unwrap_or((rest, "1"));
+                Rule::Kill(point.to_string(), n.parse().unwrap_or_else(|_| fail(rule)))
+            }
+            _ => fail(rule),
+        }
+    }
+
+    pub fn point(name: &str) {
+        let st = state();
+        if st.rules.is_empty() {
+            return;
+        }
+        let n = {
+            let mut hits = st.hits.lock().unwrap();
+            let c = hits.entry(name.to_string()).or_insert(0);
+            *c += 1;
+            *c
+        };
+        for r in &st.rules {
+            match r {
+                Rule::Delay(p, when, ms) if p == name && when.is_none_or(|w| w == n) => {
+                    std::thread::sleep(std::time::Duration::from_millis(*ms))
+                }
+                Rule::Kill(p, when) if p == name && *when == n => {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
+                    std::thread::sleep(std::time::Duration::from_secs(60));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    pub fn io_fault(op: IoOp, offset: u64, len: u64) -> std::io::Result<()> {
+        for r in &state().rules {
+            if let Rule::Io(o, at) = r
+                && *o == op
+                && (offset..offset + len).contains(at)
+            {
+                return Err(std::io::Error::from_raw_os_error(nix::libc::EIO));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn corrupt_read(offset: u64, buf: &mut [u8]) {
+        for r in &state().rules {
+            if let Rule::Corrupt(at) = r
+                && (offset..offset + buf.len() as u64).contains(at)
+            {
+                let mut seen = state().corrupt_reads.lock().unwrap();
+                let c = seen.entry(*at).or_insert(0);
+                *c += 1;
+                if *c == 2 {
+                    buf[(*at - offset) as usize] ^= 0x5a;
+                }
+            }
+        }
+    }
+
+    pub fn open_error(mounted: bool) -> std::io::Result<()> {
+        if mounted && state().rules.iter().any(|r| matches!(r, Rule::EbusyOpen)) {
+            return Err(std::io::Error::from_raw_os_error(nix::libc::EBUSY));
+        }
+        Ok(())
+    }
+
+    pub fn pretend_rotational() -> bool {
+        state().rules.iter().any(|r| matches!(r, Rule::Rotational))
+    }
+
+    pub fn read_delay(path: &std::path::Path, offset: u64, len: u64) {
+        for r in &state().rules {
+            let ms = match r {
+                Rule::Slow(a, b, ms) if offset < *b && offset + len > *a => *ms,
+                Rule::SlowFile(text, ms) if path.to_string_lossy().contains(text.as_str()) => *ms,
+                _ => continue,
+            };
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+    }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+mod imp {
+    use super::IoOp;
+    #[inline(always)]
+    pub fn point(_: &str) {}
+    #[inline(always)]
+    pub fn io_fault(_: IoOp, _: u64, _: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+    #[inline(always)]
+    pub fn corrupt_read(_: u64, _: &mut [u8]) {}
+    #[inline(always)]
+    pub fn open_error(_: bool) -> std::io::Result<()> {
+        Ok(())
+    }
+    #[inline(always)]
+    pub fn pretend_rotational() -> bool {
+        false
+    }
+    #[inline(always)]
+    pub fn read_delay(_: &std::path::Path, _: u64, _: u64) {}
+}
+
+pub use imp::*;

@@ -1,0 +1,137 @@
+//! Logging and progress that never write to a frozen filesystem.
+//!
+//! stderr may be redirected to a file on the very filesystem reseq freezes (a cron job
+//! logging to /srv/log...). A write there would block reseq until someone thaws it, and
+//! only reseq would. So while a window is frozen, log lines are buffered in memory and
+//! released after the thaw. The progress bar is drawn only on a terminal (never a file).
+
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+static HOLD: AtomicBool = AtomicBool::new(false);
+static HELD: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+/// The log sink: stderr, or memory while frozen.
+struct HeldStderr;
+
+impl Write for HeldStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        if HOLD.load(Ordering::SeqCst) {
+            held.extend_from_slice(buf);
+            Ok(buf.len())
+        } else {
+            std::io::stderr().write_all(buf)?;
+            Ok(buf.len())
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+/// Holds log output in memory (call before freezing).
+pub fn hold() {
+    HOLD.store(true, Ordering::SeqCst);
+}
+
+/// Writes what was held and stops holding (call after thawing).
+pub fn release() {
+    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    HOLD.store(false, Ordering::SeqCst);
+    if !held.is_empty() {
+        let _ = std::io::stderr().write_all(&held);
+        held.clear();
+    }
+}
+
+/// Sets up env_logger: `-q` warnings only, default info, `-v` debug, `-vv` trace;
+/// `RUST_LOG` overrides.
+pub fn init_logging(verbose: u8, quiet: bool) {
+    let level = match (quiet, verbose) {
+        (true, _) => "warn",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        _ => "trace",
+    };
+    // fuser (`sim serve`) logs every request it does not implement and its mount steps.
+    let filter = if verbose >= 2 { level.to_string() } else { format!("{level},fuser=error") };
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(filter))
+        .target(env_logger::Target::Pipe(Box::new(HeldStderr)))
+        .format_timestamp_millis()
+        .try_init();
+}
+
+/// Progress of a long run: a bar on a terminal, periodic log lines otherwise.
+pub struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    total: u64,
+    done: u64,
+    /// Done before this run (a resume): not part of its rate.
+    already: u64,
+    started: Instant,
+    last_line: Instant,
+    every: Duration,
+}
+
+impl Progress {
+    pub fn new(total: u64, already_done: u64, quiet: bool) -> Progress {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let b = indicatif::ProgressBar::new(total);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}",
+                )
+                .expect("valid template")
+                .progress_chars("=> "),
+            );
+            b.set_position(already_done);
+            b
+        });
+        Progress {
+            bar,
+            total,
+            done: already_done,
+            already: already_done,
+            started: Instant::now(),
+            last_line: Instant::now(),
+            every: Duration::from_secs(10),
+        }
+    }
+
+    pub fn set_message(&self, msg: String) {
+        if let Some(b) = &self.bar {
+            b.set_message(msg);
+        }
+    }
+
+    pub fn advance(&mut self, bytes: u64) {
+        // A window's bytes can exceed an estimated total (used space maps again while
+        // frozen): the bar stops at its end rather than wrapping.
+        self.done = (self.done + bytes).min(self.total.max(self.done));
+        if let Some(b) = &self.bar {
+            b.set_position(self.done);
+        } else if self.last_line.elapsed() >= self.every {
+            self.last_line = Instant::now();
+            let secs = self.started.elapsed().as_secs_f64();
+            let rate = self.done.saturating_sub(self.already) as f64 / secs.max(1e-9);
+            let eta = if rate > 0.0 { self.total.saturating_sub(self.done) as f64 / rate } else { f64::NAN };
+            log::info!(
+                "progress: {} of {} ({:.1}%), {}, ETA {:.0} s",
+                crate::support::units::human_bytes(self.done),
+                crate::support::units::human_bytes(self.total),
+                100.0 * self.done as f64 / self.total.max(1) as f64,
+                crate::support::units::human_rate(rate),
+                eta
+            );
+        }
+    }
+
+    pub fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
