@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::host::device::DeviceIdentity;
+use crate::engine::identity::DeviceIdentity;
 use crate::support::error::{Error, Result};
 
 pub const JOURNAL_VERSION: u32 = 2;

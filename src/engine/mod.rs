@@ -24,6 +24,7 @@
 //! as done (one journal fsync per commit, not per chunk).
 
 pub mod guard;
+pub mod identity;
 pub mod journal;
 pub mod rescue;
 pub mod target;
@@ -685,11 +686,7 @@ impl Engine<'_> {
             LeftState::of(left, &chunk.hash).reason()
         };
         let p = to.pending(at, data, &chunk.hash, left, reason, chunk.offset);
-        let dirs = if self.cfg.journal_on_frozen_fs {
-            vec![crate::host::freeze_record::run_dir()]
-        } else {
-            rescue::dirs(&to.dir)
-        };
+        let dirs = if self.cfg.journal_on_frozen_fs { vec![rescue::run_dir()] } else { rescue::dirs(&to.dir) };
         let saved = rescue::save_first(&dirs, &p);
         self.rescued.retain(|(r, _)| !matches!((r, &saved), (Ok(a), Ok(b)) if a == b));
         self.rescued.push((saved, mismatch));

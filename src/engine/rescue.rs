@@ -16,8 +16,15 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::host::device::DeviceIdentity;
+use crate::engine::identity::DeviceIdentity;
 use crate::support::error::{Error, Result};
+
+pub const DEFAULT_RUN_DIR: &str = "/run/reseq";
+
+/// The record directory: `RESEQ_RUN_DIR`, or `/run/reseq`.
+pub fn run_dir() -> PathBuf {
+    std::env::var_os("RESEQ_RUN_DIR").filter(|v| !v.is_empty()).map_or_else(|| DEFAULT_RUN_DIR.into(), PathBuf::from)
+}
 
 pub const HEADER_BYTES: usize = 4096;
 const MAGIC: &str = "reseq-rescue-1";
@@ -83,7 +90,7 @@ impl RescueTo {
                 left_blake3: left.map(|h| h.to_hex().to_string()),
                 reason: reason.into(),
                 file: self.files_at(file_offset, data.len() as u64),
-                created_at: crate::report::now_rfc3339(),
+                created_at: crate::support::units::now_rfc3339(),
             },
             data: data.to_vec(),
         }
@@ -114,7 +121,7 @@ pub fn file_name(identity: &DeviceIdentity, offset: u64, blake3: &str) -> String
 /// Where rescue copies are looked for: the state directory, and the run directory that
 /// takes them when the state directory cannot (full, read-only, frozen).
 pub fn dirs(state_dir: &Path) -> Vec<PathBuf> {
-    vec![state_dir.to_path_buf(), crate::host::freeze_record::run_dir()]
+    vec![state_dir.to_path_buf(), run_dir()]
 }
 
 /// Writes `p` into `dir` (atomically: a unique temporary name, fsync, rename, fsync of
@@ -378,7 +385,7 @@ impl TornNote {
             len,
             blake3: blake3.to_hex().to_string(),
             intact,
-            created_at: crate::report::now_rfc3339(),
+            created_at: crate::support::units::now_rfc3339(),
         }
     }
 
@@ -396,7 +403,7 @@ impl TornNote {
 /// Before any run on the device at `device_path`: the guardian's notes of torn writes.
 /// A range that holds the right bytes again drops its note; any other refuses the run.
 pub fn check_torn_notes(device_path: &Path, target: &dyn crate::engine::target::BlockTarget) -> Result<()> {
-    let dir = crate::host::freeze_record::run_dir();
+    let dir = run_dir();
     let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     let me = canonical(device_path);
     let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(()) };

@@ -39,8 +39,29 @@ pub fn describe_bound(max_freeze: Duration) -> String {
 }
 
 /// The bound as the report carries it.
-pub fn bound_report(max_freeze: Duration) -> crate::report::FreezeBound {
-    crate::report::FreezeBound::new(max_freeze, freeze_grace(max_freeze))
+pub fn bound_report(max_freeze: Duration) -> FreezeBound {
+    FreezeBound::new(max_freeze, freeze_grace(max_freeze))
+}
+
+/// The limits every freeze window of a run kept to.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct FreezeBound {
+    /// `--max-freeze`: a window frozen longer counts in `windows_overrun`.
+    pub max_freeze_seconds: f64,
+    /// How long past it a write already under way may hold the window.
+    pub grace_seconds: f64,
+    /// The hard bound (the sum): past it the guardian kills reseq and thaws.
+    pub bound_seconds: f64,
+}
+
+impl FreezeBound {
+    pub fn new(max_freeze: std::time::Duration, grace: std::time::Duration) -> FreezeBound {
+        FreezeBound {
+            max_freeze_seconds: max_freeze.as_secs_f64(),
+            grace_seconds: grace.as_secs_f64(),
+            bound_seconds: (max_freeze + grace).as_secs_f64(),
+        }
+    }
 }
 
 /// Proof that no freeze window of this run is open: made only by ending the windows

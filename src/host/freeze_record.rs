@@ -20,12 +20,7 @@ use crate::host::mounts::MountedFs;
 use crate::host::procs;
 use crate::support::error::{Error, Result};
 
-pub const DEFAULT_RUN_DIR: &str = "/run/reseq";
-
-/// The record directory: `RESEQ_RUN_DIR`, or `/run/reseq`.
-pub fn run_dir() -> PathBuf {
-    std::env::var_os("RESEQ_RUN_DIR").filter(|v| !v.is_empty()).map_or_else(|| DEFAULT_RUN_DIR.into(), PathBuf::from)
-}
+pub use crate::engine::rescue::{DEFAULT_RUN_DIR, run_dir};
 
 /// One filesystem a guardian is freezing.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

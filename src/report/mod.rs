@@ -5,17 +5,19 @@
 
 pub mod render;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::engine::EngineStats;
 use crate::host::device::{DeviceIdentity, Medium};
+pub use crate::host::freeze::FreezeBound;
 use crate::host::mounts::MountedFs;
 use crate::measure::bench::{BenchResult, ScanResult, Selection, Verdict};
 use crate::rewrite::plan::{RewritePlan, Start};
 use crate::support::error::Error;
 use crate::support::exit_codes::ExitCode;
+pub use crate::support::units::now_rfc3339;
 use crate::support::units::{human_bytes, human_rate};
 
 pub const SCHEMA_VERSION: u32 = 2;
@@ -75,27 +77,6 @@ pub struct Report {
     /// For a dry run, the plan as text (the human rendering of a dry run).
     #[serde(skip)]
     pub plan_text: Option<String>,
-}
-
-/// The limits every freeze window of a run kept to.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct FreezeBound {
-    /// `--max-freeze`: a window frozen longer counts in `windows_overrun`.
-    pub max_freeze_seconds: f64,
-    /// How long past it a write already under way may hold the window.
-    pub grace_seconds: f64,
-    /// The hard bound (the sum): past it the guardian kills reseq and thaws.
-    pub bound_seconds: f64,
-}
-
-impl FreezeBound {
-    pub fn new(max_freeze: std::time::Duration, grace: std::time::Duration) -> FreezeBound {
-        FreezeBound {
-            max_freeze_seconds: max_freeze.as_secs_f64(),
-            grace_seconds: grace.as_secs_f64(),
-            bound_seconds: (max_freeze + grace).as_secs_f64(),
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -162,10 +143,6 @@ pub struct Outcome {
     pub message: Option<String>,
     /// The device offset an error concerns, when there is one.
     pub offset_bytes: Option<u64>,
-}
-
-pub fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
 pub fn hostname() -> String {

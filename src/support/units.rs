@@ -78,3 +78,9 @@ mod tests {
         assert_eq!(human_bytes(3 << 20), "3.0 MiB");
     }
 }
+
+/// Now, as RFC 3339 in whole seconds (UTC): the time stamps of reports, journals and
+/// rescue files.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
