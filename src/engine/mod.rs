@@ -181,13 +181,42 @@ impl Planner for Everything {
     }
 }
 
+/// An aligned buffer on loan from the engine's pool: it goes back when dropped, however
+/// the chunk holding it ends (written, dropped at a window's end, failed), so no path
+/// can forget to return it and starve the reader.
+struct Pooled {
+    buf: Option<AlignedBuf>,
+    home: Sender<AlignedBuf>,
+}
+
+impl std::ops::Deref for Pooled {
+    type Target = AlignedBuf;
+    fn deref(&self) -> &AlignedBuf {
+        self.buf.as_ref().expect("a pooled buffer is present until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Pooled {
+    fn deref_mut(&mut self) -> &mut AlignedBuf {
+        self.buf.as_mut().expect("a pooled buffer is present until dropped")
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            let _ = self.home.send(buf);
+        }
+    }
+}
+
 /// A chunk moving through the stages. `hash` is the blake3 of what was read.
 struct Chunk {
     /// Position in this window's chunk list.
     index: u64,
     offset: u64,
     len: usize,
-    buf: AlignedBuf,
+    buf: Pooled,
     hash: blake3::Hash,
 }
 
@@ -197,7 +226,7 @@ enum Staged {
         index: u64,
         offset: u64,
         len: usize,
-        buf: AlignedBuf,
+        buf: Pooled,
     },
     Hashed(Chunk),
     Failed {
@@ -220,6 +249,45 @@ enum WindowFlow {
     BudgetSpent,
     /// The guardian refused a write: the deadline passed.
     Overrun,
+}
+
+/// What the stages of one window came to.
+struct Ran {
+    /// How the window ended (thawed), or why it could not end cleanly.
+    end: Result<WindowEnd>,
+    /// What stopped the writer.
+    flow: Result<WindowFlow>,
+    /// Bytes the reader read, and bytes the writer took of them.
+    read: u64,
+    taken: u64,
+}
+
+/// The channels the writer works between.
+struct Pipes<'a> {
+    hashed: &'a Receiver<Staged>,
+    written: &'a Sender<Chunk>,
+    verified: &'a Receiver<Verified>,
+}
+
+/// The writer's counts within one window.
+#[derive(Default)]
+struct Tally {
+    /// Written, read-back not yet settled.
+    outstanding: u32,
+    /// Chunks written in this window.
+    in_window: u64,
+    /// Chunks taken from the hasher (the next one's index).
+    taken_chunks: u64,
+    last_step: Option<Instant>,
+    since_commit: u64,
+}
+
+/// Whether a chunk may be written.
+enum Start {
+    /// Yes; the permit was asked for at this instant.
+    Go(Instant),
+    /// No: the window ends here.
+    Stop(WindowFlow),
 }
 
 /// Rewrites the configured range of `target`, window by window. Returns the stats in
@@ -393,12 +461,31 @@ impl Engine<'_> {
         }
     }
 
+    /// One window: open it (freeze), plan while frozen, run the stages, close it (thaw,
+    /// then flush and journal what was verified).
     fn frozen_window(
         &mut self,
         planner: &mut dyn Planner,
         guard: &mut dyn WindowGuard,
         budget: Option<Duration>,
     ) -> Result<(WindowEnd, Result<WindowFlow>)> {
+        let window_start = self.open_window(guard)?;
+        // Plan while frozen. If planning fails, the window still ends (thaws) here.
+        let chunks = match planner.ranges(self.stats.next_offset_bytes, self.cfg.range_end) {
+            Ok(ranges) => self.cfg.chunks_of(&ranges, self.chunk_size),
+            Err(e) => {
+                let _ = guard.end();
+                self.release_hold()?;
+                return Err(e);
+            }
+        };
+        let ran = self.run_stages(guard, &chunks, window_start, budget);
+        self.close_window(guard, ran)
+    }
+
+    /// Holds output and (if asked) journal records, and starts the window (freezes).
+    /// Returns when the window's clock started.
+    fn open_window(&mut self, guard: &mut dyn WindowGuard) -> Result<Instant> {
         if guard.freezes() {
             output::hold();
             // Still held from a window kept open for this file (file mode batching).
@@ -407,8 +494,7 @@ impl Engine<'_> {
         // The guardian's deadline starts before the first FIFREEZE; so does our clock.
         let window_start = Instant::now();
         if let Err(e) = guard.begin() {
-            output::release();
-            self.journal.set_hold(false)?;
+            self.release_hold()?;
             if let (Error::Interrupted { .. }, Some(sig)) = (&e, self.stop.signal()) {
                 return Err(self.interrupted(sig));
             }
@@ -416,57 +502,56 @@ impl Engine<'_> {
         }
         hooks::point("window-start");
         self.stats.windows += 1;
+        Ok(window_start)
+    }
 
-        // Plan while frozen. If planning fails, the window still ends (thaws) here.
-        let chunks = match planner.ranges(self.stats.next_offset_bytes, self.cfg.range_end) {
-            Ok(ranges) => self.cfg.chunks_of(&ranges, self.chunk_size),
-            Err(e) => {
-                let _ = guard.end();
-                output::release();
-                self.journal.set_hold(false)?;
-                return Err(e);
-            }
-        };
-        let chunks = &chunks[..];
+    /// A window that never ran lets go of held output and journal records. Releasing the
+    /// journal's can fail (they are written then), so it is a call with a result, not a
+    /// destructor.
+    fn release_hold(&mut self) -> Result<()> {
+        output::release();
+        self.journal.set_hold(false)
+    }
+
+    /// Runs the four stages over `chunks` until the writer stops, then ends the window
+    /// (thaws) once every write and read-back has been reported.
+    fn run_stages(
+        &mut self,
+        guard: &mut dyn WindowGuard,
+        chunks: &[(u64, usize)],
+        window_start: Instant,
+        budget: Option<Duration>,
+    ) -> Ran {
         let stop_reader = AtomicBool::new(false);
         let (raw_tx, raw_rx) = bounded::<Staged>(1);
         let (hashed_tx, hashed_rx) = bounded::<Staged>(self.cfg.read_ahead.max(1));
         let (written_tx, written_rx) = bounded::<Chunk>(1);
         let (verified_tx, verified_rx) = bounded::<Verified>(2);
-        let target = self.target;
-        let cfg = self.cfg;
-        let pool_rx = self.pool.1.clone();
-        let mut taken = 0u64;
-        let mut end = Ok(WindowEnd::default());
-        let mut read_total = 0u64;
-        let flow = std::thread::scope(|s| {
-            let reader = s.spawn(|| read_stage(target, chunks, &pool_rx, raw_tx, &stop_reader));
+        let (target, cfg) = (self.target, self.cfg);
+        let pool = self.pool.clone();
+        let mut ran = Ran { end: Ok(WindowEnd::default()), flow: Ok(WindowFlow::Complete), read: 0, taken: 0 };
+        ran.flow = std::thread::scope(|s| {
+            let reader = s.spawn(|| read_stage(target, chunks, &pool, raw_tx, &stop_reader));
             let hasher = s.spawn(move || hash_stage(raw_rx, hashed_tx));
             let verifier = if cfg.verify {
-                let pool_tx = self.pool.0.clone();
                 let reporter = guard.reporter();
-                Some(s.spawn(move || verify_stage(target, cfg, written_rx, verified_tx, pool_tx, reporter)))
+                Some(s.spawn(move || verify_stage(target, cfg, written_rx, verified_tx, reporter)))
             } else {
                 drop((written_rx, verified_tx));
                 None
             };
-            let flow =
-                self.write_window(guard, &hashed_rx, &written_tx, &verified_rx, window_start, budget, &mut taken);
+            let pipes = Pipes { hashed: &hashed_rx, written: &written_tx, verified: &verified_rx };
+            let flow = self.write_window(guard, &pipes, window_start, budget, &mut ran.taken);
             // Every write and read-back has been reported: thaw, then let the stages wind
-            // down. What they still hold was read in this window and is dropped.
+            // down. What they still hold was read in this window and is dropped (its
+            // buffers go back to the pool as they drop).
             stop_reader.store(true, Ordering::SeqCst);
             drop(written_tx);
             hooks::point("window-end");
-            end = if matches!(flow, Ok(WindowFlow::Complete)) { guard.end_complete() } else { guard.end() };
-            for m in hashed_rx.iter() {
-                match m {
-                    Staged::Hashed(c) => self.recycle(c.buf),
-                    Staged::Read { buf, .. } => self.recycle(buf),
-                    Staged::Failed { .. } => {}
-                }
-            }
+            ran.end = if matches!(flow, Ok(WindowFlow::Complete)) { guard.end_complete() } else { guard.end() };
+            hashed_rx.iter().for_each(drop);
             let (read, read_time) = reader.join().unwrap_or_default();
-            read_total = read;
+            ran.read = read;
             self.stats.stages.read += read_time.as_secs_f64();
             self.stats.stages.hash += hasher.join().unwrap_or_default().as_secs_f64();
             if let Some(v) = verifier {
@@ -474,6 +559,13 @@ impl Engine<'_> {
             }
             flow
         });
+        ran
+    }
+
+    /// After the thaw: rescue copies settle, held output and journal records go out,
+    /// and what the window verified is flushed and journaled.
+    fn close_window(&mut self, guard: &mut dyn WindowGuard, ran: Ran) -> Result<(WindowEnd, Result<WindowFlow>)> {
+        let Ran { end, flow, read, taken } = ran;
         let still_frozen = guard.frozen_now();
         if !still_frozen {
             output::release();
@@ -489,8 +581,8 @@ impl Engine<'_> {
         // is flushed before its records are written, by whoever closes the window.
         self.journal.set_hold(still_frozen).map_err(attach)?;
         hooks::point("after-thaw");
-        self.stats.bytes_read += read_total;
-        self.stats.bytes_read_ahead_dropped += read_total.saturating_sub(taken);
+        self.stats.bytes_read += read;
+        self.stats.bytes_read_ahead_dropped += read.saturating_sub(taken);
         let flow = flow.map_err(attach);
         let end = end.map_err(attach)?;
         // Flushed and journaled after the thaw: nothing here needs the freeze, and the
@@ -531,10 +623,6 @@ impl Engine<'_> {
             due.saturating_sub(run_start.elapsed())
         });
         self.cfg.pause.max(ahead)
-    }
-
-    fn recycle(&self, buf: AlignedBuf) {
-        let _ = self.pool.0.send(buf);
     }
 
     fn interrupted(&self, signal: &'static str) -> Error {
@@ -590,7 +678,7 @@ impl Engine<'_> {
                 self.keep(&v.chunk, left, true);
             }
         }
-        self.recycle(v.chunk.buf);
+        drop(v.chunk);
         if let Err(e) = told.and(v.result) {
             // Chunks after a failed one may verify fine, but the journal's cursor must
             // not pass the failed chunk: nothing more is recorded as done this run.
@@ -729,154 +817,175 @@ impl Engine<'_> {
         (!lines.is_empty()).then(|| lines.join("; "))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The writer's loop: takes hashed chunks in order and writes each with the
+    /// guardian's permit, until the chunks, the budget or the permits run out, or an
+    /// error. Every outstanding read-back is settled before it returns.
     fn write_window(
         &mut self,
         guard: &mut dyn WindowGuard,
-        hashed_rx: &Receiver<Staged>,
-        written_tx: &Sender<Chunk>,
-        verified_rx: &Receiver<Verified>,
+        pipes: &Pipes,
         window_start: Instant,
         budget: Option<Duration>,
         taken: &mut u64,
     ) -> Result<WindowFlow> {
-        let mut outstanding = 0u32;
-        let mut in_window = 0u64;
-        let mut taken_chunks = 0u64;
-        let mut last_step: Option<Instant> = None;
-        let mut since_commit = 0u64;
+        let mut w = Tally::default();
         let flow = loop {
             // Settle read-backs that have finished, without waiting.
-            match self.settle_ready(guard, verified_rx, &mut outstanding) {
-                Ok(()) => {}
+            if let Err(e) = self.settle_ready(guard, pipes.verified, &mut w.outstanding) {
+                break Err(e);
+            }
+            let chunk = match self.next_chunk(pipes.hashed, w.taken_chunks) {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => break Ok(WindowFlow::Complete),
                 Err(e) => break Err(e),
-            }
-            let waiting = Instant::now();
-            let received = hashed_rx.recv();
-            self.stats.stages.writer_waiting += waiting.elapsed().as_secs_f64();
-            let Ok(staged) = received else {
-                break Ok(WindowFlow::Complete);
             };
-            let chunk = match staged {
-                Staged::Hashed(c) => c,
-                Staged::Failed { offset, error } => {
-                    break Err(Error::io_at("reading the device", offset, error));
-                }
-                Staged::Read { .. } => {
-                    break Err(Error::Internal("an unhashed chunk reached the writer".into()));
-                }
+            let t0 = match self.start_chunk(guard, &chunk, &mut w, window_start, budget, taken) {
+                Ok(Start::Go(t0)) => t0,
+                Ok(Start::Stop(flow)) => break Ok(flow),
+                Err(e) => break Err(e),
             };
-            let (offset, len) = (chunk.offset, chunk.len);
-            let expected = taken_chunks;
-            if chunk.index != expected {
-                self.recycle(chunk.buf);
-                break Err(Error::Internal(format!("chunk {} arrived, expected {expected}", chunk.index)));
-            }
-            // One more chunk, plus waiting for its read-back, must fit in the budget.
-            if budget.is_some_and(|b| in_window > 0 && window_start.elapsed() + self.chunk_estimate * 2 > b) {
-                self.recycle(chunk.buf);
-                break Ok(WindowFlow::BudgetSpent);
-            }
-            if let Some(sig) = self.stop.signal() {
-                self.recycle(chunk.buf);
-                break Err(self.interrupted(sig));
-            }
-            if let Err(e) = guard.recheck() {
-                self.recycle(chunk.buf);
+            if let Err(e) = self.write_chunk(guard, chunk, pipes, &mut w, t0) {
                 break Err(e);
-            }
-            *taken += len as u64;
-            taken_chunks += 1;
-            hooks::point("before-write");
-            if let Err(e) = self.journal.begin(offset, len as u64, &chunk.hash) {
-                self.recycle(chunk.buf);
-                break Err(e);
-            }
-            let t0 = Instant::now();
-            let permit = self.ask(guard, &chunk);
-            self.stats.stages.permit += t0.elapsed().as_secs_f64();
-            match permit {
-                Ok(true) => {}
-                Ok(false) => {
-                    self.recycle(chunk.buf);
-                    break Ok(WindowFlow::Overrun);
-                }
-                Err(e) => {
-                    self.recycle(chunk.buf);
-                    break Err(e);
-                }
-            }
-            hooks::point("after-permit");
-            // Counted before the write: a failed or torn write may have touched them.
-            let (lo, hi) = self.window_written.unwrap_or((offset, offset));
-            self.window_written = Some((lo.min(offset), hi.max(offset + len as u64)));
-            let t_write = Instant::now();
-            let wrote = self.target.write_at(&chunk.buf[..len], offset);
-            self.stats.stages.write += t_write.elapsed().as_secs_f64();
-            hooks::point("after-write");
-            if let Err(e) = wrote {
-                // Retried in order: what the verifier holds settles first, and only then is
-                // this write reported over, so that the guardian's list of granted writes
-                // loses them in the order they were granted. If settling failed, no retry,
-                // but this chunk's bytes are kept all the same.
-                let settled = self.settle_all(guard, verified_rx, &mut outstanding);
-                let told = guard.wrote();
-                let recovered = match settled {
-                    Ok(()) => told.and_then(|()| self.retry_write(guard, &chunk, e)),
-                    Err(earlier) => {
-                        log::error!("writing {} bytes at offset {offset} failed too: {e}", chunk.len);
-                        self.keep(&chunk, self.read_back(offset, chunk.len), false);
-                        Err(earlier)
-                    }
-                };
-                let len = chunk.len as u64;
-                self.recycle(chunk.buf);
-                match recovered {
-                    Ok(()) => {
-                        self.stats.bytes_written += len;
-                        self.stats.chunks_written += 1;
-                        self.stats.bytes_verified += len;
-                        self.accept(offset, len, chunk.hash);
-                        in_window += 1;
-                        since_commit += len;
-                        continue;
-                    }
-                    Err(e) => break Err(e),
-                }
-            }
-            self.stats.bytes_written += len as u64;
-            self.stats.chunks_written += 1;
-            if self.cfg.verify {
-                outstanding += 1;
-                if written_tx.send(chunk).is_err() {
-                    break Err(Error::Internal("the verifier stopped".into()));
-                }
-            } else if let Err(e) = self.settle(guard, Verified { chunk, result: Ok(()) }) {
-                break Err(e);
-            }
-            // A chunk costs the writer the longer of its own write and the interval since
-            // the previous one (which includes waiting on the reader and the verifier).
-            // Keep the slower of that and a decaying estimate, so one fast chunk does not
-            // make the window overrun.
-            let step = last_step.map_or(t0.elapsed(), |t: Instant| t.elapsed()).max(t0.elapsed());
-            last_step = Some(t0);
-            self.chunk_estimate = step.max(self.chunk_estimate.mul_f64(0.8));
-            in_window += 1;
-            since_commit += len as u64;
-            if since_commit >= COMMIT_INTERVAL_BYTES {
-                since_commit = 0;
-                if let Err(e) = self.settle_all(guard, verified_rx, &mut outstanding).and_then(|()| self.commit()) {
-                    break Err(e);
-                }
             }
         };
         // Every outstanding read-back finishes inside the window, whatever stopped it.
-        let settled = self.settle_all(guard, verified_rx, &mut outstanding);
+        let settled = self.settle_all(guard, pipes.verified, &mut w.outstanding);
         match (flow, settled) {
             (Err(e), _) => Err(e),
             (Ok(_), Err(e)) => Err(e),
             (Ok(f), Ok(())) => Ok(f),
         }
+    }
+
+    /// The next hashed chunk, in order (None: the window's chunks are all taken).
+    fn next_chunk(&mut self, hashed: &Receiver<Staged>, expected: u64) -> Result<Option<Chunk>> {
+        let waiting = Instant::now();
+        let received = hashed.recv();
+        self.stats.stages.writer_waiting += waiting.elapsed().as_secs_f64();
+        let Ok(staged) = received else { return Ok(None) };
+        match staged {
+            Staged::Hashed(c) if c.index == expected => Ok(Some(c)),
+            Staged::Hashed(c) => Err(Error::Internal(format!("chunk {} arrived, expected {expected}", c.index))),
+            Staged::Failed { offset, error } => Err(Error::io_at("reading the device", offset, error)),
+            Staged::Read { .. } => Err(Error::Internal("an unhashed chunk reached the writer".into())),
+        }
+    }
+
+    /// Everything before a chunk's write: room in the budget, no stop asked for, the
+    /// guard's checks, the chunk's `begin` in the journal, then the guardian's permit.
+    fn start_chunk(
+        &mut self,
+        guard: &mut dyn WindowGuard,
+        chunk: &Chunk,
+        w: &mut Tally,
+        window_start: Instant,
+        budget: Option<Duration>,
+        taken: &mut u64,
+    ) -> Result<Start> {
+        // One more chunk, plus waiting for its read-back, must fit in the budget.
+        if budget.is_some_and(|b| w.in_window > 0 && window_start.elapsed() + self.chunk_estimate * 2 > b) {
+            return Ok(Start::Stop(WindowFlow::BudgetSpent));
+        }
+        if let Some(sig) = self.stop.signal() {
+            return Err(self.interrupted(sig));
+        }
+        guard.recheck()?;
+        *taken += chunk.len as u64;
+        w.taken_chunks += 1;
+        hooks::point("before-write");
+        self.journal.begin(chunk.offset, chunk.len as u64, &chunk.hash)?;
+        let t0 = Instant::now();
+        let permit = self.ask(guard, chunk);
+        self.stats.stages.permit += t0.elapsed().as_secs_f64();
+        if !permit? {
+            return Ok(Start::Stop(WindowFlow::Overrun));
+        }
+        hooks::point("after-permit");
+        Ok(Start::Go(t0))
+    }
+
+    /// Writes a permitted chunk and hands it to the verifier (or settles it at once
+    /// without verification); a failed write goes to [`Engine::recover`].
+    fn write_chunk(
+        &mut self,
+        guard: &mut dyn WindowGuard,
+        chunk: Chunk,
+        pipes: &Pipes,
+        w: &mut Tally,
+        t0: Instant,
+    ) -> Result<()> {
+        let (offset, len) = (chunk.offset, chunk.len as u64);
+        // Counted before the write: a failed or torn write may have touched them.
+        let (lo, hi) = self.window_written.unwrap_or((offset, offset));
+        self.window_written = Some((lo.min(offset), hi.max(offset + len)));
+        let t_write = Instant::now();
+        let wrote = self.target.write_at(&chunk.buf[..chunk.len], offset);
+        self.stats.stages.write += t_write.elapsed().as_secs_f64();
+        hooks::point("after-write");
+        if let Err(e) = wrote {
+            return self.recover(guard, chunk, e, pipes, w);
+        }
+        self.stats.bytes_written += len;
+        self.stats.chunks_written += 1;
+        if self.cfg.verify {
+            w.outstanding += 1;
+            if pipes.written.send(chunk).is_err() {
+                return Err(Error::Internal("the verifier stopped".into()));
+            }
+        } else {
+            self.settle(guard, Verified { chunk, result: Ok(()) })?;
+        }
+        // A chunk costs the writer the longer of its own write and the interval since
+        // the previous one (which includes waiting on the reader and the verifier).
+        // Keep the slower of that and a decaying estimate, so one fast chunk does not
+        // make the window overrun.
+        let step = w.last_step.map_or(t0.elapsed(), |t: Instant| t.elapsed()).max(t0.elapsed());
+        w.last_step = Some(t0);
+        self.chunk_estimate = step.max(self.chunk_estimate.mul_f64(0.8));
+        w.in_window += 1;
+        w.since_commit += len;
+        if w.since_commit >= COMMIT_INTERVAL_BYTES {
+            w.since_commit = 0;
+            self.settle_all(guard, pipes.verified, &mut w.outstanding)?;
+            self.commit()?;
+        }
+        Ok(())
+    }
+
+    /// A chunk's write failed. Retried in order: what the verifier holds settles first,
+    /// and only then is this write reported over, so that the guardian's list of granted
+    /// writes loses them in the order they were granted. If settling failed, no retry,
+    /// but this chunk's bytes are kept all the same.
+    fn recover(
+        &mut self,
+        guard: &mut dyn WindowGuard,
+        chunk: Chunk,
+        e: std::io::Error,
+        pipes: &Pipes,
+        w: &mut Tally,
+    ) -> Result<()> {
+        let (offset, len) = (chunk.offset, chunk.len as u64);
+        let settled = self.settle_all(guard, pipes.verified, &mut w.outstanding);
+        // The guardian must hear "written" even on failure: the write is over either way.
+        let told = guard.wrote();
+        let recovered = match settled {
+            Ok(()) => told.and_then(|()| self.retry_write(guard, &chunk, e)),
+            Err(earlier) => {
+                log::error!("writing {len} bytes at offset {offset} failed too: {e}");
+                self.keep(&chunk, self.read_back(offset, chunk.len), false);
+                Err(earlier)
+            }
+        };
+        let hash = chunk.hash;
+        drop(chunk); // its buffer back to the pool before the next chunk is read
+        recovered?;
+        self.stats.bytes_written += len;
+        self.stats.chunks_written += 1;
+        self.stats.bytes_verified += len;
+        self.accept(offset, len, hash);
+        w.in_window += 1;
+        w.since_commit += len;
+        Ok(())
     }
 
     fn settle_ready(
@@ -926,7 +1035,7 @@ impl Engine<'_> {
 fn read_stage(
     target: &dyn BlockTarget,
     chunks: &[(u64, usize)],
-    pool: &Receiver<AlignedBuf>,
+    pool: &(Sender<AlignedBuf>, Receiver<AlignedBuf>),
     out: Sender<Staged>,
     stop: &AtomicBool,
 ) -> (u64, Duration) {
@@ -937,11 +1046,10 @@ fn read_stage(
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        let Ok(mut buf) = pool.recv() else { break };
+        let Ok(buf) = pool.1.recv() else { break };
+        let mut buf = Pooled { buf: Some(buf), home: pool.0.clone() };
         if stop.load(Ordering::SeqCst) {
-            // Back to the pool through the drain.
-            let _ = out.send(Staged::Read { index, offset, len: 0, buf });
-            break;
+            break; // the buffer goes back to the pool as it drops
         }
         let t = Instant::now();
         let r = target.read_at(&mut buf[..len], offset);
@@ -955,8 +1063,7 @@ fn read_stage(
             }
             Err(error) => {
                 let _ = out.send(Staged::Failed { offset, error });
-                drop(buf); // a read error ends the run
-                break;
+                break; // a read error ends the run
             }
         }
     }
@@ -990,7 +1097,6 @@ fn verify_stage(
     cfg: &EngineConfig,
     input: Receiver<Chunk>,
     out: Sender<Verified>,
-    pool: Sender<AlignedBuf>,
     reporter: Result<Reporter>,
 ) -> Duration {
     let mut back = AlignedBuf::new(cfg.buffer_bytes() as usize, target.mem_align());
@@ -1006,9 +1112,8 @@ fn verify_stage(
             Err(e) => Err(Error::Internal(format!("no way to report to the guardian: {e}"))),
         };
         let result = verified.and(told);
-        if let Err(crossbeam_channel::SendError(Verified { chunk, .. })) = out.send(Verified { chunk, result }) {
-            let _ = pool.send(chunk.buf);
-        }
+        // A writer that stopped listening drops the chunk, and its buffer goes home.
+        let _ = out.send(Verified { chunk, result });
     }
     busy
 }
