@@ -200,42 +200,53 @@ pub fn replay(text: &str) -> Replay {
         if !trusted && matches!(rec, Record::Finished | Record::GuardianKilled(_)) {
             r.carried.push(rec.clone());
         }
+        r.apply(rec, trusted, &mut begun);
+        if trusted {
+            r.valid_bytes = at;
+        }
+    }
+    r.settle_in_flight(begun);
+    r
+}
+
+impl Replay {
+    /// One record that checked out; `trusted`: no damage before it (progress counts).
+    fn apply(&mut self, rec: Record, trusted: bool, begun: &mut Vec<(u64, u64, String)>) {
         match rec {
             Record::Run(run) => {
                 let start = run.range_start_bytes;
-                r = Replay { run: Some(*run), done_offset: start, ..Replay::default() };
+                *self = Replay { run: Some(*run), done_offset: start, ..Replay::default() };
                 begun.clear();
             }
             Record::Begin { offset, len, blake3 } => begun.push((offset, len, blake3)),
             Record::Done { offset, len, .. } => {
                 begun.retain(|b| b.0 != offset);
                 if trusted {
-                    r.done += 1;
-                    r.done_offset = offset + len;
+                    self.done += 1;
+                    self.done_offset = offset + len;
                 }
             }
-            Record::Finished => r.finished = true,
-            Record::GuardianKilled(k) => r.guardian_kills.push(k),
-        }
-        if trusted {
-            r.valid_bytes = at;
+            Record::Finished => self.finished = true,
+            Record::GuardianKilled(k) => self.guardian_kills.push(k),
         }
     }
-    // Every chunk begun and not done past the progress: the one being written when the
-    // run stopped, and any written whose read-back had not been recorded.
-    begun.retain(|b| b.0 >= r.done_offset);
-    begun.sort();
-    begun.dedup_by_key(|b| b.0);
-    r.in_flight = begun;
-    if r.damage.is_some() {
-        let begins = r.in_flight.iter().map(|(offset, len, blake3)| Record::Begin {
-            offset: *offset,
-            len: *len,
-            blake3: blake3.clone(),
-        });
-        r.carried.splice(0..0, begins);
+
+    /// Every chunk begun and not done past the progress: the one being written when the
+    /// run stopped, and any written whose read-back had not been recorded.
+    fn settle_in_flight(&mut self, mut begun: Vec<(u64, u64, String)>) {
+        begun.retain(|b| b.0 >= self.done_offset);
+        begun.sort();
+        begun.dedup_by_key(|b| b.0);
+        self.in_flight = begun;
+        if self.damage.is_some() {
+            let begins = self.in_flight.iter().map(|(offset, len, blake3)| Record::Begin {
+                offset: *offset,
+                len: *len,
+                blake3: blake3.clone(),
+            });
+            self.carried.splice(0..0, begins);
+        }
     }
-    r
 }
 
 /// Rewrites a damaged journal as what its replay trusts: the records before the damage,

@@ -364,64 +364,91 @@ impl Engine<'_> {
         while self.stats.next_offset_bytes < self.cfg.range_end {
             let full = guard.deadline().map(|d| d.mul_f64(share));
             let budget = guard.deadline().zip(guard.time_left()).map(|(d, l)| l.saturating_sub(d.mul_f64(1.0 - share)));
-            if let Some(sig) = self.stop.signal() {
-                return Err(self.interrupted(sig));
-            }
-            let pause = self.pause_before_next_window(run_start);
-            if self.stats.windows > 0 && !pause.is_zero() {
-                self.stop.sleep(pause);
-                if let Some(sig) = self.stop.signal() {
-                    return Err(self.interrupted(sig));
-                }
-            }
+            self.pause_between_windows(run_start)?;
             let (end, flow) = self.window(planner, guard, budget)?;
-            let frozen = end.frozen.as_secs_f64();
-            self.stats.total_frozen_seconds += frozen;
-            self.stats.longest_freeze_seconds = self.stats.longest_freeze_seconds.max(frozen);
-            if guard.freezes() {
-                log::debug!(
-                    "window {} froze for {frozen:.3} s; next chunk {}",
-                    self.stats.windows,
-                    self.stats.next_offset_bytes
-                );
-            }
-            if let Some(bound) = end.beyond_bound {
-                self.stats.windows_overrun += 1;
-                return Err(Error::BoundBroken {
-                    window: self.stats.windows,
-                    frozen_ms: end.frozen.as_millis() as u64,
-                    bound_ms: bound.as_millis() as u64,
-                });
-            }
-            let flow = flow?;
-            self.adapt_chunk_size(full, end.overran || matches!(flow, WindowFlow::Overrun));
-            if end.overran || matches!(flow, WindowFlow::Overrun) {
-                self.stats.windows_overrun += 1;
-                let deadline = guard.deadline().unwrap_or_default();
-                if self.stats.windows_overrun >= u64::from(self.cfg.max_overruns) {
-                    return Err(Error::WindowOverrun {
-                        window: self.stats.windows,
-                        overruns: self.stats.windows_overrun,
-                        deadline_ms: deadline.as_millis() as u64,
-                    });
-                }
-                share = (share / 2.0).max(0.1);
-                log::warn!(
-                    "freeze window {} overran its {} ms deadline; the guardian thawed, nothing was written after it. Continuing with windows that stop new chunks at {} ms",
-                    self.stats.windows,
-                    deadline.as_millis(),
-                    deadline.mul_f64(share).as_millis()
-                );
-                if matches!(flow, WindowFlow::Complete) {
-                    continue; // the writer stopped short of the end: not complete
-                }
-            }
-            if let WindowFlow::Complete = flow {
+            if self.account_window(guard, end, flow, full, &mut share)? {
                 break;
             }
         }
         self.progress.finish();
         self.journal.finished()
+    }
+
+    /// Before a window: a stop asked for ends the run; after the first window, the
+    /// pause (`--pause`, or longer to keep to `--rate`), which a stop cuts short.
+    fn pause_between_windows(&mut self, run_start: Instant) -> Result<()> {
+        if let Some(sig) = self.stop.signal() {
+            return Err(self.interrupted(sig));
+        }
+        let pause = self.pause_before_next_window(run_start);
+        if self.stats.windows > 0 && !pause.is_zero() {
+            self.stop.sleep(pause);
+            if let Some(sig) = self.stop.signal() {
+                return Err(self.interrupted(sig));
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts a window's freeze and decides what follows it: `Ok(true)` when the run is
+    /// complete, `Ok(false)` for another window, an error when the bound was broken,
+    /// the writer failed, or too many windows overran. An overrun halves `share`.
+    fn account_window(
+        &mut self,
+        guard: &mut dyn WindowGuard,
+        end: WindowEnd,
+        flow: Result<WindowFlow>,
+        full: Option<Duration>,
+        share: &mut f64,
+    ) -> Result<bool> {
+        let frozen = end.frozen.as_secs_f64();
+        self.stats.total_frozen_seconds += frozen;
+        self.stats.longest_freeze_seconds = self.stats.longest_freeze_seconds.max(frozen);
+        if guard.freezes() {
+            log::debug!(
+                "window {} froze for {frozen:.3} s; next chunk {}",
+                self.stats.windows,
+                self.stats.next_offset_bytes
+            );
+        }
+        if let Some(bound) = end.beyond_bound {
+            self.stats.windows_overrun += 1;
+            return Err(Error::BoundBroken {
+                window: self.stats.windows,
+                frozen_ms: end.frozen.as_millis() as u64,
+                bound_ms: bound.as_millis() as u64,
+            });
+        }
+        let flow = flow?;
+        let overran = end.overran || matches!(flow, WindowFlow::Overrun);
+        self.adapt_chunk_size(full, overran);
+        if overran {
+            self.overran(guard.deadline().unwrap_or_default(), share)?;
+            // The writer stopped short of the end: not complete.
+            return Ok(false);
+        }
+        Ok(matches!(flow, WindowFlow::Complete))
+    }
+
+    /// A window overran its deadline: an error once `--max-overruns` have, else the
+    /// next windows use a smaller share of it.
+    fn overran(&mut self, deadline: Duration, share: &mut f64) -> Result<()> {
+        self.stats.windows_overrun += 1;
+        if self.stats.windows_overrun >= u64::from(self.cfg.max_overruns) {
+            return Err(Error::WindowOverrun {
+                window: self.stats.windows,
+                overruns: self.stats.windows_overrun,
+                deadline_ms: deadline.as_millis() as u64,
+            });
+        }
+        *share = (*share / 2.0).max(0.1);
+        log::warn!(
+            "freeze window {} overran its {} ms deadline; the guardian thawed, nothing was written after it. Continuing with windows that stop new chunks at {} ms",
+            self.stats.windows,
+            deadline.as_millis(),
+            deadline.mul_f64(*share).as_millis()
+        );
+        Ok(())
     }
 
     /// One freeze window. The outer error is about the window machinery (freeze, thaw,

@@ -248,6 +248,24 @@ pub fn check_block_device(path: &Path) -> Result<std::fs::Metadata> {
     Ok(md)
 }
 
+/// Size, read-only flag, and direct-I/O alignment (memory, offset, where it came from:
+/// statx where the kernel tells, else the logical sector size) of a block device.
+fn geometry(path: &Path) -> Result<(u64, bool, (u32, u32, &'static str))> {
+    // Read-only open: inspection never needs write access.
+    let file =
+        std::fs::File::open(path).map_err(|e| Error::io(format!("opening {} to inspect it", path.display()), e))?;
+    let size_bytes = sys::blk_size_bytes(file.as_fd()).map_err(|e| Error::io("BLKGETSIZE64", e.into()))?;
+    let read_only = sys::blk_read_only(file.as_fd()).map_err(|e| Error::io("BLKROGET", e.into()))?;
+    let align = match sys::statx_dio_align(path) {
+        Ok(Some((m, o))) => (m, o, "statx"),
+        _ => {
+            let s = sys::blk_logical_sector_size(file.as_fd()).map_err(|e| Error::io("BLKSSZGET", e.into()))?;
+            (s, s, "BLKSSZGET")
+        }
+    };
+    Ok((size_bytes, read_only, align))
+}
+
 /// Inspects the block device at `path`.
 pub fn inspect(path: &Path, sysfs: &Sysfs) -> Result<BlockDeviceInfo> {
     let md = check_block_device(path)?;
@@ -262,19 +280,7 @@ pub fn inspect(path: &Path, sysfs: &Sysfs) -> Result<BlockDeviceInfo> {
         ))
     })?;
 
-    // Read-only open: inspection never needs write access.
-    let file =
-        std::fs::File::open(path).map_err(|e| Error::io(format!("opening {} to inspect it", path.display()), e))?;
-    let size_bytes = sys::blk_size_bytes(file.as_fd()).map_err(|e| Error::io("BLKGETSIZE64", e.into()))?;
-    let read_only = sys::blk_read_only(file.as_fd()).map_err(|e| Error::io("BLKROGET", e.into()))?;
-    let (dio_mem_align, dio_offset_align, dio_align_source) = match sys::statx_dio_align(path) {
-        Ok(Some((m, o))) => (m, o, "statx"),
-        _ => {
-            let s = sys::blk_logical_sector_size(file.as_fd()).map_err(|e| Error::io("BLKSSZGET", e.into()))?;
-            (s, s, "BLKSSZGET")
-        }
-    };
-
+    let (size_bytes, read_only, (dio_mem_align, dio_offset_align, dio_align_source)) = geometry(path)?;
     let disk = Sysfs::disk_of(&name, &parent_disk).to_string();
     let partitions = if parent_disk.is_none() { sysfs.partitions_of(&name) } else { Vec::new() };
     let mut holders = sysfs.holders_of(&name);

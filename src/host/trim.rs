@@ -329,8 +329,7 @@ pub struct TrimTarget<'a> {
 /// slices when `stop` is raised. `_thawed` proves no freeze window is open.
 pub fn run(targets: &[TrimTarget<'_>], pace: Pace, stop: &StopFlag, _thawed: &Thawed) -> TrimReport {
     let started = Instant::now();
-    let mut pacer = Pacer::new(pace);
-    let mut out = TrimReport {
+    let out = TrimReport {
         pace: pace.describe(),
         rate_limit_bytes_per_second: match pace {
             Pace::Fixed { rate, .. } => rate,
@@ -346,9 +345,34 @@ pub fn run(targets: &[TrimTarget<'_>], pace: Pace, stop: &StopFlag, _thawed: &Th
         filesystems: Vec::new(),
         probe: None,
     };
-    let mut sleep = Duration::ZERO;
-    let mut last_end = started;
-    'targets: for t in targets {
+    let mut run = Trimming { started, pacer: Pacer::new(pace), out, sleep: Duration::ZERO, last_end: started };
+    for t in targets {
+        let (fs, stopped) = run.filesystem(t, stop);
+        run.out.filesystems.push(fs);
+        if stopped {
+            break;
+        }
+    }
+    let mut out = run.out;
+    out.seconds = (run.last_end - started).as_secs_f64();
+    out.bytes_per_second = if out.seconds > 0.0 { out.bytes_trimmed as f64 / out.seconds } else { 0.0 };
+    out
+}
+
+/// A trim under way: the pacing and the figures so far.
+struct Trimming {
+    started: Instant,
+    pacer: Pacer,
+    out: TrimReport,
+    /// The pause before the next slice.
+    sleep: Duration,
+    /// When the last slice ended.
+    last_end: Instant,
+}
+
+impl Trimming {
+    /// Trims one filesystem in slices; `true` with it when a stop ended the run.
+    fn filesystem(&mut self, t: &TrimTarget<'_>, stop: &StopFlag) -> (TrimFs, bool) {
         let mut fs = TrimFs {
             mount_point: t.name.clone(),
             start_bytes: t.start,
@@ -359,18 +383,17 @@ pub fn run(targets: &[TrimTarget<'_>], pace: Pace, stop: &StopFlag, _thawed: &Th
         };
         let mut at = t.start;
         while at < t.end {
-            stop.sleep(sleep);
+            stop.sleep(self.sleep);
             if let Some(sig) = stop.signal() {
-                out.stopped_by = Some(sig.into());
-                out.filesystems.push(fs);
-                break 'targets;
+                self.out.stopped_by = Some(sig.into());
+                return (fs, true);
             }
-            let len = pacer.slice_len().min(t.end - at);
+            let len = self.pacer.slice_len().min(t.end - at);
             crate::support::hooks::point("trim-slice");
             let t0 = Instant::now();
             let r = sys::fitrim_range(t.fd, at, len);
             let took = t0.elapsed();
-            last_end = Instant::now();
+            self.last_end = Instant::now();
             match r {
                 Ok(n) => {
                     log::debug!(
@@ -379,19 +402,14 @@ pub fn run(targets: &[TrimTarget<'_>], pace: Pace, stop: &StopFlag, _thawed: &Th
                         at + len,
                         took.as_secs_f64()
                     );
-                    fs.slices.push(TrimSlice {
-                        at_seconds: (t0 - started).as_secs_f64(),
+                    let slice = TrimSlice {
+                        at_seconds: (t0 - self.started).as_secs_f64(),
                         start_bytes: at,
                         length_bytes: len,
                         trimmed_bytes: n,
                         seconds: took.as_secs_f64(),
-                    });
-                    fs.trimmed_bytes += n;
-                    out.bytes_trimmed += n;
-                    out.slices += 1;
-                    out.busy_seconds += took.as_secs_f64();
-                    out.slowest_slice_seconds = out.slowest_slice_seconds.max(took.as_secs_f64());
-                    sleep = pacer.after_slice(took, n, last_end - started);
+                    };
+                    self.slice_done(&mut fs, slice, took);
                 }
                 // Past the filesystem's last block (it is shorter than its device): done.
                 Err(nix::errno::Errno::EINVAL) if at > t.start => {
@@ -407,11 +425,20 @@ pub fn run(targets: &[TrimTarget<'_>], pace: Pace, stop: &StopFlag, _thawed: &Th
             }
             at += len;
         }
-        out.filesystems.push(fs);
+        (fs, false)
     }
-    out.seconds = (last_end - started).as_secs_f64();
-    out.bytes_per_second = if out.seconds > 0.0 { out.bytes_trimmed as f64 / out.seconds } else { 0.0 };
-    out
+
+    /// Counts a slice, and paces the next one.
+    fn slice_done(&mut self, fs: &mut TrimFs, slice: TrimSlice, took: Duration) {
+        let n = slice.trimmed_bytes;
+        fs.slices.push(slice);
+        fs.trimmed_bytes += n;
+        self.out.bytes_trimmed += n;
+        self.out.slices += 1;
+        self.out.busy_seconds += took.as_secs_f64();
+        self.out.slowest_slice_seconds = self.out.slowest_slice_seconds.max(took.as_secs_f64());
+        self.sleep = self.pacer.after_slice(took, n, self.last_end - self.started);
+    }
 }
 
 /// The probe's read size and spacing: about 200 small reads a second, which a drive

@@ -9,7 +9,6 @@ pub mod files;
 pub mod plan;
 
 use std::fs::File;
-use std::os::unix::fs::OpenOptionsExt;
 use std::time::Instant;
 
 use crate::cli::RewriteArgs;
@@ -195,7 +194,7 @@ fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
             continue;
         }
         let path = std::path::PathBuf::from(format!("/dev/{name}"));
-        match std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_EXCL).open(&path) {
+        match crate::sys::open_exclusive(&path) {
             Ok(f) => held.push(f),
             Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
                 return Err(Error::refused(

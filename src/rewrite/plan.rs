@@ -81,8 +81,7 @@ impl RewritePlan {
     }
 }
 
-/// CAP_SYS_ADMIN is bit 21 of the capability sets (include/uapi/linux/capability.h).
-const CAP_SYS_ADMIN: u32 = 21;
+use crate::sys::CAP_SYS_ADMIN;
 
 fn effective_caps() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -435,8 +434,7 @@ pub fn in_use_ranges(path: &Path) -> Result<Option<Vec<(u64, u64)>>> {
 /// in particular a lazily unmounted filesystem (no mountinfo line, nothing to freeze,
 /// still writing).
 fn probe_exclusive(dev: &BlockDeviceInfo) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_EXCL).open(&dev.path) {
+    match crate::sys::open_exclusive(&dev.path) {
         Ok(_) => Ok(()),
         Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => Err(busy_unmounted(dev)),
         Err(e) => Err(Error::io(format!("opening {} exclusively", dev.path.display()), e)),

@@ -49,6 +49,12 @@ pub fn human_rate(bytes_per_second: f64) -> String {
     format!("{}/s", human_bytes(bytes_per_second.max(0.0) as u64))
 }
 
+/// Now, as RFC 3339 in whole seconds (UTC): the time stamps of reports, journals and
+/// rescue files.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,10 +83,4 @@ mod tests {
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(human_bytes(3 << 20), "3.0 MiB");
     }
-}
-
-/// Now, as RFC 3339 in whole seconds (UTC): the time stamps of reports, journals and
-/// rescue files.
-pub fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
