@@ -2,11 +2,9 @@
 //! written, files survive, fsck is clean, and FITRIM afterwards shows in the sparse
 //! backing file (a loop device turns discards into hole punches).
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 

@@ -1,12 +1,10 @@
 //! Killing reseq, interrupting it, and overrunning a window: the filesystem is always
 //! thawed, the data always intact, and the run resumes where it stopped.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 

@@ -1,11 +1,9 @@
 //! Every refusal before the first write, and every injected fault during a run: each
 //! gives its message and exit code, leaves nothing frozen, and leaves the data intact.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 

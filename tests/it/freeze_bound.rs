@@ -3,16 +3,14 @@
 //! `--max-freeze` plus the stated grace, reseq never thaws a freeze that is not its own,
 //! and no fsync'd write is lost. Each test has its own loop devices and runs in parallel
 //! with the others. (Killing by name, which would hit other tests' reseq processes,
-//! lives alone in tests/kill_by_name.rs.)
-
-mod common;
+//! runs alone: tests/it/kill_by_name.rs.)
 
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 

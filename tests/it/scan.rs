@@ -1,8 +1,6 @@
 //! `reseq scan` on a loop device with a region made slow on purpose.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 

@@ -5,13 +5,11 @@
 //!
 //! The first tests here check that harness itself, through the loop device with O_DIRECT.
 
-mod common;
-#[path = "common/faultfs.rs"]
-mod faultfs;
+use crate::faultfs;
 
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use faultfs::*;
 
 const MIB: u64 = 1 << 20;

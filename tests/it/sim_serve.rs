@@ -16,21 +16,16 @@
 //! The tests of this file take one lock: two served drives at once would share the CPUs
 //! and blur each other's clocks.
 
-mod common;
-
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 const SCALE: f64 = 6.0;
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// A running `reseq sim serve`; stopped (SIGTERM, then unmount and SIGKILL) on drop, so
 /// drop the loop device and mounts on it first.
@@ -200,7 +195,7 @@ fn consumer_nvme_degrades_and_file_and_device_mode_restore_it() {
     if !require(&["losetup", "mkfs.ext4", "e2fsck", "fstrim"]) || !require_fuse() {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = exclusive();
     let env = TestEnv::new();
     let state = env.path("drive");
     sim(&env, &["create", state.to_str().unwrap(), "--preset", "consumer-nvme", "--device-size", "2G"]);
@@ -298,7 +293,7 @@ fn served_read_time_matches_sim_read() {
     if !require(&["losetup"]) || !require_fuse() {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = exclusive();
     let env = TestEnv::new();
     let state = env.path("drive");
     let st = state.to_str().unwrap();
@@ -335,7 +330,7 @@ fn datacenter_sata_shows_no_measurable_change() {
     if !require(&["losetup", "mkfs.ext4"]) || !require_fuse() {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = exclusive();
     let env = TestEnv::new();
     let state = env.path("drive");
     sim(&env, &["create", state.to_str().unwrap(), "--preset", "datacenter-sata", "--device-size", "4G"]);
@@ -366,7 +361,7 @@ fn server_killed_mid_rewrite_reseq_stops_and_thaws() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) || !require_fuse() {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = exclusive();
     let env = TestEnv::new();
     let state = env.path("drive");
     sim(&env, &["create", state.to_str().unwrap(), "--preset", "consumer-nvme", "--device-size", "2G"]);
@@ -411,7 +406,7 @@ fn bad_input_is_refused_with_its_exit_code() {
     if !require(&["losetup"]) || !require_fuse() {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = exclusive();
     let env = TestEnv::new();
     let state = env.path("drive");
     sim(&env, &["create", state.to_str().unwrap(), "--preset", "consumer-nvme", "--device-size", "2G"]);

@@ -1,10 +1,8 @@
 //! Packaging: the systemd units verify cleanly, and a job config runs.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn systemd_units_verify() {

@@ -1,12 +1,10 @@
 //! `reseq rewrite` on real loop devices: mounted ext4 and xfs under a live writer, an
 //! unmounted device, and a whole disk whose partition is mounted.
 
-mod common;
-
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 

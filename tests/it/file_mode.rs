@@ -1,14 +1,12 @@
 //! File mode on real ext4 and xfs: a file fragmented on purpose, a live writer, awkward
 //! files, and the filesystems and files that are refused.
 
-mod common;
-
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 

@@ -1,13 +1,13 @@
 //! The simulated SSD from the command line: one step at a time through a state file,
 //! and the whole experiment in one command.
 
+use crate::common::reseq_command;
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 
 fn reseq(args: &[&str]) -> (i32, Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_reseq")).args(args).output().unwrap();
+    let out = reseq_command().args(args).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     eprintln!("reseq {args:?} -> {:?}\n{stderr}", out.status.code());
     let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
@@ -50,7 +50,7 @@ fn fragment_then_rewrite_as_separate_commands() {
     // Its JSON is a report like any other: `reseq report` renders it.
     let saved = dir.path().join("sim-run.json");
     std::fs::write(&saved, serde_json::to_vec(&v).unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_reseq")).arg("report").arg(&saved).output().unwrap();
+    let out = reseq_command().arg("report").arg(&saved).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("virtual time"));
     let (code, _, err) = reseq(&["rewrite", &format!("sim:{s}"), "--resume"]);
@@ -161,8 +161,7 @@ fn sim_commands_peak_near_the_model_state() {
     let model = v["model_state_bytes"].as_u64().unwrap();
     #[allow(clippy::zombie_processes)] // reaped by wait4, which also gives the peak RSS
     for args in [&["sim", "write", s, "--length", "64M"][..], &["sim", "read", s, "--length", "64M"][..]] {
-        let child =
-            Command::new(env!("CARGO_BIN_EXE_reseq")).args(args).stdout(std::process::Stdio::null()).spawn().unwrap();
+        let child = reseq_command().args(args).stdout(std::process::Stdio::null()).spawn().unwrap();
         let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<nix::libc::rusage>() });
         // SAFETY: wait4 on our own child with valid pointers; it reaps the child.
         let pid = unsafe { nix::libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };

@@ -1,12 +1,10 @@
 //! `bench`, `scan`, `rewrite --bench` and the report renderings, on real loop devices.
 
-mod common;
-#[path = "common/faultfs.rs"]
-mod faultfs;
+use crate::faultfs;
 
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use faultfs::*;
 
 const MIB: u64 = 1 << 20;

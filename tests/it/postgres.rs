@@ -3,13 +3,11 @@
 //! failed transaction, amcheck is clean over all indexes, and after a clean shutdown
 //! pg_checksums passes.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 
