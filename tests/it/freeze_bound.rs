@@ -57,16 +57,6 @@ fn reseq_running_on(dev: &Path) -> Option<u32> {
     })
 }
 
-fn e2fsck_clean(dev: &Path) {
-    let out = Command::new("e2fsck").args(["-f", "-n"]).arg(dev).output().unwrap();
-    assert!(
-        out.status.success(),
-        "e2fsck -fn found problems:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn dry_run_and_report_state_the_bound() {
     if !require(&["mkfs.ext4"]) {
@@ -149,7 +139,7 @@ fn sigstop_at_random_moments_never_holds_a_freeze() {
     assert!(killed + overran >= 5, "most stops should land in a window ({killed} + {overran} of 10)");
     assert!(writer.finish() > 0);
     drop(m);
-    e2fsck_clean(&lo.path);
+    fsck_clean(&lo.path, "ext4");
 }
 
 /// Ctrl-Z typed into an interactive shell (a real pty, job control on) at 10 random
@@ -375,7 +365,7 @@ fn a_foreign_thaw_and_refreeze_stops_the_run() {
     assert!(writer.finish() > 0);
     drop(fs);
     drop(m);
-    e2fsck_clean(&lo.path);
+    fsck_clean(&lo.path, "ext4");
 }
 
 /// Acts as a snapshot agent would: catches one of reseq's windows (FITHAW succeeds only

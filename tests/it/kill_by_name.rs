@@ -91,6 +91,5 @@ fn killing_reseq_by_name_never_leaves_a_freeze() {
     assert!(in_window >= 10, "too few kills landed in a window to show anything ({in_window})");
     assert!(writer.finish() > 0);
     drop(m);
-    let out = Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path).output().unwrap();
-    assert!(out.status.success(), "e2fsck: {}", String::from_utf8_lossy(&out.stdout));
+    fsck_clean(&lo.path, "ext4");
 }

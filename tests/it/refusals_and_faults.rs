@@ -268,7 +268,7 @@ fn fault(faults: &str, code: i32, needle: &str) {
     assert!(!is_frozen(&mnt.dir));
     assert_files_intact(&files);
     mnt.unmount().unwrap();
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+    fsck_clean(&lo.path, "ext4");
 }
 
 #[test]

@@ -154,9 +154,7 @@ fn degrade(path: &Path, bytes: u64, seed: u64) {
 
 /// `reseq bench PATH`: the fastest pass's rate, bytes/s, and the report.
 fn bench(env: &TestEnv, path: &Path, extra: &[&str]) -> (f64, serde_json::Value) {
-    let out = output(env.reseq().arg("bench").arg(path).args(extra).arg("--json"));
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().arg("bench").arg(path).args(extra).arg("--json"));
     let b = &r["bench"];
     assert_eq!(b["cache"]["cache_suspected"], false, "a cache under the served drive: {}", b["cache"]);
     (b["max_bytes_per_second"].as_f64().unwrap(), r)
@@ -230,15 +228,13 @@ fn consumer_nvme_degrades_and_file_and_device_mode_restore_it() {
     let db_hash = hash_path(&db).unwrap();
     let (degraded2, _) = bench(&env, &db, &[]);
     assert!(fresh >= 2.0 * degraded2, "degraded again: {fresh} -> {degraded2}");
-    let out = output(
+    let r = json_ok(
         env.reseq()
             .arg("rewrite")
             .arg(&lo.path)
             .args(["--only-slow", "--bench", "--bench-passes", "2", "--json", "--state-dir"])
             .arg(env.state_dir()),
     );
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
     assert_eq!(r["verdict"]["verdict"], "faster", "{}", r["verdict"]);
     let ranges = |reg: &serde_json::Value| -> Vec<(u64, u64)> {
         reg["device_ranges"]

@@ -237,6 +237,36 @@ pub fn wait_captured(child: std::process::Child) -> Output {
     out
 }
 
+/// Runs reseq, asserts that it exited 0 (showing its stderr if not), and returns its JSON
+/// report: the preamble of most report tests.
+pub fn json_ok(cmd: &mut Command) -> serde_json::Value {
+    let out = output(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    json_report(&out)
+}
+
+/// The filesystem's own checker, read-only (`e2fsck -fn`, `xfs_repair -n`): fails the
+/// test with its output unless the filesystem is clean.
+pub fn fsck_clean(dev: &Path, fs: &str) {
+    let mut c = match fs {
+        "ext4" => Command::new("e2fsck"),
+        "xfs" => Command::new("xfs_repair"),
+        other => panic!("no checker for {other}"),
+    };
+    if fs == "ext4" {
+        c.args(["-f", "-n"]);
+    } else {
+        c.arg("-n");
+    }
+    let out = c.arg(dev).output().unwrap_or_else(|e| panic!("{c:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{c:?} found problems:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 pub fn json_report(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("report is not JSON ({e})"))
 }
