@@ -43,8 +43,7 @@ struct Source {
 }
 
 fn module_of(rel: &Path) -> String {
-    let mut parts: Vec<String> =
-        rel.with_extension("").iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let mut parts: Vec<String> = rel.with_extension("").iter().map(|p| p.to_string_lossy().into_owned()).collect();
     if parts.last().is_some_and(|p| p == "mod") {
         parts.pop();
     }
@@ -231,7 +230,9 @@ fn no_import_cycles() {
         .map(|c| {
             let edges: Vec<String> = c
                 .iter()
-                .flat_map(|a| graph[*a].iter().filter(|b| c.contains(&b.as_str())).map(move |b| format!("  {a} -> {b}")))
+                .flat_map(|a| {
+                    graph[*a].iter().filter(|b| c.contains(&b.as_str())).map(move |b| format!("  {a} -> {b}"))
+                })
                 .collect();
             format!("{}:\n{}", c.join(", "), edges.join("\n"))
         })
