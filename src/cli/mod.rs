@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod generate;
+pub mod lower;
 
 use std::path::PathBuf;
 

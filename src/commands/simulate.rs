@@ -343,7 +343,7 @@ pub fn rewrite_report(args: &crate::cli::RewriteArgs, quiet: bool) -> (crate::re
     report.targets = vec![args.device().display().to_string()];
     let measure = || {
         let target = crate::measure::readbench::Target::open(args.device())?;
-        crate::commands::measure::measure_target(&target, &args.bench_opts)
+        crate::measure::passes::measure_target(&target, &crate::cli::lower::bench_options(&args.bench_opts)?)
     };
     let mut run = || -> Result<()> {
         if args.bench {

@@ -13,7 +13,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::time::Instant;
 
 use crate::cli::RewriteArgs;
-use crate::commands::measure;
 use crate::engine::journal::{self, Journal, RunRecord};
 use crate::engine::target::{BlockTarget, DirectDevice, OpenMode};
 use crate::engine::{self, Everything, Planner, Selected};
@@ -22,6 +21,7 @@ use crate::host::trim::{self, Probe, TrimReport, TrimTarget};
 use crate::host::usedspace::{FsSpan, UsedSpace};
 use crate::measure::bench;
 use crate::measure::bench::Selection;
+use crate::measure::passes as measure;
 use crate::measure::readbench::{Target, resolve_params};
 use crate::report::{Report, SpaceReport, now_rfc3339};
 use crate::rewrite::plan::{Environment, RewritePlan, Start};
@@ -304,7 +304,8 @@ fn reverify_chunk(
 fn execute_with_bench(plan: &RewritePlan, args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     let (name, parent) = (&plan.device.identity.name, plan.device.parent_disk.as_deref());
     log::info!("benchmarking before the rewrite");
-    let (b, s, in_use) = measure::measure_device(&plan.device.path, &args.bench_opts, None)?;
+    let (b, s, in_use) =
+        measure::measure_device(&plan.device.path, &crate::cli::lower::bench_options(&args.bench_opts)?, None)?;
     report.bench_before = Some(b);
     report.scan_before = Some(s);
     let cost_before = measure::snapshot(name, parent);
@@ -313,7 +314,11 @@ fn execute_with_bench(plan: &RewritePlan, args: &RewriteArgs, quiet: bool, repor
     result?;
     log::info!("benchmarking after the rewrite");
     // The same bytes as before: the ranges in use then (what the rewrite rewrote).
-    let (b, s, _) = measure::measure_device(&plan.device.path, &args.bench_opts, in_use.as_deref())?;
+    let (b, s, _) = measure::measure_device(
+        &plan.device.path,
+        &crate::cli::lower::bench_options(&args.bench_opts)?,
+        in_use.as_deref(),
+    )?;
     let mut verdict = report.bench_before.as_ref().map(|before| bench::verdict_of(before, &b));
     // What the filesystems freed meanwhile, the run's FITRIM discarded, and it reads
     // fast: the same ranges are then not the same data. (Without a trim, freed blocks

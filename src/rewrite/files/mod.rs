@@ -303,7 +303,8 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
         (0..planned.len()).filter(|fi| !left_alone.contains_key(fi)).map(|fi| planned[fi].path.as_path()).collect();
     if args.bench {
         log::info!("benchmarking {} file(s) before the rewrite", measured.len());
-        let (b, s) = crate::commands::measure::measure_files(&measured, &args.bench_opts)?;
+        let (b, s) =
+            crate::measure::passes::measure_files(&measured, &crate::cli::lower::bench_options(&args.bench_opts)?)?;
         (report.bench_before, report.scan_before) = (Some(b), Some(s));
     }
     // A cron job's priority: best-effort level 7 (ionice -c2 -n7), not the idle class:
@@ -439,10 +440,13 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
         log::info!("benchmarking the same files after the rewrite");
         // Files deleted during the run are not read after it either.
         let still: Vec<&Path> = measured.iter().copied().filter(|p| p.exists()).collect();
-        outcome = crate::commands::measure::measure_files(&still, &args.bench_opts).map(|(b, s)| {
-            report.verdict = report.bench_before.as_ref().map(|before| crate::measure::bench::verdict_of(before, &b));
-            (report.bench_after, report.scan_after) = (Some(b), Some(s));
-        });
+        outcome = crate::cli::lower::bench_options(&args.bench_opts)
+            .and_then(|o| crate::measure::passes::measure_files(&still, &o))
+            .map(|(b, s)| {
+                report.verdict =
+                    report.bench_before.as_ref().map(|before| crate::measure::bench::verdict_of(before, &b));
+                (report.bench_after, report.scan_after) = (Some(b), Some(s));
+            });
     }
     // Freezes, not engine windows: files rewritten in one freeze share it.
     totals.windows = windows;
