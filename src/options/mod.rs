@@ -2,4 +2,6 @@
 //! layers below use without ever seeing a flag string.
 
 pub mod bench;
+pub mod restore;
 pub mod resume;
+pub mod sim;
