@@ -6,6 +6,7 @@ pub mod freeze;
 pub mod freeze_record;
 pub mod guardian;
 pub mod mounts;
+pub mod privileges;
 pub mod procs;
 pub mod state_dir;
 pub mod thaw;

@@ -12,7 +12,6 @@ use std::fs::File;
 use std::time::Instant;
 
 use crate::cli::RewriteArgs;
-use crate::commands::measure;
 use crate::engine::journal::{self, Journal, RunRecord};
 use crate::engine::target::{BlockTarget, DirectDevice, OpenMode};
 use crate::engine::{self, Everything, Planner, Selected};
@@ -21,6 +20,7 @@ use crate::host::trim::{self, Probe, TrimReport, TrimTarget};
 use crate::host::usedspace::{FsSpan, UsedSpace};
 use crate::measure::bench;
 use crate::measure::bench::Selection;
+use crate::measure::passes as measure;
 use crate::measure::readbench::{Target, resolve_params};
 use crate::report::{Report, SpaceReport, now_rfc3339};
 use crate::rewrite::plan::{Environment, RewritePlan, Start};
@@ -53,7 +53,16 @@ pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
 
 fn plan_and_execute(args: &RewriteArgs, env: &Environment, quiet: bool, report: &mut Report) -> Result<()> {
     plan::plan_rewrite(args, env).and_then(|plan| {
-        report.set_plan(&plan);
+        report.set_plan(crate::report::Planned {
+            device: &plan.device,
+            engine: &plan.engine,
+            filesystems: &plan.filesystems,
+            resume_from_chunk: if let Start::Resume { done, .. } = plan.start { done } else { 0 },
+            max_freeze: plan.needs_freeze().then_some(plan.max_freeze),
+            hung_task_timeout: plan.hung_task_timeout,
+            journal_path: &plan.journal_path,
+            warnings: &plan.warnings,
+        });
         if plan.needs_freeze() {
             report.freeze_bound = Some(crate::host::freeze::bound_report(plan.max_freeze));
         }
@@ -294,7 +303,8 @@ fn reverify_chunk(
 fn execute_with_bench(plan: &RewritePlan, args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     let (name, parent) = (&plan.device.identity.name, plan.device.parent_disk.as_deref());
     log::info!("benchmarking before the rewrite");
-    let (b, s, in_use) = measure::measure_device(&plan.device.path, &args.bench_opts, None)?;
+    let (b, s, in_use) =
+        measure::measure_device(&plan.device.path, &crate::cli::lower::bench_options(&args.bench_opts)?, None)?;
     report.bench_before = Some(b);
     report.scan_before = Some(s);
     let cost_before = measure::snapshot(name, parent);
@@ -303,7 +313,11 @@ fn execute_with_bench(plan: &RewritePlan, args: &RewriteArgs, quiet: bool, repor
     result?;
     log::info!("benchmarking after the rewrite");
     // The same bytes as before: the ranges in use then (what the rewrite rewrote).
-    let (b, s, _) = measure::measure_device(&plan.device.path, &args.bench_opts, in_use.as_deref())?;
+    let (b, s, _) = measure::measure_device(
+        &plan.device.path,
+        &crate::cli::lower::bench_options(&args.bench_opts)?,
+        in_use.as_deref(),
+    )?;
     let mut verdict = report.bench_before.as_ref().map(|before| bench::verdict_of(before, &b));
     // What the filesystems freed meanwhile, the run's FITRIM discarded, and it reads
     // fast: the same ranges are then not the same data. (Without a trim, freed blocks

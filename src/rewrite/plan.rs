@@ -12,6 +12,7 @@ use crate::engine::EngineConfig;
 use crate::engine::journal::{self, Replay};
 use crate::host::device::{self, BlockDeviceInfo, Medium, Sysfs};
 use crate::host::mounts::{self, MountedFs};
+pub use crate::host::privileges::check as check_privileges;
 use crate::support::error::{Error, Result};
 use crate::support::hooks;
 use crate::support::units;
@@ -81,14 +82,6 @@ impl RewritePlan {
     }
 }
 
-use crate::sys::CAP_SYS_ADMIN;
-
-fn effective_caps() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("CapEff:"))?;
-    u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()
-}
-
 fn read_proc_u64(path: &str) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
@@ -135,23 +128,6 @@ pub fn parse_rate_option(name: &str, value: Option<&str>) -> Result<Option<u64>>
             Err(e) => Err(Error::Usage(format!("{name}: {e}"))),
         },
     }
-}
-
-/// Checks privileges: FIFREEZE needs CAP_SYS_ADMIN, raw device writes need root's access.
-pub fn check_privileges() -> Result<()> {
-    if !nix::unistd::geteuid().is_root() {
-        return Err(Error::refused(
-            "reseq must run as root: it opens block devices for writing and freezes filesystems",
-            "run it with sudo, or from a root cron job or systemd unit",
-        ));
-    }
-    if effective_caps().is_some_and(|c| c & (1 << CAP_SYS_ADMIN) == 0) {
-        return Err(Error::refused(
-            "reseq runs as root but without CAP_SYS_ADMIN, which FIFREEZE/FITHAW need",
-            "run it outside the restricted container or unit, or grant CAP_SYS_ADMIN",
-        ));
-    }
-    Ok(())
 }
 
 /// Names the top of a stack of holders (dm on dm on a partition...), as the device to

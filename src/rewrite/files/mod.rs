@@ -20,8 +20,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use crate::cli::RewriteArgs;
 use crate::engine::journal::{self, FileIdentity, Journal, RunRecord};
 use crate::engine::target::{BlockTarget, DirectDevice};
@@ -30,7 +28,7 @@ use crate::host::device::{self, Sysfs};
 use crate::host::freeze::{Batched, GuardedFreeze, WindowGuard, WritersChecked};
 use crate::host::mounts::{self, MountedFs};
 use crate::options::resume::RunOptions;
-use crate::report::{Report, now_rfc3339};
+use crate::report::{FileReport, Report, now_rfc3339};
 use crate::support::error::{Error, Result};
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
@@ -41,36 +39,6 @@ mod planner;
 pub mod record;
 pub use planner::{Extent, plan_extents};
 use planner::{FileTarget, FilesPlanner, Map, Member, SharedClaims, UNWRITTEN};
-
-/// What file mode did to one file.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct FileReport {
-    pub path: String,
-    pub size_bytes: u64,
-    /// Extents in the first map (null: the file was never mapped).
-    pub extents: Option<usize>,
-    pub bytes_rewritten: u64,
-    pub bytes_skipped_unwritten: u64,
-    /// Shared extents another file of this run already rewrote.
-    pub bytes_skipped_shared: u64,
-    /// Holes (never allocated, never written), for a file done to its end.
-    pub bytes_skipped_holes: u64,
-    /// Why the file was skipped, if it was (its bytes then count as not rewritten).
-    pub skipped_reason: Option<String>,
-    /// `--only-slow`: why the file was left alone (it reads fast enough).
-    pub left_alone: Option<String>,
-    /// `--only-slow`: the file's sequential read throughput before the run.
-    pub read_bytes_per_second: Option<f64>,
-    /// Resumed from this file offset.
-    pub resumed_from_bytes: u64,
-    pub windows: u64,
-    pub longest_freeze_seconds: f64,
-    /// `passed`, `off` or `incomplete`.
-    pub verification: String,
-    /// Finished by the interrupted run this one resumed: not rewritten again.
-    #[serde(default)]
-    pub done_earlier: bool,
-}
 
 /// Filesystems file mode refuses, with why.
 fn refuse_fs(fs_type: &str) -> Option<(String, String)> {
@@ -335,7 +303,8 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
         (0..planned.len()).filter(|fi| !left_alone.contains_key(fi)).map(|fi| planned[fi].path.as_path()).collect();
     if args.bench {
         log::info!("benchmarking {} file(s) before the rewrite", measured.len());
-        let (b, s) = crate::commands::measure::measure_files(&measured, &args.bench_opts)?;
+        let (b, s) =
+            crate::measure::passes::measure_files(&measured, &crate::cli::lower::bench_options(&args.bench_opts)?)?;
         (report.bench_before, report.scan_before) = (Some(b), Some(s));
     }
     // A cron job's priority: best-effort level 7 (ionice -c2 -n7), not the idle class:
@@ -471,10 +440,13 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
         log::info!("benchmarking the same files after the rewrite");
         // Files deleted during the run are not read after it either.
         let still: Vec<&Path> = measured.iter().copied().filter(|p| p.exists()).collect();
-        outcome = crate::commands::measure::measure_files(&still, &args.bench_opts).map(|(b, s)| {
-            report.verdict = report.bench_before.as_ref().map(|before| crate::measure::bench::verdict_of(before, &b));
-            (report.bench_after, report.scan_after) = (Some(b), Some(s));
-        });
+        outcome = crate::cli::lower::bench_options(&args.bench_opts)
+            .and_then(|o| crate::measure::passes::measure_files(&still, &o))
+            .map(|(b, s)| {
+                report.verdict =
+                    report.bench_before.as_ref().map(|before| crate::measure::bench::verdict_of(before, &b));
+                (report.bench_after, report.scan_after) = (Some(b), Some(s));
+            });
     }
     // Freezes, not engine windows: files rewritten in one freeze share it.
     totals.windows = windows;

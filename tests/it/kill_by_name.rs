@@ -4,16 +4,14 @@
 //! command line), so the filesystem is thawed within 2 s every time and no fsync'd write
 //! is lost.
 //!
-//! Alone in its own test binary: killing by name would hit every reseq process of the
-//! tests running beside it, and cargo runs test binaries one after another.
-
-mod common;
+//! Alone on the machine (`common::exclusive`): killing by name would hit every reseq
+//! process of the tests running beside it.
 
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn slow_rewrite(env: &TestEnv, dev: &Path) -> Command {
     let mut c = env.reseq();
@@ -43,6 +41,8 @@ fn no_guardian_left(run_dir: &Path) {
 
 #[test]
 fn killing_reseq_by_name_never_leaves_a_freeze() {
+    // Killing by name hits every reseq process of the tests beside it: this one runs alone.
+    let _alone = exclusive();
     if !require(&["mkfs.ext4", "e2fsck", "pkill", "killall", "timeout", "fsfreeze"]) {
         return;
     }
@@ -91,6 +91,5 @@ fn killing_reseq_by_name_never_leaves_a_freeze() {
     assert!(in_window >= 10, "too few kills landed in a window to show anything ({in_window})");
     assert!(writer.finish() > 0);
     drop(m);
-    let out = Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path).output().unwrap();
-    assert!(out.status.success(), "e2fsck: {}", String::from_utf8_lossy(&out.stdout));
+    fsck_clean(&lo.path, "ext4");
 }

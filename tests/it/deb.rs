@@ -1,12 +1,10 @@
 //! The Debian package: `cargo deb` builds it, `dpkg -i` installs a working reseq with its
 //! man page, completions, config and units, and `dpkg -r`/`-P` remove it cleanly.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 /// Purges the package on drop, whatever the test did.
 struct Installed;

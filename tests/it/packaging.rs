@@ -1,10 +1,8 @@
 //! Packaging: the systemd units verify cleanly, and a job config runs.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn systemd_units_verify() {
@@ -59,9 +57,7 @@ fn a_job_config_runs_like_the_command_line() {
         ),
     )
     .unwrap();
-    let out = output(env.reseq().args(["run", "--config"]).arg(&job));
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(["run", "--config"]).arg(&job));
     assert_eq!(r["results"]["bytes_written"], 2 << 20);
     assert!(std::fs::read_to_string(env.path("job.prom")).unwrap().contains("reseq_last_run_success"));
     assert_files_intact(&files);

@@ -5,17 +5,64 @@
 //! loudly, so a developer without root still gets the unit tests.
 #![allow(dead_code)]
 
-#[cfg(not(feature = "fault-injection"))]
-compile_error!(
-    "the integration tests need the test-only hooks: run `cargo test --features fault-injection` (see README)"
-);
-
+use std::cell::RefCell;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 pub use reseq::support::scratch::{LoopDevice, Mount, XorShift, hash_path, mkfs_ext4, mkfs_xfs, run_cmd};
+
+/// The machine, shared by the tests that run side by side, or held by one alone.
+static MACHINE: RwLock<()> = RwLock::new(());
+
+enum Held {
+    Shared(#[allow(dead_code)] RwLockReadGuard<'static, ()>),
+    Exclusive,
+}
+
+thread_local! {
+    // libtest runs each test on its own thread: what the test holds is released when the
+    // thread ends, pass or fail.
+    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
+}
+
+/// Marks this test as one that shares the machine with others (taken by `require`,
+/// `TestEnv::new`, `TestEnv::reseq` and `reseq_command`, so a test rarely calls it): it
+/// then never runs beside an `exclusive()` one.
+pub fn shared() {
+    HELD.with(|h| {
+        if h.borrow().is_none() {
+            let g = MACHINE.read().unwrap_or_else(|p| p.into_inner());
+            *h.borrow_mut() = Some(Held::Shared(g));
+        }
+    })
+}
+
+/// The machine to this test alone until the guard drops: for a test that kills every
+/// `reseq` by name, or times an emulated drive's clock.
+pub struct Exclusive(#[allow(dead_code)] Option<RwLockWriteGuard<'static, ()>>);
+
+pub fn exclusive() -> Exclusive {
+    // A shared hold of this thread's own would deadlock the write lock: give it up first.
+    HELD.with(|h| h.borrow_mut().take());
+    let g = MACHINE.write().unwrap_or_else(|p| p.into_inner());
+    HELD.with(|h| *h.borrow_mut() = Some(Held::Exclusive));
+    Exclusive(Some(g))
+}
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        HELD.with(|h| h.borrow_mut().take());
+    }
+}
+
+/// The reseq binary, for tests that need no `TestEnv`.
+pub fn reseq_command() -> Command {
+    shared();
+    Command::new(env!("CARGO_BIN_EXE_reseq"))
+}
 
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
@@ -23,6 +70,7 @@ pub fn in_ci() -> bool {
 
 /// Checks what a test needs. Returns false (skip) outside CI, panics in CI.
 pub fn require(tools: &[&str]) -> bool {
+    shared();
     let mut missing = Vec::new();
     if !nix::unistd::geteuid().is_root() {
         missing.push("root".to_string());
@@ -51,6 +99,7 @@ pub fn require(tools: &[&str]) -> bool {
 /// Checks that FUSE is there (`/dev/fuse`), as `require` does for the other requirements:
 /// false (skip) outside CI, a panic in CI.
 pub fn require_fuse() -> bool {
+    shared();
     if Path::new("/dev/fuse").exists() {
         return true;
     }
@@ -71,6 +120,7 @@ pub struct TestEnv {
 
 impl TestEnv {
     pub fn new() -> TestEnv {
+        shared();
         let dir = tempfile::Builder::new().prefix("reseq-test-").tempdir().expect("tempdir");
         let shm = Path::new("/dev/shm");
         let run = if shm.is_dir() {
@@ -132,7 +182,7 @@ impl TestEnv {
 
     /// The reseq binary with the state directory set.
     pub fn reseq(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_reseq"));
+        let mut c = reseq_command();
         c.env("RESEQ_STATE_DIR", self.state_dir())
             .env("RESEQ_RUN_DIR", self.run_dir())
             .env_remove("RESEQ_FAULTS")
@@ -185,6 +235,36 @@ pub fn wait_captured(child: std::process::Child) -> Output {
     let out = child.wait_with_output().unwrap();
     eprintln!("--- stderr:\n{}", String::from_utf8_lossy(&out.stderr));
     out
+}
+
+/// Runs reseq, asserts that it exited 0 (showing its stderr if not), and returns its JSON
+/// report: the preamble of most report tests.
+pub fn json_ok(cmd: &mut Command) -> serde_json::Value {
+    let out = output(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    json_report(&out)
+}
+
+/// The filesystem's own checker, read-only (`e2fsck -fn`, `xfs_repair -n`): fails the
+/// test with its output unless the filesystem is clean.
+pub fn fsck_clean(dev: &Path, fs: &str) {
+    let mut c = match fs {
+        "ext4" => Command::new("e2fsck"),
+        "xfs" => Command::new("xfs_repair"),
+        other => panic!("no checker for {other}"),
+    };
+    if fs == "ext4" {
+        c.args(["-f", "-n"]);
+    } else {
+        c.arg("-n");
+    }
+    let out = c.arg(dev).output().unwrap_or_else(|e| panic!("{c:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{c:?} found problems:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 pub fn json_report(out: &Output) -> serde_json::Value {

@@ -1,20 +1,17 @@
 //! `reseq demo` end to end: it must succeed, verify, and leave nothing behind.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// The demos one at a time: each checks that no `reseq-demo-` loop device or mount is
 /// left, which another running demo would have, and the emulated one's clock must not
 /// share the CPUs with the other's work.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn demo_runs_and_cleans_up() {
     if !require(&["losetup", "mkfs.ext4", "e2fsck"]) {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = exclusive();
     let env = TestEnv::new();
     let out = output(env.reseq().args(["demo", "--no-fuse", "--json", "--size", "128M"]));
     assert_eq!(out.status.code(), Some(0));
@@ -40,7 +37,7 @@ fn demo_on_an_emulated_ssd_is_faster_by_the_clock() {
     if !require(&["losetup", "mkfs.ext4", "e2fsck"]) || !require_fuse() {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = exclusive();
     let env = TestEnv::new();
     let t = std::time::Instant::now();
     let out = output(env.reseq().args(["demo", "--json"]));
@@ -70,7 +67,7 @@ fn demo_without_root_runs_the_simulation() {
     if !require(&["setpriv"]) {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = exclusive();
     let out = output(std::process::Command::new("setpriv").args([
         "--reuid=65534",
         "--regid=65534",

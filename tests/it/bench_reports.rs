@@ -1,12 +1,10 @@
 //! `bench`, `scan`, `rewrite --bench` and the report renderings, on real loop devices.
 
-mod common;
-#[path = "common/faultfs.rs"]
-mod faultfs;
+use crate::faultfs;
 
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use faultfs::*;
 
 const MIB: u64 = 1 << 20;
@@ -33,9 +31,7 @@ fn bench_agrees_with_dd() {
     }
     let env = TestEnv::new();
     let lo = env.random_loop_device("b.img", 256 * MIB, 31);
-    let out = output(env.reseq().args(["bench", "--json", "--passes", "3", "--block-size", "1M"]).arg(&lo.path));
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(["bench", "--json", "--passes", "3", "--block-size", "1M"]).arg(&lo.path));
     let b = &r["bench"];
     assert_eq!(b["passes"].as_array().unwrap().len(), 3);
     for p in b["passes"].as_array().unwrap() {
@@ -59,9 +55,7 @@ fn bench_reads_files_through_the_filesystem_with_direct_io() {
     let env = TestEnv::new();
     let (_lo, mnt) = env.mounted("bf", 128 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 3, 5 * (MIB as usize) + 1234, 5);
-    let out = output(env.reseq().args(["bench", "--json", "--passes", "1"]).arg(&mnt.dir));
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(["bench", "--json", "--passes", "1"]).arg(&mnt.dir));
     assert_eq!(r["bench"]["target"], "3 files");
     assert_eq!(r["bench"]["passes"][0]["bytes"], 3 * (5 * MIB + 1234), "every byte of every file, tails included");
     let out = output(env.reseq().args(["bench", "--json", "--passes", "1"]).arg(&files[0].0));
@@ -260,9 +254,7 @@ fn rewrite_bench_measures_in_use_bytes_and_does_not_credit_trim() {
     let env = TestEnv::new();
     let (lo, _mnt, files) = quarter_used(&env, "trim", true);
     let args = ["rewrite", "--json", "--bench", "--bench-passes", "4", "--bench-regions", "8"];
-    let out = output(env.reseq().args(args).arg(&lo.path));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(args).arg(&lo.path));
     assert!(r["space"]["bytes_trimmed"].as_u64().unwrap() > 100 * MIB, "the run trims: {}", r["space"]);
     let (before, after) = (&r["bench_before"], &r["bench_after"]);
     assert!(before["target"].as_str().unwrap().contains("in-use ranges"), "{}", before["target"]);
@@ -276,9 +268,7 @@ fn rewrite_bench_measures_in_use_bytes_and_does_not_credit_trim() {
     assert!(regions.iter().all(|g| !g["device_ranges"].as_array().unwrap().is_empty()), "regions name device ranges");
     // `reseq estimate` samples the same in-use bytes, and writes nothing.
     let before = hash_path(&files[0].0).unwrap();
-    let out = output(env.reseq().args(["estimate", "--json", "--sample", "32M"]).arg(&lo.path));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let e = &json_report(&out)["estimate"];
+    let e = &json_ok(env.reseq().args(["estimate", "--json", "--sample", "32M"]).arg(&lo.path))["estimate"];
     assert!(e["target"].as_str().unwrap().contains("in-use ranges"), "{e}");
     assert!(e["advice"].as_str().unwrap().len() > 10, "{e}");
     assert_eq!(hash_path(&files[0].0).unwrap(), before);
@@ -294,15 +284,11 @@ fn a_cache_below_the_device_makes_the_verdict_unreliable() {
     }
     let env = TestEnv::new();
     let (lo, _mnt, files) = quarter_used(&env, "cache", false);
-    let out = output(env.reseq().args(["bench", "--json", "--passes", "2"]).arg(&lo.path));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let b = &json_report(&out)["bench"];
+    let b = &json_ok(env.reseq().args(["bench", "--json", "--passes", "2"]).arg(&lo.path))["bench"];
     assert_eq!(b["cache"]["loop_direct_io"], false, "{}", b["cache"]);
     assert_eq!(b["cache"]["cache_suspected"], true);
     let args = ["rewrite", "--json", "--bench", "--bench-passes", "3", "--bench-regions", "4"];
-    let out = output(env.reseq().args(args).arg(&lo.path));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let v = &json_report(&out)["verdict"];
+    let v = &json_ok(env.reseq().args(args).arg(&lo.path))["verdict"];
     assert_eq!(v["verdict"], "unreliable", "{v}");
     assert!(v["rule"].as_str().unwrap().contains("page cache"), "{v}");
     assert_files_intact(&files);

@@ -2,11 +2,9 @@
 //! written, files survive, fsck is clean, and FITRIM afterwards shows in the sparse
 //! backing file (a loop device turns discards into hole punches).
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 
@@ -60,7 +58,7 @@ fn ext4_thirty_percent_full_writes_only_used_space_and_trims() {
     assert!(trimmed > 150 * MIB, "FITRIM should discard the free space ({trimmed})");
     assert_files_intact(kept);
     mnt.unmount().unwrap();
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+    fsck_clean(&lo.path, "ext4");
     let du_after = du_bytes(&lo.image);
     assert!(du_after < written + 16 * MIB, "the image still holds {du_after} bytes after FITRIM");
 }
@@ -73,9 +71,7 @@ fn include_free_and_no_trim_rewrite_everything_and_keep_the_blocks() {
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("all", 128 * MIB, "ext4");
     fill_files(&mnt.dir, 2, 8 << 20, 3);
-    let out = output(env.reseq().args(["rewrite", "--json", "--include-free", "--no-trim"]).arg(&lo.path));
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(["rewrite", "--json", "--include-free", "--no-trim"]).arg(&lo.path));
     assert_eq!(r["space"]["mode"], "everything");
     assert_eq!(r["results"]["bytes_written"], 128 * MIB);
     assert!(r["space"]["bytes_trimmed"].is_null());

@@ -3,12 +3,10 @@
 //! anything is written (exit 3, naming the PID or the device); one that appears mid-run
 //! stops the run before the next window.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// `sh` holding `dev` open read-write on fd 3 until killed.
 fn holder(dev: &std::path::Path) -> std::process::Child {

@@ -1,11 +1,9 @@
 //! Every refusal before the first write, and every injected fault during a run: each
 //! gives its message and exit code, leaves nothing frozen, and leaves the data intact.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 
@@ -270,7 +268,7 @@ fn fault(faults: &str, code: i32, needle: &str) {
     assert!(!is_frozen(&mnt.dir));
     assert_files_intact(&files);
     mnt.unmount().unwrap();
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+    fsck_clean(&lo.path, "ext4");
 }
 
 #[test]

@@ -3,13 +3,11 @@
 //! failed transaction, amcheck is clean over all indexes, and after a clean shutdown
 //! pg_checksums passes.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 
@@ -98,11 +96,9 @@ fn postgresql_under_pgbench_survives_a_file_mode_rewrite() {
     let bench = bench.current_dir(&logdir).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_secs(2));
 
-    let out = output(
+    let r = json_ok(
         env.reseq().args(["rewrite", "--json", "--max-freeze", "500ms", "--pause", "200ms"]).arg(data.join("base")),
     );
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
     let files = r["files"].as_array().unwrap();
     let written = r["results"]["bytes_written"].as_u64().unwrap();
     assert!(written > 200 * MIB, "the pgbench tables should be rewritten ({written} bytes)");
@@ -145,5 +141,5 @@ fn postgresql_under_pgbench_survives_a_file_mode_rewrite() {
     std::mem::forget(server);
     run_cmd(as_postgres(&bin, "pg_checksums").args(["--check", "-D"]).arg(&data)).expect("pg_checksums clean");
     mnt.unmount().unwrap();
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+    fsck_clean(&lo.path, "ext4");
 }

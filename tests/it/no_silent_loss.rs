@@ -5,13 +5,11 @@
 //!
 //! The first tests here check that harness itself, through the loop device with O_DIRECT.
 
-mod common;
-#[path = "common/faultfs.rs"]
-mod faultfs;
+use crate::faultfs;
 
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use faultfs::*;
 
 const MIB: u64 = 1 << 20;
@@ -468,9 +466,7 @@ fn a_device_with_a_partial_last_sector_is_rewritten_up_to_it() {
     let env = TestEnv::new();
     let d = fault_loop_device(&env, "odd", 5 * MIB + 512, 28, Some(4096));
     let original = std::fs::read(&d.image).unwrap();
-    let out = output(env.reseq().args(["rewrite", "--json", "--chunk-size", "1M"]).arg(&d.lo.path));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(["rewrite", "--json", "--chunk-size", "1M"]).arg(&d.lo.path));
     assert_eq!(r["results"]["bytes_written"], 5 * MIB);
     let warned = r["warnings"].as_array().unwrap().iter().any(|w| {
         w.as_str().unwrap().contains("the last 512 bytes") && w.as_str().unwrap().contains("from offset 5242880")
@@ -502,14 +498,12 @@ fn a_state_dir_symlinked_into_the_frozen_filesystem_is_seen_as_on_it() {
     std::fs::create_dir(mnt.dir.join("state")).unwrap();
     let link = env.path("state-link");
     std::os::unix::fs::symlink(mnt.dir.join("state"), &link).unwrap();
-    let out = output(
+    let r = json_ok(
         env.reseq()
             .args(["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "300ms"])
             .arg(&lo.path)
             .env("RESEQ_STATE_DIR", &link),
     );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let r = json_report(&out);
     assert_eq!(r["results"]["windows_overrun"], 0);
     assert!(
         r["warnings"].to_string().contains("is on a filesystem reseq freezes"),

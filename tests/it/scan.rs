@@ -1,8 +1,6 @@
 //! `reseq scan` on a loop device with a region made slow on purpose.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 
@@ -52,14 +50,12 @@ fn only_slow_rewrites_just_the_flagged_regions() {
     let lo = env.random_loop_device("sel.img", 128 * MIB, 9);
     let before = hash_path(&lo.path).unwrap();
     let faults = "slow@0-128M=50,slow@64M-80M=120";
-    let out = output(
+    let r = json_ok(
         env.reseq()
             .args(["rewrite", "--json", "--only-slow", "--scan-regions", "8", "--bench-block-size", "2M"])
             .arg(&lo.path)
             .env("RESEQ_FAULTS", faults),
     );
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
     let sel = &r["selection"];
     assert_eq!(sel["chosen"].as_array().unwrap().len(), 1);
     assert_eq!(sel["chosen"][0]["offset_bytes"], 64 * MIB);
@@ -115,14 +111,12 @@ fn only_slow_on_a_used_space_device_picks_slow_used_regions_only() {
     // Every read slowed a little (this VM's host cache makes recently written ranges read
     // up to x2 faster, by chance), the slow file's much more.
     let faults = format!("slow@0-256M=20,slow@{lo_b}-{hi_b}=100");
-    let out = output(
+    let r = json_ok(
         env.reseq()
             .args(["rewrite", "--json", "--only-slow", "--scan-regions", "16", "--bench-block-size", "1M"])
             .arg(&lo.path)
             .env("RESEQ_FAULTS", faults),
     );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let r = json_report(&out);
     let chosen = r["selection"]["chosen"].as_array().unwrap();
     assert!(!chosen.is_empty() && chosen.len() <= 4, "the slow file's regions: {}", r["selection"]);
     for c in chosen {

@@ -16,21 +16,16 @@
 //! The tests of this file take one lock: two served drives at once would share the CPUs
 //! and blur each other's clocks.
 
-mod common;
-
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 const SCALE: f64 = 6.0;
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// A running `reseq sim serve`; stopped (SIGTERM, then unmount and SIGKILL) on drop, so
 /// drop the loop device and mounts on it first.
@@ -159,9 +154,7 @@ fn degrade(path: &Path, bytes: u64, seed: u64) {
 
 /// `reseq bench PATH`: the fastest pass's rate, bytes/s, and the report.
 fn bench(env: &TestEnv, path: &Path, extra: &[&str]) -> (f64, serde_json::Value) {
-    let out = output(env.reseq().arg("bench").arg(path).args(extra).arg("--json"));
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().arg("bench").arg(path).args(extra).arg("--json"));
     let b = &r["bench"];
     assert_eq!(b["cache"]["cache_suspected"], false, "a cache under the served drive: {}", b["cache"]);
     (b["max_bytes_per_second"].as_f64().unwrap(), r)
@@ -200,7 +193,7 @@ fn consumer_nvme_degrades_and_file_and_device_mode_restore_it() {
     if !require(&["losetup", "mkfs.ext4", "e2fsck", "fstrim"]) || !require_fuse() {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = exclusive();
     let env = TestEnv::new();
     let state = env.path("drive");
     sim(&env, &["create", state.to_str().unwrap(), "--preset", "consumer-nvme", "--device-size", "2G"]);
@@ -235,15 +228,13 @@ fn consumer_nvme_degrades_and_file_and_device_mode_restore_it() {
     let db_hash = hash_path(&db).unwrap();
     let (degraded2, _) = bench(&env, &db, &[]);
     assert!(fresh >= 2.0 * degraded2, "degraded again: {fresh} -> {degraded2}");
-    let out = output(
+    let r = json_ok(
         env.reseq()
             .arg("rewrite")
             .arg(&lo.path)
             .args(["--only-slow", "--bench", "--bench-passes", "2", "--json", "--state-dir"])
             .arg(env.state_dir()),
     );
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
     assert_eq!(r["verdict"]["verdict"], "faster", "{}", r["verdict"]);
     let ranges = |reg: &serde_json::Value| -> Vec<(u64, u64)> {
         reg["device_ranges"]
@@ -298,7 +289,7 @@ fn served_read_time_matches_sim_read() {
     if !require(&["losetup"]) || !require_fuse() {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = exclusive();
     let env = TestEnv::new();
     let state = env.path("drive");
     let st = state.to_str().unwrap();
@@ -335,7 +326,7 @@ fn datacenter_sata_shows_no_measurable_change() {
     if !require(&["losetup", "mkfs.ext4"]) || !require_fuse() {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = exclusive();
     let env = TestEnv::new();
     let state = env.path("drive");
     sim(&env, &["create", state.to_str().unwrap(), "--preset", "datacenter-sata", "--device-size", "4G"]);
@@ -366,7 +357,7 @@ fn server_killed_mid_rewrite_reseq_stops_and_thaws() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) || !require_fuse() {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = exclusive();
     let env = TestEnv::new();
     let state = env.path("drive");
     sim(&env, &["create", state.to_str().unwrap(), "--preset", "consumer-nvme", "--device-size", "2G"]);
@@ -411,7 +402,7 @@ fn bad_input_is_refused_with_its_exit_code() {
     if !require(&["losetup"]) || !require_fuse() {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = exclusive();
     let env = TestEnv::new();
     let state = env.path("drive");
     sim(&env, &["create", state.to_str().unwrap(), "--preset", "consumer-nvme", "--device-size", "2G"]);

@@ -1,14 +1,12 @@
 //! File mode on real ext4 and xfs: a file fragmented on purpose, a live writer, awkward
 //! files, and the filesystems and files that are refused.
 
-mod common;
-
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 
@@ -60,9 +58,7 @@ fn fragmented_file_is_rewritten_intact(fs: &str) {
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted(fs, 320 * MIB, fs);
     let (path, hash) = fragmented_file(&mnt.dir, 24 << 20);
-    let out = output(env.reseq().args(["rewrite", "--json", "--max-freeze", "500ms", "--chunk-size", "1M"]).arg(&path));
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(["rewrite", "--json", "--max-freeze", "500ms", "--chunk-size", "1M"]).arg(&path));
     let f = &r["files"][0];
     assert!(f["extents"].as_u64().unwrap() > 3, "the file should be fragmented: {f}");
     assert_eq!(f["bytes_rewritten"], 24 * MIB, "every byte of the file, once");
@@ -112,7 +108,7 @@ fn a_live_writer_on_the_same_file_loses_nothing() {
     drop(f);
     let appender = Appender::start_from(&mnt.dir, &log, &env.path("stop"), 20001);
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let out = output(
+    let r = json_ok(
         env.reseq()
             .args(["rewrite", "--json", "--max-freeze", "200ms", "--pause", "50ms", "--chunk-size", "64K"])
             // Overruns under load are counted, not fatal: the longest freeze is checked below.
@@ -120,15 +116,13 @@ fn a_live_writer_on_the_same_file_loses_nothing() {
             .arg(&log)
             .env("RESEQ_FAULTS", "delay@after-write#*=20"),
     );
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
     assert!(r["results"]["windows"].as_u64().unwrap() >= 2, "expected several windows");
     assert!(r["results"]["longest_freeze_seconds"].as_f64().unwrap() < 0.2 + 0.5);
     let records = appender.finish();
     assert!(records > 20000, "the writer was blocked for the whole run");
     assert!(!is_frozen(&mnt.dir));
     mnt.unmount().unwrap();
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+    fsck_clean(&lo.path, "ext4");
 }
 
 #[test]
@@ -190,7 +184,7 @@ fn awkward_files_write_only_their_data() {
         assert_eq!(hash_path(&d.join(n)).unwrap(), h, "{n} changed");
     }
     mnt.unmount().unwrap();
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+    fsck_clean(&lo.path, "ext4");
 }
 
 #[test]
@@ -267,7 +261,7 @@ fn a_killed_file_run_resumes_where_it_stopped() {
     drop_caches();
     assert_eq!(hash_path(&path).unwrap(), hash);
     mnt.unmount().unwrap();
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+    fsck_clean(&lo.path, "ext4");
 }
 
 /// File mode keeps a resumed run's options as device mode does; `--restart` starts the
@@ -293,15 +287,11 @@ fn a_resumed_file_run_keeps_its_options_and_restart_starts_over() {
     let out = output(env.reseq().args(["rewrite", "--resume", "--chunk-size", "2M"]).arg(&path));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--chunk-size 2M differs from the interrupted run's 1M"), "{}", stderr(&out));
-    let out = output(env.reseq().args(["rewrite", "--json", "--resume"]).arg(&path));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(["rewrite", "--json", "--resume"]).arg(&path));
     assert_eq!(r["freeze_bound"]["max_freeze_seconds"], 0.3, "{}", r["freeze_bound"]);
     assert!(r["files"][0]["resumed_from_bytes"].as_u64().unwrap() > 0);
     assert_eq!(output(&mut first).status.code(), None, "killed again");
-    let out = output(env.reseq().args(["rewrite", "--json", "--restart"]).arg(&path));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(["rewrite", "--json", "--restart"]).arg(&path));
     assert_eq!(r["files"][0]["resumed_from_bytes"], 0, "started over");
     assert_eq!(r["freeze_bound"]["max_freeze_seconds"], 1.0, "the file-mode default");
     let left: Vec<_> = std::fs::read_dir(env.state_dir()).unwrap().flatten().map(|e| e.file_name()).collect();
@@ -342,7 +332,7 @@ fn a_run_killed_inside_a_batch_of_small_files_loses_nothing() {
     drop_caches();
     assert_files_intact(&files);
     mnt.unmount().unwrap();
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+    fsck_clean(&lo.path, "ext4");
 }
 
 /// Runs a slow rewrite of `path` (many windows) and applies `change` to the file while
@@ -407,7 +397,7 @@ fn files_deleted_truncated_or_extended_during_the_run() {
     drop_caches();
     assert_eq!(blake3::hash(&std::fs::read(&long).unwrap()), blake3::hash(&data), "the extended file changed");
     mnt.unmount().unwrap();
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+    fsck_clean(&lo.path, "ext4");
 }
 
 #[test]
@@ -428,9 +418,7 @@ fn reflinked_pair_on_xfs_is_written_once() {
     let plan = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(plan.contains("a: 1 extents, 8.0 MiB to rewrite") || plan.contains("8.0 MiB to rewrite"), "{plan}");
     assert!(plan.contains("0 B to rewrite"), "the clone adds nothing: {plan}");
-    let out = output(env.reseq().args(["rewrite", "--json"]).arg(&a).arg(mnt.dir.join("b")));
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(["rewrite", "--json"]).arg(&a).arg(mnt.dir.join("b")));
     let files = r["files"].as_array().unwrap();
     assert_eq!(files[0]["bytes_rewritten"], 8 * MIB, "the first file writes the shared range");
     assert_eq!(files[1]["bytes_rewritten"], 0, "the second finds it done");
@@ -440,7 +428,7 @@ fn reflinked_pair_on_xfs_is_written_once() {
         assert_eq!(std::fs::read(&p).unwrap(), data);
     }
     mnt.unmount().unwrap();
-    run_cmd(Command::new("xfs_repair").arg("-n").arg(&lo.path)).unwrap();
+    fsck_clean(&lo.path, "xfs");
 }
 
 /// `--only-slow` in file mode: with two of ten files reading slowly (made slow through the
@@ -488,7 +476,7 @@ fn only_slow_files_are_rewritten() {
     drop_caches();
     assert_files_intact(&hashes);
     mnt.unmount().unwrap();
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+    fsck_clean(&lo.path, "ext4");
 }
 
 /// ext4 with inline_data keeps tiny files inside the inode: FIEMAP flags them
@@ -512,9 +500,7 @@ fn inline_data_files_are_skipped_with_the_reason() {
     std::fs::write(&tiny, b"a few bytes kept in the inode").unwrap();
     run_cmd(&mut Command::new("sync")).unwrap();
     let before = bytes_written_to(&lo.path);
-    let out = output(env.reseq().args(["rewrite", "--json"]).arg(&tiny));
-    assert_eq!(out.status.code(), Some(0));
-    let f = &json_report(&out)["files"][0];
+    let f = &json_ok(env.reseq().args(["rewrite", "--json"]).arg(&tiny))["files"][0];
     assert!(f["skipped_reason"].as_str().unwrap().contains("DATA_INLINE"), "{f}");
     assert_eq!(f["bytes_rewritten"], 0);
     assert!(bytes_written_to(&lo.path) - before < 64 * 1024, "only the filesystem's own journal writes");
@@ -605,7 +591,7 @@ json.dump({"last": last, "worst": worst, "appended": appended, "slots": slots}, 
     let slots = w["slots"].as_u64().unwrap() as usize;
     assert_eq!(data.len(), (slots + w["appended"].as_u64().unwrap() as usize) * 4096, "appends lost");
     mnt.unmount().unwrap();
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+    fsck_clean(&lo.path, "ext4");
 }
 
 #[test]
@@ -669,7 +655,7 @@ fn small_files_share_freeze_windows() {
     assert_files_intact(&files);
     assert_files_intact(&few);
     mnt.unmount().unwrap();
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+    fsck_clean(&lo.path, "ext4");
 }
 
 /// Two names of one inode are one file: rewritten once.
@@ -682,9 +668,7 @@ fn a_hard_linked_file_is_rewritten_once() {
     let (_lo, mnt) = env.mounted("hlink", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 1, 1 << 20, 63);
     std::fs::hard_link(&files[0].0, mnt.dir.join("second-name")).unwrap();
-    let out = output(env.reseq().args(["rewrite", "--json"]).arg(&mnt.dir));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(["rewrite", "--json"]).arg(&mnt.dir));
     assert_eq!(r["files"].as_array().unwrap().len(), 1, "{}", r["files"]);
     assert_eq!(r["results"]["bytes_written"], 1 << 20);
     drop_caches();
@@ -705,9 +689,7 @@ fn file_mode_bench_reads_the_files_before_and_after() {
     let files = fill_files(&mnt.dir, 20, size, 65);
     let args = ["rewrite", "--json", "--bench", "--bench-passes", "3", "--bench-regions", "4", "--metrics-file"];
     let prom = env.path("files.prom");
-    let out = output(env.reseq().args(args).arg(&prom).arg(&mnt.dir));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(args).arg(&prom).arg(&mnt.dir));
     for b in [&r["bench_before"], &r["bench_after"]] {
         assert_eq!(b["params"]["length_bytes"], 20 * size as u64, "the files' bytes: {b}");
         assert_eq!(b["target"], "20 files");
@@ -812,9 +794,7 @@ fn file_mode_bench_skips_holes() {
     let (_lo, mnt) = env.mounted("fhole", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 2, 2 << 20, 67);
     run_cmd(Command::new("truncate").args(["-s", "10M"]).arg(mnt.dir.join("allhole"))).unwrap();
-    let out = output(env.reseq().args(["rewrite", "--json", "--bench", "--bench-passes", "2"]).arg(&mnt.dir));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(["rewrite", "--json", "--bench", "--bench-passes", "2"]).arg(&mnt.dir));
     assert_eq!(r["bench_before"]["params"]["length_bytes"], 4 * MIB, "the two files' data, not the hole");
     let out = output(env.reseq().args(["rewrite", "--bench"]).arg(mnt.dir.join("allhole")));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

@@ -1,10 +1,8 @@
 //! The generated man page renders cleanly and the completions load.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn man_page_and_completions() {

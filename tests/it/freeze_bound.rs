@@ -3,16 +3,14 @@
 //! `--max-freeze` plus the stated grace, reseq never thaws a freeze that is not its own,
 //! and no fsync'd write is lost. Each test has its own loop devices and runs in parallel
 //! with the others. (Killing by name, which would hit other tests' reseq processes,
-//! lives alone in tests/kill_by_name.rs.)
-
-mod common;
+//! runs alone: tests/it/kill_by_name.rs.)
 
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -57,16 +55,6 @@ fn reseq_running_on(dev: &Path) -> Option<u32> {
         let args: Vec<String> = cmd.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
         (comm.trim() == "reseq" && args.contains(&want)).then_some(pid)
     })
-}
-
-fn e2fsck_clean(dev: &Path) {
-    let out = Command::new("e2fsck").args(["-f", "-n"]).arg(dev).output().unwrap();
-    assert!(
-        out.status.success(),
-        "e2fsck -fn found problems:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]
@@ -151,7 +139,7 @@ fn sigstop_at_random_moments_never_holds_a_freeze() {
     assert!(killed + overran >= 5, "most stops should land in a window ({killed} + {overran} of 10)");
     assert!(writer.finish() > 0);
     drop(m);
-    e2fsck_clean(&lo.path);
+    fsck_clean(&lo.path, "ext4");
 }
 
 /// Ctrl-Z typed into an interactive shell (a real pty, job control on) at 10 random
@@ -377,7 +365,7 @@ fn a_foreign_thaw_and_refreeze_stops_the_run() {
     assert!(writer.finish() > 0);
     drop(fs);
     drop(m);
-    e2fsck_clean(&lo.path);
+    fsck_clean(&lo.path, "ext4");
 }
 
 /// Acts as a snapshot agent would: catches one of reseq's windows (FITHAW succeeds only

@@ -1,12 +1,10 @@
 //! `reseq rewrite` on real loop devices: mounted ext4 and xfs under a live writer, an
 //! unmounted device, and a whole disk whose partition is mounted.
 
-mod common;
-
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 
@@ -24,15 +22,13 @@ fn mounted_with_writer(fs: &str) {
     let appender = Appender::start(&mnt.dir, &mnt.dir.join("records.log"), &env.path("stop-writer"));
     std::thread::sleep(Duration::from_millis(200));
 
-    let out = output(
+    let r = json_ok(
         env.reseq()
             .args(["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "300ms", "--pause", "50ms"])
             .arg(&lo.path)
             // Slow chunks down so the run spans several windows with the writer between.
             .env("RESEQ_FAULTS", "delay@after-write#*=20"),
     );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let r = json_report(&out);
     // Used-space mode (the default): what is not free is rewritten, once, verified.
     let written = r["results"]["bytes_written"].as_u64().unwrap();
     let skipped = r["space"]["bytes_skipped_as_free"].as_u64().unwrap();
@@ -80,9 +76,7 @@ fn unmounted_device_is_bit_identical_afterwards() {
     let lo = env.random_loop_device("raw.img", size, 42);
     let before = hash_path(&lo.path).unwrap();
     let written_before = bytes_written_to(&lo.path);
-    let out = output(env.reseq().args(["rewrite", "--json", "--chunk-size", "8M"]).arg(&lo.path));
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(["rewrite", "--json", "--chunk-size", "8M"]).arg(&lo.path));
     assert_eq!(r["results"]["bytes_written"], size);
     assert_eq!(r["plan"]["chunks_total"], 13);
     assert_eq!(r["results"]["windows"], 1, "no freeze, so one unbounded window");
@@ -101,9 +95,7 @@ fn no_verify_skips_the_read_back_but_still_rewrites() {
     let env = TestEnv::new();
     let lo = env.random_loop_device("nv.img", 32 * MIB, 5);
     let before = hash_path(&lo.path).unwrap();
-    let out = output(env.reseq().args(["rewrite", "--json", "--no-verify"]).arg(&lo.path));
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(["rewrite", "--json", "--no-verify"]).arg(&lo.path));
     assert_eq!(r["results"]["bytes_written"], 32 * MIB);
     assert_eq!(r["results"]["bytes_verified"], 0);
     assert_eq!(r["verification"], "off");

@@ -1,12 +1,10 @@
 //! Killing reseq, interrupting it, and overrunning a window: the filesystem is always
 //! thawed, the data always intact, and the run resumes where it stopped.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 
@@ -112,11 +110,9 @@ fn kill_9_at_many_points_then_resume() {
     // between windows, so count bytes, not chunks.)
     let remaining = total_chunks * MIB - journal_done_bytes(&env.state_dir(), &lo);
     let before = bytes_written_to(&lo.path);
-    let out = output(
+    let r = json_ok(
         env.reseq().args(["rewrite", "--json", "--include-free", "--chunk-size", "1M", "--resume"]).arg(&lo.path),
     );
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
     assert_eq!(r["results"]["chunks_already_done"], done);
     assert_eq!(r["results"]["bytes_written"], remaining, "resume rewrote finished chunks");
     assert_eq!(r["plan"]["resume_from_chunk"], done);
@@ -131,7 +127,7 @@ fn kill_9_at_many_points_then_resume() {
     );
     assert_files_intact(&files);
     mnt.unmount().unwrap();
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+    fsck_clean(&lo.path, "ext4");
 }
 
 #[test]
@@ -164,9 +160,7 @@ fn sigint_stops_thaws_and_resumes() {
     assert_eq!(out.status.code(), Some(3));
     assert!(stderr(&out).contains("--resume"));
 
-    let out = output(env.reseq().args(["rewrite", "--json", "--include-free", "--resume"]).arg(&lo.path));
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
+    let r = json_ok(env.reseq().args(["rewrite", "--json", "--include-free", "--resume"]).arg(&lo.path));
     assert_eq!(r["results"]["bytes_written"], 64 * MIB - done_bytes);
     assert_files_intact(&files);
 }
@@ -309,7 +303,7 @@ fn a_freeze_released_by_someone_else_stops_the_run() {
     assert!(!is_frozen(&mnt.dir), "the guardian's re-freeze must be thawed too");
     assert_files_intact(&files);
     mnt.unmount().unwrap();
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).unwrap();
+    fsck_clean(&lo.path, "ext4");
 }
 
 /// Slow chunks (120 ms against a 400 ms window) make the chunks of the next windows
@@ -326,9 +320,7 @@ fn chunks_shrink_when_they_are_slow_for_the_window() {
     // (with 120 ms chunks in 400 ms windows, a loaded host overran one).
     let slow = "delay@after-write#1=300,delay@after-write#2=300,delay@after-write#3=300";
     let (lo, mnt, files, mut cmd) = mounted_rewrite(&env, "adapt", 31, &["--max-freeze", "1s"], slow);
-    let out = output(&mut cmd);
-    assert_eq!(out.status.code(), Some(0));
-    let r = json_report(&out);
+    let r = json_ok(&mut cmd);
     assert_eq!(r["results"]["bytes_written"], 64 * MIB);
     assert_eq!(r["results"]["windows_overrun"], 0);
     let journal = std::fs::read_to_string(env.state_dir().join(format!("device-{}.journal", lo.name()))).unwrap();

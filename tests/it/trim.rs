@@ -3,12 +3,10 @@
 //! shows in the image's allocated size. Every test mounts afresh: ext4 remembers which
 //! block groups it trimmed since mount (EXT4_GROUP_INFO_WAS_TRIMMED) and skips them.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 

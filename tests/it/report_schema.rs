@@ -1,7 +1,7 @@
 //! The report document: its JSON shape is pinned by a committed JSON Schema, and a saved
 //! report reads back identically.
 
-use std::process::Command;
+use crate::common::reseq_command;
 
 use reseq::report::Report;
 
@@ -18,12 +18,12 @@ fn the_report_schema_is_the_committed_one() {
         schema == committed,
         "the report's JSON shape changed. If that is intended, bump report::SCHEMA_VERSION \
          (for incompatible changes), update docs/REPORT-SCHEMA.md, and regenerate with \
-         RESEQ_UPDATE_SCHEMA=1 cargo test --features fault-injection --test report_schema"
+         RESEQ_UPDATE_SCHEMA=1 cargo test --features fault-injection --test it report_schema"
     );
 }
 
 fn run(args: &[&str]) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_reseq")).args(args).output().unwrap();
+    let out = reseq_command().args(args).output().unwrap();
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     out
 }

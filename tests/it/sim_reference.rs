@@ -24,7 +24,7 @@ fn close(what: &str, got: f64, want: f64) {
 
 #[test]
 fn rust_model_matches_the_python_reference() {
-    let fixtures: Vec<Value> = serde_json::from_str(include_str!("fixtures/ftl_reference.json")).unwrap();
+    let fixtures: Vec<Value> = serde_json::from_str(include_str!("../fixtures/ftl_reference.json")).unwrap();
     assert!(fixtures.len() >= 5);
     for sc in &fixtures {
         let name = sc["name"].as_str().unwrap();

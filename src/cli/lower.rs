@@ -1,0 +1,242 @@
+//! From parsed arguments to typed options, for every command but a rewrite of a device
+//! or files: each bound and cross-flag rule of those commands is here, with the flag it
+//! is about in its message, so the layers below take values that are already checked.
+
+use std::time::Duration;
+
+use crate::cli::{
+    BenchArgs, BenchOpts, EstimateArgs, ReadArgs, RestoreArgs, RewriteArgs, ScanArgs, SimCommand, SimRangeArgs,
+    SimulateArgs,
+};
+use crate::options::bench::{BenchCommand, BenchOptions, EstimateOptions, ReadOptions, ScanOptions, TrimImpactOptions};
+use crate::options::restore::RestoreOptions;
+use crate::options::sim::{Override, SimRange, SimRewrite, SimStep, SimulateOptions, SlowScan, sim_state};
+use crate::support::error::{Error, Result};
+use crate::support::units::{parse_duration, parse_size};
+
+fn size(flag: &str, v: &str) -> Result<u64> {
+    parse_size(v).map_err(|e| Error::Usage(format!("{flag}: {e}")))
+}
+
+fn duration(flag: &str, v: &str) -> Result<Duration> {
+    parse_duration(v).map_err(|e| Error::Usage(format!("{flag}: {e}")))
+}
+
+/// The `--bench-*` options of a rewrite.
+pub fn bench_options(o: &BenchOpts) -> Result<BenchOptions> {
+    Ok(BenchOptions {
+        block_size: size("--bench-block-size", &o.block_size)?,
+        queue_depth: o.queue_depth,
+        passes: o.passes.max(1),
+        settle: duration("--bench-settle", &o.settle)?,
+        regions: o.regions.max(1),
+        length: o.length.as_deref().map(|l| size("--bench-length", l)).transpose()?,
+    })
+}
+
+fn read_options(a: &ReadArgs) -> Result<ReadOptions> {
+    Ok(ReadOptions {
+        target: a.target.clone(),
+        length: a.length.as_deref().map(|l| size("--length", l)).transpose()?,
+        block_size: size("--block-size", &a.block_size)?,
+        queue_depth: a.queue_depth,
+        offset: size("--offset", &a.offset)?,
+        include_free: a.include_free,
+    })
+}
+
+/// `reseq bench`: `--trim-impact` takes only its own options and the target.
+pub fn bench(a: &BenchArgs) -> Result<BenchCommand> {
+    if a.trim_impact {
+        let size = size("--trim-size", &a.trim_size)?;
+        if size < crate::host::trim::SLICE_ALIGN {
+            return Err(Error::Usage("--trim-size must be at least 1M".into()));
+        }
+        let rate = crate::rewrite::plan::parse_rate_option("--trim-rate", a.trim_rate.as_deref())?;
+        return Ok(BenchCommand::TrimImpact(TrimImpactOptions { target: a.read.target.clone(), size, rate }));
+    }
+    let settle = duration("--settle", &a.settle)?;
+    if a.passes == 0 {
+        return Err(Error::Usage("--passes must be at least 1".into()));
+    }
+    Ok(BenchCommand::Passes { read: read_options(&a.read)?, passes: a.passes, settle })
+}
+
+/// `reseq scan`.
+pub fn scan(a: &ScanArgs) -> Result<ScanOptions> {
+    if a.regions == 0 || a.regions > 100_000 {
+        return Err(Error::Usage("--regions must be between 1 and 100000".into()));
+    }
+    if !(a.threshold > 0.0 && a.threshold <= 1.0) {
+        return Err(Error::Usage("--threshold must be in (0, 1]".into()));
+    }
+    Ok(ScanOptions { read: read_options(&a.read)?, regions: a.regions, threshold: a.threshold })
+}
+
+/// `reseq estimate`.
+pub fn estimate(a: &EstimateArgs) -> Result<EstimateOptions> {
+    Ok(EstimateOptions { target: a.target.clone(), sample: size("--sample", &a.sample)?, regions: a.regions })
+}
+
+/// `reseq restore`.
+pub fn restore(a: &RestoreArgs) -> Result<RestoreOptions> {
+    let max_freeze = duration("--max-freeze", &a.max_freeze)?;
+    if max_freeze < Duration::from_millis(10) {
+        return Err(Error::Usage("--max-freeze must be at least 10ms".into()));
+    }
+    Ok(RestoreOptions {
+        rescue: a.rescue.clone(),
+        force: a.force,
+        forget: a.forget,
+        device: a.device.clone(),
+        max_freeze,
+    })
+}
+
+/// `--set KEY=VALUE` overrides: a `*_bytes` key takes a size, any other a JSON value or,
+/// failing that, a word.
+fn overrides(set: &[String]) -> Result<Vec<Override>> {
+    set.iter()
+        .map(|o| {
+            let (k, v) = o.split_once('=').ok_or_else(|| Error::Usage(format!("--set {o}: expected KEY=VALUE")))?;
+            let value = if k.ends_with("_bytes") {
+                serde_json::json!(size(&format!("--set {k}"), v)?)
+            } else {
+                serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_string()))
+            };
+            Ok(Override { key: k.to_string(), value })
+        })
+        .collect()
+}
+
+/// `reseq simulate`.
+pub fn simulate(a: &SimulateArgs) -> Result<SimulateOptions> {
+    Ok(SimulateOptions {
+        preset: a.preset.clone(),
+        device_size: size("--device-size", &a.device_size)?,
+        set: overrides(&a.set)?,
+        file_size: size("--file-size", &a.file_size)?,
+        stages: a.stages.clone(),
+        chunk_size: size("--chunk-size", &a.chunk_size)?,
+        seed: a.seed,
+    })
+}
+
+fn sim_range(r: &SimRangeArgs) -> Result<SimRange> {
+    Ok(SimRange {
+        offset: size("--offset", &r.offset)?,
+        length: r.length.as_deref().map(|l| size("--length", l)).transpose()?,
+    })
+}
+
+/// One step of `reseq sim …`.
+pub fn sim_step(c: &SimCommand) -> Result<SimStep> {
+    Ok(match c {
+        SimCommand::Create { state, preset, device_size, set } => SimStep::Create {
+            state: state.clone(),
+            preset: preset.clone(),
+            device_size: size("--device-size", device_size)?,
+            set: overrides(set)?,
+        },
+        SimCommand::Write { state, range } => SimStep::Write { state: state.clone(), range: sim_range(range)? },
+        SimCommand::Fragment { state, range, random_writes, seed } => SimStep::Fragment {
+            state: state.clone(),
+            range: sim_range(range)?,
+            random_writes: size("--random-writes", random_writes)?,
+            seed: *seed,
+        },
+        SimCommand::Read { state, range, block_size, queue_depth } => SimStep::Read {
+            state: state.clone(),
+            range: sim_range(range)?,
+            block_size: size("--block-size", block_size)?,
+            queue_depth: *queue_depth,
+        },
+        SimCommand::Rewrite { state, range, chunk_size, no_verify, only_slow, scan_regions, slow_threshold } => {
+            SimStep::Rewrite(SimRewrite {
+                state: state.clone(),
+                range: sim_range(range)?,
+                chunk_size: size("--chunk-size", chunk_size)?,
+                verify: !no_verify,
+                only_slow: only_slow.then_some(SlowScan { regions: *scan_regions, threshold: *slow_threshold }),
+            })
+        }
+        SimCommand::Info { state } => SimStep::Info { state: state.clone() },
+        SimCommand::Serve { state, mount_dir, time_scale } => {
+            SimStep::Serve { state: state.clone(), mount_dir: mount_dir.clone(), time_scale: *time_scale }
+        }
+    })
+}
+
+/// The simulated SSD a rewrite names (`sim:STATE`), if it names one.
+pub fn rewrite_sim_state(a: &RewriteArgs) -> Option<std::path::PathBuf> {
+    sim_state(a.device())
+}
+
+/// `reseq rewrite sim:STATE`: the whole simulated device, with the options that apply to
+/// it (chunk size, verification, --only-slow, --bench); device-only options are refused.
+pub fn sim_rewrite(a: &RewriteArgs) -> Result<(SimRewrite, Option<BenchOptions>)> {
+    let state = rewrite_sim_state(a).ok_or_else(|| Error::Internal("not a sim: target".into()))?;
+    if a.from_scan.is_some() || a.resume || a.dry_run {
+        return Err(Error::Usage(
+            "on a simulated SSD, rewrite takes --chunk-size, --no-verify, --only-slow and --bench".into(),
+        ));
+    }
+    let rewrite = SimRewrite {
+        state,
+        range: SimRange::default(),
+        chunk_size: size("--chunk-size", &a.chunk_size)?,
+        verify: !a.no_verify,
+        only_slow: a.only_slow.then_some(SlowScan { regions: a.scan_regions, threshold: a.slow_threshold }),
+    };
+    Ok((rewrite, a.bench.then(|| bench_options(&a.bench_opts)).transpose()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn command(argv: &[&str]) -> Command {
+        Cli::try_parse_from(["reseq"].iter().chain(argv)).unwrap().command
+    }
+
+    #[test]
+    fn defaults_are_the_command_lines() {
+        let Command::Simulate(a) = command(&["simulate"]) else { panic!("simulate") };
+        assert_eq!(simulate(&a).unwrap(), SimulateOptions::default());
+        let Command::Rewrite(a) = command(&["rewrite", "/dev/null"]) else { panic!("rewrite") };
+        assert_eq!(bench_options(&a.bench_opts).unwrap(), BenchOptions::default());
+    }
+
+    #[test]
+    fn bad_values_name_their_flag() {
+        let Command::Simulate(a) = command(&["simulate", "--file-size", "4Q"]) else { panic!("simulate") };
+        assert!(simulate(&a).unwrap_err().to_string().starts_with("--file-size: "));
+        let Command::Simulate(a) = command(&["simulate", "--set", "flash_bytes=x"]) else { panic!("simulate") };
+        assert!(simulate(&a).unwrap_err().to_string().starts_with("--set flash_bytes: "));
+        let Command::Simulate(a) = command(&["simulate", "--set", "t_read_us"]) else { panic!("simulate") };
+        assert!(simulate(&a).unwrap_err().to_string().contains("expected KEY=VALUE"));
+        let Command::Bench(a) = command(&["bench", "/x", "--trim-impact", "--trim-size", "512K"]) else {
+            panic!("bench")
+        };
+        assert!(bench(&a).unwrap_err().to_string().contains("--trim-size must be at least 1M"));
+        let Command::Restore(a) = command(&["restore", "/x", "--max-freeze", "5ms"]) else { panic!("restore") };
+        assert!(restore(&a).unwrap_err().to_string().contains("--max-freeze must be at least 10ms"));
+    }
+
+    #[test]
+    fn a_sim_rewrite_refuses_what_only_a_device_has() {
+        let Command::Rewrite(a) = command(&["rewrite", "sim:/tmp/s", "--resume"]) else { panic!("rewrite") };
+        assert!(sim_rewrite(&a).unwrap_err().to_string().contains("on a simulated SSD"));
+        let Command::Rewrite(a) = command(&["rewrite", "sim:/tmp/s", "--only-slow", "--bench"]) else {
+            panic!("rewrite")
+        };
+        let (rw, bench) = sim_rewrite(&a).unwrap();
+        assert_eq!(rw.state, std::path::PathBuf::from("/tmp/s"));
+        assert_eq!(rw.only_slow, Some(SlowScan { regions: 64, threshold: 0.7 }));
+        assert_eq!(bench, Some(BenchOptions::default()));
+        let Command::Rewrite(a) = command(&["rewrite", "/dev/sdb"]) else { panic!("rewrite") };
+        assert_eq!(rewrite_sim_state(&a), None);
+    }
+}

@@ -1,0 +1,37 @@
+//! The integration tests, as one binary (`cargo test --features fault-injection`): they
+//! need the test-only fault hooks, so Cargo.toml builds this binary only with that feature
+//! (`required-features`), and one binary links once instead of once per suite.
+//!
+//! Suites run side by side (two test threads). The few that must have the machine to
+//! themselves (one kills every `reseq` process by name; the emulated-SSD suites time the
+//! drive's clock) hold `common::exclusive()`; every other test that runs the binary or
+//! makes a device holds `common::shared()`, taken for it by the helpers it calls.
+
+mod common;
+#[path = "common/faultfs.rs"]
+mod faultfs;
+
+mod architecture;
+mod bench_reports;
+mod crash_and_resume;
+mod deb;
+mod demo;
+mod engine_script;
+mod file_mode;
+mod foreign_writers;
+mod freeze_bound;
+mod generate;
+mod kill_by_name;
+mod no_silent_loss;
+mod packaging;
+mod postgres;
+mod refusals_and_faults;
+mod report_schema;
+mod rewrite_device;
+mod scan;
+mod sim_cli;
+mod sim_reference;
+mod sim_serve;
+mod sim_ssd;
+mod trim;
+mod used_space;
