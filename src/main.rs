@@ -21,17 +21,18 @@ fn main() -> std::process::ExitCode {
         }
     }
     let (report, output, result) = match &cli.command {
-        Command::Rewrite(args) if args.device().to_string_lossy().starts_with("sim:") => {
-            // A simulated SSD: the same engine, through `reseq sim rewrite`.
-            let (report, result) = reseq::commands::simulate::rewrite_report(args, cli.quiet);
-            (Some(report), args.output.clone(), result)
-        }
-        Command::Rewrite(args) if args.targets.len() > 1 || !reseq::rewrite::is_block_device(args.device()) => {
-            let (report, result) = reseq::rewrite::files::run(args, cli.quiet);
-            (Some(report), args.output.clone(), result)
-        }
         Command::Rewrite(args) => {
-            let (report, result) = reseq::rewrite::run(args, cli.quiet);
+            let (report, result) = match reseq::cli::hiargs::rewrite_options(args) {
+                // A simulated SSD: the same engine, through `reseq sim rewrite`.
+                Ok(o) if o.mode == reseq::options::rewrite::Mode::Sim => {
+                    reseq::commands::simulate::rewrite_report(&o, cli.quiet)
+                }
+                Ok(o) => reseq::rewrite::run(&o, cli.quiet),
+                Err(e) => {
+                    let result = Err(e);
+                    (reseq::rewrite::refused_report(&args.targets, args.dry_run, &result), result)
+                }
+            };
             (Some(report), args.output.clone(), result)
         }
         Command::Bench(args) => {
@@ -76,7 +77,7 @@ fn main() -> std::process::ExitCode {
             );
         }
         Command::Demo(args) => {
-            let (report, result) = reseq::commands::demo::run(args, cli.quiet);
+            let (report, result) = reseq::commands::demo::run(args.size, args.no_fuse, cli.quiet);
             (report, OutputArgs { json: args.json, ..Default::default() }, result)
         }
         Command::Simulate(args) => {

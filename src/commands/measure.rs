@@ -9,23 +9,12 @@ use crate::measure::bench::{self, BenchResult, ScanResult};
 use crate::measure::readbench::{ReadParams, Target, resolve_params};
 use crate::report::{Report, WriteCost};
 use crate::support::error::{Error, Result};
-use crate::support::units::{parse_duration, parse_size};
-
-fn size(flag: &str, v: &str) -> Result<u64> {
-    parse_size(v).map_err(|e| Error::Usage(format!("{flag}: {e}")))
-}
 
 /// Opens the target of `bench`/`scan` and checks the read parameters against it.
 fn open_read(a: &ReadArgs) -> Result<(Target, ReadParams)> {
     let target = if a.include_free { Target::open(&a.target)? } else { Target::open_in_use(&a.target, None)?.0 };
-    let length = a.length.as_deref().map(|l| size("--length", l)).transpose()?;
-    let params = resolve_params(
-        &target,
-        size("--block-size", &a.block_size)?,
-        a.queue_depth,
-        size("--offset", &a.offset)?,
-        length,
-    )?;
+    let length = a.length.map(|l| l.bytes());
+    let params = resolve_params(&target, a.block_size.bytes(), a.queue_depth, a.offset.bytes(), length)?;
     Ok((target, params))
 }
 
@@ -45,7 +34,7 @@ pub fn run_bench(args: &BenchArgs) -> (Report, Result<()>) {
         if args.trim_impact {
             return crate::measure::trim_impact::run(args, report);
         }
-        let settle = parse_duration(&args.settle).map_err(|e| Error::Usage(format!("--settle: {e}")))?;
+        let settle = args.settle;
         if args.passes == 0 {
             return Err(Error::Usage("--passes must be at least 1".into()));
         }
@@ -73,7 +62,7 @@ pub fn run_scan(args: &ScanArgs) -> (Report, Result<()>) {
 /// `reseq estimate`.
 pub fn run_estimate(args: &crate::cli::EstimateArgs) -> (Report, Result<()>) {
     measured("estimate", &args.target, |report| {
-        let sample = size("--sample", &args.sample)?;
+        let sample = args.sample.bytes();
         let (target, _) = Target::open_in_use(&args.target, None)?;
         let block = (1u64 << 20).max(target.offset_align());
         let e = bench::estimate(&target, block, sample, args.regions)?;
@@ -101,12 +90,11 @@ pub fn measure_device(
 /// Timed passes, then one pass region by region, of a target opened by the caller.
 pub fn measure_target(target: &Target, opts: &BenchOpts) -> Result<(BenchResult, ScanResult)> {
     let length = match &opts.length {
-        Some(l) => size("--bench-length", l)?.min(target.len()),
+        Some(l) => l.bytes().min(target.len()),
         None => target.len(),
     };
-    let params =
-        resolve_params(target, size("--bench-block-size", &opts.block_size)?, opts.queue_depth, 0, Some(length))?;
-    let settle = parse_duration(&opts.settle).map_err(|e| Error::Usage(format!("--bench-settle: {e}")))?;
+    let params = resolve_params(target, opts.block_size.bytes(), opts.queue_depth, 0, Some(length))?;
+    let settle = opts.settle;
     let b = bench::bench(target, &params, opts.passes.max(1), settle)?;
     let s = bench::scan(target, &params, opts.regions.max(1), 0.7)?;
     Ok((b, s))

@@ -19,7 +19,6 @@ use crate::host::device::{self, Sysfs};
 use crate::host::freeze::{GuardedFreeze, NoFreeze, WindowGuard};
 use crate::host::mounts;
 use crate::support::error::{Error, LeftState, Result};
-use crate::support::units;
 use crate::sys::AlignedBuf;
 
 /// What `reseq restore` did.
@@ -59,7 +58,7 @@ impl RestoreSummary {
 }
 
 pub fn run(args: &RestoreArgs) -> Result<RestoreSummary> {
-    let max_freeze = units::parse_duration(&args.max_freeze).map_err(|e| Error::Usage(format!("--max-freeze: {e}")))?;
+    let max_freeze = args.max_freeze;
     if max_freeze < Duration::from_millis(10) {
         return Err(Error::Usage("--max-freeze must be at least 10ms".into()));
     }

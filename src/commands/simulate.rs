@@ -23,15 +23,15 @@ use crate::sim::{SimDevice, SimState};
 use crate::support::error::{Error, Result};
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
-use crate::support::units::{human_bytes, parse_size};
+use crate::support::units::{Size, human_bytes, parse_size};
 
 const MIB: u64 = 1 << 20;
 
 /// Builds model parameters from a preset, a size and `KEY=VALUE` overrides.
-pub fn build_params(preset: &str, device_size: &str, overrides: &[String]) -> Result<Params> {
+pub fn build_params(preset: &str, device_size: Size, overrides: &[String]) -> Result<Params> {
     let base = Params::preset(preset)
         .ok_or_else(|| Error::Usage(format!("unknown preset '{preset}' (choose one of: {})", PRESETS.join(", "))))?;
-    let size = parse_size(device_size).map_err(|e| Error::Usage(format!("--device-size: {e}")))?;
+    let size = device_size.bytes();
     let mut value = serde_json::to_value(Params { logical_bytes: size, ..base }).expect("params serialize");
     for o in overrides {
         let (k, v) = o.split_once('=').ok_or_else(|| Error::Usage(format!("--set {o}: expected KEY=VALUE")))?;
@@ -118,12 +118,12 @@ pub fn engine_rewrite(
 /// `reseq simulate`.
 pub fn simulate(args: &SimulateArgs, quiet: bool) -> Result<Experiment> {
     let wall = Instant::now();
-    let p = build_params(&args.preset, &args.device_size, &args.set)?;
-    let file = parse_size(&args.file_size).map_err(|e| Error::Usage(format!("--file-size: {e}")))?;
+    let p = build_params(&args.preset, args.device_size, &args.set)?;
+    let file = args.file_size.bytes();
     if file == 0 || file % SLOT != 0 || file > p.logical_bytes {
         return Err(Error::Usage("--file-size must be whole 4 KiB blocks and fit on the device".into()));
     }
-    let chunk = parse_size(&args.chunk_size).map_err(|e| Error::Usage(format!("--chunk-size: {e}")))?;
+    let chunk = args.chunk_size.bytes();
     // The article's stages are for a 4 GiB file; scale them to this file.
     let scale = file as f64 / (4u64 << 30) as f64;
     let stages_mib: Vec<f64> = args.stages.iter().map(|&m| m * scale).collect();
@@ -218,9 +218,9 @@ fn save(state: &SimState, path: &Path) -> Result<()> {
 /// (first LBA, LBA count) of a range argument on a device.
 fn lba_range(r: &SimRangeArgs, state: &SimState) -> Result<(u64, u64)> {
     let len_dev = state.len_bytes();
-    let off = parse_size(&r.offset).map_err(|e| Error::Usage(format!("--offset: {e}")))?;
-    let len = match &r.length {
-        Some(l) => parse_size(l).map_err(|e| Error::Usage(format!("--length: {e}")))?,
+    let off = r.offset.bytes();
+    let len = match r.length {
+        Some(l) => l.bytes(),
         None => len_dev.saturating_sub(off),
     };
     if off % SLOT != 0 || len % SLOT != 0 || len == 0 || off + len > len_dev {
@@ -239,7 +239,7 @@ pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
             if state.exists() {
                 return Err(Error::Usage(format!("{} exists; remove it first", state.display())));
             }
-            let st = SimState::new(build_params(preset, device_size, set)?);
+            let st = SimState::new(build_params(preset, *device_size, set)?);
             save(&st, state)?;
             serde_json::json!({"created": state, "preset": preset, "device_bytes": st.len_bytes(),
                                "model_state_bytes": st.ftl.state_bytes()})
@@ -254,7 +254,7 @@ pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
         SimCommand::Fragment { state, range, random_writes, seed } => {
             let mut st = load(state)?;
             let (first, n) = lba_range(range, &st)?;
-            let bytes = parse_size(random_writes).map_err(|e| Error::Usage(format!("--random-writes: {e}")))?;
+            let bytes = random_writes.bytes();
             let mut rng = PyRandom::new(*seed);
             let lpns: Vec<u64> = (0..bytes / SLOT).map(|_| first + rng.randrange(0, n)).collect();
             st.ftl.write_lpns(lpns);
@@ -264,7 +264,7 @@ pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
         SimCommand::Read { state, range, block_size, queue_depth } => {
             let mut st = load(state)?;
             let (first, n) = lba_range(range, &st)?;
-            let bs = parse_size(block_size).map_err(|e| Error::Usage(format!("--block-size: {e}")))?;
+            let bs = block_size.bytes();
             if bs == 0 || bs % SLOT != 0 || *queue_depth == 0 {
                 return Err(Error::Usage(
                     "--block-size must be whole 4 KiB blocks and --queue-depth at least 1".into(),
@@ -278,7 +278,7 @@ pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
         SimCommand::Rewrite { state, range, chunk_size, no_verify, only_slow, scan_regions, slow_threshold } => {
             let st = load(state)?;
             let (first, n) = lba_range(range, &st)?;
-            let chunk = parse_size(chunk_size).map_err(|e| Error::Usage(format!("--chunk-size: {e}")))?;
+            let chunk = chunk_size.bytes();
             let (start, end) = (first * SLOT, (first + n) * SLOT);
             let selection = if *only_slow {
                 Some(slow_regions_of(st.clone(), start, end, *scan_regions, *slow_threshold)?)
@@ -314,7 +314,7 @@ pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
 
 /// `reseq rewrite sim:STATE`: the whole simulated device, with the options that apply
 /// to it (chunk size, verification, --only-slow); device-only options are refused.
-pub fn rewrite_target(args: &crate::cli::RewriteArgs, quiet: bool) -> Result<serde_json::Value> {
+pub fn rewrite_target(args: &crate::options::rewrite::RewriteOptions, quiet: bool) -> Result<serde_json::Value> {
     if args.from_scan.is_some() || args.resume || args.dry_run {
         return Err(Error::Usage(
             "on a simulated SSD, rewrite takes --chunk-size, --no-verify, --only-slow and --bench".into(),
@@ -324,7 +324,7 @@ pub fn rewrite_target(args: &crate::cli::RewriteArgs, quiet: bool) -> Result<ser
     sim_command(
         &SimCommand::Rewrite {
             state,
-            range: SimRangeArgs { offset: "0".into(), length: None },
+            range: SimRangeArgs { offset: crate::support::units::Size(0), length: None },
             chunk_size: args.chunk_size.clone(),
             no_verify: args.no_verify,
             only_slow: args.only_slow,
@@ -337,7 +337,7 @@ pub fn rewrite_target(args: &crate::cli::RewriteArgs, quiet: bool) -> Result<ser
 
 /// `reseq rewrite sim:STATE` as a report like any rewrite's (so that `--json`, `--format`,
 /// `--metrics-file` and `reseq report` treat it alike); the virtual time is a warning.
-pub fn rewrite_report(args: &crate::cli::RewriteArgs, quiet: bool) -> (crate::report::Report, Result<()>) {
+pub fn rewrite_report(args: &crate::options::rewrite::RewriteOptions, quiet: bool) -> (crate::report::Report, Result<()>) {
     let started = std::time::Instant::now();
     let mut report = crate::report::Report::new("rewrite", false);
     report.targets = vec![args.device().display().to_string()];

@@ -201,12 +201,11 @@ fn check_discard(dir: &Path, fs: &crate::host::mounts::MountEntry, dir_fd: &File
 
 /// `reseq bench --trim-impact`.
 pub fn run(args: &BenchArgs, report: &mut Report) -> Result<()> {
-    let size =
-        crate::support::units::parse_size(&args.trim_size).map_err(|e| Error::Usage(format!("--trim-size: {e}")))?;
+    let size = args.trim_size.bytes();
     if size < trim::SLICE_ALIGN {
         return Err(Error::Usage("--trim-size must be at least 1M".into()));
     }
-    let rate = crate::rewrite::plan::parse_rate_option("--trim-rate", args.trim_rate.as_deref())?;
+    let rate = args.trim_rate.map(|r| r.bytes_per_second());
     let given = &args.read.target;
     let md = std::fs::metadata(given).map_err(|e| Error::Usage(format!("cannot use {}: {e}", given.display())))?;
     let dir = if md.is_dir() { given.clone() } else { given.parent().map(Path::to_path_buf).unwrap_or_default() };

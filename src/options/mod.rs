@@ -2,3 +2,4 @@
 //! layers below use without ever seeing a flag string.
 
 pub mod resume;
+pub mod rewrite;
