@@ -120,7 +120,7 @@ pub fn simulate(args: &SimulateArgs, quiet: bool) -> Result<Experiment> {
     let wall = Instant::now();
     let p = build_params(&args.preset, args.device_size, &args.set)?;
     let file = args.file_size.bytes();
-    if file == 0 || file % SLOT != 0 || file > p.logical_bytes {
+    if file == 0 || !file.is_multiple_of(SLOT) || file > p.logical_bytes {
         return Err(Error::Usage("--file-size must be whole 4 KiB blocks and fit on the device".into()));
     }
     let chunk = args.chunk_size.bytes();
@@ -223,7 +223,7 @@ fn lba_range(r: &SimRangeArgs, state: &SimState) -> Result<(u64, u64)> {
         Some(l) => l.bytes(),
         None => len_dev.saturating_sub(off),
     };
-    if off % SLOT != 0 || len % SLOT != 0 || len == 0 || off + len > len_dev {
+    if !off.is_multiple_of(SLOT) || !len.is_multiple_of(SLOT) || len == 0 || off + len > len_dev {
         return Err(Error::Usage(format!(
             "range {off}+{len} must be whole 4 KiB blocks inside the {} device",
             human_bytes(len_dev)
@@ -325,7 +325,7 @@ pub fn rewrite_target(args: &crate::options::rewrite::RewriteOptions, quiet: boo
         &SimCommand::Rewrite {
             state,
             range: SimRangeArgs { offset: crate::support::units::Size(0), length: None },
-            chunk_size: args.chunk_size.clone(),
+            chunk_size: args.chunk_size,
             no_verify: args.no_verify,
             only_slow: args.only_slow,
             scan_regions: args.scan_regions,
@@ -337,7 +337,10 @@ pub fn rewrite_target(args: &crate::options::rewrite::RewriteOptions, quiet: boo
 
 /// `reseq rewrite sim:STATE` as a report like any rewrite's (so that `--json`, `--format`,
 /// `--metrics-file` and `reseq report` treat it alike); the virtual time is a warning.
-pub fn rewrite_report(args: &crate::options::rewrite::RewriteOptions, quiet: bool) -> (crate::report::Report, Result<()>) {
+pub fn rewrite_report(
+    args: &crate::options::rewrite::RewriteOptions,
+    quiet: bool,
+) -> (crate::report::Report, Result<()>) {
     let started = std::time::Instant::now();
     let mut report = crate::report::Report::new("rewrite", false);
     report.targets = vec![args.device().display().to_string()];

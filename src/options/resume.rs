@@ -281,11 +281,16 @@ mod tests {
         let e = stored.apply(&args(&["--no-verify"]), d("5s")).unwrap_err().to_string();
         assert!(e.contains("--no-verify was not an option of the interrupted run"), "{e}");
         // Pacing may change: a busier host needs slower windows or more overruns.
-        let got = stored.apply(&args(&["--rate", "10M", "--max-overruns", "50", "--trim-rate", "1G"]), d("5s")).unwrap();
+        let got =
+            stored.apply(&args(&["--rate", "10M", "--max-overruns", "50", "--trim-rate", "1G"]), d("5s")).unwrap();
         assert_eq!((text(got.rate).as_deref(), got.max_overruns), (Some("10M"), 50));
         assert_eq!(text(got.trim_rate).as_deref(), Some("1G"), "--trim-rate is pacing: it may change");
         let trimmed = RunOptions::of(&args(&["--trim-rate", "200M"]));
-        assert_eq!(trimmed.apply(&args(&["--resume"]), d("5s")).unwrap().trim_rate.map(|r| r.to_string()).as_deref(), Some("200M"), "kept");
+        assert_eq!(
+            trimmed.apply(&args(&["--resume"]), d("5s")).unwrap().trim_rate.map(|r| r.to_string()).as_deref(),
+            Some("200M"),
+            "kept"
+        );
         assert!(trimmed.describe().ends_with("--trim-rate 200M"));
         // A run recorded before --trim-rate existed reads back without it.
         let old = r#"{"chunk_size":"4M","max_freeze":null,"rate":null,"pause":"0s","max_overruns":3,"read_ahead":2,"no_verify":false,"include_free":false,"no_trim":false,"only_slow":false,"from_scan":null,"scan_regions":64,"slow_threshold":0.7,"exclude":[]}"#;

@@ -405,7 +405,9 @@ fn trim_free_space(plan: &RewritePlan, spans: &[FsSpan], bench: bool, stop: &Sto
     );
     let probe = if bench {
         // The ranges in use now, after the rewrite: the data readers want.
-        match crate::host::in_use::in_use_ranges(&plan.device.path).and_then(|r| Probe::open(&plan.device.path, r.as_deref())) {
+        match crate::host::in_use::in_use_ranges(&plan.device.path)
+            .and_then(|r| Probe::open(&plan.device.path, r.as_deref()))
+        {
             Ok(p) => Some(p),
             Err(e) => {
                 log::warn!("no read probe during the trim: {}", crate::error_chain(&e));

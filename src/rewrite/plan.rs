@@ -303,7 +303,12 @@ fn unfinished_run(dev: &BlockDeviceInfo, r: &Replay, run: &journal::RunRecord, p
 }
 
 /// The journal's run can be continued on this device: the same device, the same range.
-fn resumable(dev: &BlockDeviceInfo, run: &journal::RunRecord, chunk_size: u64, warnings: &mut Vec<String>) -> Result<()> {
+fn resumable(
+    dev: &BlockDeviceInfo,
+    run: &journal::RunRecord,
+    chunk_size: u64,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
     if run.identity != dev.identity {
         return Err(Error::refused(
             format!(

@@ -32,7 +32,7 @@ impl fmt::Display for Size {
     /// The largest binary unit that divides it exactly: `4M`, `1536K`, `4097`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
-            if self.0 != 0 && self.0 % (1 << shift) == 0 {
+            if self.0 != 0 && self.0.is_multiple_of(1 << shift) {
                 return write!(f, "{}{unit}", self.0 >> shift);
             }
         }
@@ -137,7 +137,9 @@ pub mod opt_duration_as_text {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        Option::<String>::deserialize(d)?.map(|t| super::parse_duration(&t).map_err(serde::de::Error::custom)).transpose()
+        Option::<String>::deserialize(d)?
+            .map(|t| super::parse_duration(&t).map_err(serde::de::Error::custom))
+            .transpose()
     }
 }
 

@@ -30,8 +30,8 @@ use crate::host::freeze::{Batched, GuardedFreeze, WindowGuard, WritersChecked};
 use crate::host::mounts::{self, MountedFs};
 use crate::options::resume::RunOptions;
 use crate::options::rewrite::{DEFAULT_FILE_MAX_FREEZE, RewriteOptions};
-use crate::rewrite::checks;
 use crate::report::{Report, now_rfc3339};
+use crate::rewrite::checks;
 use crate::support::error::{Error, Result};
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
@@ -189,9 +189,10 @@ fn fs_group(f: &Path, dev: (u32, u32), mounts: &[mounts::MountEntry], sysfs: &Sy
     let abs = std::path::absolute(f).unwrap_or_else(|_| f.to_path_buf());
     // btrfs reports an anonymous st_dev (0:N), not its block device: find the mount by
     // path then, so that it is refused with the right reason.
-    let entry = mounts.iter().find(|m| m.dev == dev).or_else(|| mounts::mount_containing(mounts, &abs)).ok_or_else(
-        || Error::refused(format!("{} is on no mounted filesystem reseq can see", f.display()), "check mountinfo"),
-    )?;
+    let entry =
+        mounts.iter().find(|m| m.dev == dev).or_else(|| mounts::mount_containing(mounts, &abs)).ok_or_else(|| {
+            Error::refused(format!("{} is on no mounted filesystem reseq can see", f.display()), "check mountinfo")
+        })?;
     if let Some((why, hint)) = refuse_fs(&entry.fs_type) {
         return Err(Error::refused(format!("{}: {why}", f.display()), hint));
     }
@@ -247,7 +248,10 @@ fn not_encrypted(f: &Path) -> Result<()> {
         return Ok(());
     }
     Err(Error::refused(
-        format!("{} is fscrypt-encrypted: its blocks hold ciphertext reseq cannot read back through the file", f.display()),
+        format!(
+            "{} is fscrypt-encrypted: its blocks hold ciphertext reseq cannot read back through the file",
+            f.display()
+        ),
         "rewrite the device instead",
     ))
 }
@@ -445,7 +449,8 @@ impl FileRun<'_> {
     fn guard(&self, g: &FsGroup) -> Result<Batched<WritersChecked<GuardedFreeze>>> {
         let mut freeze = GuardedFreeze::start(vec![g.fs.clone()], self.o.max_freeze())?;
         freeze.set_target(&g.device.path)?;
-        let writers = WritersChecked::new(freeze, g.device.path.clone(), g.device.devices_sharing_bytes(&Sysfs::default()));
+        let writers =
+            WritersChecked::new(freeze, g.device.path.clone(), g.device.devices_sharing_bytes(&Sysfs::default()));
         Ok(Batched::new(writers, self.o.pause, self.stop.clone()))
     }
 
