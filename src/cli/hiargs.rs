@@ -53,7 +53,7 @@ fn lower(a: &RewriteArgs, mode: Mode) -> RewriteOptions {
         scan_regions: a.scan_regions,
         slow_threshold: a.slow_threshold,
         bench: a.bench,
-        bench_opts: a.bench_opts.clone(),
+        bench_opts: crate::cli::lower::bench_options(&a.bench_opts),
     }
 }
 
@@ -91,6 +91,7 @@ mod tests {
         assert_eq!((o.chunk_size, o.max_freeze, o.pause, o.rate), (d.chunk_size, d.max_freeze, d.pause, d.rate));
         assert_eq!((o.max_overruns, o.read_ahead, o.scan_regions), (d.max_overruns, d.read_ahead, d.scan_regions));
         assert_eq!((o.slow_threshold, &o.state_dir), (d.slow_threshold, &d.state_dir));
+        assert_eq!(o.bench_opts, d.bench_opts, "the --bench-* defaults");
         assert_eq!(o.mode, Mode::Device, "a character device goes to device mode, which says it is none");
     }
 

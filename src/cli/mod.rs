@@ -6,6 +6,7 @@
 pub mod config;
 pub mod generate;
 pub mod hiargs;
+pub mod lower;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -528,16 +529,6 @@ impl SimulateArgs {
         match Cli::parse_from(["reseq", "simulate"]).command {
             Command::Simulate(a) => a,
             _ => unreachable!("parsed a simulate command"),
-        }
-    }
-}
-
-impl BenchOpts {
-    /// The defaults, as clap would parse them.
-    pub fn defaults() -> BenchOpts {
-        match Cli::parse_from(["reseq", "rewrite", "/dev/null"]).command {
-            Command::Rewrite(a) => a.bench_opts,
-            _ => unreachable!("parsed a rewrite command"),
         }
     }
 }

@@ -346,7 +346,7 @@ pub fn rewrite_report(
     report.targets = vec![args.device().display().to_string()];
     let measure = || {
         let target = crate::measure::readbench::Target::open(args.device())?;
-        crate::commands::measure::measure_target(&target, &args.bench_opts)
+        crate::measure::passes::measure_target(&target, &args.bench_opts)
     };
     let mut run = || -> Result<()> {
         if args.bench {

@@ -65,7 +65,8 @@ pub struct RewriteOptions {
     pub scan_regions: usize,
     pub slow_threshold: f64,
     pub bench: bool,
-    pub bench_opts: crate::cli::BenchOpts,
+    /// The `--bench-*` options.
+    pub bench_opts: crate::options::bench::BenchOptions,
 }
 
 impl Default for RewriteOptions {
@@ -94,7 +95,7 @@ impl Default for RewriteOptions {
             scan_regions: DEFAULT_SCAN_REGIONS,
             slow_threshold: DEFAULT_SLOW_THRESHOLD,
             bench: false,
-            bench_opts: crate::cli::BenchOpts::defaults(),
+            bench_opts: crate::options::bench::BenchOptions::default(),
         }
     }
 }

@@ -140,20 +140,8 @@ pub struct SpaceReport {
     pub trim: Option<crate::host::trim::TrimReport>,
 }
 
-/// What the rewrite cost the drive.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct WriteCost {
-    /// Delta of sectors written in `/sys/class/block/<dev>/stat`, in bytes (everything the
-    /// host wrote to the device during the run, reseq's writes and anyone else's).
-    pub host_bytes_written: Option<u64>,
-    /// NVMe SMART "Data Units Written" (units of 512,000 bytes) before and after; null
-    /// where the device is not NVMe or `smartctl --json` is unavailable.
-    pub nvme_data_units_written_before: Option<u64>,
-    pub nvme_data_units_written_after: Option<u64>,
-    /// NVMe SMART "Percentage Used" before and after.
-    pub nvme_percentage_used_before: Option<u64>,
-    pub nvme_percentage_used_after: Option<u64>,
-}
+/// What the rewrite cost the drive (measured by `measure::passes`, which owns the type).
+pub use crate::measure::passes::WriteCost;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Outcome {

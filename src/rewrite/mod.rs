@@ -13,7 +13,6 @@ use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::Instant;
 
-use crate::commands::measure;
 use crate::engine::journal::{self, Journal, RunRecord};
 use crate::engine::target::{BlockTarget, DirectDevice, OpenMode};
 use crate::engine::{self, Everything, Planner, Selected};
@@ -22,6 +21,7 @@ use crate::host::trim::{self, Probe, TrimReport, TrimTarget};
 use crate::host::usedspace::{FsSpan, UsedSpace};
 use crate::measure::bench;
 use crate::measure::bench::Selection;
+use crate::measure::passes as measure;
 use crate::measure::readbench::{Target, resolve_params};
 use crate::options::rewrite::{Mode, RewriteOptions};
 use crate::report::{Report, SpaceReport, now_rfc3339};
@@ -385,7 +385,7 @@ fn select_slow(plan: &RewritePlan, o: &RewriteOptions) -> Result<Selection> {
     // In-use ranges only: trimmed free space reads fast and would make every used region
     // look slow.
     let (target, _) = Target::open_in_use(&plan.device.path, None)?;
-    let params = resolve_params(&target, o.bench_opts.block_size.bytes(), o.bench_opts.queue_depth, 0, None)?;
+    let params = resolve_params(&target, o.bench_opts.block_size, o.bench_opts.queue_depth, 0, None)?;
     let scan = bench::scan(&target, &params, o.scan_regions, o.slow_threshold)?;
     Ok(Selection::from_scan(&scan, "scan in this run".into()))
 }

@@ -314,7 +314,7 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report) -> Result<()> {
         (0..planned.len()).filter(|fi| !left_alone.contains_key(fi)).map(|fi| planned[fi].path.as_path()).collect();
     if o.bench {
         log::info!("benchmarking {} file(s) before the rewrite", measured.len());
-        let (b, s) = crate::commands::measure::measure_files(&measured, &o.bench_opts)?;
+        let (b, s) = crate::measure::passes::measure_files(&measured, &o.bench_opts)?;
         (report.bench_before, report.scan_before) = (Some(b), Some(s));
     }
     // A cron job's priority: best-effort level 7 (ionice -c2 -n7), not the idle class:
@@ -499,7 +499,7 @@ impl FileRun<'_> {
             log::info!("benchmarking the same files after the rewrite");
             // Files deleted during the run are not read after it either.
             let still: Vec<&Path> = measured.iter().copied().filter(|p| p.exists()).collect();
-            outcome = crate::commands::measure::measure_files(&still, &self.o.bench_opts).map(|(b, s)| {
+            outcome = crate::measure::passes::measure_files(&still, &self.o.bench_opts).map(|(b, s)| {
                 report.verdict =
                     report.bench_before.as_ref().map(|before| crate::measure::bench::verdict_of(before, &b));
                 (report.bench_after, report.scan_after) = (Some(b), Some(s));

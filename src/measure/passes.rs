@@ -1,0 +1,129 @@
+//! The measurements `rewrite --bench` takes before and after (timed passes, then a
+//! throughput map), and the write cost of a rewrite (host sectors written, NVMe SMART
+//! counters).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::measure::bench::{self, BenchResult, ScanResult};
+use crate::measure::readbench::{Ranges, Source, Target, resolve_params};
+use crate::options::bench::BenchOptions;
+use crate::support::error::{Error, Result};
+
+/// The measurement `rewrite --bench` takes before and after: timed passes, then one
+/// pass region by region for the throughput map.
+///
+/// Only the ranges in use are read, the same ones before and after (`in_use`, taken
+/// before the rewrite): the run's FITRIM makes free space fast, which is not the data.
+pub fn measure_device(
+    path: &Path,
+    opts: &BenchOptions,
+    in_use: Option<&[(u64, u64)]>,
+) -> Result<(BenchResult, ScanResult, Option<Ranges>)> {
+    let (target, in_use) = Target::open_in_use(path, in_use)?;
+    let (b, s) = measure_target(&target, opts)?;
+    Ok((b, s, in_use))
+}
+
+/// Timed passes, then one pass region by region, of a target opened by the caller.
+pub fn measure_target(target: &Target, opts: &BenchOptions) -> Result<(BenchResult, ScanResult)> {
+    let length = opts.length.map_or(target.len(), |l| l.min(target.len()));
+    let params = resolve_params(target, opts.block_size, opts.queue_depth, 0, Some(length))?;
+    let b = bench::bench(target, &params, opts.passes.max(1), opts.settle)?;
+    let s = bench::scan(target, &params, opts.regions.max(1), 0.7)?;
+    Ok((b, s))
+}
+
+/// File mode's `--bench`: the files themselves, read through the filesystem (the path a
+/// backup or a sequential scan of a database takes), one after the other.
+pub fn measure_files(files: &[&Path], opts: &BenchOptions) -> Result<(BenchResult, ScanResult)> {
+    let mut sources = files.iter().map(|f| Source::open(f)).collect::<Result<Vec<_>>>()?;
+    // Written data only: a sparse file's holes read at memory speed.
+    for s in &mut sources {
+        let written = s.written_ranges()?;
+        s.restrict(&written);
+    }
+    let target = Target::Real(sources.into_iter().filter(|s| s.len > 0).collect());
+    if target.is_empty() {
+        return Err(Error::Usage("--bench: the files hold no written data to read (holes only)".into()));
+    }
+    measure_target(&target, opts)
+}
+
+/// What the rewrite cost the drive.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct WriteCost {
+    /// Delta of sectors written in `/sys/class/block/<dev>/stat`, in bytes (everything the
+    /// host wrote to the device during the run, reseq's writes and anyone else's).
+    pub host_bytes_written: Option<u64>,
+    /// NVMe SMART "Data Units Written" (units of 512,000 bytes) before and after; null
+    /// where the device is not NVMe or `smartctl --json` is unavailable.
+    pub nvme_data_units_written_before: Option<u64>,
+    pub nvme_data_units_written_after: Option<u64>,
+    /// NVMe SMART "Percentage Used" before and after.
+    pub nvme_percentage_used_before: Option<u64>,
+    pub nvme_percentage_used_after: Option<u64>,
+}
+
+/// Sectors written so far to a block device, in bytes (`/sys/class/block/NAME/stat`
+/// field 7; partitions have their own counters).
+pub fn host_bytes_written(name: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/sys/class/block/{name}/stat")).ok()?;
+    let sectors: u64 = stat.split_whitespace().nth(6)?.parse().ok()?;
+    Some(sectors * 512)
+}
+
+/// (data units written, percentage used) from `smartctl --json -A` output of an NVMe device.
+pub fn parse_smartctl_nvme(json: &str) -> Option<(u64, u64)> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    let log = v.get("nvme_smart_health_information_log")?;
+    Some((log.get("data_units_written")?.as_u64()?, log.get("percentage_used")?.as_u64()?))
+}
+
+/// NVMe SMART counters of the disk holding `name`, through `smartctl --json` where it
+/// is installed; None elsewhere (not NVMe, no smartctl, or the device refuses).
+pub fn nvme_smart(name: &str, parent: Option<&str>) -> Option<(u64, u64)> {
+    let disk = parent.unwrap_or(name);
+    if !disk.starts_with("nvme") {
+        return None;
+    }
+    let out =
+        std::process::Command::new("smartctl").args(["--json", "-A"]).arg(format!("/dev/{disk}")).output().ok()?;
+    parse_smartctl_nvme(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Write-cost counters at one moment.
+pub struct CostSnapshot {
+    host: Option<u64>,
+    smart: Option<(u64, u64)>,
+}
+
+pub fn snapshot(name: &str, parent: Option<&str>) -> CostSnapshot {
+    CostSnapshot { host: host_bytes_written(name), smart: nvme_smart(name, parent) }
+}
+
+pub fn write_cost(before: &CostSnapshot, after: &CostSnapshot) -> WriteCost {
+    WriteCost {
+        host_bytes_written: before.host.zip(after.host).map(|(a, b)| b.saturating_sub(a)),
+        nvme_data_units_written_before: before.smart.map(|s| s.0),
+        nvme_data_units_written_after: after.smart.map(|s| s.0),
+        nvme_percentage_used_before: before.smart.map(|s| s.1),
+        nvme_percentage_used_after: after.smart.map(|s| s.1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_smartctl_nvme_json() {
+        // Shape of `smartctl --json -A /dev/nvme0` (smartmontools 7.x).
+        let json = r#"{"smartctl":{"version":[7,3]},"device":{"name":"/dev/nvme0","type":"nvme"},
+            "nvme_smart_health_information_log":{"critical_warning":0,"temperature":38,
+            "percentage_used":3,"data_units_read":123456,"data_units_written":987654}}"#;
+        assert_eq!(parse_smartctl_nvme(json), Some((987_654, 3)));
+        assert_eq!(parse_smartctl_nvme(r#"{"device":{"type":"sat"}}"#), None);
+    }
+}
