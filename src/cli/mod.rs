@@ -11,6 +11,7 @@ pub mod lower;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::{Args, Parser, Subcommand};
 
 pub use crate::options::rewrite::{
@@ -379,7 +380,7 @@ pub struct OutputArgs {
     #[arg(long)]
     pub json: bool,
     /// Report format on stdout.
-    #[arg(long, value_enum, value_name = "FORMAT")]
+    #[arg(long, value_name = "FORMAT", value_parser = PossibleValuesParser::new(crate::report::render::Format::NAMES).map(|f| f.parse::<crate::report::render::Format>().expect("a listed format")))]
     pub format: Option<crate::report::render::Format>,
     /// Also write Prometheus textfile metrics here, atomically (node_exporter's
     /// textfile collector directory, e.g. /var/lib/node_exporter/textfile_collector/reseq.prom).
@@ -505,7 +506,7 @@ pub struct EstimateArgs {
 pub struct ReportArgs {
     /// A report saved with --json.
     pub report: PathBuf,
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(long, default_value = "text", value_parser = PossibleValuesParser::new(crate::report::render::Format::NAMES).map(|f| f.parse::<crate::report::render::Format>().expect("a listed format")))]
     pub format: crate::report::render::Format,
 }
 

@@ -1,22 +1,22 @@
-//! The report of a run: one document, rendered as text for people or JSON for scripts.
+//! The report of a run: one document, rendered as text for people or JSON for scripts
+//! (see [`render`]). It depends on no command: commands fill it in, renderers read it.
 //!
 //! Field names are snake_case with units in the names (`_bytes`, `_seconds`). Bump
 //! `SCHEMA_VERSION` on any incompatible change.
 
 pub mod render;
 
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::EngineStats;
-use crate::host::device::{DeviceIdentity, Medium};
+use crate::engine::{EngineConfig, EngineStats};
+use crate::host::device::{BlockDeviceInfo, DeviceIdentity, Medium};
 use crate::host::mounts::MountedFs;
 use crate::measure::bench::{BenchResult, ScanResult, Selection, Verdict};
-use crate::rewrite::plan::{RewritePlan, Start};
 use crate::support::error::Error;
 use crate::support::exit_codes::ExitCode;
-use crate::support::units::{human_bytes, human_rate};
 
 pub const SCHEMA_VERSION: u32 = 2;
 
@@ -66,7 +66,7 @@ pub struct Report {
     /// `rewrite --only-slow`: the regions chosen and left alone.
     pub selection: Option<Selection>,
     /// File mode: what was done to each file.
-    pub files: Option<Vec<crate::rewrite::files::FileReport>>,
+    pub files: Option<Vec<FileReport>>,
     /// Every freeze's limits, when the run froze anything.
     #[serde(default)]
     pub freeze_bound: Option<FreezeBound>,
@@ -96,6 +96,36 @@ impl FreezeBound {
             bound_seconds: (max_freeze + grace).as_secs_f64(),
         }
     }
+}
+
+/// What file mode did to one file.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct FileReport {
+    pub path: String,
+    pub size_bytes: u64,
+    /// Extents in the first map (null: the file was never mapped).
+    pub extents: Option<usize>,
+    pub bytes_rewritten: u64,
+    pub bytes_skipped_unwritten: u64,
+    /// Shared extents another file of this run already rewrote.
+    pub bytes_skipped_shared: u64,
+    /// Holes (never allocated, never written), for a file done to its end.
+    pub bytes_skipped_holes: u64,
+    /// Why the file was skipped, if it was (its bytes then count as not rewritten).
+    pub skipped_reason: Option<String>,
+    /// `--only-slow`: why the file was left alone (it reads fast enough).
+    pub left_alone: Option<String>,
+    /// `--only-slow`: the file's sequential read throughput before the run.
+    pub read_bytes_per_second: Option<f64>,
+    /// Resumed from this file offset.
+    pub resumed_from_bytes: u64,
+    pub windows: u64,
+    pub longest_freeze_seconds: f64,
+    /// `passed`, `off` or `incomplete`.
+    pub verification: String,
+    /// Finished by the interrupted run this one resumed: not rewritten again.
+    #[serde(default)]
+    pub done_earlier: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -152,6 +182,22 @@ pub struct Outcome {
     pub offset_bytes: Option<u64>,
 }
 
+/// What a rewrite planned, as [`Report::set_plan`] records it. Borrowed from the plan
+/// (rewrite's type, which depends on this module, not the other way round).
+pub struct Planned<'a> {
+    pub device: &'a BlockDeviceInfo,
+    pub engine: &'a EngineConfig,
+    /// Frozen in every window; empty when nothing is mounted.
+    pub filesystems: &'a [MountedFs],
+    /// Chunks an earlier run finished (0: a fresh run).
+    pub resume_from_chunk: u64,
+    /// The deadline of a window (None: nothing is frozen).
+    pub max_freeze: Option<Duration>,
+    pub hung_task_timeout: Option<Duration>,
+    pub journal_path: &'a Path,
+    pub warnings: &'a [String],
+}
+
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
@@ -199,8 +245,10 @@ impl Report {
         }
     }
 
-    pub fn set_plan(&mut self, plan: &RewritePlan) {
-        let d = &plan.device;
+    /// Records what `reseq rewrite` planned: its device, its chunks, what it freezes, and
+    /// its warnings.
+    pub fn set_plan(&mut self, plan: Planned<'_>) {
+        let d = plan.device;
         self.device = Some(DeviceReport {
             path: d.path.display().to_string(),
             identity: d.identity.clone(),
@@ -208,23 +256,20 @@ impl Report {
             dio_mem_align_bytes: d.dio_mem_align,
             dio_offset_align_bytes: d.dio_offset_align,
         });
-        let e = &plan.engine;
+        let e = plan.engine;
         self.plan = Some(PlanReport {
             range_start_bytes: e.range_start,
             range_end_bytes: e.range_end,
             chunk_size_bytes: e.chunk_size,
             chunks_total: e.chunks_total(),
-            resume_from_chunk: match plan.start {
-                Start::Resume { done, .. } => done,
-                Start::Fresh => 0,
-            },
+            resume_from_chunk: plan.resume_from_chunk,
             verify: e.verify,
             read_ahead_chunks: e.read_ahead,
             memory_bytes: e.memory_bytes(),
-            max_freeze_seconds: plan.needs_freeze().then_some(plan.max_freeze.as_secs_f64()),
+            max_freeze_seconds: plan.max_freeze.map(|m| m.as_secs_f64()),
             pause_seconds: e.pause.as_secs_f64(),
             hung_task_timeout_seconds: plan.hung_task_timeout.map(|t| t.as_secs()),
-            filesystems_frozen: plan.filesystems.clone(),
+            filesystems_frozen: plan.filesystems.to_vec(),
             journal_path: plan.journal_path.display().to_string(),
         });
         self.warnings.extend(plan.warnings.iter().cloned());
@@ -260,73 +305,6 @@ impl Report {
 
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("report serializes")
-    }
-
-    /// The human summary at the end of a run.
-    pub fn to_text(&self) -> String {
-        if let (true, Some(t), 0) = (self.dry_run, &self.plan_text, self.outcome.exit_code) {
-            return t.clone();
-        }
-        let mut s = String::new();
-        let dev = self.device.as_ref();
-        if let (Some(d), Some(p)) = (dev, self.plan.as_ref()) {
-            s += &format!(
-                "reseq {}: {} ({}, {})\n",
-                self.command,
-                d.path,
-                d.identity.dev,
-                human_bytes(d.identity.size_bytes)
-            );
-            s += &format!(
-                "  chunks: {} x {}, verify {}, read-ahead {}, memory {}\n",
-                p.chunks_total,
-                human_bytes(p.chunk_size_bytes),
-                if p.verify { "on" } else { "off" },
-                p.read_ahead_chunks,
-                human_bytes(p.memory_bytes)
-            );
-            if p.filesystems_frozen.is_empty() {
-                s += "  freeze: none (no filesystem mounted; device held exclusively)\n";
-            } else {
-                for f in &p.filesystems_frozen {
-                    s += &format!("  freeze: {} ({}, {})\n", f.mount_point.display(), f.fs_type, f.dev);
-                }
-            }
-        }
-        if let Some(r) = &self.results {
-            // The rewrite's own time: a benchmark before and after is not part of its rate.
-            let secs = if r.rewrite_seconds > 0.0 { r.rewrite_seconds } else { self.duration_seconds };
-            let rate = r.bytes_written as f64 / secs.max(1e-9);
-            s += &format!(
-                "  rewrote {} in {:.1} s ({}), read {}, verified {}\n",
-                human_bytes(r.bytes_written),
-                secs,
-                human_rate(rate),
-                human_bytes(r.bytes_read),
-                human_bytes(r.bytes_verified)
-            );
-            if r.chunks_already_done > 0 {
-                s += &format!("  resumed: {} chunks were already done\n", r.chunks_already_done);
-            }
-            if r.windows > 0 && self.plan.as_ref().is_some_and(|p| !p.filesystems_frozen.is_empty()) {
-                s += &format!(
-                    "  windows: {}, longest freeze {:.3} s, frozen {:.1} s in all, overruns {}\n",
-                    r.windows, r.longest_freeze_seconds, r.total_frozen_seconds, r.windows_overrun
-                );
-            }
-        }
-        if let Some(v) = &self.in_flight_reverify {
-            s += &format!("  chunk in flight at the previous stop: {v}\n");
-        }
-        s += &crate::report::render::measurements_text(self);
-        if self.plan.is_some() {
-            s += &format!("  verification: {}\n", self.verification);
-        }
-        for w in &self.warnings {
-            s += &format!("  warning: {w}\n");
-        }
-        s += &format!("  outcome: {} (exit {})\n", self.outcome_text(), self.outcome.exit_code);
-        s
     }
 
     /// What happened, in words that fit the command: a scan or a dry run wrote nothing,

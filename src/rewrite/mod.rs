@@ -67,7 +67,16 @@ pub fn refused_report(targets: &[std::path::PathBuf], dry_run: bool, result: &Re
 
 fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: bool, report: &mut Report) -> Result<()> {
     let plan = plan::plan_rewrite(o, env)?;
-    report.set_plan(&plan);
+    report.set_plan(crate::report::Planned {
+        device: &plan.device,
+        engine: &plan.engine,
+        filesystems: &plan.filesystems,
+        resume_from_chunk: if let Start::Resume { done, .. } = plan.start { done } else { 0 },
+        max_freeze: plan.needs_freeze().then_some(plan.max_freeze),
+        hung_task_timeout: plan.hung_task_timeout,
+        journal_path: &plan.journal_path,
+        warnings: &plan.warnings,
+    });
     if plan.needs_freeze() {
         report.freeze_bound = Some(crate::host::freeze::bound_report(plan.max_freeze));
     }

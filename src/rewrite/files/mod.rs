@@ -20,8 +20,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use crate::engine::journal::{self, FileIdentity, Journal, RunRecord};
 use crate::engine::target::{BlockTarget, DirectDevice};
 use crate::engine::{self, EngineConfig, EngineStats};
@@ -30,7 +28,7 @@ use crate::host::freeze::{Batched, GuardedFreeze, WindowGuard, WritersChecked};
 use crate::host::mounts::{self, MountedFs};
 use crate::options::resume::RunOptions;
 use crate::options::rewrite::{DEFAULT_FILE_MAX_FREEZE, RewriteOptions};
-use crate::report::{Report, now_rfc3339};
+use crate::report::{FileReport, Report, now_rfc3339};
 use crate::rewrite::checks;
 use crate::support::error::{Error, Result};
 use crate::support::output::Progress;
@@ -42,36 +40,6 @@ mod planner;
 pub mod record;
 pub use planner::{Extent, plan_extents};
 use planner::{FileTarget, FilesPlanner, Map, Member, SharedClaims, UNWRITTEN};
-
-/// What file mode did to one file.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct FileReport {
-    pub path: String,
-    pub size_bytes: u64,
-    /// Extents in the first map (null: the file was never mapped).
-    pub extents: Option<usize>,
-    pub bytes_rewritten: u64,
-    pub bytes_skipped_unwritten: u64,
-    /// Shared extents another file of this run already rewrote.
-    pub bytes_skipped_shared: u64,
-    /// Holes (never allocated, never written), for a file done to its end.
-    pub bytes_skipped_holes: u64,
-    /// Why the file was skipped, if it was (its bytes then count as not rewritten).
-    pub skipped_reason: Option<String>,
-    /// `--only-slow`: why the file was left alone (it reads fast enough).
-    pub left_alone: Option<String>,
-    /// `--only-slow`: the file's sequential read throughput before the run.
-    pub read_bytes_per_second: Option<f64>,
-    /// Resumed from this file offset.
-    pub resumed_from_bytes: u64,
-    pub windows: u64,
-    pub longest_freeze_seconds: f64,
-    /// `passed`, `off` or `incomplete`.
-    pub verification: String,
-    /// Finished by the interrupted run this one resumed: not rewritten again.
-    #[serde(default)]
-    pub done_earlier: bool,
-}
 
 /// Filesystems file mode refuses, with why.
 fn refuse_fs(fs_type: &str) -> Option<(String, String)> {

@@ -1,0 +1,180 @@
+//! A self-contained HTML page for a change record: outcome, verdict, a table of the run,
+//! and SVG charts of the measurements.
+
+use std::fmt::Write as _;
+
+use super::svg::{Series, pass_chart, region_chart};
+use super::{esc, trim_summary};
+use crate::measure::bench::{BenchResult, ScanResult};
+use crate::report::Report;
+use crate::support::units::human_bytes;
+
+/// A table row: name and value (escaped when written).
+type Row = (&'static str, String);
+
+pub fn html(r: &Report) -> String {
+    let mut body = heading(r);
+    body += "<table>";
+    for rows in [run_rows(r), plan_rows(r), measurement_rows(r), result_rows(r)] {
+        for (k, v) in rows {
+            let _ = write!(body, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(&v));
+        }
+    }
+    body += "</table>";
+    body += &charts(r);
+    for w in &r.warnings {
+        let _ = write!(body, "<p class=\"warn\">warning: {}</p>", esc(w));
+    }
+    if let Some(m) = &r.outcome.message {
+        let _ = write!(body, "<pre>{}</pre>", esc(m));
+    }
+    format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>reseq {} report</title><style>\
+body{{font-family:system-ui,sans-serif;margin:2em;color:#222;background:#fff}}table{{border-collapse:collapse;margin:1em 0}}\
+th,td{{border:1px solid #ddd;padding:4px 10px;text-align:left;font-size:14px}}th{{background:#f3f3f5}}\
+.ok{{color:#2a7}}.bad{{color:#c22}}.verdict{{font-size:18px}}.warn{{color:#a60}}svg{{display:block;margin:1em 0}}</style></head>\
+<body>{body}</body></html>\n",
+        esc(&r.command)
+    )
+}
+
+/// The command, its outcome, and the verdict.
+fn heading(r: &Report) -> String {
+    let mut s = format!(
+        "<h1>reseq {}</h1><p class=\"outcome {}\">{} (exit {})</p>",
+        esc(&r.command),
+        if r.outcome.exit_code == 0 { "ok" } else { "bad" },
+        esc(&r.outcome_text()),
+        r.outcome.exit_code
+    );
+    if let Some(v) = &r.verdict {
+        let _ = write!(
+            s,
+            "<p class=\"verdict\">Verdict: <b>{}</b> — median read throughput ×{:.2} ({})</p>",
+            esc(&v.verdict.replace('_', " ")),
+            v.speedup,
+            esc(&v.rule)
+        );
+    }
+    s
+}
+
+/// Host, time, command line, device and targets.
+fn run_rows(r: &Report) -> Vec<Row> {
+    let mut rows = vec![
+        ("host", r.host.clone()),
+        ("started", r.started_at.clone()),
+        ("finished", r.finished_at.clone()),
+        ("duration", format!("{:.1} s", r.duration_seconds)),
+        ("command line", r.argv.join(" ")),
+    ];
+    if let Some(d) = &r.device {
+        rows.push((
+            "device",
+            format!(
+                "{} ({}, {}, serial {})",
+                d.path,
+                d.identity.dev,
+                human_bytes(d.identity.size_bytes),
+                d.identity.serial.clone().unwrap_or_else(|| "n/a".into())
+            ),
+        ));
+    }
+    if !r.targets.is_empty() {
+        rows.push(("targets", r.targets.join(" ")));
+    }
+    rows
+}
+
+/// Chunks, windows, what is frozen, free space and trims.
+fn plan_rows(r: &Report) -> Vec<Row> {
+    let mut rows = Vec::new();
+    if let Some(p) = &r.plan {
+        let verify = if p.verify { "on" } else { "off" };
+        rows.push((
+            "chunks",
+            format!("{} x {}, verification {verify}", p.chunks_total, human_bytes(p.chunk_size_bytes)),
+        ));
+        rows.push((
+            "windows",
+            match p.max_freeze_seconds {
+                Some(m) => format!("at most {m:.3} s frozen each, pause {:.3} s between", p.pause_seconds),
+                None => "one, unfrozen (nothing mounted; the device held exclusively)".into(),
+            },
+        ));
+        let fs: Vec<String> =
+            p.filesystems_frozen.iter().map(|f| format!("{} ({})", f.mount_point.display(), f.fs_type)).collect();
+        rows.push(("frozen", if fs.is_empty() { "nothing mounted".into() } else { fs.join(", ") }));
+    }
+    if let Some(sp) = &r.space {
+        let trimmed = sp.bytes_trimmed.map(|b| format!("discarded {}", human_bytes(b)));
+        let space = format!("{}: {} left out as free; TRIM ", sp.mode, human_bytes(sp.bytes_skipped_as_free));
+        rows.push(("space", space + &trimmed.unwrap_or_else(|| "not run".into())));
+    }
+    if let Some(t) = r.space.as_ref().and_then(|sp| sp.trim.as_ref()) {
+        rows.push(("trim", trim_summary(t)));
+    }
+    if let Some(t) = &r.trim_impact {
+        rows.push(("trim impact", format!("{} ({}): {}", t.mount_point, t.fs_type, trim_summary(&t.trim))));
+    }
+    rows
+}
+
+/// What each benchmark read.
+fn measurement_rows(r: &Report) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (k, b) in [("measured", &r.bench), ("measured before", &r.bench_before), ("measured after", &r.bench_after)] {
+        if let Some(b) = b {
+            let cache = b.cache.as_ref().map(|c| format!("; cache check: {}", c.finding)).unwrap_or_default();
+            rows.push((k, format!("{} of {}{cache}", human_bytes(b.params.length_bytes), b.target)));
+        }
+    }
+    rows
+}
+
+/// What the engine did, and what it cost the drive.
+fn result_rows(r: &Report) -> Vec<Row> {
+    let mut rows = Vec::new();
+    if let Some(x) = &r.results {
+        let (written, read, verified) = (x.bytes_written, x.bytes_read, x.bytes_verified);
+        let rewritten =
+            format!("{} (read {}, verified {})", human_bytes(written), human_bytes(read), human_bytes(verified));
+        rows.push(("rewritten", rewritten));
+        rows.push((
+            "freeze windows",
+            format!("{} (longest {:.3} s, overruns {})", x.windows, x.longest_freeze_seconds, x.windows_overrun),
+        ));
+        rows.push(("verification", r.verification.clone()));
+    }
+    if let Some(w) = &r.write_cost {
+        rows.push(("host bytes written", w.host_bytes_written.map(human_bytes).unwrap_or_else(|| "unknown".into())));
+    }
+    rows
+}
+
+/// Throughput by region (before and after, or one scan) and each pass's throughput.
+fn charts(r: &Report) -> String {
+    let mut s = String::new();
+    let scans: Vec<Series<ScanResult>> = [
+        ("before", "#9a9a9a", &r.scan_before),
+        ("after", "#1f77b4", &r.scan_after),
+        ("throughput", "#1f77b4", &r.scan),
+    ]
+    .into_iter()
+    .filter_map(|(label, color, sc)| sc.as_ref().map(|sc| (label, color, sc)))
+    .collect();
+    if !scans.is_empty() {
+        s += "<h2>Read throughput by region</h2>";
+        s += &region_chart(&scans);
+    }
+    let benches: Vec<Series<BenchResult>> =
+        [("before", "#9a9a9a", &r.bench_before), ("after", "#1f77b4", &r.bench_after), ("pass", "#1f77b4", &r.bench)]
+            .into_iter()
+            .filter_map(|(label, color, b)| b.as_ref().map(|b| (label, color, b)))
+            .collect();
+    if !benches.is_empty() {
+        s += "<h2>Sequential read, each pass</h2>";
+        s += &pass_chart(&benches);
+    }
+    s
+}

@@ -1,0 +1,133 @@
+//! Renderings of a [`Report`], one module per format: text for people ([`text`]), JSON
+//! for scripts, Markdown for a ticket ([`markdown`]), a self-contained HTML page with SVG
+//! charts for a change record ([`html`], [`svg`]), and Prometheus textfile metrics for
+//! node_exporter ([`prometheus`]). Renderers read the report; the report knows none of
+//! them.
+
+mod html;
+mod markdown;
+mod prometheus;
+mod svg;
+mod text;
+
+use std::path::Path;
+use std::str::FromStr;
+
+use crate::host::trim::TrimReport;
+use crate::report::Report;
+use crate::support::error::{Error, Result};
+use crate::support::units::{human_bytes, human_rate};
+
+pub use prometheus::prometheus;
+pub use text::text;
+
+/// A report format, by the name `--format` takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Format {
+    Text,
+    Json,
+    Md,
+    Html,
+    Prom,
+}
+
+impl Format {
+    /// Every format, in the order `--help` lists them.
+    pub const ALL: [Format; 5] = [Format::Text, Format::Json, Format::Md, Format::Html, Format::Prom];
+    /// Their names on the command line, in the same order (the possible values of
+    /// `--format`).
+    pub const NAMES: [&'static str; 5] = ["text", "json", "md", "html", "prom"];
+
+    pub fn name(self) -> &'static str {
+        Format::NAMES[Format::ALL.iter().position(|f| *f == self).expect("every format is in ALL")]
+    }
+}
+
+impl FromStr for Format {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Format, String> {
+        match Format::NAMES.iter().position(|n| *n == s) {
+            Some(i) => Ok(Format::ALL[i]),
+            None => Err(format!("unknown format '{s}' (possible values: {})", Format::NAMES.join(", "))),
+        }
+    }
+}
+
+pub fn render(r: &Report, f: Format) -> String {
+    match f {
+        Format::Text => text(r),
+        Format::Json => r.to_json() + "\n",
+        Format::Md => markdown::markdown(r),
+        Format::Html => html::html(r),
+        Format::Prom => prometheus(r),
+    }
+}
+
+/// One line about a sliced trim, for the Markdown and HTML tables.
+fn trim_summary(t: &TrimReport) -> String {
+    let mut s = format!(
+        "{} discarded in {} slice(s), {:.1} s ({}), slowest slice {:.3} s, pace {}",
+        human_bytes(t.bytes_trimmed),
+        t.slices,
+        t.seconds,
+        human_rate(t.bytes_per_second),
+        t.slowest_slice_seconds,
+        t.pace
+    );
+    if let Some(sig) = &t.stopped_by {
+        s += &format!(", stopped by {sig}");
+    }
+    if let Some(p) = &t.probe {
+        let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.2} ms", v * 1e3));
+        s += &format!(
+            "; read latency p50/p99 before {}/{}, during {}/{}",
+            ms(p.before.p50_seconds),
+            ms(p.before.p99_seconds),
+            ms(p.during.p50_seconds),
+            ms(p.during.p99_seconds)
+        );
+    }
+    s
+}
+
+/// Escapes text for HTML and SVG.
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// Writes `text` to `path` atomically: a temporary file in the same directory, fsync,
+/// then rename, so node_exporter never reads half a file.
+pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".reseq-")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io(format!("creating a temporary file in {}", dir.display()), e))?;
+    // Readable by node_exporter, which does not run as root (tempfile makes 0600).
+    use std::os::unix::fs::PermissionsExt;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644))
+        .and_then(|()| tmp.write_all(text.as_bytes()))
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| Error::io("writing metrics", e))?;
+    tmp.persist(path).map_err(|e| Error::io(format!("renaming metrics into {}", path.display()), e.error))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_parse_by_their_names_only() {
+        for f in Format::ALL {
+            assert_eq!(f.name().parse::<Format>(), Ok(f));
+        }
+        assert_eq!(Format::NAMES.map(|n| n.parse::<Format>().unwrap()), Format::ALL);
+        let e = "markdown".parse::<Format>().unwrap_err();
+        assert!(e.contains("text, json, md, html, prom"), "{e}");
+        assert!("Json".parse::<Format>().is_err(), "names are case-sensitive, as clap's value enum was");
+    }
+}

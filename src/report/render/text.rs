@@ -1,0 +1,243 @@
+//! The human summary at the end of a run.
+
+use std::fmt::Write as _;
+
+use crate::measure::bench::{BenchResult, Estimate, ScanResult};
+use crate::report::{FileReport, Report, WriteCost};
+use crate::support::units::{human_bytes, human_rate};
+
+/// The report as text; a dry run that succeeded prints its plan.
+pub fn text(r: &Report) -> String {
+    if let (true, Some(t), 0) = (r.dry_run, &r.plan_text, r.outcome.exit_code) {
+        return t.clone();
+    }
+    let mut s = plan(r);
+    s += &results(r);
+    if let Some(v) = &r.in_flight_reverify {
+        s += &format!("  chunk in flight at the previous stop: {v}\n");
+    }
+    s += &measurements(r);
+    if r.plan.is_some() {
+        s += &format!("  verification: {}\n", r.verification);
+    }
+    for w in &r.warnings {
+        s += &format!("  warning: {w}\n");
+    }
+    s += &format!("  outcome: {} (exit {})\n", r.outcome_text(), r.outcome.exit_code);
+    s
+}
+
+/// The device, the chunks and what is frozen.
+fn plan(r: &Report) -> String {
+    let mut s = String::new();
+    let (Some(d), Some(p)) = (r.device.as_ref(), r.plan.as_ref()) else { return s };
+    s += &format!("reseq {}: {} ({}, {})\n", r.command, d.path, d.identity.dev, human_bytes(d.identity.size_bytes));
+    s += &format!(
+        "  chunks: {} x {}, verify {}, read-ahead {}, memory {}\n",
+        p.chunks_total,
+        human_bytes(p.chunk_size_bytes),
+        if p.verify { "on" } else { "off" },
+        p.read_ahead_chunks,
+        human_bytes(p.memory_bytes)
+    );
+    if p.filesystems_frozen.is_empty() {
+        s += "  freeze: none (no filesystem mounted; device held exclusively)\n";
+    } else {
+        for f in &p.filesystems_frozen {
+            s += &format!("  freeze: {} ({}, {})\n", f.mount_point.display(), f.fs_type, f.dev);
+        }
+    }
+    s
+}
+
+/// What the engine did: bytes, rate, windows.
+fn results(r: &Report) -> String {
+    let mut s = String::new();
+    let Some(x) = &r.results else { return s };
+    // The rewrite's own time: a benchmark before and after is not part of its rate.
+    let secs = if x.rewrite_seconds > 0.0 { x.rewrite_seconds } else { r.duration_seconds };
+    let rate = x.bytes_written as f64 / secs.max(1e-9);
+    s += &format!(
+        "  rewrote {} in {:.1} s ({}), read {}, verified {}\n",
+        human_bytes(x.bytes_written),
+        secs,
+        human_rate(rate),
+        human_bytes(x.bytes_read),
+        human_bytes(x.bytes_verified)
+    );
+    if x.chunks_already_done > 0 {
+        s += &format!("  resumed: {} chunks were already done\n", x.chunks_already_done);
+    }
+    if x.windows > 0 && r.plan.as_ref().is_some_and(|p| !p.filesystems_frozen.is_empty()) {
+        s += &format!(
+            "  windows: {}, longest freeze {:.3} s, frozen {:.1} s in all, overruns {}\n",
+            x.windows, x.longest_freeze_seconds, x.total_frozen_seconds, x.windows_overrun
+        );
+    }
+    s
+}
+
+/// Files, bench, scan, estimate, trim, verdict and write cost.
+fn measurements(r: &Report) -> String {
+    let mut s = String::new();
+    if let Some(files) = &r.files {
+        s += &files_text(files);
+    }
+    if let Some(b) = &r.bench {
+        s += &bench_line("read", b);
+    }
+    if let Some(sc) = &r.scan {
+        s += &scan_text("scan", sc);
+    }
+    if let Some(e) = &r.estimate {
+        s += &estimate_text(e);
+    }
+    if let Some(t) = &r.trim_impact {
+        s += &t.text();
+    }
+    if let Some(b) = &r.bench_before {
+        s += &bench_line("before", b);
+    }
+    if let Some(b) = &r.bench_after {
+        s += &bench_line("after", b);
+    }
+    if let Some(v) = &r.verdict {
+        s += &format!("  verdict: {} (x{:.2}; {})\n", v.verdict.replace('_', " "), v.speedup, v.rule);
+    }
+    if let Some(t) = r.space.as_ref().and_then(|sp| sp.trim.as_ref()) {
+        s += &t.text();
+    }
+    if let Some(w) = &r.write_cost {
+        s += &write_cost_text(w);
+    }
+    s
+}
+
+fn files_text(files: &[FileReport]) -> String {
+    let total: u64 = files.iter().map(|f| f.bytes_rewritten).sum();
+    let mut s = format!("reseq rewrite: {} file(s), {} rewritten\n", files.len(), human_bytes(total));
+    for f in files {
+        s += &file_line(f);
+        s += "\n";
+    }
+    s
+}
+
+fn file_line(f: &FileReport) -> String {
+    let mut line = format!(
+        "  {}: {} of {}, {} extent(s), {} window(s), longest freeze {:.3} s, verification {}",
+        f.path,
+        human_bytes(f.bytes_rewritten),
+        human_bytes(f.size_bytes),
+        f.extents.unwrap_or(0),
+        f.windows,
+        f.longest_freeze_seconds,
+        f.verification
+    );
+    if f.bytes_skipped_unwritten > 0 {
+        line += &format!(", {} unwritten skipped", human_bytes(f.bytes_skipped_unwritten));
+    }
+    if f.bytes_skipped_shared > 0 {
+        line += &format!(", {} shared (done with another file)", human_bytes(f.bytes_skipped_shared));
+    }
+    if let Some(why) = &f.skipped_reason {
+        line += &format!(", SKIPPED: {why}");
+    }
+    if f.done_earlier {
+        line += ", done by the interrupted run this one resumed";
+    }
+    line
+}
+
+fn bench_line(label: &str, b: &BenchResult) -> String {
+    let passes: Vec<String> = b
+        .passes
+        .iter()
+        .map(|p| match (p.latency_p50_seconds, p.latency_p99_seconds) {
+            (Some(a), Some(c)) => {
+                format!("{} (p50 {:.2} ms, p99 {:.2} ms)", human_rate(p.bytes_per_second), a * 1e3, c * 1e3)
+            }
+            _ => human_rate(p.bytes_per_second),
+        })
+        .collect();
+    format!(
+        "  {label}: {} of {} in {} passes of {} blocks at QD{}{}: median {}, min {}, max {} ({})\n",
+        human_bytes(b.params.length_bytes),
+        b.target,
+        b.passes.len(),
+        human_bytes(b.params.block_size_bytes),
+        b.params.queue_depth,
+        if b.virtual_time { " (virtual time)" } else { "" },
+        human_rate(b.median_bytes_per_second),
+        human_rate(b.min_bytes_per_second),
+        human_rate(b.max_bytes_per_second),
+        passes.join(", ")
+    ) + &bench_notes(b)
+}
+
+/// The cache check and the emulated drive's punctuality under a benchmark's line.
+fn bench_notes(b: &BenchResult) -> String {
+    let cache = b
+        .cache
+        .as_ref()
+        .map(|c| format!("    cache check: {}{}\n", if c.cache_suspected { "UNRELIABLE, " } else { "" }, c.finding));
+    let emulated = b.emulated.as_ref().map(|e| {
+        format!(
+            "    emulated drive (reseq sim serve, time x{}): {} of {} replies late, by {:.1} % of the passes' time\n",
+            e.time_scale,
+            e.late_replies,
+            e.replies,
+            e.late_share * 100.0
+        )
+    });
+    cache.unwrap_or_default() + &emulated.unwrap_or_default()
+}
+
+fn scan_text(label: &str, sc: &ScanResult) -> String {
+    let mut s = format!(
+        "  {label}: {} regions of {}, reference (fastest quarter) {}, slow below {:.0} % of it: {} slow\n",
+        sc.regions.len(),
+        sc.target,
+        human_rate(sc.reference_bytes_per_second),
+        sc.threshold * 100.0,
+        sc.slow_regions
+    );
+    let max = sc.regions.iter().map(|r| r.bytes_per_second).fold(0.0, f64::max).max(1.0);
+    for r in &sc.regions {
+        let bar = "#".repeat(((r.bytes_per_second / max) * 40.0).round() as usize);
+        let _ = writeln!(
+            s,
+            "    {:>4} {:>12} {:>12}/s {:<40}{}",
+            r.index,
+            human_bytes(r.offset_bytes),
+            human_bytes(r.bytes_per_second as u64),
+            bar,
+            if r.slow { " SLOW" } else { "" }
+        );
+    }
+    s
+}
+
+fn estimate_text(e: &Estimate) -> String {
+    format!(
+        "  estimate: {} sampled in {} places of {}: median {}, fastest quarter {}{}\n  {}\n",
+        human_bytes(e.sample_bytes),
+        e.regions.len(),
+        e.target,
+        human_rate(e.median_bytes_per_second),
+        human_rate(e.reference_bytes_per_second),
+        if e.virtual_time { " (virtual time)" } else { "" },
+        e.advice
+    )
+}
+
+fn write_cost_text(w: &WriteCost) -> String {
+    format!(
+        "  write cost: {} written by the host{}\n",
+        w.host_bytes_written.map(human_bytes).unwrap_or_else(|| "unknown".into()),
+        match (w.nvme_data_units_written_before, w.nvme_data_units_written_after) {
+            (Some(a), Some(b)) => format!(", NVMe data units written +{} ({} bytes)", b - a, (b - a) * 512_000),
+            _ => String::new(),
+        }
+    )
+}
