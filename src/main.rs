@@ -1,10 +1,16 @@
-//! The `reseq` binary: parse, dispatch, print, exit. Everything else is in the library.
+//! The `reseq` binary: parse, lower the arguments to options (`cli::lower`), dispatch to
+//! the command, print, exit. Everything else is in the library.
 
 use clap::Parser;
+use serde::Serialize;
 
-use reseq::cli::{Cli, Command, OutputArgs, SimulateArgs};
+use reseq::cli::lower;
+use reseq::cli::{Cli, Command, OutputArgs, RewriteArgs};
+use reseq::commands::{measure, restore, simulate, status};
+use reseq::options::sim::SimulateOptions;
 use reseq::report::Report;
 use reseq::report::render::{Format, render, write_atomically};
+use reseq::support::error::Result;
 use reseq::support::exit_codes::ExitCode;
 
 fn main() -> std::process::ExitCode {
@@ -20,104 +26,108 @@ fn main() -> std::process::ExitCode {
             Err(e) => return finish(Err(e)),
         }
     }
-    let (report, output, result) = match &cli.command {
-        Command::Rewrite(args) => {
-            let (report, result) = match reseq::cli::hiargs::rewrite_options(args) {
-                // A simulated SSD: the same engine, through `reseq sim rewrite`.
-                Ok(o) if o.mode == reseq::options::rewrite::Mode::Sim => {
-                    reseq::commands::simulate::rewrite_report(&o, cli.quiet)
-                }
-                Ok(o) => reseq::rewrite::run(&o, cli.quiet),
-                Err(e) => {
-                    let result = Err(e);
-                    (reseq::rewrite::refused_report(&args.targets, args.dry_run, &result), result)
-                }
-            };
-            (Some(report), args.output.clone(), result)
+    let quiet = cli.quiet;
+    match &cli.command {
+        Command::Rewrite(a) => print_report(rewrite(a, quiet), &a.output, quiet),
+        Command::Bench(a) => print_report(
+            lower::bench(a).map_or_else(|e| measure::refused("bench", &a.read.target, e), |o| measure::run_bench(&o)),
+            &a.output,
+            quiet,
+        ),
+        Command::Scan(a) => print_report(
+            lower::scan(a).map_or_else(|e| measure::refused("scan", &a.read.target, e), |o| measure::run_scan(&o)),
+            &a.output,
+            quiet,
+        ),
+        Command::Estimate(a) => print_report(
+            lower::estimate(a)
+                .map_or_else(|e| measure::refused("estimate", &a.target, e), |o| measure::run_estimate(&o)),
+            &a.output,
+            quiet,
+        ),
+        Command::Demo(a) => demo(a, quiet),
+        Command::Report(a) => finish(rerender(&a.report, a.format)),
+        Command::Thaw { json } => finish(thaw(*json)),
+        Command::Status { state_dir, json } => finish(status::run(state_dir).map(|s| show(&s, *json, s.to_text()))),
+        Command::Restore(a) => {
+            finish(lower::restore(a).and_then(|o| restore::run(&o)).map(|s| show(&s, a.json, s.to_text())))
         }
-        Command::Bench(args) => {
-            let (report, result) = reseq::commands::measure::run_bench(args);
-            (Some(report), args.output.clone(), result)
-        }
-        Command::Estimate(args) => {
-            let (report, result) = reseq::commands::measure::run_estimate(args);
-            (Some(report), args.output.clone(), result)
-        }
-        Command::Scan(args) => {
-            let (report, result) = reseq::commands::measure::run_scan(args);
-            (Some(report), args.output.clone(), result)
-        }
-        Command::Report(args) => return finish(rerender(&args.report, args.format)),
-        Command::Thaw { json } => return finish(thaw(*json)),
-        Command::Status { state_dir, json } => {
-            return finish(reseq::commands::status::run(state_dir).map(|s| {
-                if *json {
-                    println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
-                } else {
-                    print!("{}", s.to_text());
-                }
-            }));
-        }
-        Command::Restore(args) => {
-            return finish(reseq::commands::restore::run(args).map(|s| {
-                if args.json {
-                    println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
-                } else {
-                    print!("{}", s.to_text());
-                }
-            }));
-        }
-        Command::Generate { dir } => return finish(reseq::cli::generate::generate(dir)),
+        Command::Generate { dir } => finish(reseq::cli::generate::generate(dir)),
         Command::Run { .. } => unreachable!("replaced by the job's rewrite above"),
-        Command::Demo(args) if !nix::unistd::geteuid().is_root() => {
-            eprintln!("reseq demo: not root, so no loop device; running the simulated SSD instead (reseq simulate)");
-            return print_simulation(
-                reseq::commands::simulate::simulate(&SimulateArgs::defaults(), cli.quiet),
-                args.json,
-            );
+        Command::Simulate(a) => {
+            print_simulation(lower::simulate(a).and_then(|o| simulate::simulate(&o, quiet)), a.json)
         }
-        Command::Demo(args) => {
-            let (report, result) = reseq::commands::demo::run(args.size, args.no_fuse, cli.quiet);
-            (report, OutputArgs { json: args.json, ..Default::default() }, result)
+        Command::Sim { command } => finish(
+            lower::sim_step(command)
+                .and_then(|s| simulate::sim_command(&s, quiet))
+                .map(|v| println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default())),
+        ),
+    }
+}
+
+/// `reseq rewrite`: a simulated SSD, files, or a block device.
+fn rewrite(a: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
+    if lower::rewrite_sim_state(a).is_some() {
+        // A simulated SSD: the same engine, through `reseq sim rewrite`.
+        return match lower::sim_rewrite(a) {
+            Ok((rw, bench)) => simulate::rewrite_report(&rw, bench.as_ref(), quiet),
+            Err(e) => measure::refused("rewrite", a.device(), e),
+        };
+    }
+    match reseq::cli::hiargs::rewrite_options(a) {
+        Ok(o) => reseq::rewrite::run(&o, quiet),
+        Err(e) => {
+            let result = Err(e);
+            (reseq::rewrite::refused_report(&a.targets, a.dry_run, &result), result)
         }
-        Command::Simulate(args) => {
-            return print_simulation(reseq::commands::simulate::simulate(args, cli.quiet), args.json);
-        }
-        Command::Sim { command } => {
-            return finish(
-                reseq::commands::simulate::sim_command(command, cli.quiet)
-                    .map(|v| println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default())),
-            );
-        }
-    };
-    if let Some(r) = &report {
-        if result.is_err() && r.freeze_bound.is_some() && !r.dry_run {
-            eprintln!("reseq: {}", reseq::host::thaw::after_abnormal_stop());
-        }
-        let format = output.format();
-        if format != Format::Text || !cli.quiet || result.is_err() {
-            print!("{}", render(r, format));
-        }
-        if let Some(path) = &output.metrics_file
-            && let Err(e) = write_atomically(path, &render(r, Format::Prom))
-        {
-            eprintln!("reseq: {}", reseq::error_chain(&e));
-        }
+    }
+}
+
+fn demo(a: &reseq::cli::DemoArgs, quiet: bool) -> std::process::ExitCode {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("reseq demo: not root, so no loop device; running the simulated SSD instead (reseq simulate)");
+        return print_simulation(simulate::simulate(&SimulateOptions::default(), quiet), a.json);
+    }
+    let (report, result) = reseq::commands::demo::run(a.size, a.no_fuse, quiet);
+    match report {
+        Some(r) => print_report((r, result), &OutputArgs { json: a.json, ..Default::default() }, quiet),
+        None => finish(result),
+    }
+}
+
+/// Prints a command's report as asked (and the metrics file), then exits with its outcome.
+fn print_report((r, result): (Report, Result<()>), output: &OutputArgs, quiet: bool) -> std::process::ExitCode {
+    if result.is_err() && r.freeze_bound.is_some() && !r.dry_run {
+        eprintln!("reseq: {}", reseq::host::thaw::after_abnormal_stop());
+    }
+    let format = output.format();
+    if format != Format::Text || !quiet || result.is_err() {
+        print!("{}", render(&r, format));
+    }
+    if let Some(path) = &output.metrics_file
+        && let Err(e) = write_atomically(path, &render(&r, Format::Prom))
+    {
+        eprintln!("reseq: {}", reseq::error_chain(&e));
     }
     finish(result)
 }
 
-fn thaw(json: bool) -> reseq::support::error::Result<()> {
-    let summary = reseq::host::thaw::run(&reseq::host::freeze_record::run_dir())?;
+/// Prints a summary as JSON or as its text.
+fn show<T: Serialize>(v: &T, json: bool, text: String) {
     if json {
-        println!("{}", serde_json::to_string_pretty(&summary).unwrap_or_default());
+        println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
     } else {
-        print!("{}", summary.to_text());
+        print!("{text}");
     }
+}
+
+fn thaw(json: bool) -> Result<()> {
+    let summary = reseq::host::thaw::run(&reseq::host::freeze_record::run_dir())?;
+    show(&summary, json, summary.to_text());
     reseq::host::thaw::live_guardian_error(&summary).map_or(Ok(()), Err)
 }
 
-fn rerender(path: &std::path::Path, format: Format) -> reseq::support::error::Result<()> {
+fn rerender(path: &std::path::Path, format: Format) -> Result<()> {
     // A report that is not there or not readable is bad input, not an I/O failure of a run.
     let text = std::fs::read_to_string(path)
         .map_err(|e| reseq::support::error::Error::input(format!("reading the report {}", path.display()), e))?;
@@ -127,20 +137,11 @@ fn rerender(path: &std::path::Path, format: Format) -> reseq::support::error::Re
     Ok(())
 }
 
-fn print_simulation(
-    r: reseq::support::error::Result<reseq::commands::simulate::Experiment>,
-    json: bool,
-) -> std::process::ExitCode {
-    finish(r.map(|e| {
-        if json {
-            println!("{}", serde_json::to_string_pretty(&e).unwrap_or_default());
-        } else {
-            print!("{}", e.to_text());
-        }
-    }))
+fn print_simulation(r: Result<simulate::Experiment>, json: bool) -> std::process::ExitCode {
+    finish(r.map(|e| show(&e, json, e.to_text())))
 }
 
-fn finish(result: reseq::support::error::Result<()>) -> std::process::ExitCode {
+fn finish(result: Result<()>) -> std::process::ExitCode {
     match result {
         Ok(()) => ExitCode::Success.into(),
         Err(e) => {

@@ -561,3 +561,28 @@ pub fn lower_io_priority() -> nix::Result<()> {
     let rc = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, (IOPRIO_CLASS_BE << 13) | 7) };
     Errno::result(rc).map(drop)
 }
+
+/// Opens a block device read-only with O_DIRECT (the page cache could hold a stale copy).
+pub fn open_direct_read(node: &std::path::Path) -> std::io::Result<OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(node).map(OwnedFd::from)
+}
+
+/// Opens a device read-write with O_DIRECT, and O_EXCL when `exclusive` (an unmounted
+/// device: O_EXCL fails with EBUSY while anything holds it, and keeps it unmountable).
+pub fn open_direct_rw(path: &std::path::Path, exclusive: bool) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = libc::O_DIRECT | if exclusive { libc::O_EXCL } else { 0 };
+    std::fs::OpenOptions::new().read(true).write(true).custom_flags(flags).open(path)
+}
+
+/// Opens a block device read-only with O_EXCL: fails with EBUSY while anything (a mount,
+/// a holder, another exclusive opener) has it, and keeps it ours while open.
+pub fn open_exclusive(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_EXCL).open(path)
+}
+
+/// CAP_SYS_ADMIN is bit 21 of the capability sets (include/uapi/linux/capability.h):
+/// FIFREEZE, FITHAW and FITRIM need it.
+pub const CAP_SYS_ADMIN: u32 = 21;

@@ -53,50 +53,7 @@ fn scalar(key: &str, v: &toml::Value) -> Result<String> {
 pub fn parse(text: &str, origin: &Path) -> Result<RewriteArgs> {
     let table: toml::Table =
         text.parse().map_err(|e: toml::de::Error| Error::Usage(format!("{}: {e}", origin.display())))?;
-    let mut argv: Vec<String> = vec!["reseq".into(), "rewrite".into()];
-    let mut targets = Vec::new();
-    for (key, value) in &table {
-        if key == "targets" {
-            let list = value
-                .as_array()
-                .ok_or_else(|| Error::Usage(format!("{}: `targets` must be a list of paths", origin.display())))?;
-            for t in list {
-                targets.push(scalar("targets", t)?);
-            }
-            continue;
-        }
-        let Some((_, takes_value)) = KEYS.iter().find(|(k, _)| k == key) else {
-            return Err(Error::Usage(format!(
-                "{}: unknown key `{key}` (keys: targets, {})",
-                origin.display(),
-                KEYS.map(|k| k.0).join(", ")
-            )));
-        };
-        let flag = format!("--{}", key.replace('_', "-"));
-        match (takes_value, value) {
-            (false, toml::Value::Boolean(b)) => {
-                if *b {
-                    argv.push(flag);
-                }
-            }
-            (false, _) => return Err(Error::Usage(format!("{}: `{key}` must be true or false", origin.display()))),
-            (true, toml::Value::Array(items)) => {
-                for i in items {
-                    argv.push(flag.clone());
-                    argv.push(scalar(key, i)?);
-                }
-            }
-            (true, v) => {
-                argv.push(flag);
-                argv.push(scalar(key, v)?);
-            }
-        }
-    }
-    if targets.is_empty() {
-        return Err(Error::Usage(format!("{}: `targets` is missing or empty", origin.display())));
-    }
-    argv.push("--".into());
-    argv.extend(targets);
+    let argv = argv_of(&table, origin)?;
     match Cli::try_parse_from(&argv) {
         Ok(Cli { command: Command::Rewrite(args), .. }) => Ok(args),
         Ok(_) => Err(Error::Internal("a config did not parse into a rewrite".into())),
@@ -113,6 +70,61 @@ pub fn parse(text: &str, origin: &Path) -> Result<RewriteArgs> {
             Err(Error::Usage(format!("{}:{place}: {msg}", origin.display())))
         }
     }
+}
+
+/// The command line a config's table stands for: `reseq rewrite OPTIONS -- TARGETS`.
+fn argv_of(table: &toml::Table, origin: &Path) -> Result<Vec<String>> {
+    let mut argv: Vec<String> = vec!["reseq".into(), "rewrite".into()];
+    let mut targets = Vec::new();
+    for (key, value) in table {
+        if key == "targets" {
+            let list = value
+                .as_array()
+                .ok_or_else(|| Error::Usage(format!("{}: `targets` must be a list of paths", origin.display())))?;
+            for t in list {
+                targets.push(scalar("targets", t)?);
+            }
+            continue;
+        }
+        let Some((_, takes_value)) = KEYS.iter().find(|(k, _)| k == key) else {
+            return Err(Error::Usage(format!(
+                "{}: unknown key `{key}` (keys: targets, {})",
+                origin.display(),
+                KEYS.map(|k| k.0).join(", ")
+            )));
+        };
+        push_option(&mut argv, key, *takes_value, value, origin)?;
+    }
+    if targets.is_empty() {
+        return Err(Error::Usage(format!("{}: `targets` is missing or empty", origin.display())));
+    }
+    argv.push("--".into());
+    argv.extend(targets);
+    Ok(argv)
+}
+
+/// One key as its option: a flag when true, or the option once per value.
+fn push_option(argv: &mut Vec<String>, key: &str, takes_value: bool, value: &toml::Value, origin: &Path) -> Result<()> {
+    let flag = format!("--{}", key.replace('_', "-"));
+    match (takes_value, value) {
+        (false, toml::Value::Boolean(b)) => {
+            if *b {
+                argv.push(flag);
+            }
+        }
+        (false, _) => return Err(Error::Usage(format!("{}: `{key}` must be true or false", origin.display()))),
+        (true, toml::Value::Array(items)) => {
+            for i in items {
+                argv.push(flag.clone());
+                argv.push(scalar(key, i)?);
+            }
+        }
+        (true, v) => {
+            argv.push(flag);
+            argv.push(scalar(key, v)?);
+        }
+    }
+    Ok(())
 }
 
 /// The 1-based line where `key` is set.

@@ -134,6 +134,18 @@ pub fn man_page() -> String {
     r.control("SH", ["DESCRIPTION"]).text([roman(cmd.get_long_about().map(|a| a.to_string()).unwrap_or_default())]);
     r.control("SS", ["Global options"]);
     options(&mut r, &cmd);
+    subcommands(&mut r, &cmd);
+    freeze_bound(&mut r);
+    examples(&mut r);
+    rescue_trim_resume(&mut r);
+    exit_status(&mut r);
+    files(&mut r);
+    environment(&mut r);
+    r.render()
+}
+
+/// One section per subcommand, with its options and its own subcommands.
+fn subcommands(r: &mut Roff, cmd: &clap::Command) {
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
         let name = sub.get_name();
         r.control("SH", [format!("RESEQ {}", name.to_uppercase()).as_str()]);
@@ -145,13 +157,17 @@ pub fn man_page() -> String {
         r.text(synopsis);
         r.control("PP", [])
             .text([roman(sub.get_long_about().or(sub.get_about()).map(|a| a.to_string()).unwrap_or_default())]);
-        options(&mut r, sub);
+        options(r, sub);
         for inner in sub.get_subcommands() {
             r.control("SS", [format!("reseq {name} {}", inner.get_name()).as_str()]);
             r.text([roman(inner.get_about().map(|a| a.to_string()).unwrap_or_default())]);
-            options(&mut r, inner);
+            options(r, inner);
         }
     }
+}
+
+/// How long a freeze lasts at most, the guardian, and other freezers.
+fn freeze_bound(r: &mut Roff) {
     r.control("SH", ["FREEZE BOUND"]).text([roman(
         "No freeze window lasts longer than --max-freeze plus a grace: --max-freeze itself, at least 250 ms and at most 1 s (--max-freeze 500ms: 1 s in all; the default 5 s: 6 s). --dry-run prints the bound and the report carries it (freeze_bound). At the deadline the guardian grants no more writes; a write or read-back still outstanding at the end of the grace means reseq is stopped or stalled, and the guardian kills it (SIGKILL through a pidfd), waits until none of its threads is left, thaws, and notes it in the journal (exit status 137; --resume continues). Ctrl-Z waits for the end of the window. The one wait nothing can bound is I/O the kernel cannot finish (a task in D state on a failing device).",
     )]);
@@ -161,7 +177,10 @@ pub fn man_page() -> String {
     r.control("PP", []).text([roman(
         "If another program thaws reseq's freeze, or thaws and freezes again (VM snapshot agents, backup hooks), reseq stops writing at once, never thaws the other program's freeze, names the filesystem, window and byte range, and exits 8. Do not schedule other freezers during a run.",
     )]);
-    examples(&mut r);
+}
+
+/// RESCUE COPIES, TRIM and RESUMING.
+fn rescue_trim_resume(r: &mut Roff) {
     r.control("SH", ["RESCUE COPIES"]).text([roman(
         "A write that fails is retried, each attempt read back, up to 3 attempts. A chunk whose write never verifies, tears, or reads back different keeps its original bytes in a rescue file in the state directory, rescue-DEVICE-OFFSET-BLAKE3.bin, and the message says whether a read-back found the original bytes there (data intact) or other bytes (uncertain). Every later run on that device refuses until reseq restore FILE has put the bytes back; reseq restore freezes as a rewrite does, reads back, refuses another device or a range that changed since (unless --force), and removes the copy only then.",
     )]);
@@ -171,6 +190,10 @@ pub fn man_page() -> String {
     r.control("SH", ["RESUMING"]).text([roman(
         "A run that stops (a signal, a kill, a reboot, an error) leaves its journal, and every later run over the same device or the same files is refused (exit 3) until it is given --resume, which continues it, or --restart, which starts over. With --resume (or resume = true in a config file) a run continues with the options it was started with: an option left out takes the interrupted run's value, and an option given with another value is refused (exit 2), except the pacing options (--rate, --pause, --max-overruns, --read-ahead, --trim-rate), which replace the run's with a warning. A resumed file-mode run skips the files the interrupted run finished, continues a large file where its journal says, and rewrites again the small files it was in the middle of (at most 16 MiB).",
     )]);
+}
+
+/// Every exit code, and 137 (killed).
+fn exit_status(r: &mut Roff) {
     r.control("SH", ["EXIT STATUS"]);
     for c in ExitCode::ALL {
         r.control("TP", []).text([bold(c.code().to_string())]).text([roman(c.describe())]);
@@ -178,6 +201,10 @@ pub fn man_page() -> String {
     r.control("TP", []).text([bold("137")]).text([roman(
         "killed (SIGKILL): by its guardian when a window outlasted its bound with a write outstanding (the guardian says so on stderr and in the journal), or by someone else; thawed; --resume continues and first re-reads every chunk that was in flight against its blake3",
     )]);
+}
+
+/// The files reseq keeps and reads.
+fn files(r: &mut Roff) {
     r.control("SH", ["FILES"]);
     r.control("TP", []).text([italic("/var/lib/reseq/device-NAME.journal")]).text([roman(
         "The journal of a device's run (--state-dir, RESEQ_STATE_DIR): the plan and every finished chunk, each line checked by blake3. --resume continues from it. When the run finishes it is compacted to the plan and the verified chunks with their hashes, and kept until the next run of that device replaces it.",
@@ -203,6 +230,10 @@ pub fn man_page() -> String {
     r.control("TP", []).text([italic("/run/reseq/guardian-PID.freeze")]).text([roman(
         "A freeze record: what a guardian is freezing, written before each freeze and removed after the thaw (RESEQ_RUN_DIR). reseq thaw acts on the records of guardians that are gone.",
     )]);
+}
+
+/// ENVIRONMENT and SEE ALSO.
+fn environment(r: &mut Roff) {
     r.control("SH", ["ENVIRONMENT"]);
     r.control("TP", []).text([bold("RUST_LOG")]).text([roman("Log filter (env_logger syntax); overrides -v and -q.")]);
     r.control("TP", []).text([bold("RESEQ_STATE_DIR")]).text([roman("Default of --state-dir.")]);
@@ -217,7 +248,6 @@ pub fn man_page() -> String {
         bold("blkdiscard"),
         roman("(8)"),
     ]);
-    r.render()
 }
 
 /// Writes `reseq.1`, `reseq.bash`, `_reseq` (zsh) and `reseq.fish` into `dir`.

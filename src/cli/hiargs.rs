@@ -11,7 +11,7 @@ use crate::support::error::{Error, Result};
 /// does not exist goes to device mode, which says so.
 pub fn mode_of(args: &RewriteArgs) -> Mode {
     let first = &args.targets[0];
-    if first.to_string_lossy().starts_with("sim:") {
+    if crate::options::sim::sim_state(first).is_some() {
         Mode::Sim
     } else if args.targets.len() > 1 || !crate::rewrite::is_block_device(first) {
         Mode::Files
@@ -22,14 +22,14 @@ pub fn mode_of(args: &RewriteArgs) -> Mode {
 
 /// `reseq rewrite`'s arguments as options, with the flags the mode does not take refused.
 pub fn rewrite_options(args: &RewriteArgs) -> Result<RewriteOptions> {
-    let o = lower(args, mode_of(args));
+    let o = lower(args, mode_of(args))?;
     refuse_for_mode(&o)?;
     Ok(o)
 }
 
 /// The values as they are, typed already.
-fn lower(a: &RewriteArgs, mode: Mode) -> RewriteOptions {
-    RewriteOptions {
+fn lower(a: &RewriteArgs, mode: Mode) -> Result<RewriteOptions> {
+    Ok(RewriteOptions {
         mode,
         targets: a.targets.clone(),
         exclude: a.exclude.clone(),
@@ -53,19 +53,17 @@ fn lower(a: &RewriteArgs, mode: Mode) -> RewriteOptions {
         scan_regions: a.scan_regions,
         slow_threshold: a.slow_threshold,
         bench: a.bench,
-        bench_opts: crate::cli::lower::bench_options(&a.bench_opts),
-    }
+        bench_opts: crate::cli::lower::bench_options(&a.bench_opts)?,
+    })
 }
 
 /// Which mode refuses which flags: file mode has no device regions and no FITRIM of its
-/// own; a simulated SSD has no journal and no plan to print.
+/// own. (A simulated SSD's refusals are `cli::lower::sim_rewrite`'s, which builds its
+/// options.)
 fn refuse_for_mode(o: &RewriteOptions) -> Result<()> {
     match o.mode {
         Mode::Files if o.from_scan.is_some() || o.include_free || o.trim_rate.is_some() => Err(Error::Usage(
             "file mode does not take --from-scan, --include-free or --trim-rate (they are about a device's regions and the FITRIM after a device run)".into(),
-        )),
-        Mode::Sim if o.from_scan.is_some() || o.resume || o.dry_run => Err(Error::Usage(
-            "on a simulated SSD, rewrite takes --chunk-size, --no-verify, --only-slow and --bench".into(),
         )),
         _ => Ok(()),
     }
@@ -99,8 +97,7 @@ mod tests {
     fn modes_refuse_the_flags_they_do_not_take() {
         let e = rewrite_options(&args(&["--include-free", "/etc/hostname"])).unwrap_err().to_string();
         assert!(e.contains("file mode does not take"), "{e}");
-        let e = rewrite_options(&args(&["--dry-run", "sim:x"])).unwrap_err().to_string();
-        assert!(e.contains("on a simulated SSD"), "{e}");
+        assert_eq!(rewrite_options(&args(&["sim:x"])).unwrap().mode, Mode::Sim);
         let e = crate::cli::Cli::try_parse_from(["reseq", "rewrite", "--chunk-size", "2G", "x"]).unwrap_err();
         assert!(e.to_string().contains("between 1 sector and 1 GiB"), "{e}");
     }

@@ -1,18 +1,236 @@
-//! From parsed arguments to typed options, for the commands that are not a rewrite of a
-//! device or files: every bound and cross-flag rule of those commands is here, so the
-//! layers below take values that are already checked.
+//! From parsed arguments to typed options, for every command but a rewrite of a device
+//! or files: each bound and cross-flag rule of those commands is here, with the flag it
+//! is about in its message, so the layers below take values that are already checked.
 
-use crate::cli::BenchOpts;
-use crate::options::bench::BenchOptions;
+use std::time::Duration;
 
-/// The `--bench-*` options of a rewrite (their values typed and bounded by clap).
-pub fn bench_options(o: &BenchOpts) -> BenchOptions {
-    BenchOptions {
+use crate::cli::{
+    BenchArgs, BenchOpts, EstimateArgs, ReadArgs, RestoreArgs, RewriteArgs, ScanArgs, SimCommand, SimRangeArgs,
+    SimulateArgs,
+};
+use crate::options::bench::{BenchCommand, BenchOptions, EstimateOptions, ReadOptions, ScanOptions, TrimImpactOptions};
+use crate::options::restore::RestoreOptions;
+use crate::options::sim::{Override, SimRange, SimRewrite, SimStep, SimulateOptions, SlowScan, sim_state};
+use crate::support::error::{Error, Result};
+use crate::support::units::parse_size;
+
+fn size(flag: &str, v: &str) -> Result<u64> {
+    parse_size(v).map_err(|e| Error::Usage(format!("{flag}: {e}")))
+}
+
+/// The `--bench-*` options of a rewrite.
+pub fn bench_options(o: &BenchOpts) -> Result<BenchOptions> {
+    Ok(BenchOptions {
         block_size: o.block_size.bytes(),
         queue_depth: o.queue_depth,
         passes: o.passes.max(1),
         settle: o.settle,
         regions: o.regions.max(1),
         length: o.length.map(|l| l.bytes()),
+    })
+}
+
+fn read_options(a: &ReadArgs) -> Result<ReadOptions> {
+    Ok(ReadOptions {
+        target: a.target.clone(),
+        length: a.length.map(|l| l.bytes()),
+        block_size: a.block_size.bytes(),
+        queue_depth: a.queue_depth,
+        offset: a.offset.bytes(),
+        include_free: a.include_free,
+    })
+}
+
+/// `reseq bench`: `--trim-impact` takes only its own options and the target.
+pub fn bench(a: &BenchArgs) -> Result<BenchCommand> {
+    if a.trim_impact {
+        let size = a.trim_size.bytes();
+        if size < crate::host::trim::SLICE_ALIGN {
+            return Err(Error::Usage("--trim-size must be at least 1M".into()));
+        }
+        let rate = a.trim_rate.map(|r| r.bytes_per_second());
+        return Ok(BenchCommand::TrimImpact(TrimImpactOptions { target: a.read.target.clone(), size, rate }));
+    }
+    let settle = a.settle;
+    if a.passes == 0 {
+        return Err(Error::Usage("--passes must be at least 1".into()));
+    }
+    Ok(BenchCommand::Passes { read: read_options(&a.read)?, passes: a.passes, settle })
+}
+
+/// `reseq scan`.
+pub fn scan(a: &ScanArgs) -> Result<ScanOptions> {
+    if a.regions == 0 || a.regions > 100_000 {
+        return Err(Error::Usage("--regions must be between 1 and 100000".into()));
+    }
+    if !(a.threshold > 0.0 && a.threshold <= 1.0) {
+        return Err(Error::Usage("--threshold must be in (0, 1]".into()));
+    }
+    Ok(ScanOptions { read: read_options(&a.read)?, regions: a.regions, threshold: a.threshold })
+}
+
+/// `reseq estimate`.
+pub fn estimate(a: &EstimateArgs) -> Result<EstimateOptions> {
+    Ok(EstimateOptions { target: a.target.clone(), sample: a.sample.bytes(), regions: a.regions })
+}
+
+/// `reseq restore`.
+pub fn restore(a: &RestoreArgs) -> Result<RestoreOptions> {
+    let max_freeze = a.max_freeze;
+    if max_freeze < Duration::from_millis(10) {
+        return Err(Error::Usage("--max-freeze must be at least 10ms".into()));
+    }
+    Ok(RestoreOptions {
+        rescue: a.rescue.clone(),
+        force: a.force,
+        forget: a.forget,
+        device: a.device.clone(),
+        max_freeze,
+    })
+}
+
+/// `--set KEY=VALUE` overrides: a `*_bytes` key takes a size, any other a JSON value or,
+/// failing that, a word.
+fn overrides(set: &[String]) -> Result<Vec<Override>> {
+    set.iter()
+        .map(|o| {
+            let (k, v) = o.split_once('=').ok_or_else(|| Error::Usage(format!("--set {o}: expected KEY=VALUE")))?;
+            let value = if k.ends_with("_bytes") {
+                serde_json::json!(size(&format!("--set {k}"), v)?)
+            } else {
+                serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_string()))
+            };
+            Ok(Override { key: k.to_string(), value })
+        })
+        .collect()
+}
+
+/// `reseq simulate`.
+pub fn simulate(a: &SimulateArgs) -> Result<SimulateOptions> {
+    Ok(SimulateOptions {
+        preset: a.preset.clone(),
+        device_size: a.device_size.bytes(),
+        set: overrides(&a.set)?,
+        file_size: a.file_size.bytes(),
+        stages: a.stages.clone(),
+        chunk_size: a.chunk_size.bytes(),
+        seed: a.seed,
+    })
+}
+
+fn sim_range(r: &SimRangeArgs) -> Result<SimRange> {
+    Ok(SimRange { offset: r.offset.bytes(), length: r.length.map(|l| l.bytes()) })
+}
+
+/// One step of `reseq sim …`.
+pub fn sim_step(c: &SimCommand) -> Result<SimStep> {
+    Ok(match c {
+        SimCommand::Create { state, preset, device_size, set } => SimStep::Create {
+            state: state.clone(),
+            preset: preset.clone(),
+            device_size: device_size.bytes(),
+            set: overrides(set)?,
+        },
+        SimCommand::Write { state, range } => SimStep::Write { state: state.clone(), range: sim_range(range)? },
+        SimCommand::Fragment { state, range, random_writes, seed } => SimStep::Fragment {
+            state: state.clone(),
+            range: sim_range(range)?,
+            random_writes: random_writes.bytes(),
+            seed: *seed,
+        },
+        SimCommand::Read { state, range, block_size, queue_depth } => SimStep::Read {
+            state: state.clone(),
+            range: sim_range(range)?,
+            block_size: block_size.bytes(),
+            queue_depth: *queue_depth,
+        },
+        SimCommand::Rewrite { state, range, chunk_size, no_verify, only_slow, scan_regions, slow_threshold } => {
+            SimStep::Rewrite(SimRewrite {
+                state: state.clone(),
+                range: sim_range(range)?,
+                chunk_size: chunk_size.bytes(),
+                verify: !no_verify,
+                only_slow: only_slow.then_some(SlowScan { regions: *scan_regions, threshold: *slow_threshold }),
+            })
+        }
+        SimCommand::Info { state } => SimStep::Info { state: state.clone() },
+        SimCommand::Serve { state, mount_dir, time_scale } => {
+            SimStep::Serve { state: state.clone(), mount_dir: mount_dir.clone(), time_scale: *time_scale }
+        }
+    })
+}
+
+/// The simulated SSD a rewrite names (`sim:STATE`), if it names one.
+pub fn rewrite_sim_state(a: &RewriteArgs) -> Option<std::path::PathBuf> {
+    sim_state(a.device())
+}
+
+/// `reseq rewrite sim:STATE`: the whole simulated device, with the options that apply to
+/// it (chunk size, verification, --only-slow, --bench); device-only options are refused.
+pub fn sim_rewrite(a: &RewriteArgs) -> Result<(SimRewrite, Option<BenchOptions>)> {
+    let state = rewrite_sim_state(a).ok_or_else(|| Error::Internal("not a sim: target".into()))?;
+    if a.from_scan.is_some() || a.resume || a.dry_run {
+        return Err(Error::Usage(
+            "on a simulated SSD, rewrite takes --chunk-size, --no-verify, --only-slow and --bench".into(),
+        ));
+    }
+    let rewrite = SimRewrite {
+        state,
+        range: SimRange::default(),
+        chunk_size: a.chunk_size.bytes(),
+        verify: !a.no_verify,
+        only_slow: a.only_slow.then_some(SlowScan { regions: a.scan_regions, threshold: a.slow_threshold }),
+    };
+    Ok((rewrite, a.bench.then(|| bench_options(&a.bench_opts)).transpose()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn command(argv: &[&str]) -> Command {
+        Cli::try_parse_from(["reseq"].iter().chain(argv)).unwrap().command
+    }
+
+    #[test]
+    fn defaults_are_the_command_lines() {
+        let Command::Simulate(a) = command(&["simulate"]) else { panic!("simulate") };
+        assert_eq!(simulate(&a).unwrap(), SimulateOptions::default());
+        let Command::Rewrite(a) = command(&["rewrite", "/dev/null"]) else { panic!("rewrite") };
+        assert_eq!(bench_options(&a.bench_opts).unwrap(), BenchOptions::default());
+    }
+
+    #[test]
+    fn bad_values_name_their_flag() {
+        // Sizes are typed by clap's value parser: its error names the flag.
+        let e = Cli::try_parse_from(["reseq", "simulate", "--file-size", "4Q"]).unwrap_err().to_string();
+        assert!(e.contains("'--file-size <SIZE>'"), "{e}");
+        let Command::Simulate(a) = command(&["simulate", "--set", "flash_bytes=x"]) else { panic!("simulate") };
+        assert!(simulate(&a).unwrap_err().to_string().starts_with("--set flash_bytes: "));
+        let Command::Simulate(a) = command(&["simulate", "--set", "t_read_us"]) else { panic!("simulate") };
+        assert!(simulate(&a).unwrap_err().to_string().contains("expected KEY=VALUE"));
+        let Command::Bench(a) = command(&["bench", "/x", "--trim-impact", "--trim-size", "512K"]) else {
+            panic!("bench")
+        };
+        assert!(bench(&a).unwrap_err().to_string().contains("--trim-size must be at least 1M"));
+        let Command::Restore(a) = command(&["restore", "/x", "--max-freeze", "5ms"]) else { panic!("restore") };
+        assert!(restore(&a).unwrap_err().to_string().contains("--max-freeze must be at least 10ms"));
+    }
+
+    #[test]
+    fn a_sim_rewrite_refuses_what_only_a_device_has() {
+        let Command::Rewrite(a) = command(&["rewrite", "sim:/tmp/s", "--resume"]) else { panic!("rewrite") };
+        assert!(sim_rewrite(&a).unwrap_err().to_string().contains("on a simulated SSD"));
+        let Command::Rewrite(a) = command(&["rewrite", "sim:/tmp/s", "--only-slow", "--bench"]) else {
+            panic!("rewrite")
+        };
+        let (rw, bench) = sim_rewrite(&a).unwrap();
+        assert_eq!(rw.state, std::path::PathBuf::from("/tmp/s"));
+        assert_eq!(rw.only_slow, Some(SlowScan { regions: 64, threshold: 0.7 }));
+        assert_eq!(bench, Some(BenchOptions::default()));
+        let Command::Rewrite(a) = command(&["rewrite", "/dev/sdb"]) else { panic!("rewrite") };
+        assert_eq!(rewrite_sim_state(&a), None);
     }
 }

@@ -533,3 +533,10 @@ impl SimulateArgs {
         }
     }
 }
+
+impl RewriteArgs {
+    /// The device of device mode (the first target).
+    pub fn device(&self) -> &std::path::Path {
+        &self.targets[0]
+    }
+}

@@ -8,16 +8,15 @@
 //! overwrite its data.
 
 use std::path::Path;
-use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::cli::RestoreArgs;
 use crate::engine::rescue::{self, RescueHeader};
 use crate::engine::target::BlockTarget;
-use crate::host::device::{self, Sysfs};
+use crate::host::device::{self, BlockDeviceInfo, Sysfs};
 use crate::host::freeze::{GuardedFreeze, NoFreeze, WindowGuard};
-use crate::host::mounts;
+use crate::host::mounts::{self, MountedFs};
+use crate::options::restore::RestoreOptions;
 use crate::support::error::{Error, LeftState, Result};
 use crate::sys::AlignedBuf;
 
@@ -57,29 +56,53 @@ impl RestoreSummary {
     }
 }
 
-pub fn run(args: &RestoreArgs) -> Result<RestoreSummary> {
-    let max_freeze = args.max_freeze;
-    if max_freeze < Duration::from_millis(10) {
-        return Err(Error::Usage("--max-freeze must be at least 10ms".into()));
-    }
-    let (h, data) = rescue::load(&args.rescue)?;
+pub fn run(o: &RestoreOptions) -> Result<RestoreSummary> {
+    let (h, data) = rescue::load(&o.rescue)?;
     let mut summary = RestoreSummary {
-        rescue_file: args.rescue.display().to_string(),
+        rescue_file: o.rescue.display().to_string(),
         device: h.device_path.clone(),
         offset: h.offset,
         len: h.len,
         outcome: "forgotten".into(),
         frozen_filesystems: Vec::new(),
     };
-    if args.forget {
-        rescue::remove(&args.rescue)?;
+    if o.forget {
+        rescue::remove(&o.rescue)?;
         return Ok(summary);
     }
-    crate::rewrite::plan::check_privileges()?;
+    crate::host::privileges::check()?;
     let sysfs = Sysfs::default();
-    let path = args.device.clone().unwrap_or_else(|| h.device_path.clone().into());
+    let path = o.device.clone().unwrap_or_else(|| h.device_path.clone().into());
     summary.device = path.display().to_string();
     let dev = device::inspect(&path, &sysfs)?;
+    // No rewrite (nor another restore) of this device meanwhile.
+    let dir = o.rescue.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let _lock = check_device(&dev, &h, &sysfs, dir, &path)?;
+    let entries = mounts::read_mounts().map_err(|e| Error::io("reading /proc/self/mountinfo", e))?;
+    let filesystems = mounts::filesystems_on(&entries, &dev.devices_to_freeze());
+    let target = crate::rewrite::open_device(&dev, !filesystems.is_empty())?;
+    if rescue::device_holds(&target, h.offset, h.len, &h.blake3)? {
+        rescue::remove(&o.rescue)?;
+        summary.outcome = "already_intact".into();
+        return Ok(summary);
+    }
+    refuse_if_changed(&target, &h, o.force)?;
+    summary.frozen_filesystems = filesystems.iter().map(|f| f.mount_point.display().to_string()).collect();
+    write_guarded(filesystems, &target, &h, &data, o)?;
+    rescue::remove(&o.rescue)?;
+    summary.outcome = "restored".into();
+    Ok(summary)
+}
+
+/// The device must be the one the copy came from, writable, and not written by anyone
+/// else; the lock returned keeps other runs of reseq off it.
+fn check_device(
+    dev: &BlockDeviceInfo,
+    h: &RescueHeader,
+    sysfs: &Sysfs,
+    dir: &Path,
+    path: &Path,
+) -> Result<crate::host::state_dir::DeviceLock> {
     if !dev.identity.same_device(&h.identity) {
         return Err(Error::refused(
             format!(
@@ -90,34 +113,30 @@ pub fn run(args: &RestoreArgs) -> Result<RestoreSummary> {
             "name the same device where it is now with --device (loop and NVMe numbers can change between boots)",
         ));
     }
-    // No rewrite (nor another restore) of this device meanwhile.
-    let dir = args.rescue.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let _lock = crate::host::state_dir::lock_device(dir, &dev.identity.name, &path.display().to_string())?;
+    let lock = crate::host::state_dir::lock_device(dir, &dev.identity.name, &path.display().to_string())?;
     if dev.read_only {
         return Err(Error::refused(format!("{} is read-only", h.device_path), "make it writable (blockdev --setrw)"));
     }
-    crate::host::writers::refuse_other_writers(&dev.path, &dev.devices_sharing_bytes(&sysfs))?;
-    let entries = mounts::read_mounts().map_err(|e| Error::io("reading /proc/self/mountinfo", e))?;
-    let filesystems = mounts::filesystems_on(&entries, &dev.devices_to_freeze());
-    let target = crate::rewrite::open_device(&dev, !filesystems.is_empty())?;
-    if rescue::device_holds(&target, h.offset, h.len, &h.blake3)? {
-        rescue::remove(&args.rescue)?;
-        summary.outcome = "already_intact".into();
-        return Ok(summary);
-    }
-    refuse_if_changed(&target, &h, args.force)?;
-    summary.frozen_filesystems = filesystems.iter().map(|f| f.mount_point.display().to_string()).collect();
+    crate::host::writers::refuse_other_writers(&dev.path, &dev.devices_sharing_bytes(sysfs))?;
+    Ok(lock)
+}
+
+/// The write, with the filesystems on the device (if any) frozen by a guardian.
+fn write_guarded(
+    filesystems: Vec<MountedFs>,
+    target: &dyn BlockTarget,
+    h: &RescueHeader,
+    data: &[u8],
+    o: &RestoreOptions,
+) -> Result<()> {
     let mut guard: Box<dyn WindowGuard> = if filesystems.is_empty() {
         Box::new(NoFreeze)
     } else {
-        Box::new(GuardedFreeze::start(filesystems, max_freeze)?)
+        Box::new(GuardedFreeze::start(filesystems, o.max_freeze)?)
     };
     let mut buf = AlignedBuf::new(h.len as usize, target.mem_align());
-    buf[..h.len as usize].copy_from_slice(&data);
-    write_frozen(guard.as_mut(), &target, &h, &buf, args)?;
-    rescue::remove(&args.rescue)?;
-    summary.outcome = "restored".into();
-    Ok(summary)
+    buf[..h.len as usize].copy_from_slice(data);
+    write_frozen(guard.as_mut(), target, h, &buf, o)
 }
 
 /// Refuses unless the device holds what reseq left there (or `force`).
@@ -147,9 +166,9 @@ fn write_frozen(
     target: &dyn BlockTarget,
     h: &RescueHeader,
     buf: &AlignedBuf,
-    args: &RestoreArgs,
+    o: &RestoreOptions,
 ) -> Result<()> {
-    let force = args.force;
+    let force = o.force;
     let len = h.len as usize;
     guard.begin()?;
     // Frozen now: what is there cannot change under us any more; check it again.
@@ -165,7 +184,7 @@ fn write_frozen(
         let read = target.read_at(&mut back[..len], h.offset);
         guard.wrote()?;
         let kept =
-            format!("The rescue copy {} is kept; run restore again once the device works", args.rescue.display());
+            format!("The rescue copy {} is kept; run restore again once the device works", o.rescue.display());
         match (wrote, read) {
             (Err(e), r) => {
                 let original = blake3::Hash::from_hex(&h.blake3).map_err(|e| Error::Internal(e.to_string()))?;

@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::cli::{SimCommand, SimRangeArgs, SimulateArgs};
 use crate::engine::journal::Journal;
 use crate::engine::{self, EngineConfig, EngineStats};
 use crate::host::freeze::NoFreeze;
 use crate::measure::bench::Selection;
 use crate::measure::readbench::{ReadParams, Target};
+use crate::options::bench::BenchOptions;
+use crate::options::sim::{Override, SimRange, SimRewrite, SimStep, SimulateOptions};
 use crate::sim::experiment::degrade;
 use crate::sim::ftl::{PRESETS, Params, SLOT, seq_read_time};
 use crate::sim::pyrandom::PyRandom;
@@ -23,30 +24,24 @@ use crate::sim::{SimDevice, SimState};
 use crate::support::error::{Error, Result};
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
-use crate::support::units::{Size, human_bytes, parse_size};
+use crate::support::units::human_bytes;
 
 const MIB: u64 = 1 << 20;
 
-/// Builds model parameters from a preset, a size and `KEY=VALUE` overrides.
-pub fn build_params(preset: &str, device_size: Size, overrides: &[String]) -> Result<Params> {
+/// Builds model parameters from a preset, a size and `--set` overrides.
+pub fn build_params(preset: &str, device_size: u64, overrides: &[Override]) -> Result<Params> {
     let base = Params::preset(preset)
         .ok_or_else(|| Error::Usage(format!("unknown preset '{preset}' (choose one of: {})", PRESETS.join(", "))))?;
-    let size = device_size.bytes();
-    let mut value = serde_json::to_value(Params { logical_bytes: size, ..base }).expect("params serialize");
+    let mut value = serde_json::to_value(Params { logical_bytes: device_size, ..base }).expect("params serialize");
     for o in overrides {
-        let (k, v) = o.split_once('=').ok_or_else(|| Error::Usage(format!("--set {o}: expected KEY=VALUE")))?;
-        let slot = value.get_mut(k).ok_or_else(|| {
+        let slot = value.get_mut(&o.key).ok_or_else(|| {
             let keys: Vec<String> = serde_json::to_value(Params::default())
                 .ok()
                 .and_then(|p| p.as_object().map(|m| m.keys().cloned().collect()))
                 .unwrap_or_default();
-            Error::Usage(format!("--set: unknown model parameter '{k}' (parameters: {})", keys.join(", ")))
+            Error::Usage(format!("--set: unknown model parameter '{}' (parameters: {})", o.key, keys.join(", ")))
         })?;
-        *slot = if k.ends_with("_bytes") {
-            serde_json::json!(parse_size(v).map_err(|e| Error::Usage(format!("--set {k}: {e}")))?)
-        } else {
-            serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_string()))
-        };
+        *slot = o.value.clone();
     }
     let p: Params = serde_json::from_value(value).map_err(|e| Error::Usage(format!("--set: {e}")))?;
     if p.logical_bytes < 64 * MIB || !p.logical_bytes.is_multiple_of(SLOT) {
@@ -116,67 +111,71 @@ pub fn engine_rewrite(
 }
 
 /// `reseq simulate`.
-pub fn simulate(args: &SimulateArgs, quiet: bool) -> Result<Experiment> {
+pub fn simulate(o: &SimulateOptions, quiet: bool) -> Result<Experiment> {
     let wall = Instant::now();
-    let p = build_params(&args.preset, args.device_size, &args.set)?;
-    let file = args.file_size.bytes();
+    let p = build_params(&o.preset, o.device_size, &o.set)?;
+    let file = o.file_size;
     if file == 0 || !file.is_multiple_of(SLOT) || file > p.logical_bytes {
         return Err(Error::Usage("--file-size must be whole 4 KiB blocks and fit on the device".into()));
     }
-    let chunk = args.chunk_size.bytes();
     // The article's stages are for a 4 GiB file; scale them to this file.
     let scale = file as f64 / (4u64 << 30) as f64;
-    let stages_mib: Vec<f64> = args.stages.iter().map(|&m| m * scale).collect();
+    let stages_mib: Vec<f64> = o.stages.iter().map(|&m| m * scale).collect();
     let nf = file / SLOT;
     let mut state = SimState::new(p.clone());
-    let times = degrade(&mut state.ftl, nf, args.seed, &stages_mib);
+    let times = degrade(&mut state.ftl, nf, o.seed, &stages_mib);
     log::debug!("model: write, degrade and 5 reads took {:.2} s", wall.elapsed().as_secs_f64());
     let t = Instant::now();
     let dev = SimDevice::new(state);
-    let stats = engine_rewrite(&dev, 0, file, chunk, true, quiet, &mut crate::engine::Everything)?;
+    let stats = engine_rewrite(&dev, 0, file, o.chunk_size, true, quiet, &mut crate::engine::Everything)?;
     let mut state = dev.into_state();
     log::debug!("engine: rewrite took {:.2} s", t.elapsed().as_secs_f64());
     let t = Instant::now();
     let after = seq_read_time(&mut state.ftl, 0, nf, MIB, 1);
     log::debug!("model: final read took {:.2} s", t.elapsed().as_secs_f64());
-
-    let fresh = times[0];
-    let mut steps = Vec::new();
-    let mut row = |label: String, t: f64| {
-        steps.push(Step {
-            label,
-            read_seconds: t,
-            read_bytes_per_second: file as f64 / t,
-            slowdown_vs_fresh: t / fresh,
-        })
-    };
-    row("fresh (file written sequentially)".into(), fresh);
-    let mut total = 0.0;
-    for (mb, t) in stages_mib.iter().zip(&times[1..]) {
-        total += mb;
-        row(
-            format!(
-                "+{} random 4 KiB writes (total {})",
-                human_bytes((mb * MIB as f64) as u64),
-                human_bytes((total * MIB as f64) as u64)
-            ),
-            *t,
-        );
-    }
-    row(format!("after reseq rewrite ({} chunks, verified)", human_bytes(chunk)), after);
+    let mut reads = times;
+    reads.push(after);
     Ok(Experiment {
         schema_version: 1,
-        preset: args.preset.clone(),
+        preset: o.preset.clone(),
         device_bytes: p.logical_bytes,
         file_bytes: file,
         random_write_stages_bytes: stages_mib.iter().map(|m| (m * MIB as f64) as u64).collect(),
-        steps,
+        steps: steps(file, &stages_mib, &reads, o.chunk_size),
         rewrite_virtual_seconds: state.writer.t / 1e6,
         rewrite: stats,
         wall_seconds: wall.elapsed().as_secs_f64(),
         model_state_bytes: state.ftl.state_bytes(),
         params: p,
     })
+}
+
+/// The rows of the table: the fresh read, one per stage, and the one after the rewrite
+/// (`reads` holds their times in that order).
+fn steps(file: u64, stages_mib: &[f64], reads: &[f64], chunk: u64) -> Vec<Step> {
+    let fresh = reads[0];
+    let row = |label: String, t: f64| Step {
+        label,
+        read_seconds: t,
+        read_bytes_per_second: file as f64 / t,
+        slowdown_vs_fresh: t / fresh,
+    };
+    let mut steps = vec![row("fresh (file written sequentially)".into(), fresh)];
+    let mut total = 0.0;
+    for (mb, t) in stages_mib.iter().zip(&reads[1..]) {
+        total += mb;
+        steps.push(row(
+            format!(
+                "+{} random 4 KiB writes (total {})",
+                human_bytes((mb * MIB as f64) as u64),
+                human_bytes((total * MIB as f64) as u64)
+            ),
+            *t,
+        ));
+    }
+    let after = *reads.last().expect("the read after the rewrite");
+    steps.push(row(format!("after reseq rewrite ({} chunks, verified)", human_bytes(chunk)), after));
+    steps
 }
 
 impl Experiment {
@@ -215,14 +214,11 @@ fn save(state: &SimState, path: &Path) -> Result<()> {
     state.save(path).map_err(|e| Error::io(format!("saving simulated device {}", path.display()), e))
 }
 
-/// (first LBA, LBA count) of a range argument on a device.
-fn lba_range(r: &SimRangeArgs, state: &SimState) -> Result<(u64, u64)> {
+/// (first LBA, LBA count) of a range on a device.
+fn lba_range(r: &SimRange, state: &SimState) -> Result<(u64, u64)> {
     let len_dev = state.len_bytes();
-    let off = r.offset.bytes();
-    let len = match r.length {
-        Some(l) => l.bytes(),
-        None => len_dev.saturating_sub(off),
-    };
+    let off = r.offset;
+    let len = r.length.unwrap_or(len_dev.saturating_sub(off));
     if !off.is_multiple_of(SLOT) || !len.is_multiple_of(SLOT) || len == 0 || off + len > len_dev {
         return Err(Error::Usage(format!(
             "range {off}+{len} must be whole 4 KiB blocks inside the {} device",
@@ -233,143 +229,125 @@ fn lba_range(r: &SimRangeArgs, state: &SimState) -> Result<(u64, u64)> {
 }
 
 /// `reseq sim …`. Returns what to print.
-pub fn sim_command(cmd: &SimCommand, quiet: bool) -> Result<serde_json::Value> {
-    Ok(match cmd {
-        SimCommand::Create { state, preset, device_size, set } => {
-            if state.exists() {
-                return Err(Error::Usage(format!("{} exists; remove it first", state.display())));
-            }
-            let st = SimState::new(build_params(preset, *device_size, set)?);
-            save(&st, state)?;
-            serde_json::json!({"created": state, "preset": preset, "device_bytes": st.len_bytes(),
-                               "model_state_bytes": st.ftl.state_bytes()})
-        }
-        SimCommand::Write { state, range } => {
+pub fn sim_command(step: &SimStep, quiet: bool) -> Result<serde_json::Value> {
+    match step {
+        SimStep::Create { state, preset, device_size, set } => create(state, preset, *device_size, set),
+        SimStep::Write { state, range } => {
             let mut st = load(state)?;
             let (first, n) = lba_range(range, &st)?;
             st.ftl.write_lpns(first..first + n);
             save(&st, state)?;
-            serde_json::json!({"written_bytes": n * SLOT})
+            Ok(serde_json::json!({"written_bytes": n * SLOT}))
         }
-        SimCommand::Fragment { state, range, random_writes, seed } => {
-            let mut st = load(state)?;
-            let (first, n) = lba_range(range, &st)?;
-            let bytes = random_writes.bytes();
-            let mut rng = PyRandom::new(*seed);
-            let lpns: Vec<u64> = (0..bytes / SLOT).map(|_| first + rng.randrange(0, n)).collect();
-            st.ftl.write_lpns(lpns);
-            save(&st, state)?;
-            serde_json::json!({"random_4k_writes": bytes / SLOT, "gc_runs": st.ftl.stats.gc_runs})
-        }
-        SimCommand::Read { state, range, block_size, queue_depth } => {
-            let mut st = load(state)?;
-            let (first, n) = lba_range(range, &st)?;
-            let bs = block_size.bytes();
-            if bs == 0 || bs % SLOT != 0 || *queue_depth == 0 {
-                return Err(Error::Usage(
-                    "--block-size must be whole 4 KiB blocks and --queue-depth at least 1".into(),
-                ));
-            }
-            let secs = seq_read_time(&mut st.ftl, first, n, bs, *queue_depth);
-            serde_json::json!({"read_bytes": n * SLOT, "virtual_seconds": secs,
-                               "read_bytes_per_second": (n * SLOT) as f64 / secs,
-                               "block_size_bytes": bs, "queue_depth": queue_depth})
-        }
-        SimCommand::Rewrite { state, range, chunk_size, no_verify, only_slow, scan_regions, slow_threshold } => {
-            let st = load(state)?;
-            let (first, n) = lba_range(range, &st)?;
-            let chunk = chunk_size.bytes();
-            let (start, end) = (first * SLOT, (first + n) * SLOT);
-            let selection = if *only_slow {
-                Some(slow_regions_of(st.clone(), start, end, *scan_regions, *slow_threshold)?)
-            } else {
-                None
-            };
-            let t0 = st.writer.t;
-            let dev = SimDevice::new(st);
-            let stats = match &selection {
-                Some(sel) => {
-                    let mut planner =
-                        crate::engine::Selected { inner: &mut crate::engine::Everything, selected: sel.ranges() };
-                    engine_rewrite(&dev, start, end, chunk, !no_verify, quiet, &mut planner)?
-                }
-                None => engine_rewrite(&dev, start, end, chunk, !no_verify, quiet, &mut crate::engine::Everything)?,
-            };
-            let st = dev.into_state();
-            save(&st, state)?;
-            serde_json::json!({"rewrite": stats, "virtual_seconds": (st.writer.t - t0) / 1e6, "selection": selection})
-        }
-        SimCommand::Serve { state, mount_dir, time_scale } => {
+        SimStep::Fragment { state, range, random_writes, seed } => fragment(state, range, *random_writes, *seed),
+        SimStep::Read { state, range, block_size, queue_depth } => read(state, range, *block_size, *queue_depth),
+        SimStep::Rewrite(rw) => sim_rewrite(rw, quiet),
+        SimStep::Serve { state, mount_dir, time_scale } => {
             serde_json::to_value(crate::sim::serve::serve(state, mount_dir, *time_scale, quiet)?)
-                .map_err(|e| Error::Internal(format!("serve summary: {e}")))?
+                .map_err(|e| Error::Internal(format!("serve summary: {e}")))
         }
-        SimCommand::Info { state } => {
+        SimStep::Info { state } => {
             let st = load(state)?;
             let mapped = (0..st.ftl.n_lpn).filter(|&l| st.ftl.is_mapped(l)).count() as u64;
-            serde_json::json!({"params": st.ftl.p, "device_bytes": st.len_bytes(), "mapped_bytes": mapped * SLOT,
-                               "stats": st.ftl.stats, "model_state_bytes": st.ftl.state_bytes()})
+            Ok(serde_json::json!({"params": st.ftl.p, "device_bytes": st.len_bytes(), "mapped_bytes": mapped * SLOT,
+                                  "stats": st.ftl.stats, "model_state_bytes": st.ftl.state_bytes()}))
         }
-    })
+    }
 }
 
-/// `reseq rewrite sim:STATE`: the whole simulated device, with the options that apply
-/// to it (chunk size, verification, --only-slow); device-only options are refused.
-pub fn rewrite_target(args: &crate::options::rewrite::RewriteOptions, quiet: bool) -> Result<serde_json::Value> {
-    if args.from_scan.is_some() || args.resume || args.dry_run {
-        return Err(Error::Usage(
-            "on a simulated SSD, rewrite takes --chunk-size, --no-verify, --only-slow and --bench".into(),
-        ));
+/// `reseq sim create`.
+fn create(state: &Path, preset: &str, device_size: u64, set: &[Override]) -> Result<serde_json::Value> {
+    if state.exists() {
+        return Err(Error::Usage(format!("{} exists; remove it first", state.display())));
     }
-    let state = std::path::PathBuf::from(args.device().to_string_lossy().trim_start_matches("sim:"));
-    sim_command(
-        &SimCommand::Rewrite {
-            state,
-            range: SimRangeArgs { offset: crate::support::units::Size(0), length: None },
-            chunk_size: args.chunk_size,
-            no_verify: args.no_verify,
-            only_slow: args.only_slow,
-            scan_regions: args.scan_regions,
-            slow_threshold: args.slow_threshold,
-        },
-        quiet,
-    )
+    let st = SimState::new(build_params(preset, device_size, set)?);
+    save(&st, state)?;
+    Ok(serde_json::json!({"created": state, "preset": preset, "device_bytes": st.len_bytes(),
+                          "model_state_bytes": st.ftl.state_bytes()}))
+}
+
+/// `reseq sim fragment`: random 4 KiB writes into the range.
+fn fragment(state: &Path, range: &SimRange, bytes: u64, seed: u64) -> Result<serde_json::Value> {
+    let mut st = load(state)?;
+    let (first, n) = lba_range(range, &st)?;
+    let mut rng = PyRandom::new(seed);
+    let lpns: Vec<u64> = (0..bytes / SLOT).map(|_| first + rng.randrange(0, n)).collect();
+    st.ftl.write_lpns(lpns);
+    save(&st, state)?;
+    Ok(serde_json::json!({"random_4k_writes": bytes / SLOT, "gc_runs": st.ftl.stats.gc_runs}))
+}
+
+/// `reseq sim read`: a sequential read of the range, on the virtual clock.
+fn read(state: &Path, range: &SimRange, bs: u64, queue_depth: usize) -> Result<serde_json::Value> {
+    let mut st = load(state)?;
+    let (first, n) = lba_range(range, &st)?;
+    if bs == 0 || !bs.is_multiple_of(SLOT) || queue_depth == 0 {
+        return Err(Error::Usage("--block-size must be whole 4 KiB blocks and --queue-depth at least 1".into()));
+    }
+    let secs = seq_read_time(&mut st.ftl, first, n, bs, queue_depth);
+    Ok(serde_json::json!({"read_bytes": n * SLOT, "virtual_seconds": secs,
+                          "read_bytes_per_second": (n * SLOT) as f64 / secs,
+                          "block_size_bytes": bs, "queue_depth": queue_depth}))
+}
+
+/// `reseq sim rewrite` (and `reseq rewrite sim:STATE`): reseq's engine over the range,
+/// everything or only the slow regions.
+pub fn sim_rewrite(rw: &SimRewrite, quiet: bool) -> Result<serde_json::Value> {
+    let st = load(&rw.state)?;
+    let (first, n) = lba_range(&rw.range, &st)?;
+    let (start, end) = (first * SLOT, (first + n) * SLOT);
+    let selection = match rw.only_slow {
+        Some(slow) => Some(slow_regions_of(st.clone(), start, end, slow.regions, slow.threshold)?),
+        None => None,
+    };
+    let t0 = st.writer.t;
+    let dev = SimDevice::new(st);
+    let stats = match &selection {
+        Some(sel) => {
+            let mut planner = crate::engine::Selected { inner: &mut crate::engine::Everything, selected: sel.ranges() };
+            engine_rewrite(&dev, start, end, rw.chunk_size, rw.verify, quiet, &mut planner)?
+        }
+        None => engine_rewrite(&dev, start, end, rw.chunk_size, rw.verify, quiet, &mut crate::engine::Everything)?,
+    };
+    let st = dev.into_state();
+    save(&st, &rw.state)?;
+    Ok(serde_json::json!({"rewrite": stats, "virtual_seconds": (st.writer.t - t0) / 1e6, "selection": selection}))
 }
 
 /// `reseq rewrite sim:STATE` as a report like any rewrite's (so that `--json`, `--format`,
 /// `--metrics-file` and `reseq report` treat it alike); the virtual time is a warning.
+/// `bench`: measure before and after (`--bench`).
 pub fn rewrite_report(
-    args: &crate::options::rewrite::RewriteOptions,
+    rw: &SimRewrite,
+    bench: Option<&BenchOptions>,
     quiet: bool,
 ) -> (crate::report::Report, Result<()>) {
-    let started = std::time::Instant::now();
-    let mut report = crate::report::Report::new("rewrite", false);
-    report.targets = vec![args.device().display().to_string()];
-    let measure = || {
-        let target = crate::measure::readbench::Target::open(args.device())?;
-        crate::measure::passes::measure_target(&target, &args.bench_opts)
-    };
-    let mut run = || -> Result<()> {
-        if args.bench {
-            let (b, s) = measure()?;
+    let mut target = std::ffi::OsString::from("sim:");
+    target.push(rw.state.as_os_str());
+    let target = std::path::PathBuf::from(target);
+    crate::commands::measure::reported("rewrite", &target, |report| {
+        let measure = |o: &BenchOptions| {
+            let target = crate::measure::readbench::Target::open(&target)?;
+            crate::measure::passes::measure_target(&target, o)
+        };
+        if let Some(o) = bench {
+            let (b, s) = measure(o)?;
             (report.bench_before, report.scan_before) = (Some(b), Some(s));
         }
-        let v = rewrite_target(args, quiet)?;
+        let v = sim_rewrite(rw, quiet)?;
         report.results = serde_json::from_value(v["rewrite"].clone()).ok();
         report.selection = serde_json::from_value(v["selection"].clone()).ok();
         report.warnings.push(format!(
             "a simulated SSD: the rewrite took {:.3} s of its virtual time",
             v["virtual_seconds"].as_f64().unwrap_or(0.0)
         ));
-        if args.bench {
-            let (b, s) = measure()?;
+        if let Some(o) = bench {
+            let (b, s) = measure(o)?;
             report.verdict = report.bench_before.as_ref().map(|before| crate::measure::bench::verdict_of(before, &b));
             (report.bench_after, report.scan_after) = (Some(b), Some(s));
         }
         Ok(())
-    };
-    let result = run();
-    report.finish(started.elapsed(), &result);
-    (report, result)
+    })
 }
 
 /// Scans `[start, end)` of a simulated SSD (1 MiB reads, QD1, virtual time) and picks

@@ -90,57 +90,14 @@ pub fn run(state_dir: &Path) -> Result<Status> {
     };
     for p in entries(&dir) {
         let name = name_of(&p);
-        let shown = p.display().to_string();
         // A lock file exists while a run holds it (it is removed at the end); its PID
         // names the run, if that process is still there.
         if let Some(dev) = name.strip_prefix("device-").and_then(|n| n.strip_suffix(".lock")) {
-            let pid = std::fs::read_to_string(&p).ok().and_then(|t| t.trim().parse::<u32>().ok());
-            // Still a reseq: a PID left in a killed run's lock can be reused by anything.
-            let is_reseq = |pid: &u32| {
-                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.windows(5).any(|w| w == b"reseq"))
-            };
-            if let Some(pid) = pid.filter(is_reseq) {
-                st.running.push(format!("/dev/{dev}: reseq PID {pid}"));
-            }
-            continue;
-        }
-        if name.ends_with(".journal") {
-            match journal::read(&p) {
-                Ok(Some(r)) if !r.finished => {
-                    let Some(run) = r.run else {
-                        st.unreadable.push(format!("{shown}: its first record is damaged"));
-                        continue;
-                    };
-                    let (kind, target) = match &run.file {
-                        Some(f) => ("file", f.path.clone()),
-                        None if name.starts_with("file-batch-") => continue, // small files: redone, not resumed
-                        None => ("device", format!("/dev/{}", run.identity.name)),
-                    };
-                    st.unfinished.push(Unfinished {
-                        kind: kind.into(),
-                        target,
-                        started_at: run.started_at.clone(),
-                        progress: format!("{} of {} chunks done", r.done, run.chunks_total),
-                        options: run.options.as_ref().map(|o| o.describe()),
-                        record: shown,
-                    });
-                }
-                Ok(_) => {}
-                Err(e) => st.unreadable.push(format!("{shown}: {e}")),
-            }
+            st.running.extend(running(&p, dev));
+        } else if name.ends_with(".journal") {
+            journal_entry(&mut st, &p, &name);
         } else if name.starts_with("files-") && name.ends_with(".run") {
-            match crate::rewrite::files::record::read(&p) {
-                Ok(Some(e)) => st.unfinished.push(Unfinished {
-                    kind: "files".into(),
-                    target: e.header.targets.join(" "),
-                    started_at: e.header.started_at.clone(),
-                    progress: format!("{} file(s) done", e.done.len()),
-                    options: Some(e.header.options.describe()),
-                    record: shown,
-                }),
-                Ok(None) => {}
-                Err(e) => st.unreadable.push(format!("{shown}: {e}")),
-            }
+            files_entry(&mut st, &p);
         }
     }
     for d in crate::engine::rescue::dirs(&dir) {
@@ -154,4 +111,58 @@ pub fn run(state_dir: &Path) -> Result<Status> {
         }
     }
     Ok(st)
+}
+
+/// "DEVICE: reseq PID N" for a device lock whose PID is still a reseq.
+fn running(lock: &Path, dev: &str) -> Option<String> {
+    let pid = std::fs::read_to_string(lock).ok().and_then(|t| t.trim().parse::<u32>().ok());
+    // Still a reseq: a PID left in a killed run's lock can be reused by anything.
+    let is_reseq =
+        |pid: &u32| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.windows(5).any(|w| w == b"reseq"));
+    pid.filter(is_reseq).map(|pid| format!("/dev/{dev}: reseq PID {pid}"))
+}
+
+/// A journal: an unfinished device run or large file, or unreadable.
+fn journal_entry(st: &mut Status, p: &Path, name: &str) {
+    let shown = p.display().to_string();
+    match journal::read(p) {
+        Ok(Some(r)) if !r.finished => {
+            let Some(run) = r.run else {
+                st.unreadable.push(format!("{shown}: its first record is damaged"));
+                return;
+            };
+            let (kind, target) = match &run.file {
+                Some(f) => ("file", f.path.clone()),
+                None if name.starts_with("file-batch-") => return, // small files: redone, not resumed
+                None => ("device", format!("/dev/{}", run.identity.name)),
+            };
+            st.unfinished.push(Unfinished {
+                kind: kind.into(),
+                target,
+                started_at: run.started_at.clone(),
+                progress: format!("{} of {} chunks done", r.done, run.chunks_total),
+                options: run.options.as_ref().map(|o| o.describe()),
+                record: shown,
+            });
+        }
+        Ok(_) => {}
+        Err(e) => st.unreadable.push(format!("{shown}: {e}")),
+    }
+}
+
+/// A file-mode run's record: unfinished, or unreadable.
+fn files_entry(st: &mut Status, p: &Path) {
+    let shown = p.display().to_string();
+    match crate::rewrite::files::record::read(p) {
+        Ok(Some(e)) => st.unfinished.push(Unfinished {
+            kind: "files".into(),
+            target: e.header.targets.join(" "),
+            started_at: e.header.started_at.clone(),
+            progress: format!("{} file(s) done", e.done.len()),
+            options: Some(e.header.options.describe()),
+            record: shown,
+        }),
+        Ok(None) => {}
+        Err(e) => st.unreadable.push(format!("{shown}: {e}")),
+    }
 }

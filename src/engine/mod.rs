@@ -23,6 +23,7 @@
 //! in the next window. Then the device is flushed and the verified chunks are journaled
 //! as done (one journal fsync per commit, not per chunk).
 
+pub mod guard;
 pub mod journal;
 pub mod rescue;
 pub mod target;
@@ -33,11 +34,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError, bounded};
 
+use crate::engine::guard::{Reporter, WindowEnd, WindowGuard};
 use crate::engine::journal::Journal;
 use crate::engine::rescue::RescueTo;
 use crate::engine::target::BlockTarget;
-use crate::host::freeze::WindowEnd;
-use crate::host::freeze::WindowGuard;
 use crate::support::error::{Error, LeftState, Result};
 use crate::support::hooks;
 use crate::support::output::{self, Progress};
@@ -994,7 +994,7 @@ fn verify_stage(
     input: Receiver<Chunk>,
     out: Sender<Verified>,
     pool: Sender<AlignedBuf>,
-    reporter: Result<crate::host::freeze::Reporter>,
+    reporter: Result<Reporter>,
 ) -> Duration {
     let mut back = AlignedBuf::new(cfg.buffer_bytes() as usize, target.mem_align());
     let mut reporter = reporter;

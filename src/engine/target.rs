@@ -6,10 +6,8 @@
 //! the same trait, so the engine under test is the engine that ships.
 
 use std::fs::File;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-
-use nix::libc;
 
 pub trait BlockTarget: Send + Sync {
     /// What to call it in messages.
@@ -59,12 +57,8 @@ impl DirectDevice {
         mem_align: usize,
         offset_align: u64,
     ) -> std::io::Result<DirectDevice> {
-        let mut flags = libc::O_DIRECT;
-        if mode == OpenMode::Exclusive {
-            flags |= libc::O_EXCL;
-        }
         crate::support::hooks::open_error(mode == OpenMode::SharedWithMounts)?;
-        let file = std::fs::OpenOptions::new().read(true).write(true).custom_flags(flags).open(path)?;
+        let file = crate::sys::open_direct_rw(path, mode == OpenMode::Exclusive)?;
         Ok(DirectDevice { file, path: path.to_path_buf(), len, mem_align, offset_align })
     }
 }

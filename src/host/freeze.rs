@@ -1,18 +1,19 @@
-//! Freeze windows: the engine's only view of freezing.
+//! Freeze windows: the [`WindowGuard`]s that freeze.
 //!
-//! The engine calls [`WindowGuard::begin`] before reading a window's first chunk,
-//! [`WindowGuard::may_write`] before each write, and [`WindowGuard::end`] after the last.
-//! Implementations: [`NoFreeze`] for an unmounted device or a simulated one, and
-//! [`GuardedFreeze`], which freezes through the [guardian](crate::host::guardian).
+//! The seam itself ([`WindowGuard`], [`NoFreeze`]) is the engine's, in
+//! [`crate::engine::guard`]; here is [`GuardedFreeze`], which freezes through the
+//! [guardian](crate::host::guardian), and the wrappers file and device mode put around
+//! a guard ([`Batched`], [`WritersChecked`]).
 
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 
-use crate::host::guardian::{Bounds, FreezeFailure, Guardian, Permit, ThawReport, Watched, WrittenReporter};
+pub use crate::engine::guard::{NoFreeze, Reporter, WindowEnd, WindowGuard};
+use crate::host::guardian::{Bounds, FreezeFailure, Guardian, Permit, ThawReport, Watched};
 use crate::host::mounts::MountedFs;
 use crate::support::error::{Error, Result};
 
@@ -42,17 +43,6 @@ pub fn bound_report(max_freeze: Duration) -> crate::report::FreezeBound {
     crate::report::FreezeBound::new(max_freeze, freeze_grace(max_freeze))
 }
 
-/// How one window ended.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct WindowEnd {
-    /// How long filesystems were frozen (zero without a freeze).
-    pub frozen: Duration,
-    /// The filesystems were frozen longer than `--max-freeze`.
-    pub overran: bool,
-    /// The hard bound (`--max-freeze` plus grace), when this window went past it.
-    pub beyond_bound: Option<Duration>,
-}
-
 /// Proof that no freeze window of this run is open: made only by ending the windows
 /// ([`Thawed::end_windows`], which drops the guard and with it the guardian, thawing
 /// anything still frozen) or by a command that never freezes. What must never run
@@ -71,85 +61,6 @@ impl Thawed {
     /// For commands that freeze nothing (`bench --trim-impact`).
     pub(crate) fn never_froze() -> Thawed {
         Thawed { _private: () }
-    }
-}
-
-pub trait WindowGuard {
-    /// Whether windows freeze anything (if not, output need not be held back).
-    fn freezes(&self) -> bool;
-    /// The hard limit of one window, if any.
-    fn deadline(&self) -> Option<Duration>;
-    /// What is left of that limit for the next window: less than all of it in a window
-    /// kept open from an earlier run (see [`Batched`]).
-    fn time_left(&self) -> Option<Duration> {
-        self.deadline()
-    }
-    /// Starts a window (freezes).
-    fn begin(&mut self) -> Result<()>;
-    /// Asks to write; `Ok(false)` means the window is over and nothing may be written.
-    fn may_write(&mut self) -> Result<bool>;
-    /// What the next `may_write` is for: `len` bytes at device offset `offset` with this
-    /// blake3 (a guardian checks them if it must kill reseq mid-write).
-    fn announce(&mut self, _offset: u64, _len: u64, _hash: &blake3::Hash) {}
-    /// The write allowed by `may_write` has completed.
-    fn wrote(&mut self) -> Result<()>;
-    /// The same report, from another thread (the verifier reports after its read-back).
-    fn reporter(&self) -> Result<Reporter>;
-    /// Ends the window (thaws).
-    fn end(&mut self) -> Result<WindowEnd>;
-    /// Called before each chunk's write: checks that may stop the run mid-window.
-    fn recheck(&mut self) -> Result<()> {
-        Ok(())
-    }
-    /// Ends a window in which the engine finished all it was asked to do. A guard that
-    /// batches several targets into one window may keep it open for the next one.
-    fn end_complete(&mut self) -> Result<WindowEnd> {
-        self.end()
-    }
-    /// Whether a window is still open after `end_complete` (the filesystems are still
-    /// frozen: nothing may be written to them, and held output stays held).
-    fn frozen_now(&self) -> bool {
-        false
-    }
-}
-
-/// Reports finished writes from the verifier thread.
-pub struct Reporter(Option<WrittenReporter>);
-
-impl Reporter {
-    pub fn written(&mut self) -> Result<()> {
-        match &mut self.0 {
-            Some(r) => r.written().map_err(|e| Error::io("telling the thaw guardian a write finished", e)),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Nothing to freeze: the device is not mounted (and is held with O_EXCL so it cannot
-/// be mounted meanwhile), or it is simulated.
-pub struct NoFreeze;
-
-impl WindowGuard for NoFreeze {
-    fn freezes(&self) -> bool {
-        false
-    }
-    fn deadline(&self) -> Option<Duration> {
-        None
-    }
-    fn begin(&mut self) -> Result<()> {
-        Ok(())
-    }
-    fn may_write(&mut self) -> Result<bool> {
-        Ok(true)
-    }
-    fn wrote(&mut self) -> Result<()> {
-        Ok(())
-    }
-    fn reporter(&self) -> Result<Reporter> {
-        Ok(Reporter(None))
-    }
-    fn end(&mut self) -> Result<WindowEnd> {
-        Ok(WindowEnd::default())
     }
 }
 
@@ -192,13 +103,8 @@ pub fn device_node(fs: &MountedFs) -> Option<PathBuf> {
 fn open_sentinel(fs: &MountedFs) -> Option<(PathBuf, OwnedFd, u64)> {
     let offset = sentinel_offset(&fs.fs_type)?;
     let node = device_node(fs)?;
-    let f = open_direct(&node).ok()?;
+    let f = crate::sys::open_direct_read(&node).ok()?;
     Some((node, f, offset))
-}
-
-/// Opens a block device read-only with O_DIRECT (the page cache could hold a stale copy).
-pub fn open_direct(node: &Path) -> std::io::Result<OwnedFd> {
-    std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_DIRECT).open(node).map(OwnedFd::from)
 }
 
 /// Freezes through the guardian.
@@ -417,7 +323,8 @@ impl WindowGuard for GuardedFreeze {
 
     fn reporter(&self) -> Result<Reporter> {
         let g = self.guardian.as_ref().ok_or_else(|| Error::Internal("the guardian is gone".into()))?;
-        Ok(Reporter(Some(g.reporter().map_err(|e| Error::io("cloning the guardian socket", e))?)))
+        let mut r = g.reporter().map_err(|e| Error::io("cloning the guardian socket", e))?;
+        Ok(Reporter::new(move || r.written()))
     }
 
     fn end(&mut self) -> Result<WindowEnd> {

@@ -121,6 +121,31 @@ fn fields(m: &Msg) -> (u8, u32, u64) {
     (m[0], u32::from_le_bytes(m[4..8].try_into().unwrap()), u64::from_le_bytes(m[8..16].try_into().unwrap()))
 }
 
+/// The answer to PERMIT, from its reply's fields.
+fn permit_of(st: u8, why: u32, lost: u64) -> Permit {
+    match (st, why) {
+        (ST_OK, _) => Permit::Granted,
+        (_, DENY_FREEZE_LOST) => Permit::FreezeLost { index: (lost >> 1) as usize, foreign: lost & 1 != 0 },
+        _ => Permit::DeadlinePassed,
+    }
+}
+
+/// The reply to PERMIT when a freeze was lost: which filesystem, and whether the freeze
+/// in place is someone else's.
+fn freeze_lost_reply((i, foreign): (usize, bool)) -> Msg {
+    msg(ST_DENIED, DENY_FREEZE_LOST, ((i as u64) << 1) | u64::from(foreign))
+}
+
+/// The end of a window, from THAW's reply (`a`: flags and lost index; `micros` frozen).
+fn thaw_report_of(a: u32, micros: u64) -> ThawReport {
+    let flags = a & 0xff;
+    ThawReport {
+        overran: flags & THAW_OVERRAN != 0,
+        lost: (flags & THAW_LOST != 0).then_some(((a >> 8) as usize, flags & THAW_FOREIGN != 0)),
+        frozen: Duration::from_micros(micros),
+    }
+}
+
 /// Why a freeze request failed.
 #[derive(Debug)]
 pub enum FreezeFailure {
@@ -293,11 +318,7 @@ impl Guardian {
             }
             _ => self.call(msg(OP_PERMIT, 0, 0), Some(self.reply_timeout))?,
         };
-        Ok(match (st, why) {
-            (ST_OK, _) => Permit::Granted,
-            (_, DENY_FREEZE_LOST) => Permit::FreezeLost { index: (lost >> 1) as usize, foreign: lost & 1 != 0 },
-            _ => Permit::DeadlinePassed,
-        })
+        Ok(permit_of(st, why, lost))
     }
 
     /// The granted write has completed.
@@ -313,12 +334,7 @@ impl Guardian {
 
     pub fn thaw(&mut self) -> std::io::Result<ThawReport> {
         let (_st, a, micros) = self.call(msg(OP_THAW, 0, 0), Some(self.reply_timeout))?;
-        let flags = a & 0xff;
-        Ok(ThawReport {
-            overran: flags & THAW_OVERRAN != 0,
-            lost: (flags & THAW_LOST != 0).then_some(((a >> 8) as usize, flags & THAW_FOREIGN != 0)),
-            frozen: Duration::from_micros(micros),
-        })
+        Ok(thaw_report_of(a, micros))
     }
 
     /// The guardian stopped answering (stopped by hand, or dead): make sure it is gone,
@@ -368,16 +384,62 @@ fn detach(reseq: nix::unistd::Pid) -> Option<Option<OwnedFd>> {
     Some(pidfd)
 }
 
+/// How the guardian reaches its filesystems: FIFREEZE, FITHAW and the sentinel reads,
+/// apart from what it decides (its unit tests put a scripted fake here).
+trait Filesystems {
+    fn count(&self) -> usize;
+    /// FIFREEZE on filesystem `i`; also the probe (EBUSY: frozen, by anyone).
+    fn fifreeze(&mut self, i: usize) -> Result<(), Errno>;
+    fn fithaw(&mut self, i: usize);
+    /// The sentinel block (None: no sentinel, or it cannot be read).
+    fn sentinel(&self, i: usize) -> Option<Vec<u8>>;
+    fn name(&self, i: usize) -> &str;
+    /// Filesystem `i` as the freeze record names it, with the sentinel as read after our
+    /// freeze.
+    fn recorded(&self, i: usize, snapshot: Option<&Vec<u8>>) -> RecordedFs;
+}
+
+impl Filesystems for Vec<Watched> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn fifreeze(&mut self, i: usize) -> Result<(), Errno> {
+        sys::fifreeze(self[i].mount.as_fd())
+    }
+    fn fithaw(&mut self, i: usize) {
+        let _ = sys::fithaw(self[i].mount.as_fd());
+    }
+    fn sentinel(&self, i: usize) -> Option<Vec<u8>> {
+        let (_, fd, offset) = self[i].sentinel.as_ref()?;
+        read_block(fd.as_fd(), *offset)
+    }
+    fn name(&self, i: usize) -> &str {
+        &self[i].name
+    }
+    fn recorded(&self, i: usize, snapshot: Option<&Vec<u8>>) -> RecordedFs {
+        let w = &self[i];
+        RecordedFs {
+            mount_point: w.name.clone().into(),
+            dev: w.dev.clone(),
+            sentinel: w.sentinel.as_ref().zip(snapshot).map(|((path, _, offset), snap)| SentinelRecord {
+                device: path.clone(),
+                offset: *offset,
+                blake3: blake3::hash(snap).to_hex().to_string(),
+            }),
+        }
+    }
+}
+
 /// Per-filesystem state.
 struct Fs {
-    w: Watched,
     /// Frozen by this guardian and not yet thawed.
     ours: bool,
     /// The sentinel block as it read right after our freeze.
     snapshot: Option<Vec<u8>>,
 }
 
-struct GuardianState {
+struct GuardianState<F: Filesystems = Vec<Watched>> {
+    io: F,
     fs: Vec<Fs>,
     bounds: Bounds,
     run_dir: PathBuf,
@@ -409,16 +471,17 @@ enum Next {
     Exit(i32),
 }
 
-impl GuardianState {
+impl<F: Filesystems> GuardianState<F> {
     fn new(
-        fs: Vec<Watched>,
+        io: F,
         bounds: Bounds,
         run_dir: PathBuf,
         reseq: nix::unistd::Pid,
         reseq_fd: Option<OwnedFd>,
-    ) -> GuardianState {
+    ) -> GuardianState<F> {
         GuardianState {
-            fs: fs.into_iter().map(|w| Fs { w, ours: false, snapshot: None }).collect(),
+            fs: (0..io.count()).map(|_| Fs { ours: false, snapshot: None }).collect(),
+            io,
             bounds,
             run_dir,
             reseq,
@@ -443,7 +506,7 @@ impl GuardianState {
     }
 
     fn names(&self) -> String {
-        self.fs.iter().map(|f| f.w.name.as_str()).collect::<Vec<_>>().join(", ")
+        (0..self.fs.len()).map(|i| self.io.name(i)).collect::<Vec<_>>().join(", ")
     }
 
     fn record(&self) -> FreezeRecord {
@@ -452,27 +515,8 @@ impl GuardianState {
             guardian_start_ticks: self.own_start_ticks,
             reseq_pid: self.reseq.as_raw(),
             reseq_start_ticks: self.reseq_start_ticks,
-            filesystems: self
-                .fs
-                .iter()
-                .map(|f| RecordedFs {
-                    mount_point: f.w.name.clone().into(),
-                    dev: f.w.dev.clone(),
-                    sentinel: f.w.sentinel.as_ref().zip(f.snapshot.as_ref()).map(|((path, _, offset), snap)| {
-                        SentinelRecord {
-                            device: path.clone(),
-                            offset: *offset,
-                            blake3: blake3::hash(snap).to_hex().to_string(),
-                        }
-                    }),
-                })
-                .collect(),
+            filesystems: self.fs.iter().enumerate().map(|(i, f)| self.io.recorded(i, f.snapshot.as_ref())).collect(),
         }
-    }
-
-    fn read_sentinel(f: &Fs) -> Option<Vec<u8>> {
-        let (_, fd, offset) = f.w.sentinel.as_ref()?;
-        read_block(fd.as_fd(), *offset)
     }
 
     /// Thaws every freeze that is ours, never one that is not: the sentinels are read
@@ -482,10 +526,13 @@ impl GuardianState {
             self.check_freezes();
         }
         // Reverse order: the mirror of freezing.
-        for f in self.fs.iter_mut().rev().filter(|f| f.ours) {
-            let _ = sys::fithaw(f.w.mount.as_fd());
-            f.ours = false;
-            f.snapshot = None;
+        for i in (0..self.fs.len()).rev() {
+            if !self.fs[i].ours {
+                continue;
+            }
+            self.io.fithaw(i);
+            self.fs[i].ours = false;
+            self.fs[i].snapshot = None;
         }
         if let Some(start) = self.freeze_started.take() {
             self.frozen_for = start.elapsed();
@@ -508,12 +555,12 @@ impl GuardianState {
         self.granted.clear();
         self.windows += 1;
         for i in 0..self.fs.len() {
-            if let Err(errno) = sys::fifreeze(self.fs[i].w.mount.as_fd()) {
+            if let Err(errno) = self.io.fifreeze(i) {
                 self.thaw_all();
                 return Err((i as u32, errno));
             }
             self.fs[i].ours = true;
-            self.fs[i].snapshot = GuardianState::read_sentinel(&self.fs[i]);
+            self.fs[i].snapshot = self.io.sentinel(i);
         }
         Ok(())
     }
@@ -528,20 +575,20 @@ impl GuardianState {
             if !self.fs[i].ours {
                 continue;
             }
-            match sys::fifreeze(self.fs[i].w.mount.as_fd()) {
+            match self.io.fifreeze(i) {
                 Err(Errno::EBUSY) => {
                     // A sentinel that cannot be read now (the device failing: EIO, a FUSE
                     // server gone) says nothing about who froze: the freeze stays ours
                     // and is thawed. Taking it for a foreign one left a filesystem
                     // frozen when an emulated drive's server was killed mid-run.
-                    let now = GuardianState::read_sentinel(&self.fs[i]);
+                    let now = self.io.sentinel(i);
                     if self.fs[i].snapshot.is_some() && now.is_some() && now != self.fs[i].snapshot {
                         self.fs[i].ours = false;
                         self.lost.get_or_insert((i, true));
                     }
                 }
                 Ok(()) => {
-                    self.fs[i].snapshot = GuardianState::read_sentinel(&self.fs[i]);
+                    self.fs[i].snapshot = self.io.sentinel(i);
                     self.lost.get_or_insert((i, false));
                 }
                 Err(_) => {
@@ -602,74 +649,20 @@ impl GuardianState {
         }
     }
 
+    /// One request: read what follows its message, decide, reply.
     fn handle(&mut self, stream: &mut UnixStream, m: Msg) -> Next {
-        let (op, a, b) = fields(&m);
-        let reply = match op {
-            OP_JOURNAL => {
-                let Some(path) = read_path(stream, a) else { return Next::Exit(self.reseq_gone()) };
-                self.journal = Some(path);
-                Some(msg(ST_OK, 0, 0))
-            }
-            OP_FREEZE => match self.freeze(Duration::from_millis(b)) {
-                Ok(()) => Some(msg(ST_OK, 0, 0)),
-                Err((index, errno)) => Some(msg(ST_ERR, index, errno as i32 as u64)),
-            },
-            OP_TARGET => {
-                let Some(path) = read_path(stream, a) else { return Next::Exit(self.reseq_gone()) };
-                self.target = crate::host::freeze::open_direct(&path).ok().map(|fd| (path, fd));
-                Some(msg(ST_OK, 0, 0))
-            }
-            OP_PERMIT => {
-                let mut hash = [0u8; 32];
-                if a > 0 && stream.read_exact(&mut hash).is_err() {
-                    return Next::Exit(self.reseq_gone());
-                }
-                let reply = self.permit();
-                if a > 0 && fields(&reply).0 == ST_OK {
-                    self.granted.push_back((b, u64::from(a), hash));
-                }
-                Some(reply)
-            }
-            OP_WRITTEN => {
-                self.writing = self.writing.saturating_sub(1);
-                self.granted.pop_front();
-                // The deadline passed (or the freeze was lost) during the write: thaw now,
-                // not at the next request.
-                if self.any_ours() && (self.revoked || self.past(Duration::ZERO)) {
-                    self.revoke();
-                }
-                None
-            }
-            OP_THAW => {
-                self.writing = 0;
-                self.granted.clear();
-                let window = self.bounds.window;
-                // Also when nothing is ours any more (lost to another freezer): that ends
-                // the window's clock and removes its record.
-                self.thaw_all();
-                // Any window frozen longer than --max-freeze overran, whoever thawed it.
-                let overran = self.frozen_for > window;
-                let mut flags = u32::from(overran) * THAW_OVERRAN;
-                if let Some((i, foreign)) = self.lost {
-                    flags |= THAW_LOST | (u32::from(foreign) * THAW_FOREIGN) | ((i as u32) << 8);
-                }
-                Some(msg(ST_OK, flags, self.frozen_for.as_micros() as u64))
-            }
-            OP_EXIT => {
-                self.thaw_all();
-                return Next::Exit(0);
-            }
-            _ => {
-                self.thaw_all();
-                return Next::Exit(72);
-            }
+        let Some(request) = read_request(stream, m) else { return Next::Exit(self.reseq_gone()) };
+        let freeze = matches!(request, Request::Freeze(_));
+        let reply = match self.apply(request) {
+            Ok(reply) => reply,
+            Err(code) => return Next::Exit(code),
         };
         if let Some(r) = reply
             && stream.write_all(&r).is_err()
         {
             return Next::Exit(self.reseq_gone());
         }
-        if op == OP_FREEZE && self.any_ours() {
+        if freeze && self.any_ours() {
             // Again, with the sentinels, so that `reseq thaw` can tell our freeze from a
             // later one; after the reply, so that reseq reads its first chunks meanwhile.
             // A failure costs only that check: the first record stands.
@@ -678,10 +671,76 @@ impl GuardianState {
         Next::Continue
     }
 
+    /// What the guardian decides for one request: the reply (None: the request has
+    /// none), or the exit code when it leaves.
+    fn apply(&mut self, request: Request) -> Result<Option<Msg>, i32> {
+        Ok(Some(match request {
+            Request::Journal(path) => {
+                self.journal = Some(path);
+                msg(ST_OK, 0, 0)
+            }
+            Request::Freeze(window) => match self.freeze(window) {
+                Ok(()) => msg(ST_OK, 0, 0),
+                Err((index, errno)) => msg(ST_ERR, index, errno as i32 as u64),
+            },
+            Request::Target(path) => {
+                self.target = sys::open_direct_read(&path).ok().map(|fd| (path, fd));
+                msg(ST_OK, 0, 0)
+            }
+            Request::Permit(chunk) => {
+                let reply = self.permit();
+                if let Some(chunk) = chunk.filter(|_| fields(&reply).0 == ST_OK) {
+                    self.granted.push_back(chunk);
+                }
+                reply
+            }
+            Request::Written => {
+                self.written();
+                return Ok(None);
+            }
+            Request::Thaw => self.end_window(),
+            Request::Exit => {
+                self.thaw_all();
+                return Err(0);
+            }
+            Request::Unknown => {
+                self.thaw_all();
+                return Err(72);
+            }
+        }))
+    }
+
+    /// One granted write (and its read-back) is over.
+    fn written(&mut self) {
+        self.writing = self.writing.saturating_sub(1);
+        self.granted.pop_front();
+        // The deadline passed (or the freeze was lost) during the write: thaw now, not at
+        // the next request.
+        if self.any_ours() && (self.revoked || self.past(Duration::ZERO)) {
+            self.revoke();
+        }
+    }
+
+    /// THAW: ends the window, and says how it went.
+    fn end_window(&mut self) -> Msg {
+        self.writing = 0;
+        self.granted.clear();
+        // Also when nothing is ours any more (lost to another freezer): that ends the
+        // window's clock and removes its record.
+        self.thaw_all();
+        // Any window frozen longer than --max-freeze overran, whoever thawed it.
+        let overran = self.frozen_for > self.bounds.window;
+        let mut flags = u32::from(overran) * THAW_OVERRAN;
+        if let Some((i, foreign)) = self.lost {
+            flags |= THAW_LOST | (u32::from(foreign) * THAW_FOREIGN) | ((i as u32) << 8);
+        }
+        msg(ST_OK, flags, self.frozen_for.as_micros() as u64)
+    }
+
     fn permit(&mut self) -> Msg {
         if !self.any_ours() || self.revoked {
-            if let Some((i, foreign)) = self.lost {
-                return msg(ST_DENIED, DENY_FREEZE_LOST, ((i as u64) << 1) | u64::from(foreign));
+            if let Some(lost) = self.lost {
+                return freeze_lost_reply(lost);
             }
             return msg(ST_DENIED, DENY_DEADLINE, 0);
         }
@@ -690,13 +749,13 @@ impl GuardianState {
             return msg(ST_DENIED, DENY_DEADLINE, 0);
         }
         self.check_freezes();
-        if let Some((i, foreign)) = self.lost {
+        if let Some(lost) = self.lost {
             // Stop the window here: thaw what is still ours, leave what is not.
             self.revoked = true;
             if self.writing == 0 {
                 self.thaw_all();
             }
-            return msg(ST_DENIED, DENY_FREEZE_LOST, ((i as u64) << 1) | u64::from(foreign));
+            return freeze_lost_reply(lost);
         }
         self.writing += 1;
         msg(ST_OK, 0, 0)
@@ -760,7 +819,7 @@ impl GuardianState {
     }
 }
 
-impl GuardianState {
+impl<F: Filesystems> GuardianState<F> {
     /// Reads back each granted, unreported write (reseq is gone, its I/O finished) and
     /// compares it with the bytes it was to write. One that is not intact is also noted
     /// in the run directory, which every later run on the device reads, whatever mode it
@@ -789,8 +848,42 @@ impl GuardianState {
     }
 }
 
+/// A message from reseq, with what follows it.
+#[derive(Debug)]
+enum Request {
+    Journal(PathBuf),
+    Freeze(Duration),
+    Target(PathBuf),
+    /// The write to be granted: device offset, length, blake3 (None: not named).
+    Permit(Option<(u64, u64, [u8; 32])>),
+    Written,
+    Thaw,
+    Exit,
+    Unknown,
+}
+
+/// Decodes a message, reading the path or hash that follows it (None: reseq is gone).
+fn read_request(stream: &mut impl Read, m: Msg) -> Option<Request> {
+    let (op, a, b) = fields(&m);
+    Some(match op {
+        OP_JOURNAL => Request::Journal(read_path(stream, a)?),
+        OP_FREEZE => Request::Freeze(Duration::from_millis(b)),
+        OP_TARGET => Request::Target(read_path(stream, a)?),
+        OP_PERMIT if a > 0 => {
+            let mut hash = [0u8; 32];
+            stream.read_exact(&mut hash).ok()?;
+            Request::Permit(Some((b, u64::from(a), hash)))
+        }
+        OP_PERMIT => Request::Permit(None),
+        OP_WRITTEN => Request::Written,
+        OP_THAW => Request::Thaw,
+        OP_EXIT => Request::Exit,
+        _ => Request::Unknown,
+    })
+}
+
 /// The path of `len` bytes that follows a message.
-fn read_path(stream: &mut UnixStream, len: u32) -> Option<PathBuf> {
+fn read_path(stream: &mut impl Read, len: u32) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStringExt;
     let mut path = vec![0u8; len.min(MAX_PATH) as usize];
     stream.read_exact(&mut path).ok()?;
@@ -802,4 +895,263 @@ pub fn read_block(fd: std::os::fd::BorrowedFd<'_>, offset: u64) -> Option<Vec<u8
     let mut buf = sys::AlignedBuf::new(4096, 4096);
     sys::pread_exact(fd, &mut buf, offset).ok()?;
     Some(buf.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The guardian's decisions, without fork, root or FIFREEZE: its state machine over
+    //! scripted filesystems, fed the requests its socket would carry.
+
+    use std::cell::RefCell;
+    use std::path::Path;
+    use std::rc::Rc;
+
+    use super::*;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum By {
+        Nobody,
+        Us,
+        Other,
+    }
+
+    /// Each filesystem: who froze it, its sentinel (bumped by every freeze, as ext4 and
+    /// xfs write their superblock), and whether the sentinel can be read.
+    #[derive(Clone, Copy, Debug)]
+    struct FakeFs {
+        by: By,
+        generation: u64,
+        readable: bool,
+    }
+
+    #[derive(Clone)]
+    struct Fake(Rc<RefCell<Vec<FakeFs>>>, Vec<String>);
+
+    impl Fake {
+        fn new(n: usize) -> Fake {
+            let fs = FakeFs { by: By::Nobody, generation: 0, readable: true };
+            Fake(Rc::new(RefCell::new(vec![fs; n])), (0..n).map(|i| format!("/mnt/{i}")).collect())
+        }
+        fn by(&self) -> Vec<By> {
+            self.0.borrow().iter().map(|f| f.by).collect()
+        }
+        /// Someone thaws filesystem `i` (ours or not).
+        fn thawed_by_someone(&self, i: usize) {
+            self.0.borrow_mut()[i].by = By::Nobody;
+        }
+        /// Someone thaws filesystem `i` and freezes it again: their freeze now.
+        fn refrozen_by_someone(&self, i: usize) {
+            let mut fs = self.0.borrow_mut();
+            fs[i].by = By::Other;
+            fs[i].generation += 1;
+        }
+    }
+
+    impl Filesystems for Fake {
+        fn count(&self) -> usize {
+            self.1.len()
+        }
+        fn fifreeze(&mut self, i: usize) -> Result<(), Errno> {
+            let mut fs = self.0.borrow_mut();
+            if fs[i].by != By::Nobody {
+                return Err(Errno::EBUSY);
+            }
+            fs[i].by = By::Us;
+            fs[i].generation += 1;
+            Ok(())
+        }
+        fn fithaw(&mut self, i: usize) {
+            let mut fs = self.0.borrow_mut();
+            assert_ne!(fs[i].by, By::Other, "the guardian thawed a freeze that is not its own");
+            fs[i].by = By::Nobody;
+        }
+        fn sentinel(&self, i: usize) -> Option<Vec<u8>> {
+            let fs = self.0.borrow()[i];
+            fs.readable.then(|| fs.generation.to_le_bytes().to_vec())
+        }
+        fn name(&self, i: usize) -> &str {
+            &self.1[i]
+        }
+        fn recorded(&self, i: usize, _snapshot: Option<&Vec<u8>>) -> RecordedFs {
+            RecordedFs { mount_point: self.1[i].clone().into(), dev: "0:0".into(), sentinel: None }
+        }
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    fn guardian(n: usize, window: Duration) -> (GuardianState<Fake>, Fake, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = Fake::new(n);
+        let bounds = Bounds { window, grace: Duration::from_millis(250) };
+        let g = GuardianState::new(fake.clone(), bounds, dir.path().into(), nix::unistd::getpid(), None);
+        (g, fake, dir)
+    }
+
+    fn reply(g: &mut GuardianState<Fake>, r: Request) -> (u8, u32, u64) {
+        fields(&g.apply(r).expect("stays").expect("a reply"))
+    }
+
+    fn permit(g: &mut GuardianState<Fake>, offset: u64) -> Permit {
+        let (st, why, lost) = reply(g, Request::Permit(Some((offset, 4096, [7; 32]))));
+        permit_of(st, why, lost)
+    }
+
+    fn thaw(g: &mut GuardianState<Fake>) -> ThawReport {
+        let (st, a, micros) = reply(g, Request::Thaw);
+        assert_eq!(st, ST_OK);
+        thaw_report_of(a, micros)
+    }
+
+    fn record_exists(dir: &tempfile::TempDir) -> bool {
+        FreezeRecord::path(dir.path(), std::process::id() as i32).exists()
+    }
+
+    #[test]
+    fn grants_within_the_deadline_and_thaws_on_request() {
+        let (mut g, fake, dir) = guardian(2, HOUR);
+        assert_eq!(reply(&mut g, Request::Freeze(HOUR)).0, ST_OK);
+        assert_eq!(fake.by(), [By::Us, By::Us]);
+        assert!(record_exists(&dir), "the freeze record is written before the freeze");
+        assert_eq!(permit(&mut g, 0), Permit::Granted);
+        assert_eq!((g.writing, g.granted.len()), (1, 1));
+        assert_eq!(g.apply(Request::Written), Ok(None), "WRITTEN has no reply");
+        assert_eq!((g.writing, g.granted.len()), (0, 0));
+        assert_eq!(fake.by(), [By::Us, By::Us], "a write within the deadline does not end the window");
+        let t = thaw(&mut g);
+        assert!(!t.overran && t.lost.is_none());
+        assert_eq!(fake.by(), [By::Nobody, By::Nobody]);
+        assert!(!record_exists(&dir), "the record goes with the thaw");
+    }
+
+    #[test]
+    fn after_the_deadline_an_idle_window_is_denied_and_thawed_at_once() {
+        let (mut g, fake, _dir) = guardian(1, Duration::ZERO);
+        assert_eq!(reply(&mut g, Request::Freeze(Duration::ZERO)).0, ST_OK);
+        assert_eq!(permit(&mut g, 0), Permit::DeadlinePassed);
+        assert_eq!(fake.by(), [By::Nobody], "no write outstanding: thawed at the refusal");
+        assert_eq!(permit(&mut g, 0), Permit::DeadlinePassed, "and stays refused");
+        assert!(thaw(&mut g).overran, "frozen past a zero --max-freeze");
+    }
+
+    #[test]
+    fn a_deadline_passing_mid_write_waits_for_written_then_thaws() {
+        let (mut g, fake, _dir) = guardian(1, HOUR);
+        reply(&mut g, Request::Freeze(HOUR));
+        assert_eq!(permit(&mut g, 0), Permit::Granted);
+        g.deadline = Instant::now().checked_sub(Duration::from_millis(1));
+        assert_eq!(permit(&mut g, 4096), Permit::DeadlinePassed);
+        assert_eq!(fake.by(), [By::Us], "never thawed under an outstanding write");
+        assert_eq!(g.granted.len(), 1, "a refused write is not waited for");
+        g.apply(Request::Written).unwrap();
+        assert_eq!(fake.by(), [By::Nobody], "thawed as soon as the write was over");
+        assert!(g.timeout().is_none(), "nothing left to wake up for");
+    }
+
+    #[test]
+    fn written_settles_the_oldest_grant_first() {
+        let (mut g, _fake, _dir) = guardian(1, HOUR);
+        reply(&mut g, Request::Freeze(HOUR));
+        assert_eq!(permit(&mut g, 0), Permit::Granted);
+        assert_eq!(permit(&mut g, 4096), Permit::Granted);
+        assert_eq!(g.writing, 2);
+        g.apply(Request::Written).unwrap();
+        assert_eq!(g.granted.iter().map(|c| c.0).collect::<Vec<_>>(), [4096]);
+        assert_eq!(g.writing, 1);
+        thaw(&mut g);
+        assert_eq!((g.writing, g.granted.len()), (0, 0), "a thaw ends the window's accounting");
+    }
+
+    #[test]
+    fn a_freeze_thawed_by_someone_else_is_denied_and_the_window_ends() {
+        let (mut g, fake, _dir) = guardian(2, HOUR);
+        reply(&mut g, Request::Freeze(HOUR));
+        fake.thawed_by_someone(1);
+        assert_eq!(permit(&mut g, 0), Permit::FreezeLost { index: 1, foreign: false });
+        assert_eq!(fake.by(), [By::Nobody, By::Nobody], "the probe's fresh freeze is ours, and thawed");
+        assert_eq!(thaw(&mut g).lost, Some((1, false)));
+    }
+
+    #[test]
+    fn a_foreign_freeze_is_told_by_its_sentinel_and_left_alone() {
+        let (mut g, fake, _dir) = guardian(2, HOUR);
+        reply(&mut g, Request::Freeze(HOUR));
+        fake.refrozen_by_someone(0);
+        assert_eq!(permit(&mut g, 0), Permit::FreezeLost { index: 0, foreign: true });
+        assert_eq!(fake.by(), [By::Other, By::Nobody], "ours thawed, theirs kept");
+        assert_eq!(permit(&mut g, 0), Permit::FreezeLost { index: 0, foreign: true }, "and stays refused");
+        assert_eq!(thaw(&mut g).lost, Some((0, true)));
+        assert_eq!(fake.by(), [By::Other, By::Nobody]);
+    }
+
+    #[test]
+    fn an_unreadable_sentinel_proves_nothing_the_freeze_stays_ours() {
+        let (mut g, fake, _dir) = guardian(1, HOUR);
+        reply(&mut g, Request::Freeze(HOUR));
+        fake.0.borrow_mut()[0].readable = false;
+        assert_eq!(permit(&mut g, 0), Permit::Granted);
+        g.apply(Request::Written).unwrap();
+        assert_eq!(thaw(&mut g).lost, None);
+        assert_eq!(fake.by(), [By::Nobody], "thawed: it was ours");
+    }
+
+    #[test]
+    fn a_failed_freeze_is_undone_and_names_the_filesystem() {
+        let (mut g, fake, dir) = guardian(3, HOUR);
+        fake.refrozen_by_someone(1);
+        let (st, index, errno) = reply(&mut g, Request::Freeze(HOUR));
+        assert_eq!((st, index, errno), (ST_ERR, 1, Errno::EBUSY as i32 as u64));
+        assert_eq!(fake.by(), [By::Nobody, By::Other, By::Nobody], "the first freeze undone, theirs kept");
+        assert!(!record_exists(&dir));
+        assert_eq!(permit(&mut g, 0), Permit::DeadlinePassed, "nothing granted outside a window");
+    }
+
+    #[test]
+    fn no_freeze_without_its_record() {
+        let (mut g, fake, dir) = guardian(1, HOUR);
+        let file = dir.path().join("not-a-dir");
+        std::fs::write(&file, b"").unwrap();
+        g.run_dir = file.join("run");
+        let (st, index, _) = reply(&mut g, Request::Freeze(HOUR));
+        assert_eq!((st, index), (ST_ERR, RECORD_FAILED));
+        assert_eq!(fake.by(), [By::Nobody]);
+    }
+
+    #[test]
+    fn exit_and_unknown_messages_thaw_and_leave() {
+        for (request, code) in [(Request::Exit, 0), (Request::Unknown, 72)] {
+            let (mut g, fake, _dir) = guardian(1, HOUR);
+            reply(&mut g, Request::Freeze(HOUR));
+            assert_eq!(g.apply(request), Err(code));
+            assert_eq!(fake.by(), [By::Nobody]);
+        }
+    }
+
+    #[test]
+    fn requests_decode_with_what_follows_them() {
+        let hash = [9u8; 32];
+        let mut bytes = hash.to_vec();
+        let r = read_request(&mut bytes.as_slice(), msg(OP_PERMIT, 4096, 1 << 20));
+        assert!(matches!(r, Some(Request::Permit(Some((1048576, 4096, h)))) if h == hash));
+        assert!(matches!(read_request(&mut [0u8; 0].as_slice(), msg(OP_PERMIT, 0, 0)), Some(Request::Permit(None))));
+        assert!(read_request(&mut [0u8; 5].as_slice(), msg(OP_PERMIT, 4096, 0)).is_none(), "a cut-short hash");
+        bytes = b"/state/j".to_vec();
+        let r = read_request(&mut bytes.as_slice(), msg(OP_JOURNAL, 8, 0));
+        assert!(matches!(r, Some(Request::Journal(p)) if p == Path::new("/state/j")));
+        assert!(
+            matches!(read_request(&mut [0u8; 0].as_slice(), msg(OP_FREEZE, 0, 1500)), Some(Request::Freeze(d)) if d == Duration::from_millis(1500))
+        );
+        assert!(matches!(read_request(&mut [0u8; 0].as_slice(), msg(99, 0, 0)), Some(Request::Unknown)));
+    }
+
+    #[test]
+    fn replies_decode_to_what_reseq_acts_on() {
+        assert_eq!(fields(&msg(OP_THAW, u32::MAX, u64::MAX)), (OP_THAW, u32::MAX, u64::MAX));
+        let (st, why, lost) = fields(&freeze_lost_reply((3, true)));
+        assert_eq!(permit_of(st, why, lost), Permit::FreezeLost { index: 3, foreign: true });
+        assert_eq!(permit_of(ST_DENIED, DENY_DEADLINE, 0), Permit::DeadlinePassed);
+        let t = thaw_report_of(THAW_OVERRAN | THAW_LOST | (2 << 8), 1_500_000);
+        assert!(t.overran);
+        assert_eq!(t.lost, Some((2, false)));
+        assert_eq!(t.frozen, Duration::from_millis(1500));
+    }
 }

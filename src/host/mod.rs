@@ -7,6 +7,7 @@ pub mod freeze_record;
 pub mod guardian;
 pub mod in_use;
 pub mod mounts;
+pub mod privileges;
 pub mod procs;
 pub mod state_dir;
 pub mod thaw;

@@ -138,7 +138,7 @@ fn thaw_one(fs: &RecordedFs) -> FsOutcome {
         return FsOutcome::LeftAlone(format!("the mount point now holds another filesystem ({dev})"));
     }
     if let Some(s) = &fs.sentinel {
-        let now = crate::host::freeze::open_direct(&s.device)
+        let now = crate::sys::open_direct_read(&s.device)
             .ok()
             .and_then(|fd| crate::host::guardian::read_block(fd.as_fd(), s.offset))
             .map(|b| blake3::hash(&b).to_hex().to_string());

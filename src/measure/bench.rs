@@ -145,43 +145,17 @@ pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Du
         let t =
             read_span(target, params.block_size_bytes, params.queue_depth, params.offset_bytes, params.length_bytes)?;
         let p = Pass::from(t);
-        let lat = match (p.latency_p50_seconds, p.latency_p99_seconds) {
-            (Some(a), Some(b)) => format!(", latency p50 {:.2} ms, p99 {:.2} ms", a * 1e3, b * 1e3),
-            _ => String::new(),
-        };
-        log::info!(
-            "pass {}: {} in {:.3} s = {}{lat}",
-            i + 1,
-            crate::support::units::human_bytes(p.bytes),
-            p.seconds,
-            crate::support::units::human_rate(p.bytes_per_second)
-        );
+        log_pass(i, &p);
         out.push(p);
         if i == 0
             && let Some(c) = cache.as_mut()
         {
-            crate::measure::readbench::recheck_after_pass(
-                c,
-                target,
-                block,
-                qd,
-                (params.offset_bytes, params.length_bytes),
-            )?;
-            if c.cache_suspected {
-                log::warn!("results unreliable: {}", c.finding);
-            } else if c.after_pass_bytes_per_second.is_some() {
-                log::info!("{}", c.finding);
-            }
+            recheck_cache(c, target, params)?;
         }
     }
     let rates: Vec<f64> = out.iter().map(|p| p.bytes_per_second).collect();
     let pass_seconds: f64 = out.iter().map(|p| p.seconds).sum();
-    let wall_us = psi_start.2.elapsed().as_micros().max(1) as f64;
-    let share = |a: Option<u64>, b: Option<u64>| Some((b?.saturating_sub(a?) as f64 / wall_us).min(1.0));
-    let host_pressure = match (share(psi_start.0, psi_total("cpu")), share(psi_start.1, psi_total("io"))) {
-        (Some(cpu_some), Some(io_some)) if !target.is_virtual() => Some(HostPressure { cpu_some, io_some }),
-        _ => None,
-    };
+    let host_pressure = host_pressure_since(psi_start, target);
     Ok(BenchResult {
         target: target.describe(),
         virtual_time: target.is_virtual(),
@@ -200,6 +174,43 @@ pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Du
             time_scale: b.time_scale,
         }),
     })
+}
+
+fn log_pass(i: usize, p: &Pass) {
+    let lat = match (p.latency_p50_seconds, p.latency_p99_seconds) {
+        (Some(a), Some(b)) => format!(", latency p50 {:.2} ms, p99 {:.2} ms", a * 1e3, b * 1e3),
+        _ => String::new(),
+    };
+    log::info!(
+        "pass {}: {} in {:.3} s = {}{lat}",
+        i + 1,
+        crate::support::units::human_bytes(p.bytes),
+        p.seconds,
+        crate::support::units::human_rate(p.bytes_per_second)
+    );
+}
+
+/// After the first pass: whether a cache the check saw still holds its sample.
+fn recheck_cache(c: &mut CacheCheck, target: &Target, params: &ReadParams) -> Result<()> {
+    let (block, qd) = (params.block_size_bytes, params.queue_depth);
+    crate::measure::readbench::recheck_after_pass(c, target, block, qd, (params.offset_bytes, params.length_bytes))?;
+    if c.cache_suspected {
+        log::warn!("results unreliable: {}", c.finding);
+    } else if c.after_pass_bytes_per_second.is_some() {
+        log::info!("{}", c.finding);
+    }
+    Ok(())
+}
+
+/// The host's pressure from `start` (PSI totals and when) to now; None on a simulated
+/// SSD or without PSI.
+fn host_pressure_since(start: (Option<u64>, Option<u64>, std::time::Instant), target: &Target) -> Option<HostPressure> {
+    let wall_us = start.2.elapsed().as_micros().max(1) as f64;
+    let share = |a: Option<u64>, b: Option<u64>| Some((b?.saturating_sub(a?) as f64 / wall_us).min(1.0));
+    match (share(start.0, psi_total("cpu")), share(start.1, psi_total("io"))) {
+        (Some(cpu_some), Some(io_some)) if !target.is_virtual() => Some(HostPressure { cpu_some, io_some }),
+        _ => None,
+    }
 }
 
 /// One region of a scan.
@@ -352,22 +363,7 @@ pub fn estimate(target: &Target, block: u64, sample: u64, regions: usize) -> Res
     sorted.sort_by(|a, b| b.total_cmp(a));
     let reference = median(&sorted[..sorted.len().div_ceil(4)]);
     let speedup = reference / med.max(f64::MIN_POSITIVE);
-    let advice = match &cache {
-        Some(c) if c.cache_suspected => format!("cannot tell: {}", c.finding),
-        _ if speedup < if target.is_virtual() { WORTH_IT } else { MIN_EFFECT } => format!(
-            "looks flat: the sampled regions read within x{speedup:.2} of the fastest{}; re-sequencing is unlikely to help much",
-            if target.is_virtual() {
-                String::new()
-            } else {
-                format!(" (under x{MIN_EFFECT} is within what a device's reads drift)")
-            }
-        ),
-        _ => format!(
-            "worth it: a full read could be about x{speedup:.2} faster ({} now, {} at the fastest regions' rate)",
-            crate::support::units::human_rate(med),
-            crate::support::units::human_rate(reference)
-        ),
-    };
+    let advice = advice(cache.as_ref(), target.is_virtual(), med, reference);
     Ok(Estimate {
         target: target.describe(),
         virtual_time: target.is_virtual(),
@@ -379,6 +375,28 @@ pub fn estimate(target: &Target, block: u64, sample: u64, regions: usize) -> Res
         advice,
         cache,
     })
+}
+
+/// What an estimate's figures say, in words: its median and reference rates, on a
+/// simulated SSD or not.
+fn advice(cache: Option<&CacheCheck>, virtual_time: bool, med: f64, reference: f64) -> String {
+    let speedup = reference / med.max(f64::MIN_POSITIVE);
+    match cache {
+        Some(c) if c.cache_suspected => format!("cannot tell: {}", c.finding),
+        _ if speedup < if virtual_time { WORTH_IT } else { MIN_EFFECT } => format!(
+            "looks flat: the sampled regions read within x{speedup:.2} of the fastest{}; re-sequencing is unlikely to help much",
+            if virtual_time {
+                String::new()
+            } else {
+                format!(" (under x{MIN_EFFECT} is within what a device's reads drift)")
+            }
+        ),
+        _ => format!(
+            "worth it: a full read could be about x{speedup:.2} faster ({} now, {} at the fastest regions' rate)",
+            crate::support::units::human_rate(med),
+            crate::support::units::human_rate(reference)
+        ),
+    }
 }
 
 /// What selective re-sequencing chose to rewrite, and what it left alone.

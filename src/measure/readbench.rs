@@ -173,10 +173,10 @@ impl Target {
     /// Opens a target: `sim:PATH`, a block device, a file, or a directory (its regular
     /// files, recursively, on the same filesystem, in path order).
     pub fn open(spec: &Path) -> Result<Target> {
-        if let Some(p) = spec.to_str().and_then(|s| s.strip_prefix("sim:")) {
+        if let Some(p) = crate::options::sim::sim_state(spec) {
             let state =
-                SimState::load(Path::new(p)).map_err(|e| Error::input(format!("loading simulated device {p}"), e))?;
-            return Ok(Target::Sim { path: PathBuf::from(p), state: Box::new(Mutex::new(state)) });
+                SimState::load(&p).map_err(|e| Error::input(format!("loading simulated device {}", p.display()), e))?;
+            return Ok(Target::Sim { path: p, state: Box::new(Mutex::new(state)) });
         }
         let md = std::fs::metadata(spec).map_err(|e| Error::Usage(format!("cannot use {}: {e}", spec.display())))?;
         if md.is_dir() {

@@ -18,10 +18,10 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cli::BenchArgs;
 use crate::host::freeze::Thawed;
+use crate::host::mounts::MountEntry;
 use crate::host::trim::{self, Pace, Probe, TrimReport, TrimTarget};
-use crate::report::Report;
+use crate::options::bench::TrimImpactOptions;
 use crate::support::error::{Error, Result};
 use crate::support::signals::StopFlag;
 use crate::support::units::human_bytes;
@@ -164,7 +164,7 @@ fn occupied_range(f: &File) -> Result<(u64, u64)> {
 }
 
 /// Refuses before anything is written where a trim cannot be measured.
-fn check_discard(dir: &Path, fs: &crate::host::mounts::MountEntry, dir_fd: &File) -> Result<Option<u64>> {
+fn check_discard(dir: &Path, fs: &MountEntry, dir_fd: &File) -> Result<Option<u64>> {
     if !crate::host::usedspace::SUPPORTED.contains(&fs.fs_type.as_str()) {
         return Err(Error::refused(
             format!("{} is on {} ({}), not ext4 or xfs", dir.display(), fs.mount_point.display(), fs.fs_type),
@@ -199,16 +199,11 @@ fn check_discard(dir: &Path, fs: &crate::host::mounts::MountEntry, dir_fd: &File
     }
 }
 
-/// `reseq bench --trim-impact`.
-pub fn run(args: &BenchArgs, report: &mut Report) -> Result<()> {
-    let size = args.trim_size.bytes();
-    if size < trim::SLICE_ALIGN {
-        return Err(Error::Usage("--trim-size must be at least 1M".into()));
-    }
-    let rate = args.trim_rate.map(|r| r.bytes_per_second());
-    let given = &args.read.target;
+/// The directory to write in (TARGET, or the one holding it), opened, and the mounted
+/// filesystem it is on.
+fn locate(given: &Path) -> Result<(PathBuf, File, MountEntry)> {
     let md = std::fs::metadata(given).map_err(|e| Error::Usage(format!("cannot use {}: {e}", given.display())))?;
-    let dir = if md.is_dir() { given.clone() } else { given.parent().map(Path::to_path_buf).unwrap_or_default() };
+    let dir = if md.is_dir() { given.to_path_buf() } else { given.parent().map(Path::to_path_buf).unwrap_or_default() };
     let dir = std::fs::canonicalize(&dir).map_err(|e| Error::Usage(format!("cannot use {}: {e}", dir.display())))?;
     let dir_fd = File::open(&dir).map_err(|e| Error::io(format!("opening {}", dir.display()), e))?;
     let mounts = crate::host::mounts::read_mounts().map_err(|e| Error::io("reading /proc/self/mountinfo", e))?;
@@ -218,38 +213,65 @@ pub fn run(args: &BenchArgs, report: &mut Report) -> Result<()> {
         .filter(|m| m.dev == dev)
         .ok_or_else(|| Error::Usage(format!("{} is not on a mounted block-device filesystem", dir.display())))?
         .clone();
-    crate::rewrite::plan::check_privileges()?;
-    let discard_max = check_discard(&dir, &fs, &dir_fd)?;
-    let stop = StopFlag::install_with(false).map_err(|e| Error::io("installing signal handlers", e))?;
+    Ok((dir, dir_fd, fs))
+}
 
+/// Writes the probe's file and the scratch file, deletes the scratch file and commits
+/// the delete: (the probe, seconds the write took, the range the scratch file held).
+fn write_and_delete(
+    scratch: &mut Scratch,
+    dir_fd: &File,
+    size: u64,
+    stop: &StopFlag,
+) -> Result<(Arc<Probe>, f64, (u64, u64))> {
     let pid = std::process::id();
-    let mut scratch = Scratch { dir: dir.clone(), paths: Vec::new() };
-    let mut probe_file = scratch.create(&format!(".reseq-trim-impact-{pid}.probe"))?;
-    fill(&mut probe_file, PROBE_FILE_BYTES, 1, &stop)?;
+    let probe_name = format!(".reseq-trim-impact-{pid}.probe");
+    let mut probe_file = scratch.create(&probe_name)?;
+    fill(&mut probe_file, PROBE_FILE_BYTES, 1, stop)?;
     let data_name = format!(".reseq-trim-impact-{pid}.data");
     let mut data = scratch.create(&data_name)?;
-    log::info!("writing {} to {}", human_bytes(size), dir.join(&data_name).display());
+    log::info!("writing {} to {}", human_bytes(size), scratch.dir.join(&data_name).display());
     let t0 = Instant::now();
-    fill(&mut data, size, 2, &stop)?;
+    fill(&mut data, size, 2, stop)?;
     let write_seconds = t0.elapsed().as_secs_f64();
-    let (start, end) = occupied_range(&data)?;
+    let range = occupied_range(&data)?;
     drop(data);
-    let probe = Arc::new(Probe::open(&dir.join(format!(".reseq-trim-impact-{pid}.probe")), None)?);
-    scratch.remove(&dir.join(&data_name))?;
+    let probe = Arc::new(Probe::open(&scratch.dir.join(&probe_name), None)?);
+    let data_path = scratch.dir.join(&data_name);
+    scratch.remove(&data_path)?;
     // ext4 and xfs free a deleted file's blocks when the transaction commits.
     nix::unistd::syncfs(dir_fd.as_fd()).map_err(|e| Error::io("syncfs", e.into()))?;
+    Ok((probe, write_seconds, range))
+}
+
+/// `reseq bench --trim-impact`: what was measured (also when the trim was stopped or
+/// failed part way: the slices done), and how it ended.
+pub fn run(o: &TrimImpactOptions) -> (Option<TrimImpact>, Result<()>) {
+    let mut impact = None;
+    let result = measure(o, &mut impact);
+    (impact, result)
+}
+
+fn measure(o: &TrimImpactOptions, impact: &mut Option<TrimImpact>) -> Result<()> {
+    let (dir, dir_fd, fs) = locate(&o.target)?;
+    crate::host::privileges::check()?;
+    let discard_max = check_discard(&dir, &fs, &dir_fd)?;
+    let stop = StopFlag::install_with(false).map_err(|e| Error::io("installing signal handlers", e))?;
+    let mut scratch = Scratch { dir: dir.clone(), paths: Vec::new() };
+    let (probe, write_seconds, (start, end)) = write_and_delete(&mut scratch, &dir_fd, o.size, &stop)?;
     log::info!("deleted; trimming bytes {start}..{end} of {} while probing reads", fs.mount_point.display());
-    let pace = if rate.is_some() { Pace::Fixed { rate, pause: std::time::Duration::ZERO } } else { Pace::Unpaced };
+    let pace =
+        if o.rate.is_some() { Pace::Fixed { rate: o.rate, pause: std::time::Duration::ZERO } } else { Pace::Unpaced };
     let targets = [TrimTarget { name: fs.mount_point.display().to_string(), fd: dir_fd.as_fd(), start, end }];
     let t = trim::run_probed(&targets, pace, &stop, &Thawed::never_froze(), probe);
     let stopped = t.stopped_by.clone();
     let failed = t.filesystems.iter().find_map(|f| f.error.clone());
-    report.trim_impact = Some(TrimImpact {
+    *impact = Some(TrimImpact {
         mount_point: fs.mount_point.display().to_string(),
         fs_type: fs.fs_type.clone(),
         device: format!("{}:{} ({})", fs.dev.0, fs.dev.1, fs.source),
         discard_max_bytes: discard_max,
-        scratch_bytes: size,
+        scratch_bytes: o.size,
         write_seconds,
         trim: t,
     });

@@ -1,6 +1,7 @@
-//! How to measure sequential reads before and after a rewrite (`rewrite --bench`, and
-//! `--bench` on a simulated SSD): typed, with the defaults the command line has.
+//! What the measuring commands (`bench`, `scan`, `estimate`) and a rewrite's `--bench`
+//! read and how: typed values, checked where the command line is read (`cli::lower`).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The `--bench-*` options of a rewrite.
@@ -31,4 +32,59 @@ impl Default for BenchOptions {
             length: None,
         }
     }
+}
+
+/// What `bench` and `scan` read, and how.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReadOptions {
+    /// A block device, a file, a directory of files, or `sim:STATE`.
+    pub target: PathBuf,
+    /// Bytes per read command.
+    pub block_size: u64,
+    /// Reads in flight at once.
+    pub queue_depth: usize,
+    /// Start of the range.
+    pub offset: u64,
+    /// Length of the range (None: to the end).
+    pub length: Option<u64>,
+    /// Measure a device's free space too, not only the ranges in use.
+    pub include_free: bool,
+}
+
+/// `reseq bench`: timed passes, or the cost of a trim.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BenchCommand {
+    Passes { read: ReadOptions, passes: usize, settle: Duration },
+    TrimImpact(TrimImpactOptions),
+}
+
+/// `reseq bench --trim-impact`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrimImpactOptions {
+    /// A file or directory on the filesystem to measure.
+    pub target: PathBuf,
+    /// Bytes of the scratch file that is deleted and trimmed (at least 1 MiB).
+    pub size: u64,
+    /// Pace of the trim in bytes per second (None: unpaced slices).
+    pub rate: Option<u64>,
+}
+
+/// `reseq scan`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScanOptions {
+    pub read: ReadOptions,
+    /// Regions to time (1 to 100 000).
+    pub regions: usize,
+    /// A region is slow below this fraction, in (0, 1].
+    pub threshold: f64,
+}
+
+/// `reseq estimate`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EstimateOptions {
+    pub target: PathBuf,
+    /// Bytes to read in all.
+    pub sample: u64,
+    /// Places to read from.
+    pub regions: usize,
 }

@@ -2,5 +2,7 @@
 //! layers below use without ever seeing a flag string.
 
 pub mod bench;
+pub mod restore;
 pub mod resume;
 pub mod rewrite;
+pub mod sim;

@@ -13,35 +13,12 @@ use crate::support::error::{Error, Result};
 use crate::support::hooks;
 use crate::support::units::{Size, human_bytes};
 
-/// CAP_SYS_ADMIN is bit 21 of the capability sets (include/uapi/linux/capability.h).
-const CAP_SYS_ADMIN: u32 = 21;
-
-fn effective_caps() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("CapEff:"))?;
-    u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()
-}
-
 fn read_proc_u64(path: &str) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 /// Root, with CAP_SYS_ADMIN: FIFREEZE needs the capability, raw device writes root's access.
-pub fn privileges() -> Result<()> {
-    if !nix::unistd::geteuid().is_root() {
-        return Err(Error::refused(
-            "reseq must run as root: it opens block devices for writing and freezes filesystems",
-            "run it with sudo, or from a root cron job or systemd unit",
-        ));
-    }
-    if effective_caps().is_some_and(|c| c & (1 << CAP_SYS_ADMIN) == 0) {
-        return Err(Error::refused(
-            "reseq runs as root but without CAP_SYS_ADMIN, which FIFREEZE/FITHAW need",
-            "run it outside the restricted container or unit, or grant CAP_SYS_ADMIN",
-        ));
-    }
-    Ok(())
-}
+pub use crate::host::privileges::check as privileges;
 
 /// `kernel.hung_task_timeout_secs` (None: disabled) and whether a hung task panics.
 pub fn hung_task() -> (Option<Duration>, bool) {

@@ -17,8 +17,6 @@ use crate::host::mounts::{self, MountedFs};
 use crate::options::resume::RunOptions;
 use crate::options::rewrite::RewriteOptions;
 use crate::rewrite::checks;
-// Where `bench --trim-impact` and `restore` look for it until it moves to host/.
-pub use crate::rewrite::checks::privileges as check_privileges;
 use crate::support::error::{Error, Result};
 use crate::support::units;
 

@@ -693,6 +693,45 @@ fn open_data(path: &Path, len: u64) -> Result<File> {
     Ok(f)
 }
 
+/// The state file's drive, once the time scale, the mount directory and /dev/fuse are
+/// checked.
+fn checked_state(state_path: &Path, mount_dir: &Path, scale: f64) -> Result<SimState> {
+    if !(scale.is_finite() && scale > 0.0) {
+        return Err(Error::Usage(format!("--time-scale must be a positive number, not {scale}")));
+    }
+    let state = SimState::load(state_path)
+        .map_err(|e| Error::input(format!("loading simulated device {}", state_path.display()), e))?;
+    check_mount_dir(mount_dir)?;
+    if !Path::new("/dev/fuse").exists() {
+        return Err(Error::refused(
+            "no /dev/fuse: this kernel has no FUSE (or it is not loaded)",
+            "modprobe fuse, or use `reseq sim …` and `sim:STATE` targets, which need no kernel support",
+        ));
+    }
+    Ok(state)
+}
+
+fn spawn(name: &str, doing: &str, f: impl FnOnce() + Send + 'static) -> Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name(name.into()).spawn(f).map_err(|e| Error::io(doing, e))
+}
+
+/// The mount's options: read-write, nothing executable, the mounting user only (root
+/// for a loop device; the loop driver's kernel workers pass that check too).
+fn mount_config() -> Config {
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName("reseq-sim".into()),
+        MountOption::Subtype("reseq-sim".into()),
+        MountOption::DefaultPermissions,
+        MountOption::RW,
+        MountOption::NoDev,
+        MountOption::NoSuid,
+        MountOption::NoExec,
+    ];
+    config.acl = SessionACL::Owner;
+    config
+}
+
 /// A drive being served, in this process: [`Served::start`] mounts, [`Served::stop`]
 /// unmounts and saves. Dropping it without `stop` detaches the mount lazily and does not
 /// save.
@@ -713,18 +752,7 @@ impl Served {
     /// Checks everything (time scale, state file, mount dir, /dev/fuse, that nobody
     /// serves this drive already), then mounts `mount_dir/disk`.
     pub fn start(state_path: &Path, mount_dir: &Path, scale: f64) -> Result<Served> {
-        if !(scale.is_finite() && scale > 0.0) {
-            return Err(Error::Usage(format!("--time-scale must be a positive number, not {scale}")));
-        }
-        let state = SimState::load(state_path)
-            .map_err(|e| Error::input(format!("loading simulated device {}", state_path.display()), e))?;
-        check_mount_dir(mount_dir)?;
-        if !Path::new("/dev/fuse").exists() {
-            return Err(Error::refused(
-                "no /dev/fuse: this kernel has no FUSE (or it is not loaded)",
-                "modprobe fuse, or use `reseq sim …` and `sim:STATE` targets, which need no kernel support",
-            ));
-        }
+        let state = checked_state(state_path, mount_dir, scale)?;
         let data_path = data_path(state_path);
         let len = state.len_bytes();
         let data = open_data(&data_path, len)?;
@@ -735,10 +763,7 @@ impl Served {
         let (tx, rx) = crossbeam_channel::unbounded();
         let timer = {
             let (c, l) = (counters.clone(), last_reply.clone());
-            std::thread::Builder::new()
-                .name("serve-timer".into())
-                .spawn(move || timer_thread(rx, c, l))
-                .map_err(|e| Error::io("starting the reply timer", e))?
+            spawn("serve-timer", "starting the reply timer", move || timer_thread(rx, c, l))?
         };
         let start = Instant::now();
         let seq = Arc::new(AtomicU64::new(0));
@@ -746,10 +771,7 @@ impl Served {
         let reader = {
             let (st, t, q) = (state.clone(), tx.clone(), seq.clone());
             let clock = Clock { start, scale };
-            std::thread::Builder::new()
-                .name("serve-reads".into())
-                .spawn(move || read_thread(reads_rx, st, t, clock, q))
-                .map_err(|e| Error::io("starting the read modeller", e))?
+            spawn("serve-reads", "starting the read modeller", move || read_thread(reads_rx, st, t, clock, q))?
         };
         let drive = Drive {
             state: state.clone(),
@@ -766,20 +788,7 @@ impl Served {
             uid: nix::unistd::geteuid().as_raw(),
             gid: nix::unistd::getegid().as_raw(),
         };
-        let mut config = Config::default();
-        config.mount_options = vec![
-            MountOption::FSName("reseq-sim".into()),
-            MountOption::Subtype("reseq-sim".into()),
-            MountOption::DefaultPermissions,
-            MountOption::RW,
-            MountOption::NoDev,
-            MountOption::NoSuid,
-            MountOption::NoExec,
-        ];
-        // The mounting user only (root for a loop device); the loop driver's kernel
-        // workers pass that check too.
-        config.acl = SessionACL::Owner;
-        let session = fuser::spawn_mount(drive, mount_dir, &config).map_err(|e| mount_error(mount_dir, e))?;
+        let session = fuser::spawn_mount(drive, mount_dir, &mount_config()).map_err(|e| mount_error(mount_dir, e))?;
         Ok(Served {
             session: Some(session),
             timer: Some(timer),

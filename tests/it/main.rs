@@ -16,6 +16,7 @@ mod bench_reports;
 mod crash_and_resume;
 mod deb;
 mod demo;
+mod engine_script;
 mod file_mode;
 mod foreign_writers;
 mod freeze_bound;

@@ -1,0 +1,112 @@
+//! The engine's view of freeze windows: the [`WindowGuard`] seam.
+//!
+//! The engine calls [`WindowGuard::begin`] before reading a window's first chunk,
+//! [`WindowGuard::may_write`] before each write, and [`WindowGuard::end`] after the last.
+//! It lives here, below the host layer, so that the engine depends on no implementation:
+//! [`NoFreeze`] (an unmounted device, a simulation) is here; the guarded freeze through
+//! the forked guardian, and the wrappers that batch windows or check for other writers,
+//! are in `host::freeze`.
+
+use std::time::Duration;
+
+use crate::support::error::{Error, Result};
+
+/// How one window ended.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WindowEnd {
+    /// How long filesystems were frozen (zero without a freeze).
+    pub frozen: Duration,
+    /// The filesystems were frozen longer than `--max-freeze`.
+    pub overran: bool,
+    /// The hard bound (`--max-freeze` plus grace), when this window went past it.
+    pub beyond_bound: Option<Duration>,
+}
+
+pub trait WindowGuard {
+    /// Whether windows freeze anything (if not, output need not be held back).
+    fn freezes(&self) -> bool;
+    /// The hard limit of one window, if any.
+    fn deadline(&self) -> Option<Duration>;
+    /// What is left of that limit for the next window: less than all of it in a window
+    /// kept open from an earlier run (file mode's `host::freeze::Batched`).
+    fn time_left(&self) -> Option<Duration> {
+        self.deadline()
+    }
+    /// Starts a window (freezes).
+    fn begin(&mut self) -> Result<()>;
+    /// Asks to write; `Ok(false)` means the window is over and nothing may be written.
+    fn may_write(&mut self) -> Result<bool>;
+    /// What the next `may_write` is for: `len` bytes at device offset `offset` with this
+    /// blake3 (a guardian checks them if it must kill reseq mid-write).
+    fn announce(&mut self, _offset: u64, _len: u64, _hash: &blake3::Hash) {}
+    /// The write allowed by `may_write` has completed.
+    fn wrote(&mut self) -> Result<()>;
+    /// The same report, from another thread (the verifier reports after its read-back).
+    fn reporter(&self) -> Result<Reporter>;
+    /// Ends the window (thaws).
+    fn end(&mut self) -> Result<WindowEnd>;
+    /// Called before each chunk's write: checks that may stop the run mid-window.
+    fn recheck(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Ends a window in which the engine finished all it was asked to do. A guard that
+    /// batches several targets into one window may keep it open for the next one.
+    fn end_complete(&mut self) -> Result<WindowEnd> {
+        self.end()
+    }
+    /// Whether a window is still open after `end_complete` (the filesystems are still
+    /// frozen: nothing may be written to them, and held output stays held).
+    fn frozen_now(&self) -> bool {
+        false
+    }
+}
+
+/// Reports finished writes from the verifier thread (see [`WindowGuard::reporter`]).
+pub struct Reporter(Option<Box<dyn FnMut() -> std::io::Result<()> + Send>>);
+
+impl Reporter {
+    /// A reporter that sends each report through `send`.
+    pub fn new(send: impl FnMut() -> std::io::Result<()> + Send + 'static) -> Reporter {
+        Reporter(Some(Box::new(send)))
+    }
+
+    /// A reporter with no one to tell (a guard that freezes nothing).
+    pub fn none() -> Reporter {
+        Reporter(None)
+    }
+
+    pub fn written(&mut self) -> Result<()> {
+        match &mut self.0 {
+            Some(send) => send().map_err(|e| Error::io("telling the thaw guardian a write finished", e)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Nothing to freeze: the device is not mounted (and is held with O_EXCL so it cannot
+/// be mounted meanwhile), or it is simulated.
+pub struct NoFreeze;
+
+impl WindowGuard for NoFreeze {
+    fn freezes(&self) -> bool {
+        false
+    }
+    fn deadline(&self) -> Option<Duration> {
+        None
+    }
+    fn begin(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn may_write(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+    fn wrote(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn reporter(&self) -> Result<Reporter> {
+        Ok(Reporter::none())
+    }
+    fn end(&mut self) -> Result<WindowEnd> {
+        Ok(WindowEnd::default())
+    }
+}

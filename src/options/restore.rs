@@ -1,0 +1,18 @@
+//! `reseq restore`: which rescue copy, onto which device, and how.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RestoreOptions {
+    /// The rescue file (rescue-DEVICE-OFFSET-BLAKE3.bin in the state directory).
+    pub rescue: PathBuf,
+    /// Write even over bytes something else changed since reseq stopped.
+    pub force: bool,
+    /// Remove the copy without writing anything.
+    pub forget: bool,
+    /// The device where it is now, if its name changed.
+    pub device: Option<PathBuf>,
+    /// Longest freeze of a filesystem on the device for the write (at least 10 ms).
+    pub max_freeze: Duration,
+}
