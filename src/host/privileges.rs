@@ -3,9 +3,7 @@
 //! or a restricted unit).
 
 use crate::support::error::{Error, Result};
-
-/// CAP_SYS_ADMIN is bit 21 of the capability sets (include/uapi/linux/capability.h).
-const CAP_SYS_ADMIN: u32 = 21;
+use crate::sys::CAP_SYS_ADMIN;
 
 fn effective_caps() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

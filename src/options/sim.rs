@@ -83,3 +83,19 @@ pub enum SimStep {
     Info { state: PathBuf },
     Serve { state: PathBuf, mount_dir: PathBuf, time_scale: f64 },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_sim_prefix_names_a_simulated_ssd() {
+        assert_eq!(sim_state(Path::new("sim:/tmp/x.state")), Some(PathBuf::from("/tmp/x.state")));
+        assert_eq!(sim_state(Path::new("sim:rel")), Some(PathBuf::from("rel")));
+        assert_eq!(sim_state(Path::new("/dev/sim:x")), None);
+        assert_eq!(sim_state(Path::new("/dev/nvme0n1")), None);
+        // Not UTF-8 after the prefix: still the path it names.
+        let raw = std::ffi::OsStr::from_bytes(b"sim:/tmp/\xff");
+        assert_eq!(sim_state(Path::new(raw)), Some(PathBuf::from(std::ffi::OsStr::from_bytes(b"/tmp/\xff"))));
+    }
+}
