@@ -74,10 +74,12 @@ fn rewrite(a: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
             Err(e) => measure::refused("rewrite", a.device(), e),
         };
     }
-    if a.targets.len() > 1 || !reseq::rewrite::is_block_device(a.device()) {
-        reseq::rewrite::files::run(a, quiet)
-    } else {
-        reseq::rewrite::run(a, quiet)
+    match reseq::cli::hiargs::rewrite_options(a) {
+        Ok(o) => reseq::rewrite::run(&o, quiet),
+        Err(e) => {
+            let result = Err(e);
+            (reseq::rewrite::refused_report(&a.targets, a.dry_run, &result), result)
+        }
     }
 }
 
@@ -86,7 +88,7 @@ fn demo(a: &reseq::cli::DemoArgs, quiet: bool) -> std::process::ExitCode {
         eprintln!("reseq demo: not root, so no loop device; running the simulated SSD instead (reseq simulate)");
         return print_simulation(simulate::simulate(&SimulateOptions::default(), quiet), a.json);
     }
-    let (report, result) = reseq::commands::demo::run(a, quiet);
+    let (report, result) = reseq::commands::demo::run(a.size, a.no_fuse, quiet);
     match report {
         Some(r) => print_report((r, result), &OutputArgs { json: a.json, ..Default::default() }, quiet),
         None => finish(result),

@@ -149,14 +149,14 @@ mod tests {
         let text = include_str!("../../packaging/config/example.toml");
         let a = parse(text, Path::new("example.toml")).unwrap();
         assert_eq!(a.targets, vec![std::path::PathBuf::from("/var/lib/postgresql/15/main/base")]);
-        assert_eq!(a.max_freeze.as_deref(), Some("1s"));
-        assert_eq!(a.pause, "2s");
-        assert_eq!(a.rate.as_deref(), Some("100M"));
+        assert_eq!(a.max_freeze, Some(std::time::Duration::from_secs(1)));
+        assert_eq!(a.pause, std::time::Duration::from_secs(2));
+        assert_eq!(a.rate.map(|r| r.to_string()).as_deref(), Some("100M"));
         assert_eq!(a.exclude, vec!["pg_internal.init".to_string()]);
         assert!(!a.bench);
         assert!(a.output.metrics_file.is_some());
         let t = parse("targets = [\"/dev/sdb\"]\ntrim_rate = \"2G\"", Path::new("j.toml")).unwrap();
-        assert_eq!(t.trim_rate.as_deref(), Some("2G"), "the trim's pace is a job option");
+        assert_eq!(t.trim_rate.map(|r| r.to_string()).as_deref(), Some("2G"), "the trim's pace is a job option");
     }
 
     #[test]

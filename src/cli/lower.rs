@@ -12,35 +12,31 @@ use crate::options::bench::{BenchCommand, BenchOptions, EstimateOptions, ReadOpt
 use crate::options::restore::RestoreOptions;
 use crate::options::sim::{Override, SimRange, SimRewrite, SimStep, SimulateOptions, SlowScan, sim_state};
 use crate::support::error::{Error, Result};
-use crate::support::units::{parse_duration, parse_size};
+use crate::support::units::parse_size;
 
 fn size(flag: &str, v: &str) -> Result<u64> {
     parse_size(v).map_err(|e| Error::Usage(format!("{flag}: {e}")))
 }
 
-fn duration(flag: &str, v: &str) -> Result<Duration> {
-    parse_duration(v).map_err(|e| Error::Usage(format!("{flag}: {e}")))
-}
-
 /// The `--bench-*` options of a rewrite.
 pub fn bench_options(o: &BenchOpts) -> Result<BenchOptions> {
     Ok(BenchOptions {
-        block_size: size("--bench-block-size", &o.block_size)?,
+        block_size: o.block_size.bytes(),
         queue_depth: o.queue_depth,
         passes: o.passes.max(1),
-        settle: duration("--bench-settle", &o.settle)?,
+        settle: o.settle,
         regions: o.regions.max(1),
-        length: o.length.as_deref().map(|l| size("--bench-length", l)).transpose()?,
+        length: o.length.map(|l| l.bytes()),
     })
 }
 
 fn read_options(a: &ReadArgs) -> Result<ReadOptions> {
     Ok(ReadOptions {
         target: a.target.clone(),
-        length: a.length.as_deref().map(|l| size("--length", l)).transpose()?,
-        block_size: size("--block-size", &a.block_size)?,
+        length: a.length.map(|l| l.bytes()),
+        block_size: a.block_size.bytes(),
         queue_depth: a.queue_depth,
-        offset: size("--offset", &a.offset)?,
+        offset: a.offset.bytes(),
         include_free: a.include_free,
     })
 }
@@ -48,14 +44,14 @@ fn read_options(a: &ReadArgs) -> Result<ReadOptions> {
 /// `reseq bench`: `--trim-impact` takes only its own options and the target.
 pub fn bench(a: &BenchArgs) -> Result<BenchCommand> {
     if a.trim_impact {
-        let size = size("--trim-size", &a.trim_size)?;
+        let size = a.trim_size.bytes();
         if size < crate::host::trim::SLICE_ALIGN {
             return Err(Error::Usage("--trim-size must be at least 1M".into()));
         }
-        let rate = crate::rewrite::plan::parse_rate_option("--trim-rate", a.trim_rate.as_deref())?;
+        let rate = a.trim_rate.map(|r| r.bytes_per_second());
         return Ok(BenchCommand::TrimImpact(TrimImpactOptions { target: a.read.target.clone(), size, rate }));
     }
-    let settle = duration("--settle", &a.settle)?;
+    let settle = a.settle;
     if a.passes == 0 {
         return Err(Error::Usage("--passes must be at least 1".into()));
     }
@@ -75,12 +71,12 @@ pub fn scan(a: &ScanArgs) -> Result<ScanOptions> {
 
 /// `reseq estimate`.
 pub fn estimate(a: &EstimateArgs) -> Result<EstimateOptions> {
-    Ok(EstimateOptions { target: a.target.clone(), sample: size("--sample", &a.sample)?, regions: a.regions })
+    Ok(EstimateOptions { target: a.target.clone(), sample: a.sample.bytes(), regions: a.regions })
 }
 
 /// `reseq restore`.
 pub fn restore(a: &RestoreArgs) -> Result<RestoreOptions> {
-    let max_freeze = duration("--max-freeze", &a.max_freeze)?;
+    let max_freeze = a.max_freeze;
     if max_freeze < Duration::from_millis(10) {
         return Err(Error::Usage("--max-freeze must be at least 10ms".into()));
     }
@@ -113,20 +109,17 @@ fn overrides(set: &[String]) -> Result<Vec<Override>> {
 pub fn simulate(a: &SimulateArgs) -> Result<SimulateOptions> {
     Ok(SimulateOptions {
         preset: a.preset.clone(),
-        device_size: size("--device-size", &a.device_size)?,
+        device_size: a.device_size.bytes(),
         set: overrides(&a.set)?,
-        file_size: size("--file-size", &a.file_size)?,
+        file_size: a.file_size.bytes(),
         stages: a.stages.clone(),
-        chunk_size: size("--chunk-size", &a.chunk_size)?,
+        chunk_size: a.chunk_size.bytes(),
         seed: a.seed,
     })
 }
 
 fn sim_range(r: &SimRangeArgs) -> Result<SimRange> {
-    Ok(SimRange {
-        offset: size("--offset", &r.offset)?,
-        length: r.length.as_deref().map(|l| size("--length", l)).transpose()?,
-    })
+    Ok(SimRange { offset: r.offset.bytes(), length: r.length.map(|l| l.bytes()) })
 }
 
 /// One step of `reseq sim …`.
@@ -135,27 +128,27 @@ pub fn sim_step(c: &SimCommand) -> Result<SimStep> {
         SimCommand::Create { state, preset, device_size, set } => SimStep::Create {
             state: state.clone(),
             preset: preset.clone(),
-            device_size: size("--device-size", device_size)?,
+            device_size: device_size.bytes(),
             set: overrides(set)?,
         },
         SimCommand::Write { state, range } => SimStep::Write { state: state.clone(), range: sim_range(range)? },
         SimCommand::Fragment { state, range, random_writes, seed } => SimStep::Fragment {
             state: state.clone(),
             range: sim_range(range)?,
-            random_writes: size("--random-writes", random_writes)?,
+            random_writes: random_writes.bytes(),
             seed: *seed,
         },
         SimCommand::Read { state, range, block_size, queue_depth } => SimStep::Read {
             state: state.clone(),
             range: sim_range(range)?,
-            block_size: size("--block-size", block_size)?,
+            block_size: block_size.bytes(),
             queue_depth: *queue_depth,
         },
         SimCommand::Rewrite { state, range, chunk_size, no_verify, only_slow, scan_regions, slow_threshold } => {
             SimStep::Rewrite(SimRewrite {
                 state: state.clone(),
                 range: sim_range(range)?,
-                chunk_size: size("--chunk-size", chunk_size)?,
+                chunk_size: chunk_size.bytes(),
                 verify: !no_verify,
                 only_slow: only_slow.then_some(SlowScan { regions: *scan_regions, threshold: *slow_threshold }),
             })
@@ -184,7 +177,7 @@ pub fn sim_rewrite(a: &RewriteArgs) -> Result<(SimRewrite, Option<BenchOptions>)
     let rewrite = SimRewrite {
         state,
         range: SimRange::default(),
-        chunk_size: size("--chunk-size", &a.chunk_size)?,
+        chunk_size: a.chunk_size.bytes(),
         verify: !a.no_verify,
         only_slow: a.only_slow.then_some(SlowScan { regions: a.scan_regions, threshold: a.slow_threshold }),
     };
@@ -211,8 +204,9 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_flag() {
-        let Command::Simulate(a) = command(&["simulate", "--file-size", "4Q"]) else { panic!("simulate") };
-        assert!(simulate(&a).unwrap_err().to_string().starts_with("--file-size: "));
+        // Sizes are typed by clap's value parser: its error names the flag.
+        let e = Cli::try_parse_from(["reseq", "simulate", "--file-size", "4Q"]).unwrap_err().to_string();
+        assert!(e.contains("'--file-size <SIZE>'"), "{e}");
         let Command::Simulate(a) = command(&["simulate", "--set", "flash_bytes=x"]) else { panic!("simulate") };
         assert!(simulate(&a).unwrap_err().to_string().starts_with("--set flash_bytes: "));
         let Command::Simulate(a) = command(&["simulate", "--set", "t_read_us"]) else { panic!("simulate") };

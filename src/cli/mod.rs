@@ -1,45 +1,51 @@
-//! The command line, and nothing else: clap definitions, parsed into raw values.
-//! Checking them and turning them into a plan happens in `plan.rs`.
+//! The command line, and nothing else: clap definitions, parsed into typed values (sizes,
+//! rates and durations are checked by their value parsers, so a bad value's error names
+//! its flag, and a job file turned into argv gets the same check). [`hiargs`] turns
+//! them into the options the layers below take.
 
 pub mod config;
 pub mod generate;
+pub mod hiargs;
 pub mod lower;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::{Args, Parser, Subcommand};
 
-/// Default chunk size, chosen by measurement (docs/CHUNK-SIZE.md, `bench/chunk-size.sh`):
-/// 2-4 MiB was at or near the best on both a disk-backed and a memory-backed loop device,
-/// it is well above the 1 MiB the FTL model needs to re-linearize, and it keeps memory
-/// (6 buffers) and the granularity of freeze windows small.
-pub const DEFAULT_CHUNK_SIZE: &str = "4M";
-/// Default bound of one freeze window.
-pub const DEFAULT_MAX_FREEZE: &str = "5s";
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/reseq";
-pub const DEFAULT_PAUSE: &str = "0s";
-pub const DEFAULT_MAX_OVERRUNS: u32 = 3;
-pub const DEFAULT_READ_AHEAD: usize = 2;
-pub const DEFAULT_SCAN_REGIONS: usize = 64;
-pub const DEFAULT_SLOW_THRESHOLD: f64 = 0.7;
+pub use crate::options::rewrite::{
+    DEFAULT_CHUNK_SIZE, DEFAULT_MAX_OVERRUNS, DEFAULT_READ_AHEAD, DEFAULT_SCAN_REGIONS, DEFAULT_SLOW_THRESHOLD,
+    DEFAULT_STATE_DIR,
+};
+use crate::support::units::{Rate, Size, parse_duration};
 
 /// `--max-freeze`: a duration from 10 ms to 1 h (a freeze is a stall of every writer).
-fn window_length(v: &str) -> Result<String, String> {
-    let d = crate::support::units::parse_duration(v)?;
-    if d < std::time::Duration::from_millis(10) || d > std::time::Duration::from_secs(3600) {
+fn window_length(v: &str) -> Result<Duration, String> {
+    let d = parse_duration(v)?;
+    if d < Duration::from_millis(10) || d > Duration::from_secs(3600) {
         return Err(format!("{v} is outside 10ms..1h"));
     }
-    Ok(v.to_string())
+    Ok(d)
 }
 
 /// Pauses and settle times: up to a day (a longer one is a typo, not a plan).
-fn pause_length(v: &str) -> Result<String, String> {
-    let d = crate::support::units::parse_duration(v)?;
-    if d > std::time::Duration::from_secs(86_400) {
+fn pause_length(v: &str) -> Result<Duration, String> {
+    let d = parse_duration(v)?;
+    if d > Duration::from_secs(86_400) {
         return Err(format!("{v} is longer than a day"));
     }
-    Ok(v.to_string())
+    Ok(d)
+}
+
+/// `rewrite --chunk-size`: at least a sector, at most 1 GiB (buffers are several chunks),
+/// in device and file mode alike; the device's alignment is checked once it is open.
+fn chunk_size(v: &str) -> Result<Size, String> {
+    let s: Size = v.parse()?;
+    if s.bytes() == 0 || s > crate::options::rewrite::MAX_CHUNK_SIZE {
+        return Err(format!("must be between 1 sector and 1 GiB, not {v}"));
+    }
+    Ok(s)
 }
 
 /// A fraction in (0, 1], e.g. 0.7.
@@ -164,8 +170,8 @@ pub struct RestoreArgs {
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<PathBuf>,
     /// Longest time a filesystem on the device stays frozen for the write.
-    #[arg(long, default_value = "2s", value_name = "DURATION")]
-    pub max_freeze: String,
+    #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = parse_duration)]
+    pub max_freeze: Duration,
     /// Print what was done as JSON.
     #[arg(long)]
     pub json: bool,
@@ -179,16 +185,16 @@ pub struct SimulateArgs {
     pub preset: String,
     /// Simulated device size.
     #[arg(long, default_value = "8G", value_name = "SIZE")]
-    pub device_size: String,
+    pub device_size: Size,
     /// Size of the file written at the start of the device.
     #[arg(long, default_value = "4G", value_name = "SIZE")]
-    pub file_size: String,
+    pub file_size: Size,
     /// Random 4 KiB write stages in MiB, as for a 4 GiB file (scaled to --file-size).
     #[arg(long, value_delimiter = ',', default_value = "50,200,800,4000", value_name = "MIB,...")]
     pub stages: Vec<f64>,
     /// Chunk size of reseq's rewrite.
-    #[arg(long, default_value = DEFAULT_CHUNK_SIZE, value_name = "SIZE")]
-    pub chunk_size: String,
+    #[arg(long, default_value_t = DEFAULT_CHUNK_SIZE, value_name = "SIZE")]
+    pub chunk_size: Size,
     /// Seed of the random writes.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -205,10 +211,10 @@ pub struct SimulateArgs {
 pub struct SimRangeArgs {
     /// Start of the range.
     #[arg(long, default_value = "0", value_name = "SIZE")]
-    pub offset: String,
+    pub offset: Size,
     /// Length of the range (default: to the end of the device).
     #[arg(long, value_name = "SIZE")]
-    pub length: Option<String>,
+    pub length: Option<Size>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -219,7 +225,7 @@ pub enum SimCommand {
         #[arg(long, default_value = "consumer-nvme")]
         preset: String,
         #[arg(long, default_value = "8G", value_name = "SIZE")]
-        device_size: String,
+        device_size: Size,
         /// Override a model parameter (repeatable).
         #[arg(long, value_name = "KEY=VALUE")]
         set: Vec<String>,
@@ -237,7 +243,7 @@ pub enum SimCommand {
         range: SimRangeArgs,
         /// How much to write in random 4 KiB blocks.
         #[arg(long, value_name = "SIZE")]
-        random_writes: String,
+        random_writes: Size,
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
@@ -247,7 +253,7 @@ pub enum SimCommand {
         #[command(flatten)]
         range: SimRangeArgs,
         #[arg(long, default_value = "1M", value_name = "SIZE")]
-        block_size: String,
+        block_size: Size,
         #[arg(long, default_value_t = 1)]
         queue_depth: usize,
     },
@@ -256,8 +262,8 @@ pub enum SimCommand {
         state: PathBuf,
         #[command(flatten)]
         range: SimRangeArgs,
-        #[arg(long, default_value = DEFAULT_CHUNK_SIZE, value_name = "SIZE")]
-        chunk_size: String,
+        #[arg(long, default_value_t = DEFAULT_CHUNK_SIZE, value_name = "SIZE")]
+        chunk_size: Size,
         #[arg(long)]
         no_verify: bool,
         /// Scan the range first and rewrite only the regions that read slowly.
@@ -294,20 +300,20 @@ pub struct RewriteArgs {
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
     /// Bytes per chunk (K, M, G suffixes; a multiple of the device's direct-I/O alignment).
-    #[arg(long, default_value = DEFAULT_CHUNK_SIZE, value_name = "SIZE")]
-    pub chunk_size: String,
+    #[arg(long, default_value_t = DEFAULT_CHUNK_SIZE, value_name = "SIZE", value_parser = chunk_size)]
+    pub chunk_size: Size,
     /// Longest time filesystems stay frozen in one window (e.g. 2s, 500ms). The guardian
     /// thaws at this deadline.
     /// [default: 5s for a device, 1s for files]
     #[arg(long, value_name = "DURATION", value_parser = window_length)]
-    pub max_freeze: Option<String>,
+    pub max_freeze: Option<Duration>,
     /// Average write rate limit for the whole run (e.g. 50M = 50 MiB/s), kept by pausing
     /// between windows.
     #[arg(long, value_name = "SIZE")]
-    pub rate: Option<String>,
+    pub rate: Option<Rate>,
     /// Pause between windows, thawed, so applications catch up.
-    #[arg(long, default_value = DEFAULT_PAUSE, value_name = "DURATION", value_parser = pause_length)]
-    pub pause: String,
+    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = pause_length)]
+    pub pause: Duration,
     /// Stop after this many freeze windows overrun their deadline (each overrun is thawed
     /// by the guardian; until this limit the run continues with shorter windows).
     #[arg(long, default_value_t = DEFAULT_MAX_OVERRUNS, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000), allow_negative_numbers = true)]
@@ -344,7 +350,7 @@ pub struct RewriteArgs {
     /// default reseq trims in slices and idles 4 x each slice's time between them (the
     /// device busy at most 20 % of the time); --pause also spaces the slices.
     #[arg(long, value_name = "SIZE", conflicts_with = "no_trim")]
-    pub trim_rate: Option<String>,
+    pub trim_rate: Option<Rate>,
     /// Rewrite only the regions that read slowly: scan the device first (reads only,
     /// with the --bench-* block size and queue depth) and rewrite the flagged regions.
     #[arg(long)]
@@ -397,7 +403,7 @@ impl OutputArgs {
 pub struct BenchOpts {
     /// Bytes per read command.
     #[arg(long = "bench-block-size", default_value = "1M", value_name = "SIZE")]
-    pub block_size: String,
+    pub block_size: Size,
     /// Reads in flight at once.
     #[arg(long = "bench-queue-depth", default_value_t = 1, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256), allow_negative_numbers = true)]
     pub queue_depth: usize,
@@ -406,13 +412,13 @@ pub struct BenchOpts {
     pub passes: usize,
     /// Pause between passes, in case the drive reorganises itself in the background.
     #[arg(long = "bench-settle", default_value = "0s", value_name = "DURATION", value_parser = pause_length)]
-    pub settle: String,
+    pub settle: Duration,
     /// Regions of the before/after throughput map.
     #[arg(long = "bench-regions", default_value_t = 32, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
     pub regions: usize,
     /// Benchmark only this much from the start of the range (default: all of it).
     #[arg(long = "bench-length", value_name = "SIZE")]
-    pub length: Option<String>,
+    pub length: Option<Size>,
 }
 
 /// What to read and how, for `bench` and `scan`.
@@ -422,16 +428,16 @@ pub struct ReadArgs {
     pub target: PathBuf,
     /// Bytes per read command.
     #[arg(long, default_value = "1M", value_name = "SIZE")]
-    pub block_size: String,
+    pub block_size: Size,
     /// Reads in flight at once (that many threads issuing O_DIRECT reads).
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256), allow_negative_numbers = true)]
     pub queue_depth: usize,
     /// Start of the range.
     #[arg(long, default_value = "0", value_name = "SIZE")]
-    pub offset: String,
+    pub offset: Size,
     /// Length of the range (default: to the end).
     #[arg(long, value_name = "SIZE")]
-    pub length: Option<String>,
+    pub length: Option<Size>,
     /// A device with mounted ext4/xfs: measure its free space too. By default only the
     /// ranges in use are read (offsets and lengths then count in-use bytes): free space,
     /// trimmed or not, says nothing about the data.
@@ -452,17 +458,17 @@ pub struct BenchArgs {
     pub trim_impact: bool,
     /// --trim-impact: bytes of the scratch file (what is deleted and trimmed).
     #[arg(long, default_value = "1G", value_name = "SIZE", requires = "trim_impact")]
-    pub trim_size: String,
+    pub trim_size: Size,
     /// --trim-impact: pace the trim at this many bytes discarded per second (default:
     /// unpaced slices, the drive's worst case).
     #[arg(long, value_name = "SIZE", requires = "trim_impact")]
-    pub trim_rate: Option<String>,
+    pub trim_rate: Option<Rate>,
     /// Timed passes.
     #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000), allow_negative_numbers = true)]
     pub passes: usize,
     /// Pause between passes (the article waited 10 s, in case the drive reorganises itself).
     #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = pause_length)]
-    pub settle: String,
+    pub settle: Duration,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -488,7 +494,7 @@ pub struct EstimateArgs {
     pub target: PathBuf,
     /// Bytes to read in all, spread over the target.
     #[arg(long, default_value = "256M", value_name = "SIZE")]
-    pub sample: String,
+    pub sample: Size,
     /// Places to read from.
     #[arg(long, default_value_t = 32, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(4..=4096), allow_negative_numbers = true)]
     pub regions: usize,
@@ -508,7 +514,7 @@ pub struct ReportArgs {
 pub struct DemoArgs {
     /// Size of the throwaway image.
     #[arg(long, default_value = "256M", value_name = "SIZE")]
-    pub size: String,
+    pub size: Size,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -528,28 +534,9 @@ impl SimulateArgs {
     }
 }
 
-impl BenchOpts {
-    /// The defaults, as clap would parse them.
-    pub fn defaults() -> BenchOpts {
-        match Cli::parse_from(["reseq", "rewrite", "/dev/null"]).command {
-            Command::Rewrite(a) => a.bench_opts,
-            _ => unreachable!("parsed a rewrite command"),
-        }
-    }
-}
-
 impl RewriteArgs {
     /// The device of device mode (the first target).
-    pub fn device(&self) -> &PathBuf {
+    pub fn device(&self) -> &std::path::Path {
         &self.targets[0]
     }
-
-    /// `--max-freeze`, or the default of the mode.
-    pub fn max_freeze_or(&self, default: &'static str) -> &str {
-        self.max_freeze.as_deref().unwrap_or(default)
-    }
 }
-
-/// Default bound of a freeze window in file mode: a live database should see stalls
-/// of about a second at most.
-pub const DEFAULT_FILE_MAX_FREEZE: &str = "1s";

@@ -11,11 +11,11 @@
 use std::io::{Seek, SeekFrom, Write};
 use std::process::Command;
 
-use crate::cli::{DemoArgs, RewriteArgs};
+use crate::options::rewrite::{Mode, RewriteOptions};
 use crate::report::Report;
 use crate::support::error::{Error, Result};
 use crate::support::scratch::{LoopDevice, Mount, XorShift, hash_path, mkfs_ext4, run_cmd};
-use crate::support::units::{self, human_bytes};
+use crate::support::units::{Size, human_bytes};
 
 const PAGE: usize = 8192;
 
@@ -24,7 +24,8 @@ fn io(ctx: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
 }
 
 /// Runs the demo; returns the rewrite's report.
-pub fn run(args: &DemoArgs, quiet: bool) -> (Option<Report>, Result<()>) {
+/// `size`: of the throwaway image; `no_fuse`: the plain demo on a loop device.
+pub fn run(size: Size, no_fuse: bool, quiet: bool) -> (Option<Report>, Result<()>) {
     if !nix::unistd::geteuid().is_root() {
         let e = Error::refused(
             "the demo attaches a loop device and mounts ext4 on it, which needs root",
@@ -32,17 +33,14 @@ pub fn run(args: &DemoArgs, quiet: bool) -> (Option<Report>, Result<()>) {
         );
         return (None, Err(e));
     }
-    let size = match units::parse_size(&args.size) {
-        Ok(s) if s >= 64 << 20 => s,
-        Ok(_) => {
-            return (None, Err(Error::Usage("--size must be at least 64M".into())));
-        }
-        Err(e) => return (None, Err(Error::Usage(format!("--size: {e}")))),
-    };
+    let size = size.bytes();
+    if size < 64 << 20 {
+        return (None, Err(Error::Usage("--size must be at least 64M".into())));
+    }
     let mut report = None;
-    if !args.no_fuse {
+    if !no_fuse {
         if std::path::Path::new("/dev/fuse").exists() {
-            let r = emulated(size, args.json, quiet, &mut report);
+            let r = emulated(size, quiet, &mut report);
             return (report, r);
         }
         say(
@@ -50,37 +48,21 @@ pub fn run(args: &DemoArgs, quiet: bool) -> (Option<Report>, Result<()>) {
             "no /dev/fuse (FUSE is missing): running the plain demo on a loop device, which has no FTL and so nothing to speed up".into(),
         );
     }
-    let r = demo(size, args.json, quiet, &mut report);
+    let r = demo(size, quiet, &mut report);
     (report, r)
 }
 
-/// Rewrite arguments for the demo: `--max-freeze 1s`, state in the demo's directory.
-fn rewrite_args(target: &std::path::Path, state_dir: std::path::PathBuf, json: bool, bench: bool) -> RewriteArgs {
-    RewriteArgs {
+/// The demo's rewrite: the defaults, with 1 s windows, a pause of 100 ms between them,
+/// and the state in the demo's directory.
+fn rewrite_options(target: &std::path::Path, state_dir: std::path::PathBuf, bench: bool) -> RewriteOptions {
+    RewriteOptions {
+        mode: if bench { Mode::Files } else { Mode::Device },
         targets: vec![target.to_path_buf()],
-        exclude: Vec::new(),
-        chunk_size: crate::cli::DEFAULT_CHUNK_SIZE.into(),
-        max_freeze: Some("1s".into()),
-        pause: "100ms".into(),
-        rate: None,
-        read_ahead: 2,
-        max_overruns: 3,
-        no_verify: false,
-        force: false,
-        include_free: false,
-        no_trim: false,
-        trim_rate: None,
-        only_slow: false,
-        from_scan: None,
-        scan_regions: 64,
-        slow_threshold: 0.7,
-        dry_run: false,
-        resume: false,
-        restart: false,
+        max_freeze: Some(std::time::Duration::from_secs(1)),
+        pause: std::time::Duration::from_millis(100),
         state_dir,
         bench,
-        bench_opts: crate::cli::BenchOpts::defaults(),
-        output: crate::cli::OutputArgs { json, ..Default::default() },
+        ..RewriteOptions::default()
     }
 }
 
@@ -115,33 +97,12 @@ fn database_file(path: &std::path::Path, pages: usize, updates: usize) -> Result
 /// on its file, ext4, a database-like file degraded by random page writes through the
 /// filesystem, then `reseq rewrite FILE --bench` (file mode, live, in 1 s freeze windows,
 /// with a benchmark before and after), all by the wall clock.
-fn emulated(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> Result<()> {
+fn emulated(size: u64, quiet: bool, report_out: &mut Option<Report>) -> Result<()> {
     let started = std::time::Instant::now();
     let dir = tempfile::Builder::new().prefix("reseq-demo-").tempdir().map_err(io("creating a temporary directory"))?;
-    // 2 GiB: the smallest drive of this preset whose garbage collection works; sparse.
-    let drive = 2u64 << 30;
-    let params = crate::sim::ftl::Params {
-        logical_bytes: drive,
-        ..crate::sim::ftl::Params::preset("consumer-nvme").expect("a preset")
-    };
-    let state_path = dir.path().join("drive.sim");
-    crate::sim::SimState::new(params).save(&state_path).map_err(io("creating the emulated drive"))?;
-    let fuse_dir = dir.path().join("fuse");
-    std::fs::create_dir(&fuse_dir).map_err(io("creating the mount directory"))?;
-    // A child process: the rewrite forks a guardian, which a process with threads (the
-    // FUSE session's) must not do.
-    let served = ServeChild::start(&state_path, &fuse_dir)?;
-    let lo = LoopDevice::attach(&served.disk(), &["--sector-size", "4096"]).map_err(io("attaching a loop device"))?;
-    say(
-        quiet,
-        format!(
-            "an emulated consumer NVMe SSD ({} FTL model, time x{}) served through FUSE as {}, loop device {}",
-            human_bytes(drive),
-            crate::sim::serve::DEFAULT_TIME_SCALE,
-            served.disk().display(),
-            lo.path.display()
-        ),
-    );
+    // Declared in this order, dropped in the other: the loop device before its server.
+    let served = emulated_drive(dir.path())?;
+    let lo = loop_on(&served, quiet)?;
     mkfs_ext4(&lo.path).map_err(io("making ext4"))?;
     let mnt = Mount::new(&lo.path, &dir.path().join("mnt"), &[]).map_err(io("mounting"))?;
     let db_path = mnt.dir.join("table.db");
@@ -165,7 +126,7 @@ fn emulated(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>)
         ),
     );
     let (report, result) =
-        crate::rewrite::files::run(&rewrite_args(&db_path, dir.path().join("state"), json, true), quiet);
+        crate::rewrite::files::run(&rewrite_options(&db_path, dir.path().join("state"), true), quiet);
     let verdict = report.verdict.as_ref().map(|v| format!("{} (x{:.2})", v.verdict.replace('_', " "), v.speedup));
     *report_out = Some(report);
     result?;
@@ -188,13 +149,47 @@ fn emulated(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>)
     Ok(())
 }
 
+/// 2 GiB: the smallest emulated drive of the preset whose garbage collection works; sparse.
+const EMULATED_DRIVE: u64 = 2 << 30;
+
+/// The emulated drive: `reseq sim serve` of a fresh consumer NVMe model, in a child process.
+fn emulated_drive(dir: &std::path::Path) -> Result<ServeChild> {
+    let params = crate::sim::ftl::Params {
+        logical_bytes: EMULATED_DRIVE,
+        ..crate::sim::ftl::Params::preset("consumer-nvme").expect("a preset")
+    };
+    let state_path = dir.join("drive.sim");
+    crate::sim::SimState::new(params).save(&state_path).map_err(io("creating the emulated drive"))?;
+    let fuse_dir = dir.join("fuse");
+    std::fs::create_dir(&fuse_dir).map_err(io("creating the mount directory"))?;
+    // A child process: the rewrite forks a guardian, which a process with threads (the
+    // FUSE session's) must not do.
+    ServeChild::start(&state_path, &fuse_dir)
+}
+
+/// A loop device (4096-byte sectors) on the emulated drive's file.
+fn loop_on(served: &ServeChild, quiet: bool) -> Result<LoopDevice> {
+    let lo = LoopDevice::attach(&served.disk(), &["--sector-size", "4096"]).map_err(io("attaching a loop device"))?;
+    say(
+        quiet,
+        format!(
+            "an emulated consumer NVMe SSD ({} FTL model, time x{}) served through FUSE as {}, loop device {}",
+            human_bytes(EMULATED_DRIVE),
+            crate::sim::serve::DEFAULT_TIME_SCALE,
+            served.disk().display(),
+            lo.path.display()
+        ),
+    );
+    Ok(lo)
+}
+
 fn say(quiet: bool, msg: String) {
     if !quiet {
         eprintln!("demo: {msg}");
     }
 }
 
-fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> Result<()> {
+fn demo(size: u64, quiet: bool, report_out: &mut Option<Report>) -> Result<()> {
     let dir = tempfile::Builder::new().prefix("reseq-demo-").tempdir().map_err(io("creating a temporary directory"))?;
     let image = dir.path().join("disk.img");
     let lo = LoopDevice::create(&image, size).map_err(io("attaching a loop device"))?;
@@ -225,8 +220,7 @@ fn demo(size: u64, json: bool, quiet: bool, report_out: &mut Option<Report>) -> 
             lo.path.display()
         ),
     );
-    let rewrite_args = rewrite_args(&lo.path, dir.path().join("state"), json, false);
-    let (report, result) = crate::rewrite::run(&rewrite_args, quiet);
+    let (report, result) = crate::rewrite::run(&rewrite_options(&lo.path, dir.path().join("state"), false), quiet);
     *report_out = Some(report);
     result?;
 

@@ -5,6 +5,7 @@ pub mod device;
 pub mod freeze;
 pub mod freeze_record;
 pub mod guardian;
+pub mod in_use;
 pub mod mounts;
 pub mod privileges;
 pub mod procs;

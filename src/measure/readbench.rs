@@ -203,7 +203,7 @@ impl Target {
         }
         let ranges = match in_use {
             Some(r) => Some(r.to_vec()),
-            None => crate::rewrite::plan::in_use_ranges(spec).unwrap_or_else(|e| {
+            None => crate::host::in_use::in_use_ranges(spec).unwrap_or_else(|e| {
                 log::warn!("cannot map the ranges in use on {} ({e}): measuring all of it", spec.display());
                 None
             }),

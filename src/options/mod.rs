@@ -4,4 +4,5 @@
 pub mod bench;
 pub mod restore;
 pub mod resume;
+pub mod rewrite;
 pub mod sim;

@@ -9,28 +9,36 @@
 //! `--max-overruns`, `--read-ahead`, `--trim-rate`) say how, not what: given, they
 //! replace the run's, with a warning.
 
+use std::fmt::Display;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cli::{self, RewriteArgs};
+use crate::options::rewrite::{self as defaults, RewriteOptions};
 use crate::support::error::{Error, Result};
-use crate::support::units;
+use crate::support::units::{self, Rate, Size, format_duration};
 
+/// Sizes, rates and durations are kept as text (`"4M"`, `"300ms"`), as journals have
+/// always had them, and compared by value (`300ms` is `0.3s`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunOptions {
-    pub chunk_size: String,
-    pub max_freeze: Option<String>,
-    pub rate: Option<String>,
-    pub pause: String,
+    #[serde(with = "units::as_text")]
+    pub chunk_size: Size,
+    #[serde(with = "units::opt_duration_as_text")]
+    pub max_freeze: Option<Duration>,
+    #[serde(with = "units::opt_as_text")]
+    pub rate: Option<Rate>,
+    #[serde(with = "units::duration_as_text")]
+    pub pause: Duration,
     pub max_overruns: u32,
     pub read_ahead: usize,
     pub no_verify: bool,
     pub include_free: bool,
     pub no_trim: bool,
     /// `--trim-rate` (pacing; absent from runs recorded before it existed).
-    #[serde(default)]
-    pub trim_rate: Option<String>,
+    #[serde(default, with = "units::opt_as_text")]
+    pub trim_rate: Option<Rate>,
     pub only_slow: bool,
     pub from_scan: Option<PathBuf>,
     pub scan_regions: usize,
@@ -38,64 +46,121 @@ pub struct RunOptions {
     pub exclude: Vec<String>,
 }
 
-/// A numeric option: given (not at its default) or the run's, through `take`.
-fn number<T: PartialEq + ToString + std::str::FromStr>(
-    take: &mut impl FnMut(&str, Kind, Option<String>, Option<String>) -> Option<String>,
-    name: &str,
-    given: T,
-    stored: T,
-    default: T,
-) -> T {
-    let given = (given != default).then(|| given.to_string());
-    take(name, Kind::Plain, given, Some(stored.to_string())).and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
 // slow_threshold is checked to lie in (0, 1]: never NaN.
 impl Eq for RunOptions {}
 
-/// How two values of an option compare: sizes and durations by what they mean
-/// (`300ms` is `0.3s`), the rest as written.
-#[derive(Clone, Copy)]
-enum Kind {
-    Size,
-    /// A size per second: `100M` or `100M/s`.
-    Rate,
-    Duration,
-    Plain,
+/// A flag given (`--no-verify`): shown as its name alone.
+#[derive(Clone, PartialEq)]
+struct Flag;
+
+impl Display for Flag {
+    fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Ok(())
+    }
 }
 
-fn same(kind: Kind, a: &str, b: &str) -> bool {
-    match kind {
-        Kind::Size => units::parse_size(a).ok().zip(units::parse_size(b).ok()).is_some_and(|(x, y)| x == y) || a == b,
-        Kind::Rate => {
-            let r = |s: &str| units::parse_size(s.trim_end_matches("/s")).ok();
-            r(a).zip(r(b)).is_some_and(|(x, y)| x == y) || a == b
+fn flag(b: bool) -> Option<Flag> {
+    b.then_some(Flag)
+}
+
+/// A value given, unless it is the default (an option at its default counts as left out).
+fn given<T: PartialEq>(v: T, default: T) -> Option<T> {
+    (v != default).then_some(v)
+}
+
+/// Durations print as they parse.
+#[derive(Clone, Copy, PartialEq)]
+struct Dur(Duration);
+
+impl Display for Dur {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&format_duration(self.0))
+    }
+}
+
+/// The merge of a resuming command's options with the run's: the first option given
+/// otherwise is the conflict (name and value, what the run had).
+#[derive(Default)]
+struct Merge {
+    conflict: Option<(String, Option<String>)>,
+}
+
+impl Merge {
+    fn named(name: &str, v: &impl Display) -> String {
+        let v = v.to_string();
+        if v.is_empty() { name.to_string() } else { format!("{name} {v}") }
+    }
+
+    /// An option that says what the run does: given otherwise, it is refused.
+    fn keep<T: PartialEq + Display>(&mut self, name: &str, given: Option<T>, stored: Option<T>) -> Option<T> {
+        match (&given, &stored) {
+            (Some(g), Some(s)) if g != s => {
+                self.conflict.get_or_insert((Self::named(name, g), Some(s.to_string())));
+                given
+            }
+            (Some(g), None) => {
+                self.conflict.get_or_insert((Self::named(name, g), None));
+                given
+            }
+            _ => stored,
         }
-        Kind::Duration => {
-            units::parse_duration(a).ok().zip(units::parse_duration(b).ok()).is_some_and(|(x, y)| x == y) || a == b
+    }
+
+    /// Pacing (how fast the run goes and how many overruns it bears, not what it
+    /// rewrites) may change on a resume: a host that got busier needs slower windows
+    /// or more patience. The change is said.
+    fn pace<T: PartialEq + Display>(name: &str, given: Option<T>, stored: Option<T>) -> Option<T> {
+        match (&given, &stored) {
+            (Some(g), s) if s.as_ref() != Some(g) => {
+                let had = s.as_ref().map_or_else(|| "default".to_string(), |s| s.to_string());
+                log::warn!("{name} {g} replaces the interrupted run's {had}");
+                given
+            }
+            (Some(_), _) => given,
+            (None, _) => stored,
         }
-        Kind::Plain => a == b,
+    }
+
+    /// Patterns as a list: `--exclude 'a,b'` is not `--exclude a --exclude b`.
+    fn exclude(&mut self, given: &[String], stored: &[String]) {
+        if !given.is_empty() && given != stored {
+            let shown = |v: &[String]| v.iter().map(|e| format!("'{e}'")).collect::<Vec<_>>().join(" ");
+            let had = (!stored.is_empty()).then(|| shown(stored));
+            self.conflict.get_or_insert((format!("--exclude {}", shown(given)), had));
+        }
+    }
+
+    fn into_result(self) -> Result<()> {
+        let Some((given, had)) = self.conflict else { return Ok(()) };
+        let name = given.split(' ').next().unwrap_or_default().to_string();
+        let what = match had {
+            Some(h) => format!("{given} differs from the interrupted run's {h}"),
+            None => format!("{given} was not an option of the interrupted run"),
+        };
+        Err(Error::Usage(format!(
+            "{what}: --resume continues a run with the options it was started with (leave {name} out to keep them, or pass --restart to start over with new ones)"
+        )))
     }
 }
 
 impl RunOptions {
-    pub fn of(args: &RewriteArgs) -> RunOptions {
+    pub fn of(o: &RewriteOptions) -> RunOptions {
         RunOptions {
-            chunk_size: args.chunk_size.clone(),
-            max_freeze: args.max_freeze.clone(),
-            rate: args.rate.clone(),
-            pause: args.pause.clone(),
-            max_overruns: args.max_overruns,
-            read_ahead: args.read_ahead,
-            no_verify: args.no_verify,
-            include_free: args.include_free,
-            no_trim: args.no_trim,
-            trim_rate: args.trim_rate.clone(),
-            only_slow: args.only_slow,
-            from_scan: args.from_scan.clone(),
-            scan_regions: args.scan_regions,
-            slow_threshold: args.slow_threshold,
-            exclude: args.exclude.clone(),
+            chunk_size: o.chunk_size,
+            max_freeze: o.max_freeze,
+            rate: o.rate,
+            pause: o.pause,
+            max_overruns: o.max_overruns,
+            read_ahead: o.read_ahead,
+            no_verify: o.no_verify,
+            include_free: o.include_free,
+            no_trim: o.no_trim,
+            trim_rate: o.trim_rate,
+            only_slow: o.only_slow,
+            from_scan: o.from_scan.clone(),
+            scan_regions: o.scan_regions,
+            slow_threshold: o.slow_threshold,
+            exclude: o.exclude.clone(),
         }
     }
 
@@ -107,121 +172,76 @@ impl RunOptions {
                 s.push(if v.is_empty() { name.to_string() } else { format!("{name} {v}") });
             }
         };
-        opt("--max-freeze", self.max_freeze.clone());
-        opt("--rate", self.rate.clone());
-        opt("--pause", (self.pause != cli::DEFAULT_PAUSE).then(|| self.pause.clone()));
-        opt("--max-overruns", (self.max_overruns != cli::DEFAULT_MAX_OVERRUNS).then(|| self.max_overruns.to_string()));
-        opt("--read-ahead", (self.read_ahead != cli::DEFAULT_READ_AHEAD).then(|| self.read_ahead.to_string()));
+        opt("--max-freeze", self.max_freeze.map(format_duration));
+        opt("--rate", self.rate.map(|r| r.to_string()));
+        opt("--pause", given(self.pause, defaults::DEFAULT_PAUSE).map(format_duration));
+        opt("--max-overruns", given(self.max_overruns, defaults::DEFAULT_MAX_OVERRUNS).map(|v| v.to_string()));
+        opt("--read-ahead", given(self.read_ahead, defaults::DEFAULT_READ_AHEAD).map(|v| v.to_string()));
         opt("--no-verify", self.no_verify.then(String::new));
         opt("--include-free", self.include_free.then(String::new));
         opt("--no-trim", self.no_trim.then(String::new));
-        opt("--trim-rate", self.trim_rate.clone());
+        opt("--trim-rate", self.trim_rate.map(|r| r.to_string()));
         opt("--only-slow", self.only_slow.then(String::new));
         opt("--from-scan", self.from_scan.as_ref().map(|p| p.display().to_string()));
-        opt("--scan-regions", (self.scan_regions != cli::DEFAULT_SCAN_REGIONS).then(|| self.scan_regions.to_string()));
-        opt(
-            "--slow-threshold",
-            (self.slow_threshold != cli::DEFAULT_SLOW_THRESHOLD).then(|| self.slow_threshold.to_string()),
-        );
+        opt("--scan-regions", given(self.scan_regions, defaults::DEFAULT_SCAN_REGIONS).map(|v| v.to_string()));
+        opt("--slow-threshold", given(self.slow_threshold, defaults::DEFAULT_SLOW_THRESHOLD).map(|v| v.to_string()));
         for e in &self.exclude {
             opt("--exclude", Some(e.clone()));
         }
         s.join(" ")
     }
 
-    /// `args` with this run's options in place of those left out; an error naming the
+    /// `o` with this run's options in place of those left out; an error naming the
     /// first option given with another value. `default_max_freeze` is the mode's (a run
     /// started without `--max-freeze` had it).
-    pub fn apply(&self, args: &RewriteArgs, default_max_freeze: &str) -> Result<RewriteArgs> {
-        let mut out = args.clone();
-        // The first option given otherwise: (name and value, what the run had).
-        let mut conflict: Option<(String, Option<String>)> = None;
-        let mut take = |name: &str, kind: Kind, given: Option<String>, stored: Option<String>| -> Option<String> {
-            let named = |g: &str| if g.is_empty() { name.to_string() } else { format!("{name} {g}") };
-            match (&given, &stored) {
-                (Some(g), Some(s)) if !same(kind, g, s) => {
-                    conflict.get_or_insert((named(g), Some(s.clone())));
-                    given
-                }
-                (Some(g), None) => {
-                    conflict.get_or_insert((named(g), None));
-                    given
-                }
-                _ => stored,
-            }
-        };
-        let given = |set: bool, v: String| set.then_some(v);
-        let flag = |b: bool| b.then(String::new);
-        out.chunk_size = take(
-            "--chunk-size",
-            Kind::Size,
-            given(args.chunk_size != cli::DEFAULT_CHUNK_SIZE, args.chunk_size.clone()),
-            Some(self.chunk_size.clone()),
-        )
-        .unwrap_or_else(|| cli::DEFAULT_CHUNK_SIZE.into());
-        let stored_freeze = self.max_freeze.clone().unwrap_or_else(|| default_max_freeze.to_string());
-        out.max_freeze = take("--max-freeze", Kind::Duration, args.max_freeze.clone(), Some(stored_freeze))
-            .filter(|_| self.max_freeze.is_some() || args.max_freeze.is_some());
-        // Pacing (how fast the run goes and how many overruns it bears, not what it
-        // rewrites) may change on a resume: a host that got busier needs slower windows
-        // or more patience. The change is said.
-        let mut pace = |name: &str, kind: Kind, given: Option<String>, stored: Option<String>| -> Option<String> {
-            match (&given, &stored) {
-                (Some(g), s) if s.as_deref().is_none_or(|s| !same(kind, g, s)) => {
-                    log::warn!("{name} {g} replaces the interrupted run's {}", s.as_deref().unwrap_or("default"));
-                    given
-                }
-                (Some(_), _) => given,
-                (None, _) => stored,
-            }
-        };
-        out.rate = pace("--rate", Kind::Rate, args.rate.clone(), self.rate.clone());
-        out.trim_rate = pace("--trim-rate", Kind::Rate, args.trim_rate.clone(), self.trim_rate.clone());
-        out.pause = pace(
-            "--pause",
-            Kind::Duration,
-            given(args.pause != cli::DEFAULT_PAUSE, args.pause.clone()),
-            Some(self.pause.clone()),
-        )
-        .unwrap_or_else(|| cli::DEFAULT_PAUSE.into());
-        out.max_overruns =
-            number(&mut pace, "--max-overruns", args.max_overruns, self.max_overruns, cli::DEFAULT_MAX_OVERRUNS);
-        out.read_ahead = number(&mut pace, "--read-ahead", args.read_ahead, self.read_ahead, cli::DEFAULT_READ_AHEAD);
-        out.no_verify = take("--no-verify", Kind::Plain, flag(args.no_verify), flag(self.no_verify)).is_some();
-        out.include_free =
-            take("--include-free", Kind::Plain, flag(args.include_free), flag(self.include_free)).is_some();
-        out.no_trim = take("--no-trim", Kind::Plain, flag(args.no_trim), flag(self.no_trim)).is_some();
-        out.only_slow = take("--only-slow", Kind::Plain, flag(args.only_slow), flag(self.only_slow)).is_some();
+    pub fn apply(&self, o: &RewriteOptions, default_max_freeze: Duration) -> Result<RewriteOptions> {
+        let mut m = Merge::default();
+        let mut out = o.clone();
+        out.chunk_size = m
+            .keep("--chunk-size", given(o.chunk_size, defaults::DEFAULT_CHUNK_SIZE), Some(self.chunk_size))
+            .unwrap_or(defaults::DEFAULT_CHUNK_SIZE);
+        let stored_freeze = Dur(self.max_freeze.unwrap_or(default_max_freeze));
+        out.max_freeze = m
+            .keep("--max-freeze", o.max_freeze.map(Dur), Some(stored_freeze))
+            .map(|d| d.0)
+            .filter(|_| self.max_freeze.is_some() || o.max_freeze.is_some());
+        self.apply_pacing(o, &mut out);
+        out.no_verify = m.keep("--no-verify", flag(o.no_verify), flag(self.no_verify)).is_some();
+        out.include_free = m.keep("--include-free", flag(o.include_free), flag(self.include_free)).is_some();
+        out.no_trim = m.keep("--no-trim", flag(o.no_trim), flag(self.no_trim)).is_some();
+        out.only_slow = m.keep("--only-slow", flag(o.only_slow), flag(self.only_slow)).is_some();
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
-        out.from_scan =
-            take("--from-scan", Kind::Plain, path(&args.from_scan), path(&self.from_scan)).map(PathBuf::from);
-        out.scan_regions =
-            number(&mut take, "--scan-regions", args.scan_regions, self.scan_regions, cli::DEFAULT_SCAN_REGIONS);
-        out.slow_threshold = number(
-            &mut take,
-            "--slow-threshold",
-            args.slow_threshold,
-            self.slow_threshold,
-            cli::DEFAULT_SLOW_THRESHOLD,
-        );
-        // Patterns as a list: `--exclude 'a,b'` is not `--exclude a --exclude b`.
-        if !args.exclude.is_empty() && args.exclude != self.exclude {
-            let shown = |v: &[String]| v.iter().map(|e| format!("'{e}'")).collect::<Vec<_>>().join(" ");
-            let had = (!self.exclude.is_empty()).then(|| shown(&self.exclude));
-            conflict.get_or_insert((format!("--exclude {}", shown(&args.exclude)), had));
-        }
+        out.from_scan = m.keep("--from-scan", path(&o.from_scan), path(&self.from_scan)).map(PathBuf::from);
+        out.scan_regions = m
+            .keep("--scan-regions", given(o.scan_regions, defaults::DEFAULT_SCAN_REGIONS), Some(self.scan_regions))
+            .unwrap_or(defaults::DEFAULT_SCAN_REGIONS);
+        out.slow_threshold = m
+            .keep(
+                "--slow-threshold",
+                given(o.slow_threshold, defaults::DEFAULT_SLOW_THRESHOLD),
+                Some(self.slow_threshold),
+            )
+            .unwrap_or(defaults::DEFAULT_SLOW_THRESHOLD);
+        m.exclude(&o.exclude, &self.exclude);
         out.exclude = self.exclude.clone();
-        if let Some((given, had)) = conflict {
-            let name = given.split(' ').next().unwrap_or_default().to_string();
-            let what = match had {
-                Some(h) => format!("{given} differs from the interrupted run's {h}"),
-                None => format!("{given} was not an option of the interrupted run"),
-            };
-            return Err(Error::Usage(format!(
-                "{what}: --resume continues a run with the options it was started with (leave {name} out to keep them, or pass --restart to start over with new ones)"
-            )));
-        }
-        Ok(out)
+        m.into_result().map(|()| out)
+    }
+
+    /// The pacing options of `o` replace the run's where given, with a warning.
+    fn apply_pacing(&self, o: &RewriteOptions, out: &mut RewriteOptions) {
+        out.rate = Merge::pace("--rate", o.rate, self.rate);
+        out.trim_rate = Merge::pace("--trim-rate", o.trim_rate, self.trim_rate);
+        out.pause = Merge::pace("--pause", given(o.pause, defaults::DEFAULT_PAUSE).map(Dur), Some(Dur(self.pause)))
+            .map_or(defaults::DEFAULT_PAUSE, |d| d.0);
+        out.max_overruns = Merge::pace(
+            "--max-overruns",
+            given(o.max_overruns, defaults::DEFAULT_MAX_OVERRUNS),
+            Some(self.max_overruns),
+        )
+        .unwrap_or(defaults::DEFAULT_MAX_OVERRUNS);
+        out.read_ahead =
+            Merge::pace("--read-ahead", given(o.read_ahead, defaults::DEFAULT_READ_AHEAD), Some(self.read_ahead))
+                .unwrap_or(defaults::DEFAULT_READ_AHEAD);
     }
 }
 
@@ -230,47 +250,63 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    fn args(extra: &[&str]) -> RewriteArgs {
+    fn args(extra: &[&str]) -> RewriteOptions {
         let argv = ["reseq", "rewrite", "/dev/null"].iter().chain(extra);
-        match cli::Cli::try_parse_from(argv).unwrap().command {
-            cli::Command::Rewrite(a) => a,
+        match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+            crate::cli::Command::Rewrite(a) => crate::cli::hiargs::rewrite_options(&a).unwrap(),
             _ => unreachable!(),
         }
+    }
+
+    fn d(text: &str) -> Duration {
+        units::parse_duration(text).unwrap()
+    }
+
+    fn text<T: Display>(v: Option<T>) -> Option<String> {
+        v.map(|v| v.to_string())
     }
 
     #[test]
     fn options_left_out_take_the_runs_and_a_different_one_is_refused() {
         let stored = RunOptions::of(&args(&["--max-freeze", "300ms", "--include-free", "--chunk-size", "1M"]));
-        let got = stored.apply(&args(&["--resume"]), "5s").unwrap();
-        assert_eq!(got.max_freeze.as_deref(), Some("300ms"));
+        let got = stored.apply(&args(&["--resume"]), d("5s")).unwrap();
+        assert_eq!(got.max_freeze.map(format_duration).as_deref(), Some("300ms"));
         assert!(got.include_free && got.resume);
-        assert_eq!(got.chunk_size, "1M");
+        assert_eq!(got.chunk_size.to_string(), "1M");
         // The same meaning, written otherwise, is the same option.
-        let got = stored.apply(&args(&["--max-freeze", "0.3s", "--chunk-size", "1024K"]), "5s").unwrap();
-        assert_eq!(got.max_freeze.as_deref(), Some("300ms"));
-        let e = stored.apply(&args(&["--max-freeze", "2s"]), "5s").unwrap_err().to_string();
+        let got = stored.apply(&args(&["--max-freeze", "0.3s", "--chunk-size", "1024K"]), d("5s")).unwrap();
+        assert_eq!(got.max_freeze.map(format_duration).as_deref(), Some("300ms"));
+        let e = stored.apply(&args(&["--max-freeze", "2s"]), d("5s")).unwrap_err().to_string();
         assert!(e.contains("--max-freeze 2s differs from the interrupted run's 300ms"), "{e}");
-        let e = stored.apply(&args(&["--no-verify"]), "5s").unwrap_err().to_string();
+        let e = stored.apply(&args(&["--no-verify"]), d("5s")).unwrap_err().to_string();
         assert!(e.contains("--no-verify was not an option of the interrupted run"), "{e}");
         // Pacing may change: a busier host needs slower windows or more overruns.
-        let got = stored.apply(&args(&["--rate", "10M", "--max-overruns", "50", "--trim-rate", "1G"]), "5s").unwrap();
-        assert_eq!((got.rate.as_deref(), got.max_overruns), (Some("10M"), 50));
-        assert_eq!(got.trim_rate.as_deref(), Some("1G"), "--trim-rate is pacing: it may change");
+        let got =
+            stored.apply(&args(&["--rate", "10M", "--max-overruns", "50", "--trim-rate", "1G"]), d("5s")).unwrap();
+        assert_eq!((text(got.rate).as_deref(), got.max_overruns), (Some("10M"), 50));
+        assert_eq!(text(got.trim_rate).as_deref(), Some("1G"), "--trim-rate is pacing: it may change");
         let trimmed = RunOptions::of(&args(&["--trim-rate", "200M"]));
-        assert_eq!(trimmed.apply(&args(&["--resume"]), "5s").unwrap().trim_rate.as_deref(), Some("200M"), "kept");
+        assert_eq!(
+            trimmed.apply(&args(&["--resume"]), d("5s")).unwrap().trim_rate.map(|r| r.to_string()).as_deref(),
+            Some("200M"),
+            "kept"
+        );
         assert!(trimmed.describe().ends_with("--trim-rate 200M"));
         // A run recorded before --trim-rate existed reads back without it.
         let old = r#"{"chunk_size":"4M","max_freeze":null,"rate":null,"pause":"0s","max_overruns":3,"read_ahead":2,"no_verify":false,"include_free":false,"no_trim":false,"only_slow":false,"from_scan":null,"scan_regions":64,"slow_threshold":0.7,"exclude":[]}"#;
         assert_eq!(serde_json::from_str::<RunOptions>(old).unwrap().trim_rate, None);
+        // And is written as it always was: sizes and durations as text.
+        let json = serde_json::to_string(&stored).unwrap();
+        assert!(json.contains(r#""chunk_size":"1M","max_freeze":"300ms","rate":null,"pause":"0s""#), "{json}");
         // The mode's default --max-freeze, given, is what a run without one had.
         let plain = RunOptions::of(&args(&[]));
-        assert!(plain.apply(&args(&["--max-freeze", "1s"]), "1s").is_ok());
-        assert!(plain.apply(&args(&["--max-freeze", "2s"]), "1s").is_err());
+        assert!(plain.apply(&args(&["--max-freeze", "1s"]), d("1s")).is_ok());
+        assert!(plain.apply(&args(&["--max-freeze", "2s"]), d("1s")).is_err());
         let rated = RunOptions::of(&args(&["--rate", "100M"]));
-        assert!(rated.apply(&args(&["--rate", "100M/s"]), "5s").is_ok(), "the same rate, written otherwise");
+        assert!(rated.apply(&args(&["--rate", "100M/s"]), d("5s")).is_ok(), "the same rate, written otherwise");
         let ex = RunOptions::of(&args(&["--exclude", "a", "--exclude", "b"]));
-        assert!(ex.apply(&args(&["--exclude", "a,b"]), "1s").is_err(), "one pattern is not two");
-        assert_eq!(ex.apply(&args(&[]), "1s").unwrap().exclude, ["a", "b"]);
+        assert!(ex.apply(&args(&["--exclude", "a,b"]), d("1s")).is_err(), "one pattern is not two");
+        assert_eq!(ex.apply(&args(&[]), d("1s")).unwrap().exclude, ["a", "b"]);
         assert_eq!(stored.describe(), "--chunk-size 1M --max-freeze 300ms --include-free", "options as a command line");
     }
 }

@@ -5,13 +5,13 @@
 //! the chunk an earlier run left in flight, start the journal, fork the guardian (before
 //! any thread exists), install the signal handlers, and hand over to the engine.
 
+pub mod checks;
 pub mod files;
 pub mod plan;
 
 use std::fs::File;
 use std::time::Instant;
 
-use crate::cli::RewriteArgs;
 use crate::engine::journal::{self, Journal, RunRecord};
 use crate::engine::target::{BlockTarget, DirectDevice, OpenMode};
 use crate::engine::{self, Everything, Planner, Selected};
@@ -22,6 +22,7 @@ use crate::measure::bench;
 use crate::measure::bench::Selection;
 use crate::measure::passes as measure;
 use crate::measure::readbench::{Target, resolve_params};
+use crate::options::rewrite::{Mode, RewriteOptions};
 use crate::report::{Report, SpaceReport, now_rfc3339};
 use crate::rewrite::plan::{Environment, RewritePlan, Start};
 use crate::support::error::{Error, Result};
@@ -37,67 +38,98 @@ pub fn is_block_device(path: &std::path::Path) -> bool {
     std::fs::metadata(path).map(|m| m.file_type().is_block_device() || !(m.is_file() || m.is_dir())).unwrap_or(true)
 }
 
-/// Runs `reseq rewrite` on a device. Always returns a report, also when the run failed.
-pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
+/// Runs `reseq rewrite` on a device, or on files (file mode). Always returns a report,
+/// also when the run failed. (A simulated SSD is the `sim` command's.)
+pub fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
+    if o.mode == Mode::Files {
+        return files::run(o, quiet);
+    }
     let started = Instant::now();
-    let mut report = Report::new("rewrite", args.dry_run);
-    report.targets = args.targets.iter().map(|t| t.display().to_string()).collect();
-    let resumed = Environment::live().and_then(|env| Ok((plan::resumed_args(args, &env)?, env)));
+    let mut report = Report::new("rewrite", o.dry_run);
+    report.targets = o.targets.iter().map(|t| t.display().to_string()).collect();
+    let resumed = Environment::live().and_then(|env| Ok((plan::resumed_options(o, &env)?, env)));
     let result = resumed.and_then(|(resumed, env)| {
-        let args = resumed.as_ref().unwrap_or(args);
-        plan_and_execute(args, &env, quiet, &mut report)
+        let o = resumed.as_ref().unwrap_or(o);
+        plan_and_execute(o, &env, quiet, &mut report)
     });
     report.finish(started.elapsed(), &result);
     (report, result)
 }
 
-fn plan_and_execute(args: &RewriteArgs, env: &Environment, quiet: bool, report: &mut Report) -> Result<()> {
-    plan::plan_rewrite(args, env).and_then(|plan| {
-        report.set_plan(crate::report::Planned {
-            device: &plan.device,
-            engine: &plan.engine,
-            filesystems: &plan.filesystems,
-            resume_from_chunk: if let Start::Resume { done, .. } = plan.start { done } else { 0 },
-            max_freeze: plan.needs_freeze().then_some(plan.max_freeze),
-            hung_task_timeout: plan.hung_task_timeout,
-            journal_path: &plan.journal_path,
-            warnings: &plan.warnings,
-        });
-        if plan.needs_freeze() {
-            report.freeze_bound = Some(crate::host::freeze::bound_report(plan.max_freeze));
-        }
-        for w in &plan.warnings {
-            log::warn!("{w}");
-        }
-        if args.dry_run {
-            report.plan_text = Some(describe_plan(&plan));
+/// The report of a rewrite refused before it began (its options did not hold together).
+pub fn refused_report(targets: &[std::path::PathBuf], dry_run: bool, result: &Result<()>) -> Report {
+    let mut report = Report::new("rewrite", dry_run);
+    report.targets = targets.iter().map(|t| t.display().to_string()).collect();
+    report.finish(std::time::Duration::ZERO, result);
+    report
+}
+
+fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: bool, report: &mut Report) -> Result<()> {
+    let plan = plan::plan_rewrite(o, env)?;
+    report.set_plan(crate::report::Planned {
+        device: &plan.device,
+        engine: &plan.engine,
+        filesystems: &plan.filesystems,
+        resume_from_chunk: if let Start::Resume { done, .. } = plan.start { done } else { 0 },
+        max_freeze: plan.needs_freeze().then_some(plan.max_freeze),
+        hung_task_timeout: plan.hung_task_timeout,
+        journal_path: &plan.journal_path,
+        warnings: &plan.warnings,
+    });
+    if plan.needs_freeze() {
+        report.freeze_bound = Some(crate::host::freeze::bound_report(plan.max_freeze));
+    }
+    for w in &plan.warnings {
+        log::warn!("{w}");
+    }
+    if o.dry_run {
+        report.plan_text = Some(describe_plan(&plan));
+        return Ok(());
+    }
+    if o.only_slow || o.from_scan.is_some() {
+        let sel = select_slow(&plan, o)?;
+        let nothing = sel.chosen.is_empty();
+        report.selection = Some(sel);
+        if nothing {
+            log::info!("no region reads slowly: nothing to rewrite");
+            // A resumed run that finds nothing slow any more is finished: its journal
+            // says so, or every later run would resume it again.
+            if let Start::Resume { .. } = plan.start {
+                Journal::append_to(&plan.journal_path)?.finished()?;
+            }
             return Ok(());
         }
-        if args.only_slow || args.from_scan.is_some() {
-            let sel = select_slow(&plan, args)?;
-            let nothing = sel.chosen.is_empty();
-            report.selection = Some(sel);
-            if nothing {
-                log::info!("no region reads slowly: nothing to rewrite");
-                // A resumed run that finds nothing slow any more is finished: its journal
-                // says so, or every later run would resume it again.
-                if let crate::rewrite::plan::Start::Resume { .. } = plan.start {
-                    crate::engine::journal::Journal::append_to(&plan.journal_path)?.finished()?;
-                }
-                return Ok(());
-            }
-        }
-        if args.bench { execute_with_bench(&plan, args, quiet, report) } else { execute(&plan, quiet, false, report) }
-    })
+    }
+    if o.bench { execute_with_bench(&plan, o, quiet, report) } else { execute(&plan, quiet, false, report) }
 }
 
 /// The plan, for `--dry-run`.
 pub fn describe_plan(plan: &RewritePlan) -> String {
-    let e = &plan.engine;
     let d = &plan.device;
     let mut s =
         format!("plan for {} ({}, {}):\n", d.path.display(), d.identity.dev, human_bytes(d.identity.size_bytes));
-    s += &format!("  range: bytes {}..{} ({})\n", e.range_start, e.range_end, human_bytes(e.range_end - e.range_start));
+    s += &describe_chunks(plan);
+    s += &describe_freeze(plan);
+    s += &format!(
+        "  other writers: none (checked every process's open files and writable mappings, and loop devices backed by {} or its partitions/disk: {}); checked again before windows and within them\n",
+        plan.device.path.display(),
+        plan.writer_devices.iter().map(|(a, b)| format!("{a}:{b}")).collect::<Vec<_>>().join(", ")
+    );
+    s += &describe_space(plan);
+    s += &format!("  medium: {}\n", d.medium);
+    s += &format!("  journal: {}\n", plan.journal_path.display());
+    for w in &plan.warnings {
+        s += &format!("  warning: {w}\n");
+    }
+    s += "  nothing was written or frozen (dry run)\n";
+    s
+}
+
+/// Range, chunks, resume point, verification and memory.
+fn describe_chunks(plan: &RewritePlan) -> String {
+    let (e, d) = (&plan.engine, &plan.device);
+    let mut s =
+        format!("  range: bytes {}..{} ({})\n", e.range_start, e.range_end, human_bytes(e.range_end - e.range_start));
     s += &format!(
         "  chunks: {} of {} (direct-I/O alignment {} B from {}), ascending, one writer\n",
         e.chunks_total(),
@@ -116,49 +148,48 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
         e.read_ahead,
         if e.verify { ", 1 awaiting its read-back, 1 read back" } else { "" },
     );
+    s
+}
+
+/// What is frozen, and how long each window may be.
+fn describe_freeze(plan: &RewritePlan) -> String {
     if plan.filesystems.is_empty() {
-        s +=
-            "  freeze: nothing mounted; the device is opened exclusively (O_EXCL), so nothing can mount it meanwhile\n";
-    } else {
-        for f in &plan.filesystems {
-            s += &format!("  freeze: {} ({}, {} on {})\n", f.mount_point.display(), f.fs_type, f.source, f.dev);
-        }
-        s += &format!(
-            "  windows: at most {:.3} s frozen each (new chunks stop at 3/4 of that), pause {:.3} s between; the guardian thaws at the deadline, and {}{}\n",
-            plan.max_freeze.as_secs_f64(),
-            e.pause.as_secs_f64(),
-            crate::host::freeze::describe_bound(plan.max_freeze),
-            plan.hung_task_timeout.map(|t| format!(" (hung-task timeout {} s)", t.as_secs())).unwrap_or_default()
-        );
+        return "  freeze: nothing mounted; the device is opened exclusively (O_EXCL), so nothing can mount it meanwhile\n"
+            .into();
+    }
+    let mut s = String::new();
+    for f in &plan.filesystems {
+        s += &format!("  freeze: {} ({}, {} on {})\n", f.mount_point.display(), f.fs_type, f.source, f.dev);
     }
     s += &format!(
-        "  other writers: none (checked every process's open files and writable mappings, and loop devices backed by {} or its partitions/disk: {}); checked again before windows and within them\n",
-        plan.device.path.display(),
-        plan.writer_devices.iter().map(|(a, b)| format!("{a}:{b}")).collect::<Vec<_>>().join(", ")
+        "  windows: at most {:.3} s frozen each (new chunks stop at 3/4 of that), pause {:.3} s between; the guardian thaws at the deadline, and {}{}\n",
+        plan.max_freeze.as_secs_f64(),
+        plan.engine.pause.as_secs_f64(),
+        crate::host::freeze::describe_bound(plan.max_freeze),
+        plan.hung_task_timeout.map(|t| format!(" (hung-task timeout {} s)", t.as_secs())).unwrap_or_default()
     );
+    s
+}
+
+/// Which space is rewritten, and the FITRIM after.
+fn describe_space(plan: &RewritePlan) -> String {
     if plan.used_space.is_empty() {
-        s += "  space: everything is rewritten\n";
-    } else {
-        for (fs, start, len) in &plan.used_space {
-            s += &format!(
-                "  space: free space of {} ({}, bytes {start}..{}) is left out (GETFSMAP in each window){}\n",
-                fs.mount_point.display(),
-                fs.fs_type,
-                start + len,
-                if plan.trim {
-                    format!(", FITRIM afterwards in slices, pace {}", plan.trim_pace.describe())
-                } else {
-                    String::new()
-                }
-            );
-        }
+        return "  space: everything is rewritten\n".into();
     }
-    s += &format!("  medium: {}\n", d.medium);
-    s += &format!("  journal: {}\n", plan.journal_path.display());
-    for w in &plan.warnings {
-        s += &format!("  warning: {w}\n");
+    let mut s = String::new();
+    for (fs, start, len) in &plan.used_space {
+        s += &format!(
+            "  space: free space of {} ({}, bytes {start}..{}) is left out (GETFSMAP in each window){}\n",
+            fs.mount_point.display(),
+            fs.fs_type,
+            start + len,
+            if plan.trim {
+                format!(", FITRIM afterwards in slices, pace {}", plan.trim_pace.describe())
+            } else {
+                String::new()
+            }
+        );
     }
-    s += "  nothing was written or frozen (dry run)\n";
     s
 }
 
@@ -184,7 +215,7 @@ pub fn open_device(d: &crate::host::device::BlockDeviceInfo, mounted: bool) -> R
                     "unmount the filesystem and run reseq on the unmounted device; reseq never writes around this through another device",
                 )
             }
-            (Some(nix::libc::EBUSY), OpenMode::Exclusive) => plan::busy_unmounted(d),
+            (Some(nix::libc::EBUSY), OpenMode::Exclusive) => checks::busy_unmounted(d),
             _ => Error::io(format!("opening {} for direct I/O", d.path.display()), e),
         },
     )
@@ -300,11 +331,10 @@ fn reverify_chunk(
 }
 
 /// `rewrite --bench`: the same reads before and after, the verdict, and the write cost.
-fn execute_with_bench(plan: &RewritePlan, args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
+fn execute_with_bench(plan: &RewritePlan, o: &RewriteOptions, quiet: bool, report: &mut Report) -> Result<()> {
     let (name, parent) = (&plan.device.identity.name, plan.device.parent_disk.as_deref());
     log::info!("benchmarking before the rewrite");
-    let (b, s, in_use) =
-        measure::measure_device(&plan.device.path, &crate::cli::lower::bench_options(&args.bench_opts)?, None)?;
+    let (b, s, in_use) = measure::measure_device(&plan.device.path, &o.bench_opts, None)?;
     report.bench_before = Some(b);
     report.scan_before = Some(s);
     let cost_before = measure::snapshot(name, parent);
@@ -313,18 +343,14 @@ fn execute_with_bench(plan: &RewritePlan, args: &RewriteArgs, quiet: bool, repor
     result?;
     log::info!("benchmarking after the rewrite");
     // The same bytes as before: the ranges in use then (what the rewrite rewrote).
-    let (b, s, _) = measure::measure_device(
-        &plan.device.path,
-        &crate::cli::lower::bench_options(&args.bench_opts)?,
-        in_use.as_deref(),
-    )?;
+    let (b, s, _) = measure::measure_device(&plan.device.path, &o.bench_opts, in_use.as_deref())?;
     let mut verdict = report.bench_before.as_ref().map(|before| bench::verdict_of(before, &b));
     // What the filesystems freed meanwhile, the run's FITRIM discarded, and it reads
     // fast: the same ranges are then not the same data. (Without a trim, freed blocks
     // keep their data and their speed.)
     let trimmed = report.space.as_ref().and_then(|s| s.bytes_trimmed).is_some_and(|t| t > 0);
     if let (Some(then), true) = (&in_use, trimmed) {
-        match crate::rewrite::plan::in_use_ranges(&plan.device.path) {
+        match crate::host::in_use::in_use_ranges(&plan.device.path) {
             Ok(Some(now)) => {
                 let measured = b.params.length_bytes;
                 verdict = verdict.map(|v| bench::with_freed(v, bench::bytes_freed(then, &now, measured), measured));
@@ -340,11 +366,8 @@ fn execute_with_bench(plan: &RewritePlan, args: &RewriteArgs, quiet: bool, repor
 }
 
 /// The regions to rewrite for --only-slow (a scan now) or --from-scan (a saved one).
-fn select_slow(plan: &RewritePlan, args: &RewriteArgs) -> Result<Selection> {
-    if !(args.slow_threshold > 0.0 && args.slow_threshold <= 1.0) || args.scan_regions == 0 {
-        return Err(Error::Usage("--slow-threshold must be in (0, 1] and --scan-regions positive".into()));
-    }
-    if let Some(path) = &args.from_scan {
+fn select_slow(plan: &RewritePlan, o: &RewriteOptions) -> Result<Selection> {
+    if let Some(path) = &o.from_scan {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
         let saved: Report = serde_json::from_str(&text)
             .map_err(|e| Error::Usage(format!("{} is not a reseq report: {e}", path.display())))?;
@@ -366,14 +389,12 @@ fn select_slow(plan: &RewritePlan, args: &RewriteArgs) -> Result<Selection> {
         }
         return Ok(Selection::from_scan(&scan, path.display().to_string()));
     }
-    log::info!("scanning {} in {} regions to find the slow ones", plan.device.path.display(), args.scan_regions);
+    log::info!("scanning {} in {} regions to find the slow ones", plan.device.path.display(), o.scan_regions);
     // In-use ranges only: trimmed free space reads fast and would make every used region
     // look slow.
     let (target, _) = Target::open_in_use(&plan.device.path, None)?;
-    let block = crate::support::units::parse_size(&args.bench_opts.block_size)
-        .map_err(|e| Error::Usage(format!("--bench-block-size: {e}")))?;
-    let params = resolve_params(&target, block, args.bench_opts.queue_depth, 0, None)?;
-    let scan = bench::scan(&target, &params, args.scan_regions, args.slow_threshold)?;
+    let params = resolve_params(&target, o.bench_opts.block_size, o.bench_opts.queue_depth, 0, None)?;
+    let scan = bench::scan(&target, &params, o.scan_regions, o.slow_threshold)?;
     Ok(Selection::from_scan(&scan, "scan in this run".into()))
 }
 
@@ -392,7 +413,9 @@ fn trim_free_space(plan: &RewritePlan, spans: &[FsSpan], bench: bool, stop: &Sto
     );
     let probe = if bench {
         // The ranges in use now, after the rewrite: the data readers want.
-        match plan::in_use_ranges(&plan.device.path).and_then(|r| Probe::open(&plan.device.path, r.as_deref())) {
+        match crate::host::in_use::in_use_ranges(&plan.device.path)
+            .and_then(|r| Probe::open(&plan.device.path, r.as_deref()))
+        {
             Ok(p) => Some(p),
             Err(e) => {
                 log::warn!("no read probe during the trim: {}", crate::error_chain(&e));
@@ -419,15 +442,21 @@ fn trim_free_space(plan: &RewritePlan, spans: &[FsSpan], bench: bool, stop: &Sto
     t
 }
 
-fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) -> Result<()> {
+/// The device, locked against another reseq, opened, its unmounted partitions claimed,
+/// after the checks of what an earlier run left: torn writes, rescue copies, chunks in
+/// flight.
+fn take_device(
+    plan: &RewritePlan,
+    report: &mut Report,
+) -> Result<(crate::host::state_dir::DeviceLock, DirectDevice, Vec<File>)> {
     let state_dir = plan.journal_path.parent().unwrap_or(std::path::Path::new("."));
-    let _lock = crate::host::state_dir::lock_device(
+    let lock = crate::host::state_dir::lock_device(
         state_dir,
         &plan.device.identity.name,
         &plan.device.path.display().to_string(),
     )?;
     let target = open_target(plan)?;
-    let _claims = claim_unmounted_partitions(plan)?;
+    let claims = claim_unmounted_partitions(plan)?;
     crate::engine::rescue::check_torn_notes(&plan.device.path, &target)?;
     if let Some(to) = &plan.engine.rescue {
         crate::engine::rescue::check_device(
@@ -438,76 +467,18 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
         )?;
     }
     report.in_flight_reverify = reverify_in_flight(&target, plan)?;
+    Ok((lock, target, claims))
+}
 
-    let mut journal = match &plan.start {
-        Start::Fresh => Journal::create(
-            &plan.journal_path,
-            RunRecord {
-                version: journal::JOURNAL_VERSION,
-                identity: plan.device.identity.clone(),
-                chunk_size_bytes: plan.engine.chunk_size,
-                range_start_bytes: plan.engine.range_start,
-                range_end_bytes: plan.engine.range_end,
-                chunks_total: plan.engine.chunks_total(),
-                started_at: now_rfc3339(),
-                file: None,
-                options: Some(plan.options.clone()),
-            },
-        )?,
-        Start::Resume { .. } => Journal::append_to(&plan.journal_path)?,
-    };
-
+/// Runs the plan: the engine over the device in freeze windows, then the FITRIM.
+fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) -> Result<()> {
+    let (_lock, target, _claims) = take_device(plan, report)?;
+    let mut journal = start_journal(plan)?;
     // The guardian is forked here, while this process still has one thread.
-    let (path, devices) = (plan.device.path.clone(), plan.writer_devices.clone());
-    let mut guard: Box<dyn WindowGuard> = if plan.needs_freeze() {
-        let mut g = GuardedFreeze::start(plan.filesystems.clone(), plan.max_freeze)?;
-        g.set_journal(journal.path())?;
-        g.set_target(&plan.device.path)?;
-        Box::new(WritersChecked::new(g, path, devices))
-    } else {
-        Box::new(WritersChecked::new(NoFreeze, path, devices))
-    };
+    let mut guard = window_guard(plan, &journal)?;
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
     crate::sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
-    let done_bytes = plan.engine.start_offset - plan.engine.range_start;
-    // The bar and its ETA count what will be written: with free space left out, the bytes
-    // in use (mapped now, unfrozen: an estimate; each window maps again while frozen).
-    let in_use = if plan.used_space.is_empty() {
-        None
-    } else {
-        crate::rewrite::plan::in_use_ranges(&plan.device.path).ok().flatten()
-    };
-    let (to_write, written_before) = match in_use {
-        Some(r) => {
-            let below = |end: u64| r.iter().map(|&(o, l)| (o + l).min(end).saturating_sub(o)).sum::<u64>();
-            (below(plan.engine.range_end), below(plan.engine.start_offset))
-        }
-        None => (plan.total_bytes(), done_bytes),
-    };
-    if to_write != plan.total_bytes() {
-        log::info!(
-            "{} of {} in use (an estimate, mapped before the run): progress and ETA count those",
-            human_bytes(to_write),
-            human_bytes(plan.total_bytes())
-        );
-    }
-    let mut progress = Progress::new(to_write, written_before, quiet);
-    log::info!(
-        "rewriting {} ({}) in {} chunks of {}{}",
-        plan.device.path.display(),
-        human_bytes(plan.total_bytes()),
-        (plan.total_bytes() - done_bytes).div_ceil(plan.engine.chunk_size),
-        human_bytes(plan.engine.chunk_size),
-        if plan.needs_freeze() {
-            format!(
-                ", freezing {} filesystem(s) for at most {:.3} s per window",
-                plan.filesystems.len(),
-                plan.max_freeze.as_secs_f64()
-            )
-        } else {
-            String::new()
-        }
-    );
+    let mut progress = progress_of(plan, quiet);
     let spans = plan
         .used_space
         .iter()
@@ -531,19 +502,7 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     }
     // Thawed: FITRIM runs on live filesystems, never inside a window.
     let thawed = Thawed::end_windows(guard);
-    let covered = stats.next_offset_bytes - plan.engine.start_offset;
-    let mut space = SpaceReport {
-        mode: if plan.used_space.is_empty() { "everything" } else { "used_space" }.into(),
-        // Covered but not written: free space, and regions --only-slow left alone.
-        bytes_skipped_as_free: if plan.used_space.is_empty() {
-            0
-        } else {
-            let left_alone = report.selection.as_ref().map_or(0, |s| s.bytes_left_alone);
-            covered.saturating_sub(stats.bytes_written).saturating_sub(left_alone)
-        },
-        bytes_trimmed: None,
-        trim: None,
-    };
+    let mut space = space_report(plan, report, &stats);
     // Only after a run that did something: a refused run (someone else's freeze, no
     // freeze support) must leave the device exactly as it was, free space included.
     // Never after a lost freeze: the filesystem may be frozen by someone else, and is
@@ -553,16 +512,7 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     if plan.trim && ran && !used.spans.is_empty() && stop.signal().is_none() {
         let t = trim_free_space(plan, &used.spans, bench, &stop, &thawed);
         space.bytes_trimmed = Some(t.bytes_trimmed);
-        if let (Some(sig), Ok(())) = (&t.stopped_by, &result) {
-            result = Err(Error::Stopped {
-                signal: sig.clone(),
-                what: format!(
-                    "the rewrite had finished and is verified; the FITRIM after it stopped between slices after {} slice(s), {} discarded. The rest of the free space is discarded by fstrim or the next run",
-                    t.slices,
-                    human_bytes(t.bytes_trimmed)
-                ),
-            });
-        }
+        result = result.and_then(|()| trim_stopped(&t));
         space.trim = Some(t);
     }
     report.space = Some(space);
@@ -574,4 +524,110 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     }
     report.results = Some(stats);
     result
+}
+
+/// A new journal for a fresh run (its first record is the plan), or the unfinished one.
+fn start_journal(plan: &RewritePlan) -> Result<Journal> {
+    match &plan.start {
+        Start::Fresh => Journal::create(
+            &plan.journal_path,
+            RunRecord {
+                version: journal::JOURNAL_VERSION,
+                identity: plan.device.identity.clone(),
+                chunk_size_bytes: plan.engine.chunk_size,
+                range_start_bytes: plan.engine.range_start,
+                range_end_bytes: plan.engine.range_end,
+                chunks_total: plan.engine.chunks_total(),
+                started_at: now_rfc3339(),
+                file: None,
+                options: Some(plan.options.clone()),
+            },
+        ),
+        Start::Resume { .. } => Journal::append_to(&plan.journal_path),
+    }
+}
+
+/// The guardian's freeze when filesystems are mounted, none otherwise; other writers
+/// are checked before every window either way. Forks the guardian.
+fn window_guard(plan: &RewritePlan, journal: &Journal) -> Result<Box<dyn WindowGuard>> {
+    let (path, devices) = (plan.device.path.clone(), plan.writer_devices.clone());
+    if !plan.needs_freeze() {
+        return Ok(Box::new(WritersChecked::new(NoFreeze, path, devices)));
+    }
+    let mut g = GuardedFreeze::start(plan.filesystems.clone(), plan.max_freeze)?;
+    g.set_journal(journal.path())?;
+    g.set_target(&plan.device.path)?;
+    Ok(Box::new(WritersChecked::new(g, path, devices)))
+}
+
+/// The bar and its ETA count what will be written: with free space left out, the bytes
+/// in use (mapped now, unfrozen: an estimate; each window maps again while frozen).
+fn progress_of(plan: &RewritePlan, quiet: bool) -> Progress {
+    let done_bytes = plan.engine.start_offset - plan.engine.range_start;
+    let in_use = if plan.used_space.is_empty() {
+        None
+    } else {
+        crate::host::in_use::in_use_ranges(&plan.device.path).ok().flatten()
+    };
+    let (to_write, written_before) = match in_use {
+        Some(r) => {
+            let below = |end: u64| r.iter().map(|&(o, l)| (o + l).min(end).saturating_sub(o)).sum::<u64>();
+            (below(plan.engine.range_end), below(plan.engine.start_offset))
+        }
+        None => (plan.total_bytes(), done_bytes),
+    };
+    if to_write != plan.total_bytes() {
+        log::info!(
+            "{} of {} in use (an estimate, mapped before the run): progress and ETA count those",
+            human_bytes(to_write),
+            human_bytes(plan.total_bytes())
+        );
+    }
+    log::info!(
+        "rewriting {} ({}) in {} chunks of {}{}",
+        plan.device.path.display(),
+        human_bytes(plan.total_bytes()),
+        (plan.total_bytes() - done_bytes).div_ceil(plan.engine.chunk_size),
+        human_bytes(plan.engine.chunk_size),
+        if plan.needs_freeze() {
+            format!(
+                ", freezing {} filesystem(s) for at most {:.3} s per window",
+                plan.filesystems.len(),
+                plan.max_freeze.as_secs_f64()
+            )
+        } else {
+            String::new()
+        }
+    );
+    Progress::new(to_write, written_before, quiet)
+}
+
+/// What the run covered and left out.
+fn space_report(plan: &RewritePlan, report: &Report, stats: &engine::EngineStats) -> SpaceReport {
+    let covered = stats.next_offset_bytes - plan.engine.start_offset;
+    SpaceReport {
+        mode: if plan.used_space.is_empty() { "everything" } else { "used_space" }.into(),
+        // Covered but not written: free space, and regions --only-slow left alone.
+        bytes_skipped_as_free: if plan.used_space.is_empty() {
+            0
+        } else {
+            let left_alone = report.selection.as_ref().map_or(0, |s| s.bytes_left_alone);
+            covered.saturating_sub(stats.bytes_written).saturating_sub(left_alone)
+        },
+        bytes_trimmed: None,
+        trim: None,
+    }
+}
+
+/// A stop signal during the FITRIM after a finished rewrite.
+fn trim_stopped(t: &TrimReport) -> Result<()> {
+    let Some(sig) = &t.stopped_by else { return Ok(()) };
+    Err(Error::Stopped {
+        signal: sig.clone(),
+        what: format!(
+            "the rewrite had finished and is verified; the FITRIM after it stopped between slices after {} slice(s), {} discarded. The rest of the free space is discarded by fstrim or the next run",
+            t.slices,
+            human_bytes(t.bytes_trimmed)
+        ),
+    })
 }

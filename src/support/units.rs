@@ -1,6 +1,147 @@
-//! Parsing and printing of sizes and durations given on the command line.
+//! Sizes, rates and durations: parsed once, where the command line is read (clap's value
+//! parsers use the `FromStr` impls here, so a bad value's error names its flag), then
+//! passed down as typed values. `Display` writes them back in a form that parses to
+//! the same value (`4M`, `300ms`), for messages, `reseq status` and resume records.
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
+
+/// A number of bytes, written with binary units (`4096`, `512K`, `8M`, `1G`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Size(pub u64);
+
+impl Size {
+    pub const fn mib(n: u64) -> Size {
+        Size(n << 20)
+    }
+
+    pub const fn bytes(self) -> u64 {
+        self.0
+    }
+}
+
+impl FromStr for Size {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Size, String> {
+        parse_size(s).map(Size)
+    }
+}
+
+impl fmt::Display for Size {
+    /// The largest binary unit that divides it exactly: `4M`, `1536K`, `4097`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
+            if self.0 != 0 && self.0.is_multiple_of(1 << shift) {
+                return write!(f, "{}{unit}", self.0 >> shift);
+            }
+        }
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A positive rate in bytes per second: `100M` or `100M/s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Rate(pub u64);
+
+impl Rate {
+    pub const fn bytes_per_second(self) -> u64 {
+        self.0
+    }
+}
+
+impl FromStr for Rate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Rate, String> {
+        match parse_size(s.trim().trim_end_matches("/s"))? {
+            0 => Err("must be positive".into()),
+            v => Ok(Rate(v)),
+        }
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", Size(self.0))
+    }
+}
+
+/// A duration written back so that [`parse_duration`] reads the same value: `5s`,
+/// `300ms`, `1500ms`, `250us`.
+pub fn format_duration(d: Duration) -> String {
+    let ns = d.as_nanos();
+    match ns {
+        0 => "0s".into(),
+        n if n % 1_000_000_000 == 0 => format!("{}s", n / 1_000_000_000),
+        n if n % 1_000_000 == 0 => format!("{}ms", n / 1_000_000),
+        n if n % 1_000 == 0 => format!("{}us", n / 1_000),
+        n => format!("{n}ns"),
+    }
+}
+
+/// Serde as text (`"4M"`, `"300ms"`): the form resume records have always had.
+pub mod as_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<T: std::fmt::Display, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+
+    pub fn deserialize<'de, T: std::str::FromStr<Err = String>, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// [`as_text`] for an optional value (`null` when absent).
+pub mod opt_as_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<T: std::fmt::Display, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => s.collect_str(v),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, T: std::str::FromStr<Err = String>, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
+        Option::<String>::deserialize(d)?.map(|t| t.parse().map_err(serde::de::Error::custom)).transpose()
+    }
+}
+
+/// Durations as text (`"300ms"`), for serde.
+pub mod duration_as_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(v: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::format_duration(*v))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        super::parse_duration(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Optional durations as text (`null` when absent).
+pub mod opt_duration_as_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => s.serialize_str(&super::format_duration(*v)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|t| super::parse_duration(&t).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
 
 /// Parses `8M`, `8MiB`, `512K`, `1G`, `4096`: binary units, as storage tools use them.
 pub fn parse_size(text: &str) -> Result<u64, String> {
@@ -76,6 +217,20 @@ mod tests {
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn typed_values_print_as_they_parse() {
+        for t in ["4M", "1536K", "4097", "1G", "0"] {
+            assert_eq!(t.parse::<Size>().unwrap().to_string(), t);
+        }
+        assert_eq!("4096".parse::<Size>().unwrap().to_string(), "4K");
+        assert_eq!("100M/s".parse::<Rate>().unwrap(), "100M".parse::<Rate>().unwrap());
+        assert_eq!("0".parse::<Rate>().unwrap_err(), "must be positive");
+        for d in ["0s", "5s", "300ms", "1500ms", "250us"] {
+            assert_eq!(format_duration(parse_duration(d).unwrap()), d);
+        }
+        assert_eq!(format_duration(parse_duration("0.3s").unwrap()), "300ms");
     }
 
     #[test]

@@ -104,7 +104,7 @@ fn reseq_engine_restores_a_degraded_drive_and_bad_strategies_do_worse() {
     assert!(curve[4] > 2.5 * fresh_t);
 
     // reseq's own engine, default chunk size, verification on.
-    let default_chunk = reseq::support::units::parse_size(reseq::cli::DEFAULT_CHUNK_SIZE).unwrap();
+    let default_chunk = reseq::options::rewrite::DEFAULT_CHUNK_SIZE.bytes();
     let (_, ours) = reseq_engine(deg.clone(), 0.0, default_chunk);
     eprintln!("consumer-nvme: fresh {fresh_t:.3} s, degraded {:.3} s, after reseq {ours:.3} s", curve[4]);
     assert!(ours <= fresh_t * 1.03, "reseq's engine left {ours:.3} s vs fresh {fresh_t:.3} s");

@@ -20,7 +20,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cli::RewriteArgs;
 use crate::engine::journal::{self, FileIdentity, Journal, RunRecord};
 use crate::engine::target::{BlockTarget, DirectDevice};
 use crate::engine::{self, EngineConfig, EngineStats};
@@ -28,11 +27,13 @@ use crate::host::device::{self, Sysfs};
 use crate::host::freeze::{Batched, GuardedFreeze, WindowGuard, WritersChecked};
 use crate::host::mounts::{self, MountedFs};
 use crate::options::resume::RunOptions;
+use crate::options::rewrite::{DEFAULT_FILE_MAX_FREEZE, RewriteOptions};
 use crate::report::{FileReport, Report, now_rfc3339};
+use crate::rewrite::checks;
 use crate::support::error::{Error, Result};
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
-use crate::support::units::{self, human_bytes};
+use crate::support::units::human_bytes;
 use crate::sys;
 
 mod planner;
@@ -67,8 +68,8 @@ struct Planned {
 
 /// Files under the targets (directories recursively, on one filesystem each), minus the
 /// excluded ones, in path order.
-fn collect(args: &RewriteArgs) -> Result<Vec<PathBuf>> {
-    let patterns: Vec<glob::Pattern> = args
+fn collect(o: &RewriteOptions) -> Result<Vec<PathBuf>> {
+    let patterns: Vec<glob::Pattern> = o
         .exclude
         .iter()
         .map(|p| glob::Pattern::new(p).map_err(|e| Error::Usage(format!("--exclude {p}: {e}"))))
@@ -77,7 +78,7 @@ fn collect(args: &RewriteArgs) -> Result<Vec<PathBuf>> {
         patterns.iter().any(|g| g.matches_path(p) || p.file_name().is_some_and(|n| g.matches(&n.to_string_lossy())))
     };
     let mut out = Vec::new();
-    for t in &args.targets {
+    for t in &o.targets {
         let md = std::fs::symlink_metadata(t).map_err(|e| Error::Usage(format!("cannot use {}: {e}", t.display())))?;
         if md.is_dir() {
             walk(t, md.dev(), &excluded, &mut out)?;
@@ -125,7 +126,7 @@ struct FsGroup {
 }
 
 /// Checks every file's filesystem before anything is frozen or written.
-fn check(args: &RewriteArgs, files: &[PathBuf]) -> Result<(Vec<FsGroup>, Vec<Planned>)> {
+fn check(o: &RewriteOptions, files: &[PathBuf]) -> Result<(Vec<FsGroup>, Vec<Planned>)> {
     let mounts = mounts::read_mounts().map_err(|e| Error::io("reading /proc/self/mountinfo", e))?;
     let sysfs = Sysfs::default();
     let mut groups: Vec<FsGroup> = Vec::new();
@@ -136,94 +137,91 @@ fn check(args: &RewriteArgs, files: &[PathBuf]) -> Result<(Vec<FsGroup>, Vec<Pla
         let idx = match groups.iter().position(|g| g.fs.dev_num == dev) {
             Some(i) => i,
             None => {
-                let abs = std::path::absolute(f).unwrap_or_else(|_| f.clone());
-                // btrfs reports an anonymous st_dev (0:N), not its block device: find the
-                // mount by path then, so that it is refused with the right reason.
-                let entry = mounts
-                    .iter()
-                    .find(|m| m.dev == dev)
-                    .or_else(|| mounts::mount_containing(&mounts, &abs))
-                    .ok_or_else(|| {
-                        Error::refused(
-                            format!("{} is on no mounted filesystem reseq can see", f.display()),
-                            "check mountinfo",
-                        )
-                    })?;
-                if let Some((why, hint)) = refuse_fs(&entry.fs_type) {
-                    return Err(Error::refused(format!("{}: {why}", f.display()), hint));
-                }
-                if entry.dev != dev {
-                    return Err(Error::refused(
-                        format!(
-                            "{} is on a filesystem whose device reseq cannot identify ({} reports {}:{})",
-                            f.display(),
-                            entry.fs_type,
-                            dev.0,
-                            dev.1
-                        ),
-                        "rewrite the device instead",
-                    ));
-                }
-                let fs = mounts::filesystems_on(&mounts, &[dev]).remove(0);
-                if fs.read_only {
-                    return Err(Error::refused(
-                        format!("{} is on a read-only mount ({})", f.display(), fs.mount_point.display()),
-                        "remount it read-write, or rewrite the device",
-                    ));
-                }
-                if entry.dax {
-                    return Err(Error::refused(
-                        format!(
-                            "{} is on a DAX mount: no FTL to fix, and mmap stores bypass the page cache",
-                            f.display()
-                        ),
-                        "nothing to do",
-                    ));
-                }
-                let (name, _) =
-                    sysfs.name_of(dev).ok_or_else(|| Error::Internal(format!("no sysfs entry for {dev:?}")))?;
-                let node = PathBuf::from(format!("/dev/{name}"));
-                // Only a missing node is "no node"; any other failure says what it is.
-                let device = match device::inspect(&node, &sysfs) {
-                    Ok(d) => d,
-                    Err(_) if !node.exists() => {
-                        return Err(Error::refused(
-                            format!(
-                                "{} ({}) has no device node at {}",
-                                fs.mount_point.display(),
-                                fs.dev,
-                                node.display()
-                            ),
-                            "create the node (no udev?) and run reseq again",
-                        ));
-                    }
-                    Err(e) => return Err(e),
-                };
-                if device.read_only {
-                    return Err(Error::refused(format!("{} is read-only", node.display()), "choose a writable device"));
-                }
-                groups.push(FsGroup { fs, device });
+                groups.push(fs_group(f, dev, &mounts, &sysfs)?);
                 groups.len() - 1
             }
         };
-        if sys::statx_encrypted(f).unwrap_or(false) {
-            return Err(Error::refused(
-                format!(
-                    "{} is fscrypt-encrypted: its blocks hold ciphertext reseq cannot read back through the file",
-                    f.display()
-                ),
-                "rewrite the device instead",
-            ));
-        }
+        not_encrypted(f)?;
         planned.push(Planned { path: f.clone(), fs: idx });
     }
-    if !args.force {
+    if !o.force {
         // Every file mode window freezes a live filesystem.
-        let max_freeze = units::parse_duration(args.max_freeze_or(crate::cli::DEFAULT_FILE_MAX_FREEZE))
-            .map_err(|e| Error::Usage(format!("--max-freeze: {e}")))?;
-        crate::rewrite::plan::check_freeze_length(max_freeze, false)?;
+        checks::freeze_length(o.max_freeze(), false)?;
     }
     Ok((groups, planned))
+}
+
+/// The filesystem of `f` (on device `dev`) and its device, checked: a supported type,
+/// writable, not DAX, with a device node.
+fn fs_group(f: &Path, dev: (u32, u32), mounts: &[mounts::MountEntry], sysfs: &Sysfs) -> Result<FsGroup> {
+    let abs = std::path::absolute(f).unwrap_or_else(|_| f.to_path_buf());
+    // btrfs reports an anonymous st_dev (0:N), not its block device: find the mount by
+    // path then, so that it is refused with the right reason.
+    let entry =
+        mounts.iter().find(|m| m.dev == dev).or_else(|| mounts::mount_containing(mounts, &abs)).ok_or_else(|| {
+            Error::refused(format!("{} is on no mounted filesystem reseq can see", f.display()), "check mountinfo")
+        })?;
+    if let Some((why, hint)) = refuse_fs(&entry.fs_type) {
+        return Err(Error::refused(format!("{}: {why}", f.display()), hint));
+    }
+    if entry.dev != dev {
+        return Err(Error::refused(
+            format!(
+                "{} is on a filesystem whose device reseq cannot identify ({} reports {}:{})",
+                f.display(),
+                entry.fs_type,
+                dev.0,
+                dev.1
+            ),
+            "rewrite the device instead",
+        ));
+    }
+    let fs = mounts::filesystems_on(mounts, &[dev]).remove(0);
+    if fs.read_only {
+        return Err(Error::refused(
+            format!("{} is on a read-only mount ({})", f.display(), fs.mount_point.display()),
+            "remount it read-write, or rewrite the device",
+        ));
+    }
+    if entry.dax {
+        return Err(Error::refused(
+            format!("{} is on a DAX mount: no FTL to fix, and mmap stores bypass the page cache", f.display()),
+            "nothing to do",
+        ));
+    }
+    let device = device_of(&fs, sysfs)?;
+    checks::writable(&device)?;
+    Ok(FsGroup { fs, device })
+}
+
+/// The block device under a mounted filesystem, by its device node.
+fn device_of(fs: &MountedFs, sysfs: &Sysfs) -> Result<device::BlockDeviceInfo> {
+    let dev = fs.dev_num;
+    let (name, _) = sysfs.name_of(dev).ok_or_else(|| Error::Internal(format!("no sysfs entry for {dev:?}")))?;
+    let node = PathBuf::from(format!("/dev/{name}"));
+    // Only a missing node is "no node"; any other failure says what it is.
+    match device::inspect(&node, sysfs) {
+        Ok(d) => Ok(d),
+        Err(_) if !node.exists() => Err(Error::refused(
+            format!("{} ({}) has no device node at {}", fs.mount_point.display(), fs.dev, node.display()),
+            "create the node (no udev?) and run reseq again",
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// fscrypt: the blocks hold ciphertext, which reading through the file does not give.
+fn not_encrypted(f: &Path) -> Result<()> {
+    if !sys::statx_encrypted(f).unwrap_or(false) {
+        return Ok(());
+    }
+    Err(Error::refused(
+        format!(
+            "{} is fscrypt-encrypted: its blocks hold ciphertext reseq cannot read back through the file",
+            f.display()
+        ),
+        "rewrite the device instead",
+    ))
 }
 
 fn file_identity(path: &Path, md: &std::fs::Metadata) -> FileIdentity {
@@ -241,70 +239,50 @@ fn file_identity(path: &Path, md: &std::fs::Metadata) -> FileIdentity {
 }
 
 /// `reseq rewrite FILE|DIR...`.
-pub fn run(args: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
+pub fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
     let started = Instant::now();
-    let mut report = Report::new("rewrite", args.dry_run);
-    report.targets = args.targets.iter().map(|t| t.display().to_string()).collect();
-    let result = execute(args, quiet, &mut report);
+    let mut report = Report::new("rewrite", o.dry_run);
+    report.targets = o.targets.iter().map(|t| t.display().to_string()).collect();
+    let result = execute(o, quiet, &mut report);
     report.finish(started.elapsed(), &result);
     (report, result)
 }
 
-fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
-    let record_path = record::path_for(&crate::host::state_dir::resolve(&args.state_dir), &args.targets);
-    let (earlier, mut unfinished) = earlier_run(args, &record_path)?;
-    let resumed =
-        earlier.as_ref().map(|e| e.header.options.apply(args, crate::cli::DEFAULT_FILE_MAX_FREEZE)).transpose()?;
-    let args = resumed.as_ref().unwrap_or(args);
-    let chunk_size = units::parse_size(&args.chunk_size).map_err(|e| Error::Usage(format!("--chunk-size: {e}")))?;
-    let max_freeze = units::parse_duration(args.max_freeze_or(crate::cli::DEFAULT_FILE_MAX_FREEZE))
-        .map_err(|e| Error::Usage(format!("--max-freeze: {e}")))?;
-    let pause = units::parse_duration(&args.pause).map_err(|e| Error::Usage(format!("--pause: {e}")))?;
-    let rate = crate::rewrite::plan::parse_rate(args)?;
-    if max_freeze < Duration::from_millis(10) || chunk_size == 0 || args.read_ahead == 0 || args.max_overruns == 0 {
-        return Err(Error::Usage(
-            "--max-freeze must be >= 10ms; --chunk-size, --read-ahead, --max-overruns positive".into(),
-        ));
-    }
-    if args.from_scan.is_some() || args.include_free || args.trim_rate.is_some() {
-        return Err(Error::Usage(
-            "file mode does not take --from-scan, --include-free or --trim-rate (they are about a device's regions and the FITRIM after a device run)".into(),
-        ));
-    }
-    if !(args.slow_threshold > 0.0 && args.slow_threshold <= 1.0) {
-        return Err(Error::Usage("--slow-threshold must be in (0, 1]".into()));
-    }
-    let files = collect(args)?;
+/// The files under the targets and their filesystems, checked.
+fn plan_files(o: &RewriteOptions) -> Result<(Vec<FsGroup>, Vec<Planned>)> {
+    let files = collect(o)?;
     if files.is_empty() {
         return Err(Error::Usage("no regular files under the targets".into()));
     }
-    crate::rewrite::plan::check_privileges()?;
-    let (groups, planned) = check(args, &files)?;
+    checks::privileges()?;
+    let (groups, planned) = check(o, &files)?;
     for g in &groups {
-        if chunk_size % u64::from(g.device.dio_offset_align) != 0 {
-            return Err(Error::Usage(format!(
-                "--chunk-size must be a multiple of {} bytes on {}",
-                g.device.dio_offset_align,
-                g.device.path.display()
-            )));
-        }
+        checks::aligned(o.chunk_size, &g.device)?;
     }
+    Ok((groups, planned))
+}
+
+fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report) -> Result<()> {
+    let record_path = record::path_for(&crate::host::state_dir::resolve(&o.state_dir), &o.targets);
+    let (earlier, unfinished) = earlier_run(o, &record_path)?;
+    let resumed = earlier.as_ref().map(|e| e.header.options.apply(o, DEFAULT_FILE_MAX_FREEZE)).transpose()?;
+    let o = resumed.as_ref().unwrap_or(o);
+    let (groups, planned) = plan_files(o)?;
     if !groups.is_empty() {
-        report.freeze_bound = Some(crate::host::freeze::bound_report(max_freeze));
+        report.freeze_bound = Some(crate::host::freeze::bound_report(o.max_freeze()));
     }
-    if args.dry_run {
-        report.plan_text = Some(describe(&groups, &planned, max_freeze));
+    if o.dry_run {
+        report.plan_text = Some(describe(&groups, &planned, o.max_freeze()));
         return Ok(());
     }
     // --only-slow: time each file's sequential read and leave the fast ones alone.
-    let left_alone = if args.only_slow { slow_files(args, &planned)? } else { HashMap::new() };
+    let left_alone = if o.only_slow { slow_files(o, &planned)? } else { HashMap::new() };
     // --bench: the files to rewrite, read before and after.
     let measured: Vec<&Path> =
         (0..planned.len()).filter(|fi| !left_alone.contains_key(fi)).map(|fi| planned[fi].path.as_path()).collect();
-    if args.bench {
+    if o.bench {
         log::info!("benchmarking {} file(s) before the rewrite", measured.len());
-        let (b, s) =
-            crate::measure::passes::measure_files(&measured, &crate::cli::lower::bench_options(&args.bench_opts)?)?;
+        let (b, s) = crate::measure::passes::measure_files(&measured, &o.bench_opts)?;
         (report.bench_before, report.scan_before) = (Some(b), Some(s));
     }
     // A cron job's priority: best-effort level 7 (ionice -c2 -n7), not the idle class:
@@ -316,145 +294,193 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
     sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
     let frozen: Vec<MountedFs> = groups.iter().map(|g| g.fs.clone()).collect();
-    let state = crate::host::state_dir::prepare(&args.state_dir, &frozen, chunk_size * 2 + (1 << 20))?;
-    let shared: SharedClaims = Arc::default();
-    let run_start = Instant::now();
-    let mut totals = EngineStats::default();
-    let mut windows = 0;
-    // Journals of files whose window is still open, and the files done in it: written
-    // after it closes.
-    let pending = Rc::new(RefCell::new(Pending {
-        journals: Vec::new(),
-        record: match &earlier {
-            Some(e) => record::Record::resume(record_path, e)?,
-            None => record::Record::new(
-                record_path,
-                record::RunHeader {
-                    targets: record::canonical_targets(&args.targets),
-                    options: RunOptions::of(args),
-                    started_at: now_rfc3339(),
-                },
-            ),
-        },
-    }));
-    let mut file_reports = Vec::new();
-    let mut outcome = Ok(());
-    for (gi, g) in groups.iter().enumerate() {
+    let state = crate::host::state_dir::prepare(&o.state_dir, &frozen, o.chunk_size.bytes() * 2 + (1 << 20))?;
+    let run = FileRun {
+        o,
+        quiet,
+        stop: &stop,
+        shared: Arc::default(),
+        state_dir: &state.path,
+        planned: &planned,
+        left_alone: &left_alone,
+        earlier: earlier.as_ref(),
+        pending: Rc::new(RefCell::new(Pending {
+            journals: Vec::new(),
+            record: run_record(o, record_path, earlier.as_ref())?,
+        })),
+        run_start: Instant::now(),
+    };
+    let mut acc = Accounts::default();
+    let outcome = run.groups(&groups, unfinished, &mut acc)?;
+    run.finish(outcome, acc, &measured, report)
+}
+
+/// The run's record: the interrupted one's, continued, or a new one.
+fn run_record(o: &RewriteOptions, path: PathBuf, earlier: Option<&record::Earlier>) -> Result<record::Record> {
+    Ok(match earlier {
+        Some(e) => record::Record::resume(path, e)?,
+        None => record::Record::new(
+            path,
+            record::RunHeader {
+                targets: record::canonical_targets(&o.targets),
+                options: RunOptions::of(o),
+                started_at: now_rfc3339(),
+            },
+        ),
+    })
+}
+
+/// What a file-mode run shares across its filesystems.
+struct FileRun<'a> {
+    o: &'a RewriteOptions,
+    quiet: bool,
+    stop: &'a StopFlag,
+    shared: SharedClaims,
+    state_dir: &'a Path,
+    planned: &'a [Planned],
+    /// `--only-slow`: the files left alone, with why.
+    left_alone: &'a HashMap<usize, String>,
+    earlier: Option<&'a record::Earlier>,
+    /// Journals of files whose window is still open, and the files done in it: written
+    /// after it closes.
+    pending: Rc<RefCell<Pending>>,
+    run_start: Instant,
+}
+
+/// What the run added up: engine figures, freezes, and each file's report.
+#[derive(Default)]
+struct Accounts {
+    totals: EngineStats,
+    windows: u64,
+    file_reports: Reports,
+}
+
+impl FileRun<'_> {
+    /// Each filesystem in turn. `Err`: stopped before its jobs (nothing more is
+    /// reported); `Ok(outcome)`: the first error of the jobs, or of closing a window.
+    fn groups(&self, groups: &[FsGroup], mut unfinished: Option<Error>, acc: &mut Accounts) -> Result<Result<()>> {
+        let mut outcome = Ok(());
+        for (gi, g) in groups.iter().enumerate() {
+            let (jobs, end) = self.group(gi, g, &mut unfinished, acc)?;
+            match (jobs, end) {
+                (Err(e), _) => return Ok(Err(e)),
+                (Ok(()), Err(e)) => outcome = Err(e),
+                (Ok(()), Ok(())) => {}
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// One filesystem: its device taken and checked, one guardian, its files' jobs.
+    /// Returns the jobs' result and that of closing the last window.
+    fn group(
+        &self,
+        gi: usize,
+        g: &FsGroup,
+        unfinished: &mut Option<Error>,
+        acc: &mut Accounts,
+    ) -> Result<(Result<()>, Result<()>)> {
         let _lock = crate::host::state_dir::lock_device(
-            &state.path,
+            self.state_dir,
             &g.device.identity.name,
             &format!("{} ({})", g.device.path.display(), g.fs.mount_point.display()),
         )?;
         let dev = Arc::new(crate::rewrite::open_device(&g.device, true)?);
-        crate::engine::rescue::check_device(
-            &crate::engine::rescue::dirs(&state.path),
-            &g.device.identity,
-            dev.as_ref(),
-            true,
-        )?;
+        let rescue_dirs = crate::engine::rescue::dirs(self.state_dir);
+        crate::engine::rescue::check_device(&rescue_dirs, &g.device.identity, dev.as_ref(), true)?;
         crate::engine::rescue::check_torn_notes(&g.device.path, dev.as_ref())?;
         // After the rescue checks: what they find matters more.
         if let Some(e) = unfinished.take() {
             return Err(e);
         }
-        // One guardian per filesystem, forked while no other thread runs.
-        // And nothing else may write its device: a raw writer bypasses the freeze.
-        // Small files share windows: one freeze maps and rewrites as many as fit.
-        let mut freeze = GuardedFreeze::start(vec![g.fs.clone()], max_freeze)?;
-        freeze.set_target(&g.device.path)?;
-        let mut guard = Batched::new(
-            WritersChecked::new(
-                freeze,
-                g.device.path.clone(),
-                g.device.devices_sharing_bytes(&crate::host::device::Sysfs::default()),
-            ),
-            pause,
-            stop.clone(),
-        );
-        let state_on_fs = crate::host::state_dir::on_frozen(&state.path, std::slice::from_ref(&g.fs));
+        let mut guard = self.guard(g)?;
+        let state_on_fs = crate::host::state_dir::on_frozen(self.state_dir, std::slice::from_ref(&g.fs));
         if state_on_fs {
             log::warn!(
                 "the state directory {} is on {}, which is frozen: each file gets windows of its own (journals cannot be opened while it is frozen). A state directory on another filesystem lets small files share windows",
-                state.path.display(),
+                self.state_dir.display(),
                 g.fs.mount_point.display()
             );
         }
-        let cx = JobContext {
-            args,
-            quiet,
-            stop: &stop,
-            shared: &shared,
-            g,
-            dev: &dev,
-            state_dir: &state.path,
-            state_on_fs,
-            chunk_size,
-            pause,
-            rate,
-            run_start,
-        };
+        let cx = JobContext { run: self, g, dev: &dev, state_on_fs };
+        let todo = self.todo(gi, &mut acc.file_reports);
+        let r = run_jobs(&cx, &mut guard, &todo, &mut acc.totals, &mut acc.file_reports);
+        // Whatever ended the jobs, the window closes here; the jobs' error comes first.
+        let end = account(&mut acc.totals, guard.finish()).and_then(|()| release(&dev, &self.pending));
+        acc.windows += guard.windows;
+        Ok((r, end))
+    }
+
+    /// One guardian per filesystem, forked while no other thread runs, and nothing else
+    /// may write its device (a raw writer bypasses the freeze). Small files share
+    /// windows: one freeze maps and rewrites as many as fit.
+    fn guard(&self, g: &FsGroup) -> Result<Batched<WritersChecked<GuardedFreeze>>> {
+        let mut freeze = GuardedFreeze::start(vec![g.fs.clone()], self.o.max_freeze())?;
+        freeze.set_target(&g.device.path)?;
+        let writers =
+            WritersChecked::new(freeze, g.device.path.clone(), g.device.devices_sharing_bytes(&Sysfs::default()));
+        Ok(Batched::new(writers, self.o.pause, self.stop.clone()))
+    }
+
+    /// The files of filesystem `gi` to rewrite; those left alone (`--only-slow`) and
+    /// those the resumed run finished get their report here.
+    fn todo(&self, gi: usize, file_reports: &mut Reports) -> Vec<usize> {
+        let planned = self.planned;
         let in_group: Vec<usize> = (0..planned.len()).filter(|&fi| planned[fi].fs == gi).collect();
-        for &fi in in_group.iter().filter(|fi| left_alone.contains_key(fi)) {
+        for &fi in in_group.iter().filter(|fi| self.left_alone.contains_key(fi)) {
             let mut fr = skipped_report(&planned[fi].path, "");
             fr.skipped_reason = None;
-            fr.left_alone = left_alone.get(&fi).cloned();
+            fr.left_alone = self.left_alone.get(&fi).cloned();
             fr.size_bytes = std::fs::metadata(&planned[fi].path).map(|m| m.len()).unwrap_or(0);
             file_reports.push((fi, fr));
         }
-        let mut todo: Vec<usize> = in_group.into_iter().filter(|fi| !left_alone.contains_key(fi)).collect();
-        if let Some(e) = &earlier {
+        let mut todo: Vec<usize> = in_group.into_iter().filter(|fi| !self.left_alone.contains_key(fi)).collect();
+        if let Some(e) = self.earlier {
             todo.retain(|&fi| match done_earlier(e, &planned[fi].path) {
                 Some(size) => {
                     let mut fr = skipped_report(&planned[fi].path, "");
                     (fr.skipped_reason, fr.size_bytes, fr.done_earlier) = (None, size, true);
-                    fr.verification = if args.no_verify { "off" } else { "passed" }.into();
+                    fr.verification = if self.o.no_verify { "off" } else { "passed" }.into();
                     file_reports.push((fi, fr));
                     false
                 }
                 None => true,
             });
         }
-        let r = run_jobs(&cx, &mut guard, &planned, &todo, &pending, &mut totals, &mut file_reports);
-        // Whatever ended the jobs, the window closes here; the jobs' error comes first.
-        let end = account(&mut totals, guard.finish()).and_then(|()| release(&dev, &pending));
-        windows += guard.windows;
-        match (r, end) {
-            (Err(e), _) => {
-                outcome = Err(e);
-                break;
-            }
-            (Ok(()), Err(e)) => outcome = Err(e),
-            (Ok(()), Ok(())) => {}
+        todo
+    }
+
+    /// After the last filesystem: the record closed when nothing is left unfinished,
+    /// the benchmark after, and the report's figures.
+    fn finish(&self, mut outcome: Result<()>, acc: Accounts, measured: &[&Path], report: &mut Report) -> Result<()> {
+        let Accounts { mut totals, windows, mut file_reports } = acc;
+        // Finished, or refused before anything was written or done: no unfinished run to
+        // leave behind (a resumed run's record stays: it still lists what was done).
+        let refused_untouched = matches!(outcome, Err(Error::Refused { .. }))
+            && totals.bytes_written == 0
+            && self.earlier.is_none()
+            && self.pending.borrow().record.nothing_done();
+        if outcome.is_ok() || refused_untouched {
+            self.pending.borrow_mut().record.finish();
         }
-    }
-    // Finished, or refused before anything was written or done: no unfinished run to
-    // leave behind (a resumed run's record stays: it still lists what was done).
-    let refused_untouched = matches!(outcome, Err(Error::Refused { .. }))
-        && totals.bytes_written == 0
-        && earlier.is_none()
-        && pending.borrow().record.nothing_done();
-    if outcome.is_ok() || refused_untouched {
-        pending.borrow_mut().record.finish();
-    }
-    if args.bench && outcome.is_ok() {
-        log::info!("benchmarking the same files after the rewrite");
-        // Files deleted during the run are not read after it either.
-        let still: Vec<&Path> = measured.iter().copied().filter(|p| p.exists()).collect();
-        outcome = crate::cli::lower::bench_options(&args.bench_opts)
-            .and_then(|o| crate::measure::passes::measure_files(&still, &o))
-            .map(|(b, s)| {
+        if self.o.bench && outcome.is_ok() {
+            log::info!("benchmarking the same files after the rewrite");
+            // Files deleted during the run are not read after it either.
+            let still: Vec<&Path> = measured.iter().copied().filter(|p| p.exists()).collect();
+            outcome = crate::measure::passes::measure_files(&still, &self.o.bench_opts).map(|(b, s)| {
                 report.verdict =
                     report.bench_before.as_ref().map(|before| crate::measure::bench::verdict_of(before, &b));
                 (report.bench_after, report.scan_after) = (Some(b), Some(s));
             });
+        }
+        // Freezes, not engine windows: files rewritten in one freeze share it.
+        totals.windows = windows;
+        report.results = Some(totals);
+        // In path order, whatever order the runs took.
+        file_reports.sort_by_key(|(fi, _)| *fi);
+        report.files = Some(file_reports.into_iter().map(|(_, r)| r).collect());
+        outcome
     }
-    // Freezes, not engine windows: files rewritten in one freeze share it.
-    totals.windows = windows;
-    report.results = Some(totals);
-    // In path order, whatever order the runs took.
-    file_reports.sort_by_key(|(fi, _)| *fi);
-    report.files = Some(file_reports.into_iter().map(|(_, r)| r).collect());
-    outcome
 }
 
 /// The engine runs of one filesystem, in order, in windows shared while time is left in
@@ -462,12 +488,11 @@ fn execute(args: &RewriteArgs, quiet: bool, report: &mut Report) -> Result<()> {
 fn run_jobs(
     cx: &JobContext,
     guard: &mut Batched<WritersChecked<GuardedFreeze>>,
-    planned: &[Planned],
     todo: &[usize],
-    pending: &Rc<RefCell<Pending>>,
     totals: &mut EngineStats,
     file_reports: &mut Reports,
 ) -> Result<()> {
+    let pending = &cx.run.pending;
     // The record names the run before its first window: killed in it, the next run
     // knows an unfinished run is there.
     release(cx.dev, pending)?;
@@ -477,10 +502,10 @@ fn run_jobs(
         let (dev, pending) = (Arc::clone(cx.dev), Rc::clone(pending));
         move || release(&dev, &pending)
     }));
-    let jobs = group_jobs(cx, planned, todo);
+    let jobs = group_jobs(cx, todo);
     for (ji, job) in jobs.iter().enumerate() {
         guard.more = !cx.state_on_fs && ji + 1 < jobs.len();
-        let (fr, stats, r) = run_job(cx, guard, job, planned, pending);
+        let (fr, stats, r) = run_job(cx, guard, job);
         add(totals, &stats);
         file_reports.extend(fr);
         r?;
@@ -489,12 +514,12 @@ fn run_jobs(
         }
         // --rate over the whole run: the windows of each job keep to it; between
         // jobs, wait off whatever the run is still ahead by, thawed.
-        if let Some(rate) = cx.rate {
+        if let Some(rate) = cx.run.o.rate.map(|r| r.bytes_per_second()) {
             let due = Duration::from_secs_f64(totals.bytes_written as f64 / rate as f64);
-            if due > cx.run_start.elapsed() {
+            if due > cx.run.run_start.elapsed() {
                 account(totals, guard.finish())?;
                 release(cx.dev, pending)?;
-                cx.stop.sleep(due.saturating_sub(cx.run_start.elapsed()));
+                cx.run.stop.sleep(due.saturating_sub(cx.run.run_start.elapsed()));
             }
         }
     }
@@ -546,18 +571,16 @@ const BATCH_BYTES: u64 = 16 << 20;
 
 /// What every engine run of one filesystem shares.
 struct JobContext<'a> {
-    args: &'a RewriteArgs,
-    quiet: bool,
-    stop: &'a StopFlag,
-    shared: &'a SharedClaims,
+    run: &'a FileRun<'a>,
     g: &'a FsGroup,
     dev: &'a Arc<DirectDevice>,
-    state_dir: &'a Path,
     state_on_fs: bool,
-    chunk_size: u64,
-    pause: Duration,
-    rate: Option<u64>,
-    run_start: Instant,
+}
+
+impl JobContext<'_> {
+    fn chunk_size(&self) -> u64 {
+        self.run.o.chunk_size.bytes()
+    }
 }
 
 /// One engine run: a file alone (resumable from its journal), or a batch of small files.
@@ -572,7 +595,8 @@ struct Job {
 /// file with a journal to resume from runs alone, as does a large one; with the state
 /// directory on the frozen filesystem every file runs alone (no journal can be written
 /// while it is frozen).
-fn group_jobs(cx: &JobContext, planned: &[Planned], todo: &[usize]) -> Vec<Job> {
+fn group_jobs(cx: &JobContext, todo: &[usize]) -> Vec<Job> {
+    let planned = cx.run.planned;
     let mut jobs: Vec<Job> = Vec::new();
     let mut bytes = 0;
     let mut todo = todo.to_vec();
@@ -588,9 +612,9 @@ fn group_jobs(cx: &JobContext, planned: &[Planned], todo: &[usize]) -> Vec<Job> 
     for fi in todo {
         let md = std::fs::metadata(&planned[fi].path).ok();
         let small = md.as_ref().is_some_and(|md| {
-            md.len() <= cx.chunk_size * SMALL_FILE_CHUNKS
+            md.len() <= cx.chunk_size() * SMALL_FILE_CHUNKS
                 && !cx.state_on_fs
-                && !file_journal_path(cx.state_dir, &file_identity(&planned[fi].path, md)).exists()
+                && !file_journal_path(cx.run.state_dir, &file_identity(&planned[fi].path, md)).exists()
         });
         let size = md.map_or(0, |m| m.len());
         match jobs.last_mut() {
@@ -619,7 +643,8 @@ type Reports = Vec<(usize, FileReport)>;
 type JobOutcome = (Reports, EngineStats, Result<()>);
 
 /// Opens a job's files. Files deleted since they were listed get a report instead.
-fn open_members(cx: &JobContext, job: &Job, planned: &[Planned]) -> Result<(Vec<Member>, Reports)> {
+fn open_members(cx: &JobContext, job: &Job) -> Result<(Vec<Member>, Reports)> {
+    let planned = cx.run.planned;
     let align = u64::from(cx.g.device.dio_offset_align);
     let (mut members, mut gone) = (Vec::new(), Vec::new());
     for &fi in &job.files {
@@ -649,33 +674,27 @@ fn job_journal(cx: &JobContext, job: &Job, members: &[Member], end: u64, deferre
     if !job.batch {
         let md = members[0].file_metadata()?;
         let id = file_identity(&members[0].path, &md);
-        let path = file_journal_path(cx.state_dir, &id);
-        return open_journal(&path, &id, cx.g, cx.chunk_size, end, deferred, cx.args.restart);
+        let path = file_journal_path(cx.run.state_dir, &id);
+        return open_journal(&path, &id, cx.g, cx.chunk_size(), end, deferred, cx.run.o.restart);
     }
     let run = RunRecord {
         version: journal::JOURNAL_VERSION,
         identity: cx.g.device.identity.clone(),
-        chunk_size_bytes: cx.chunk_size,
+        chunk_size_bytes: cx.chunk_size(),
         range_start_bytes: 0,
         range_end_bytes: end,
-        chunks_total: end.div_ceil(cx.chunk_size),
+        chunks_total: end.div_ceil(cx.chunk_size()),
         started_at: now_rfc3339(),
         file: None,
         options: None,
     };
-    let path = cx.state_dir.join(format!("file-batch-{}.journal", cx.g.device.identity.name));
+    let path = cx.run.state_dir.join(format!("file-batch-{}.journal", cx.g.device.identity.name));
     if deferred { Ok((0, Journal::create_deferred(&path, run))) } else { Ok((0, Journal::create(&path, run)?)) }
 }
 
-fn run_job(
-    cx: &JobContext,
-    guard: &mut Batched<WritersChecked<GuardedFreeze>>,
-    job: &Job,
-    planned: &[Planned],
-    pending: &Rc<RefCell<Pending>>,
-) -> JobOutcome {
+fn run_job(cx: &JobContext, guard: &mut Batched<WritersChecked<GuardedFreeze>>, job: &Job) -> JobOutcome {
     let fail = |reports, e: Error| (reports, EngineStats::default(), Err(e));
-    let (members, mut reports) = match open_members(cx, job, planned) {
+    let (members, mut reports) = match open_members(cx, job) {
         Ok(x) => x,
         Err(e) => return fail(Vec::new(), e),
     };
@@ -683,7 +702,7 @@ fn run_job(
         return (reports, EngineStats::default(), Ok(()));
     }
     let map: Map = Arc::default();
-    let mut planner = FilesPlanner::new(members, Arc::clone(&map), Arc::clone(cx.shared));
+    let mut planner = FilesPlanner::new(members, Arc::clone(&map), Arc::clone(&cx.run.shared));
     let range_end = planner.end();
     let (start, mut journal) = match job_journal(cx, job, &planner.members, range_end, guard.frozen_now()) {
         Ok(x) => x,
@@ -695,49 +714,22 @@ fn run_job(
         [] => unreachable!("members is not empty"),
     };
     let target = FileTarget { dev: Arc::clone(cx.dev), map, len: range_end, name: name.clone() };
-    let cfg = EngineConfig {
-        chunk_size: cx.chunk_size,
-        range_start: 0,
-        range_end,
-        start_offset: start,
-        verify: !cx.args.no_verify,
-        read_ahead: cx.args.read_ahead,
-        pause: cx.pause,
-        journal_on_frozen_fs: cx.state_on_fs,
-        max_overruns: cx.args.max_overruns,
-        rate_bytes_per_second: cx.rate,
-        rescue: Some(crate::engine::rescue::RescueTo {
-            dir: cx.state_dir.to_path_buf(),
-            device_path: cx.g.device.path.clone(),
-            identity: cx.g.device.identity.clone(),
-            files: planner.members.iter().map(|m| (m.base, m.span, m.path.display().to_string())).collect(),
-        }),
-    };
-    if !cx.quiet {
+    let cfg = job_config(cx, &planner.members, start, range_end);
+    if !cx.run.quiet {
         log::info!("{name}: {} from offset {start}", human_bytes(range_end));
     }
     if let Err(e) = guard.inner.inner.set_journal(journal.path()) {
         return fail(reports, e);
     }
-    let mut progress = Progress::new(range_end, start, cx.quiet);
-    let (stats, result) = engine::run(&target, &cfg, &mut planner, guard, &mut journal, &mut progress, cx.stop);
+    let mut progress = Progress::new(range_end, start, cx.run.quiet);
+    let (stats, result) = engine::run(&target, &cfg, &mut planner, guard, &mut journal, &mut progress, cx.run.stop);
     progress.finish();
     planner.credit(stats.next_offset_bytes);
     let done = result.is_ok();
     for m in &planner.members {
         reports.push((m.index, member_report(m, start, &stats, done, cfg.verify)));
-        // Done when its run finished, or its cursor went past the whole file; a skipped
-        // file is not done (a resume looks at it again, and says why it skips it).
-        if m.skipped.is_none()
-            && (done || m.base + m.span <= stats.next_offset_bytes)
-            && let Ok(md) = m.file_metadata()
-        {
-            pending.borrow_mut().record.done(file_identity(&m.path, &md));
-        }
-        if let Some(why) = &m.skipped {
-            log::warn!("{}: skipped: {why}", m.path.display());
-        }
     }
+    settle_members(cx, &planner.members, &stats, done);
     // Refused before writing anything (another freezer, another writer): a new journal
     // would only make the next run think something is unfinished.
     let refused_untouched = matches!(result, Err(Error::Refused { .. })) && stats.bytes_written == 0 && start == 0;
@@ -746,9 +738,49 @@ fn run_job(
         // thousands of journals behind.
         journal.discard();
     } else if journal.is_held() {
-        pending.borrow_mut().journals.push(journal);
+        cx.run.pending.borrow_mut().journals.push(journal);
     }
     (reports, stats, result)
+}
+
+/// The engine's configuration for one job over `[0, range_end)` of its files.
+fn job_config(cx: &JobContext, members: &[Member], start: u64, range_end: u64) -> EngineConfig {
+    let o = cx.run.o;
+    EngineConfig {
+        chunk_size: cx.chunk_size(),
+        range_start: 0,
+        range_end,
+        start_offset: start,
+        verify: !o.no_verify,
+        read_ahead: o.read_ahead,
+        pause: o.pause,
+        journal_on_frozen_fs: cx.state_on_fs,
+        max_overruns: o.max_overruns,
+        rate_bytes_per_second: o.rate.map(|r| r.bytes_per_second()),
+        rescue: Some(crate::engine::rescue::RescueTo {
+            dir: cx.run.state_dir.to_path_buf(),
+            device_path: cx.g.device.path.clone(),
+            identity: cx.g.device.identity.clone(),
+            files: members.iter().map(|m| (m.base, m.span, m.path.display().to_string())).collect(),
+        }),
+    }
+}
+
+/// Files done go into the run's record (after the window closes); skipped ones are said.
+fn settle_members(cx: &JobContext, members: &[Member], stats: &EngineStats, done: bool) {
+    for m in members {
+        // Done when its run finished, or its cursor went past the whole file; a skipped
+        // file is not done (a resume looks at it again, and says why it skips it).
+        if m.skipped.is_none()
+            && (done || m.base + m.span <= stats.next_offset_bytes)
+            && let Ok(md) = m.file_metadata()
+        {
+            cx.run.pending.borrow_mut().record.done(file_identity(&m.path, &md));
+        }
+        if let Some(why) = &m.skipped {
+            log::warn!("{}: skipped: {why}", m.path.display());
+        }
+    }
 }
 
 /// What the run did to one file. `start` is where a file alone resumed from.
@@ -783,7 +815,7 @@ fn member_report(m: &Member, start: u64, stats: &EngineStats, done: bool, verify
 /// For `--only-slow`: each file's sequential read (O_DIRECT, 1 MiB, QD1, one pass); the
 /// files below `--slow-threshold` x the median of the fastest quarter are rewritten, the
 /// others returned here with the reason they are left alone.
-fn slow_files(args: &RewriteArgs, planned: &[Planned]) -> Result<HashMap<usize, String>> {
+fn slow_files(o: &RewriteOptions, planned: &[Planned]) -> Result<HashMap<usize, String>> {
     let mut rates = Vec::new();
     for p in planned {
         let src = crate::measure::readbench::Source::open(&p.path)?;
@@ -796,7 +828,7 @@ fn slow_files(args: &RewriteArgs, planned: &[Planned]) -> Result<HashMap<usize, 
     sorted.sort_by(|a, b| b.total_cmp(a));
     let top = sorted.len().div_ceil(4).max(1);
     let reference = crate::measure::bench::median(&sorted[..top.min(sorted.len())]);
-    let limit = args.slow_threshold * reference;
+    let limit = o.slow_threshold * reference;
     log::info!(
         "--only-slow: reference {}/s (fastest quarter of {} files), slow below {}/s",
         human_bytes(reference as u64),
@@ -894,30 +926,30 @@ fn release(dev: &DirectDevice, pending: &RefCell<Pending>) -> Result<()> {
 /// An unfinished run over the same targets: continued with `--resume`, discarded with
 /// `--restart`, and refused otherwise, as device mode does (the refusal is returned, to
 /// be raised after the checks for rescue copies, which say more).
-fn earlier_run(args: &RewriteArgs, path: &Path) -> Result<(Option<record::Earlier>, Option<Error>)> {
+fn earlier_run(o: &RewriteOptions, path: &Path) -> Result<(Option<record::Earlier>, Option<Error>)> {
     let earlier = match record::read(path) {
-        Err(e) if args.restart => {
+        Err(e) if o.restart => {
             log::warn!("discarding a damaged run record: {e}");
             None
         }
         r => r?,
     };
     let Some(e) = earlier else {
-        if args.resume {
+        if o.resume {
             log::info!("no unfinished run over these files: starting a new run");
         }
         return Ok((None, None));
     };
     let what = format!("the run over these files started {} ({} file(s) done)", e.header.started_at, e.done.len());
-    if args.restart {
+    if o.restart {
         log::warn!("discarding {what}");
         return Ok((None, None));
     }
-    if args.resume {
+    if o.resume {
         log::info!("resuming {what}, with its options: {}", e.header.options.describe());
         return Ok((Some(e), None));
     }
-    if args.dry_run {
+    if o.dry_run {
         log::info!("{what} is unfinished: the real run needs --resume or --restart");
         return Ok((None, None));
     }

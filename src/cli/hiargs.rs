@@ -1,0 +1,104 @@
+//! From the command line's values to the options of a run, in one place (as ripgrep's
+//! `HiArgs::from_low_args`): the mode the targets call for and the rules across flags
+//! that no single value parser can check. The bounds of single values (sizes, durations,
+//! counts) are the value parsers' in `cli/mod.rs`.
+
+use crate::cli::RewriteArgs;
+use crate::options::rewrite::{Mode, RewriteOptions};
+use crate::support::error::{Error, Result};
+
+/// The mode the targets call for: `sim:STATE`, one block device, or files. A path that
+/// does not exist goes to device mode, which says so.
+pub fn mode_of(args: &RewriteArgs) -> Mode {
+    let first = &args.targets[0];
+    if crate::options::sim::sim_state(first).is_some() {
+        Mode::Sim
+    } else if args.targets.len() > 1 || !crate::rewrite::is_block_device(first) {
+        Mode::Files
+    } else {
+        Mode::Device
+    }
+}
+
+/// `reseq rewrite`'s arguments as options, with the flags the mode does not take refused.
+pub fn rewrite_options(args: &RewriteArgs) -> Result<RewriteOptions> {
+    let o = lower(args, mode_of(args))?;
+    refuse_for_mode(&o)?;
+    Ok(o)
+}
+
+/// The values as they are, typed already.
+fn lower(a: &RewriteArgs, mode: Mode) -> Result<RewriteOptions> {
+    Ok(RewriteOptions {
+        mode,
+        targets: a.targets.clone(),
+        exclude: a.exclude.clone(),
+        chunk_size: a.chunk_size,
+        max_freeze: a.max_freeze,
+        rate: a.rate,
+        pause: a.pause,
+        max_overruns: a.max_overruns,
+        read_ahead: a.read_ahead,
+        no_verify: a.no_verify,
+        force: a.force,
+        dry_run: a.dry_run,
+        resume: a.resume,
+        restart: a.restart,
+        state_dir: a.state_dir.clone(),
+        include_free: a.include_free,
+        no_trim: a.no_trim,
+        trim_rate: a.trim_rate,
+        only_slow: a.only_slow,
+        from_scan: a.from_scan.clone(),
+        scan_regions: a.scan_regions,
+        slow_threshold: a.slow_threshold,
+        bench: a.bench,
+        bench_opts: crate::cli::lower::bench_options(&a.bench_opts)?,
+    })
+}
+
+/// Which mode refuses which flags: file mode has no device regions and no FITRIM of its
+/// own. (A simulated SSD's refusals are `cli::lower::sim_rewrite`'s, which builds its
+/// options.)
+fn refuse_for_mode(o: &RewriteOptions) -> Result<()> {
+    match o.mode {
+        Mode::Files if o.from_scan.is_some() || o.include_free || o.trim_rate.is_some() => Err(Error::Usage(
+            "file mode does not take --from-scan, --include-free or --trim-rate (they are about a device's regions and the FITRIM after a device run)".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(argv: &[&str]) -> RewriteArgs {
+        match crate::cli::Cli::try_parse_from(["reseq", "rewrite"].iter().chain(argv)).unwrap().command {
+            crate::cli::Command::Rewrite(a) => a,
+            _ => unreachable!(),
+        }
+    }
+
+    /// The clap defaults and `RewriteOptions::default()` are the same values.
+    #[test]
+    fn clap_defaults_are_the_typed_defaults() {
+        let o = rewrite_options(&args(&["/dev/null"])).unwrap();
+        let d = RewriteOptions::default();
+        assert_eq!((o.chunk_size, o.max_freeze, o.pause, o.rate), (d.chunk_size, d.max_freeze, d.pause, d.rate));
+        assert_eq!((o.max_overruns, o.read_ahead, o.scan_regions), (d.max_overruns, d.read_ahead, d.scan_regions));
+        assert_eq!((o.slow_threshold, &o.state_dir), (d.slow_threshold, &d.state_dir));
+        assert_eq!(o.bench_opts, d.bench_opts, "the --bench-* defaults");
+        assert_eq!(o.mode, Mode::Device, "a character device goes to device mode, which says it is none");
+    }
+
+    #[test]
+    fn modes_refuse_the_flags_they_do_not_take() {
+        let e = rewrite_options(&args(&["--include-free", "/etc/hostname"])).unwrap_err().to_string();
+        assert!(e.contains("file mode does not take"), "{e}");
+        assert_eq!(rewrite_options(&args(&["sim:x"])).unwrap().mode, Mode::Sim);
+        let e = crate::cli::Cli::try_parse_from(["reseq", "rewrite", "--chunk-size", "2G", "x"]).unwrap_err();
+        assert!(e.to_string().contains("between 1 sector and 1 GiB"), "{e}");
+    }
+}

@@ -1,0 +1,96 @@
+//! Where a block device's data lies: the mounted ext4/xfs filesystems on it, placed on
+//! the device, and the ranges they use (everything GETFSMAP does not report free). The
+//! rewrite leaves free space out with these; benchmarks read only these ranges (free
+//! space, trimmed or not, says nothing about the data).
+
+use std::path::Path;
+
+use crate::host::device::{self, BlockDeviceInfo, Sysfs};
+use crate::host::mounts::{self, MountedFs};
+use crate::support::error::{Error, Result};
+
+/// Everything a plan needs from the outside world, so tests can supply their own.
+pub struct Environment {
+    pub sysfs: Sysfs,
+    pub mounts: Vec<mounts::MountEntry>,
+}
+
+impl Environment {
+    pub fn live() -> Result<Environment> {
+        Ok(Environment {
+            sysfs: Sysfs::default(),
+            mounts: mounts::read_mounts().map_err(|e| Error::io("reading /proc/self/mountinfo", e))?,
+        })
+    }
+}
+
+/// The end of what direct I/O can address: a device whose size is not a whole number of
+/// its sectors (a loop device with 4096-byte sectors over an odd-sized file) has a tail
+/// that no aligned read or write reaches.
+pub fn addressable_end(dev: &BlockDeviceInfo) -> u64 {
+    let align = u64::from(dev.dio_offset_align).max(1);
+    dev.identity.size_bytes / align * align
+}
+
+/// Where each mounted ext4/xfs filesystem lies on the target, for used-space mode.
+pub fn used_space_spans(
+    sysfs: &Sysfs,
+    dev: &BlockDeviceInfo,
+    filesystems: &[MountedFs],
+    warnings: &mut Vec<String>,
+) -> Vec<(MountedFs, u64, u64)> {
+    let mut spans = Vec::new();
+    for fs in filesystems {
+        if !crate::host::usedspace::SUPPORTED.contains(&fs.fs_type.as_str()) {
+            warnings.push(format!(
+                "{} is {}, whose free space reseq cannot read (GETFSMAP): all of it is rewritten",
+                fs.mount_point.display(),
+                fs.fs_type
+            ));
+            continue;
+        }
+        if fs.dev_num == dev.dev_num {
+            spans.push((fs.clone(), 0, dev.identity.size_bytes));
+            continue;
+        }
+        match partition_span(sysfs, fs) {
+            Some((start, len)) => spans.push((fs.clone(), start, len)),
+            None => {
+                warnings.push(format!("cannot place {} on the disk: all of it is rewritten", fs.mount_point.display()))
+            }
+        }
+    }
+    spans
+}
+
+/// A partition of the target disk: its start and size in bytes, from sysfs (in sectors).
+fn partition_span(sysfs: &Sysfs, fs: &MountedFs) -> Option<(u64, u64)> {
+    let part = sysfs.name_of(fs.dev_num).map(|(n, _)| n).unwrap_or_default();
+    let read = |attr: &str| {
+        std::fs::read_to_string(sysfs.root.join("class/block").join(&part).join(attr))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    };
+    Some((read("start")? * 512, read("size")? * 512))
+}
+
+/// The ranges of `path` (a block device) that its mounted ext4/xfs filesystems use:
+/// everything but what GETFSMAP reports free, as a used-space rewrite sees it. None when
+/// no such filesystem is mounted on it (then all of it counts).
+pub fn in_use_ranges(path: &Path) -> Result<Option<Vec<(u64, u64)>>> {
+    let env = Environment::live()?;
+    let dev = device::inspect(path, &env.sysfs)?;
+    let filesystems = mounts::filesystems_on(&env.mounts, &dev.devices_to_freeze());
+    let spans = used_space_spans(&env.sysfs, &dev, &filesystems, &mut Vec::new());
+    if spans.is_empty() {
+        return Ok(None);
+    }
+    let spans: Vec<crate::host::usedspace::FsSpan> = spans
+        .into_iter()
+        .map(|(fs, start, len)| crate::host::usedspace::FsSpan::open(fs, start, len))
+        .collect::<Result<_>>()?;
+    let align = u64::from(dev.dio_offset_align).max(512);
+    let end = addressable_end(&dev);
+    let free = crate::host::usedspace::free_ranges(&spans, 0, end)?;
+    Ok(Some(crate::host::usedspace::subtract(0, end, &free, align)))
+}

@@ -1,0 +1,118 @@
+//! What `reseq rewrite` was asked to do, as typed values: built from the command line
+//! (or a job file) in one place, `cli::hiargs`, which checks every bound and cross-flag
+//! rule; built from [`Default`] by the demo. Nothing below the command line sees a flag
+//! string.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::support::units::{Rate, Size};
+
+/// Default chunk size, chosen by measurement (docs/CHUNK-SIZE.md, `bench/chunk-size.sh`):
+/// 2-4 MiB was at or near the best on both a disk-backed and a memory-backed loop device,
+/// it is well above the 1 MiB the FTL model needs to re-linearize, and it keeps memory
+/// (6 buffers) and the granularity of freeze windows small.
+pub const DEFAULT_CHUNK_SIZE: Size = Size::mib(4);
+/// Default bound of one freeze window of a device run.
+pub const DEFAULT_MAX_FREEZE: Duration = Duration::from_secs(5);
+/// Default bound of a freeze window in file mode: a live database should see stalls
+/// of about a second at most.
+pub const DEFAULT_FILE_MAX_FREEZE: Duration = Duration::from_secs(1);
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/reseq";
+pub const DEFAULT_PAUSE: Duration = Duration::ZERO;
+pub const DEFAULT_MAX_OVERRUNS: u32 = 3;
+pub const DEFAULT_READ_AHEAD: usize = 2;
+pub const DEFAULT_SCAN_REGIONS: usize = 64;
+pub const DEFAULT_SLOW_THRESHOLD: f64 = 0.7;
+/// The largest chunk: buffers are (read-ahead + 4) chunks.
+pub const MAX_CHUNK_SIZE: Size = Size(1 << 30);
+
+/// What the targets are, which decides who runs the rewrite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// One block device (or a path that does not exist: device mode says so).
+    Device,
+    /// Files and directories on mounted ext4/xfs.
+    Files,
+    /// `sim:STATE`, a simulated SSD.
+    Sim,
+}
+
+/// The options of one rewrite. Field names are the flags'.
+#[derive(Clone, Debug)]
+pub struct RewriteOptions {
+    pub mode: Mode,
+    pub targets: Vec<PathBuf>,
+    pub exclude: Vec<String>,
+    pub chunk_size: Size,
+    /// As given; None: the mode's default (see [`RewriteOptions::max_freeze`]).
+    pub max_freeze: Option<Duration>,
+    pub rate: Option<Rate>,
+    pub pause: Duration,
+    pub max_overruns: u32,
+    pub read_ahead: usize,
+    pub no_verify: bool,
+    pub force: bool,
+    pub dry_run: bool,
+    pub resume: bool,
+    pub restart: bool,
+    pub state_dir: PathBuf,
+    pub include_free: bool,
+    pub no_trim: bool,
+    pub trim_rate: Option<Rate>,
+    pub only_slow: bool,
+    pub from_scan: Option<PathBuf>,
+    pub scan_regions: usize,
+    pub slow_threshold: f64,
+    pub bench: bool,
+    /// The `--bench-*` options.
+    pub bench_opts: crate::options::bench::BenchOptions,
+}
+
+impl Default for RewriteOptions {
+    fn default() -> RewriteOptions {
+        RewriteOptions {
+            mode: Mode::Device,
+            targets: Vec::new(),
+            exclude: Vec::new(),
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            max_freeze: None,
+            rate: None,
+            pause: DEFAULT_PAUSE,
+            max_overruns: DEFAULT_MAX_OVERRUNS,
+            read_ahead: DEFAULT_READ_AHEAD,
+            no_verify: false,
+            force: false,
+            dry_run: false,
+            resume: false,
+            restart: false,
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            include_free: false,
+            no_trim: false,
+            trim_rate: None,
+            only_slow: false,
+            from_scan: None,
+            scan_regions: DEFAULT_SCAN_REGIONS,
+            slow_threshold: DEFAULT_SLOW_THRESHOLD,
+            bench: false,
+            bench_opts: crate::options::bench::BenchOptions::default(),
+        }
+    }
+}
+
+impl RewriteOptions {
+    /// The device of device mode (the first target).
+    pub fn device(&self) -> &Path {
+        &self.targets[0]
+    }
+
+    /// The mode's default bound of a freeze window.
+    pub fn default_max_freeze(&self) -> Duration {
+        if self.mode == Mode::Files { DEFAULT_FILE_MAX_FREEZE } else { DEFAULT_MAX_FREEZE }
+    }
+
+    /// `--max-freeze`, or the mode's default.
+    pub fn max_freeze(&self) -> Duration {
+        self.max_freeze.unwrap_or(self.default_max_freeze())
+    }
+}

@@ -1,0 +1,210 @@
+//! The checks made before anything is frozen or written, each named, with its refusal
+//! text beside it. Device mode ([`super::plan`]) and file mode ([`super::files`]) run
+//! the ones they share from here: privileges, the freeze length against the hung-task
+//! watchdog, the chunk size against the device's alignment, a writable device, nobody
+//! else writing it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::host::device::{BlockDeviceInfo, Medium, Sysfs};
+use crate::host::mounts::MountedFs;
+use crate::support::error::{Error, Result};
+use crate::support::hooks;
+use crate::support::units::{Size, human_bytes};
+
+fn read_proc_u64(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Root, with CAP_SYS_ADMIN: FIFREEZE needs the capability, raw device writes root's access.
+pub use crate::host::privileges::check as privileges;
+
+/// `kernel.hung_task_timeout_secs` (None: disabled) and whether a hung task panics.
+pub fn hung_task() -> (Option<Duration>, bool) {
+    let timeout = read_proc_u64("/proc/sys/kernel/hung_task_timeout_secs").filter(|&s| s > 0).map(Duration::from_secs);
+    (timeout, read_proc_u64("/proc/sys/kernel/hung_task_panic").is_some_and(|v| v != 0))
+}
+
+/// Refuses (or, with --force, warns about) a window whose hard bound (`--max-freeze`
+/// plus the guardian's grace) is longer than half the hung-task timeout: writers blocked
+/// by the freeze can trip the watchdog.
+pub fn freeze_length(max_freeze: Duration, force: bool) -> Result<Vec<String>> {
+    let (timeout, panic) = hung_task();
+    let bound = crate::host::freeze::freeze_bound(max_freeze);
+    let Some(t) = timeout.filter(|t| bound > *t / 2) else { return Ok(Vec::new()) };
+    let msg = format!(
+        "--max-freeze {:.3} s plus the guardian's grace of {:.3} s is longer than half of kernel.hung_task_timeout_secs ({} s): writers blocked by the freeze can trip the hung-task watchdog{}",
+        max_freeze.as_secs_f64(),
+        crate::host::freeze::freeze_grace(max_freeze).as_secs_f64(),
+        t.as_secs(),
+        if panic { ", and kernel.hung_task_panic=1 turns that into a kernel panic" } else { "" }
+    );
+    if !force {
+        let limit = (t / 2).saturating_sub(Duration::from_secs(1));
+        return Err(Error::refused(msg, format!("use --max-freeze {}ms or less, or --force", limit.as_millis())));
+    }
+    Ok(vec![msg])
+}
+
+/// The chunk size must be a multiple of the device's direct-I/O alignment.
+pub fn aligned(chunk_size: Size, dev: &BlockDeviceInfo) -> Result<()> {
+    let (bytes, align) = (chunk_size.bytes(), u64::from(dev.dio_offset_align));
+    if bytes % align == 0 {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "--chunk-size {chunk_size} ({bytes} bytes) is not a multiple of the device's direct-I/O alignment of {align} bytes ({}) on {}; try {}",
+        dev.dio_align_source,
+        dev.path.display(),
+        human_bytes(bytes.div_ceil(align) * align),
+    )))
+}
+
+/// The device takes writes (BLKROGET).
+pub fn writable(dev: &BlockDeviceInfo) -> Result<()> {
+    if !dev.read_only {
+        return Ok(());
+    }
+    Err(Error::refused(
+        format!("{} is read-only (BLKROGET)", dev.path.display()),
+        "make it writable (blockdev --setrw) if that is really intended, or choose another device",
+    ))
+}
+
+/// Nothing is stacked on the device (device-mapper, md, LVM): writing below them
+/// bypasses their view of the data.
+pub fn nothing_stacked(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<()> {
+    if dev.holders.is_empty() {
+        return Ok(());
+    }
+    let tops = top_holders(sysfs, &dev.holders);
+    Err(Error::refused(
+        format!(
+            "{} is used by {} stacked on top of it (device-mapper, md or LVM): writing below them bypasses their view of the data",
+            dev.path.display(),
+            dev.holders.join(", ")
+        ),
+        format!("target the top device instead: {}", tops.join(", ")),
+    ))
+}
+
+/// Names the top of a stack of holders (dm on dm on a partition...), as the device to
+/// target instead.
+pub(crate) fn top_holders(sysfs: &Sysfs, holders: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for h in holders {
+        let name = h.split(' ').next().unwrap_or(h).to_string();
+        let mut cur = name.clone();
+        for _ in 0..8 {
+            match sysfs.holders_of(&cur).first() {
+                Some(up) => cur = up.clone(),
+                None => break,
+            }
+        }
+        let dm_name = std::fs::read_to_string(sysfs.root.join("class/block").join(&cur).join("dm/name"))
+            .map(|n| format!(" (/dev/mapper/{})", n.trim()))
+            .unwrap_or_default();
+        out.push(format!("/dev/{cur}{dm_name}"));
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// No active swap on the device: the kernel writes swap whatever the freeze.
+pub fn no_swap(dev: &BlockDeviceInfo) -> Result<()> {
+    if dev.active_swap.is_empty() {
+        return Ok(());
+    }
+    Err(Error::refused(
+        format!(
+            "swap is active on {} ({}): the kernel writes swap whatever the freeze",
+            dev.path.display(),
+            dev.active_swap.join(", ")
+        ),
+        "swapoff it first, or run reseq in a window without swap there",
+    ))
+}
+
+/// Nobody else writes the device: a raw writer bypasses freezes and O_EXCL alike.
+/// Returns the devices through which its bytes can be written, checked again later.
+pub fn no_other_writers(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<Vec<(u32, u32)>> {
+    let writer_devices = dev.devices_sharing_bytes(sysfs);
+    crate::host::writers::refuse_other_writers(&dev.path, &writer_devices)?;
+    Ok(writer_devices)
+}
+
+/// An unmounted device must be ours alone: O_EXCL fails with EBUSY if anything holds it,
+/// in particular a lazily unmounted filesystem (no mountinfo line, nothing to freeze,
+/// still writing).
+pub fn exclusive_if_unmounted(dev: &BlockDeviceInfo, filesystems: &[MountedFs]) -> Result<()> {
+    if !filesystems.is_empty() {
+        return Ok(());
+    }
+    match crate::sys::open_exclusive(&dev.path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => Err(busy_unmounted(dev)),
+        Err(e) => Err(Error::io(format!("opening {} exclusively", dev.path.display()), e)),
+    }
+}
+
+pub fn busy_unmounted(dev: &BlockDeviceInfo) -> Error {
+    Error::refused(
+        format!(
+            "{} is busy (exclusive open gave EBUSY) but no mounted filesystem was found on it: most likely a lazily unmounted filesystem (umount -l) still in use, which cannot be frozen, or another program holding it exclusively",
+            dev.path.display()
+        ),
+        "find the holder (lsof, fuser -vm), let it finish or close, then run reseq again",
+    )
+}
+
+/// A spinning disk has no FTL to re-sequence: refused, or with --force a warning.
+pub fn not_rotational(dev: &BlockDeviceInfo, force: bool) -> Result<Option<String>> {
+    let medium = if hooks::pretend_rotational() { Medium::Rotational("test hook".into()) } else { dev.medium.clone() };
+    let Medium::Rotational(why) = &medium else { return Ok(None) };
+    let msg = format!(
+        "{} is a rotational disk ({why}): a spinning disk has no FTL to re-sequence, so this only costs time",
+        dev.path.display()
+    );
+    if !force {
+        return Err(Error::refused(msg, "pass --force if you really mean it"));
+    }
+    Ok(Some(msg))
+}
+
+/// The state directory takes a journal and a rescue copy of a chunk, before any freeze.
+pub fn state_dir(
+    dir: &Path,
+    frozen: &[MountedFs],
+    chunk_size: Size,
+    dry_run: bool,
+) -> Result<crate::host::state_dir::StateDir> {
+    crate::host::state_dir::prepare_as(dir, frozen, chunk_size.bytes() * 2 + (1 << 20), dry_run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The holders refusal names the top of the stack. This kernel has no device-mapper
+    /// or md, so the stack is a fake sysfs tree: sdz1 <- dm-7 <- dm-9 ("vg-data").
+    #[test]
+    fn names_the_top_of_a_holder_stack() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        for (dev, holder) in [("sdz1", Some("dm-7")), ("dm-7", Some("dm-9")), ("dm-9", None)] {
+            let d = r.join("class/block").join(dev);
+            std::fs::create_dir_all(d.join("holders")).unwrap();
+            if let Some(h) = holder {
+                std::fs::create_dir_all(d.join("holders").join(h)).unwrap();
+            }
+        }
+        std::fs::create_dir_all(r.join("class/block/dm-9/dm")).unwrap();
+        std::fs::write(r.join("class/block/dm-9/dm/name"), "vg-data\n").unwrap();
+        let sysfs = Sysfs { root: r.to_path_buf() };
+        let holders = sysfs.holders_of("sdz1");
+        assert_eq!(holders, vec!["dm-7".to_string()]);
+        assert_eq!(top_holders(&sysfs, &holders), vec!["/dev/dm-9 (/dev/mapper/vg-data)".to_string()]);
+    }
+}
