@@ -7,22 +7,9 @@ use crate::cli::RewriteArgs;
 use crate::options::rewrite::{Mode, RewriteOptions};
 use crate::support::error::{Error, Result};
 
-/// The mode the targets call for: `sim:STATE`, one block device, or files. A path that
-/// does not exist goes to device mode, which says so.
-pub fn mode_of(args: &RewriteArgs) -> Mode {
-    let first = &args.targets[0];
-    if crate::options::sim::sim_state(first).is_some() {
-        Mode::Sim
-    } else if args.targets.len() > 1 || !crate::rewrite::is_block_device(first) {
-        Mode::Files
-    } else {
-        Mode::Device
-    }
-}
-
 /// `reseq rewrite`'s arguments as options, with the flags the mode does not take refused.
 pub fn rewrite_options(args: &RewriteArgs) -> Result<RewriteOptions> {
-    let o = lower(args, mode_of(args))?;
+    let o = lower(args, Mode::of(&args.targets))?;
     refuse_for_mode(&o)?;
     Ok(o)
 }

@@ -38,6 +38,29 @@ pub enum Mode {
     Sim,
 }
 
+impl Mode {
+    /// The mode the targets call for: `sim:STATE`, one block device, or files. A path that
+    /// does not exist goes to device mode, which says so. A new kind of target is
+    /// recognised here (and run in `rewrite::run`): see docs/ARCHITECTURE.md, "Extending".
+    pub fn of(targets: &[PathBuf]) -> Mode {
+        let first = &targets[0];
+        if crate::options::sim::sim_state(first).is_some() {
+            Mode::Sim
+        } else if targets.len() > 1 || !is_block_device(first) {
+            Mode::Files
+        } else {
+            Mode::Device
+        }
+    }
+}
+
+/// A block device, or anything that is neither a regular file nor a directory (a path
+/// that does not exist goes to device mode, which says so).
+fn is_block_device(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).map(|m| m.file_type().is_block_device() || !(m.is_file() || m.is_dir())).unwrap_or(true)
+}
+
 /// The options of one rewrite. Field names are the flags'.
 #[derive(Clone, Debug)]
 pub struct RewriteOptions {

@@ -31,13 +31,6 @@ use crate::support::signals::StopFlag;
 use crate::support::units::human_bytes;
 use crate::sys::AlignedBuf;
 
-/// Whether `path` is a block device (device mode) rather than files (file mode). A path
-/// that does not exist goes to device mode, which says so.
-pub fn is_block_device(path: &std::path::Path) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    std::fs::metadata(path).map(|m| m.file_type().is_block_device() || !(m.is_file() || m.is_dir())).unwrap_or(true)
-}
-
 /// Runs `reseq rewrite` on a device, or on files (file mode). Always returns a report,
 /// also when the run failed. (A simulated SSD is the `sim` command's.)
 pub fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
