@@ -181,7 +181,10 @@ impl Target {
         let md = std::fs::metadata(spec).map_err(|e| Error::Usage(format!("cannot use {}: {e}", spec.display())))?;
         if md.is_dir() {
             let mut files = Vec::new();
-            collect_files(spec, std::os::unix::fs::MetadataExt::dev(&md), &mut files)?;
+            let dev = std::os::unix::fs::MetadataExt::dev(&md);
+            crate::support::walk::regular_files(spec, dev, &|_| false, &mut files)?;
+            // Empty files have nothing to read.
+            files.retain(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0));
             files.sort();
             if files.is_empty() {
                 return Err(Error::Usage(format!("{} holds no regular files", spec.display())));
@@ -253,23 +256,6 @@ impl Target {
             Target::Sim { .. } => SLOT,
         }
     }
-}
-
-fn collect_files(dir: &Path, dev: u64, out: &mut Vec<PathBuf>) -> Result<()> {
-    let rd = std::fs::read_dir(dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-    for entry in rd {
-        let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-        let md = entry.metadata().map_err(|e| Error::io(format!("stat {}", entry.path().display()), e))?;
-        if std::os::unix::fs::MetadataExt::dev(&md) != dev {
-            continue; // stay on one filesystem
-        }
-        if md.is_dir() {
-            collect_files(&entry.path(), dev, out)?;
-        } else if md.is_file() && md.len() > 0 {
-            out.push(entry.path());
-        }
-    }
-    Ok(())
 }
 
 /// How to read.

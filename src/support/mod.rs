@@ -8,3 +8,4 @@ pub mod output;
 pub mod scratch;
 pub mod signals;
 pub mod units;
+pub mod walk;

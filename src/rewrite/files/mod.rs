@@ -81,7 +81,7 @@ fn collect(o: &RewriteOptions) -> Result<Vec<PathBuf>> {
     for t in &o.targets {
         let md = std::fs::symlink_metadata(t).map_err(|e| Error::Usage(format!("cannot use {}: {e}", t.display())))?;
         if md.is_dir() {
-            walk(t, md.dev(), &excluded, &mut out)?;
+            crate::support::walk::regular_files(t, md.dev(), &excluded, &mut out)?;
         } else if md.is_file() {
             if !excluded(t) {
                 out.push(t.clone());
@@ -99,24 +99,6 @@ fn collect(o: &RewriteOptions) -> Result<Vec<PathBuf>> {
     let mut seen = std::collections::HashSet::new();
     out.retain(|p| std::fs::metadata(p).map(|m| seen.insert((m.dev(), m.ino()))).unwrap_or(true));
     Ok(out)
-}
-
-fn walk(dir: &Path, dev: u64, excluded: &dyn Fn(&Path) -> bool, out: &mut Vec<PathBuf>) -> Result<()> {
-    let rd = std::fs::read_dir(dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-    for entry in rd {
-        let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-        let path = entry.path();
-        let md = entry.metadata().map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
-        if md.dev() != dev || excluded(&path) {
-            continue; // one filesystem; excluded paths
-        }
-        if md.is_dir() {
-            walk(&path, dev, excluded, out)?;
-        } else if md.is_file() {
-            out.push(path);
-        }
-    }
-    Ok(())
 }
 
 /// A filesystem holding some of the files, with its device.
