@@ -1,4 +1,5 @@
-//! FITRIM in paced slices, and a light read probe to see what the trim costs readers.
+//! FITRIM in paced slices, and what they cost readers as a light read probe saw it (the
+//! probe itself reads, so it is measure::probe's).
 //!
 //! One FITRIM over a whole filesystem discards all its free space in one go: measured on
 //! real drives, reads fell from ~58k/s to ~5k/s for the 16 s such a trim took. So reseq
@@ -20,13 +21,7 @@
 //! [`crate::host::freeze::Thawed`], which only ending the windows makes. A stop signal ends the
 //! trim between slices; the report says what was trimmed until then.
 
-use std::fs::File;
 use std::os::fd::BorrowedFd;
-use std::os::unix::fs::FileExt;
-use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -34,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::host::freeze::Thawed;
 use crate::support::signals::StopFlag;
 use crate::support::units::{human_bytes, human_rate};
-use crate::sys::{self, AlignedBuf};
+use crate::sys;
 
 const MIB: u64 = 1 << 20;
 /// Slice boundaries are multiples of this (whole blocks on any block size up to 64 KiB).
@@ -213,8 +208,8 @@ impl LatencySample {
     pub fn of(lat: &[f64]) -> LatencySample {
         LatencySample {
             reads: lat.len() as u64,
-            p50_seconds: crate::measure::bench::percentile(lat, 0.50),
-            p99_seconds: crate::measure::bench::percentile(lat, 0.99),
+            p50_seconds: crate::support::units::percentile(lat, 0.50),
+            p99_seconds: crate::support::units::percentile(lat, 0.99),
             max_seconds: lat.iter().copied().reduce(f64::max),
         }
     }
@@ -236,13 +231,14 @@ pub struct ProbeComparison {
 }
 
 impl ProbeComparison {
-    pub fn new(probe: &Probe, before: &[f64], during: &[f64]) -> ProbeComparison {
+    /// Latencies (seconds) of a probe of `target` reading `block` bytes every `interval`.
+    pub fn new(target: String, block: u64, interval: Duration, before: &[f64], during: &[f64]) -> ProbeComparison {
         let (b, d) = (LatencySample::of(before), LatencySample::of(during));
         let ratio = |x: Option<f64>, y: Option<f64>| Some(y? / x.filter(|&v| v > 0.0)?);
         ProbeComparison {
-            target: probe.describe.clone(),
-            block_size_bytes: probe.block,
-            interval_seconds: PROBE_INTERVAL.as_secs_f64(),
+            target,
+            block_size_bytes: block,
+            interval_seconds: interval.as_secs_f64(),
             p50_ratio: ratio(b.p50_seconds, d.p50_seconds),
             p99_ratio: ratio(b.p99_seconds, d.p99_seconds),
             before: b,
@@ -439,145 +435,6 @@ impl Trimming {
         self.out.slowest_slice_seconds = self.out.slowest_slice_seconds.max(took.as_secs_f64());
         self.sleep = self.pacer.after_slice(took, n, self.last_end - self.started);
     }
-}
-
-/// The probe's read size and spacing: about 200 small reads a second, which a drive
-/// barely notices and which still gives a p99 within a second or two.
-pub const PROBE_BLOCK: u64 = 4096;
-pub const PROBE_INTERVAL: Duration = Duration::from_millis(5);
-/// How long the probe measures just before the trim.
-pub const PROBE_BEFORE: Duration = Duration::from_secs(2);
-
-/// Small O_DIRECT reads at spread-out places of data in use.
-pub struct Probe {
-    file: File,
-    /// (device or file offset, length), ascending; reads land inside them.
-    ranges: Vec<(u64, u64)>,
-    total: u64,
-    block: u64,
-    mem_align: usize,
-    describe: String,
-}
-
-impl Probe {
-    /// A probe of `path` (a device or a file) within `ranges` (None: all of it).
-    pub fn open(path: &Path, ranges: Option<&[(u64, u64)]>) -> crate::support::error::Result<Probe> {
-        let src = crate::measure::readbench::Source::open(path)?;
-        let block = PROBE_BLOCK.max(src.offset_align).div_ceil(src.offset_align) * src.offset_align;
-        let ranges: Vec<(u64, u64)> = match ranges {
-            Some(r) => r
-                .iter()
-                .map(|&(o, l)| {
-                    let a = o.div_ceil(src.offset_align) * src.offset_align;
-                    (a, l.saturating_sub(a - o))
-                })
-                .filter(|&(_, l)| l >= block)
-                .collect(),
-            None => vec![(0, src.len)],
-        };
-        let total = ranges.iter().map(|r| r.1 / block).sum::<u64>();
-        if total == 0 {
-            return Err(crate::support::error::Error::Usage(format!("{}: nothing in use to probe", path.display())));
-        }
-        Ok(Probe {
-            describe: path.display().to_string(),
-            mem_align: src.mem_align,
-            file: src.into_file(),
-            ranges,
-            total,
-            block,
-        })
-    }
-
-    /// The `i`th probe block's offset.
-    fn offset_of(&self, mut i: u64) -> u64 {
-        for &(o, l) in &self.ranges {
-            let n = l / self.block;
-            if i < n {
-                return o + i * self.block;
-            }
-            i -= n;
-        }
-        self.ranges[0].0
-    }
-
-    /// Reads until `done` is set (at least once), one read every [`PROBE_INTERVAL`];
-    /// returns each read's latency.
-    fn sample(&self, done: &AtomicBool, seed: u64) -> Vec<f64> {
-        let mut rng = crate::support::scratch::XorShift::new(seed);
-        let mut buf = AlignedBuf::new(self.block as usize, self.mem_align);
-        let mut lat = Vec::new();
-        loop {
-            let at = self.offset_of(rng.next_u64() % self.total);
-            let t = Instant::now();
-            if self.file.read_at(&mut buf, at).is_ok() {
-                lat.push(t.elapsed().as_secs_f64());
-            }
-            if done.load(Ordering::SeqCst) {
-                return lat;
-            }
-            std::thread::sleep(PROBE_INTERVAL);
-            if done.load(Ordering::SeqCst) {
-                return lat;
-            }
-        }
-    }
-
-    /// Probes for `d` (or until `stop`).
-    pub fn sample_for(&self, d: Duration, stop: &StopFlag) -> Vec<f64> {
-        let done = AtomicBool::new(false);
-        std::thread::scope(|s| {
-            let h = s.spawn(|| self.sample(&done, 1));
-            stop.sleep(d);
-            done.store(true, Ordering::SeqCst);
-            h.join().unwrap_or_default()
-        })
-    }
-
-    /// Probes in the background until [`Running::finish`].
-    pub fn start(self: &Arc<Self>) -> Running {
-        let done = Arc::new(AtomicBool::new(false));
-        let (p, d) = (Arc::clone(self), Arc::clone(&done));
-        Running { done, thread: Some(std::thread::spawn(move || p.sample(&d, 2))) }
-    }
-}
-
-/// A probe reading in the background.
-pub struct Running {
-    done: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Vec<f64>>>,
-}
-
-impl Running {
-    pub fn finish(mut self) -> Vec<f64> {
-        self.done.store(true, Ordering::SeqCst);
-        self.thread.take().and_then(|t| t.join().ok()).unwrap_or_default()
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.done.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Runs the trim with the probe reading before (for [`PROBE_BEFORE`]) and during it.
-pub fn run_probed(
-    targets: &[TrimTarget<'_>],
-    pace: Pace,
-    stop: &StopFlag,
-    thawed: &Thawed,
-    probe: Arc<Probe>,
-) -> TrimReport {
-    let before = probe.sample_for(PROBE_BEFORE, stop);
-    let running = probe.start();
-    let mut report = run(targets, pace, stop, thawed);
-    let during = running.finish();
-    report.probe = Some(ProbeComparison::new(&probe, &before, &during));
-    report
 }
 
 #[cfg(test)]

@@ -29,13 +29,7 @@ pub struct Pass {
     pub latency_p99_seconds: Option<f64>,
 }
 
-/// The `q` quantile (0..=1) of `v`, nearest rank.
-pub fn percentile(v: &[f64], q: f64) -> Option<f64> {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let i = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len().max(1)) - 1;
-    s.get(i).copied()
-}
+pub use crate::support::units::percentile;
 
 impl From<Timed> for Pass {
     fn from(t: Timed) -> Pass {

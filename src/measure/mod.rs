@@ -4,5 +4,6 @@
 
 pub mod bench;
 pub mod passes;
+pub mod probe;
 pub mod readbench;
 pub mod trim_impact;

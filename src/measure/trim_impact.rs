@@ -20,7 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::host::freeze::Thawed;
 use crate::host::mounts::MountEntry;
-use crate::host::trim::{self, Pace, Probe, TrimReport, TrimTarget};
+use crate::host::trim::{self, Pace, TrimReport, TrimTarget};
+use crate::measure::probe::{self, Probe};
 use crate::options::bench::TrimImpactOptions;
 use crate::support::error::{Error, Result};
 use crate::support::signals::StopFlag;
@@ -263,7 +264,7 @@ fn measure(o: &TrimImpactOptions, impact: &mut Option<TrimImpact>) -> Result<()>
     let pace =
         if o.rate.is_some() { Pace::Fixed { rate: o.rate, pause: std::time::Duration::ZERO } } else { Pace::Unpaced };
     let targets = [TrimTarget { name: fs.mount_point.display().to_string(), fd: dir_fd.as_fd(), start, end }];
-    let t = trim::run_probed(&targets, pace, &stop, &Thawed::never_froze(), probe);
+    let t = probe::run_probed(&targets, pace, &stop, &Thawed::never_froze(), probe);
     let stopped = t.stopped_by.clone();
     let failed = t.filesystems.iter().find_map(|f| f.error.clone());
     *impact = Some(TrimImpact {

@@ -16,11 +16,12 @@ use crate::engine::journal::{self, Journal, RunRecord};
 use crate::engine::target::{BlockTarget, DirectDevice, OpenMode};
 use crate::engine::{self, Everything, Planner, Selected};
 use crate::host::freeze::{GuardedFreeze, NoFreeze, Thawed, WindowGuard, WritersChecked};
-use crate::host::trim::{self, Probe, TrimReport, TrimTarget};
+use crate::host::trim::{self, TrimReport, TrimTarget};
 use crate::host::usedspace::{FsSpan, UsedSpace};
 use crate::measure::bench;
 use crate::measure::bench::Selection;
 use crate::measure::passes as measure;
+use crate::measure::probe::{self, Probe};
 use crate::measure::readbench::{Target, resolve_params};
 use crate::options::rewrite::{Mode, RewriteOptions};
 use crate::report::{Report, SpaceReport, now_rfc3339};
@@ -419,7 +420,7 @@ fn trim_free_space(plan: &RewritePlan, spans: &[FsSpan], bench: bool, stop: &Sto
         None
     };
     let t = match probe {
-        Some(p) => trim::run_probed(&targets, plan.trim_pace, stop, thawed, std::sync::Arc::new(p)),
+        Some(p) => probe::run_probed(&targets, plan.trim_pace, stop, thawed, std::sync::Arc::new(p)),
         None => trim::run(&targets, plan.trim_pace, stop, thawed),
     };
     log::info!(

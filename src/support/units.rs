@@ -196,6 +196,14 @@ pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
+/// The `q` quantile (0..=1) of `v`, nearest rank.
+pub fn percentile(v: &[f64], q: f64) -> Option<f64> {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let i = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len().max(1)) - 1;
+    s.get(i).copied()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,154 @@
+//! A light read probe: small O_DIRECT reads of data in use, spread out, to see what a
+//! trim (host::trim) costs the readers of a device or a file.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::host::freeze::Thawed;
+use crate::host::trim::{Pace, ProbeComparison, TrimReport, TrimTarget, run};
+use crate::support::signals::StopFlag;
+use crate::sys::AlignedBuf;
+
+/// The probe's read size and spacing: about 200 small reads a second, which a drive
+/// barely notices and which still gives a p99 within a second or two.
+pub const PROBE_BLOCK: u64 = 4096;
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(5);
+/// How long the probe measures just before the trim.
+pub const PROBE_BEFORE: Duration = Duration::from_secs(2);
+
+/// Small O_DIRECT reads at spread-out places of data in use.
+pub struct Probe {
+    file: File,
+    /// (device or file offset, length), ascending; reads land inside them.
+    ranges: Vec<(u64, u64)>,
+    total: u64,
+    block: u64,
+    mem_align: usize,
+    describe: String,
+}
+
+impl Probe {
+    /// A probe of `path` (a device or a file) within `ranges` (None: all of it).
+    pub fn open(path: &Path, ranges: Option<&[(u64, u64)]>) -> crate::support::error::Result<Probe> {
+        let src = crate::measure::readbench::Source::open(path)?;
+        let block = PROBE_BLOCK.max(src.offset_align).div_ceil(src.offset_align) * src.offset_align;
+        let ranges: Vec<(u64, u64)> = match ranges {
+            Some(r) => r
+                .iter()
+                .map(|&(o, l)| {
+                    let a = o.div_ceil(src.offset_align) * src.offset_align;
+                    (a, l.saturating_sub(a - o))
+                })
+                .filter(|&(_, l)| l >= block)
+                .collect(),
+            None => vec![(0, src.len)],
+        };
+        let total = ranges.iter().map(|r| r.1 / block).sum::<u64>();
+        if total == 0 {
+            return Err(crate::support::error::Error::Usage(format!("{}: nothing in use to probe", path.display())));
+        }
+        Ok(Probe {
+            describe: path.display().to_string(),
+            mem_align: src.mem_align,
+            file: src.into_file(),
+            ranges,
+            total,
+            block,
+        })
+    }
+
+    /// The `i`th probe block's offset.
+    fn offset_of(&self, mut i: u64) -> u64 {
+        for &(o, l) in &self.ranges {
+            let n = l / self.block;
+            if i < n {
+                return o + i * self.block;
+            }
+            i -= n;
+        }
+        self.ranges[0].0
+    }
+
+    /// Reads until `done` is set (at least once), one read every [`PROBE_INTERVAL`];
+    /// returns each read's latency.
+    fn sample(&self, done: &AtomicBool, seed: u64) -> Vec<f64> {
+        let mut rng = crate::support::scratch::XorShift::new(seed);
+        let mut buf = AlignedBuf::new(self.block as usize, self.mem_align);
+        let mut lat = Vec::new();
+        loop {
+            let at = self.offset_of(rng.next_u64() % self.total);
+            let t = Instant::now();
+            if self.file.read_at(&mut buf, at).is_ok() {
+                lat.push(t.elapsed().as_secs_f64());
+            }
+            if done.load(Ordering::SeqCst) {
+                return lat;
+            }
+            std::thread::sleep(PROBE_INTERVAL);
+            if done.load(Ordering::SeqCst) {
+                return lat;
+            }
+        }
+    }
+
+    /// Probes for `d` (or until `stop`).
+    pub fn sample_for(&self, d: Duration, stop: &StopFlag) -> Vec<f64> {
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let h = s.spawn(|| self.sample(&done, 1));
+            stop.sleep(d);
+            done.store(true, Ordering::SeqCst);
+            h.join().unwrap_or_default()
+        })
+    }
+
+    /// Probes in the background until [`Running::finish`].
+    pub fn start(self: &Arc<Self>) -> Running {
+        let done = Arc::new(AtomicBool::new(false));
+        let (p, d) = (Arc::clone(self), Arc::clone(&done));
+        Running { done, thread: Some(std::thread::spawn(move || p.sample(&d, 2))) }
+    }
+}
+
+/// A probe reading in the background.
+pub struct Running {
+    done: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Vec<f64>>>,
+}
+
+impl Running {
+    pub fn finish(mut self) -> Vec<f64> {
+        self.done.store(true, Ordering::SeqCst);
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or_default()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs the trim with the probe reading before (for [`PROBE_BEFORE`]) and during it.
+pub fn run_probed(
+    targets: &[TrimTarget<'_>],
+    pace: Pace,
+    stop: &StopFlag,
+    thawed: &Thawed,
+    probe: Arc<Probe>,
+) -> TrimReport {
+    let before = probe.sample_for(PROBE_BEFORE, stop);
+    let running = probe.start();
+    let mut report = run(targets, pace, stop, thawed);
+    let during = running.finish();
+    report.probe = Some(ProbeComparison::new(probe.describe.clone(), probe.block, PROBE_INTERVAL, &before, &during));
+    report
+}
