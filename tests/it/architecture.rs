@@ -181,10 +181,9 @@ fn dependencies_point_down_the_layers() {
     assert!(wrong.is_empty(), "dependencies that point up:\n{}", wrong.join("\n"));
 }
 
-#[test]
-fn no_import_cycles() {
-    let graph = dependency_graph(&sources());
-    // Tarjan's strongly connected components: any component of two or more is a cycle.
+/// The cycles of `graph`, each with its edges, as text (Tarjan's strongly connected
+/// components: any component of two or more is a cycle).
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
     struct T<'a> {
         g: &'a BTreeMap<String, BTreeSet<String>>,
         index: BTreeMap<&'a str, usize>,
@@ -218,26 +217,45 @@ fn no_import_cycles() {
             }
         }
     }
-    let mut t = T { g: &graph, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), cycles: Vec::new() };
+    let mut t = T { g: graph, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), cycles: Vec::new() };
     for v in graph.keys() {
         if !t.index.contains_key(v.as_str()) {
             visit(&mut t, v);
         }
     }
-    let text: Vec<String> = t
-        .cycles
+    t.cycles
         .iter()
         .map(|c| {
             let edges: Vec<String> = c
                 .iter()
                 .flat_map(|a| {
-                    graph[*a].iter().filter(|b| c.contains(&b.as_str())).map(move |b| format!("  {a} -> {b}"))
+                    graph
+                        .get(*a)
+                        .into_iter()
+                        .flatten()
+                        .filter(|b| c.contains(&b.as_str()))
+                        .map(move |b| format!("  {a} -> {b}"))
                 })
                 .collect();
             format!("{}:\n{}", c.join(", "), edges.join("\n"))
         })
-        .collect();
-    assert!(t.cycles.is_empty(), "import cycles:\n{}", text.join("\n"));
+        .collect()
+}
+
+#[test]
+fn no_import_cycles() {
+    let graph = dependency_graph(&sources());
+    let found = cycles(&graph);
+    assert!(found.is_empty(), "import cycles between files:\n{}", found.join("\n"));
+    // Nor between the folders (host and measure, say, each using the other).
+    let mut folders: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let top = |m: &str| m.split("::").next().unwrap_or("").to_string();
+    for (m, deps) in &graph {
+        let entry = folders.entry(top(m)).or_default();
+        entry.extend(deps.iter().map(|d| top(d)).filter(|d| *d != top(m)));
+    }
+    let found = cycles(&folders);
+    assert!(found.is_empty(), "import cycles between top-level modules:\n{}", found.join("\n"));
 }
 
 #[test]
