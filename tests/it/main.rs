@@ -22,6 +22,7 @@ mod foreign_writers;
 mod freeze_bound;
 mod generate;
 mod kill_by_name;
+mod leftovers;
 mod no_silent_loss;
 mod packaging;
 mod postgres;

@@ -12,6 +12,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
+pub mod leftovers;
+
 pub use reseq::support::scratch::{LoopDevice, Mount, XorShift, hash_path, mkfs_ext4, mkfs_xfs, run_cmd};
 
 /// The machine, shared by the tests that run side by side, or held by one alone.
@@ -129,6 +131,10 @@ impl TestEnv {
             tempfile::Builder::new().prefix("run").tempdir_in(dir.path())
         }
         .expect("run dir");
+        leftovers::sweep_once();
+        let me = std::process::id();
+        leftovers::mark(dir.path(), me);
+        leftovers::mark(run.path(), me);
         TestEnv { dir, run }
     }
 

@@ -1,0 +1,189 @@
+//! What an earlier test run left behind when it was killed before it could clean up
+//! (SIGKILL, a session or CI job ended mid-run): mounts, loop devices, swaps and
+//! processes under its `reseq-test-` directories.
+//!
+//! They are not harmless. An ext4 still mounted from a loop device over the file of a
+//! dead `reseq sim serve` makes every later `mkfs.btrfs` on the machine fail ("cannot
+//! check mount status of /dev/loopN: Transport endpoint is not connected"): it failed a
+//! CI run once. So each `TestEnv` writes its owner (pid and start time) into its
+//! directories, and the first `TestEnv` of a test process sweeps the directories whose
+//! owner is gone. A directory without an owner file may be one being made right now: it
+//! is left alone, as is everything of a live owner (another test run beside this one).
+
+use std::io::Write;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const OWNER: &str = ".reseq-test-owner";
+
+/// Marks `dir` as owned by process `pid` (the test process, or a stand-in in a test).
+pub fn mark(dir: &Path, pid: u32) {
+    let start = start_time(pid).unwrap_or(0);
+    std::fs::write(dir.join(OWNER), format!("{pid} {start}\n")).expect("writing the test dir's owner");
+}
+
+/// The process's start time in clock ticks since boot (/proc/PID/stat field 22): with
+/// the pid it names one process, even after the pid is reused.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and ')': split after its last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// True when `dir` has an owner file and that process is gone.
+fn is_stale(dir: &Path) -> bool {
+    let Ok(owner) = std::fs::read_to_string(dir.join(OWNER)) else { return false };
+    let mut f = owner.split_whitespace().map(|s| s.parse::<u64>().ok());
+    let (Some(Some(pid)), Some(Some(start))) = (f.next(), f.next()) else { return false };
+    start_time(pid as u32) != Some(start)
+}
+
+/// The test directories of processes that are gone.
+fn stale_dirs() -> Vec<PathBuf> {
+    let roots = [std::env::temp_dir(), PathBuf::from("/dev/shm")];
+    let mut out = Vec::new();
+    for root in roots {
+        let Ok(entries) = std::fs::read_dir(&root) else { continue };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if name.to_string_lossy().starts_with("reseq-test-") && is_stale(&e.path()) {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// Cleans up after every test process that is gone; returns one line per thing undone.
+/// Order matters: processes (a guardian may hold a freeze), then swaps, then mounts
+/// (latest first: the filesystem on the loop device before the FUSE mount under it), then
+/// loop devices, then the files. The loop devices are found first: once the mount their
+/// file is on is detached, sysfs names the file relative to that mount ("/disk").
+pub fn sweep() -> Vec<String> {
+    let mut done = Vec::new();
+    for dir in stale_dirs() {
+        let loops = loops_under(&dir);
+        done.extend(kill_processes_using(&dir));
+        done.extend(swapoff_under(&dir, &loops));
+        done.extend(unmount_under(&dir));
+        done.extend(detach(&loops));
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => done.push(format!("removed {}", dir.display())),
+            Err(e) => done.push(format!("could not remove {}: {e}", dir.display())),
+        }
+    }
+    done
+}
+
+/// Sweeps once per test process and says what it undid on the real stderr (not the
+/// test's captured output): a CI log should show it.
+pub fn sweep_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let done = sweep();
+        if !done.is_empty() {
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "cleaned up after an earlier test run that was killed:");
+            for line in done {
+                let _ = writeln!(err, "  {line}");
+            }
+        }
+    });
+}
+
+fn mentions(bytes: &[u8], dir: &[u8]) -> bool {
+    bytes.windows(dir.len()).any(|w| w == dir)
+}
+
+fn kill_processes_using(dir: &Path) -> Vec<String> {
+    let me = std::process::id();
+    let needle = dir.as_os_str().as_encoded_bytes();
+    let mut done = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return done };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let read = |f: &str| std::fs::read(p.path().join(f)).unwrap_or_default();
+        let cwd = std::fs::read_link(p.path().join("cwd")).unwrap_or_default();
+        if mentions(&read("cmdline"), needle) || mentions(&read("environ"), needle) || cwd.starts_with(dir) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+            done.push(format!("killed process {pid}"));
+        }
+    }
+    done
+}
+
+/// /proc/self/mountinfo escapes space, tab, newline and backslash as \ooo.
+fn unescape(s: &str) -> PathBuf {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal =
+            b.get(i + 1..i + 4).and_then(|d| std::str::from_utf8(d).ok()).and_then(|d| u8::from_str_radix(d, 8).ok());
+        match (b[i], octal) {
+            (b'\\', Some(c)) => {
+                out.push(c);
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+fn unmount_under(dir: &Path) -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let points: Vec<PathBuf> =
+        info.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape).filter(|m| m.starts_with(dir)).collect();
+    let mut done = Vec::new();
+    for m in points.iter().rev() {
+        // A frozen filesystem stays frozen after a lazy unmount, out of reach.
+        let _ = Command::new("fsfreeze").arg("-u").arg(m).output();
+        let ok = Command::new("umount").arg("-l").arg(m).output().is_ok_and(|o| o.status.success());
+        done.push(format!("{} {}", if ok { "unmounted" } else { "could not unmount" }, m.display()));
+    }
+    done
+}
+
+/// Loop devices whose backing file is under `dir`, as /dev/loopN.
+fn loops_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(blocks) = std::fs::read_dir("/sys/block") else { return out };
+    for b in blocks.flatten() {
+        let Ok(backing) = std::fs::read_to_string(b.path().join("loop/backing_file")) else { continue };
+        if Path::new(backing.trim_end()).starts_with(dir) {
+            out.push(Path::new("/dev").join(b.file_name()));
+        }
+    }
+    out
+}
+
+fn swapoff_under(dir: &Path, loops: &[PathBuf]) -> Vec<String> {
+    let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
+    let mut done = Vec::new();
+    for dev in swaps.lines().skip(1).filter_map(|l| l.split_whitespace().next()).map(unescape) {
+        if dev.starts_with(dir) || loops.contains(&dev) {
+            let ok = Command::new("swapoff").arg(&dev).output().is_ok_and(|o| o.status.success());
+            done.push(format!("{} {}", if ok { "swapped off" } else { "could not swap off" }, dev.display()));
+        }
+    }
+    done
+}
+
+fn detach(loops: &[PathBuf]) -> Vec<String> {
+    let mut done = Vec::new();
+    for dev in loops {
+        // Still busy (a lazily unmounted filesystem being released), -d sets autoclear.
+        let ok = Command::new("losetup").arg("-d").arg(dev).output().is_ok_and(|o| o.status.success());
+        done.push(format!("{} {}", if ok { "detached" } else { "could not detach" }, dev.display()));
+    }
+    done
+}

@@ -1,0 +1,84 @@
+//! A test run killed mid-test leaves its mounts and loop devices; the next run cleans
+//! them up before they break it (`common::leftovers`).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let d = dir.to_str().unwrap();
+    info.lines().filter(|l| l.split(' ').nth(4).is_some_and(|m| m.starts_with(d))).map(String::from).collect()
+}
+
+/// Whether a loop device has a file attached.
+fn attached(lo: &str) -> bool {
+    Path::new("/sys/block").join(Path::new(lo).file_name().unwrap()).join("loop/backing_file").exists()
+}
+
+/// What a SIGKILLed sim_serve test leaves (the case that failed a CI run): an ext4
+/// mounted from a loop device over the file of a killed `reseq sim serve`. While it is
+/// there `mkfs.btrfs` fails anywhere on the machine; after the sweep it works, and a live
+/// test's directory and mount are left alone.
+#[test]
+fn a_killed_runs_mounts_and_loop_devices_are_swept_by_the_next() {
+    if !require(&["losetup", "mkfs.ext4", "mkfs.btrfs", "sleep"]) || !require_fuse() {
+        return;
+    }
+    // The dead mount breaks every mkfs.btrfs on the machine while it lasts.
+    let _one = exclusive();
+    let env = TestEnv::new();
+    let live = env.mounted("live.img", 64 << 20, "ext4");
+
+    // The killed run: a directory owned by a process that is then killed.
+    let dead = tempfile::Builder::new().prefix("reseq-test-").tempdir().unwrap().keep();
+    let owner = Command::new("sleep").arg("600").spawn().unwrap();
+    let owner_pid = owner.id() as i32;
+    leftovers::mark(&dead, owner.id());
+    // Passed or failed, the test ends with the killed run swept away.
+    let _sweep = Defer(move || {
+        sigkill(owner_pid);
+        leftovers::sweep();
+    });
+    let state = dead.join("drive");
+    json_ok(env.reseq().args(["sim", "create"]).arg(&state).args(["--preset", "consumer-nvme", "--device-size", "2G"]));
+    let served = dead.join("served");
+    std::fs::create_dir(&served).unwrap();
+    let server = env.reseq().args(["sim", "serve"]).arg(&state).arg(&served).stdout(Stdio::null()).spawn().unwrap();
+    let t = Instant::now();
+    while !served.join("disk").exists() {
+        assert!(t.elapsed() < Duration::from_secs(10), "sim serve did not mount");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lo = run_cmd(Command::new("losetup").args(["-f", "--show"]).arg(served.join("disk"))).unwrap();
+    let lo = lo.trim().to_string();
+    mkfs_ext4(Path::new(&lo)).unwrap();
+    std::fs::create_dir(dead.join("mnt")).unwrap();
+    run_cmd(Command::new("mount").arg(&lo).arg(dead.join("mnt"))).unwrap();
+    for mut p in [server, owner] {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+
+    let probe = env.loop_device("probe.img", 256 << 20);
+    let mkfs = || Command::new("mkfs.btrfs").args(["-q", "-f"]).arg(&probe.path).output().unwrap();
+    let before = mkfs();
+    assert!(
+        String::from_utf8_lossy(&before.stderr).contains("Transport endpoint is not connected"),
+        "the leftover breaks mkfs.btrfs: {before:?}"
+    );
+
+    let done = leftovers::sweep();
+    eprintln!("swept: {done:#?}");
+    assert!(mounts_under(&dead).is_empty(), "mounts left: {:?}", mounts_under(&dead));
+    assert!(!attached(&lo), "{lo} is still attached");
+    assert!(!dead.exists(), "the killed run's directory is removed");
+    assert!(done.iter().any(|l| l.starts_with("detached")), "{done:?}");
+    let after = mkfs();
+    assert!(after.status.success(), "mkfs.btrfs after the sweep: {after:?}");
+
+    assert_eq!(mounts_under(env.dir.path()).len(), 1, "a live test's mount is left alone");
+    assert!(live.1.dir.is_dir() && env.dir.path().exists());
+}
