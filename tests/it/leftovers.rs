@@ -36,7 +36,7 @@ fn a_killed_runs_mounts_and_loop_devices_are_swept_by_the_next() {
     let dead = tempfile::Builder::new().prefix("reseq-test-").tempdir().unwrap().keep();
     let owner = Command::new("sleep").arg("600").spawn().unwrap();
     let owner_pid = owner.id() as i32;
-    leftovers::mark(&dead, owner.id());
+    leftovers::mark(&dead, owner.id(), &[]);
     // Passed or failed, the test ends with the killed run swept away.
     let _sweep = Defer(move || {
         sigkill(owner_pid);

@@ -6,8 +6,8 @@
 //! dead `reseq sim serve` makes every later `mkfs.btrfs` on the machine fail ("cannot
 //! check mount status of /dev/loopN: Transport endpoint is not connected"): it failed a
 //! CI run once. So each `TestEnv` writes its owner (pid and start time) into its
-//! directories, and the first `TestEnv` of a test process sweeps the directories whose
-//! owner is gone. A directory without an owner file may be one being made right now: it
+//! directory, and the first `TestEnv` of a test process sweeps the directories whose
+//! owner is gone, with their run directories on /dev/shm. A directory without an owner file may be one being made right now: it
 //! is left alone, as is everything of a live owner (another test run beside this one).
 
 use std::io::Write;
@@ -15,45 +15,56 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const OWNER: &str = ".reseq-test-owner";
+/// Not `.reseq-*` nor `*.tmp`: tests look for reseq's own temporary files by those names.
+const OWNER: &str = "test-owner";
 
-/// Marks `dir` as owned by process `pid` (the test process, or a stand-in in a test).
-pub fn mark(dir: &Path, pid: u32) {
-    let start = start_time(pid).unwrap_or(0);
-    std::fs::write(dir.join(OWNER), format!("{pid} {start}\n")).expect("writing the test dir's owner");
+/// Marks `dir` as owned by process `pid` (the test process, or a stand-in in a test),
+/// with the other directories to remove with it (the run dir on /dev/shm: the files in
+/// that one are reseq's, and `reseq thaw` reads them all).
+pub fn mark(dir: &Path, pid: u32, with: &[&Path]) {
+    let start = start_time(pid).expect("the owner of a test dir is alive");
+    let mut text = format!("{pid} {start}\n");
+    for w in with {
+        text.push_str(&format!("{}\n", w.display()));
+    }
+    std::fs::write(dir.join(OWNER), text).expect("writing the test dir's owner");
 }
 
-/// The process's start time in clock ticks since boot (/proc/PID/stat field 22): with
-/// the pid it names one process, even after the pid is reused.
+/// A live process's start time in clock ticks since boot (/proc/PID/stat field 22): with
+/// the pid it names one process, even after the pid is reused. None for a zombie: a
+/// killed test process stays one where PID 1 does not reap (a container).
 fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and ')': split after its last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
-
-/// True when `dir` has an owner file and that process is gone.
-fn is_stale(dir: &Path) -> bool {
-    let Ok(owner) = std::fs::read_to_string(dir.join(OWNER)) else { return false };
-    let mut f = owner.split_whitespace().map(|s| s.parse::<u64>().ok());
-    let (Some(Some(pid)), Some(Some(start))) = (f.next(), f.next()) else { return false };
-    start_time(pid as u32) != Some(start)
-}
-
-/// The test directories of processes that are gone.
-fn stale_dirs() -> Vec<PathBuf> {
-    let roots = [std::env::temp_dir(), PathBuf::from("/dev/shm")];
-    let mut out = Vec::new();
-    for root in roots {
-        let Ok(entries) = std::fs::read_dir(&root) else { continue };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            if name.to_string_lossy().starts_with("reseq-test-") && is_stale(&e.path()) {
-                out.push(e.path());
-            }
-        }
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
+        return None;
     }
-    out
+    fields.get(19)?.parse().ok()
+}
+
+/// When `dir` has an owner file and that process is gone: the directories to remove
+/// with it.
+fn stale(dir: &Path) -> Option<Vec<PathBuf>> {
+    let owner = std::fs::read_to_string(dir.join(OWNER)).ok()?;
+    let mut lines = owner.lines();
+    let mut f = lines.next()?.split_whitespace().map(|s| s.parse::<u64>().ok());
+    let (Some(Some(pid)), Some(Some(start))) = (f.next(), f.next()) else { return None };
+    if start_time(pid as u32) == Some(start) {
+        return None;
+    }
+    // Only test directories, whatever the file says.
+    let with = lines
+        .map(PathBuf::from)
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("reseq-test-")));
+    Some(with.collect())
+}
+
+/// The test directories of processes that are gone, each with those to remove with it.
+fn stale_dirs() -> Vec<(PathBuf, Vec<PathBuf>)> {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return Vec::new() };
+    let tests = entries.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("reseq-test-"));
+    tests.filter_map(|e| Some((e.path(), stale(&e.path())?))).collect()
 }
 
 /// Cleans up after every test process that is gone; returns one line per thing undone.
@@ -63,15 +74,18 @@ fn stale_dirs() -> Vec<PathBuf> {
 /// file is on is detached, sysfs names the file relative to that mount ("/disk").
 pub fn sweep() -> Vec<String> {
     let mut done = Vec::new();
-    for dir in stale_dirs() {
+    for (dir, with) in stale_dirs() {
         let loops = loops_under(&dir);
         done.extend(kill_processes_using(&dir));
         done.extend(swapoff_under(&dir, &loops));
         done.extend(unmount_under(&dir));
         done.extend(detach(&loops));
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => done.push(format!("removed {}", dir.display())),
-            Err(e) => done.push(format!("could not remove {}: {e}", dir.display())),
+        for d in with.iter().chain([&dir]) {
+            match std::fs::remove_dir_all(d) {
+                Ok(()) => done.push(format!("removed {}", d.display())),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => done.push(format!("could not remove {}: {e}", d.display())),
+            }
         }
     }
     done

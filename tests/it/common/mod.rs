@@ -132,9 +132,7 @@ impl TestEnv {
         }
         .expect("run dir");
         leftovers::sweep_once();
-        let me = std::process::id();
-        leftovers::mark(dir.path(), me);
-        leftovers::mark(run.path(), me);
+        leftovers::mark(dir.path(), std::process::id(), &[run.path()]);
         TestEnv { dir, run }
     }
 
