@@ -192,12 +192,15 @@ fn rescue_trim_resume(r: &mut Roff) {
     )]);
 }
 
-/// Every exit code, and 137 (killed).
+/// Every exit code, 134 (a bug inside a window) and 137 (killed).
 fn exit_status(r: &mut Roff) {
     r.control("SH", ["EXIT STATUS"]);
     for c in ExitCode::ALL {
         r.control("TP", []).text([bold(c.code().to_string())]).text([roman(c.describe())]);
     }
+    r.control("TP", []).text([bold("134")]).text([roman(
+        "aborted (SIGABRT): a bug (a panic) inside a freeze window; reseq ends at once rather than wind down with a half-updated state, says so on stderr, and the guardian thaws on its death; --resume continues as after 137",
+    )]);
     r.control("TP", []).text([bold("137")]).text([roman(
         "killed (SIGKILL): by its guardian when a window outlasted its bound with a write outstanding (the guardian says so on stderr and in the journal), or by someone else; thawed; --resume continues and first re-reads every chunk that was in flight against its blake3",
     )]);

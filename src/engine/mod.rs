@@ -267,6 +267,9 @@ struct Pipes<'a> {
     hashed: &'a Receiver<Staged>,
     written: &'a Sender<Chunk>,
     verified: &'a Receiver<Verified>,
+    /// How many chunks the reader was given: its channel closing before the last of them
+    /// is not the end of the window.
+    chunks: usize,
 }
 
 /// The writer's counts within one window.
@@ -558,33 +561,37 @@ impl Engine<'_> {
         let pool = self.pool.clone();
         let mut ran = Ran { end: Ok(WindowEnd::default()), flow: Ok(WindowFlow::Complete), read: 0, taken: 0 };
         ran.flow = std::thread::scope(|s| {
-            let reader = s.spawn(|| read_stage(target, chunks, &pool, raw_tx, &stop_reader));
-            let hasher = s.spawn(move || hash_stage(raw_rx, hashed_tx));
+            let reader = s.spawn(|| or_abort("reader", || read_stage(target, chunks, &pool, raw_tx, &stop_reader)));
+            let hasher = s.spawn(move || or_abort("hasher", || hash_stage(raw_rx, hashed_tx)));
             let verifier = if cfg.verify {
                 let reporter = guard.reporter();
-                Some(s.spawn(move || verify_stage(target, cfg, written_rx, verified_tx, reporter)))
+                let verify = move || verify_stage(target, cfg, written_rx, verified_tx, reporter);
+                Some(s.spawn(move || or_abort("verifier", verify)))
             } else {
                 drop((written_rx, verified_tx));
                 None
             };
-            let pipes = Pipes { hashed: &hashed_rx, written: &written_tx, verified: &verified_rx };
-            let flow = self.write_window(guard, &pipes, window_start, budget, &mut ran.taken);
-            // Every write and read-back has been reported: thaw, then let the stages wind
-            // down. What they still hold was read in this window and is dropped (its
-            // buffers go back to the pool as they drop).
-            stop_reader.store(true, Ordering::SeqCst);
-            drop(written_tx);
-            hooks::point("window-end");
-            ran.end = if matches!(flow, Ok(WindowFlow::Complete)) { guard.end_complete() } else { guard.end() };
-            hashed_rx.iter().for_each(drop);
-            let (read, read_time) = reader.join().unwrap_or_default();
-            ran.read = read;
-            self.stats.stages.read += read_time.as_secs_f64();
-            self.stats.stages.hash += hasher.join().unwrap_or_default().as_secs_f64();
-            if let Some(v) = verifier {
-                self.stats.stages.read_back += v.join().unwrap_or_default().as_secs_f64();
-            }
-            flow
+            or_abort("writer", || {
+                let pipes =
+                    Pipes { hashed: &hashed_rx, written: &written_tx, verified: &verified_rx, chunks: chunks.len() };
+                let flow = self.write_window(guard, &pipes, window_start, budget, &mut ran.taken);
+                // Every write and read-back has been reported: thaw, then let the stages wind
+                // down. What they still hold was read in this window and is dropped (its
+                // buffers go back to the pool as they drop).
+                stop_reader.store(true, Ordering::SeqCst);
+                drop(written_tx);
+                hooks::point("window-end");
+                ran.end = if matches!(flow, Ok(WindowFlow::Complete)) { guard.end_complete() } else { guard.end() };
+                hashed_rx.iter().for_each(drop);
+                let (read, read_time) = reader.join().unwrap_or_default();
+                ran.read = read;
+                self.stats.stages.read += read_time.as_secs_f64();
+                self.stats.stages.hash += hasher.join().unwrap_or_default().as_secs_f64();
+                if let Some(v) = verifier {
+                    self.stats.stages.read_back += v.join().unwrap_or_default().as_secs_f64();
+                }
+                flow
+            })
         });
         ran
     }
@@ -861,7 +868,7 @@ impl Engine<'_> {
             if let Err(e) = self.settle_ready(guard, pipes.verified, &mut w.outstanding) {
                 break Err(e);
             }
-            let chunk = match self.next_chunk(pipes.hashed, w.taken_chunks) {
+            let chunk = match self.next_chunk(pipes, w.taken_chunks) {
                 Ok(Some(chunk)) => chunk,
                 Ok(None) => break Ok(WindowFlow::Complete),
                 Err(e) => break Err(e),
@@ -885,11 +892,16 @@ impl Engine<'_> {
     }
 
     /// The next hashed chunk, in order (None: the window's chunks are all taken).
-    fn next_chunk(&mut self, hashed: &Receiver<Staged>, expected: u64) -> Result<Option<Chunk>> {
+    fn next_chunk(&mut self, pipes: &Pipes, expected: u64) -> Result<Option<Chunk>> {
         let waiting = Instant::now();
-        let received = hashed.recv();
+        let received = pipes.hashed.recv();
         self.stats.stages.writer_waiting += waiting.elapsed().as_secs_f64();
-        let Ok(staged) = received else { return Ok(None) };
+        let Ok(staged) = received else {
+            return match expected < pipes.chunks as u64 {
+                true => Err(Error::Internal(format!("the reader stopped after {expected} of {} chunks", pipes.chunks))),
+                false => Ok(None),
+            };
+        };
         match staged {
             Staged::Hashed(c) if c.index == expected => Ok(Some(c)),
             Staged::Hashed(c) => Err(Error::Internal(format!("chunk {} arrived, expected {expected}", c.index))),
@@ -1057,6 +1069,27 @@ impl Engine<'_> {
     }
 }
 
+/// Runs a stage of a freeze window; a panic in it ends the process at once (SIGABRT), as
+/// a kill -9 would. Unwinding would leave the window's scope waiting for stages that wait
+/// on each other (the run hung, or a dead reader looked like the window's end and the run
+/// claimed success), and a half-updated engine must not write its journal. The guardian
+/// thaws as soon as reseq is gone, and `--resume` checks the chunk in flight first, as
+/// after a kill.
+fn or_abort<T>(stage: &str, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            // The panic hook has printed the panic's message and place.
+            eprintln!(
+                "reseq: internal error (a bug): the {stage} panicked inside a freeze window; aborting, so that \
+                 the guardian thaws at once. Only verified chunks are recorded as done: run the same command \
+                 again with --resume, which checks the chunk in flight first"
+            );
+            std::process::abort()
+        }
+    }
+}
+
 /// Reader stage: reads this window's chunks ahead into pool buffers. Returns the bytes
 /// it read.
 fn read_stage(
@@ -1084,6 +1117,7 @@ fn read_stage(
         match r {
             Ok(()) => {
                 read += len as u64;
+                hooks::point("after-read");
                 if out.send(Staged::Read { index, offset, len, buf }).is_err() {
                     break;
                 }

@@ -8,6 +8,7 @@
 //!   gets one byte flipped in memory, so verification must catch it.
 //! - `delay@POINT#N=MS` (N may be `*` for every hit): sleep at the N-th hit of POINT.
 //! - `kill@POINT#N`: SIGKILL reseq itself at the N-th hit of POINT.
+//! - `panic@POINT#N`: panic at the N-th hit of POINT (a bug, on whichever thread hits it).
 //! - `ebusy-open`: opening a mounted device for writing fails with EBUSY, as on kernels
 //!   built with CONFIG_BLK_DEV_WRITE_MOUNTED=n (not reproducible on this CI kernel).
 //! - `rotational`: the device is taken to be rotational (no test disk spins).
@@ -18,7 +19,8 @@
 //!
 //! POINTs: `window-start` (after the freeze), `before-write` (before asking to write),
 //! `after-permit` (granted, before the write syscall), `after-write`, `after-verify`,
-//! `after-journal`, `window-end` (before the thaw), `after-thaw`, `files-recorded` (file
+//! `after-journal`, `after-read` (the reader stage, a chunk read ahead), `window-end`
+//! (before the thaw), `after-thaw`, `files-recorded` (file
 //! mode: finished files written durably to the run's record), `before-trim` (thawed,
 //! before the first FITRIM slice), `trim-slice` (before each FITRIM slice).
 
@@ -40,6 +42,7 @@ mod imp {
         Corrupt(u64),
         Delay(String, Option<u64>, u64),
         Kill(String, u64),
+        Panic(String, u64),
         EbusyOpen,
         Rotational,
         Slow(u64, u64, u64),
@@ -93,9 +96,10 @@ mod imp {
                 let n = if n == "*" { None } else { Some(n.parse().unwrap_or_else(|_| fail(rule))) };
                 Rule::Delay(point.to_string(), n, ms.parse().unwrap_or_else(|_| fail(rule)))
             }
-            "kill" => {
+            "kill" | "panic" => {
                 let (point, n) = rest.split_once('#').unwrap_or((rest, "1"));
-                Rule::Kill(point.to_string(), n.parse().unwrap_or_else(|_| fail(rule)))
+                let n = n.parse().unwrap_or_else(|_| fail(rule));
+                if kind == "kill" { Rule::Kill(point.to_string(), n) } else { Rule::Panic(point.to_string(), n) }
             }
             _ => fail(rule),
         }
@@ -121,6 +125,7 @@ mod imp {
                     let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
                     std::thread::sleep(std::time::Duration::from_secs(60));
                 }
+                Rule::Panic(p, when) if p == name && *when == n => panic!("injected panic at {p}#{n}"),
                 _ => {}
             }
         }

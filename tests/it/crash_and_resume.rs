@@ -441,3 +441,52 @@ fn status_names_a_run_in_progress() {
     let _ = wait_captured(child);
     assert!(seen.contains(&format!("/dev/{}: reseq PID {pid}", lo.name())), "{seen}");
 }
+
+/// A bug inside a freeze window (a panic on the writer's thread or on a stage's) ends
+/// reseq at once with SIGABRT: the guardian thaws on its death, nothing unverified is
+/// recorded as done, and `--resume` checks the chunk in flight and finishes. Unwinding
+/// instead hung reseq for good after a writer's panic, and a reader's panic passed for
+/// the window's end: the run "succeeded" with most of the device not rewritten.
+#[test]
+fn a_panic_inside_a_window_aborts_thaws_and_resumes() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze", "e2fsck"]) {
+        return;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("panic", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 3, 4 << 20, 5);
+    let points = [
+        ("panic@before-write#2", "writer"),
+        ("panic@after-read#3", "reader"),
+        ("panic@after-write#4", "writer"),
+        ("panic@after-verify#3", "writer"),
+        ("panic@window-end#2", "writer"),
+    ];
+    let mut resume = false;
+    for (point, stage) in points {
+        let mut cmd = slow_rewrite(&env, &lo, point);
+        if resume {
+            cmd.arg("--resume");
+        }
+        let t = Instant::now();
+        let out = output(&mut cmd);
+        assert!(t.elapsed() < Duration::from_secs(10), "{point}: took {:?}", t.elapsed());
+        assert_eq!(out.status.signal(), Some(6), "{point}: SIGABRT, not {:?}", out.status);
+        let err = stderr(&out);
+        assert!(err.contains(&format!("the {stage} panicked inside a freeze window")), "{point}: {err}");
+        assert!(err.contains("--resume"), "{err}");
+        assert_thawed_within(&mnt.dir, Duration::from_secs(2));
+        assert_files_intact(&files);
+        assert!(journal_done(&env.state_dir(), &lo) < 64, "{point}: recorded as finished");
+        resume = true;
+    }
+    // Chunk sizes adapt between windows: count bytes.
+    let done = journal_done_bytes(&env.state_dir(), &lo);
+    let r = json_ok(slow_rewrite(&env, &lo, "").arg("--resume"));
+    assert_eq!(r["verification"], "passed");
+    assert_eq!(done + r["results"]["bytes_written"].as_u64().unwrap(), 64 * MIB, "done {done} before the last run");
+    assert_files_intact(&files);
+    mnt.unmount().unwrap();
+    fsck_clean(&lo.path, "ext4");
+}
