@@ -14,6 +14,18 @@ use reseq::support::error::Result;
 use reseq::support::exit_codes::ExitCode;
 
 fn main() -> std::process::ExitCode {
+    // A panic is a bug: the panic hook has printed where. Exit 1 (internal error), as the
+    // exit codes document, not Rust's 101. (Inside a freeze window the engine aborts
+    // instead: exit status 134.)
+    std::panic::catch_unwind(run).unwrap_or_else(|_| {
+        eprintln!(
+            "reseq: internal error (a bug): the panic above stopped it; the guardian thaws whatever is still frozen as reseq exits, and a rewrite resumes with --resume"
+        );
+        std::process::ExitCode::from(ExitCode::Internal.code() as u8)
+    })
+}
+
+fn run() -> std::process::ExitCode {
     let mut cli = Cli::parse();
     reseq::support::output::init_logging(cli.verbose, cli.quiet);
     // A job file is a rewrite written down: load it and run it as one.

@@ -446,7 +446,8 @@ fn status_names_a_run_in_progress() {
 /// reseq at once with SIGABRT: the guardian thaws on its death, nothing unverified is
 /// recorded as done, and `--resume` checks the chunk in flight and finishes. Unwinding
 /// instead hung reseq for good after a writer's panic, and a reader's panic passed for
-/// the window's end: the run "succeeded" with most of the device not rewritten.
+/// the window's end: the run "succeeded" with most of the device not rewritten. A panic
+/// outside a window is exit 1, as documented.
 #[test]
 fn a_panic_inside_a_window_aborts_thaws_and_resumes() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze", "e2fsck"]) {
@@ -481,6 +482,12 @@ fn a_panic_inside_a_window_aborts_thaws_and_resumes() {
         assert!(journal_done(&env.state_dir(), &lo) < 64, "{point}: recorded as finished");
         resume = true;
     }
+    // Outside a window a panic unwinds: exit 1 (internal error), not Rust's 101.
+    let out = output(slow_rewrite(&env, &lo, "panic@after-thaw#2").arg("--resume"));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("internal error (a bug)"));
+    assert_thawed_within(&mnt.dir, Duration::from_secs(2));
+    assert_files_intact(&files);
     // Chunk sizes adapt between windows: count bytes.
     let done = journal_done_bytes(&env.state_dir(), &lo);
     let r = json_ok(slow_rewrite(&env, &lo, "").arg("--resume"));
