@@ -14,15 +14,35 @@ use reseq::support::error::Result;
 use reseq::support::exit_codes::ExitCode;
 
 fn main() -> std::process::ExitCode {
+    keep_panics_off_a_frozen_stderr();
     // A panic is a bug: the panic hook has printed where. Exit 1 (internal error), as the
     // exit codes document, not Rust's 101. (Inside a freeze window the engine aborts
     // instead: exit status 134.)
     std::panic::catch_unwind(run).unwrap_or_else(|_| {
-        eprintln!(
-            "reseq: internal error (a bug): the panic above stopped it; the guardian thaws whatever is still frozen as reseq exits, and a rewrite resumes with --resume"
-        );
+        let text = "reseq: internal error (a bug): the panic above stopped it (exit 1); the guardian thaws whatever is still frozen as reseq exits. `reseq status` shows whether a rewrite was left unfinished (then --resume continues it)";
+        match reseq::support::output::is_held() {
+            true => reseq::engine::rescue::save_panic_note(std::process::id(), text),
+            false => {
+                // Thawed by now: what the panic hook kept while frozen can be printed.
+                let run_dir = reseq::engine::rescue::run_dir();
+                let kept = reseq::engine::rescue::take_panic_note(&run_dir, std::process::id() as i32);
+                eprint!("{}", kept.unwrap_or_default());
+                eprintln!("{text}");
+            }
+        }
         std::process::ExitCode::from(ExitCode::Internal.code() as u8)
     })
+}
+
+/// While a window is frozen, stderr may be a file on the frozen filesystem: a panic
+/// message written there would block reseq, and the thaw with it. The text goes to the
+/// run directory instead, and the guardian prints it after the thaw.
+fn keep_panics_off_a_frozen_stderr() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| match reseq::support::output::is_held() {
+        true => reseq::engine::rescue::save_panic_note(std::process::id(), &format!("reseq: {info}")),
+        false => default(info),
+    }));
 }
 
 fn run() -> std::process::ExitCode {

@@ -562,6 +562,14 @@ pub fn lower_io_priority() -> nix::Result<()> {
     Errno::result(rc).map(drop)
 }
 
+/// Ends the process with SIGABRT and no core dump. A core is written where the process
+/// runs, which may be the filesystem reseq froze: the dump would wait for the thaw, and
+/// the guardian, which thaws when reseq is gone, would wait for the dump.
+pub fn abort_without_core() -> ! {
+    let _ = nix::sys::prctl::set_dumpable(false);
+    std::process::abort()
+}
+
 /// Opens a block device read-only with O_DIRECT (the page cache could hold a stale copy).
 pub fn open_direct_read(node: &std::path::Path) -> std::io::Result<OwnedFd> {
     use std::os::unix::fs::OpenOptionsExt;

@@ -1069,23 +1069,27 @@ impl Engine<'_> {
     }
 }
 
-/// Runs a stage of a freeze window; a panic in it ends the process at once (SIGABRT), as
-/// a kill -9 would. Unwinding would leave the window's scope waiting for stages that wait
-/// on each other (the run hung, or a dead reader looked like the window's end and the run
-/// claimed success), and a half-updated engine must not write its journal. The guardian
-/// thaws as soon as reseq is gone, and `--resume` checks the chunk in flight first, as
-/// after a kill.
+/// Runs a stage of a window; a panic in it ends the process at once (SIGABRT, no core
+/// dump), as a kill -9 would. Unwinding would leave the window's scope waiting for stages
+/// that wait on each other (the run hung, or a dead reader looked like the window's end
+/// and the run claimed success), and a half-updated engine must not write its journal.
+/// The guardian thaws as soon as reseq is gone and prints what a frozen reseq could not
+/// (the panic hook keeps it in the run directory), and `--resume` checks the chunks in
+/// flight first, as after a kill.
 fn or_abort<T>(stage: &str, f: impl FnOnce() -> T) -> T {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(_) => {
-            // The panic hook has printed the panic's message and place.
-            eprintln!(
-                "reseq: internal error (a bug): the {stage} panicked inside a freeze window; aborting, so that \
-                 the guardian thaws at once. Only verified chunks are recorded as done: run the same command \
-                 again with --resume, which checks the chunk in flight first"
+            let text = format!(
+                "reseq: internal error (a bug): the {stage} panicked during a window; aborted at once (exit status \
+                 134). Only verified chunks are recorded as done: run the same command again with --resume, which \
+                 checks the chunks in flight first"
             );
-            std::process::abort()
+            match output::is_held() {
+                true => rescue::save_panic_note(std::process::id(), &text),
+                false => eprintln!("{text}"),
+            }
+            crate::sys::abort_without_core()
         }
     }
 }

@@ -26,6 +26,26 @@ pub fn run_dir() -> PathBuf {
     std::env::var_os("RESEQ_RUN_DIR").filter(|v| !v.is_empty()).map_or_else(|| DEFAULT_RUN_DIR.into(), PathBuf::from)
 }
 
+/// A panic of reseq `pid` while frozen: the text goes to the run directory (never on a
+/// frozen filesystem, see `check_run_dir`) instead of stderr (which may be), and the
+/// guardian prints it after the thaw. Appends; best effort, as a panic report is.
+pub fn save_panic_note(pid: u32, text: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = run_dir().join(format!("reseq-{pid}.panic"));
+    let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path);
+    if let Ok(mut f) = file {
+        let _ = writeln!(f, "{text}");
+    }
+}
+
+/// The panic note of reseq `pid` in `dir`, removed as it is read.
+pub fn take_panic_note(dir: &Path, pid: i32) -> Option<String> {
+    let path = dir.join(format!("reseq-{pid}.panic"));
+    let text = std::fs::read_to_string(&path).ok()?;
+    let _ = std::fs::remove_file(&path);
+    Some(text)
+}
+
 pub const HEADER_BYTES: usize = 4096;
 const MAGIC: &str = "reseq-rescue-1";
 

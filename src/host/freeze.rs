@@ -371,8 +371,11 @@ impl WindowGuard for GuardedFreeze {
 impl Drop for GuardedFreeze {
     fn drop(&mut self) {
         if let Some(g) = self.guardian.take() {
-            // EXIT also thaws anything still frozen (a panic mid-window).
-            g.shutdown();
+            // EXIT also thaws anything still frozen (a panic mid-window); once it has,
+            // stderr cannot block on a frozen filesystem any more.
+            if g.shutdown() {
+                crate::support::output::release();
+            }
         }
     }
 }

@@ -233,16 +233,18 @@ impl Guardian {
             }
             sys::Forked::Child => {
                 drop(ours);
+                // reseq's panic hook writes to stderr, which may be on the filesystem this
+                // process freezes: a panic message must wait for the thaw here too.
+                std::panic::set_hook(Box::new(|info| {
+                    crate::engine::rescue::save_panic_note(std::process::id(), &format!("reseq guardian: {info}"));
+                }));
                 let code = match detach(reseq) {
                     Some(reseq_fd) => {
                         let mut g = GuardianState::new(fs, bounds, run_dir, reseq, reseq_fd);
                         // A panic must not unwind into reseq's copied stack (its destructors
                         // would run here: unmounts, device detaches): thaw and leave.
                         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.serve(theirs)));
-                        r.unwrap_or_else(|_| {
-                            g.thaw_all();
-                            73
-                        })
+                        r.unwrap_or_else(|_| g.recover_from_panic())
                     }
                     None => 70,
                 };
@@ -348,11 +350,15 @@ impl Guardian {
 
     /// Tells the guardian to leave and reaps it; one that does not leave in time (stopped
     /// by hand) is killed, so reseq never hangs on it.
-    pub fn shutdown(mut self) {
+    /// Asks the guardian to thaw what is still frozen and exit; whether it did (false: it
+    /// did not exit in time and was killed, so nothing is known of the thaw).
+    pub fn shutdown(mut self) -> bool {
         let _ = self.stream.write_all(&msg(OP_EXIT, 0, 0));
-        if !self.reaped_within(self.reply_timeout) {
+        let exited = self.reaped_within(self.reply_timeout);
+        if !exited {
             self.kill();
         }
+        exited
     }
 
     /// Waits up to `limit` for the guardian to exit; whether it did (or is gone).
@@ -761,10 +767,30 @@ impl<F: Filesystems> GuardianState<F> {
         msg(ST_OK, 0, 0)
     }
 
+    /// After a panic in `serve`: thaw, then say what happened. A second panic while
+    /// thawing must not unwind either: the freeze record stays, and `reseq thaw` acts on
+    /// the records of guardians that are gone.
+    fn recover_from_panic(&mut self) -> i32 {
+        let thawed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.thaw_all())).is_ok();
+        let note = crate::engine::rescue::take_panic_note(&self.run_dir, std::process::id() as i32);
+        say!("{}", note.unwrap_or_default().trim_end());
+        match thawed {
+            true => 73,
+            false => {
+                say!("reseq guardian: thawing failed too; run `reseq thaw` (it acts on this guardian's freeze record)");
+                74
+            }
+        }
+    }
+
     /// End of file: reseq has exited; none of its I/O is in flight.
     fn reseq_gone(&mut self) -> i32 {
         let n = self.fs.iter().filter(|f| f.ours).count();
         self.thaw_all();
+        // What reseq could not print while frozen (a panic), now that stderr cannot block.
+        if let Some(note) = crate::engine::rescue::take_panic_note(&self.run_dir, self.reseq.as_raw()) {
+            say!("{}", note.trim_end());
+        }
         if n > 0 {
             say!("reseq guardian: reseq exited while {n} filesystem(s) were frozen; thawed them ({})", self.names());
         }

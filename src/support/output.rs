@@ -37,6 +37,11 @@ pub fn hold() {
     HOLD.store(true, Ordering::SeqCst);
 }
 
+/// Whether output is held (a window is frozen): stderr must not be written now.
+pub fn is_held() -> bool {
+    HOLD.load(Ordering::SeqCst)
+}
+
 /// Writes what was held and stops holding (call after thawing).
 pub fn release() {
     let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());

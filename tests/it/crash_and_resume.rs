@@ -475,13 +475,42 @@ fn a_panic_inside_a_window_aborts_thaws_and_resumes() {
         assert!(t.elapsed() < Duration::from_secs(10), "{point}: took {:?}", t.elapsed());
         assert_eq!(out.status.signal(), Some(6), "{point}: SIGABRT, not {:?}", out.status);
         let err = stderr(&out);
-        assert!(err.contains(&format!("the {stage} panicked inside a freeze window")), "{point}: {err}");
+        assert!(err.contains(&format!("the {stage} panicked during a window")), "{point}: {err}");
         assert!(err.contains("--resume"), "{err}");
         assert_thawed_within(&mnt.dir, Duration::from_secs(2));
         assert_files_intact(&files);
         assert!(journal_done(&env.state_dir(), &lo) < 64, "{point}: recorded as finished");
         resume = true;
     }
+    // stderr and the working directory on the frozen filesystem (a cron job's log; cores
+    // written where the process runs): neither the panic message nor a core dump may
+    // wait for the thaw, which waits for reseq to be gone. The guardian prints the text.
+    let log = mnt.dir.join("reseq.log");
+    let mut cmd = slow_rewrite(&env, &lo, "panic@after-write#3");
+    cmd.arg("--resume").env("RUST_BACKTRACE", "1");
+    let script = format!("ulimit -c unlimited; cd {}; exec \"$@\"", mnt.dir.display());
+    let mut bash = Command::new("bash");
+    bash.args(["-c", &script, "bash"]).arg(cmd.get_program()).args(cmd.get_args());
+    bash.envs(cmd.get_envs().filter_map(|(k, v)| Some((k, v?))));
+    let t = Instant::now();
+    let status =
+        bash.stdout(std::process::Stdio::null()).stderr(std::fs::File::create(&log).unwrap()).status().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(10), "stderr on the frozen filesystem: took {:?}", t.elapsed());
+    drop((bash, cmd)); // they hold the log open, on the mount
+    assert_eq!(status.signal(), Some(6), "{status:?}");
+    assert_thawed_within(&mnt.dir, Duration::from_secs(2));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("the writer panicked during a window") && text.contains("reseq guardian: reseq exited"),
+        "{text}"
+    );
+    let cores: Vec<_> = std::fs::read_dir(&mnt.dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("core"))
+        .collect();
+    assert!(cores.is_empty(), "a core dump on the frozen filesystem: {cores:?}");
+    assert_files_intact(&files);
     // Outside a window a panic unwinds: exit 1 (internal error), not Rust's 101.
     let out = output(slow_rewrite(&env, &lo, "panic@after-thaw#2").arg("--resume"));
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));

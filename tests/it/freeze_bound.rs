@@ -110,6 +110,7 @@ fn sigstop_at_random_moments_never_holds_a_freeze() {
         let _ = kill(pid, Signal::SIGCONT);
         let out = wait_captured(child);
         let worst = probe.finish().max(stalled);
+        eprintln!("try {i}: writes stalled at most {} ms", worst.as_millis());
         assert!(worst <= BOUND + PROBE_SLACK, "try {i}: writes stalled {worst:?} (bound {BOUND:?})");
         let err = stderr(&out);
         let was_killed = out.status.code().is_none();

@@ -82,3 +82,15 @@ fn a_killed_runs_mounts_and_loop_devices_are_swept_by_the_next() {
     assert_eq!(mounts_under(env.dir.path()).len(), 1, "a live test's mount is left alone");
     assert!(live.1.dir.is_dir() && env.dir.path().exists());
 }
+
+/// Only a command line that names the directory or a path in it counts: not one that
+/// names another directory it is a prefix of.
+#[test]
+fn a_process_is_the_dead_runs_only_if_its_command_line_names_the_directory() {
+    let dir = b"/tmp/reseq-test-a";
+    assert!(leftovers::mentions(b"reseq\0rewrite\0/tmp/reseq-test-a/img\0", dir));
+    assert!(leftovers::mentions(b"sh\0-c\0echo 1 >> '/tmp/reseq-test-a' && sync\0", dir));
+    assert!(leftovers::mentions(b"sleep\0/tmp/reseq-test-a", dir));
+    assert!(!leftovers::mentions(b"reseq\0rewrite\0/tmp/reseq-test-ab/img\0", dir));
+    assert!(!leftovers::mentions(b"cat\0/tmp/reseq-test-abc\0", dir));
+}

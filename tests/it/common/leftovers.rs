@@ -53,11 +53,12 @@ fn stale(dir: &Path) -> Option<Vec<PathBuf>> {
     if start_time(pid as u32) == Some(start) {
         return None;
     }
-    // Only test directories, whatever the file says.
-    let with = lines
-        .map(PathBuf::from)
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("reseq-test-")));
-    Some(with.collect())
+    // Only a run dir of ours, whatever the file says (root removes what it names).
+    let run_dir = |p: &PathBuf| {
+        p.parent() == Some(Path::new("/dev/shm"))
+            && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("reseq-test-run-"))
+    };
+    Some(lines.map(PathBuf::from).filter(|p| run_dir(p) || p.starts_with(dir)).collect())
 }
 
 /// The test directories of processes that are gone, each with those to remove with it.
@@ -107,28 +108,36 @@ pub fn sweep_once() {
     });
 }
 
-fn mentions(bytes: &[u8], dir: &[u8]) -> bool {
-    bytes.windows(dir.len()).any(|w| w == dir)
+/// Whether `bytes` (a command line) names `dir` or a path in it: the name must end there
+/// (`/`, a quote, a space, NUL or the end), so /tmp/reseq-test-a never matches
+/// /tmp/reseq-test-ab.
+pub fn mentions(bytes: &[u8], dir: &[u8]) -> bool {
+    let ends = |i: usize| bytes.get(i).is_none_or(|c| b"/\0'\" ".contains(c));
+    bytes.windows(dir.len()).enumerate().any(|(i, w)| w == dir && ends(i + dir.len()))
 }
 
+/// SIGKILLs the processes whose command line names `dir` (the dead run's reseq, sim
+/// server, writer scripts), then waits up to 2 s for them to go: a reseq still writing
+/// must be gone before its filesystem is thawed and unmounted. Not the environment or the
+/// working directory: a shell's OLDPWD, or a shell left in the directory, is not ours.
 fn kill_processes_using(dir: &Path) -> Vec<String> {
     let me = std::process::id();
     let needle = dir.as_os_str().as_encoded_bytes();
-    let mut done = Vec::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else { return done };
+    let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut killed = Vec::new();
     for p in procs.flatten() {
         let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        if pid == me {
-            continue;
-        }
-        let read = |f: &str| std::fs::read(p.path().join(f)).unwrap_or_default();
-        let cwd = std::fs::read_link(p.path().join("cwd")).unwrap_or_default();
-        if mentions(&read("cmdline"), needle) || mentions(&read("environ"), needle) || cwd.starts_with(dir) {
+        let cmdline = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+        if pid != me && mentions(&cmdline, needle) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
-            done.push(format!("killed process {pid}"));
+            killed.push(pid);
         }
     }
-    done
+    let t = std::time::Instant::now();
+    while killed.iter().any(|&pid| start_time(pid).is_some()) && t.elapsed() < std::time::Duration::from_secs(2) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    killed.iter().map(|pid| format!("killed process {pid}")).collect()
 }
 
 /// /proc/self/mountinfo escapes space, tab, newline and backslash as \ooo.
