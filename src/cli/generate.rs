@@ -199,7 +199,7 @@ fn exit_status(r: &mut Roff) {
         r.control("TP", []).text([bold(c.code().to_string())]).text([roman(c.describe())]);
     }
     r.control("TP", []).text([bold("134")]).text([roman(
-        "aborted (SIGABRT): a bug (a panic) inside a freeze window; reseq ends at once rather than wind down with a half-updated state, says so on stderr, and the guardian thaws on its death; --resume continues as after 137",
+        "aborted (SIGABRT): a bug (a panic) while a window's stages ran; reseq ends at once (no core dump) rather than wind down with a half-updated state, and the guardian thaws on its death and prints the message (reseq writes nothing to stderr while frozen: it may be a file on the frozen filesystem); --resume continues as after 137",
     )]);
     r.control("TP", []).text([bold("137")]).text([roman(
         "killed (SIGKILL): by its guardian when a window outlasted its bound with a write outstanding (the guardian says so on stderr and in the journal), or by someone else; thawed; --resume continues and first re-reads every chunk that was in flight against its blake3",
