@@ -48,8 +48,8 @@ fn parse_line(line: &str) -> Option<MountEntry> {
     })
 }
 
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape(s: &str) -> String {
+/// mountinfo (and /proc/swaps) escape space, tab, newline and backslash as `\ooo`.
+pub fn unescape(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

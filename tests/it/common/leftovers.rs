@@ -11,9 +11,10 @@
 //! is left alone, as is everything of a live owner (another test run beside this one).
 
 use std::io::Write;
-use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use reseq::host::{mounts, procs};
 
 /// Not `.reseq-*` nor `*.tmp`: tests look for reseq's own temporary files by those names.
 const OWNER: &str = "test-owner";
@@ -22,25 +23,12 @@ const OWNER: &str = "test-owner";
 /// with the other directories to remove with it (the run dir on /dev/shm: the files in
 /// that one are reseq's, and `reseq thaw` reads them all).
 pub fn mark(dir: &Path, pid: u32, with: &[&Path]) {
-    let start = start_time(pid).expect("the owner of a test dir is alive");
+    let start = procs::stat(pid as i32).expect("the owner of a test dir is alive").start_ticks;
     let mut text = format!("{pid} {start}\n");
     for w in with {
         text.push_str(&format!("{}\n", w.display()));
     }
     std::fs::write(dir.join(OWNER), text).expect("writing the test dir's owner");
-}
-
-/// A live process's start time in clock ticks since boot (/proc/PID/stat field 22): with
-/// the pid it names one process, even after the pid is reused. None for a zombie: a
-/// killed test process stays one where PID 1 does not reap (a container).
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and ')': split after its last ')'.
-    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
-    if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
-        return None;
-    }
-    fields.get(19)?.parse().ok()
 }
 
 /// When `dir` has an owner file and that process is gone: the directories to remove
@@ -50,7 +38,8 @@ fn stale(dir: &Path) -> Option<Vec<PathBuf>> {
     let mut lines = owner.lines();
     let mut f = lines.next()?.split_whitespace().map(|s| s.parse::<u64>().ok());
     let (Some(Some(pid)), Some(Some(start))) = (f.next(), f.next()) else { return None };
-    if start_time(pid as u32) == Some(start) {
+    // Gone, or a zombie: a killed test process stays one where PID 1 does not reap.
+    if procs::alive(pid as i32, start).is_some() {
         return None;
     }
     // Only a run dir of ours, whatever the file says (root removes what it names).
@@ -121,51 +110,29 @@ pub fn mentions(bytes: &[u8], dir: &[u8]) -> bool {
 /// must be gone before its filesystem is thawed and unmounted. Not the environment or the
 /// working directory: a shell's OLDPWD, or a shell left in the directory, is not ours.
 fn kill_processes_using(dir: &Path) -> Vec<String> {
-    let me = std::process::id();
+    let me = std::process::id() as i32;
     let needle = dir.as_os_str().as_encoded_bytes();
-    let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
     let mut killed = Vec::new();
-    for p in procs.flatten() {
-        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let cmdline = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+    for pid in procs::pids() {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         if pid != me && mentions(&cmdline, needle) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
-            killed.push(pid);
+            let Some(st) = procs::stat(pid) else { continue };
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            killed.push((pid, st.start_ticks));
         }
     }
     let t = std::time::Instant::now();
-    while killed.iter().any(|&pid| start_time(pid).is_some()) && t.elapsed() < std::time::Duration::from_secs(2) {
+    while killed.iter().any(|&(pid, ticks)| procs::alive(pid, ticks).is_some())
+        && t.elapsed() < std::time::Duration::from_secs(2)
+    {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    killed.iter().map(|pid| format!("killed process {pid}")).collect()
-}
-
-/// /proc/self/mountinfo escapes space, tab, newline and backslash as \ooo.
-fn unescape(s: &str) -> PathBuf {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal =
-            b.get(i + 1..i + 4).and_then(|d| std::str::from_utf8(d).ok()).and_then(|d| u8::from_str_radix(d, 8).ok());
-        match (b[i], octal) {
-            (b'\\', Some(c)) => {
-                out.push(c);
-                i += 4;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    PathBuf::from(std::ffi::OsString::from_vec(out))
+    killed.iter().map(|(pid, _)| format!("killed process {pid}")).collect()
 }
 
 fn unmount_under(dir: &Path) -> Vec<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let points: Vec<PathBuf> =
-        info.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape).filter(|m| m.starts_with(dir)).collect();
+    let mounts = mounts::read_mounts().unwrap_or_default();
+    let points: Vec<PathBuf> = mounts.into_iter().map(|m| m.mount_point).filter(|m| m.starts_with(dir)).collect();
     let mut done = Vec::new();
     for m in points.iter().rev() {
         // A frozen filesystem stays frozen after a lazy unmount, out of reach.
@@ -192,7 +159,9 @@ fn loops_under(dir: &Path) -> Vec<PathBuf> {
 fn swapoff_under(dir: &Path, loops: &[PathBuf]) -> Vec<String> {
     let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
     let mut done = Vec::new();
-    for dev in swaps.lines().skip(1).filter_map(|l| l.split_whitespace().next()).map(unescape) {
+    for dev in
+        swaps.lines().skip(1).filter_map(|l| l.split_whitespace().next()).map(|d| PathBuf::from(mounts::unescape(d)))
+    {
         if dev.starts_with(dir) || loops.contains(&dev) {
             let ok = Command::new("swapoff").arg(&dev).output().is_ok_and(|o| o.status.success());
             done.push(format!("{} {}", if ok { "swapped off" } else { "could not swap off" }, dev.display()));
