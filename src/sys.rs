@@ -594,3 +594,67 @@ pub fn open_exclusive(path: &std::path::Path) -> std::io::Result<std::fs::File> 
 /// CAP_SYS_ADMIN is bit 21 of the capability sets (include/uapi/linux/capability.h):
 /// FIFREEZE, FITHAW and FITRIM need it.
 pub const CAP_SYS_ADMIN: u32 = 21;
+
+/// The inode of the initial cgroup namespace (include/linux/proc_ns.h:
+/// `PROC_CGROUP_INIT_INO = 0xEFFFFFFB`): `/proc/self/ns/cgroup` names another one inside
+/// a container's cgroup namespace, where the groups above reseq's own are out of sight.
+pub const CGROUP_NS_INIT_INO: u64 = 0xEFFF_FFFB;
+
+/// The scheduling of a thread: real-time FIFO at a priority, or the normal class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheduling {
+    Fifo(i32),
+    Normal,
+}
+
+/// The highest SCHED_FIFO priority (99 on Linux).
+pub fn fifo_max_priority() -> i32 {
+    // SAFETY: sched_get_priority_max(2) takes an integer and touches no memory.
+    unsafe { libc::sched_get_priority_max(libc::SCHED_FIFO) }
+}
+
+/// sched_setscheduler(2) on the calling thread (tid 0): SCHED_FIFO at a priority, or
+/// back to SCHED_OTHER. EPERM where the host allows no real-time scheduling (no
+/// CAP_SYS_NICE and RLIMIT_RTPRIO 0, systemd's RestrictRealtime=, an RT group budget of 0).
+pub fn set_thread_scheduling(s: Scheduling) -> nix::Result<()> {
+    let (policy, priority) = match s {
+        Scheduling::Fifo(p) => (libc::SCHED_FIFO, p),
+        Scheduling::Normal => (libc::SCHED_OTHER, 0),
+    };
+    let param = libc::sched_param { sched_priority: priority };
+    // SAFETY: `param` is a valid sched_param that lives for the call; pid 0 is the caller.
+    let rc = unsafe { libc::sched_setscheduler(0, policy, &param) };
+    Errno::result(rc).map(drop)
+}
+
+/// The calling thread's scheduling policy (SCHED_FIFO or not) and priority.
+pub fn thread_scheduling() -> Scheduling {
+    // SAFETY: sched_getscheduler(2) takes an integer; pid 0 is the caller.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    let mut param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid, writable sched_param for the call.
+    let rc = unsafe { libc::sched_getparam(0, &mut param) };
+    match (policy, rc) {
+        (libc::SCHED_FIFO, 0) => Scheduling::Fifo(param.sched_priority),
+        _ => Scheduling::Normal,
+    }
+}
+
+/// mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT): every page the process has touched
+/// stays in memory, and so does every page it touches later, without faulting in the
+/// rest of a copied address space (a forked guardian would otherwise duplicate reseq's
+/// untouched heap). EPERM/ENOMEM without CAP_IPC_LOCK beyond RLIMIT_MEMLOCK.
+pub fn lock_touched_memory() -> nix::Result<()> {
+    // SAFETY: mlockall(2) takes flags and touches no memory of ours.
+    let rc = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE | libc::MCL_ONFAULT) };
+    Errno::result(rc).map(drop)
+}
+
+/// mlock(2) of `len` bytes at `addr`, faulting them in: for the executable's own code,
+/// so that a deadline path never waits for a page of it to be read from disk.
+pub fn lock_range(addr: usize, len: usize) -> nix::Result<()> {
+    // SAFETY: mlock(2) only changes the residency of the pages of [addr, addr+len); an
+    // unmapped range gives ENOMEM, it reads and writes no memory of ours.
+    let rc = unsafe { libc::mlock(addr as *const libc::c_void, len) };
+    Errno::result(rc).map(drop)
+}

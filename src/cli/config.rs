@@ -14,7 +14,7 @@ use crate::cli::{Cli, Command, RewriteArgs};
 use crate::support::error::{Error, Result};
 
 /// Keys and whether they take a value (false: a flag, given as `true`/`false`).
-const KEYS: [(&str, bool); 21] = [
+const KEYS: [(&str, bool); 22] = [
     ("exclude", true),
     ("chunk_size", true),
     ("max_freeze", true),
@@ -24,6 +24,7 @@ const KEYS: [(&str, bool); 21] = [
     ("read_ahead", true),
     ("no_verify", false),
     ("force", false),
+    ("accept_cgroup_risk", false),
     ("resume", false),
     ("state_dir", true),
     ("include_free", false),

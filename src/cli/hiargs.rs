@@ -28,6 +28,7 @@ fn lower(a: &RewriteArgs, mode: Mode) -> Result<RewriteOptions> {
         read_ahead: a.read_ahead,
         no_verify: a.no_verify,
         force: a.force,
+        accept_cgroup_risk: a.accept_cgroup_risk,
         dry_run: a.dry_run,
         resume: a.resume,
         restart: a.restart,

@@ -86,6 +86,7 @@ pub fn restore(a: &RestoreArgs) -> Result<RestoreOptions> {
         forget: a.forget,
         device: a.device.clone(),
         max_freeze,
+        accept_cgroup_risk: a.accept_cgroup_risk,
     })
 }
 

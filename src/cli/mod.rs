@@ -172,6 +172,12 @@ pub struct RestoreArgs {
     /// Longest time a filesystem on the device stays frozen for the write.
     #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = parse_duration)]
     pub max_freeze: Duration,
+    /// Freeze even where the freeze guardian cannot leave reseq's cgroup (inside a
+    /// container's cgroup namespace, on a cgroup v1 host, a read-only cgroupfs): a kill or
+    /// freeze of reseq's whole unit then also hits the guardian, and a freeze in progress
+    /// stays until `reseq thaw` runs (the shipped unit's ExecStopPost= runs it).
+    #[arg(long)]
+    pub accept_cgroup_risk: bool,
     /// Print what was done as JSON.
     #[arg(long)]
     pub json: bool,
@@ -327,6 +333,12 @@ pub struct RewriteArgs {
     /// Go on despite a rotational device or a window longer than half the hung-task timeout.
     #[arg(long)]
     pub force: bool,
+    /// Freeze even where the freeze guardian cannot leave reseq's cgroup (inside a
+    /// container's cgroup namespace, on a cgroup v1 host, a read-only cgroupfs): a kill or
+    /// freeze of reseq's whole unit then also hits the guardian, and a freeze in progress
+    /// stays until `reseq thaw` runs (the shipped unit's ExecStopPost= runs it).
+    #[arg(long)]
+    pub accept_cgroup_risk: bool,
     /// Print the plan and exit without writing or freezing anything.
     #[arg(long, short = 'n')]
     pub dry_run: bool,

@@ -132,7 +132,8 @@ fn write_guarded(
     let mut guard: Box<dyn WindowGuard> = if filesystems.is_empty() {
         Box::new(NoFreeze)
     } else {
-        Box::new(GuardedFreeze::start(filesystems, o.max_freeze)?)
+        let placement = crate::host::cgroup::plan_or_refuse(o.accept_cgroup_risk)?;
+        Box::new(GuardedFreeze::start(filesystems, o.max_freeze, &placement)?)
     };
     let mut buf = AlignedBuf::new(h.len as usize, target.mem_align());
     buf[..h.len as usize].copy_from_slice(data);

@@ -559,19 +559,24 @@ impl Engine<'_> {
         let (verified_tx, verified_rx) = bounded::<Verified>(2);
         let (target, cfg) = (self.target, self.cfg);
         let pool = self.pool.clone();
+        let urgent = guard.freezes();
         let mut ran = Ran { end: Ok(WindowEnd::default()), flow: Ok(WindowFlow::Complete), read: 0, taken: 0 };
         ran.flow = std::thread::scope(|s| {
             let reader = s.spawn(|| or_abort("reader", || read_stage(target, chunks, &pool, raw_tx, &stop_reader)));
             let hasher = s.spawn(move || or_abort("hasher", || hash_stage(raw_rx, hashed_tx)));
             let verifier = if cfg.verify {
                 let reporter = guard.reporter();
-                let verify = move || verify_stage(target, cfg, written_rx, verified_tx, reporter);
+                let verify = move || {
+                    let _rt = Urgent::raise(urgent);
+                    verify_stage(target, cfg, written_rx, verified_tx, reporter)
+                };
                 Some(s.spawn(move || or_abort("verifier", verify)))
             } else {
                 drop((written_rx, verified_tx));
                 None
             };
             or_abort("writer", || {
+                let _rt = Urgent::raise(urgent);
                 let pipes =
                     Pipes { hashed: &hashed_rx, written: &written_tx, verified: &verified_rx, chunks: chunks.len() };
                 let flow = self.write_window(guard, &pipes, window_start, budget, &mut ran.taken);
@@ -1066,6 +1071,29 @@ impl Engine<'_> {
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+}
+
+/// While a window is frozen, the writer and the verifier run at real-time priority, one
+/// below the guardian: on a saturated CPU the writes and read-backs that hold the freeze
+/// open then finish on time instead of waiting behind busy loops. The reader and the
+/// hasher stay normal: they only decide how much a window gets done, not when it ends.
+/// Back to normal when dropped. Where the host allows no real-time class, nothing changes
+/// (the guardian still ends the window at its deadline).
+struct Urgent(bool);
+
+impl Urgent {
+    fn raise(on: bool) -> Urgent {
+        let rt = sys::Scheduling::Fifo(sys::fifo_max_priority() - 1);
+        Urgent(on && sys::set_thread_scheduling(rt).is_ok())
+    }
+}
+
+impl Drop for Urgent {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = sys::set_thread_scheduling(sys::Scheduling::Normal);
+        }
     }
 }
 

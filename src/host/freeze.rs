@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 
 pub use crate::engine::guard::{NoFreeze, Reporter, WindowEnd, WindowGuard};
+use crate::host::cgroup::Placement;
 use crate::host::guardian::{Bounds, FreezeFailure, Guardian, Permit, ThawReport, Watched};
 use crate::host::mounts::MountedFs;
 use crate::support::error::{Error, Result};
@@ -143,8 +144,9 @@ pub struct GuardedFreeze {
 }
 
 impl GuardedFreeze {
-    /// Opens the filesystems and forks the guardian. Call before any thread starts.
-    pub fn start(filesystems: Vec<MountedFs>, deadline: Duration) -> Result<GuardedFreeze> {
+    /// Opens the filesystems, forks the guardian and moves it where `placement` says
+    /// (out of reseq's cgroup). Call before any thread starts.
+    pub fn start(filesystems: Vec<MountedFs>, deadline: Duration, placement: &Placement) -> Result<GuardedFreeze> {
         let run_dir = crate::host::freeze_record::run_dir();
         crate::host::freeze_record::check_run_dir(&run_dir, &filesystems)?;
         let mut fds = Vec::new();
@@ -166,6 +168,10 @@ impl GuardedFreeze {
         let guardian =
             Guardian::spawn(watched, bounds, run_dir).map_err(|e| Error::io("starting the thaw guardian", e))?;
         log::debug!("guardian started as pid {}", guardian.pid());
+        if let Err(e) = place(&guardian, placement) {
+            guardian.shutdown();
+            return Err(e);
+        }
         warn_about_other_freezers();
         Ok(GuardedFreeze {
             guardian: Some(guardian),
@@ -249,6 +255,21 @@ impl GuardedFreeze {
             e => Error::io(format!("freezing {what}"), e.into()),
         }
     }
+}
+
+/// Moves the guardian out of reseq's cgroup, and says what it lacks, before anything is
+/// frozen.
+fn place(guardian: &Guardian, placement: &Placement) -> Result<()> {
+    let went = placement.apply(guardian.pid()).map_err(|why| crate::host::cgroup::refusal(&why))?;
+    if placement.stays() {
+        log::warn!("{went}");
+    } else {
+        log::info!("freeze guardian (pid {}): in {went}", guardian.pid());
+    }
+    if let Some(s) = guardian.hardening.shortfall() {
+        log::warn!("{s}");
+    }
+    Ok(())
 }
 
 /// Programs known to freeze filesystems on their own schedule. One running is not an

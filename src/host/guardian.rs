@@ -55,6 +55,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 
 use crate::host::freeze_record::{FreezeRecord, RecordedFs, SentinelRecord};
+pub use crate::host::hardening::Hardening;
 use crate::host::procs;
 use crate::sys;
 
@@ -87,6 +88,9 @@ const DENY_FREEZE_LOST: u32 = 2;
 const THAW_OVERRAN: u32 = 1;
 const THAW_LOST: u32 = 2;
 const THAW_FOREIGN: u32 = 4;
+
+/// The guardian's first message, unasked: what [`Hardening::get`] could arrange.
+const OP_HELLO: u8 = 8;
 
 /// A FREEZE failure index meaning "could not write the freeze record".
 const RECORD_FAILED: u32 = u32::MAX;
@@ -218,6 +222,8 @@ pub struct Guardian {
     /// How long reseq waits for a reply to PERMIT or THAW before it decides the
     /// guardian is stuck (stopped by hand) and thaws itself.
     reply_timeout: Duration,
+    /// What the guardian could arrange for itself (its first message).
+    pub hardening: Hardening,
 }
 
 impl Guardian {
@@ -229,7 +235,16 @@ impl Guardian {
             sys::Forked::Parent { child } => {
                 drop(theirs);
                 let reply_timeout = bounds.window + bounds.grace + Duration::from_secs(2);
-                Ok(Guardian { stream: ours, pid: child, reply_timeout })
+                let mut g = Guardian { stream: ours, pid: child, reply_timeout, hardening: Hardening::default() };
+                match g.reply(Some(crate::host::hardening::HELLO_TIMEOUT)) {
+                    Ok((OP_HELLO, a, b)) => g.hardening = Hardening::decode(a, b),
+                    Ok(_) => return Err(std::io::Error::other("the guardian said something else than hello")),
+                    Err(e) => {
+                        g.kill();
+                        return Err(e);
+                    }
+                }
+                Ok(g)
             }
             sys::Forked::Child => {
                 drop(ours);
@@ -240,6 +255,11 @@ impl Guardian {
                 }));
                 let code = match detach(reseq) {
                     Some(reseq_fd) => {
+                        let hello = msg(OP_HELLO, 0, 0);
+                        let hello = Hardening::get().encode(hello);
+                        if (&theirs).write_all(&hello).is_err() {
+                            sys::exit_immediately(70);
+                        }
                         let mut g = GuardianState::new(fs, bounds, run_dir, reseq, reseq_fd);
                         // A panic must not unwind into reseq's copied stack (its destructors
                         // would run here: unmounts, device detaches): thaw and leave.
@@ -248,6 +268,8 @@ impl Guardian {
                     }
                     None => 70,
                 };
+                // After the last thaw: nothing of ours is frozen, so this may touch files.
+                crate::host::cgroup::leave_own_group();
                 sys::exit_immediately(code)
             }
         }

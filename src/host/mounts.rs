@@ -22,6 +22,13 @@ pub struct MountEntry {
     /// Whether the filesystem is mounted with DAX (super option `dax`, `dax=always` or
     /// `dax=inode`; `dax=never` is not).
     pub dax: bool,
+    /// The directory of the filesystem this mount shows at its mount point (field 4:
+    /// `/` for the whole filesystem; a cgroup hierarchy mounted inside a cgroup namespace
+    /// or bound from a subgroup shows that group).
+    pub root: String,
+    /// The filesystem's own options (after the source): a cgroup v1 hierarchy lists its
+    /// controllers there (`rw,freezer`).
+    pub super_options: String,
 }
 
 /// Parses the text of a mountinfo file. Malformed lines are skipped: the kernel's
@@ -45,6 +52,8 @@ fn parse_line(line: &str) -> Option<MountEntry> {
             .is_some_and(|o| o.split(',').any(|x| x == "dax" || (x.starts_with("dax=") && x != "dax=never"))),
         fs_type: fields.get(sep + 1)?.to_string(),
         source: unescape(fields.get(sep + 2)?),
+        root: unescape(fields.get(3)?),
+        super_options: fields.get(sep + 3).map_or(String::new(), |o| o.to_string()),
     })
 }
 

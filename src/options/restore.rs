@@ -15,4 +15,6 @@ pub struct RestoreOptions {
     pub device: Option<PathBuf>,
     /// Longest freeze of a filesystem on the device for the write (at least 10 ms).
     pub max_freeze: Duration,
+    /// Freeze even where the guardian cannot leave reseq's cgroup.
+    pub accept_cgroup_risk: bool,
 }

@@ -76,6 +76,8 @@ pub struct RewriteOptions {
     pub read_ahead: usize,
     pub no_verify: bool,
     pub force: bool,
+    /// Freeze even where the guardian cannot leave reseq's cgroup.
+    pub accept_cgroup_risk: bool,
     pub dry_run: bool,
     pub resume: bool,
     pub restart: bool,
@@ -106,6 +108,7 @@ impl Default for RewriteOptions {
             read_ahead: DEFAULT_READ_AHEAD,
             no_verify: false,
             force: false,
+            accept_cgroup_risk: false,
             dry_run: false,
             resume: false,
             restart: false,

@@ -20,6 +20,10 @@ fn read_proc_u64(path: &str) -> Option<u64> {
 /// Root, with CAP_SYS_ADMIN: FIFREEZE needs the capability, raw device writes root's access.
 pub use crate::host::privileges::check as privileges;
 
+/// Where the freeze guardian goes: out of reseq's cgroup, or refused where it cannot
+/// leave unless `--accept-cgroup-risk` (docs/SAFETY.md, "The guardian's cgroup").
+pub use crate::host::cgroup::plan_or_refuse as guardian_can_leave;
+
 /// `kernel.hung_task_timeout_secs` (None: disabled) and whether a hung task panics.
 pub fn hung_task() -> (Option<Duration>, bool) {
     let timeout = read_proc_u64("/proc/sys/kernel/hung_task_timeout_secs").filter(|&s| s > 0).map(Duration::from_secs);

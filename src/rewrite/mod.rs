@@ -162,6 +162,9 @@ fn describe_freeze(plan: &RewritePlan) -> String {
         crate::host::freeze::describe_bound(plan.max_freeze),
         plan.hung_task_timeout.map(|t| format!(" (hung-task timeout {} s)", t.as_secs())).unwrap_or_default()
     );
+    if let Some(p) = &plan.guardian {
+        s += &format!("  guardian: {}\n", p.describe());
+    }
     s
 }
 
@@ -548,7 +551,9 @@ fn window_guard(plan: &RewritePlan, journal: &Journal) -> Result<Box<dyn WindowG
     if !plan.needs_freeze() {
         return Ok(Box::new(WritersChecked::new(NoFreeze, path, devices)));
     }
-    let mut g = GuardedFreeze::start(plan.filesystems.clone(), plan.max_freeze)?;
+    let placement =
+        plan.guardian.as_ref().ok_or_else(|| Error::Internal("a freeze without a guardian placement".into()))?;
+    let mut g = GuardedFreeze::start(plan.filesystems.clone(), plan.max_freeze, placement)?;
     g.set_journal(journal.path())?;
     g.set_target(&plan.device.path)?;
     Ok(Box::new(WritersChecked::new(g, path, devices)))

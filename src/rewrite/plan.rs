@@ -71,6 +71,8 @@ pub struct RewritePlan {
     /// Devices through which the target's bytes can be written (itself, its partitions,
     /// its disk): nothing else may hold them for writing, checked before every window.
     pub writer_devices: Vec<(u32, u32)>,
+    /// Where the freeze guardian goes (None: nothing is frozen).
+    pub guardian: Option<crate::host::cgroup::Placement>,
     /// Things the user should know that did not stop the plan.
     pub warnings: Vec<String>,
 }
@@ -91,6 +93,7 @@ struct Checked {
     filesystems: Vec<MountedFs>,
     writer_devices: Vec<(u32, u32)>,
     warnings: Vec<String>,
+    guardian: Option<crate::host::cgroup::Placement>,
 }
 
 /// The checks of the device itself: what it is, who holds it, what is mounted on it,
@@ -111,12 +114,13 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
     if !filesystems.is_empty() {
         warnings.extend(checks::freeze_length(o.max_freeze(), o.force)?);
     }
-    Ok(Checked { dev, filesystems, writer_devices, warnings })
+    let guardian = if filesystems.is_empty() { None } else { Some(checks::guardian_can_leave(o.accept_cgroup_risk)?) };
+    Ok(Checked { dev, filesystems, writer_devices, warnings, guardian })
 }
 
 /// Checks everything and builds the plan. Writes nothing and freezes nothing.
 pub fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<RewritePlan> {
-    let Checked { dev, filesystems, writer_devices, mut warnings } = check_device(o, env)?;
+    let Checked { dev, filesystems, writer_devices, mut warnings, guardian } = check_device(o, env)?;
     let state = checks::state_dir(&o.state_dir, &filesystems, o.chunk_size, o.dry_run)?;
     let journal_path = journal::journal_path(&state.path, &dev.identity);
     let start = decide_start(o, &dev, o.chunk_size.bytes(), &journal_path, &mut warnings)?;
@@ -158,6 +162,7 @@ pub fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<RewritePlan
         journal_path,
         start,
         writer_devices,
+        guardian,
         warnings,
         options: RunOptions::of(o),
     })

@@ -253,8 +253,9 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report) -> Result<()> {
     if !groups.is_empty() {
         report.freeze_bound = Some(crate::host::freeze::bound_report(o.max_freeze()));
     }
+    let placement = checks::guardian_can_leave(o.accept_cgroup_risk)?;
     if o.dry_run {
-        report.plan_text = Some(describe(&groups, &planned, o.max_freeze()));
+        report.plan_text = Some(describe(&groups, &planned, o.max_freeze(), &placement));
         return Ok(());
     }
     // --only-slow: time each file's sequential read and leave the fast ones alone.
@@ -286,6 +287,7 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report) -> Result<()> {
         planned: &planned,
         left_alone: &left_alone,
         earlier: earlier.as_ref(),
+        placement: &placement,
         pending: Rc::new(RefCell::new(Pending {
             journals: Vec::new(),
             record: run_record(o, record_path, earlier.as_ref())?,
@@ -323,6 +325,8 @@ struct FileRun<'a> {
     /// `--only-slow`: the files left alone, with why.
     left_alone: &'a HashMap<usize, String>,
     earlier: Option<&'a record::Earlier>,
+    /// Where each filesystem's guardian goes.
+    placement: &'a crate::host::cgroup::Placement,
     /// Journals of files whose window is still open, and the files done in it: written
     /// after it closes.
     pending: Rc<RefCell<Pending>>,
@@ -397,7 +401,7 @@ impl FileRun<'_> {
     /// may write its device (a raw writer bypasses the freeze). Small files share
     /// windows: one freeze maps and rewrites as many as fit.
     fn guard(&self, g: &FsGroup) -> Result<Batched<WritersChecked<GuardedFreeze>>> {
-        let mut freeze = GuardedFreeze::start(vec![g.fs.clone()], self.o.max_freeze())?;
+        let mut freeze = GuardedFreeze::start(vec![g.fs.clone()], self.o.max_freeze(), self.placement)?;
         freeze.set_target(&g.device.path)?;
         let writers =
             WritersChecked::new(freeze, g.device.path.clone(), g.device.devices_sharing_bytes(&Sysfs::default()));
@@ -949,12 +953,18 @@ fn done_earlier(e: &record::Earlier, path: &Path) -> Option<u64> {
     e.done.contains(&record::key(&file_identity(path, &md))).then_some(md.len())
 }
 
-fn describe(groups: &[FsGroup], planned: &[Planned], max_freeze: Duration) -> String {
+fn describe(
+    groups: &[FsGroup],
+    planned: &[Planned],
+    max_freeze: Duration,
+    placement: &crate::host::cgroup::Placement,
+) -> String {
     let mut s = format!(
-        "plan: {} file(s), windows of at most {:.3} s each; {}\n",
+        "plan: {} file(s), windows of at most {:.3} s each; {}\n  guardian: {}\n",
         planned.len(),
         max_freeze.as_secs_f64(),
-        crate::host::freeze::describe_bound(max_freeze)
+        crate::host::freeze::describe_bound(max_freeze),
+        placement.describe()
     );
     for (gi, g) in groups.iter().enumerate() {
         s +=

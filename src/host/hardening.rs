@@ -1,0 +1,133 @@
+//! What keeps the guardian on time when the host is not: real-time priority (a thaw
+//! must not wait behind busy loops, even at nice -20), memory locked (no page of its
+//! code or data read from disk, or reclaimed, on the way to a thaw), and no OOM kill
+//! (an OOM kill of reseq's unit, or of the host, must not pick it).
+//!
+//! The guardian arranges this for itself right after the fork and tells reseq in its
+//! first message, so that reseq can say, before the first freeze, what it could not get.
+
+use std::time::Duration;
+
+use nix::errno::Errno;
+
+use crate::sys::{self, Scheduling};
+
+/// The guardian's real-time priority: the highest. reseq's writer and verifier run one
+/// below it while a window is open, so the guardian preempts them.
+pub fn guardian_priority() -> i32 {
+    sys::fifo_max_priority()
+}
+
+/// What the guardian could arrange for itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hardening {
+    /// SCHED_FIFO at this priority, or why not.
+    pub realtime: Result<i32, Errno>,
+    /// Memory locked (mlockall, and its own code faulted in), or why not.
+    pub locked: Result<(), Errno>,
+    /// oom_score_adj -1000 (never chosen by the OOM killer).
+    pub oom_protected: bool,
+}
+
+impl Default for Hardening {
+    fn default() -> Hardening {
+        Hardening { realtime: Err(Errno::UnknownErrno), locked: Err(Errno::UnknownErrno), oom_protected: false }
+    }
+}
+
+const RT_OK: u32 = 1;
+const LOCK_OK: u32 = 2;
+const OOM_OK: u32 = 4;
+
+impl Hardening {
+    /// In the guardian, before anything is frozen.
+    pub fn get() -> Hardening {
+        let priority = guardian_priority();
+        let realtime = sys::set_thread_scheduling(Scheduling::Fifo(priority)).map(|()| priority);
+        let locked = sys::lock_touched_memory().and_then(|()| lock_own_code());
+        let oom_protected = std::fs::write("/proc/self/oom_score_adj", "-1000\n").is_ok();
+        Hardening { realtime, locked, oom_protected }
+    }
+
+    /// Into a message's fields (flags in `a`; the two errnos in `b`).
+    pub fn encode(&self, mut m: [u8; 16]) -> [u8; 16] {
+        let mut flags = (self.realtime.unwrap_or(0) as u32) << 8;
+        for (ok, bit) in [(self.realtime.is_ok(), RT_OK), (self.locked.is_ok(), LOCK_OK), (self.oom_protected, OOM_OK)]
+        {
+            flags |= u32::from(ok) * bit;
+        }
+        let errno = |r: Result<(), Errno>| r.err().map_or(0, |e| e as i32 as u32);
+        let b = (u64::from(errno(self.realtime.map(drop))) << 32) | u64::from(errno(self.locked));
+        m[4..8].copy_from_slice(&flags.to_le_bytes());
+        m[8..16].copy_from_slice(&b.to_le_bytes());
+        m
+    }
+
+    pub fn decode(a: u32, b: u64) -> Hardening {
+        let errno = |e: u64| Errno::from_raw(e as i32);
+        Hardening {
+            realtime: if a & RT_OK != 0 { Ok((a >> 8 & 0xff) as i32) } else { Err(errno(b >> 32)) },
+            locked: if a & LOCK_OK != 0 { Ok(()) } else { Err(errno(b & 0xffff_ffff)) },
+            oom_protected: a & OOM_OK != 0,
+        }
+    }
+
+    /// What is missing, in words (None: nothing).
+    pub fn shortfall(&self) -> Option<String> {
+        let mut missing = Vec::new();
+        if let Err(e) = self.realtime {
+            missing.push(format!(
+                "real-time priority ({e}: no CAP_SYS_NICE, or systemd's RestrictRealtime=); on a saturated CPU its thaw can come late"
+            ));
+        }
+        if let Err(e) = self.locked {
+            missing.push(format!(
+                "locked memory ({e}: no CAP_IPC_LOCK); under memory pressure its thaw can wait for paging"
+            ));
+        }
+        if !self.oom_protected {
+            missing.push("protection from the OOM killer (oom_score_adj)".to_string());
+        }
+        (!missing.is_empty()).then(|| format!("the freeze guardian runs without {}", missing.join("; without ")))
+    }
+}
+
+/// Faults in and locks the executable's code, so that no deadline path waits for a page
+/// of it to be read (the binary may even be on the filesystem being frozen).
+fn lock_own_code() -> Result<(), Errno> {
+    let exe = std::fs::read_link("/proc/self/exe").map_err(|_| Errno::ENOENT)?;
+    let maps = std::fs::read_to_string("/proc/self/maps").map_err(|_| Errno::EIO)?;
+    for line in maps.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 6 || !f[1].contains('x') || std::path::Path::new(f[5]) != exe {
+            continue;
+        }
+        let Some((lo, hi)) = f[0].split_once('-') else { continue };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) else { continue };
+        sys::lock_range(lo, hi - lo)?;
+    }
+    Ok(())
+}
+
+/// How long reseq waits for the guardian's first message.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hardening_survives_the_socket() {
+        let all = Hardening { realtime: Ok(99), locked: Ok(()), oom_protected: true };
+        let none = Hardening { realtime: Err(Errno::EPERM), locked: Err(Errno::ENOMEM), oom_protected: false };
+        for h in [all, none] {
+            let m = h.encode([0; 16]);
+            let a = u32::from_le_bytes(m[4..8].try_into().unwrap());
+            let b = u64::from_le_bytes(m[8..16].try_into().unwrap());
+            assert_eq!(Hardening::decode(a, b), h);
+        }
+        assert_eq!(all.shortfall(), None);
+        let text = none.shortfall().unwrap();
+        assert!(text.contains("real-time priority (EPERM") && text.contains("locked memory (ENOMEM"), "{text}");
+    }
+}
