@@ -72,6 +72,10 @@ pub struct Report {
     /// Every freeze's limits, when the run froze anything.
     #[serde(default)]
     pub freeze_bound: Option<FreezeBound>,
+    /// Where the freeze guardian goes (out of reseq's cgroup, or why it stays), when the
+    /// run freezes anything.
+    #[serde(default)]
+    pub guardian: Option<String>,
     pub warnings: Vec<String>,
     pub outcome: Outcome,
     /// For a dry run, the plan as text (the human rendering of a dry run).
@@ -219,6 +223,7 @@ impl Report {
             warnings: Vec::new(),
             outcome: Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None },
             plan_text: None,
+            guardian: None,
         }
     }
 

@@ -73,6 +73,7 @@ fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: bool, report: 
     if plan.needs_freeze() {
         report.freeze_bound = Some(crate::host::freeze::bound_report(plan.max_freeze));
     }
+    report.guardian = plan.guardian.as_ref().map(|p| p.describe());
     for w in &plan.warnings {
         log::warn!("{w}");
     }

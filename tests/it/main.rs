@@ -13,6 +13,7 @@ mod faultfs;
 
 mod architecture;
 mod bench_reports;
+mod cgroup_strike;
 mod crash_and_resume;
 mod deb;
 mod demo;

@@ -254,6 +254,7 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report) -> Result<()> {
         report.freeze_bound = Some(crate::host::freeze::bound_report(o.max_freeze()));
     }
     let placement = checks::guardian_can_leave(o.accept_cgroup_risk)?;
+    report.guardian = Some(placement.describe());
     if o.dry_run {
         report.plan_text = Some(describe(&groups, &planned, o.max_freeze(), &placement));
         return Ok(());
