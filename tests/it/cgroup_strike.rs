@@ -252,7 +252,7 @@ fn sigstop_of_every_process_in_the_group_ends_within_the_bound() {
 /// refuses (exit 3) unless `--accept-cgroup-risk`; the dry run names the placement.
 #[test]
 fn where_the_guardian_cannot_leave_reseq_refuses_unless_the_risk_is_accepted() {
-    if !require(&["mkfs.ext4", "unshare"]) {
+    if !require(&["mkfs.ext4", "unshare", "nsenter"]) {
         return;
     }
     let Some(root) = require_cgroup2() else { return };
@@ -280,6 +280,16 @@ fn where_the_guardian_cannot_leave_reseq_refuses_unless_the_risk_is_accepted() {
         let plan = json_report(&accepted)["guardian"].as_str().unwrap_or_default().to_string();
         assert!(plan.contains("the guardian stays in reseq's cgroup") && plan.contains(why), "{how}: {plan}");
     }
+    // The shipped pod spec's way out of a cgroup namespace: enter the host's through a
+    // process in it (the pod enters PID 1's; here a process of the test's own stands in).
+    let mut host_proc = Command::new("sleep").arg("60").spawn().unwrap();
+    let target = host_proc.id().to_string();
+    let entered = ["unshare", "--cgroup", "--", "nsenter", "--target", &target, "--cgroup", "--"];
+    let out = output(under(&env, &entered).args(["rewrite", "--dry-run"]).arg(&lo.path));
+    let _ = host_proc.kill();
+    let _ = host_proc.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("guardian: the guardian leaves reseq's cgroup"));
     // Accepted, the run goes ahead with the guardian where reseq is, and says so.
     let out = output(under(&env, ns).args(["rewrite", "--accept-cgroup-risk", "--max-freeze", "1s"]).arg(&lo.path));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

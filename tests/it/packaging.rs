@@ -21,7 +21,14 @@ fn systemd_units_verify() {
     let root = env!("CARGO_MANIFEST_DIR");
     let service = std::fs::read_to_string(format!("{root}/packaging/systemd/reseq@.service")).unwrap();
     assert!(service.contains("ExecStart=/usr/bin/reseq run --config /etc/reseq/%i.toml"));
-    assert!(service.contains("KillMode=process"), "the guardian must outlive reseq on stop");
+    assert!(
+        !service.lines().any(|l| l.starts_with("KillMode=")),
+        "the guardian leaves the unit: the default control-group kill is safe"
+    );
+    assert!(!service.contains("RestrictRealtime=yes"), "the guardian needs SCHED_FIFO");
+    for cap in ["CAP_SYS_ADMIN", "CAP_SYS_NICE", "CAP_IPC_LOCK", "CAP_SYS_RESOURCE"] {
+        assert!(service.contains(cap), "the unit's bounding set lacks {cap}");
+    }
     assert!(service.contains("ExecStopPost=-/usr/bin/reseq thaw"), "a stop must thaw what a killed guardian left");
     assert!(service.contains("RuntimeDirectory=reseq"), "the freeze records need a writable /run/reseq");
     std::fs::write(dir.join("reseq@job.service"), service.replace("/usr/bin/reseq", env!("CARGO_BIN_EXE_reseq")))
@@ -93,5 +100,17 @@ fn example_manifests_parse() {
             Command::new("python3").args(["-c", "import sys, yaml; yaml.safe_load(open(sys.argv[1]))"]).arg(&path),
         );
         assert!(out.status.success(), "{f} is not valid YAML: {}", stderr(&out));
+    }
+    // The pod runs reseq where its guardian can leave the pod's cgroup: the host's PID and
+    // cgroup namespaces, the host's hierarchy (cgroup_strike tests the same entry).
+    let cron =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/kubernetes/cronjob.yaml")).unwrap();
+    for needle in [
+        "hostPID: true",
+        r#"command: ["nsenter", "--target", "1", "--cgroup", "--", "reseq"]"#,
+        "hostPath: { path: /sys/fs/cgroup, type: Directory }",
+        "mountPath: /sys/fs/cgroup",
+    ] {
+        assert!(cron.contains(needle), "the CronJob lacks {needle}");
     }
 }
