@@ -57,6 +57,7 @@ use nix::errno::Errno;
 use crate::host::freeze_record::{FreezeRecord, RecordedFs, SentinelRecord};
 pub use crate::host::hardening::Hardening;
 use crate::host::procs;
+use crate::host::sentinel::SentinelReader;
 use crate::sys;
 
 /// stderr without panicking: it may be a closed pipe or a hung-up terminal, and the
@@ -260,7 +261,8 @@ impl Guardian {
                         if (&theirs).write_all(&hello).is_err() {
                             sys::exit_immediately(70);
                         }
-                        let mut g = GuardianState::new(fs, bounds, run_dir, reseq, reseq_fd);
+                        let Ok(live) = Live::new(fs, &bounds) else { sys::exit_immediately(70) };
+                        let mut g = GuardianState::new(live, bounds, run_dir, reseq, reseq_fd);
                         // A panic must not unwind into reseq's copied stack (its destructors
                         // would run here: unmounts, device detaches): thaw and leave.
                         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.serve(theirs)));
@@ -420,32 +422,53 @@ trait Filesystems {
     fn fifreeze(&mut self, i: usize) -> Result<(), Errno>;
     fn fithaw(&mut self, i: usize);
     /// The sentinel block (None: no sentinel, or it cannot be read).
-    fn sentinel(&self, i: usize) -> Option<Vec<u8>>;
+    fn sentinel(&mut self, i: usize) -> Option<Vec<u8>>;
     fn name(&self, i: usize) -> &str;
     /// Filesystem `i` as the freeze record names it, with the sentinel as read after our
     /// freeze.
     fn recorded(&self, i: usize, snapshot: Option<&Vec<u8>>) -> RecordedFs;
 }
 
-impl Filesystems for Vec<Watched> {
+/// The filesystems for real: FIFREEZE and FITHAW on their mount points, and their
+/// sentinels read on a thread of their own (see [`crate::host::sentinel`]).
+struct Live {
+    watched: Vec<Watched>,
+    sentinels: SentinelReader,
+}
+
+impl Live {
+    /// The sentinel reads before a thaw at the deadline may take three quarters of the
+    /// grace together: the thaw still ends within the bound. (A read slower than that
+    /// proves nothing, and the freeze is thawed as ours: a foreign re-freeze is then seen
+    /// only on a device that answers in time.)
+    fn new(watched: Vec<Watched>, bounds: &Bounds) -> std::io::Result<Live> {
+        let fds = watched
+            .iter()
+            .map(|w| w.sentinel.as_ref().and_then(|(_, fd, offset)| Some((fd.try_clone().ok()?, *offset))))
+            .collect();
+        let limit = (bounds.grace * 3 / 4 / watched.len().max(1) as u32).max(Duration::from_millis(20));
+        Ok(Live { sentinels: SentinelReader::start(fds, limit)?, watched })
+    }
+}
+
+impl Filesystems for Live {
     fn count(&self) -> usize {
-        self.len()
+        self.watched.len()
     }
     fn fifreeze(&mut self, i: usize) -> Result<(), Errno> {
-        sys::fifreeze(self[i].mount.as_fd())
+        sys::fifreeze(self.watched[i].mount.as_fd())
     }
     fn fithaw(&mut self, i: usize) {
-        let _ = sys::fithaw(self[i].mount.as_fd());
+        let _ = sys::fithaw(self.watched[i].mount.as_fd());
     }
-    fn sentinel(&self, i: usize) -> Option<Vec<u8>> {
-        let (_, fd, offset) = self[i].sentinel.as_ref()?;
-        read_block(fd.as_fd(), *offset)
+    fn sentinel(&mut self, i: usize) -> Option<Vec<u8>> {
+        self.sentinels.read(i)
     }
     fn name(&self, i: usize) -> &str {
-        &self[i].name
+        &self.watched[i].name
     }
     fn recorded(&self, i: usize, snapshot: Option<&Vec<u8>>) -> RecordedFs {
-        let w = &self[i];
+        let w = &self.watched[i];
         RecordedFs {
             mount_point: w.name.clone().into(),
             dev: w.dev.clone(),
@@ -466,7 +489,7 @@ struct Fs {
     snapshot: Option<Vec<u8>>,
 }
 
-struct GuardianState<F: Filesystems = Vec<Watched>> {
+struct GuardianState<F: Filesystems = Live> {
     io: F,
     fs: Vec<Fs>,
     bounds: Bounds,
@@ -1013,7 +1036,7 @@ mod tests {
             assert_ne!(fs[i].by, By::Other, "the guardian thawed a freeze that is not its own");
             fs[i].by = By::Nobody;
         }
-        fn sentinel(&self, i: usize) -> Option<Vec<u8>> {
+        fn sentinel(&mut self, i: usize) -> Option<Vec<u8>> {
             let fs = self.0.borrow()[i];
             fs.readable.then(|| fs.generation.to_le_bytes().to_vec())
         }

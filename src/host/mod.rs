@@ -11,6 +11,7 @@ pub mod in_use;
 pub mod mounts;
 pub mod privileges;
 pub mod procs;
+pub mod sentinel;
 pub mod state_dir;
 pub mod thaw;
 pub mod trim;
