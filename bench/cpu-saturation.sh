@@ -16,15 +16,16 @@ need_root
 ROUNDS=${1:-2}
 STOPS=${2:-20}
 RESEQ=$(reseq_bin)
-make_device 512
+make_device 256
 mkfs.ext4 -q -E lazy_itable_init=0,lazy_journal_init=0 "$DEV"
 mkdir -p "$WORK/mnt"; mount "$DEV" "$WORK/mnt"
-trap 'pkill -P $$ -f busy-loop 2>/dev/null || true; fsfreeze -u "$WORK/mnt" 2>/dev/null || true; umount "$WORK/mnt" 2>/dev/null || true; losetup -d "$DEV" 2>/dev/null || true; rm -rf "$WORK"' EXIT
-for i in 1 2 3; do dd if=/dev/urandom of="$WORK/mnt/data$i" bs=1M count=100 status=none; done
+trap 'pkill -f reseq-bench-busy-loop 2>/dev/null || true; fsfreeze -u "$WORK/mnt" 2>/dev/null || true; umount "$WORK/mnt" 2>/dev/null || true; losetup -d "$DEV" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+for i in 1 2 3; do dd if=/dev/urandom of="$WORK/mnt/data$i" bs=1M count=40 status=none; done
 sync
-echo "device $DEV (512 MiB, ext4, 300 MiB of data), $(nproc) CPUs, $ROUNDS round(s), $STOPS stops per round"
-python3 - "$RESEQ" "${BASELINE:-}" "$DEV" "$WORK" "$ROUNDS" "$STOPS" "${RT99:-0}" <<'PY'
+echo "device $DEV (256 MiB, ext4, 120 MiB of data), $(nproc) CPUs, $ROUNDS round(s), $STOPS stops per round"
+"python3" - "$RESEQ" "${BASELINE:-}" "$DEV" "$WORK" "$ROUNDS" "$STOPS" "${RT99:-0}" <<'PY'
 import json, os, random, re, signal, subprocess, sys, threading, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # finally: blocks kill the busy loops
 reseq, baseline, dev, work, rounds, stops, rt99 = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), sys.argv[7] == "1"
 mnt, bound = os.path.join(work, "mnt"), 1.0
 binaries = [("reseq", reseq)] + ([("baseline", baseline)] if baseline else [])
@@ -71,7 +72,8 @@ def run(binary, extra, stop_at=None):
     return longest, res.get("windows_overrun", 0) or 0, res.get("windows", 0) or 0, inside, p.returncode
 
 def busy(n, prefix):
-    return [subprocess.Popen(prefix + ["sh", "-c", "exec -a busy-loop sh -c 'while :; do :; done'"]) for _ in range(n)]
+    loop = ["bash", "-c", "exec -a reseq-bench-busy-loop bash -c 'while :; do :; done'"]
+    return [subprocess.Popen(prefix + loop) for _ in range(n)]
 
 print(f"{'load':22} {'binary':9} {'windows':>7} {'overruns':>8} {'worst freeze':>12} {'in window':>9} {'worst stall':>11}  vs bound {bound:.1f} s")
 for name, n, prefix in loads:

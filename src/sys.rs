@@ -594,6 +594,10 @@ pub fn open_exclusive(path: &std::path::Path) -> std::io::Result<std::fs::File> 
 /// CAP_SYS_ADMIN is bit 21 of the capability sets (include/uapi/linux/capability.h):
 /// FIFREEZE, FITHAW and FITRIM need it.
 pub const CAP_SYS_ADMIN: u32 = 21;
+/// CAP_IPC_LOCK (bit 14): mlock beyond RLIMIT_MEMLOCK.
+pub const CAP_IPC_LOCK: u32 = 14;
+/// CAP_SYS_RESOURCE (bit 24): lowering oom_score_adj.
+pub const CAP_SYS_RESOURCE: u32 = 24;
 
 /// The inode of the initial cgroup namespace (include/linux/proc_ns.h:
 /// `PROC_CGROUP_INIT_INO = 0xEFFFFFFB`): `/proc/self/ns/cgroup` names another one inside

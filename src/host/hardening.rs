@@ -92,6 +92,29 @@ impl Hardening {
     }
 }
 
+/// What the guardian will get, for the dry run (nothing is changed: real-time priority
+/// is tried on a thread that ends at once; the rest is read off the capabilities).
+pub fn expected() -> String {
+    let priority = guardian_priority();
+    let rt = std::thread::spawn(move || sys::set_thread_scheduling(Scheduling::Fifo(priority)))
+        .join()
+        .unwrap_or(Err(Errno::UnknownErrno));
+    let caps = crate::host::privileges::effective_caps().unwrap_or(0);
+    let has = |cap: u32| caps & (1 << cap) != 0;
+    let h = Hardening {
+        realtime: rt.map(|()| priority),
+        locked: if has(sys::CAP_IPC_LOCK) { Ok(()) } else { Err(Errno::EPERM) },
+        oom_protected: has(sys::CAP_SYS_RESOURCE),
+    };
+    match h.shortfall() {
+        None => format!(
+            "the guardian runs SCHED_FIFO {priority} with its memory locked and out of the OOM killer's reach; reseq's writer and verifier run SCHED_FIFO {} while frozen",
+            priority - 1
+        ),
+        Some(s) => s,
+    }
+}
+
 /// Faults in and locks the executable's code, so that no deadline path waits for a page
 /// of it to be read (the binary may even be on the filesystem being frozen).
 fn lock_own_code() -> Result<(), Errno> {

@@ -5,7 +5,7 @@
 use crate::support::error::{Error, Result};
 use crate::sys::CAP_SYS_ADMIN;
 
-fn effective_caps() -> Option<u64> {
+pub(crate) fn effective_caps() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("CapEff:"))?;
     u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()

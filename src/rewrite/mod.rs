@@ -165,6 +165,7 @@ fn describe_freeze(plan: &RewritePlan) -> String {
     );
     if let Some(p) = &plan.guardian {
         s += &format!("  guardian: {}\n", p.describe());
+        s += &format!("  guardian priority: {}\n", crate::host::hardening::expected());
     }
     s
 }

@@ -312,3 +312,46 @@ fn under(env: &TestEnv, prefix: &[&str]) -> Command {
     }
     c
 }
+
+/// The dry run says what priority the guardian will get; without CAP_SYS_NICE (dropped
+/// from the bounding set) it says what is missing, and a real run warns the same before
+/// its first freeze and still ends every window on time.
+#[test]
+fn the_guardian_s_priority_is_stated_and_a_shortfall_is_warned_about() {
+    if !require(&["mkfs.ext4", "setpriv"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, m, files) = filesystem(&env);
+    let dry = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
+    let text = String::from_utf8_lossy(&dry.stdout).into_owned();
+    assert!(
+        text.contains("guardian priority: the guardian runs SCHED_FIFO 99")
+            || text.contains("guardian priority: the freeze guardian runs without"),
+        "{text}"
+    );
+    assert!(!text.contains("without real-time priority"), "root here may use SCHED_FIFO:\n{text}");
+    let no_nice = ["setpriv", "--bounding-set", "-sys_nice", "--"];
+    let dry = output(under(&env, &no_nice).args(["rewrite", "--dry-run"]).arg(&lo.path));
+    let text = String::from_utf8_lossy(&dry.stdout).into_owned();
+    assert!(text.contains("without real-time priority (EPERM"), "{text}");
+    let out = output(under(&env, &no_nice).args(["rewrite", "--max-freeze", "500ms", "--json"]).arg(&lo.path));
+    let err = stderr(&out);
+    let warned = err.find("without real-time priority").unwrap_or_else(|| panic!("no warning:\n{err}"));
+    assert!(err.find("rewriting ").is_some_and(|r| warned < r), "warned after the rewrite began:\n{err}");
+    // On a loaded machine a guardian without real-time priority can be late (that is the
+    // point of the warning): the run may then have been killed or stopped; it resumes.
+    assert!(matches!(out.status.code(), Some(0) | Some(7) | None), "{err}");
+    let mut code = out.status.code();
+    for _ in 0..3 {
+        if code == Some(0) {
+            break;
+        }
+        code = output(env.reseq().args(["rewrite", "--resume"]).arg(&lo.path)).status.code();
+        assert!(matches!(code, Some(0) | Some(7) | None), "--resume: {code:?}");
+    }
+    assert_eq!(code, Some(0), "three resumes did not finish");
+    assert_files_intact(&files);
+    drop(m);
+    fsck_clean(&lo.path, "ext4");
+}

@@ -961,11 +961,12 @@ fn describe(
     placement: &crate::host::cgroup::Placement,
 ) -> String {
     let mut s = format!(
-        "plan: {} file(s), windows of at most {:.3} s each; {}\n  guardian: {}\n",
+        "plan: {} file(s), windows of at most {:.3} s each; {}\n  guardian: {}\n  guardian priority: {}\n",
         planned.len(),
         max_freeze.as_secs_f64(),
         crate::host::freeze::describe_bound(max_freeze),
-        placement.describe()
+        placement.describe(),
+        crate::host::hardening::expected()
     );
     for (gi, g) in groups.iter().enumerate() {
         s +=
