@@ -419,7 +419,7 @@ fn a_read_back_that_differs_is_rescued_never_written_over() {
 /// device that is not the rescue copy's.
 #[test]
 fn restore_on_a_mounted_filesystem_freezes_and_checks_the_device() {
-    if !ready() || !require(&["mkfs.ext4", "e2fsck"]) {
+    if !ready() || !require(&["mkfs.ext4", "e2fsck", "unshare"]) {
         return;
     }
     let env = TestEnv::new();
@@ -437,8 +437,16 @@ fn restore_on_a_mounted_filesystem_freezes_and_checks_the_device() {
     assert!(!is_frozen(&mnt.dir));
     let rescue = rescue_files(&env).pop().expect("a rescue copy");
     d.fs.clear();
+    // Its guardian must leave reseq's cgroup like a rewrite's, or the restore is refused.
+    let mut in_ns = std::process::Command::new("unshare");
+    in_ns.args(["--cgroup", "--"]).arg(env!("CARGO_BIN_EXE_reseq")).args(["restore"]).arg(&rescue);
+    in_ns.envs(env.reseq().get_envs().filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))));
+    let out = output(&mut in_ns);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("cannot leave reseq's cgroup"), "{}", stderr(&out));
     let out = output(env.reseq().args(["restore", "--json"]).arg(&rescue));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("reseq-guardian."), "the guardian did not leave: {}", stderr(&out));
     let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(s["outcome"], "restored");
     assert_eq!(s["frozen_filesystems"][0], mnt.dir.display().to_string());
