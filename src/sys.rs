@@ -631,19 +631,6 @@ pub fn set_thread_scheduling(s: Scheduling) -> nix::Result<()> {
     Errno::result(rc).map(drop)
 }
 
-/// The calling thread's scheduling policy (SCHED_FIFO or not) and priority.
-pub fn thread_scheduling() -> Scheduling {
-    // SAFETY: sched_getscheduler(2) takes an integer; pid 0 is the caller.
-    let policy = unsafe { libc::sched_getscheduler(0) };
-    let mut param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` is a valid, writable sched_param for the call.
-    let rc = unsafe { libc::sched_getparam(0, &mut param) };
-    match (policy, rc) {
-        (libc::SCHED_FIFO, 0) => Scheduling::Fifo(param.sched_priority),
-        _ => Scheduling::Normal,
-    }
-}
-
 /// mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT): every page the process has touched
 /// stays in memory, and so does every page it touches later, without faulting in the
 /// rest of a copied address space (a forked guardian would otherwise duplicate reseq's
