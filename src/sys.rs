@@ -649,3 +649,66 @@ pub fn lock_range(addr: usize, len: usize) -> nix::Result<()> {
     let rc = unsafe { libc::mlock(addr as *const libc::c_void, len) };
     Errno::result(rc).map(drop)
 }
+
+// include/uapi/linux/loop.h: `#define LOOP_GET_STATUS64 0x4C05` (a plain number, no _IOR)
+// and `struct loop_info64` (LO_NAME_SIZE 64, LO_KEY_SIZE 32).
+#[repr(C)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [u8; 64],
+    lo_crypt_name: [u8; 64],
+    lo_encrypt_key: [u8; 32],
+    lo_init: [u64; 2],
+}
+const _: () = assert!(size_of::<LoopInfo64>() == 232);
+nix::ioctl_read_bad!(ioctl_loop_get_status64, 0x4C05, LoopInfo64);
+/// `LO_FLAGS_READ_ONLY` (include/uapi/linux/loop.h).
+const LO_FLAGS_READ_ONLY: u32 = 1;
+
+/// What a loop device is backed by, as the kernel holds it (not the path in sysfs,
+/// which may be stale or from another mount namespace).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoopStatus {
+    /// The backing file's device and inode (st_dev, st_ino): the same file whatever its
+    /// path (hard links, bind mounts, a rename).
+    pub file_dev: (u32, u32),
+    pub file_ino: u64,
+    /// The backing file's st_rdev: the device, when the loop is backed by a block device.
+    pub file_rdev: (u32, u32),
+    pub offset: u64,
+    /// 0: up to the end of the file.
+    pub size_limit: u64,
+    pub read_only: bool,
+}
+
+/// `new_decode_dev` (include/linux/kdev_t.h): loop_get_status encodes the numbers with
+/// `huge_encode_dev`, which is `new_encode_dev`.
+fn decode_dev(d: u64) -> (u32, u32) {
+    (((d & 0xfff00) >> 8) as u32, ((d & 0xff) | ((d >> 12) & 0xfff00)) as u32)
+}
+
+/// LOOP_GET_STATUS64 on an open loop device. `ENXIO`: no backing file attached.
+pub fn loop_status(fd: BorrowedFd<'_>) -> nix::Result<LoopStatus> {
+    // SAFETY: all-zero bytes are a valid LoopInfo64 (integers and byte arrays).
+    let mut info: LoopInfo64 = unsafe { std::mem::zeroed() };
+    // SAFETY: LOOP_GET_STATUS64 copies one struct loop_info64 to the pointer
+    // (drivers/block/loop.c, loop_get_status64 / copy_to_user), which points at a live
+    // local of that exact layout (size checked above).
+    unsafe { ioctl_loop_get_status64(fd.as_raw_fd(), &mut info) }?;
+    Ok(LoopStatus {
+        file_dev: decode_dev(info.lo_device),
+        file_ino: info.lo_inode,
+        file_rdev: decode_dev(info.lo_rdevice),
+        offset: info.lo_offset,
+        size_limit: info.lo_sizelimit,
+        read_only: info.lo_flags & LO_FLAGS_READ_ONLY != 0,
+    })
+}

@@ -104,7 +104,8 @@ impl Sysfs {
         self.root.join("class/block").join(name)
     }
 
-    fn read(&self, name: &str, attr: &str) -> Option<String> {
+    /// An attribute of a block device, trimmed; None when absent or empty.
+    pub fn read(&self, name: &str, attr: &str) -> Option<String> {
         let text = std::fs::read_to_string(self.block_dir(name).join(attr)).ok()?;
         let t = text.trim();
         (!t.is_empty()).then(|| t.to_string())
@@ -123,7 +124,7 @@ impl Sysfs {
         Some((name, parent))
     }
 
-    fn dev_of(&self, name: &str) -> Option<(u32, u32)> {
+    pub fn dev_of(&self, name: &str) -> Option<(u32, u32)> {
         let s = self.read(name, "dev")?;
         let (a, b) = s.split_once(':')?;
         Some((a.parse().ok()?, b.parse().ok()?))
@@ -202,7 +203,7 @@ impl Sysfs {
     }
 
     /// Serial, WWN and model as the driver exposes them (NVMe, SCSI, virtio differ).
-    fn ids(&self, disk: &str) -> (Option<String>, Option<String>, Option<String>) {
+    pub fn ids(&self, disk: &str) -> (Option<String>, Option<String>, Option<String>) {
         let serial = self.read(disk, "device/serial").or_else(|| self.read(disk, "serial"));
         let wwn = self.read(disk, "wwid").or_else(|| self.read(disk, "device/wwid"));
         let model = self.read(disk, "device/model");
