@@ -1,6 +1,7 @@
 //! The host the rewrite runs on: block devices, mounts, processes and other writers,
 //! the freeze and its guardian, free space and TRIM, the state directory.
 
+pub mod aliases;
 pub mod cgroup;
 pub mod device;
 pub mod freeze;
