@@ -131,7 +131,11 @@ pub fn no_swap(dev: &BlockDeviceInfo) -> Result<()> {
     ))
 }
 
-/// Nobody else writes the device: a raw writer bypasses freezes and O_EXCL alike.
+/// Nobody else writes the device, under its own name or another: a raw writer bypasses
+/// freezes and O_EXCL alike, and so does one that reaches the same bytes through an alias
+/// (a second loop device over the backing file, at any offset; a process writing that
+/// file; a filesystem mounted from the alias; another path to the same LUN). Refused
+/// before any write, naming what was found (`host::writers`, `host::aliases`).
 /// Returns the devices through which its bytes can be written, checked again later.
 pub fn no_other_writers(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<Vec<(u32, u32)>> {
     let writer_devices = dev.devices_sharing_bytes(sysfs);
