@@ -110,6 +110,7 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
         plan.device.path.display(),
         plan.writer_devices.iter().map(|(a, b)| format!("{a}:{b}")).collect::<Vec<_>>().join(", ")
     );
+    s += &crate::host::aliases::describe(&plan.writer_devices, &crate::host::device::Sysfs::default());
     s += &describe_space(plan);
     s += &format!("  medium: {}\n", d.medium);
     s += &format!("  journal: {}\n", plan.journal_path.display());

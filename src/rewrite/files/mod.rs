@@ -971,6 +971,7 @@ fn describe(
     for (gi, g) in groups.iter().enumerate() {
         s +=
             &format!("  filesystem {} ({}) on {}\n", g.fs.mount_point.display(), g.fs.fs_type, g.device.path.display());
+        s += &crate::host::aliases::describe(&g.device.devices_sharing_bytes(&Sysfs::default()), &Sysfs::default());
         // A rewrite reads, writes and reads back: assume a third of the read speed,
         // measured on up to 16 MiB of the device (reads only).
         let rate = crate::measure::readbench::Source::open(&g.device.path)
