@@ -11,6 +11,7 @@ mod common;
 #[path = "common/faultfs.rs"]
 mod faultfs;
 
+mod aliases;
 mod architecture;
 mod bench_reports;
 mod cgroup_strike;
