@@ -604,11 +604,17 @@ pub const CAP_SYS_RESOURCE: u32 = 24;
 /// a container's cgroup namespace, where the groups above reseq's own are out of sight.
 pub const CGROUP_NS_INIT_INO: u64 = 0xEFFF_FFFB;
 
+/// The inode of the initial PID namespace (`PROC_PID_INIT_INO = 0xEFFFFFFC`): in another,
+/// the death of the namespace's first process kills every process in it.
+pub const PID_NS_INIT_INO: u64 = 0xEFFF_FFFC;
+
 /// The scheduling of a thread: real-time FIFO at a priority, or the normal class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheduling {
     Fifo(i32),
     Normal,
+    /// A policy and priority as `sched_getscheduler` gave them.
+    Raw(i32, i32),
 }
 
 /// The highest SCHED_FIFO priority (99 on Linux).
@@ -621,14 +627,31 @@ pub fn fifo_max_priority() -> i32 {
 /// back to SCHED_OTHER. EPERM where the host allows no real-time scheduling (no
 /// CAP_SYS_NICE and RLIMIT_RTPRIO 0, systemd's RestrictRealtime=, an RT group budget of 0).
 pub fn set_thread_scheduling(s: Scheduling) -> nix::Result<()> {
+    set_scheduling_of(0, s)
+}
+
+/// sched_setscheduler(2) on thread `tid` (0: the caller).
+pub fn set_scheduling_of(tid: i32, s: Scheduling) -> nix::Result<()> {
     let (policy, priority) = match s {
         Scheduling::Fifo(p) => (libc::SCHED_FIFO, p),
         Scheduling::Normal => (libc::SCHED_OTHER, 0),
+        Scheduling::Raw(policy, p) => (policy, p),
     };
     let param = libc::sched_param { sched_priority: priority };
-    // SAFETY: `param` is a valid sched_param that lives for the call; pid 0 is the caller.
-    let rc = unsafe { libc::sched_setscheduler(0, policy, &param) };
+    // SAFETY: `param` is a valid sched_param that lives for the call.
+    let rc = unsafe { libc::sched_setscheduler(tid, policy, &param) };
     Errno::result(rc).map(drop)
+}
+
+/// The calling thread's policy and priority as they are, to be given back with
+/// [`set_thread_scheduling`] (SCHED_IDLE or SCHED_BATCH stay so; the nice value is kept).
+pub fn thread_scheduling() -> Scheduling {
+    // SAFETY: sched_getscheduler(2) takes an integer; pid 0 is the caller.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    let mut param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid, writable sched_param for the call.
+    let rc = unsafe { libc::sched_getparam(0, &mut param) };
+    if policy < 0 || rc != 0 { Scheduling::Normal } else { Scheduling::Raw(policy, param.sched_priority) }
 }
 
 /// mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT): every page the process has touched

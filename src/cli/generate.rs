@@ -230,7 +230,7 @@ fn files(r: &mut Roff) {
     r.control("TP", []).text([italic("PATH.prom")]).text([roman(
         "Prometheus textfile metrics written atomically with --metrics-file, for node_exporter's textfile collector.",
     )]);
-    r.control("TP", []).text([italic("/run/reseq/guardian-PID.freeze")]).text([roman(
+    r.control("TP", []).text([italic("/run/reseq/guardian-PID-START.freeze")]).text([roman(
         "A freeze record: what a guardian is freezing, written before each freeze and removed after the thaw (RESEQ_RUN_DIR). reseq thaw acts on the records of guardians that are gone.",
     )]);
 }

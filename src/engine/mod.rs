@@ -1080,19 +1080,20 @@ impl Engine<'_> {
 /// hasher stay normal: they only decide how much a window gets done, not when it ends.
 /// Back to normal when dropped. Where the host allows no real-time class, nothing changes
 /// (the guardian still ends the window at its deadline).
-struct Urgent(bool);
+struct Urgent(Option<sys::Scheduling>);
 
 impl Urgent {
     fn raise(on: bool) -> Urgent {
+        let before = sys::thread_scheduling();
         let rt = sys::Scheduling::Fifo(sys::fifo_max_priority() - 1);
-        Urgent(on && sys::set_thread_scheduling(rt).is_ok())
+        Urgent((on && sys::set_thread_scheduling(rt).is_ok()).then_some(before))
     }
 }
 
 impl Drop for Urgent {
     fn drop(&mut self) {
-        if self.0 {
-            let _ = sys::set_thread_scheduling(sys::Scheduling::Normal);
+        if let Some(before) = self.0 {
+            let _ = sys::set_thread_scheduling(before);
         }
     }
 }

@@ -37,9 +37,9 @@ pub struct Placement {
     pub caller: String,
     /// The cgroup v2 hierarchy's mount point (None: no v2 hierarchy).
     hierarchy: Option<PathBuf>,
-    /// The cgroup v1 freezer hierarchy's mount point, when reseq is in a group of its
-    /// own there (a v1 freeze of that group would stop the guardian too).
-    v1_freezer: Option<PathBuf>,
+    /// The cgroup v1 hierarchies (freezer; cpu, whose real-time budget a new group lacks)
+    /// where reseq is in a group other than the root: the guardian goes to their roots.
+    v1_roots: Vec<PathBuf>,
 }
 
 /// What the host shows about cgroups, read once (see [`Host::read`]).
@@ -49,13 +49,15 @@ struct Host {
     self_cgroup: String,
     /// The inode of `/proc/self/ns/cgroup`.
     namespace: Option<u64>,
+    /// The inode of `/proc/self/ns/pid`.
+    pid_namespace: Option<u64>,
     mounts: Vec<MountEntry>,
     /// PID 1 is systemd, and busctl is there to ask it for a scope.
     systemd: bool,
     /// The v2 hierarchy's mount point is writable by us.
     v2_writable: bool,
-    /// The v1 freezer hierarchy's mount point is writable by us.
-    v1_freezer_writable: bool,
+    /// The v1 hierarchies to leave (see [`Placement`]) are writable by us.
+    v1_writable: bool,
 }
 
 impl Host {
@@ -67,14 +69,17 @@ impl Host {
                 !m.read_only && nix::unistd::access(&m.mount_point, nix::unistd::AccessFlags::W_OK).is_ok()
             })
         };
+        let self_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let v1 = v1_to_leave(&mounts, &self_cgroup);
         Host {
-            self_cgroup: std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+            v1_writable: v1.iter().all(|m| writable(Some(m))),
+            self_cgroup,
             namespace: std::fs::metadata("/proc/self/ns/cgroup").ok().map(|m| m.ino()),
+            pid_namespace: std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino()),
             systemd: crate::host::procs::comm(1) == "systemd"
                 && Path::new("/run/systemd/system").is_dir()
                 && find_in_path("busctl").is_some(),
             v2_writable: writable(v2_mount(&mounts)),
-            v1_freezer_writable: writable(v1_freezer_mount(&mounts)),
             mounts,
         }
     }
@@ -84,24 +89,40 @@ fn v2_mount(mounts: &[MountEntry]) -> Option<&MountEntry> {
     mounts.iter().find(|m| m.fs_type == "cgroup2")
 }
 
-fn v1_freezer_mount(mounts: &[MountEntry]) -> Option<&MountEntry> {
-    mounts.iter().find(|m| m.fs_type == "cgroup" && m.super_options.split(',').any(|o| o == "freezer"))
+/// The v1 controllers whose groups the guardian leaves: a freeze of reseq's group would
+/// stop it, and a new cpu group has no real-time budget (`cpu.rt_runtime_us` 0).
+const V1_LEFT: [&str; 2] = ["freezer", "cpu"];
+
+fn v1_mount<'a>(mounts: &'a [MountEntry], controller: &str) -> Option<&'a MountEntry> {
+    mounts.iter().find(|m| m.fs_type == "cgroup" && m.super_options.split(',').any(|o| o == controller))
 }
 
-/// reseq's group in the v2 hierarchy (`0::PATH`) and in the v1 freezer's (`N:freezer:PATH`).
-fn own_groups(self_cgroup: &str) -> (Option<String>, Option<String>) {
-    let mut v2 = None;
-    let mut freezer = None;
-    for line in self_cgroup.lines() {
-        let mut f = line.splitn(3, ':');
-        let (Some(id), Some(controllers), Some(path)) = (f.next(), f.next(), f.next()) else { continue };
-        if id == "0" && controllers.is_empty() {
-            v2 = Some(path.to_string());
-        } else if controllers.split(',').any(|c| c == "freezer") {
-            freezer = Some(path.to_string());
+/// The v1 hierarchies of [`V1_LEFT`] where `self_cgroup` names a group other than the root.
+fn v1_to_leave<'a>(mounts: &'a [MountEntry], self_cgroup: &str) -> Vec<&'a MountEntry> {
+    let mut out: Vec<&MountEntry> = Vec::new();
+    for c in V1_LEFT {
+        if let (Some(m), Some(g)) = (v1_mount(mounts, c), v1_group(self_cgroup, c))
+            && g != "/"
+            && !out.iter().any(|o| o.mount_point == m.mount_point)
+        {
+            out.push(m);
         }
     }
-    (v2, freezer)
+    out
+}
+
+/// The group of `/proc/PID/cgroup` text in the v2 hierarchy (`0::PATH`).
+fn v2_group(self_cgroup: &str) -> Option<String> {
+    self_cgroup.lines().find_map(|l| l.strip_prefix("0::")).map(str::to_string)
+}
+
+/// The group in the v1 hierarchy that has `controller` (`N:cpu,cpuacct:PATH`).
+fn v1_group(self_cgroup: &str, controller: &str) -> Option<String> {
+    self_cgroup.lines().find_map(|line| {
+        let mut f = line.splitn(3, ':');
+        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+        controllers.split(',').any(|c| c == controller).then(|| path.to_string())
+    })
 }
 
 /// Reads the host and decides where the guardian goes. Changes nothing.
@@ -129,12 +150,14 @@ pub fn refusal(why: &str) -> crate::support::error::Error {
 }
 
 fn decide(host: &Host, accepted: bool) -> Placement {
-    let (caller, freezer_group) = own_groups(&host.self_cgroup);
+    let caller = v2_group(&host.self_cgroup);
     let v2 = v2_mount(&host.mounts);
-    let freezer = v1_freezer_mount(&host.mounts).filter(|_| freezer_group.as_deref().is_some_and(|g| g != "/"));
+    let v1 = v1_to_leave(&host.mounts, &host.self_cgroup);
     let stays = |why: String| How::Stays { why, accepted };
     let how = if host.namespace.is_some_and(|ino| ino != crate::sys::CGROUP_NS_INIT_INO) {
         stays("reseq runs in a cgroup namespace of its own (a container): the groups above its own are out of its sight and reach".into())
+    } else if host.pid_namespace.is_some_and(|ino| ino != crate::sys::PID_NS_INIT_INO) {
+        stays("reseq runs in a PID namespace of its own (a container): when the namespace's first process dies, the kernel kills every process in it, the guardian too".into())
     } else if v2.is_none() || caller.is_none() {
         stays("this host has no cgroup v2 hierarchy mounted (cgroup v1 only), where a group of the guardian's own can be made".into())
     } else if let Some(m) = v2.filter(|m| m.root != "/") {
@@ -143,9 +166,9 @@ fn decide(host: &Host, accepted: bool) -> Placement {
             m.mount_point.display(),
             m.root
         ))
-    } else if let Some(m) = freezer.filter(|_| !host.v1_freezer_writable) {
+    } else if let Some(m) = v1.first().filter(|_| !host.v1_writable) {
         stays(format!(
-            "reseq is in a group of the cgroup v1 freezer at {}, which is read-only here",
+            "reseq is in a group of the cgroup v1 hierarchy at {}, which is read-only here",
             m.mount_point.display()
         ))
     } else if host.systemd {
@@ -163,7 +186,7 @@ fn decide(host: &Host, accepted: bool) -> Placement {
         how,
         caller: caller.unwrap_or_default(),
         hierarchy: v2.map(|m| m.mount_point.clone()),
-        v1_freezer: freezer.map(|m| m.mount_point.clone()),
+        v1_roots: v1.iter().map(|m| m.mount_point.clone()).collect(),
     }
 }
 
@@ -184,7 +207,11 @@ impl Placement {
                 "the guardian leaves reseq's cgroup ({}) for a group of its own ({}/{GROUP_PREFIX}PID{}): a kill, freeze or OOM kill of reseq's group does not reach it",
                 self.caller,
                 self.hierarchy.as_deref().unwrap_or(Path::new("")).display(),
-                if self.v1_freezer.is_some() { ", and the cgroup v1 freezer's root" } else { "" }
+                if self.v1_roots.is_empty() {
+                    String::new()
+                } else {
+                    format!(", and the roots of {}", self.v1_names())
+                }
             ),
             How::Stays { why, .. } => format!(
                 "the guardian stays in reseq's cgroup ({}): {why}. {}",
@@ -211,11 +238,15 @@ impl Placement {
             },
             How::Group => self.to_own_group(pid)?,
         };
-        if let Some(freezer) = &self.v1_freezer {
-            write_pid(&freezer.join("cgroup.procs"), pid)
-                .map_err(|e| format!("moving the guardian to the root of the cgroup v1 freezer: {e}"))?;
+        for root in &self.v1_roots {
+            write_pid(&root.join("cgroup.procs"), pid)
+                .map_err(|e| format!("moving the guardian to the root of {}: {e}", root.display()))?;
         }
         Ok(went)
+    }
+
+    fn v1_names(&self) -> String {
+        self.v1_roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ")
     }
 
     fn to_own_group(&self, pid: i32) -> Result<String, String> {
@@ -223,7 +254,13 @@ impl Placement {
         sweep_stale_groups(root);
         let name = format!("{GROUP_PREFIX}{pid}");
         let dir = root.join(&name);
-        std::fs::create_dir(&dir).map_err(|e| format!("making the guardian's group {}: {e}", dir.display()))?;
+        // A group of this name is a dead guardian's (the PID is ours now): reuse it.
+        match std::fs::create_dir(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(format!("making the guardian's group {}: {e}", dir.display()));
+            }
+            _ => {}
+        }
         if let Err(e) = write_pid(&dir.join("cgroup.procs"), pid) {
             let _ = std::fs::remove_dir(&dir);
             return Err(format!("moving the guardian into {}: {e}", dir.display()));
@@ -263,7 +300,7 @@ fn write_pid(procs: &Path, pid: i32) -> std::io::Result<()> {
 
 /// The v2 group of process `pid`.
 fn group_of(pid: i32) -> Option<String> {
-    own_groups(&std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?).0
+    v2_group(&std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?)
 }
 
 /// Waits up to `limit` for `pid`'s v2 group to satisfy `ok`; returns it.
@@ -281,17 +318,36 @@ fn wait_for_group(pid: i32, ok: impl Fn(&str) -> bool, limit: Duration) -> Resul
     }
 }
 
-/// Removes the groups of guardians that are gone (killed before they could remove theirs).
-/// A group whose PID is alive is never touched: it may be another run's, just made.
+/// Removes the empty groups of guardians that are gone (killed before they could remove
+/// theirs). A group named for a live guardian is never touched: it may be another run's,
+/// just made and not yet entered.
 fn sweep_stale_groups(root: &Path) {
     let Ok(entries) = std::fs::read_dir(root) else { return };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(pid) = name.strip_prefix(GROUP_PREFIX).and_then(|p| p.parse::<i32>().ok()) else { continue };
-        if crate::host::procs::stat(pid).is_none() {
+        let populated = std::fs::read_to_string(e.path().join("cgroup.events"))
+            .map_or(true, |t| t.lines().any(|l| l == "populated 1"));
+        let live = crate::host::procs::stat(pid).is_some_and(|s| s.state != 'Z' && s.state != 'X');
+        let guardian = live && crate::host::procs::comm(pid) == "freeze-guardian";
+        if !populated && !guardian {
             let _ = std::fs::remove_dir(e.path());
         }
     }
+}
+
+/// In the guardian, after it killed reseq: a reseq frozen by a cgroup v1 freezer does not
+/// die of SIGKILL until its group is thawed (a v2 freeze lets fatal signals through), and
+/// the guardian waits for reseq's death before it thaws. Moving reseq to the freezer's
+/// root thaws reseq alone (not the rest of its group), so the kill lands. Whether it
+/// was moved.
+pub fn release_from_v1_freeze(pid: i32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else { return false };
+    let Some(group) = v1_group(&text, "freezer").filter(|g| g != "/") else { return false };
+    let mounts = crate::host::mounts::read_mounts().unwrap_or_default();
+    let Some(m) = v1_mount(&mounts, "freezer") else { return false };
+    let state = std::fs::read_to_string(m.mount_point.join(group.trim_start_matches('/')).join("freezer.state"));
+    state.is_ok_and(|s| s.trim() != "THAWED") && write_pid(&m.mount_point.join("cgroup.procs"), pid).is_ok()
 }
 
 /// In the guardian, after its last thaw: back to the hierarchy's root, and its own group
@@ -335,10 +391,11 @@ mod tests {
         Host {
             self_cgroup: cgroup.into(),
             namespace: Some(crate::sys::CGROUP_NS_INIT_INO),
+            pid_namespace: Some(crate::sys::PID_NS_INIT_INO),
             mounts,
             systemd: false,
             v2_writable: true,
-            v1_freezer_writable: true,
+            v1_writable: true,
         }
     }
 
@@ -381,18 +438,28 @@ mod tests {
     }
 
     #[test]
-    fn a_v1_freezer_group_is_left_too() {
+    fn v1_freezer_and_cpu_groups_are_left_too() {
         let freezer = mount("/sys/fs/cgroup/freezer", "cgroup", "/", "rw,freezer", false);
-        let h = host("6:freezer:/pod1\n0::/\n", vec![unified(), freezer.clone()]);
-        let p = decide(&h, false);
-        assert_eq!((p.how.clone(), p.v1_freezer.clone()), (How::Group, Some("/sys/fs/cgroup/freezer".into())));
-        let at_root = decide(&host("6:freezer:/\n0::/\n", vec![unified(), freezer]), false);
-        assert_eq!(at_root.v1_freezer, None, "nothing to leave at the root");
+        let cpu = mount("/sys/fs/cgroup/cpu,cpuacct", "cgroup", "/", "rw,cpu,cpuacct", false);
+        let mounts = vec![unified(), freezer.clone(), cpu.clone()];
+        let p = decide(&host("6:freezer:/pod1\n3:cpu,cpuacct:/pod1\n0::/\n", mounts.clone()), false);
+        let want: Vec<PathBuf> = vec!["/sys/fs/cgroup/freezer".into(), "/sys/fs/cgroup/cpu,cpuacct".into()];
+        assert_eq!((p.how.clone(), p.v1_roots.clone()), (How::Group, want));
+        let at_root = decide(&host("6:freezer:/\n3:cpu,cpuacct:/\n0::/\n", mounts), false);
+        assert!(at_root.v1_roots.is_empty(), "nothing to leave at the roots");
+    }
+
+    #[test]
+    fn a_pid_namespace_of_its_own_keeps_the_guardian_in_reach() {
+        let mut h = host("0::/\n", vec![unified()]);
+        h.pid_namespace = Some(0xF000_0001);
+        assert!(matches!(decide(&h, false).how, How::Stays { why, .. } if why.contains("PID namespace")));
     }
 
     #[test]
     fn groups_are_read_from_proc_self_cgroup() {
-        let text = "12:freezer:/a\n4:memory:/m\n1:name=systemd:/s\n0::/x/y\n";
-        assert_eq!(own_groups(text), (Some("/x/y".into()), Some("/a".into())));
+        let text = "12:freezer:/a\n4:memory:/m\n3:cpu,cpuacct:/c\n1:name=systemd:/s\n0::/x/y\n";
+        assert_eq!(v2_group(text), Some("/x/y".into()));
+        assert_eq!((v1_group(text, "freezer"), v1_group(text, "cpu")), (Some("/a".into()), Some("/c".into())));
     }
 }

@@ -165,10 +165,10 @@ impl GuardedFreeze {
             watched.push(Watched { mount, name: f.mount_point.display().to_string(), dev: f.dev.clone(), sentinel });
         }
         let bounds = Bounds { window: deadline, grace: freeze_grace(deadline) };
-        let guardian =
+        let mut guardian =
             Guardian::spawn(watched, bounds, run_dir).map_err(|e| Error::io("starting the thaw guardian", e))?;
         log::debug!("guardian started as pid {}", guardian.pid());
-        if let Err(e) = place(&guardian, placement) {
+        if let Err(e) = place(&mut guardian, placement) {
             guardian.shutdown();
             return Err(e);
         }
@@ -259,8 +259,16 @@ impl GuardedFreeze {
 
 /// Moves the guardian out of reseq's cgroup, and says what it lacks, before anything is
 /// frozen.
-fn place(guardian: &Guardian, placement: &Placement) -> Result<()> {
+fn place(guardian: &mut Guardian, placement: &Placement) -> Result<()> {
     let went = placement.apply(guardian.pid()).map_err(|why| crate::host::cgroup::refusal(&why))?;
+    // Out of a cgroup v1 cpu group (no real-time budget there), real-time may be allowed
+    // now where the guardian's own request at its start was not.
+    if guardian.hardening.realtime.is_err() {
+        let priority = crate::host::hardening::guardian_priority();
+        if crate::sys::set_scheduling_of(guardian.pid(), crate::sys::Scheduling::Fifo(priority)).is_ok() {
+            guardian.hardening.realtime = Ok(priority);
+        }
+    }
     if placement.stays() {
         log::warn!("{went}");
     } else {

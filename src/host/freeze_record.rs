@@ -58,21 +58,23 @@ pub struct FreezeRecord {
 }
 
 impl FreezeRecord {
-    pub fn path(dir: &Path, guardian_pid: i32) -> PathBuf {
-        dir.join(format!("guardian-{guardian_pid}.freeze"))
+    /// Named by the guardian's PID and start time: two guardians with one PID (another
+    /// PID namespace, a reused PID) never share a record.
+    pub fn path(dir: &Path, guardian_pid: i32, start_ticks: u64) -> PathBuf {
+        dir.join(format!("guardian-{guardian_pid}-{start_ticks}.freeze"))
     }
 
     /// Writes the record whole (temporary file, then rename): a reader never sees half.
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
-        let tmp = dir.join(format!(".guardian-{}.tmp", self.guardian_pid));
+        let tmp = dir.join(format!(".guardian-{}-{}.tmp", self.guardian_pid, self.guardian_start_ticks));
         let mut f = File::create(&tmp)?;
         f.write_all(serde_json::to_string(self).map_err(std::io::Error::other)?.as_bytes())?;
         drop(f);
-        std::fs::rename(&tmp, FreezeRecord::path(dir, self.guardian_pid))
+        std::fs::rename(&tmp, FreezeRecord::path(dir, self.guardian_pid, self.guardian_start_ticks))
     }
 
-    pub fn remove(dir: &Path, guardian_pid: i32) {
-        let _ = std::fs::remove_file(FreezeRecord::path(dir, guardian_pid));
+    pub fn remove(dir: &Path, guardian_pid: i32, start_ticks: u64) {
+        let _ = std::fs::remove_file(FreezeRecord::path(dir, guardian_pid, start_ticks));
     }
 
     /// Whether the guardian that wrote this record still runs, and in which state
@@ -179,7 +181,9 @@ mod tests {
         assert!(r.guardian_state().is_some(), "the live guardian is found");
         let reused = FreezeRecord { guardian_start_ticks: start + 1, ..r.clone() };
         assert_eq!(reused.guardian_state(), None, "a reused PID is not the guardian");
-        FreezeRecord::remove(dir.path(), me);
+        FreezeRecord::remove(dir.path(), me, start + 1);
+        assert_eq!(list(dir.path()).unwrap().len(), 2, "another guardian's record with the same PID stays");
+        FreezeRecord::remove(dir.path(), me, start);
         assert_eq!(list(dir.path()).unwrap().len(), 1);
     }
 }

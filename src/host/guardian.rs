@@ -589,7 +589,7 @@ impl<F: Filesystems> GuardianState<F> {
             self.frozen_for = start.elapsed();
         }
         self.deadline = None;
-        FreezeRecord::remove(&self.run_dir, std::process::id() as i32);
+        FreezeRecord::remove(&self.run_dir, std::process::id() as i32, self.own_start_ticks);
     }
 
     fn freeze(&mut self, window: Duration) -> Result<(), (u32, Errno)> {
@@ -853,9 +853,7 @@ impl<F: Filesystems> GuardianState<F> {
                     && nix::sys::signal::kill(self.reseq, nix::sys::signal::Signal::SIGKILL).is_ok()
             }
         };
-        let _ = stream.set_read_timeout(None);
-        let mut sink = [0u8; 256];
-        while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+        wait_for_the_end(stream, self.reseq.as_raw());
         let frozen_since = self.freeze_started.map(|s| s.elapsed()).unwrap_or_default();
         let names = self.names();
         // Still frozen, and none of reseq's I/O in flight: what the granted writes left
@@ -916,6 +914,24 @@ impl<F: Filesystems> GuardianState<F> {
                 crate::engine::journal::InFlightCheck { offset, len, intact }
             })
             .collect()
+    }
+}
+
+/// After the kill: reads the socket until its end of file (no thread of reseq left, so
+/// none of its I/O in flight). A reseq frozen by a cgroup v1 freezer cannot die until it
+/// is thawed: it is moved out of its frozen group, alone, so that the kill lands.
+fn wait_for_the_end(stream: &mut UnixStream, reseq: i32) {
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut sink = [0u8; 256];
+    let mut released = false;
+    loop {
+        match stream.read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                released = released || crate::host::cgroup::release_from_v1_freeze(reseq);
+            }
+            _ => return,
+        }
     }
 }
 
@@ -1074,7 +1090,7 @@ mod tests {
     }
 
     fn record_exists(dir: &tempfile::TempDir) -> bool {
-        FreezeRecord::path(dir.path(), std::process::id() as i32).exists()
+        crate::host::freeze_record::list(dir.path()).is_ok_and(|l| !l.is_empty())
     }
 
     #[test]

@@ -12,6 +12,12 @@ pub struct Stat {
     /// Field 22, in clock ticks since boot: tells a process from a later one that reused
     /// its PID.
     pub start_ticks: u64,
+    /// Fields 14 and 15: CPU time used, in clock ticks.
+    pub cpu_ticks: u64,
+    /// Field 41: the scheduling policy (1 SCHED_FIFO, 2 SCHED_RR: real-time).
+    pub policy: u32,
+    /// Field 9 has PF_KTHREAD (0x00200000): a kernel thread.
+    pub kernel_thread: bool,
 }
 
 pub fn stat(pid: i32) -> Option<Stat> {
@@ -22,6 +28,9 @@ pub fn stat(pid: i32) -> Option<Stat> {
         state: fields.first()?.chars().next()?,
         ppid: fields.get(1)?.parse().ok()?,
         start_ticks: fields.get(22 - 3)?.parse().ok()?,
+        cpu_ticks: fields.get(14 - 3)?.parse::<u64>().ok()? + fields.get(15 - 3)?.parse::<u64>().ok()?,
+        policy: fields.get(41 - 3).and_then(|p| p.parse().ok()).unwrap_or(0),
+        kernel_thread: fields.get(9 - 3).and_then(|f| f.parse::<u64>().ok()).is_some_and(|f| f & 0x0020_0000 != 0),
     })
 }
 

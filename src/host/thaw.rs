@@ -99,7 +99,7 @@ pub fn run(dir: &Path) -> Result<ThawSummary> {
         // Kept while a filesystem was left alone: the reason may pass (a mount point that
         // could not be opened), and the record is what says the freeze is ours.
         if settled {
-            FreezeRecord::remove(dir, record.guardian_pid);
+            FreezeRecord::remove(dir, record.guardian_pid, record.guardian_start_ticks);
         }
     }
     Ok(summary)

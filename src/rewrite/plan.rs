@@ -113,6 +113,7 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
     let mut warnings: Vec<String> = checks::not_rotational(&dev, o.force)?.into_iter().collect();
     if !filesystems.is_empty() {
         warnings.extend(checks::freeze_length(o.max_freeze(), o.force)?);
+        warnings.extend(checks::no_realtime_hogs(o.force)?);
     }
     let guardian = if filesystems.is_empty() { None } else { Some(checks::guardian_can_leave(o.accept_cgroup_risk)?) };
     Ok(Checked { dev, filesystems, writer_devices, warnings, guardian })

@@ -42,7 +42,19 @@ fn require_cgroup2() -> Option<PathBuf> {
     }
 }
 
-/// A cgroup v2 group of the test's own; on drop it is thawed, killed and removed.
+/// The cgroup v1 freezer hierarchy's mount point (hybrid hosts, container runtimes on v1).
+fn v1_freezer() -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        let sep = f.iter().position(|x| *x == "-")?;
+        let opts = f.get(sep + 3)?;
+        (f.get(sep + 1) == Some(&"cgroup") && opts.split(',').any(|o| o == "freezer")).then(|| PathBuf::from(f[4]))
+    })
+}
+
+/// A cgroup group of the test's own (v2, or the v1 freezer's); on drop it is thawed,
+/// emptied and removed.
 struct TestGroup {
     dir: PathBuf,
 }
@@ -90,7 +102,13 @@ impl Drop for TestGroup {
 
 fn empty_and_remove(dir: &Path) {
     let _ = std::fs::write(dir.join("cgroup.freeze"), "0");
+    let _ = std::fs::write(dir.join("freezer.state"), "THAWED");
     let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+    for pid in std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default().lines() {
+        if let Ok(pid) = pid.trim().parse() {
+            sigkill(pid);
+        }
+    }
     let start = Instant::now();
     while std::fs::remove_dir(dir).is_err() && start.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(10));
@@ -163,6 +181,9 @@ enum Strike {
     Kill,
     Freeze,
     StopAll,
+    /// `FROZEN` into a cgroup v1 freezer group's `freezer.state` (a frozen task there
+    /// does not die of SIGKILL until thawed).
+    V1Freeze,
 }
 
 /// One strike on a run in device or file mode; then the checks every strike shares.
@@ -171,9 +192,17 @@ fn strike(strike: Strike, file_mode: bool) {
         return;
     }
     let Some(root) = require_cgroup2() else { return };
+    let group_root = match strike {
+        Strike::V1Freeze => match v1_freezer() {
+            Some(f) => f,
+            None if in_ci() => panic!("missing test requirements: a cgroup v1 freezer hierarchy"),
+            None => return eprintln!("SKIP: no cgroup v1 freezer"),
+        },
+        _ => root.clone(),
+    };
     let env = TestEnv::new();
     let (lo, m, files) = filesystem(&env);
-    let group = TestGroup::new(&root, &format!("{strike:?}-{file_mode}"));
+    let group = TestGroup::new(&group_root, &format!("{strike:?}-{file_mode}"));
     let target = if file_mode { m.dir.join("data") } else { lo.path.clone() };
     let writer = FsyncWriter::start(&m.dir, &m.dir.join("log"), &env.path("ack"), &env.path("stop"));
     let probe = StallProbe::start(&m.dir);
@@ -184,6 +213,7 @@ fn strike(strike: Strike, file_mode: bool) {
     match strike {
         Strike::Kill => group.write("cgroup.kill", "1"),
         Strike::Freeze => group.write("cgroup.freeze", "1"),
+        Strike::V1Freeze => group.write("freezer.state", "FROZEN"),
         Strike::StopAll => {
             for pid in group.pids() {
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGSTOP);
@@ -198,6 +228,7 @@ fn strike(strike: Strike, file_mode: bool) {
     eprintln!("{strike:?} (file mode {file_mode}): thawed {} ms after the strike", thawed_after.as_millis());
     match strike {
         Strike::Freeze => group.write("cgroup.freeze", "0"),
+        Strike::V1Freeze => group.write("freezer.state", "THAWED"),
         Strike::StopAll => {
             for pid in group.pids() {
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGCONT);
@@ -244,6 +275,11 @@ fn a_cgroup_freeze_mid_window_ends_within_the_bound_file_mode() {
 }
 
 #[test]
+fn a_cgroup_v1_freezer_freeze_mid_window_ends_within_the_bound() {
+    strike(Strike::V1Freeze, false);
+}
+
+#[test]
 fn sigstop_of_every_process_in_the_group_ends_within_the_bound() {
     strike(Strike::StopAll, false);
 }
@@ -267,7 +303,10 @@ fn where_the_guardian_cannot_leave_reseq_refuses_unless_the_risk_is_accepted() {
     let hier = root.display().to_string();
     let ns: &[&str] = &["unshare", "--cgroup", "--"];
     let ro = ["unshare", "--mount", "--", "sh", "-c", "mount -o remount,bind,ro \"$0\" && exec \"$@\"", &hier];
-    for (how, prefix, why) in [("namespace", ns, "cgroup namespace"), ("read-only", &ro[..], "read-only")] {
+    let pid_ns: &[&str] = &["unshare", "--pid", "--fork", "--mount-proc", "--"];
+    for (how, prefix, why) in
+        [("namespace", ns, "cgroup namespace"), ("read-only", &ro[..], "read-only"), ("pid", pid_ns, "PID namespace")]
+    {
         let refused = output(under(&env, prefix).args(["rewrite", "--json", "--dry-run"]).arg(&lo.path));
         let err = stderr(&refused);
         assert_eq!(refused.status.code(), Some(3), "{how}: {err} {}", String::from_utf8_lossy(&refused.stdout));
@@ -354,4 +393,35 @@ fn the_guardian_s_priority_is_stated_and_a_shortfall_is_warned_about() {
     assert_files_intact(&files);
     drop(m);
     fsck_clean(&lo.path, "ext4");
+}
+
+/// A real-time busy loop starves the kernel threads a freeze and a thaw wait for (RCU,
+/// the journal, the loop device's workers), whatever reseq's priority: refused unless
+/// `--force`, naming the process. (The machine to itself: the loop takes a CPU.)
+#[test]
+fn a_real_time_busy_loop_is_refused_unless_forced() {
+    let _alone = exclusive();
+    if !require(&["mkfs.ext4", "chrt", "timeout"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, _m, _files) = filesystem(&env);
+    // chrt execs the shell, so the child is the loop itself: killed on the way out, pass
+    // or fail (a loop left spinning at real-time priority would take a CPU for good).
+    let hog = Command::new("chrt").args(["-f", "10", "sh", "-c", "while :; do :; done"]).spawn().unwrap();
+    let hog_pid = hog.id() as i32;
+    let _kill_hog = Defer(move || sigkill(hog_pid));
+    std::thread::sleep(Duration::from_millis(300));
+    let refused = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
+    let forced = output(env.reseq().args(["rewrite", "--dry-run", "--force"]).arg(&lo.path));
+    sigkill(hog_pid);
+    let _ = { hog }.wait();
+    assert_eq!(refused.status.code(), Some(3), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("real-time processes keep a CPU busy"), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("while :"), "the process is named: {}", stderr(&refused));
+    assert_eq!(forced.status.code(), Some(0), "{}", stderr(&forced));
+    assert!(String::from_utf8_lossy(&forced.stdout).contains("warning: real-time processes"));
+    // Without it, nothing to say.
+    let plain = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
+    assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
 }

@@ -130,6 +130,9 @@ fn check(o: &RewriteOptions, files: &[PathBuf]) -> Result<(Vec<FsGroup>, Vec<Pla
         // Every file mode window freezes a live filesystem.
         checks::freeze_length(o.max_freeze(), false)?;
     }
+    if let Some(w) = checks::no_realtime_hogs(o.force)? {
+        log::warn!("{w}");
+    }
     Ok((groups, planned))
 }
 
