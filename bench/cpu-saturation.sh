@@ -4,7 +4,9 @@
 # at nice 0; 2 and 4 at nice -20; with RT99=1 also 2 at SCHED_FIFO 50, which reseq refuses
 # without --force, given here: see docs/SAFETY.md) it runs, ROUNDS times:
 #   - a full rewrite: its windows, longest freeze and overruns (from the --json report);
-#   - STOPS runs each stopped (SIGSTOP) at a random moment for 1.5 s, then continued:
+#   (runs are stopped with SIGINT after 20 s: a starved run would take minutes)
+#   - STOPS runs each stopped (SIGSTOP) at a random moment for 1.5 s, then continued
+#     and interrupted 1.5 s later:
 #     the longest freeze (the report's, or the guardian's "after N ms frozen" when it had
 #     to kill reseq), and how many stops landed inside a window.
 # Prints, per load, the worst freeze and the worst stall the probe saw against the bound.
@@ -55,18 +57,26 @@ class Probe:
     def finish(self):
         self.stop = True; self.t.join(10); return self.worst
 
-def run(binary, extra, stop_at=None):
-    """One rewrite; returns (longest freeze s, overruns, windows, stopped inside a window)."""
+def run(binary, extra, stop_at=None, limit=20.0):
+    """One rewrite, stopped with SIGINT after `limit` s (a starved run would take minutes;
+    what counts is its windows); returns (longest freeze s, overruns, windows, stopped
+    inside a window, exit code)."""
     cmd = [binary, "rewrite", dev, "--max-freeze", "500ms", "--max-overruns", "1000", "--chunk-size", "4M",
            "--no-trim", "--json", "--force", "--state-dir", os.path.join(work, "state")] + extra
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, RUST_LOG="warn"),
                          text=True)
+    t0 = time.monotonic()
     if stop_at is not None:
         time.sleep(stop_at)
         try:
             os.kill(p.pid, signal.SIGSTOP); time.sleep(1.5); os.kill(p.pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
+        limit = stop_at + 3.0
+    try:
+        p.wait(timeout=max(0.1, limit - (time.monotonic() - t0)))
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=600)
     killed = re.search(r"after (\d+) ms frozen", err)
     try:
