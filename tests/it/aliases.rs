@@ -12,7 +12,7 @@
 use std::os::fd::AsFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -366,23 +366,6 @@ fn a_process_opening_the_backing_file_mid_run_stops_it() {
     let pid = format!("PID {}", holder.id());
     assert_stopped_soon(&out, after, &[&pid, "the backing file of"]);
     assert_eq!(hash_path(&lo.path).unwrap(), before, "the bytes are the same");
-}
-
-/// `sh` holding `file` open read-write on fd 3 until killed.
-fn hold_open(file: &Path) -> std::process::Child {
-    let child = Command::new("sh")
-        .arg("-c")
-        .arg(format!("exec 3<>'{}'; exec sleep 60", file.display()))
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    for _ in 0..200 {
-        if std::fs::read_link(format!("/proc/{}/fd/3", child.id())).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child
 }
 
 /// The dry run names the backing file and says what no check on this host can see, in

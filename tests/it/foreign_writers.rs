@@ -3,28 +3,10 @@
 //! anything is written (exit 3, naming the PID or the device); one that appears mid-run
 //! stops the run before the next window.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use crate::common::*;
-
-/// `sh` holding `dev` open read-write on fd 3 until killed.
-fn holder(dev: &std::path::Path) -> std::process::Child {
-    let child = Command::new("sh")
-        .arg("-c")
-        .arg(format!("exec 3<>'{}'; exec sleep 60", dev.display()))
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Wait until the fd is there.
-    for _ in 0..200 {
-        if std::fs::read_link(format!("/proc/{}/fd/3", child.id())).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child
-}
 
 #[test]
 fn a_process_holding_the_device_for_writing_is_refused() {
@@ -34,7 +16,7 @@ fn a_process_holding_the_device_for_writing_is_refused() {
     let env = TestEnv::new();
     let lo = env.random_loop_device("held", 16 << 20, 5);
     let before = hash_path(&lo.path).unwrap();
-    let mut h = holder(&lo.path);
+    let mut h = hold_open(&lo.path);
     let written = bytes_written_to(&lo.path);
     let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path));
     let _ = h.kill();
@@ -92,7 +74,7 @@ fn a_writer_appearing_mid_run_stops_it_between_windows() {
             .arg(&lo.path),
     );
     std::thread::sleep(Duration::from_millis(600));
-    let mut h = holder(&lo.path);
+    let mut h = hold_open(&lo.path);
     let out = wait_captured(child);
     let _ = h.kill();
     let _ = h.wait();

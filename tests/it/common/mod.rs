@@ -530,3 +530,21 @@ impl<F: FnMut()> Drop for Defer<F> {
 pub fn sigkill(pid: i32) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
 }
+
+/// `sh` holding `path` (a device or a file) open read-write on fd 3 until killed.
+pub fn hold_open(path: &Path) -> std::process::Child {
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec 3<>'{}'; exec sleep 60", path.display()))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the fd is there.
+    for _ in 0..200 {
+        if std::fs::read_link(format!("/proc/{}/fd/3", child.id())).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
