@@ -35,6 +35,14 @@ use crate::sys::AlignedBuf;
 /// Runs `reseq rewrite` on a device, or on files (file mode). Always returns a report,
 /// also when the run failed. (A simulated SSD is the `sim` command's.)
 pub fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
+    // Before the first step: a signal while planning or benchmarking stops the run with
+    // its report (exit 6), not without a word.
+    if !o.dry_run
+        && let Err(e) = StopFlag::install()
+    {
+        let result = Err(Error::io("installing signal handlers", e));
+        return (refused_report(&o.targets, o.dry_run, &result), result);
+    }
     if o.mode == Mode::Files {
         return files::run(o, quiet);
     }
@@ -472,6 +480,8 @@ fn take_device(
 
 /// Runs the plan: the engine over the device in freeze windows, then the FITRIM.
 fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) -> Result<()> {
+    crate::support::hooks::point("planned");
+    StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?.check_before_writing()?;
     let (_lock, target, _claims) = take_device(plan, report)?;
     let mut journal = start_journal(plan)?;
     // The guardian is forked here, while this process still has one thread.

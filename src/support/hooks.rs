@@ -17,7 +17,8 @@
 //! - `slow-file@TEXT=MS`: every benchmark read of a file whose path contains TEXT takes
 //!   MS longer (a slow file, for file mode's `--only-slow`).
 //!
-//! POINTs: `window-start` (after the freeze), `before-write` (before asking to write),
+//! POINTs: `planned` (device mode: planned and benchmarked, before the device is
+//! taken), `window-start` (after the freeze), `before-write` (before asking to write),
 //! `after-permit` (granted, before the write syscall), `after-write`, `after-verify`,
 //! `after-journal`, `after-read` (the reader stage, a chunk read ahead), `window-end`
 //! (before the thaw), `after-thaw`, `files-recorded` (file

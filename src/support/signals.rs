@@ -19,9 +19,27 @@ impl StopFlag {
         StopFlag::default()
     }
 
-    /// Installs the handlers.
+    /// Installs the handlers once per process and returns the process's flag: a command
+    /// installs them before its first step, so that a signal during planning or the
+    /// before-benchmark stops the run cleanly rather than killing it without a word.
     pub fn install() -> std::io::Result<StopFlag> {
-        StopFlag::install_with(true)
+        static FLAG: std::sync::OnceLock<StopFlag> = std::sync::OnceLock::new();
+        if let Some(f) = FLAG.get() {
+            return Ok(f.clone());
+        }
+        let f = StopFlag::install_with(true)?;
+        Ok(FLAG.get_or_init(|| f).clone())
+    }
+
+    /// `Err(Interrupted)` if a signal arrived before anything was written.
+    pub fn check_before_writing(&self) -> crate::support::error::Result<()> {
+        match self.signal() {
+            Some(sig) => Err(crate::support::error::Error::Stopped {
+                signal: sig.into(),
+                what: "interrupted before anything was written".into(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Installs the handlers; without `second_exits`, a second signal only stops as the

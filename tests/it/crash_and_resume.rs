@@ -139,7 +139,12 @@ fn sigint_stops_thaws_and_resumes() {
     let (lo, mnt) = env.mounted("int", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 2, 4 << 20, 9);
     let child = spawn_captured(&mut slow_rewrite(&env, &lo, ""));
-    std::thread::sleep(Duration::from_millis(400));
+    // Mid-run: once the journal has a chunk done (a fixed sleep can land before the
+    // first window on a loaded host).
+    let start = Instant::now();
+    while journal_done_or_zero(&env.state_dir(), &lo) == 0 && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     let start = Instant::now();
     let out = wait_captured(child);
@@ -165,6 +170,38 @@ fn sigint_stops_thaws_and_resumes() {
     assert_files_intact(&files);
 }
 
+/// Chunks done per the journal; 0 while there is none yet.
+fn journal_done_or_zero(state_dir: &std::path::Path, dev: &LoopDevice) -> u64 {
+    let p = state_dir.join(format!("device-{}.journal", dev.name()));
+    reseq::engine::journal::read(&p).ok().flatten().map(|r| r.done).unwrap_or(0)
+}
+
+/// A signal before anything is written (planning, the before-benchmark) stops the run
+/// with its report and exit 6, not without a word; nothing is written and no journal
+/// asks for --resume.
+#[test]
+fn sigint_before_the_first_write_exits_6_with_a_report() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("early", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 2, 4 << 20, 5);
+    let before = bytes_written_to(&lo.path);
+    let child = spawn_captured(slow_rewrite(&env, &lo, "delay@planned#1=4000").arg("--bench"));
+    std::thread::sleep(Duration::from_millis(600));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = wait_captured(child);
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    assert!(stderr(&out).contains("interrupted before anything was written"), "{}", stderr(&out));
+    let r = json_report(&out);
+    assert_eq!(r["outcome"]["status"], "interrupted");
+    assert!(!is_frozen(&mnt.dir));
+    assert_files_intact(&files);
+    assert!(bytes_written_to(&lo.path) - before < MIB, "nothing but the filesystem's own writes may reach the device");
+    assert!(!env.state_dir().join(format!("device-{}.journal", lo.name())).exists(), "no journal to resume");
+}
+
 /// A window that outlives its deadline: the guardian thaws on its own, reseq reports the
 /// overrun, and the chunk whose write would have come after the thaw is not written.
 #[test]
@@ -183,7 +220,9 @@ fn window_overrun_before_a_write_is_thawed_and_not_written() {
     );
     let before = bytes_written_to(&lo.path);
     let mut child = spawn_captured(&mut cmd);
-    // While reseq is still stalled, the guardian must already have thawed.
+    // While reseq is still stalled, the guardian must already have thawed. (Timed from
+    // the first freeze: start-up can take long on a loaded host.)
+    assert!(wait_frozen_record(&env.run_dir(), Duration::from_secs(30)), "no window began");
     std::thread::sleep(Duration::from_millis(1000));
     assert!(child.try_wait().unwrap().is_none(), "reseq ended before the stall was over");
     assert!(!is_frozen(&mnt.dir), "the guardian did not thaw at the deadline");
@@ -217,7 +256,8 @@ fn window_overrun_during_a_write_waits_for_it_then_thaws() {
         "delay@after-permit#2=650",
     );
     let child = spawn_captured(&mut cmd);
-    std::thread::sleep(Duration::from_millis(560));
+    assert!(wait_frozen_record(&env.run_dir(), Duration::from_secs(30)), "no window began");
+    std::thread::sleep(Duration::from_millis(540));
     assert!(is_frozen(&mnt.dir), "thawed under a granted write");
     let out = wait_captured(child);
     assert_eq!(out.status.code(), Some(7));
@@ -291,7 +331,8 @@ fn a_freeze_released_by_someone_else_stops_the_run() {
     let (lo, mnt, files, mut cmd) =
         mounted_rewrite(&env, "stolen", 29, &["--max-freeze", "3s"], "delay@after-write#*=40");
     let child = spawn_captured(&mut cmd);
-    std::thread::sleep(Duration::from_millis(400));
+    assert!(wait_frozen_record(&env.run_dir(), Duration::from_secs(30)), "no window began");
+    std::thread::sleep(Duration::from_millis(100));
     run_cmd(Command::new("fsfreeze").arg("-u").arg(&mnt.dir)).expect("reseq's freeze was there to release");
     let out = wait_captured(child);
     assert_eq!(out.status.code(), Some(8), "a lost freeze has its own exit code");

@@ -279,6 +279,7 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report) -> Result<()> {
         log::warn!("could not lower the I/O priority: {e}");
     }
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
+    stop.check_before_writing()?;
     sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
     let frozen: Vec<MountedFs> = groups.iter().map(|g| g.fs.clone()).collect();
     let state = crate::host::state_dir::prepare(&o.state_dir, &frozen, o.chunk_size.bytes() * 2 + (1 << 20))?;
