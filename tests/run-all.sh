@@ -19,7 +19,7 @@ declare -A need=(
   [sfdisk]=fdisk [mksquashfs]=squashfs-tools
   [chromium]=chromium
   [groff]=groff-base [man]=man-db
-  [mkfs.btrfs]=btrfs-progs [fallocate]=util-linux
+  [mkfs.btrfs]=btrfs-progs [btrfs]=btrfs-progs [fallocate]=util-linux
   [systemd-analyze]=systemd
   [script]=bsdutils [pkill]=procps [killall]=psmisc [timeout]=coreutils
 )

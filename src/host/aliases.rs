@@ -349,7 +349,7 @@ pub struct InUse {
 fn mounted_from(mounts: &[MountEntry], sysfs: &Sysfs, name: &str, dev: DevNum) -> (String, Vec<String>) {
     let mut devs = vec![dev];
     devs.extend(sysfs.partitions_of(name).into_iter().map(|p| p.1));
-    let hits: Vec<&MountEntry> = mounts.iter().filter(|m| devs.contains(&m.dev)).collect();
+    let hits: Vec<&MountEntry> = mounts.iter().filter(|m| m.devices.iter().any(|d| devs.contains(d))).collect();
     let points: Vec<String> = hits.iter().map(|m| m.mount_point.display().to_string()).collect();
     match hits.first() {
         Some(m) => (format!(", with {} mounted from it at {}", m.fs_type, points.join(", ")), points),
@@ -403,7 +403,7 @@ fn used_aliases(r: &Reach, mounts: &[MountEntry], sysfs: &Sysfs) -> Vec<InUse> {
     let mut out = Vec::new();
     for a in &r.aliases {
         let what = format!("/dev/{}", a.name);
-        let hits: Vec<&MountEntry> = mounts.iter().filter(|m| m.dev == a.dev).collect();
+        let hits: Vec<&MountEntry> = mounts.iter().filter(|m| m.devices.contains(&a.dev)).collect();
         let points: Vec<String> = hits.iter().map(|m| m.mount_point.display().to_string()).collect();
         let holders = sysfs.holders_of(&a.name);
         let mut uses = Vec::new();

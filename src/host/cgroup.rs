@@ -377,6 +377,7 @@ mod tests {
     fn mount(point: &str, fs: &str, root: &str, opts: &str, ro: bool) -> MountEntry {
         MountEntry {
             dev: (0, 30),
+            devices: vec![(0, 30)],
             mount_point: point.into(),
             fs_type: fs.into(),
             source: fs.into(),

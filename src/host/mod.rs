@@ -3,6 +3,7 @@
 
 pub mod aliases;
 pub mod cgroup;
+pub mod companions;
 pub mod device;
 pub mod freeze;
 pub mod freeze_record;

@@ -9,8 +9,13 @@ use std::path::{Path, PathBuf};
 /// One line of mountinfo that matters to us.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountEntry {
-    /// Device number of the mounted filesystem's block device.
+    /// Device number of the mounted filesystem's superblock (field 3): its block device,
+    /// except where the filesystem has an anonymous number (btrfs: `0:NN`).
     pub dev: (u32, u32),
+    /// The block devices that hold the filesystem's data: `dev`, or for an anonymous
+    /// number, the source's device and (btrfs) every member device (see
+    /// [`resolve_devices`]).
+    pub devices: Vec<(u32, u32)>,
     /// Where it is mounted (octal escapes decoded).
     pub mount_point: PathBuf,
     /// Filesystem type (`ext4`, `xfs`, ...).
@@ -43,8 +48,10 @@ fn parse_line(line: &str) -> Option<MountEntry> {
     let (major, minor) = fields.get(2)?.split_once(':')?;
     let mount_point = PathBuf::from(unescape(fields.get(4)?));
     let options = fields.get(5)?;
+    let dev = (major.parse().ok()?, minor.parse().ok()?);
     Some(MountEntry {
-        dev: (major.parse().ok()?, minor.parse().ok()?),
+        dev,
+        devices: vec![dev],
         mount_point,
         read_only: options.split(',').any(|o| o == "ro"),
         dax: fields
@@ -77,7 +84,59 @@ pub fn unescape(s: &str) -> String {
 
 /// Reads the live mount table.
 pub fn read_mounts() -> std::io::Result<Vec<MountEntry>> {
-    Ok(parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo")?))
+    let mut entries = parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo")?);
+    resolve_devices(&mut entries, Path::new("/sys"), block_rdev);
+    Ok(entries)
+}
+
+/// Anonymous major number: a superblock without a block device of its own (btrfs,
+/// tmpfs, overlayfs, ...).
+const ANONYMOUS_MAJOR: u32 = 0;
+
+/// Fills `devices` of the mounts whose superblock number is anonymous: the device of
+/// their source and, for btrfs, every member device listed in
+/// `/sys/fs/btrfs/FSID/devices/` of the filesystem that has the source as a member.
+/// Matching by number alone misses a btrfs mounted from the very device reseq is asked
+/// to rewrite.
+pub fn resolve_devices(entries: &mut [MountEntry], sys: &Path, rdev: impl Fn(&Path) -> Option<(u32, u32)>) {
+    for e in entries.iter_mut().filter(|e| e.dev.0 == ANONYMOUS_MAJOR && e.source.starts_with('/')) {
+        let Some(source) = rdev(Path::new(&e.source)) else { continue };
+        e.devices = vec![source];
+        if e.fs_type == "btrfs" {
+            for member in btrfs_members(sys, source) {
+                if !e.devices.contains(&member) {
+                    e.devices.push(member);
+                }
+            }
+        }
+    }
+}
+
+/// The member devices of the btrfs filesystem that has `member` among its devices.
+fn btrfs_members(sys: &Path, member: (u32, u32)) -> Vec<(u32, u32)> {
+    let dev_of = |p: PathBuf| -> Option<(u32, u32)> {
+        let text = std::fs::read_to_string(p.join("dev")).ok()?;
+        let (a, b) = text.trim().split_once(':')?;
+        Some((a.parse().ok()?, b.parse().ok()?))
+    };
+    let Ok(filesystems) = std::fs::read_dir(sys.join("fs/btrfs")) else { return Vec::new() };
+    for fs in filesystems.flatten() {
+        let Ok(devices) = std::fs::read_dir(fs.path().join("devices")) else { continue };
+        let members: Vec<(u32, u32)> = devices.flatten().filter_map(|d| dev_of(d.path())).collect();
+        if members.contains(&member) {
+            return members;
+        }
+    }
+    Vec::new()
+}
+
+/// The device number of a block device node, None for anything else.
+pub fn block_rdev(path: &Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let md = std::fs::metadata(path).ok()?;
+    md.file_type()
+        .is_block_device()
+        .then(|| (nix::sys::stat::major(md.rdev()) as u32, nix::sys::stat::minor(md.rdev()) as u32))
 }
 
 /// One mounted filesystem (superblock) that must be frozen, with every mount point
@@ -101,7 +160,7 @@ pub struct MountedFs {
 pub fn filesystems_on(entries: &[MountEntry], devices: &[(u32, u32)]) -> Vec<MountedFs> {
     let mut out: Vec<MountedFs> = Vec::new();
     for dev in devices {
-        for e in entries.iter().filter(|e| e.dev == *dev) {
+        for e in entries.iter().filter(|e| e.devices.contains(dev)) {
             if let Some(fs) = out.iter_mut().find(|f| f.dev_num == e.dev) {
                 fs.all_mount_points.push(e.mount_point.clone());
                 // The superblock is writable if any mount of it is.
@@ -153,6 +212,27 @@ bogus line
         assert_eq!(fs[0].all_mount_points.len(), 2);
         assert!(!fs[0].read_only, "writable through one mount means writable");
         assert!(fs[1].read_only);
+    }
+
+    #[test]
+    fn a_btrfs_is_found_by_its_source_and_members() {
+        let text = "50 22 0:39 / /mnt/b rw - btrfs /dev/loop5 rw,subvolid=5\n51 22 0:40 / /mnt/t rw - tmpfs tmpfs rw\n";
+        let mut e = parse_mountinfo(text);
+        let sys = tempfile::tempdir().unwrap();
+        for (name, dev) in [("loop5", "7:5"), ("loop6", "7:6")] {
+            let d = sys.path().join("fs/btrfs/1234-abcd/devices").join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("dev"), format!("{dev}\n")).unwrap();
+        }
+        resolve_devices(&mut e, sys.path(), |p| (p == Path::new("/dev/loop5")).then_some((7, 5)));
+        assert_eq!(e[0].devices, vec![(7, 5), (7, 6)]);
+        assert_eq!(e[1].devices, vec![(0, 40)], "a source that is no device changes nothing");
+        for member in [(7, 5), (7, 6)] {
+            let fs = filesystems_on(&e, &[member]);
+            assert_eq!(fs.len(), 1, "the btrfs is found from {member:?}");
+            assert_eq!((fs[0].dev_num, fs[0].fs_type.as_str()), ((0, 39), "btrfs"));
+        }
+        assert!(filesystems_on(&e, &[(7, 7)]).is_empty());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::host::device::{BlockDeviceInfo, Medium, Sysfs};
-use crate::host::mounts::MountedFs;
+use crate::host::mounts::{MountEntry, MountedFs};
 use crate::support::error::{Error, Result};
 use crate::support::hooks;
 use crate::support::units::{Size, human_bytes};
@@ -164,25 +164,52 @@ pub fn no_other_writers(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<Vec<(u32
 /// An unmounted device must be ours alone: O_EXCL fails with EBUSY if anything holds it,
 /// in particular a lazily unmounted filesystem (no mountinfo line, nothing to freeze,
 /// still writing).
-pub fn exclusive_if_unmounted(dev: &BlockDeviceInfo, filesystems: &[MountedFs]) -> Result<()> {
+pub fn exclusive_if_unmounted(dev: &BlockDeviceInfo, filesystems: &[MountedFs], mounts: &[MountEntry]) -> Result<()> {
     if !filesystems.is_empty() {
         return Ok(());
     }
     match crate::sys::open_exclusive(&dev.path) {
         Ok(_) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => Err(busy_unmounted(dev)),
+        Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => Err(busy_unmounted(&dev.path, dev.dev_num, mounts)),
         Err(e) => Err(Error::io(format!("opening {} exclusively", dev.path.display()), e)),
     }
 }
 
-pub fn busy_unmounted(dev: &BlockDeviceInfo) -> Error {
+/// Why a device with no mount of its own is held exclusively: a filesystem's companion
+/// device (external journal or log), or else most likely a lazily unmounted filesystem.
+pub fn busy_unmounted(path: &Path, dev: (u32, u32), mounts: &[MountEntry]) -> Error {
+    if let Some(user) = crate::host::companions::user_of(path, dev, mounts) {
+        return Error::refused(
+            format!(
+                "{} is {user}: that filesystem writes it, and reseq rewrites only the devices a filesystem lives on, frozen through its mount",
+                path.display()
+            ),
+            "rewrite the filesystem's own device (its journal or log is rewritten only once the filesystem is unmounted), or unmount it and run reseq again",
+        );
+    }
     Error::refused(
         format!(
             "{} is busy (exclusive open gave EBUSY) but no mounted filesystem was found on it: most likely a lazily unmounted filesystem (umount -l) still in use, which cannot be frozen, or another program holding it exclusively",
-            dev.path.display()
+            path.display()
         ),
         "find the holder (lsof, fuser -vm), let it finish or close, then run reseq again",
     )
+}
+
+/// Filesystems that device mode cannot make safe by a freeze: btrfs, whose scrub,
+/// balance and device replace write through a freeze (a raw rewrite could put back
+/// bytes they changed), and which may span other devices.
+pub fn freezable_in_device_mode(dev: &BlockDeviceInfo, filesystems: &[MountedFs]) -> Result<()> {
+    let Some(fs) = filesystems.iter().find(|f| f.fs_type == "btrfs") else { return Ok(()) };
+    Err(Error::refused(
+        format!(
+            "{} holds btrfs, mounted at {} (from {}): device mode does not rewrite a mounted btrfs, because btrfs scrub, balance and device replace keep writing through a freeze and a raw rewrite could put back bytes they changed",
+            dev.path.display(),
+            fs.mount_point.display(),
+            fs.source
+        ),
+        "unmount it and run reseq again (an unmounted device is rewritten whole), or let btrfs rewrite its own data: btrfs balance start --full-balance MOUNTPOINT",
+    ))
 }
 
 /// A spinning disk has no FTL to re-sequence: refused, or with --force a warning.

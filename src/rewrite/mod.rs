@@ -223,7 +223,9 @@ pub fn open_device(d: &crate::host::device::BlockDeviceInfo, mounted: bool) -> R
                     "unmount the filesystem and run reseq on the unmounted device; reseq never writes around this through another device",
                 )
             }
-            (Some(nix::libc::EBUSY), OpenMode::Exclusive) => checks::busy_unmounted(d),
+            (Some(nix::libc::EBUSY), OpenMode::Exclusive) => {
+                checks::busy_unmounted(&d.path, d.dev_num, &crate::host::mounts::read_mounts().unwrap_or_default())
+            }
             _ => Error::io(format!("opening {} for direct I/O", d.path.display()), e),
         },
     )
@@ -245,13 +247,8 @@ fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
         match crate::sys::open_exclusive(&path) {
             Ok(f) => held.push(f),
             Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
-                return Err(Error::refused(
-                    format!(
-                        "partition {} is busy but not mounted (lazily unmounted, or held by another program)",
-                        path.display()
-                    ),
-                    "let its holder finish, then run reseq again",
-                ));
+                let mounts = crate::host::mounts::read_mounts().unwrap_or_default();
+                return Err(checks::busy_unmounted(&path, *dev, &mounts));
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::refused(

@@ -108,7 +108,8 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
     let writer_devices = checks::no_other_writers(&dev, &env.sysfs)?;
     // Filesystems to freeze: on the device, or on its partitions for a whole disk.
     let filesystems = mounts::filesystems_on(&env.mounts, &dev.devices_to_freeze());
-    checks::exclusive_if_unmounted(&dev, &filesystems)?;
+    checks::freezable_in_device_mode(&dev, &filesystems)?;
+    checks::exclusive_if_unmounted(&dev, &filesystems, &env.mounts)?;
     checks::aligned(o.chunk_size, &dev)?;
     let mut warnings: Vec<String> = checks::not_rotational(&dev, o.force)?.into_iter().collect();
     if !filesystems.is_empty() {

@@ -36,5 +36,6 @@ mod sim_cli;
 mod sim_reference;
 mod sim_serve;
 mod sim_ssd;
+mod storage_stacks;
 mod trim;
 mod used_space;
