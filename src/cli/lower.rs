@@ -27,6 +27,7 @@ pub fn bench_options(o: &BenchOpts) -> Result<BenchOptions> {
         settle: o.settle,
         regions: o.regions.max(1),
         length: o.length.map(|l| l.bytes()),
+        recheck: o.recheck,
     })
 }
 

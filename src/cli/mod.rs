@@ -431,6 +431,11 @@ pub struct BenchOpts {
     /// Benchmark only this much from the start of the range (default: all of it).
     #[arg(long = "bench-length", value_name = "SIZE")]
     pub length: Option<Size>,
+    /// When the reads after the rewrite differ from those before, read again this long
+    /// later: the verdict stands only if the change lasts (re-sequencing lasts; a cache
+    /// below the device, as under a VM, fades). 0s: no re-check.
+    #[arg(long = "bench-recheck", default_value = "30s", value_name = "DURATION", value_parser = pause_length)]
+    pub recheck: Duration,
 }
 
 /// What to read and how, for `bench` and `scan`.

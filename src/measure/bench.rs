@@ -461,6 +461,26 @@ pub struct Verdict {
     /// mounted ext4/xfs, or the map could not be taken).
     #[serde(default)]
     pub measured_bytes_freed: Option<u64>,
+    /// The after-benchmark taken again a while later (`--bench-recheck`): a verdict
+    /// stands only if it holds then too. Null: not re-checked (no change to confirm,
+    /// re-check off, or a simulated SSD, which has no cache).
+    #[serde(default)]
+    pub recheck: Option<Recheck>,
+}
+
+/// The after-benchmark repeated after a wait: an FTL's re-sequencing lasts, a cache
+/// below the device (a VM host's, a cloud volume's, a loop device's backing file's
+/// page cache) holding the bytes just written fades.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct Recheck {
+    /// Seconds between the end of the after-benchmark and the start of this one.
+    pub after_seconds: f64,
+    /// The verdict of the before-benchmark against this one.
+    pub verdict: String,
+    /// Median of these passes / median before.
+    pub speedup: f64,
+    pub median_bytes_per_second: f64,
+    pub passes: Vec<Pass>,
 }
 
 /// A share of the measured bytes freed during the run above which "after" no longer
@@ -510,6 +530,34 @@ pub fn with_freed(v: Verdict, freed: u64, measured: u64) -> Verdict {
         v.speedup
     );
     Verdict { verdict: "unreliable".into(), rule, ..v }
+}
+
+/// The verdict once the after-benchmark has been taken again `waited` later: it stands
+/// if the passes then give the same verdict against the before-benchmark, and is
+/// "unreliable" if the change faded.
+pub fn lasted(v: Verdict, before: &BenchResult, again: &BenchResult, waited: std::time::Duration) -> Verdict {
+    let rates = |x: &BenchResult| x.passes.iter().map(|p| p.bytes_per_second).collect::<Vec<f64>>();
+    let later = verdict(&rates(before), &rates(again));
+    let recheck = Some(Recheck {
+        after_seconds: waited.as_secs_f64(),
+        verdict: later.verdict.clone(),
+        speedup: later.speedup,
+        median_bytes_per_second: again.median_bytes_per_second,
+        passes: again.passes.clone(),
+    });
+    let secs = waited.as_secs_f64();
+    if later.verdict == v.verdict {
+        let rule = format!("{}; it lasted: x{:.2} again {secs:.0} s later", v.rule, later.speedup);
+        return Verdict { rule, recheck, ..v };
+    }
+    let rule = format!(
+        "the change did not last: x{:.2} right after the rewrite ({}), x{:.2} {secs:.0} s later ({}). Re-sequencing lasts; a cache below the device holding the bytes just written (a VM host's, a cloud volume's, a loop device's backing file's page cache) fades, so the device's own speed is not known",
+        v.speedup,
+        v.verdict.replace('_', " "),
+        later.speedup,
+        later.verdict.replace('_', " ")
+    );
+    Verdict { verdict: "unreliable".into(), rule, recheck, ..v }
 }
 
 /// How many orderings of `n` x's and `m` y's give each U (x beats y counts 1): the exact
@@ -625,6 +673,23 @@ pub fn verdict(before: &[f64], after: &[f64]) -> Verdict {
         let p = p_up.min(p_down);
         ("no_measurable_change", format!("passes overlap and Mann-Whitney U gives p = {p:.3} >= 0.05"), p)
     };
+    // The passes' own spread: a change no larger than how far one benchmark's passes
+    // differ among themselves is what drift alone can make.
+    let spread = (max_b / min_b.max(f64::MIN_POSITIVE)).max(max_a / min_a.max(f64::MIN_POSITIVE));
+    let effect = speedup.max(1.0 / speedup.max(f64::MIN_POSITIVE));
+    if v != "no_measurable_change" && effect >= MIN_EFFECT && effect <= spread {
+        let rule = format!(
+            "{rule}, but the medians differ by x{speedup:.2}, no more than the passes of one benchmark differ among themselves (x{spread:.2}): drift alone can do that"
+        );
+        return Verdict {
+            verdict: "no_measurable_change".into(),
+            rule,
+            speedup,
+            p_value: p,
+            measured_bytes_freed: None,
+            recheck: None,
+        };
+    }
     if v != "no_measurable_change" && speedup < MIN_EFFECT && speedup > 1.0 / MIN_EFFECT {
         let rule = format!(
             "{rule}, but the medians differ by x{speedup:.2}, less than the x{MIN_EFFECT} needed to tell a change from a device's drift between two benchmarks"
@@ -635,9 +700,10 @@ pub fn verdict(before: &[f64], after: &[f64]) -> Verdict {
             speedup,
             p_value: p,
             measured_bytes_freed: None,
+            recheck: None,
         };
     }
-    Verdict { verdict: v.into(), rule, speedup, p_value: p, measured_bytes_freed: None }
+    Verdict { verdict: v.into(), rule, speedup, p_value: p, measured_bytes_freed: None, recheck: None }
 }
 
 #[cfg(test)]
@@ -665,6 +731,57 @@ mod tests {
         assert!(v.rule.contains("x1.5"), "{}", v.rule);
         let v = verdict(&[150.0, 151.0, 152.0], &[100.0, 101.0, 102.0]);
         assert_eq!(v.verdict, "no_measurable_change", "x0.67 is not under 1/1.5: {v:?}");
+    }
+
+    #[test]
+    fn a_change_within_the_passes_spread_is_no_verdict() {
+        // Every after-pass beats every before-pass by a median x1.8, but the before
+        // passes alone spread x2.0.
+        let v = verdict(&[50.0, 100.0, 98.0], &[170.0, 180.0, 175.0]);
+        assert_eq!(v.verdict, "no_measurable_change", "{v:?}");
+        assert!(v.rule.contains("differ among themselves"), "{}", v.rule);
+    }
+
+    fn bench_of(rates: &[f64]) -> BenchResult {
+        let passes: Vec<Pass> = rates
+            .iter()
+            .map(|r| Pass {
+                bytes: 1 << 20,
+                seconds: (1 << 20) as f64 / r,
+                bytes_per_second: *r,
+                latency_p50_seconds: None,
+                latency_p99_seconds: None,
+            })
+            .collect();
+        BenchResult {
+            target: "t".into(),
+            virtual_time: false,
+            params: ReadParams { block_size_bytes: 1 << 20, queue_depth: 1, offset_bytes: 0, length_bytes: 1 << 20 },
+            settle_seconds: 0.0,
+            median_bytes_per_second: median(rates),
+            min_bytes_per_second: 0.0,
+            max_bytes_per_second: 0.0,
+            passes,
+            cache: None,
+            host_pressure: None,
+            emulated: None,
+        }
+    }
+
+    #[test]
+    fn a_change_that_fades_is_unreliable_and_one_that_lasts_stands() {
+        let before = bench_of(&[100.0, 101.0, 102.0]);
+        let after = bench_of(&[300.0, 301.0, 302.0]);
+        let v = verdict_of(&before, &after);
+        assert_eq!(v.verdict, "faster");
+        let wait = std::time::Duration::from_secs(30);
+        let faded = lasted(v.clone(), &before, &bench_of(&[101.0, 103.0, 100.0]), wait);
+        assert_eq!(faded.verdict, "unreliable");
+        assert!(faded.rule.contains("did not last") && faded.rule.contains("30 s later"), "{}", faded.rule);
+        assert_eq!(faded.recheck.as_ref().unwrap().verdict, "no_measurable_change");
+        let held = lasted(v, &before, &bench_of(&[290.0, 295.0, 299.0]), wait);
+        assert_eq!(held.verdict, "faster");
+        assert!(held.rule.contains("it lasted"), "{}", held.rule);
     }
 
     #[test]

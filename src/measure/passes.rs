@@ -38,6 +38,11 @@ pub fn measure_target(target: &Target, opts: &BenchOptions) -> Result<(BenchResu
 /// File mode's `--bench`: the files themselves, read through the filesystem (the path a
 /// backup or a sequential scan of a database takes), one after the other.
 pub fn measure_files(files: &[&Path], opts: &BenchOptions) -> Result<(BenchResult, ScanResult)> {
+    measure_target(&files_target(files)?, opts)
+}
+
+/// The written data of `files`, laid end to end.
+pub fn files_target(files: &[&Path]) -> Result<Target> {
     let mut sources = files.iter().map(|f| Source::open(f)).collect::<Result<Vec<_>>>()?;
     // Written data only: a sparse file's holes read at memory speed.
     for s in &mut sources {
@@ -48,7 +53,42 @@ pub fn measure_files(files: &[&Path], opts: &BenchOptions) -> Result<(BenchResul
     if target.is_empty() {
         return Err(Error::Usage("--bench: the files hold no written data to read (holes only)".into()));
     }
-    measure_target(&target, opts)
+    Ok(target)
+}
+
+/// A change the before/after benchmarks found, measured again `opts.recheck` later
+/// (the same bytes, the same passes): the verdict stands only if it lasts. A change is
+/// not re-checked where there is none, on a simulated SSD (no cache below it), or with
+/// the re-check off. A stop signal during the wait ends it (exit 6).
+pub fn recheck(
+    v: Option<bench::Verdict>,
+    before: &BenchResult,
+    after: &BenchResult,
+    opts: &BenchOptions,
+    stop: &crate::support::signals::StopFlag,
+    target: impl FnOnce() -> Result<Target>,
+) -> Result<Option<bench::Verdict>> {
+    let Some(v) = v else { return Ok(None) };
+    if !matches!(v.verdict.as_str(), "faster" | "slower") || opts.recheck.is_zero() || after.virtual_time {
+        return Ok(Some(v));
+    }
+    log::info!(
+        "the reads after the rewrite were x{:.2} the reads before: reading the same bytes again in {} s, to see that it lasts (re-sequencing lasts; a cache below the device fades)",
+        v.speedup,
+        opts.recheck.as_secs_f64()
+    );
+    let waited = std::time::Instant::now();
+    stop.sleep(opts.recheck);
+    if let Some(sig) = stop.signal() {
+        return Err(Error::Stopped {
+            signal: sig.into(),
+            what: "the re-check of the benchmark (the rewrite itself had finished and was verified)".into(),
+        });
+    }
+    let waited = waited.elapsed();
+    let target = target()?;
+    let again = bench::bench(&target, &after.params, after.passes.len(), opts.settle)?;
+    Ok(Some(bench::lasted(v, before, &again, waited)))
 }
 
 /// What the rewrite cost the drive.

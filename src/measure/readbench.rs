@@ -435,22 +435,32 @@ pub const RE_READ_RATIO: f64 = 2.0;
 /// Bytes read twice by the re-read test.
 pub const RE_READ_SAMPLE: u64 = 32 << 20;
 
-/// `loop/dio` of a loop device (or the loop device under a partition of one).
+/// `loop/dio` of the loop device a source reads from: the device itself (or the loop
+/// device under a partition of one), or for a file, the device its filesystem is on.
 fn loop_direct_io(path: &Path) -> Option<bool> {
-    let dev = std::fs::canonicalize(path).ok()?;
-    let name = dev.file_name()?.to_str()?.to_string();
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let md = std::fs::metadata(path).ok()?;
+    let dev = if md.file_type().is_block_device() { md.rdev() } else { md.dev() };
+    let sys = format!("/sys/dev/block/{}:{}", nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
+    let name = std::fs::canonicalize(sys).ok()?.file_name()?.to_str()?.to_string();
     let disk = name.strip_prefix("loop")?.split('p').next()?.to_string();
     let dio = std::fs::read_to_string(format!("/sys/block/loop{disk}/loop/dio")).ok()?;
     Some(dio.trim() == "1")
 }
 
+/// Of several sources: without direct I/O if any is, with it if all are.
+fn loop_direct_io_of(sources: &[Source]) -> Option<bool> {
+    let all: Vec<Option<bool>> = sources.iter().map(|s| loop_direct_io(&s.path)).collect();
+    if all.contains(&Some(false)) {
+        return Some(false);
+    }
+    all.iter().all(|d| *d == Some(true)).then_some(true)
+}
+
 /// Checks `target` for a cache below O_DIRECT (nothing to check on a simulated SSD).
 pub fn cache_check(target: &Target, block: u64, qd: usize) -> Result<Option<CacheCheck>> {
     let Target::Real(sources) = target else { return Ok(None) };
-    let loop_dio = match &sources[..] {
-        [one] => loop_direct_io(&one.path),
-        _ => None,
-    };
+    let loop_dio = loop_direct_io_of(sources);
     let align = target.offset_align();
     let sample = (target.len() / 2).min(RE_READ_SAMPLE) / align * align;
     if sample == 0 {

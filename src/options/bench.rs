@@ -19,7 +19,14 @@ pub struct BenchOptions {
     pub regions: usize,
     /// Measure only this much from the start of the range (None: all of it).
     pub length: Option<u64>,
+    /// How long after the after-benchmark a change it found is measured again, to tell
+    /// re-sequencing (it lasts) from a cache below the device (it fades). Zero: never.
+    pub recheck: Duration,
 }
+
+/// The default of [`BenchOptions::recheck`]: a cache below a VM's disk was seen to
+/// fade within 18 s of the rewrite.
+pub const RECHECK_AFTER: Duration = Duration::from_secs(30);
 
 impl Default for BenchOptions {
     fn default() -> BenchOptions {
@@ -30,6 +37,7 @@ impl Default for BenchOptions {
             settle: Duration::ZERO,
             regions: 32,
             length: None,
+            recheck: RECHECK_AFTER,
         }
     }
 }

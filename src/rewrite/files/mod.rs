@@ -458,10 +458,15 @@ impl FileRun<'_> {
             log::info!("benchmarking the same files after the rewrite");
             // Files deleted during the run are not read after it either.
             let still: Vec<&Path> = measured.iter().copied().filter(|p| p.exists()).collect();
-            outcome = crate::measure::passes::measure_files(&still, &self.o.bench_opts).map(|(b, s)| {
-                report.verdict =
-                    report.bench_before.as_ref().map(|before| crate::measure::bench::verdict_of(before, &b));
+            outcome = crate::measure::passes::measure_files(&still, &self.o.bench_opts).and_then(|(b, s)| {
+                if let Some(before) = &report.bench_before {
+                    let v = crate::measure::bench::verdict_of(before, &b);
+                    let target = || crate::measure::passes::files_target(&still);
+                    report.verdict =
+                        crate::measure::passes::recheck(Some(v), before, &b, &self.o.bench_opts, self.stop, target)?;
+                }
                 (report.bench_after, report.scan_after) = (Some(b), Some(s));
+                Ok(())
             });
         }
         // Freezes, not engine windows: files rewritten in one freeze share it.

@@ -101,11 +101,34 @@ impl DeviceCache {
     }
 }
 
+/// An emulated write-back cache below the device (a VM host's, a cloud volume's): a
+/// 1 MiB block written within `hold` reads at once; any other read waits `cold` a MiB.
+/// Unlike an FTL's re-sequencing, its effect fades.
+struct RecentWrites {
+    hold: Duration,
+    cold: Duration,
+    written: std::collections::HashMap<u64, Instant>,
+}
+
+impl RecentWrites {
+    fn read(&self, off: u64, end: u64) -> Duration {
+        let fresh = |b: &u64| self.written.get(b).is_some_and(|t| t.elapsed() < self.hold);
+        (off >> 20..=(end - 1) >> 20).filter(|b| !fresh(b)).map(|_| self.cold).sum()
+    }
+
+    fn write(&mut self, off: u64, end: u64) {
+        for b in off >> 20..=(end - 1) >> 20 {
+            self.written.insert(b, Instant::now());
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// Faults in the order added, each with how many requests it was applied to.
     faults: Vec<(Fault, u32)>,
     cache: Option<DeviceCache>,
+    recent: Option<RecentWrites>,
     hits: u64,
     writes: Vec<(u64, u64)>,
     reads: Vec<(u64, u64)>,
@@ -247,7 +270,8 @@ impl Filesystem for Served {
         let (fault, wait) = {
             let mut st = lock(&self.state);
             st.reads.push((offset, end - offset));
-            let wait = st.cache.as_mut().map_or(Duration::ZERO, |c| c.read(offset, end));
+            let wait = st.cache.as_mut().map_or(Duration::ZERO, |c| c.read(offset, end))
+                + st.recent.as_ref().map_or(Duration::ZERO, |r| r.read(offset, end));
             (st.take(false, offset, end), wait)
         };
         if fault.is_some() {
@@ -282,6 +306,11 @@ impl Filesystem for Served {
             st.writes.push((offset, data.len() as u64));
             if end > self.size {
                 return reply.error(Errno::ENOSPC);
+            }
+            if let Some(r) = st.recent.as_mut()
+                && end > offset
+            {
+                r.write(offset, end);
             }
             st.take(true, offset, end)
         };
@@ -395,6 +424,12 @@ impl FaultFs {
 
     /// From now on, reads go through an emulated cache of `bytes` (whole MiB, emptied
     /// now): a read of a MiB block not in it waits `cold`.
+    /// Bytes written within `hold` read at once, any other read waits `cold` a MiB
+    /// (see [`RecentWrites`]).
+    pub fn set_write_cache(&self, hold: Duration, cold: Duration) {
+        lock(&self.state).recent = Some(RecentWrites { hold, cold, written: Default::default() });
+    }
+
     pub fn set_cache(&self, bytes: u64, cold: Duration) {
         let blocks = (bytes >> 20) as usize;
         lock(&self.state).cache = Some(DeviceCache { blocks, cold, lru: Default::default() });
