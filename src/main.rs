@@ -1,7 +1,8 @@
 //! The `reseq` binary: parse, lower the arguments to options (`cli::lower`), dispatch to
 //! the command, print, exit. Everything else is in the library.
 
-use clap::Parser;
+use std::io::IsTerminal;
+
 use serde::Serialize;
 
 use reseq::cli::lower;
@@ -46,7 +47,7 @@ fn keep_panics_off_a_frozen_stderr() {
 }
 
 fn run() -> std::process::ExitCode {
-    let mut cli = Cli::parse();
+    let mut cli = Cli::parse_given();
     reseq::support::output::init_logging(cli.verbose, cli.quiet);
     // A job file is a rewrite written down: load it and run it as one.
     if let Command::Run { config, dry_run } = &cli.command {
@@ -59,6 +60,9 @@ fn run() -> std::process::ExitCode {
         }
     }
     let quiet = cli.quiet;
+    if let Some(Err(e)) = cli.command.output().map(OutputArgs::check_metrics_file) {
+        return finish(Err(e));
+    }
     match &cli.command {
         Command::Rewrite(a) => print_report(rewrite(a, quiet), &a.output, quiet),
         Command::Bench(a) => print_report(
@@ -132,11 +136,15 @@ fn print_report((r, result): (Report, Result<()>), output: &OutputArgs, quiet: b
     if result.is_err() && r.freeze_bound.is_some() && !r.dry_run {
         eprintln!("reseq: {}", reseq::host::thaw::after_abnormal_stop());
     }
+    // -q quiets the log, not the result.
     let format = output.format();
-    if format != Format::Text || !quiet || result.is_err() {
-        print!("{}", render(&r, format));
+    print!("{}", render(&r, format));
+    // `--json > run.json` at a terminal: the operator still sees the verdict.
+    if format != Format::Text && !quiet && !std::io::stdout().is_terminal() && std::io::stderr().is_terminal() {
+        eprint!("{}", render(&r, Format::Text));
     }
-    if let Some(path) = &output.metrics_file
+    // A dry run did nothing worth a metric.
+    if let Some(path) = output.metrics_file.as_ref().filter(|_| !r.dry_run)
         && let Err(e) = write_atomically(path, &render(&r, Format::Prom))
     {
         eprintln!("reseq: {}", reseq::error_chain(&e));

@@ -8,8 +8,6 @@
 
 use std::path::Path;
 
-use clap::Parser;
-
 use crate::cli::{Cli, Command, RewriteArgs};
 use crate::support::error::{Error, Result};
 
@@ -55,7 +53,7 @@ pub fn parse(text: &str, origin: &Path) -> Result<RewriteArgs> {
     let table: toml::Table =
         text.parse().map_err(|e: toml::de::Error| Error::Usage(format!("{}: {e}", origin.display())))?;
     let argv = argv_of(&table, origin)?;
-    match Cli::try_parse_from(&argv) {
+    match Cli::try_parse_given(&argv) {
         Ok(Cli { command: Command::Rewrite(args), .. }) => Ok(args),
         Ok(_) => Err(Error::Internal("a config did not parse into a rewrite".into())),
         Err(e) => {

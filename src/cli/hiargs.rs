@@ -42,6 +42,7 @@ fn lower(a: &RewriteArgs, mode: Mode) -> Result<RewriteOptions> {
         slow_threshold: a.slow_threshold,
         bench: a.bench,
         bench_opts: crate::cli::lower::bench_options(&a.bench_opts)?,
+        given: a.given.clone(),
     })
 }
 

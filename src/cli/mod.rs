@@ -78,6 +78,45 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// Parses the process's command line (exiting with clap's message on an error),
+    /// recording which rewrite options were given.
+    pub fn parse_given() -> Cli {
+        Cli::try_parse_given(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// Parses `argv`; a rewrite's [`RewriteArgs::given`] names the options given on it
+    /// (an option given with its default value is given: `--resume --pause 0s` means it).
+    pub fn try_parse_given<I, T>(argv: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let m = Cli::command().try_get_matches_from(argv)?;
+        let mut cli = Cli::from_arg_matches(&m)?;
+        if let (Command::Rewrite(a), Some(("rewrite", sub))) = (&mut cli.command, m.subcommand()) {
+            let explicit =
+                |id: &&clap::Id| sub.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine);
+            a.given = sub.ids().filter(explicit).map(|id| id.to_string()).collect();
+        }
+        Ok(cli)
+    }
+}
+
+impl Command {
+    /// How the command's report is printed, for the commands that print one.
+    pub fn output(&self) -> Option<&OutputArgs> {
+        match self {
+            Command::Rewrite(a) => Some(&a.output),
+            Command::Bench(a) => Some(&a.output),
+            Command::Scan(a) => Some(&a.output),
+            Command::Estimate(a) => Some(&a.output),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Re-sequence a block device (a partition or a whole disk), or files and directories
@@ -302,6 +341,10 @@ pub struct RewriteArgs {
     /// mounted ext4/xfs (file mode), or sim:STATE.
     #[arg(required = true, num_args = 1.., value_name = "TARGET")]
     pub targets: Vec<PathBuf>,
+    /// The ids of the options given (on the command line or in a job file), filled by
+    /// [`Cli::try_parse_given`].
+    #[arg(skip)]
+    pub given: std::collections::BTreeSet<String>,
     /// File mode: skip paths matching this glob (repeatable), e.g. --exclude '*.tmp'.
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
@@ -401,6 +444,25 @@ pub struct OutputArgs {
 }
 
 impl OutputArgs {
+    /// A metrics file goes in a directory that must be there: a host without
+    /// node_exporter's textfile collector would otherwise lose every run's metrics, each
+    /// with only a line on stderr. Checked before the command runs.
+    pub fn check_metrics_file(&self) -> crate::support::error::Result<()> {
+        let Some(path) = &self.metrics_file else { return Ok(()) };
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => std::path::Path::new("."),
+        };
+        if dir.is_dir() {
+            return Ok(());
+        }
+        Err(crate::support::error::Error::Usage(format!(
+            "--metrics-file {}: the directory {} does not exist (on a host without node_exporter's textfile collector, create it, or leave metrics_file out of the job)",
+            path.display(),
+            dir.display()
+        )))
+    }
+
     pub fn format(&self) -> crate::report::render::Format {
         if self.json {
             crate::report::render::Format::Json

@@ -5,7 +5,7 @@
 //! The rule (documented in the man page): an option left out of the resuming command
 //! takes the interrupted run's value; an option given with a value that differs from it
 //! is refused (exit 2), since a run half done one way and half another is neither.
-//! Options at their default count as left out. Pacing options (`--rate`, `--pause`,
+//! An option given with its default value is given. Pacing options (`--rate`, `--pause`,
 //! `--max-overruns`, `--read-ahead`, `--trim-rate`) say how, not what: given, they
 //! replace the run's, with a warning.
 
@@ -63,7 +63,7 @@ fn flag(b: bool) -> Option<Flag> {
     b.then_some(Flag)
 }
 
-/// A value given, unless it is the default (an option at its default counts as left out).
+/// A value worth showing: one that differs from the default.
 fn given<T: PartialEq>(v: T, default: T) -> Option<T> {
     (v != default).then_some(v)
 }
@@ -198,7 +198,7 @@ impl RunOptions {
         let mut m = Merge::default();
         let mut out = o.clone();
         out.chunk_size = m
-            .keep("--chunk-size", given(o.chunk_size, defaults::DEFAULT_CHUNK_SIZE), Some(self.chunk_size))
+            .keep("--chunk-size", o.given_value("chunk_size", o.chunk_size), Some(self.chunk_size))
             .unwrap_or(defaults::DEFAULT_CHUNK_SIZE);
         let stored_freeze = Dur(self.max_freeze.unwrap_or(default_max_freeze));
         out.max_freeze = m
@@ -213,14 +213,10 @@ impl RunOptions {
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
         out.from_scan = m.keep("--from-scan", path(&o.from_scan), path(&self.from_scan)).map(PathBuf::from);
         out.scan_regions = m
-            .keep("--scan-regions", given(o.scan_regions, defaults::DEFAULT_SCAN_REGIONS), Some(self.scan_regions))
+            .keep("--scan-regions", o.given_value("scan_regions", o.scan_regions), Some(self.scan_regions))
             .unwrap_or(defaults::DEFAULT_SCAN_REGIONS);
         out.slow_threshold = m
-            .keep(
-                "--slow-threshold",
-                given(o.slow_threshold, defaults::DEFAULT_SLOW_THRESHOLD),
-                Some(self.slow_threshold),
-            )
+            .keep("--slow-threshold", o.given_value("slow_threshold", o.slow_threshold), Some(self.slow_threshold))
             .unwrap_or(defaults::DEFAULT_SLOW_THRESHOLD);
         m.exclude(&o.exclude, &self.exclude);
         out.exclude = self.exclude.clone();
@@ -231,17 +227,13 @@ impl RunOptions {
     fn apply_pacing(&self, o: &RewriteOptions, out: &mut RewriteOptions) {
         out.rate = Merge::pace("--rate", o.rate, self.rate);
         out.trim_rate = Merge::pace("--trim-rate", o.trim_rate, self.trim_rate);
-        out.pause = Merge::pace("--pause", given(o.pause, defaults::DEFAULT_PAUSE).map(Dur), Some(Dur(self.pause)))
+        out.pause = Merge::pace("--pause", o.given_value("pause", o.pause).map(Dur), Some(Dur(self.pause)))
             .map_or(defaults::DEFAULT_PAUSE, |d| d.0);
-        out.max_overruns = Merge::pace(
-            "--max-overruns",
-            given(o.max_overruns, defaults::DEFAULT_MAX_OVERRUNS),
-            Some(self.max_overruns),
-        )
-        .unwrap_or(defaults::DEFAULT_MAX_OVERRUNS);
-        out.read_ahead =
-            Merge::pace("--read-ahead", given(o.read_ahead, defaults::DEFAULT_READ_AHEAD), Some(self.read_ahead))
-                .unwrap_or(defaults::DEFAULT_READ_AHEAD);
+        out.max_overruns =
+            Merge::pace("--max-overruns", o.given_value("max_overruns", o.max_overruns), Some(self.max_overruns))
+                .unwrap_or(defaults::DEFAULT_MAX_OVERRUNS);
+        out.read_ahead = Merge::pace("--read-ahead", o.given_value("read_ahead", o.read_ahead), Some(self.read_ahead))
+            .unwrap_or(defaults::DEFAULT_READ_AHEAD);
     }
 }
 
@@ -252,7 +244,7 @@ mod tests {
 
     fn args(extra: &[&str]) -> RewriteOptions {
         let argv = ["reseq", "rewrite", "/dev/null"].iter().chain(extra);
-        match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+        match crate::cli::Cli::try_parse_given(argv).unwrap().command {
             crate::cli::Command::Rewrite(a) => crate::cli::hiargs::rewrite_options(&a).unwrap(),
             _ => unreachable!(),
         }
@@ -308,5 +300,16 @@ mod tests {
         assert!(ex.apply(&args(&["--exclude", "a,b"]), d("1s")).is_err(), "one pattern is not two");
         assert_eq!(ex.apply(&args(&[]), d("1s")).unwrap().exclude, ["a", "b"]);
         assert_eq!(stored.describe(), "--chunk-size 1M --max-freeze 300ms --include-free", "options as a command line");
+    }
+
+    #[test]
+    fn an_option_given_with_its_default_value_is_given() {
+        let stored = RunOptions::of(&args(&["--pause", "2s", "--chunk-size", "1M", "--max-overruns", "9"]));
+        let got = stored.apply(&args(&["--resume", "--pause", "0s", "--max-overruns", "3"]), d("5s")).unwrap();
+        assert_eq!((got.pause, got.max_overruns), (Duration::ZERO, 3), "pacing given is pacing used");
+        let e = stored.apply(&args(&["--resume", "--chunk-size", "4M"]), d("5s")).unwrap_err().to_string();
+        assert!(e.contains("--chunk-size 4M differs from the interrupted run's 1M"), "{e}");
+        let got = stored.apply(&args(&["--resume"]), d("5s")).unwrap();
+        assert_eq!((got.pause, got.max_overruns, got.chunk_size.to_string()), (d("2s"), 9, "1M".to_string()));
     }
 }

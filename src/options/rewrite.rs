@@ -92,6 +92,9 @@ pub struct RewriteOptions {
     pub bench: bool,
     /// The `--bench-*` options.
     pub bench_opts: crate::options::bench::BenchOptions,
+    /// The options given (clap ids, `pause`, `chunk_size`): `--resume` keeps the
+    /// interrupted run's value of every other one, whatever its default.
+    pub given: std::collections::BTreeSet<String>,
 }
 
 impl Default for RewriteOptions {
@@ -122,11 +125,17 @@ impl Default for RewriteOptions {
             slow_threshold: DEFAULT_SLOW_THRESHOLD,
             bench: false,
             bench_opts: crate::options::bench::BenchOptions::default(),
+            given: Default::default(),
         }
     }
 }
 
 impl RewriteOptions {
+    /// `v` if the option `id` (a clap id) was given, None if left out.
+    pub fn given_value<T>(&self, id: &str, v: T) -> Option<T> {
+        self.given.contains(id).then_some(v)
+    }
+
     /// The device of device mode (the first target).
     pub fn device(&self) -> &Path {
         &self.targets[0]

@@ -47,6 +47,38 @@ fn bench_agrees_with_dd() {
     assert_eq!(json_report(&out)["bench"]["passes"][0]["bytes"], 256 * MIB);
 }
 
+/// `-q` quiets the log, not the result; `--json > file` at a terminal still shows the
+/// operator the result, on stderr.
+#[test]
+fn the_result_shows_with_quiet_and_beside_json_redirected_at_a_terminal() {
+    if !require(&["losetup", "script"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("q.img", 32 * MIB, 3);
+    let out = output(env.reseq().env_remove("RUST_LOG").args(["bench", "-q", "--passes", "1"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("MiB/s") || text.contains("GiB/s"), "bench -q printed no result: {text:?}");
+    assert!(!stderr(&out).contains("INFO"), "-q still quiets the log: {}", stderr(&out));
+    // stdout to a file, stderr a terminal (script gives the command a pty).
+    let json = env.path("run.json");
+    let cmd =
+        format!("{} bench --json --passes 1 {} > {}", env!("CARGO_BIN_EXE_reseq"), lo.path.display(), json.display());
+    let shown =
+        output(Command::new("script").args(["-qec", &cmd, "/dev/null"]).env("RESEQ_STATE_DIR", env.state_dir()));
+    assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("JSON in the file");
+    assert_eq!(r["bench"]["passes"].as_array().unwrap().len(), 1);
+    let on_terminal = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        on_terminal.contains("MiB/s") || on_terminal.contains("GiB/s"),
+        "nothing shown at the terminal: {on_terminal:?}"
+    );
+    assert!(!on_terminal.contains("\"passes\""), "the JSON went to the file, not the terminal");
+}
+
 #[test]
 fn bench_reads_files_through_the_filesystem_with_direct_io() {
     if !require(&["losetup", "mkfs.ext4"]) {

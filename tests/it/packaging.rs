@@ -31,6 +31,12 @@ fn systemd_units_verify() {
     }
     assert!(service.contains("ExecStopPost=-/usr/bin/reseq thaw"), "a stop must thaw what a killed guardian left");
     assert!(service.contains("RuntimeDirectory=reseq"), "the freeze records need a writable /run/reseq");
+    // A path that may be missing must be optional ("-"), or systemd fails the unit at
+    // namespace setup on a host without it (the state directory is the unit's own).
+    let rw = service.lines().find_map(|l| l.strip_prefix("ReadWritePaths=")).expect("ReadWritePaths=");
+    for p in rw.split_whitespace().filter(|p| *p != "/var/lib/reseq") {
+        assert!(p.starts_with('-'), "ReadWritePaths={p} fails the unit on a host without it");
+    }
     std::fs::write(dir.join("reseq@job.service"), service.replace("/usr/bin/reseq", env!("CARGO_BIN_EXE_reseq")))
         .unwrap();
     std::fs::copy(format!("{root}/packaging/systemd/reseq@.timer"), dir.join("reseq@job.timer")).unwrap();
@@ -68,6 +74,28 @@ fn a_job_config_runs_like_the_command_line() {
     assert_eq!(r["results"]["bytes_written"], 2 << 20);
     assert!(std::fs::read_to_string(env.path("job.prom")).unwrap().contains("reseq_last_run_success"));
     assert_files_intact(&files);
+    // A metrics file whose directory is missing (no node_exporter here): refused before
+    // anything runs, with the way out, not lost in silence; a dry run writes none.
+    let missing = env.path("no-such-dir/reseq.prom");
+    let with_missing = std::fs::read_to_string(&job)
+        .unwrap()
+        .replace(&env.path("job.prom").display().to_string(), &missing.display().to_string());
+    std::fs::write(&job, with_missing).unwrap();
+    for dry in [false, true] {
+        let mut cmd = env.reseq();
+        cmd.args(["run", "--config"]).arg(&job);
+        if dry {
+            cmd.arg("--dry-run");
+        }
+        let out = output(&mut cmd);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains("does not exist") && stderr(&out).contains("metrics_file"), "{}", stderr(&out));
+    }
+    std::fs::remove_file(env.path("job.prom")).unwrap();
+    let out =
+        output(env.reseq().args(["rewrite", "--dry-run", "--metrics-file"]).arg(env.path("job.prom")).arg(&mnt.dir));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!env.path("job.prom").exists(), "a dry run writes no metrics");
     std::fs::write(&job, "targets = [\"/x\"]\nmax_freeze = = 1\n").unwrap();
     let out = output(env.reseq().args(["run", "--config"]).arg(&job));
     assert_eq!(out.status.code(), Some(2));
