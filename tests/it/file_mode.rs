@@ -1058,21 +1058,24 @@ fn progress_counts_the_whole_run() {
     }
     let env = TestEnv::new();
     let (_lo, mnt) = env.mounted("progress", 128 * MIB, "ext4");
-    // 40 MiB of small files (up to a chunk each): three batches of up to 16 MiB.
-    let files = fill_files(&mnt.dir, 160, 256 << 10, 76);
+    // 28 MiB: 16 small files (up to a chunk each: one engine run) and 12 files of 2 MiB
+    // (an engine run each).
+    std::fs::create_dir_all(mnt.dir.join("small")).unwrap();
+    let mut files = fill_files(&mnt.dir.join("small"), 16, 256 << 10, 76);
+    files.extend(fill_files(&mnt.dir, 12, 2 << 20, 77));
     let out = output(
         env.reseq()
-            .args(["rewrite", "--chunk-size", "256K", "--max-overruns", "1000"])
-            .arg(&mnt.dir)
-            // 160 chunks, 100 ms each: a progress line every 10 s.
-            .env("RESEQ_FAULTS", "delay@after-write#*=100"),
+            // At 2 MiB/s, 14 s: longer than the 10 s between progress lines, which the
+            // runs after the first one, each a second later, give their chance.
+            .args(["rewrite", "--chunk-size", "256K", "--max-overruns", "1000", "--rate", "2M"])
+            .arg(&mnt.dir),
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let log = stderr(&out);
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("progress: ")).collect();
     assert!(!lines.is_empty(), "{log}");
     for l in &lines {
-        assert!(l.contains(" of 40.0 MiB (") && l.contains(" of 160 files, "), "{l}");
+        assert!(l.contains(" of 28.0 MiB (") && l.contains(" of 28 files, "), "{l}");
     }
     assert_files_intact(&files);
 }
