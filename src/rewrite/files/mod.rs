@@ -277,11 +277,7 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
     }
     let placement = checks::guardian_can_leave(o.accept_cgroup_risk)?;
     report.guardian = Some(placement.describe());
-    let hot = hot_files(&planned);
-    for w in &hot {
-        log::warn!("{w}");
-    }
-    report.warnings.extend(hot);
+    report.warnings.extend(hot_files(&planned).into_iter().inspect(|w| log::warn!("{w}")));
     if o.dry_run {
         let (text, detail) = describe(o, &groups, &planned, &placement, &report.warnings);
         (report.plan_text, report.plan_detail) = (Some(text), Some(detail));
@@ -297,15 +293,7 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
         let (b, s) = crate::measure::passes::measure_files(&measured, &o.bench_opts)?;
         (report.bench_before, report.scan_before) = (Some(b), Some(s));
     }
-    // A cron job's priority: best-effort level 7 (ionice -c2 -n7), not the idle class:
-    // an idle-class writer can be starved while the filesystem is frozen, stretching the
-    // very stall the windows bound. Set before any thread starts, so all inherit it.
-    if let Err(e) = sys::lower_io_priority() {
-        log::warn!("could not lower the I/O priority: {e}");
-    }
-    let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
-    stop.check_before_writing()?;
-    sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
+    let stop = ready_to_write()?;
     let frozen: Vec<MountedFs> = groups.iter().map(|g| g.fs.clone()).collect();
     let state = crate::host::state_dir::prepare(&o.state_dir, &frozen, o.chunk_size.bytes() * 2 + (1 << 20))?;
     let (progress, files_total, files_done) = overall_progress(&planned, &left_alone, earlier.as_ref(), quiet);
@@ -332,6 +320,21 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
     let outcome = run.groups(&groups, unfinished, &mut acc);
     run.progress.borrow().close();
     run.finish(outcome?, acc, &measured, report)
+}
+
+/// The process before its first write: a low I/O priority, and the signals that stop it
+/// handled.
+fn ready_to_write() -> Result<StopFlag> {
+    // A cron job's priority: best-effort level 7 (ionice -c2 -n7), not the idle class:
+    // an idle-class writer can be starved while the filesystem is frozen, stretching the
+    // very stall the windows bound. Set before any thread starts, so all inherit it.
+    if let Err(e) = sys::lower_io_priority() {
+        log::warn!("could not lower the I/O priority: {e}");
+    }
+    let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
+    stop.check_before_writing()?;
+    sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
+    Ok(stop)
 }
 
 /// One progress over every file to rewrite (not one per engine run, which would start
@@ -878,24 +881,7 @@ fn run_job(cx: &JobContext, guard: &mut Batched<WritersChecked<GuardedFreeze>>, 
     if let Err(e) = guard.inner.inner.set_journal(journal.path()) {
         return fail(reports, e);
     }
-    let progress = &mut *cx.run.progress.borrow_mut();
-    let job_end = progress.done() + planner.members.iter().map(|m| m.size).sum::<u64>();
-    let (before, was_open) = (guard.windows, guard.frozen_now());
-    let (stats, result) =
-        engine::run(&target, &cfg, &mut planner, &mut cx.noted(guard), &mut journal, progress, cx.run.stop);
-    // Holes, unwritten and shared ranges are not rewritten, yet done; a resumed file's
-    // start was done before.
-    if result.is_ok() {
-        progress.advance(job_end.saturating_sub(progress.done()));
-    }
-    cx.run.files_done.set(cx.run.files_done.get() + planner.members.len());
-    progress.set_message(format!("{} of {} files", cx.run.files_done.get(), cx.run.files_total));
-    // The windows its files were rewritten in: the one open when it began, if one was.
-    let first = if was_open { before } else { before + 1 };
-    if guard.windows >= first.max(1) {
-        let span = (cx.window_base + first, cx.window_base + guard.windows);
-        cx.run.freezes.borrow_mut().files.extend(planner.members.iter().map(|m| (m.index, span)));
-    }
+    let (stats, result) = run_engine(cx, guard, &target, &cfg, &mut planner, &mut journal);
     planner.credit(stats.next_offset_bytes);
     let done = result.is_ok();
     for m in &planner.members {
@@ -913,6 +899,36 @@ fn run_job(cx: &JobContext, guard: &mut Batched<WritersChecked<GuardedFreeze>>, 
         cx.run.pending.borrow_mut().journals.push(journal);
     }
     (reports, stats, result)
+}
+
+/// The engine over a job's files, with the run's progress, noting the freezes its files
+/// were rewritten in.
+fn run_engine(
+    cx: &JobContext,
+    guard: &mut Batched<WritersChecked<GuardedFreeze>>,
+    target: &FileTarget,
+    cfg: &EngineConfig,
+    planner: &mut FilesPlanner,
+    journal: &mut Journal,
+) -> (EngineStats, Result<()>) {
+    let progress = &mut *cx.run.progress.borrow_mut();
+    let job_end = progress.done() + planner.members.iter().map(|m| m.size).sum::<u64>();
+    let (before, was_open) = (guard.windows, guard.frozen_now());
+    let (stats, result) = engine::run(target, cfg, planner, &mut cx.noted(guard), journal, progress, cx.run.stop);
+    // Holes, unwritten and shared ranges are not rewritten, yet done; a resumed file's
+    // start was done before.
+    if result.is_ok() {
+        progress.advance(job_end.saturating_sub(progress.done()));
+    }
+    cx.run.files_done.set(cx.run.files_done.get() + planner.members.len());
+    progress.set_message(format!("{} of {} files", cx.run.files_done.get(), cx.run.files_total));
+    // The windows its files were rewritten in: the one open when it began, if one was.
+    let first = if was_open { before } else { before + 1 };
+    if guard.windows >= first.max(1) {
+        let span = (cx.window_base + first, cx.window_base + guard.windows);
+        cx.run.freezes.borrow_mut().files.extend(planner.members.iter().map(|m| (m.index, span)));
+    }
+    (stats, result)
 }
 
 /// What a job rewrites, in words: a file alone (resumed, perhaps), or a batch of small
