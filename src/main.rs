@@ -64,7 +64,7 @@ fn run() -> std::process::ExitCode {
         return finish(Err(e));
     }
     match &cli.command {
-        Command::Rewrite(a) => print_report(rewrite(a, quiet), &a.output, quiet),
+        Command::Rewrite(a) => print_report(every_file(rewrite(a, quiet), cli.verbose), &a.output, quiet),
         Command::Bench(a) => print_report(
             lower::bench(a).map_or_else(|e| measure::refused("bench", &a.read.target, e), |o| measure::run_bench(&o)),
             &a.output,
@@ -82,7 +82,7 @@ fn run() -> std::process::ExitCode {
             quiet,
         ),
         Command::Demo(a) => demo(a, quiet),
-        Command::Report(a) => finish(rerender(&a.report, a.format)),
+        Command::Report(a) => finish(rerender(&a.report, a.format, cli.verbose)),
         Command::Thaw { json } => finish(thaw(*json)),
         Command::Status { state_dir, json } => finish(status::run(state_dir).map(|s| show(&s, *json, s.to_text()))),
         Command::Restore(a) => {
@@ -117,6 +117,12 @@ fn rewrite(a: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
             (reseq::rewrite::refused_report(&a.targets, a.dry_run, &result), result)
         }
     }
+}
+
+/// `-v`: the text of a file-mode run lists every file (else those with a problem).
+fn every_file((mut r, result): (Report, Result<()>), verbose: u8) -> (Report, Result<()>) {
+    r.every_file = verbose > 0;
+    (r, result)
 }
 
 fn demo(a: &reseq::cli::DemoArgs, quiet: bool) -> std::process::ExitCode {
@@ -167,12 +173,13 @@ fn thaw(json: bool) -> Result<()> {
     reseq::host::thaw::live_guardian_error(&summary).map_or(Ok(()), Err)
 }
 
-fn rerender(path: &std::path::Path, format: Format) -> Result<()> {
+fn rerender(path: &std::path::Path, format: Format, verbose: u8) -> Result<()> {
     // A report that is not there or not readable is bad input, not an I/O failure of a run.
     let text = std::fs::read_to_string(path)
         .map_err(|e| reseq::support::error::Error::input(format!("reading the report {}", path.display()), e))?;
-    let report: Report = serde_json::from_str(&text)
+    let mut report: Report = serde_json::from_str(&text)
         .map_err(|e| reseq::support::error::Error::Usage(format!("{} is not a reseq report: {e}", path.display())))?;
+    report.every_file = verbose > 0;
     print!("{}", render(&report, format));
     Ok(())
 }

@@ -81,6 +81,12 @@ pub struct Report {
     /// For a dry run, the plan as text (the human rendering of a dry run).
     #[serde(skip)]
     pub plan_text: Option<String>,
+    /// For a dry run, the plan's line for each file (file mode), shown with `-v`.
+    #[serde(skip)]
+    pub plan_detail: Option<String>,
+    /// The text lists every file of a file-mode run (`-v`), not only those with a problem.
+    #[serde(skip)]
+    pub every_file: bool,
 }
 
 /// What file mode did to one file.
@@ -98,13 +104,16 @@ pub struct FileReport {
     pub bytes_skipped_holes: u64,
     /// Why the file was skipped, if it was (its bytes then count as not rewritten).
     pub skipped_reason: Option<String>,
-    /// `--only-slow`: why the file was left alone (it reads fast enough).
+    /// Why the file was left alone on purpose: empty (nothing to rewrite), or
+    /// `--only-slow` and it reads fast enough.
     pub left_alone: Option<String>,
     /// `--only-slow`: the file's sequential read throughput before the run.
     pub read_bytes_per_second: Option<f64>,
     /// Resumed from this file offset.
     pub resumed_from_bytes: u64,
+    /// Freezes the file was rewritten in (small files share them).
     pub windows: u64,
+    /// The longest of those freezes, shared ones whole.
     pub longest_freeze_seconds: f64,
     /// `passed`, `off` or `incomplete`.
     pub verification: String,
@@ -223,6 +232,8 @@ impl Report {
             warnings: Vec::new(),
             outcome: Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None },
             plan_text: None,
+            plan_detail: None,
+            every_file: false,
             guardian: None,
         }
     }

@@ -79,6 +79,10 @@ pub struct Progress {
     started: Instant,
     last_line: Instant,
     every: Duration,
+    /// Kept across several engine runs (file mode's files): `finish` leaves it open.
+    spanning: bool,
+    /// Said after the bytes (file mode: files done).
+    msg: String,
 }
 
 impl Progress {
@@ -103,13 +107,27 @@ impl Progress {
             started: Instant::now(),
             last_line: Instant::now(),
             every: Duration::from_secs(10),
+            spanning: false,
+            msg: String::new(),
         }
     }
 
-    pub fn set_message(&self, msg: String) {
+    /// One progress over several engine runs (each calls `finish`): ended by `close`.
+    pub fn spanning(mut self) -> Progress {
+        self.spanning = true;
+        self
+    }
+
+    pub fn set_message(&mut self, msg: String) {
         if let Some(b) = &self.bar {
-            b.set_message(msg);
+            b.set_message(msg.clone());
         }
+        self.msg = msg;
+    }
+
+    /// Bytes done so far (those done before the run included).
+    pub fn done(&self) -> u64 {
+        self.done
     }
 
     pub fn advance(&mut self, bytes: u64) {
@@ -124,17 +142,25 @@ impl Progress {
             let rate = self.done.saturating_sub(self.already) as f64 / secs.max(1e-9);
             let eta = if rate > 0.0 { self.total.saturating_sub(self.done) as f64 / rate } else { f64::NAN };
             log::info!(
-                "progress: {} of {} ({:.1}%), {}, ETA {:.0} s",
+                "progress: {} of {} ({:.1}%){}, {}, ETA {:.0} s",
                 crate::support::units::human_bytes(self.done),
                 crate::support::units::human_bytes(self.total),
                 100.0 * self.done as f64 / self.total.max(1) as f64,
+                if self.msg.is_empty() { String::new() } else { format!(", {}", self.msg) },
                 crate::support::units::human_rate(rate),
                 eta
             );
         }
     }
 
+    /// The end of an engine run: the bar goes, unless it spans several (`close` ends it).
     pub fn finish(&self) {
+        if !self.spanning {
+            self.close();
+        }
+    }
+
+    pub fn close(&self) {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }

@@ -414,10 +414,14 @@ fn reflinked_pair_on_xfs_is_written_once() {
     run_cmd(Command::new("cp").arg("--reflink=always").arg(&a).arg(mnt.dir.join("b"))).unwrap();
     run_cmd(&mut Command::new("sync")).unwrap();
     // The dry run counts the shared range once, as the run writes it.
-    let out = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&a).arg(mnt.dir.join("b")));
+    let out = output(env.reseq().args(["rewrite", "--dry-run", "-v"]).arg(&a).arg(mnt.dir.join("b")));
     let plan = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(plan.contains("a: 1 extents, 8.0 MiB to rewrite") || plan.contains("8.0 MiB to rewrite"), "{plan}");
-    assert!(plan.contains("0 B to rewrite"), "the clone adds nothing: {plan}");
+    assert!(plan.contains("/a: 1 extent(s), 8.0 MiB to rewrite\n"), "{plan}");
+    assert!(
+        plan.contains("/b: 1 extent(s), nothing to rewrite (holes, unwritten, or shared"),
+        "the clone adds nothing: {plan}"
+    );
+    assert!(plan.contains("2 file(s), 8.0 MiB to rewrite: about 1 window(s)"), "the totals count it once: {plan}");
     let r = json_ok(env.reseq().args(["rewrite", "--json"]).arg(&a).arg(mnt.dir.join("b")));
     let files = r["files"].as_array().unwrap();
     assert_eq!(files[0]["bytes_rewritten"], 8 * MIB, "the first file writes the shared range");
@@ -602,16 +606,45 @@ fn dry_run_plans_each_file_and_touches_nothing() {
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("dry", 128 * MIB, "ext4");
     let (path, _) = fragmented_file(&mnt.dir, 8 << 20);
+    std::fs::create_dir(mnt.dir.join("small")).unwrap();
+    fill_files(&mnt.dir.join("small"), 100, 16 << 10, 68);
+    std::fs::File::create(mnt.dir.join("small/empty")).unwrap();
     run_cmd(&mut Command::new("sync")).unwrap();
     let before = bytes_written_to(&lo.path);
-    let out = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&path));
-    assert_eq!(out.status.code(), Some(0));
-    let text = String::from_utf8_lossy(&out.stdout);
+    let dry = |verbose: bool| {
+        let mut c = env.reseq();
+        c.args(["rewrite", "--dry-run", "--max-freeze", "1s"]).arg(&path).arg(mnt.dir.join("small"));
+        if verbose {
+            c.arg("-v");
+        }
+        let out = output(&mut c);
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The totals, not a line per file: files, bytes, windows and time frozen expected.
+    let text = dry(false);
     assert!(text.contains(&format!("filesystem {} (ext4) on {}", mnt.dir.display(), lo.path.display())), "{text}");
-    assert!(text.contains("extents, 8.0 MiB to rewrite, about"), "{text}");
+    let totals =
+        format!("102 file(s) (1 empty: nothing to rewrite), {} to rewrite: about ", human(8 * MIB + 100 * (16 << 10)));
+    assert!(text.contains(&totals), "{text}");
+    assert!(text.contains(" window(s), ") && text.contains(" s frozen in all, at an assumed "), "{text}");
+    assert!(text.lines().count() < 15, "a summary: {text}");
+    assert!(!text.contains("file7.bin"), "no line per file without -v: {text}");
     assert!(text.contains("nothing was written or frozen"));
+    // -v: every file, an empty one said to be empty, not given a window.
+    let text = dry(true);
+    assert!(text.contains("table.db: ") && text.contains("extent(s), 8.0 MiB to rewrite"), "{text}");
+    assert!(text.contains("/small/file7.bin: 1 extent(s), 16.0 KiB to rewrite\n"), "{text}");
+    assert!(text.contains("/small/empty: empty, nothing to rewrite\n"), "{text}");
+    let every = text.split("  every file:\n").nth(1).unwrap_or_else(|| panic!("{text}"));
+    assert!(!every.contains("0 extent") && !every.contains("window"), "{every}");
     assert_eq!(bytes_written_to(&lo.path), before, "a dry run wrote");
     assert!(!env.state_dir().exists());
+}
+
+/// As reseq's `human_bytes` prints sizes.
+fn human(bytes: u64) -> String {
+    reseq::support::units::human_bytes(bytes)
 }
 
 /// Small files share freezes: 300 files of 40 KiB in a handful of windows instead of
@@ -855,4 +888,194 @@ fn pause_holds_between_windows_and_a_stop_cuts_it_short() {
     assert!(!is_frozen(&mnt.dir));
     assert_files_intact(&files);
     assert_files_intact(&small);
+}
+
+/// A directory laid out like a database's: subdirectories of many small files, some
+/// empty, and a few larger ones (over a chunk: each an engine run of its own).
+fn database_like(dir: &std::path::Path) -> Vec<(std::path::PathBuf, blake3::Hash)> {
+    let mut files = Vec::new();
+    for (i, sub) in ["1", "4", "5", "16384"].iter().enumerate() {
+        let d = dir.join(sub);
+        std::fs::create_dir_all(&d).unwrap();
+        files.extend(fill_files(&d, 150, 24 << 10, 70 + i as u64));
+        for e in 0..10 {
+            std::fs::File::create(d.join(format!("{e}_vm"))).unwrap();
+        }
+    }
+    std::fs::create_dir_all(dir.join("2")).unwrap();
+    files.extend(fill_files(&dir.join("2"), 3, 6 << 20, 75));
+    files
+}
+
+/// Issue 27: a nightly job over a database's data directory prints a summary of under
+/// 15 lines on success, with the totals (files, bytes, windows, longest and total
+/// freeze, verification), not a line per file; `-v` lists every file; the report says
+/// the files were verified, and a file rewritten in a shared window has that window's
+/// freeze, not 0.
+#[test]
+fn a_nightly_run_over_many_small_files_prints_a_summary() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("nightly", 160 * MIB, "ext4");
+    let base = mnt.dir.join("base");
+    let files = database_like(&base);
+    let args = ["rewrite", "--max-freeze", "1s", "--max-overruns", "1000"];
+    // The default text, as cron mails it.
+    let out = output(env.reseq().args(args).arg(&base));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.lines().count() < 15, "{} lines:\n{text}", text.lines().count());
+    let mib = human(600 * (24 << 10) + 3 * (6 << 20));
+    assert!(text.contains(&format!("reseq rewrite: 643 file(s), {mib} in all, under {}", base.display())), "{text}");
+    assert!(text.contains(&format!("  rewrote {mib} in ")), "{text}");
+    let windows = text.lines().find(|l| l.starts_with("  windows: ")).unwrap_or_else(|| panic!("no windows: {text}"));
+    assert!(windows.contains(", longest freeze ") && windows.contains(" s in all, overruns "), "{windows}");
+    assert!(text.contains("  files: 603 rewritten, 40 empty (nothing to rewrite)\n"), "{text}");
+    assert!(text.contains("  verification: passed\n"), "{text}");
+    assert!(text.contains("  outcome: success"), "{text}");
+    assert!(!text.contains("file7.bin"), "no line per file: {text}");
+    // Nor a log line per file or batch of small files on stderr, which cron mails too.
+    let log = stderr(&out);
+    assert!(!log.contains(&base.display().to_string()) && !log.contains("small files"), "{log}");
+    assert!(log.lines().filter(|l| !l.contains("progress: ")).count() < 5, "{log}");
+
+    // -v: every file, each with the freeze it was rewritten in.
+    let out = output(env.reseq().args(args).arg("-v").arg(&base));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let listed = text.lines().filter(|l| l.starts_with(&format!("    {}/", base.display()))).count();
+    assert_eq!(listed, 643, "{text}");
+    assert!(text.contains("/1/0_vm: 0 B of 0 B") && text.contains("left alone: empty, nothing to rewrite"), "{text}");
+    assert!(!text.contains("longest freeze 0.000 s, verification passed"), "a shared window froze too: {text}");
+
+    // The JSON: verified, and each file's windows and longest freeze.
+    let r = json_ok(env.reseq().args(args).arg("--json").arg(&base));
+    assert_eq!(r["verification"], "passed", "every file was read back");
+    let longest = r["results"]["longest_freeze_seconds"].as_f64().unwrap();
+    let listed = r["files"].as_array().unwrap();
+    for f in listed.iter().filter(|f| f["size_bytes"] != 0) {
+        assert_eq!(f["verification"], "passed", "{f}");
+        assert!(f["windows"].as_u64().unwrap() >= 1, "{f}");
+        let own = f["longest_freeze_seconds"].as_f64().unwrap();
+        assert!(own > 0.0 && own <= longest, "a file's freeze ({own}) is one of the run's (longest {longest}): {f}");
+    }
+    let empty: Vec<_> = listed.iter().filter(|f| f["size_bytes"] == 0).collect();
+    assert_eq!(empty.len(), 40);
+    assert!(empty.iter().all(|f| f["left_alone"] == "empty, nothing to rewrite" && f["windows"] == 0), "{empty:?}");
+    // Off only when it was.
+    let r = json_ok(env.reseq().args(args).args(["--json", "--no-verify"]).arg(&base));
+    assert_eq!(r["verification"], "off");
+    drop_caches();
+    assert_files_intact(&files);
+    mnt.unmount().unwrap();
+    fsck_clean(&lo.path, "ext4");
+}
+
+/// Issue 27: a database's hot files (InnoDB redo log and temporary tablespace,
+/// PostgreSQL WAL, SQLite's write-ahead log) are rewritten only with a warning that
+/// names the option leaving them out; left out, no warning.
+#[test]
+fn hot_database_files_are_warned_about() {
+    if !require(&["losetup", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_lo, mnt) = env.mounted("hot", 64 * MIB, "ext4");
+    let d = &mnt.dir;
+    for sub in ["mysql/#innodb_redo", "pg/pg_wal/archive_status", "pg/base/1", "app"] {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+    }
+    for f in ["mysql/ib_logfile0", "mysql/ib_logfile1", "mysql/#innodb_redo/#ib_redo9", "mysql/ibtmp1"] {
+        std::fs::write(d.join(f), vec![1u8; 256 << 10]).unwrap();
+    }
+    std::fs::write(d.join("mysql/t1.ibd"), vec![2u8; 256 << 10]).unwrap();
+    std::fs::write(d.join("pg/pg_wal/000000010000000000000001"), vec![3u8; 1 << 20]).unwrap();
+    std::fs::File::create(d.join("pg/pg_wal/archive_status/000000010000000000000001.done")).unwrap();
+    std::fs::write(d.join("pg/base/1/1259"), vec![4u8; 64 << 10]).unwrap();
+    std::fs::write(d.join("app/data.db"), vec![5u8; 64 << 10]).unwrap();
+    std::fs::write(d.join("app/data.db-wal"), vec![6u8; 64 << 10]).unwrap();
+    run_cmd(&mut Command::new("sync")).unwrap();
+    let dry = |extra: &[&str]| {
+        let out = output(
+            env.reseq()
+                .args(["rewrite", "--dry-run", "--json"])
+                .args(extra)
+                .arg(d.join("mysql"))
+                .arg(d.join("pg"))
+                .arg(d.join("app")),
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        (
+            json_report(&out)["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| w.as_str().unwrap().to_string())
+                .collect::<Vec<_>>(),
+            stderr(&out),
+        )
+    };
+    let (warnings, log) = dry(&[]);
+    let about = |kind: &str| {
+        warnings.iter().find(|w| w.contains(kind)).unwrap_or_else(|| panic!("no {kind}: {warnings:?}")).clone()
+    };
+    let redo = about("InnoDB redo log");
+    assert!(redo.starts_with("the InnoDB redo log is among the files (") && redo.contains(" and 2 more)"), "{redo}");
+    assert!(redo.contains("--exclude 'ib_logfile*' --exclude '#innodb_redo'"), "{redo}");
+    assert!(about("InnoDB temporary tablespace").contains("--exclude ibtmp1"));
+    let wal = about("PostgreSQL WAL");
+    assert!(wal.contains("pg_wal/000000010000000000000001):") && wal.contains("--exclude pg_wal"), "{wal}");
+    assert!(about("SQLite write-ahead log").contains("--exclude '*-wal'"));
+    assert_eq!(warnings.len(), 4, "{warnings:?}");
+    assert!(log.contains("InnoDB redo log"), "said when it matters, before a run: {log}");
+    // The text of the plan says it too.
+    let out = output(env.reseq().args(["rewrite", "--dry-run"]).arg(d.join("mysql")));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("  warning: "), "{}", String::from_utf8_lossy(&out.stdout));
+    // Left out as the warnings say: no warning.
+    let (warnings, _) = dry(&[
+        "--exclude",
+        "ib_logfile*",
+        "--exclude",
+        "#innodb_redo",
+        "--exclude",
+        "ibtmp1",
+        "--exclude",
+        "pg_wal",
+        "--exclude",
+        "*-wal",
+    ]);
+    assert!(warnings.is_empty(), "{warnings:?}");
+}
+
+/// One progress over the whole run, bytes and files, not one per batch of small files:
+/// without a terminal its lines say the run's total.
+#[test]
+fn progress_counts_the_whole_run() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_lo, mnt) = env.mounted("progress", 128 * MIB, "ext4");
+    // 28 MiB: 16 small files (up to a chunk each: one engine run) and 12 files of 2 MiB
+    // (an engine run each).
+    std::fs::create_dir_all(mnt.dir.join("small")).unwrap();
+    let mut files = fill_files(&mnt.dir.join("small"), 16, 256 << 10, 76);
+    files.extend(fill_files(&mnt.dir, 12, 2 << 20, 77));
+    let out = output(
+        env.reseq()
+            // At 2 MiB/s, 14 s: longer than the 10 s between progress lines, which the
+            // runs after the first one, each a second later, give their chance.
+            .args(["rewrite", "--chunk-size", "256K", "--max-overruns", "1000", "--rate", "2M"])
+            .arg(&mnt.dir),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let log = stderr(&out);
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("progress: ")).collect();
+    assert!(!lines.is_empty(), "{log}");
+    for l in &lines {
+        assert!(l.contains(" of 28.0 MiB (") && l.contains(" of 28 files, "), "{l}");
+    }
+    assert_files_intact(&files);
 }

@@ -44,6 +44,84 @@ impl Drop for Server {
     }
 }
 
+/// A cluster with data checksums in `mnt/data`, its server started (Unix socket in the
+/// test's directory, port 5491), and pgbench's tables at `scale`.
+fn start_cluster(env: &TestEnv, bin: &Path, mnt: &Path, scale: u32) -> (PathBuf, PathBuf, Server) {
+    let data = mnt.join("data");
+    let sock = env.path("sock");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::create_dir_all(&sock).unwrap();
+    run_cmd(Command::new("chown").args(["-R", "postgres:postgres"]).arg(mnt).arg(&sock)).unwrap();
+    run_cmd(Command::new("chmod").arg("755").arg(env.dir.path())).unwrap();
+    run_cmd(
+        as_postgres(bin, "initdb")
+            .args(["--no-instructions", "--data-checksums", "-A", "trust", "-U", "postgres", "-D"])
+            .arg(&data),
+    )
+    .unwrap();
+    let opts = format!("-c listen_addresses='' -k {} -p 5491 -c fsync=on", sock.display());
+    run_cmd(
+        as_postgres(bin, "pg_ctl")
+            .args(["-w", "-D"])
+            .arg(&data)
+            .args(["-o", &opts, "-l"])
+            .arg(mnt.join("server.log"))
+            .arg("start"),
+    )
+    .unwrap();
+    let server = Server { bin: bin.to_path_buf(), data: data.clone(), mnt: mnt.to_path_buf() };
+    let mut init = as_postgres(bin, "pgbench");
+    init.args(["-h"]).arg(&sock).args(["-p", "5491", "-U", "postgres"]);
+    run_cmd(init.args(["-i", "-q", "-s", &scale.to_string(), "postgres"])).unwrap();
+    (data, sock, server)
+}
+
+/// Issue 27: a new user's nightly job over a PostgreSQL data directory prints under 15
+/// lines on success, with the totals; over the whole data directory, the plan warns of
+/// the WAL and names the option that leaves it out.
+#[test]
+fn a_nightly_run_over_a_postgresql_data_directory_prints_a_summary() {
+    if !require(&["losetup", "mkfs.ext4", "runuser", "fsfreeze"]) {
+        return;
+    }
+    let Some(bin) = pg_bin() else {
+        assert!(!in_ci(), "PostgreSQL is missing (the README's test command installs it)");
+        eprintln!("SKIP: no PostgreSQL under /usr/lib/postgresql");
+        return;
+    };
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("pgn", 256 * MIB, "ext4");
+    let (data, _sock, server) = start_cluster(&env, &bin, &mnt.dir, 2);
+    let out = output(env.reseq().args(["rewrite", "--max-freeze", "1s"]).arg(data.join("base")));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.lines().count() < 15, "{} lines:\n{text}", text.lines().count());
+    for total in
+        ["reseq rewrite: ", "  rewrote ", "  windows: ", "  files: ", "  verification: passed\n", "  outcome: success"]
+    {
+        assert!(text.contains(total), "{total:?} missing:\n{text}");
+    }
+    let log = stderr(&out);
+    assert!(log.lines().count() < 5, "{log}");
+    // The whole data directory: its WAL is named, with the option that leaves it out.
+    let dry = |extra: &[&str]| {
+        let out = output(env.reseq().args(["rewrite", "--dry-run", "--json"]).args(extra).arg(&data));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        json_report(&out)["warnings"].to_string()
+    };
+    let warnings = dry(&[]);
+    assert!(
+        warnings.contains("the PostgreSQL WAL is among the files") && warnings.contains("--exclude pg_wal"),
+        "{warnings}"
+    );
+    assert!(!dry(&["--exclude", "pg_wal"]).contains("WAL"));
+    run_cmd(as_postgres(&bin, "pg_ctl").args(["-w", "-D"]).arg(&data).args(["-m", "fast", "stop"])).unwrap();
+    std::mem::forget(server);
+    run_cmd(as_postgres(&bin, "pg_checksums").args(["--check", "-D"]).arg(&data)).expect("pg_checksums clean");
+    mnt.unmount().unwrap();
+    fsck_clean(&lo.path, "ext4");
+}
+
 #[test]
 fn postgresql_under_pgbench_survives_a_file_mode_rewrite() {
     if !require(&["losetup", "mkfs.ext4", "runuser", "fsfreeze"]) {
@@ -56,35 +134,10 @@ fn postgresql_under_pgbench_survives_a_file_mode_rewrite() {
     };
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("pg", 768 * MIB, "ext4");
-    let data = mnt.dir.join("data");
-    let sock = env.path("sock");
-    std::fs::create_dir_all(&data).unwrap();
-    std::fs::create_dir_all(&sock).unwrap();
-    run_cmd(Command::new("chown").args(["-R", "postgres:postgres"]).arg(&mnt.dir).arg(&sock)).unwrap();
-    run_cmd(Command::new("chmod").arg("755").arg(env.dir.path())).unwrap();
-    run_cmd(
-        as_postgres(&bin, "initdb")
-            .args(["--no-instructions", "--data-checksums", "-A", "trust", "-U", "postgres", "-D"])
-            .arg(&data),
-    )
-    .unwrap();
-    let opts = format!("-c listen_addresses='' -k {} -p 5491 -c fsync=on", sock.display());
-    run_cmd(
-        as_postgres(&bin, "pg_ctl")
-            .args(["-w", "-D"])
-            .arg(&data)
-            .args(["-o", &opts, "-l"])
-            .arg(mnt.dir.join("server.log"))
-            .arg("start"),
-    )
-    .unwrap();
-    let server = Server { bin: bin.clone(), data: data.clone(), mnt: mnt.dir.clone() };
+    let (data, sock, server) = start_cluster(&env, &bin, &mnt.dir, 20);
     let conn = |c: &mut Command| {
         c.args(["-h"]).arg(&sock).args(["-p", "5491", "-U", "postgres"]);
     };
-    let mut init = as_postgres(&bin, "pgbench");
-    conn(&mut init);
-    run_cmd(init.args(["-i", "-q", "-s", "20", "postgres"])).unwrap();
 
     // pgbench through the whole rewrite, logging every transaction's latency.
     let logdir = env.path("pgbench");

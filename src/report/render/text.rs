@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::engine::EngineStats;
 use crate::measure::bench::{BenchResult, Estimate, ScanResult};
 use crate::report::{FileReport, Report, WriteCost};
 use crate::support::units::{human_bytes, human_rate};
@@ -9,7 +10,11 @@ use crate::support::units::{human_bytes, human_rate};
 /// The report as text; a dry run that succeeded prints its plan.
 pub fn text(r: &Report) -> String {
     if let (true, Some(t), 0) = (r.dry_run, &r.plan_text, r.outcome.exit_code) {
-        return t.clone();
+        let detail = r.plan_detail.as_deref().filter(|_| r.every_file);
+        return t.clone() + detail.unwrap_or_default();
+    }
+    if let Some(files) = &r.files {
+        return files_text(r, files);
     }
     let mut s = plan(r);
     s += &results(r);
@@ -54,35 +59,42 @@ fn plan(r: &Report) -> String {
 fn results(r: &Report) -> String {
     let mut s = String::new();
     let Some(x) = &r.results else { return s };
+    s += &rewrote(r, x);
+    if x.chunks_already_done > 0 {
+        s += &format!("  resumed: {} chunks were already done\n", x.chunks_already_done);
+    }
+    if x.windows > 0 && r.plan.as_ref().is_some_and(|p| !p.filesystems_frozen.is_empty()) {
+        s += &windows(x);
+    }
+    s
+}
+
+/// Bytes written, rate, read and verified.
+fn rewrote(r: &Report, x: &EngineStats) -> String {
     // The rewrite's own time: a benchmark before and after is not part of its rate.
     let secs = if x.rewrite_seconds > 0.0 { x.rewrite_seconds } else { r.duration_seconds };
     let rate = x.bytes_written as f64 / secs.max(1e-9);
-    s += &format!(
+    format!(
         "  rewrote {} in {:.1} s ({}), read {}, verified {}\n",
         human_bytes(x.bytes_written),
         secs,
         human_rate(rate),
         human_bytes(x.bytes_read),
         human_bytes(x.bytes_verified)
-    );
-    if x.chunks_already_done > 0 {
-        s += &format!("  resumed: {} chunks were already done\n", x.chunks_already_done);
-    }
-    if x.windows > 0 && r.plan.as_ref().is_some_and(|p| !p.filesystems_frozen.is_empty()) {
-        s += &format!(
-            "  windows: {}, longest freeze {:.3} s, frozen {:.1} s in all, overruns {}\n",
-            x.windows, x.longest_freeze_seconds, x.total_frozen_seconds, x.windows_overrun
-        );
-    }
-    s
+    )
+}
+
+/// The stall applications saw.
+fn windows(x: &EngineStats) -> String {
+    format!(
+        "  windows: {}, longest freeze {:.3} s, frozen {:.1} s in all, overruns {}\n",
+        x.windows, x.longest_freeze_seconds, x.total_frozen_seconds, x.windows_overrun
+    )
 }
 
 /// Files, bench, scan, estimate, trim, verdict and write cost.
 fn measurements(r: &Report) -> String {
     let mut s = String::new();
-    if let Some(files) = &r.files {
-        s += &files_text(files);
-    }
     if let Some(b) = &r.bench {
         s += &bench_line("read", b);
     }
@@ -113,14 +125,62 @@ fn measurements(r: &Report) -> String {
     s
 }
 
-fn files_text(files: &[FileReport]) -> String {
-    let total: u64 = files.iter().map(|f| f.bytes_rewritten).sum();
-    let mut s = format!("reseq rewrite: {} file(s), {} rewritten\n", files.len(), human_bytes(total));
-    for f in files {
-        s += &file_line(f);
-        s += "\n";
+/// At most this many files with a problem are listed without `-v`.
+const LISTED: usize = 20;
+
+/// File mode: the totals first, then the files with a problem (or, with `-v`, every file).
+/// A nightly job over thousands of files prints a screen, not a line per file.
+fn files_text(r: &Report, files: &[FileReport]) -> String {
+    let size: u64 = files.iter().map(|f| f.size_bytes).sum();
+    let mut s = format!(
+        "reseq rewrite: {} file(s), {} in all, under {}\n",
+        files.len(),
+        human_bytes(size),
+        r.targets.join(" ")
+    );
+    if let Some(x) = &r.results {
+        s += &rewrote(r, x);
+        s += &windows(x);
     }
+    s += &format!("  files: {}\n", file_counts(files));
+    s += &format!("  verification: {}\n", r.verification);
+    s += &measurements(r);
+    let listed: Vec<&FileReport> = files.iter().filter(|f| r.every_file || has_problem(f)).collect();
+    if !listed.is_empty() {
+        s += if r.every_file { "  every file:\n" } else { "  files with a problem:\n" };
+    }
+    let shown = if r.every_file { listed.len() } else { LISTED };
+    for f in listed.iter().take(shown) {
+        s += &format!("  {}\n", file_line(f));
+    }
+    if listed.len() > shown {
+        s += &format!("    ... and {} more (-v lists every file)\n", listed.len() - shown);
+    }
+    for w in &r.warnings {
+        s += &format!("  warning: {w}\n");
+    }
+    s += &format!("  outcome: {} (exit {})\n", r.outcome_text(), r.outcome.exit_code);
     s
+}
+
+/// Skipped, or left unfinished by a run that stopped.
+fn has_problem(f: &FileReport) -> bool {
+    f.skipped_reason.is_some() || (f.verification == "incomplete" && f.left_alone.is_none() && !f.done_earlier)
+}
+
+/// How many files were rewritten, left alone and why, skipped, unfinished.
+fn file_counts(files: &[FileReport]) -> String {
+    let count = |p: &dyn Fn(&FileReport) -> bool| files.iter().filter(|f| p(f)).count();
+    let parts = [
+        (count(&|f| !has_problem(f) && f.left_alone.is_none() && !f.done_earlier), "rewritten"),
+        (count(&|f| f.done_earlier), "done by the interrupted run"),
+        (count(&|f| f.left_alone.is_some() && f.size_bytes == 0), "empty (nothing to rewrite)"),
+        (count(&|f| f.left_alone.is_some() && f.size_bytes > 0), "left alone (read fast enough)"),
+        (count(&|f| f.skipped_reason.is_some()), "skipped"),
+        (count(&|f| has_problem(f) && f.skipped_reason.is_none()), "unfinished"),
+    ];
+    let said: Vec<String> = parts.iter().filter(|(n, _)| *n > 0).map(|(n, what)| format!("{n} {what}")).collect();
+    if said.is_empty() { "none".into() } else { said.join(", ") }
 }
 
 fn file_line(f: &FileReport) -> String {
@@ -142,6 +202,9 @@ fn file_line(f: &FileReport) -> String {
     }
     if let Some(why) = &f.skipped_reason {
         line += &format!(", SKIPPED: {why}");
+    }
+    if let Some(why) = &f.left_alone {
+        line += &format!(", left alone: {why}");
     }
     if f.done_earlier {
         line += ", done by the interrupted run this one resumed";

@@ -41,6 +41,9 @@ pub mod record;
 pub use planner::{Extent, plan_extents};
 use planner::{FileTarget, FilesPlanner, Map, Member, SharedClaims, UNWRITTEN};
 
+/// Why an empty file is left alone (it has no block to rewrite).
+const EMPTY: &str = "empty, nothing to rewrite";
+
 /// Filesystems file mode refuses, with why.
 fn refuse_fs(fs_type: &str) -> Option<(String, String)> {
     let remote = ["nfs", "nfs4", "cifs", "smb3", "9p", "ceph", "virtiofs", "afs", "glusterfs", "lustre"];
@@ -228,9 +231,23 @@ pub fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
     let started = Instant::now();
     let mut report = Report::new("rewrite", o.dry_run);
     report.targets = o.targets.iter().map(|t| t.display().to_string()).collect();
-    let result = execute(o, quiet, &mut report);
+    let mut verify = !o.no_verify;
+    let result = execute(o, quiet, &mut report, &mut verify);
     report.finish(started.elapsed(), &result);
+    report.verification = verification(&report, verify, &result).into();
     (report, result)
+}
+
+/// The run's verification. [`Report::finish`] reads it from a device plan, which file
+/// mode has none of: every file was read back when the run finished with `verify` on.
+fn verification(report: &Report, verify: bool, result: &Result<()>) -> &'static str {
+    match result {
+        Err(Error::ChecksumMismatch { .. } | Error::WriteFailed { .. }) => "failed",
+        // Refused or stopped before a file was rewritten: nothing verified, nothing left half.
+        _ if report.dry_run || report.results.is_none() || !verify => "off",
+        Ok(()) => "passed",
+        Err(_) => "incomplete",
+    }
 }
 
 /// The files under the targets and their filesystems, checked.
@@ -247,19 +264,23 @@ fn plan_files(o: &RewriteOptions) -> Result<(Vec<FsGroup>, Vec<Planned>)> {
     Ok((groups, planned))
 }
 
-fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report) -> Result<()> {
+/// The run; `verify` is set to whether it verifies (a resumed run keeps its own choice).
+fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bool) -> Result<()> {
     let record_path = record::path_for(&crate::host::state_dir::resolve(&o.state_dir), &o.targets);
     let (earlier, unfinished) = earlier_run(o, &record_path)?;
     let resumed = earlier.as_ref().map(|e| e.header.options.apply(o, DEFAULT_FILE_MAX_FREEZE)).transpose()?;
     let o = resumed.as_ref().unwrap_or(o);
+    *verify = !o.no_verify;
     let (groups, planned) = plan_files(o)?;
     if !groups.is_empty() {
         report.freeze_bound = Some(crate::host::freeze::bound_report(o.max_freeze()));
     }
     let placement = checks::guardian_can_leave(o.accept_cgroup_risk)?;
     report.guardian = Some(placement.describe());
+    report.warnings.extend(hot_files(&planned).into_iter().inspect(|w| log::warn!("{w}")));
     if o.dry_run {
-        report.plan_text = Some(describe(&groups, &planned, o.max_freeze(), &placement));
+        let (text, detail) = describe(o, &groups, &planned, &placement, &report.warnings);
+        (report.plan_text, report.plan_detail) = (Some(text), Some(detail));
         return Ok(());
     }
     // --only-slow: time each file's sequential read and leave the fast ones alone.
@@ -272,20 +293,12 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report) -> Result<()> {
         let (b, s) = crate::measure::passes::measure_files(&measured, &o.bench_opts)?;
         (report.bench_before, report.scan_before) = (Some(b), Some(s));
     }
-    // A cron job's priority: best-effort level 7 (ionice -c2 -n7), not the idle class:
-    // an idle-class writer can be starved while the filesystem is frozen, stretching the
-    // very stall the windows bound. Set before any thread starts, so all inherit it.
-    if let Err(e) = sys::lower_io_priority() {
-        log::warn!("could not lower the I/O priority: {e}");
-    }
-    let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
-    stop.check_before_writing()?;
-    sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
+    let stop = ready_to_write()?;
     let frozen: Vec<MountedFs> = groups.iter().map(|g| g.fs.clone()).collect();
     let state = crate::host::state_dir::prepare(&o.state_dir, &frozen, o.chunk_size.bytes() * 2 + (1 << 20))?;
+    let (progress, files_total, files_done) = overall_progress(&planned, &left_alone, earlier.as_ref(), quiet);
     let run = FileRun {
         o,
-        quiet,
         stop: &stop,
         shared: Arc::default(),
         state_dir: &state.path,
@@ -297,11 +310,56 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report) -> Result<()> {
             journals: Vec::new(),
             record: run_record(o, record_path, earlier.as_ref())?,
         })),
+        freezes: RefCell::default(),
+        progress: RefCell::new(progress),
+        files_done: files_done.into(),
+        files_total,
         run_start: Instant::now(),
     };
     let mut acc = Accounts::default();
-    let outcome = run.groups(&groups, unfinished, &mut acc)?;
-    run.finish(outcome, acc, &measured, report)
+    let outcome = run.groups(&groups, unfinished, &mut acc);
+    run.progress.borrow().close();
+    run.finish(outcome?, acc, &measured, report)
+}
+
+/// The process before its first write: a low I/O priority, and the signals that stop it
+/// handled.
+fn ready_to_write() -> Result<StopFlag> {
+    // A cron job's priority: best-effort level 7 (ionice -c2 -n7), not the idle class:
+    // an idle-class writer can be starved while the filesystem is frozen, stretching the
+    // very stall the windows bound. Set before any thread starts, so all inherit it.
+    if let Err(e) = sys::lower_io_priority() {
+        log::warn!("could not lower the I/O priority: {e}");
+    }
+    let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
+    stop.check_before_writing()?;
+    sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
+    Ok(stop)
+}
+
+/// One progress over every file to rewrite (not one per engine run, which would start
+/// again for each batch of small files), and how many files that is and are already done
+/// (by the interrupted run a resumed one continues).
+fn overall_progress(
+    planned: &[Planned],
+    left_alone: &HashMap<usize, String>,
+    earlier: Option<&record::Earlier>,
+    quiet: bool,
+) -> (Progress, usize, usize) {
+    let (mut bytes, mut already, mut files, mut done) = (0, 0, 0, 0);
+    for (_, p) in planned.iter().enumerate().filter(|(fi, _)| !left_alone.contains_key(fi)) {
+        let size = std::fs::metadata(&p.path).map_or(0, |m| m.len());
+        if size == 0 {
+            continue;
+        }
+        (bytes, files) = (bytes + size, files + 1);
+        if let Some(size) = earlier.and_then(|e| done_earlier(e, &p.path)) {
+            (already, done) = (already + size, done + 1);
+        }
+    }
+    let mut progress = Progress::new(bytes, already, quiet).spanning();
+    progress.set_message(format!("{done} of {files} files"));
+    (progress, files, done)
 }
 
 /// The run's record: the interrupted one's, continued, or a new one.
@@ -322,7 +380,6 @@ fn run_record(o: &RewriteOptions, path: PathBuf, earlier: Option<&record::Earlie
 /// What a file-mode run shares across its filesystems.
 struct FileRun<'a> {
     o: &'a RewriteOptions,
-    quiet: bool,
     stop: &'a StopFlag,
     shared: SharedClaims,
     state_dir: &'a Path,
@@ -335,7 +392,107 @@ struct FileRun<'a> {
     /// Journals of files whose window is still open, and the files done in it: written
     /// after it closes.
     pending: Rc<RefCell<Pending>>,
+    /// Every freeze of the run, and the ones each file was rewritten in.
+    freezes: RefCell<Freezes>,
+    /// One progress over all files: bytes and files done, rate and ETA.
+    progress: RefCell<Progress>,
+    files_done: std::cell::Cell<usize>,
+    files_total: usize,
     run_start: Instant,
+}
+
+/// The run's freezes, numbered across its filesystems, and each file's first and last:
+/// small files share freezes that another engine run (or the file loop) closes, so a
+/// file's own engine run cannot tell how long its freeze lasted.
+#[derive(Default)]
+struct Freezes {
+    /// Seconds frozen, by window number - 1.
+    seconds: Vec<f64>,
+    /// A file's first and last window.
+    files: HashMap<usize, (u64, u64)>,
+}
+
+impl Freezes {
+    fn closed(&mut self, window: u64, end: &Result<crate::host::freeze::WindowEnd>) {
+        let (Ok(end), Some(i)) = (end, (window as usize).checked_sub(1)) else { return };
+        if self.seconds.len() <= i {
+            self.seconds.resize(i + 1, 0.0);
+        }
+        self.seconds[i] = end.frozen.as_secs_f64();
+    }
+
+    /// Each file's windows, and the longest of them, into its report.
+    fn fill(&self, reports: &mut Reports) {
+        for (fi, r) in reports.iter_mut() {
+            let Some(&(first, last)) = self.files.get(fi) else { continue };
+            r.windows = last + 1 - first;
+            let own = self.seconds.get(first as usize - 1..(last as usize).min(self.seconds.len())).unwrap_or(&[]);
+            r.longest_freeze_seconds = own.iter().copied().fold(0.0, f64::max);
+        }
+    }
+}
+
+/// The file loop's guard as the engine sees it: the same, and each freeze it closes is
+/// noted in the run's [`Freezes`].
+struct Noted<'a> {
+    guard: &'a mut Batched<WritersChecked<GuardedFreeze>>,
+    freezes: &'a RefCell<Freezes>,
+    /// Windows of the filesystems before this one.
+    base: u64,
+}
+
+impl Noted<'_> {
+    /// Ends the window (`end` or `end_complete`), noting it if it closed.
+    fn close(
+        &mut self,
+        end: impl FnOnce(&mut Batched<WritersChecked<GuardedFreeze>>) -> Result<crate::host::freeze::WindowEnd>,
+    ) -> Result<crate::host::freeze::WindowEnd> {
+        let (window, open) = (self.base + self.guard.windows, self.guard.frozen_now());
+        let r = end(self.guard);
+        if open && !self.guard.frozen_now() {
+            self.freezes.borrow_mut().closed(window, &r);
+        }
+        r
+    }
+}
+
+impl WindowGuard for Noted<'_> {
+    fn freezes(&self) -> bool {
+        self.guard.freezes()
+    }
+    fn deadline(&self) -> Option<Duration> {
+        self.guard.deadline()
+    }
+    fn time_left(&self) -> Option<Duration> {
+        self.guard.time_left()
+    }
+    fn begin(&mut self) -> Result<()> {
+        self.guard.begin()
+    }
+    fn may_write(&mut self) -> Result<bool> {
+        self.guard.may_write()
+    }
+    fn announce(&mut self, offset: u64, len: u64, hash: &blake3::Hash) {
+        self.guard.announce(offset, len, hash)
+    }
+    fn wrote(&mut self) -> Result<()> {
+        self.guard.wrote()
+    }
+    fn reporter(&self) -> Result<crate::engine::guard::Reporter> {
+        self.guard.reporter()
+    }
+    fn recheck(&mut self) -> Result<()> {
+        self.guard.recheck()
+    }
+    fn end(&mut self) -> Result<crate::host::freeze::WindowEnd> {
+        self.close(|g| g.end())
+    }
+    fn end_complete(&mut self) -> Result<crate::host::freeze::WindowEnd> {
+        self.close(|g| g.end_complete())
+    }
+    fn frozen_now(&self) -> bool {
+        self.guard.frozen_now()
+    }
 }
 
 /// What the run added up: engine figures, freezes, and each file's report.
@@ -393,11 +550,12 @@ impl FileRun<'_> {
                 g.fs.mount_point.display()
             );
         }
-        let cx = JobContext { run: self, g, dev: &dev, state_on_fs };
+        let cx = JobContext { run: self, g, dev: &dev, state_on_fs, window_base: acc.windows };
         let todo = self.todo(gi, &mut acc.file_reports);
         let r = run_jobs(&cx, &mut guard, &todo, &mut acc.totals, &mut acc.file_reports);
         // Whatever ended the jobs, the window closes here; the jobs' error comes first.
-        let end = account(&mut acc.totals, guard.finish()).and_then(|()| release(&dev, &self.pending));
+        let end = account(&mut acc.totals, cx.noted(&mut guard).close(|g| g.finish()))
+            .and_then(|()| release(&dev, &self.pending));
         acc.windows += guard.windows;
         Ok((r, end))
     }
@@ -417,15 +575,18 @@ impl FileRun<'_> {
     /// those the resumed run finished get their report here.
     fn todo(&self, gi: usize, file_reports: &mut Reports) -> Vec<usize> {
         let planned = self.planned;
-        let in_group: Vec<usize> = (0..planned.len()).filter(|&fi| planned[fi].fs == gi).collect();
-        for &fi in in_group.iter().filter(|fi| self.left_alone.contains_key(fi)) {
+        let mut todo = Vec::new();
+        for fi in (0..planned.len()).filter(|&fi| planned[fi].fs == gi) {
+            let size = std::fs::metadata(&planned[fi].path).map(|m| m.len()).ok();
+            let why = if size == Some(0) { Some(EMPTY.to_string()) } else { self.left_alone.get(&fi).cloned() };
+            let Some(why) = why else {
+                todo.push(fi);
+                continue;
+            };
             let mut fr = skipped_report(&planned[fi].path, "");
-            fr.skipped_reason = None;
-            fr.left_alone = self.left_alone.get(&fi).cloned();
-            fr.size_bytes = std::fs::metadata(&planned[fi].path).map(|m| m.len()).unwrap_or(0);
+            (fr.skipped_reason, fr.left_alone, fr.size_bytes) = (None, Some(why), size.unwrap_or(0));
             file_reports.push((fi, fr));
         }
-        let mut todo: Vec<usize> = in_group.into_iter().filter(|fi| !self.left_alone.contains_key(fi)).collect();
         if let Some(e) = self.earlier {
             todo.retain(|&fi| match done_earlier(e, &planned[fi].path) {
                 Some(size) => {
@@ -445,6 +606,7 @@ impl FileRun<'_> {
     /// the benchmark after, and the report's figures.
     fn finish(&self, mut outcome: Result<()>, acc: Accounts, measured: &[&Path], report: &mut Report) -> Result<()> {
         let Accounts { mut totals, windows, mut file_reports } = acc;
+        self.freezes.borrow().fill(&mut file_reports);
         // Finished, or refused before anything was written or done: no unfinished run to
         // leave behind (a resumed run's record stays: it still lists what was done).
         let refused_untouched = matches!(outcome, Err(Error::Refused { .. }))
@@ -513,7 +675,7 @@ fn run_jobs(
         if let Some(rate) = cx.run.o.rate.map(|r| r.bytes_per_second()) {
             let due = Duration::from_secs_f64(totals.bytes_written as f64 / rate as f64);
             if due > cx.run.run_start.elapsed() {
-                account(totals, guard.finish())?;
+                account(totals, cx.noted(guard).close(|g| g.finish()))?;
                 release(cx.dev, pending)?;
                 cx.run.stop.sleep(due.saturating_sub(cx.run.run_start.elapsed()));
             }
@@ -571,11 +733,18 @@ struct JobContext<'a> {
     g: &'a FsGroup,
     dev: &'a Arc<DirectDevice>,
     state_on_fs: bool,
+    /// Windows of the filesystems before this one.
+    window_base: u64,
 }
 
 impl JobContext<'_> {
     fn chunk_size(&self) -> u64 {
         self.run.o.chunk_size.bytes()
+    }
+
+    /// The guard, noting the freezes it closes.
+    fn noted<'g>(&'g self, guard: &'g mut Batched<WritersChecked<GuardedFreeze>>) -> Noted<'g> {
+        Noted { guard, freezes: &self.run.freezes, base: self.window_base }
     }
 }
 
@@ -704,22 +873,20 @@ fn run_job(cx: &JobContext, guard: &mut Batched<WritersChecked<GuardedFreeze>>, 
         Ok(x) => x,
         Err(e) => return fail(reports, e),
     };
-    let name = match &planner.members[..] {
-        [one] => one.path.display().to_string(),
-        [first, ..] => format!("{} small files from {}", planner.members.len(), first.path.display()),
-        [] => unreachable!("members is not empty"),
-    };
+    let name = job_name(&planner.members, start, range_end);
     let target = FileTarget { dev: Arc::clone(cx.dev), map, len: range_end, name: name.clone() };
     let cfg = job_config(cx, &planner.members, start, range_end);
-    if !cx.run.quiet {
-        log::info!("{name}: {} from offset {start}", human_bytes(range_end));
+    // A line per file would be a line per file in a cron mail: the progress says how far
+    // the run is; -v says what each engine run rewrites. A resumed file is news.
+    if start > 0 {
+        log::info!("{name}");
+    } else {
+        log::debug!("{name}");
     }
     if let Err(e) = guard.inner.inner.set_journal(journal.path()) {
         return fail(reports, e);
     }
-    let mut progress = Progress::new(range_end, start, cx.run.quiet);
-    let (stats, result) = engine::run(&target, &cfg, &mut planner, guard, &mut journal, &mut progress, cx.run.stop);
-    progress.finish();
+    let (stats, result) = run_engine(cx, guard, &target, &cfg, &mut planner, &mut journal);
     planner.credit(stats.next_offset_bytes);
     let done = result.is_ok();
     for m in &planner.members {
@@ -737,6 +904,55 @@ fn run_job(cx: &JobContext, guard: &mut Batched<WritersChecked<GuardedFreeze>>, 
         cx.run.pending.borrow_mut().journals.push(journal);
     }
     (reports, stats, result)
+}
+
+/// The engine over a job's files, with the run's progress, noting the freezes its files
+/// were rewritten in.
+fn run_engine(
+    cx: &JobContext,
+    guard: &mut Batched<WritersChecked<GuardedFreeze>>,
+    target: &FileTarget,
+    cfg: &EngineConfig,
+    planner: &mut FilesPlanner,
+    journal: &mut Journal,
+) -> (EngineStats, Result<()>) {
+    let progress = &mut *cx.run.progress.borrow_mut();
+    let job_end = progress.done() + planner.members.iter().map(|m| m.size).sum::<u64>();
+    let (before, was_open) = (guard.windows, guard.frozen_now());
+    let (stats, result) = engine::run(target, cfg, planner, &mut cx.noted(guard), journal, progress, cx.run.stop);
+    // Holes, unwritten and shared ranges are not rewritten, yet done; a resumed file's
+    // start was done before.
+    if result.is_ok() {
+        progress.advance(job_end.saturating_sub(progress.done()));
+    }
+    cx.run.files_done.set(cx.run.files_done.get() + planner.members.len());
+    progress.set_message(format!("{} of {} files", cx.run.files_done.get(), cx.run.files_total));
+    // The windows its files were rewritten in: the one open when it began, if one was.
+    let first = if was_open { before } else { before + 1 };
+    if guard.windows >= first.max(1) {
+        let span = (cx.window_base + first, cx.window_base + guard.windows);
+        cx.run.freezes.borrow_mut().files.extend(planner.members.iter().map(|m| (m.index, span)));
+    }
+    (stats, result)
+}
+
+/// What a job rewrites, in words: a file alone (resumed, perhaps), or a batch of small
+/// files. Also the target's name in the engine's errors.
+fn job_name(members: &[Member], start: u64, end: u64) -> String {
+    match members {
+        [one] if start > 0 => {
+            format!("{}: resuming at {} of {}", one.path.display(), human_bytes(start), human_bytes(end))
+        }
+        [one] => format!("{} ({})", one.path.display(), human_bytes(one.size)),
+        [first, .., last] => format!(
+            "{} small files ({}), in device order, from {} to {}",
+            members.len(),
+            human_bytes(members.iter().map(|m| m.size).sum()),
+            first.path.display(),
+            last.path.display()
+        ),
+        [] => unreachable!("members is not empty"),
+    }
 }
 
 /// The engine's configuration for one job over `[0, range_end)` of its files.
@@ -963,12 +1179,17 @@ fn done_earlier(e: &record::Earlier, path: &Path) -> Option<u64> {
     e.done.contains(&record::key(&file_identity(path, &md))).then_some(md.len())
 }
 
+/// What the dry run says: per filesystem the files, the bytes to rewrite, and the
+/// windows and time frozen to expect; the warnings. Returns it and every file's line
+/// (shown with `-v`).
 fn describe(
+    o: &RewriteOptions,
     groups: &[FsGroup],
     planned: &[Planned],
-    max_freeze: Duration,
     placement: &crate::host::cgroup::Placement,
-) -> String {
+    warnings: &[String],
+) -> (String, String) {
+    let max_freeze = o.max_freeze();
     let mut s = format!(
         "plan: {} file(s), windows of at most {:.3} s each; {}\n  guardian: {}\n  guardian priority: {}\n",
         planned.len(),
@@ -977,48 +1198,138 @@ fn describe(
         placement.describe(),
         crate::host::hardening::expected()
     );
+    let mut detail = String::from("  every file:\n");
+    let state_dir = crate::host::state_dir::resolve(&o.state_dir);
     for (gi, g) in groups.iter().enumerate() {
         s +=
             &format!("  filesystem {} ({}) on {}\n", g.fs.mount_point.display(), g.fs.fs_type, g.device.path.display());
         s += &crate::host::aliases::describe(&g.device.devices_sharing_bytes(&Sysfs::default()), &Sysfs::default());
-        // A rewrite reads, writes and reads back: assume a third of the read speed,
-        // measured on up to 16 MiB of the device (reads only).
-        let rate = crate::measure::readbench::Source::open(&g.device.path)
-            .and_then(|src| {
-                let len = src.len.min(16 << 20);
-                crate::measure::readbench::read_span(
-                    &crate::measure::readbench::Target::Real(vec![src]),
-                    1 << 20,
-                    1,
-                    0,
-                    len,
-                )
-            })
-            .map(|t| t.rate() / 3.0)
-            .unwrap_or(0.0);
-        let per_window = rate * max_freeze.as_secs_f64() * 0.75;
-        // A shared (reflinked) range is rewritten once, by the first file that has it.
-        let mut shared_seen = std::collections::HashSet::new();
-        for p in planned.iter().filter(|p| p.fs == gi) {
-            // Mapped without a freeze, for the plan only (the run maps again while frozen).
-            let exts =
-                std::fs::File::open(&p.path).ok().and_then(|f| sys::fiemap(f.as_fd(), 0, 0).ok()).unwrap_or_default();
-            let n = exts.len();
-            let bytes: u64 = exts
-                .iter()
-                .filter(|x| x.flags & UNWRITTEN == 0)
-                .filter(|x| x.flags & planner::SHARED == 0 || shared_seen.insert((x.physical, x.length)))
-                .map(|x| x.length)
-                .sum();
-            let windows = if per_window > 0.0 { (bytes as f64 / per_window).ceil().max(1.0) as u64 } else { 0 };
-            s += &format!(
-                "    {}: {n} extents, {} to rewrite, about {windows} window(s) at an assumed {}/s\n",
-                p.path.display(),
-                human_bytes(bytes),
-                human_bytes(rate as u64)
-            );
-        }
+        let files: Vec<&Planned> = planned.iter().filter(|p| p.fs == gi).collect();
+        let alone = crate::host::state_dir::on_frozen(&state_dir, std::slice::from_ref(&g.fs));
+        s += &describe_group(g, &files, max_freeze, alone, &mut detail);
+    }
+    for w in warnings {
+        s += &format!("  warning: {w}\n");
     }
     s += "  nothing was written or frozen (dry run)\n";
-    s
+    (s, detail)
+}
+
+/// One filesystem's files in the plan: their totals, and each file's line into `detail`.
+/// Small files share windows (each file has its own when the state directory is on the
+/// frozen filesystem, `alone`).
+fn describe_group(g: &FsGroup, files: &[&Planned], max_freeze: Duration, alone: bool, detail: &mut String) -> String {
+    let rate = assumed_rate(g);
+    let per_window = rate * max_freeze.as_secs_f64() * 0.75;
+    let windows_for = |bytes: u64| match (bytes, per_window > 0.0) {
+        (0, _) | (_, false) => 0,
+        (b, true) => (b as f64 / per_window).ceil().max(1.0) as u64,
+    };
+    // A shared (reflinked) range is rewritten once, by the first file that has it.
+    let mut shared_seen = std::collections::HashSet::new();
+    let (mut total, mut empty, mut windows) = (0, 0, 0);
+    for p in files {
+        let (extents, bytes, size) = planned_bytes(&p.path, &mut shared_seen);
+        total += bytes;
+        windows += if alone { windows_for(bytes) } else { 0 };
+        let hot = hot_kind(&p.path).map(|(kind, _)| format!(" ({kind}: written all the time)")).unwrap_or_default();
+        let what = match (size, bytes) {
+            (0, _) => {
+                empty += 1;
+                EMPTY.to_string()
+            }
+            (_, 0) => {
+                format!("{extents} extent(s), nothing to rewrite (holes, unwritten, or shared with a file before it)")
+            }
+            (_, b) if windows_for(b) > 1 => {
+                format!("{extents} extent(s), {} to rewrite, about {} windows", human_bytes(b), windows_for(b))
+            }
+            (_, b) => format!("{extents} extent(s), {} to rewrite", human_bytes(b)),
+        };
+        *detail += &format!("    {}: {what}{hot}\n", p.path.display());
+    }
+    if !alone {
+        windows = windows_for(total);
+    }
+    let frozen = if rate > 0.0 { format!("{:.1} s", total as f64 / rate) } else { "unknown".into() };
+    format!(
+        "    {} file(s){}, {} to rewrite: about {windows} window(s), {frozen} frozen in all, at an assumed {}/s{}\n",
+        files.len(),
+        if empty > 0 { format!(" ({empty} empty: nothing to rewrite)") } else { String::new() },
+        human_bytes(total),
+        human_bytes(rate as u64),
+        if alone { " (a window or more per file: the state directory is on this filesystem)" } else { "" }
+    )
+}
+
+/// A rewrite reads, writes and reads back: assume a third of the device's read speed,
+/// measured on up to 16 MiB of it (reads only). 0 when it cannot be read.
+fn assumed_rate(g: &FsGroup) -> f64 {
+    use crate::measure::readbench::{Source, Target, read_span};
+    Source::open(&g.device.path)
+        .and_then(|src| {
+            let len = src.len.min(16 << 20);
+            read_span(&Target::Real(vec![src]), 1 << 20, 1, 0, len)
+        })
+        .map(|t| t.rate() / 3.0)
+        .unwrap_or(0.0)
+}
+
+/// A file's extents, the bytes a run would rewrite, and its size; mapped without a
+/// freeze, for the plan only (the run maps again while frozen).
+fn planned_bytes(path: &Path, shared_seen: &mut std::collections::HashSet<(u64, u64)>) -> (usize, u64, u64) {
+    let size = std::fs::metadata(path).map_or(0, |m| m.len());
+    let exts = std::fs::File::open(path).ok().and_then(|f| sys::fiemap(f.as_fd(), 0, 0).ok()).unwrap_or_default();
+    let bytes = exts
+        .iter()
+        .filter(|x| x.flags & UNWRITTEN == 0)
+        .filter(|x| x.flags & planner::SHARED == 0 || shared_seen.insert((x.physical, x.length)))
+        .map(|x| x.length)
+        .sum();
+    (exts.len(), bytes, size)
+}
+
+/// A database's files that it writes all the time (its redo log, WAL or temporary
+/// space), with the option that leaves them out. Rewriting them freezes the very writes
+/// a commit waits for: an InnoDB redo log in a 0.92 s window held a commit 910 ms.
+fn hot_kind(path: &Path) -> Option<(&'static str, &'static str)> {
+    let name = path.file_name()?.to_str()?;
+    let under = |dir: &str| path.parent().is_some_and(|p| p.components().any(|c| c.as_os_str() == dir));
+    if name.starts_with("ib_logfile") || under("#innodb_redo") {
+        Some(("InnoDB redo log", "--exclude 'ib_logfile*' --exclude '#innodb_redo'"))
+    } else if name == "ibtmp1" {
+        Some(("InnoDB temporary tablespace", "--exclude ibtmp1"))
+    } else if under("pg_wal") || under("pg_xlog") {
+        Some(("PostgreSQL WAL", "--exclude pg_wal"))
+    } else if name.ends_with("-wal") {
+        Some(("SQLite write-ahead log", "--exclude '*-wal'"))
+    } else {
+        None
+    }
+}
+
+/// One warning per kind of hot database file among those planned (empty ones are not
+/// rewritten): what they are, why it matters, and the option that leaves them out.
+fn hot_files(planned: &[Planned]) -> Vec<String> {
+    let mut kinds: Vec<(&str, &str, Vec<&Path>)> = Vec::new();
+    for p in planned {
+        let Some((kind, hint)) = hot_kind(&p.path) else { continue };
+        if std::fs::metadata(&p.path).is_ok_and(|m| m.len() == 0) {
+            continue;
+        }
+        match kinds.iter_mut().find(|k| k.0 == kind) {
+            Some(k) => k.2.push(&p.path),
+            None => kinds.push((kind, hint, vec![&p.path])),
+        }
+    }
+    kinds
+        .into_iter()
+        .map(|(kind, hint, paths)| {
+            let more = if paths.len() > 1 { format!(" and {} more", paths.len() - 1) } else { String::new() };
+            format!(
+                "the {kind} is among the files ({}{more}): the database writes it all the time, and each of those writes waits while a window freezes it (a commit can wait for a whole window); leave it out with {hint}",
+                paths[0].display()
+            )
+        })
+        .collect()
 }
