@@ -133,6 +133,7 @@ pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Du
     let served_start = served_stats(target);
     let mut out = Vec::new();
     for i in 0..passes.max(1) {
+        stopped()?;
         if i > 0 {
             settle(settle_for);
         }
@@ -168,6 +169,14 @@ pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Du
             time_scale: b.time_scale,
         }),
     })
+}
+
+/// `Err(Stopped)` once a stop signal came (where a command installed the handlers).
+fn stopped() -> Result<()> {
+    match crate::support::signals::StopFlag::stop_asked() {
+        Some(sig) => Err(crate::support::error::Error::Stopped { signal: sig.into(), what: "the benchmark".into() }),
+        None => Ok(()),
+    }
 }
 
 fn log_pass(i: usize, p: &Pass) {
@@ -257,6 +266,7 @@ pub fn scan(target: &Target, params: &ReadParams, regions: usize, threshold: f64
     let bounds = region_bounds(params.offset_bytes, params.length_bytes, regions, target.offset_align());
     let mut out = Vec::new();
     for (i, (off, len)) in bounds.into_iter().enumerate() {
+        stopped()?;
         let t = read_span(target, params.block_size_bytes, params.queue_depth, off, len)?;
         let device_ranges = match target {
             Target::Real(s) if s.len() == 1 && s[0].in_use.is_some() => {

@@ -332,6 +332,14 @@ fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<
                     if off >= to || first_error.lock().map(|e| e.is_some()).unwrap_or(true) {
                         break;
                     }
+                    // A Ctrl-C does not wait out a pass over a large device.
+                    if let Some(sig) = crate::support::signals::StopFlag::stop_asked() {
+                        let stop = Error::Stopped { signal: sig.into(), what: "the benchmark".into() };
+                        if let Ok(mut e) = first_error.lock() {
+                            e.get_or_insert(stop);
+                        }
+                        break;
+                    }
                     // The tail of a file may be shorter; the read length stays aligned and
                     // the kernel returns what exists. A block that spans two in-use ranges
                     // is read in two pieces.

@@ -339,7 +339,7 @@ fn reverify_chunk(
 fn execute_with_bench(plan: &RewritePlan, o: &RewriteOptions, quiet: bool, report: &mut Report) -> Result<()> {
     let (name, parent) = (&plan.device.identity.name, plan.device.parent_disk.as_deref());
     log::info!("benchmarking before the rewrite");
-    let (b, s, in_use) = measure::measure_device(&plan.device.path, &o.bench_opts, None)?;
+    let (b, s, in_use) = measure::measure_device(&plan.device.path, &o.bench_opts, None).map_err(before_writing)?;
     report.bench_before = Some(b);
     report.scan_before = Some(s);
     let cost_before = measure::snapshot(name, parent);
@@ -373,6 +373,17 @@ fn execute_with_bench(plan: &RewritePlan, o: &RewriteOptions, quiet: bool, repor
     report.bench_after = Some(b);
     report.scan_after = Some(s);
     Ok(())
+}
+
+/// A stop during the before-benchmark: nothing was written.
+pub(crate) fn before_writing(e: Error) -> Error {
+    match e {
+        Error::Stopped { signal, .. } => Error::Stopped {
+            signal,
+            what: "interrupted before anything was written (during the benchmark before the rewrite)".into(),
+        },
+        e => e,
+    }
 }
 
 /// The regions to rewrite for --only-slow (a scan now) or --from-scan (a saved one).

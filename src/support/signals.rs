@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+static INSTALLED: std::sync::OnceLock<StopFlag> = std::sync::OnceLock::new();
+
 /// Set by a signal handler; polled by the engine between chunks.
 #[derive(Clone, Default)]
 pub struct StopFlag(Arc<AtomicUsize>);
@@ -23,12 +25,17 @@ impl StopFlag {
     /// installs them before its first step, so that a signal during planning or the
     /// before-benchmark stops the run cleanly rather than killing it without a word.
     pub fn install() -> std::io::Result<StopFlag> {
-        static FLAG: std::sync::OnceLock<StopFlag> = std::sync::OnceLock::new();
-        if let Some(f) = FLAG.get() {
+        if let Some(f) = INSTALLED.get() {
             return Ok(f.clone());
         }
         let f = StopFlag::install_with(true)?;
-        Ok(FLAG.get_or_init(|| f).clone())
+        Ok(INSTALLED.get_or_init(|| f).clone())
+    }
+
+    /// The signal that asked the process to stop, if [`StopFlag::install`] ran and one
+    /// came: long measurements poll it, so a Ctrl-C does not wait out a benchmark.
+    pub fn stop_asked() -> Option<&'static str> {
+        INSTALLED.get().and_then(StopFlag::signal)
     }
 
     /// `Err(Interrupted)` if a signal arrived before anything was written.

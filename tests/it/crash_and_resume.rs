@@ -202,6 +202,32 @@ fn sigint_before_the_first_write_exits_6_with_a_report() {
     assert!(!env.state_dir().join(format!("device-{}.journal", lo.name())).exists(), "no journal to resume");
 }
 
+/// Ctrl-C during the before-benchmark does not wait the benchmark out: exit 6 at once,
+/// "interrupted before anything was written", and the report (a `--json > file` is not
+/// left empty).
+#[test]
+fn sigint_during_the_before_benchmark_stops_it() {
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("benchint", 64 * MIB, 8);
+    let before = bytes_written_to(&lo.path);
+    // Every benchmark read 200 ms slower: a pass takes 13 s.
+    let mut cmd = env.reseq();
+    cmd.args(["rewrite", "--json", "--bench", "--chunk-size", "1M"]).arg(&lo.path);
+    let child = spawn_captured(cmd.env("RESEQ_FAULTS", format!("slow@0-{}=200", 64 * MIB)));
+    std::thread::sleep(Duration::from_millis(1500));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let sent = Instant::now();
+    let out = wait_captured(child);
+    assert!(sent.elapsed() < Duration::from_secs(3), "the benchmark went on for {:?}", sent.elapsed());
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    assert!(stderr(&out).contains("interrupted before anything was written"), "{}", stderr(&out));
+    assert_eq!(json_report(&out)["outcome"]["status"], "interrupted");
+    assert_eq!(bytes_written_to(&lo.path), before, "nothing written");
+}
+
 /// A window that outlives its deadline: the guardian thaws on its own, reseq reports the
 /// overrun, and the chunk whose write would have come after the thaw is not written.
 #[test]

@@ -290,7 +290,8 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
         (0..planned.len()).filter(|fi| !left_alone.contains_key(fi)).map(|fi| planned[fi].path.as_path()).collect();
     if o.bench {
         log::info!("benchmarking {} file(s) before the rewrite", measured.len());
-        let (b, s) = crate::measure::passes::measure_files(&measured, &o.bench_opts)?;
+        let (b, s) =
+            crate::measure::passes::measure_files(&measured, &o.bench_opts).map_err(crate::rewrite::before_writing)?;
         (report.bench_before, report.scan_before) = (Some(b), Some(s));
     }
     let stop = ready_to_write()?;
