@@ -240,7 +240,6 @@ impl RunOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     fn args(extra: &[&str]) -> RewriteOptions {
         let argv = ["reseq", "rewrite", "/dev/null"].iter().chain(extra);
