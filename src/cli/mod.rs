@@ -192,7 +192,7 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
-    /// The rescue file (rescue-DEVICE-OFFSET-BLAKE3.bin in the state directory).
+    /// The rescue file (rescue-DEVICE-OFFSET-BLAKE3-ID.bin in the state directory).
     #[arg(value_name = "RESCUE_FILE")]
     pub rescue: PathBuf,
     /// Restore even if the device's bytes there changed since reseq stopped (something
@@ -281,7 +281,7 @@ pub enum SimCommand {
         #[command(flatten)]
         range: SimRangeArgs,
     },
-    /// Random 4 KiB writes into a range (the article's fio step).
+    /// Random 4 KiB writes into a range (as `fio --rw=randwrite --bs=4k` makes them).
     Fragment {
         state: PathBuf,
         #[command(flatten)]
@@ -545,7 +545,7 @@ pub struct BenchArgs {
     /// Timed passes.
     #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000), allow_negative_numbers = true)]
     pub passes: usize,
-    /// Pause between passes (the article waited 10 s, in case the drive reorganises itself).
+    /// Pause between passes (10 s lets a drive that reorganises itself in the background do so).
     #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = pause_length)]
     pub settle: Duration,
     #[command(flatten)]

@@ -186,14 +186,14 @@ impl Experiment {
             human_bytes(self.device_bytes),
             human_bytes(self.file_bytes)
         );
-        s += &format!("  {:<52} {:>8} {:>12} {:>9}\n", "step", "read", "throughput", "vs fresh");
+        s += &format!("  {:<52} {:>8} {:>12} {:>9}\n", "step", "read", "throughput", "slowdown");
         for st in &self.steps {
             s += &format!(
-                "  {:<52} {:>6.2} s {:>10}/s {:>8.2}x\n",
+                "  {:<52} {:>6.2} s {:>10}/s {:>8}\n",
                 st.label,
                 st.read_seconds,
                 human_bytes(st.read_bytes_per_second as u64),
-                st.slowdown_vs_fresh
+                format!("x{:.2}", st.slowdown_vs_fresh)
             );
         }
         s += &format!(

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct RestoreOptions {
-    /// The rescue file (rescue-DEVICE-OFFSET-BLAKE3.bin in the state directory).
+    /// The rescue file (rescue-DEVICE-OFFSET-BLAKE3-ID.bin in the state directory).
     pub rescue: PathBuf,
     /// Write even over bytes something else changed since reseq stopped.
     pub force: bool,

@@ -11,7 +11,7 @@ pub fn sim_state(target: &Path) -> Option<PathBuf> {
     Some(PathBuf::from(std::ffi::OsStr::from_bytes(rest)))
 }
 
-/// `reseq simulate`: the article's experiment.
+/// `reseq simulate`: the measurement that started this project, on a model SSD.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimulateOptions {
     /// A preset of `sim::ftl::PRESETS`.

@@ -44,9 +44,14 @@ fn debian_package_installs_and_removes_cleanly() {
         "/usr/share/bash-completion/completions/reseq",
         "/usr/share/zsh/vendor-completions/_reseq",
         "/usr/share/fish/vendor_completions.d/reseq.fish",
+        // The documents OPERATIONS.md and SAFETY.md link to.
+        "/usr/share/doc/reseq/README.md",
+        "/usr/share/doc/reseq/REPORT-SCHEMA.md",
     ] {
         assert!(Path::new(f).exists(), "{f} is not installed");
     }
+    let about = run_cmd(Command::new("dpkg-query").args(["-W", "-f", "${Description}", "reseq"])).unwrap();
+    assert!(!about.contains("generated from Rust crate"), "the package's first line: {about}");
     let listed = run_cmd(Command::new("dpkg").args(["-L", "reseq"])).unwrap();
     run_cmd(Command::new("dpkg").args(["-r", "reseq"])).expect("dpkg -r");
     assert!(!Path::new("/usr/bin/reseq").exists());
