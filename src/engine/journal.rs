@@ -54,11 +54,25 @@ pub struct FileIdentity {
     /// file from an old one that reused the inode number.
     pub birth_time: Option<u64>,
     pub path: String,
-    /// The inode's change time in ns when recorded: any write, truncation or attribute
-    /// change since moves it, and then the file is not what reseq rewrote (its blocks
-    /// may be new), so a resume does it again rather than skip it.
+    /// The inode's change time in ns when recorded (for the reader: a live database
+    /// moves it constantly, so it does not decide whether the file is the same).
     #[serde(default)]
     pub changed_ns: Option<u64>,
+    /// blake3 of the file's extents (logical, physical, length) when recorded: while it
+    /// holds, the bytes reseq laid out are where they were, whatever was written into
+    /// them in place since; when the extents moved (a file rewritten elsewhere,
+    /// extended, truncated) a resume does the file again. Null: not read.
+    #[serde(default)]
+    pub extents: Option<String>,
+}
+
+impl FileIdentity {
+    /// The same file with its blocks where they were: device, inode, birth time and
+    /// extents (not its path, not its change time).
+    pub fn same_layout(&self, other: &FileIdentity) -> bool {
+        (&self.dev, self.ino, self.birth_time, &self.extents)
+            == (&other.dev, other.ino, other.birth_time, &other.extents)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -794,6 +794,55 @@ fn resume_redoes_a_file_changed_since_the_interrupted_run() {
     assert_eq!(std::fs::read(&path).unwrap(), data);
 }
 
+/// A live database writes its finished files in place between a kill and the resume:
+/// their change time moves, their extents do not, and they stay finished (they were
+/// rewritten three times over on a live InnoDB directory when the change time decided).
+#[test]
+fn resume_keeps_a_finished_file_written_in_place_finished() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_lo, mnt) = env.mounted("finplace", 128 * MIB, "ext4");
+    let dir = mnt.dir.join("db");
+    std::fs::create_dir(&dir).unwrap();
+    let files = fill_files(&dir, 6, 4 << 20, 81);
+    run_cmd(&mut Command::new("sync")).unwrap();
+    let args = ["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "200ms"];
+    let faults = "delay@after-write#*=30,kill@files-recorded#1";
+    let out = output(env.reseq().args(args).arg(&dir).env("RESEQ_FAULTS", faults));
+    assert_eq!(out.status.code(), None, "killed");
+    // The files the run recorded as finished.
+    let record = std::fs::read_dir(env.state_dir())
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".run"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .expect("the run's record");
+    let done: Vec<&(std::path::PathBuf, blake3::Hash)> =
+        files.iter().filter(|(p, _)| record.contains(&format!("\"{}\"", p.display()))).collect();
+    assert!(!done.is_empty() && done.len() < files.len(), "killed mid-run: {record}");
+    // A page written in place, as a database does: same blocks, new change time.
+    let f = std::fs::OpenOptions::new().write(true).open(&done[0].0).unwrap();
+    std::os::unix::fs::FileExt::write_at(&f, &[0x5au8; 4096], 8192).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let expected = std::fs::read(&done[0].0).unwrap();
+    let out = output(env.reseq().args(args).arg("--resume").arg(&dir));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json_report(&out);
+    let reports = r["files"].as_array().unwrap();
+    let report = |p: &std::path::Path| reports.iter().find(|f| f["path"] == p.display().to_string()).unwrap().clone();
+    for (p, _) in &done {
+        let a = report(p);
+        assert_eq!(a["done_earlier"], true, "finished (one written in place since): still finished: {a}");
+        assert_eq!(a["bytes_rewritten"], 0, "{a}");
+    }
+    drop_caches();
+    assert_eq!(std::fs::read(&done[0].0).unwrap(), expected);
+    assert_files_intact(&files[..].iter().filter(|f| f.0 != done[0].0).cloned().collect::<Vec<_>>());
+}
+
 /// Found by a hostile test: a file-mode run refused before writing anything (the
 /// filesystem frozen by someone else) leaves no unfinished run behind.
 #[test]

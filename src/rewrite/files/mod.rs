@@ -223,7 +223,22 @@ fn file_identity(path: &Path, md: &std::fs::Metadata) -> FileIdentity {
             .map(|d| d.as_nanos() as u64),
         path: path.display().to_string(),
         changed_ns: Some(md.ctime() as u64 * 1_000_000_000 + md.ctime_nsec() as u64),
+        extents: extents_fingerprint(path),
     }
+}
+
+/// blake3 of a file's extents (logical, physical, length), without syncing it.
+fn extents_fingerprint(path: &Path) -> Option<String> {
+    use std::os::fd::AsFd;
+    let f = std::fs::File::open(path).ok()?;
+    let extents = sys::fiemap(f.as_fd(), 0, 0).ok()?;
+    let mut h = blake3::Hasher::new();
+    for e in &extents {
+        for v in [e.logical, e.physical, e.length] {
+            h.update(&v.to_le_bytes());
+        }
+    }
+    Some(h.finalize().to_hex().to_string())
 }
 
 /// `reseq rewrite FILE|DIR...`.
@@ -1076,8 +1091,8 @@ fn skipped_report(path: &Path, why: &str) -> FileReport {
     }
 }
 
-/// A file's journal: continues an unfinished run of the same file (same device, inode
-/// and birth time), starts afresh otherwise (a file whose identity changed is planned
+/// A file's journal: continues an unfinished run of the same file (same device, inode,
+/// birth time and extents), starts afresh otherwise (a file whose identity changed is planned
 /// again). New ones are started in memory while a shared window is open (`deferred`),
 /// and written after it.
 fn open_journal(
@@ -1093,7 +1108,9 @@ fn open_journal(
         !restart
             && !r.finished
             && r.done_offset < end
-            && r.run.as_ref().is_some_and(|run| run.file.as_ref() == Some(id) && run.chunk_size_bytes == chunk_size)
+            && r.run.as_ref().is_some_and(|run| {
+                run.file.as_ref().is_some_and(|f| f.same_layout(id)) && run.chunk_size_bytes == chunk_size
+            })
     });
     if let Some(r) = resumable {
         for w in journal::describe_guardian_kills(&r.guardian_kills) {
@@ -1173,8 +1190,8 @@ fn earlier_run(o: &RewriteOptions, path: &Path) -> Result<(Option<record::Earlie
     Ok((None, Some(refusal)))
 }
 
-/// The size of a file the resumed run finished (the same file: device, inode and birth
-/// time), or None.
+/// The size of a file the resumed run finished (the same file, its extents unmoved:
+/// [`FileIdentity::same_layout`]), or None.
 fn done_earlier(e: &record::Earlier, path: &Path) -> Option<u64> {
     let md = std::fs::metadata(path).ok()?;
     e.done.contains(&record::key(&file_identity(path, &md))).then_some(md.len())

@@ -39,16 +39,17 @@ enum Line {
 #[derive(Debug)]
 pub struct Earlier {
     pub header: RunHeader,
-    /// Files it finished: (device, inode, birth time, change time).
+    /// Files it finished: (device, inode, birth time, extents).
     pub done: HashSet<Key>,
 }
 
-/// A file as it was when it was finished: one changed since (written, truncated) is
-/// not done, whatever its inode.
-pub type Key = (String, u64, Option<u64>, Option<u64>);
+/// A file as it was when it was finished: one whose extents moved since (recreated,
+/// extended, truncated) is not done, whatever its inode; one written in place (a live
+/// database's pages) still is.
+pub type Key = (String, u64, Option<u64>, Option<String>);
 
 pub fn key(id: &FileIdentity) -> Key {
-    (id.dev.clone(), id.ino, id.birth_time, id.changed_ns)
+    (id.dev.clone(), id.ino, id.birth_time, id.extents.clone())
 }
 
 /// Where the record of a run over `targets` lives.
