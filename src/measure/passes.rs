@@ -129,8 +129,25 @@ pub fn nvme_smart(name: &str, parent: Option<&str>) -> Option<(u64, u64)> {
         return None;
     }
     let out =
-        std::process::Command::new("smartctl").args(["--json", "-A"]).arg(format!("/dev/{disk}")).output().ok()?;
+        std::process::Command::new(smartctl()?).args(["--json", "-A"]).arg(format!("/dev/{disk}")).output().ok()?;
     parse_smartctl_nvme(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// `smartctl` on PATH or where Debian installs it (`/usr/sbin`, off cron's PATH); a
+/// missing one is said once.
+fn smartctl() -> Option<std::path::PathBuf> {
+    static FOUND: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            let dirs = std::env::split_paths(&path).chain(["/usr/sbin", "/sbin"].map(std::path::PathBuf::from));
+            let found = dirs.map(|d| d.join("smartctl")).find(|p| p.is_file());
+            if found.is_none() {
+                log::info!("smartctl not found (PATH, /usr/sbin, /sbin): the NVMe write counters are left out (install smartmontools)");
+            }
+            found
+        })
+        .clone()
 }
 
 /// Write-cost counters at one moment.

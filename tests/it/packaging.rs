@@ -102,6 +102,35 @@ fn a_job_config_runs_like_the_command_line() {
     assert!(stderr(&out).contains("line 2"), "{}", stderr(&out));
 }
 
+/// What cron gives a job: `PATH=/usr/bin:/bin`, nothing else, no terminal. The job
+/// runs and prints its summary (cron mails it).
+#[test]
+fn a_job_runs_under_crons_environment() {
+    if !require(&["losetup", "mkfs.ext4", "env"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_lo, mnt) = env.mounted("cron", 64 * (1 << 20), "ext4");
+    let files = fill_files(&mnt.dir, 3, 1 << 20, 5);
+    let job = env.path("cron.toml");
+    let text = format!("targets = [\"{}\"]\nstate_dir = \"{}\"\n", mnt.dir.display(), env.state_dir().display());
+    std::fs::write(&job, text).unwrap();
+    // RESEQ_RUN_DIR only keeps this test's freeze records apart from the machine's.
+    let mut cmd = Command::new("env");
+    cmd.args(["-i", "PATH=/usr/bin:/bin"])
+        .arg(format!("RESEQ_RUN_DIR={}", env.run_dir().display()))
+        .arg(env!("CARGO_BIN_EXE_reseq"))
+        .args(["run", "--config"])
+        .arg(&job)
+        .stdin(std::process::Stdio::null());
+    let out = output(&mut cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("verification: passed") && text.contains("outcome: success"), "{text}");
+    assert!(text.lines().count() < 15, "cron mails this: {text}");
+    assert_files_intact(&files);
+}
+
 #[test]
 fn the_ansible_playbook_passes_its_syntax_check() {
     if !require(&["ansible-playbook"]) {
