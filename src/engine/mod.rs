@@ -319,6 +319,7 @@ pub fn run(
         chunk_size: cfg.chunk_size,
         window_written: None,
         rescued: Vec::new(),
+        started: Instant::now(),
     };
     let started = Instant::now();
     let result = engine.run_windows(planner, guard);
@@ -348,7 +349,13 @@ struct Engine<'a> {
     /// Rescue copies saved in this window: where (or why not), and whether the cause was
     /// a differing read-back.
     rescued: Vec<(std::result::Result<PathBuf, String>, bool)>,
+    /// When the run began: `--rate` counts from here.
+    started: Instant,
 }
+
+/// How far ahead of `--rate` a window may write before it ends and a pause makes up
+/// the time.
+const RATE_BURST: Duration = Duration::from_millis(250);
 
 impl Engine<'_> {
     fn run_windows(&mut self, planner: &mut dyn Planner, guard: &mut dyn WindowGuard) -> Result<()> {
@@ -363,7 +370,7 @@ impl Engine<'_> {
         // In a window kept open from an earlier run, the same reserve comes off what is
         // left, so the window stops at the same point as one of its own.
         let mut share = 0.75;
-        let run_start = Instant::now();
+        let run_start = self.started;
         while self.stats.next_offset_bytes < self.cfg.range_end {
             let full = guard.deadline().map(|d| d.mul_f64(share));
             let budget = guard.deadline().zip(guard.time_left()).map(|(d, l)| l.saturating_sub(d.mul_f64(1.0 - share)));
@@ -664,6 +671,16 @@ impl Engine<'_> {
         self.cfg.pause.max(ahead)
     }
 
+    /// Whether writing `more` bytes now would put the run ahead of `--rate` by more than
+    /// [`RATE_BURST`] of it (a window of its own at most four times a second: each
+    /// freeze costs the filesystem a commit).
+    fn ahead_of_rate(&self, more: u64) -> bool {
+        self.cfg.rate_bytes_per_second.filter(|&r| r > 0).is_some_and(|rate| {
+            let allowed = rate as f64 * (self.started.elapsed() + RATE_BURST).as_secs_f64();
+            (self.stats.bytes_written + more) as f64 > allowed
+        })
+    }
+
     fn interrupted(&self, signal: &'static str) -> Error {
         let done = self.stats.next_offset_bytes - self.cfg.range_start;
         Error::Interrupted {
@@ -928,6 +945,11 @@ impl Engine<'_> {
     ) -> Result<Start> {
         // One more chunk, plus waiting for its read-back, must fit in the budget.
         if budget.is_some_and(|b| w.in_window > 0 && window_start.elapsed() + self.chunk_estimate * 2 > b) {
+            return Ok(Start::Stop(WindowFlow::BudgetSpent));
+        }
+        // --rate: a chunk that would put the run ahead of its rate ends the window (the
+        // pause before the next makes up the time), whether or not the run fits one window.
+        if *taken > 0 && self.ahead_of_rate(chunk.len as u64) {
             return Ok(Start::Stop(WindowFlow::BudgetSpent));
         }
         if let Some(sig) = self.stop.signal() {
