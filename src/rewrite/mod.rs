@@ -172,11 +172,32 @@ fn describe_freeze(plan: &RewritePlan) -> String {
         crate::host::freeze::describe_bound(plan.max_freeze),
         plan.hung_task_timeout.map(|t| format!(" (hung-task timeout {} s)", t.as_secs())).unwrap_or_default()
     );
+    s += &frozen_share(plan.max_freeze, plan.engine.pause);
     if let Some(p) = &plan.guardian {
         s += &format!("  guardian: {}\n", p.describe());
         s += &format!("  guardian priority: {}\n", crate::host::hardening::expected());
     }
     s
+}
+
+/// How much of the run the filesystems stay frozen: windows use 3/4 of their bound, and
+/// only the pauses between them let writers through.
+fn frozen_share(max_freeze: std::time::Duration, pause: std::time::Duration) -> String {
+    let window = max_freeze.as_secs_f64() * 0.75;
+    let share = window / (window + pause.as_secs_f64()).max(f64::MIN_POSITIVE);
+    let hint = if share > 0.5 {
+        format!(
+            "; writers wait most of the run: --pause {} would free them half the time",
+            crate::support::units::format_duration(max_freeze.mul_f64(0.75))
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "  frozen: about {:.0} % of the run (windows of about {window:.1} s, pauses of {:.1} s){hint}\n",
+        share * 100.0,
+        pause.as_secs_f64()
+    )
 }
 
 /// Which space is rewritten, and the FITRIM after.

@@ -118,6 +118,11 @@ fn dry_run_touches_nothing_and_shows_the_plan() {
     assert!(text.contains("memory: 14.0 MiB"), "memory = (3 + 1 + 1 + 1 + 1) x 2 MiB: {text}");
     assert!(text.contains(&format!("freeze: {}", mnt.dir.display())), "{text}");
     assert!(text.contains("windows: at most 5.000 s"), "{text}");
+    // With no pause the filesystem is frozen nearly all the run: said, with the way out.
+    assert!(text.contains("frozen: about 100 % of the run") && text.contains("--pause 3750ms"), "{text}");
+    let paused = output(env.reseq().args(["rewrite", "--dry-run", "--pause", "3750ms"]).arg(&lo.path));
+    let paused = String::from_utf8_lossy(&paused.stdout);
+    assert!(paused.contains("frozen: about 50 % of the run") && !paused.contains("writers wait"), "{paused}");
     assert!(!env.state_dir().exists(), "a dry run created the state directory");
     assert_eq!(bytes_written_to(&lo.path), written_before, "a dry run wrote to the device");
     let out = output(env.reseq().args(["rewrite", "--dry-run", "--json"]).arg(&lo.path));
