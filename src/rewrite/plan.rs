@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::engine::EngineConfig;
 use crate::engine::journal::{self, Replay};
-use crate::host::device::{self, BlockDeviceInfo};
+use crate::host::device::{self, BlockDeviceInfo, Sysfs};
 pub use crate::host::in_use::Environment;
 use crate::host::in_use::{addressable_end, used_space_spans};
 use crate::host::mounts::{self, MountedFs};
@@ -150,6 +150,9 @@ pub fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<RewritePlan
             o.device().display()
         ));
     }
+    if !filesystems.is_empty() && !o.include_free {
+        warnings.extend(unmounted_partitions(&dev, &filesystems, &env.sysfs));
+    }
     let (hung_task_timeout, hung_task_panic) = checks::hung_task();
     Ok(RewritePlan {
         used_space,
@@ -168,6 +171,32 @@ pub fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<RewritePlan
         warnings,
         options: RunOptions::of(o),
     })
+}
+
+/// A whole disk with some partitions mounted: each unmounted one is rewritten whole,
+/// free space included (which undoes its TRIM), and the plan says so, with the total.
+fn unmounted_partitions(dev: &BlockDeviceInfo, filesystems: &[MountedFs], sysfs: &Sysfs) -> Vec<String> {
+    let mounted: Vec<(u32, u32)> = filesystems.iter().map(|f| f.dev_num).collect();
+    let unmounted: Vec<(&String, u64)> = dev
+        .partitions
+        .iter()
+        .filter(|(_, d)| !mounted.contains(d))
+        .map(|(name, _)| (name, sysfs.read(name, "size").and_then(|s| s.parse::<u64>().ok()).unwrap_or(0) * 512))
+        .collect();
+    let mut out: Vec<String> = unmounted
+        .iter()
+        .map(|(name, bytes)| {
+            format!(
+                "partition /dev/{name} ({}) is not mounted: all of it is rewritten, free space included (which tells the SSD that space is in use again); mount its ext4/xfs to skip its free space",
+                units::human_bytes(*bytes)
+            )
+        })
+        .collect();
+    if unmounted.len() > 1 {
+        let total: u64 = unmounted.iter().map(|u| u.1).sum();
+        out.push(format!("unmounted partitions rewritten whole: {} in all", units::human_bytes(total)));
+    }
+    out
 }
 
 /// Chunking, verification and pacing as the engine runs them; a resumed run keeps the

@@ -146,7 +146,14 @@ fn whole_disk_freezes_filesystems_on_its_partitions() {
     let mnt = Mount::new(&parts.nodes[0], &env.path("p1"), &[]).unwrap();
     let files = fill_files(&mnt.dir, 2, 4 << 20, 11);
 
+    // The plan warns that the unmounted p2 is rewritten whole.
+    let plan = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
+    let p2 = parts.nodes[1].display().to_string();
+    let said = format!("partition {p2} (48.0 MiB) is not mounted: all of it is rewritten");
+    assert!(String::from_utf8_lossy(&plan.stdout).contains(&said), "{}", String::from_utf8_lossy(&plan.stdout));
     let out = output(env.reseq().args(["rewrite", "--json", "--max-freeze", "500ms"]).arg(&lo.path));
+    let warnings = json_report(&out)["warnings"].to_string();
+    assert!(warnings.contains(&said), "{warnings}");
     // p1's free space is skipped; the unmounted p2 and the partition table are rewritten.
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);
