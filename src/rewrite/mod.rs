@@ -120,6 +120,7 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
     );
     s += &crate::host::aliases::describe(&plan.writer_devices, &crate::host::device::Sysfs::default());
     s += &describe_space(plan);
+    s += &describe_selection(&plan.options);
     s += &format!("  medium: {}\n", d.medium);
     s += &format!("  journal: {}\n", plan.journal_path.display());
     for w in &plan.warnings {
@@ -127,6 +128,23 @@ pub fn describe_plan(plan: &RewritePlan) -> String {
     }
     s += "  nothing was written or frozen (dry run)\n";
     s
+}
+
+/// `--only-slow` and `--from-scan`: what chooses the regions, since a dry run does not
+/// scan.
+fn describe_selection(o: &crate::options::resume::RunOptions) -> String {
+    let rule = format!(
+        "regions reading below {:.0} % of the fastest quarter's median are rewritten, the others left alone",
+        o.slow_threshold * 100.0
+    );
+    match (&o.from_scan, o.only_slow) {
+        (Some(p), _) => format!("  selection: --from-scan {}: {rule}\n", p.display()),
+        (None, true) => format!(
+            "  selection: --only-slow: a scan of {} regions at the start of the run times each; {rule} (the report and progress count only those)\n",
+            o.scan_regions
+        ),
+        (None, false) => String::new(),
+    }
 }
 
 /// Range, chunks, resume point, verification and memory.
@@ -522,7 +540,7 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     let mut guard = window_guard(plan, &journal)?;
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
     crate::sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
-    let mut progress = progress_of(plan, quiet);
+    let mut progress = progress_of(plan, report.selection.as_ref(), quiet);
     let spans = plan
         .used_space
         .iter()
@@ -608,8 +626,18 @@ fn window_guard(plan: &RewritePlan, journal: &Journal) -> Result<Box<dyn WindowG
 
 /// The bar and its ETA count what will be written: with free space left out, the bytes
 /// in use (mapped now, unfrozen: an estimate; each window maps again while frozen).
-fn progress_of(plan: &RewritePlan, quiet: bool) -> Progress {
+fn progress_of(plan: &RewritePlan, selection: Option<&Selection>, quiet: bool) -> Progress {
     let done_bytes = plan.engine.start_offset - plan.engine.range_start;
+    if let Some(sel) = selection {
+        // --only-slow: the chosen regions are the whole job.
+        log::info!(
+            "rewriting the {} slow region(s) chosen: {} of {}",
+            sel.chosen.len(),
+            human_bytes(sel.bytes_chosen),
+            human_bytes(sel.bytes_chosen + sel.bytes_left_alone)
+        );
+        return Progress::new(sel.bytes_chosen, 0, quiet);
+    }
     let in_use = if plan.used_space.is_empty() {
         None
     } else {

@@ -76,6 +76,14 @@ fn only_slow_rewrites_just_the_flagged_regions() {
     let out = output(env.reseq().args(["rewrite", "--json", "--from-scan"]).arg(&saved).arg(&lo.path));
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(json_report(&out)["results"]["bytes_written"], 16 * MIB);
+    // What was chosen shows in the plan, the progress and the text report.
+    let plan = output(env.reseq().args(["rewrite", "--dry-run", "--only-slow", "--scan-regions", "8"]).arg(&lo.path));
+    let plan = String::from_utf8_lossy(&plan.stdout).to_string();
+    assert!(plan.contains("selection: --only-slow: a scan of 8 regions"), "{plan}");
+    let out = output(env.reseq().args(["rewrite", "--from-scan"]).arg(&saved).arg(&lo.path));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("1 slow region(s), 16.0 MiB of 128.0 MiB (12 % of a full rewrite)"), "{text}");
+    assert!(stderr(&out).contains("rewriting the 1 slow region(s) chosen: 16.0 MiB of 128.0 MiB"), "{}", stderr(&out));
     // A scan of something else is refused.
     let other = env.random_loop_device("other.img", 64 * MIB, 1);
     let out = output(env.reseq().args(["rewrite", "--from-scan"]).arg(&saved).arg(&other.path));

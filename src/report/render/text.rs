@@ -95,6 +95,19 @@ fn windows(x: &EngineStats) -> String {
 /// Files, bench, scan, estimate, trim, verdict and write cost.
 fn measurements(r: &Report) -> String {
     let mut s = String::new();
+    if let Some(sel) = &r.selection {
+        let all = sel.bytes_chosen + sel.bytes_left_alone;
+        s += &format!(
+            "  selection ({}): {} slow region(s), {} of {} ({:.0} % of a full rewrite); {} region(s) left alone, reading at least {:.0} % of the fastest\n",
+            sel.source,
+            sel.chosen.len(),
+            human_bytes(sel.bytes_chosen),
+            human_bytes(all),
+            sel.bytes_chosen as f64 * 100.0 / all.max(1) as f64,
+            sel.regions_left_alone,
+            sel.threshold * 100.0
+        );
+    }
     if let Some(b) = &r.bench {
         s += &bench_line("read", b);
     }
