@@ -210,6 +210,13 @@ fn rewrite_bench_reports_in_every_format() {
     {
         assert!(html.contains(needle), "the HTML lacks {needle}");
     }
+    // For the manager: what, where and when in the title; the effect, whether anything
+    // was lost and how long the filesystem was paused in one sentence; the version.
+    let title = format!("<title>reseq rewrite {} on {}", lo.path.display(), r["host"].as_str().unwrap());
+    assert!(html.contains(&title), "{title} not in the page");
+    assert!(html.contains("every byte read back and checked: nothing lost"), "no headline");
+    assert!(html.contains("paused") && html.contains("in all, at most"), "no total freeze in the headline");
+    assert!(html.contains("<th>reseq version</th>"));
 
     // Headless Chromium: no console errors, and the chart has pixels where it belongs.
     let shot = env.path("report.png");

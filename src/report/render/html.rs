@@ -29,20 +29,58 @@ pub fn html(r: &Report) -> String {
         let _ = write!(body, "<pre>{}</pre>", esc(m));
     }
     format!(
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>reseq {} report</title><style>\
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>\
 body{{font-family:system-ui,sans-serif;margin:2em;color:#222;background:#fff}}table{{border-collapse:collapse;margin:1em 0}}\
 th,td{{border:1px solid #ddd;padding:4px 10px;text-align:left;font-size:14px}}th{{background:#f3f3f5}}\
 .ok{{color:#2a7}}.bad{{color:#c22}}.verdict{{font-size:18px}}.warn{{color:#a60}}svg{{display:block;margin:1em 0}}</style></head>\
 <body>{body}</body></html>\n",
-        esc(&r.command)
+        esc(&title(r))
     )
+}
+
+/// "reseq rewrite /dev/nvme0n1p3 on db1, 2026-11-25": what, where, when.
+fn title(r: &Report) -> String {
+    let what = r.device.as_ref().map(|d| d.path.clone()).unwrap_or_else(|| r.targets.join(" "));
+    let day = r.started_at.split('T').next().unwrap_or_default();
+    format!("reseq {} {what} on {}, {day}", r.command, r.host)
+}
+
+/// The run in one sentence a manager can read: the effect, whether anything was lost,
+/// and how long the filesystems were paused.
+fn headline(r: &Report) -> Option<String> {
+    let stats = r.results.as_ref()?;
+    let effect = match r.verdict.as_ref().map(|v| (v.verdict.as_str(), v.speedup)) {
+        Some(("faster", x)) => format!("Reads of the rewritten data are {x:.1}× faster"),
+        Some(("slower", x)) => format!("Reads of the rewritten data are {:.1}× slower", 1.0 / x.max(f64::MIN_POSITIVE)),
+        Some(("no_measurable_change", _)) => "Reads of the rewritten data are no faster, as measured".into(),
+        Some(_) => "The speed before and after could not be compared reliably (below)".into(),
+        None => format!("{} rewritten in place", human_bytes(stats.bytes_written)),
+    };
+    let kept = match r.verification.as_str() {
+        "passed" => "every byte read back and checked: nothing lost",
+        "off" => "not verified (--no-verify)",
+        _ => "see the outcome below",
+    };
+    let paused = if stats.windows == 0 || stats.total_frozen_seconds == 0.0 {
+        "no filesystem was paused".to_string()
+    } else {
+        format!(
+            "filesystems paused {:.1} s in all, at most {:.1} s at a time",
+            stats.total_frozen_seconds, stats.longest_freeze_seconds
+        )
+    };
+    Some(format!("{effect}; {kept}; {paused}."))
 }
 
 /// The command, its outcome, and the verdict.
 fn heading(r: &Report) -> String {
-    let mut s = format!(
-        "<h1>reseq {}</h1><p class=\"outcome {}\">{} (exit {})</p>",
-        esc(&r.command),
+    let mut s = format!("<h1>{}</h1>", esc(&title(r)));
+    if let Some(h) = headline(r) {
+        let _ = write!(s, "<p class=\"verdict\"><b>{}</b></p>", esc(&h));
+    }
+    let _ = write!(
+        s,
+        "<p class=\"outcome {}\">{} (exit {})</p>",
         if r.outcome.exit_code == 0 { "ok" } else { "bad" },
         esc(&r.outcome_text()),
         r.outcome.exit_code
@@ -67,6 +105,7 @@ fn run_rows(r: &Report) -> Vec<Row> {
         ("finished", r.finished_at.clone()),
         ("duration", format!("{:.1} s", r.duration_seconds)),
         ("command line", r.argv.join(" ")),
+        ("reseq version", r.tool_version.clone()),
     ];
     if let Some(d) = &r.device {
         rows.push((
