@@ -37,6 +37,10 @@ fn scan_covers_the_target_and_flags_a_slow_region() {
     std::fs::write(&saved, &out.stdout).unwrap();
     let text = String::from_utf8_lossy(&output(env.reseq().arg("report").arg(&saved)).stdout).into_owned();
     assert!(text.contains("SLOW"), "{text}");
+    // Column headers, and the slow region's device offset (64 MiB) on its line.
+    assert!(text.contains("device offset") && text.contains("throughput"), "{text}");
+    let line = text.lines().find(|l| l.contains("SLOW")).unwrap();
+    assert!(line.contains(&(64 * MIB).to_string()) && line.contains("16.0 MiB"), "{line}");
 }
 
 /// --only-slow on a device: the scan in the run flags [64, 80) MiB, and only that is

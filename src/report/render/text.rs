@@ -279,13 +279,18 @@ fn scan_text(label: &str, sc: &ScanResult) -> String {
         sc.slow_regions
     );
     let max = sc.regions.iter().map(|r| r.bytes_per_second).fold(0.0, f64::max).max(1.0);
+    // Where each region lies: its offset on the device (the first of its in-use ranges
+    // when only those are read), not only its place in the bytes laid end to end.
+    let _ = writeln!(s, "    {:>4} {:>14} {:>10} {:>14}", "#", "device offset", "length", "throughput");
     for r in &sc.regions {
         let bar = "#".repeat(((r.bytes_per_second / max) * 40.0).round() as usize);
+        let at = r.device_ranges.first().map_or(r.offset_bytes, |d| d[0]);
         let _ = writeln!(
             s,
-            "    {:>4} {:>12} {:>12}/s {:<40}{}",
+            "    {:>4} {:>14} {:>10} {:>12}/s {:<40}{}",
             r.index,
-            human_bytes(r.offset_bytes),
+            at,
+            human_bytes(r.length_bytes),
             human_bytes(r.bytes_per_second as u64),
             bar,
             if r.slow { " SLOW" } else { "" }
