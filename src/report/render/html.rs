@@ -203,7 +203,7 @@ fn charts(r: &Report) -> String {
     .filter_map(|(label, color, sc)| sc.as_ref().map(|sc| (label, color, sc)))
     .collect();
     if !scans.is_empty() {
-        s += "<h2>Read throughput by region</h2>";
+        s += "<h2>Read throughput by region</h2><p>Each region is read once, in one short read after another: a region can read faster than a whole pass (below), whose figure is the one the verdict compares. Compare regions with each other, before with after.</p>";
         s += &region_chart(&scans);
     }
     let benches: Vec<Series<BenchResult>> =

@@ -301,7 +301,7 @@ fn scan_text(label: &str, sc: &ScanResult) -> String {
 
 fn estimate_text(e: &Estimate) -> String {
     format!(
-        "  estimate: {} sampled in {} places of {}: median {}, fastest quarter {}{}\n  {}\n",
+        "  estimate: {} sampled in {} places of {}: median {}, fastest quarter {}{}\n  (short samples can read faster than a whole pass of `reseq bench`: compare estimates with estimates)\n  {}\n",
         human_bytes(e.sample_bytes),
         e.regions.len(),
         e.target,
