@@ -23,7 +23,10 @@ fn lower(a: &RewriteArgs, mode: Mode) -> Result<RewriteOptions> {
         chunk_size: a.chunk_size,
         max_freeze: a.max_freeze,
         rate: a.rate,
-        pause: a.pause,
+        pause: match mode {
+            Mode::Files if !a.given.contains("pause") => crate::options::rewrite::DEFAULT_FILE_PAUSE,
+            _ => a.pause,
+        },
         max_overruns: a.max_overruns,
         read_ahead: a.read_ahead,
         no_verify: a.no_verify,

@@ -360,7 +360,8 @@ pub struct RewriteArgs {
     /// between windows.
     #[arg(long, value_name = "SIZE")]
     pub rate: Option<Rate>,
-    /// Pause between windows, thawed, so applications catch up.
+    /// Pause between windows, thawed, so applications catch up. File mode, for a live
+    /// server, pauses 1s unless given (writers then run at least half the time).
     #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = pause_length)]
     pub pause: Duration,
     /// Stop after this many freeze windows overrun their deadline (each overrun is thawed

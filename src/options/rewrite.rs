@@ -20,6 +20,10 @@ pub const DEFAULT_MAX_FREEZE: Duration = Duration::from_secs(5);
 pub const DEFAULT_FILE_MAX_FREEZE: Duration = Duration::from_secs(1);
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/reseq";
 pub const DEFAULT_PAUSE: Duration = Duration::ZERO;
+/// File mode's pause between windows, for a live server: writers run at least half the
+/// time (windows use 3/4 of their 1 s bound), where back-to-back windows would keep
+/// them waiting nearly all the run.
+pub const DEFAULT_FILE_PAUSE: Duration = Duration::from_secs(1);
 pub const DEFAULT_MAX_OVERRUNS: u32 = 3;
 pub const DEFAULT_READ_AHEAD: usize = 2;
 pub const DEFAULT_SCAN_REGIONS: usize = 64;
