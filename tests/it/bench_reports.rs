@@ -217,6 +217,7 @@ fn rewrite_bench_reports_in_every_format() {
     assert!(html.contains("every byte read back and checked: nothing lost"), "no headline");
     assert!(html.contains("paused") && html.contains("in all, at most"), "no total freeze in the headline");
     assert!(html.contains("<th>reseq version</th>"));
+    assert!(html.contains(">read throughput, per second</text>"), "no y-axis title");
 
     // Headless Chromium: no console errors, and the chart has pixels where it belongs.
     let shot = env.path("report.png");

@@ -84,6 +84,11 @@ fn y_axis(f: &Frame) -> String {
         w - left - pad,
         h - 2.0 * pad
     );
+    // The y axis's title, along it.
+    s += &format!(
+        r##"<text transform="translate(14 {:.1}) rotate(-90)" font-size="11" text-anchor="middle" fill="#555">read throughput, per second</text>"##,
+        h / 2.0
+    );
     let ticks = (f.max / f.step).round() as usize;
     for k in 0..=ticks {
         let v = f.step * k as f64;
