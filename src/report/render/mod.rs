@@ -65,6 +65,9 @@ pub fn render(r: &Report, f: Format) -> String {
 }
 
 /// One line about a sliced trim, for the Markdown and HTML tables.
+/// Below this many reads a 99th percentile is the slowest read or two: not shown.
+const MIN_READS_FOR_P99: u64 = 100;
+
 fn trim_summary(t: &TrimReport) -> String {
     let mut s = format!(
         "{} discarded in {} slice(s), {:.1} s ({}), slowest slice {:.3} s, pace {}",
@@ -78,7 +81,12 @@ fn trim_summary(t: &TrimReport) -> String {
     if let Some(sig) = &t.stopped_by {
         s += &format!(", stopped by {sig}");
     }
-    if let Some(p) = &t.probe {
+    if let Some(p) = t.probe.as_ref().filter(|p| p.before.reads.min(p.during.reads) < MIN_READS_FOR_P99) {
+        s += &format!(
+            "; read latency: too few probe reads for a p99 (before {}, during {})",
+            p.before.reads, p.during.reads
+        );
+    } else if let Some(p) = &t.probe {
         let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.2} ms", v * 1e3));
         s += &format!(
             "; read latency p50/p99 before {}/{}, during {}/{}",
@@ -129,5 +137,38 @@ mod tests {
         let e = "markdown".parse::<Format>().unwrap_err();
         assert!(e.contains("text, json, md, html, prom"), "{e}");
         assert!("Json".parse::<Format>().is_err(), "names are case-sensitive, as clap's value enum was");
+    }
+
+    #[test]
+    fn a_p99_of_a_few_reads_is_not_shown() {
+        use crate::host::trim::{LatencySample, ProbeComparison, TrimReport};
+        let sample = |n: usize| LatencySample::of(&vec![0.001; n]);
+        let report = |before: usize, during: usize| TrimReport {
+            pace: "idle 4x".into(),
+            rate_limit_bytes_per_second: None,
+            bytes_trimmed: 1 << 20,
+            slices: 1,
+            seconds: 0.1,
+            busy_seconds: 0.1,
+            slowest_slice_seconds: 0.1,
+            bytes_per_second: 1e7,
+            stopped_by: None,
+            filesystems: Vec::new(),
+            probe: Some(ProbeComparison {
+                target: "t".into(),
+                block_size_bytes: 4096,
+                interval_seconds: 0.005,
+                before: sample(before),
+                during: sample(during),
+                p50_ratio: None,
+                p99_ratio: None,
+            }),
+        };
+        let few = trim_summary(&report(400, 12));
+        assert!(
+            few.contains("too few probe reads for a p99 (before 400, during 12)") && !few.contains("p50/p99"),
+            "{few}"
+        );
+        assert!(trim_summary(&report(400, 300)).contains("read latency p50/p99 before"));
     }
 }
