@@ -413,9 +413,18 @@ fn a_speed_up_that_fades_is_not_called_faster() {
     // 20 ms a MiB unless written in the last 6 s: cold reads run at most ~50 MiB/s.
     d.fs.set_write_cache(std::time::Duration::from_secs(6), std::time::Duration::from_millis(20));
     let args = ["rewrite", "--json", "--bench", "--bench-passes", "3", "--bench-regions", "4"];
-    let out = output(env.reseq().args(args).args(["--bench-recheck", "8s"]).arg(&d.lo.path));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let r = json_report(&out);
+    // A shared machine's load can change between the benchmarks, and then that decides
+    // the verdict (rightly "unreliable", but not what this tests): up to three tries.
+    let mut r = serde_json::Value::Null;
+    for _ in 0..3 {
+        let out = output(env.reseq().args(args).args(["--bench-recheck", "8s"]).arg(&d.lo.path));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        r = json_report(&out);
+        if !r["verdict"]["rule"].as_str().unwrap_or_default().contains("load changed") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(7));
+    }
     let v = &r["verdict"];
     assert_eq!(
         r["bench_after"]["cache"]["cache_suspected"], false,
@@ -424,7 +433,8 @@ fn a_speed_up_that_fades_is_not_called_faster() {
     );
     let recheck = &v["recheck"];
     assert!(recheck["after_seconds"].as_f64().unwrap() >= 8.0, "{v}");
-    assert_ne!(recheck["verdict"], "faster", "the cache had let go: {v}");
+    let (first, later) = (v["speedup"].as_f64().unwrap(), recheck["speedup"].as_f64().unwrap());
+    assert!(later < first / 1.5, "the cache had let go: {v}");
     assert_eq!(v["verdict"], "unreliable", "{v}");
     assert!(v["rule"].as_str().unwrap().contains("did not last"), "{v}");
     // Without the re-check the same run would have said "faster": the first verdict's
