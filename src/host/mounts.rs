@@ -93,21 +93,21 @@ pub fn read_mounts() -> std::io::Result<Vec<MountEntry>> {
 /// tmpfs, overlayfs, ...).
 const ANONYMOUS_MAJOR: u32 = 0;
 
-/// Fills `devices` of the mounts whose superblock number is anonymous: the device of
-/// their source and, for btrfs, every member device listed in
-/// `/sys/fs/btrfs/FSID/devices/` of the filesystem that has the source as a member.
+/// Fills `devices` of the btrfs mounts (their superblock number is anonymous): every
+/// member device listed in `/sys/fs/btrfs/FSID/devices/` of the filesystem that has the
+/// mount's source as a member.
 /// Matching by number alone misses a btrfs mounted from the very device reseq is asked
 /// to rewrite.
 pub fn resolve_devices(entries: &mut [MountEntry], sys: &Path, rdev: impl Fn(&Path) -> Option<(u32, u32)>) {
-    for e in entries.iter_mut().filter(|e| e.dev.0 == ANONYMOUS_MAJOR && e.source.starts_with('/')) {
+    // btrfs only: any other anonymous mount's source is free text (a FUSE mount may
+    // name any device as its `fsname`), and must not make a device look mounted.
+    for e in entries.iter_mut().filter(|e| e.dev.0 == ANONYMOUS_MAJOR && e.fs_type == "btrfs") {
         let Some(source) = rdev(Path::new(&e.source)) else { continue };
-        e.devices = vec![source];
-        if e.fs_type == "btrfs" {
-            for member in btrfs_members(sys, source) {
-                if !e.devices.contains(&member) {
-                    e.devices.push(member);
-                }
-            }
+        let members = btrfs_members(sys, source);
+        // The source must be a member of a btrfs the kernel knows, not just any device.
+        if members.contains(&source) {
+            e.devices = members;
+            e.devices.sort();
         }
     }
 }
@@ -216,7 +216,7 @@ bogus line
 
     #[test]
     fn a_btrfs_is_found_by_its_source_and_members() {
-        let text = "50 22 0:39 / /mnt/b rw - btrfs /dev/loop5 rw,subvolid=5\n51 22 0:40 / /mnt/t rw - tmpfs tmpfs rw\n";
+        let text = "50 22 0:39 / /mnt/b rw - btrfs /dev/loop5 rw,subvolid=5\n51 22 0:40 / /mnt/t rw - tmpfs tmpfs rw\n52 22 0:41 / /mnt/f rw - fuse.x /dev/loop5 rw\n";
         let mut e = parse_mountinfo(text);
         let sys = tempfile::tempdir().unwrap();
         for (name, dev) in [("loop5", "7:5"), ("loop6", "7:6")] {
@@ -227,6 +227,7 @@ bogus line
         resolve_devices(&mut e, sys.path(), |p| (p == Path::new("/dev/loop5")).then_some((7, 5)));
         assert_eq!(e[0].devices, vec![(7, 5), (7, 6)]);
         assert_eq!(e[1].devices, vec![(0, 40)], "a source that is no device changes nothing");
+        assert_eq!(e[2].devices, vec![(0, 41)], "a FUSE mount naming a device does not make it mounted");
         for member in [(7, 5), (7, 6)] {
             let fs = filesystems_on(&e, &[member]);
             assert_eq!(fs.len(), 1, "the btrfs is found from {member:?}");

@@ -59,7 +59,9 @@ pub fn files_target(files: &[&Path]) -> Result<Target> {
 /// A change the before/after benchmarks found, measured again `opts.recheck` later
 /// (the same bytes, the same passes): the verdict stands only if it lasts. A change is
 /// not re-checked where there is none, on a simulated SSD (no cache below it), or with
-/// the re-check off. A stop signal during the wait ends it (exit 6).
+/// the re-check off. The rewrite is done by then: a re-check that cannot be taken (a
+/// stop signal, files deleted meanwhile) leaves the verdict "unreliable", saying why,
+/// and never fails the run.
 pub fn recheck(
     v: Option<bench::Verdict>,
     before: &BenchResult,
@@ -67,11 +69,34 @@ pub fn recheck(
     opts: &BenchOptions,
     stop: &crate::support::signals::StopFlag,
     target: impl FnOnce() -> Result<Target>,
-) -> Result<Option<bench::Verdict>> {
-    let Some(v) = v else { return Ok(None) };
+) -> Option<bench::Verdict> {
+    let v = v?;
     if !matches!(v.verdict.as_str(), "faster" | "slower") || opts.recheck.is_zero() || after.virtual_time {
-        return Ok(Some(v));
+        return Some(v);
     }
+    match take_recheck(&v, before, after, opts, stop, target) {
+        Ok(lasted) => Some(lasted),
+        Err(e) => {
+            let why = crate::error_chain(&e);
+            log::warn!("the benchmark was not re-checked: {why}");
+            let rule = format!(
+                "x{:.2} right after the rewrite ({}), but not re-checked ({why}): a cache below the device cannot be ruled out",
+                v.speedup,
+                v.verdict.replace('_', " ")
+            );
+            Some(bench::Verdict { verdict: "unreliable".into(), rule, ..v })
+        }
+    }
+}
+
+fn take_recheck(
+    v: &bench::Verdict,
+    before: &BenchResult,
+    after: &BenchResult,
+    opts: &BenchOptions,
+    stop: &crate::support::signals::StopFlag,
+    target: impl FnOnce() -> Result<Target>,
+) -> Result<bench::Verdict> {
     log::info!(
         "the reads after the rewrite were x{:.2} the reads before: reading the same bytes again in {} s, to see that it lasts (re-sequencing lasts; a cache below the device fades)",
         v.speedup,
@@ -80,15 +105,12 @@ pub fn recheck(
     let waited = std::time::Instant::now();
     stop.sleep(opts.recheck);
     if let Some(sig) = stop.signal() {
-        return Err(Error::Stopped {
-            signal: sig.into(),
-            what: "the re-check of the benchmark (the rewrite itself had finished and was verified)".into(),
-        });
+        return Err(Error::Stopped { signal: sig.into(), what: "the wait before the re-check".into() });
     }
     let waited = waited.elapsed();
     let target = target()?;
     let again = bench::bench(&target, &after.params, after.passes.len(), opts.settle)?;
-    Ok(Some(bench::lasted(v, before, &again, waited)))
+    Ok(bench::lasted(v.clone(), before, &again, waited))
 }
 
 /// What the rewrite cost the drive.

@@ -90,7 +90,7 @@ fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: bool, report: 
         return Ok(());
     }
     if o.only_slow || o.from_scan.is_some() {
-        let sel = select_slow(&plan, o)?;
+        let sel = select_slow(&plan, o).map_err(before_writing)?;
         let nothing = sel.chosen.is_empty();
         report.selection = Some(sel);
         if nothing {
@@ -190,7 +190,7 @@ fn describe_freeze(plan: &RewritePlan) -> String {
         crate::host::freeze::describe_bound(plan.max_freeze),
         plan.hung_task_timeout.map(|t| format!(" (hung-task timeout {} s)", t.as_secs())).unwrap_or_default()
     );
-    s += &frozen_share(plan.max_freeze, plan.engine.pause);
+    s += &frozen_share(plan.max_freeze, plan.engine.pause, plan.engine.rate_bytes_per_second);
     if let Some(p) = &plan.guardian {
         s += &format!("  guardian: {}\n", p.describe());
         s += &format!("  guardian priority: {}\n", crate::host::hardening::expected());
@@ -200,7 +200,10 @@ fn describe_freeze(plan: &RewritePlan) -> String {
 
 /// How much of the run the filesystems stay frozen: windows use 3/4 of their bound, and
 /// only the pauses between them let writers through.
-fn frozen_share(max_freeze: std::time::Duration, pause: std::time::Duration) -> String {
+fn frozen_share(max_freeze: std::time::Duration, pause: std::time::Duration, rate: Option<u64>) -> String {
+    if rate.is_some() {
+        return "  frozen: set by --rate: a window ends once the run is a quarter second ahead of its rate, and the pause after it makes up the time\n".into();
+    }
     let window = max_freeze.as_secs_f64() * 0.75;
     let share = window / (window + pause.as_secs_f64()).max(f64::MIN_POSITIVE);
     let hint = if share > 0.5 {
@@ -387,12 +390,18 @@ fn execute_with_bench(plan: &RewritePlan, o: &RewriteOptions, quiet: bool, repor
     result?;
     log::info!("benchmarking after the rewrite");
     // The same bytes as before: the ranges in use then (what the rewrite rewrote).
-    let (b, s, _) = measure::measure_device(&plan.device.path, &o.bench_opts, in_use.as_deref())?;
+    let (b, s) = match measure::measure_device(&plan.device.path, &o.bench_opts, in_use.as_deref()) {
+        Ok((b, s, _)) => (b, s),
+        Err(e) => {
+            report.verdict = cut_short(report.bench_before.as_ref(), e)?;
+            return Ok(());
+        }
+    };
     let mut verdict = report.bench_before.as_ref().map(|before| bench::verdict_of(before, &b));
     if let Some(before) = &report.bench_before {
         let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
         let target = || Target::open_in_use(&plan.device.path, in_use.as_deref()).map(|t| t.0);
-        verdict = measure::recheck(verdict, before, &b, &o.bench_opts, &stop, target)?;
+        verdict = measure::recheck(verdict, before, &b, &o.bench_opts, &stop, target);
     }
     // What the filesystems freed meanwhile, the run's FITRIM discarded, and it reads
     // fast: the same ranges are then not the same data. (Without a trim, freed blocks
@@ -412,6 +421,21 @@ fn execute_with_bench(plan: &RewritePlan, o: &RewriteOptions, quiet: bool, repor
     report.bench_after = Some(b);
     report.scan_after = Some(s);
     Ok(())
+}
+
+/// A stop during the benchmark after a finished rewrite: the rewrite stands (verified,
+/// nothing to resume), the verdict is "unreliable", saying so. Other errors stay errors.
+pub(crate) fn cut_short(before: Option<&bench::BenchResult>, e: Error) -> Result<Option<bench::Verdict>> {
+    let Error::Stopped { signal, .. } = e else { return Err(e) };
+    log::warn!("the benchmark after the rewrite was stopped by {signal}: the rewrite itself is complete and verified");
+    Ok(before.map(|_| bench::Verdict {
+        verdict: "unreliable".into(),
+        rule: format!("the benchmark after the rewrite was stopped by {signal}: nothing to compare"),
+        speedup: 1.0,
+        p_value: 1.0,
+        measured_bytes_freed: None,
+        recheck: None,
+    }))
 }
 
 /// A stop during the before-benchmark: nothing was written.

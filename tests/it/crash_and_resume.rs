@@ -228,6 +228,38 @@ fn sigint_during_the_before_benchmark_stops_it() {
     assert_eq!(bytes_written_to(&lo.path), before, "nothing written");
 }
 
+/// Ctrl-C during the benchmark after a finished rewrite: the rewrite stands (exit 0,
+/// verified, nothing to resume), the verdict says the benchmark was cut short.
+#[test]
+fn sigint_during_the_after_benchmark_keeps_the_finished_rewrite() {
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("afterint", 16 * MIB, 9);
+    let mut cmd = env.reseq();
+    cmd.args(["rewrite", "--json", "--bench", "--chunk-size", "1M"]).arg(&lo.path);
+    // Every benchmark read 100 ms slower: each benchmark takes about 9 s.
+    let child = spawn_captured(cmd.env("RESEQ_FAULTS", format!("slow@0-{}=100", 16 * MIB)));
+    let journal = env.state_dir().join(format!("device-{}.journal", lo.name()));
+    let start = Instant::now();
+    while !reseq::engine::journal::read(&journal).ok().flatten().is_some_and(|r| r.finished) {
+        assert!(start.elapsed() < Duration::from_secs(60), "the rewrite did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let sent = Instant::now();
+    let out = wait_captured(child);
+    assert!(sent.elapsed() < Duration::from_secs(3), "the benchmark went on for {:?}", sent.elapsed());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json_report(&out);
+    assert_eq!(r["verification"], "passed");
+    assert_eq!(r["results"]["bytes_written"], 16 * MIB);
+    assert_eq!(r["verdict"]["verdict"], "unreliable", "{}", r["verdict"]);
+    assert!(r["verdict"]["rule"].as_str().unwrap().contains("stopped by SIGINT"), "{}", r["verdict"]);
+}
+
 /// A window that outlives its deadline: the guardian thaws on its own, reseq reports the
 /// overrun, and the chunk whose write would have come after the thaw is not written.
 #[test]

@@ -299,7 +299,8 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
         return Ok(());
     }
     // --only-slow: time each file's sequential read and leave the fast ones alone.
-    let left_alone = if o.only_slow { slow_files(o, &planned)? } else { HashMap::new() };
+    let left_alone =
+        if o.only_slow { slow_files(o, &planned).map_err(crate::rewrite::before_writing)? } else { HashMap::new() };
     // --bench: the files to rewrite, read before and after.
     let measured: Vec<&Path> =
         (0..planned.len()).filter(|fi| !left_alone.contains_key(fi)).map(|fi| planned[fi].path.as_path()).collect();
@@ -634,18 +635,25 @@ impl FileRun<'_> {
         }
         if self.o.bench && outcome.is_ok() {
             log::info!("benchmarking the same files after the rewrite");
-            // Files deleted during the run are not read after it either.
+            // Files deleted during the run are not read after it either (nor at the
+            // re-check, those deleted by then).
             let still: Vec<&Path> = measured.iter().copied().filter(|p| p.exists()).collect();
-            outcome = crate::measure::passes::measure_files(&still, &self.o.bench_opts).and_then(|(b, s)| {
-                if let Some(before) = &report.bench_before {
-                    let v = crate::measure::bench::verdict_of(before, &b);
-                    let target = || crate::measure::passes::files_target(&still);
-                    report.verdict =
-                        crate::measure::passes::recheck(Some(v), before, &b, &self.o.bench_opts, self.stop, target)?;
+            outcome = match crate::measure::passes::measure_files(&still, &self.o.bench_opts) {
+                Ok((b, s)) => {
+                    if let Some(before) = &report.bench_before {
+                        let v = crate::measure::bench::verdict_of(before, &b);
+                        let target = || {
+                            let left: Vec<&Path> = still.iter().copied().filter(|p| p.exists()).collect();
+                            crate::measure::passes::files_target(&left)
+                        };
+                        report.verdict =
+                            crate::measure::passes::recheck(Some(v), before, &b, &self.o.bench_opts, self.stop, target);
+                    }
+                    (report.bench_after, report.scan_after) = (Some(b), Some(s));
+                    Ok(())
                 }
-                (report.bench_after, report.scan_after) = (Some(b), Some(s));
-                Ok(())
-            });
+                Err(e) => crate::rewrite::cut_short(report.bench_before.as_ref(), e).map(|v| report.verdict = v),
+            };
         }
         // Freezes, not engine windows: files rewritten in one freeze share it.
         totals.windows = windows;
