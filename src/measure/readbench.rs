@@ -340,36 +340,14 @@ fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<
                         }
                         break;
                     }
-                    // The tail of a file may be shorter; the read length stays aligned and
-                    // the kernel returns what exists. A block that spans two in-use ranges
-                    // is read in two pieces.
-                    let block_end = (off + block).min(to);
-                    let mut at = off;
-                    while at < block_end {
-                        let (dev_at, want) = s.locate(at, block_end - at);
-                        if want == 0 {
+                    match read_block(s, &mut buf, (off, (off + block).min(to)), &mut latencies) {
+                        Ok(n) => {
+                            total.fetch_add(n, Ordering::SeqCst);
+                        }
+                        Err(e) => {
+                            first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
                             break;
                         }
-                        let len = want.div_ceil(s.offset_align) * s.offset_align;
-                        let t = Instant::now();
-                        let r = crate::support::hooks::io_fault(crate::support::hooks::IoOp::Read, dev_at, len)
-                            .and_then(|()| s.file.read_at(&mut buf[..len as usize], dev_at));
-                        crate::support::hooks::read_delay(&s.path, dev_at, len);
-                        latencies.push(t.elapsed().as_secs_f64());
-                        match r {
-                            Ok(n) => {
-                                total.fetch_add((n as u64).min(want), Ordering::SeqCst);
-                            }
-                            Err(e) => {
-                                let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
-                                slot.get_or_insert(Error::io_at(format!("reading {}", s.path.display()), dev_at, e));
-                                break;
-                            }
-                        }
-                        at += want;
-                    }
-                    if first_error.lock().map(|e| e.is_some()).unwrap_or(true) {
-                        break;
                     }
                 }
                 all_latencies.lock().unwrap_or_else(|p| p.into_inner()).extend(latencies);
@@ -380,6 +358,30 @@ fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<
         Some(e) => Err(e),
         None => Ok((total.into_inner(), all_latencies.into_inner().unwrap_or_else(|p| p.into_inner()))),
     }
+}
+
+/// Reads `[span.0, span.1)` of a source, timing each read command: the bytes read. The
+/// tail of a file may be shorter; the read length stays aligned and the kernel returns
+/// what exists. A block that spans two in-use ranges is read in two pieces.
+fn read_block(s: &Source, buf: &mut AlignedBuf, span: (u64, u64), latencies: &mut Vec<f64>) -> Result<u64> {
+    let (mut at, end) = span;
+    let mut bytes = 0;
+    while at < end {
+        let (dev_at, want) = s.locate(at, end - at);
+        if want == 0 {
+            break;
+        }
+        let len = want.div_ceil(s.offset_align) * s.offset_align;
+        let t = Instant::now();
+        let r = crate::support::hooks::io_fault(crate::support::hooks::IoOp::Read, dev_at, len)
+            .and_then(|()| s.file.read_at(&mut buf[..len as usize], dev_at));
+        crate::support::hooks::read_delay(&s.path, dev_at, len);
+        latencies.push(t.elapsed().as_secs_f64());
+        let n = r.map_err(|e| Error::io_at(format!("reading {}", s.path.display()), dev_at, e))?;
+        bytes += (n as u64).min(want);
+        at += want;
+    }
+    Ok(bytes)
 }
 
 /// Checks and completes read parameters against the target.
