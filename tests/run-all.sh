@@ -49,3 +49,10 @@ command -v ansible-playbook >/dev/null || python3 -m pip install --quiet ansible
 cargo fmt --all -- --check
 cargo clippy --all-targets --features fault-injection -- -D warnings
 cargo test --features fault-injection
+
+# The VM tests (tests/vm/run.sh): real LVM, thin pools, dm-crypt, md RAID and systemd as
+# PID 1, in a Debian 12 guest under qemu, since this kernel may have no device-mapper
+# and no md. The guest is built once and cached in /var/cache/reseq-vm; the binary
+# handed to it is the one `cargo test` just built.
+cargo build --features fault-injection --bin reseq
+RESEQ_BIN="${CARGO_TARGET_DIR:-target}/debug/reseq" bash tests/vm/run.sh

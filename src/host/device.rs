@@ -157,6 +157,26 @@ impl Sysfs {
         h
     }
 
+    /// The devices a stacked device is built on (`slaves/`), in name order.
+    pub fn slaves_of(&self, name: &str) -> Vec<String> {
+        let mut s: Vec<String> = std::fs::read_dir(self.block_dir(name).join("slaves"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        s.sort();
+        s
+    }
+
+    /// A device-mapper device's path under /dev/mapper, or /dev/NAME for any other.
+    pub fn display_name(&self, name: &str) -> String {
+        match self.read(name, "dm/name") {
+            Some(dm) => format!("/dev/{name} (/dev/mapper/{dm})"),
+            None => format!("/dev/{name}"),
+        }
+    }
+
     /// The disk that carries the queue (a partition's parent, or the device itself).
     fn disk_of<'a>(name: &'a str, parent: &'a Option<String>) -> &'a str {
         parent.as_deref().unwrap_or(name)
@@ -318,6 +338,81 @@ pub fn inspect(path: &Path, sysfs: &Sysfs) -> Result<BlockDeviceInfo> {
     })
 }
 
+/// A device-mapper target that copies or allocates when a block is written, so that
+/// writing the same bytes back is not free: it costs space below, and can run out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CopyOnWrite {
+    /// Kernel name (dm-3) of the device with that target.
+    pub name: String,
+    /// The target: `thin`, `thin-pool`, `snapshot`, `snapshot-origin`, `snapshot-merge`,
+    /// or what LVM's naming says where `dmsetup` is missing.
+    pub target: String,
+}
+
+const COW_TARGETS: [&str; 5] = ["thin", "thin-pool", "snapshot", "snapshot-origin", "snapshot-merge"];
+
+/// The device-mapper targets of a device, from `dmsetup table` (None: no dmsetup, or it
+/// failed). sysfs does not say which target a dm device has.
+pub fn dmsetup_targets(sysfs: &Sysfs, name: &str) -> Option<Vec<String>> {
+    let dm = sysfs.read(name, "dm/name")?;
+    let out = std::process::Command::new("dmsetup").args(["table", "--", &dm]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    // Lines of "start length target params...".
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(2))
+            .map(String::from)
+            .collect(),
+    )
+}
+
+/// Where `dmsetup` cannot be run: what LVM's uuid suffixes say (`-real` under a snapshot
+/// origin and its snapshots, `-cow` a snapshot's store, `-tpool` a thin pool), or
+/// "unknown" for a dm device that says nothing.
+fn targets_by_uuid(sysfs: &Sysfs, name: &str) -> Vec<String> {
+    let uuid = sysfs.read(name, "dm/uuid").unwrap_or_default();
+    let lvm_suffix = uuid.strip_prefix("LVM-").and_then(|u| u.split_once('-')).map(|(_, s)| s.to_string());
+    match lvm_suffix.as_deref() {
+        Some("real") => vec!["snapshot-origin (LVM -real)".into()],
+        Some("cow") => vec!["snapshot (LVM -cow)".into()],
+        Some("tpool") => vec!["thin-pool (LVM -tpool)".into()],
+        Some(_) | None if uuid.starts_with("LVM-") || uuid.starts_with("CRYPT-") => Vec::new(),
+        _ => vec!["unknown (no dmsetup to ask)".into()],
+    }
+}
+
+/// The copy-on-write targets in the stack of devices under `name`, itself included.
+/// `targets` lists a dm device's targets (`dmsetup_targets`, or a fake in tests).
+pub fn copy_on_write_below(
+    sysfs: &Sysfs,
+    name: &str,
+    targets: &dyn Fn(&Sysfs, &str) -> Option<Vec<String>>,
+) -> Vec<CopyOnWrite> {
+    let mut found = Vec::new();
+    let mut todo = vec![name.to_string()];
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(cur) = todo.pop() {
+        if !seen.insert(cur.clone()) {
+            continue;
+        }
+        if sysfs.block_dir(&cur).join("dm").is_dir() {
+            let types = targets(sysfs, &cur).unwrap_or_else(|| targets_by_uuid(sysfs, &cur));
+            for t in types {
+                let base = t.split(' ').next().unwrap_or(&t);
+                if COW_TARGETS.contains(&base) || base == "unknown" {
+                    found.push(CopyOnWrite { name: cur.clone(), target: t.clone() });
+                }
+            }
+        }
+        todo.extend(sysfs.slaves_of(&cur));
+    }
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,6 +457,58 @@ mod tests {
         std::os::unix::fs::symlink("../../devices/pci0/block/sdz/sdz1", r.join("dev/block/8:1")).unwrap();
         let sysfs = Sysfs { root: r.to_path_buf() };
         (dir, sysfs)
+    }
+
+    /// dm devices in a fake tree: `name` with dm/name, dm/uuid and slaves.
+    fn fake_dm(s: &Sysfs, name: &str, dm_name: &str, uuid: &str, slaves: &[&str]) {
+        let d = s.root.join("devices/virtual/block").join(name);
+        std::fs::create_dir_all(d.join("dm")).unwrap();
+        std::fs::create_dir_all(d.join("slaves")).unwrap();
+        std::fs::create_dir_all(d.join("holders")).unwrap();
+        std::fs::write(d.join("dm/name"), format!("{dm_name}\n")).unwrap();
+        std::fs::write(d.join("dm/uuid"), format!("{uuid}\n")).unwrap();
+        for sl in slaves {
+            std::fs::create_dir_all(d.join("slaves").join(sl)).unwrap();
+        }
+        std::os::unix::fs::symlink(&d, s.root.join("class/block").join(name)).unwrap();
+    }
+
+    #[test]
+    fn finds_thin_and_snapshot_targets_down_the_stack() {
+        let (_d, s) = fake_sysfs();
+        let lv = "LVM-aaaaaaaabbbbbbbbccccccccddddddddeeeeeeeeffffffffgggggggghhhhhhhh";
+        // A thin volume (dm-3) on its pool (dm-2) on data and metadata (dm-0, dm-1) on sdz1;
+        // dm-crypt (dm-4) over the thin volume; a plain linear LV (dm-5).
+        fake_dm(&s, "dm-0", "vg-pool_tmeta", &format!("{lv}-tmeta"), &["sdz1"]);
+        fake_dm(&s, "dm-1", "vg-pool_tdata", &format!("{lv}-tdata"), &["sdz1"]);
+        fake_dm(&s, "dm-2", "vg-pool-tpool", &format!("{lv}-tpool"), &["dm-0", "dm-1"]);
+        fake_dm(&s, "dm-3", "vg-thin", lv, &["dm-2"]);
+        fake_dm(&s, "dm-4", "secret", "CRYPT-LUKS2-0123-secret", &["dm-3"]);
+        fake_dm(&s, "dm-5", "vg-lin", lv, &["sdz1"]);
+        let table = |_: &Sysfs, n: &str| -> Option<Vec<String>> {
+            Some(vec![
+                match n {
+                    "dm-2" => "thin-pool",
+                    "dm-3" => "thin",
+                    "dm-4" => "crypt",
+                    _ => "linear",
+                }
+                .to_string(),
+            ])
+        };
+        let names = |v: Vec<CopyOnWrite>| v.into_iter().map(|c| format!("{}:{}", c.name, c.target)).collect::<Vec<_>>();
+        assert_eq!(names(copy_on_write_below(&s, "dm-4", &table)), vec!["dm-2:thin-pool", "dm-3:thin"]);
+        assert!(copy_on_write_below(&s, "dm-5", &table).is_empty());
+        assert!(copy_on_write_below(&s, "sdz1", &table).is_empty());
+        // Without dmsetup, LVM's uuid suffixes still tell a thin pool; an unknown dm
+        // device is named as such.
+        let none = |_: &Sysfs, _: &str| -> Option<Vec<String>> { None };
+        assert_eq!(names(copy_on_write_below(&s, "dm-4", &none)), vec!["dm-2:thin-pool (LVM -tpool)"]);
+        assert!(copy_on_write_below(&s, "dm-5", &none).is_empty());
+        fake_dm(&s, "dm-6", "mystery", "", &["sdz1"]);
+        assert_eq!(names(copy_on_write_below(&s, "dm-6", &none)), vec!["dm-6:unknown (no dmsetup to ask)"]);
+        assert_eq!(s.display_name("dm-3"), "/dev/dm-3 (/dev/mapper/vg-thin)");
+        assert_eq!(s.slaves_of("dm-2"), vec!["dm-0".to_string(), "dm-1".to_string()]);
     }
 
     #[test]

@@ -111,27 +111,59 @@ pub fn nothing_stacked(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<()> {
     ))
 }
 
-/// Names the top of a stack of holders (dm on dm on a partition...), as the device to
-/// target instead.
+/// Names the tops of the stacks of holders (dm on dm on a partition...), as the devices
+/// to target instead: every branch, since a device can hold several (a snapshot origin's
+/// `-real` device holds both the origin and the snapshot).
 pub(crate) fn top_holders(sysfs: &Sysfs, holders: &[String]) -> Vec<String> {
     let mut out = Vec::new();
-    for h in holders {
-        let name = h.split(' ').next().unwrap_or(h).to_string();
-        let mut cur = name.clone();
-        for _ in 0..8 {
-            match sysfs.holders_of(&cur).first() {
-                Some(up) => cur = up.clone(),
-                None => break,
-            }
+    let mut todo: Vec<(String, u32)> =
+        holders.iter().map(|h| (h.split(' ').next().unwrap_or(h).to_string(), 0)).collect();
+    while let Some((cur, depth)) = todo.pop() {
+        let up = sysfs.holders_of(&cur);
+        if up.is_empty() || depth >= 8 {
+            out.push(sysfs.display_name(&cur));
+        } else {
+            todo.extend(up.into_iter().map(|u| (u, depth + 1)));
         }
-        let dm_name = std::fs::read_to_string(sysfs.root.join("class/block").join(&cur).join("dm/name"))
-            .map(|n| format!(" (/dev/mapper/{})", n.trim()))
-            .unwrap_or_default();
-        out.push(format!("/dev/{cur}{dm_name}"));
     }
     out.sort();
     out.dedup();
     out
+}
+
+/// Nothing in the device's stack copies or allocates on write: a thin volume (a block
+/// shared with a snapshot, or never written, gets a new block in the pool), a dm
+/// snapshot's origin (each block is first copied into every snapshot's store) or a
+/// snapshot (its store takes the write). Rewriting the same bytes would cost space
+/// below, which reseq cannot bound, and a full pool or store fails every volume in it or
+/// invalidates the snapshot.
+pub fn no_copy_on_write(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<()> {
+    let found =
+        crate::host::device::copy_on_write_below(sysfs, &dev.identity.name, &crate::host::device::dmsetup_targets);
+    if found.is_empty() {
+        return Ok(());
+    }
+    let what: Vec<String> = found
+        .iter()
+        .map(|c| {
+            let why = match c.target.split(' ').next().unwrap_or_default() {
+                "thin" => "a thin volume: each block rewritten that is shared with a snapshot, or was never written, takes a new block of its pool",
+                "thin-pool" => "a thin pool: its volumes' blocks are shared and allocated on write",
+                "snapshot-origin" => "the origin of a dm snapshot: each block rewritten is first copied into every snapshot's store, which invalidates the snapshot when full",
+                "snapshot" | "snapshot-merge" => "a dm snapshot: each block rewritten takes space in its store, which invalidates the snapshot when full",
+                _ => "a device-mapper device whose target reseq cannot tell without dmsetup",
+            };
+            format!("{} is {why} ({})", sysfs.display_name(&c.name), c.target)
+        })
+        .collect();
+    Err(Error::refused(
+        format!(
+            "{} is on copy-on-write storage: {}. Writing the same bytes back costs space below, which reseq cannot bound",
+            dev.path.display(),
+            what.join("; ")
+        ),
+        "remove the snapshots (lvremove) before a run, or leave thin volumes and snapshot origins out; where dmsetup is missing, install it",
+    ))
 }
 
 /// No active swap on the device: the kernel writes swap whatever the freeze.
@@ -259,5 +291,36 @@ mod tests {
         let holders = sysfs.holders_of("sdz1");
         assert_eq!(holders, vec!["dm-7".to_string()]);
         assert_eq!(top_holders(&sysfs, &holders), vec!["/dev/dm-9 (/dev/mapper/vg-data)".to_string()]);
+    }
+
+    /// A classic snapshot's `-real` device is held by both the origin and the snapshot
+    /// (seen in the VM tests, tests/vm): the refusal names both tops.
+    #[test]
+    fn names_every_top_of_a_branching_stack() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        let stack: [(&str, &[&str]); 5] = [
+            ("sdz", &["dm-0", "dm-1"]),
+            ("dm-0", &["dm-2", "dm-3"]),
+            ("dm-1", &["dm-3"]),
+            ("dm-2", &[]),
+            ("dm-3", &[]),
+        ];
+        for (dev, holders) in stack {
+            let d = r.join("class/block").join(dev);
+            std::fs::create_dir_all(d.join("holders")).unwrap();
+            for h in holders {
+                std::fs::create_dir_all(d.join("holders").join(h)).unwrap();
+            }
+        }
+        for (dev, name) in [("dm-2", "vg-origin"), ("dm-3", "vg-snap")] {
+            std::fs::create_dir_all(r.join("class/block").join(dev).join("dm")).unwrap();
+            std::fs::write(r.join("class/block").join(dev).join("dm/name"), format!("{name}\n")).unwrap();
+        }
+        let sysfs = Sysfs { root: r.to_path_buf() };
+        assert_eq!(
+            top_holders(&sysfs, &sysfs.holders_of("sdz")),
+            vec!["/dev/dm-2 (/dev/mapper/vg-origin)".to_string(), "/dev/dm-3 (/dev/mapper/vg-snap)".to_string()]
+        );
     }
 }

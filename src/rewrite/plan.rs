@@ -104,6 +104,7 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
     let dev = device::inspect(o.device(), &env.sysfs)?;
     checks::writable(&dev)?;
     checks::nothing_stacked(&dev, &env.sysfs)?;
+    checks::no_copy_on_write(&dev, &env.sysfs)?;
     checks::no_swap(&dev)?;
     let writer_devices = checks::no_other_writers(&dev, &env.sysfs)?;
     // Filesystems to freeze: on the device, or on its partitions for a whole disk.

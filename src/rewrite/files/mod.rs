@@ -179,6 +179,7 @@ fn fs_group(f: &Path, dev: (u32, u32), mounts: &[mounts::MountEntry], sysfs: &Sy
     }
     let device = device_of(&fs, sysfs)?;
     checks::writable(&device)?;
+    checks::no_copy_on_write(&device, sysfs)?;
     Ok(FsGroup { fs, device })
 }
 

@@ -1,0 +1,472 @@
+#!/usr/bin/env bash
+# The VM scenarios, run in the guest by run.sh: `scenarios.sh NAME` runs scenario_NAME,
+# `scenarios.sh teardown` undoes whatever a scenario left (run before and after each).
+# They use only the scratch disks with serials reseq-a, reseq-b, reseq-c (never the root
+# disk), and fail with a line starting "FAIL:".
+set -euo pipefail
+SHARE=${RESEQ_SHARE:-/mnt/vmshare}
+T=/run/reseq-vm            # scenario scratch (tmpfs: never on a filesystem reseq freezes)
+MNT=/mnt/t
+MAXF=2                     # --max-freeze in seconds for the systemd scenarios
+BOUND=3                    # its freeze bound: max-freeze plus a grace (the same, 1 s at most)
+# What the measurement may add to the bound: the probe polls every 20 ms, and an
+# emulated guest (TCG) runs far slower than hardware, its timers late when the host is
+# busy (run.sh sets it: 1.5 s under TCG, 0.3 s under KVM).
+SLACK=${RESEQ_VM_SLACK:-1.5}
+mkdir -p "$T" "$MNT"
+
+log() { echo "+ $*" >&2; }
+fail() {
+  echo "FAIL: $*" >&2
+  if systemctl cat reseq@vmtest.service >/dev/null 2>&1; then
+    systemctl status --no-pager reseq@vmtest.service >&2 || true
+    journalctl -u reseq@vmtest.service --no-pager -o short-monotonic | tail -40 >&2 || true
+  fi
+  exit 1
+}
+now() { date +%s.%N; }
+# Floating-point test: fp 'a <= b'.
+fp() { awk "BEGIN{exit !($1)}"; }
+
+# A scratch disk by its serial; nothing else is ever touched.
+disk() {
+  local want=reseq-$1 d
+  for d in /sys/block/sd*; do
+    if [ "$(lsblk -dno SERIAL "/dev/${d##*/}" 2>/dev/null)" = "$want" ]; then echo "/dev/${d##*/}"; return; fi
+  done
+  fail "no scratch disk with serial $want"
+}
+kname() { basename "$(readlink -f "$1")"; }
+# Sectors written to a device since boot (field 7 of its stat).
+written() { awk '{print $7}' "/sys/class/block/$(kname "$1")/stat"; }
+mkext4() { mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$1"; }
+mountit() { mkdir -p "$2"; mount -o noatime "$1" "$2"; }
+
+# Files of random bytes under DIR, and a manifest of their hashes (in $T).
+fill() { # DIR COUNT MIB
+  local dir=$1 i
+  mkdir -p "$dir"
+  for i in $(seq 1 "$2"); do head -c "$(( $3 << 20 ))" /dev/urandom >"$dir/f$i"; done
+  sync
+  (cd "$dir" && sha256sum f*) >"$T/manifest-$(echo "$dir" | tr / _)"
+}
+# The files read back from the device (caches dropped) hash as before.
+intact() { # DIR
+  sync; echo 3 >/proc/sys/vm/drop_caches
+  (cd "$1" && sha256sum --quiet -c "$T/manifest-$(echo "$1" | tr / _)") >&2 || fail "the files under $1 changed"
+}
+fsck_clean() { # DEV (unmounted)
+  e2fsck -fn "$1" >"$T/fsck.log" 2>&1 || { cat "$T/fsck.log" >&2; fail "e2fsck -fn $1 is not clean"; }
+  log "e2fsck -fn $1: clean"
+}
+
+# Device mode on DEV (mounted ext4 with content of at least MIN bytes): exit 0,
+# verified, and the device's write counter moved by at least what reseq wrote.
+rewrite_device() { # DEV MIN_BYTES
+  local dev=$1 before after rc=0
+  before=$(written "$dev")
+  reseq rewrite --json --max-freeze 2s --pause 50ms "$dev" >"$T/r.json" 2>"$T/r.err" || rc=$?
+  after=$(written "$dev")
+  [ $rc = 0 ] || { cat "$T/r.err" >&2; fail "reseq rewrite $dev exited $rc"; }
+  local w v fz
+  w=$(jq '.results.bytes_written' "$T/r.json"); v=$(jq -r '.verification' "$T/r.json")
+  fz=$(jq '.plan.filesystems_frozen | length' "$T/r.json")
+  [ "$v" = passed ] || fail "verification $v"
+  [ "$w" = "$(jq '.results.bytes_verified' "$T/r.json")" ] || fail "bytes written != bytes verified"
+  [ "$w" -ge "$2" ] || fail "rewrote $w bytes, less than the $2 bytes of files"
+  [ "$fz" -ge 1 ] || fail "no filesystem frozen"
+  [ $(( (after - before) * 512 )) -ge "$w" ] || fail "write counter of $dev moved $(( (after - before) * 512 )) bytes for $w written"
+  log "device mode $dev: $w bytes rewritten and verified, $(jq '.results.windows' "$T/r.json") windows, counter +$(( (after - before) * 512 ))"
+}
+# File mode on DIR: exit 0, every file verified, at least MIN bytes rewritten.
+rewrite_files() { # DIR DEV MIN_BYTES
+  local before after rc=0
+  before=$(written "$2")
+  reseq rewrite --json --max-freeze 2s "$1" >"$T/r.json" 2>"$T/r.err" || rc=$?
+  after=$(written "$2")
+  [ $rc = 0 ] || { cat "$T/r.err" >&2; fail "reseq rewrite $1 exited $rc"; }
+  local w bad
+  w=$(jq '.results.bytes_written' "$T/r.json")
+  bad=$(jq '[.files[] | select(.verification != "passed")] | length' "$T/r.json")
+  [ "$bad" = 0 ] || fail "$bad files not verified"
+  [ "$w" -ge "$3" ] || fail "file mode rewrote $w bytes, less than $3"
+  [ $(( (after - before) * 512 )) -ge "$w" ] || fail "write counter of $2 moved $(( (after - before) * 512 )) bytes for $w written"
+  log "file mode $1: $w bytes in $(jq '.files | length' "$T/r.json") files, counter +$(( (after - before) * 512 ))"
+}
+# reseq refuses TARGET (exit 3) with a message naming NAME, and writes nothing to DEV
+# (the target itself, or the device under a directory for file mode).
+refused() { # TARGET NAME [DEV]
+  local target=$1 name=$2 dev=${3:-$1} before after rc=0
+  sync; before=$(written "$dev")
+  reseq rewrite "$target" >"$T/r.out" 2>"$T/r.err" || rc=$?
+  sync; after=$(written "$dev")
+  [ $rc = 3 ] || { cat "$T/r.err" >&2; fail "reseq rewrite $target exited $rc, not 3 (refused)"; }
+  grep -qF -- "$name" "$T/r.err" || { cat "$T/r.err" >&2; fail "the refusal of $target does not name $name"; }
+  [ "$after" = "$before" ] || fail "$dev was written while $target was refused ($before -> $after sectors)"
+  log "refused $target: $(grep -m1 -i 'refus\|error' "$T/r.err" | cut -c1-400)"
+}
+
+# ---- storage stacks --------------------------------------------------------------
+
+scenario_lvm_linear() {
+  local a; a=$(disk a)
+  pvcreate -q "$a"; vgcreate -q vmvg "$a"
+  lvcreate -q -y -L 256M -n lin vmvg
+  mkext4 /dev/vmvg/lin; mountit /dev/vmvg/lin "$MNT/lin"
+  fill "$MNT/lin/data" 6 8
+  rewrite_device /dev/vmvg/lin $(( 48 << 20 ))
+  intact "$MNT/lin/data"
+  rewrite_files "$MNT/lin/data" /dev/vmvg/lin $(( 48 << 20 ))
+  intact "$MNT/lin/data"
+  refused "$a" "/dev/mapper/vmvg-lin"
+  umount "$MNT/lin"; fsck_clean /dev/vmvg/lin
+}
+
+scenario_whole_disk_lvm() {
+  local a; a=$(disk a)
+  echo 'label: gpt
+size=900MiB, type=E6D6D379-F507-44C2-A23C-238F2A3DF928' | sfdisk -q "$a"
+  udevadm settle; local p="${a}1"
+  pvcreate -q "$p"; vgcreate -q vmvg "$p"
+  lvcreate -q -y -L 128M -n one vmvg; lvcreate -q -y -L 128M -n two vmvg
+  mkext4 /dev/vmvg/one; mkext4 /dev/vmvg/two
+  mountit /dev/vmvg/one "$MNT/one"; mountit /dev/vmvg/two "$MNT/two"
+  fill "$MNT/one/d" 4 4; fill "$MNT/two/d" 4 4
+  refused "$a" "/dev/mapper/vmvg-one"
+  grep -qF /dev/mapper/vmvg-two "$T/r.err" || fail "the refusal of $a does not name vmvg-two"
+  refused "$p" "/dev/mapper/vmvg-two"
+  rewrite_device /dev/vmvg/two $(( 16 << 20 ))
+  intact "$MNT/one/d"; intact "$MNT/two/d"
+  umount "$MNT/one" "$MNT/two"; fsck_clean /dev/vmvg/one; fsck_clean /dev/vmvg/two
+}
+
+scenario_lvm_snapshot() {
+  local a; a=$(disk a)
+  pvcreate -q "$a"; vgcreate -q vmvg "$a"
+  lvcreate -q -y -L 192M -n origin vmvg
+  mkext4 /dev/vmvg/origin; mountit /dev/vmvg/origin "$MNT/origin"
+  fill "$MNT/origin/d" 4 8
+  lvcreate -q -y -s -L 64M -n snap /dev/vmvg/origin
+  # The origin moves on after the snapshot: each keeps its own content.
+  fill "$MNT/origin/new" 2 4
+  mountit /dev/vmvg/snap "$MNT/snap"
+  [ ! -e "$MNT/snap/new" ] || fail "the snapshot sees files written after it"
+  cp "$T/manifest-$(echo "$MNT/origin/d" | tr / _)" "$T/manifest-$(echo "$MNT/snap/d" | tr / _)"
+  local cow0; cow0=$(lvs --noheadings -o snap_percent vmvg/snap | tr -d ' ')
+  # Every write to the origin copies the old chunk into the snapshot's exception store
+  # (64 MiB here, for 48 MiB of files and the filesystem's metadata): rewriting can
+  # fill it and invalidate the snapshot. Writing the snapshot allocates in it too.
+  refused /dev/vmvg/origin "snapshot"
+  refused /dev/vmvg/snap "snapshot"
+  refused "$MNT/origin/d" "snapshot" /dev/vmvg/origin
+  refused "$a" "/dev/mapper/vmvg-origin"
+  grep -qF /dev/mapper/vmvg-snap "$T/r.err" || fail "the refusal of $a does not name the snapshot vmvg-snap"
+  local cow1; cow1=$(lvs --noheadings -o snap_percent vmvg/snap | tr -d ' ')
+  [ "$cow0" = "$cow1" ] || fail "the snapshot's exception store grew ($cow0% -> $cow1%)"
+  intact "$MNT/origin/d"; intact "$MNT/origin/new"; intact "$MNT/snap/d"
+  umount "$MNT/snap" "$MNT/origin"; fsck_clean /dev/vmvg/origin; fsck_clean /dev/vmvg/snap
+}
+
+scenario_thin_snapshot() {
+  local a; a=$(disk a)
+  pvcreate -q "$a"; vgcreate -q vmvg "$a"
+  lvcreate -q -y -L 400M -T vmvg/pool
+  lvcreate -q -y -V 256M -T vmvg/pool -n thin
+  mkext4 /dev/vmvg/thin; mountit /dev/vmvg/thin "$MNT/thin"
+  fill "$MNT/thin/d" 4 8
+  lvcreate -q -y -s -n tsnap vmvg/thin
+  lvchange -q -ay -K vmvg/tsnap
+  local used0; used0=$(lvs --noheadings -o data_percent vmvg/pool | tr -d ' ')
+  # Every block of the thin volume is shared with its snapshot: rewriting one breaks
+  # the sharing and allocates a new block in the pool.
+  refused /dev/vmvg/thin "thin"
+  refused "$MNT/thin/d" "thin" /dev/vmvg/thin
+  refused /dev/vmvg/tsnap "thin"
+  local used1; used1=$(lvs --noheadings -o data_percent vmvg/pool | tr -d ' ')
+  [ "$used0" = "$used1" ] || fail "the pool's data use changed ($used0% -> $used1%)"
+  refused "$a" "/dev/mapper/vmvg-"
+  intact "$MNT/thin/d"
+  mountit /dev/vmvg/tsnap "$MNT/tsnap"
+  cp "$T/manifest-$(echo "$MNT/thin/d" | tr / _)" "$T/manifest-$(echo "$MNT/tsnap/d" | tr / _)"
+  intact "$MNT/tsnap/d"
+  umount "$MNT/tsnap" "$MNT/thin"; fsck_clean /dev/vmvg/thin
+}
+
+scenario_luks2() {
+  local a; a=$(disk a)
+  echo -n vmtest-passphrase >"$T/key"
+  cryptsetup luksFormat -q --type luks2 --pbkdf pbkdf2 --pbkdf-force-iterations 1000 --key-file "$T/key" "$a"
+  cryptsetup open --key-file "$T/key" "$a" vmcrypt
+  mkext4 /dev/mapper/vmcrypt; mountit /dev/mapper/vmcrypt "$MNT/crypt"
+  fill "$MNT/crypt/d" 6 8
+  rewrite_device /dev/mapper/vmcrypt $(( 48 << 20 ))
+  intact "$MNT/crypt/d"
+  rewrite_files "$MNT/crypt/d" /dev/mapper/vmcrypt $(( 48 << 20 ))
+  intact "$MNT/crypt/d"
+  refused "$a" "/dev/mapper/vmcrypt"
+  umount "$MNT/crypt"; fsck_clean /dev/mapper/vmcrypt
+}
+
+scenario_md_raid1() {
+  local a b; a=$(disk a); b=$(disk b)
+  # The disks were wiped to zeros: a clean array without a resync (one would be a writer
+  # that a freeze does not stop).
+  mdadm --create /dev/md/vmmd --run --quiet --level=1 --raid-devices=2 --metadata=1.2 --assume-clean --size=192M "$a" "$b"
+  local md; md=/dev/$(kname /dev/md/vmmd)
+  mkext4 "$md"; mountit "$md" "$MNT/md"
+  fill "$MNT/md/d" 6 8
+  rewrite_device "$md" $(( 48 << 20 ))
+  intact "$MNT/md/d"
+  rewrite_files "$MNT/md/d" "$md" $(( 48 << 20 ))
+  intact "$MNT/md/d"
+  refused "$a" "$md"
+  refused "$b" "$md"
+  umount "$MNT/md"; fsck_clean "$md"
+  local sys=/sys/block/$(kname "$md")/md
+  echo check >"$sys/sync_action"
+  sleep 1
+  local i; for i in $(seq 1 600); do [ "$(cat "$sys/sync_action")" = idle ] && break; sleep 0.2; done
+  [ "$(cat "$sys/sync_action")" = idle ] || fail "the md check did not finish"
+  [ "$(cat "$sys/mismatch_cnt")" = 0 ] || fail "mismatch_cnt $(cat "$sys/mismatch_cnt") after a check"
+  log "md check: mismatch_cnt 0"
+}
+
+# ---- systemd as PID 1: the shipped unit --------------------------------------------
+
+install_units() {
+  if cmp -s "$SHARE/packaging/reseq@.service" /lib/systemd/system/reseq@.service; then return; fi
+  install -m 644 "$SHARE/packaging/reseq@.service" "$SHARE/packaging/reseq@.timer" /lib/systemd/system/
+  mkdir -p /usr/share/man/man1 /etc/reseq
+  reseq generate "$T/gen" >/dev/null
+  install -m 644 "$T/gen/reseq.1" /usr/share/man/man1/reseq.1
+  systemctl daemon-reload
+}
+
+scenario_systemd_verify() {
+  install_units
+  [ "$(cat /proc/1/comm)" = systemd ] || fail "PID 1 is $(cat /proc/1/comm), not systemd"
+  local out rc=0
+  out=$(systemd-analyze verify reseq@vmtest.service reseq@vmtest.timer 2>&1) || rc=$?
+  [ $rc = 0 ] && [ -z "$out" ] || { echo "$out" >&2; fail "systemd-analyze verify: exit $rc"; }
+  log "systemd-analyze verify: clean"
+  systemctl enable --now reseq@vmtest.timer
+  systemctl list-timers --all --no-pager | grep -q 'reseq@vmtest.timer' || fail "the timer is not listed"
+  systemctl disable --now reseq@vmtest.timer
+}
+
+# A job on ext4 on an LVM LV with enough data for many 1 s windows.
+svc_setup() {
+  install_units
+  local a; a=$(disk a)
+  pvcreate -q "$a"; vgcreate -q vmvg "$a"
+  lvcreate -q -y -L 256M -n svc vmvg
+  mkext4 /dev/vmvg/svc; mountit /dev/vmvg/svc "$MNT/svc"
+  fill "$MNT/svc/d" 6 16
+  cat >/etc/reseq/vmtest.toml <<TOML
+targets = ["/dev/vmvg/svc"]
+max_freeze = "${MAXF}s"
+pause = "500ms"
+rate = "20M"
+resume = true
+TOML
+  systemctl reset-failed 'reseq@vmtest.service' 2>/dev/null || true
+  sleep 1; SINCE=$(date '+%Y-%m-%d %H:%M:%S')
+}
+# The unit's log since this scenario's job started.
+unitlog() { journalctl -u reseq@vmtest.service --since "${1:-$SINCE}" --no-pager -o cat; }
+# The ext4 on DEV is frozen now: its journal's RECOVER flag (feature_incompat 0x4,
+# byte 0x460 of the device) is clear while frozen, set again by the thaw (read O_DIRECT,
+# never through the filesystem: a probe through it would block).
+is_frozen() { local v; v=$(dd if="$1" bs=4096 count=1 iflag=direct status=none | od -An -tu1 -j1120 -N1); (( (v & 4) == 0 )); }
+wait_frozen() { # DEV SECONDS -> sets FROZEN_AT
+  local end; end=$(awk "BEGIN{printf \"%.3f\", $(now) + $2}")
+  while ! is_frozen "$1"; do
+    fp "$(now) < $end" || fail "$1 never froze within $2 s"
+    [ "$(systemctl is-failed reseq@vmtest.service)" != failed ] || fail "reseq@vmtest.service failed before $1 froze"
+    sleep 0.02
+  done
+  FROZEN_AT=$(now)
+}
+wait_thawed() { # DEV SECONDS -> sets THAWED_AT
+  local end; end=$(awk "BEGIN{printf \"%.3f\", $(now) + $2}")
+  while is_frozen "$1"; do fp "$(now) < $end" || fail "$1 still frozen after $2 s"; sleep 0.02; done
+  THAWED_AT=$(now)
+}
+# Start the job, wait for a freeze window after the first, check where the guardian is.
+svc_start_mid_window() {
+  systemctl start --no-block reseq@vmtest.service
+  wait_frozen /dev/vmvg/svc 60
+  GUARDIAN=$(pgrep -x freeze-guardian) || fail "no freeze-guardian process"
+  local cg; cg=$(cat "/proc/$GUARDIAN/cgroup")
+  grep -q "/reseq-guardian-$GUARDIAN\.scope\$" <<<"$cg" || fail "the guardian is in $cg, not reseq-guardian-$GUARDIAN.scope"
+  MAIN=$(systemctl show -p MainPID --value reseq@vmtest.service)
+  log "reseq pid $MAIN in $(cut -d: -f3 "/proc/$MAIN/cgroup"), guardian pid $GUARDIAN in ${cg##*::}"
+  # The next window: the caller acts as soon as it is seen frozen.
+  wait_thawed /dev/vmvg/svc 10
+  wait_frozen /dev/vmvg/svc 30
+}
+# The freeze ended within the bound, counted from when it was first seen frozen.
+within_bound() { # WHAT
+  local d; d=$(awk "BEGIN{printf \"%.2f\", $THAWED_AT - $FROZEN_AT}")
+  fp "$d <= $BOUND + $SLACK" || fail "$1: frozen for $d s, past the bound of $BOUND s (+ $SLACK s for the measurement)"
+  log "$1: frozen for $d s in all, from when it was first seen frozen (bound $BOUND s)"
+}
+# The thaw was the guardian's, from its own scope: the unit's ExecStopPost= (`reseq thaw`)
+# found nothing of a killed guardian to thaw.
+thawed_by_guardian() {
+  if unitlog | grep -q "guardian had been killed"; then
+    fail "ExecStopPost= thawed the filesystem: the guardian did not"
+  fi
+  unitlog | grep -qi 'nothing to thaw\|still runs' || fail "ExecStopPost= (reseq thaw) said nothing"
+  log "ExecStopPost= said: $(unitlog | grep -m1 -i 'nothing to thaw\|still runs' | cut -c1-160)"
+}
+wait_inactive() {
+  local i
+  for i in $(seq 1 300); do
+    case $(systemctl is-active reseq@vmtest.service) in active|activating|deactivating) sleep 0.1 ;; *) return 0 ;; esac
+  done
+  fail "reseq@vmtest.service still $(systemctl is-active reseq@vmtest.service)"
+}
+# Nothing left: no reseq or guardian process, no guardian scope, the filesystem takes
+# writes; then the job resumes to the end, the files intact and fsck clean.
+svc_after() { # [finished]: the job ran to its end, nothing to resume
+  wait_inactive
+  local i; for i in $(seq 1 50); do pgrep -x freeze-guardian >/dev/null || break; sleep 0.1; done
+  ! pgrep -x freeze-guardian >/dev/null || fail "a freeze-guardian is still running"
+  ! pgrep -x reseq >/dev/null || fail "a reseq process is still running"
+  [ -z "$(systemctl list-units --all --no-legend 'reseq-guardian-*')" ] || fail "a guardian scope is left: $(systemctl list-units --all --no-legend 'reseq-guardian-*')"
+  intact "$MNT/svc/d"
+  if [ "${1:-}" != finished ]; then
+    # The job (resume = true) goes on where it stopped and finishes.
+    systemctl reset-failed reseq@vmtest.service 2>/dev/null || true
+    sleep 1; local since; since=$(date '+%Y-%m-%d %H:%M:%S')
+    systemctl start reseq@vmtest.service || fail "the resumed job failed"
+    unitlog "$since" | grep -qi resum || fail "the second start did not resume"
+  fi
+  timeout 10 touch "$MNT/svc/after" || fail "the filesystem does not take writes"
+  intact "$MNT/svc/d"
+  umount "$MNT/svc"; fsck_clean /dev/vmvg/svc
+}
+
+scenario_systemd_kill() {
+  svc_setup; svc_start_mid_window
+  systemctl kill -s SIGKILL reseq@vmtest.service
+  wait_thawed /dev/vmvg/svc 10; within_bound "systemctl kill -s SIGKILL"
+  wait_inactive; thawed_by_guardian
+  svc_after
+}
+
+scenario_systemd_stop() {
+  svc_setup; svc_start_mid_window
+  systemctl stop reseq@vmtest.service
+  wait_thawed /dev/vmvg/svc 10; within_bound "systemctl stop"
+  wait_inactive; thawed_by_guardian
+  svc_after
+}
+
+scenario_systemd_freeze() {
+  svc_setup; svc_start_mid_window
+  # systemd refuses to freeze a unit with a job pending, and a Type=oneshot unit's start
+  # job lasts as long as it runs ("Unit has a pending job"): then freeze its cgroup as
+  # systemctl freeze does (cgroup.freeze), as a container runtime's pause would.
+  local how="systemctl freeze" cg i
+  if ! systemctl freeze reseq@vmtest.service 2>"$T/freeze.err"; then
+    grep -q "pending job" "$T/freeze.err" || { cat "$T/freeze.err" >&2; fail "systemctl freeze failed"; }
+    cg=/sys/fs/cgroup$(systemctl show -p ControlGroup --value reseq@vmtest.service)
+    how="cgroup.freeze of the unit (systemctl freeze: $(cat "$T/freeze.err"))"
+    # Freeze it while a window is frozen (the write lands at once); a window that ended
+    # just before does not count: thaw the group and take the next.
+    for i in $(seq 1 20); do
+      echo 1 >"$cg/cgroup.freeze"
+      is_frozen /dev/vmvg/svc && break
+      echo 0 >"$cg/cgroup.freeze"; wait_frozen /dev/vmvg/svc 30
+    done
+    is_frozen /dev/vmvg/svc || fail "never froze the unit's cgroup within a window"
+  fi
+  wait_thawed /dev/vmvg/svc 10; within_bound "$how"
+  [ "$(systemctl is-active reseq@vmtest.service)" != inactive ] || fail "the unit ended while frozen"
+  sleep 1
+  if [ -n "${cg:-}" ]; then echo 0 >"$cg/cgroup.freeze"; else systemctl thaw reseq@vmtest.service; fi
+  wait_inactive
+  # With a write outstanding at the deadline the guardian kills reseq (and the job
+  # resumes later); with none it leaves reseq be, and once thawed reseq counts the
+  # overrun and goes on to the end.
+  if [ "$(systemctl show -p Result --value reseq@vmtest.service)" = success ]; then
+    unitlog | grep -q "overran its" || fail "reseq finished without reporting the overrun"
+    log "after the cgroup thaw: $(unitlog | grep -m1 'overran its' | cut -c1-200)"
+    svc_after finished
+  else
+    [ "$(systemctl show -p ExecMainStatus --value reseq@vmtest.service)" = 9 ] || fail "reseq ended $(systemctl show -p Result,ExecMainStatus --value reseq@vmtest.service | tr '\n' ' '), not killed by the guardian"
+    thawed_by_guardian
+    log "the guardian killed the frozen reseq (a write was outstanding at the deadline)"
+    svc_after
+  fi
+}
+
+scenario_systemd_oom() {
+  svc_setup; svc_start_mid_window
+  systemctl set-property --runtime reseq@vmtest.service MemoryMax=2M
+  wait_thawed /dev/vmvg/svc 10; within_bound "OOM kill under MemoryMax=2M"
+  wait_inactive; thawed_by_guardian
+  journalctl -k --no-pager -o cat | grep -q "Memory cgroup out of memory" || fail "no OOM kill in the kernel log"
+  systemctl set-property --runtime reseq@vmtest.service MemoryMax=infinity
+  svc_after
+}
+
+# Both reseq and its guardian killed by hand mid-window: only the unit's ExecStopPost=
+# (`reseq thaw`) thaws, and only what reseq froze, not a filesystem frozen by someone else.
+scenario_systemd_execstoppost() {
+  svc_setup
+  lvcreate -q -y -L 64M -n other vmvg; mkext4 /dev/vmvg/other; mountit /dev/vmvg/other "$MNT/other"
+  fsfreeze -f "$MNT/other"
+  svc_start_mid_window
+  # Stop the guardian (it keeps its freezes) while the filesystem is frozen, then kill
+  # both: nothing of reseq's is left to thaw.
+  local i
+  for i in $(seq 1 20); do
+    kill -STOP "$GUARDIAN"
+    is_frozen /dev/vmvg/svc && break
+    kill -CONT "$GUARDIAN"; wait_frozen /dev/vmvg/svc 30
+  done
+  is_frozen /dev/vmvg/svc || fail "never caught the guardian in a window"
+  kill -KILL "$MAIN"; kill -KILL "$GUARDIAN"
+  wait_inactive
+  wait_thawed /dev/vmvg/svc 10
+  log "ExecStopPost= thawed $MNT/svc $(awk "BEGIN{printf \"%.2f\", $THAWED_AT - $FROZEN_AT}") s after it was seen frozen"
+  unitlog | grep -q "guardian had been killed" || fail "ExecStopPost= did not say it thawed"
+  is_frozen /dev/vmvg/other || fail "reseq thaw thawed $MNT/other, which someone else froze"
+  fsfreeze -u "$MNT/other"; umount "$MNT/other"
+  svc_after
+}
+
+# ---- teardown --------------------------------------------------------------------
+
+teardown() {
+  systemctl kill -s SIGKILL reseq@vmtest.service 2>/dev/null
+  systemctl thaw reseq@vmtest.service 2>/dev/null
+  local p; for p in $(pgrep -x reseq; pgrep -x freeze-guardian); do kill -KILL "$p" 2>/dev/null; done
+  systemctl stop reseq@vmtest.service 2>/dev/null; systemctl reset-failed 2>/dev/null
+  rm -f /etc/reseq/vmtest.toml
+  local m
+  for m in $(awk -v t="$MNT/" 'index($2, t) == 1 {print $2}' /proc/mounts | sort -r); do
+    fsfreeze -u "$m" 2>/dev/null; umount "$m" 2>/dev/null || umount -l "$m"
+  done
+  vgchange -q -an vmvg 2>/dev/null; vgremove -q -ff vmvg 2>/dev/null
+  cryptsetup close vmcrypt 2>/dev/null
+  for m in /dev/md/vmmd /dev/md127 /dev/md126; do [ -e "$m" ] && mdadm --stop "$m" 2>/dev/null; done
+  local n d
+  for n in a b c; do
+    d=$(disk "$n") || continue
+    mdadm --zero-superblock "$d" 2>/dev/null
+    wipefs -q -a "$d"* 2>/dev/null; wipefs -q -a "$d" 2>/dev/null
+    blkdiscard -f "$d" 2>/dev/null || dd if=/dev/zero of="$d" bs=1M count=16 oflag=direct status=none
+  done
+  rm -rf /var/lib/reseq/* /run/reseq/* "$T"
+  udevadm settle
+  return 0
+}
+
+case ${1:-} in
+  teardown) set +e; teardown ;;
+  *) declare -F "scenario_$1" >/dev/null || fail "no scenario $1"; log "scenario $1"; "scenario_$1"; log "scenario $1: passed" ;;
+esac

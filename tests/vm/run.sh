@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The VM tests: real LVM, thin pools, dm-crypt, md RAID and systemd as PID 1, which this
+# host's kernel may not have. Boots a Debian 12 guest (built once by build-guest.sh and
+# cached outside the checkout) under qemu, hands it the reseq binary and the scenarios
+# (tests/vm/guest/) over a 9p share, and reads the results back.
+#
+#   bash tests/vm/run.sh [SCENARIO...]       all scenarios, or those named
+#
+# Environment: RESEQ_BIN (the binary to test; default: `cargo build` and target/debug),
+# RESEQ_VM_ACCEL (tcg, the default, or kvm), RESEQ_VM_TIMEOUT (seconds for the whole
+# boot, default 600), RESEQ_VM_SCENARIO_TIMEOUT (seconds per scenario, default 150),
+# RESEQ_VM_KEEP=1 keeps the share (logs, reports) for a look afterwards.
+# Under CI=true anything missing fails; otherwise each scenario is reported skipped, by
+# name. Needs root (it installs qemu and debootstrap when they are missing).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+ci=${CI:-false}
+
+mapfile -t all < <(sed -n 's/^scenario_\([a-z0-9_]*\)() *{.*/\1/p' "$here/guest/scenarios.sh")
+if [ $# -gt 0 ]; then
+  for s in "$@"; do printf '%s\n' "${all[@]}" | grep -qx "$s" || { echo "vm: no scenario $s (have: ${all[*]})" >&2; exit 2; }; done
+  scenarios=("$@")
+else
+  scenarios=("${all[@]}")
+fi
+
+skip_all() {
+  if [ "$ci" = true ]; then
+    echo "vm: FAILED (CI=true, nothing may be skipped): $1" >&2
+    exit 1
+  fi
+  for s in "${scenarios[@]}"; do echo "vm_$s ... skipped ($1)"; done
+  echo "vm: 0 passed, 0 failed, ${#scenarios[@]} skipped"
+  exit 0
+}
+
+[ "$(id -u)" = 0 ] || skip_all "not root"
+if ! command -v qemu-system-x86_64 >/dev/null; then
+  echo "vm: installing qemu-system-x86" >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-system-x86 >/dev/null; } \
+    || skip_all "no emulator: qemu-system-x86 could not be installed"
+fi
+t_guest=$(date +%s)
+guest=$(bash "$here/build-guest.sh") || skip_all "the guest image could not be built (tests/vm/build-guest.sh)"
+t_guest=$(( $(date +%s) - t_guest ))
+
+if [ -z "${RESEQ_BIN:-}" ]; then
+  (cd "$repo" && cargo build --quiet --bin reseq)
+  RESEQ_BIN="${CARGO_TARGET_DIR:-$repo/target}/debug/reseq"
+fi
+[ -x "$RESEQ_BIN" ] || { echo "vm: no reseq binary at $RESEQ_BIN" >&2; exit 1; }
+
+accel=${RESEQ_VM_ACCEL:-tcg}
+boot_timeout=${RESEQ_VM_TIMEOUT:-600}
+scenario_timeout=${RESEQ_VM_SCENARIO_TIMEOUT:-150}
+
+work=$(mktemp -d /tmp/reseq-vm.XXXXXX)
+qpid=
+cleanup() {
+  local rc=$?
+  # Never leave the emulator running: it owns the scratch disks.
+  if [ -n "$qpid" ] && kill -0 "$qpid" 2>/dev/null; then
+    kill -TERM "$qpid" 2>/dev/null || true
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$qpid" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL "$qpid" 2>/dev/null || true
+  fi
+  if [ -f "$work/qemu.pid" ]; then kill -KILL "$(cat "$work/qemu.pid")" 2>/dev/null || true; fi
+  if [ "${RESEQ_VM_KEEP:-0}" = 1 ]; then
+    echo "vm: kept $work" >&2
+  else
+    rm -rf "$work"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+share=$work/share
+mkdir -p "$share/results" "$share/packaging"
+cp -r "$here/guest" "$share/guest"
+cp "$RESEQ_BIN" "$share/reseq"
+cp "$repo"/packaging/systemd/reseq@.service "$repo"/packaging/systemd/reseq@.timer "$share/packaging/"
+{
+  echo "SCENARIOS='${scenarios[*]}'"
+  echo "SCENARIO_TIMEOUT=$scenario_timeout"
+  echo "export RESEQ_VM_SLACK=$([ "$accel" = tcg ] && echo 1.5 || echo 0.3)"
+} >"$share/params"
+# Scratch disks: sparse files, SCSI disks that report no rotation (an SSD), with
+# serials the guest picks them by; it never touches any other disk.
+disks=()
+for n in a b c; do
+  truncate -s 1G "$work/disk-$n.img"
+  disks+=(-drive "file=$work/disk-$n.img,if=none,id=d$n,format=raw,cache=unsafe,discard=unmap"
+          -device "scsi-hd,drive=d$n,bus=scsi0.0,serial=reseq-$n,rotation_rate=1")
+done
+
+echo "vm: booting the guest ($guest, accel $accel, ${#scenarios[@]} scenarios, ${boot_timeout} s at most)" >&2
+t_boot=$(date +%s)
+set +e
+timeout --kill-after=10 "$boot_timeout" qemu-system-x86_64 \
+  -accel "$accel$([ "$accel" = tcg ] && echo ,thread=multi)" -cpu max -smp 2 -m 2G \
+  -nodefaults -no-reboot -display none -monitor none \
+  -pidfile "$work/qemu.pid" \
+  -serial "file:$work/console.log" \
+  -kernel "$guest/vmlinuz" -initrd "$guest/initrd.img" \
+  -append "root=/dev/vda rw console=ttyS0 panic=1 loglevel=4 net.ifnames=0" \
+  -drive "file=$guest/root.img,if=virtio,format=raw,snapshot=on,cache=unsafe" \
+  -device virtio-scsi-pci,id=scsi0 "${disks[@]}" \
+  -virtfs "local,path=$share,mount_tag=vmshare,security_model=none,id=vmshare" &
+qpid=$!
+wait "$qpid"
+qrc=$?
+qpid=
+set -e
+t_boot=$(( $(date +%s) - t_boot ))
+guest_ok=true
+if [ "$qrc" != 0 ]; then
+  guest_ok=false
+  if [ "$qrc" = 124 ]; then echo "vm: FAILED: the guest did not power off within ${boot_timeout} s: killed" >&2
+  else echo "vm: FAILED: qemu exited $qrc" >&2; fi
+fi
+if [ -f "$share/results/guest.error" ]; then guest_ok=false; echo "vm: FAILED: $(cat "$share/results/guest.error")" >&2; fi
+
+passed=0 failed=0
+for s in "${scenarios[@]}"; do
+  r=$(cat "$share/results/$s.result" 2>/dev/null || echo "fail: no result (the guest stopped before it; exit $qrc)")
+  case "$r" in
+    pass*) passed=$((passed + 1)); echo "vm_$s ... ok (${r#pass })" ;;
+    *) failed=$((failed + 1)); echo "vm_$s ... FAILED: $r"
+       if [ -f "$share/results/$s.log" ]; then echo "---- vm_$s log (tail)"; tail -n 60 "$share/results/$s.log"; echo "----"; fi ;;
+  esac
+done
+if [ "$failed" -gt 0 ] || [ "$guest_ok" != true ]; then
+  echo "---- guest console (tail)"; tail -n 40 "$work/console.log" 2>/dev/null || true; echo "----"
+fi
+echo "vm: guest ready in ${t_guest} s, boot to power-off ${t_boot} s (qemu exit $qrc)"
+echo "vm: $passed passed, $failed failed"
+[ "$failed" = 0 ] && [ "$guest_ok" = true ]
