@@ -546,8 +546,9 @@ pub fn with_freed(v: Verdict, freed: u64, measured: u64) -> Verdict {
 /// if the passes then give the same verdict against the before-benchmark, and is
 /// "unreliable" if the change faded.
 pub fn lasted(v: Verdict, before: &BenchResult, again: &BenchResult, waited: std::time::Duration) -> Verdict {
-    let rates = |x: &BenchResult| x.passes.iter().map(|p| p.bytes_per_second).collect::<Vec<f64>>();
-    let later = verdict(&rates(before), &rates(again));
+    // The same rules as the first verdict: a cache seen, an emulated drive that fell
+    // behind its clock, or a change in the host's load makes the re-check say nothing.
+    let later = verdict_of(before, again);
     let recheck = Some(Recheck {
         after_seconds: waited.as_secs_f64(),
         verdict: later.verdict.clone(),
@@ -556,6 +557,15 @@ pub fn lasted(v: Verdict, before: &BenchResult, again: &BenchResult, waited: std
         passes: again.passes.clone(),
     });
     let secs = waited.as_secs_f64();
+    if later.verdict == "unreliable" {
+        let rule = format!(
+            "x{:.2} right after the rewrite ({}), but the re-check {secs:.0} s later cannot tell whether it lasted: {}",
+            v.speedup,
+            v.verdict.replace('_', " "),
+            later.rule
+        );
+        return Verdict { verdict: "unreliable".into(), rule, recheck, ..v };
+    }
     // Lasting means the same answer *and* about the same speed: a change that mostly
     // faded (x188 right after, x1.98 later) was a cache's, whatever remains.
     let kept = again.median_bytes_per_second / after_median(&v, before).max(f64::MIN_POSITIVE);
