@@ -705,32 +705,23 @@ pub fn verdict(before: &[f64], after: &[f64]) -> Verdict {
     // differ among themselves is what drift alone can make.
     let spread = (max_b / min_b.max(f64::MIN_POSITIVE)).max(max_a / min_a.max(f64::MIN_POSITIVE));
     let effect = speedup.max(1.0 / speedup.max(f64::MIN_POSITIVE));
-    if v != "no_measurable_change" && effect >= MIN_EFFECT && effect <= spread {
-        let rule = format!(
-            "{rule}, but the medians differ by x{speedup:.2}, no more than the passes of one benchmark differ among themselves (x{spread:.2}): drift alone can do that"
-        );
-        return Verdict {
-            verdict: "no_measurable_change".into(),
-            rule,
-            speedup,
-            p_value: p,
-            measured_bytes_freed: None,
-            recheck: None,
-        };
-    }
-    if v != "no_measurable_change" && speedup < MIN_EFFECT && speedup > 1.0 / MIN_EFFECT {
-        let rule = format!(
-            "{rule}, but the medians differ by x{speedup:.2}, less than the x{MIN_EFFECT} needed to tell a change from a device's drift between two benchmarks"
-        );
-        return Verdict {
-            verdict: "no_measurable_change".into(),
-            rule,
-            speedup,
-            p_value: p,
-            measured_bytes_freed: None,
-            recheck: None,
-        };
-    }
+    let too_small = if v == "no_measurable_change" {
+        None
+    } else if effect < MIN_EFFECT {
+        Some(format!(
+            "less than the x{MIN_EFFECT} needed to tell a change from a device's drift between two benchmarks"
+        ))
+    } else if effect <= spread {
+        Some(format!(
+            "no more than the passes of one benchmark differ among themselves (x{spread:.2}): drift alone can do that"
+        ))
+    } else {
+        None
+    };
+    let (v, rule) = match too_small {
+        Some(why) => ("no_measurable_change", format!("{rule}, but the medians differ by x{speedup:.2}, {why}")),
+        None => (v, rule),
+    };
     Verdict { verdict: v.into(), rule, speedup, p_value: p, measured_bytes_freed: None, recheck: None }
 }
 
