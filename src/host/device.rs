@@ -147,26 +147,24 @@ impl Sysfs {
     }
 
     pub fn holders_of(&self, name: &str) -> Vec<String> {
-        let mut h: Vec<String> = std::fs::read_dir(self.block_dir(name).join("holders"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        h.sort();
-        h
+        self.links(name, "holders")
     }
 
     /// The devices a stacked device is built on (`slaves/`), in name order.
     pub fn slaves_of(&self, name: &str) -> Vec<String> {
-        let mut s: Vec<String> = std::fs::read_dir(self.block_dir(name).join("slaves"))
+        self.links(name, "slaves")
+    }
+
+    /// The names in a device's `holders/` or `slaves/`, sorted.
+    fn links(&self, name: &str, dir: &str) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.block_dir(name).join(dir))
             .into_iter()
             .flatten()
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
-        s.sort();
-        s
+        names.sort();
+        names
     }
 
     /// A device-mapper device's path under /dev/mapper, or /dev/NAME for any other.

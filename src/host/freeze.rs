@@ -6,7 +6,6 @@
 //! a guard ([`Batched`], [`WritersChecked`]).
 
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -107,19 +106,13 @@ fn sentinel_offset(fs_type: &str) -> Option<u64> {
 /// The block device node of a filesystem: its mount source if that is the node, else
 /// `/dev/block/MAJ:MIN` or `/dev/NAME` from sysfs.
 pub fn device_node(fs: &MountedFs) -> Option<PathBuf> {
-    let rdev = |p: &Path| {
-        std::fs::metadata(p)
-            .ok()
-            .filter(|m| m.file_type().is_block_device())
-            .map(|m| (nix::sys::stat::major(m.rdev()) as u32, nix::sys::stat::minor(m.rdev()) as u32))
-    };
     let mut candidates = vec![PathBuf::from(&fs.source), PathBuf::from(format!("/dev/block/{}", fs.dev))];
     if let Ok(uevent) = std::fs::read_to_string(format!("/sys/dev/block/{}/uevent", fs.dev))
         && let Some(name) = uevent.lines().find_map(|l| l.strip_prefix("DEVNAME="))
     {
         candidates.push(PathBuf::from(format!("/dev/{name}")));
     }
-    candidates.into_iter().find(|p| rdev(p) == Some(fs.dev_num))
+    candidates.into_iter().find(|p| crate::host::mounts::block_rdev(p) == Some(fs.dev_num))
 }
 
 fn open_sentinel(fs: &MountedFs) -> Option<(PathBuf, OwnedFd, u64)> {

@@ -445,12 +445,16 @@ pub const RE_READ_RATIO: f64 = 2.0;
 /// Bytes read twice by the re-read test.
 pub const RE_READ_SAMPLE: u64 = 32 << 20;
 
-/// `loop/dio` of the loop device a source reads from: the device itself (or the loop
-/// device under a partition of one), or for a file, the device its filesystem is on.
-fn loop_direct_io(path: &Path) -> Option<bool> {
+/// The block device a source reads from: the device itself, or for a file, the device
+/// its filesystem is on.
+fn block_device_under(path: &Path) -> Option<u64> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let md = std::fs::metadata(path).ok()?;
-    let dev = if md.file_type().is_block_device() { md.rdev() } else { md.dev() };
+    Some(if md.file_type().is_block_device() { md.rdev() } else { md.dev() })
+}
+
+/// `loop/dio` of block device `dev` (or of the loop device it is a partition of).
+fn loop_direct_io(dev: u64) -> Option<bool> {
     let sys = format!("/sys/dev/block/{}:{}", nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
     let name = std::fs::canonicalize(sys).ok()?.file_name()?.to_str()?.to_string();
     let disk = name.strip_prefix("loop")?.split('p').next()?.to_string();
@@ -458,9 +462,11 @@ fn loop_direct_io(path: &Path) -> Option<bool> {
     Some(dio.trim() == "1")
 }
 
-/// Of several sources: without direct I/O if any is, with it if all are.
+/// Of several sources: without direct I/O if any is, with it if all are. (Thousands of
+/// files sit on a device or two: each device is looked up once.)
 fn loop_direct_io_of(sources: &[Source]) -> Option<bool> {
-    let all: Vec<Option<bool>> = sources.iter().map(|s| loop_direct_io(&s.path)).collect();
+    let devs: std::collections::BTreeSet<Option<u64>> = sources.iter().map(|s| block_device_under(&s.path)).collect();
+    let all: Vec<Option<bool>> = devs.into_iter().map(|d| d.and_then(loop_direct_io)).collect();
     if all.contains(&Some(false)) {
         return Some(false);
     }

@@ -22,6 +22,20 @@ fn pg_bin() -> Option<PathBuf> {
     dirs.pop()
 }
 
+/// PostgreSQL's bin directory, with the tools these tests need; None (said) where they
+/// are missing outside CI, a failure under CI=true.
+fn postgres_here() -> Option<PathBuf> {
+    if !require(&["losetup", "mkfs.ext4", "runuser", "fsfreeze"]) {
+        return None;
+    }
+    let bin = pg_bin();
+    if bin.is_none() {
+        assert!(!in_ci(), "PostgreSQL is missing (the README's test command installs it)");
+        eprintln!("SKIP: no PostgreSQL under /usr/lib/postgresql");
+    }
+    bin
+}
+
 fn as_postgres(bin: &Path, tool: &str) -> Command {
     let mut c = Command::new("runuser");
     c.args(["-u", "postgres", "--"]).arg(bin.join(tool));
@@ -81,14 +95,7 @@ fn start_cluster(env: &TestEnv, bin: &Path, mnt: &Path, scale: u32) -> (PathBuf,
 /// the WAL and names the option that leaves it out.
 #[test]
 fn a_nightly_run_over_a_postgresql_data_directory_prints_a_summary() {
-    if !require(&["losetup", "mkfs.ext4", "runuser", "fsfreeze"]) {
-        return;
-    }
-    let Some(bin) = pg_bin() else {
-        assert!(!in_ci(), "PostgreSQL is missing (the README's test command installs it)");
-        eprintln!("SKIP: no PostgreSQL under /usr/lib/postgresql");
-        return;
-    };
+    let Some(bin) = postgres_here() else { return };
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("pgn", 256 * MIB, "ext4");
     let (data, _sock, server) = start_cluster(&env, &bin, &mnt.dir, 2);
@@ -124,14 +131,7 @@ fn a_nightly_run_over_a_postgresql_data_directory_prints_a_summary() {
 
 #[test]
 fn postgresql_under_pgbench_survives_a_file_mode_rewrite() {
-    if !require(&["losetup", "mkfs.ext4", "runuser", "fsfreeze"]) {
-        return;
-    }
-    let Some(bin) = pg_bin() else {
-        assert!(!in_ci(), "PostgreSQL is missing (the README's test command installs it)");
-        eprintln!("SKIP: no PostgreSQL under /usr/lib/postgresql");
-        return;
-    };
+    let Some(bin) = postgres_here() else { return };
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("pg", 768 * MIB, "ext4");
     let (data, sock, server) = start_cluster(&env, &bin, &mnt.dir, 20);

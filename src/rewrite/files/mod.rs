@@ -213,9 +213,14 @@ fn not_encrypted(f: &Path) -> Result<()> {
     ))
 }
 
+/// "major:minor" of the filesystem a file is on.
+fn file_dev(md: &std::fs::Metadata) -> String {
+    format!("{}:{}", nix::sys::stat::major(md.dev()), nix::sys::stat::minor(md.dev()))
+}
+
 fn file_identity(path: &Path, md: &std::fs::Metadata) -> FileIdentity {
     FileIdentity {
-        dev: format!("{}:{}", nix::sys::stat::major(md.dev()), nix::sys::stat::minor(md.dev())),
+        dev: file_dev(md),
         ino: md.ino(),
         birth_time: md
             .created()
@@ -804,7 +809,7 @@ fn group_jobs(cx: &JobContext, todo: &[usize]) -> Vec<Job> {
         let small = md.as_ref().is_some_and(|md| {
             md.len() <= cx.chunk_size() * SMALL_FILE_CHUNKS
                 && !cx.state_on_fs
-                && !file_journal_path(cx.run.state_dir, &file_identity(&planned[fi].path, md)).exists()
+                && !file_journal_path(cx.run.state_dir, &file_dev(md), md.ino()).exists()
         });
         let size = md.map_or(0, |m| m.len());
         match jobs.last_mut() {
@@ -821,8 +826,10 @@ fn group_jobs(cx: &JobContext, todo: &[usize]) -> Vec<Job> {
     jobs
 }
 
-fn file_journal_path(state_dir: &Path, id: &FileIdentity) -> PathBuf {
-    state_dir.join(format!("file-{}-{}.journal", id.dev.replace(':', "_"), id.ino))
+/// A large file's journal: by device and inode (its identity, extents included, is
+/// inside, checked on resume).
+fn file_journal_path(state_dir: &Path, dev: &str, ino: u64) -> PathBuf {
+    state_dir.join(format!("file-{}-{ino}.journal", dev.replace(':', "_")))
 }
 
 /// Files' reports, by their index in the run.
@@ -864,7 +871,7 @@ fn job_journal(cx: &JobContext, job: &Job, members: &[Member], end: u64, deferre
     if !job.batch {
         let md = members[0].file_metadata()?;
         let id = file_identity(&members[0].path, &md);
-        let path = file_journal_path(cx.run.state_dir, &id);
+        let path = file_journal_path(cx.run.state_dir, &id.dev, id.ino);
         return open_journal(&path, &id, cx.g, cx.chunk_size(), end, deferred, cx.run.o.restart);
     }
     let run = RunRecord {
