@@ -11,31 +11,24 @@ use std::path::Path;
 use crate::cli::{Cli, Command, RewriteArgs};
 use crate::support::error::{Error, Result};
 
-/// Keys and whether they take a value (false: a flag, given as `true`/`false`).
-const KEYS: [(&str, bool); 22] = [
-    ("exclude", true),
-    ("chunk_size", true),
-    ("max_freeze", true),
-    ("pause", true),
-    ("rate", true),
-    ("max_overruns", true),
-    ("read_ahead", true),
-    ("no_verify", false),
-    ("force", false),
-    ("accept_cgroup_risk", false),
-    ("resume", false),
-    ("state_dir", true),
-    ("include_free", false),
-    ("no_trim", false),
-    ("trim_rate", true),
-    ("only_slow", false),
-    ("scan_regions", true),
-    ("slow_threshold", true),
-    ("bench", false),
-    ("metrics_file", true),
-    ("json", false),
-    ("format", true),
-];
+/// Rewrite options a job file does not take: the targets are a list of their own, a dry
+/// run is `reseq run --dry-run`, and a scan file or discarding an unfinished run are
+/// one-off decisions, not a job's.
+const NOT_KEYS: [&str; 4] = ["targets", "dry_run", "from_scan", "restart"];
+
+/// The keys of a job file, from `reseq rewrite`'s own options (so nothing drifts), and
+/// whether they take a value (false: a flag, given as `true`/`false`).
+fn keys() -> Vec<(String, bool)> {
+    use clap::CommandFactory;
+    let cli = Cli::command();
+    let rewrite = cli.find_subcommand("rewrite").expect("reseq rewrite");
+    rewrite
+        .get_arguments()
+        .filter(|a| !a.is_global_set() && a.get_long().is_some())
+        .map(|a| (a.get_id().as_str().to_string(), a.get_action().takes_values()))
+        .filter(|(k, _)| !NOT_KEYS.contains(&k.as_str()))
+        .collect()
+}
 
 fn scalar(key: &str, v: &toml::Value) -> Result<String> {
     match v {
@@ -59,9 +52,13 @@ pub fn parse(text: &str, origin: &Path) -> Result<RewriteArgs> {
         Err(e) => {
             let msg = e.to_string().lines().next().unwrap_or_default().to_string();
             // Name the field and its line, not the command-line option clap saw.
-            let field = KEYS.iter().map(|k| k.0).find(|k| msg.contains(&format!("--{}", k.replace('_', "-"))));
+            let named = |k: &str| {
+                let flag = format!("'--{}", k.replace('_', "-"));
+                msg.contains(&format!("{flag} ")) || msg.contains(&format!("{flag}'"))
+            };
+            let field = keys().into_iter().map(|k| k.0).find(|k| named(k));
             let place = field
-                .map(|f| match line_of(text, f) {
+                .map(|f| match line_of(text, &f) {
                     Some(n) => format!(" line {n}, field `{f}`"),
                     None => format!(" field `{f}`"),
                 })
@@ -85,11 +82,13 @@ fn argv_of(table: &toml::Table, origin: &Path) -> Result<Vec<String>> {
             }
             continue;
         }
-        let Some((_, takes_value)) = KEYS.iter().find(|(k, _)| k == key) else {
+        let keys = keys();
+        let Some((_, takes_value)) = keys.iter().find(|(k, _)| k == key) else {
+            let names: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
             return Err(Error::Usage(format!(
                 "{}: unknown key `{key}` (keys: targets, {})",
                 origin.display(),
-                KEYS.map(|k| k.0).join(", ")
+                names.join(", ")
             )));
         };
         push_option(&mut argv, key, *takes_value, value, origin)?;
@@ -170,5 +169,20 @@ mod tests {
         assert!(e.contains("`bench` must be true or false"), "{e}");
         let e = parse("targets = [\"/x\"]\nread_ahead = \"many\"", Path::new("j.toml")).unwrap_err().to_string();
         assert!(e.contains("line 2, field `read_ahead`"), "{e}");
+        let e = parse("targets = [\"/x\"]\ndry_run = true", Path::new("j.toml")).unwrap_err().to_string();
+        assert!(e.contains("unknown key `dry_run`"), "{e}");
+    }
+
+    /// Every key the job files took before they were generated from the clap options.
+    #[test]
+    fn the_keys_are_the_rewrite_options() {
+        let keys = keys();
+        for (key, takes) in [("exclude", true), ("max_freeze", true), ("no_verify", false), ("metrics_file", true)]
+            .into_iter()
+            .chain([("json", false), ("format", true), ("accept_cgroup_risk", false), ("trim_rate", true)])
+        {
+            assert!(keys.contains(&(key.to_string(), takes)), "{key}: {keys:?}");
+        }
+        assert!(keys.iter().all(|(k, _)| !NOT_KEYS.contains(&k.as_str())));
     }
 }

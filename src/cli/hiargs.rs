@@ -4,19 +4,36 @@
 //! counts) are the value parsers' in `cli/mod.rs`.
 
 use crate::cli::RewriteArgs;
+use crate::options::bench::BenchOptions;
 use crate::options::rewrite::{Mode, RewriteOptions};
+use crate::options::sim::{SimRewrite, sim_state};
 use crate::support::error::{Error, Result};
 
-/// `reseq rewrite`'s arguments as options, with the flags the mode does not take refused.
+/// What `reseq rewrite` was asked for: the one place that tells a simulated SSD
+/// (`sim:STATE`) from devices and files.
+pub enum Rewrite {
+    Sim(SimRewrite, Option<BenchOptions>),
+    Run(RewriteOptions),
+}
+
+pub fn rewrite(args: &RewriteArgs) -> Result<Rewrite> {
+    match sim_state(args.device()) {
+        Some(state) => crate::cli::lower::sim_rewrite(args, state).map(|(rw, bench)| Rewrite::Sim(rw, bench)),
+        None => rewrite_options(args).map(Rewrite::Run),
+    }
+}
+
+/// `reseq rewrite`'s arguments for devices or files as options, with the flags the mode
+/// does not take refused.
 pub fn rewrite_options(args: &RewriteArgs) -> Result<RewriteOptions> {
-    let o = lower(args, Mode::of(&args.targets))?;
+    let o = lower(args, Mode::of(&args.targets));
     refuse_for_mode(&o)?;
     Ok(o)
 }
 
 /// The values as they are, typed already.
-fn lower(a: &RewriteArgs, mode: Mode) -> Result<RewriteOptions> {
-    Ok(RewriteOptions {
+fn lower(a: &RewriteArgs, mode: Mode) -> RewriteOptions {
+    RewriteOptions {
         mode,
         targets: a.targets.clone(),
         exclude: a.exclude.clone(),
@@ -44,9 +61,9 @@ fn lower(a: &RewriteArgs, mode: Mode) -> Result<RewriteOptions> {
         scan_regions: a.scan_regions,
         slow_threshold: a.slow_threshold,
         bench: a.bench,
-        bench_opts: crate::cli::lower::bench_options(&a.bench_opts)?,
+        bench_opts: crate::cli::lower::bench_options(&a.bench_opts),
         given: a.given.clone(),
-    })
+    }
 }
 
 /// Which mode refuses which flags: file mode has no device regions and no FITRIM of its
@@ -89,7 +106,8 @@ mod tests {
     fn modes_refuse_the_flags_they_do_not_take() {
         let e = rewrite_options(&args(&["--include-free", "/etc/hostname"])).unwrap_err().to_string();
         assert!(e.contains("file mode does not take"), "{e}");
-        assert_eq!(rewrite_options(&args(&["sim:x"])).unwrap().mode, Mode::Sim);
+        assert!(matches!(rewrite(&args(&["sim:x"])).unwrap(), Rewrite::Sim(..)));
+        assert!(matches!(rewrite(&args(&["/dev/sim:x"])).unwrap(), Rewrite::Run(_)));
         let e = crate::cli::Cli::try_parse_from(["reseq", "rewrite", "--chunk-size", "2G", "x"]).unwrap_err();
         assert!(e.to_string().contains("between 1 sector and 1 GiB"), "{e}");
     }

@@ -2,15 +2,13 @@
 //! or files: each bound and cross-flag rule of those commands is here, with the flag it
 //! is about in its message, so the layers below take values that are already checked.
 
-use std::time::Duration;
-
 use crate::cli::{
     BenchArgs, BenchOpts, EstimateArgs, ReadArgs, RestoreArgs, RewriteArgs, ScanArgs, SimCommand, SimRangeArgs,
     SimulateArgs,
 };
 use crate::options::bench::{BenchCommand, BenchOptions, EstimateOptions, ReadOptions, ScanOptions, TrimImpactOptions};
 use crate::options::restore::RestoreOptions;
-use crate::options::sim::{Override, SimRange, SimRewrite, SimStep, SimulateOptions, SlowScan, sim_state};
+use crate::options::sim::{Override, SimRange, SimRewrite, SimStep, SimulateOptions, SlowScan};
 use crate::support::error::{Error, Result};
 use crate::support::units::parse_size;
 
@@ -19,76 +17,59 @@ fn size(flag: &str, v: &str) -> Result<u64> {
 }
 
 /// The `--bench-*` options of a rewrite.
-pub fn bench_options(o: &BenchOpts) -> Result<BenchOptions> {
-    Ok(BenchOptions {
+pub fn bench_options(o: &BenchOpts) -> BenchOptions {
+    BenchOptions {
         block_size: o.block_size.bytes(),
         queue_depth: o.queue_depth,
-        passes: o.passes.max(1),
+        passes: o.passes,
         settle: o.settle,
-        regions: o.regions.max(1),
+        regions: o.regions,
         length: o.length.map(|l| l.bytes()),
         recheck: o.recheck,
-    })
+    }
 }
 
-fn read_options(a: &ReadArgs) -> Result<ReadOptions> {
-    Ok(ReadOptions {
+fn read_options(a: &ReadArgs) -> ReadOptions {
+    ReadOptions {
         target: a.target.clone(),
         length: a.length.map(|l| l.bytes()),
         block_size: a.block_size.bytes(),
         queue_depth: a.queue_depth,
         offset: a.offset.bytes(),
         include_free: a.include_free,
-    })
+    }
 }
 
 /// `reseq bench`: `--trim-impact` takes only its own options and the target.
-pub fn bench(a: &BenchArgs) -> Result<BenchCommand> {
+pub fn bench(a: &BenchArgs) -> BenchCommand {
     if a.trim_impact {
         let size = a.trim_size.bytes();
-        if size < crate::host::trim::SLICE_ALIGN {
-            return Err(Error::Usage("--trim-size must be at least 1M".into()));
-        }
         let rate = a.trim_rate.map(|r| r.bytes_per_second());
-        return Ok(BenchCommand::TrimImpact(TrimImpactOptions { target: a.read.target.clone(), size, rate }));
+        return BenchCommand::TrimImpact(TrimImpactOptions { target: a.read.target.clone(), size, rate });
     }
-    let settle = a.settle;
-    if a.passes == 0 {
-        return Err(Error::Usage("--passes must be at least 1".into()));
-    }
-    Ok(BenchCommand::Passes { read: read_options(&a.read)?, passes: a.passes, settle })
+    BenchCommand::Passes { read: read_options(&a.read), passes: a.passes, settle: a.settle }
 }
 
 /// `reseq scan`.
-pub fn scan(a: &ScanArgs) -> Result<ScanOptions> {
-    if a.regions == 0 || a.regions > 100_000 {
-        return Err(Error::Usage("--regions must be between 1 and 100000".into()));
-    }
-    if !(a.threshold > 0.0 && a.threshold <= 1.0) {
-        return Err(Error::Usage("--threshold must be in (0, 1]".into()));
-    }
-    Ok(ScanOptions { read: read_options(&a.read)?, regions: a.regions, threshold: a.threshold })
+pub fn scan(a: &ScanArgs) -> ScanOptions {
+    ScanOptions { read: read_options(&a.read), regions: a.regions, threshold: a.threshold }
 }
 
 /// `reseq estimate`.
-pub fn estimate(a: &EstimateArgs) -> Result<EstimateOptions> {
-    Ok(EstimateOptions { target: a.target.clone(), sample: a.sample.bytes(), regions: a.regions })
+pub fn estimate(a: &EstimateArgs) -> EstimateOptions {
+    EstimateOptions { target: a.target.clone(), sample: a.sample.bytes(), regions: a.regions }
 }
 
 /// `reseq restore`.
-pub fn restore(a: &RestoreArgs) -> Result<RestoreOptions> {
-    let max_freeze = a.max_freeze;
-    if max_freeze < Duration::from_millis(10) {
-        return Err(Error::Usage("--max-freeze must be at least 10ms".into()));
-    }
-    Ok(RestoreOptions {
+pub fn restore(a: &RestoreArgs) -> RestoreOptions {
+    RestoreOptions {
         rescue: a.rescue.clone(),
         force: a.force,
         forget: a.forget,
         device: a.device.clone(),
-        max_freeze,
+        max_freeze: a.max_freeze,
         accept_cgroup_risk: a.accept_cgroup_risk,
-    })
+    }
 }
 
 /// `--set KEY=VALUE` overrides: a `*_bytes` key takes a size, any other a JSON value or,
@@ -120,8 +101,8 @@ pub fn simulate(a: &SimulateArgs) -> Result<SimulateOptions> {
     })
 }
 
-fn sim_range(r: &SimRangeArgs) -> Result<SimRange> {
-    Ok(SimRange { offset: r.offset.bytes(), length: r.length.map(|l| l.bytes()) })
+fn sim_range(r: &SimRangeArgs) -> SimRange {
+    SimRange { offset: r.offset.bytes(), length: r.length.map(|l| l.bytes()) }
 }
 
 /// One step of `reseq sim …`.
@@ -133,23 +114,23 @@ pub fn sim_step(c: &SimCommand) -> Result<SimStep> {
             device_size: device_size.bytes(),
             set: overrides(set)?,
         },
-        SimCommand::Write { state, range } => SimStep::Write { state: state.clone(), range: sim_range(range)? },
+        SimCommand::Write { state, range } => SimStep::Write { state: state.clone(), range: sim_range(range) },
         SimCommand::Fragment { state, range, random_writes, seed } => SimStep::Fragment {
             state: state.clone(),
-            range: sim_range(range)?,
+            range: sim_range(range),
             random_writes: random_writes.bytes(),
             seed: *seed,
         },
         SimCommand::Read { state, range, block_size, queue_depth } => SimStep::Read {
             state: state.clone(),
-            range: sim_range(range)?,
+            range: sim_range(range),
             block_size: block_size.bytes(),
             queue_depth: *queue_depth,
         },
         SimCommand::Rewrite { state, range, chunk_size, no_verify, only_slow, scan_regions, slow_threshold } => {
             SimStep::Rewrite(SimRewrite {
                 state: state.clone(),
-                range: sim_range(range)?,
+                range: sim_range(range),
                 chunk_size: chunk_size.bytes(),
                 verify: !no_verify,
                 only_slow: only_slow.then_some(SlowScan { regions: *scan_regions, threshold: *slow_threshold }),
@@ -162,15 +143,9 @@ pub fn sim_step(c: &SimCommand) -> Result<SimStep> {
     })
 }
 
-/// The simulated SSD a rewrite names (`sim:STATE`), if it names one.
-pub fn rewrite_sim_state(a: &RewriteArgs) -> Option<std::path::PathBuf> {
-    sim_state(a.device())
-}
-
 /// `reseq rewrite sim:STATE`: the whole simulated device, with the options that apply to
 /// it (chunk size, verification, --only-slow, --bench); device-only options are refused.
-pub fn sim_rewrite(a: &RewriteArgs) -> Result<(SimRewrite, Option<BenchOptions>)> {
-    let state = rewrite_sim_state(a).ok_or_else(|| Error::Internal("not a sim: target".into()))?;
+pub fn sim_rewrite(a: &RewriteArgs, state: std::path::PathBuf) -> Result<(SimRewrite, Option<BenchOptions>)> {
     if a.from_scan.is_some() || a.resume || a.dry_run {
         return Err(Error::Usage(
             "on a simulated SSD, rewrite takes --chunk-size, --no-verify, --only-slow and --bench".into(),
@@ -183,7 +158,7 @@ pub fn sim_rewrite(a: &RewriteArgs) -> Result<(SimRewrite, Option<BenchOptions>)
         verify: !a.no_verify,
         only_slow: a.only_slow.then_some(SlowScan { regions: a.scan_regions, threshold: a.slow_threshold }),
     };
-    Ok((rewrite, a.bench.then(|| bench_options(&a.bench_opts)).transpose()?))
+    Ok((rewrite, a.bench.then(|| bench_options(&a.bench_opts))))
 }
 
 #[cfg(test)]
@@ -201,7 +176,7 @@ mod tests {
         let Command::Simulate(a) = command(&["simulate"]) else { panic!("simulate") };
         assert_eq!(simulate(&a).unwrap(), SimulateOptions::default());
         let Command::Rewrite(a) = command(&["rewrite", "/dev/null"]) else { panic!("rewrite") };
-        assert_eq!(bench_options(&a.bench_opts).unwrap(), BenchOptions::default());
+        assert_eq!(bench_options(&a.bench_opts), BenchOptions::default());
     }
 
     #[test]
@@ -213,26 +188,22 @@ mod tests {
         assert!(simulate(&a).unwrap_err().to_string().starts_with("--set flash_bytes: "));
         let Command::Simulate(a) = command(&["simulate", "--set", "t_read_us"]) else { panic!("simulate") };
         assert!(simulate(&a).unwrap_err().to_string().contains("expected KEY=VALUE"));
-        let Command::Bench(a) = command(&["bench", "/x", "--trim-impact", "--trim-size", "512K"]) else {
-            panic!("bench")
-        };
-        assert!(bench(&a).unwrap_err().to_string().contains("--trim-size must be at least 1M"));
-        let Command::Restore(a) = command(&["restore", "/x", "--max-freeze", "5ms"]) else { panic!("restore") };
-        assert!(restore(&a).unwrap_err().to_string().contains("--max-freeze must be at least 10ms"));
+        let e = Cli::try_parse_from(["reseq", "bench", "/x", "--trim-impact", "--trim-size", "512K"]).unwrap_err();
+        assert!(e.to_string().contains("must be at least 1M"), "{e}");
+        let e = Cli::try_parse_from(["reseq", "restore", "/x", "--max-freeze", "5ms"]).unwrap_err().to_string();
+        assert!(e.contains("'--max-freeze <DURATION>'") && e.contains("outside 10ms..1h"), "{e}");
     }
 
     #[test]
     fn a_sim_rewrite_refuses_what_only_a_device_has() {
         let Command::Rewrite(a) = command(&["rewrite", "sim:/tmp/s", "--resume"]) else { panic!("rewrite") };
-        assert!(sim_rewrite(&a).unwrap_err().to_string().contains("on a simulated SSD"));
+        assert!(sim_rewrite(&a, "/tmp/s".into()).unwrap_err().to_string().contains("on a simulated SSD"));
         let Command::Rewrite(a) = command(&["rewrite", "sim:/tmp/s", "--only-slow", "--bench"]) else {
             panic!("rewrite")
         };
-        let (rw, bench) = sim_rewrite(&a).unwrap();
+        let (rw, bench) = sim_rewrite(&a, "/tmp/s".into()).unwrap();
         assert_eq!(rw.state, std::path::PathBuf::from("/tmp/s"));
         assert_eq!(rw.only_slow, Some(SlowScan { regions: 64, threshold: 0.7 }));
         assert_eq!(bench, Some(BenchOptions::default()));
-        let Command::Rewrite(a) = command(&["rewrite", "/dev/sdb"]) else { panic!("rewrite") };
-        assert_eq!(rewrite_sim_state(&a), None);
     }
 }

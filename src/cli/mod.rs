@@ -7,6 +7,7 @@ pub mod config;
 pub mod generate;
 pub mod hiargs;
 pub mod lower;
+pub mod run;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -44,6 +45,15 @@ fn chunk_size(v: &str) -> Result<Size, String> {
     let s: Size = v.parse()?;
     if s.bytes() == 0 || s > crate::options::rewrite::MAX_CHUNK_SIZE {
         return Err(format!("must be between 1 sector and 1 GiB, not {v}"));
+    }
+    Ok(s)
+}
+
+/// `bench --trim-size`: at least one trim slice's alignment.
+fn trim_size(v: &str) -> Result<Size, String> {
+    let s: Size = v.parse()?;
+    if s.bytes() < crate::host::trim::SLICE_ALIGN {
+        return Err(format!("must be at least 1M, not {v}"));
     }
     Ok(s)
 }
@@ -209,7 +219,7 @@ pub struct RestoreArgs {
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<PathBuf>,
     /// Longest time a filesystem on the device stays frozen for the write.
-    #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = window_length)]
     pub max_freeze: Duration,
     /// Freeze even where the freeze guardian cannot leave reseq's cgroup (inside a
     /// container's cgroup namespace, on a cgroup v1 host, a read-only cgroupfs): a kill or
@@ -537,7 +547,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub trim_impact: bool,
     /// --trim-impact: bytes of the scratch file (what is deleted and trimmed).
-    #[arg(long, default_value = "1G", value_name = "SIZE", requires = "trim_impact")]
+    #[arg(long, default_value = "1G", value_name = "SIZE", requires = "trim_impact", value_parser = trim_size)]
     pub trim_size: Size,
     /// --trim-impact: pace the trim at this many bytes discarded per second (default:
     /// unpaced slices, the drive's worst case).

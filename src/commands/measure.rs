@@ -7,7 +7,7 @@ use crate::measure::bench;
 use crate::measure::readbench::{ReadParams, Target, resolve_params};
 use crate::options::bench::{BenchCommand, EstimateOptions, ReadOptions, ScanOptions};
 use crate::report::Report;
-use crate::support::error::{Error, Result};
+use crate::support::error::Result;
 
 /// Opens the target of `bench`/`scan` and checks the read parameters against it.
 fn open_read(o: &ReadOptions) -> Result<(Target, ReadParams)> {
@@ -24,11 +24,6 @@ pub fn reported(command: &str, target: &Path, body: impl FnOnce(&mut Report) -> 
     let result = body(&mut report);
     report.finish(started.elapsed(), &result);
     (report, result)
-}
-
-/// The report of a command refused before it began (its options did not hold).
-pub fn refused(command: &str, target: &Path, e: Error) -> (Report, Result<()>) {
-    reported(command, target, |_| Err(e))
 }
 
 /// `reseq bench`.

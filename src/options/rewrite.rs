@@ -38,23 +38,16 @@ pub enum Mode {
     Device,
     /// Files and directories on mounted ext4/xfs.
     Files,
-    /// `sim:STATE`, a simulated SSD.
-    Sim,
 }
 
 impl Mode {
-    /// The mode the targets call for: `sim:STATE`, one block device, or files. A path that
-    /// does not exist goes to device mode, which says so. A new kind of target is
-    /// recognised here (and run in `rewrite::run`): see docs/ARCHITECTURE.md, "Extending".
+    /// The mode the targets call for: one block device, or files. A path that does not
+    /// exist goes to device mode, which says so. (`sim:STATE` is told apart before, in
+    /// `cli::hiargs::rewrite`.) A new kind of target is recognised here (and run in
+    /// `rewrite::run`): see docs/ARCHITECTURE.md, "Extending".
     pub fn of(targets: &[PathBuf]) -> Mode {
         let first = &targets[0];
-        if crate::options::sim::sim_state(first).is_some() {
-            Mode::Sim
-        } else if targets.len() > 1 || !is_block_device(first) {
-            Mode::Files
-        } else {
-            Mode::Device
-        }
+        if targets.len() > 1 || !is_block_device(first) { Mode::Files } else { Mode::Device }
     }
 }
 

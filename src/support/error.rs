@@ -1,6 +1,6 @@
 //! The crate's error type: each variant maps to one documented exit code.
 //!
-//! Library code returns `Error`; only `main.rs` wraps it in `anyhow` to print the cause
+//! Library code returns `Error`; only `cli::run` wraps it in `anyhow` to print the cause
 //! chain. A refusal always carries a hint saying what the user can do instead.
 
 use crate::support::exit_codes::ExitCode;

@@ -1,0 +1,182 @@
+//! The `reseq` command: parse, lower the arguments to options (`cli::lower`,
+//! `cli::hiargs`), dispatch to the command, print, exit. `main.rs` only calls [`main`].
+
+use std::io::IsTerminal;
+
+use serde::Serialize;
+
+use crate::cli::hiargs::Rewrite;
+use crate::cli::lower;
+use crate::cli::{Cli, Command, OutputArgs, RewriteArgs};
+use crate::commands::{measure, restore, simulate, status};
+use crate::options::sim::SimulateOptions;
+use crate::report::Report;
+use crate::report::render::{Format, render, write_atomically};
+use crate::support::error::Result;
+use crate::support::exit_codes::ExitCode;
+
+/// The whole of `reseq`: what `main` runs.
+pub fn main() -> std::process::ExitCode {
+    keep_panics_off_a_frozen_stderr();
+    // A panic is a bug: the panic hook has printed where. Exit 1 (internal error), as the
+    // exit codes document, not Rust's 101. (Inside a freeze window the engine aborts
+    // instead: exit status 134.)
+    std::panic::catch_unwind(run).unwrap_or_else(|_| {
+        let text = "reseq: internal error (a bug): the panic above stopped it (exit 1); the guardian thaws whatever is still frozen as reseq exits. `reseq status` shows whether a rewrite was left unfinished (then --resume continues it)";
+        match crate::support::output::is_held() {
+            true => crate::engine::rescue::save_panic_note(std::process::id(), text),
+            false => {
+                // Thawed by now: what the panic hook kept while frozen can be printed.
+                let run_dir = crate::engine::rescue::run_dir();
+                let kept = crate::engine::rescue::take_panic_note(&run_dir, std::process::id() as i32);
+                eprint!("{}", kept.unwrap_or_default());
+                eprintln!("{text}");
+            }
+        }
+        std::process::ExitCode::from(ExitCode::Internal.code() as u8)
+    })
+}
+
+/// While a window is frozen, stderr may be a file on the frozen filesystem: a panic
+/// message written there would block reseq, and the thaw with it. The text goes to the
+/// run directory instead, and the guardian prints it after the thaw.
+fn keep_panics_off_a_frozen_stderr() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| match crate::support::output::is_held() {
+        true => crate::engine::rescue::save_panic_note(std::process::id(), &format!("reseq: {info}")),
+        false => default(info),
+    }));
+}
+
+fn run() -> std::process::ExitCode {
+    let mut cli = Cli::parse_given();
+    crate::support::output::init_logging(cli.verbose, cli.quiet);
+    // A job file is a rewrite written down: load it and run it as one.
+    if let Command::Run { config, dry_run } = &cli.command {
+        match crate::cli::config::load(config) {
+            Ok(mut args) => {
+                args.dry_run |= *dry_run;
+                cli.command = Command::Rewrite(args);
+            }
+            Err(e) => return finish(Err(e)),
+        }
+    }
+    let quiet = cli.quiet;
+    if let Some(Err(e)) = cli.command.output().map(OutputArgs::check_metrics_file) {
+        return finish(Err(e));
+    }
+    match &cli.command {
+        Command::Rewrite(a) => print_report(every_file(rewrite(a, quiet), cli.verbose), &a.output, quiet),
+        Command::Bench(a) => print_report(measure::run_bench(&lower::bench(a)), &a.output, quiet),
+        Command::Scan(a) => print_report(measure::run_scan(&lower::scan(a)), &a.output, quiet),
+        Command::Estimate(a) => print_report(measure::run_estimate(&lower::estimate(a)), &a.output, quiet),
+        Command::Demo(a) => demo(a, quiet),
+        Command::Report(a) => finish(rerender(&a.report, a.format, cli.verbose)),
+        Command::Thaw { json } => finish(thaw(*json)),
+        Command::Status { state_dir, json } => finish(status::run(state_dir).map(|s| show(&s, *json, s.to_text()))),
+        Command::Restore(a) => finish(restore::run(&lower::restore(a)).map(|s| show(&s, a.json, s.to_text()))),
+        Command::Generate { dir } => finish(crate::cli::generate::generate(dir)),
+        Command::Run { .. } => unreachable!("replaced by the job's rewrite above"),
+        Command::Simulate(a) => {
+            print_simulation(lower::simulate(a).and_then(|o| simulate::simulate(&o, quiet)), a.json)
+        }
+        Command::Sim { command } => finish(
+            lower::sim_step(command)
+                .and_then(|s| simulate::sim_command(&s, quiet))
+                .map(|v| println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default())),
+        ),
+    }
+}
+
+/// `reseq rewrite`: a simulated SSD, files, or a block device.
+fn rewrite(a: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
+    match crate::cli::hiargs::rewrite(a) {
+        // A simulated SSD: the same engine, through `reseq sim rewrite`.
+        Ok(Rewrite::Sim(rw, bench)) => simulate::rewrite_report(&rw, bench.as_ref(), quiet),
+        Ok(Rewrite::Run(o)) => crate::rewrite::run(&o, quiet),
+        Err(e) => {
+            let result = Err(e);
+            (crate::rewrite::refused_report(&a.targets, a.dry_run, &result), result)
+        }
+    }
+}
+
+/// `-v`: the text of a file-mode run lists every file (else those with a problem).
+fn every_file((mut r, result): (Report, Result<()>), verbose: u8) -> (Report, Result<()>) {
+    r.every_file = verbose > 0;
+    (r, result)
+}
+
+fn demo(a: &crate::cli::DemoArgs, quiet: bool) -> std::process::ExitCode {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("reseq demo: not root, so no loop device; running the simulated SSD instead (reseq simulate)");
+        return print_simulation(simulate::simulate(&SimulateOptions::default(), quiet), a.json);
+    }
+    let (report, result) = crate::commands::demo::run(a.size, a.no_fuse, quiet);
+    match report {
+        Some(r) => print_report((r, result), &OutputArgs { json: a.json, ..Default::default() }, quiet),
+        None => finish(result),
+    }
+}
+
+/// Prints a command's report as asked (and the metrics file), then exits with its outcome.
+fn print_report((r, result): (Report, Result<()>), output: &OutputArgs, quiet: bool) -> std::process::ExitCode {
+    if result.is_err() && r.freeze_bound.is_some() && !r.dry_run {
+        eprintln!("reseq: {}", crate::host::thaw::after_abnormal_stop());
+    }
+    // -q quiets the log, not the result.
+    let format = output.format();
+    print!("{}", render(&r, format));
+    // `--json > run.json` at a terminal: the operator still sees the verdict.
+    if format != Format::Text && !quiet && !std::io::stdout().is_terminal() && std::io::stderr().is_terminal() {
+        eprint!("{}", render(&r, Format::Text));
+    }
+    // A dry run did nothing worth a metric.
+    if let Some(path) = output.metrics_file.as_ref().filter(|_| !r.dry_run)
+        && let Err(e) = write_atomically(path, &render(&r, Format::Prom))
+    {
+        eprintln!("reseq: {}", crate::error_chain(&e));
+    }
+    finish(result)
+}
+
+/// Prints a summary as JSON or as its text.
+fn show<T: Serialize>(v: &T, json: bool, text: String) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    } else {
+        print!("{text}");
+    }
+}
+
+fn thaw(json: bool) -> Result<()> {
+    let summary = crate::host::thaw::run(&crate::host::freeze_record::run_dir())?;
+    show(&summary, json, summary.to_text());
+    crate::host::thaw::live_guardian_error(&summary).map_or(Ok(()), Err)
+}
+
+fn rerender(path: &std::path::Path, format: Format, verbose: u8) -> Result<()> {
+    // A report that is not there or not readable is bad input, not an I/O failure of a run.
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| crate::support::error::Error::input(format!("reading the report {}", path.display()), e))?;
+    let mut report: Report = serde_json::from_str(&text)
+        .map_err(|e| crate::support::error::Error::Usage(format!("{} is not a reseq report: {e}", path.display())))?;
+    report.every_file = verbose > 0;
+    print!("{}", render(&report, format));
+    Ok(())
+}
+
+fn print_simulation(r: Result<simulate::Experiment>, json: bool) -> std::process::ExitCode {
+    finish(r.map(|e| show(&e, json, e.to_text())))
+}
+
+fn finish(result: Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => ExitCode::Success.into(),
+        Err(e) => {
+            let err = anyhow::Error::new(e);
+            eprintln!("reseq: {err:#}");
+            err.downcast_ref::<crate::support::error::Error>().map_or(ExitCode::Internal, |e| e.exit_code()).into()
+        }
+    }
+}
