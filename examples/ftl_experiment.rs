@@ -5,8 +5,7 @@
 
 use std::time::Instant;
 
-use reseq::sim::experiment::{Strategy, degrade, rewrite};
-use reseq::sim::ftl::{Ftl, Params, SLOT};
+use reseq::testing::{Ftl, Params, SLOT, Strategy, degrade, rewrite};
 
 fn main() {
     let preset = std::env::args().nth(1).unwrap_or_else(|| "consumer-nvme".into());

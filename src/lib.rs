@@ -8,20 +8,40 @@
 //! journal makes runs resumable. See docs/ARCHITECTURE.md for the data flow.
 #![deny(unsafe_code)]
 
-pub mod cli;
-pub mod commands;
-pub mod engine;
-pub mod host;
-pub mod measure;
-pub mod options;
-pub mod report;
-pub mod rewrite;
-pub mod sim;
-pub mod support;
-pub mod sys;
+mod cli;
+mod commands;
+mod engine;
+mod host;
+mod measure;
+mod options;
+mod report;
+mod rewrite;
+mod sim;
+mod support;
+mod sys;
+#[cfg(test)]
+mod tests;
+
+pub use cli::run::main;
+
+/// What the integration tests (`tests/it/`) and the model benchmark
+/// (`examples/ftl_experiment.rs`) use of the library, and nothing else: the ioctls they
+/// drive a filesystem with, the journal and rescue files they inspect, the loop devices
+/// and mounts they make, the report's shape, and the FTL model's reference experiment.
+pub mod testing {
+    pub use crate::engine::{journal, rescue};
+    pub use crate::host::{mounts, procs};
+    pub use crate::report::{Report, SCHEMA_VERSION};
+    pub use crate::sim::experiment::{Strategy, degrade, rewrite};
+    pub use crate::sim::ftl::{Ftl, Params, SLOT};
+    pub use crate::support::exit_codes::ExitCode;
+    pub use crate::support::scratch;
+    pub use crate::support::units::human_bytes;
+    pub use crate::sys::{AlignedBuf, FIEMAP_FLAG_SYNC, FS_XFLAG_REALTIME, fiemap, fifreeze, fithaw, fs_xflags};
+}
 
 /// An error with its causes, one per line (as anyhow's `{:#}` would, without anyhow).
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {

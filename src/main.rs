@@ -1,5 +1,5 @@
 //! The `reseq` binary: everything is in the library, from `cli::run` down.
 
 fn main() -> std::process::ExitCode {
-    reseq::cli::run::main()
+    reseq::main()
 }

@@ -49,7 +49,7 @@ pub fn fithaw(fd: BorrowedFd<'_>) -> nix::Result<()> {
 }
 
 /// Size of a block device in bytes (BLKGETSIZE64).
-pub fn blk_size_bytes(fd: BorrowedFd<'_>) -> nix::Result<u64> {
+pub(crate) fn blk_size_bytes(fd: BorrowedFd<'_>) -> nix::Result<u64> {
     let mut size: u64 = 0;
     // SAFETY: BLKGETSIZE64 writes one u64 (size_t on 64-bit Linux, block/ioctl.c
     // put_u64) to the pointer, which points at a live local.
@@ -58,7 +58,7 @@ pub fn blk_size_bytes(fd: BorrowedFd<'_>) -> nix::Result<u64> {
 }
 
 /// Whether the block device is read-only (BLKROGET).
-pub fn blk_read_only(fd: BorrowedFd<'_>) -> nix::Result<bool> {
+pub(crate) fn blk_read_only(fd: BorrowedFd<'_>) -> nix::Result<bool> {
     let mut ro: libc::c_int = 0;
     // SAFETY: BLKROGET writes one int (block/ioctl.c put_int) to a live local.
     unsafe { ioctl_blkroget(fd.as_raw_fd(), &mut ro) }?;
@@ -66,7 +66,7 @@ pub fn blk_read_only(fd: BorrowedFd<'_>) -> nix::Result<bool> {
 }
 
 /// Logical sector size (BLKSSZGET): the fallback direct-I/O alignment.
-pub fn blk_logical_sector_size(fd: BorrowedFd<'_>) -> nix::Result<u32> {
+pub(crate) fn blk_logical_sector_size(fd: BorrowedFd<'_>) -> nix::Result<u32> {
     let mut size: libc::c_int = 0;
     // SAFETY: BLKSSZGET writes one int (block/ioctl.c put_int) to a live local.
     unsafe { ioctl_blksszget(fd.as_raw_fd(), &mut size) }?;
@@ -76,7 +76,7 @@ pub fn blk_logical_sector_size(fd: BorrowedFd<'_>) -> nix::Result<u32> {
 /// Direct-I/O alignment from `statx(STATX_DIOALIGN)`: (memory, offset) in bytes.
 /// `Ok(None)` when the kernel or file does not report it (older kernels, or
 /// filesystems/devices without direct I/O support report 0).
-pub fn statx_dio_align(path: &Path) -> nix::Result<Option<(u32, u32)>> {
+pub(crate) fn statx_dio_align(path: &Path) -> nix::Result<Option<(u32, u32)>> {
     let cpath = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
     // SAFETY: statx is plain old data; all-zero is a valid bit pattern.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
@@ -120,14 +120,6 @@ impl AlignedBuf {
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
         AlignedBuf { ptr, layout }
     }
-
-    pub fn len(&self) -> usize {
-        self.layout.size()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        false
-    }
 }
 
 impl std::ops::Deref for AlignedBuf {
@@ -153,7 +145,7 @@ impl Drop for AlignedBuf {
 }
 
 /// Result of [`fork_single_threaded`].
-pub enum Forked {
+pub(crate) enum Forked {
     Parent { child: nix::unistd::Pid },
     Child,
 }
@@ -163,7 +155,7 @@ pub enum Forked {
 /// After fork in a multi-threaded process the child may only call async-signal-safe
 /// functions (a lock held by another thread stays locked forever). The guardian
 /// allocates and uses std, so we refuse to fork unless this is the only thread.
-pub fn fork_single_threaded() -> std::io::Result<Forked> {
+pub(crate) fn fork_single_threaded() -> std::io::Result<Forked> {
     // Threads that were just joined may linger in /proc for a moment after join returns.
     let mut threads = std::fs::read_dir("/proc/self/task")?.count();
     for _ in 0..100 {
@@ -190,7 +182,7 @@ pub fn fork_single_threaded() -> std::io::Result<Forked> {
 /// group, so that the guardian outlives a Ctrl-C aimed at reseq and thaws after it; and
 /// the job-control stops (Ctrl-Z, a background read or write on the terminal), which
 /// would otherwise stop the guardian while it holds a freeze.
-pub fn ignore_group_signals() -> nix::Result<()> {
+pub(crate) fn ignore_group_signals() -> nix::Result<()> {
     use nix::sys::signal::{SigHandler, Signal, signal};
     for sig in [
         Signal::SIGINT,
@@ -211,13 +203,13 @@ pub fn ignore_group_signals() -> nix::Result<()> {
 /// setsid(2): a new session and process group, without a controlling terminal, so that
 /// signals aimed at reseq's group (a terminal's Ctrl-Z, `timeout`, `kill -- -PGID`) do
 /// not reach the caller.
-pub fn new_session() -> nix::Result<()> {
+pub(crate) fn new_session() -> nix::Result<()> {
     nix::unistd::setsid().map(drop)
 }
 
 /// pidfd_open(2): a descriptor that names process `pid` for as long as it is held, so a
 /// later signal can never reach another process that reused the number.
-pub fn pidfd_open(pid: i32) -> nix::Result<OwnedFd> {
+pub(crate) fn pidfd_open(pid: i32) -> nix::Result<OwnedFd> {
     // SAFETY: pidfd_open takes two integers and returns a new descriptor or -1.
     let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     let fd = Errno::result(rc)?;
@@ -226,7 +218,7 @@ pub fn pidfd_open(pid: i32) -> nix::Result<OwnedFd> {
 }
 
 /// SIGKILL through a pidfd (pidfd_send_signal(2)). SIGKILL also ends a stopped process.
-pub fn pidfd_kill(pidfd: BorrowedFd<'_>) -> nix::Result<()> {
+pub(crate) fn pidfd_kill(pidfd: BorrowedFd<'_>) -> nix::Result<()> {
     // SAFETY: pidfd_send_signal(pidfd, sig, NULL info, 0 flags): integers and a null
     // pointer, which the kernel reads as "like kill(2)".
     let rc = unsafe {
@@ -239,7 +231,7 @@ pub fn pidfd_kill(pidfd: BorrowedFd<'_>) -> nix::Result<()> {
 /// most 15 bytes) and overwrites the command line (`/proc/PID/cmdline`, what `ps -f`
 /// and `pkill -f` match) with `title`. The guardian uses it to carry a name that
 /// `pkill reseq` cannot reach. The title is cut to fit the original arguments.
-pub fn set_process_title(title: &str) -> std::io::Result<()> {
+pub(crate) fn set_process_title(title: &str) -> std::io::Result<()> {
     let comm = CString::new(&title.as_bytes()[..title.len().min(15)]).map_err(std::io::Error::other)?;
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes from the
     // pointer (kernel/sys.c); `comm` is one, alive for the call.
@@ -296,7 +288,7 @@ extern "C" fn on_job_control_stop(_sig: libc::c_int) {
 /// mid-window would stall the host until `fg`. SIGTTIN and SIGTTOU (a background job
 /// touching the terminal) are ignored: then a terminal write just proceeds, even with
 /// `stty tostop`, where a caught SIGTTOU would make the write restart forever.
-pub fn defer_job_control_stops() -> nix::Result<()> {
+pub(crate) fn defer_job_control_stops() -> nix::Result<()> {
     use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction, signal};
     let action = SigAction::new(SigHandler::Handler(on_job_control_stop), SaFlags::SA_RESTART, SigSet::empty());
     // SAFETY: the handler only touches atomics and calls raise(3), both
@@ -310,13 +302,13 @@ pub fn defer_job_control_stops() -> nix::Result<()> {
 }
 
 /// A freeze window begins: job-control stops are deferred until [`leave_window`].
-pub fn enter_window() {
+pub(crate) fn enter_window() {
     IN_WINDOW.store(true, Ordering::SeqCst);
 }
 
 /// The window is over and thawed: take a job-control stop that arrived during it.
 /// Returns whether the process was stopped (and has been continued since).
-pub fn leave_window() -> bool {
+pub(crate) fn leave_window() -> bool {
     IN_WINDOW.store(false, Ordering::SeqCst);
     if STOP_PENDING.swap(false, Ordering::SeqCst) {
         // SAFETY: raise(3) with a valid signal number; it returns after SIGCONT.
@@ -327,14 +319,14 @@ pub fn leave_window() -> bool {
 }
 
 /// Reads `buf.len()` bytes at `offset` of `fd` (one pread; for O_DIRECT sentinels).
-pub fn pread_exact(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> nix::Result<()> {
+pub(crate) fn pread_exact(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> nix::Result<()> {
     let n = nix::sys::uio::pread(fd, buf, offset as libc::off_t)?;
     if n == buf.len() { Ok(()) } else { Err(Errno::EIO) }
 }
 
 /// Leave the process at once, without running atexit handlers or flushing stdio buffers
 /// that were copied from the parent at fork (they would be printed twice).
-pub fn exit_immediately(code: i32) -> ! {
+pub(crate) fn exit_immediately(code: i32) -> ! {
     // SAFETY: _exit(2) is always safe to call; it does not return.
     unsafe { libc::_exit(code) }
 }
@@ -343,12 +335,12 @@ pub fn exit_immediately(code: i32) -> ! {
 // followed by the records). Laid out here with the same field order and sizes.
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug)]
-pub struct FsmapRec {
-    pub device: u32,
+pub(crate) struct FsmapRec {
+    pub(crate) device: u32,
     pub flags: u32,
     pub physical: u64,
-    pub owner: u64,
-    pub offset: u64,
+    pub(crate) owner: u64,
+    pub(crate) offset: u64,
     pub length: u64,
     reserved: [u64; 3],
 }
@@ -368,7 +360,7 @@ const _: () = assert!(size_of::<FsmapRec>() == 64);
 const _: () = assert!(size_of::<FsmapHead<0>>() == 192);
 
 /// `#define FMR_OWN_FREE FMR_OWNER(0, 1)` (include/uapi/linux/fsmap.h).
-pub const FMR_OWN_FREE: u64 = 1;
+pub(crate) const FMR_OWN_FREE: u64 = 1;
 /// `#define FMR_OF_LAST 0x20`: the last record of the query.
 const FMR_OF_LAST: u32 = 0x20;
 const FSMAP_BATCH: usize = 128;
@@ -378,7 +370,7 @@ nix::ioctl_readwrite!(ioctl_getfsmap, b'X', 59, FsmapHead<0>);
 
 /// All GETFSMAP records of the filesystem open at `fd` that start in
 /// `[from, to)` bytes of its device, in physical order.
-pub fn getfsmap(fd: BorrowedFd<'_>, from: u64, to: u64) -> nix::Result<Vec<FsmapRec>> {
+pub(crate) fn getfsmap(fd: BorrowedFd<'_>, from: u64, to: u64) -> nix::Result<Vec<FsmapRec>> {
     let mut head = Box::new(FsmapHead::<FSMAP_BATCH> {
         iflags: 0,
         oflags: 0,
@@ -423,10 +415,10 @@ pub fn getfsmap(fd: BorrowedFd<'_>, from: u64, to: u64) -> nix::Result<Vec<Fsmap
 
 // include/uapi/linux/fs.h: struct fstrim_range and `#define FITRIM _IOWR('X', 121, ...)`.
 #[repr(C)]
-pub struct FstrimRange {
-    pub start: u64,
-    pub len: u64,
-    pub minlen: u64,
+pub(crate) struct FstrimRange {
+    pub(crate) start: u64,
+    pub(crate) len: u64,
+    pub(crate) minlen: u64,
 }
 nix::ioctl_readwrite!(ioctl_fitrim, b'X', 121, FstrimRange);
 
@@ -435,7 +427,7 @@ nix::ioctl_readwrite!(ioctl_fitrim, b'X', 121, FstrimRange);
 /// returns the bytes the filesystem trimmed in that range. EINVAL when `start` lies past
 /// the filesystem's last block or `len` is under one block; EOPNOTSUPP when the device
 /// below has no discard.
-pub fn fitrim_range(fd: BorrowedFd<'_>, start: u64, len: u64) -> nix::Result<u64> {
+pub(crate) fn fitrim_range(fd: BorrowedFd<'_>, start: u64, len: u64) -> nix::Result<u64> {
     let mut r = FstrimRange { start, len, minlen: 0 };
     // SAFETY: FITRIM reads and writes one struct fstrim_range (fs/ext4/ioctl.c,
     // fs/xfs/xfs_discard.c); `r` is a live local of that layout.
@@ -451,9 +443,9 @@ pub struct FiemapExtent {
     pub logical: u64,
     pub physical: u64,
     pub length: u64,
-    pub reserved64: [u64; 2],
+    pub(crate) reserved64: [u64; 2],
     pub flags: u32,
-    pub reserved: [u32; 3],
+    pub(crate) reserved: [u32; 3],
 }
 
 #[repr(C)]
@@ -474,7 +466,7 @@ const _: () = assert!(size_of::<Fiemap<0>>() == 32);
 /// (returns at once on a frozen filesystem).
 pub const FIEMAP_FLAG_SYNC: u32 = 0x1;
 /// `#define FIEMAP_EXTENT_LAST 0x00000001`.
-pub const FIEMAP_EXTENT_LAST: u32 = 0x1;
+pub(crate) const FIEMAP_EXTENT_LAST: u32 = 0x1;
 const FIEMAP_BATCH: usize = 256;
 
 // include/uapi/linux/fs.h: `#define FS_IOC_FIEMAP _IOWR('f', 11, struct fiemap)`.
@@ -515,7 +507,7 @@ pub fn fiemap(fd: BorrowedFd<'_>, start: u64, flags: u32) -> nix::Result<Vec<Fie
 /// struct fsxattr (include/uapi/linux/fs.h), for FS_IOC_FSGETXATTR.
 #[repr(C)]
 #[derive(Default)]
-pub struct Fsxattr {
+pub(crate) struct Fsxattr {
     fsx_xflags: u32,
     fsx_extsize: u32,
     fsx_nextents: u32,
@@ -539,7 +531,7 @@ pub fn fs_xflags(fd: BorrowedFd<'_>) -> nix::Result<u32> {
 }
 
 /// `STATX_ATTR_ENCRYPTED` (include/uapi/linux/stat.h): the file is fscrypt-encrypted.
-pub fn statx_encrypted(path: &Path) -> nix::Result<bool> {
+pub(crate) fn statx_encrypted(path: &Path) -> nix::Result<bool> {
     let cpath = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
     // SAFETY: as in statx_dio_align: plain old data, a NUL-terminated path, a live local.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
@@ -554,7 +546,7 @@ pub fn statx_encrypted(path: &Path) -> nix::Result<bool> {
 /// class (what `ionice -c2 -n7` does); threads started afterwards inherit it.
 /// include/uapi/linux/ioprio.h: IOPRIO_WHO_PROCESS = 1, IOPRIO_CLASS_BE = 2,
 /// value = class << 13 | level.
-pub fn lower_io_priority() -> nix::Result<()> {
+pub(crate) fn lower_io_priority() -> nix::Result<()> {
     const IOPRIO_WHO_PROCESS: libc::c_long = 1;
     const IOPRIO_CLASS_BE: libc::c_long = 2;
     // SAFETY: ioprio_set(2) takes three integers and touches no memory of ours.
@@ -565,20 +557,20 @@ pub fn lower_io_priority() -> nix::Result<()> {
 /// Ends the process with SIGABRT and no core dump. A core is written where the process
 /// runs, which may be the filesystem reseq froze: the dump would wait for the thaw, and
 /// the guardian, which thaws when reseq is gone, would wait for the dump.
-pub fn abort_without_core() -> ! {
+pub(crate) fn abort_without_core() -> ! {
     let _ = nix::sys::prctl::set_dumpable(false);
     std::process::abort()
 }
 
 /// Opens a block device read-only with O_DIRECT (the page cache could hold a stale copy).
-pub fn open_direct_read(node: &std::path::Path) -> std::io::Result<OwnedFd> {
+pub(crate) fn open_direct_read(node: &std::path::Path) -> std::io::Result<OwnedFd> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(node).map(OwnedFd::from)
 }
 
 /// Opens a device read-write with O_DIRECT, and O_EXCL when `exclusive` (an unmounted
 /// device: O_EXCL fails with EBUSY while anything holds it, and keeps it unmountable).
-pub fn open_direct_rw(path: &std::path::Path, exclusive: bool) -> std::io::Result<std::fs::File> {
+pub(crate) fn open_direct_rw(path: &std::path::Path, exclusive: bool) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let flags = libc::O_DIRECT | if exclusive { libc::O_EXCL } else { 0 };
     std::fs::OpenOptions::new().read(true).write(true).custom_flags(flags).open(path)
@@ -586,31 +578,31 @@ pub fn open_direct_rw(path: &std::path::Path, exclusive: bool) -> std::io::Resul
 
 /// Opens a block device read-only with O_EXCL: fails with EBUSY while anything (a mount,
 /// a holder, another exclusive opener) has it, and keeps it ours while open.
-pub fn open_exclusive(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+pub(crate) fn open_exclusive(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new().read(true).custom_flags(libc::O_EXCL).open(path)
 }
 
 /// CAP_SYS_ADMIN is bit 21 of the capability sets (include/uapi/linux/capability.h):
 /// FIFREEZE, FITHAW and FITRIM need it.
-pub const CAP_SYS_ADMIN: u32 = 21;
+pub(crate) const CAP_SYS_ADMIN: u32 = 21;
 /// CAP_IPC_LOCK (bit 14): mlock beyond RLIMIT_MEMLOCK.
-pub const CAP_IPC_LOCK: u32 = 14;
+pub(crate) const CAP_IPC_LOCK: u32 = 14;
 /// CAP_SYS_RESOURCE (bit 24): lowering oom_score_adj.
-pub const CAP_SYS_RESOURCE: u32 = 24;
+pub(crate) const CAP_SYS_RESOURCE: u32 = 24;
 
 /// The inode of the initial cgroup namespace (include/linux/proc_ns.h:
 /// `PROC_CGROUP_INIT_INO = 0xEFFFFFFB`): `/proc/self/ns/cgroup` names another one inside
 /// a container's cgroup namespace, where the groups above reseq's own are out of sight.
-pub const CGROUP_NS_INIT_INO: u64 = 0xEFFF_FFFB;
+pub(crate) const CGROUP_NS_INIT_INO: u64 = 0xEFFF_FFFB;
 
 /// The inode of the initial PID namespace (`PROC_PID_INIT_INO = 0xEFFFFFFC`): in another,
 /// the death of the namespace's first process kills every process in it.
-pub const PID_NS_INIT_INO: u64 = 0xEFFF_FFFC;
+pub(crate) const PID_NS_INIT_INO: u64 = 0xEFFF_FFFC;
 
 /// The scheduling of a thread: real-time FIFO at a priority, or the normal class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheduling {
+pub(crate) enum Scheduling {
     Fifo(i32),
     Normal,
     /// A policy and priority as `sched_getscheduler` gave them.
@@ -618,7 +610,7 @@ pub enum Scheduling {
 }
 
 /// The highest SCHED_FIFO priority (99 on Linux).
-pub fn fifo_max_priority() -> i32 {
+pub(crate) fn fifo_max_priority() -> i32 {
     // SAFETY: sched_get_priority_max(2) takes an integer and touches no memory.
     unsafe { libc::sched_get_priority_max(libc::SCHED_FIFO) }
 }
@@ -626,12 +618,12 @@ pub fn fifo_max_priority() -> i32 {
 /// sched_setscheduler(2) on the calling thread (tid 0): SCHED_FIFO at a priority, or
 /// back to SCHED_OTHER. EPERM where the host allows no real-time scheduling (no
 /// CAP_SYS_NICE and RLIMIT_RTPRIO 0, systemd's RestrictRealtime=, an RT group budget of 0).
-pub fn set_thread_scheduling(s: Scheduling) -> nix::Result<()> {
+pub(crate) fn set_thread_scheduling(s: Scheduling) -> nix::Result<()> {
     set_scheduling_of(0, s)
 }
 
 /// sched_setscheduler(2) on thread `tid` (0: the caller).
-pub fn set_scheduling_of(tid: i32, s: Scheduling) -> nix::Result<()> {
+pub(crate) fn set_scheduling_of(tid: i32, s: Scheduling) -> nix::Result<()> {
     let (policy, priority) = match s {
         Scheduling::Fifo(p) => (libc::SCHED_FIFO, p),
         Scheduling::Normal => (libc::SCHED_OTHER, 0),
@@ -645,7 +637,7 @@ pub fn set_scheduling_of(tid: i32, s: Scheduling) -> nix::Result<()> {
 
 /// The calling thread's policy and priority as they are, to be given back with
 /// [`set_thread_scheduling`] (SCHED_IDLE or SCHED_BATCH stay so; the nice value is kept).
-pub fn thread_scheduling() -> Scheduling {
+pub(crate) fn thread_scheduling() -> Scheduling {
     // SAFETY: sched_getscheduler(2) takes an integer; pid 0 is the caller.
     let policy = unsafe { libc::sched_getscheduler(0) };
     let mut param = libc::sched_param { sched_priority: 0 };
@@ -658,7 +650,7 @@ pub fn thread_scheduling() -> Scheduling {
 /// stays in memory, and so does every page it touches later, without faulting in the
 /// rest of a copied address space (a forked guardian would otherwise duplicate reseq's
 /// untouched heap). EPERM/ENOMEM without CAP_IPC_LOCK beyond RLIMIT_MEMLOCK.
-pub fn lock_touched_memory() -> nix::Result<()> {
+pub(crate) fn lock_touched_memory() -> nix::Result<()> {
     // SAFETY: mlockall(2) takes flags and touches no memory of ours.
     let rc = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE | libc::MCL_ONFAULT) };
     Errno::result(rc).map(drop)
@@ -666,7 +658,7 @@ pub fn lock_touched_memory() -> nix::Result<()> {
 
 /// mlock(2) of `len` bytes at `addr`, faulting them in: for the executable's own code,
 /// so that a deadline path never waits for a page of it to be read from disk.
-pub fn lock_range(addr: usize, len: usize) -> nix::Result<()> {
+pub(crate) fn lock_range(addr: usize, len: usize) -> nix::Result<()> {
     // SAFETY: mlock(2) only changes the residency of the pages of [addr, addr+len); an
     // unmapped range gives ENOMEM, it reads and writes no memory of ours.
     let rc = unsafe { libc::mlock(addr as *const libc::c_void, len) };
@@ -699,17 +691,17 @@ const LO_FLAGS_READ_ONLY: u32 = 1;
 /// What a loop device is backed by, as the kernel holds it (not the path in sysfs,
 /// which may be stale or from another mount namespace).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LoopStatus {
+pub(crate) struct LoopStatus {
     /// The backing file's device and inode (st_dev, st_ino): the same file whatever its
     /// path (hard links, bind mounts, a rename).
-    pub file_dev: (u32, u32),
-    pub file_ino: u64,
+    pub(crate) file_dev: (u32, u32),
+    pub(crate) file_ino: u64,
     /// The backing file's st_rdev: the device, when the loop is backed by a block device.
-    pub file_rdev: (u32, u32),
-    pub offset: u64,
+    pub(crate) file_rdev: (u32, u32),
+    pub(crate) offset: u64,
     /// 0: up to the end of the file.
-    pub size_limit: u64,
-    pub read_only: bool,
+    pub(crate) size_limit: u64,
+    pub(crate) read_only: bool,
 }
 
 /// `new_decode_dev` (include/linux/kdev_t.h): loop_get_status encodes the numbers with
@@ -719,7 +711,7 @@ fn decode_dev(d: u64) -> (u32, u32) {
 }
 
 /// LOOP_GET_STATUS64 on an open loop device. `ENXIO`: no backing file attached.
-pub fn loop_status(fd: BorrowedFd<'_>) -> nix::Result<LoopStatus> {
+pub(crate) fn loop_status(fd: BorrowedFd<'_>) -> nix::Result<LoopStatus> {
     // SAFETY: all-zero bytes are a valid LoopInfo64 (integers and byte arrays).
     let mut info: LoopInfo64 = unsafe { std::mem::zeroed() };
     // SAFETY: LOOP_GET_STATUS64 copies one struct loop_info64 to the pointer

@@ -42,7 +42,7 @@ fn scalar(key: &str, v: &toml::Value) -> Result<String> {
 }
 
 /// The `reseq rewrite` arguments a config file stands for.
-pub fn parse(text: &str, origin: &Path) -> Result<RewriteArgs> {
+pub(crate) fn parse(text: &str, origin: &Path) -> Result<RewriteArgs> {
     let table: toml::Table =
         text.parse().map_err(|e: toml::de::Error| Error::Usage(format!("{}: {e}", origin.display())))?;
     let argv = argv_of(&table, origin)?;
@@ -133,7 +133,7 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
 }
 
 /// Reads and parses a config file.
-pub fn load(path: &Path) -> Result<RewriteArgs> {
+pub(crate) fn load(path: &Path) -> Result<RewriteArgs> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::input(format!("reading {}", path.display()), e))?;
     parse(&text, path)
 }

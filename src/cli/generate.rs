@@ -117,7 +117,7 @@ fn examples(r: &mut Roff) {
 
 /// The man page: NAME, SYNOPSIS, DESCRIPTION, one section per subcommand, EXIT STATUS,
 /// FILES, ENVIRONMENT.
-pub fn man_page() -> String {
+pub(crate) fn man_page() -> String {
     let cmd = Cli::command();
     let mut r = Roff::new();
     r.control("TH", ["RESEQ", "1", "", &format!("reseq {}", env!("CARGO_PKG_VERSION")), "User Commands"]);
@@ -254,7 +254,7 @@ fn environment(r: &mut Roff) {
 }
 
 /// Writes `reseq.1`, `reseq.bash`, `_reseq` (zsh) and `reseq.fish` into `dir`.
-pub fn generate(dir: &Path) -> Result<()> {
+pub(crate) fn generate(dir: &Path) -> Result<()> {
     let io = |e| Error::io(format!("writing into {}", dir.display()), e);
     std::fs::create_dir_all(dir).map_err(io)?;
     std::fs::File::create(dir.join("reseq.1")).and_then(|mut f| f.write_all(man_page().as_bytes())).map_err(io)?;

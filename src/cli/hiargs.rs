@@ -11,12 +11,12 @@ use crate::support::error::{Error, Result};
 
 /// What `reseq rewrite` was asked for: the one place that tells a simulated SSD
 /// (`sim:STATE`) from devices and files.
-pub enum Rewrite {
+pub(crate) enum Rewrite {
     Sim(SimRewrite, Option<BenchOptions>),
     Run(RewriteOptions),
 }
 
-pub fn rewrite(args: &RewriteArgs) -> Result<Rewrite> {
+pub(crate) fn rewrite(args: &RewriteArgs) -> Result<Rewrite> {
     match sim_state(args.device()) {
         Some(state) => crate::cli::lower::sim_rewrite(args, state).map(|(rw, bench)| Rewrite::Sim(rw, bench)),
         None => rewrite_options(args).map(Rewrite::Run),
@@ -25,7 +25,7 @@ pub fn rewrite(args: &RewriteArgs) -> Result<Rewrite> {
 
 /// `reseq rewrite`'s arguments for devices or files as options, with the flags the mode
 /// does not take refused.
-pub fn rewrite_options(args: &RewriteArgs) -> Result<RewriteOptions> {
+pub(crate) fn rewrite_options(args: &RewriteArgs) -> Result<RewriteOptions> {
     let o = lower(args, Mode::of(&args.targets));
     refuse_for_mode(&o)?;
     Ok(o)

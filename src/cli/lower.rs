@@ -17,7 +17,7 @@ fn size(flag: &str, v: &str) -> Result<u64> {
 }
 
 /// The `--bench-*` options of a rewrite.
-pub fn bench_options(o: &BenchOpts) -> BenchOptions {
+pub(crate) fn bench_options(o: &BenchOpts) -> BenchOptions {
     BenchOptions {
         block_size: o.block_size.bytes(),
         queue_depth: o.queue_depth,
@@ -41,7 +41,7 @@ fn read_options(a: &ReadArgs) -> ReadOptions {
 }
 
 /// `reseq bench`: `--trim-impact` takes only its own options and the target.
-pub fn bench(a: &BenchArgs) -> BenchCommand {
+pub(crate) fn bench(a: &BenchArgs) -> BenchCommand {
     if a.trim_impact {
         let size = a.trim_size.bytes();
         let rate = a.trim_rate.map(|r| r.bytes_per_second());
@@ -51,17 +51,17 @@ pub fn bench(a: &BenchArgs) -> BenchCommand {
 }
 
 /// `reseq scan`.
-pub fn scan(a: &ScanArgs) -> ScanOptions {
+pub(crate) fn scan(a: &ScanArgs) -> ScanOptions {
     ScanOptions { read: read_options(&a.read), regions: a.regions, threshold: a.threshold }
 }
 
 /// `reseq estimate`.
-pub fn estimate(a: &EstimateArgs) -> EstimateOptions {
+pub(crate) fn estimate(a: &EstimateArgs) -> EstimateOptions {
     EstimateOptions { target: a.target.clone(), sample: a.sample.bytes(), regions: a.regions }
 }
 
 /// `reseq restore`.
-pub fn restore(a: &RestoreArgs) -> RestoreOptions {
+pub(crate) fn restore(a: &RestoreArgs) -> RestoreOptions {
     RestoreOptions {
         rescue: a.rescue.clone(),
         force: a.force,
@@ -89,7 +89,7 @@ fn overrides(set: &[String]) -> Result<Vec<Override>> {
 }
 
 /// `reseq simulate`.
-pub fn simulate(a: &SimulateArgs) -> Result<SimulateOptions> {
+pub(crate) fn simulate(a: &SimulateArgs) -> Result<SimulateOptions> {
     Ok(SimulateOptions {
         preset: a.preset.clone(),
         device_size: a.device_size.bytes(),
@@ -106,7 +106,7 @@ fn sim_range(r: &SimRangeArgs) -> SimRange {
 }
 
 /// One step of `reseq sim …`.
-pub fn sim_step(c: &SimCommand) -> Result<SimStep> {
+pub(crate) fn sim_step(c: &SimCommand) -> Result<SimStep> {
     Ok(match c {
         SimCommand::Create { state, preset, device_size, set } => SimStep::Create {
             state: state.clone(),
@@ -145,7 +145,7 @@ pub fn sim_step(c: &SimCommand) -> Result<SimStep> {
 
 /// `reseq rewrite sim:STATE`: the whole simulated device, with the options that apply to
 /// it (chunk size, verification, --only-slow, --bench); device-only options are refused.
-pub fn sim_rewrite(a: &RewriteArgs, state: std::path::PathBuf) -> Result<(SimRewrite, Option<BenchOptions>)> {
+pub(crate) fn sim_rewrite(a: &RewriteArgs, state: std::path::PathBuf) -> Result<(SimRewrite, Option<BenchOptions>)> {
     if a.from_scan.is_some() || a.resume || a.dry_run {
         return Err(Error::Usage(
             "on a simulated SSD, rewrite takes --chunk-size, --no-verify, --only-slow and --bench".into(),

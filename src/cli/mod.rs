@@ -3,10 +3,10 @@
 //! its flag, and a job file turned into argv gets the same check). [`hiargs`] turns
 //! them into the options the layers below take.
 
-pub mod config;
-pub mod generate;
-pub mod hiargs;
-pub mod lower;
+pub(crate) mod config;
+pub(crate) mod generate;
+pub(crate) mod hiargs;
+pub(crate) mod lower;
 pub mod run;
 
 use std::path::PathBuf;
@@ -15,7 +15,7 @@ use std::time::Duration;
 use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::{Args, Parser, Subcommand};
 
-pub use crate::options::rewrite::{
+pub(crate) use crate::options::rewrite::{
     DEFAULT_CHUNK_SIZE, DEFAULT_MAX_OVERRUNS, DEFAULT_READ_AHEAD, DEFAULT_SCAN_REGIONS, DEFAULT_SLOW_THRESHOLD,
     DEFAULT_STATE_DIR,
 };
@@ -77,27 +77,27 @@ chunks, so that the SSD's flash translation layer lays them out in order again. 
 are frozen (FIFREEZE) in bounded windows, a guardian process thaws them whatever happens to reseq, \
 every chunk is verified with blake3 after a read-back, and a journal lets an interrupted run resume."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// More log output (-v debug, -vv trace). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
-    pub verbose: u8,
+    pub(crate) verbose: u8,
     /// Only warnings and errors.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
-    pub quiet: bool,
+    pub(crate) quiet: bool,
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 impl Cli {
     /// Parses the process's command line (exiting with clap's message on an error),
     /// recording which rewrite options were given.
-    pub fn parse_given() -> Cli {
+    pub(crate) fn parse_given() -> Cli {
         Cli::try_parse_given(std::env::args_os()).unwrap_or_else(|e| e.exit())
     }
 
     /// Parses `argv`; a rewrite's [`RewriteArgs::given`] names the options given on it
     /// (an option given with its default value is given: `--resume --pause 0s` means it).
-    pub fn try_parse_given<I, T>(argv: I) -> Result<Cli, clap::Error>
+    pub(crate) fn try_parse_given<I, T>(argv: I) -> Result<Cli, clap::Error>
     where
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
@@ -116,7 +116,7 @@ impl Cli {
 
 impl Command {
     /// How the command's report is printed, for the commands that print one.
-    pub fn output(&self) -> Option<&OutputArgs> {
+    pub(crate) fn output(&self) -> Option<&OutputArgs> {
         match self {
             Command::Rewrite(a) => Some(&a.output),
             Command::Bench(a) => Some(&a.output),
@@ -128,7 +128,7 @@ impl Command {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Re-sequence a block device (a partition or a whole disk), or files and directories
     /// on mounted ext4/xfs (file mode), in place.
     Rewrite(RewriteArgs),
@@ -201,79 +201,79 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-pub struct RestoreArgs {
+pub(crate) struct RestoreArgs {
     /// The rescue file (rescue-DEVICE-OFFSET-BLAKE3-ID.bin in the state directory).
     #[arg(value_name = "RESCUE_FILE")]
-    pub rescue: PathBuf,
+    pub(crate) rescue: PathBuf,
     /// Restore even if the device's bytes there changed since reseq stopped (something
     /// else wrote there: restoring overwrites that).
     #[arg(long)]
-    pub force: bool,
+    pub(crate) force: bool,
     /// Remove the rescue copy without writing anything (the data was restored another
     /// way, or is not wanted).
     #[arg(long, conflicts_with = "force")]
-    pub forget: bool,
+    pub(crate) forget: bool,
     /// The device, where it is now, if its name changed since the copy was made (loop and
     /// NVMe numbers can change between boots). It must be the same device: same size,
     /// and the same backing file, serial or WWN.
     #[arg(long, value_name = "DEVICE")]
-    pub device: Option<PathBuf>,
+    pub(crate) device: Option<PathBuf>,
     /// Longest time a filesystem on the device stays frozen for the write.
     #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = window_length)]
-    pub max_freeze: Duration,
+    pub(crate) max_freeze: Duration,
     /// Freeze even where the freeze guardian cannot leave reseq's cgroup (inside a
     /// container's cgroup namespace, on a cgroup v1 host, a read-only cgroupfs): a kill or
     /// freeze of reseq's whole unit then also hits the guardian, and a freeze in progress
     /// stays until `reseq thaw` runs (the shipped unit's ExecStopPost= runs it).
     #[arg(long)]
-    pub accept_cgroup_risk: bool,
+    pub(crate) accept_cgroup_risk: bool,
     /// Print what was done as JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct SimulateArgs {
+pub(crate) struct SimulateArgs {
     /// Drive model: consumer-nvme (Toshiba XG5-like), consumer-nvme-mild (Samsung
     /// PM981-like) or datacenter-sata (Intel S3510-like).
     #[arg(long, default_value = "consumer-nvme")]
-    pub preset: String,
+    pub(crate) preset: String,
     /// Simulated device size.
     #[arg(long, default_value = "8G", value_name = "SIZE")]
-    pub device_size: Size,
+    pub(crate) device_size: Size,
     /// Size of the file written at the start of the device.
     #[arg(long, default_value = "4G", value_name = "SIZE")]
-    pub file_size: Size,
+    pub(crate) file_size: Size,
     /// Random 4 KiB write stages in MiB, as for a 4 GiB file (scaled to --file-size).
     #[arg(long, value_delimiter = ',', default_value = "50,200,800,4000", value_name = "MIB,...")]
-    pub stages: Vec<f64>,
+    pub(crate) stages: Vec<f64>,
     /// Chunk size of reseq's rewrite.
     #[arg(long, default_value_t = DEFAULT_CHUNK_SIZE, value_name = "SIZE")]
-    pub chunk_size: Size,
+    pub(crate) chunk_size: Size,
     /// Seed of the random writes.
     #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Override a model parameter (repeatable), e.g. --set t_read_us=50 --set readahead=none.
     #[arg(long, value_name = "KEY=VALUE")]
-    pub set: Vec<String>,
+    pub(crate) set: Vec<String>,
     /// Print the results as JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// A range of a simulated device.
 #[derive(Debug, Args, Clone)]
-pub struct SimRangeArgs {
+pub(crate) struct SimRangeArgs {
     /// Start of the range.
     #[arg(long, default_value = "0", value_name = "SIZE")]
-    pub offset: Size,
+    pub(crate) offset: Size,
     /// Length of the range (default: to the end of the device).
     #[arg(long, value_name = "SIZE")]
-    pub length: Option<Size>,
+    pub(crate) length: Option<Size>,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum SimCommand {
+pub(crate) enum SimCommand {
     /// Create a fresh (empty, all trimmed) simulated SSD.
     Create {
         state: PathBuf,
@@ -346,119 +346,119 @@ pub enum SimCommand {
 }
 
 #[derive(Debug, Args, Clone)]
-pub struct RewriteArgs {
+pub(crate) struct RewriteArgs {
     /// A block device (/dev/nvme0n1p3, /dev/sdb), or files and directories of files on
     /// mounted ext4/xfs (file mode), or sim:STATE.
     #[arg(required = true, num_args = 1.., value_name = "TARGET")]
-    pub targets: Vec<PathBuf>,
+    pub(crate) targets: Vec<PathBuf>,
     /// The ids of the options given (on the command line or in a job file), filled by
     /// [`Cli::try_parse_given`].
     #[arg(skip)]
-    pub given: std::collections::BTreeSet<String>,
+    pub(crate) given: std::collections::BTreeSet<String>,
     /// File mode: skip paths matching this glob (repeatable), e.g. --exclude '*.tmp'.
     #[arg(long, value_name = "GLOB")]
-    pub exclude: Vec<String>,
+    pub(crate) exclude: Vec<String>,
     /// Bytes per chunk (K, M, G suffixes; a multiple of the device's direct-I/O alignment).
     #[arg(long, default_value_t = DEFAULT_CHUNK_SIZE, value_name = "SIZE", value_parser = chunk_size)]
-    pub chunk_size: Size,
+    pub(crate) chunk_size: Size,
     /// Longest time filesystems stay frozen in one window (e.g. 2s, 500ms). The guardian
     /// thaws at this deadline.
     /// [default: 5s for a device, 1s for files]
     #[arg(long, value_name = "DURATION", value_parser = window_length)]
-    pub max_freeze: Option<Duration>,
+    pub(crate) max_freeze: Option<Duration>,
     /// Average write rate limit for the whole run (e.g. 50M = 50 MiB/s), kept by pausing
     /// between windows.
     #[arg(long, value_name = "SIZE")]
-    pub rate: Option<Rate>,
+    pub(crate) rate: Option<Rate>,
     /// Pause between windows, thawed, so applications catch up. File mode, for a live
     /// server, pauses 1s unless given (writers then run at least half the time).
     #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = pause_length)]
-    pub pause: Duration,
+    pub(crate) pause: Duration,
     /// Stop after this many freeze windows overrun their deadline (each overrun is thawed
     /// by the guardian; until this limit the run continues with shorter windows).
     #[arg(long, default_value_t = DEFAULT_MAX_OVERRUNS, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000), allow_negative_numbers = true)]
-    pub max_overruns: u32,
+    pub(crate) max_overruns: u32,
     /// Chunks read ahead of the writer (memory: (N + 4) x chunk size with verification).
     #[arg(long, default_value_t = DEFAULT_READ_AHEAD, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64), allow_negative_numbers = true)]
-    pub read_ahead: usize,
+    pub(crate) read_ahead: usize,
     /// Skip the read-back check after each write (faster; the pre-write hash is still journaled).
     #[arg(long)]
-    pub no_verify: bool,
+    pub(crate) no_verify: bool,
     /// Go on despite a rotational device or a window longer than half the hung-task timeout.
     #[arg(long)]
-    pub force: bool,
+    pub(crate) force: bool,
     /// Freeze even where the freeze guardian cannot leave reseq's cgroup (inside a
     /// container's cgroup namespace, on a cgroup v1 host, a read-only cgroupfs): a kill or
     /// freeze of reseq's whole unit then also hits the guardian, and a freeze in progress
     /// stays until `reseq thaw` runs (the shipped unit's ExecStopPost= runs it).
     #[arg(long)]
-    pub accept_cgroup_risk: bool,
+    pub(crate) accept_cgroup_risk: bool,
     /// Print the plan and exit without writing or freezing anything.
     #[arg(long, short = 'n')]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// Continue an interrupted run from its journal (starts afresh if there is none).
     #[arg(long, conflicts_with = "restart")]
-    pub resume: bool,
+    pub(crate) resume: bool,
     /// Discard an unfinished run's journal and start from the beginning.
     #[arg(long)]
-    pub restart: bool,
+    pub(crate) restart: bool,
     /// Where journals are kept.
     #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR", env = "RESEQ_STATE_DIR")]
-    pub state_dir: PathBuf,
+    pub(crate) state_dir: PathBuf,
     /// Rewrite free space too. By default, free space of mounted ext4/xfs filesystems is
     /// left out (GETFSMAP), which saves endurance and keeps what TRIM achieved.
     #[arg(long)]
-    pub include_free: bool,
+    pub(crate) include_free: bool,
     /// Do not run FITRIM on the filesystems after the run.
     #[arg(long)]
-    pub no_trim: bool,
+    pub(crate) no_trim: bool,
     /// Pace of the FITRIM after the run, in bytes discarded per second (e.g. 2G). By
     /// default reseq trims in slices and idles 4 x each slice's time between them (the
     /// device busy at most 20 % of the time); --pause also spaces the slices.
     #[arg(long, value_name = "SIZE", conflicts_with = "no_trim")]
-    pub trim_rate: Option<Rate>,
+    pub(crate) trim_rate: Option<Rate>,
     /// Rewrite only the regions that read slowly: scan the device first (reads only,
     /// with the --bench-* block size and queue depth) and rewrite the flagged regions.
     #[arg(long)]
-    pub only_slow: bool,
+    pub(crate) only_slow: bool,
     /// Like --only-slow, with the slow regions of a scan saved earlier (reseq scan --json).
     #[arg(long, value_name = "SCAN.json", conflicts_with = "only_slow")]
-    pub from_scan: Option<PathBuf>,
+    pub(crate) from_scan: Option<PathBuf>,
     /// Regions of the scan for --only-slow.
     #[arg(long, default_value_t = DEFAULT_SCAN_REGIONS, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
-    pub scan_regions: usize,
+    pub(crate) scan_regions: usize,
     /// A region is slow below this fraction of the median of the fastest quarter.
     #[arg(long, default_value_t = DEFAULT_SLOW_THRESHOLD, value_name = "FRACTION", value_parser = fraction, allow_negative_numbers = true)]
-    pub slow_threshold: f64,
+    pub(crate) slow_threshold: f64,
     /// Benchmark sequential reads of the range before and after, and give a verdict.
     #[arg(long)]
-    pub bench: bool,
+    pub(crate) bench: bool,
     #[command(flatten)]
-    pub bench_opts: BenchOpts,
+    pub(crate) bench_opts: BenchOpts,
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub(crate) output: OutputArgs,
 }
 
 /// How reports are printed and where metrics go.
 #[derive(Debug, Args, Clone, Default)]
-pub struct OutputArgs {
+pub(crate) struct OutputArgs {
     /// Print the report as JSON on stdout (same as --format json).
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Report format on stdout.
     #[arg(long, value_name = "FORMAT", value_parser = PossibleValuesParser::new(crate::report::render::Format::NAMES).map(|f| f.parse::<crate::report::render::Format>().expect("a listed format")))]
-    pub format: Option<crate::report::render::Format>,
+    pub(crate) format: Option<crate::report::render::Format>,
     /// Also write Prometheus textfile metrics here, atomically (node_exporter's
     /// textfile collector directory, e.g. /var/lib/node_exporter/textfile_collector/reseq.prom).
     #[arg(long, value_name = "PATH.prom")]
-    pub metrics_file: Option<PathBuf>,
+    pub(crate) metrics_file: Option<PathBuf>,
 }
 
 impl OutputArgs {
     /// A metrics file goes in a directory that must be there: a host without
     /// node_exporter's textfile collector would otherwise lose every run's metrics, each
     /// with only a line on stderr. Checked before the command runs.
-    pub fn check_metrics_file(&self) -> crate::support::error::Result<()> {
+    pub(crate) fn check_metrics_file(&self) -> crate::support::error::Result<()> {
         let Some(path) = &self.metrics_file else { return Ok(()) };
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
@@ -474,7 +474,7 @@ impl OutputArgs {
         )))
     }
 
-    pub fn format(&self) -> crate::report::render::Format {
+    pub(crate) fn format(&self) -> crate::report::render::Format {
         if self.json {
             crate::report::render::Format::Json
         } else {
@@ -485,148 +485,138 @@ impl OutputArgs {
 
 /// Read benchmark parameters (for `bench`, and `rewrite --bench` with the `bench-` prefix).
 #[derive(Debug, Args, Clone)]
-pub struct BenchOpts {
+pub(crate) struct BenchOpts {
     /// Bytes per read command.
     #[arg(long = "bench-block-size", default_value = "1M", value_name = "SIZE")]
-    pub block_size: Size,
+    pub(crate) block_size: Size,
     /// Reads in flight at once.
     #[arg(long = "bench-queue-depth", default_value_t = 1, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256), allow_negative_numbers = true)]
-    pub queue_depth: usize,
+    pub(crate) queue_depth: usize,
     /// Timed passes over the range (before and after each, for rewrite --bench).
     #[arg(long = "bench-passes", default_value_t = 3, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000), allow_negative_numbers = true)]
-    pub passes: usize,
+    pub(crate) passes: usize,
     /// Pause between passes, in case the drive reorganises itself in the background.
     #[arg(long = "bench-settle", default_value = "0s", value_name = "DURATION", value_parser = pause_length)]
-    pub settle: Duration,
+    pub(crate) settle: Duration,
     /// Regions of the before/after throughput map.
     #[arg(long = "bench-regions", default_value_t = 32, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
-    pub regions: usize,
+    pub(crate) regions: usize,
     /// Benchmark only this much from the start of the range (default: all of it).
     #[arg(long = "bench-length", value_name = "SIZE")]
-    pub length: Option<Size>,
+    pub(crate) length: Option<Size>,
     /// When the reads after the rewrite differ from those before, read again this long
     /// later: the verdict stands only if the change lasts (re-sequencing lasts; a cache
     /// below the device, as under a VM, fades). 0s: no re-check.
     #[arg(long = "bench-recheck", default_value = "30s", value_name = "DURATION", value_parser = pause_length)]
-    pub recheck: Duration,
+    pub(crate) recheck: Duration,
 }
 
 /// What to read and how, for `bench` and `scan`.
 #[derive(Debug, Args)]
-pub struct ReadArgs {
+pub(crate) struct ReadArgs {
     /// A block device, a file, a directory of files, or sim:STATE (a simulated SSD).
-    pub target: PathBuf,
+    pub(crate) target: PathBuf,
     /// Bytes per read command.
     #[arg(long, default_value = "1M", value_name = "SIZE")]
-    pub block_size: Size,
+    pub(crate) block_size: Size,
     /// Reads in flight at once (that many threads issuing O_DIRECT reads).
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256), allow_negative_numbers = true)]
-    pub queue_depth: usize,
+    pub(crate) queue_depth: usize,
     /// Start of the range.
     #[arg(long, default_value = "0", value_name = "SIZE")]
-    pub offset: Size,
+    pub(crate) offset: Size,
     /// Length of the range (default: to the end).
     #[arg(long, value_name = "SIZE")]
-    pub length: Option<Size>,
+    pub(crate) length: Option<Size>,
     /// A device with mounted ext4/xfs: measure its free space too. By default only the
     /// ranges in use are read (offsets and lengths then count in-use bytes): free space,
     /// trimmed or not, says nothing about the data.
     #[arg(long)]
-    pub include_free: bool,
+    pub(crate) include_free: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     #[command(flatten)]
-    pub read: ReadArgs,
+    pub(crate) read: ReadArgs,
     /// Measure what TRIM costs readers on the filesystem holding TARGET (a file or
     /// directory on mounted ext4/xfs): write a scratch file there, delete it and FITRIM
     /// its range in slices while a light probe reads; report the trim rate and the read
     /// latency during the trim against before it. The scratch file is always removed.
     /// Refused (exit 3) where the device has no discard.
     #[arg(long)]
-    pub trim_impact: bool,
+    pub(crate) trim_impact: bool,
     /// --trim-impact: bytes of the scratch file (what is deleted and trimmed).
     #[arg(long, default_value = "1G", value_name = "SIZE", requires = "trim_impact", value_parser = trim_size)]
-    pub trim_size: Size,
+    pub(crate) trim_size: Size,
     /// --trim-impact: pace the trim at this many bytes discarded per second (default:
     /// unpaced slices, the drive's worst case).
     #[arg(long, value_name = "SIZE", requires = "trim_impact")]
-    pub trim_rate: Option<Rate>,
+    pub(crate) trim_rate: Option<Rate>,
     /// Timed passes.
     #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000), allow_negative_numbers = true)]
-    pub passes: usize,
+    pub(crate) passes: usize,
     /// Pause between passes (10 s lets a drive that reorganises itself in the background do so).
     #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = pause_length)]
-    pub settle: Duration,
+    pub(crate) settle: Duration,
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub(crate) output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct ScanArgs {
+pub(crate) struct ScanArgs {
     #[command(flatten)]
-    pub read: ReadArgs,
+    pub(crate) read: ReadArgs,
     /// How many regions to time.
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
-    pub regions: usize,
+    pub(crate) regions: usize,
     /// A region is flagged slow below this fraction of the median of the fastest quarter
     /// of the regions.
     #[arg(long, default_value_t = 0.7, value_name = "FRACTION", value_parser = fraction, allow_negative_numbers = true)]
-    pub threshold: f64,
+    pub(crate) threshold: f64,
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub(crate) output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct EstimateArgs {
+pub(crate) struct EstimateArgs {
     /// A block device, a file, a directory of files, or sim:STATE.
-    pub target: PathBuf,
+    pub(crate) target: PathBuf,
     /// Bytes to read in all, spread over the target.
     #[arg(long, default_value = "256M", value_name = "SIZE")]
-    pub sample: Size,
+    pub(crate) sample: Size,
     /// Places to read from.
     #[arg(long, default_value_t = 32, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(4..=4096), allow_negative_numbers = true)]
-    pub regions: usize,
+    pub(crate) regions: usize,
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub(crate) output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// A report saved with --json.
-    pub report: PathBuf,
+    pub(crate) report: PathBuf,
     #[arg(long, default_value = "text", value_parser = PossibleValuesParser::new(crate::report::render::Format::NAMES).map(|f| f.parse::<crate::report::render::Format>().expect("a listed format")))]
-    pub format: crate::report::render::Format,
+    pub(crate) format: crate::report::render::Format,
 }
 
 #[derive(Debug, Args)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Size of the throwaway image.
     #[arg(long, default_value = "256M", value_name = "SIZE")]
-    pub size: Size,
+    pub(crate) size: Size,
     /// Print the report as JSON on stdout.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// The plain demo: a loop device over an image file, which has no FTL (nothing to
     /// speed up), instead of an emulated SSD served through FUSE.
     #[arg(long)]
-    pub no_fuse: bool,
-}
-
-impl SimulateArgs {
-    /// The defaults of `reseq simulate`, as clap would parse an empty command line.
-    pub fn defaults() -> SimulateArgs {
-        match Cli::parse_from(["reseq", "simulate"]).command {
-            Command::Simulate(a) => a,
-            _ => unreachable!("parsed a simulate command"),
-        }
-    }
+    pub(crate) no_fuse: bool,
 }
 
 impl RewriteArgs {
     /// The device of device mode (the first target).
-    pub fn device(&self) -> &std::path::Path {
+    pub(crate) fn device(&self) -> &std::path::Path {
         &self.targets[0]
     }
 }

@@ -25,7 +25,7 @@ fn io(ctx: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
 
 /// Runs the demo; returns the rewrite's report.
 /// `size`: of the throwaway image; `no_fuse`: the plain demo on a loop device.
-pub fn run(size: Size, no_fuse: bool, quiet: bool) -> (Option<Report>, Result<()>) {
+pub(crate) fn run(size: Size, no_fuse: bool, quiet: bool) -> (Option<Report>, Result<()>) {
     if !nix::unistd::geteuid().is_root() {
         let e = Error::refused(
             "the demo attaches a loop device and mounts ext4 on it, which needs root",

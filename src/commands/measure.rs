@@ -17,7 +17,11 @@ fn open_read(o: &ReadOptions) -> Result<(Target, ReadParams)> {
 }
 
 /// Runs a command into a report of it, which holds the outcome too.
-pub fn reported(command: &str, target: &Path, body: impl FnOnce(&mut Report) -> Result<()>) -> (Report, Result<()>) {
+pub(crate) fn reported(
+    command: &str,
+    target: &Path,
+    body: impl FnOnce(&mut Report) -> Result<()>,
+) -> (Report, Result<()>) {
     let started = Instant::now();
     let mut report = Report::new(command, false);
     report.targets = vec![target.display().to_string()];
@@ -27,7 +31,7 @@ pub fn reported(command: &str, target: &Path, body: impl FnOnce(&mut Report) -> 
 }
 
 /// `reseq bench`.
-pub fn run_bench(o: &BenchCommand) -> (Report, Result<()>) {
+pub(crate) fn run_bench(o: &BenchCommand) -> (Report, Result<()>) {
     match o {
         BenchCommand::TrimImpact(t) => reported("bench", &t.target, |report| {
             let (impact, result) = crate::measure::trim_impact::run(t);
@@ -43,7 +47,7 @@ pub fn run_bench(o: &BenchCommand) -> (Report, Result<()>) {
 }
 
 /// `reseq scan`.
-pub fn run_scan(o: &ScanOptions) -> (Report, Result<()>) {
+pub(crate) fn run_scan(o: &ScanOptions) -> (Report, Result<()>) {
     reported("scan", &o.read.target, |report| {
         let (target, params) = open_read(&o.read)?;
         report.scan = Some(bench::scan(&target, &params, o.regions, o.threshold)?);
@@ -52,7 +56,7 @@ pub fn run_scan(o: &ScanOptions) -> (Report, Result<()>) {
 }
 
 /// `reseq estimate`.
-pub fn run_estimate(o: &EstimateOptions) -> (Report, Result<()>) {
+pub(crate) fn run_estimate(o: &EstimateOptions) -> (Report, Result<()>) {
     reported("estimate", &o.target, |report| {
         let (target, _) = Target::open_in_use(&o.target, None)?;
         let block = (1u64 << 20).max(target.offset_align());

@@ -22,18 +22,18 @@ use crate::sys::AlignedBuf;
 
 /// What `reseq restore` did.
 #[derive(Debug, Serialize)]
-pub struct RestoreSummary {
-    pub rescue_file: String,
-    pub device: String,
-    pub offset: u64,
-    pub len: u64,
+pub(crate) struct RestoreSummary {
+    pub(crate) rescue_file: String,
+    pub(crate) device: String,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
     /// `restored`, `already_intact` or `forgotten`.
-    pub outcome: String,
-    pub frozen_filesystems: Vec<String>,
+    pub(crate) outcome: String,
+    pub(crate) frozen_filesystems: Vec<String>,
 }
 
 impl RestoreSummary {
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let what = match self.outcome.as_str() {
             "restored" => format!(
                 "restored {} bytes at offset {} of {} (read back and checked){}",
@@ -56,7 +56,7 @@ impl RestoreSummary {
     }
 }
 
-pub fn run(o: &RestoreOptions) -> Result<RestoreSummary> {
+pub(crate) fn run(o: &RestoreOptions) -> Result<RestoreSummary> {
     let (h, data) = rescue::load(&o.rescue)?;
     let mut summary = RestoreSummary {
         rescue_file: o.rescue.display().to_string(),

@@ -29,7 +29,7 @@ use crate::support::units::human_bytes;
 const MIB: u64 = 1 << 20;
 
 /// Builds model parameters from a preset, a size and `--set` overrides.
-pub fn build_params(preset: &str, device_size: u64, overrides: &[Override]) -> Result<Params> {
+pub(crate) fn build_params(preset: &str, device_size: u64, overrides: &[Override]) -> Result<Params> {
     let base = Params::preset(preset)
         .ok_or_else(|| Error::Usage(format!("unknown preset '{preset}' (choose one of: {})", PRESETS.join(", "))))?;
     let mut value = serde_json::to_value(Params { logical_bytes: device_size, ..base }).expect("params serialize");
@@ -53,31 +53,31 @@ pub fn build_params(preset: &str, device_size: u64, overrides: &[Override]) -> R
 
 /// One row of the experiment's table.
 #[derive(Debug, Serialize)]
-pub struct Step {
-    pub label: String,
-    pub read_seconds: f64,
-    pub read_bytes_per_second: f64,
-    pub slowdown_vs_fresh: f64,
+pub(crate) struct Step {
+    pub(crate) label: String,
+    pub(crate) read_seconds: f64,
+    pub(crate) read_bytes_per_second: f64,
+    pub(crate) slowdown_vs_fresh: f64,
 }
 
 #[derive(Debug, Serialize)]
-pub struct Experiment {
-    pub schema_version: u32,
-    pub preset: String,
-    pub params: Params,
-    pub device_bytes: u64,
-    pub file_bytes: u64,
-    pub random_write_stages_bytes: Vec<u64>,
-    pub steps: Vec<Step>,
-    pub rewrite: EngineStats,
-    pub rewrite_virtual_seconds: f64,
-    pub wall_seconds: f64,
-    pub model_state_bytes: u64,
+pub(crate) struct Experiment {
+    pub(crate) schema_version: u32,
+    pub(crate) preset: String,
+    pub(crate) params: Params,
+    pub(crate) device_bytes: u64,
+    pub(crate) file_bytes: u64,
+    pub(crate) random_write_stages_bytes: Vec<u64>,
+    pub(crate) steps: Vec<Step>,
+    pub(crate) rewrite: EngineStats,
+    pub(crate) rewrite_virtual_seconds: f64,
+    pub(crate) wall_seconds: f64,
+    pub(crate) model_state_bytes: u64,
 }
 
 /// Runs reseq's engine over `[start, end)` of a simulated device, rewriting what
 /// `planner` picks (everything, or only the slow regions).
-pub fn engine_rewrite(
+pub(crate) fn engine_rewrite(
     dev: &SimDevice,
     start: u64,
     end: u64,
@@ -111,7 +111,7 @@ pub fn engine_rewrite(
 }
 
 /// `reseq simulate`.
-pub fn simulate(o: &SimulateOptions, quiet: bool) -> Result<Experiment> {
+pub(crate) fn simulate(o: &SimulateOptions, quiet: bool) -> Result<Experiment> {
     let wall = Instant::now();
     let p = build_params(&o.preset, o.device_size, &o.set)?;
     let file = o.file_size;
@@ -179,7 +179,7 @@ fn steps(file: u64, stages_mib: &[f64], reads: &[f64], chunk: u64) -> Vec<Step> 
 }
 
 impl Experiment {
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let mut s = format!(
             "simulated {} SSD: {} device, {} file; sequential read of the file, 1 MiB commands, QD1, virtual time\n\n",
             self.preset,
@@ -229,7 +229,7 @@ fn lba_range(r: &SimRange, state: &SimState) -> Result<(u64, u64)> {
 }
 
 /// `reseq sim …`. Returns what to print.
-pub fn sim_command(step: &SimStep, quiet: bool) -> Result<serde_json::Value> {
+pub(crate) fn sim_command(step: &SimStep, quiet: bool) -> Result<serde_json::Value> {
     match step {
         SimStep::Create { state, preset, device_size, set } => create(state, preset, *device_size, set),
         SimStep::Write { state, range } => {
@@ -292,7 +292,7 @@ fn read(state: &Path, range: &SimRange, bs: u64, queue_depth: usize) -> Result<s
 
 /// `reseq sim rewrite` (and `reseq rewrite sim:STATE`): reseq's engine over the range,
 /// everything or only the slow regions.
-pub fn sim_rewrite(rw: &SimRewrite, quiet: bool) -> Result<serde_json::Value> {
+pub(crate) fn sim_rewrite(rw: &SimRewrite, quiet: bool) -> Result<serde_json::Value> {
     let st = load(&rw.state)?;
     let (first, n) = lba_range(&rw.range, &st)?;
     let (start, end) = (first * SLOT, (first + n) * SLOT);
@@ -317,7 +317,7 @@ pub fn sim_rewrite(rw: &SimRewrite, quiet: bool) -> Result<serde_json::Value> {
 /// `reseq rewrite sim:STATE` as a report like any rewrite's (so that `--json`, `--format`,
 /// `--metrics-file` and `reseq report` treat it alike); the virtual time is a warning.
 /// `bench`: measure before and after (`--bench`).
-pub fn rewrite_report(
+pub(crate) fn rewrite_report(
     rw: &SimRewrite,
     bench: Option<&BenchOptions>,
     quiet: bool,
@@ -352,7 +352,13 @@ pub fn rewrite_report(
 
 /// Scans `[start, end)` of a simulated SSD (1 MiB reads, QD1, virtual time) and picks
 /// the slow regions.
-pub fn slow_regions_of(state: SimState, start: u64, end: u64, regions: usize, threshold: f64) -> Result<Selection> {
+pub(crate) fn slow_regions_of(
+    state: SimState,
+    start: u64,
+    end: u64,
+    regions: usize,
+    threshold: f64,
+) -> Result<Selection> {
     if regions == 0 || !(threshold > 0.0 && threshold <= 1.0) {
         return Err(Error::Usage("--scan-regions must be positive and --slow-threshold in (0, 1]".into()));
     }

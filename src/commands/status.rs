@@ -12,34 +12,34 @@ use crate::support::error::{Error, Result};
 
 /// An unfinished run.
 #[derive(Debug, Serialize)]
-pub struct Unfinished {
+pub(crate) struct Unfinished {
     /// `device`, `files` (a file-mode run) or `file` (a large file's own journal).
-    pub kind: String,
+    pub(crate) kind: String,
     /// The device, the targets, or the file.
-    pub target: String,
-    pub started_at: String,
+    pub(crate) target: String,
+    pub(crate) started_at: String,
     /// How far it got, in words.
-    pub progress: String,
+    pub(crate) progress: String,
     /// The options `--resume` continues it with (null: not recorded, an older run).
-    pub options: Option<String>,
-    pub record: String,
+    pub(crate) options: Option<String>,
+    pub(crate) record: String,
 }
 
 #[derive(Debug, Serialize)]
-pub struct Status {
-    pub state_dir: String,
-    pub unfinished: Vec<Unfinished>,
+pub(crate) struct Status {
+    pub(crate) state_dir: String,
+    pub(crate) unfinished: Vec<Unfinished>,
     /// Rescue copies and torn-write notes: each stops later runs on its device.
-    pub rescue_copies: Vec<String>,
+    pub(crate) rescue_copies: Vec<String>,
     /// Journals or records that could not be read.
-    pub unreadable: Vec<String>,
+    pub(crate) unreadable: Vec<String>,
     /// Runs working now: "DEVICE: PID N" (from the device locks they hold).
     #[serde(default)]
-    pub running: Vec<String>,
+    pub(crate) running: Vec<String>,
 }
 
 impl Status {
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let mut s = format!("state directory {}\n", self.state_dir);
         if self.unfinished.is_empty() && self.rescue_copies.is_empty() && self.unreadable.is_empty() {
             s += "  nothing unfinished, no rescue copies\n";
@@ -76,7 +76,7 @@ fn name_of(p: &Path) -> String {
 }
 
 /// Reads the state directory (and the run directory, for rescue copies kept there).
-pub fn run(state_dir: &Path) -> Result<Status> {
+pub(crate) fn run(state_dir: &Path) -> Result<Status> {
     let dir = crate::host::state_dir::resolve(state_dir);
     if !dir.is_dir() {
         return Err(Error::Usage(format!("{} is not a directory (--state-dir)", dir.display())));

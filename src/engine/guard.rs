@@ -13,16 +13,16 @@ use crate::support::error::{Error, Result};
 
 /// How one window ended.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct WindowEnd {
+pub(crate) struct WindowEnd {
     /// How long filesystems were frozen (zero without a freeze).
-    pub frozen: Duration,
+    pub(crate) frozen: Duration,
     /// The filesystems were frozen longer than `--max-freeze`.
-    pub overran: bool,
+    pub(crate) overran: bool,
     /// The hard bound (`--max-freeze` plus grace), when this window went past it.
-    pub beyond_bound: Option<Duration>,
+    pub(crate) beyond_bound: Option<Duration>,
 }
 
-pub trait WindowGuard {
+pub(crate) trait WindowGuard {
     /// Whether windows freeze anything (if not, output need not be held back).
     fn freezes(&self) -> bool;
     /// The hard limit of one window, if any.
@@ -62,20 +62,20 @@ pub trait WindowGuard {
 }
 
 /// Reports finished writes from the verifier thread (see [`WindowGuard::reporter`]).
-pub struct Reporter(Option<Box<dyn FnMut() -> std::io::Result<()> + Send>>);
+pub(crate) struct Reporter(Option<Box<dyn FnMut() -> std::io::Result<()> + Send>>);
 
 impl Reporter {
     /// A reporter that sends each report through `send`.
-    pub fn new(send: impl FnMut() -> std::io::Result<()> + Send + 'static) -> Reporter {
+    pub(crate) fn new(send: impl FnMut() -> std::io::Result<()> + Send + 'static) -> Reporter {
         Reporter(Some(Box::new(send)))
     }
 
     /// A reporter with no one to tell (a guard that freezes nothing).
-    pub fn none() -> Reporter {
+    pub(crate) fn none() -> Reporter {
         Reporter(None)
     }
 
-    pub fn written(&mut self) -> Result<()> {
+    pub(crate) fn written(&mut self) -> Result<()> {
         match &mut self.0 {
             Some(send) => send().map_err(|e| Error::io("telling the thaw guardian a write finished", e)),
             None => Ok(()),
@@ -85,7 +85,7 @@ impl Reporter {
 
 /// Nothing to freeze: the device is not mounted (and is held with O_EXCL so it cannot
 /// be mounted meanwhile), or it is simulated.
-pub struct NoFreeze;
+pub(crate) struct NoFreeze;
 
 impl WindowGuard for NoFreeze {
     fn freezes(&self) -> bool {

@@ -5,28 +5,28 @@
 
 /// Identity recorded in the journal; a resume refuses if any of it changed.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct DeviceIdentity {
+pub(crate) struct DeviceIdentity {
     /// Kernel name (`loop0`, `nvme0n1p2`).
-    pub name: String,
+    pub(crate) name: String,
     /// "major:minor".
-    pub dev: String,
-    pub size_bytes: u64,
+    pub(crate) dev: String,
+    pub(crate) size_bytes: u64,
     /// Serial number of the disk, where the driver exposes one.
-    pub serial: Option<String>,
+    pub(crate) serial: Option<String>,
     /// World-wide name / NVMe wwid, where exposed.
-    pub wwn: Option<String>,
-    pub model: Option<String>,
+    pub(crate) wwn: Option<String>,
+    pub(crate) model: Option<String>,
     /// For partitions: the start sector on the parent disk (same number, different
     /// partition table = different data).
-    pub partition_start_sectors: Option<u64>,
+    pub(crate) partition_start_sectors: Option<u64>,
     /// For loop devices: the backing file (loop numbers are reused).
-    pub loop_backing_file: Option<String>,
+    pub(crate) loop_backing_file: Option<String>,
 }
 
 impl DeviceIdentity {
     /// What differs from `was`, field by field, as a person reads it:
     /// "size 2.0 GiB -> 3.0 GiB, serial S1 -> S2".
-    pub fn changes_since(&self, was: &DeviceIdentity) -> String {
+    pub(crate) fn changes_since(&self, was: &DeviceIdentity) -> String {
         let opt = |o: &Option<String>| o.clone().unwrap_or_else(|| "none".into());
         let num = |o: Option<u64>| o.map_or_else(|| "none".into(), |n| n.to_string());
         let fields = [
@@ -55,7 +55,7 @@ impl DeviceIdentity {
     /// can change between boots): the same size and partition start, and the same
     /// backing file, serial, WWN and model where any is known. A device with none of
     /// those is only itself under the same name and major:minor.
-    pub fn same_device(&self, other: &DeviceIdentity) -> bool {
+    pub(crate) fn same_device(&self, other: &DeviceIdentity) -> bool {
         if self.size_bytes != other.size_bytes || self.partition_start_sectors != other.partition_start_sectors {
             return false;
         }

@@ -24,52 +24,52 @@ use serde::{Deserialize, Serialize};
 use crate::engine::identity::DeviceIdentity;
 use crate::support::error::{Error, Result};
 
-pub const JOURNAL_VERSION: u32 = 2;
+pub(crate) const JOURNAL_VERSION: u32 = 2;
 
 /// What a run set out to do.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunRecord {
-    pub version: u32,
-    pub identity: DeviceIdentity,
-    pub chunk_size_bytes: u64,
-    pub range_start_bytes: u64,
-    pub range_end_bytes: u64,
-    pub chunks_total: u64,
-    pub started_at: String,
+pub(crate) struct RunRecord {
+    pub(crate) version: u32,
+    pub(crate) identity: DeviceIdentity,
+    pub(crate) chunk_size_bytes: u64,
+    pub(crate) range_start_bytes: u64,
+    pub(crate) range_end_bytes: u64,
+    pub(crate) chunks_total: u64,
+    pub(crate) started_at: String,
     /// File mode: the file this journal is about (a changed identity means a new run).
     #[serde(default)]
-    pub file: Option<FileIdentity>,
+    pub(crate) file: Option<FileIdentity>,
     /// Device mode: the options the run was started with (`--resume` keeps them).
     #[serde(default)]
-    pub options: Option<crate::options::resume::RunOptions>,
+    pub(crate) options: Option<crate::options::resume::RunOptions>,
 }
 
 /// Which file a file-mode journal belongs to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileIdentity {
+pub(crate) struct FileIdentity {
     /// "major:minor" of the filesystem's device.
-    pub dev: String,
-    pub ino: u64,
+    pub(crate) dev: String,
+    pub(crate) ino: u64,
     /// Creation time in ns (statx btime), where the filesystem records it: tells a new
     /// file from an old one that reused the inode number.
-    pub birth_time: Option<u64>,
-    pub path: String,
+    pub(crate) birth_time: Option<u64>,
+    pub(crate) path: String,
     /// The inode's change time in ns when recorded (for the reader: a live database
     /// moves it constantly, so it does not decide whether the file is the same).
     #[serde(default)]
-    pub changed_ns: Option<u64>,
+    pub(crate) changed_ns: Option<u64>,
     /// blake3 of the file's extents (logical, physical, length) when recorded: while it
     /// holds, the bytes reseq laid out are where they were, whatever was written into
     /// them in place since; when the extents moved (a file rewritten elsewhere,
     /// extended, truncated) a resume does the file again. Null: not read.
     #[serde(default)]
-    pub extents: Option<String>,
+    pub(crate) extents: Option<String>,
 }
 
 impl FileIdentity {
     /// The same file with its blocks where they were: device, inode, birth time and
     /// extents (not its path, not its change time).
-    pub fn same_layout(&self, other: &FileIdentity) -> bool {
+    pub(crate) fn same_layout(&self, other: &FileIdentity) -> bool {
         (&self.dev, self.ino, self.birth_time, &self.extents)
             == (&other.dev, other.ino, other.birth_time, &other.extents)
     }
@@ -77,7 +77,7 @@ impl FileIdentity {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum Record {
+pub(crate) enum Record {
     Run(Box<RunRecord>),
     Begin {
         offset: u64,
@@ -99,15 +99,15 @@ pub enum Record {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Damage {
     /// 1-based line number.
-    pub line: u64,
+    pub(crate) line: u64,
     /// Byte offset of the line's start.
-    pub byte_offset: u64,
+    pub(crate) byte_offset: u64,
     /// It is the last line (an append cut short by a crash), not one in the middle.
-    pub last: bool,
+    pub(crate) last: bool,
 }
 
 impl Damage {
-    pub fn describe(&self, path: &Path) -> String {
+    pub(crate) fn describe(&self, path: &Path) -> String {
         if self.last {
             format!(
                 "the last line of {} (line {}, byte {}) is incomplete or damaged (an append cut short): ignored",
@@ -130,10 +130,10 @@ impl Damage {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GuardianKill {
     /// The window's number in the guardian's count (1-based).
-    pub window: u64,
-    pub frozen_ms: u64,
-    pub max_freeze_ms: u64,
-    pub grace_ms: u64,
+    pub(crate) window: u64,
+    pub(crate) frozen_ms: u64,
+    pub(crate) max_freeze_ms: u64,
+    pub(crate) grace_ms: u64,
     /// The writes it had granted and not heard back about, as it found them after
     /// reseq was gone and before it thawed.
     #[serde(default)]
@@ -144,16 +144,16 @@ pub struct GuardianKill {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InFlightCheck {
     /// Device offset and length.
-    pub offset: u64,
-    pub len: u64,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
     /// The device held the bytes the write was to write (None: could not read).
-    pub intact: Option<bool>,
+    pub(crate) intact: Option<bool>,
 }
 
 /// What a replay found.
 #[derive(Clone, Debug, Default)]
 pub struct Replay {
-    pub run: Option<RunRecord>,
+    pub(crate) run: Option<RunRecord>,
     /// Chunks finished.
     pub done: u64,
     /// Everything before this offset is done (the end of the last finished chunk).
@@ -165,21 +165,21 @@ pub struct Replay {
     pub finished: bool,
     /// Lines ignored because their checksum or JSON did not match, or a chunk went
     /// backwards.
-    pub bad_lines: u64,
+    pub(crate) bad_lines: u64,
     /// The first such line.
     pub damage: Option<Damage>,
     /// Where the records before the damage end (bytes): they can be kept as they are.
-    pub valid_bytes: u64,
+    pub(crate) valid_bytes: u64,
     /// Records after the damage that still count: the chunk in flight, the guardian's
     /// notes, the end of the run (a compacted journal carries them over).
     carried: Vec<Record>,
     /// Times the guardian killed reseq in this run (a window outlasted its bound).
     pub guardian_kills: Vec<GuardianKill>,
     /// The last record is the guardian's kill: the run ended with a write outstanding.
-    pub killed_last: bool,
+    pub(crate) killed_last: bool,
 }
 
-pub fn encode(rec: &Record) -> String {
+pub(crate) fn encode(rec: &Record) -> String {
     let json = serde_json::to_string(rec).expect("records serialize");
     format!("{} {}\n", blake3::hash(json.as_bytes()).to_hex(), json)
 }
@@ -267,7 +267,7 @@ impl Replay {
 /// then the chunk in flight, the guardian's notes and the end of the run, if any came
 /// after it. Atomic (a new file renamed over the old), so that appending goes on after
 /// whole lines and a finished run reads as finished. Returns what was wrong.
-pub fn repair(path: &Path) -> Result<Option<String>> {
+pub(crate) fn repair(path: &Path) -> Result<Option<String>> {
     let ctx = |e| Error::io(format!("repairing journal {}", path.display()), e);
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
@@ -300,7 +300,7 @@ fn decode(line: &str) -> Option<Record> {
 /// Appends the guardian's note that it killed reseq. reseq is gone (the guardian saw
 /// its socket close), so nothing else appends. A line reseq left half-written is cut
 /// first: it never completed, and replay would stop at it and miss the note.
-pub fn note_guardian_kill(path: &Path, kill: &GuardianKill) -> std::io::Result<()> {
+pub(crate) fn note_guardian_kill(path: &Path, kill: &GuardianKill) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     let mut f = OpenOptions::new().read(true).append(true).open(path)?;
     // Only the tail: a journal has a line per chunk, and no line is near 64 KiB.
@@ -317,7 +317,7 @@ pub fn note_guardian_kill(path: &Path, kill: &GuardianKill) -> std::io::Result<(
 }
 
 /// What a resumed run says about the guardian's kills in the run it continues.
-pub fn describe_guardian_kills(kills: &[GuardianKill]) -> Vec<String> {
+pub(crate) fn describe_guardian_kills(kills: &[GuardianKill]) -> Vec<String> {
     kills
         .iter()
         .map(|k| {
@@ -330,7 +330,7 @@ pub fn describe_guardian_kills(kills: &[GuardianKill]) -> Vec<String> {
 }
 
 /// The journal file of one device.
-pub fn journal_path(state_dir: &Path, identity: &DeviceIdentity) -> PathBuf {
+pub(crate) fn journal_path(state_dir: &Path, identity: &DeviceIdentity) -> PathBuf {
     state_dir.join(format!("device-{}.journal", identity.name))
 }
 
@@ -345,7 +345,7 @@ pub fn read(path: &Path) -> Result<Option<Replay>> {
 /// Writes `text` to a uniquely named temporary file and renames it over `path`, so a
 /// crash leaves either the old file or the new one, whole, and two runs sharing a state
 /// directory never write the same temporary file.
-pub fn replace_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn replace_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mut tmp = tempfile::Builder::new().prefix(".journal-").suffix(".tmp").tempfile_in(dir)?;
     tmp.write_all(text.as_bytes())?;
@@ -355,7 +355,7 @@ pub fn replace_atomically(path: &Path, text: &str) -> std::io::Result<()> {
 }
 
 /// An open journal, appending.
-pub struct Journal {
+pub(crate) struct Journal {
     file: Option<File>,
     /// A journal not yet on disk ([`Journal::create_deferred`]): its first record.
     unborn: Option<String>,
@@ -367,7 +367,7 @@ pub struct Journal {
 
 impl Journal {
     /// Starts a new journal for `run` (replacing an old one).
-    pub fn create(path: &Path, run: RunRecord) -> Result<Journal> {
+    pub(crate) fn create(path: &Path, run: RunRecord) -> Result<Journal> {
         let ctx = |e| Error::io(format!("creating journal {}", path.display()), e);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(ctx)?;
@@ -381,7 +381,7 @@ impl Journal {
     /// As [`Journal::create`], but nothing touches the disk until the hold is released:
     /// file mode starts the journals of the files that share a freeze window this way,
     /// so that the window is not spent on their fsyncs.
-    pub fn create_deferred(path: &Path, run: RunRecord) -> Journal {
+    pub(crate) fn create_deferred(path: &Path, run: RunRecord) -> Journal {
         Journal {
             file: None,
             unborn: Some(encode(&Record::Run(Box::new(run)))),
@@ -393,7 +393,7 @@ impl Journal {
 
     /// Opens an existing journal to continue it, repairing it first if a line is damaged
     /// (appending after a damaged line would leave every new record unread).
-    pub fn append_to(path: &Path) -> Result<Journal> {
+    pub(crate) fn append_to(path: &Path) -> Result<Journal> {
         if let Some(what) = repair(path)? {
             log::warn!("{what}");
         }
@@ -405,16 +405,16 @@ impl Journal {
     }
 
     /// A journal that records nothing (dry runs, simulations without state).
-    pub fn none() -> Journal {
+    pub(crate) fn none() -> Journal {
         Journal { file: None, unborn: None, path: PathBuf::new(), held: Vec::new(), hold: false }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// While held, records stay in memory (the journal's filesystem is frozen).
-    pub fn set_hold(&mut self, hold: bool) -> Result<()> {
+    pub(crate) fn set_hold(&mut self, hold: bool) -> Result<()> {
         self.hold = hold;
         if !hold && let Some(first) = self.unborn.take() {
             let text = first + &std::mem::take(&mut self.held).concat();
@@ -456,7 +456,7 @@ impl Journal {
     }
 
     /// The chunk about to be written (advisory: not fsynced).
-    pub fn begin(&mut self, offset: u64, len: u64, hash: &blake3::Hash) -> Result<()> {
+    pub(crate) fn begin(&mut self, offset: u64, len: u64, hash: &blake3::Hash) -> Result<()> {
         self.append(&Record::Begin { offset, len, blake3: hash.to_hex().to_string() }, false)
     }
 
@@ -467,20 +467,20 @@ impl Journal {
 
     /// Makes every record so far durable (one fsync for a batch of chunks). While held,
     /// this happens when the hold is released.
-    pub fn commit(&mut self) -> Result<()> {
+    pub(crate) fn commit(&mut self) -> Result<()> {
         if self.hold || self.unborn.is_some() { Ok(()) } else { self.write("", true) }
     }
 
     /// Drops a finished run's journal (file mode: a finished file needs none; without
     /// it the next run starts afresh, as with a finished one). Held records go too.
-    pub fn discard(self) {
+    pub(crate) fn discard(self) {
         if self.file.is_some() {
             let _ = std::fs::remove_file(&self.path);
         }
     }
 
     /// Whether records wait in memory for [`Journal::set_hold`]`(false)`.
-    pub fn is_held(&self) -> bool {
+    pub(crate) fn is_held(&self) -> bool {
         self.hold || self.unborn.is_some()
     }
 
@@ -508,7 +508,7 @@ impl Journal {
 /// journal keeps its plan, the verified chunks with their hashes (the evidence of what
 /// was written) and the guardian's notes, until the next run of the device replaces it.
 /// Half the size: a 1 TiB device at 4 MiB chunks leaves 37 MiB rather than 74 MiB.
-pub fn compact(path: &Path) -> std::io::Result<()> {
+pub(crate) fn compact(path: &Path) -> std::io::Result<()> {
     let text = std::fs::read_to_string(path)?;
     let r = replay(&text);
     // File mode drops a finished file's journal at once: nothing to keep.

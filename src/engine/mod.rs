@@ -23,11 +23,11 @@
 //! in the next window. Then the device is flushed and the verified chunks are journaled
 //! as done (one journal fsync per commit, not per chunk).
 
-pub mod guard;
-pub mod identity;
+pub(crate) mod guard;
+pub(crate) mod identity;
 pub mod journal;
 pub mod rescue;
-pub mod target;
+pub(crate) mod target;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,47 +47,47 @@ use crate::sys::{self, AlignedBuf};
 
 /// What to rewrite and how.
 #[derive(Clone, Debug)]
-pub struct EngineConfig {
+pub(crate) struct EngineConfig {
     /// Bytes per chunk; a multiple of the target's offset alignment.
-    pub chunk_size: u64,
+    pub(crate) chunk_size: u64,
     /// First byte of the range (aligned).
-    pub range_start: u64,
+    pub(crate) range_start: u64,
     /// One past the last byte of the range (aligned).
-    pub range_end: u64,
+    pub(crate) range_end: u64,
     /// Where to start (after a resume: where the journal says the last run stopped).
-    pub start_offset: u64,
+    pub(crate) start_offset: u64,
     /// Read back and compare every chunk after writing it.
-    pub verify: bool,
+    pub(crate) verify: bool,
     /// Chunks read ahead of the writer (the pool holds this many plus one).
-    pub read_ahead: usize,
+    pub(crate) read_ahead: usize,
     /// Gap between windows (thawed).
-    pub pause: Duration,
+    pub(crate) pause: Duration,
     /// Hold the journal in memory during windows (its filesystem is frozen).
-    pub journal_on_frozen_fs: bool,
+    pub(crate) journal_on_frozen_fs: bool,
     /// Stop (exit "window overrun") when this many windows have overrun their deadline.
     /// Before that, each overrun halves the share of the deadline the writer uses.
-    pub max_overruns: u32,
+    pub(crate) max_overruns: u32,
     /// Average write rate to stay under, in bytes per second (None: as fast as it goes).
     /// Enforced by lengthening the pause *between* windows: sleeping inside a window
     /// would lengthen the freeze.
-    pub rate_bytes_per_second: Option<u64>,
+    pub(crate) rate_bytes_per_second: Option<u64>,
     /// Where the original bytes of a chunk go when its write fails, tears or reads back
     /// different (None: nowhere, e.g. a simulation; the error still names the range).
-    pub rescue: Option<RescueTo>,
+    pub(crate) rescue: Option<RescueTo>,
 }
 
 /// Attempts at writing one chunk, the first included: a failed write is retried (and
 /// each retry read back) this many times in all before the run stops.
-pub const WRITE_ATTEMPTS: u32 = 3;
+pub(crate) const WRITE_ATTEMPTS: u32 = 3;
 
 impl EngineConfig {
-    pub fn chunks_total(&self) -> u64 {
+    pub(crate) fn chunks_total(&self) -> u64 {
         (self.range_end - self.range_start).div_ceil(self.chunk_size)
     }
 
     /// Splits ascending `(offset, length)` ranges, clipped to the range, into chunks of
     /// at most `chunk_size` (the engine's current size, which adapts per window).
-    pub fn chunks_of(&self, ranges: &[(u64, u64)], chunk_size: u64) -> Vec<(u64, usize)> {
+    pub(crate) fn chunks_of(&self, ranges: &[(u64, u64)], chunk_size: u64) -> Vec<(u64, usize)> {
         let mut out = Vec::new();
         for &(off, len) in ranges {
             let end = (off + len).min(self.range_end);
@@ -108,7 +108,7 @@ impl EngineConfig {
     }
 
     /// Bytes of aligned buffers the engine allocates.
-    pub fn memory_bytes(&self) -> u64 {
+    pub(crate) fn memory_bytes(&self) -> u64 {
         (self.pool_size() as u64 + u64::from(self.verify)) * self.buffer_bytes()
     }
 
@@ -121,46 +121,46 @@ impl EngineConfig {
 
 /// Within one long window (an unmounted device is a single window), finished chunks
 /// are flushed and journaled at least this often, so a crash loses little progress.
-pub const COMMIT_INTERVAL_BYTES: u64 = 256 << 20;
+pub(crate) const COMMIT_INTERVAL_BYTES: u64 = 256 << 20;
 
 /// What a run did, also when it stopped early.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct EngineStats {
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-    pub bytes_verified: u64,
-    pub chunks_written: u64,
+pub(crate) struct EngineStats {
+    pub(crate) bytes_read: u64,
+    pub(crate) bytes_written: u64,
+    pub(crate) bytes_verified: u64,
+    pub(crate) chunks_written: u64,
     /// Chunks that a previous run had finished (skipped on resume).
-    pub chunks_already_done: u64,
+    pub(crate) chunks_already_done: u64,
     /// Bytes read ahead and dropped at window ends (read again later, never written).
-    pub bytes_read_ahead_dropped: u64,
-    pub windows: u64,
-    pub windows_overrun: u64,
-    pub longest_freeze_seconds: f64,
-    pub total_frozen_seconds: f64,
+    pub(crate) bytes_read_ahead_dropped: u64,
+    pub(crate) windows: u64,
+    pub(crate) windows_overrun: u64,
+    pub(crate) longest_freeze_seconds: f64,
+    pub(crate) total_frozen_seconds: f64,
     /// Everything before this offset is done (rewritten and journaled, or left out by
     /// the plan); `range_end` when complete.
-    pub next_offset_bytes: u64,
+    pub(crate) next_offset_bytes: u64,
     /// Where the time went, stage by stage (the stages overlap; see the module docs).
     #[serde(default)]
-    pub stages: StageSeconds,
+    pub(crate) stages: StageSeconds,
     /// Wall time of the rewrite itself (a benchmark before or after is not in it).
     #[serde(default)]
-    pub rewrite_seconds: f64,
+    pub(crate) rewrite_seconds: f64,
 }
 
 /// Busy time of each stage, in seconds, summed over the run. The reader, hasher and
 /// verifier run beside the writer, so these add up to more than the wall time; the
 /// writer's own time is `permit` + `write` + `writer_waiting` (for the next hashed chunk).
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct StageSeconds {
-    pub read: f64,
-    pub hash: f64,
-    pub permit: f64,
-    pub write: f64,
+pub(crate) struct StageSeconds {
+    pub(crate) read: f64,
+    pub(crate) hash: f64,
+    pub(crate) permit: f64,
+    pub(crate) write: f64,
     /// Read back and compare (the verifier).
-    pub read_back: f64,
-    pub writer_waiting: f64,
+    pub(crate) read_back: f64,
+    pub(crate) writer_waiting: f64,
 }
 
 /// Decides what to rewrite next. Called at the start of every window, *while frozen*,
@@ -168,12 +168,12 @@ pub struct StageSeconds {
 /// it to rewrite, ascending. Re-planning in every window is what lets the layout change
 /// between windows (a filesystem allocates, frees, moves), and planning while frozen is
 /// what makes the plan true for the whole window.
-pub trait Planner {
+pub(crate) trait Planner {
     fn ranges(&mut self, cursor: u64, end: u64) -> Result<Vec<(u64, u64)>>;
 }
 
 /// Rewrites everything: the whole range.
-pub struct Everything;
+pub(crate) struct Everything;
 
 impl Planner for Everything {
     fn ranges(&mut self, cursor: u64, end: u64) -> Result<Vec<(u64, u64)>> {
@@ -295,7 +295,7 @@ enum Start {
 
 /// Rewrites the configured range of `target`, window by window. Returns the stats in
 /// every case, with the error that stopped the run, if any.
-pub fn run(
+pub(crate) fn run(
     target: &dyn BlockTarget,
     cfg: &EngineConfig,
     planner: &mut dyn Planner,
@@ -1285,13 +1285,13 @@ fn differing_sectors(data: &[u8], back: &[u8], offset: u64) -> String {
 
 /// Only the `selected` ranges (ascending, non-overlapping) of what `inner` plans: for
 /// selective re-sequencing of the regions a scan found slow.
-pub struct Selected<'a> {
-    pub inner: &'a mut dyn Planner,
-    pub selected: Vec<(u64, u64)>,
+pub(crate) struct Selected<'a> {
+    pub(crate) inner: &'a mut dyn Planner,
+    pub(crate) selected: Vec<(u64, u64)>,
 }
 
 /// The intersection of two ascending lists of non-overlapping ranges.
-pub fn intersect(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+pub(crate) fn intersect(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let (mut i, mut j, mut out) = (0, 0, Vec::new());
     while i < a.len() && j < b.len() {
         let (a0, a1) = (a[i].0, a[i].0 + a[i].1);

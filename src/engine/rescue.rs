@@ -19,17 +19,17 @@ use serde::{Deserialize, Serialize};
 use crate::engine::identity::DeviceIdentity;
 use crate::support::error::{Error, Result};
 
-pub const DEFAULT_RUN_DIR: &str = "/run/reseq";
+pub(crate) const DEFAULT_RUN_DIR: &str = "/run/reseq";
 
 /// The record directory: `RESEQ_RUN_DIR`, or `/run/reseq`.
-pub fn run_dir() -> PathBuf {
+pub(crate) fn run_dir() -> PathBuf {
     std::env::var_os("RESEQ_RUN_DIR").filter(|v| !v.is_empty()).map_or_else(|| DEFAULT_RUN_DIR.into(), PathBuf::from)
 }
 
 /// A panic of reseq `pid` while frozen: the text goes to the run directory (never on a
 /// frozen filesystem, see `check_run_dir`) instead of stderr (which may be), and the
 /// guardian prints it after the thaw. Appends; best effort, as a panic report is.
-pub fn save_panic_note(pid: u32, text: &str) {
+pub(crate) fn save_panic_note(pid: u32, text: &str) {
     use std::os::unix::fs::OpenOptionsExt;
     let path = run_dir().join(format!("reseq-{pid}.panic"));
     let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path);
@@ -39,58 +39,58 @@ pub fn save_panic_note(pid: u32, text: &str) {
 }
 
 /// The panic note of reseq `pid` in `dir`, removed as it is read.
-pub fn take_panic_note(dir: &Path, pid: i32) -> Option<String> {
+pub(crate) fn take_panic_note(dir: &Path, pid: i32) -> Option<String> {
     let path = dir.join(format!("reseq-{pid}.panic"));
     let text = std::fs::read_to_string(&path).ok()?;
     let _ = std::fs::remove_file(&path);
     Some(text)
 }
 
-pub const HEADER_BYTES: usize = 4096;
+pub(crate) const HEADER_BYTES: usize = 4096;
 const MAGIC: &str = "reseq-rescue-1";
 
 /// What a rescue file says about its bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RescueHeader {
-    pub magic: String,
+    pub(crate) magic: String,
     /// The device the bytes belong to, and where.
-    pub device_path: String,
-    pub identity: DeviceIdentity,
+    pub(crate) device_path: String,
+    pub(crate) identity: DeviceIdentity,
     pub offset: u64,
     pub len: u64,
     /// blake3 of the original bytes (as the journal's `begin` record has it).
     pub blake3: String,
     /// blake3 of what the device held there when reseq stopped (None: unreadable).
     /// `reseq restore` writes only over that, or with --force.
-    pub left_blake3: Option<String>,
+    pub(crate) left_blake3: Option<String>,
     /// What happened: "write failed", "torn write", "read-back differs"...
-    pub reason: String,
+    pub(crate) reason: String,
     /// File mode: the file and its offset the bytes belonged to.
     pub file: Option<String>,
-    pub created_at: String,
+    pub(crate) created_at: String,
 }
 
 /// A rescue copy not yet on disk (its filesystem may be frozen).
 #[derive(Debug)]
-pub struct Pending {
-    pub header: RescueHeader,
-    pub data: Vec<u8>,
+pub(crate) struct Pending {
+    pub(crate) header: RescueHeader,
+    pub(crate) data: Vec<u8>,
 }
 
 /// Where rescue copies go and what they belong to.
 #[derive(Clone, Debug)]
-pub struct RescueTo {
-    pub dir: PathBuf,
-    pub device_path: PathBuf,
-    pub identity: DeviceIdentity,
+pub(crate) struct RescueTo {
+    pub(crate) dir: PathBuf,
+    pub(crate) device_path: PathBuf,
+    pub(crate) identity: DeviceIdentity,
     /// File mode: the files of the run, as (start, length, path) in the run's offsets,
     /// ascending (device offsets come from the target).
-    pub files: Vec<(u64, u64, String)>,
+    pub(crate) files: Vec<(u64, u64, String)>,
 }
 
 impl RescueTo {
     #[allow(clippy::too_many_arguments)]
-    pub fn pending(
+    pub(crate) fn pending(
         &self,
         device_offset: u64,
         data: &[u8],
@@ -132,7 +132,7 @@ impl RescueTo {
     }
 }
 
-pub fn file_name(identity: &DeviceIdentity, offset: u64, blake3: &str) -> String {
+pub(crate) fn file_name(identity: &DeviceIdentity, offset: u64, blake3: &str) -> String {
     // The identity's hash tells apart two devices that had the same name.
     let id = blake3::hash(serde_json::to_string(identity).unwrap_or_default().as_bytes()).to_hex();
     format!("rescue-{}-{offset}-{}-{}.bin", identity.name, &blake3[..16.min(blake3.len())], &id[..8])
@@ -140,13 +140,13 @@ pub fn file_name(identity: &DeviceIdentity, offset: u64, blake3: &str) -> String
 
 /// Where rescue copies are looked for: the state directory, and the run directory that
 /// takes them when the state directory cannot (full, read-only, frozen).
-pub fn dirs(state_dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn dirs(state_dir: &Path) -> Vec<PathBuf> {
     vec![state_dir.to_path_buf(), run_dir()]
 }
 
 /// Writes `p` into `dir` (atomically: a unique temporary name, fsync, rename, fsync of
 /// the directory). Returns the path.
-pub fn save(dir: &Path, p: &Pending) -> std::io::Result<PathBuf> {
+pub(crate) fn save(dir: &Path, p: &Pending) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let path = dir.join(file_name(&p.header.identity, p.header.offset, &p.header.blake3));
     let mut tmp = tempfile::Builder::new().prefix(".rescue-").suffix(".tmp").tempfile_in(dir)?;
@@ -166,7 +166,7 @@ pub fn save(dir: &Path, p: &Pending) -> std::io::Result<PathBuf> {
 
 /// Saves a copy into the first of `dirs` that takes it. Returns the path, or a sentence
 /// saying it could not be saved anywhere.
-pub fn save_first(dirs: &[PathBuf], p: &Pending) -> std::result::Result<PathBuf, String> {
+pub(crate) fn save_first(dirs: &[PathBuf], p: &Pending) -> std::result::Result<PathBuf, String> {
     let mut errors = Vec::new();
     for dir in dirs {
         match save(dir, p) {
@@ -195,7 +195,7 @@ pub fn save_first(dirs: &[PathBuf], p: &Pending) -> std::result::Result<PathBuf,
 
 /// Moves a copy saved in the run directory (a tmpfs, lost at reboot) into the state
 /// directory, once that can be written. Returns where it is now.
-pub fn settle_in(state_dir: &Path, path: &Path) -> PathBuf {
+pub(crate) fn settle_in(state_dir: &Path, path: &Path) -> PathBuf {
     if path.parent() == Some(state_dir) {
         return path.to_path_buf();
     }
@@ -261,7 +261,7 @@ pub fn load(path: &Path) -> Result<(RescueHeader, Vec<u8>)> {
 
 /// The rescue files in `dirs` that belong to the device `identity`, under whatever name
 /// it had when they were made.
-pub fn list_for(dirs: &[PathBuf], identity: &DeviceIdentity) -> Vec<(PathBuf, RescueHeader)> {
+pub(crate) fn list_for(dirs: &[PathBuf], identity: &DeviceIdentity) -> Vec<(PathBuf, RescueHeader)> {
     let mut out: Vec<(PathBuf, RescueHeader)> = dirs
         .iter()
         .filter_map(|d| std::fs::read_dir(d).ok())
@@ -290,7 +290,7 @@ fn read_header(path: &Path) -> Option<RescueHeader> {
 /// Under a mounted filesystem, a range that holds neither the copy nor what the failed
 /// write left has been written since by the filesystem, as it may: the copy is older
 /// than that data, so it is kept for reference, with a warning, and does not stop the run.
-pub fn check_device(
+pub(crate) fn check_device(
     dirs: &[PathBuf],
     identity: &DeviceIdentity,
     target: &dyn crate::engine::target::BlockTarget,
@@ -333,7 +333,7 @@ pub fn check_device(
 }
 
 /// What to tell about the device's first rescue copy, if there is one.
-pub fn pending(dirs: &[PathBuf], identity: &DeviceIdentity) -> Option<String> {
+pub(crate) fn pending(dirs: &[PathBuf], identity: &DeviceIdentity) -> Option<String> {
     let (path, h) = list_for(dirs, identity).into_iter().next()?;
     Some(format!(
         "device bytes {}..{} ({}) have a rescue copy; `{}` puts it back",
@@ -345,7 +345,7 @@ pub fn pending(dirs: &[PathBuf], identity: &DeviceIdentity) -> Option<String> {
 }
 
 /// Whether the device holds bytes with this blake3 at `offset`.
-pub fn device_holds(
+pub(crate) fn device_holds(
     target: &dyn crate::engine::target::BlockTarget,
     offset: u64,
     len: u64,
@@ -354,7 +354,11 @@ pub fn device_holds(
     Ok(range_hash(target, offset, len)?.to_hex().as_str() == blake3)
 }
 
-pub fn range_hash(target: &dyn crate::engine::target::BlockTarget, offset: u64, len: u64) -> Result<blake3::Hash> {
+pub(crate) fn range_hash(
+    target: &dyn crate::engine::target::BlockTarget,
+    offset: u64,
+    len: u64,
+) -> Result<blake3::Hash> {
     let mut buf = crate::sys::AlignedBuf::new(len as usize, target.mem_align());
     target
         .read_at(&mut buf[..len as usize], offset)
@@ -369,7 +373,7 @@ fn dropped_as_restored(path: &Path, offset: u64, len: u64) -> Result<()> {
 }
 
 /// Removes a rescue file, durably.
-pub fn remove(path: &Path) -> Result<()> {
+pub(crate) fn remove(path: &Path) -> Result<()> {
     std::fs::remove_file(path).map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
     if let Some(dir) = path.parent() {
         let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
@@ -382,22 +386,28 @@ pub fn remove(path: &Path) -> Result<()> {
 /// Nothing kept the original bytes (reseq died before the write returned), so every later
 /// run on the device refuses until they are back or the note is removed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TornNote {
-    pub magic: String,
-    pub device_path: String,
+pub(crate) struct TornNote {
+    pub(crate) magic: String,
+    pub(crate) device_path: String,
     pub offset: u64,
     pub len: u64,
     /// blake3 of the bytes the write was to write (the data that belongs there).
     pub blake3: String,
     /// What the guardian found: false (other bytes) or None (unreadable).
-    pub intact: Option<bool>,
-    pub created_at: String,
+    pub(crate) intact: Option<bool>,
+    pub(crate) created_at: String,
 }
 
 const TORN_MAGIC: &str = "reseq-torn-1";
 
 impl TornNote {
-    pub fn new(device_path: &Path, offset: u64, len: u64, blake3: &blake3::Hash, intact: Option<bool>) -> TornNote {
+    pub(crate) fn new(
+        device_path: &Path,
+        offset: u64,
+        len: u64,
+        blake3: &blake3::Hash,
+        intact: Option<bool>,
+    ) -> TornNote {
         TornNote {
             magic: TORN_MAGIC.into(),
             device_path: device_path.display().to_string(),
@@ -410,7 +420,7 @@ impl TornNote {
     }
 
     /// Writes the note into `dir` (the run directory, never on a frozen filesystem).
-    pub fn save(&self, dir: &Path) -> std::io::Result<PathBuf> {
+    pub(crate) fn save(&self, dir: &Path) -> std::io::Result<PathBuf> {
         let name: String = self.device_path.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
         let path = dir.join(format!("torn-{name}-{}.json", self.offset));
         let mut f = std::fs::File::create(&path)?;
@@ -422,7 +432,7 @@ impl TornNote {
 
 /// Before any run on the device at `device_path`: the guardian's notes of torn writes.
 /// A range that holds the right bytes again drops its note; any other refuses the run.
-pub fn check_torn_notes(device_path: &Path, target: &dyn crate::engine::target::BlockTarget) -> Result<()> {
+pub(crate) fn check_torn_notes(device_path: &Path, target: &dyn crate::engine::target::BlockTarget) -> Result<()> {
     let dir = run_dir();
     let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     let me = canonical(device_path);
@@ -461,7 +471,7 @@ pub fn check_torn_notes(device_path: &Path, target: &dyn crate::engine::target::
 }
 
 /// The command that puts a rescue copy back.
-pub fn restore_command(path: &Path) -> String {
+pub(crate) fn restore_command(path: &Path) -> String {
     format!("reseq restore {}", path.display())
 }
 

@@ -9,7 +9,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-pub trait BlockTarget: Send + Sync {
+pub(crate) trait BlockTarget: Send + Sync {
     /// What to call it in messages.
     fn describe(&self) -> String;
     /// Size in bytes.
@@ -32,7 +32,7 @@ pub trait BlockTarget: Send + Sync {
 }
 
 /// A block device opened `O_RDWR | O_DIRECT`.
-pub struct DirectDevice {
+pub(crate) struct DirectDevice {
     file: File,
     path: PathBuf,
     len: u64,
@@ -42,7 +42,7 @@ pub struct DirectDevice {
 
 /// How to open the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpenMode {
+pub(crate) enum OpenMode {
     /// O_EXCL: the device is not mounted, and stays unmountable while we hold it.
     Exclusive,
     /// Shared: the device is mounted; the freeze is what keeps it still.
@@ -50,7 +50,7 @@ pub enum OpenMode {
 }
 
 impl DirectDevice {
-    pub fn open(
+    pub(crate) fn open(
         path: &Path,
         mode: OpenMode,
         len: u64,

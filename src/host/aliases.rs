@@ -25,17 +25,17 @@ use crate::host::device::Sysfs;
 use crate::host::mounts::MountEntry;
 use crate::sys;
 
-pub type DevNum = (u32, u32);
+pub(crate) type DevNum = (u32, u32);
 
 /// A file by identity (st_dev, st_ino): one file whatever its path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FileId {
-    pub dev: DevNum,
-    pub ino: u64,
+pub(crate) struct FileId {
+    pub(crate) dev: DevNum,
+    pub(crate) ino: u64,
 }
 
 impl FileId {
-    pub fn of(md: &std::fs::Metadata) -> FileId {
+    pub(crate) fn of(md: &std::fs::Metadata) -> FileId {
         FileId { dev: split(md.dev()), ino: md.ino() }
     }
 }
@@ -46,19 +46,19 @@ fn split(d: u64) -> DevNum {
 
 /// An attached loop device and what backs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Loop {
-    pub name: String,
-    pub dev: DevNum,
+pub(crate) struct Loop {
+    pub(crate) name: String,
+    pub(crate) dev: DevNum,
     /// The backing file (for a block device node, the node's own identity).
-    pub file: FileId,
+    pub(crate) file: FileId,
     /// The backing block device, when it is one.
-    pub backing_dev: Option<DevNum>,
+    pub(crate) backing_dev: Option<DevNum>,
     /// The backing file's path as sysfs shows it: for messages only.
-    pub path: String,
-    pub offset: u64,
+    pub(crate) path: String,
+    pub(crate) offset: u64,
     /// 0: to the end of the file.
-    pub size_limit: u64,
-    pub read_only: bool,
+    pub(crate) size_limit: u64,
+    pub(crate) read_only: bool,
 }
 
 impl Loop {
@@ -133,7 +133,7 @@ fn loop_of(sysfs: &Sysfs, name: &str) -> Option<Result<Loop, String>> {
 }
 
 /// Every attached loop device, and those whose backing file could not be identified.
-pub fn loops(sysfs: &Sysfs) -> (Vec<Loop>, Vec<String>) {
+pub(crate) fn loops(sysfs: &Sysfs) -> (Vec<Loop>, Vec<String>) {
     let mut names: Vec<String> = std::fs::read_dir(sysfs.root.join("class/block"))
         .into_iter()
         .flatten()
@@ -153,24 +153,24 @@ pub fn loops(sysfs: &Sysfs) -> (Vec<Loop>, Vec<String>) {
 
 /// A block device that holds (some of) the target's bytes and is not the target's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Alias {
-    pub name: String,
-    pub dev: DevNum,
+pub(crate) struct Alias {
+    pub(crate) name: String,
+    pub(crate) dev: DevNum,
     /// "backs /dev/loop7", "another path to the same LUN as /dev/sdb (WWN naa.5...)".
-    pub why: String,
+    pub(crate) why: String,
 }
 
 /// A regular file that holds the target's bytes: a loop device's backing file.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BackingFile {
-    pub id: FileId,
+pub(crate) struct BackingFile {
+    pub(crate) id: FileId,
     /// The loop device it backs.
-    pub of: String,
-    pub path: String,
+    pub(crate) of: String,
+    pub(crate) path: String,
 }
 
 impl BackingFile {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "the backing file of /dev/{} ({}, inode {} on {}:{})",
             self.of, self.path, self.id.ino, self.id.dev.0, self.id.dev.1
@@ -180,31 +180,31 @@ impl BackingFile {
 
 /// Everything through which the target's bytes can be reached.
 #[derive(Clone, Debug, Default)]
-pub struct Reach {
+pub(crate) struct Reach {
     /// The target's own devices, as given (itself, its partitions, its disk).
-    pub own: Vec<DevNum>,
+    pub(crate) own: Vec<DevNum>,
     /// Other block devices with the same bytes: what a loop among them is stacked on (and
     /// that device's disk and partitions), other paths to the same LUN (and partitions).
-    pub aliases: Vec<Alias>,
+    pub(crate) aliases: Vec<Alias>,
     /// Regular files with the same bytes: the backing files of loops among them.
-    pub files: Vec<BackingFile>,
+    pub(crate) files: Vec<BackingFile>,
     /// Every attached loop device.
-    pub loops: Vec<Loop>,
+    pub(crate) loops: Vec<Loop>,
     /// Loop devices whose backing file could not be identified.
-    pub unknown_loops: Vec<String>,
+    pub(crate) unknown_loops: Vec<String>,
 }
 
 impl Reach {
     /// The target's devices and their aliases.
-    pub fn devices(&self) -> Vec<DevNum> {
+    pub(crate) fn devices(&self) -> Vec<DevNum> {
         self.own.iter().copied().chain(self.aliases.iter().map(|a| a.dev)).collect()
     }
 
-    pub fn alias(&self, dev: DevNum) -> Option<&Alias> {
+    pub(crate) fn alias(&self, dev: DevNum) -> Option<&Alias> {
         self.aliases.iter().find(|a| a.dev == dev)
     }
 
-    pub fn file(&self, id: FileId) -> Option<&BackingFile> {
+    pub(crate) fn file(&self, id: FileId) -> Option<&BackingFile> {
         self.files.iter().find(|f| f.id == id)
     }
 
@@ -261,7 +261,7 @@ impl Reach {
 
 /// The target's bytes (`devs`: the target, its partitions, its disk) under every name
 /// found: followed down through loop devices and across paths to one LUN.
-pub fn reach(devs: &[DevNum], sysfs: &Sysfs) -> Reach {
+pub(crate) fn reach(devs: &[DevNum], sysfs: &Sysfs) -> Reach {
     let (loops, unknown_loops) = loops(sysfs);
     let mut r = Reach { own: devs.to_vec(), loops, unknown_loops, ..Reach::default() };
     let mut todo = devs.to_vec();
@@ -319,7 +319,7 @@ impl LunId {
 
 /// Other whole disks that report the same LUN as `disk` (multipath without dm-multipath
 /// on top, or a LUN presented twice), with why.
-pub fn same_lun_paths(sysfs: &Sysfs, disk: &str) -> Vec<(String, String)> {
+pub(crate) fn same_lun_paths(sysfs: &Sysfs, disk: &str) -> Vec<(String, String)> {
     let me = LunId::of(sysfs, disk);
     if me.wwn.is_none() && me.serial.is_none() {
         return Vec::new();
@@ -337,12 +337,12 @@ pub fn same_lun_paths(sysfs: &Sysfs, disk: &str) -> Vec<(String, String)> {
 
 /// Something that uses an alias, as `writers` reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InUse {
+pub(crate) struct InUse {
     /// The device: "/dev/loop1".
-    pub what: String,
-    pub how: String,
+    pub(crate) what: String,
+    pub(crate) how: String,
     /// What the user can do about it.
-    pub fix: String,
+    pub(crate) fix: String,
 }
 
 /// ", with ext4 mounted from it at /mnt/a, /mnt/b", or "" (a device and its partitions).
@@ -422,7 +422,7 @@ fn used_aliases(r: &Reach, mounts: &[MountEntry], sysfs: &Sysfs) -> Vec<InUse> {
 }
 
 /// Every alias in use: loop devices over the same bytes, and aliases mounted or held.
-pub fn in_use(r: &Reach, mounts: &[MountEntry], sysfs: &Sysfs) -> Vec<InUse> {
+pub(crate) fn in_use(r: &Reach, mounts: &[MountEntry], sysfs: &Sysfs) -> Vec<InUse> {
     let mut out = other_loops(r, mounts, sysfs);
     out.extend(used_aliases(r, mounts, sysfs));
     out
@@ -430,7 +430,7 @@ pub fn in_use(r: &Reach, mounts: &[MountEntry], sysfs: &Sysfs) -> Vec<InUse> {
 
 /// For the dry run: the names the target's bytes have, what is checked, and what no
 /// check on this host can see.
-pub fn describe(devs: &[DevNum], sysfs: &Sysfs) -> String {
+pub(crate) fn describe(devs: &[DevNum], sysfs: &Sysfs) -> String {
     let r = reach(devs, sysfs);
     let mut names: Vec<String> = r.files.iter().map(BackingFile::describe).collect();
     names.extend(r.aliases.iter().map(|a| format!("/dev/{}, which {}", a.name, a.why)));

@@ -18,7 +18,7 @@ const GROUP_PREFIX: &str = "reseq-guardian.";
 
 /// How the guardian leaves reseq's cgroup.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum How {
+pub(crate) enum How {
     /// systemd is PID 1: a transient scope of its own (`reseq-guardian-PID.scope`),
     /// asked of systemd over D-Bus as `systemd-run --scope` does, so that systemd accounts
     /// for it and stops nothing it should not; a group of its own if systemd says no.
@@ -31,10 +31,10 @@ pub enum How {
 
 /// Where the guardian will live, decided before anything is frozen.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placement {
-    pub how: How,
+pub(crate) struct Placement {
+    pub(crate) how: How,
     /// reseq's own cgroup v2 group (as `/proc/self/cgroup` names it).
-    pub caller: String,
+    pub(crate) caller: String,
     /// The cgroup v2 hierarchy's mount point (None: no v2 hierarchy).
     hierarchy: Option<PathBuf>,
     /// The cgroup v1 hierarchies (freezer; cpu, whose real-time budget a new group lacks)
@@ -126,12 +126,12 @@ fn v1_group(self_cgroup: &str, controller: &str) -> Option<String> {
 }
 
 /// Reads the host and decides where the guardian goes. Changes nothing.
-pub fn plan(accept_risk: bool) -> Placement {
+pub(crate) fn plan(accept_risk: bool) -> Placement {
     decide(&Host::read(), accept_risk)
 }
 
 /// [`plan`], refused where the guardian cannot leave and the risk was not accepted.
-pub fn plan_or_refuse(accept_risk: bool) -> crate::support::error::Result<Placement> {
+pub(crate) fn plan_or_refuse(accept_risk: bool) -> crate::support::error::Result<Placement> {
     let p = plan(accept_risk);
     match &p.how {
         How::Stays { why, accepted: false } => Err(refusal(why)),
@@ -140,7 +140,7 @@ pub fn plan_or_refuse(accept_risk: bool) -> crate::support::error::Result<Placem
 }
 
 /// The refusal when the guardian cannot leave reseq's cgroup.
-pub fn refusal(why: &str) -> crate::support::error::Error {
+pub(crate) fn refusal(why: &str) -> crate::support::error::Error {
     crate::support::error::Error::refused(
         format!("the freeze guardian cannot leave reseq's cgroup: {why}"),
         format!(
@@ -192,12 +192,12 @@ fn decide(host: &Host, accepted: bool) -> Placement {
 
 impl Placement {
     /// Whether the guardian stays in reseq's group.
-    pub fn stays(&self) -> bool {
+    pub(crate) fn stays(&self) -> bool {
         matches!(self.how, How::Stays { .. })
     }
 
     /// One line for the dry run and the log.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match &self.how {
             How::Scope => format!(
                 "the guardian leaves reseq's cgroup ({}) for a systemd scope of its own (reseq-guardian-PID.scope): a kill, freeze or OOM kill of reseq's unit does not reach it",
@@ -223,7 +223,7 @@ impl Placement {
 
     /// Moves the guardian (`pid`) where the plan says, and checks that it is there.
     /// Returns where it went.
-    pub fn apply(&self, pid: i32) -> Result<String, String> {
+    pub(crate) fn apply(&self, pid: i32) -> Result<String, String> {
         let went = match &self.how {
             How::Stays { accepted: true, .. } => return Ok(self.describe()),
             How::Stays { why, .. } => return Err(why.clone()),
@@ -341,7 +341,7 @@ fn sweep_stale_groups(root: &Path) {
 /// the guardian waits for reseq's death before it thaws. Moving reseq to the freezer's
 /// root thaws reseq alone (not the rest of its group), so the kill lands. Whether it
 /// was moved.
-pub fn release_from_v1_freeze(pid: i32) -> bool {
+pub(crate) fn release_from_v1_freeze(pid: i32) -> bool {
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else { return false };
     let Some(group) = v1_group(&text, "freezer").filter(|g| g != "/") else { return false };
     let mounts = crate::host::mounts::read_mounts().unwrap_or_default();
@@ -353,7 +353,7 @@ pub fn release_from_v1_freeze(pid: i32) -> bool {
 /// In the guardian, after its last thaw: back to the hierarchy's root, and its own group
 /// removed (a group cannot be removed while a process is in it). A systemd scope goes by
 /// itself once empty.
-pub fn leave_own_group() {
+pub(crate) fn leave_own_group() {
     let pid = std::process::id() as i32;
     let Some(group) = group_of(pid) else { return };
     if group != format!("/{GROUP_PREFIX}{pid}") {

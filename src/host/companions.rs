@@ -21,7 +21,7 @@ const EXT_JOURNAL_UUID_AT: usize = 0xD0;
 
 /// What mounted filesystem uses `path` (device number `dev`) as a companion device,
 /// said as "the external journal of ext4 mounted at /mnt/x (from /dev/loop3)".
-pub fn user_of(path: &Path, dev: (u32, u32), mounts: &[MountEntry]) -> Option<String> {
+pub(crate) fn user_of(path: &Path, dev: (u32, u32), mounts: &[MountEntry]) -> Option<String> {
     for m in mounts {
         for (option, what) in [("logdev=", "external log"), ("rtdev=", "realtime device")] {
             let named = m.super_options.split(',').filter_map(|o| o.strip_prefix(option));

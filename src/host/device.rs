@@ -21,7 +21,7 @@ use crate::sys;
 /// Whether the medium spins, and why we believe it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "reason")]
-pub enum Medium {
+pub(crate) enum Medium {
     /// Reported non-rotational by a device whose report we trust (or memory-backed).
     SolidState(String),
     /// Reported rotational by a device whose report we trust.
@@ -40,38 +40,38 @@ impl std::fmt::Display for Medium {
     }
 }
 
-pub use crate::engine::identity::DeviceIdentity;
+pub(crate) use crate::engine::identity::DeviceIdentity;
 
 /// Everything reseq needs to know about a block device before planning.
 #[derive(Clone, Debug)]
-pub struct BlockDeviceInfo {
+pub(crate) struct BlockDeviceInfo {
     /// The path the user gave.
-    pub path: PathBuf,
-    pub identity: DeviceIdentity,
-    pub dev_num: (u32, u32),
+    pub(crate) path: PathBuf,
+    pub(crate) identity: DeviceIdentity,
+    pub(crate) dev_num: (u32, u32),
     /// Parent disk name when this is a partition.
-    pub parent_disk: Option<String>,
+    pub(crate) parent_disk: Option<String>,
     /// (name, dev) of the partitions of a whole disk (empty for a partition).
-    pub partitions: Vec<(String, (u32, u32))>,
+    pub(crate) partitions: Vec<(String, (u32, u32))>,
     /// Devices stacked on top (dm, md, bcache...), of the device or its partitions.
-    pub holders: Vec<String>,
+    pub(crate) holders: Vec<String>,
     /// BLKROGET.
-    pub read_only: bool,
-    pub medium: Medium,
+    pub(crate) read_only: bool,
+    pub(crate) medium: Medium,
     /// Direct-I/O alignment of buffer addresses, in bytes.
-    pub dio_mem_align: u32,
+    pub(crate) dio_mem_align: u32,
     /// Direct-I/O alignment of offsets and lengths, in bytes.
-    pub dio_offset_align: u32,
+    pub(crate) dio_offset_align: u32,
     /// Where the alignment came from (`statx` or `BLKSSZGET`).
-    pub dio_align_source: &'static str,
+    pub(crate) dio_align_source: &'static str,
     /// Active swap areas on the device, its partitions, or files on them.
-    pub active_swap: Vec<String>,
+    pub(crate) active_swap: Vec<String>,
 }
 
 impl BlockDeviceInfo {
     /// Devices through which the same bytes can be written: the device, its partitions,
     /// and the whole disk it is a partition of.
-    pub fn devices_sharing_bytes(&self, sysfs: &Sysfs) -> Vec<(u32, u32)> {
+    pub(crate) fn devices_sharing_bytes(&self, sysfs: &Sysfs) -> Vec<(u32, u32)> {
         let mut d = self.devices_to_freeze();
         if let Some(disk) = &self.parent_disk
             && let Some(dev) = sysfs.dev_of(disk)
@@ -82,15 +82,15 @@ impl BlockDeviceInfo {
     }
 
     /// Devices whose mounted filesystems must be frozen: the device and its partitions.
-    pub fn devices_to_freeze(&self) -> Vec<(u32, u32)> {
+    pub(crate) fn devices_to_freeze(&self) -> Vec<(u32, u32)> {
         std::iter::once(self.dev_num).chain(self.partitions.iter().map(|p| p.1)).collect()
     }
 }
 
 /// Reads sysfs below a root ("/sys" in production).
 #[derive(Clone, Debug)]
-pub struct Sysfs {
-    pub root: PathBuf,
+pub(crate) struct Sysfs {
+    pub(crate) root: PathBuf,
 }
 
 impl Default for Sysfs {
@@ -105,14 +105,14 @@ impl Sysfs {
     }
 
     /// An attribute of a block device, trimmed; None when absent or empty.
-    pub fn read(&self, name: &str, attr: &str) -> Option<String> {
+    pub(crate) fn read(&self, name: &str, attr: &str) -> Option<String> {
         let text = std::fs::read_to_string(self.block_dir(name).join(attr)).ok()?;
         let t = text.trim();
         (!t.is_empty()).then(|| t.to_string())
     }
 
     /// Kernel name and parent disk (for a partition) of a device number.
-    pub fn name_of(&self, dev: (u32, u32)) -> Option<(String, Option<String>)> {
+    pub(crate) fn name_of(&self, dev: (u32, u32)) -> Option<(String, Option<String>)> {
         let link = std::fs::read_link(self.root.join(format!("dev/block/{}:{}", dev.0, dev.1))).ok()?;
         let name = link.file_name()?.to_string_lossy().into_owned();
         let is_partition = self.block_dir(&name).join("partition").exists();
@@ -124,14 +124,14 @@ impl Sysfs {
         Some((name, parent))
     }
 
-    pub fn dev_of(&self, name: &str) -> Option<(u32, u32)> {
+    pub(crate) fn dev_of(&self, name: &str) -> Option<(u32, u32)> {
         let s = self.read(name, "dev")?;
         let (a, b) = s.split_once(':')?;
         Some((a.parse().ok()?, b.parse().ok()?))
     }
 
     /// Partitions of a whole disk, in name order.
-    pub fn partitions_of(&self, disk: &str) -> Vec<(String, (u32, u32))> {
+    pub(crate) fn partitions_of(&self, disk: &str) -> Vec<(String, (u32, u32))> {
         let mut parts: Vec<_> = std::fs::read_dir(self.block_dir(disk))
             .into_iter()
             .flatten()
@@ -146,12 +146,12 @@ impl Sysfs {
         parts
     }
 
-    pub fn holders_of(&self, name: &str) -> Vec<String> {
+    pub(crate) fn holders_of(&self, name: &str) -> Vec<String> {
         self.links(name, "holders")
     }
 
     /// The devices a stacked device is built on (`slaves/`), in name order.
-    pub fn slaves_of(&self, name: &str) -> Vec<String> {
+    pub(crate) fn slaves_of(&self, name: &str) -> Vec<String> {
         self.links(name, "slaves")
     }
 
@@ -168,7 +168,7 @@ impl Sysfs {
     }
 
     /// A device-mapper device's path under /dev/mapper, or /dev/NAME for any other.
-    pub fn display_name(&self, name: &str) -> String {
+    pub(crate) fn display_name(&self, name: &str) -> String {
         match self.read(name, "dm/name") {
             Some(dm) => format!("/dev/{name} (/dev/mapper/{dm})"),
             None => format!("/dev/{name}"),
@@ -181,7 +181,7 @@ impl Sysfs {
     }
 
     /// Decides how far to trust `queue/rotational`; see the module docs for why.
-    pub fn medium(&self, disk: &str, depth: u32) -> Medium {
+    pub(crate) fn medium(&self, disk: &str, depth: u32) -> Medium {
         if disk.starts_with("loop") {
             let Some(backing) = self.read(disk, "loop/backing_file") else {
                 return Medium::Unknown("loop device without a backing file".into());
@@ -221,7 +221,7 @@ impl Sysfs {
     }
 
     /// Serial, WWN and model as the driver exposes them (NVMe, SCSI, virtio differ).
-    pub fn ids(&self, disk: &str) -> (Option<String>, Option<String>, Option<String>) {
+    pub(crate) fn ids(&self, disk: &str) -> (Option<String>, Option<String>, Option<String>) {
         let serial = self.read(disk, "device/serial").or_else(|| self.read(disk, "serial"));
         let wwn = self.read(disk, "wwid").or_else(|| self.read(disk, "device/wwid"));
         let model = self.read(disk, "device/model");
@@ -231,7 +231,7 @@ impl Sysfs {
 
 /// Active swap areas that live on any of `devs`: swap partitions, or swap files on a
 /// filesystem of theirs. Swap writes are not stopped by a freeze.
-pub fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<String> {
+pub(crate) fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<String> {
     swaps_text
         .lines()
         .skip(1)
@@ -249,7 +249,7 @@ pub fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<String> {
 
 /// Fails with a usage error unless `path` is a block device (stat needs no privileges,
 /// so this comes before the root check).
-pub fn check_block_device(path: &Path) -> Result<std::fs::Metadata> {
+pub(crate) fn check_block_device(path: &Path) -> Result<std::fs::Metadata> {
     let md = std::fs::metadata(path).map_err(|e| Error::Usage(format!("cannot use {}: {e}", path.display())))?;
     if !md.file_type().is_block_device() {
         let kind = if md.is_file() {
@@ -286,7 +286,7 @@ fn geometry(path: &Path) -> Result<(u64, bool, (u32, u32, &'static str))> {
 }
 
 /// Inspects the block device at `path`.
-pub fn inspect(path: &Path, sysfs: &Sysfs) -> Result<BlockDeviceInfo> {
+pub(crate) fn inspect(path: &Path, sysfs: &Sysfs) -> Result<BlockDeviceInfo> {
     let md = check_block_device(path)?;
     let dev_num = (nix::sys::stat::major(md.rdev()) as u32, nix::sys::stat::minor(md.rdev()) as u32);
     let (name, parent_disk) = sysfs.name_of(dev_num).ok_or_else(|| {
@@ -339,19 +339,19 @@ pub fn inspect(path: &Path, sysfs: &Sysfs) -> Result<BlockDeviceInfo> {
 /// A device-mapper target that copies or allocates when a block is written, so that
 /// writing the same bytes back is not free: it costs space below, and can run out.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CopyOnWrite {
+pub(crate) struct CopyOnWrite {
     /// Kernel name (dm-3) of the device with that target.
-    pub name: String,
+    pub(crate) name: String,
     /// The target: `thin`, `thin-pool`, `snapshot`, `snapshot-origin`, `snapshot-merge`,
     /// or what LVM's naming says where `dmsetup` is missing.
-    pub target: String,
+    pub(crate) target: String,
 }
 
 const COW_TARGETS: [&str; 5] = ["thin", "thin-pool", "snapshot", "snapshot-origin", "snapshot-merge"];
 
 /// The device-mapper targets of a device, from `dmsetup table` (None: no dmsetup, or it
 /// failed). sysfs does not say which target a dm device has.
-pub fn dmsetup_targets(sysfs: &Sysfs, name: &str) -> Option<Vec<String>> {
+pub(crate) fn dmsetup_targets(sysfs: &Sysfs, name: &str) -> Option<Vec<String>> {
     let dm = sysfs.read(name, "dm/name")?;
     let out = std::process::Command::new("dmsetup").args(["table", "--", &dm]).output().ok()?;
     if !out.status.success() {
@@ -384,7 +384,7 @@ fn targets_by_uuid(sysfs: &Sysfs, name: &str) -> Vec<String> {
 
 /// The copy-on-write targets in the stack of devices under `name`, itself included.
 /// `targets` lists a dm device's targets (`dmsetup_targets`, or a fake in tests).
-pub fn copy_on_write_below(
+pub(crate) fn copy_on_write_below(
     sysfs: &Sysfs,
     name: &str,
     targets: &dyn Fn(&Sysfs, &str) -> Option<Vec<String>>,

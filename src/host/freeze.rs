@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 
-pub use crate::engine::guard::{NoFreeze, Reporter, WindowEnd, WindowGuard};
+pub(crate) use crate::engine::guard::{NoFreeze, Reporter, WindowEnd, WindowGuard};
 use crate::host::cgroup::Placement;
 use crate::host::guardian::{Bounds, FreezeFailure, Guardian, Permit, ThawReport, Watched};
 use crate::host::mounts::MountedFs;
@@ -20,17 +20,17 @@ use crate::support::error::{Error, Result};
 /// How long past `--max-freeze` a write already under way may hold a window before the
 /// guardian kills reseq: a quarter second at least (a 64 KiB write and its read-back on
 /// a busy device), at most one second, and never more than the window itself.
-pub fn freeze_grace(max_freeze: Duration) -> Duration {
+pub(crate) fn freeze_grace(max_freeze: Duration) -> Duration {
     max_freeze.min(Duration::from_secs(1)).max(Duration::from_millis(250))
 }
 
 /// The hard bound of one freeze: `--max-freeze` plus the grace.
-pub fn freeze_bound(max_freeze: Duration) -> Duration {
+pub(crate) fn freeze_bound(max_freeze: Duration) -> Duration {
     max_freeze + freeze_grace(max_freeze)
 }
 
 /// The bound as the dry runs state it.
-pub fn describe_bound(max_freeze: Duration) -> String {
+pub(crate) fn describe_bound(max_freeze: Duration) -> String {
     format!(
         "a write still outstanding {:.3} s after the deadline (grace) gets reseq killed and the filesystem thawed: no freeze lasts beyond {:.3} s",
         freeze_grace(max_freeze).as_secs_f64(),
@@ -39,23 +39,23 @@ pub fn describe_bound(max_freeze: Duration) -> String {
 }
 
 /// The bound as the report carries it.
-pub fn bound_report(max_freeze: Duration) -> FreezeBound {
+pub(crate) fn bound_report(max_freeze: Duration) -> FreezeBound {
     FreezeBound::new(max_freeze, freeze_grace(max_freeze))
 }
 
 /// The limits every freeze window of a run kept to.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct FreezeBound {
+pub(crate) struct FreezeBound {
     /// `--max-freeze`: a window frozen longer counts in `windows_overrun`.
-    pub max_freeze_seconds: f64,
+    pub(crate) max_freeze_seconds: f64,
     /// How long past it a write already under way may hold the window.
-    pub grace_seconds: f64,
+    pub(crate) grace_seconds: f64,
     /// The hard bound (the sum): past it the guardian kills reseq and thaws.
-    pub bound_seconds: f64,
+    pub(crate) bound_seconds: f64,
 }
 
 impl FreezeBound {
-    pub fn new(max_freeze: std::time::Duration, grace: std::time::Duration) -> FreezeBound {
+    pub(crate) fn new(max_freeze: std::time::Duration, grace: std::time::Duration) -> FreezeBound {
         FreezeBound {
             max_freeze_seconds: max_freeze.as_secs_f64(),
             grace_seconds: grace.as_secs_f64(),
@@ -68,13 +68,13 @@ impl FreezeBound {
 /// ([`Thawed::end_windows`], which drops the guard and with it the guardian, thawing
 /// anything still frozen) or by a command that never freezes. What must never run
 /// inside a window (FITRIM) asks for one.
-pub struct Thawed {
+pub(crate) struct Thawed {
     _private: (),
 }
 
 impl Thawed {
     /// Ends the run's windows: the guard goes, and with it any freeze.
-    pub fn end_windows(guard: Box<dyn WindowGuard + '_>) -> Thawed {
+    pub(crate) fn end_windows(guard: Box<dyn WindowGuard + '_>) -> Thawed {
         drop(guard);
         Thawed { _private: () }
     }
@@ -86,7 +86,7 @@ impl Thawed {
 }
 
 /// Opens a mount point for FIFREEZE/FITHAW (any fd on the filesystem works).
-pub fn open_mount_point(path: &Path) -> Result<OwnedFd> {
+pub(crate) fn open_mount_point(path: &Path) -> Result<OwnedFd> {
     std::fs::File::open(path)
         .map(OwnedFd::from)
         .map_err(|e| Error::io(format!("opening mount point {} to freeze it", path.display()), e))
@@ -105,7 +105,7 @@ fn sentinel_offset(fs_type: &str) -> Option<u64> {
 
 /// The block device node of a filesystem: its mount source if that is the node, else
 /// `/dev/block/MAJ:MIN` or `/dev/NAME` from sysfs.
-pub fn device_node(fs: &MountedFs) -> Option<PathBuf> {
+pub(crate) fn device_node(fs: &MountedFs) -> Option<PathBuf> {
     let mut candidates = vec![PathBuf::from(&fs.source), PathBuf::from(format!("/dev/block/{}", fs.dev))];
     if let Ok(uevent) = std::fs::read_to_string(format!("/sys/dev/block/{}/uevent", fs.dev))
         && let Some(name) = uevent.lines().find_map(|l| l.strip_prefix("DEVNAME="))
@@ -123,7 +123,7 @@ fn open_sentinel(fs: &MountedFs) -> Option<(PathBuf, OwnedFd, u64)> {
 }
 
 /// Freezes through the guardian.
-pub struct GuardedFreeze {
+pub(crate) struct GuardedFreeze {
     guardian: Option<Guardian>,
     filesystems: Vec<MountedFs>,
     /// Our own fds, to thaw directly if the guardian itself is lost.
@@ -139,7 +139,11 @@ pub struct GuardedFreeze {
 impl GuardedFreeze {
     /// Opens the filesystems, forks the guardian and moves it where `placement` says
     /// (out of reseq's cgroup). Call before any thread starts.
-    pub fn start(filesystems: Vec<MountedFs>, deadline: Duration, placement: &Placement) -> Result<GuardedFreeze> {
+    pub(crate) fn start(
+        filesystems: Vec<MountedFs>,
+        deadline: Duration,
+        placement: &Placement,
+    ) -> Result<GuardedFreeze> {
         let run_dir = crate::host::freeze_record::run_dir();
         crate::host::freeze_record::check_run_dir(&run_dir, &filesystems)?;
         let mut fds = Vec::new();
@@ -181,14 +185,14 @@ impl GuardedFreeze {
     /// The journal in which the guardian notes it had to kill reseq.
     /// The device the writes go to: the guardian reads back the writes it granted if it
     /// must kill reseq mid-write.
-    pub fn set_target(&mut self, path: &Path) -> Result<()> {
+    pub(crate) fn set_target(&mut self, path: &Path) -> Result<()> {
         match self.guardian()?.set_target(path) {
             Ok(()) => Ok(()),
             Err(e) => Err(self.guardian_lost(e)),
         }
     }
 
-    pub fn set_journal(&mut self, path: &Path) -> Result<()> {
+    pub(crate) fn set_journal(&mut self, path: &Path) -> Result<()> {
         let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         match self.guardian()?.set_journal(&path) {
             Ok(()) => Ok(()),
@@ -408,12 +412,12 @@ impl Drop for GuardedFreeze {
 /// is under 30 % of the deadline, when the engine ends a window for any other reason,
 /// or when [`Batched::finish`] is called. Every window is still the guardian's, with its
 /// deadline and bound: the guardian grants no write past it, whoever asks.
-pub struct Batched<G: WindowGuard> {
-    pub inner: G,
+pub(crate) struct Batched<G: WindowGuard> {
+    pub(crate) inner: G,
     /// When the open window froze.
     open: Option<Instant>,
     /// Whether another target follows (set by the caller before each run).
-    pub more: bool,
+    pub(crate) more: bool,
     /// Thawed time between windows (`--pause`).
     pause: Duration,
     /// Ends a pause early: a stop asked for between windows is seen in 50 ms, not after
@@ -421,19 +425,19 @@ pub struct Batched<G: WindowGuard> {
     stop: crate::support::signals::StopFlag,
     last_thaw: Option<Instant>,
     /// Real freezes so far.
-    pub windows: u64,
+    pub(crate) windows: u64,
     /// Runs after each thaw: what waited for the window to close (file mode: journals
     /// and the run's record, after a device flush). Its error ends the window with it.
-    pub after_thaw: Option<Box<dyn FnMut() -> Result<()>>>,
+    pub(crate) after_thaw: Option<Box<dyn FnMut() -> Result<()>>>,
 }
 
 impl<G: WindowGuard> Batched<G> {
-    pub fn new(inner: G, pause: Duration, stop: crate::support::signals::StopFlag) -> Batched<G> {
+    pub(crate) fn new(inner: G, pause: Duration, stop: crate::support::signals::StopFlag) -> Batched<G> {
         Batched { inner, open: None, more: false, pause, stop, last_thaw: None, windows: 0, after_thaw: None }
     }
 
     /// Ends the open window, if any (thaws). Safe to call at any time.
-    pub fn finish(&mut self) -> Result<WindowEnd> {
+    pub(crate) fn finish(&mut self) -> Result<WindowEnd> {
         if self.open.take().is_none() {
             return Ok(WindowEnd::default());
         }
@@ -530,16 +534,16 @@ impl<G: WindowGuard> Drop for Batched<G> {
 
 /// Any guard, with a check before each window that nothing else writes the target (see
 /// [`crate::host::writers`]): a writer that appears mid-run stops it between windows.
-pub struct WritersChecked<G: WindowGuard> {
-    pub inner: G,
-    pub target: PathBuf,
-    pub devices: Vec<(u32, u32)>,
+pub(crate) struct WritersChecked<G: WindowGuard> {
+    pub(crate) inner: G,
+    pub(crate) target: PathBuf,
+    pub(crate) devices: Vec<(u32, u32)>,
     /// When the last check ran (a check reads all of /proc: a few ms).
-    pub checked: Option<std::time::Instant>,
+    pub(crate) checked: Option<std::time::Instant>,
 }
 
 impl<G: WindowGuard> WritersChecked<G> {
-    pub fn new(inner: G, target: PathBuf, devices: Vec<(u32, u32)>) -> WritersChecked<G> {
+    pub(crate) fn new(inner: G, target: PathBuf, devices: Vec<(u32, u32)>) -> WritersChecked<G> {
         WritersChecked { inner, target, devices, checked: None }
     }
 

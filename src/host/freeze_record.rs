@@ -20,52 +20,52 @@ use crate::host::mounts::MountedFs;
 use crate::host::procs;
 use crate::support::error::{Error, Result};
 
-pub use crate::engine::rescue::{DEFAULT_RUN_DIR, run_dir};
+pub(crate) use crate::engine::rescue::run_dir;
 
 /// One filesystem a guardian is freezing.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecordedFs {
-    pub mount_point: PathBuf,
+pub(crate) struct RecordedFs {
+    pub(crate) mount_point: PathBuf,
     /// "major:minor" of its device: the mount point must still hold this filesystem.
-    pub dev: String,
+    pub(crate) dev: String,
     /// The freeze's trace, once frozen: if it reads differently later, the freeze in
     /// place is someone else's (see the guardian's module docs).
     #[serde(default)]
-    pub sentinel: Option<SentinelRecord>,
+    pub(crate) sentinel: Option<SentinelRecord>,
 }
 
 /// The superblock's 4 KiB as it read right after the guardian's freeze.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SentinelRecord {
-    pub device: PathBuf,
-    pub offset: u64,
-    pub blake3: String,
+pub(crate) struct SentinelRecord {
+    pub(crate) device: PathBuf,
+    pub(crate) offset: u64,
+    pub(crate) blake3: String,
 }
 
 /// What one guardian is about to freeze, or holds frozen.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FreezeRecord {
-    pub guardian_pid: i32,
+pub(crate) struct FreezeRecord {
+    pub(crate) guardian_pid: i32,
     /// Start time of the guardian (`/proc/PID/stat` field 22): tells it from a later
     /// process that reused its PID.
-    pub guardian_start_ticks: u64,
-    pub reseq_pid: i32,
+    pub(crate) guardian_start_ticks: u64,
+    pub(crate) reseq_pid: i32,
     /// Start time of that reseq: a reseq still alive may still write what the guardian
     /// granted, so its freeze is not to be thawed from outside either.
     #[serde(default)]
-    pub reseq_start_ticks: u64,
-    pub filesystems: Vec<RecordedFs>,
+    pub(crate) reseq_start_ticks: u64,
+    pub(crate) filesystems: Vec<RecordedFs>,
 }
 
 impl FreezeRecord {
     /// Named by the guardian's PID and start time: two guardians with one PID (another
     /// PID namespace, a reused PID) never share a record.
-    pub fn path(dir: &Path, guardian_pid: i32, start_ticks: u64) -> PathBuf {
+    pub(crate) fn path(dir: &Path, guardian_pid: i32, start_ticks: u64) -> PathBuf {
         dir.join(format!("guardian-{guardian_pid}-{start_ticks}.freeze"))
     }
 
     /// Writes the record whole (temporary file, then rename): a reader never sees half.
-    pub fn write(&self, dir: &Path) -> std::io::Result<()> {
+    pub(crate) fn write(&self, dir: &Path) -> std::io::Result<()> {
         let tmp = dir.join(format!(".guardian-{}-{}.tmp", self.guardian_pid, self.guardian_start_ticks));
         let mut f = File::create(&tmp)?;
         f.write_all(serde_json::to_string(self).map_err(std::io::Error::other)?.as_bytes())?;
@@ -73,25 +73,25 @@ impl FreezeRecord {
         std::fs::rename(&tmp, FreezeRecord::path(dir, self.guardian_pid, self.guardian_start_ticks))
     }
 
-    pub fn remove(dir: &Path, guardian_pid: i32, start_ticks: u64) {
+    pub(crate) fn remove(dir: &Path, guardian_pid: i32, start_ticks: u64) {
         let _ = std::fs::remove_file(FreezeRecord::path(dir, guardian_pid, start_ticks));
     }
 
     /// Whether the guardian that wrote this record still runs, and in which state
     /// (`/proc/PID/stat` field 3: `T` stopped, `D` in uninterruptible I/O...).
     /// A zombie (`Z`, `X`) is gone: it can no longer thaw anything.
-    pub fn guardian_state(&self) -> Option<char> {
+    pub(crate) fn guardian_state(&self) -> Option<char> {
         procs::alive(self.guardian_pid, self.guardian_start_ticks)
     }
 
     /// The state of the reseq this guardian served, if it still runs.
-    pub fn reseq_state(&self) -> Option<char> {
+    pub(crate) fn reseq_state(&self) -> Option<char> {
         procs::alive(self.reseq_pid, self.reseq_start_ticks)
     }
 }
 
 /// Every record in `dir`, with the ones that cannot be read as errors.
-pub fn list(dir: &Path) -> std::io::Result<Vec<(PathBuf, std::result::Result<FreezeRecord, String>)>> {
+pub(crate) fn list(dir: &Path) -> std::io::Result<Vec<(PathBuf, std::result::Result<FreezeRecord, String>)>> {
     let mut out = Vec::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -114,7 +114,7 @@ pub fn list(dir: &Path) -> std::io::Result<Vec<(PathBuf, std::result::Result<Fre
 
 /// Makes sure the guardian can record its freezes before anything is frozen: the
 /// directory exists, is writable, and is not on a filesystem about to be frozen.
-pub fn check_run_dir(dir: &Path, frozen: &[MountedFs]) -> Result<()> {
+pub(crate) fn check_run_dir(dir: &Path, frozen: &[MountedFs]) -> Result<()> {
     let hint = "set RESEQ_RUN_DIR to a writable directory on tmpfs (normally /run/reseq)";
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| {
         Error::refused(format!("cannot create the freeze-record directory {}: {e}", dir.display()), hint)

@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 
 use crate::host::freeze_record::{FreezeRecord, RecordedFs, SentinelRecord};
-pub use crate::host::hardening::Hardening;
+pub(crate) use crate::host::hardening::Hardening;
 use crate::host::procs;
 use crate::host::sentinel::SentinelReader;
 use crate::sys;
@@ -101,7 +101,7 @@ const MAX_PATH: u32 = 4096;
 
 /// The answer to a request to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Permit {
+pub(crate) enum Permit {
     /// Write now, then report `WRITTEN`.
     Granted,
     /// The window's deadline passed; the guardian has thawed. Do not write.
@@ -153,7 +153,7 @@ fn thaw_report_of(a: u32, micros: u64) -> ThawReport {
 
 /// Why a freeze request failed.
 #[derive(Debug)]
-pub enum FreezeFailure {
+pub(crate) enum FreezeFailure {
     /// FIFREEZE failed on filesystem `index`.
     Fifreeze { index: usize, errno: Errno },
     /// The freeze record could not be written, so nothing was frozen.
@@ -162,43 +162,43 @@ pub enum FreezeFailure {
 
 /// What the end of a window reports.
 #[derive(Debug, Clone, Copy)]
-pub struct ThawReport {
+pub(crate) struct ThawReport {
     /// The filesystems were frozen longer than the window allowed (`--max-freeze`).
-    pub overran: bool,
+    pub(crate) overran: bool,
     /// How long the filesystems were frozen (from the first FIFREEZE call to the thaw).
-    pub frozen: Duration,
+    pub(crate) frozen: Duration,
     /// Our freeze of filesystem `.0` was lost to another program; `.1`: a freeze that
     /// is not ours is in place and was left alone.
-    pub lost: Option<(usize, bool)>,
+    pub(crate) lost: Option<(usize, bool)>,
 }
 
 /// One filesystem the guardian freezes.
-pub struct Watched {
+pub(crate) struct Watched {
     /// Any descriptor on the filesystem (its mount point), for FIFREEZE/FITHAW.
-    pub mount: OwnedFd,
+    pub(crate) mount: OwnedFd,
     /// The mount point, for messages and the freeze record.
-    pub name: String,
+    pub(crate) name: String,
     /// "major:minor".
-    pub dev: String,
+    pub(crate) dev: String,
     /// The block device (path, opened with O_DIRECT) and the offset of the 4 KiB holding
     /// the superblock; None where a freeze leaves no trace there (see module docs).
-    pub sentinel: Option<(PathBuf, OwnedFd, u64)>,
+    pub(crate) sentinel: Option<(PathBuf, OwnedFd, u64)>,
 }
 
 /// Timing rules of the windows.
 #[derive(Debug, Clone, Copy)]
-pub struct Bounds {
+pub(crate) struct Bounds {
     /// `--max-freeze`.
-    pub window: Duration,
+    pub(crate) window: Duration,
     /// How long past `window` an outstanding write may hold the freeze before the
     /// guardian kills reseq.
-    pub grace: Duration,
+    pub(crate) grace: Duration,
 }
 
 impl Bounds {
     /// When, after the deadline, the guardian kills reseq: early enough in the grace that
     /// the kill, the wait for reseq's exit and the thaw still end inside it.
-    pub fn kill_after(&self) -> Duration {
+    pub(crate) fn kill_after(&self) -> Duration {
         self.grace.saturating_sub((self.grace / 4).min(Duration::from_millis(100)))
     }
 }
@@ -206,30 +206,30 @@ impl Bounds {
 /// Sends `WRITTEN` from another thread. `WRITTEN` has no reply, so it cannot take the
 /// writer's reply to `PERMIT`; and each message is one 16-byte `write` on a Unix stream
 /// socket, queued whole (one skb), so messages from two threads never interleave.
-pub struct WrittenReporter {
+pub(crate) struct WrittenReporter {
     stream: UnixStream,
 }
 
 impl WrittenReporter {
-    pub fn written(&mut self) -> std::io::Result<()> {
+    pub(crate) fn written(&mut self) -> std::io::Result<()> {
         self.stream.write_all(&msg(OP_WRITTEN, 0, 0))
     }
 }
 
 /// reseq's handle on its guardian.
-pub struct Guardian {
+pub(crate) struct Guardian {
     stream: UnixStream,
     pid: nix::unistd::Pid,
     /// How long reseq waits for a reply to PERMIT or THAW before it decides the
     /// guardian is stuck (stopped by hand) and thaws itself.
     reply_timeout: Duration,
     /// What the guardian could arrange for itself (its first message).
-    pub hardening: Hardening,
+    pub(crate) hardening: Hardening,
 }
 
 impl Guardian {
     /// Forks the guardian. Must be called while the process has a single thread.
-    pub fn spawn(fs: Vec<Watched>, bounds: Bounds, run_dir: PathBuf) -> std::io::Result<Guardian> {
+    pub(crate) fn spawn(fs: Vec<Watched>, bounds: Bounds, run_dir: PathBuf) -> std::io::Result<Guardian> {
         let (ours, theirs) = UnixStream::pair()?;
         let reseq = nix::unistd::getpid();
         match sys::fork_single_threaded()? {
@@ -277,7 +277,7 @@ impl Guardian {
         }
     }
 
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.pid.as_raw()
     }
 
@@ -294,7 +294,7 @@ impl Guardian {
     }
 
     /// Tells the guardian which journal notes a kill.
-    pub fn set_journal(&mut self, path: &std::path::Path) -> std::io::Result<()> {
+    pub(crate) fn set_journal(&mut self, path: &std::path::Path) -> std::io::Result<()> {
         self.send_path(OP_JOURNAL, path)
     }
 
@@ -313,7 +313,7 @@ impl Guardian {
     /// Freezes every filesystem for a window of `window`. FIFREEZE syncs dirty data
     /// first, which can take long on a busy host, so the wait is generous; a guardian that
     /// does not answer within it was stopped by hand, and is treated as lost.
-    pub fn freeze(&mut self, window: Duration) -> std::io::Result<Result<(), FreezeFailure>> {
+    pub(crate) fn freeze(&mut self, window: Duration) -> std::io::Result<Result<(), FreezeFailure>> {
         let timeout = Some(Duration::from_secs(60).max(self.reply_timeout * 4));
         let (st, idx, errno) = self.call(msg(OP_FREEZE, 0, window.as_millis() as u64), timeout)?;
         let errno = Errno::from_raw(errno as i32);
@@ -325,14 +325,14 @@ impl Guardian {
     }
 
     /// Names the device the writes go to (see [`Guardian::permit`]).
-    pub fn set_target(&mut self, path: &std::path::Path) -> std::io::Result<()> {
+    pub(crate) fn set_target(&mut self, path: &std::path::Path) -> std::io::Result<()> {
         self.send_path(OP_TARGET, path)
     }
 
     /// Asks to write; `chunk` (device offset, length, blake3 of the bytes) is what the
     /// write will be, so that a guardian that must kill reseq mid-write can tell whether
     /// it left those bytes or tore them.
-    pub fn permit(&mut self, chunk: Option<(u64, u64, blake3::Hash)>) -> std::io::Result<Permit> {
+    pub(crate) fn permit(&mut self, chunk: Option<(u64, u64, blake3::Hash)>) -> std::io::Result<Permit> {
         let (st, why, lost) = match chunk {
             Some((offset, len, hash)) if len > 0 && len <= u64::from(u32::MAX) => {
                 // One write: the verifier's WRITTEN, sent from another thread, must not
@@ -348,17 +348,17 @@ impl Guardian {
     }
 
     /// The granted write has completed.
-    pub fn written(&mut self) -> std::io::Result<()> {
+    pub(crate) fn written(&mut self) -> std::io::Result<()> {
         self.stream.write_all(&msg(OP_WRITTEN, 0, 0))
     }
 
     /// A handle another thread (the verifier) uses to report finished writes, so that a
     /// stalled writer thread cannot hold back the thaw.
-    pub fn reporter(&self) -> std::io::Result<WrittenReporter> {
+    pub(crate) fn reporter(&self) -> std::io::Result<WrittenReporter> {
         Ok(WrittenReporter { stream: self.stream.try_clone()? })
     }
 
-    pub fn thaw(&mut self) -> std::io::Result<ThawReport> {
+    pub(crate) fn thaw(&mut self) -> std::io::Result<ThawReport> {
         let (_st, a, micros) = self.call(msg(OP_THAW, 0, 0), Some(self.reply_timeout))?;
         Ok(thaw_report_of(a, micros))
     }
@@ -367,7 +367,7 @@ impl Guardian {
     /// so that it cannot thaw later what is no longer ours.
     /// The wait is bounded: a guardian in D state (a FIFREEZE stuck syncing) dies only
     /// when that returns, and reseq must not hang on it.
-    pub fn kill(self) {
+    pub(crate) fn kill(self) {
         let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGKILL);
         self.reaped_within(Duration::from_secs(1));
     }
@@ -376,7 +376,7 @@ impl Guardian {
     /// by hand) is killed, so reseq never hangs on it.
     /// Asks the guardian to thaw what is still frozen and exit; whether it did (false: it
     /// did not exit in time and was killed, so nothing is known of the thaw).
-    pub fn shutdown(mut self) -> bool {
+    pub(crate) fn shutdown(mut self) -> bool {
         let _ = self.stream.write_all(&msg(OP_EXIT, 0, 0));
         let exited = self.reaped_within(self.reply_timeout);
         if !exited {
@@ -978,7 +978,7 @@ fn read_path(stream: &mut impl Read, len: u32) -> Option<PathBuf> {
 }
 
 /// The 4 KiB at `offset` of an O_DIRECT descriptor.
-pub fn read_block(fd: std::os::fd::BorrowedFd<'_>, offset: u64) -> Option<Vec<u8>> {
+pub(crate) fn read_block(fd: std::os::fd::BorrowedFd<'_>, offset: u64) -> Option<Vec<u8>> {
     let mut buf = sys::AlignedBuf::new(4096, 4096);
     sys::pread_exact(fd, &mut buf, offset).ok()?;
     Some(buf.to_vec())

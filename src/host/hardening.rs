@@ -14,19 +14,19 @@ use crate::sys::{self, Scheduling};
 
 /// The guardian's real-time priority: the highest. reseq's writer and verifier run one
 /// below it while a window is open, so the guardian preempts them.
-pub fn guardian_priority() -> i32 {
+pub(crate) fn guardian_priority() -> i32 {
     sys::fifo_max_priority()
 }
 
 /// What the guardian could arrange for itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hardening {
+pub(crate) struct Hardening {
     /// SCHED_FIFO at this priority, or why not.
-    pub realtime: Result<i32, Errno>,
+    pub(crate) realtime: Result<i32, Errno>,
     /// Memory locked (mlockall, and its own code faulted in), or why not.
-    pub locked: Result<(), Errno>,
+    pub(crate) locked: Result<(), Errno>,
     /// oom_score_adj -1000 (never chosen by the OOM killer).
-    pub oom_protected: bool,
+    pub(crate) oom_protected: bool,
 }
 
 impl Default for Hardening {
@@ -41,7 +41,7 @@ const OOM_OK: u32 = 4;
 
 impl Hardening {
     /// In the guardian, before anything is frozen.
-    pub fn get() -> Hardening {
+    pub(crate) fn get() -> Hardening {
         let priority = guardian_priority();
         let realtime = sys::set_thread_scheduling(Scheduling::Fifo(priority)).map(|()| priority);
         let locked = sys::lock_touched_memory().and_then(|()| lock_own_code());
@@ -50,7 +50,7 @@ impl Hardening {
     }
 
     /// Into a message's fields (flags in `a`; the two errnos in `b`).
-    pub fn encode(&self, mut m: [u8; 16]) -> [u8; 16] {
+    pub(crate) fn encode(&self, mut m: [u8; 16]) -> [u8; 16] {
         let mut flags = (self.realtime.unwrap_or(0) as u32) << 8;
         for (ok, bit) in [(self.realtime.is_ok(), RT_OK), (self.locked.is_ok(), LOCK_OK), (self.oom_protected, OOM_OK)]
         {
@@ -63,7 +63,7 @@ impl Hardening {
         m
     }
 
-    pub fn decode(a: u32, b: u64) -> Hardening {
+    pub(crate) fn decode(a: u32, b: u64) -> Hardening {
         let errno = |e: u64| Errno::from_raw(e as i32);
         Hardening {
             realtime: if a & RT_OK != 0 { Ok((a >> 8 & 0xff) as i32) } else { Err(errno(b >> 32)) },
@@ -73,7 +73,7 @@ impl Hardening {
     }
 
     /// What is missing, in words (None: nothing).
-    pub fn shortfall(&self) -> Option<String> {
+    pub(crate) fn shortfall(&self) -> Option<String> {
         let mut missing = Vec::new();
         if let Err(e) = self.realtime {
             missing.push(format!(
@@ -94,7 +94,7 @@ impl Hardening {
 
 /// What the guardian will get, for the dry run (nothing is changed: real-time priority
 /// is tried on a thread that ends at once; the rest is read off the capabilities).
-pub fn expected() -> String {
+pub(crate) fn expected() -> String {
     let priority = guardian_priority();
     let rt = std::thread::spawn(move || sys::set_thread_scheduling(Scheduling::Fifo(priority)))
         .join()
@@ -119,7 +119,7 @@ pub fn expected() -> String {
 /// over `sample`), other than reseq's own: they starve the kernel threads a freeze and a
 /// thaw wait for (RCU, the journal, a loop device's workers), whatever reseq's priority.
 /// Measured: two SCHED_FIFO 50 busy loops held freezes 12-15 s against a 1 s bound.
-pub fn realtime_hogs(sample: Duration) -> Vec<(i32, String)> {
+pub(crate) fn realtime_hogs(sample: Duration) -> Vec<(i32, String)> {
     use crate::host::procs;
     let me = std::process::id() as i32;
     let rt = |pid: i32| procs::stat(pid).filter(|s| (s.policy == 1 || s.policy == 2) && !s.kernel_thread && pid != me);
@@ -156,7 +156,7 @@ fn lock_own_code() -> Result<(), Errno> {
 }
 
 /// How long reseq waits for the guardian's first message.
-pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {

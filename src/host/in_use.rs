@@ -10,13 +10,13 @@ use crate::host::mounts::{self, MountedFs};
 use crate::support::error::{Error, Result};
 
 /// Everything a plan needs from the outside world, so tests can supply their own.
-pub struct Environment {
-    pub sysfs: Sysfs,
-    pub mounts: Vec<mounts::MountEntry>,
+pub(crate) struct Environment {
+    pub(crate) sysfs: Sysfs,
+    pub(crate) mounts: Vec<mounts::MountEntry>,
 }
 
 impl Environment {
-    pub fn live() -> Result<Environment> {
+    pub(crate) fn live() -> Result<Environment> {
         Ok(Environment {
             sysfs: Sysfs::default(),
             mounts: mounts::read_mounts().map_err(|e| Error::io("reading /proc/self/mountinfo", e))?,
@@ -27,13 +27,13 @@ impl Environment {
 /// The end of what direct I/O can address: a device whose size is not a whole number of
 /// its sectors (a loop device with 4096-byte sectors over an odd-sized file) has a tail
 /// that no aligned read or write reaches.
-pub fn addressable_end(dev: &BlockDeviceInfo) -> u64 {
+pub(crate) fn addressable_end(dev: &BlockDeviceInfo) -> u64 {
     let align = u64::from(dev.dio_offset_align).max(1);
     dev.identity.size_bytes / align * align
 }
 
 /// Where each mounted ext4/xfs filesystem lies on the target, for used-space mode.
-pub fn used_space_spans(
+pub(crate) fn used_space_spans(
     sysfs: &Sysfs,
     dev: &BlockDeviceInfo,
     filesystems: &[MountedFs],
@@ -77,7 +77,7 @@ fn partition_span(sysfs: &Sysfs, fs: &MountedFs) -> Option<(u64, u64)> {
 /// The ranges of `path` (a block device) that its mounted ext4/xfs filesystems use:
 /// everything but what GETFSMAP reports free, as a used-space rewrite sees it. None when
 /// no such filesystem is mounted on it (then all of it counts).
-pub fn in_use_ranges(path: &Path) -> Result<Option<Vec<(u64, u64)>>> {
+pub(crate) fn in_use_ranges(path: &Path) -> Result<Option<Vec<(u64, u64)>>> {
     let env = Environment::live()?;
     let dev = device::inspect(path, &env.sysfs)?;
     let filesystems = mounts::filesystems_on(&env.mounts, &dev.devices_to_freeze());

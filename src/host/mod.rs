@@ -1,21 +1,21 @@
 //! The host the rewrite runs on: block devices, mounts, processes and other writers,
 //! the freeze and its guardian, free space and TRIM, the state directory.
 
-pub mod aliases;
-pub mod cgroup;
-pub mod companions;
-pub mod device;
-pub mod freeze;
-pub mod freeze_record;
-pub mod guardian;
-pub mod hardening;
-pub mod in_use;
+pub(crate) mod aliases;
+pub(crate) mod cgroup;
+pub(crate) mod companions;
+pub(crate) mod device;
+pub(crate) mod freeze;
+pub(crate) mod freeze_record;
+pub(crate) mod guardian;
+pub(crate) mod hardening;
+pub(crate) mod in_use;
 pub mod mounts;
-pub mod privileges;
+pub(crate) mod privileges;
 pub mod procs;
-pub mod sentinel;
-pub mod state_dir;
-pub mod thaw;
-pub mod trim;
-pub mod usedspace;
-pub mod writers;
+pub(crate) mod sentinel;
+pub(crate) mod state_dir;
+pub(crate) mod thaw;
+pub(crate) mod trim;
+pub(crate) mod usedspace;
+pub(crate) mod writers;

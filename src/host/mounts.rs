@@ -11,34 +11,34 @@ use std::path::{Path, PathBuf};
 pub struct MountEntry {
     /// Device number of the mounted filesystem's superblock (field 3): its block device,
     /// except where the filesystem has an anonymous number (btrfs: `0:NN`).
-    pub dev: (u32, u32),
+    pub(crate) dev: (u32, u32),
     /// The block devices that hold the filesystem's data: `dev`, or for an anonymous
     /// number, the source's device and (btrfs) every member device (see
     /// [`resolve_devices`]).
-    pub devices: Vec<(u32, u32)>,
+    pub(crate) devices: Vec<(u32, u32)>,
     /// Where it is mounted (octal escapes decoded).
     pub mount_point: PathBuf,
     /// Filesystem type (`ext4`, `xfs`, ...).
-    pub fs_type: String,
+    pub(crate) fs_type: String,
     /// Mount source as the kernel shows it (`/dev/loop0`).
-    pub source: String,
+    pub(crate) source: String,
     /// Whether the mount is read-only (per-mount `ro` option).
-    pub read_only: bool,
+    pub(crate) read_only: bool,
     /// Whether the filesystem is mounted with DAX (super option `dax`, `dax=always` or
     /// `dax=inode`; `dax=never` is not).
-    pub dax: bool,
+    pub(crate) dax: bool,
     /// The directory of the filesystem this mount shows at its mount point (field 4:
     /// `/` for the whole filesystem; a cgroup hierarchy mounted inside a cgroup namespace
     /// or bound from a subgroup shows that group).
-    pub root: String,
+    pub(crate) root: String,
     /// The filesystem's own options (after the source): a cgroup v1 hierarchy lists its
     /// controllers there (`rw,freezer`).
-    pub super_options: String,
+    pub(crate) super_options: String,
 }
 
 /// Parses the text of a mountinfo file. Malformed lines are skipped: the kernel's
 /// format is stable, and a line we cannot read cannot be one we would freeze.
-pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+pub(crate) fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
     text.lines().filter_map(parse_line).collect()
 }
 
@@ -98,7 +98,7 @@ const ANONYMOUS_MAJOR: u32 = 0;
 /// mount's source as a member.
 /// Matching by number alone misses a btrfs mounted from the very device reseq is asked
 /// to rewrite.
-pub fn resolve_devices(entries: &mut [MountEntry], sys: &Path, rdev: impl Fn(&Path) -> Option<(u32, u32)>) {
+pub(crate) fn resolve_devices(entries: &mut [MountEntry], sys: &Path, rdev: impl Fn(&Path) -> Option<(u32, u32)>) {
     // btrfs only: any other anonymous mount's source is free text (a FUSE mount may
     // name any device as its `fsname`), and must not make a device look mounted.
     for e in entries.iter_mut().filter(|e| e.dev.0 == ANONYMOUS_MAJOR && e.fs_type == "btrfs") {
@@ -131,7 +131,7 @@ fn btrfs_members(sys: &Path, member: (u32, u32)) -> Vec<(u32, u32)> {
 }
 
 /// The device number of a block device node, None for anything else.
-pub fn block_rdev(path: &Path) -> Option<(u32, u32)> {
+pub(crate) fn block_rdev(path: &Path) -> Option<(u32, u32)> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let md = std::fs::metadata(path).ok()?;
     md.file_type()
@@ -142,22 +142,22 @@ pub fn block_rdev(path: &Path) -> Option<(u32, u32)> {
 /// One mounted filesystem (superblock) that must be frozen, with every mount point
 /// it is visible at.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct MountedFs {
+pub(crate) struct MountedFs {
     /// Device number as "major:minor".
-    pub dev: String,
+    pub(crate) dev: String,
     #[serde(skip)]
-    pub dev_num: (u32, u32),
-    pub fs_type: String,
-    pub source: String,
+    pub(crate) dev_num: (u32, u32),
+    pub(crate) fs_type: String,
+    pub(crate) source: String,
     /// The mount point reseq freezes through (the first one listed).
     pub mount_point: PathBuf,
     /// Every place it is mounted (bind mounts included).
-    pub all_mount_points: Vec<PathBuf>,
-    pub read_only: bool,
+    pub(crate) all_mount_points: Vec<PathBuf>,
+    pub(crate) read_only: bool,
 }
 
 /// Groups the mounts of the given devices by superblock, in device-list order.
-pub fn filesystems_on(entries: &[MountEntry], devices: &[(u32, u32)]) -> Vec<MountedFs> {
+pub(crate) fn filesystems_on(entries: &[MountEntry], devices: &[(u32, u32)]) -> Vec<MountedFs> {
     let mut out: Vec<MountedFs> = Vec::new();
     for dev in devices {
         for e in entries.iter().filter(|e| e.devices.contains(dev)) {
@@ -183,7 +183,7 @@ pub fn filesystems_on(entries: &[MountEntry], devices: &[(u32, u32)]) -> Vec<Mou
 
 /// The mount whose mount point is the longest prefix of `path` (the filesystem that
 /// holds it), for deciding whether the state directory sits on a frozen filesystem.
-pub fn mount_containing<'a>(entries: &'a [MountEntry], path: &Path) -> Option<&'a MountEntry> {
+pub(crate) fn mount_containing<'a>(entries: &'a [MountEntry], path: &Path) -> Option<&'a MountEntry> {
     entries.iter().filter(|e| path.starts_with(&e.mount_point)).max_by_key(|e| e.mount_point.as_os_str().len())
 }
 

@@ -12,7 +12,7 @@ pub(crate) fn effective_caps() -> Option<u64> {
 }
 
 /// Checks privileges: FIFREEZE needs CAP_SYS_ADMIN, raw device writes need root's access.
-pub fn check() -> Result<()> {
+pub(crate) fn check() -> Result<()> {
     if !nix::unistd::geteuid().is_root() {
         return Err(Error::refused(
             "reseq must run as root: it opens block devices for writing and freezes filesystems",

@@ -6,18 +6,18 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stat {
     /// Field 3: `R`, `S`, `D`, `T` (stopped), `Z` (zombie)...
-    pub state: char,
+    pub(crate) state: char,
     /// Field 4.
-    pub ppid: i32,
+    pub(crate) ppid: i32,
     /// Field 22, in clock ticks since boot: tells a process from a later one that reused
     /// its PID.
     pub start_ticks: u64,
     /// Fields 14 and 15: CPU time used, in clock ticks.
-    pub cpu_ticks: u64,
+    pub(crate) cpu_ticks: u64,
     /// Field 41: the scheduling policy (1 SCHED_FIFO, 2 SCHED_RR: real-time).
-    pub policy: u32,
+    pub(crate) policy: u32,
     /// Field 9 has PF_KTHREAD (0x00200000): a kernel thread.
-    pub kernel_thread: bool,
+    pub(crate) kernel_thread: bool,
 }
 
 pub fn stat(pid: i32) -> Option<Stat> {
@@ -48,13 +48,13 @@ pub fn pids() -> Vec<i32> {
 }
 
 /// The process name (`comm`).
-pub fn comm(pid: i32) -> String {
+pub(crate) fn comm(pid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string()
 }
 
 /// The command line, arguments joined by spaces; the name when it has none (a kernel
 /// thread, or a process that cleared it).
-pub fn cmdline(pid: i32) -> String {
+pub(crate) fn cmdline(pid: i32) -> String {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let args: Vec<String> =
         raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();

@@ -20,7 +20,7 @@ type Request = (usize, u64);
 type Answer = (u64, Option<Vec<u8>>);
 
 /// Reads sentinels on a thread of its own.
-pub struct SentinelReader {
+pub(crate) struct SentinelReader {
     requests: Sender<Request>,
     answers: Receiver<Answer>,
     next: u64,
@@ -31,7 +31,7 @@ pub struct SentinelReader {
 impl SentinelReader {
     /// `sentinels[i]`: the device (O_DIRECT) and offset of filesystem `i`'s sentinel, if it
     /// has one. Starts the thread (in the guardian, before anything is frozen).
-    pub fn start(sentinels: Vec<Option<(OwnedFd, u64)>>, limit: Duration) -> std::io::Result<SentinelReader> {
+    pub(crate) fn start(sentinels: Vec<Option<(OwnedFd, u64)>>, limit: Duration) -> std::io::Result<SentinelReader> {
         let mut bufs: Vec<AlignedBuf> = sentinels.iter().map(|_| AlignedBuf::new(4096, 4096)).collect();
         Self::spawn(limit, move |i| {
             let (fd, offset) = sentinels.get(i)?.as_ref()?;
@@ -60,7 +60,7 @@ impl SentinelReader {
     /// Filesystem `i`'s sentinel, or None: no sentinel, the read failed, or it did not
     /// finish within the limit (the thread may still be stuck on it; later reads then
     /// time out too, which is what they would do on that device anyway).
-    pub fn read(&mut self, i: usize) -> Option<Vec<u8>> {
+    pub(crate) fn read(&mut self, i: usize) -> Option<Vec<u8>> {
         self.next += 1;
         let seq = self.next;
         self.requests.send((i, seq)).ok()?;

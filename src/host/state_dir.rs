@@ -22,7 +22,7 @@ use crate::support::error::{Error, Result};
 const HINT: &str = "choose a state directory on a writable local filesystem with room (--state-dir or RESEQ_STATE_DIR)";
 
 /// `path` with every symlink resolved, also when its last components do not exist yet.
-pub fn resolve(path: &Path) -> PathBuf {
+pub(crate) fn resolve(path: &Path) -> PathBuf {
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     let mut existing = abs.as_path();
     let mut rest = Vec::new();
@@ -42,22 +42,22 @@ pub fn resolve(path: &Path) -> PathBuf {
 
 /// A state directory that passed its checks.
 #[derive(Debug, Clone)]
-pub struct StateDir {
+pub(crate) struct StateDir {
     /// Canonical path.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// It lies on a filesystem reseq freezes (or may: overlay, FUSE), so nothing may be
     /// written there during a window.
-    pub on_frozen_fs: bool,
+    pub(crate) on_frozen_fs: bool,
 }
 
 /// Creates and checks the state directory: writable, not read-only, room for `need`
 /// bytes (a journal and a rescue copy). `frozen` are the filesystems the run freezes.
-pub fn prepare(dir: &Path, frozen: &[MountedFs], need: u64) -> Result<StateDir> {
+pub(crate) fn prepare(dir: &Path, frozen: &[MountedFs], need: u64) -> Result<StateDir> {
     prepare_as(dir, frozen, need, false)
 }
 
 /// As [`prepare`]; a dry run creates and writes nothing, so it checks only what is there.
-pub fn prepare_as(dir: &Path, frozen: &[MountedFs], need: u64, dry_run: bool) -> Result<StateDir> {
+pub(crate) fn prepare_as(dir: &Path, frozen: &[MountedFs], need: u64, dry_run: bool) -> Result<StateDir> {
     let path = resolve(dir);
     if dry_run && !path.is_dir() {
         return Ok(StateDir {
@@ -100,7 +100,7 @@ fn probe_write(dir: &Path, bytes: u64) -> std::io::Result<()> {
 }
 
 /// Whether writing in `path` may block on one of the `frozen` filesystems.
-pub fn on_frozen(path: &Path, frozen: &[MountedFs]) -> bool {
+pub(crate) fn on_frozen(path: &Path, frozen: &[MountedFs]) -> bool {
     use nix::sys::statfs::{FUSE_SUPER_MAGIC, OVERLAYFS_SUPER_MAGIC, statfs};
     // An overlay or FUSE filesystem may be backed by one that is frozen.
     if statfs(path).is_ok_and(|st| [OVERLAYFS_SUPER_MAGIC, FUSE_SUPER_MAGIC].contains(&st.filesystem_type())) {
@@ -116,9 +116,9 @@ pub fn on_frozen(path: &Path, frozen: &[MountedFs]) -> bool {
 /// An exclusive lock on one device, held for the run (and by its guardian, which
 /// inherits the descriptor, until the thaw). The file is removed when the run ends.
 #[derive(Debug)]
-pub struct DeviceLock {
+pub(crate) struct DeviceLock {
     _lock: Flock<File>,
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
 }
 
 impl Drop for DeviceLock {
@@ -130,7 +130,7 @@ impl Drop for DeviceLock {
 }
 
 /// Takes the lock of device `name`, or refuses naming the PID that holds it.
-pub fn lock_device(dir: &Path, name: &str, shown: &str) -> Result<DeviceLock> {
+pub(crate) fn lock_device(dir: &Path, name: &str, shown: &str) -> Result<DeviceLock> {
     let path = dir.join(format!("device-{name}.lock"));
     for _ in 0..100 {
         let lock = try_lock(&path, shown)?;

@@ -19,7 +19,7 @@ use crate::support::error::{Error, Result};
 /// What happened to one filesystem of a record.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
-pub enum FsOutcome {
+pub(crate) enum FsOutcome {
     /// FITHAW succeeded: it was frozen, and now is not.
     Thawed,
     /// FITHAW said it was not frozen.
@@ -29,25 +29,25 @@ pub enum FsOutcome {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct FsResult {
-    pub mount_point: PathBuf,
-    pub dev: String,
-    pub outcome: FsOutcome,
+pub(crate) struct FsResult {
+    pub(crate) mount_point: PathBuf,
+    pub(crate) dev: String,
+    pub(crate) outcome: FsOutcome,
 }
 
 /// What `reseq thaw` did.
 #[derive(Debug, Clone, Serialize, Default)]
-pub struct ThawSummary {
-    pub run_dir: PathBuf,
-    pub filesystems: Vec<FsResult>,
+pub(crate) struct ThawSummary {
+    pub(crate) run_dir: PathBuf,
+    pub(crate) filesystems: Vec<FsResult>,
     /// Records whose guardian still runs: (guardian PID, its state letter).
-    pub live_guardians: Vec<(i32, char)>,
+    pub(crate) live_guardians: Vec<(i32, char)>,
     /// Records that could not be read, with why.
-    pub unreadable: Vec<(PathBuf, String)>,
+    pub(crate) unreadable: Vec<(PathBuf, String)>,
 }
 
 impl ThawSummary {
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let mut s = String::new();
         for f in &self.filesystems {
             let what = match &f.outcome {
@@ -69,7 +69,7 @@ impl ThawSummary {
 
 /// Thaws the filesystems of every record whose guardian is gone. Refuses (after doing
 /// that) when a guardian still runs: it holds its freeze, and only it may thaw it.
-pub fn run(dir: &Path) -> Result<ThawSummary> {
+pub(crate) fn run(dir: &Path) -> Result<ThawSummary> {
     let mut summary = ThawSummary { run_dir: dir.to_path_buf(), ..ThawSummary::default() };
     let records = freeze_record::list(dir).map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
     for (path, record) in records {
@@ -106,7 +106,7 @@ pub fn run(dir: &Path) -> Result<ThawSummary> {
 }
 
 /// The refusal for guardians that still run, if any.
-pub fn live_guardian_error(summary: &ThawSummary) -> Option<Error> {
+pub(crate) fn live_guardian_error(summary: &ThawSummary) -> Option<Error> {
     let (pid, state) = *summary.live_guardians.first()?;
     let stopped = state == 'T' || state == 't';
     Some(Error::refused(
@@ -157,7 +157,7 @@ fn thaw_one(fs: &RecordedFs) -> FsOutcome {
 
 /// What reseq says when it stops abnormally after freezing: that nothing of this run is
 /// left frozen (checked), or what to run if something is.
-pub fn after_abnormal_stop() -> String {
+pub(crate) fn after_abnormal_stop() -> String {
     let me = std::process::id() as i32;
     let left: Vec<String> = freeze_record::list(&freeze_record::run_dir())
         .unwrap_or_default()

@@ -33,24 +33,24 @@ use crate::sys;
 
 const MIB: u64 = 1 << 20;
 /// Slice boundaries are multiples of this (whole blocks on any block size up to 64 KiB).
-pub const SLICE_ALIGN: u64 = MIB;
+pub(crate) const SLICE_ALIGN: u64 = MIB;
 /// The first slice of the default pace: small, as the drive's speed is not known yet
 /// (slices double while they take under a quarter of [`TARGET_SLICE`]).
-pub const DEFAULT_SLICE: u64 = 64 * MIB;
+pub(crate) const DEFAULT_SLICE: u64 = 64 * MIB;
 /// Slices of an unpaced trim (`bench --trim-impact`): small enough to time one by one.
-pub const UNPACED_SLICE: u64 = 16 * MIB;
-pub const MIN_SLICE: u64 = MIB;
-pub const MAX_SLICE: u64 = 4 << 30;
+pub(crate) const UNPACED_SLICE: u64 = 16 * MIB;
+pub(crate) const MIN_SLICE: u64 = MIB;
+pub(crate) const MAX_SLICE: u64 = 4 << 30;
 /// Default pace: sleep this many times each slice's duration before the next one.
-pub const IDLE_FACTOR: u32 = 4;
+pub(crate) const IDLE_FACTOR: u32 = 4;
 /// Default pace: the slice length adapts so that one slice takes about this long.
-pub const TARGET_SLICE: Duration = Duration::from_millis(100);
+pub(crate) const TARGET_SLICE: Duration = Duration::from_millis(100);
 /// With `--trim-rate`, one slice is this much time's worth of the rate.
-pub const RATE_SLICE_TIME: Duration = Duration::from_millis(250);
+pub(crate) const RATE_SLICE_TIME: Duration = Duration::from_millis(250);
 
 /// How the slices are spaced.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Pace {
+pub(crate) enum Pace {
     /// Sleep [`IDLE_FACTOR`] x each slice's time; slices sized to about [`TARGET_SLICE`].
     Auto,
     /// At most `rate` bytes discarded per second (averaged), and at least `pause`
@@ -62,11 +62,11 @@ pub enum Pace {
 
 impl Pace {
     /// The pace of `--trim-rate` and `--pause` (a zero pause is no pause).
-    pub fn of(rate: Option<u64>, pause: Duration) -> Pace {
+    pub(crate) fn of(rate: Option<u64>, pause: Duration) -> Pace {
         if rate.is_none() && pause.is_zero() { Pace::Auto } else { Pace::Fixed { rate, pause } }
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Pace::Auto => format!(
                 "auto: idle {IDLE_FACTOR} x each slice's time (device busy at most {} %), slices of about {} ms",
@@ -96,7 +96,7 @@ fn clamp_aligned(v: u64, a: u64, lo: u64, hi: u64) -> u64 {
 /// Decides slice lengths and the sleeps between slices. Pure: time comes in as offsets
 /// from the start of the trim, so the arithmetic is unit-tested.
 #[derive(Debug)]
-pub struct Pacer {
+pub(crate) struct Pacer {
     pace: Pace,
     slice: u64,
     /// Rate pacing: bytes trimmed since `base`, which is when they were due from.
@@ -105,7 +105,7 @@ pub struct Pacer {
 }
 
 impl Pacer {
-    pub fn new(pace: Pace) -> Pacer {
+    pub(crate) fn new(pace: Pace) -> Pacer {
         let slice = match pace {
             Pace::Fixed { rate: Some(r), .. } => {
                 clamp_aligned((r as f64 * RATE_SLICE_TIME.as_secs_f64()) as u64, SLICE_ALIGN, MIN_SLICE, MAX_SLICE)
@@ -117,7 +117,7 @@ impl Pacer {
     }
 
     /// The length of the next slice.
-    pub fn slice_len(&self) -> u64 {
+    pub(crate) fn slice_len(&self) -> u64 {
         self.slice
     }
 
@@ -133,7 +133,7 @@ impl Pacer {
 
     /// After a slice that took `took`, trimmed `trimmed` bytes and ended at `now` (since
     /// the start): how long to sleep before the next one.
-    pub fn after_slice(&mut self, took: Duration, trimmed: u64, now: Duration) -> Duration {
+    pub(crate) fn after_slice(&mut self, took: Duration, trimmed: u64, now: Duration) -> Duration {
         match self.pace {
             Pace::Unpaced => Duration::ZERO,
             Pace::Auto => {
@@ -165,47 +165,47 @@ impl Pacer {
 
 /// One FITRIM call.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct TrimSlice {
+pub(crate) struct TrimSlice {
     /// When it started, in seconds from the start of the trim (the pacing shows in these).
-    pub at_seconds: f64,
+    pub(crate) at_seconds: f64,
     /// Byte offset in the filesystem (FITRIM's `start`).
-    pub start_bytes: u64,
+    pub(crate) start_bytes: u64,
     /// FITRIM's `len` as asked (the last slice may reach past the filesystem's end,
     /// which the kernel clamps).
-    pub length_bytes: u64,
+    pub(crate) length_bytes: u64,
     /// What FITRIM reported in `len`. ext4: the bytes it discarded (a free extent that
     /// begins in the slice is discarded up to its end, at most its block group's end, so
     /// this can exceed `length_bytes`; the next slices find those blocks done). xfs: the
     /// length of the range it went through, whatever was free in it.
-    pub trimmed_bytes: u64,
-    pub seconds: f64,
+    pub(crate) trimmed_bytes: u64,
+    pub(crate) seconds: f64,
 }
 
 /// The slices of one filesystem.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct TrimFs {
-    pub mount_point: String,
+pub(crate) struct TrimFs {
+    pub(crate) mount_point: String,
     /// The range the slices cover, in filesystem bytes.
-    pub start_bytes: u64,
-    pub end_bytes: u64,
-    pub trimmed_bytes: u64,
+    pub(crate) start_bytes: u64,
+    pub(crate) end_bytes: u64,
+    pub(crate) trimmed_bytes: u64,
     /// Ascending, each byte of the range in exactly one.
-    pub slices: Vec<TrimSlice>,
+    pub(crate) slices: Vec<TrimSlice>,
     /// Why the slices stopped early (an error, the filesystem's end), if they did.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// Read latency of the probe: small O_DIRECT reads of data in use, spaced out.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct LatencySample {
-    pub reads: u64,
-    pub p50_seconds: Option<f64>,
-    pub p99_seconds: Option<f64>,
-    pub max_seconds: Option<f64>,
+pub(crate) struct LatencySample {
+    pub(crate) reads: u64,
+    pub(crate) p50_seconds: Option<f64>,
+    pub(crate) p99_seconds: Option<f64>,
+    pub(crate) max_seconds: Option<f64>,
 }
 
 impl LatencySample {
-    pub fn of(lat: &[f64]) -> LatencySample {
+    pub(crate) fn of(lat: &[f64]) -> LatencySample {
         LatencySample {
             reads: lat.len() as u64,
             p50_seconds: crate::support::units::percentile(lat, 0.50),
@@ -217,22 +217,28 @@ impl LatencySample {
 
 /// The probe just before the trim and during it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ProbeComparison {
+pub(crate) struct ProbeComparison {
     /// What was read: a device's ranges in use, or a file kept for the purpose.
-    pub target: String,
-    pub block_size_bytes: u64,
+    pub(crate) target: String,
+    pub(crate) block_size_bytes: u64,
     /// The probe's gap between reads (it is light on purpose: it must not be the load).
-    pub interval_seconds: f64,
-    pub before: LatencySample,
-    pub during: LatencySample,
+    pub(crate) interval_seconds: f64,
+    pub(crate) before: LatencySample,
+    pub(crate) during: LatencySample,
     /// during / before, for p50 and p99 (null: a side had no reads).
-    pub p50_ratio: Option<f64>,
-    pub p99_ratio: Option<f64>,
+    pub(crate) p50_ratio: Option<f64>,
+    pub(crate) p99_ratio: Option<f64>,
 }
 
 impl ProbeComparison {
     /// Latencies (seconds) of a probe of `target` reading `block` bytes every `interval`.
-    pub fn new(target: String, block: u64, interval: Duration, before: &[f64], during: &[f64]) -> ProbeComparison {
+    pub(crate) fn new(
+        target: String,
+        block: u64,
+        interval: Duration,
+        before: &[f64],
+        during: &[f64],
+    ) -> ProbeComparison {
         let (b, d) = (LatencySample::of(before), LatencySample::of(during));
         let ratio = |x: Option<f64>, y: Option<f64>| Some(y? / x.filter(|&v| v > 0.0)?);
         ProbeComparison {
@@ -249,29 +255,29 @@ impl ProbeComparison {
 
 /// What a sliced trim did.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct TrimReport {
+pub(crate) struct TrimReport {
     /// The pace, in words.
-    pub pace: String,
+    pub(crate) pace: String,
     /// `--trim-rate`, if given.
-    pub rate_limit_bytes_per_second: Option<u64>,
-    pub bytes_trimmed: u64,
-    pub slices: u64,
+    pub(crate) rate_limit_bytes_per_second: Option<u64>,
+    pub(crate) bytes_trimmed: u64,
+    pub(crate) slices: u64,
     /// From the first slice's start to the last one's end, sleeps included.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// The slices' own time (the device busy discarding).
-    pub busy_seconds: f64,
-    pub slowest_slice_seconds: f64,
+    pub(crate) busy_seconds: f64,
+    pub(crate) slowest_slice_seconds: f64,
     /// bytes_trimmed / seconds.
-    pub bytes_per_second: f64,
+    pub(crate) bytes_per_second: f64,
     /// The signal that stopped the trim between slices (null: it ran to the end).
-    pub stopped_by: Option<String>,
-    pub filesystems: Vec<TrimFs>,
+    pub(crate) stopped_by: Option<String>,
+    pub(crate) filesystems: Vec<TrimFs>,
     /// `--bench` / `bench --trim-impact`: the probe's read latency before and during.
-    pub probe: Option<ProbeComparison>,
+    pub(crate) probe: Option<ProbeComparison>,
 }
 
 impl TrimReport {
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut s = format!(
             "  trim: {} discarded in {} slice(s) over {:.1} s ({}), busy {:.2} s, slowest slice {:.3} s; pace {}{}\n",
             human_bytes(self.bytes_trimmed),
@@ -294,7 +300,7 @@ impl TrimReport {
 }
 
 impl ProbeComparison {
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.2} ms", v * 1e3));
         let x = |v: Option<f64>| v.map_or("-".into(), |v| format!("x{v:.2}"));
         format!(
@@ -314,16 +320,16 @@ impl ProbeComparison {
 }
 
 /// One filesystem to trim: its name, an open file on it, and the range to cover.
-pub struct TrimTarget<'a> {
-    pub name: String,
-    pub fd: BorrowedFd<'a>,
-    pub start: u64,
-    pub end: u64,
+pub(crate) struct TrimTarget<'a> {
+    pub(crate) name: String,
+    pub(crate) fd: BorrowedFd<'a>,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
 }
 
 /// Trims the targets one after the other, in ascending slices, paced. Stops between
 /// slices when `stop` is raised. `_thawed` proves no freeze window is open.
-pub fn run(targets: &[TrimTarget<'_>], pace: Pace, stop: &StopFlag, _thawed: &Thawed) -> TrimReport {
+pub(crate) fn run(targets: &[TrimTarget<'_>], pace: Pace, stop: &StopFlag, _thawed: &Thawed) -> TrimReport {
     let started = Instant::now();
     let out = TrimReport {
         pace: pace.describe(),

@@ -17,37 +17,37 @@ use crate::support::error::{Error, Result};
 use crate::sys;
 
 /// Filesystems whose free space we can read (GETFSMAP).
-pub const SUPPORTED: [&str; 4] = ["ext2", "ext3", "ext4", "xfs"];
+pub(crate) const SUPPORTED: [&str; 4] = ["ext2", "ext3", "ext4", "xfs"];
 
 /// One filesystem on the target: where it starts on the target and how long it is.
-pub struct FsSpan {
-    pub fs: MountedFs,
+pub(crate) struct FsSpan {
+    pub(crate) fs: MountedFs,
     fd: OwnedFd,
     /// Offset of the filesystem's device on the target (a partition's start on its disk).
-    pub start: u64,
-    pub len: u64,
+    pub(crate) start: u64,
+    pub(crate) len: u64,
 }
 
 impl FsSpan {
-    pub fn open(fs: MountedFs, start: u64, len: u64) -> Result<FsSpan> {
+    pub(crate) fn open(fs: MountedFs, start: u64, len: u64) -> Result<FsSpan> {
         let fd = open_mount_point(&fs.mount_point)?;
         Ok(FsSpan { fs, fd, start, len })
     }
 
     /// The mount point, open: what FITRIM and GETFSMAP are asked through.
-    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.fd.as_fd()
     }
 }
 
 /// The kernel's encoding of a device number in `fmr_device` (new_encode_dev,
 /// include/linux/kdev_t.h).
-pub fn encode_dev(major: u32, minor: u32) -> u32 {
+pub(crate) fn encode_dev(major: u32, minor: u32) -> u32 {
     (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
 }
 
 /// Free ranges of the spans within `[from, to)` of the target, sorted, in target offsets.
-pub fn free_ranges(spans: &[FsSpan], from: u64, to: u64) -> Result<Vec<(u64, u64)>> {
+pub(crate) fn free_ranges(spans: &[FsSpan], from: u64, to: u64) -> Result<Vec<(u64, u64)>> {
     let mut free = Vec::new();
     for s in spans {
         let (lo, hi) = (from.max(s.start), to.min(s.start + s.len));
@@ -74,7 +74,7 @@ pub fn free_ranges(spans: &[FsSpan], from: u64, to: u64) -> Result<Vec<(u64, u64
 
 /// `[from, to)` minus the `free` ranges (sorted), with every boundary rounded so that
 /// only whole `align` blocks inside a free range are left out.
-pub fn subtract(from: u64, to: u64, free: &[(u64, u64)], align: u64) -> Vec<(u64, u64)> {
+pub(crate) fn subtract(from: u64, to: u64, free: &[(u64, u64)], align: u64) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     let mut at = from;
     for &(f, len) in free {
@@ -94,9 +94,9 @@ pub fn subtract(from: u64, to: u64, free: &[(u64, u64)], align: u64) -> Vec<(u64
 }
 
 /// A planner that leaves out what the filesystems report FREE.
-pub struct UsedSpace {
-    pub spans: Vec<FsSpan>,
-    pub align: u64,
+pub(crate) struct UsedSpace {
+    pub(crate) spans: Vec<FsSpan>,
+    pub(crate) align: u64,
 }
 
 impl Planner for UsedSpace {

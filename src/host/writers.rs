@@ -24,16 +24,16 @@ use crate::support::error::{Error, Result};
 
 /// A process or device that may write the target behind reseq's back.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Writer {
+pub(crate) struct Writer {
     /// None for a loop device (the kernel writes, for whoever uses it).
-    pub pid: Option<i32>,
+    pub(crate) pid: Option<i32>,
     /// The process's command line, or the loop device's name.
-    pub what: String,
+    pub(crate) what: String,
     /// How it holds the target: "fd 5 (O_RDWR) on /dev/loop6", "loop7 is backed by it"...
-    pub how: String,
+    pub(crate) how: String,
     /// What to do about it, when not "stop the process".
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
+    pub(crate) fix: Option<String>,
 }
 
 fn rdev_of(meta: &std::fs::Metadata) -> Option<(u32, u32)> {
@@ -115,7 +115,7 @@ fn holds_for_writing(pid: i32, r: &Reach, devs: &[(u32, u32)]) -> Vec<String> {
 /// Everything that may write `devs` besides reseq: processes writing them, an alias of
 /// them or a backing file of theirs; loop devices over any of those; filesystems mounted
 /// from an alias (see [`crate::host::aliases`]).
-pub fn find(devs: &[(u32, u32)]) -> Vec<Writer> {
+pub(crate) fn find(devs: &[(u32, u32)]) -> Vec<Writer> {
     let sysfs = Sysfs::default();
     let r = aliases::reach(devs, &sysfs);
     let mut out = Vec::new();
@@ -133,7 +133,7 @@ pub fn find(devs: &[(u32, u32)]) -> Vec<Writer> {
 /// What is still there after a few looks 100 ms apart: tools that probe devices (a
 /// `losetup --find` scanning for a free loop device, blkid) hold one for a moment, a
 /// writer to fear holds it on.
-pub fn find_lasting(devs: &[(u32, u32)]) -> Vec<Writer> {
+pub(crate) fn find_lasting(devs: &[(u32, u32)]) -> Vec<Writer> {
     let mut found = find(devs);
     for _ in 0..3 {
         if found.is_empty() {
@@ -147,7 +147,7 @@ pub fn find_lasting(devs: &[(u32, u32)]) -> Vec<Writer> {
 }
 
 /// Refuses when anything else may write `devs`; `target` names them in the message.
-pub fn refuse_other_writers(target: &Path, devs: &[(u32, u32)]) -> Result<()> {
+pub(crate) fn refuse_other_writers(target: &Path, devs: &[(u32, u32)]) -> Result<()> {
     let found = find_lasting(devs);
     let Some(first) = found.first() else { return Ok(()) };
     // Another reseq (its state directory may differ, so its lock may not be seen).

@@ -17,19 +17,19 @@ use crate::support::error::Result;
 
 /// One pass of a benchmark.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct Pass {
-    pub bytes: u64,
-    pub seconds: f64,
-    pub bytes_per_second: f64,
+pub(crate) struct Pass {
+    pub(crate) bytes: u64,
+    pub(crate) seconds: f64,
+    pub(crate) bytes_per_second: f64,
     /// Read command latency percentiles, as fio reports them (null on a simulated SSD,
     /// which times a pass, not its commands).
     #[serde(default)]
-    pub latency_p50_seconds: Option<f64>,
+    pub(crate) latency_p50_seconds: Option<f64>,
     #[serde(default)]
-    pub latency_p99_seconds: Option<f64>,
+    pub(crate) latency_p99_seconds: Option<f64>,
 }
 
-pub use crate::support::units::percentile;
+pub(crate) use crate::support::units::percentile;
 
 impl From<Timed> for Pass {
     fn from(t: Timed) -> Pass {
@@ -44,47 +44,47 @@ impl From<Timed> for Pass {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct BenchResult {
-    pub target: String,
+pub(crate) struct BenchResult {
+    pub(crate) target: String,
     /// Measured on a simulated SSD's virtual clock.
-    pub virtual_time: bool,
-    pub params: ReadParams,
-    pub settle_seconds: f64,
-    pub passes: Vec<Pass>,
-    pub median_bytes_per_second: f64,
-    pub min_bytes_per_second: f64,
-    pub max_bytes_per_second: f64,
+    pub(crate) virtual_time: bool,
+    pub(crate) params: ReadParams,
+    pub(crate) settle_seconds: f64,
+    pub(crate) passes: Vec<Pass>,
+    pub(crate) median_bytes_per_second: f64,
+    pub(crate) min_bytes_per_second: f64,
+    pub(crate) max_bytes_per_second: f64,
     /// The check for a cache below O_DIRECT, made before the passes (null: a simulated
     /// SSD, which has none).
     #[serde(default)]
-    pub cache: Option<CacheCheck>,
+    pub(crate) cache: Option<CacheCheck>,
     /// How loaded the host was during the passes (null: no PSI, or a simulated SSD).
     #[serde(default)]
-    pub host_pressure: Option<HostPressure>,
+    pub(crate) host_pressure: Option<HostPressure>,
     /// A drive emulated by `reseq sim serve` under the target: its replies during the
     /// passes, and how many left later than their modelled completion (null: not one).
     #[serde(default)]
-    pub emulated: Option<EmulatedDrive>,
+    pub(crate) emulated: Option<EmulatedDrive>,
 }
 
 /// The replies of an emulated drive (`reseq sim serve`) during a benchmark's passes.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct EmulatedDrive {
-    pub replies: u64,
+pub(crate) struct EmulatedDrive {
+    pub(crate) replies: u64,
     /// Replies sent more than 1 ms after their modelled completion: the host did not keep
     /// up with the drive's time scale.
-    pub late_replies: u64,
+    pub(crate) late_replies: u64,
     /// The sum of the replies' delays past their modelled completion, as a share of the
     /// passes' time: how much the host, not the model, could have slowed the passes.
-    pub late_share: f64,
-    pub time_scale: f64,
+    pub(crate) late_share: f64,
+    pub(crate) time_scale: f64,
 }
 
 /// The share of the passes' time the replies of an emulated drive may be late by, in
 /// sum, before a verdict on it is unreliable. Lateness slows a benchmark by at most this
 /// share; faking the x[`MIN_EFFECT`] a verdict needs would take a third. Measured on the
 /// shared 2-core VM at load average 4: 0.03 to 0.07.
-pub const LATE_SHARE: f64 = 0.20;
+pub(crate) const LATE_SHARE: f64 = 0.20;
 
 /// The emulated drive under the first source of `target`, if any.
 fn served_stats(target: &Target) -> Option<crate::sim::serve::ServedStats> {
@@ -99,9 +99,9 @@ fn served_stats(target: &Target) -> Option<crate::sim::serve::ServedStats> {
 /// too, so `io_some` is high on both sides; a change between before and after is what
 /// matters: on a shared host, another job's load makes the same device read x1.8 slower.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct HostPressure {
-    pub cpu_some: f64,
-    pub io_some: f64,
+pub(crate) struct HostPressure {
+    pub(crate) cpu_some: f64,
+    pub(crate) io_some: f64,
 }
 
 /// `some total=` (microseconds) of /proc/pressure/KIND.
@@ -113,9 +113,9 @@ fn psi_total(kind: &str) -> Option<u64> {
 
 /// A change of the host's pressure between two benchmarks larger than this makes the
 /// comparison unreliable.
-pub const PRESSURE_CHANGE: f64 = 0.15;
+pub(crate) const PRESSURE_CHANGE: f64 = 0.15;
 
-pub fn median(v: &[f64]) -> f64 {
+pub(crate) fn median(v: &[f64]) -> f64 {
     let mut s: Vec<f64> = v.to_vec();
     s.sort_by(f64::total_cmp);
     match s.len() {
@@ -126,7 +126,7 @@ pub fn median(v: &[f64]) -> f64 {
 }
 
 /// Runs `passes` sequential reads of the range.
-pub fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Duration) -> Result<BenchResult> {
+pub(crate) fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Duration) -> Result<BenchResult> {
     let (block, qd) = (params.block_size_bytes, params.queue_depth);
     let mut cache = crate::measure::readbench::cache_check(target, block, qd)?;
     let psi_start = (psi_total("cpu"), psi_total("io"), std::time::Instant::now());
@@ -218,36 +218,36 @@ fn host_pressure_since(start: (Option<u64>, Option<u64>, std::time::Instant), ta
 
 /// One region of a scan.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct Region {
-    pub index: usize,
-    pub offset_bytes: u64,
-    pub length_bytes: u64,
-    pub seconds: f64,
-    pub bytes_per_second: f64,
+pub(crate) struct Region {
+    pub(crate) index: usize,
+    pub(crate) offset_bytes: u64,
+    pub(crate) length_bytes: u64,
+    pub(crate) seconds: f64,
+    pub(crate) bytes_per_second: f64,
     /// Slower than `threshold` x the reference (the fastest regions).
-    pub slow: bool,
+    pub(crate) slow: bool,
     /// Where the region lies on the device, when only in-use ranges are measured (its
     /// offset is then in the in-use bytes laid end to end): `[offset, length]` pairs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub device_ranges: Vec<[u64; 2]>,
+    pub(crate) device_ranges: Vec<[u64; 2]>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct ScanResult {
-    pub target: String,
-    pub virtual_time: bool,
-    pub params: ReadParams,
+pub(crate) struct ScanResult {
+    pub(crate) target: String,
+    pub(crate) virtual_time: bool,
+    pub(crate) params: ReadParams,
     /// Median throughput of the fastest quarter of the regions (at least one).
-    pub reference_bytes_per_second: f64,
+    pub(crate) reference_bytes_per_second: f64,
     /// A region is slow below this fraction of the reference.
-    pub threshold: f64,
-    pub regions: Vec<Region>,
-    pub slow_regions: usize,
+    pub(crate) threshold: f64,
+    pub(crate) regions: Vec<Region>,
+    pub(crate) slow_regions: usize,
 }
 
 /// Region boundaries: `n` regions covering `[offset, offset + length)` exactly, each a
 /// multiple of `align` except possibly the last.
-pub fn region_bounds(offset: u64, length: u64, n: usize, align: u64) -> Vec<(u64, u64)> {
+pub(crate) fn region_bounds(offset: u64, length: u64, n: usize, align: u64) -> Vec<(u64, u64)> {
     let n = n.max(1) as u64;
     let size = (length.div_ceil(n)).div_ceil(align).max(1) * align;
     let mut out = Vec::new();
@@ -262,7 +262,7 @@ pub fn region_bounds(offset: u64, length: u64, n: usize, align: u64) -> Vec<(u64
 }
 
 /// Reads the range once, region by region, and flags the slow regions.
-pub fn scan(target: &Target, params: &ReadParams, regions: usize, threshold: f64) -> Result<ScanResult> {
+pub(crate) fn scan(target: &Target, params: &ReadParams, regions: usize, threshold: f64) -> Result<ScanResult> {
     let bounds = region_bounds(params.offset_bytes, params.length_bytes, regions, target.offset_align());
     let mut out = Vec::new();
     for (i, (off, len)) in bounds.into_iter().enumerate() {
@@ -289,7 +289,7 @@ pub fn scan(target: &Target, params: &ReadParams, regions: usize, threshold: f64
 
 /// Marks regions slower than `threshold` x the median of the fastest quarter (a quarter,
 /// not the single fastest region, so that one lucky region does not flag the rest).
-pub fn flag_slow(
+pub(crate) fn flag_slow(
     target: String,
     virtual_time: bool,
     params: ReadParams,
@@ -309,30 +309,30 @@ pub fn flag_slow(
 
 /// `reseq estimate`: a sample, not a full pass, and what it predicts.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct Estimate {
-    pub target: String,
-    pub virtual_time: bool,
+pub(crate) struct Estimate {
+    pub(crate) target: String,
+    pub(crate) virtual_time: bool,
     /// The sampled regions: each `sample_bytes / regions` long, spread evenly.
-    pub regions: Vec<Region>,
-    pub sample_bytes: u64,
+    pub(crate) regions: Vec<Region>,
+    pub(crate) sample_bytes: u64,
     /// Median throughput of all sampled regions: what a sequential read gets now.
-    pub median_bytes_per_second: f64,
+    pub(crate) median_bytes_per_second: f64,
     /// Median of the fastest quarter: what re-sequenced data reads at, on this drive.
-    pub reference_bytes_per_second: f64,
+    pub(crate) reference_bytes_per_second: f64,
     /// reference / median: how much faster a full read could be.
-    pub predicted_speedup: f64,
+    pub(crate) predicted_speedup: f64,
     /// In words, for the admin.
-    pub advice: String,
-    pub cache: Option<CacheCheck>,
+    pub(crate) advice: String,
+    pub(crate) cache: Option<CacheCheck>,
 }
 
 /// Below this predicted speed-up a simulated drive looks flat. A real one must show
 /// [`MIN_EFFECT`], as a verdict must: one reading of each region on a shared host
 /// varies that much (a loop device, which has no FTL, sampled at x1.37 here).
-pub const WORTH_IT: f64 = 1.3;
+pub(crate) const WORTH_IT: f64 = 1.3;
 
 /// Reads `regions` evenly spread samples of `[0, len)`, twice each.
-pub fn estimate(target: &Target, block: u64, sample: u64, regions: usize) -> Result<Estimate> {
+pub(crate) fn estimate(target: &Target, block: u64, sample: u64, regions: usize) -> Result<Estimate> {
     let cache = crate::measure::readbench::cache_check(target, block, 1)?;
     let align = target.offset_align();
     let len = target.len();
@@ -405,21 +405,21 @@ fn advice(cache: Option<&CacheCheck>, virtual_time: bool, med: f64, reference: f
 
 /// What selective re-sequencing chose to rewrite, and what it left alone.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct Selection {
+pub(crate) struct Selection {
     /// Where the slow regions came from: `scan in this run` or the saved scan's path.
-    pub source: String,
-    pub threshold: f64,
-    pub reference_bytes_per_second: f64,
+    pub(crate) source: String,
+    pub(crate) threshold: f64,
+    pub(crate) reference_bytes_per_second: f64,
     /// The regions chosen (slow), in offset order.
-    pub chosen: Vec<Region>,
-    pub bytes_chosen: u64,
-    pub regions_left_alone: usize,
+    pub(crate) chosen: Vec<Region>,
+    pub(crate) bytes_chosen: u64,
+    pub(crate) regions_left_alone: usize,
     /// Bytes left alone because they read at least `threshold` x the reference.
-    pub bytes_left_alone: u64,
+    pub(crate) bytes_left_alone: u64,
 }
 
 impl Selection {
-    pub fn from_scan(scan: &ScanResult, source: String) -> Selection {
+    pub(crate) fn from_scan(scan: &ScanResult, source: String) -> Selection {
         let chosen: Vec<Region> = scan.regions.iter().filter(|r| r.slow).cloned().collect();
         let bytes_chosen = chosen.iter().map(|r| r.length_bytes).sum();
         let total: u64 = scan.regions.iter().map(|r| r.length_bytes).sum();
@@ -435,7 +435,7 @@ impl Selection {
     }
 
     /// The chosen ranges of the device, merged where adjacent.
-    pub fn ranges(&self) -> Vec<(u64, u64)> {
+    pub(crate) fn ranges(&self) -> Vec<(u64, u64)> {
         let mut out: Vec<(u64, u64)> = Vec::new();
         for r in &self.chosen {
             let on_device = if r.device_ranges.is_empty() {
@@ -456,51 +456,51 @@ impl Selection {
 
 /// The honest answer to "did it help?".
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// `faster`, `no_measurable_change`, `slower`, or `unreliable` (a cache below the
     /// device could have served the reads: see the benchmarks' `cache`).
-    pub verdict: String,
+    pub(crate) verdict: String,
     /// Which rule decided, in words.
-    pub rule: String,
+    pub(crate) rule: String,
     /// Median after / median before.
-    pub speedup: f64,
+    pub(crate) speedup: f64,
     /// One-sided exact Mann-Whitney U p-value in the direction of the medians.
-    pub p_value: f64,
+    pub(crate) p_value: f64,
     /// Of the bytes measured in use before the run, how many the filesystems had freed
     /// when it ended (and its FITRIM discarded: they read fast). Null: not checked (no
     /// mounted ext4/xfs, or the map could not be taken).
     #[serde(default)]
-    pub measured_bytes_freed: Option<u64>,
+    pub(crate) measured_bytes_freed: Option<u64>,
     /// The after-benchmark taken again a while later (`--bench-recheck`): a verdict
     /// stands only if it holds then too. Null: not re-checked (no change to confirm,
     /// re-check off, or a simulated SSD, which has no cache).
     #[serde(default)]
-    pub recheck: Option<Recheck>,
+    pub(crate) recheck: Option<Recheck>,
 }
 
 /// The after-benchmark repeated after a wait: an FTL's re-sequencing lasts, a cache
 /// below the device (a VM host's, a cloud volume's, a loop device's backing file's
 /// page cache) holding the bytes just written fades.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct Recheck {
+pub(crate) struct Recheck {
     /// Seconds between the end of the after-benchmark and the start of this one.
-    pub after_seconds: f64,
+    pub(crate) after_seconds: f64,
     /// The verdict of the before-benchmark against this one.
-    pub verdict: String,
+    pub(crate) verdict: String,
     /// Median of these passes / median before.
-    pub speedup: f64,
-    pub median_bytes_per_second: f64,
-    pub passes: Vec<Pass>,
+    pub(crate) speedup: f64,
+    pub(crate) median_bytes_per_second: f64,
+    pub(crate) passes: Vec<Pass>,
 }
 
 /// A share of the measured bytes freed during the run above which "after" no longer
 /// reads the same data: trimmed bytes read at memory speed, so a share f freed alone
 /// can make the reads up to 1 / (1 - f) faster (x1.11 at 10 %).
-pub const FREED_SHARE: f64 = 0.10;
+pub(crate) const FREED_SHARE: f64 = 0.10;
 
 /// Bytes of the first `measured` bytes of `then` (ranges in use before, laid end to
 /// end) that `now` (in use after) no longer covers. Both sorted.
-pub fn bytes_freed(then: &[(u64, u64)], now: &[(u64, u64)], measured: u64) -> u64 {
+pub(crate) fn bytes_freed(then: &[(u64, u64)], now: &[(u64, u64)], measured: u64) -> u64 {
     let mut left = measured;
     let mut freed = 0;
     let mut j = 0;
@@ -526,7 +526,7 @@ pub fn bytes_freed(then: &[(u64, u64)], now: &[(u64, u64)], measured: u64) -> u6
 
 /// The verdict once the ranges in use after the run are known: "unreliable" when more
 /// than [`FREED_SHARE`] of the measured bytes were freed during it.
-pub fn with_freed(v: Verdict, freed: u64, measured: u64) -> Verdict {
+pub(crate) fn with_freed(v: Verdict, freed: u64, measured: u64) -> Verdict {
     let share = freed as f64 / measured.max(1) as f64;
     let v = Verdict { measured_bytes_freed: Some(freed), ..v };
     if share <= FREED_SHARE || v.verdict == "unreliable" {
@@ -545,7 +545,7 @@ pub fn with_freed(v: Verdict, freed: u64, measured: u64) -> Verdict {
 /// The verdict once the after-benchmark has been taken again `waited` later: it stands
 /// if the passes then give the same verdict against the before-benchmark, and is
 /// "unreliable" if the change faded.
-pub fn lasted(v: Verdict, before: &BenchResult, again: &BenchResult, waited: std::time::Duration) -> Verdict {
+pub(crate) fn lasted(v: Verdict, before: &BenchResult, again: &BenchResult, waited: std::time::Duration) -> Verdict {
     // The same rules as the first verdict: a cache seen, an emulated drive that fell
     // behind its clock, or a change in the host's load makes the re-check say nothing.
     let later = verdict_of(before, again);
@@ -635,7 +635,7 @@ fn mann_whitney_p(after: &[f64], before: &[f64]) -> f64 {
 
 /// The verdict on two benchmarks: "unreliable" when a cache below the device was
 /// suspected in either, whatever the numbers say.
-pub fn verdict_of(before: &BenchResult, after: &BenchResult) -> Verdict {
+pub(crate) fn verdict_of(before: &BenchResult, after: &BenchResult) -> Verdict {
     let rates = |x: &BenchResult| x.passes.iter().map(|p| p.bytes_per_second).collect::<Vec<f64>>();
     let v = verdict(&rates(before), &rates(after));
     if let Some(c) = [before, after].iter().filter_map(|b| b.cache.as_ref()).find(|c| c.cache_suspected) {
@@ -679,9 +679,9 @@ pub fn verdict_of(before: &BenchResult, after: &BenchResult) -> Verdict {
 /// 1.0 and 1.8 GB/s within a minute, so passes taken before and after a rewrite that
 /// changed nothing came out "faster" x1.29 and "slower" x0.67 in three runs. The FTL
 /// effect this tool exists for is x1.9 to x3.6 on the drives that have it.
-pub const MIN_EFFECT: f64 = 1.5;
+pub(crate) const MIN_EFFECT: f64 = 1.5;
 
-pub fn verdict(before: &[f64], after: &[f64]) -> Verdict {
+pub(crate) fn verdict(before: &[f64], after: &[f64]) -> Verdict {
     let speedup = median(after) / median(before).max(f64::MIN_POSITIVE);
     let min_a = after.iter().copied().fold(f64::INFINITY, f64::min);
     let max_a = after.iter().copied().fold(0.0, f64::max);

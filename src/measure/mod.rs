@@ -2,8 +2,8 @@
 //! the verdict (`bench`), the before/after measurements and write cost of a rewrite
 //! (`passes`), and the cost of a trim (`trim_impact`).
 
-pub mod bench;
-pub mod passes;
-pub mod probe;
-pub mod readbench;
-pub mod trim_impact;
+pub(crate) mod bench;
+pub(crate) mod passes;
+pub(crate) mod probe;
+pub(crate) mod readbench;
+pub(crate) mod trim_impact;

@@ -16,7 +16,7 @@ use crate::support::error::{Error, Result};
 ///
 /// Only the ranges in use are read, the same ones before and after (`in_use`, taken
 /// before the rewrite): the run's FITRIM makes free space fast, which is not the data.
-pub fn measure_device(
+pub(crate) fn measure_device(
     path: &Path,
     opts: &BenchOptions,
     in_use: Option<&[(u64, u64)]>,
@@ -27,7 +27,7 @@ pub fn measure_device(
 }
 
 /// Timed passes, then one pass region by region, of a target opened by the caller.
-pub fn measure_target(target: &Target, opts: &BenchOptions) -> Result<(BenchResult, ScanResult)> {
+pub(crate) fn measure_target(target: &Target, opts: &BenchOptions) -> Result<(BenchResult, ScanResult)> {
     let length = opts.length.map_or(target.len(), |l| l.min(target.len()));
     let params = resolve_params(target, opts.block_size, opts.queue_depth, 0, Some(length))?;
     let b = bench::bench(target, &params, opts.passes.max(1), opts.settle)?;
@@ -37,12 +37,12 @@ pub fn measure_target(target: &Target, opts: &BenchOptions) -> Result<(BenchResu
 
 /// File mode's `--bench`: the files themselves, read through the filesystem (the path a
 /// backup or a sequential scan of a database takes), one after the other.
-pub fn measure_files(files: &[&Path], opts: &BenchOptions) -> Result<(BenchResult, ScanResult)> {
+pub(crate) fn measure_files(files: &[&Path], opts: &BenchOptions) -> Result<(BenchResult, ScanResult)> {
     measure_target(&files_target(files)?, opts)
 }
 
 /// The written data of `files`, laid end to end.
-pub fn files_target(files: &[&Path]) -> Result<Target> {
+pub(crate) fn files_target(files: &[&Path]) -> Result<Target> {
     let mut sources = files.iter().map(|f| Source::open(f)).collect::<Result<Vec<_>>>()?;
     // Written data only: a sparse file's holes read at memory speed.
     for s in &mut sources {
@@ -62,7 +62,7 @@ pub fn files_target(files: &[&Path]) -> Result<Target> {
 /// the re-check off. The rewrite is done by then: a re-check that cannot be taken (a
 /// stop signal, files deleted meanwhile) leaves the verdict "unreliable", saying why,
 /// and never fails the run.
-pub fn recheck(
+pub(crate) fn recheck(
     v: Option<bench::Verdict>,
     before: &BenchResult,
     after: &BenchResult,
@@ -115,29 +115,29 @@ fn take_recheck(
 
 /// What the rewrite cost the drive.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct WriteCost {
+pub(crate) struct WriteCost {
     /// Delta of sectors written in `/sys/class/block/<dev>/stat`, in bytes (everything the
     /// host wrote to the device during the run, reseq's writes and anyone else's).
-    pub host_bytes_written: Option<u64>,
+    pub(crate) host_bytes_written: Option<u64>,
     /// NVMe SMART "Data Units Written" (units of 512,000 bytes) before and after; null
     /// where the device is not NVMe or `smartctl --json` is unavailable.
-    pub nvme_data_units_written_before: Option<u64>,
-    pub nvme_data_units_written_after: Option<u64>,
+    pub(crate) nvme_data_units_written_before: Option<u64>,
+    pub(crate) nvme_data_units_written_after: Option<u64>,
     /// NVMe SMART "Percentage Used" before and after.
-    pub nvme_percentage_used_before: Option<u64>,
-    pub nvme_percentage_used_after: Option<u64>,
+    pub(crate) nvme_percentage_used_before: Option<u64>,
+    pub(crate) nvme_percentage_used_after: Option<u64>,
 }
 
 /// Sectors written so far to a block device, in bytes (`/sys/class/block/NAME/stat`
 /// field 7; partitions have their own counters).
-pub fn host_bytes_written(name: &str) -> Option<u64> {
+pub(crate) fn host_bytes_written(name: &str) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/sys/class/block/{name}/stat")).ok()?;
     let sectors: u64 = stat.split_whitespace().nth(6)?.parse().ok()?;
     Some(sectors * 512)
 }
 
 /// (data units written, percentage used) from `smartctl --json -A` output of an NVMe device.
-pub fn parse_smartctl_nvme(json: &str) -> Option<(u64, u64)> {
+pub(crate) fn parse_smartctl_nvme(json: &str) -> Option<(u64, u64)> {
     let v: serde_json::Value = serde_json::from_str(json).ok()?;
     let log = v.get("nvme_smart_health_information_log")?;
     Some((log.get("data_units_written")?.as_u64()?, log.get("percentage_used")?.as_u64()?))
@@ -145,7 +145,7 @@ pub fn parse_smartctl_nvme(json: &str) -> Option<(u64, u64)> {
 
 /// NVMe SMART counters of the disk holding `name`, through `smartctl --json` where it
 /// is installed; None elsewhere (not NVMe, no smartctl, or the device refuses).
-pub fn nvme_smart(name: &str, parent: Option<&str>) -> Option<(u64, u64)> {
+pub(crate) fn nvme_smart(name: &str, parent: Option<&str>) -> Option<(u64, u64)> {
     let disk = parent.unwrap_or(name);
     if !disk.starts_with("nvme") {
         return None;
@@ -173,16 +173,16 @@ fn smartctl() -> Option<std::path::PathBuf> {
 }
 
 /// Write-cost counters at one moment.
-pub struct CostSnapshot {
+pub(crate) struct CostSnapshot {
     host: Option<u64>,
     smart: Option<(u64, u64)>,
 }
 
-pub fn snapshot(name: &str, parent: Option<&str>) -> CostSnapshot {
+pub(crate) fn snapshot(name: &str, parent: Option<&str>) -> CostSnapshot {
     CostSnapshot { host: host_bytes_written(name), smart: nvme_smart(name, parent) }
 }
 
-pub fn write_cost(before: &CostSnapshot, after: &CostSnapshot) -> WriteCost {
+pub(crate) fn write_cost(before: &CostSnapshot, after: &CostSnapshot) -> WriteCost {
     WriteCost {
         host_bytes_written: before.host.zip(after.host).map(|(a, b)| b.saturating_sub(a)),
         nvme_data_units_written_before: before.smart.map(|s| s.0),

@@ -16,13 +16,13 @@ use crate::sys::AlignedBuf;
 
 /// The probe's read size and spacing: about 200 small reads a second, which a drive
 /// barely notices and which still gives a p99 within a second or two.
-pub const PROBE_BLOCK: u64 = 4096;
-pub const PROBE_INTERVAL: Duration = Duration::from_millis(5);
+pub(crate) const PROBE_BLOCK: u64 = 4096;
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(5);
 /// How long the probe measures just before the trim.
-pub const PROBE_BEFORE: Duration = Duration::from_secs(2);
+pub(crate) const PROBE_BEFORE: Duration = Duration::from_secs(2);
 
 /// Small O_DIRECT reads at spread-out places of data in use.
-pub struct Probe {
+pub(crate) struct Probe {
     file: File,
     /// (device or file offset, length), ascending; reads land inside them.
     ranges: Vec<(u64, u64)>,
@@ -34,7 +34,7 @@ pub struct Probe {
 
 impl Probe {
     /// A probe of `path` (a device or a file) within `ranges` (None: all of it).
-    pub fn open(path: &Path, ranges: Option<&[(u64, u64)]>) -> crate::support::error::Result<Probe> {
+    pub(crate) fn open(path: &Path, ranges: Option<&[(u64, u64)]>) -> crate::support::error::Result<Probe> {
         let src = crate::measure::readbench::Source::open(path)?;
         let block = PROBE_BLOCK.max(src.offset_align).div_ceil(src.offset_align) * src.offset_align;
         let ranges: Vec<(u64, u64)> = match ranges {
@@ -97,7 +97,7 @@ impl Probe {
     }
 
     /// Probes for `d` (or until `stop`).
-    pub fn sample_for(&self, d: Duration, stop: &StopFlag) -> Vec<f64> {
+    pub(crate) fn sample_for(&self, d: Duration, stop: &StopFlag) -> Vec<f64> {
         let done = AtomicBool::new(false);
         std::thread::scope(|s| {
             let h = s.spawn(|| self.sample(&done, 1));
@@ -108,7 +108,7 @@ impl Probe {
     }
 
     /// Probes in the background until [`Running::finish`].
-    pub fn start(self: &Arc<Self>) -> Running {
+    pub(crate) fn start(self: &Arc<Self>) -> Running {
         let done = Arc::new(AtomicBool::new(false));
         let (p, d) = (Arc::clone(self), Arc::clone(&done));
         Running { done, thread: Some(std::thread::spawn(move || p.sample(&d, 2))) }
@@ -116,13 +116,13 @@ impl Probe {
 }
 
 /// A probe reading in the background.
-pub struct Running {
+pub(crate) struct Running {
     done: Arc<AtomicBool>,
     thread: Option<JoinHandle<Vec<f64>>>,
 }
 
 impl Running {
-    pub fn finish(mut self) -> Vec<f64> {
+    pub(crate) fn finish(mut self) -> Vec<f64> {
         self.done.store(true, Ordering::SeqCst);
         self.thread.take().and_then(|t| t.join().ok()).unwrap_or_default()
     }
@@ -138,7 +138,7 @@ impl Drop for Running {
 }
 
 /// Runs the trim with the probe reading before (for [`PROBE_BEFORE`]) and during it.
-pub fn run_probed(
+pub(crate) fn run_probed(
     targets: &[TrimTarget<'_>],
     pace: Pace,
     stop: &StopFlag,

@@ -25,22 +25,22 @@ use crate::support::error::{Error, Result};
 use crate::sys::{self, AlignedBuf};
 
 /// One readable source: a block device or a regular file, opened O_DIRECT read-only.
-pub struct Source {
-    pub path: PathBuf,
+pub(crate) struct Source {
+    pub(crate) path: PathBuf,
     file: File,
     /// Bytes to measure: the whole source, or the sum of its in-use ranges.
-    pub len: u64,
-    pub mem_align: usize,
-    pub offset_align: u64,
+    pub(crate) len: u64,
+    pub(crate) mem_align: usize,
+    pub(crate) offset_align: u64,
     /// Only these ranges of a device, laid end to end: (offset in the measured span,
     /// device offset, length), ascending. None: all of it.
-    pub in_use: Option<Vec<(u64, u64, u64)>>,
+    pub(crate) in_use: Option<Vec<(u64, u64, u64)>>,
     /// The device's whole size, when only its in-use ranges are measured.
-    pub device_len: u64,
+    pub(crate) device_len: u64,
 }
 
 impl Source {
-    pub fn open(path: &Path) -> Result<Source> {
+    pub(crate) fn open(path: &Path) -> Result<Source> {
         let md = std::fs::metadata(path).map_err(|e| Error::Usage(format!("cannot use {}: {e}", path.display())))?;
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -89,12 +89,12 @@ impl Source {
     }
 
     /// The open O_DIRECT file (for the trim's latency probe).
-    pub fn into_file(self) -> File {
+    pub(crate) fn into_file(self) -> File {
         self.file
     }
 
     /// Measures only `ranges` (ascending device ranges) of this source from now on.
-    pub fn restrict(&mut self, ranges: &[(u64, u64)]) {
+    pub(crate) fn restrict(&mut self, ranges: &[(u64, u64)]) {
         let mut at = 0;
         let mut map = Vec::new();
         for &(off, len) in ranges {
@@ -110,7 +110,7 @@ impl Source {
 
     /// A regular file's ranges that hold written data (FIEMAP: holes and unwritten
     /// extents read as zeros at memory speed and say nothing about the drive).
-    pub fn written_ranges(&self) -> Result<Ranges> {
+    pub(crate) fn written_ranges(&self) -> Result<Ranges> {
         let exts = sys::fiemap(std::os::fd::AsFd::as_fd(&self.file), 0, sys::FIEMAP_FLAG_SYNC)
             .map_err(|e| Error::io(format!("FIEMAP {}", self.path.display()), e.into()))?;
         let align = self.offset_align.max(1);
@@ -131,7 +131,7 @@ impl Source {
 
     /// The device range under `[at, at + len)` of the measured span, up to the end of
     /// the in-use range that holds `at`: (device offset, bytes).
-    pub fn locate(&self, at: u64, len: u64) -> (u64, u64) {
+    pub(crate) fn locate(&self, at: u64, len: u64) -> (u64, u64) {
         let Some(map) = &self.in_use else { return (at, len) };
         let i = map.partition_point(|&(s, _, l)| s + l <= at);
         match map.get(i) {
@@ -141,7 +141,7 @@ impl Source {
     }
 
     /// Device ranges under `[at, at + len)` of the measured span.
-    pub fn device_ranges(&self, mut at: u64, len: u64) -> Vec<(u64, u64)> {
+    pub(crate) fn device_ranges(&self, mut at: u64, len: u64) -> Vec<(u64, u64)> {
         let (end, mut out) = (at + len, Vec::new());
         while at < end {
             let (d, n) = self.locate(at, end - at);
@@ -159,10 +159,10 @@ impl Source {
 }
 
 /// Device ranges, `(offset, length)`, ascending.
-pub type Ranges = Vec<(u64, u64)>;
+pub(crate) type Ranges = Vec<(u64, u64)>;
 
 /// What to measure.
-pub enum Target {
+pub(crate) enum Target {
     /// Real sources, read one after the other (a device, a file, or files of a directory).
     Real(Vec<Source>),
     /// A simulated SSD (`sim:STATE`), measured on its virtual clock.
@@ -172,7 +172,7 @@ pub enum Target {
 impl Target {
     /// Opens a target: `sim:PATH`, a block device, a file, or a directory (its regular
     /// files, recursively, on the same filesystem, in path order).
-    pub fn open(spec: &Path) -> Result<Target> {
+    pub(crate) fn open(spec: &Path) -> Result<Target> {
         if let Some(p) = crate::options::sim::sim_state(spec) {
             let state =
                 SimState::load(&p).map_err(|e| Error::input(format!("loading simulated device {}", p.display()), e))?;
@@ -197,7 +197,7 @@ impl Target {
     /// As [`Target::open`], but a block device carrying mounted ext4/xfs is measured on
     /// the ranges its filesystems use only (`in_use`: taken now if None), so that free
     /// space, fast when trimmed, never enters a result. Returns the ranges used.
-    pub fn open_in_use(spec: &Path, in_use: Option<&[(u64, u64)]>) -> Result<(Target, Option<Ranges>)> {
+    pub(crate) fn open_in_use(spec: &Path, in_use: Option<&[(u64, u64)]>) -> Result<(Target, Option<Ranges>)> {
         let mut target = Target::open(spec)?;
         let Target::Real(sources) = &mut target else { return Ok((target, None)) };
         let is_device = std::fs::metadata(spec).map(|m| m.file_type().is_block_device()).unwrap_or(false);
@@ -220,18 +220,18 @@ impl Target {
         Ok((target, ranges))
     }
 
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         match self {
             Target::Real(s) => s.iter().map(|s| s.len).sum(),
             Target::Sim { state, .. } => state.lock().map(|s| s.len_bytes()).unwrap_or(0),
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Target::Real(s) if s.len() == 1 && s[0].in_use.is_some() => format!(
                 "{} (in-use ranges: {} of {})",
@@ -245,12 +245,12 @@ impl Target {
         }
     }
 
-    pub fn is_virtual(&self) -> bool {
+    pub(crate) fn is_virtual(&self) -> bool {
         matches!(self, Target::Sim { .. })
     }
 
     /// The alignment every offset and block size must respect.
-    pub fn offset_align(&self) -> u64 {
+    pub(crate) fn offset_align(&self) -> u64 {
         match self {
             Target::Real(s) => s.iter().map(|s| s.offset_align).max().unwrap_or(512),
             Target::Sim { .. } => SLOT,
@@ -260,32 +260,32 @@ impl Target {
 
 /// How to read.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct ReadParams {
-    pub block_size_bytes: u64,
-    pub queue_depth: usize,
+pub(crate) struct ReadParams {
+    pub(crate) block_size_bytes: u64,
+    pub(crate) queue_depth: usize,
     /// Offset into the target (for several files: into their concatenation).
-    pub offset_bytes: u64,
-    pub length_bytes: u64,
+    pub(crate) offset_bytes: u64,
+    pub(crate) length_bytes: u64,
 }
 
 /// One timed read of a span.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct Timed {
-    pub bytes: u64,
-    pub seconds: f64,
+pub(crate) struct Timed {
+    pub(crate) bytes: u64,
+    pub(crate) seconds: f64,
     /// Each read command's latency, in seconds (none on a simulated SSD).
     #[serde(skip)]
-    pub latencies: Vec<f64>,
+    pub(crate) latencies: Vec<f64>,
 }
 
 impl Timed {
-    pub fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         if self.seconds > 0.0 { self.bytes as f64 / self.seconds } else { 0.0 }
     }
 }
 
 /// Reads `[offset, offset + length)` of the target once, sequentially.
-pub fn read_span(target: &Target, block: u64, qd: usize, offset: u64, length: u64) -> Result<Timed> {
+pub(crate) fn read_span(target: &Target, block: u64, qd: usize, offset: u64, length: u64) -> Result<Timed> {
     match target {
         Target::Sim { state, .. } => {
             let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
@@ -385,7 +385,13 @@ fn read_block(s: &Source, buf: &mut AlignedBuf, span: (u64, u64), latencies: &mu
 }
 
 /// Checks and completes read parameters against the target.
-pub fn resolve_params(target: &Target, block: u64, qd: usize, offset: u64, length: Option<u64>) -> Result<ReadParams> {
+pub(crate) fn resolve_params(
+    target: &Target,
+    block: u64,
+    qd: usize,
+    offset: u64,
+    length: Option<u64>,
+) -> Result<ReadParams> {
     let align = target.offset_align();
     if block == 0 || !block.is_multiple_of(align) {
         return Err(Error::Usage(format!("--block-size must be a non-zero multiple of {align} bytes for this target")));
@@ -416,34 +422,34 @@ pub fn resolve_params(target: &Target, block: u64, qd: usize, offset: u64, lengt
 /// benchmark cannot show what the flash does, and a verdict from it would credit the
 /// cache.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct CacheCheck {
+pub(crate) struct CacheCheck {
     /// For a loop device: whether it reads its backing file with direct I/O.
-    pub loop_direct_io: Option<bool>,
+    pub(crate) loop_direct_io: Option<bool>,
     /// Bytes read twice for the re-read test.
-    pub sample_bytes: u64,
-    pub first_read_bytes_per_second: f64,
-    pub second_read_bytes_per_second: f64,
+    pub(crate) sample_bytes: u64,
+    pub(crate) first_read_bytes_per_second: f64,
+    pub(crate) second_read_bytes_per_second: f64,
     /// A first read of other bytes, after the second: if it is as fast, the first read
     /// was slow for another reason (a busy host), not for want of a cache.
     #[serde(default)]
-    pub other_first_read_bytes_per_second: f64,
+    pub(crate) other_first_read_bytes_per_second: f64,
     /// The same sample read again after the first pass, when a cache was seen and a pass
     /// is much larger than the sample (null: not read). As slow as a first read, the pass
     /// evicted it: the cache is smaller than a pass, and passes read the device.
     #[serde(default)]
-    pub after_pass_bytes_per_second: Option<f64>,
+    pub(crate) after_pass_bytes_per_second: Option<f64>,
     /// A cache below the device is likely: results are unreliable.
-    pub cache_suspected: bool,
+    pub(crate) cache_suspected: bool,
     /// Why, or how a cache was ruled out, in words.
-    pub finding: String,
+    pub(crate) finding: String,
 }
 
 /// A second read this much faster than the first suggests a cache. A page cache reads
 /// several times faster; a loop device over a disk file measured x1.38 on a noisy VM,
 /// which must not count.
-pub const RE_READ_RATIO: f64 = 2.0;
+pub(crate) const RE_READ_RATIO: f64 = 2.0;
 /// Bytes read twice by the re-read test.
-pub const RE_READ_SAMPLE: u64 = 32 << 20;
+pub(crate) const RE_READ_SAMPLE: u64 = 32 << 20;
 
 /// The block device a source reads from: the device itself, or for a file, the device
 /// its filesystem is on.
@@ -474,7 +480,7 @@ fn loop_direct_io_of(sources: &[Source]) -> Option<bool> {
 }
 
 /// Checks `target` for a cache below O_DIRECT (nothing to check on a simulated SSD).
-pub fn cache_check(target: &Target, block: u64, qd: usize) -> Result<Option<CacheCheck>> {
+pub(crate) fn cache_check(target: &Target, block: u64, qd: usize) -> Result<Option<CacheCheck>> {
     let Target::Real(sources) = target else { return Ok(None) };
     let loop_dio = loop_direct_io_of(sources);
     let align = target.offset_align();
@@ -530,7 +536,7 @@ pub fn cache_check(target: &Target, block: u64, qd: usize) -> Result<Option<Cach
 
 /// A pass must be this many times the re-read sample for [`recheck_after_pass`]: the
 /// sample, cached when the pass starts, is then a small part of the pass's time.
-pub const PASS_OVER_SAMPLE: u64 = 8;
+pub(crate) const PASS_OVER_SAMPLE: u64 = 8;
 
 /// After the first pass: whether a cache the re-read test saw still holds the sample.
 /// A cache smaller than a pass cannot serve a sequential pass (a scan larger than a
@@ -538,7 +544,13 @@ pub const PASS_OVER_SAMPLE: u64 = 8;
 /// the sample reads as slowly as a first read again, the cache is ruled out for the
 /// passes. Only a cache whose cold and warm speeds were both measured qualifies: a page
 /// cache already warm for every byte reads evenly fast, and evicts nothing visible.
-pub fn recheck_after_pass(c: &mut CacheCheck, target: &Target, block: u64, qd: usize, pass: (u64, u64)) -> Result<()> {
+pub(crate) fn recheck_after_pass(
+    c: &mut CacheCheck,
+    target: &Target,
+    block: u64,
+    qd: usize,
+    pass: (u64, u64),
+) -> Result<()> {
     let cold = c.first_read_bytes_per_second.max(c.other_first_read_bytes_per_second);
     let seen = c.second_read_bytes_per_second > RE_READ_RATIO * cold;
     // A loop device reading its backing file through the page cache is a fact from
@@ -570,7 +582,7 @@ pub fn recheck_after_pass(c: &mut CacheCheck, target: &Target, block: u64, qd: u
 }
 
 /// Sleeps between passes, so a drive that reorganises itself in the background can.
-pub fn settle(d: Duration) {
+pub(crate) fn settle(d: Duration) {
     if !d.is_zero() {
         std::thread::sleep(d);
     }

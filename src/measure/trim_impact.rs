@@ -28,30 +28,30 @@ use crate::support::signals::StopFlag;
 use crate::support::units::human_bytes;
 
 /// A p99 read latency during the trim this many times the one before it is a stall.
-pub const STALL_RATIO: f64 = 4.0;
+pub(crate) const STALL_RATIO: f64 = 4.0;
 /// Probe reads during the trim needed before the text judges the drive.
-pub const MIN_READS_FOR_VERDICT: u64 = 20;
+pub(crate) const MIN_READS_FOR_VERDICT: u64 = 20;
 
 /// Size of the file the probe reads (kept during the trim).
-pub const PROBE_FILE_BYTES: u64 = 16 << 20;
+pub(crate) const PROBE_FILE_BYTES: u64 = 16 << 20;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct TrimImpact {
+pub(crate) struct TrimImpact {
     /// The filesystem measured (its mount point) and its type.
-    pub mount_point: String,
-    pub fs_type: String,
+    pub(crate) mount_point: String,
+    pub(crate) fs_type: String,
     /// Its block device (major:minor) and that device's `queue/discard_max_bytes`.
-    pub device: String,
-    pub discard_max_bytes: Option<u64>,
+    pub(crate) device: String,
+    pub(crate) discard_max_bytes: Option<u64>,
     /// Bytes written to the scratch file, deleted and trimmed.
-    pub scratch_bytes: u64,
-    pub write_seconds: f64,
+    pub(crate) scratch_bytes: u64,
+    pub(crate) write_seconds: f64,
     /// The trim of the range the scratch file held, with the probe before and during.
-    pub trim: TrimReport,
+    pub(crate) trim: TrimReport,
 }
 
 impl TrimImpact {
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut s = format!(
             "  trim impact on {} ({}, device {}): {} written in {:.1} s, deleted and trimmed\n",
             self.mount_point,
@@ -84,7 +84,7 @@ impl TrimImpact {
 }
 
 /// The device's `queue/discard_max_bytes` (a partition's is its disk's).
-pub fn discard_max_bytes(dev: (u32, u32)) -> Option<u64> {
+pub(crate) fn discard_max_bytes(dev: (u32, u32)) -> Option<u64> {
     let base = PathBuf::from(format!("/sys/dev/block/{}:{}", dev.0, dev.1));
     [base.join("queue/discard_max_bytes"), base.join("../queue/discard_max_bytes")]
         .iter()
@@ -247,7 +247,7 @@ fn write_and_delete(
 
 /// `reseq bench --trim-impact`: what was measured (also when the trim was stopped or
 /// failed part way: the slices done), and how it ended.
-pub fn run(o: &TrimImpactOptions) -> (Option<TrimImpact>, Result<()>) {
+pub(crate) fn run(o: &TrimImpactOptions) -> (Option<TrimImpact>, Result<()>) {
     let mut impact = None;
     let result = measure(o, &mut impact);
     (impact, result)

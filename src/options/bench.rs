@@ -6,27 +6,27 @@ use std::time::Duration;
 
 /// The `--bench-*` options of a rewrite.
 #[derive(Clone, Debug, PartialEq)]
-pub struct BenchOptions {
+pub(crate) struct BenchOptions {
     /// Bytes per read command.
-    pub block_size: u64,
+    pub(crate) block_size: u64,
     /// Reads in flight at once.
-    pub queue_depth: usize,
+    pub(crate) queue_depth: usize,
     /// Timed passes over the range.
-    pub passes: usize,
+    pub(crate) passes: usize,
     /// Pause between passes.
-    pub settle: Duration,
+    pub(crate) settle: Duration,
     /// Regions of the before/after throughput map.
-    pub regions: usize,
+    pub(crate) regions: usize,
     /// Measure only this much from the start of the range (None: all of it).
-    pub length: Option<u64>,
+    pub(crate) length: Option<u64>,
     /// How long after the after-benchmark a change it found is measured again, to tell
     /// re-sequencing (it lasts) from a cache below the device (it fades). Zero: never.
-    pub recheck: Duration,
+    pub(crate) recheck: Duration,
 }
 
 /// The default of [`BenchOptions::recheck`]: a cache below a VM's disk was seen to
 /// fade within 18 s of the rewrite.
-pub const RECHECK_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const RECHECK_AFTER: Duration = Duration::from_secs(30);
 
 impl Default for BenchOptions {
     fn default() -> BenchOptions {
@@ -44,55 +44,55 @@ impl Default for BenchOptions {
 
 /// What `bench` and `scan` read, and how.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ReadOptions {
+pub(crate) struct ReadOptions {
     /// A block device, a file, a directory of files, or `sim:STATE`.
-    pub target: PathBuf,
+    pub(crate) target: PathBuf,
     /// Bytes per read command.
-    pub block_size: u64,
+    pub(crate) block_size: u64,
     /// Reads in flight at once.
-    pub queue_depth: usize,
+    pub(crate) queue_depth: usize,
     /// Start of the range.
-    pub offset: u64,
+    pub(crate) offset: u64,
     /// Length of the range (None: to the end).
-    pub length: Option<u64>,
+    pub(crate) length: Option<u64>,
     /// Measure a device's free space too, not only the ranges in use.
-    pub include_free: bool,
+    pub(crate) include_free: bool,
 }
 
 /// `reseq bench`: timed passes, or the cost of a trim.
 #[derive(Clone, Debug, PartialEq)]
-pub enum BenchCommand {
+pub(crate) enum BenchCommand {
     Passes { read: ReadOptions, passes: usize, settle: Duration },
     TrimImpact(TrimImpactOptions),
 }
 
 /// `reseq bench --trim-impact`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct TrimImpactOptions {
+pub(crate) struct TrimImpactOptions {
     /// A file or directory on the filesystem to measure.
-    pub target: PathBuf,
+    pub(crate) target: PathBuf,
     /// Bytes of the scratch file that is deleted and trimmed (at least 1 MiB).
-    pub size: u64,
+    pub(crate) size: u64,
     /// Pace of the trim in bytes per second (None: unpaced slices).
-    pub rate: Option<u64>,
+    pub(crate) rate: Option<u64>,
 }
 
 /// `reseq scan`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ScanOptions {
-    pub read: ReadOptions,
+pub(crate) struct ScanOptions {
+    pub(crate) read: ReadOptions,
     /// Regions to time (1 to 100 000).
-    pub regions: usize,
+    pub(crate) regions: usize,
     /// A region is slow below this fraction, in (0, 1].
-    pub threshold: f64,
+    pub(crate) threshold: f64,
 }
 
 /// `reseq estimate`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct EstimateOptions {
-    pub target: PathBuf,
+pub(crate) struct EstimateOptions {
+    pub(crate) target: PathBuf,
     /// Bytes to read in all.
-    pub sample: u64,
+    pub(crate) sample: u64,
     /// Places to read from.
-    pub regions: usize,
+    pub(crate) regions: usize,
 }

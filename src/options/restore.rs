@@ -4,17 +4,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct RestoreOptions {
+pub(crate) struct RestoreOptions {
     /// The rescue file (rescue-DEVICE-OFFSET-BLAKE3-ID.bin in the state directory).
-    pub rescue: PathBuf,
+    pub(crate) rescue: PathBuf,
     /// Write even over bytes something else changed since reseq stopped.
-    pub force: bool,
+    pub(crate) force: bool,
     /// Remove the copy without writing anything.
-    pub forget: bool,
+    pub(crate) forget: bool,
     /// The device where it is now, if its name changed.
-    pub device: Option<PathBuf>,
+    pub(crate) device: Option<PathBuf>,
     /// Longest freeze of a filesystem on the device for the write (at least 10 ms).
-    pub max_freeze: Duration,
+    pub(crate) max_freeze: Duration,
     /// Freeze even where the guardian cannot leave reseq's cgroup.
-    pub accept_cgroup_risk: bool,
+    pub(crate) accept_cgroup_risk: bool,
 }

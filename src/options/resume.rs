@@ -22,28 +22,28 @@ use crate::support::units::{self, Rate, Size, format_duration};
 /// Sizes, rates and durations are kept as text (`"4M"`, `"300ms"`), as journals have
 /// always had them, and compared by value (`300ms` is `0.3s`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RunOptions {
+pub(crate) struct RunOptions {
     #[serde(with = "units::as_text")]
-    pub chunk_size: Size,
+    pub(crate) chunk_size: Size,
     #[serde(with = "units::opt_duration_as_text")]
-    pub max_freeze: Option<Duration>,
+    pub(crate) max_freeze: Option<Duration>,
     #[serde(with = "units::opt_as_text")]
-    pub rate: Option<Rate>,
+    pub(crate) rate: Option<Rate>,
     #[serde(with = "units::duration_as_text")]
-    pub pause: Duration,
-    pub max_overruns: u32,
-    pub read_ahead: usize,
-    pub no_verify: bool,
-    pub include_free: bool,
-    pub no_trim: bool,
+    pub(crate) pause: Duration,
+    pub(crate) max_overruns: u32,
+    pub(crate) read_ahead: usize,
+    pub(crate) no_verify: bool,
+    pub(crate) include_free: bool,
+    pub(crate) no_trim: bool,
     /// `--trim-rate` (pacing; absent from runs recorded before it existed).
     #[serde(default, with = "units::opt_as_text")]
-    pub trim_rate: Option<Rate>,
-    pub only_slow: bool,
-    pub from_scan: Option<PathBuf>,
-    pub scan_regions: usize,
-    pub slow_threshold: f64,
-    pub exclude: Vec<String>,
+    pub(crate) trim_rate: Option<Rate>,
+    pub(crate) only_slow: bool,
+    pub(crate) from_scan: Option<PathBuf>,
+    pub(crate) scan_regions: usize,
+    pub(crate) slow_threshold: f64,
+    pub(crate) exclude: Vec<String>,
 }
 
 // slow_threshold is checked to lie in (0, 1]: never NaN.
@@ -144,7 +144,7 @@ impl Merge {
 }
 
 impl RunOptions {
-    pub fn of(o: &RewriteOptions) -> RunOptions {
+    pub(crate) fn of(o: &RewriteOptions) -> RunOptions {
         RunOptions {
             chunk_size: o.chunk_size,
             max_freeze: o.max_freeze,
@@ -165,7 +165,7 @@ impl RunOptions {
     }
 
     /// The options as command-line text, for messages and `reseq status`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut s = vec![format!("--chunk-size {}", self.chunk_size)];
         let mut opt = |name: &str, v: Option<String>| {
             if let Some(v) = v {
@@ -194,7 +194,7 @@ impl RunOptions {
     /// `o` with this run's options in place of those left out; an error naming the
     /// first option given with another value. `default_max_freeze` is the mode's (a run
     /// started without `--max-freeze` had it).
-    pub fn apply(&self, o: &RewriteOptions, default_max_freeze: Duration) -> Result<RewriteOptions> {
+    pub(crate) fn apply(&self, o: &RewriteOptions, default_max_freeze: Duration) -> Result<RewriteOptions> {
         let mut m = Merge::default();
         let mut out = o.clone();
         out.chunk_size = m

@@ -12,28 +12,28 @@ use crate::support::units::{Rate, Size};
 /// 2-4 MiB was at or near the best on both a disk-backed and a memory-backed loop device,
 /// it is well above the 1 MiB the FTL model needs to re-linearize, and it keeps memory
 /// (6 buffers) and the granularity of freeze windows small.
-pub const DEFAULT_CHUNK_SIZE: Size = Size::mib(4);
+pub(crate) const DEFAULT_CHUNK_SIZE: Size = Size::mib(4);
 /// Default bound of one freeze window of a device run.
-pub const DEFAULT_MAX_FREEZE: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_MAX_FREEZE: Duration = Duration::from_secs(5);
 /// Default bound of a freeze window in file mode: a live database should see stalls
 /// of about a second at most.
-pub const DEFAULT_FILE_MAX_FREEZE: Duration = Duration::from_secs(1);
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/reseq";
-pub const DEFAULT_PAUSE: Duration = Duration::ZERO;
+pub(crate) const DEFAULT_FILE_MAX_FREEZE: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_STATE_DIR: &str = "/var/lib/reseq";
+pub(crate) const DEFAULT_PAUSE: Duration = Duration::ZERO;
 /// File mode's pause between windows, for a live server: writers run at least half the
 /// time (windows use 3/4 of their 1 s bound), where back-to-back windows would keep
 /// them waiting nearly all the run.
-pub const DEFAULT_FILE_PAUSE: Duration = Duration::from_secs(1);
-pub const DEFAULT_MAX_OVERRUNS: u32 = 3;
-pub const DEFAULT_READ_AHEAD: usize = 2;
-pub const DEFAULT_SCAN_REGIONS: usize = 64;
-pub const DEFAULT_SLOW_THRESHOLD: f64 = 0.7;
+pub(crate) const DEFAULT_FILE_PAUSE: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_MAX_OVERRUNS: u32 = 3;
+pub(crate) const DEFAULT_READ_AHEAD: usize = 2;
+pub(crate) const DEFAULT_SCAN_REGIONS: usize = 64;
+pub(crate) const DEFAULT_SLOW_THRESHOLD: f64 = 0.7;
 /// The largest chunk: buffers are (read-ahead + 4) chunks.
-pub const MAX_CHUNK_SIZE: Size = Size(1 << 30);
+pub(crate) const MAX_CHUNK_SIZE: Size = Size(1 << 30);
 
 /// What the targets are, which decides who runs the rewrite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// One block device (or a path that does not exist: device mode says so).
     Device,
     /// Files and directories on mounted ext4/xfs.
@@ -45,7 +45,7 @@ impl Mode {
     /// exist goes to device mode, which says so. (`sim:STATE` is told apart before, in
     /// `cli::hiargs::rewrite`.) A new kind of target is recognised here (and run in
     /// `rewrite::run`): see docs/ARCHITECTURE.md, "Extending".
-    pub fn of(targets: &[PathBuf]) -> Mode {
+    pub(crate) fn of(targets: &[PathBuf]) -> Mode {
         let first = &targets[0];
         if targets.len() > 1 || !is_block_device(first) { Mode::Files } else { Mode::Device }
     }
@@ -60,38 +60,38 @@ fn is_block_device(path: &std::path::Path) -> bool {
 
 /// The options of one rewrite. Field names are the flags'.
 #[derive(Clone, Debug)]
-pub struct RewriteOptions {
-    pub mode: Mode,
-    pub targets: Vec<PathBuf>,
-    pub exclude: Vec<String>,
-    pub chunk_size: Size,
+pub(crate) struct RewriteOptions {
+    pub(crate) mode: Mode,
+    pub(crate) targets: Vec<PathBuf>,
+    pub(crate) exclude: Vec<String>,
+    pub(crate) chunk_size: Size,
     /// As given; None: the mode's default (see [`RewriteOptions::max_freeze`]).
-    pub max_freeze: Option<Duration>,
-    pub rate: Option<Rate>,
-    pub pause: Duration,
-    pub max_overruns: u32,
-    pub read_ahead: usize,
-    pub no_verify: bool,
-    pub force: bool,
+    pub(crate) max_freeze: Option<Duration>,
+    pub(crate) rate: Option<Rate>,
+    pub(crate) pause: Duration,
+    pub(crate) max_overruns: u32,
+    pub(crate) read_ahead: usize,
+    pub(crate) no_verify: bool,
+    pub(crate) force: bool,
     /// Freeze even where the guardian cannot leave reseq's cgroup.
-    pub accept_cgroup_risk: bool,
-    pub dry_run: bool,
-    pub resume: bool,
-    pub restart: bool,
-    pub state_dir: PathBuf,
-    pub include_free: bool,
-    pub no_trim: bool,
-    pub trim_rate: Option<Rate>,
-    pub only_slow: bool,
-    pub from_scan: Option<PathBuf>,
-    pub scan_regions: usize,
-    pub slow_threshold: f64,
-    pub bench: bool,
+    pub(crate) accept_cgroup_risk: bool,
+    pub(crate) dry_run: bool,
+    pub(crate) resume: bool,
+    pub(crate) restart: bool,
+    pub(crate) state_dir: PathBuf,
+    pub(crate) include_free: bool,
+    pub(crate) no_trim: bool,
+    pub(crate) trim_rate: Option<Rate>,
+    pub(crate) only_slow: bool,
+    pub(crate) from_scan: Option<PathBuf>,
+    pub(crate) scan_regions: usize,
+    pub(crate) slow_threshold: f64,
+    pub(crate) bench: bool,
     /// The `--bench-*` options.
-    pub bench_opts: crate::options::bench::BenchOptions,
+    pub(crate) bench_opts: crate::options::bench::BenchOptions,
     /// The options given (clap ids, `pause`, `chunk_size`): `--resume` keeps the
     /// interrupted run's value of every other one, whatever its default.
-    pub given: std::collections::BTreeSet<String>,
+    pub(crate) given: std::collections::BTreeSet<String>,
 }
 
 impl Default for RewriteOptions {
@@ -129,22 +129,22 @@ impl Default for RewriteOptions {
 
 impl RewriteOptions {
     /// `v` if the option `id` (a clap id) was given, None if left out.
-    pub fn given_value<T>(&self, id: &str, v: T) -> Option<T> {
+    pub(crate) fn given_value<T>(&self, id: &str, v: T) -> Option<T> {
         self.given.contains(id).then_some(v)
     }
 
     /// The device of device mode (the first target).
-    pub fn device(&self) -> &Path {
+    pub(crate) fn device(&self) -> &Path {
         &self.targets[0]
     }
 
     /// The mode's default bound of a freeze window.
-    pub fn default_max_freeze(&self) -> Duration {
+    pub(crate) fn default_max_freeze(&self) -> Duration {
         if self.mode == Mode::Files { DEFAULT_FILE_MAX_FREEZE } else { DEFAULT_MAX_FREEZE }
     }
 
     /// `--max-freeze`, or the mode's default.
-    pub fn max_freeze(&self) -> Duration {
+    pub(crate) fn max_freeze(&self) -> Duration {
         self.max_freeze.unwrap_or(self.default_max_freeze())
     }
 }

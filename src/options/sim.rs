@@ -6,23 +6,23 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// The state file of a `sim:STATE` target; None for any other target.
-pub fn sim_state(target: &Path) -> Option<PathBuf> {
+pub(crate) fn sim_state(target: &Path) -> Option<PathBuf> {
     let rest = target.as_os_str().as_bytes().strip_prefix(b"sim:")?;
     Some(PathBuf::from(std::ffi::OsStr::from_bytes(rest)))
 }
 
 /// `reseq simulate`: the measurement that started this project, on a model SSD.
 #[derive(Clone, Debug, PartialEq)]
-pub struct SimulateOptions {
+pub(crate) struct SimulateOptions {
     /// A preset of `sim::ftl::PRESETS`.
-    pub preset: String,
-    pub device_size: u64,
-    pub file_size: u64,
+    pub(crate) preset: String,
+    pub(crate) device_size: u64,
+    pub(crate) file_size: u64,
     /// Random 4 KiB write stages in MiB, for a 4 GiB file.
-    pub stages: Vec<f64>,
-    pub chunk_size: u64,
-    pub seed: u64,
-    pub set: Vec<Override>,
+    pub(crate) stages: Vec<f64>,
+    pub(crate) chunk_size: u64,
+    pub(crate) seed: u64,
+    pub(crate) set: Vec<Override>,
 }
 
 impl Default for SimulateOptions {
@@ -42,39 +42,39 @@ impl Default for SimulateOptions {
 /// One `--set KEY=VALUE` of a model parameter, its value already typed (a `*_bytes`
 /// key's size in bytes; a number or word otherwise).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Override {
-    pub key: String,
-    pub value: serde_json::Value,
+pub(crate) struct Override {
+    pub(crate) key: String,
+    pub(crate) value: serde_json::Value,
 }
 
 /// A range of a simulated device, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
-pub struct SimRange {
-    pub offset: u64,
+pub(crate) struct SimRange {
+    pub(crate) offset: u64,
     /// None: to the end of the device.
-    pub length: Option<u64>,
+    pub(crate) length: Option<u64>,
 }
 
 /// `--only-slow`: scan first and rewrite only the regions that read slowly.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SlowScan {
-    pub regions: usize,
-    pub threshold: f64,
+pub(crate) struct SlowScan {
+    pub(crate) regions: usize,
+    pub(crate) threshold: f64,
 }
 
 /// A rewrite of a range of a simulated SSD with reseq's engine.
 #[derive(Clone, Debug, PartialEq)]
-pub struct SimRewrite {
-    pub state: PathBuf,
-    pub range: SimRange,
-    pub chunk_size: u64,
-    pub verify: bool,
-    pub only_slow: Option<SlowScan>,
+pub(crate) struct SimRewrite {
+    pub(crate) state: PathBuf,
+    pub(crate) range: SimRange,
+    pub(crate) chunk_size: u64,
+    pub(crate) verify: bool,
+    pub(crate) only_slow: Option<SlowScan>,
 }
 
 /// One step of `reseq sim …` on a simulated SSD kept in a state file.
 #[derive(Clone, Debug, PartialEq)]
-pub enum SimStep {
+pub(crate) enum SimStep {
     Create { state: PathBuf, preset: String, device_size: u64, set: Vec<Override> },
     Write { state: PathBuf, range: SimRange },
     Fragment { state: PathBuf, range: SimRange, random_writes: u64, seed: u64 },

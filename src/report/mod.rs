@@ -4,7 +4,7 @@
 //! Field names are snake_case with units in the names (`_bytes`, `_seconds`). Bump
 //! `SCHEMA_VERSION` on any incompatible change.
 
-pub mod render;
+pub(crate) mod render;
 
 use std::path::Path;
 use std::time::Duration;
@@ -13,191 +13,191 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::{EngineConfig, EngineStats};
 use crate::host::device::{BlockDeviceInfo, DeviceIdentity, Medium};
-pub use crate::host::freeze::FreezeBound;
+pub(crate) use crate::host::freeze::FreezeBound;
 use crate::host::mounts::MountedFs;
 use crate::measure::bench::{BenchResult, ScanResult, Selection, Verdict};
 use crate::support::error::Error;
 use crate::support::exit_codes::ExitCode;
-pub use crate::support::units::now_rfc3339;
+pub(crate) use crate::support::units::now_rfc3339;
 
 pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Report {
-    pub schema_version: u32,
-    pub tool: String,
-    pub tool_version: String,
-    pub command: String,
-    pub argv: Vec<String>,
+    pub(crate) schema_version: u32,
+    pub(crate) tool: String,
+    pub(crate) tool_version: String,
+    pub(crate) command: String,
+    pub(crate) argv: Vec<String>,
     /// What the command was given to work on (a device, files, sim:STATE), also when it
     /// failed before looking at it.
     #[serde(default)]
-    pub targets: Vec<String>,
-    pub host: String,
-    pub started_at: String,
-    pub finished_at: String,
-    pub duration_seconds: f64,
-    pub dry_run: bool,
-    pub device: Option<DeviceReport>,
-    pub plan: Option<PlanReport>,
-    pub results: Option<EngineStats>,
+    pub(crate) targets: Vec<String>,
+    pub(crate) host: String,
+    pub(crate) started_at: String,
+    pub(crate) finished_at: String,
+    pub(crate) duration_seconds: f64,
+    pub(crate) dry_run: bool,
+    pub(crate) device: Option<DeviceReport>,
+    pub(crate) plan: Option<PlanReport>,
+    pub(crate) results: Option<EngineStats>,
     /// `passed`, `failed`, `off`, or `incomplete` (stopped before the end).
-    pub verification: String,
+    pub(crate) verification: String,
     /// Outcome of re-reading the chunk that was in flight when the previous run stopped:
     /// `intact`, `changed` (something wrote there since), or null.
-    pub in_flight_reverify: Option<String>,
+    pub(crate) in_flight_reverify: Option<String>,
     /// `reseq bench`: the passes.
-    pub bench: Option<BenchResult>,
+    pub(crate) bench: Option<BenchResult>,
     /// `reseq scan`: throughput by region.
-    pub scan: Option<ScanResult>,
+    pub(crate) scan: Option<ScanResult>,
     /// `reseq estimate`: a sample and its prediction.
     #[serde(default)]
-    pub estimate: Option<crate::measure::bench::Estimate>,
+    pub(crate) estimate: Option<crate::measure::bench::Estimate>,
     /// `rewrite --bench`: the same reads before and after the rewrite.
-    pub bench_before: Option<BenchResult>,
-    pub bench_after: Option<BenchResult>,
-    pub scan_before: Option<ScanResult>,
-    pub scan_after: Option<ScanResult>,
-    pub verdict: Option<Verdict>,
-    pub write_cost: Option<WriteCost>,
+    pub(crate) bench_before: Option<BenchResult>,
+    pub(crate) bench_after: Option<BenchResult>,
+    pub(crate) scan_before: Option<ScanResult>,
+    pub(crate) scan_after: Option<ScanResult>,
+    pub(crate) verdict: Option<Verdict>,
+    pub(crate) write_cost: Option<WriteCost>,
     /// `rewrite`: what was left out as free space, and what FITRIM discarded after.
-    pub space: Option<SpaceReport>,
+    pub(crate) space: Option<SpaceReport>,
     /// `bench --trim-impact`: what a trim cost readers on that filesystem.
     #[serde(default)]
-    pub trim_impact: Option<crate::measure::trim_impact::TrimImpact>,
+    pub(crate) trim_impact: Option<crate::measure::trim_impact::TrimImpact>,
     /// `rewrite --only-slow`: the regions chosen and left alone.
-    pub selection: Option<Selection>,
+    pub(crate) selection: Option<Selection>,
     /// File mode: what was done to each file.
-    pub files: Option<Vec<FileReport>>,
+    pub(crate) files: Option<Vec<FileReport>>,
     /// Every freeze's limits, when the run froze anything.
     #[serde(default)]
-    pub freeze_bound: Option<FreezeBound>,
+    pub(crate) freeze_bound: Option<FreezeBound>,
     /// Where the freeze guardian goes (out of reseq's cgroup, or why it stays), when the
     /// run freezes anything.
     #[serde(default)]
-    pub guardian: Option<String>,
-    pub warnings: Vec<String>,
-    pub outcome: Outcome,
+    pub(crate) guardian: Option<String>,
+    pub(crate) warnings: Vec<String>,
+    pub(crate) outcome: Outcome,
     /// For a dry run, the plan as text (the human rendering of a dry run).
     #[serde(skip)]
-    pub plan_text: Option<String>,
+    pub(crate) plan_text: Option<String>,
     /// For a dry run, the plan's line for each file (file mode), shown with `-v`.
     #[serde(skip)]
-    pub plan_detail: Option<String>,
+    pub(crate) plan_detail: Option<String>,
     /// The text lists every file of a file-mode run (`-v`), not only those with a problem.
     #[serde(skip)]
-    pub every_file: bool,
+    pub(crate) every_file: bool,
 }
 
 /// What file mode did to one file.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct FileReport {
-    pub path: String,
-    pub size_bytes: u64,
+pub(crate) struct FileReport {
+    pub(crate) path: String,
+    pub(crate) size_bytes: u64,
     /// Extents in the first map (null: the file was never mapped).
-    pub extents: Option<usize>,
-    pub bytes_rewritten: u64,
-    pub bytes_skipped_unwritten: u64,
+    pub(crate) extents: Option<usize>,
+    pub(crate) bytes_rewritten: u64,
+    pub(crate) bytes_skipped_unwritten: u64,
     /// Shared extents another file of this run already rewrote.
-    pub bytes_skipped_shared: u64,
+    pub(crate) bytes_skipped_shared: u64,
     /// Holes (never allocated, never written), for a file done to its end.
-    pub bytes_skipped_holes: u64,
+    pub(crate) bytes_skipped_holes: u64,
     /// Why the file was skipped, if it was (its bytes then count as not rewritten).
-    pub skipped_reason: Option<String>,
+    pub(crate) skipped_reason: Option<String>,
     /// Why the file was left alone on purpose: empty (nothing to rewrite), or
     /// `--only-slow` and it reads fast enough.
-    pub left_alone: Option<String>,
+    pub(crate) left_alone: Option<String>,
     /// `--only-slow`: the file's sequential read throughput before the run.
-    pub read_bytes_per_second: Option<f64>,
+    pub(crate) read_bytes_per_second: Option<f64>,
     /// Resumed from this file offset.
-    pub resumed_from_bytes: u64,
+    pub(crate) resumed_from_bytes: u64,
     /// Freezes the file was rewritten in (small files share them).
-    pub windows: u64,
+    pub(crate) windows: u64,
     /// The longest of those freezes, shared ones whole.
-    pub longest_freeze_seconds: f64,
+    pub(crate) longest_freeze_seconds: f64,
     /// `passed`, `off` or `incomplete`.
-    pub verification: String,
+    pub(crate) verification: String,
     /// Finished by the interrupted run this one resumed: not rewritten again.
     #[serde(default)]
-    pub done_earlier: bool,
+    pub(crate) done_earlier: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct DeviceReport {
-    pub path: String,
+pub(crate) struct DeviceReport {
+    pub(crate) path: String,
     #[serde(flatten)]
-    pub identity: DeviceIdentity,
-    pub medium: Medium,
-    pub dio_mem_align_bytes: u32,
-    pub dio_offset_align_bytes: u32,
+    pub(crate) identity: DeviceIdentity,
+    pub(crate) medium: Medium,
+    pub(crate) dio_mem_align_bytes: u32,
+    pub(crate) dio_offset_align_bytes: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct PlanReport {
-    pub range_start_bytes: u64,
-    pub range_end_bytes: u64,
-    pub chunk_size_bytes: u64,
-    pub chunks_total: u64,
-    pub resume_from_chunk: u64,
-    pub verify: bool,
-    pub read_ahead_chunks: usize,
-    pub memory_bytes: u64,
+pub(crate) struct PlanReport {
+    pub(crate) range_start_bytes: u64,
+    pub(crate) range_end_bytes: u64,
+    pub(crate) chunk_size_bytes: u64,
+    pub(crate) chunks_total: u64,
+    pub(crate) resume_from_chunk: u64,
+    pub(crate) verify: bool,
+    pub(crate) read_ahead_chunks: usize,
+    pub(crate) memory_bytes: u64,
     /// Null when nothing is mounted: no freeze, no windows.
-    pub max_freeze_seconds: Option<f64>,
-    pub pause_seconds: f64,
-    pub hung_task_timeout_seconds: Option<u64>,
-    pub filesystems_frozen: Vec<MountedFs>,
-    pub journal_path: String,
+    pub(crate) max_freeze_seconds: Option<f64>,
+    pub(crate) pause_seconds: f64,
+    pub(crate) hung_task_timeout_seconds: Option<u64>,
+    pub(crate) filesystems_frozen: Vec<MountedFs>,
+    pub(crate) journal_path: String,
 }
 
 /// Used-space mode: free space skipped and trimmed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct SpaceReport {
+pub(crate) struct SpaceReport {
     /// `used_space` (free space of mounted ext4/xfs left out) or `everything`.
-    pub mode: String,
+    pub(crate) mode: String,
     /// Bytes passed over because the filesystems reported them FREE while frozen.
-    pub bytes_skipped_as_free: u64,
+    pub(crate) bytes_skipped_as_free: u64,
     /// Bytes FITRIM reported discarded after the run (null: not run).
-    pub bytes_trimmed: Option<u64>,
+    pub(crate) bytes_trimmed: Option<u64>,
     /// The FITRIM's slices, pace and cost (null: not run).
     #[serde(default)]
-    pub trim: Option<crate::host::trim::TrimReport>,
+    pub(crate) trim: Option<crate::host::trim::TrimReport>,
 }
 
 /// What the rewrite cost the drive (measured by `measure::passes`, which owns the type).
-pub use crate::measure::passes::WriteCost;
+pub(crate) use crate::measure::passes::WriteCost;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Outcome {
-    pub exit_code: i32,
-    pub status: ExitCode,
-    pub message: Option<String>,
+pub(crate) struct Outcome {
+    pub(crate) exit_code: i32,
+    pub(crate) status: ExitCode,
+    pub(crate) message: Option<String>,
     /// The device offset an error concerns, when there is one.
-    pub offset_bytes: Option<u64>,
+    pub(crate) offset_bytes: Option<u64>,
 }
 
 /// What a rewrite planned, as [`Report::set_plan`] records it. Borrowed from the plan
 /// (rewrite's type, which depends on this module, not the other way round).
-pub struct Planned<'a> {
-    pub device: &'a BlockDeviceInfo,
-    pub engine: &'a EngineConfig,
+pub(crate) struct Planned<'a> {
+    pub(crate) device: &'a BlockDeviceInfo,
+    pub(crate) engine: &'a EngineConfig,
     /// Frozen in every window; empty when nothing is mounted.
-    pub filesystems: &'a [MountedFs],
+    pub(crate) filesystems: &'a [MountedFs],
     /// Chunks an earlier run finished (0: a fresh run).
-    pub resume_from_chunk: u64,
+    pub(crate) resume_from_chunk: u64,
     /// The deadline of a window (None: nothing is frozen).
-    pub max_freeze: Option<Duration>,
-    pub hung_task_timeout: Option<Duration>,
-    pub journal_path: &'a Path,
-    pub warnings: &'a [String],
+    pub(crate) max_freeze: Option<Duration>,
+    pub(crate) hung_task_timeout: Option<Duration>,
+    pub(crate) journal_path: &'a Path,
+    pub(crate) warnings: &'a [String],
 }
 
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 impl Report {
-    pub fn new(command: &str, dry_run: bool) -> Report {
+    pub(crate) fn new(command: &str, dry_run: bool) -> Report {
         Report {
             schema_version: SCHEMA_VERSION,
             tool: "reseq".into(),
@@ -240,7 +240,7 @@ impl Report {
 
     /// Records what `reseq rewrite` planned: its device, its chunks, what it freezes, and
     /// its warnings.
-    pub fn set_plan(&mut self, plan: Planned<'_>) {
+    pub(crate) fn set_plan(&mut self, plan: Planned<'_>) {
         let d = plan.device;
         self.device = Some(DeviceReport {
             path: d.path.display().to_string(),
@@ -269,7 +269,7 @@ impl Report {
     }
 
     /// Records how the run ended.
-    pub fn finish(&mut self, elapsed: Duration, result: &Result<(), Error>) {
+    pub(crate) fn finish(&mut self, elapsed: Duration, result: &Result<(), Error>) {
         self.finished_at = now_rfc3339();
         self.duration_seconds = elapsed.as_secs_f64();
         let verify_on = self.plan.as_ref().is_some_and(|p| p.verify);
@@ -296,13 +296,13 @@ impl Report {
         };
     }
 
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("report serializes")
     }
 
     /// What happened, in words that fit the command: a scan or a dry run wrote nothing,
     /// and a run without verification did not verify.
-    pub fn outcome_text(&self) -> String {
+    pub(crate) fn outcome_text(&self) -> String {
         if self.outcome.exit_code != 0 {
             return self.outcome.status.describe().into();
         }

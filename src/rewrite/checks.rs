@@ -18,16 +18,16 @@ fn read_proc_u64(path: &str) -> Option<u64> {
 }
 
 /// Root, with CAP_SYS_ADMIN: FIFREEZE needs the capability, raw device writes root's access.
-pub use crate::host::privileges::check as privileges;
+pub(crate) use crate::host::privileges::check as privileges;
 
 /// Where the freeze guardian goes: out of reseq's cgroup, or refused where it cannot
 /// leave unless `--accept-cgroup-risk` (docs/SAFETY.md, "The guardian's cgroup").
-pub use crate::host::cgroup::plan_or_refuse as guardian_can_leave;
+pub(crate) use crate::host::cgroup::plan_or_refuse as guardian_can_leave;
 
 /// Refuses (or, with --force, warns about) real-time processes keeping a CPU busy: they
 /// starve the kernel threads a freeze and a thaw wait for, and no priority of reseq's
 /// can bound a window then (docs/SAFETY.md).
-pub fn no_realtime_hogs(force: bool) -> Result<Option<String>> {
+pub(crate) fn no_realtime_hogs(force: bool) -> Result<Option<String>> {
     let hogs = crate::host::hardening::realtime_hogs(std::time::Duration::from_millis(200));
     if hogs.is_empty() {
         return Ok(None);
@@ -43,7 +43,7 @@ pub fn no_realtime_hogs(force: bool) -> Result<Option<String>> {
 }
 
 /// `kernel.hung_task_timeout_secs` (None: disabled) and whether a hung task panics.
-pub fn hung_task() -> (Option<Duration>, bool) {
+pub(crate) fn hung_task() -> (Option<Duration>, bool) {
     let timeout = read_proc_u64("/proc/sys/kernel/hung_task_timeout_secs").filter(|&s| s > 0).map(Duration::from_secs);
     (timeout, read_proc_u64("/proc/sys/kernel/hung_task_panic").is_some_and(|v| v != 0))
 }
@@ -51,7 +51,7 @@ pub fn hung_task() -> (Option<Duration>, bool) {
 /// Refuses (or, with --force, warns about) a window whose hard bound (`--max-freeze`
 /// plus the guardian's grace) is longer than half the hung-task timeout: writers blocked
 /// by the freeze can trip the watchdog.
-pub fn freeze_length(max_freeze: Duration, force: bool) -> Result<Vec<String>> {
+pub(crate) fn freeze_length(max_freeze: Duration, force: bool) -> Result<Vec<String>> {
     let (timeout, panic) = hung_task();
     let bound = crate::host::freeze::freeze_bound(max_freeze);
     let Some(t) = timeout.filter(|t| bound > *t / 2) else { return Ok(Vec::new()) };
@@ -70,7 +70,7 @@ pub fn freeze_length(max_freeze: Duration, force: bool) -> Result<Vec<String>> {
 }
 
 /// The chunk size must be a multiple of the device's direct-I/O alignment.
-pub fn aligned(chunk_size: Size, dev: &BlockDeviceInfo) -> Result<()> {
+pub(crate) fn aligned(chunk_size: Size, dev: &BlockDeviceInfo) -> Result<()> {
     let (bytes, align) = (chunk_size.bytes(), u64::from(dev.dio_offset_align));
     if bytes % align == 0 {
         return Ok(());
@@ -84,7 +84,7 @@ pub fn aligned(chunk_size: Size, dev: &BlockDeviceInfo) -> Result<()> {
 }
 
 /// The device takes writes (BLKROGET).
-pub fn writable(dev: &BlockDeviceInfo) -> Result<()> {
+pub(crate) fn writable(dev: &BlockDeviceInfo) -> Result<()> {
     if !dev.read_only {
         return Ok(());
     }
@@ -96,7 +96,7 @@ pub fn writable(dev: &BlockDeviceInfo) -> Result<()> {
 
 /// Nothing is stacked on the device (device-mapper, md, LVM): writing below them
 /// bypasses their view of the data.
-pub fn nothing_stacked(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<()> {
+pub(crate) fn nothing_stacked(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<()> {
     if dev.holders.is_empty() {
         return Ok(());
     }
@@ -137,7 +137,7 @@ pub(crate) fn top_holders(sysfs: &Sysfs, holders: &[String]) -> Vec<String> {
 /// snapshot (its store takes the write). Rewriting the same bytes would cost space
 /// below, which reseq cannot bound, and a full pool or store fails every volume in it or
 /// invalidates the snapshot.
-pub fn no_copy_on_write(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<()> {
+pub(crate) fn no_copy_on_write(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<()> {
     let found =
         crate::host::device::copy_on_write_below(sysfs, &dev.identity.name, &crate::host::device::dmsetup_targets);
     if found.is_empty() {
@@ -167,7 +167,7 @@ pub fn no_copy_on_write(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<()> {
 }
 
 /// No active swap on the device: the kernel writes swap whatever the freeze.
-pub fn no_swap(dev: &BlockDeviceInfo) -> Result<()> {
+pub(crate) fn no_swap(dev: &BlockDeviceInfo) -> Result<()> {
     if dev.active_swap.is_empty() {
         return Ok(());
     }
@@ -187,7 +187,7 @@ pub fn no_swap(dev: &BlockDeviceInfo) -> Result<()> {
 /// file; a filesystem mounted from the alias; another path to the same LUN). Refused
 /// before any write, naming what was found (`host::writers`, `host::aliases`).
 /// Returns the devices through which its bytes can be written, checked again later.
-pub fn no_other_writers(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<Vec<(u32, u32)>> {
+pub(crate) fn no_other_writers(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<Vec<(u32, u32)>> {
     let writer_devices = dev.devices_sharing_bytes(sysfs);
     crate::host::writers::refuse_other_writers(&dev.path, &writer_devices)?;
     Ok(writer_devices)
@@ -196,7 +196,11 @@ pub fn no_other_writers(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<Vec<(u32
 /// An unmounted device must be ours alone: O_EXCL fails with EBUSY if anything holds it,
 /// in particular a lazily unmounted filesystem (no mountinfo line, nothing to freeze,
 /// still writing).
-pub fn exclusive_if_unmounted(dev: &BlockDeviceInfo, filesystems: &[MountedFs], mounts: &[MountEntry]) -> Result<()> {
+pub(crate) fn exclusive_if_unmounted(
+    dev: &BlockDeviceInfo,
+    filesystems: &[MountedFs],
+    mounts: &[MountEntry],
+) -> Result<()> {
     if !filesystems.is_empty() {
         return Ok(());
     }
@@ -209,7 +213,7 @@ pub fn exclusive_if_unmounted(dev: &BlockDeviceInfo, filesystems: &[MountedFs], 
 
 /// Why a device with no mount of its own is held exclusively: a filesystem's companion
 /// device (external journal or log), or else most likely a lazily unmounted filesystem.
-pub fn busy_unmounted(path: &Path, dev: (u32, u32), mounts: &[MountEntry]) -> Error {
+pub(crate) fn busy_unmounted(path: &Path, dev: (u32, u32), mounts: &[MountEntry]) -> Error {
     if let Some(user) = crate::host::companions::user_of(path, dev, mounts) {
         return Error::refused(
             format!(
@@ -231,7 +235,7 @@ pub fn busy_unmounted(path: &Path, dev: (u32, u32), mounts: &[MountEntry]) -> Er
 /// Filesystems that device mode cannot make safe by a freeze: btrfs, whose scrub,
 /// balance and device replace write through a freeze (a raw rewrite could put back
 /// bytes they changed), and which may span other devices.
-pub fn freezable_in_device_mode(dev: &BlockDeviceInfo, filesystems: &[MountedFs]) -> Result<()> {
+pub(crate) fn freezable_in_device_mode(dev: &BlockDeviceInfo, filesystems: &[MountedFs]) -> Result<()> {
     let Some(fs) = filesystems.iter().find(|f| f.fs_type == "btrfs") else { return Ok(()) };
     Err(Error::refused(
         format!(
@@ -245,7 +249,7 @@ pub fn freezable_in_device_mode(dev: &BlockDeviceInfo, filesystems: &[MountedFs]
 }
 
 /// A spinning disk has no FTL to re-sequence: refused, or with --force a warning.
-pub fn not_rotational(dev: &BlockDeviceInfo, force: bool) -> Result<Option<String>> {
+pub(crate) fn not_rotational(dev: &BlockDeviceInfo, force: bool) -> Result<Option<String>> {
     let medium = if hooks::pretend_rotational() { Medium::Rotational("test hook".into()) } else { dev.medium.clone() };
     let Medium::Rotational(why) = &medium else { return Ok(None) };
     let msg = format!(
@@ -259,7 +263,7 @@ pub fn not_rotational(dev: &BlockDeviceInfo, force: bool) -> Result<Option<Strin
 }
 
 /// The state directory takes a journal and a rescue copy of a chunk, before any freeze.
-pub fn state_dir(
+pub(crate) fn state_dir(
     dir: &Path,
     frozen: &[MountedFs],
     chunk_size: Size,

@@ -5,9 +5,9 @@
 //! the chunk an earlier run left in flight, start the journal, fork the guardian (before
 //! any thread exists), install the signal handlers, and hand over to the engine.
 
-pub mod checks;
-pub mod files;
-pub mod plan;
+pub(crate) mod checks;
+pub(crate) mod files;
+pub(crate) mod plan;
 
 use std::fs::File;
 use std::time::Instant;
@@ -34,7 +34,7 @@ use crate::sys::AlignedBuf;
 
 /// Runs `reseq rewrite` on a device, or on files (file mode). Always returns a report,
 /// also when the run failed. (A simulated SSD is the `sim` command's.)
-pub fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
+pub(crate) fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
     // Before the first step: a signal while planning or benchmarking stops the run with
     // its report (exit 6), not without a word.
     if !o.dry_run
@@ -59,7 +59,7 @@ pub fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
 }
 
 /// The report of a rewrite refused before it began (its options did not hold together).
-pub fn refused_report(targets: &[std::path::PathBuf], dry_run: bool, result: &Result<()>) -> Report {
+pub(crate) fn refused_report(targets: &[std::path::PathBuf], dry_run: bool, result: &Result<()>) -> Report {
     let mut report = Report::new("rewrite", dry_run);
     report.targets = targets.iter().map(|t| t.display().to_string()).collect();
     report.finish(std::time::Duration::ZERO, result);
@@ -107,7 +107,7 @@ fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: bool, report: 
 }
 
 /// The plan, for `--dry-run`.
-pub fn describe_plan(plan: &RewritePlan) -> String {
+pub(crate) fn describe_plan(plan: &RewritePlan) -> String {
     let d = &plan.device;
     let mut s =
         format!("plan for {} ({}, {}):\n", d.path.display(), d.identity.dev, human_bytes(d.identity.size_bytes));
@@ -249,7 +249,7 @@ fn open_target(plan: &RewritePlan) -> Result<DirectDevice> {
 
 /// Opens a device for direct I/O: shared when filesystems on it are mounted (the freeze
 /// keeps them still), exclusive otherwise. EBUSY gets its own explanation.
-pub fn open_device(d: &crate::host::device::BlockDeviceInfo, mounted: bool) -> Result<DirectDevice> {
+pub(crate) fn open_device(d: &crate::host::device::BlockDeviceInfo, mounted: bool) -> Result<DirectDevice> {
     let mode = if mounted { OpenMode::SharedWithMounts } else { OpenMode::Exclusive };
     DirectDevice::open(&d.path, mode, d.identity.size_bytes, d.dio_mem_align as usize, u64::from(d.dio_offset_align)).map_err(
         |e| match (e.raw_os_error(), mode) {

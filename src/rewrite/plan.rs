@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::engine::EngineConfig;
 use crate::engine::journal::{self, Replay};
 use crate::host::device::{self, BlockDeviceInfo, Sysfs};
-pub use crate::host::in_use::Environment;
+pub(crate) use crate::host::in_use::Environment;
 use crate::host::in_use::{addressable_end, used_space_spans};
 use crate::host::mounts::{self, MountedFs};
 use crate::options::resume::RunOptions;
@@ -22,7 +22,7 @@ use crate::support::units;
 
 /// Where a run starts.
 #[derive(Clone, Debug)]
-pub enum Start {
+pub(crate) enum Start {
     /// From the first chunk, with a new journal.
     Fresh,
     /// After the chunks an earlier run finished.
@@ -42,47 +42,45 @@ pub enum Start {
 
 /// A checked, complete description of a device rewrite.
 #[derive(Clone, Debug)]
-pub struct RewritePlan {
+pub(crate) struct RewritePlan {
     /// The options as given, kept in the journal for `--resume`.
-    pub options: crate::options::resume::RunOptions,
+    pub(crate) options: crate::options::resume::RunOptions,
     /// The device and what we know about it.
-    pub device: BlockDeviceInfo,
+    pub(crate) device: BlockDeviceInfo,
     /// Filesystems frozen in every window; empty when nothing is mounted (no freeze).
-    pub filesystems: Vec<MountedFs>,
+    pub(crate) filesystems: Vec<MountedFs>,
     /// Chunking, verification and read-ahead, as the engine runs them.
-    pub engine: EngineConfig,
+    pub(crate) engine: EngineConfig,
     /// The guardian's deadline for one window.
-    pub max_freeze: Duration,
+    pub(crate) max_freeze: Duration,
     /// The kernel's hung-task timeout (None: disabled or unreadable).
-    pub hung_task_timeout: Option<Duration>,
-    /// Whether a hung task panics the host (`kernel.hung_task_panic`).
-    pub hung_task_panic: bool,
+    pub(crate) hung_task_timeout: Option<Duration>,
     /// The journal of this device.
-    pub journal_path: PathBuf,
+    pub(crate) journal_path: PathBuf,
     /// New run or continuation.
-    pub start: Start,
+    pub(crate) start: Start,
     /// Filesystems whose free space is left out: (filesystem, its start on the target,
     /// its length). Empty: everything is rewritten.
-    pub used_space: Vec<(MountedFs, u64, u64)>,
+    pub(crate) used_space: Vec<(MountedFs, u64, u64)>,
     /// FITRIM the filesystems afterwards.
-    pub trim: bool,
+    pub(crate) trim: bool,
     /// How the FITRIM slices are spaced (`--trim-rate`, `--pause`).
-    pub trim_pace: crate::host::trim::Pace,
+    pub(crate) trim_pace: crate::host::trim::Pace,
     /// Devices through which the target's bytes can be written (itself, its partitions,
     /// its disk): nothing else may hold them for writing, checked before every window.
-    pub writer_devices: Vec<(u32, u32)>,
+    pub(crate) writer_devices: Vec<(u32, u32)>,
     /// Where the freeze guardian goes (None: nothing is frozen).
-    pub guardian: Option<crate::host::cgroup::Placement>,
+    pub(crate) guardian: Option<crate::host::cgroup::Placement>,
     /// Things the user should know that did not stop the plan.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 impl RewritePlan {
-    pub fn needs_freeze(&self) -> bool {
+    pub(crate) fn needs_freeze(&self) -> bool {
         !self.filesystems.is_empty()
     }
 
-    pub fn total_bytes(&self) -> u64 {
+    pub(crate) fn total_bytes(&self) -> u64 {
         self.engine.range_end - self.engine.range_start
     }
 }
@@ -122,7 +120,7 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
 }
 
 /// Checks everything and builds the plan. Writes nothing and freezes nothing.
-pub fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<RewritePlan> {
+pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<RewritePlan> {
     let Checked { dev, filesystems, writer_devices, mut warnings, guardian } = check_device(o, env)?;
     let state = checks::state_dir(&o.state_dir, &filesystems, o.chunk_size, o.dry_run)?;
     let journal_path = journal::journal_path(&state.path, &dev.identity);
@@ -154,7 +152,7 @@ pub fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<RewritePlan
     if !filesystems.is_empty() && !o.include_free {
         warnings.extend(unmounted_partitions(&dev, &filesystems, &env.sysfs));
     }
-    let (hung_task_timeout, hung_task_panic) = checks::hung_task();
+    let (hung_task_timeout, _) = checks::hung_task();
     Ok(RewritePlan {
         used_space,
         trim: !o.no_trim,
@@ -164,7 +162,6 @@ pub fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<RewritePlan
         engine,
         max_freeze: o.max_freeze(),
         hung_task_timeout,
-        hung_task_panic,
         journal_path,
         start,
         writer_devices,
@@ -242,7 +239,7 @@ fn engine_config(
 /// With `--resume`: the options with the interrupted run's in place of those left out
 /// (see [`crate::options::resume`]). None without `--resume`, without an unfinished run,
 /// or when the device cannot be inspected (planning then says why).
-pub fn resumed_options(o: &RewriteOptions, env: &Environment) -> Result<Option<RewriteOptions>> {
+pub(crate) fn resumed_options(o: &RewriteOptions, env: &Environment) -> Result<Option<RewriteOptions>> {
     if !o.resume {
         return Ok(None);
     }

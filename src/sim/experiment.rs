@@ -29,20 +29,22 @@ pub fn degrade(ftl: &mut Ftl, file_lpns: u64, seed: u64, stages_mib: &[f64]) -> 
 pub enum Order {
     Ascending,
     /// Chunks from the end; inside a chunk ascending.
+    #[cfg(test)]
     Descending,
     /// Every 4 KiB in descending LBA order, chunk by chunk from the end.
+    #[cfg(test)]
     Descending4k,
 }
 
 /// A way of rewriting a file (possibly a bad one, to compare against).
 #[derive(Clone, Copy, Debug)]
 pub struct Strategy {
-    pub chunk_bytes: u64,
+    pub(crate) chunk_bytes: u64,
     /// Streams that each own a contiguous share; their commands alternate.
-    pub writers: u64,
-    pub order: Order,
+    pub(crate) writers: u64,
+    pub(crate) order: Order,
     /// One 4 KiB noise write outside the file every this many µs (0: none).
-    pub noise_interval_us: f64,
+    pub(crate) noise_interval_us: f64,
 }
 
 impl Default for Strategy {
@@ -55,8 +57,8 @@ impl Default for Strategy {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RewriteResult {
     pub read_seconds: f64,
-    pub rewrite_seconds: f64,
-    pub noise_writes: u64,
+    pub(crate) rewrite_seconds: f64,
+    pub(crate) noise_writes: u64,
 }
 
 /// Rewrites the file `[0, file_lpns)` of `ftl` with `s` (the reference's `rewrite`).
@@ -73,11 +75,13 @@ pub fn rewrite(ftl: &mut Ftl, file_lpns: u64, s: Strategy) -> RewriteResult {
                     w.write(ftl, st..(st + per).min(nf));
                 }
             }
+            #[cfg(test)]
             Order::Descending => {
                 for &st in starts.iter().rev() {
                     w.write(ftl, st..(st + per).min(nf));
                 }
             }
+            #[cfg(test)]
             Order::Descending4k => {
                 for &st in starts.iter().rev() {
                     w.write(ftl, (st..(st + per).min(nf)).rev());

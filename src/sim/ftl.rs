@@ -20,7 +20,7 @@ const UNMAPPED: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ReadAhead {
+pub(crate) enum ReadAhead {
     None,
     Lba,
     Phys,
@@ -31,33 +31,33 @@ pub enum ReadAhead {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Params {
-    pub name: String,
-    pub channels: u64,
+    pub(crate) name: String,
+    pub(crate) channels: u64,
     /// Dies per channel.
-    pub ways: u64,
-    pub planes: u64,
-    pub page_bytes: u64,
+    pub(crate) ways: u64,
+    pub(crate) planes: u64,
+    pub(crate) page_bytes: u64,
     /// Pages per block per plane.
-    pub pages_per_block: u64,
-    pub logical_bytes: u64,
-    pub op_ratio: f64,
+    pub(crate) pages_per_block: u64,
+    pub(crate) logical_bytes: u64,
+    pub(crate) op_ratio: f64,
     /// GC runs when free lines <= this.
-    pub gc_free_lines: u64,
-    pub t_read_us: f64,
-    pub ch_mbps: f64,
-    pub link_mbps: f64,
-    pub fw_us: f64,
-    pub host_gap_us: f64,
-    pub multiplane_read: bool,
-    pub partial_xfer: bool,
-    pub store_and_forward: bool,
-    pub readahead: ReadAhead,
-    pub ra_bytes: u64,
-    pub t_prog_us: f64,
+    pub(crate) gc_free_lines: u64,
+    pub(crate) t_read_us: f64,
+    pub(crate) ch_mbps: f64,
+    pub(crate) link_mbps: f64,
+    pub(crate) fw_us: f64,
+    pub(crate) host_gap_us: f64,
+    pub(crate) multiplane_read: bool,
+    pub(crate) partial_xfer: bool,
+    pub(crate) store_and_forward: bool,
+    pub(crate) readahead: ReadAhead,
+    pub(crate) ra_bytes: u64,
+    pub(crate) t_prog_us: f64,
     /// Write command firmware latency.
-    pub fw_w_us: f64,
+    pub(crate) fw_w_us: f64,
     /// Write buffer that lets commands complete before programming.
-    pub wbuf_bytes: u64,
+    pub(crate) wbuf_bytes: u64,
 }
 
 impl Default for Params {
@@ -90,7 +90,7 @@ impl Default for Params {
     }
 }
 
-pub const PRESETS: [&str; 3] = ["consumer-nvme", "consumer-nvme-mild", "datacenter-sata"];
+pub(crate) const PRESETS: [&str; 3] = ["consumer-nvme", "consumer-nvme-mild", "datacenter-sata"];
 
 impl Params {
     /// The presets of docs/FTL-MODEL.md (as the reference's `presets.py` sets them).
@@ -125,29 +125,29 @@ enum LineState {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stream {
+pub(crate) enum Stream {
     Host = 0,
     Gc = 1,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FtlStats {
-    pub host_slots: u64,
-    pub gc_slots: u64,
-    pub gc_runs: u64,
+pub(crate) struct FtlStats {
+    pub(crate) host_slots: u64,
+    pub(crate) gc_slots: u64,
+    pub(crate) gc_runs: u64,
 }
 
 /// The mapping state and the read-side timelines.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Ftl {
-    pub p: Params,
+    pub(crate) p: Params,
     /// Slots per page, dies, slots per program unit, slots per line.
     s: u64,
     n: u64,
     u: u64,
     spl: u64,
     pub n_lpn: u64,
-    pub n_lines: u64,
+    pub(crate) n_lines: u64,
     /// LBA -> slot; stored as a raw table in state files, not in the JSON header.
     #[serde(skip)]
     l2p: Vec<u32>,
@@ -160,7 +160,7 @@ pub struct Ftl {
     free_lines: VecDeque<u32>,
     /// (line, q) per stream.
     front: [(u64, u64); 2],
-    pub stats: FtlStats,
+    pub(crate) stats: FtlStats,
     #[serde(skip)]
     die_free: Vec<f64>,
     #[serde(skip)]
@@ -177,7 +177,7 @@ pub struct Ftl {
 
 impl Params {
     /// Slots (4 KiB) per line, the unit GC frees: a block of every plane of every die.
-    pub fn slots_per_line(&self) -> u64 {
+    pub(crate) fn slots_per_line(&self) -> u64 {
         self.channels * self.ways * self.planes * (self.page_bytes / SLOT) * self.pages_per_block
     }
 
@@ -192,7 +192,7 @@ impl Params {
     /// two open ones) must hold more slots than there are logical blocks: then some
     /// victim has fewer valid slots than a line, and moving it frees space. Otherwise GC
     /// moves a full line to free a line, forever (the reference model does that too).
-    pub fn check_gc(&self) -> Result<(), String> {
+    pub(crate) fn check_gc(&self) -> Result<(), String> {
         let spl = self.slots_per_line();
         if spl == 0 {
             return Err("the geometry gives lines of 0 slots".into());
@@ -266,12 +266,12 @@ impl Ftl {
     }
 
     /// The mapping tables (for state files).
-    pub fn tables(&self) -> (&[u32], &[u32]) {
+    pub(crate) fn tables(&self) -> (&[u32], &[u32]) {
         (&self.l2p, &self.p2l)
     }
 
     /// Restores the tables after loading the rest; checks they fit the geometry.
-    pub fn set_tables(&mut self, l2p: Vec<u32>, p2l: Vec<u32>) -> Result<(), String> {
+    pub(crate) fn set_tables(&mut self, l2p: Vec<u32>, p2l: Vec<u32>) -> Result<(), String> {
         if l2p.len() as u64 != self.n_lpn || p2l.len() as u64 != self.n_lines * self.spl {
             return Err("the mapping tables do not fit the device geometry".into());
         }
@@ -313,7 +313,7 @@ impl Ftl {
     }
 
     /// Host writes in arrival order. Returns how many LBAs were written.
-    pub fn write_lpns(&mut self, lpns: impl IntoIterator<Item = u64>) -> u64 {
+    pub(crate) fn write_lpns(&mut self, lpns: impl IntoIterator<Item = u64>) -> u64 {
         let mut count = 0;
         for lpn in lpns {
             if self.free_lines.len() as u64 <= self.p.gc_free_lines {
@@ -326,7 +326,7 @@ impl Ftl {
         count
     }
 
-    pub fn trim(&mut self, lpns: impl IntoIterator<Item = u64>) {
+    pub(crate) fn trim(&mut self, lpns: impl IntoIterator<Item = u64>) {
         for lpn in lpns {
             let old = self.l2p[lpn as usize];
             if old != UNMAPPED {
@@ -337,7 +337,7 @@ impl Ftl {
         }
     }
 
-    pub fn is_mapped(&self, lpn: u64) -> bool {
+    pub(crate) fn is_mapped(&self, lpn: u64) -> bool {
         self.l2p[lpn as usize] != UNMAPPED
     }
 
@@ -453,7 +453,7 @@ impl Ftl {
     }
 
     /// One host read command of `n` LBAs arriving at `t_arrive`; returns its completion.
-    pub fn read(&mut self, lpn0: u64, n: u64, t_arrive: f64) -> f64 {
+    pub(crate) fn read(&mut self, lpn0: u64, n: u64, t_arrive: f64) -> f64 {
         let t0 = t_arrive + self.p.fw_us;
         let b = lpn0 + n;
         let mut ready: Vec<(f64, u64)> = Vec::new();
@@ -538,7 +538,7 @@ impl Ftl {
     }
 
     /// Forgets all in-flight read state (before each measured read).
-    pub fn reset_clock(&mut self) {
+    pub(crate) fn reset_clock(&mut self) {
         self.die_free = vec![0.0; self.n as usize];
         self.ch_free = vec![0.0; self.p.channels as usize];
         self.link_free = 0.0;
@@ -554,7 +554,7 @@ fn l2p_signed(g: u32) -> i64 {
 
 /// Seconds of virtual time to read `[lpn0, lpn0 + n_lpn)` sequentially with commands of
 /// `req_bytes` at queue depth `qd` (the reference's `seq_read_time`).
-pub fn seq_read_time(ftl: &mut Ftl, lpn0: u64, n_lpn: u64, req_bytes: u64, qd: usize) -> f64 {
+pub(crate) fn seq_read_time(ftl: &mut Ftl, lpn0: u64, n_lpn: u64, req_bytes: u64, qd: usize) -> f64 {
     ftl.reset_clock();
     let per = req_bytes / SLOT;
     let gap = ftl.p.host_gap_us;
@@ -604,24 +604,24 @@ impl Ord for OrdF64 {
 /// Host writes with a virtual clock and the optional background noise writer
 /// (the reference's `Writer`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Writer {
+pub(crate) struct Writer {
     b_prog: f64,
     prog_clock: f64,
     /// The virtual time of the next host command.
-    pub t: f64,
+    pub(crate) t: f64,
     noise_iv: f64,
     /// When the next noise write arrives (None: no noise writer).
     next_noise: Option<f64>,
     noise_lo: u64,
     noise_hi: u64,
     rng: super::pyrandom::PyRandom,
-    pub noise_count: u64,
+    pub(crate) noise_count: u64,
 }
 
 impl Writer {
     /// `noise_interval_us` 0 turns the noise writer off; its writes go to random LBAs
     /// in `[noise_lo, noise_hi)`.
-    pub fn new(ftl: &Ftl, noise_interval_us: f64, noise_lo: u64, noise_hi: u64, seed: u64) -> Writer {
+    pub(crate) fn new(ftl: &Ftl, noise_interval_us: f64, noise_lo: u64, noise_hi: u64, seed: u64) -> Writer {
         Writer {
             b_prog: (ftl.n * ftl.u * SLOT) as f64 / ftl.p.t_prog_us,
             prog_clock: 0.0,
@@ -643,7 +643,7 @@ impl Writer {
     }
 
     /// One host write command at QD1; returns its completion and advances the clock.
-    pub fn write(&mut self, ftl: &mut Ftl, lpns: impl Iterator<Item = u64>) -> f64 {
+    pub(crate) fn write(&mut self, ftl: &mut Ftl, lpns: impl Iterator<Item = u64>) -> f64 {
         while let Some(at) = self.next_noise.filter(|&at| at <= self.t) {
             let l = self.rng.randrange(self.noise_lo, self.noise_hi);
             self.cmd(ftl, std::iter::once(l), at);

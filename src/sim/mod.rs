@@ -9,10 +9,10 @@
 //! pattern derived from its address, and a write must carry exactly that pattern, so an
 //! engine that wrote a chunk to the wrong place, or different bytes, fails loudly.
 
-pub mod experiment;
-pub mod ftl;
-pub mod pyrandom;
-pub mod serve;
+pub(crate) mod experiment;
+pub(crate) mod ftl;
+pub(crate) mod pyrandom;
+pub(crate) mod serve;
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -23,7 +23,7 @@ use ftl::{Ftl, Params, SLOT, Writer};
 use crate::engine::target::BlockTarget;
 
 /// The 4 KiB pattern of LBA `lpn`: its number, then zeros.
-pub fn fill_pattern(buf: &mut [u8], first_lpn: u64) {
+pub(crate) fn fill_pattern(buf: &mut [u8], first_lpn: u64) {
     buf.fill(0);
     for (i, block) in buf.chunks_mut(SLOT as usize).enumerate() {
         block[..8].copy_from_slice(&(first_lpn + i as u64).to_le_bytes());
@@ -45,13 +45,13 @@ fn check_pattern(buf: &[u8], first_lpn: u64) -> std::io::Result<()> {
 
 /// FTL state plus the write clock (and its noise writer).
 #[derive(Clone, Debug)]
-pub struct SimState {
-    pub ftl: Ftl,
-    pub writer: Writer,
+pub(crate) struct SimState {
+    pub(crate) ftl: Ftl,
+    pub(crate) writer: Writer,
 }
 
 impl SimState {
-    pub fn new(params: Params) -> SimState {
+    pub(crate) fn new(params: Params) -> SimState {
         let ftl = Ftl::new(params);
         let writer = Writer::new(&ftl, 0.0, 0, 1, 7);
         SimState { ftl, writer }
@@ -59,13 +59,14 @@ impl SimState {
 
     /// Turns the background noise writer on: one 4 KiB write to a random LBA in
     /// `[lo, hi)` every `interval_us` of virtual time.
-    pub fn set_noise(&mut self, interval_us: f64, lo: u64, hi: u64, seed: u64) {
+    #[cfg(test)]
+    pub(crate) fn set_noise(&mut self, interval_us: f64, lo: u64, hi: u64, seed: u64) {
         let t = self.writer.t;
         self.writer = Writer::new(&self.ftl, interval_us, lo, hi, seed);
         self.writer.t = t;
     }
 
-    pub fn len_bytes(&self) -> u64 {
+    pub(crate) fn len_bytes(&self) -> u64 {
         self.ftl.n_lpn * SLOT
     }
 }
@@ -128,7 +129,7 @@ fn read_words(r: &mut impl Read, n: u64, hasher: &mut blake3::Hasher) -> std::io
 impl SimState {
     /// Saves to `path` atomically (a uniquely named temporary file in the same directory,
     /// fsync, rename, fsync of the directory), streaming the tables.
-    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+    pub(crate) fn save(&self, path: &Path) -> std::io::Result<()> {
         let (l2p, p2l) = self.ftl.tables();
         let mut hasher = blake3::Hasher::new();
         for t in [l2p, p2l] {
@@ -167,7 +168,7 @@ impl SimState {
         Ok(())
     }
 
-    pub fn load(path: &Path) -> std::io::Result<SimState> {
+    pub(crate) fn load(path: &Path) -> std::io::Result<SimState> {
         let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {m}", path.display()));
         let file = std::fs::File::open(path)?;
         let size = file.metadata()?.len();
@@ -202,22 +203,22 @@ impl SimState {
 /// A simulated SSD as a [`BlockTarget`]. Writes go through the FTL model in arrival
 /// order, one command per call, on the write clock; reads return the address pattern
 /// and cost nothing on the clock (measure reads with [`ftl::seq_read_time`]).
-pub struct SimDevice {
+pub(crate) struct SimDevice {
     state: Mutex<SimState>,
     len: u64,
 }
 
 impl SimDevice {
-    pub fn new(state: SimState) -> SimDevice {
+    pub(crate) fn new(state: SimState) -> SimDevice {
         let len = state.len_bytes();
         SimDevice { state: Mutex::new(state), len }
     }
 
-    pub fn into_state(self) -> SimState {
+    pub(crate) fn into_state(self) -> SimState {
         self.state.into_inner().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn with_state<R>(&self, f: impl FnOnce(&mut SimState) -> R) -> R {
+    pub(crate) fn with_state<R>(&self, f: impl FnOnce(&mut SimState) -> R) -> R {
         f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()))
     }
 

@@ -10,14 +10,14 @@ const N: usize = 624;
 const M: usize = 397;
 
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PyRandom {
+pub(crate) struct PyRandom {
     mt: Vec<u32>,
     index: usize,
 }
 
 impl PyRandom {
     /// `random.Random(seed)` for a non-negative integer seed.
-    pub fn new(seed: u64) -> PyRandom {
+    pub(crate) fn new(seed: u64) -> PyRandom {
         // CPython random_seed(): key = the 32-bit words of abs(seed), least significant first.
         let mut key = vec![seed as u32];
         if seed >> 32 != 0 {
@@ -100,7 +100,7 @@ impl PyRandom {
     }
 
     /// `randrange(start, stop)`.
-    pub fn randrange(&mut self, start: u64, stop: u64) -> u64 {
+    pub(crate) fn randrange(&mut self, start: u64, stop: u64) -> u64 {
         let n = stop - start;
         assert!(n > 0, "empty range for randrange");
         let k = 64 - n.leading_zeros();

@@ -44,22 +44,22 @@ use crate::support::error::{Error, Result};
 /// The default `--time-scale`: one µs of model time takes this many µs of wall time.
 /// A fresh sequential read of the consumer-nvme preset then runs at about 2.2 GB/s ÷ 10 =
 /// 220 MB/s, well inside what this path sustains (docs/FTL-MODEL.md, "Serving it").
-pub const DEFAULT_TIME_SCALE: f64 = 10.0;
+pub(crate) const DEFAULT_TIME_SCALE: f64 = 10.0;
 
 const ROOT: INodeNo = INodeNo::ROOT;
 const DISK: INodeNo = INodeNo(2);
 const STATS: INodeNo = INodeNo(3);
-pub const DISK_NAME: &str = "disk";
+pub(crate) const DISK_NAME: &str = "disk";
 /// `MOUNTDIR/stats`: the session's counters as JSON, read by `reseq bench` to tell
 /// whether the drive kept up with its time scale (see [`ServedStats`]).
-pub const STATS_NAME: &str = "stats";
+pub(crate) const STATS_NAME: &str = "stats";
 const TTL: Duration = Duration::from_secs(1);
 /// Wall time of the FUSE and loop path a request may have spent since the last reply
 /// that is not counted as the host's (see [`Drive::arrival_us`]).
-pub const PATH_ALLOWANCE: Duration = Duration::from_millis(2);
+pub(crate) const PATH_ALLOWANCE: Duration = Duration::from_millis(2);
 
 /// The data file of a state file: `STATE.data`.
-pub fn data_path(state: &Path) -> PathBuf {
+pub(crate) fn data_path(state: &Path) -> PathBuf {
     let mut s = state.as_os_str().to_os_string();
     s.push(".data");
     PathBuf::from(s)
@@ -67,24 +67,24 @@ pub fn data_path(state: &Path) -> PathBuf {
 
 /// Counters of a serve session.
 #[derive(Debug, Default, Serialize)]
-pub struct ServeStats {
-    pub read_requests: u64,
-    pub read_bytes: u64,
-    pub write_requests: u64,
-    pub write_bytes: u64,
-    pub trim_requests: u64,
-    pub trimmed_bytes: u64,
-    pub fsyncs: u64,
+pub(crate) struct ServeStats {
+    pub(crate) read_requests: u64,
+    pub(crate) read_bytes: u64,
+    pub(crate) write_requests: u64,
+    pub(crate) write_bytes: u64,
+    pub(crate) trim_requests: u64,
+    pub(crate) trimmed_bytes: u64,
+    pub(crate) fsyncs: u64,
     /// The largest read and write requests seen, bytes.
-    pub max_read_request_bytes: u64,
-    pub max_write_request_bytes: u64,
+    pub(crate) max_read_request_bytes: u64,
+    pub(crate) max_write_request_bytes: u64,
     /// The largest number of requests waiting for their modelled completion at once.
-    pub max_in_flight: u64,
+    pub(crate) max_in_flight: u64,
     /// Requests answered later than their modelled completion by more than 1 ms of wall
     /// time: the host could not keep up with this time scale.
-    pub late_replies: u64,
+    pub(crate) late_replies: u64,
     /// Virtual seconds the session lasted.
-    pub virtual_seconds: f64,
+    pub(crate) virtual_seconds: f64,
 }
 
 #[derive(Default)]
@@ -113,20 +113,20 @@ const ON_TIME: Duration = Duration::from_micros(100);
 
 /// What `MOUNTDIR/stats` holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
-pub struct ServedStats {
+pub(crate) struct ServedStats {
     /// Always true: tells this file from any other named `stats`.
-    pub reseq_sim_serve: bool,
-    pub replies: u64,
-    pub late_replies: u64,
+    pub(crate) reseq_sim_serve: bool,
+    pub(crate) replies: u64,
+    pub(crate) late_replies: u64,
     /// Sum of the delays of the replies sent late, seconds: what the host added to the
     /// model's time.
-    pub late_seconds: f64,
-    pub time_scale: f64,
+    pub(crate) late_seconds: f64,
+    pub(crate) time_scale: f64,
 }
 
 /// The counters of the drive served under `path` (a loop device on `MOUNTDIR/disk`, or a
 /// file on a filesystem on one), or None when it is not an emulated drive.
-pub fn served_stats_of(path: &Path) -> Option<ServedStats> {
+pub(crate) fn served_stats_of(path: &Path) -> Option<ServedStats> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let md = std::fs::metadata(path).ok()?;
     let dev = if md.file_type().is_block_device() { md.rdev() } else { md.dev() };
@@ -626,13 +626,13 @@ impl Filesystem for Drive {
 
 /// What a serve session did, printed when it ends.
 #[derive(Debug, Serialize)]
-pub struct ServeSummary {
-    pub state: PathBuf,
-    pub data: PathBuf,
-    pub time_scale: f64,
-    pub saved: bool,
+pub(crate) struct ServeSummary {
+    pub(crate) state: PathBuf,
+    pub(crate) data: PathBuf,
+    pub(crate) time_scale: f64,
+    pub(crate) saved: bool,
     #[serde(flatten)]
-    pub stats: ServeStats,
+    pub(crate) stats: ServeStats,
 }
 
 /// Checks the mount directory: it must exist, be a directory, not be a mount point
@@ -735,7 +735,7 @@ fn mount_config() -> Config {
 /// A drive being served, in this process: [`Served::start`] mounts, [`Served::stop`]
 /// unmounts and saves. Dropping it without `stop` detaches the mount lazily and does not
 /// save.
-pub struct Served {
+pub(crate) struct Served {
     session: Option<fuser::BackgroundSession>,
     timer: Option<std::thread::JoinHandle<()>>,
     reader: Option<std::thread::JoinHandle<()>>,
@@ -751,7 +751,7 @@ pub struct Served {
 impl Served {
     /// Checks everything (time scale, state file, mount dir, /dev/fuse, that nobody
     /// serves this drive already), then mounts `mount_dir/disk`.
-    pub fn start(state_path: &Path, mount_dir: &Path, scale: f64) -> Result<Served> {
+    pub(crate) fn start(state_path: &Path, mount_dir: &Path, scale: f64) -> Result<Served> {
         let state = checked_state(state_path, mount_dir, scale)?;
         let data_path = data_path(state_path);
         let len = state.len_bytes();
@@ -804,20 +804,20 @@ impl Served {
     }
 
     /// The served file.
-    pub fn disk(&self) -> PathBuf {
+    pub(crate) fn disk(&self) -> PathBuf {
         self.mount_dir.join(DISK_NAME)
     }
 
     /// False once the filesystem was unmounted (`umount`, `fusermount -u`) or the
     /// connection aborted.
-    pub fn is_mounted(&self) -> bool {
+    pub(crate) fn is_mounted(&self) -> bool {
         self.session.as_ref().is_some_and(|s| !s.guard.is_finished())
     }
 
     /// Unmounts (not lazily: while a loop device holds the file this fails with EBUSY,
     /// and serving goes on), waits for the session to end, and saves the drive's state
     /// and data.
-    pub fn stop(mut self) -> Result<ServeSummary> {
+    pub(crate) fn stop(mut self) -> Result<ServeSummary> {
         if self.is_mounted() {
             match nix::mount::umount2(&self.mount_dir, nix::mount::MntFlags::empty()) {
                 Ok(()) | Err(nix::errno::Errno::EINVAL) => {}
@@ -875,7 +875,7 @@ impl Served {
 /// `reseq sim serve STATE MOUNTDIR`: serves in the foreground until unmounted from
 /// outside or signalled (SIGINT/SIGTERM: unmount, refused while a loop device holds the
 /// file), then saves the state.
-pub fn serve(state_path: &Path, mount_dir: &Path, scale: f64, quiet: bool) -> Result<ServeSummary> {
+pub(crate) fn serve(state_path: &Path, mount_dir: &Path, scale: f64, quiet: bool) -> Result<ServeSummary> {
     use std::sync::atomic::AtomicUsize;
     let signalled = Arc::new(AtomicUsize::new(0));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

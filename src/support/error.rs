@@ -5,7 +5,7 @@
 
 use crate::support::exit_codes::ExitCode;
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -98,7 +98,7 @@ pub enum LeftState {
 
 impl LeftState {
     /// From the blake3 of a read-back (None: it failed) and of the original bytes.
-    pub fn of(left: Option<blake3::Hash>, original: &blake3::Hash) -> LeftState {
+    pub(crate) fn of(left: Option<blake3::Hash>, original: &blake3::Hash) -> LeftState {
         match left {
             Some(h) if h == *original => LeftState::Intact,
             Some(_) => LeftState::Changed,
@@ -107,7 +107,7 @@ impl LeftState {
     }
 
     /// Why a failed write's rescue copy was kept.
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             LeftState::Intact => "write failed; the device still held these bytes (checked)",
             LeftState::Changed => "write failed and left other bytes (torn write)",
@@ -148,7 +148,7 @@ fn offset_suffix(offset: Option<u64>) -> String {
 }
 
 impl Error {
-    pub fn exit_code(&self) -> ExitCode {
+    pub(crate) fn exit_code(&self) -> ExitCode {
         match self {
             Error::Usage(_) => ExitCode::Usage,
             Error::Refused { .. } => ExitCode::Refused,
@@ -163,11 +163,11 @@ impl Error {
         }
     }
 
-    pub fn refused(reason: impl Into<String>, hint: impl Into<String>) -> Error {
+    pub(crate) fn refused(reason: impl Into<String>, hint: impl Into<String>) -> Error {
         Error::Refused { reason: reason.into(), hint: Some(hint.into()) }
     }
 
-    pub fn io(context: impl Into<String>, source: std::io::Error) -> Error {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Error {
         Error::Io { context: context.into(), offset: None, source }
     }
 
@@ -175,7 +175,7 @@ impl Error {
     /// drive): a name that does not exist, or a file that is not what it should be, is
     /// bad input (exit 2), no permission a refusal
     /// (exit 3); only a real I/O failure is an I/O error.
-    pub fn input(what: impl Into<String>, source: std::io::Error) -> Error {
+    pub(crate) fn input(what: impl Into<String>, source: std::io::Error) -> Error {
         let what = what.into();
         match source.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidData => Error::Usage(format!("{what}: {source}")),
@@ -187,7 +187,7 @@ impl Error {
     }
 
     /// Adds where the original bytes of a failed chunk were saved.
-    pub fn with_rescue(self, text: String) -> Error {
+    pub(crate) fn with_rescue(self, text: String) -> Error {
         match self {
             Error::ChecksumMismatch { offset, len, before, after, differ, .. } => {
                 Error::ChecksumMismatch { offset, len, before, after, differ, rescue: Some(text) }
@@ -202,7 +202,7 @@ impl Error {
         }
     }
 
-    pub fn io_at(context: impl Into<String>, offset: u64, source: std::io::Error) -> Error {
+    pub(crate) fn io_at(context: impl Into<String>, offset: u64, source: std::io::Error) -> Error {
         Error::Io { context: context.into(), offset: Some(offset), source }
     }
 }

@@ -26,7 +26,7 @@
 //! before the first FITRIM slice), `trim-slice` (before each FITRIM slice).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IoOp {
+pub(crate) enum IoOp {
     Read,
     Write,
 }
@@ -106,7 +106,7 @@ mod imp {
         }
     }
 
-    pub fn point(name: &str) {
+    pub(crate) fn point(name: &str) {
         let st = state();
         if st.rules.is_empty() {
             return;
@@ -132,7 +132,7 @@ mod imp {
         }
     }
 
-    pub fn io_fault(op: IoOp, offset: u64, len: u64) -> std::io::Result<()> {
+    pub(crate) fn io_fault(op: IoOp, offset: u64, len: u64) -> std::io::Result<()> {
         for r in &state().rules {
             if let Rule::Io(o, at) = r
                 && *o == op
@@ -144,7 +144,7 @@ mod imp {
         Ok(())
     }
 
-    pub fn corrupt_read(offset: u64, buf: &mut [u8]) {
+    pub(crate) fn corrupt_read(offset: u64, buf: &mut [u8]) {
         for r in &state().rules {
             if let Rule::Corrupt(at) = r
                 && (offset..offset + buf.len() as u64).contains(at)
@@ -159,18 +159,18 @@ mod imp {
         }
     }
 
-    pub fn open_error(mounted: bool) -> std::io::Result<()> {
+    pub(crate) fn open_error(mounted: bool) -> std::io::Result<()> {
         if mounted && state().rules.iter().any(|r| matches!(r, Rule::EbusyOpen)) {
             return Err(std::io::Error::from_raw_os_error(nix::libc::EBUSY));
         }
         Ok(())
     }
 
-    pub fn pretend_rotational() -> bool {
+    pub(crate) fn pretend_rotational() -> bool {
         state().rules.iter().any(|r| matches!(r, Rule::Rotational))
     }
 
-    pub fn read_delay(path: &std::path::Path, offset: u64, len: u64) {
+    pub(crate) fn read_delay(path: &std::path::Path, offset: u64, len: u64) {
         for r in &state().rules {
             let ms = match r {
                 Rule::Slow(a, b, ms) if offset < *b && offset + len > *a => *ms,
@@ -186,23 +186,23 @@ mod imp {
 mod imp {
     use super::IoOp;
     #[inline(always)]
-    pub fn point(_: &str) {}
+    pub(crate) fn point(_: &str) {}
     #[inline(always)]
-    pub fn io_fault(_: IoOp, _: u64, _: u64) -> std::io::Result<()> {
+    pub(crate) fn io_fault(_: IoOp, _: u64, _: u64) -> std::io::Result<()> {
         Ok(())
     }
     #[inline(always)]
-    pub fn corrupt_read(_: u64, _: &mut [u8]) {}
+    pub(crate) fn corrupt_read(_: u64, _: &mut [u8]) {}
     #[inline(always)]
-    pub fn open_error(_: bool) -> std::io::Result<()> {
+    pub(crate) fn open_error(_: bool) -> std::io::Result<()> {
         Ok(())
     }
     #[inline(always)]
-    pub fn pretend_rotational() -> bool {
+    pub(crate) fn pretend_rotational() -> bool {
         false
     }
     #[inline(always)]
-    pub fn read_delay(_: &std::path::Path, _: u64, _: u64) {}
+    pub(crate) fn read_delay(_: &std::path::Path, _: u64, _: u64) {}
 }
 
-pub use imp::*;
+pub(crate) use imp::*;

@@ -1,11 +1,11 @@
 //! What every layer uses: the error type and exit codes, units, output while frozen,
 //! stop signals, test-only hooks, scratch devices for the demo and tests.
 
-pub mod error;
-pub mod exit_codes;
-pub mod hooks;
-pub mod output;
+pub(crate) mod error;
+pub(crate) mod exit_codes;
+pub(crate) mod hooks;
+pub(crate) mod output;
 pub mod scratch;
-pub mod signals;
-pub mod units;
-pub mod walk;
+pub(crate) mod signals;
+pub(crate) mod units;
+pub(crate) mod walk;

@@ -33,17 +33,17 @@ impl Write for HeldStderr {
 }
 
 /// Holds log output in memory (call before freezing).
-pub fn hold() {
+pub(crate) fn hold() {
     HOLD.store(true, Ordering::SeqCst);
 }
 
 /// Whether output is held (a window is frozen): stderr must not be written now.
-pub fn is_held() -> bool {
+pub(crate) fn is_held() -> bool {
     HOLD.load(Ordering::SeqCst)
 }
 
 /// Writes what was held and stops holding (call after thawing).
-pub fn release() {
+pub(crate) fn release() {
     let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
     HOLD.store(false, Ordering::SeqCst);
     if !held.is_empty() {
@@ -54,7 +54,7 @@ pub fn release() {
 
 /// Sets up env_logger: `-q` warnings only, default info, `-v` debug, `-vv` trace;
 /// `RUST_LOG` overrides.
-pub fn init_logging(verbose: u8, quiet: bool) {
+pub(crate) fn init_logging(verbose: u8, quiet: bool) {
     let level = match (quiet, verbose) {
         (true, _) => "warn",
         (false, 0) => "info",
@@ -70,7 +70,7 @@ pub fn init_logging(verbose: u8, quiet: bool) {
 }
 
 /// Progress of a long run: a bar on a terminal, periodic log lines otherwise.
-pub struct Progress {
+pub(crate) struct Progress {
     bar: Option<indicatif::ProgressBar>,
     total: u64,
     done: u64,
@@ -86,7 +86,7 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn new(total: u64, already_done: u64, quiet: bool) -> Progress {
+    pub(crate) fn new(total: u64, already_done: u64, quiet: bool) -> Progress {
         let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
             let b = indicatif::ProgressBar::new(total);
             b.set_style(
@@ -113,12 +113,12 @@ impl Progress {
     }
 
     /// One progress over several engine runs (each calls `finish`): ended by `close`.
-    pub fn spanning(mut self) -> Progress {
+    pub(crate) fn spanning(mut self) -> Progress {
         self.spanning = true;
         self
     }
 
-    pub fn set_message(&mut self, msg: String) {
+    pub(crate) fn set_message(&mut self, msg: String) {
         if let Some(b) = &self.bar {
             b.set_message(msg.clone());
         }
@@ -126,11 +126,11 @@ impl Progress {
     }
 
     /// Bytes done so far (those done before the run included).
-    pub fn done(&self) -> u64 {
+    pub(crate) fn done(&self) -> u64 {
         self.done
     }
 
-    pub fn advance(&mut self, bytes: u64) {
+    pub(crate) fn advance(&mut self, bytes: u64) {
         // A window's bytes can exceed an estimated total (used space maps again while
         // frozen): the bar stops at its end rather than wrapping.
         self.done = (self.done + bytes).min(self.total.max(self.done));
@@ -154,13 +154,13 @@ impl Progress {
     }
 
     /// The end of an engine run: the bar goes, unless it spans several (`close` ends it).
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if !self.spanning {
             self.close();
         }
     }
 
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }

@@ -13,18 +13,18 @@ static INSTALLED: std::sync::OnceLock<StopFlag> = std::sync::OnceLock::new();
 
 /// Set by a signal handler; polled by the engine between chunks.
 #[derive(Clone, Default)]
-pub struct StopFlag(Arc<AtomicUsize>);
+pub(crate) struct StopFlag(Arc<AtomicUsize>);
 
 impl StopFlag {
     /// A flag that only [`StopFlag::raise`] sets (tests, simulations).
-    pub fn new() -> StopFlag {
+    pub(crate) fn new() -> StopFlag {
         StopFlag::default()
     }
 
     /// Installs the handlers once per process and returns the process's flag: a command
     /// installs them before its first step, so that a signal during planning or the
     /// before-benchmark stops the run cleanly rather than killing it without a word.
-    pub fn install() -> std::io::Result<StopFlag> {
+    pub(crate) fn install() -> std::io::Result<StopFlag> {
         if let Some(f) = INSTALLED.get() {
             return Ok(f.clone());
         }
@@ -34,12 +34,12 @@ impl StopFlag {
 
     /// The signal that asked the process to stop, if [`StopFlag::install`] ran and one
     /// came: long measurements poll it, so a Ctrl-C does not wait out a benchmark.
-    pub fn stop_asked() -> Option<&'static str> {
+    pub(crate) fn stop_asked() -> Option<&'static str> {
         INSTALLED.get().and_then(StopFlag::signal)
     }
 
     /// `Err(Interrupted)` if a signal arrived before anything was written.
-    pub fn check_before_writing(&self) -> crate::support::error::Result<()> {
+    pub(crate) fn check_before_writing(&self) -> crate::support::error::Result<()> {
         match self.signal() {
             Some(sig) => Err(crate::support::error::Error::Stopped {
                 signal: sig.into(),
@@ -51,7 +51,7 @@ impl StopFlag {
 
     /// Installs the handlers; without `second_exits`, a second signal only stops as the
     /// first did (for work whose cleanup must run: a scratch file to remove).
-    pub fn install_with(second_exits: bool) -> std::io::Result<StopFlag> {
+    pub(crate) fn install_with(second_exits: bool) -> std::io::Result<StopFlag> {
         let flag = StopFlag::new();
         for sig in [SIGINT, SIGTERM, SIGHUP] {
             if second_exits {
@@ -64,12 +64,8 @@ impl StopFlag {
         Ok(flag)
     }
 
-    pub fn raise(&self, sig: i32) {
-        self.0.store(sig as usize, Ordering::SeqCst);
-    }
-
     /// The signal that asked us to stop, if any.
-    pub fn signal(&self) -> Option<&'static str> {
+    pub(crate) fn signal(&self) -> Option<&'static str> {
         match self.0.load(Ordering::SeqCst) as i32 {
             0 => None,
             SIGINT => Some("SIGINT"),
@@ -80,7 +76,7 @@ impl StopFlag {
     }
 
     /// Sleeps up to `d`, waking early when stopped.
-    pub fn sleep(&self, d: Duration) {
+    pub(crate) fn sleep(&self, d: Duration) {
         let end = Instant::now() + d;
         while self.signal().is_none() {
             let left = end.saturating_duration_since(Instant::now());

@@ -9,14 +9,14 @@ use std::time::Duration;
 
 /// A number of bytes, written with binary units (`4096`, `512K`, `8M`, `1G`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Size(pub u64);
+pub(crate) struct Size(pub u64);
 
 impl Size {
-    pub const fn mib(n: u64) -> Size {
+    pub(crate) const fn mib(n: u64) -> Size {
         Size(n << 20)
     }
 
-    pub const fn bytes(self) -> u64 {
+    pub(crate) const fn bytes(self) -> u64 {
         self.0
     }
 }
@@ -42,10 +42,10 @@ impl fmt::Display for Size {
 
 /// A positive rate in bytes per second: `100M` or `100M/s`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Rate(pub u64);
+pub(crate) struct Rate(pub u64);
 
 impl Rate {
-    pub const fn bytes_per_second(self) -> u64 {
+    pub(crate) const fn bytes_per_second(self) -> u64 {
         self.0
     }
 }
@@ -68,7 +68,7 @@ impl fmt::Display for Rate {
 
 /// A duration written back so that [`parse_duration`] reads the same value: `5s`,
 /// `300ms`, `1500ms`, `250us`.
-pub fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     let ns = d.as_nanos();
     match ns {
         0 => "0s".into(),
@@ -80,30 +80,32 @@ pub fn format_duration(d: Duration) -> String {
 }
 
 /// Serde as text (`"4M"`, `"300ms"`): the form resume records have always had.
-pub mod as_text {
+pub(crate) mod as_text {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<T: std::fmt::Display, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<T: std::fmt::Display, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(v)
     }
 
-    pub fn deserialize<'de, T: std::str::FromStr<Err = String>, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+    pub(crate) fn deserialize<'de, T: std::str::FromStr<Err = String>, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<T, D::Error> {
         String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
     }
 }
 
 /// [`as_text`] for an optional value (`null` when absent).
-pub mod opt_as_text {
+pub(crate) mod opt_as_text {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<T: std::fmt::Display, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<T: std::fmt::Display, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(v) => s.collect_str(v),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, T: std::str::FromStr<Err = String>, D: Deserializer<'de>>(
+    pub(crate) fn deserialize<'de, T: std::str::FromStr<Err = String>, D: Deserializer<'de>>(
         d: D,
     ) -> Result<Option<T>, D::Error> {
         Option::<String>::deserialize(d)?.map(|t| t.parse().map_err(serde::de::Error::custom)).transpose()
@@ -111,32 +113,32 @@ pub mod opt_as_text {
 }
 
 /// Durations as text (`"300ms"`), for serde.
-pub mod duration_as_text {
+pub(crate) mod duration_as_text {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 
-    pub fn serialize<S: Serializer>(v: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&super::format_duration(*v))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         super::parse_duration(&String::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
 
 /// Optional durations as text (`null` when absent).
-pub mod opt_duration_as_text {
+pub(crate) mod opt_duration_as_text {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 
-    pub fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(v) => s.serialize_str(&super::format_duration(*v)),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         Option::<String>::deserialize(d)?
             .map(|t| super::parse_duration(&t).map_err(serde::de::Error::custom))
             .transpose()
@@ -144,7 +146,7 @@ pub mod opt_duration_as_text {
 }
 
 /// Parses `8M`, `8MiB`, `512K`, `1G`, `4096`: binary units, as storage tools use them.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
@@ -163,7 +165,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 /// Parses `5s`, `500ms`, `1m30s` (humantime), and a bare number as seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     if let Ok(secs) = t.parse::<f64>()
         && secs.is_finite()
@@ -186,18 +188,18 @@ pub fn human_bytes(n: u64) -> String {
     if i == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[i]) }
 }
 
-pub fn human_rate(bytes_per_second: f64) -> String {
+pub(crate) fn human_rate(bytes_per_second: f64) -> String {
     format!("{}/s", human_bytes(bytes_per_second.max(0.0) as u64))
 }
 
 /// Now, as RFC 3339 in whole seconds (UTC): the time stamps of reports, journals and
 /// rescue files.
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
 /// The `q` quantile (0..=1) of `v`, nearest rank.
-pub fn percentile(v: &[f64], q: f64) -> Option<f64> {
+pub(crate) fn percentile(v: &[f64], q: f64) -> Option<f64> {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     let i = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len().max(1)) - 1;

@@ -10,7 +10,12 @@ use crate::support::error::{Error, Result};
 /// Appends the regular files under `dir` whose filesystem is `dev` (the directory's own:
 /// other mounts below it are left out), skipping what `excluded` says (a skipped directory
 /// is not entered). Symbolic links are not followed.
-pub fn regular_files(dir: &Path, dev: u64, excluded: &dyn Fn(&Path) -> bool, out: &mut Vec<PathBuf>) -> Result<()> {
+pub(crate) fn regular_files(
+    dir: &Path,
+    dev: u64,
+    excluded: &dyn Fn(&Path) -> bool,
+    out: &mut Vec<PathBuf>,
+) -> Result<()> {
     let rd = std::fs::read_dir(dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
     for entry in rd {
         let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use reseq::sys::AlignedBuf;
+use reseq::testing::AlignedBuf;
 
 use crate::common::*;
 
@@ -291,7 +291,7 @@ fn file_mode_refuses_an_alias_of_the_filesystems_device() {
 /// The device offset of each 4 KiB block of a file, in file order (FIEMAP).
 fn physical_blocks(file: &Path) -> Vec<u64> {
     let f = std::fs::File::open(file).unwrap();
-    let extents = reseq::sys::fiemap(f.as_fd(), 0, reseq::sys::FIEMAP_FLAG_SYNC).unwrap();
+    let extents = reseq::testing::fiemap(f.as_fd(), 0, reseq::testing::FIEMAP_FLAG_SYNC).unwrap();
     let blocks: Vec<u64> =
         extents.iter().flat_map(|e| (0..e.length / BLOCK).map(move |i| e.physical + i * BLOCK)).take(2048).collect();
     assert_eq!(blocks.len(), 2048, "the file is mapped");

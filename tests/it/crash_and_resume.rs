@@ -173,7 +173,7 @@ fn sigint_stops_thaws_and_resumes() {
 /// Chunks done per the journal; 0 while there is none yet.
 fn journal_done_or_zero(state_dir: &std::path::Path, dev: &LoopDevice) -> u64 {
     let p = state_dir.join(format!("device-{}.journal", dev.name()));
-    reseq::engine::journal::read(&p).ok().flatten().map(|r| r.done).unwrap_or(0)
+    reseq::testing::journal::read(&p).ok().flatten().map(|r| r.done).unwrap_or(0)
 }
 
 /// A signal before anything is written (planning, the before-benchmark) stops the run
@@ -243,7 +243,7 @@ fn sigint_during_the_after_benchmark_keeps_the_finished_rewrite() {
     let child = spawn_captured(cmd.env("RESEQ_FAULTS", format!("slow@0-{}=100", 16 * MIB)));
     let journal = env.state_dir().join(format!("device-{}.journal", lo.name()));
     let start = Instant::now();
-    while !reseq::engine::journal::read(&journal).ok().flatten().is_some_and(|r| r.finished) {
+    while !reseq::testing::journal::read(&journal).ok().flatten().is_some_and(|r| r.finished) {
         assert!(start.elapsed() < Duration::from_secs(60), "the rewrite did not finish");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -452,7 +452,7 @@ fn a_changed_in_flight_chunk_on_an_unmounted_device_stops_the_resume() {
     assert_eq!(out.status.code(), None, "killed at the hook");
     let jp = env.state_dir().join(format!("device-{}.journal", lo.name()));
     let (offset, len, _) =
-        reseq::engine::journal::read(&jp).unwrap().unwrap().in_flight.pop().expect("a chunk in flight");
+        reseq::testing::journal::read(&jp).unwrap().unwrap().in_flight.pop().expect("a chunk in flight");
     // What a torn write leaves: zeros over part of the chunk.
     {
         use std::os::unix::fs::FileExt;

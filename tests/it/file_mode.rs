@@ -41,7 +41,7 @@ fn drop_caches() {
 fn bytes_via_device(path: &std::path::Path, dev: &std::path::Path) -> Vec<u8> {
     let f = std::fs::File::open(path).unwrap();
     let size = f.metadata().unwrap().len();
-    let exts = reseq::sys::fiemap(f.as_fd(), 0, reseq::sys::FIEMAP_FLAG_SYNC).unwrap();
+    let exts = reseq::testing::fiemap(f.as_fd(), 0, reseq::testing::FIEMAP_FLAG_SYNC).unwrap();
     let d = std::fs::File::open(dev).unwrap();
     let mut out = vec![0u8; size as usize];
     for e in exts {
@@ -644,7 +644,7 @@ fn dry_run_plans_each_file_and_touches_nothing() {
 
 /// As reseq's `human_bytes` prints sizes.
 fn human(bytes: u64) -> String {
-    reseq::support::units::human_bytes(bytes)
+    reseq::testing::human_bytes(bytes)
 }
 
 /// Small files share freezes: 300 files of 40 KiB in a handful of windows instead of
@@ -759,9 +759,9 @@ fn xfs_flags_are_read_for_the_realtime_check() {
     let f = mnt.dir.join("f");
     std::fs::write(&f, b"x").unwrap();
     let flags = |p: &std::path::Path| {
-        reseq::sys::fs_xflags(std::os::fd::AsFd::as_fd(&std::fs::File::open(p).unwrap())).unwrap()
+        reseq::testing::fs_xflags(std::os::fd::AsFd::as_fd(&std::fs::File::open(p).unwrap())).unwrap()
     };
-    assert_eq!(flags(&f) & reseq::sys::FS_XFLAG_REALTIME, 0);
+    assert_eq!(flags(&f) & reseq::testing::FS_XFLAG_REALTIME, 0);
     // FS_XFLAG_NODUMP (0x80), set with xfs_io, is seen: the struct and request are right.
     run_cmd(Command::new("xfs_io").args(["-c", "chattr +d"]).arg(&f)).unwrap();
     assert_ne!(flags(&f) & 0x80, 0, "the flag xfs_io set");

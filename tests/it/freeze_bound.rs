@@ -121,7 +121,7 @@ fn sigstop_at_random_moments_never_holds_a_freeze() {
                 let ms = guardian_kill_ms(&err).unwrap_or_else(|| panic!("try {i}: no guardian message:\n{err}"));
                 assert!(ms <= BOUND.as_millis() as u64, "try {i}: frozen {ms} ms");
                 let jp = env.state_dir().join(format!("device-{}.journal", lo.name()));
-                let replay = reseq::engine::journal::read(&jp).unwrap().unwrap();
+                let replay = reseq::testing::journal::read(&jp).unwrap().unwrap();
                 assert!(!replay.guardian_kills.is_empty(), "try {i}: the kill is not in the journal");
             }
             Some(7) => overran += 1,
@@ -357,7 +357,7 @@ fn a_foreign_thaw_and_refreeze_stops_the_run() {
     // A plain thaw (no re-freeze) is caught too; reseq thaws only its own new freeze.
     let child = spawn_captured(&mut slow_rewrite(&env, &lo.path, &["--restart"]));
     assert!(wait_frozen_record(&env.run_dir(), Duration::from_secs(20)));
-    let _ = reseq::sys::fithaw(fs.as_fd());
+    let _ = reseq::testing::fithaw(fs.as_fd());
     let out = wait_captured(child);
     assert_eq!(out.status.code(), Some(8), "{}", stderr(&out));
     assert_thawed_within(&m.dir, Duration::from_secs(2));
@@ -381,14 +381,14 @@ fn foreign_thaw_and_refreeze(env: &TestEnv, fs: &std::fs::File, i: usize) -> Opt
         if !wait_frozen_record(&env.run_dir(), Duration::from_secs(20)) {
             break;
         }
-        if reseq::sys::fithaw(fs.as_fd()).is_ok() {
-            caught = Some(reseq::sys::fifreeze(fs.as_fd()).is_ok());
+        if reseq::testing::fithaw(fs.as_fd()).is_ok() {
+            caught = Some(reseq::testing::fifreeze(fs.as_fd()).is_ok());
         }
     }
     let refroze = caught.unwrap_or_else(|| panic!("try {i}: never caught a window"));
     refroze.then(|| {
         std::thread::sleep(Duration::from_millis(300));
-        reseq::sys::fithaw(fs.as_fd()).is_ok()
+        reseq::testing::fithaw(fs.as_fd()).is_ok()
     })
 }
 

@@ -55,7 +55,7 @@ fn man_page_and_completions() {
     ] {
         assert!(text.contains(needle), "the man page lacks {needle}");
     }
-    for code in reseq::support::exit_codes::ExitCode::ALL {
+    for code in reseq::testing::ExitCode::ALL {
         assert!(text.contains(code.describe()), "exit code {} is not documented", code.code());
     }
     let bash = Command::new("bash")

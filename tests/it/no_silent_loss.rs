@@ -248,11 +248,11 @@ fn rescue_files(env: &TestEnv) -> Vec<std::path::PathBuf> {
 fn the_rescue(env: &TestEnv, d: &FaultDevice, original: &[u8], offset: u64) -> std::path::PathBuf {
     let files = rescue_files(env);
     assert_eq!(files.len(), 1, "one rescue file: {files:?}");
-    let (h, data) = reseq::engine::rescue::load(&files[0]).unwrap();
+    let (h, data) = reseq::testing::rescue::load(&files[0]).unwrap();
     assert_eq!((h.offset, h.len), (offset, MIB));
     assert_same("the rescue copy", &data, &original[offset as usize..(offset + MIB) as usize]);
     let journal = std::fs::read_to_string(env.state_dir().join(format!("device-{}.journal", d.lo.name()))).unwrap();
-    let r = reseq::engine::journal::replay(&journal);
+    let r = reseq::testing::journal::replay(&journal);
     assert!(
         r.in_flight.contains(&(offset, MIB, h.blake3.clone())),
         "the journal keeps the chunk in flight: {:?}",
@@ -617,7 +617,7 @@ fn a_damaged_journal_line_is_named_repaired_and_the_run_finishes() {
         "chunks after the damage redone: {}",
         r["results"]
     );
-    let replay = reseq::engine::journal::read(&jpath).unwrap().unwrap();
+    let replay = reseq::testing::journal::read(&jpath).unwrap().unwrap();
     assert!(replay.finished && replay.damage.is_none(), "{replay:?}");
     // Finished: a plain run starts afresh instead of "an unfinished run exists".
     let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path));
@@ -634,7 +634,7 @@ fn file_mode_torn_write(
     count: usize,
     size: usize,
     victim: usize,
-    check: impl Fn(&reseq::engine::rescue::RescueHeader),
+    check: impl Fn(&reseq::testing::rescue::RescueHeader),
 ) {
     if !ready() || !require(&["mkfs.ext4", "e2fsck", "fsfreeze"]) {
         return;
@@ -647,7 +647,7 @@ fn file_mode_torn_write(
     let files = fill_files(&mnt.dir, count, size, 36);
     std::process::Command::new("sync").status().unwrap();
     let f = std::fs::File::open(&files[victim].0).unwrap();
-    let at = reseq::sys::fiemap(std::os::fd::AsFd::as_fd(&f), 0, 0).unwrap()[0].physical;
+    let at = reseq::testing::fiemap(std::os::fd::AsFd::as_fd(&f), 0, 0).unwrap()[0].physical;
     drop(f);
     d.fs.add(Fault::new(FaultKind::TearWrite, at + 8192, 4096));
     let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M", "--max-freeze", "2s"]).arg(&mnt.dir));
@@ -655,7 +655,7 @@ fn file_mode_torn_write(
     assert!(stderr(&out).contains("a torn write"), "{}", stderr(&out));
     assert!(!is_frozen(&mnt.dir));
     let rescue = rescue_files(&env).pop().expect("a rescue copy");
-    let (h, _) = reseq::engine::rescue::load(&rescue).unwrap();
+    let (h, _) = reseq::testing::rescue::load(&rescue).unwrap();
     assert!(h.file.as_deref().is_some_and(|f| f.contains(&*mnt.dir.to_string_lossy())), "names the file: {h:?}");
     assert!(h.offset <= at + 8192 && at + 8192 < h.offset + h.len, "device offsets: {h:?}");
     check(&h);
@@ -699,10 +699,10 @@ fn file_mode_rescues_a_torn_write_in_a_batch_of_small_files() {
 /// (by device offset); restoring them all gives back the original image.
 fn restore_all_and_compare(env: &TestEnv, d: &FaultDevice, original: &[u8]) {
     let now = std::fs::read(&d.image).unwrap();
-    let copies: Vec<(std::path::PathBuf, reseq::engine::rescue::RescueHeader)> =
+    let copies: Vec<(std::path::PathBuf, reseq::testing::rescue::RescueHeader)> =
         rescue_files_in(&[env.state_dir(), env.run_dir()])
             .into_iter()
-            .map(|p| (p.clone(), reseq::engine::rescue::load(&p).unwrap().0))
+            .map(|p| (p.clone(), reseq::testing::rescue::load(&p).unwrap().0))
             .collect();
     for (i, (a, b)) in now.chunks(512).zip(original.chunks(512)).enumerate() {
         let at = i as u64 * 512;
@@ -903,7 +903,7 @@ fn a_guardian_kill_mid_write_makes_the_resume_refuse_a_changed_chunk() {
     std::process::Command::new("sync").status().unwrap();
     // Tear inside file0's data, and stall right after that chunk's write.
     let f = std::fs::File::open(&files[0].0).unwrap();
-    let at = reseq::sys::fiemap(std::os::fd::AsFd::as_fd(&f), 0, 0).unwrap()[0].physical + 8192;
+    let at = reseq::testing::fiemap(std::os::fd::AsFd::as_fd(&f), 0, 0).unwrap()[0].physical + 8192;
     drop(f);
     d.fs.add(Fault::new(FaultKind::TearWrite, at, 4096));
     let args = ["rewrite", "--include-free", "--chunk-size", "1M", "--max-freeze", "500ms"];
@@ -933,7 +933,7 @@ fn a_guardian_kill_mid_write_in_a_shared_file_window_stops_later_runs() {
     let files = fill_files(&mnt.dir, 4, 40 << 10, 49);
     std::process::Command::new("sync").status().unwrap();
     let f = std::fs::File::open(&files[1].0).unwrap();
-    let at = reseq::sys::fiemap(std::os::fd::AsFd::as_fd(&f), 0, 0).unwrap()[0].physical;
+    let at = reseq::testing::fiemap(std::os::fd::AsFd::as_fd(&f), 0, 0).unwrap()[0].physical;
     drop(f);
     let original = direct_read(&d.lo.path, at, 40 << 10).unwrap();
     d.fs.add(Fault::new(FaultKind::TearWrite, at + 8192, 4096));

@@ -3,7 +3,7 @@
 
 use crate::common::reseq_command;
 
-use reseq::report::Report;
+use reseq::testing::Report;
 
 const SCHEMA_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/report.schema.json");
 
@@ -39,7 +39,7 @@ fn a_saved_report_round_trips_and_a_changed_type_is_rejected() {
     let out = run(&["bench", &sim, "--json", "--length", "128M", "--passes", "2"]);
     assert!(out.status.success());
     let original: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(original["schema_version"], reseq::report::SCHEMA_VERSION);
+    assert_eq!(original["schema_version"], reseq::testing::SCHEMA_VERSION);
     assert_eq!(original["bench"]["virtual_time"], true);
     assert_eq!(original["bench"]["passes"].as_array().unwrap().len(), 2);
 

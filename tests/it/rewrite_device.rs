@@ -253,7 +253,7 @@ fn state_and_log_on_the_frozen_filesystem() {
     assert!(r["results"]["windows"].as_u64().unwrap() >= 2);
     assert!(r["warnings"].to_string().contains("kept in memory during each window"));
     assert!(log_text.contains("window 2 froze for"), "log lines written between windows reached the file");
-    let journal = reseq::engine::journal::read(&mnt.dir.join("state").join(format!("device-{}.journal", lo.name())))
+    let journal = reseq::testing::journal::read(&mnt.dir.join("state").join(format!("device-{}.journal", lo.name())))
         .unwrap()
         .unwrap();
     // Chunk sizes adapt under load, so count bytes: the whole 128 MiB is journaled done.

@@ -117,7 +117,7 @@ fn only_slow_on_a_used_space_device_picks_slow_used_regions_only() {
     let files = fill_files(&mnt.dir, 12, 16 << 20, 13);
     run_cmd(std::process::Command::new("fstrim").arg(&mnt.dir)).unwrap();
     let f = std::fs::File::open(&files[6].0).unwrap();
-    let ext = reseq::sys::fiemap(std::os::fd::AsFd::as_fd(&f), 0, 0).unwrap();
+    let ext = reseq::testing::fiemap(std::os::fd::AsFd::as_fd(&f), 0, 0).unwrap();
     drop(f);
     let (lo_b, hi_b) = (ext[0].physical, ext.iter().map(|e| e.physical + e.length).max().unwrap());
     // Every read slowed a little (this VM's host cache makes recently written ranges read

@@ -163,7 +163,7 @@ fn bench(env: &TestEnv, path: &Path, extra: &[&str]) -> (f64, serde_json::Value)
 /// Physical extents of a file on its device: (offset, length).
 fn extents(path: &Path) -> Vec<(u64, u64)> {
     let f = File::open(path).unwrap();
-    reseq::sys::fiemap(std::os::fd::AsFd::as_fd(&f), 0, reseq::sys::FIEMAP_FLAG_SYNC)
+    reseq::testing::fiemap(std::os::fd::AsFd::as_fd(&f), 0, reseq::testing::FIEMAP_FLAG_SYNC)
         .unwrap()
         .iter()
         .map(|e| (e.physical, e.length))

@@ -6,7 +6,7 @@
 use std::process::Command;
 
 use crate::common::*;
-use reseq::support::scratch::{Mount, run_cmd};
+use reseq::testing::scratch::{Mount, run_cmd};
 
 const MIB: u64 = 1 << 20;
 

@@ -54,7 +54,7 @@ fn ext4_thirty_percent_full_writes_only_used_space_and_trims() {
     // Progress and its ETA count the bytes in use, not the device.
     let line = stderr(&out).lines().find(|l| l.contains("progress and ETA count those")).map(str::to_string);
     let line = line.unwrap_or_else(|| panic!("no in-use estimate logged: {}", stderr(&out)));
-    assert!(!line.contains(&format!("{} of", reseq::support::units::human_bytes(size))), "{line}");
+    assert!(!line.contains(&format!("{} of", reseq::testing::human_bytes(size))), "{line}");
     assert!(trimmed > 150 * MIB, "FITRIM should discard the free space ({trimmed})");
     assert_files_intact(kept);
     mnt.unmount().unwrap();

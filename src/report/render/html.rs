@@ -12,7 +12,7 @@ use crate::support::units::human_bytes;
 /// A table row: name and value (escaped when written).
 type Row = (&'static str, String);
 
-pub fn html(r: &Report) -> String {
+pub(crate) fn html(r: &Report) -> String {
     let mut body = heading(r);
     body += "<table>";
     for rows in [run_rows(r), plan_rows(r), measurement_rows(r), result_rows(r)] {

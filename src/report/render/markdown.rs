@@ -9,7 +9,7 @@ use crate::support::units::{human_bytes, human_rate};
 /// A table row: name and value.
 type Row = (&'static str, String);
 
-pub fn markdown(r: &Report) -> String {
+pub(crate) fn markdown(r: &Report) -> String {
     let mut s = format!("### reseq {} — {}\n\n", r.command, r.outcome_text());
     s += "| | |\n|---|---|\n";
     let rows = [run_rows(r), measurement_rows(r), outcome_rows(r)];

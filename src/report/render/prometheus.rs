@@ -9,7 +9,7 @@ use crate::report::Report;
 type Metric = (&'static str, &'static str, Option<f64>);
 
 /// Prometheus text exposition format, base units, one `target` label.
-pub fn prometheus(r: &Report) -> String {
+pub(crate) fn prometheus(r: &Report) -> String {
     let target = r
         .device
         .as_ref()

@@ -5,7 +5,7 @@ use crate::measure::bench::{BenchResult, ScanResult};
 use crate::support::units::{human_bytes, human_rate};
 
 /// A chart's series: label, colour, data.
-pub type Series<'a, T> = (&'a str, &'a str, &'a T);
+pub(crate) type Series<'a, T> = (&'a str, &'a str, &'a T);
 
 /// The region chart's plot area and scales.
 struct Frame {
@@ -32,7 +32,7 @@ impl Frame {
 }
 
 /// An SVG chart of throughput by region: one polyline per series.
-pub fn region_chart(series: &[Series<ScanResult>]) -> String {
+pub(crate) fn region_chart(series: &[Series<ScanResult>]) -> String {
     let top = series.iter().flat_map(|(_, _, s)| s.regions.iter().map(|r| r.bytes_per_second)).fold(1.0, f64::max);
     // Round ticks (1, 2 or 5 x a power of ten, in MiB/s) up to just above the top.
     let step = nice_step(top / 4.0);
@@ -178,7 +178,7 @@ fn trim_zeros(x: f64) -> String {
 }
 
 /// An SVG bar chart of each pass's throughput.
-pub fn pass_chart(series: &[Series<BenchResult>]) -> String {
+pub(crate) fn pass_chart(series: &[Series<BenchResult>]) -> String {
     let bars: Vec<(String, &str, f64)> = series
         .iter()
         .flat_map(|(label, color, b)| {

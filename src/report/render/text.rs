@@ -8,7 +8,7 @@ use crate::report::{FileReport, Report, WriteCost};
 use crate::support::units::{human_bytes, human_rate};
 
 /// The report as text; a dry run that succeeded prints its plan.
-pub fn text(r: &Report) -> String {
+pub(crate) fn text(r: &Report) -> String {
     if let (true, Some(t), 0) = (r.dry_run, &r.plan_text, r.outcome.exit_code) {
         let detail = r.plan_detail.as_deref().filter(|_| r.every_file);
         return t.clone() + detail.unwrap_or_default();

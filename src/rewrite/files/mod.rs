@@ -37,8 +37,8 @@ use crate::support::units::human_bytes;
 use crate::sys;
 
 mod planner;
-pub mod record;
-pub use planner::{Extent, plan_extents};
+pub(crate) mod record;
+pub(crate) use planner::{Extent, plan_extents};
 use planner::{FileTarget, FilesPlanner, Map, Member, SharedClaims, UNWRITTEN};
 
 /// Why an empty file is left alone (it has no block to rewrite).
@@ -248,7 +248,7 @@ fn extents_fingerprint(path: &Path) -> Option<String> {
 }
 
 /// `reseq rewrite FILE|DIR...`.
-pub fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
+pub(crate) fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
     let started = Instant::now();
     let mut report = Report::new("rewrite", o.dry_run);
     report.targets = o.targets.iter().map(|t| t.display().to_string()).collect();

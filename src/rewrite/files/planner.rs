@@ -33,18 +33,18 @@ use crate::sys;
 /// One piece of a file: `len` bytes at file offset `logical` live at device offset
 /// `physical`. In a window's map, `logical` is a virtual offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Extent {
-    pub logical: u64,
-    pub physical: u64,
-    pub len: u64,
+pub(crate) struct Extent {
+    pub(crate) logical: u64,
+    pub(crate) physical: u64,
+    pub(crate) len: u64,
 }
 
 /// This window's map, ascending by virtual offset.
-pub type Map = Arc<Mutex<Vec<Extent>>>;
+pub(crate) type Map = Arc<Mutex<Vec<Extent>>>;
 
 // include/uapi/linux/fiemap.h extent flags.
-pub const UNWRITTEN: u32 = 0x800;
-pub const SHARED: u32 = 0x2000;
+pub(crate) const UNWRITTEN: u32 = 0x800;
+pub(crate) const SHARED: u32 = 0x2000;
 const SKIP_FLAGS: [(u32, &str); 7] = [
     (0x2, "UNKNOWN"),
     (0x4, "DELALLOC"),
@@ -56,7 +56,7 @@ const SKIP_FLAGS: [(u32, &str); 7] = [
 ];
 
 /// Physical ranges of shared extents, and which file of the run claimed each.
-pub type SharedClaims = Arc<Mutex<HashMap<(u64, u64), usize>>>;
+pub(crate) type SharedClaims = Arc<Mutex<HashMap<(u64, u64), usize>>>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -65,7 +65,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Turns FIEMAP extents from `cursor` on into the pieces to rewrite, merging pieces that
 /// are adjacent both in the file and on the device. Returns the skip reason instead if an
 /// extent cannot be rewritten safely.
-pub fn plan_extents(
+pub(crate) fn plan_extents(
     exts: &[sys::FiemapExtent],
     cursor: u64,
     end: u64,
@@ -108,29 +108,29 @@ fn push_merged(out: &mut Vec<Extent>, e: Extent) {
 }
 
 /// One file of an engine run, and what happened to it.
-pub struct Member {
+pub(crate) struct Member {
     /// This file's index in the whole run (for shared-extent claims).
-    pub index: usize,
-    pub path: PathBuf,
+    pub(crate) index: usize,
+    pub(crate) path: PathBuf,
     file: std::fs::File,
     /// Size when the run started.
-    pub size: u64,
+    pub(crate) size: u64,
     /// Where the file starts in the run's virtual address space.
-    pub base: u64,
+    pub(crate) base: u64,
     /// Bytes of virtual space it occupies (its size rounded up to whole blocks).
-    pub span: u64,
+    pub(crate) span: u64,
     /// Why the file is skipped, if it is.
-    pub skipped: Option<String>,
+    pub(crate) skipped: Option<String>,
     /// Extents in the first map.
-    pub extents: Option<usize>,
-    pub bytes_unwritten: u64,
-    pub bytes_shared_elsewhere: u64,
+    pub(crate) extents: Option<usize>,
+    pub(crate) bytes_unwritten: u64,
+    pub(crate) bytes_shared_elsewhere: u64,
     /// Bytes written and verified (credited as the cursor passes them).
-    pub bytes_rewritten: u64,
+    pub(crate) bytes_rewritten: u64,
 }
 
 impl Member {
-    pub fn new(index: usize, path: PathBuf, file: std::fs::File, size: u64, span: u64) -> Member {
+    pub(crate) fn new(index: usize, path: PathBuf, file: std::fs::File, size: u64, span: u64) -> Member {
         Member {
             index,
             path,
@@ -146,7 +146,7 @@ impl Member {
         }
     }
 
-    pub fn file_metadata(&self) -> Result<std::fs::Metadata> {
+    pub(crate) fn file_metadata(&self) -> Result<std::fs::Metadata> {
         self.file.metadata().map_err(|e| Error::io(format!("fstat {}", self.path.display()), e))
     }
 }
@@ -158,8 +158,8 @@ fn release_claims(shared: &SharedClaims, index: usize) {
 }
 
 /// Plans the files of one engine run from FIEMAP, in every window.
-pub struct FilesPlanner {
-    pub members: Vec<Member>,
+pub(crate) struct FilesPlanner {
+    pub(crate) members: Vec<Member>,
     map: Map,
     shared: SharedClaims,
     /// Pieces of the last plan not yet credited to their file: (member, virtual offset,
@@ -169,7 +169,7 @@ pub struct FilesPlanner {
 
 impl FilesPlanner {
     /// Lays `members` end to end from virtual offset 0.
-    pub fn new(mut members: Vec<Member>, map: Map, shared: SharedClaims) -> FilesPlanner {
+    pub(crate) fn new(mut members: Vec<Member>, map: Map, shared: SharedClaims) -> FilesPlanner {
         let mut base = 0;
         for m in &mut members {
             m.base = base;
@@ -179,14 +179,14 @@ impl FilesPlanner {
     }
 
     /// The end of the virtual address space.
-    pub fn end(&self) -> u64 {
+    pub(crate) fn end(&self) -> u64 {
         self.members.last().map_or(0, |m| m.base + m.span)
     }
 
     /// Credits the planned bytes below `cursor` to their files: the engine has written,
     /// verified and recorded everything before its cursor. Call it with the run's last
     /// cursor when the run ends.
-    pub fn credit(&mut self, cursor: u64) {
+    pub(crate) fn credit(&mut self, cursor: u64) {
         for (mi, at, len) in self.planned.drain(..) {
             self.members[mi].bytes_rewritten += cursor.clamp(at, at + len) - at;
         }
@@ -262,11 +262,11 @@ impl Planner for FilesPlanner {
 }
 
 /// Files seen as a block device: virtual offsets in, device offsets out.
-pub struct FileTarget {
-    pub dev: Arc<DirectDevice>,
-    pub map: Map,
-    pub len: u64,
-    pub name: String,
+pub(crate) struct FileTarget {
+    pub(crate) dev: Arc<DirectDevice>,
+    pub(crate) map: Map,
+    pub(crate) len: u64,
+    pub(crate) name: String,
 }
 
 impl FileTarget {

@@ -22,10 +22,10 @@ use crate::options::resume::RunOptions;
 use crate::support::error::{Error, Result};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunHeader {
-    pub targets: Vec<String>,
-    pub options: RunOptions,
-    pub started_at: String,
+pub(crate) struct RunHeader {
+    pub(crate) targets: Vec<String>,
+    pub(crate) options: RunOptions,
+    pub(crate) started_at: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -37,23 +37,23 @@ enum Line {
 
 /// What an earlier, unfinished run left.
 #[derive(Debug)]
-pub struct Earlier {
-    pub header: RunHeader,
+pub(crate) struct Earlier {
+    pub(crate) header: RunHeader,
     /// Files it finished: (device, inode, birth time, extents).
-    pub done: HashSet<Key>,
+    pub(crate) done: HashSet<Key>,
 }
 
 /// A file as it was when it was finished: one whose extents moved since (recreated,
 /// extended, truncated) is not done, whatever its inode; one written in place (a live
 /// database's pages) still is.
-pub type Key = (String, u64, Option<u64>, Option<String>);
+pub(crate) type Key = (String, u64, Option<u64>, Option<String>);
 
-pub fn key(id: &FileIdentity) -> Key {
+pub(crate) fn key(id: &FileIdentity) -> Key {
     (id.dev.clone(), id.ino, id.birth_time, id.extents.clone())
 }
 
 /// Where the record of a run over `targets` lives.
-pub fn path_for(state_dir: &Path, targets: &[PathBuf]) -> PathBuf {
+pub(crate) fn path_for(state_dir: &Path, targets: &[PathBuf]) -> PathBuf {
     let mut names: Vec<String> =
         targets.iter().map(|t| std::fs::canonicalize(t).unwrap_or_else(|_| t.clone()).display().to_string()).collect();
     names.sort();
@@ -62,13 +62,13 @@ pub fn path_for(state_dir: &Path, targets: &[PathBuf]) -> PathBuf {
     state_dir.join(format!("files-{}.run", &hash[..16]))
 }
 
-pub fn canonical_targets(targets: &[PathBuf]) -> Vec<String> {
+pub(crate) fn canonical_targets(targets: &[PathBuf]) -> Vec<String> {
     targets.iter().map(|t| std::fs::canonicalize(t).unwrap_or_else(|_| t.clone()).display().to_string()).collect()
 }
 
 /// Reads the record at `path`, if there is one. A damaged first line is refused: nothing
 /// then says which files were done.
-pub fn read(path: &Path) -> Result<Option<Earlier>> {
+pub(crate) fn read(path: &Path) -> Result<Option<Earlier>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -94,7 +94,7 @@ pub fn read(path: &Path) -> Result<Option<Earlier>> {
 }
 
 /// The record of the running run.
-pub struct Record {
+pub(crate) struct Record {
     path: PathBuf,
     file: Option<File>,
     header: RunHeader,
@@ -107,12 +107,12 @@ pub struct Record {
 impl Record {
     /// A record, written at the first [`Record::release`] (the state directory may be on
     /// a frozen filesystem until then).
-    pub fn new(path: PathBuf, header: RunHeader) -> Record {
+    pub(crate) fn new(path: PathBuf, header: RunHeader) -> Record {
         Record { path, file: None, header, waiting: Vec::new(), finished: false, any_done: false }
     }
 
     /// Continues the record of a resumed run.
-    pub fn resume(path: PathBuf, earlier: &Earlier) -> Result<Record> {
+    pub(crate) fn resume(path: PathBuf, earlier: &Earlier) -> Result<Record> {
         let ctx = |e| Error::io(format!("opening {}", path.display()), e);
         let torn = !std::fs::read(&path).map_err(ctx)?.ends_with(b"\n");
         let mut file = OpenOptions::new().append(true).open(&path).map_err(ctx)?;
@@ -131,18 +131,18 @@ impl Record {
         })
     }
 
-    pub fn done(&mut self, id: FileIdentity) {
+    pub(crate) fn done(&mut self, id: FileIdentity) {
         self.waiting.push(id);
         self.any_done = true;
     }
 
     /// No file was recorded done by this run.
-    pub fn nothing_done(&self) -> bool {
+    pub(crate) fn nothing_done(&self) -> bool {
         !self.any_done
     }
 
     /// Writes what waits, durably. Call it only after the device was flushed, thawed.
-    pub fn release(&mut self) -> Result<()> {
+    pub(crate) fn release(&mut self) -> Result<()> {
         if self.finished {
             return Ok(());
         }
@@ -167,12 +167,12 @@ impl Record {
         Ok(())
     }
 
-    pub fn has_waiting(&self) -> bool {
+    pub(crate) fn has_waiting(&self) -> bool {
         !self.finished && (!self.waiting.is_empty() || self.file.is_none())
     }
 
     /// Every file is done: the record goes (and is not written again).
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         let _ = std::fs::remove_file(&self.path);
         self.finished = true;
     }

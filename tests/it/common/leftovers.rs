@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use reseq::host::{mounts, procs};
+use reseq::testing::{mounts, procs};
 
 /// Not `.reseq-*` nor `*.tmp`: tests look for reseq's own temporary files by those names.
 const OWNER: &str = "test-owner";

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 pub mod leftovers;
 
-pub use reseq::support::scratch::{LoopDevice, Mount, XorShift, hash_path, mkfs_ext4, mkfs_xfs, run_cmd};
+pub use reseq::testing::scratch::{LoopDevice, Mount, XorShift, hash_path, mkfs_ext4, mkfs_xfs, run_cmd};
 
 /// The machine, shared by the tests that run side by side, or held by one alone.
 static MACHINE: RwLock<()> = RwLock::new(());
@@ -321,13 +321,13 @@ pub fn is_block_device(p: &Path) -> bool {
 /// Finished chunks in the journal of `dev`.
 pub fn journal_done(state_dir: &Path, dev: &LoopDevice) -> u64 {
     let p = state_dir.join(format!("device-{}.journal", dev.name()));
-    reseq::engine::journal::read(&p).unwrap().map(|r| r.done).unwrap_or(0)
+    reseq::testing::journal::read(&p).unwrap().map(|r| r.done).unwrap_or(0)
 }
 
 /// Bytes of `dev` the journal says are done (chunk sizes may adapt, so count bytes).
 pub fn journal_done_bytes(state_dir: &Path, dev: &LoopDevice) -> u64 {
     let p = state_dir.join(format!("device-{}.journal", dev.name()));
-    reseq::engine::journal::read(&p).unwrap().map(|r| r.done_offset).unwrap_or(0)
+    reseq::testing::journal::read(&p).unwrap().map(|r| r.done_offset).unwrap_or(0)
 }
 
 /// A process appending numbered records to `log` until `stop` exists.

@@ -4,14 +4,14 @@
 //! Sizes: a 1 GiB file on a 2 GiB device with the stages scaled by 1/4; the reference
 //! notes this gives the 4 GiB / 8 GiB numbers divided by 4 (docs/FTL-MODEL.md).
 
-use reseq::engine::journal::Journal;
-use reseq::engine::{self, EngineConfig};
-use reseq::host::freeze::NoFreeze;
-use reseq::sim::experiment::{Order, Strategy, degrade, rewrite};
-use reseq::sim::ftl::{Ftl, Params, SLOT, seq_read_time};
-use reseq::sim::{SimDevice, SimState};
-use reseq::support::output::Progress;
-use reseq::support::signals::StopFlag;
+use crate::engine::journal::Journal;
+use crate::engine::{self, EngineConfig};
+use crate::host::freeze::NoFreeze;
+use crate::sim::experiment::{Order, Strategy, degrade, rewrite};
+use crate::sim::ftl::{Ftl, Params, SLOT, seq_read_time};
+use crate::sim::{SimDevice, SimState};
+use crate::support::output::Progress;
+use crate::support::signals::StopFlag;
 
 const MIB: u64 = 1 << 20;
 const FILE: u64 = 1 << 30;
@@ -51,7 +51,7 @@ fn reseq_engine(ftl: Ftl, noise_interval_us: f64, chunk_size: u64) -> (Ftl, f64)
     let (stats, result) = engine::run(
         &dev,
         &cfg,
-        &mut reseq::engine::Everything,
+        &mut crate::engine::Everything,
         &mut NoFreeze,
         &mut Journal::none(),
         &mut Progress::new(FILE, 0, true),
@@ -104,7 +104,7 @@ fn reseq_engine_restores_a_degraded_drive_and_bad_strategies_do_worse() {
     assert!(curve[4] > 2.5 * fresh_t);
 
     // reseq's own engine, default chunk size, verification on.
-    let default_chunk = reseq::options::rewrite::DEFAULT_CHUNK_SIZE.bytes();
+    let default_chunk = crate::options::rewrite::DEFAULT_CHUNK_SIZE.bytes();
     let (_, ours) = reseq_engine(deg.clone(), 0.0, default_chunk);
     eprintln!("consumer-nvme: fresh {fresh_t:.3} s, degraded {:.3} s, after reseq {ours:.3} s", curve[4]);
     assert!(ours <= fresh_t * 1.03, "reseq's engine left {ours:.3} s vs fresh {fresh_t:.3} s");
@@ -163,8 +163,8 @@ fn state_file_round_trip() {
 /// regions writes at most 30 % of what a full rewrite writes and reads as fast after.
 #[test]
 fn only_slow_regions_on_a_partly_fragmented_drive() {
-    use reseq::commands::simulate::{engine_rewrite, slow_regions_of};
-    use reseq::engine::{Everything, Selected};
+    use crate::commands::simulate::{engine_rewrite, slow_regions_of};
+    use crate::engine::{Everything, Selected};
     let size = 1u64 << 30;
     let p = Params { logical_bytes: size, ..Params::preset("consumer-nvme").unwrap() };
     let mut state = SimState::new(p);
@@ -172,7 +172,7 @@ fn only_slow_regions_on_a_partly_fragmented_drive() {
     state.ftl.write_lpns(0..n);
     // Random 4 KiB writes confined to [40 %, 60 %) of the device.
     let (lo, hi) = (n * 2 / 5, n * 3 / 5);
-    let mut rng = reseq::sim::pyrandom::PyRandom::new(3);
+    let mut rng = crate::sim::pyrandom::PyRandom::new(3);
     let lpns: Vec<u64> = (0..(400 * MIB / SLOT)).map(|_| rng.randrange(lo, hi)).collect();
     state.ftl.write_lpns(lpns);
     let degraded = seq_read_time(&mut state.ftl.clone(), 0, n, MIB, 1);

@@ -2,8 +2,8 @@
 //! within 0.1 %, same GC counts exactly. Fixtures: tests/fixtures/ftl_reference.json,
 //! made by tests/fixtures/ftl_reference.py (its docstring has the command).
 
-use reseq::sim::experiment::{Order, Strategy, degrade, rewrite};
-use reseq::sim::ftl::{Ftl, Params, SLOT, seq_read_time};
+use crate::sim::experiment::{Order, Strategy, degrade, rewrite};
+use crate::sim::ftl::{Ftl, Params, SLOT, seq_read_time};
 use serde_json::Value;
 
 fn params(base: &Value, over: &Value) -> Params {
@@ -24,7 +24,7 @@ fn close(what: &str, got: f64, want: f64) {
 
 #[test]
 fn rust_model_matches_the_python_reference() {
-    let fixtures: Vec<Value> = serde_json::from_str(include_str!("../fixtures/ftl_reference.json")).unwrap();
+    let fixtures: Vec<Value> = serde_json::from_str(include_str!("../../tests/fixtures/ftl_reference.json")).unwrap();
     assert!(fixtures.len() >= 5);
     for sc in &fixtures {
         let name = sc["name"].as_str().unwrap();

@@ -12,15 +12,15 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use reseq::engine::guard::{Reporter, WindowEnd, WindowGuard};
-use reseq::engine::journal::{self, Journal, RunRecord};
-use reseq::engine::target::BlockTarget;
-use reseq::engine::{self, EngineConfig, EngineStats};
-use reseq::sim::ftl::Params;
-use reseq::sim::{SimDevice, SimState};
-use reseq::support::error::{Error, Result};
-use reseq::support::output::Progress;
-use reseq::support::signals::StopFlag;
+use crate::engine::guard::{Reporter, WindowEnd, WindowGuard};
+use crate::engine::journal::{self, Journal, RunRecord};
+use crate::engine::target::BlockTarget;
+use crate::engine::{self, EngineConfig, EngineStats};
+use crate::sim::ftl::Params;
+use crate::sim::{SimDevice, SimState};
+use crate::support::error::{Error, Result};
+use crate::support::output::Progress;
+use crate::support::signals::StopFlag;
 
 const CHUNK: u64 = 64 << 10;
 const CHUNKS: u64 = 16;
@@ -254,7 +254,7 @@ fn run(script: Script, fail_writes_at: Option<u64>, differ_at: Option<u64>, max_
 fn run_record(cfg: &EngineConfig) -> RunRecord {
     RunRecord {
         version: journal::JOURNAL_VERSION,
-        identity: reseq::host::device::DeviceIdentity {
+        identity: crate::host::device::DeviceIdentity {
             name: "sim".into(),
             dev: "0:0".into(),
             size_bytes: DEVICE,

@@ -1,0 +1,7 @@
+//! Tests of the library's parts together, without root: the engine's invariants over a
+//! simulated SSD with a scripted guard, the simulated SSD against the Python reference,
+//! and the engine restoring a degraded simulated drive.
+
+mod engine_script;
+mod sim_reference;
+mod sim_ssd;
