@@ -32,6 +32,7 @@ pub mod testing {
     pub use crate::engine::{journal, rescue};
     pub use crate::host::{mounts, procs};
     pub use crate::report::{Report, SCHEMA_VERSION};
+    pub use crate::rewrite::files::record;
     pub use crate::sim::experiment::{Strategy, degrade, rewrite};
     pub use crate::sim::ftl::{Ftl, Params, SLOT};
     pub use crate::support::exit_codes::ExitCode;

@@ -213,10 +213,10 @@ fn files(r: &mut Roff) {
         "The journal of a device's run (--state-dir, RESEQ_STATE_DIR): the plan and every finished chunk, each line checked by blake3. --resume continues from it. When the run finishes it is compacted to the plan and the verified chunks with their hashes, and kept until the next run of that device replaces it.",
     )]);
     r.control("TP", [])
-        .text([italic("/var/lib/reseq/file-DEV-INODE.journal")])
-        .text([roman("File mode: the journal of a large file being rewritten, removed when the file is done.")]);
+        .text([italic("/var/lib/reseq/files-KEY-DEVICE.journal")])
+        .text([roman("File mode: the journal of the run over one filesystem's files, with their table; every file below its cursor is finished. Removed when the run finishes.")]);
     r.control("TP", []).text([italic("/var/lib/reseq/files-KEY.run")]).text([roman(
-        "File mode: the run's targets and options, and the files it finished; removed when the run finishes. --resume skips the files it lists.",
+        "File mode: the run's targets and options, and the files finished before a resume; removed when the run finishes. --resume skips the files it and the journals list, and continues the file a journal stopped in.",
     )]);
     r.control("TP", []).text([italic("/var/lib/reseq/rescue-NAME-OFFSET-BLAKE3.bin")]).text([roman(
         "A rescue copy: the original bytes of a chunk whose write did not verify, with a JSON header. reseq restore puts it back.",

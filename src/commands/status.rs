@@ -13,7 +13,8 @@ use crate::support::error::{Error, Result};
 /// An unfinished run.
 #[derive(Debug, Serialize)]
 pub(crate) struct Unfinished {
-    /// `device`, `files` (a file-mode run) or `file` (a large file's own journal).
+    /// `device`, `files` (a file-mode run) or `file` (a file-mode run's journal of one
+    /// filesystem, named by the file it stopped in).
     pub(crate) kind: String,
     /// The device, the targets, or the file.
     pub(crate) target: String,
@@ -131,9 +132,15 @@ fn journal_entry(st: &mut Status, p: &Path, name: &str) {
                 st.unreadable.push(format!("{shown}: its first record is damaged"));
                 return;
             };
-            let (kind, target) = match &run.file {
-                Some(f) => ("file", f.path.clone()),
-                None if name.starts_with("file-batch-") => return, // small files: redone, not resumed
+            // A file-mode run's journal names the file it stopped in.
+            let at = run.files.iter().find(|p| r.done_offset < p.base + p.span).or(run.files.last());
+            let (kind, target) = match at {
+                Some(p) => ("file", p.file.path.clone()),
+                None if name.starts_with("file-") => {
+                    let why =
+                        "a file journal of an older reseq, which is not resumed (its file is done again): remove it";
+                    return st.unreadable.push(format!("{shown}: {why}"));
+                }
                 None => ("device", format!("/dev/{}", run.identity.name)),
             };
             st.unfinished.push(Unfinished {

@@ -4,8 +4,8 @@
 //! [`WindowGuard::may_write`] before each write, and [`WindowGuard::end`] after the last.
 //! It lives here, below the host layer, so that the engine depends on no implementation:
 //! [`NoFreeze`] (an unmounted device, a simulation) is here; the guarded freeze through
-//! the forked guardian, and the wrappers that batch windows or check for other writers,
-//! are in `host::freeze`.
+//! the forked guardian, and the wrapper that checks for other writers, are in
+//! `host::freeze`.
 
 use std::time::Duration;
 
@@ -27,11 +27,6 @@ pub(crate) trait WindowGuard {
     fn freezes(&self) -> bool;
     /// The hard limit of one window, if any.
     fn deadline(&self) -> Option<Duration>;
-    /// What is left of that limit for the next window: less than all of it in a window
-    /// kept open from an earlier run (file mode's `host::freeze::Batched`).
-    fn time_left(&self) -> Option<Duration> {
-        self.deadline()
-    }
     /// Starts a window (freezes).
     fn begin(&mut self) -> Result<()>;
     /// Asks to write; `Ok(false)` means the window is over and nothing may be written.
@@ -48,16 +43,6 @@ pub(crate) trait WindowGuard {
     /// Called before each chunk's write: checks that may stop the run mid-window.
     fn recheck(&mut self) -> Result<()> {
         Ok(())
-    }
-    /// Ends a window in which the engine finished all it was asked to do. A guard that
-    /// batches several targets into one window may keep it open for the next one.
-    fn end_complete(&mut self) -> Result<WindowEnd> {
-        self.end()
-    }
-    /// Whether a window is still open after `end_complete` (the filesystems are still
-    /// frozen: nothing may be written to them, and held output stays held).
-    fn frozen_now(&self) -> bool {
-        false
     }
 }
 

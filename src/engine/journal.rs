@@ -36,24 +36,32 @@ pub(crate) struct RunRecord {
     pub(crate) range_end_bytes: u64,
     pub(crate) chunks_total: u64,
     pub(crate) started_at: String,
-    /// File mode: the file this journal is about (a changed identity means a new run).
-    #[serde(default)]
-    pub(crate) file: Option<FileIdentity>,
+    /// File mode: the files of the run, where each lies in its virtual address space.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) files: Vec<Placed>,
     /// Device mode: the options the run was started with (`--resume` keeps them).
     #[serde(default)]
     pub(crate) options: Option<crate::options::resume::RunOptions>,
 }
 
-/// Which file a file-mode journal belongs to.
+/// A file of a file-mode run: `[base, base + span)` of the run's virtual addresses.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct FileIdentity {
+pub(crate) struct Placed {
+    pub(crate) base: u64,
+    pub(crate) span: u64,
+    pub(crate) file: FileIdentity,
+}
+
+/// A file of a file-mode run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileIdentity {
     /// "major:minor" of the filesystem's device.
     pub(crate) dev: String,
     pub(crate) ino: u64,
     /// Creation time in ns (statx btime), where the filesystem records it: tells a new
     /// file from an old one that reused the inode number.
     pub(crate) birth_time: Option<u64>,
-    pub(crate) path: String,
+    pub path: String,
     /// The inode's change time in ns when recorded (for the reader: a live database
     /// moves it constantly, so it does not decide whether the file is the same).
     #[serde(default)]
@@ -64,15 +72,6 @@ pub(crate) struct FileIdentity {
     /// extended, truncated) a resume does the file again. Null: not read.
     #[serde(default)]
     pub(crate) extents: Option<String>,
-}
-
-impl FileIdentity {
-    /// The same file with its blocks where they were: device, inode, birth time and
-    /// extents (not its path, not its change time).
-    pub(crate) fn same_layout(&self, other: &FileIdentity) -> bool {
-        (&self.dev, self.ino, self.birth_time, &self.extents)
-            == (&other.dev, other.ino, other.birth_time, &other.extents)
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -357,8 +356,6 @@ pub(crate) fn replace_atomically(path: &Path, text: &str) -> std::io::Result<()>
 /// An open journal, appending.
 pub(crate) struct Journal {
     file: Option<File>,
-    /// A journal not yet on disk ([`Journal::create_deferred`]): its first record.
-    unborn: Option<String>,
     path: PathBuf,
     /// Records held back while the state directory's filesystem is frozen.
     held: Vec<String>,
@@ -378,19 +375,6 @@ impl Journal {
         Journal::append_to(path)
     }
 
-    /// As [`Journal::create`], but nothing touches the disk until the hold is released:
-    /// file mode starts the journals of the files that share a freeze window this way,
-    /// so that the window is not spent on their fsyncs.
-    pub(crate) fn create_deferred(path: &Path, run: RunRecord) -> Journal {
-        Journal {
-            file: None,
-            unborn: Some(encode(&Record::Run(Box::new(run)))),
-            path: path.to_path_buf(),
-            held: Vec::new(),
-            hold: true,
-        }
-    }
-
     /// Opens an existing journal to continue it, repairing it first if a line is damaged
     /// (appending after a damaged line would leave every new record unread).
     pub(crate) fn append_to(path: &Path) -> Result<Journal> {
@@ -401,31 +385,21 @@ impl Journal {
             .append(true)
             .open(path)
             .map_err(|e| Error::io(format!("opening journal {}", path.display()), e))?;
-        Ok(Journal { file: Some(file), unborn: None, path: path.to_path_buf(), held: Vec::new(), hold: false })
+        Ok(Journal { file: Some(file), path: path.to_path_buf(), held: Vec::new(), hold: false })
     }
 
     /// A journal that records nothing (dry runs, simulations without state).
     pub(crate) fn none() -> Journal {
-        Journal { file: None, unborn: None, path: PathBuf::new(), held: Vec::new(), hold: false }
+        Journal { file: None, path: PathBuf::new(), held: Vec::new(), hold: false }
     }
 
-    pub(crate) fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         &self.path
     }
 
     /// While held, records stay in memory (the journal's filesystem is frozen).
     pub(crate) fn set_hold(&mut self, hold: bool) -> Result<()> {
         self.hold = hold;
-        if !hold && let Some(first) = self.unborn.take() {
-            let text = first + &std::mem::take(&mut self.held).concat();
-            let ctx = |e| Error::io(format!("creating journal {}", self.path.display()), e);
-            if let Some(dir) = self.path.parent() {
-                std::fs::create_dir_all(dir).map_err(ctx)?;
-            }
-            replace_atomically(&self.path, &text).map_err(ctx)?;
-            self.file = Some(OpenOptions::new().append(true).open(&self.path).map_err(ctx)?);
-            return Ok(());
-        }
         if !hold && !self.held.is_empty() {
             let text = std::mem::take(&mut self.held).concat();
             self.write(&text, true)?;
@@ -447,7 +421,7 @@ impl Journal {
 
     fn append(&mut self, rec: &Record, durable: bool) -> Result<()> {
         let line = encode(rec);
-        if self.hold || self.unborn.is_some() {
+        if self.hold {
             self.held.push(line);
             Ok(())
         } else {
@@ -468,26 +442,13 @@ impl Journal {
     /// Makes every record so far durable (one fsync for a batch of chunks). While held,
     /// this happens when the hold is released.
     pub(crate) fn commit(&mut self) -> Result<()> {
-        if self.hold || self.unborn.is_some() { Ok(()) } else { self.write("", true) }
-    }
-
-    /// Drops a finished run's journal (file mode: a finished file needs none; without
-    /// it the next run starts afresh, as with a finished one). Held records go too.
-    pub(crate) fn discard(self) {
-        if self.file.is_some() {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-
-    /// Whether records wait in memory for [`Journal::set_hold`]`(false)`.
-    pub(crate) fn is_held(&self) -> bool {
-        self.hold || self.unborn.is_some()
+        if self.hold { Ok(()) } else { self.write("", true) }
     }
 
     /// Ends the run, and compacts the journal when it is on disk (see [`compact`]).
     pub fn finished(&mut self) -> Result<()> {
         self.append(&Record::Finished, true)?;
-        if self.file.is_some() && !self.is_held() {
+        if self.file.is_some() && !self.hold {
             // Housekeeping after a finished run: its failure (a full state directory)
             // must not fail the run, whose end is already durable.
             if let Err(e) = compact(&self.path) {
@@ -511,8 +472,7 @@ impl Journal {
 pub(crate) fn compact(path: &Path) -> std::io::Result<()> {
     let text = std::fs::read_to_string(path)?;
     let r = replay(&text);
-    // File mode drops a finished file's journal at once: nothing to keep.
-    if !r.finished || r.damage.is_some() || r.run.as_ref().is_some_and(|run| run.file.is_some()) {
+    if !r.finished || r.damage.is_some() {
         return Ok(());
     }
     let kept: String =
@@ -542,7 +502,7 @@ mod tests {
             range_end_bytes: 1 << 20,
             chunks_total: 256,
             started_at: "2026-11-22T00:00:00Z".into(),
-            file: None,
+            files: Vec::new(),
             options: None,
         }
     }
@@ -686,10 +646,6 @@ mod tests {
         assert!(!text.contains("\"begin\""), "{text}");
         let r = read(&p).unwrap().unwrap();
         assert_eq!((r.done, r.done_offset, r.finished, r.in_flight.len()), (4, 16384, true, 0));
-        // Still a journal reseq appends to, and then discards (file mode).
-        j.commit().unwrap();
-        j.discard();
-        assert!(!p.exists());
     }
 
     #[test]

@@ -147,6 +147,9 @@ pub(crate) struct EngineStats {
     /// Wall time of the rewrite itself (a benchmark before or after is not in it).
     #[serde(default)]
     pub(crate) rewrite_seconds: f64,
+    /// Seconds frozen, window by window (file mode reports each file's windows).
+    #[serde(skip)]
+    pub(crate) window_seconds: Vec<f64>,
 }
 
 /// Busy time of each stage, in seconds, summed over the run. The reader, hasher and
@@ -170,6 +173,11 @@ pub(crate) struct StageSeconds {
 /// what makes the plan true for the whole window.
 pub(crate) trait Planner {
     fn ranges(&mut self, cursor: u64, end: u64) -> Result<Vec<(u64, u64)>>;
+    /// Where the last plan ends: a window that does all of it has done everything
+    /// before this offset (file mode maps a window's worth of files at a time).
+    fn planned_until(&self, end: u64) -> u64 {
+        end
+    }
 }
 
 /// Rewrites everything: the whole range.
@@ -320,6 +328,7 @@ pub(crate) fn run(
         window_written: None,
         rescued: Vec::new(),
         started: Instant::now(),
+        plan_end: cfg.range_end,
     };
     let started = Instant::now();
     let result = engine.run_windows(planner, guard);
@@ -351,6 +360,8 @@ struct Engine<'a> {
     rescued: Vec<(std::result::Result<PathBuf, String>, bool)>,
     /// When the run began: `--rate` counts from here.
     started: Instant,
+    /// Where this window's plan ends ([`Planner::planned_until`]).
+    plan_end: u64,
 }
 
 /// How far ahead of `--rate` a window may write before it ends and a pause makes up
@@ -367,16 +378,13 @@ impl Engine<'_> {
         }
         // Soft budget: stop starting chunks at 3/4 of the guardian's deadline, leaving room
         // for one slow chunk, its read-back and the thaw. Each overrun halves the share.
-        // In a window kept open from an earlier run, the same reserve comes off what is
-        // left, so the window stops at the same point as one of its own.
         let mut share = 0.75;
         let run_start = self.started;
         while self.stats.next_offset_bytes < self.cfg.range_end {
-            let full = guard.deadline().map(|d| d.mul_f64(share));
-            let budget = guard.deadline().zip(guard.time_left()).map(|(d, l)| l.saturating_sub(d.mul_f64(1.0 - share)));
+            let budget = guard.deadline().map(|d| d.mul_f64(share));
             self.pause_between_windows(run_start)?;
             let (end, flow) = self.window(planner, guard, budget)?;
-            if self.account_window(guard, end, flow, full, &mut share)? {
+            if self.account_window(guard, end, flow, budget, &mut share)? {
                 break;
             }
         }
@@ -413,6 +421,7 @@ impl Engine<'_> {
     ) -> Result<bool> {
         let frozen = end.frozen.as_secs_f64();
         self.stats.total_frozen_seconds += frozen;
+        self.stats.window_seconds.push(frozen);
         self.stats.longest_freeze_seconds = self.stats.longest_freeze_seconds.max(frozen);
         if guard.freezes() {
             log::debug!(
@@ -437,7 +446,7 @@ impl Engine<'_> {
             // The writer stopped short of the end: not complete.
             return Ok(false);
         }
-        Ok(matches!(flow, WindowFlow::Complete))
+        Ok(matches!(flow, WindowFlow::Complete) && self.stats.next_offset_bytes >= self.cfg.range_end)
     }
 
     /// A window overran its deadline: an error once `--max-overruns` have, else the
@@ -481,8 +490,7 @@ impl Engine<'_> {
             Ok((end, flow)) => Ok((end, flow.map_err(|e| self.locate(e)))),
             Err(e) => Err(self.locate(e)),
         };
-        // A window kept open for the next target (file mode) is not over yet.
-        if !guard.frozen_now() && sys::leave_window() {
+        if sys::leave_window() {
             log::info!("continued after a stop (SIGTSTP) that waited for the window to end");
         }
         r
@@ -509,7 +517,10 @@ impl Engine<'_> {
         let window_start = self.open_window(guard)?;
         // Plan while frozen. If planning fails, the window still ends (thaws) here.
         let chunks = match planner.ranges(self.stats.next_offset_bytes, self.cfg.range_end) {
-            Ok(ranges) => self.cfg.chunks_of(&ranges, self.chunk_size),
+            Ok(ranges) => {
+                self.plan_end = planner.planned_until(self.cfg.range_end);
+                self.cfg.chunks_of(&ranges, self.chunk_size)
+            }
             Err(e) => {
                 let _ = guard.end();
                 self.release_hold()?;
@@ -517,7 +528,7 @@ impl Engine<'_> {
             }
         };
         let ran = self.run_stages(guard, &chunks, window_start, budget);
-        self.close_window(guard, ran)
+        self.close_window(ran)
     }
 
     /// Holds output and (if asked) journal records, and starts the window (freezes).
@@ -525,8 +536,7 @@ impl Engine<'_> {
     fn open_window(&mut self, guard: &mut dyn WindowGuard) -> Result<Instant> {
         if guard.freezes() {
             output::hold();
-            // Still held from a window kept open for this file (file mode batching).
-            self.journal.set_hold(self.cfg.journal_on_frozen_fs || self.journal.is_held())?;
+            self.journal.set_hold(self.cfg.journal_on_frozen_fs)?;
         }
         // The guardian's deadline starts before the first FIFREEZE; so does our clock.
         let window_start = Instant::now();
@@ -593,7 +603,7 @@ impl Engine<'_> {
                 stop_reader.store(true, Ordering::SeqCst);
                 drop(written_tx);
                 hooks::point("window-end");
-                ran.end = if matches!(flow, Ok(WindowFlow::Complete)) { guard.end_complete() } else { guard.end() };
+                ran.end = guard.end();
                 hashed_rx.iter().for_each(drop);
                 let (read, read_time) = reader.join().unwrap_or_default();
                 ran.read = read;
@@ -610,22 +620,17 @@ impl Engine<'_> {
 
     /// After the thaw: rescue copies settle, held output and journal records go out,
     /// and what the window verified is flushed and journaled.
-    fn close_window(&mut self, guard: &mut dyn WindowGuard, ran: Ran) -> Result<(WindowEnd, Result<WindowFlow>)> {
+    fn close_window(&mut self, ran: Ran) -> Result<(WindowEnd, Result<WindowFlow>)> {
         let Ran { end, flow, read, taken } = ran;
-        let still_frozen = guard.frozen_now();
-        if !still_frozen {
-            output::release();
-        }
+        output::release();
         let lost = matches!(end, Err(Error::FreezeLost { .. })) || matches!(flow, Err(Error::FreezeLost { .. }));
         // Named in whatever error ends the run, the journal's own included.
-        let rescued = self.settle_rescues(still_frozen, lost);
+        let rescued = self.settle_rescues(lost);
         let attach = |e: Error| match &rescued {
             Some(text) => e.with_rescue(text.clone()),
             None => e,
         };
-        // A window kept open for the next file: the journal keeps holding, and the device
-        // is flushed before its records are written, by whoever closes the window.
-        self.journal.set_hold(still_frozen).map_err(attach)?;
+        self.journal.set_hold(false).map_err(attach)?;
         hooks::point("after-thaw");
         self.stats.bytes_read += read;
         self.stats.bytes_read_ahead_dropped += read.saturating_sub(taken);
@@ -633,10 +638,10 @@ impl Engine<'_> {
         let end = end.map_err(attach)?;
         // Flushed and journaled after the thaw: nothing here needs the freeze, and the
         // filesystem should not wait for the device's cache flush.
-        if still_frozen { self.record_done() } else { self.commit() }.map_err(attach)?;
+        self.commit().map_err(attach)?;
         if matches!(flow, Ok(WindowFlow::Complete)) {
             // Everything the plan asked for is done; what it left out needs nothing.
-            self.stats.next_offset_bytes = self.cfg.range_end;
+            self.stats.next_offset_bytes = self.plan_end;
         }
         Ok((end, flow))
     }
@@ -847,7 +852,7 @@ impl Engine<'_> {
     /// thawed), and the error gets a sentence per copy. When the freeze was lost, a
     /// differing read-back was the filesystem's own write (its pre-read bytes are older
     /// than what it wrote): that copy is dropped, and the error names the range instead.
-    fn settle_rescues(&mut self, still_frozen: bool, freeze_lost: bool) -> Option<String> {
+    fn settle_rescues(&mut self, freeze_lost: bool) -> Option<String> {
         let to = self.cfg.rescue.as_ref()?;
         let rescued = std::mem::take(&mut self.rescued);
         let mut lines = Vec::new();
@@ -860,7 +865,7 @@ impl Engine<'_> {
                     let _ = rescue::remove(&path);
                 }
                 Ok(path) => {
-                    let path = if still_frozen { path } else { rescue::settle_in(&to.dir, &path) };
+                    let path = rescue::settle_in(&to.dir, &path);
                     lines.push(format!(
                         "The original bytes are saved in {}: once the device is fixed, put them back with `{}`",
                         path.display(),

@@ -2,12 +2,12 @@
 //!
 //! The seam itself ([`WindowGuard`], [`NoFreeze`]) is the engine's, in
 //! [`crate::engine::guard`]; here is [`GuardedFreeze`], which freezes through the
-//! [guardian](crate::host::guardian), and the wrappers file and device mode put around
-//! a guard ([`Batched`], [`WritersChecked`]).
+//! [guardian](crate::host::guardian), and the wrapper file and device mode put around
+//! it ([`WritersChecked`]).
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::errno::Errno;
 
@@ -406,132 +406,6 @@ impl Drop for GuardedFreeze {
     }
 }
 
-/// Batches the windows of several engine runs (file mode: one run per file) into shared
-/// freezes. When a run finishes its file with time to spare, the window stays open for
-/// the next file, mapped and rewritten in the same freeze; it closes when the time left
-/// is under 30 % of the deadline, when the engine ends a window for any other reason,
-/// or when [`Batched::finish`] is called. Every window is still the guardian's, with its
-/// deadline and bound: the guardian grants no write past it, whoever asks.
-pub(crate) struct Batched<G: WindowGuard> {
-    pub(crate) inner: G,
-    /// When the open window froze.
-    open: Option<Instant>,
-    /// Whether another target follows (set by the caller before each run).
-    pub(crate) more: bool,
-    /// Thawed time between windows (`--pause`).
-    pause: Duration,
-    /// Ends a pause early: a stop asked for between windows is seen in 50 ms, not after
-    /// the pause (the engine then stops before its first write).
-    stop: crate::support::signals::StopFlag,
-    last_thaw: Option<Instant>,
-    /// Real freezes so far.
-    pub(crate) windows: u64,
-    /// Runs after each thaw: what waited for the window to close (file mode: journals
-    /// and the run's record, after a device flush). Its error ends the window with it.
-    pub(crate) after_thaw: Option<Box<dyn FnMut() -> Result<()>>>,
-}
-
-impl<G: WindowGuard> Batched<G> {
-    pub(crate) fn new(inner: G, pause: Duration, stop: crate::support::signals::StopFlag) -> Batched<G> {
-        Batched { inner, open: None, more: false, pause, stop, last_thaw: None, windows: 0, after_thaw: None }
-    }
-
-    /// Ends the open window, if any (thaws). Safe to call at any time.
-    pub(crate) fn finish(&mut self) -> Result<WindowEnd> {
-        if self.open.take().is_none() {
-            return Ok(WindowEnd::default());
-        }
-        let end = self.inner.end();
-        self.last_thaw = Some(Instant::now());
-        // What the engine held back while the window stayed open goes out now.
-        crate::support::output::release();
-        if crate::sys::leave_window() {
-            log::info!("continued after a stop (SIGTSTP) that waited for the window to end");
-        }
-        let end = end?;
-        if let Some(f) = &mut self.after_thaw {
-            f()?;
-        }
-        Ok(end)
-    }
-
-    fn left(&self) -> Option<Duration> {
-        let d = self.inner.deadline()?;
-        Some(self.open.map_or(d, |t| d.saturating_sub(t.elapsed())))
-    }
-}
-
-impl<G: WindowGuard> WindowGuard for Batched<G> {
-    fn freezes(&self) -> bool {
-        self.inner.freezes()
-    }
-    fn deadline(&self) -> Option<Duration> {
-        self.inner.deadline()
-    }
-    /// In an open window, what is left of it.
-    fn time_left(&self) -> Option<Duration> {
-        self.left()
-    }
-    fn begin(&mut self) -> Result<()> {
-        if self.open.is_some() {
-            return Ok(());
-        }
-        if let Some(t) = self.last_thaw {
-            self.stop.sleep(self.pause.saturating_sub(t.elapsed()));
-            // A stop during the pause: no freeze after it (the engine fills in the figures).
-            if let Some(sig) = self.stop.signal() {
-                return Err(crate::support::error::Error::Interrupted {
-                    signal: sig.into(),
-                    done_bytes: 0,
-                    total_bytes: 0,
-                });
-            }
-        }
-        // The guardian's deadline starts before its FIFREEZE; so does the time left.
-        let start = Instant::now();
-        self.inner.begin()?;
-        self.open = Some(start);
-        self.windows += 1;
-        Ok(())
-    }
-    fn may_write(&mut self) -> Result<bool> {
-        self.inner.may_write()
-    }
-    fn announce(&mut self, offset: u64, len: u64, hash: &blake3::Hash) {
-        self.inner.announce(offset, len, hash)
-    }
-    fn wrote(&mut self) -> Result<()> {
-        self.inner.wrote()
-    }
-    fn reporter(&self) -> Result<Reporter> {
-        self.inner.reporter()
-    }
-    fn recheck(&mut self) -> Result<()> {
-        self.inner.recheck()
-    }
-    fn end(&mut self) -> Result<WindowEnd> {
-        self.finish()
-    }
-    fn end_complete(&mut self) -> Result<WindowEnd> {
-        // The engine keeps a quarter of the whole deadline in reserve (for a slow chunk
-        // and the thaw); beyond that, a next run needs room for a few chunks.
-        let full = self.inner.deadline().unwrap_or_default();
-        if self.more && self.open.is_some() && self.left().is_some_and(|l| l > full.mul_f64(0.3)) {
-            return Ok(WindowEnd::default());
-        }
-        self.finish()
-    }
-    fn frozen_now(&self) -> bool {
-        self.open.is_some()
-    }
-}
-
-impl<G: WindowGuard> Drop for Batched<G> {
-    fn drop(&mut self) {
-        let _ = self.finish();
-    }
-}
-
 /// Any guard, with a check before each window that nothing else writes the target (see
 /// [`crate::host::writers`]): a writer that appears mid-run stops it between windows.
 pub(crate) struct WritersChecked<G: WindowGuard> {
@@ -572,11 +446,8 @@ impl<G: WindowGuard> WindowGuard for WritersChecked<G> {
     fn deadline(&self) -> Option<Duration> {
         self.inner.deadline()
     }
-    fn time_left(&self) -> Option<Duration> {
-        self.inner.time_left()
-    }
-    /// Before each window, unless the last check is under 100 ms old: file mode runs
-    /// windows of small files back to back, and a check reads all of /proc.
+    /// Before each window, unless the last check is under 100 ms old (a check reads all
+    /// of /proc).
     fn begin(&mut self) -> Result<()> {
         if self.checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)) {
             self.check()?;

@@ -200,7 +200,7 @@ fn describe_freeze(plan: &RewritePlan) -> String {
 
 /// How much of the run the filesystems stay frozen: windows use 3/4 of their bound, and
 /// only the pauses between them let writers through.
-fn frozen_share(max_freeze: std::time::Duration, pause: std::time::Duration, rate: Option<u64>) -> String {
+pub(crate) fn frozen_share(max_freeze: std::time::Duration, pause: std::time::Duration, rate: Option<u64>) -> String {
     if rate.is_some() {
         return "  frozen: set by --rate: a window ends once the run is a quarter second ahead of its rate, and the pause after it makes up the time\n".into();
     }
@@ -625,7 +625,7 @@ fn start_journal(plan: &RewritePlan) -> Result<Journal> {
                 range_end_bytes: plan.engine.range_end,
                 chunks_total: plan.engine.chunks_total(),
                 started_at: now_rfc3339(),
-                file: None,
+                files: Vec::new(),
                 options: Some(plan.options.clone()),
             },
         ),

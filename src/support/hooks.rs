@@ -21,8 +21,7 @@
 //! taken), `window-start` (after the freeze), `before-write` (before asking to write),
 //! `after-permit` (granted, before the write syscall), `after-write`, `after-verify`,
 //! `after-journal`, `after-read` (the reader stage, a chunk read ahead), `window-end`
-//! (before the thaw), `after-thaw`, `files-recorded` (file
-//! mode: finished files written durably to the run's record), `before-trim` (thawed,
+//! (before the thaw), `after-thaw`, `before-trim` (thawed,
 //! before the first FITRIM slice), `trim-slice` (before each FITRIM slice).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

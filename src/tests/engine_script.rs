@@ -269,7 +269,7 @@ fn run_record(cfg: &EngineConfig) -> RunRecord {
         range_end_bytes: cfg.range_end,
         chunks_total: cfg.chunks_total(),
         started_at: "2026-01-01T00:00:00Z".into(),
-        file: None,
+        files: Vec::new(),
         options: None,
     }
 }

@@ -49,7 +49,7 @@ fn man_page_and_completions() {
         "[values: text, json, md, html, prom]",
         "/etc/reseq/NAME.toml",
         "files-KEY.run",
-        "file-DEV-INODE.journal",
+        "files-KEY-DEVICE.journal",
         "reseq rewrite /dev/nvme0n1p3 --resume",
         "reseq@pgdata.timer",
     ] {

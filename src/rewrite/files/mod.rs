@@ -11,20 +11,17 @@
 //! Everything else is the device mode's: the guardian owns every freeze, a chunk's read
 //! and write lie inside one window, and every chunk is verified.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::journal::{self, FileIdentity, Journal, RunRecord};
-use crate::engine::target::{BlockTarget, DirectDevice};
+use crate::engine::journal::{self, FileIdentity, Journal, Placed, RunRecord};
 use crate::engine::{self, EngineConfig, EngineStats};
 use crate::host::device::{self, Sysfs};
-use crate::host::freeze::{Batched, GuardedFreeze, WindowGuard, WritersChecked};
+use crate::host::freeze::{GuardedFreeze, WritersChecked};
 use crate::host::mounts::{self, MountedFs};
 use crate::options::resume::RunOptions;
 use crate::options::rewrite::{DEFAULT_FILE_MAX_FREEZE, RewriteOptions};
@@ -37,9 +34,9 @@ use crate::support::units::human_bytes;
 use crate::sys;
 
 mod planner;
-pub(crate) mod record;
-pub(crate) use planner::{Extent, plan_extents};
-use planner::{FileTarget, FilesPlanner, Map, Member, SharedClaims, UNWRITTEN};
+pub mod record;
+
+use planner::{FileTarget, FilesPlanner, Map, Member, UNWRITTEN};
 
 /// Why an empty file is left alone (it has no block to rewrite).
 const EMPTY: &str = "empty, nothing to rewrite";
@@ -213,14 +210,10 @@ fn not_encrypted(f: &Path) -> Result<()> {
     ))
 }
 
-/// "major:minor" of the filesystem a file is on.
-fn file_dev(md: &std::fs::Metadata) -> String {
-    format!("{}:{}", nix::sys::stat::major(md.dev()), nix::sys::stat::minor(md.dev()))
-}
-
-fn file_identity(path: &Path, md: &std::fs::Metadata) -> FileIdentity {
+/// A file as a run records it: device, inode, birth time, and where its extents lie.
+fn file_identity(path: &Path, md: &std::fs::Metadata, exts: Option<&[sys::FiemapExtent]>) -> FileIdentity {
     FileIdentity {
-        dev: file_dev(md),
+        dev: format!("{}:{}", nix::sys::stat::major(md.dev()), nix::sys::stat::minor(md.dev())),
         ino: md.ino(),
         birth_time: md
             .created()
@@ -229,22 +222,26 @@ fn file_identity(path: &Path, md: &std::fs::Metadata) -> FileIdentity {
             .map(|d| d.as_nanos() as u64),
         path: path.display().to_string(),
         changed_ns: Some(md.ctime() as u64 * 1_000_000_000 + md.ctime_nsec() as u64),
-        extents: extents_fingerprint(path),
+        extents: exts.map(fingerprint),
     }
 }
 
-/// blake3 of a file's extents (logical, physical, length), without syncing it.
-fn extents_fingerprint(path: &Path) -> Option<String> {
-    use std::os::fd::AsFd;
+/// A file's extents, mapped without syncing it or a freeze (for its identity and the
+/// run's order; the run maps again while frozen).
+fn mapped(path: &Path) -> Option<Vec<sys::FiemapExtent>> {
     let f = std::fs::File::open(path).ok()?;
-    let extents = sys::fiemap(f.as_fd(), 0, 0).ok()?;
+    sys::fiemap(f.as_fd(), 0, 0).ok()
+}
+
+/// blake3 of a file's extents (logical, physical, length).
+fn fingerprint(extents: &[sys::FiemapExtent]) -> String {
     let mut h = blake3::Hasher::new();
-    for e in &extents {
+    for e in extents {
         for v in [e.logical, e.physical, e.length] {
             h.update(&v.to_le_bytes());
         }
     }
-    Some(h.finalize().to_hex().to_string())
+    h.finalize().to_hex().to_string()
 }
 
 /// `reseq rewrite FILE|DIR...`.
@@ -319,30 +316,41 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
     let stop = ready_to_write()?;
     let frozen: Vec<MountedFs> = groups.iter().map(|g| g.fs.clone()).collect();
     let state = crate::host::state_dir::prepare(&o.state_dir, &frozen, o.chunk_size.bytes() * 2 + (1 << 20))?;
+    write_record(o, &record_path, earlier.as_ref())?;
     let (progress, files_total, files_done) = overall_progress(&planned, &left_alone, earlier.as_ref(), quiet);
-    let run = FileRun {
+    let mut run = FileRun {
         o,
         stop: &stop,
-        shared: Arc::default(),
         state_dir: &state.path,
         planned: &planned,
         left_alone: &left_alone,
         earlier: earlier.as_ref(),
+        record: record_path,
         placement: &placement,
-        pending: Rc::new(RefCell::new(Pending {
-            journals: Vec::new(),
-            record: run_record(o, record_path, earlier.as_ref())?,
-        })),
-        freezes: RefCell::default(),
-        progress: RefCell::new(progress),
-        files_done: files_done.into(),
+        progress,
+        files_done,
         files_total,
-        run_start: Instant::now(),
+        totals: EngineStats::default(),
+        reports: Vec::new(),
     };
-    let mut acc = Accounts::default();
-    let outcome = run.groups(&groups, unfinished, &mut acc);
-    run.progress.borrow().close();
-    run.finish(outcome?, acc, &measured, report)
+    let outcome = run.groups(&groups, unfinished);
+    run.progress.close();
+    run.finish(outcome?, &measured, report)
+}
+
+/// The run's record, written before the first window (killed in it, the next run knows
+/// an unfinished run is there): the interrupted run's, with the files it finished, or a
+/// new one.
+fn write_record(o: &RewriteOptions, path: &Path, earlier: Option<&record::Earlier>) -> Result<()> {
+    let header = match earlier {
+        Some(e) => e.header.clone(),
+        None => record::RunHeader {
+            targets: record::canonical_targets(&o.targets),
+            options: RunOptions::of(o),
+            started_at: now_rfc3339(),
+        },
+    };
+    record::write(path, &header, earlier.iter().flat_map(|e| e.done.values()))
 }
 
 /// The process before its first write: a low I/O priority, and the signals that stop it
@@ -385,172 +393,43 @@ fn overall_progress(
     (progress, files, done)
 }
 
-/// The run's record: the interrupted one's, continued, or a new one.
-fn run_record(o: &RewriteOptions, path: PathBuf, earlier: Option<&record::Earlier>) -> Result<record::Record> {
-    Ok(match earlier {
-        Some(e) => record::Record::resume(path, e)?,
-        None => record::Record::new(
-            path,
-            record::RunHeader {
-                targets: record::canonical_targets(&o.targets),
-                options: RunOptions::of(o),
-                started_at: now_rfc3339(),
-            },
-        ),
-    })
-}
-
 /// What a file-mode run shares across its filesystems.
 struct FileRun<'a> {
     o: &'a RewriteOptions,
     stop: &'a StopFlag,
-    shared: SharedClaims,
     state_dir: &'a Path,
     planned: &'a [Planned],
     /// `--only-slow`: the files left alone, with why.
     left_alone: &'a HashMap<usize, String>,
     earlier: Option<&'a record::Earlier>,
+    /// The run's record; each filesystem's journal lies beside it.
+    record: PathBuf,
     /// Where each filesystem's guardian goes.
     placement: &'a crate::host::cgroup::Placement,
-    /// Journals of files whose window is still open, and the files done in it: written
-    /// after it closes.
-    pending: Rc<RefCell<Pending>>,
-    /// Every freeze of the run, and the ones each file was rewritten in.
-    freezes: RefCell<Freezes>,
     /// One progress over all files: bytes and files done, rate and ETA.
-    progress: RefCell<Progress>,
-    files_done: std::cell::Cell<usize>,
+    progress: Progress,
+    files_done: usize,
     files_total: usize,
-    run_start: Instant,
-}
-
-/// The run's freezes, numbered across its filesystems, and each file's first and last:
-/// small files share freezes that another engine run (or the file loop) closes, so a
-/// file's own engine run cannot tell how long its freeze lasted.
-#[derive(Default)]
-struct Freezes {
-    /// Seconds frozen, by window number - 1.
-    seconds: Vec<f64>,
-    /// A file's first and last window.
-    files: HashMap<usize, (u64, u64)>,
-}
-
-impl Freezes {
-    fn closed(&mut self, window: u64, end: &Result<crate::host::freeze::WindowEnd>) {
-        let (Ok(end), Some(i)) = (end, (window as usize).checked_sub(1)) else { return };
-        if self.seconds.len() <= i {
-            self.seconds.resize(i + 1, 0.0);
-        }
-        self.seconds[i] = end.frozen.as_secs_f64();
-    }
-
-    /// Each file's windows, and the longest of them, into its report.
-    fn fill(&self, reports: &mut Reports) {
-        for (fi, r) in reports.iter_mut() {
-            let Some(&(first, last)) = self.files.get(fi) else { continue };
-            r.windows = last + 1 - first;
-            let own = self.seconds.get(first as usize - 1..(last as usize).min(self.seconds.len())).unwrap_or(&[]);
-            r.longest_freeze_seconds = own.iter().copied().fold(0.0, f64::max);
-        }
-    }
-}
-
-/// The file loop's guard as the engine sees it: the same, and each freeze it closes is
-/// noted in the run's [`Freezes`].
-struct Noted<'a> {
-    guard: &'a mut Batched<WritersChecked<GuardedFreeze>>,
-    freezes: &'a RefCell<Freezes>,
-    /// Windows of the filesystems before this one.
-    base: u64,
-}
-
-impl Noted<'_> {
-    /// Ends the window (`end` or `end_complete`), noting it if it closed.
-    fn close(
-        &mut self,
-        end: impl FnOnce(&mut Batched<WritersChecked<GuardedFreeze>>) -> Result<crate::host::freeze::WindowEnd>,
-    ) -> Result<crate::host::freeze::WindowEnd> {
-        let (window, open) = (self.base + self.guard.windows, self.guard.frozen_now());
-        let r = end(self.guard);
-        if open && !self.guard.frozen_now() {
-            self.freezes.borrow_mut().closed(window, &r);
-        }
-        r
-    }
-}
-
-impl WindowGuard for Noted<'_> {
-    fn freezes(&self) -> bool {
-        self.guard.freezes()
-    }
-    fn deadline(&self) -> Option<Duration> {
-        self.guard.deadline()
-    }
-    fn time_left(&self) -> Option<Duration> {
-        self.guard.time_left()
-    }
-    fn begin(&mut self) -> Result<()> {
-        self.guard.begin()
-    }
-    fn may_write(&mut self) -> Result<bool> {
-        self.guard.may_write()
-    }
-    fn announce(&mut self, offset: u64, len: u64, hash: &blake3::Hash) {
-        self.guard.announce(offset, len, hash)
-    }
-    fn wrote(&mut self) -> Result<()> {
-        self.guard.wrote()
-    }
-    fn reporter(&self) -> Result<crate::engine::guard::Reporter> {
-        self.guard.reporter()
-    }
-    fn recheck(&mut self) -> Result<()> {
-        self.guard.recheck()
-    }
-    fn end(&mut self) -> Result<crate::host::freeze::WindowEnd> {
-        self.close(|g| g.end())
-    }
-    fn end_complete(&mut self) -> Result<crate::host::freeze::WindowEnd> {
-        self.close(|g| g.end_complete())
-    }
-    fn frozen_now(&self) -> bool {
-        self.guard.frozen_now()
-    }
-}
-
-/// What the run added up: engine figures, freezes, and each file's report.
-#[derive(Default)]
-struct Accounts {
     totals: EngineStats,
-    windows: u64,
-    file_reports: Reports,
+    /// Files' reports, by their index in the run.
+    reports: Vec<(usize, FileReport)>,
 }
 
 impl FileRun<'_> {
-    /// Each filesystem in turn. `Err`: stopped before its jobs (nothing more is
-    /// reported); `Ok(outcome)`: the first error of the jobs, or of closing a window.
-    fn groups(&self, groups: &[FsGroup], mut unfinished: Option<Error>, acc: &mut Accounts) -> Result<Result<()>> {
-        let mut outcome = Ok(());
+    /// Each filesystem in turn. `Err`: stopped before its run (nothing more is
+    /// reported); `Ok(outcome)`: what its engine run came to.
+    fn groups(&mut self, groups: &[FsGroup], mut unfinished: Option<Error>) -> Result<Result<()>> {
         for (gi, g) in groups.iter().enumerate() {
-            let (jobs, end) = self.group(gi, g, &mut unfinished, acc)?;
-            match (jobs, end) {
-                (Err(e), _) => return Ok(Err(e)),
-                (Ok(()), Err(e)) => outcome = Err(e),
-                (Ok(()), Ok(())) => {}
+            if let Err(e) = self.group(gi, g, &mut unfinished)? {
+                return Ok(Err(e));
             }
         }
-        Ok(outcome)
+        Ok(Ok(()))
     }
 
-    /// One filesystem: its device taken and checked, one guardian, its files' jobs.
-    /// Returns the jobs' result and that of closing the last window.
-    fn group(
-        &self,
-        gi: usize,
-        g: &FsGroup,
-        unfinished: &mut Option<Error>,
-        acc: &mut Accounts,
-    ) -> Result<(Result<()>, Result<()>)> {
+    /// One filesystem: its device taken and checked, one guardian, one engine run over
+    /// its files.
+    fn group(&mut self, gi: usize, g: &FsGroup, unfinished: &mut Option<Error>) -> Result<Result<()>> {
         let _lock = crate::host::state_dir::lock_device(
             self.state_dir,
             &g.device.identity.name,
@@ -564,39 +443,146 @@ impl FileRun<'_> {
         if let Some(e) = unfinished.take() {
             return Err(e);
         }
-        let mut guard = self.guard(g)?;
-        let state_on_fs = crate::host::state_dir::on_frozen(self.state_dir, std::slice::from_ref(&g.fs));
-        if state_on_fs {
-            log::warn!(
-                "the state directory {} is on {}, which is frozen: each file gets windows of its own (journals cannot be opened while it is frozen). A state directory on another filesystem lets small files share windows",
-                self.state_dir.display(),
-                g.fs.mount_point.display()
-            );
+        let todo = self.todo(gi);
+        if todo.is_empty() {
+            return Ok(Ok(()));
         }
-        let cx = JobContext { run: self, g, dev: &dev, state_on_fs, window_base: acc.windows };
-        let todo = self.todo(gi, &mut acc.file_reports);
-        let r = run_jobs(&cx, &mut guard, &todo, &mut acc.totals, &mut acc.file_reports);
-        // Whatever ended the jobs, the window closes here; the jobs' error comes first.
-        let end = account(&mut acc.totals, cx.noted(&mut guard).close(|g| g.finish()))
-            .and_then(|()| release(&dev, &self.pending));
-        acc.windows += guard.windows;
-        Ok((r, end))
+        let (members, table, start) = self.members(g, &todo);
+        let map: Map = Arc::default();
+        let mut planner = FilesPlanner::new(members, Arc::clone(&map), self.o.max_freeze() / 10);
+        let end = planner.end();
+        let mut journal = Journal::create(&record::journal_path(&self.record, &g.device.identity.name), {
+            let mut run = run_record(g, self.o.chunk_size.bytes(), end);
+            run.files = table;
+            run
+        })?;
+        let mut guard = self.guard(g, journal.path())?;
+        let name = format!("{} file(s) on {}", planner.members.len(), g.fs.mount_point.display());
+        let target = FileTarget { dev, map, len: end, name };
+        let cfg = self.config(g, &planner.members, start, end);
+        let goal = self.progress.done() + planner.members.iter().map(|m| m.size).sum::<u64>();
+        let (stats, result) =
+            engine::run(&target, &cfg, &mut planner, &mut guard, &mut journal, &mut self.progress, self.stop);
+        planner.credit(stats.next_offset_bytes);
+        // Holes, unwritten and shared ranges are not rewritten, yet done; so is the start
+        // of a resumed file.
+        if result.is_ok() {
+            self.progress.advance(goal.saturating_sub(self.progress.done()));
+        }
+        self.settle(&planner.members, start, &stats, result.is_ok());
+        Ok(result)
+    }
+
+    /// The files to rewrite, in the order of their first block on the device (path order
+    /// says nothing about where files lie; this order lets files that lie one after
+    /// another share I/Os, and writes the device ascending), the file the interrupted
+    /// run stopped in first; their table for the journal; and where that file resumes.
+    fn members(&mut self, g: &FsGroup, todo: &[usize]) -> (Vec<Member>, Vec<Placed>, u64) {
+        let align = u64::from(g.device.dio_offset_align);
+        let mut files: Vec<(u64, Member, FileIdentity)> = Vec::new();
+        let mut start = 0;
+        for &fi in todo {
+            let path = &self.planned[fi].path;
+            let Ok(md) = std::fs::metadata(path) else {
+                self.reports.push((fi, skipped_report(path, "deleted before its turn")));
+                continue;
+            };
+            let exts = mapped(path);
+            let id = file_identity(path, &md, exts.as_deref());
+            // A file ends at its last filesystem block, so that the next file's first
+            // block can follow it in one I/O (the slack after the end of the file is the
+            // file's own block, written back as read).
+            let unit = md.blksize().max(align);
+            let m = Member::new(fi, path.clone(), md.len(), md.len().div_ceil(unit) * unit);
+            let resumed = self.earlier.and_then(|e| e.partial.get(&record::key(&id))).filter(|&&at| at < m.span);
+            let first = match resumed {
+                Some(&at) if start == 0 => {
+                    start = at;
+                    0
+                }
+                _ => exts.as_deref().and_then(|e| e.first()).map_or(u64::MAX, |e| e.physical.max(1)),
+            };
+            files.push((first, m, id));
+        }
+        files.sort_by_key(|f| f.0);
+        let (mut base, mut table) = (0, Vec::new());
+        let members = files
+            .into_iter()
+            .map(|(_, m, file)| {
+                table.push(Placed { base, span: m.span, file });
+                base += m.span;
+                m
+            })
+            .collect();
+        (members, table, start)
     }
 
     /// One guardian per filesystem, forked while no other thread runs, and nothing else
-    /// may write its device (a raw writer bypasses the freeze). Small files share
-    /// windows: one freeze maps and rewrites as many as fit.
-    fn guard(&self, g: &FsGroup) -> Result<Batched<WritersChecked<GuardedFreeze>>> {
+    /// may write its device (a raw writer bypasses the freeze).
+    fn guard(&self, g: &FsGroup, journal: &Path) -> Result<WritersChecked<GuardedFreeze>> {
         let mut freeze = GuardedFreeze::start(vec![g.fs.clone()], self.o.max_freeze(), self.placement)?;
         freeze.set_target(&g.device.path)?;
-        let writers =
-            WritersChecked::new(freeze, g.device.path.clone(), g.device.devices_sharing_bytes(&Sysfs::default()));
-        Ok(Batched::new(writers, self.o.pause, self.stop.clone()))
+        freeze.set_journal(journal)?;
+        Ok(WritersChecked::new(freeze, g.device.path.clone(), g.device.devices_sharing_bytes(&Sysfs::default())))
+    }
+
+    /// The engine's configuration for the files of one filesystem, laid end to end in
+    /// `[0, range_end)`.
+    fn config(&self, g: &FsGroup, members: &[Member], start: u64, range_end: u64) -> EngineConfig {
+        let o = self.o;
+        if start > 0 {
+            log::info!(
+                "{}: resuming at {} of {}",
+                members[0].path.display(),
+                human_bytes(start),
+                human_bytes(members[0].span)
+            );
+        }
+        EngineConfig {
+            chunk_size: o.chunk_size.bytes(),
+            range_start: 0,
+            range_end,
+            start_offset: start,
+            verify: !o.no_verify,
+            read_ahead: o.read_ahead,
+            pause: o.pause,
+            // Journal records wait in memory while the state directory is frozen.
+            journal_on_frozen_fs: crate::host::state_dir::on_frozen(self.state_dir, std::slice::from_ref(&g.fs)),
+            max_overruns: o.max_overruns,
+            rate_bytes_per_second: o.rate.map(|r| r.bytes_per_second()),
+            rescue: Some(crate::engine::rescue::RescueTo {
+                dir: self.state_dir.to_path_buf(),
+                device_path: g.device.path.clone(),
+                identity: g.device.identity.clone(),
+                files: members.iter().map(|m| (m.base, m.span, m.path.display().to_string())).collect(),
+            }),
+        }
+    }
+
+    /// After a filesystem's run: its figures into the totals, and each file's report
+    /// (done when the run finished, or its cursor went past the whole file).
+    fn settle(&mut self, members: &[Member], start: u64, stats: &EngineStats, finished: bool) {
+        add(&mut self.totals, stats);
+        for m in members {
+            let done = finished || m.base + m.span <= stats.next_offset_bytes;
+            let mut r = member_report(m, start, done, !self.o.no_verify);
+            if let Some((first, last)) = m.windows {
+                let own = stats.window_seconds.get(first as usize - 1..last as usize).unwrap_or(&[]);
+                r.windows = last + 1 - first;
+                r.longest_freeze_seconds = own.iter().copied().fold(0.0, f64::max);
+            }
+            if let Some(why) = &m.skipped {
+                log::warn!("{}: skipped: {why}", m.path.display());
+            }
+            self.files_done += usize::from(done);
+            self.reports.push((m.index, r));
+        }
+        self.progress.set_message(format!("{} of {} files", self.files_done, self.files_total));
     }
 
     /// The files of filesystem `gi` to rewrite; those left alone (`--only-slow`) and
     /// those the resumed run finished get their report here.
-    fn todo(&self, gi: usize, file_reports: &mut Reports) -> Vec<usize> {
+    fn todo(&mut self, gi: usize) -> Vec<usize> {
         let planned = self.planned;
         let mut todo = Vec::new();
         for fi in (0..planned.len()).filter(|&fi| planned[fi].fs == gi) {
@@ -608,7 +594,7 @@ impl FileRun<'_> {
             };
             let mut fr = skipped_report(&planned[fi].path, "");
             (fr.skipped_reason, fr.left_alone, fr.size_bytes) = (None, Some(why), size.unwrap_or(0));
-            file_reports.push((fi, fr));
+            self.reports.push((fi, fr));
         }
         if let Some(e) = self.earlier {
             todo.retain(|&fi| match done_earlier(e, &planned[fi].path) {
@@ -616,7 +602,7 @@ impl FileRun<'_> {
                     let mut fr = skipped_report(&planned[fi].path, "");
                     (fr.skipped_reason, fr.size_bytes, fr.done_earlier) = (None, size, true);
                     fr.verification = if self.o.no_verify { "off" } else { "passed" }.into();
-                    file_reports.push((fi, fr));
+                    self.reports.push((fi, fr));
                     false
                 }
                 None => true,
@@ -625,109 +611,67 @@ impl FileRun<'_> {
         todo
     }
 
-    /// After the last filesystem: the record closed when nothing is left unfinished,
+    /// After the last filesystem: the record removed when nothing is left unfinished,
     /// the benchmark after, and the report's figures.
-    fn finish(&self, mut outcome: Result<()>, acc: Accounts, measured: &[&Path], report: &mut Report) -> Result<()> {
-        let Accounts { mut totals, windows, mut file_reports } = acc;
-        self.freezes.borrow().fill(&mut file_reports);
-        // Finished, or refused before anything was written or done: no unfinished run to
-        // leave behind (a resumed run's record stays: it still lists what was done).
-        let refused_untouched = matches!(outcome, Err(Error::Refused { .. }))
-            && totals.bytes_written == 0
-            && self.earlier.is_none()
-            && self.pending.borrow().record.nothing_done();
+    fn finish(self, mut outcome: Result<()>, measured: &[&Path], report: &mut Report) -> Result<()> {
+        // Finished, or refused before anything was written: no unfinished run to leave
+        // behind (a resumed run's record stays: it still lists what was done).
+        let refused_untouched =
+            matches!(outcome, Err(Error::Refused { .. })) && self.totals.bytes_written == 0 && self.earlier.is_none();
         if outcome.is_ok() || refused_untouched {
-            self.pending.borrow_mut().record.finish();
+            record::remove(&self.record);
         }
         if self.o.bench && outcome.is_ok() {
-            log::info!("benchmarking the same files after the rewrite");
-            // Files deleted during the run are not read after it either (nor at the
-            // re-check, those deleted by then).
-            let still: Vec<&Path> = measured.iter().copied().filter(|p| p.exists()).collect();
-            outcome = match crate::measure::passes::measure_files(&still, &self.o.bench_opts) {
-                Ok((b, s)) => {
-                    if let Some(before) = &report.bench_before {
-                        let v = crate::measure::bench::verdict_of(before, &b);
-                        let target = || {
-                            let left: Vec<&Path> = still.iter().copied().filter(|p| p.exists()).collect();
-                            crate::measure::passes::files_target(&left)
-                        };
-                        report.verdict =
-                            crate::measure::passes::recheck(Some(v), before, &b, &self.o.bench_opts, self.stop, target);
-                    }
-                    (report.bench_after, report.scan_after) = (Some(b), Some(s));
-                    Ok(())
-                }
-                Err(e) => crate::rewrite::cut_short(report.bench_before.as_ref(), e).map(|v| report.verdict = v),
-            };
+            outcome = bench_after(self.o, self.stop, measured, report);
         }
-        // Freezes, not engine windows: files rewritten in one freeze share it.
-        totals.windows = windows;
-        report.results = Some(totals);
+        report.results = Some(self.totals);
         // In path order, whatever order the runs took.
-        file_reports.sort_by_key(|(fi, _)| *fi);
-        report.files = Some(file_reports.into_iter().map(|(_, r)| r).collect());
+        let mut reports = self.reports;
+        reports.sort_by_key(|(fi, _)| *fi);
+        report.files = Some(reports.into_iter().map(|(_, r)| r).collect());
         outcome
     }
 }
 
-/// The engine runs of one filesystem, in order, in windows shared while time is left in
-/// them. Returns at the first error; the caller closes the window.
-fn run_jobs(
-    cx: &JobContext,
-    guard: &mut Batched<WritersChecked<GuardedFreeze>>,
-    todo: &[usize],
-    totals: &mut EngineStats,
-    file_reports: &mut Reports,
-) -> Result<()> {
-    let pending = &cx.run.pending;
-    // The record names the run before its first window: killed in it, the next run
-    // knows an unfinished run is there.
-    release(cx.dev, pending)?;
-    // Whenever a window closes, even inside a run of many windows, what waited for
-    // it goes out: a kill then loses no file already finished.
-    guard.after_thaw = Some(Box::new({
-        let (dev, pending) = (Arc::clone(cx.dev), Rc::clone(pending));
-        move || release(&dev, &pending)
-    }));
-    let jobs = group_jobs(cx, todo);
-    for (ji, job) in jobs.iter().enumerate() {
-        guard.more = !cx.state_on_fs && ji + 1 < jobs.len();
-        let (fr, stats, r) = run_job(cx, guard, job);
-        add(totals, &stats);
-        file_reports.extend(fr);
-        r?;
-        if !guard.frozen_now() {
-            release(cx.dev, pending)?;
-        }
-        // --rate over the whole run: the windows of each job keep to it; between
-        // jobs, wait off whatever the run is still ahead by, thawed.
-        if let Some(rate) = cx.run.o.rate.map(|r| r.bytes_per_second()) {
-            let due = Duration::from_secs_f64(totals.bytes_written as f64 / rate as f64);
-            if due > cx.run.run_start.elapsed() {
-                account(totals, cx.noted(guard).close(|g| g.finish()))?;
-                release(cx.dev, pending)?;
-                cx.run.stop.sleep(due.saturating_sub(cx.run.run_start.elapsed()));
+/// The benchmark after the rewrite, and its verdict.
+fn bench_after(o: &RewriteOptions, stop: &StopFlag, measured: &[&Path], report: &mut Report) -> Result<()> {
+    log::info!("benchmarking the same files after the rewrite");
+    // Files deleted during the run are not read after it either (nor at the re-check,
+    // those deleted by then).
+    let still: Vec<&Path> = measured.iter().copied().filter(|p| p.exists()).collect();
+    match crate::measure::passes::measure_files(&still, &o.bench_opts) {
+        Ok((b, s)) => {
+            if let Some(before) = &report.bench_before {
+                let v = crate::measure::bench::verdict_of(before, &b);
+                let target = || {
+                    let left: Vec<&Path> = still.iter().copied().filter(|p| p.exists()).collect();
+                    crate::measure::passes::files_target(&left)
+                };
+                report.verdict = crate::measure::passes::recheck(Some(v), before, &b, &o.bench_opts, stop, target);
             }
+            (report.bench_after, report.scan_after) = (Some(b), Some(s));
+            Ok(())
         }
+        Err(e) => crate::rewrite::cut_short(report.bench_before.as_ref(), e).map(|v| report.verdict = v),
     }
-    Ok(())
 }
 
-/// Counts a window that the file loop closed (the engine counted the others).
-fn account(t: &mut EngineStats, end: Result<crate::host::freeze::WindowEnd>) -> Result<()> {
-    let end = end?;
-    let frozen = end.frozen.as_secs_f64();
-    let window = EngineStats {
-        total_frozen_seconds: frozen,
-        longest_freeze_seconds: frozen,
-        windows_overrun: u64::from(end.overran),
-        ..EngineStats::default()
-    };
-    add(t, &window);
-    Ok(())
+/// The journal's run record for the files of one filesystem, `[0, end)`.
+fn run_record(g: &FsGroup, chunk_size: u64, end: u64) -> RunRecord {
+    RunRecord {
+        version: journal::JOURNAL_VERSION,
+        identity: g.device.identity.clone(),
+        chunk_size_bytes: chunk_size,
+        range_start_bytes: 0,
+        range_end_bytes: end,
+        chunks_total: end.div_ceil(chunk_size),
+        started_at: now_rfc3339(),
+        files: Vec::new(),
+        options: None,
+    }
 }
 
+/// Sums the figures of the filesystems' runs.
 fn add(t: &mut EngineStats, s: &EngineStats) {
     t.rewrite_seconds += s.rewrite_seconds;
     t.bytes_read += s.bytes_read;
@@ -748,287 +692,8 @@ fn add(t: &mut EngineStats, s: &EngineStats) {
     a.writer_waiting += b.writer_waiting;
 }
 
-/// Files at most this large are rewritten many to one engine run (their reads, writes and
-/// read-backs overlap, and files laid out one after another merge into large chunks).
-/// Larger ones run alone, and keep a journal of their own to resume from.
-const SMALL_FILE_CHUNKS: u64 = 1;
-/// At most this many files, and bytes, in one engine run: each holds a descriptor open,
-/// and an interrupted run does its small files again.
-const BATCH_FILES: usize = 256;
-const BATCH_BYTES: u64 = 16 << 20;
-
-/// What every engine run of one filesystem shares.
-struct JobContext<'a> {
-    run: &'a FileRun<'a>,
-    g: &'a FsGroup,
-    dev: &'a Arc<DirectDevice>,
-    state_on_fs: bool,
-    /// Windows of the filesystems before this one.
-    window_base: u64,
-}
-
-impl JobContext<'_> {
-    fn chunk_size(&self) -> u64 {
-        self.run.o.chunk_size.bytes()
-    }
-
-    /// The guard, noting the freezes it closes.
-    fn noted<'g>(&'g self, guard: &'g mut Batched<WritersChecked<GuardedFreeze>>) -> Noted<'g> {
-        Noted { guard, freezes: &self.run.freezes, base: self.window_base }
-    }
-}
-
-/// One engine run: a file alone (resumable from its journal), or a batch of small files.
-struct Job {
-    files: Vec<usize>,
-    batch: bool,
-}
-
-/// Splits a filesystem's files into engine runs, in the order of their first block on
-/// the device (path order says nothing about where files lie; this order lets small
-/// files that lie one after another share chunks, and writes the device ascending). A
-/// file with a journal to resume from runs alone, as does a large one; with the state
-/// directory on the frozen filesystem every file runs alone (no journal can be written
-/// while it is frozen).
-fn group_jobs(cx: &JobContext, todo: &[usize]) -> Vec<Job> {
-    let planned = cx.run.planned;
-    let mut jobs: Vec<Job> = Vec::new();
-    let mut bytes = 0;
-    let mut todo = todo.to_vec();
-    // Mapped without a freeze, for the order only (each run maps again while frozen).
-    let first_block = |fi: &usize| {
-        std::fs::File::open(&planned[*fi].path)
-            .ok()
-            .and_then(|f| sys::fiemap(f.as_fd(), 0, 0).ok())
-            .and_then(|e| e.first().map(|e| e.physical))
-            .unwrap_or(0)
-    };
-    todo.sort_by_cached_key(first_block);
-    for fi in todo {
-        let md = std::fs::metadata(&planned[fi].path).ok();
-        let small = md.as_ref().is_some_and(|md| {
-            md.len() <= cx.chunk_size() * SMALL_FILE_CHUNKS
-                && !cx.state_on_fs
-                && !file_journal_path(cx.run.state_dir, &file_dev(md), md.ino()).exists()
-        });
-        let size = md.map_or(0, |m| m.len());
-        match jobs.last_mut() {
-            Some(j) if small && j.batch && j.files.len() < BATCH_FILES && bytes + size <= BATCH_BYTES => {
-                j.files.push(fi);
-                bytes += size;
-            }
-            _ => {
-                jobs.push(Job { files: vec![fi], batch: small });
-                bytes = size;
-            }
-        }
-    }
-    jobs
-}
-
-/// A large file's journal: by device and inode (its identity, extents included, is
-/// inside, checked on resume).
-fn file_journal_path(state_dir: &Path, dev: &str, ino: u64) -> PathBuf {
-    state_dir.join(format!("file-{}-{ino}.journal", dev.replace(':', "_")))
-}
-
-/// Files' reports, by their index in the run.
-type Reports = Vec<(usize, FileReport)>;
-
-/// What one engine run gave: its files' reports, its engine stats, and the error that
-/// stops the whole run, if any.
-type JobOutcome = (Reports, EngineStats, Result<()>);
-
-/// Opens a job's files. Files deleted since they were listed get a report instead.
-fn open_members(cx: &JobContext, job: &Job) -> Result<(Vec<Member>, Reports)> {
-    let planned = cx.run.planned;
-    let align = u64::from(cx.g.device.dio_offset_align);
-    let (mut members, mut gone) = (Vec::new(), Vec::new());
-    for &fi in &job.files {
-        let path = &planned[fi].path;
-        let file = match std::fs::File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                gone.push((fi, skipped_report(path, "deleted before its turn")));
-                continue;
-            }
-            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
-        };
-        let md = file.metadata().map_err(|e| Error::io(format!("fstat {}", path.display()), e))?;
-        // A file alone ends at its last device block; in a batch at its last filesystem
-        // block, so that the next file's first block can follow it in one chunk (the
-        // slack after the end of the file is the file's own block, written back as read).
-        let unit = if job.batch { (md.blksize()).max(align) } else { align };
-        let span = md.len().div_ceil(unit) * unit;
-        members.push(Member::new(fi, path.clone(), file, md.len(), span));
-    }
-    Ok((members, gone))
-}
-
-/// The journal of a job: a file alone resumes from its own; a batch has one that only
-/// records the run (a batch is not resumed: its files are small, and done again).
-fn job_journal(cx: &JobContext, job: &Job, members: &[Member], end: u64, deferred: bool) -> Result<(u64, Journal)> {
-    if !job.batch {
-        let md = members[0].file_metadata()?;
-        let id = file_identity(&members[0].path, &md);
-        let path = file_journal_path(cx.run.state_dir, &id.dev, id.ino);
-        return open_journal(&path, &id, cx.g, cx.chunk_size(), end, deferred, cx.run.o.restart);
-    }
-    let run = RunRecord {
-        version: journal::JOURNAL_VERSION,
-        identity: cx.g.device.identity.clone(),
-        chunk_size_bytes: cx.chunk_size(),
-        range_start_bytes: 0,
-        range_end_bytes: end,
-        chunks_total: end.div_ceil(cx.chunk_size()),
-        started_at: now_rfc3339(),
-        file: None,
-        options: None,
-    };
-    let path = cx.run.state_dir.join(format!("file-batch-{}.journal", cx.g.device.identity.name));
-    if deferred { Ok((0, Journal::create_deferred(&path, run))) } else { Ok((0, Journal::create(&path, run)?)) }
-}
-
-fn run_job(cx: &JobContext, guard: &mut Batched<WritersChecked<GuardedFreeze>>, job: &Job) -> JobOutcome {
-    let fail = |reports, e: Error| (reports, EngineStats::default(), Err(e));
-    let (members, mut reports) = match open_members(cx, job) {
-        Ok(x) => x,
-        Err(e) => return fail(Vec::new(), e),
-    };
-    if members.is_empty() {
-        return (reports, EngineStats::default(), Ok(()));
-    }
-    let map: Map = Arc::default();
-    let mut planner = FilesPlanner::new(members, Arc::clone(&map), Arc::clone(&cx.run.shared));
-    let range_end = planner.end();
-    let (start, mut journal) = match job_journal(cx, job, &planner.members, range_end, guard.frozen_now()) {
-        Ok(x) => x,
-        Err(e) => return fail(reports, e),
-    };
-    let name = job_name(&planner.members, start, range_end);
-    let target = FileTarget { dev: Arc::clone(cx.dev), map, len: range_end, name: name.clone() };
-    let cfg = job_config(cx, &planner.members, start, range_end);
-    // A line per file would be a line per file in a cron mail: the progress says how far
-    // the run is; -v says what each engine run rewrites. A resumed file is news.
-    if start > 0 {
-        log::info!("{name}");
-    } else {
-        log::debug!("{name}");
-    }
-    if let Err(e) = guard.inner.inner.set_journal(journal.path()) {
-        return fail(reports, e);
-    }
-    let (stats, result) = run_engine(cx, guard, &target, &cfg, &mut planner, &mut journal);
-    planner.credit(stats.next_offset_bytes);
-    let done = result.is_ok();
-    for m in &planner.members {
-        reports.push((m.index, member_report(m, start, &stats, done, cfg.verify)));
-    }
-    settle_members(cx, &planner.members, &stats, done);
-    // Refused before writing anything (another freezer, another writer): a new journal
-    // would only make the next run think something is unfinished.
-    let refused_untouched = matches!(result, Err(Error::Refused { .. })) && stats.bytes_written == 0 && start == 0;
-    if refused_untouched || (done && (job.batch || planner.members.iter().all(|m| m.skipped.is_none()))) {
-        // Done: its journal would only say so, and thousands of files would leave
-        // thousands of journals behind.
-        journal.discard();
-    } else if journal.is_held() {
-        cx.run.pending.borrow_mut().journals.push(journal);
-    }
-    (reports, stats, result)
-}
-
-/// The engine over a job's files, with the run's progress, noting the freezes its files
-/// were rewritten in.
-fn run_engine(
-    cx: &JobContext,
-    guard: &mut Batched<WritersChecked<GuardedFreeze>>,
-    target: &FileTarget,
-    cfg: &EngineConfig,
-    planner: &mut FilesPlanner,
-    journal: &mut Journal,
-) -> (EngineStats, Result<()>) {
-    let progress = &mut *cx.run.progress.borrow_mut();
-    let job_end = progress.done() + planner.members.iter().map(|m| m.size).sum::<u64>();
-    let (before, was_open) = (guard.windows, guard.frozen_now());
-    let (stats, result) = engine::run(target, cfg, planner, &mut cx.noted(guard), journal, progress, cx.run.stop);
-    // Holes, unwritten and shared ranges are not rewritten, yet done; a resumed file's
-    // start was done before.
-    if result.is_ok() {
-        progress.advance(job_end.saturating_sub(progress.done()));
-    }
-    cx.run.files_done.set(cx.run.files_done.get() + planner.members.len());
-    progress.set_message(format!("{} of {} files", cx.run.files_done.get(), cx.run.files_total));
-    // The windows its files were rewritten in: the one open when it began, if one was.
-    let first = if was_open { before } else { before + 1 };
-    if guard.windows >= first.max(1) {
-        let span = (cx.window_base + first, cx.window_base + guard.windows);
-        cx.run.freezes.borrow_mut().files.extend(planner.members.iter().map(|m| (m.index, span)));
-    }
-    (stats, result)
-}
-
-/// What a job rewrites, in words: a file alone (resumed, perhaps), or a batch of small
-/// files. Also the target's name in the engine's errors.
-fn job_name(members: &[Member], start: u64, end: u64) -> String {
-    match members {
-        [one] if start > 0 => {
-            format!("{}: resuming at {} of {}", one.path.display(), human_bytes(start), human_bytes(end))
-        }
-        [one] => format!("{} ({})", one.path.display(), human_bytes(one.size)),
-        [first, .., last] => format!(
-            "{} small files ({}), in device order, from {} to {}",
-            members.len(),
-            human_bytes(members.iter().map(|m| m.size).sum()),
-            first.path.display(),
-            last.path.display()
-        ),
-        [] => unreachable!("members is not empty"),
-    }
-}
-
-/// The engine's configuration for one job over `[0, range_end)` of its files.
-fn job_config(cx: &JobContext, members: &[Member], start: u64, range_end: u64) -> EngineConfig {
-    let o = cx.run.o;
-    EngineConfig {
-        chunk_size: cx.chunk_size(),
-        range_start: 0,
-        range_end,
-        start_offset: start,
-        verify: !o.no_verify,
-        read_ahead: o.read_ahead,
-        pause: o.pause,
-        journal_on_frozen_fs: cx.state_on_fs,
-        max_overruns: o.max_overruns,
-        rate_bytes_per_second: o.rate.map(|r| r.bytes_per_second()),
-        rescue: Some(crate::engine::rescue::RescueTo {
-            dir: cx.run.state_dir.to_path_buf(),
-            device_path: cx.g.device.path.clone(),
-            identity: cx.g.device.identity.clone(),
-            files: members.iter().map(|m| (m.base, m.span, m.path.display().to_string())).collect(),
-        }),
-    }
-}
-
-/// Files done go into the run's record (after the window closes); skipped ones are said.
-fn settle_members(cx: &JobContext, members: &[Member], stats: &EngineStats, done: bool) {
-    for m in members {
-        // Done when its run finished, or its cursor went past the whole file; a skipped
-        // file is not done (a resume looks at it again, and says why it skips it).
-        if m.skipped.is_none()
-            && (done || m.base + m.span <= stats.next_offset_bytes)
-            && let Ok(md) = m.file_metadata()
-        {
-            cx.run.pending.borrow_mut().record.done(file_identity(&m.path, &md));
-        }
-        if let Some(why) = &m.skipped {
-            log::warn!("{}: skipped: {why}", m.path.display());
-        }
-    }
-}
-
-/// What the run did to one file. `start` is where a file alone resumed from.
-fn member_report(m: &Member, start: u64, stats: &EngineStats, done: bool, verify: bool) -> FileReport {
+/// What the run did to one file. `start` is where the first file resumed from.
+fn member_report(m: &Member, start: u64, done: bool, verify: bool) -> FileReport {
     let resumed_from = start.saturating_sub(m.base).min(m.span);
     let accounted = resumed_from + m.bytes_rewritten + m.bytes_unwritten + m.bytes_shared_elsewhere;
     FileReport {
@@ -1044,8 +709,8 @@ fn member_report(m: &Member, start: u64, stats: &EngineStats, done: bool, verify
         left_alone: None,
         read_bytes_per_second: None,
         resumed_from_bytes: resumed_from,
-        windows: stats.windows,
-        longest_freeze_seconds: stats.longest_freeze_seconds,
+        windows: 0,
+        longest_freeze_seconds: 0.0,
         verification: match (done, verify) {
             (true, true) => "passed",
             (true, false) => "off",
@@ -1107,68 +772,6 @@ fn skipped_report(path: &Path, why: &str) -> FileReport {
     }
 }
 
-/// A file's journal: continues an unfinished run of the same file (same device, inode,
-/// birth time and extents), starts afresh otherwise (a file whose identity changed is planned
-/// again). New ones are started in memory while a shared window is open (`deferred`),
-/// and written after it.
-fn open_journal(
-    path: &Path,
-    id: &FileIdentity,
-    g: &FsGroup,
-    chunk_size: u64,
-    end: u64,
-    deferred: bool,
-    restart: bool,
-) -> Result<(u64, Journal)> {
-    let resumable = journal::read(path)?.filter(|r| {
-        !restart
-            && !r.finished
-            && r.done_offset < end
-            && r.run.as_ref().is_some_and(|run| {
-                run.file.as_ref().is_some_and(|f| f.same_layout(id)) && run.chunk_size_bytes == chunk_size
-            })
-    });
-    if let Some(r) = resumable {
-        for w in journal::describe_guardian_kills(&r.guardian_kills) {
-            log::warn!("{}: {w}", id.path);
-        }
-        return Ok((r.done_offset, Journal::append_to(path)?));
-    }
-    let run = RunRecord {
-        version: journal::JOURNAL_VERSION,
-        identity: g.device.identity.clone(),
-        chunk_size_bytes: chunk_size,
-        range_start_bytes: 0,
-        range_end_bytes: end,
-        chunks_total: end.div_ceil(chunk_size),
-        started_at: now_rfc3339(),
-        file: Some(id.clone()),
-        options: None,
-    };
-    if deferred { Ok((0, Journal::create_deferred(path, run))) } else { Ok((0, Journal::create(path, run)?)) }
-}
-
-/// What waits for a window to close before it can be written.
-struct Pending {
-    journals: Vec<Journal>,
-    record: record::Record,
-}
-
-/// After a shared window closed: the device is flushed, then the journals of the files
-/// rewritten in it and the run's record are written (a `done` record never reaches the
-/// disk before the data).
-fn release(dev: &DirectDevice, pending: &RefCell<Pending>) -> Result<()> {
-    let pending = &mut *pending.borrow_mut();
-    if pending.journals.is_empty() && !pending.record.has_waiting() {
-        return Ok(());
-    }
-    dev.flush().map_err(|e| Error::io("flushing the device's write cache", e))?;
-    for mut j in pending.journals.drain(..) {
-        j.set_hold(false)?;
-    }
-    pending.record.release()
-}
-
 /// An unfinished run over the same targets: continued with `--resume`, discarded with
 /// `--restart`, and refused otherwise, as device mode does (the refusal is returned, to
 /// be raised after the checks for rescue copies, which say more).
@@ -1207,10 +810,10 @@ fn earlier_run(o: &RewriteOptions, path: &Path) -> Result<(Option<record::Earlie
 }
 
 /// The size of a file the resumed run finished (the same file, its extents unmoved:
-/// [`FileIdentity::same_layout`]), or None.
+/// [`record::key`]), or None.
 fn done_earlier(e: &record::Earlier, path: &Path) -> Option<u64> {
     let md = std::fs::metadata(path).ok()?;
-    e.done.contains(&record::key(&file_identity(path, &md))).then_some(md.len())
+    e.done.contains_key(&record::key(&file_identity(path, &md, mapped(path).as_deref()))).then_some(md.len())
 }
 
 /// What the dry run says: per filesystem the files, the bytes to rewrite, and the
@@ -1225,22 +828,21 @@ fn describe(
 ) -> (String, String) {
     let max_freeze = o.max_freeze();
     let mut s = format!(
-        "plan: {} file(s), windows of at most {:.3} s each; {}\n  guardian: {}\n  guardian priority: {}\n",
+        "plan: {} file(s), windows of at most {:.3} s each; {}\n",
         planned.len(),
         max_freeze.as_secs_f64(),
         crate::host::freeze::describe_bound(max_freeze),
-        placement.describe(),
-        crate::host::hardening::expected()
     );
+    s += &crate::rewrite::frozen_share(max_freeze, o.pause, o.rate.map(|r| r.bytes_per_second()));
+    s +=
+        &format!("  guardian: {}\n  guardian priority: {}\n", placement.describe(), crate::host::hardening::expected());
     let mut detail = String::from("  every file:\n");
-    let state_dir = crate::host::state_dir::resolve(&o.state_dir);
     for (gi, g) in groups.iter().enumerate() {
         s +=
             &format!("  filesystem {} ({}) on {}\n", g.fs.mount_point.display(), g.fs.fs_type, g.device.path.display());
         s += &crate::host::aliases::describe(&g.device.devices_sharing_bytes(&Sysfs::default()), &Sysfs::default());
         let files: Vec<&Planned> = planned.iter().filter(|p| p.fs == gi).collect();
-        let alone = crate::host::state_dir::on_frozen(&state_dir, std::slice::from_ref(&g.fs));
-        s += &describe_group(g, &files, max_freeze, alone, &mut detail);
+        s += &describe_group(g, &files, max_freeze, &mut detail);
     }
     for w in warnings {
         s += &format!("  warning: {w}\n");
@@ -1250,9 +852,7 @@ fn describe(
 }
 
 /// One filesystem's files in the plan: their totals, and each file's line into `detail`.
-/// Small files share windows (each file has its own when the state directory is on the
-/// frozen filesystem, `alone`).
-fn describe_group(g: &FsGroup, files: &[&Planned], max_freeze: Duration, alone: bool, detail: &mut String) -> String {
+fn describe_group(g: &FsGroup, files: &[&Planned], max_freeze: Duration, detail: &mut String) -> String {
     let rate = assumed_rate(g);
     let per_window = rate * max_freeze.as_secs_f64() * 0.75;
     let windows_for = |bytes: u64| match (bytes, per_window > 0.0) {
@@ -1261,11 +861,10 @@ fn describe_group(g: &FsGroup, files: &[&Planned], max_freeze: Duration, alone: 
     };
     // A shared (reflinked) range is rewritten once, by the first file that has it.
     let mut shared_seen = std::collections::HashSet::new();
-    let (mut total, mut empty, mut windows) = (0, 0, 0);
+    let (mut total, mut empty) = (0, 0);
     for p in files {
         let (extents, bytes, size) = planned_bytes(&p.path, &mut shared_seen);
         total += bytes;
-        windows += if alone { windows_for(bytes) } else { 0 };
         let hot = hot_kind(&p.path).map(|(kind, _)| format!(" ({kind}: written all the time)")).unwrap_or_default();
         let what = match (size, bytes) {
             (0, _) => {
@@ -1275,24 +874,18 @@ fn describe_group(g: &FsGroup, files: &[&Planned], max_freeze: Duration, alone: 
             (_, 0) => {
                 format!("{extents} extent(s), nothing to rewrite (holes, unwritten, or shared with a file before it)")
             }
-            (_, b) if windows_for(b) > 1 => {
-                format!("{extents} extent(s), {} to rewrite, about {} windows", human_bytes(b), windows_for(b))
-            }
             (_, b) => format!("{extents} extent(s), {} to rewrite", human_bytes(b)),
         };
         *detail += &format!("    {}: {what}{hot}\n", p.path.display());
     }
-    if !alone {
-        windows = windows_for(total);
-    }
     let frozen = if rate > 0.0 { format!("{:.1} s", total as f64 / rate) } else { "unknown".into() };
     format!(
-        "    {} file(s){}, {} to rewrite: about {windows} window(s), {frozen} frozen in all, at an assumed {}/s{}\n",
+        "    {} file(s){}, {} to rewrite: about {} window(s), {frozen} frozen in all, at an assumed {}/s\n",
         files.len(),
         if empty > 0 { format!(" ({empty} empty: nothing to rewrite)") } else { String::new() },
         human_bytes(total),
+        windows_for(total),
         human_bytes(rate as u64),
-        if alone { " (a window or more per file: the state directory is on this filesystem)" } else { "" }
     )
 }
 

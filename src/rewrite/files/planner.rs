@@ -1,11 +1,13 @@
 //! The two adapters that make files look like one device to the engine.
 //!
-//! One engine run rewrites one or more files (a large file alone; small files many at a
-//! time, so that their reads, writes and read-backs overlap as a device's do). The files
-//! are laid end to end in a *virtual* address space: file `k` occupies
+//! One engine run rewrites the files of one filesystem, in the order of their first
+//! block on the device, so that their reads, writes and read-backs overlap as a
+//! device's do, and files laid out one after another share I/Os. The files are laid
+//! end to end in a *virtual* address space: file `k` occupies
 //! `[base_k, base_k + span_k)`, where its span is its size when the run started, rounded
 //! up to whole blocks. The engine's cursor and journal are in that space.
-//! - [`FilesPlanner`] maps the files with FIEMAP at the start of every window, *while
+//! - [`FilesPlanner`] maps the files with FIEMAP at the start of every window (as many
+//!   as a tenth of the window has time for), *while
 //!   frozen* (only then is the map true for the whole window; a file seen in delayed
 //!   allocation before the freeze has its real extents once frozen), and plans each
 //!   file's ranges in file-offset order, files in their order: the order in which a
@@ -24,6 +26,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::engine::Planner;
 use crate::engine::target::{BlockTarget, DirectDevice};
@@ -54,9 +57,6 @@ const SKIP_FLAGS: [(u32, &str); 7] = [
     (0x200, "DATA_INLINE"),
     (0x400, "DATA_TAIL"),
 ];
-
-/// Physical ranges of shared extents, and which file of the run claimed each.
-pub(crate) type SharedClaims = Arc<Mutex<HashMap<(u64, u64), usize>>>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -107,12 +107,13 @@ fn push_merged(out: &mut Vec<Extent>, e: Extent) {
     }
 }
 
-/// One file of an engine run, and what happened to it.
+/// One file of the run, and what happened to it.
 pub(crate) struct Member {
-    /// This file's index in the whole run (for shared-extent claims).
+    /// This file's index in the whole run (for its report).
     pub(crate) index: usize,
     pub(crate) path: PathBuf,
-    file: std::fs::File,
+    /// Opened when the run first plans it, closed once the cursor has passed it.
+    file: Option<std::fs::File>,
     /// Size when the run started.
     pub(crate) size: u64,
     /// Where the file starts in the run's virtual address space.
@@ -127,14 +128,16 @@ pub(crate) struct Member {
     pub(crate) bytes_shared_elsewhere: u64,
     /// Bytes written and verified (credited as the cursor passes them).
     pub(crate) bytes_rewritten: u64,
+    /// The first and last window (of this engine run) that rewrote some of it.
+    pub(crate) windows: Option<(u64, u64)>,
 }
 
 impl Member {
-    pub(crate) fn new(index: usize, path: PathBuf, file: std::fs::File, size: u64, span: u64) -> Member {
+    pub(crate) fn new(index: usize, path: PathBuf, size: u64, span: u64) -> Member {
         Member {
             index,
             path,
-            file,
+            file: None,
             size,
             base: 0,
             span,
@@ -143,39 +146,53 @@ impl Member {
             bytes_unwritten: 0,
             bytes_shared_elsewhere: 0,
             bytes_rewritten: 0,
+            windows: None,
         }
     }
 
-    pub(crate) fn file_metadata(&self) -> Result<std::fs::Metadata> {
-        self.file.metadata().map_err(|e| Error::io(format!("fstat {}", self.path.display()), e))
+    /// Opens the file if it is not yet open; false (and skipped) when it is gone.
+    fn open(&mut self) -> Result<bool> {
+        if self.file.is_none() {
+            match std::fs::File::open(&self.path) {
+                Ok(f) => self.file = Some(f),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    self.skipped = Some("deleted before its turn".into());
+                    return Ok(false);
+                }
+                Err(e) => return Err(Error::io(format!("opening {}", self.path.display()), e)),
+            }
+        }
+        Ok(true)
     }
 }
 
-/// A skipped file gives up the shared ranges it claimed: another file holding them
-/// rewrites them instead of counting them as done by this one.
-fn release_claims(shared: &SharedClaims, index: usize) {
-    lock(shared).retain(|_, claimer| *claimer != index);
-}
-
-/// Plans the files of one engine run from FIEMAP, in every window.
+/// Plans the files of one filesystem from FIEMAP, in every window.
 pub(crate) struct FilesPlanner {
     pub(crate) members: Vec<Member>,
     map: Map,
-    shared: SharedClaims,
+    /// Physical ranges of shared extents, and which file claimed each.
+    shared: HashMap<(u64, u64), usize>,
     /// Pieces of the last plan not yet credited to their file: (member, virtual offset,
     /// length).
     planned: Vec<(usize, u64, u64)>,
+    /// Windows planned so far (the current one's number).
+    window: u64,
+    /// Mapping stops at the first file past this much time in a window (a tree of
+    /// many files is mapped a window's worth at a time); the plan then ends there.
+    plan_time: Duration,
+    /// Where the last plan ends.
+    horizon: u64,
 }
 
 impl FilesPlanner {
     /// Lays `members` end to end from virtual offset 0.
-    pub(crate) fn new(mut members: Vec<Member>, map: Map, shared: SharedClaims) -> FilesPlanner {
+    pub(crate) fn new(mut members: Vec<Member>, map: Map, plan_time: Duration) -> FilesPlanner {
         let mut base = 0;
         for m in &mut members {
             m.base = base;
             base += m.span;
         }
-        FilesPlanner { members, map, shared, planned: Vec::new() }
+        FilesPlanner { members, map, shared: HashMap::new(), planned: Vec::new(), window: 0, plan_time, horizon: 0 }
     }
 
     /// The end of the virtual address space.
@@ -188,7 +205,11 @@ impl FilesPlanner {
     /// cursor when the run ends.
     pub(crate) fn credit(&mut self, cursor: u64) {
         for (mi, at, len) in self.planned.drain(..) {
-            self.members[mi].bytes_rewritten += cursor.clamp(at, at + len) - at;
+            let (m, n) = (&mut self.members[mi], cursor.clamp(at, at + len) - at);
+            m.bytes_rewritten += n;
+            if n > 0 {
+                m.windows = Some((m.windows.map_or(self.window, |w| w.0), self.window));
+            }
         }
     }
 
@@ -199,29 +220,32 @@ impl FilesPlanner {
         if m.skipped.is_some() {
             return Ok(());
         }
-        let md = m.file.metadata().map_err(|e| Error::io(format!("fstat {}", m.path.display()), e))?;
+        if !m.open()? {
+            return Ok(());
+        }
+        let file = m.file.as_ref().expect("opened above");
+        let md = file.metadata().map_err(|e| Error::io(format!("fstat {}", m.path.display()), e))?;
         if md.nlink() == 0 {
-            m.skipped = Some("deleted during the run".into());
-            release_claims(&self.shared, m.index);
+            skip(m, &mut self.shared, "deleted during the run".into());
             return Ok(());
         }
         let local = cursor.saturating_sub(m.base);
         // FIEMAP_FLAG_SYNC returns at once on a frozen filesystem (nothing can be dirty).
-        let exts = sys::fiemap(m.file.as_fd(), local, sys::FIEMAP_FLAG_SYNC)
+        let exts = sys::fiemap(file.as_fd(), local, sys::FIEMAP_FLAG_SYNC)
             .map_err(|e| Error::io(format!("FIEMAP {}", m.path.display()), e.into()))?;
         // Skipped bytes are counted from the file's first map only: every later window
         // maps the rest of it again.
         let first = m.extents.is_none();
         // An xfs realtime file's FIEMAP addresses are on the realtime device, not the
         // device reseq writes.
-        if first && sys::fs_xflags(m.file.as_fd()).is_ok_and(|f| f & sys::FS_XFLAG_REALTIME != 0) {
-            m.skipped = Some("an xfs realtime file: its blocks are on the realtime device, not this one".into());
-            release_claims(&self.shared, m.index);
+        if first && sys::fs_xflags(file.as_fd()).is_ok_and(|f| f & sys::FS_XFLAG_REALTIME != 0) {
+            let why = "an xfs realtime file: its blocks are on the realtime device, not this one";
+            skip(m, &mut self.shared, why.into());
             return Ok(());
         }
         m.extents.get_or_insert(exts.len());
-        let (index, shared) = (m.index, Arc::clone(&self.shared));
-        let claim = |p: u64, l: u64| *lock(&shared).entry((p, l)).or_insert(index) == index;
+        let (index, shared) = (m.index, &mut self.shared);
+        let claim = |p: u64, l: u64| *shared.entry((p, l)).or_insert(index) == index;
         let (mut unwritten, mut shared_elsewhere) = (0, 0);
         match plan_extents(&exts, local, m.span, claim, &mut unwritten, &mut shared_elsewhere) {
             Ok(pieces) => {
@@ -234,30 +258,48 @@ impl FilesPlanner {
                     push_merged(runs, Extent { logical: at, ..p });
                 }
             }
-            Err(reason) => {
-                m.skipped = Some(reason);
-                release_claims(&self.shared, m.index);
-            }
+            Err(reason) => skip(m, &mut self.shared, reason),
         }
         Ok(())
     }
 }
 
+/// A skipped file gives up the shared ranges it claimed: another file holding them
+/// rewrites them instead of counting them as done by this one.
+fn skip(m: &mut Member, shared: &mut HashMap<(u64, u64), usize>, why: String) {
+    m.skipped = Some(why);
+    shared.retain(|_, claimer| *claimer != m.index);
+}
+
 impl Planner for FilesPlanner {
     fn ranges(&mut self, cursor: u64, end: u64) -> Result<Vec<(u64, u64)>> {
         self.credit(cursor);
+        self.window += 1;
+        let started = std::time::Instant::now();
         let first = self.members.partition_point(|m| m.base + m.span <= cursor);
+        // Files the cursor has passed are done with: their descriptors go.
+        self.members[..first].iter_mut().for_each(|m| m.file = None);
         let mut runs = Vec::new();
-        let last = self.members.partition_point(|m| m.base < end);
-        let planned = (first..last).try_for_each(|mi| self.plan_member(mi, cursor, &mut runs));
-        if let Err(e) = planned {
-            lock(&self.map).clear();
-            self.planned.clear();
-            return Err(e);
+        let mut mi = first;
+        while mi < self.members.len()
+            && self.members[mi].base < end
+            && (mi == first || started.elapsed() < self.plan_time)
+        {
+            if let Err(e) = self.plan_member(mi, cursor, &mut runs) {
+                lock(&self.map).clear();
+                self.planned.clear();
+                return Err(e);
+            }
+            mi += 1;
         }
+        self.horizon = self.members.get(mi).map_or(end, |m| m.base.min(end));
         let ranges = runs.iter().map(|e| (e.logical, e.len)).collect();
         *lock(&self.map) = runs;
         Ok(ranges)
+    }
+
+    fn planned_until(&self, end: u64) -> u64 {
+        self.horizon.min(end)
     }
 }
 

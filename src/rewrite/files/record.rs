@@ -1,23 +1,22 @@
-//! The record of a file-mode run: its targets and options, then one line per file it
-//! finished. It lets `--resume` skip the files an interrupted run finished (their
-//! journals are gone: a finished file keeps none) and continue with the options it was
-//! started with; and it makes an unfinished file-mode run as visible as a device's:
-//! without `--resume` or `--restart`, the next run over the same targets is refused.
+//! The record of a file-mode run: its targets and options, and the files it finished.
+//! It lets `--resume` skip the files an interrupted run finished and continue with the
+//! options it was started with; and it makes an unfinished file-mode run as visible as
+//! a device's: without `--resume` or `--restart`, the next run over the same targets is
+//! refused.
 //!
-//! `STATE/files-KEY.run`, KEY from the targets' canonical paths. JSON lines: a `run`
-//! record (written whole, atomically), then `done` records appended after the device was
-//! flushed (a file is never said done before its bytes are durable). A torn last line
-//! (a crash mid-append) is ignored: that file is done again. Removed when a run ends
-//! with every file done.
+//! `STATE/files-KEY.run`, KEY from the targets' canonical paths: JSON lines, a `run`
+//! record, then a `done` record per file finished by a run before the one that wrote
+//! it. Beside it, one engine journal per filesystem, `STATE/files-KEY-DEVICE.journal`,
+//! whose run record holds the files in the order they are rewritten: every file below
+//! the journal's cursor is finished, and the one the cursor is in is resumed from
+//! there. All of it is removed when a run ends with every file done.
 
-use std::collections::HashSet;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::journal::FileIdentity;
+use crate::engine::journal::{self, FileIdentity};
 use crate::options::resume::RunOptions;
 use crate::support::error::{Error, Result};
 
@@ -37,10 +36,12 @@ enum Line {
 
 /// What an earlier, unfinished run left.
 #[derive(Debug)]
-pub(crate) struct Earlier {
+pub struct Earlier {
     pub(crate) header: RunHeader,
-    /// Files it finished: (device, inode, birth time, extents).
-    pub(crate) done: HashSet<Key>,
+    /// Files it finished.
+    pub done: HashMap<Key, FileIdentity>,
+    /// Files it stopped in, and the bytes of each it had done.
+    pub(crate) partial: HashMap<Key, u64>,
 }
 
 /// A file as it was when it was finished: one whose extents moved since (recreated,
@@ -54,21 +55,41 @@ pub(crate) fn key(id: &FileIdentity) -> Key {
 
 /// Where the record of a run over `targets` lives.
 pub(crate) fn path_for(state_dir: &Path, targets: &[PathBuf]) -> PathBuf {
-    let mut names: Vec<String> =
-        targets.iter().map(|t| std::fs::canonicalize(t).unwrap_or_else(|_| t.clone()).display().to_string()).collect();
+    let mut names = canonical_targets(targets);
     names.sort();
     names.dedup();
     let hash = blake3::hash(names.join("\n").as_bytes()).to_hex();
     state_dir.join(format!("files-{}.run", &hash[..16]))
 }
 
+/// The journal of the run recorded at `record`, for the filesystem on `device`.
+pub(crate) fn journal_path(record: &Path, device: &str) -> PathBuf {
+    record.with_file_name(format!("{}-{device}.journal", stem(record)))
+}
+
+fn stem(record: &Path) -> String {
+    record.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The journals of the run recorded at `record`.
+fn journals(record: &Path) -> Vec<PathBuf> {
+    let prefix = format!("{}-", stem(record));
+    let Some(dir) = record.parent().and_then(|d| std::fs::read_dir(d).ok()) else { return Vec::new() };
+    dir.flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".journal"))
+        })
+        .collect()
+}
+
 pub(crate) fn canonical_targets(targets: &[PathBuf]) -> Vec<String> {
     targets.iter().map(|t| std::fs::canonicalize(t).unwrap_or_else(|_| t.clone()).display().to_string()).collect()
 }
 
-/// Reads the record at `path`, if there is one. A damaged first line is refused: nothing
-/// then says which files were done.
-pub(crate) fn read(path: &Path) -> Result<Option<Earlier>> {
+/// Reads the record at `path` and its journals, if there is one. A damaged first line
+/// is refused: nothing then says which files were done.
+pub fn read(path: &Path) -> Result<Option<Earlier>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -84,96 +105,48 @@ pub(crate) fn read(path: &Path) -> Result<Option<Earlier>> {
             ));
         }
     };
+    // A torn last line (a crash mid-write) is ignored: that file is done again.
     let done = lines
         .filter_map(|l| match serde_json::from_str::<Line>(l) {
-            Ok(Line::Done(id)) => Some(key(&id)),
+            Ok(Line::Done(id)) => Some((key(&id), id)),
             _ => None,
         })
         .collect();
-    Ok(Some(Earlier { header, done }))
+    let mut earlier = Earlier { header, done, partial: HashMap::new() };
+    for j in journals(path) {
+        from_journal(&j, &mut earlier);
+    }
+    Ok(Some(earlier))
 }
 
-/// The record of the running run.
-pub(crate) struct Record {
-    path: PathBuf,
-    file: Option<File>,
-    header: RunHeader,
-    /// Files done, waiting for the device flush (and a thawed state directory).
-    waiting: Vec<FileIdentity>,
-    finished: bool,
-    any_done: bool,
+/// The files a filesystem's journal says were finished, and the one it stopped in. A
+/// journal that cannot be read says nothing: its files are done again.
+fn from_journal(path: &Path, e: &mut Earlier) {
+    let Ok(Some(r)) = journal::read(path) else { return };
+    for p in r.run.iter().flat_map(|run| &run.files) {
+        if r.finished || p.base + p.span <= r.done_offset {
+            e.done.insert(key(&p.file), p.file.clone());
+        } else if p.base < r.done_offset {
+            e.partial.insert(key(&p.file), r.done_offset - p.base);
+        }
+    }
 }
 
-impl Record {
-    /// A record, written at the first [`Record::release`] (the state directory may be on
-    /// a frozen filesystem until then).
-    pub(crate) fn new(path: PathBuf, header: RunHeader) -> Record {
-        Record { path, file: None, header, waiting: Vec::new(), finished: false, any_done: false }
+/// Writes the record: the run, and the files finished before it (replacing the record
+/// whole, so that the journals of a resumed run can start afresh).
+pub(crate) fn write<'a>(path: &Path, header: &RunHeader, done: impl Iterator<Item = &'a FileIdentity>) -> Result<()> {
+    let line = |l: &Line| serde_json::to_string(l).unwrap_or_default() + "\n";
+    let mut text = line(&Line::Run(header.clone()));
+    for id in done {
+        text += &line(&Line::Done(id.clone()));
     }
+    journal::replace_atomically(path, &text).map_err(|e| Error::io(format!("writing {}", path.display()), e))
+}
 
-    /// Continues the record of a resumed run.
-    pub(crate) fn resume(path: PathBuf, earlier: &Earlier) -> Result<Record> {
-        let ctx = |e| Error::io(format!("opening {}", path.display()), e);
-        let torn = !std::fs::read(&path).map_err(ctx)?.ends_with(b"\n");
-        let mut file = OpenOptions::new().append(true).open(&path).map_err(ctx)?;
-        // A line torn by a crash (or a full disk) mid-append: end it, so that the next
-        // record starts a line of its own.
-        if torn {
-            file.write_all(b"\n").map_err(ctx)?;
-        }
-        Ok(Record {
-            path,
-            file: Some(file),
-            header: earlier.header.clone(),
-            waiting: Vec::new(),
-            finished: false,
-            any_done: false,
-        })
+/// Every file is done: the record and its journals go.
+pub(crate) fn remove(path: &Path) {
+    for j in journals(path) {
+        let _ = std::fs::remove_file(j);
     }
-
-    pub(crate) fn done(&mut self, id: FileIdentity) {
-        self.waiting.push(id);
-        self.any_done = true;
-    }
-
-    /// No file was recorded done by this run.
-    pub(crate) fn nothing_done(&self) -> bool {
-        !self.any_done
-    }
-
-    /// Writes what waits, durably. Call it only after the device was flushed, thawed.
-    pub(crate) fn release(&mut self) -> Result<()> {
-        if self.finished {
-            return Ok(());
-        }
-        let ctx = |e| Error::io(format!("writing {}", self.path.display()), e);
-        if self.file.is_none() {
-            let first = serde_json::to_string(&Line::Run(self.header.clone())).unwrap_or_default() + "\n";
-            crate::engine::journal::replace_atomically(&self.path, &first).map_err(ctx)?;
-            self.file = Some(OpenOptions::new().append(true).open(&self.path).map_err(ctx)?);
-        }
-        if self.waiting.is_empty() {
-            return Ok(());
-        }
-        let text: String = self
-            .waiting
-            .drain(..)
-            .map(|id| serde_json::to_string(&Line::Done(id)).unwrap_or_default() + "\n")
-            .collect();
-        let f = self.file.as_mut().expect("opened above");
-        f.write_all(text.as_bytes()).map_err(ctx)?;
-        f.sync_data().map_err(ctx)?;
-        crate::support::hooks::point("files-recorded");
-        Ok(())
-    }
-
-    pub(crate) fn has_waiting(&self) -> bool {
-        !self.finished && (!self.waiting.is_empty() || self.file.is_none())
-    }
-
-    /// Every file is done: the record goes (and is not written again).
-    pub(crate) fn finish(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-        self.finished = true;
-    }
+    let _ = std::fs::remove_file(path);
 }
