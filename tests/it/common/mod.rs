@@ -1,8 +1,8 @@
 //! Shared test environment: requirement checks, scratch devices, running the binary.
 //!
 //! Requirements (root, loop devices, mkfs.xfs...) are checked up front. Under CI
-//! (`CI=true`) a missing one is a failure; elsewhere the test prints SKIP and returns,
-//! loudly, so a developer without root still gets the unit tests.
+//! (`CI=true`) a missing one is a failure; elsewhere the test says it is skipped (see
+//! `skip`) and returns, so a developer without root still gets the unit tests.
 #![allow(dead_code)]
 
 use std::cell::RefCell;
@@ -87,29 +87,34 @@ pub fn require(tools: &[&str]) -> bool {
             missing.push(t.to_string());
         }
     }
-    if missing.is_empty() {
-        return true;
-    }
-    let msg = format!("missing test requirements: {} (the README's test command installs them)", missing.join(", "));
-    if in_ci() {
-        panic!("{msg}");
-    }
-    eprintln!("SKIP: {msg}");
-    false
+    missing.is_empty()
+        || skip(&format!("missing test requirements: {} (the README's test command installs them)", missing.join(", ")))
 }
 
 /// Checks that FUSE is there (`/dev/fuse`), as `require` does for the other requirements:
 /// false (skip) outside CI, a panic in CI.
 pub fn require_fuse() -> bool {
     shared();
-    if Path::new("/dev/fuse").exists() {
-        return true;
-    }
-    let msg = "missing test requirements: /dev/fuse (modprobe fuse)";
+    Path::new("/dev/fuse").exists() || skip("missing test requirements: /dev/fuse (modprobe fuse)")
+}
+
+/// Skips the running test (returns false, for `if !require(..) { return }`), or fails
+/// it under CI, where nothing may be skipped. libtest counts a test that returns early
+/// as passed, so the skip is said where a reader sees it: a line on the process's own
+/// stderr (libtest hides what a passing test prints with `eprintln!`), and one in the
+/// file `RESEQ_SKIP_LOG` names, which tests/run-all.sh counts in its last line.
+pub fn skip(why: &str) -> bool {
     if in_ci() {
-        panic!("{msg}");
+        panic!("{why}");
     }
-    eprintln!("SKIP: {msg}");
+    // libtest runs each test on a thread named after it.
+    let line = format!("{}: {why}\n", std::thread::current().name().unwrap_or("?"));
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("SKIPPED {line}").as_bytes());
+    if let Some(log) = std::env::var_os("RESEQ_SKIP_LOG") {
+        // One write with O_APPEND: lines from tests running side by side do not mix.
+        let f = std::fs::OpenOptions::new().create(true).append(true).open(&log);
+        let _ = f.and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+    }
     false
 }
 
