@@ -407,14 +407,12 @@ fn a_real_time_busy_loop_is_refused_unless_forced() {
     let (lo, _m, _files) = filesystem(&env);
     // chrt execs the shell, so the child is the loop itself: killed on the way out, pass
     // or fail (a loop left spinning at real-time priority would take a CPU for good).
-    let hog = Command::new("chrt").args(["-f", "10", "sh", "-c", "while :; do :; done"]).spawn().unwrap();
-    let hog_pid = hog.id() as i32;
-    let _kill_hog = Defer(move || sigkill(hog_pid));
+    let hog =
+        Running::from(Command::new("chrt").args(["-f", "10", "sh", "-c", "while :; do :; done"]).spawn().unwrap());
     std::thread::sleep(Duration::from_millis(300));
     let refused = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
     let forced = output(env.reseq().args(["rewrite", "--dry-run", "--force"]).arg(&lo.path));
-    sigkill(hog_pid);
-    let _ = { hog }.wait();
+    drop(hog);
     assert_eq!(refused.status.code(), Some(3), "{}", stderr(&refused));
     assert!(stderr(&refused).contains("real-time processes keep a CPU busy"), "{}", stderr(&refused));
     assert!(stderr(&refused).contains("while :"), "the process is named: {}", stderr(&refused));

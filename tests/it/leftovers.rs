@@ -34,19 +34,20 @@ fn a_killed_runs_mounts_and_loop_devices_are_swept_by_the_next() {
 
     // The killed run: a directory owned by a process that is then killed.
     let dead = tempfile::Builder::new().prefix("reseq-test-").tempdir().unwrap().keep();
-    let owner = Command::new("sleep").arg("600").spawn().unwrap();
-    let owner_pid = owner.id() as i32;
-    leftovers::mark(&dead, owner.id(), &[]);
-    // Passed or failed, the test ends with the killed run swept away.
-    let _sweep = Defer(move || {
-        sigkill(owner_pid);
+    // Passed or failed, the test ends with the killed run swept away, after its
+    // processes (declared below, so dropped first) are killed and reaped.
+    let _sweep = Defer(|| {
         leftovers::sweep();
     });
+    let owner = Running::from(Command::new("sleep").arg("600").spawn().unwrap());
+    leftovers::mark(&dead, owner.pid() as u32, &[]);
     let state = dead.join("drive");
     json_ok(env.reseq().args(["sim", "create"]).arg(&state).args(["--preset", "consumer-nvme", "--device-size", "2G"]));
     let served = dead.join("served");
     std::fs::create_dir(&served).unwrap();
-    let server = env.reseq().args(["sim", "serve"]).arg(&state).arg(&served).stdout(Stdio::null()).spawn().unwrap();
+    let server = Running::from(
+        env.reseq().args(["sim", "serve"]).arg(&state).arg(&served).stdout(Stdio::null()).spawn().unwrap(),
+    );
     let t = Instant::now();
     while !served.join("disk").exists() {
         assert!(t.elapsed() < Duration::from_secs(10), "sim serve did not mount");
@@ -57,10 +58,7 @@ fn a_killed_runs_mounts_and_loop_devices_are_swept_by_the_next() {
     mkfs_ext4(Path::new(&lo)).unwrap();
     std::fs::create_dir(dead.join("mnt")).unwrap();
     run_cmd(Command::new("mount").arg(&lo).arg(dead.join("mnt"))).unwrap();
-    for mut p in [server, owner] {
-        let _ = p.kill();
-        let _ = p.wait();
-    }
+    drop((server, owner));
 
     let probe = env.loop_device("probe.img", 256 << 20);
     let mkfs = || Command::new("mkfs.btrfs").args(["-q", "-f"]).arg(&probe.path).output().unwrap();

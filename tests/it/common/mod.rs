@@ -246,6 +246,50 @@ pub fn wait_captured(child: std::process::Child) -> Output {
     out
 }
 
+/// A child that is killed and reaped when this drops, pass or fail (a process a failed
+/// test leaves running holds its loop device). Until it is reaped its PID cannot be
+/// reused, so `signal` reaches this process and no other.
+pub struct Running(Option<std::process::Child>);
+
+impl Running {
+    /// `spawn_captured`, held.
+    pub fn captured(cmd: &mut Command) -> Running {
+        Running(Some(spawn_captured(cmd)))
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.0.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) -> nix::Result<()> {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), sig)
+    }
+
+    pub fn child(&mut self) -> &mut std::process::Child {
+        self.0.as_mut().expect("not reaped")
+    }
+
+    /// Waits for it (`wait_captured`): reaped, it is no longer this guard's to kill.
+    pub fn wait(mut self) -> Output {
+        wait_captured(self.0.take().expect("not reaped"))
+    }
+}
+
+impl From<std::process::Child> for Running {
+    fn from(child: std::process::Child) -> Running {
+        Running(Some(child))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// Runs reseq, asserts that it exited 0 (showing its stderr if not), and returns its JSON
 /// report: the preamble of most report tests.
 pub fn json_ok(cmd: &mut Command) -> serde_json::Value {
@@ -520,9 +564,9 @@ pub fn wait_frozen_record(run_dir: &Path, limit: Duration) -> bool {
     false
 }
 
-/// Runs a closure on drop: cleanup that must happen when a test fails half-way (a
-/// process it stopped would otherwise hold its loop device forever). `mem::forget` it
-/// once the cleanup would be wrong (PIDs it kills have been reaped and may be reused).
+/// Runs a closure on drop: cleanup that must happen when a test fails half-way. For a
+/// child of the test's own, hold it in `Running` instead; a closure that kills PIDs
+/// must be `mem::forget`ten once they may have been reaped (and reused).
 pub struct Defer<F: FnMut()>(pub F);
 
 impl<F: FnMut()> Drop for Defer<F> {
