@@ -42,8 +42,8 @@ pub fn shared() {
     })
 }
 
-/// The machine to this test alone until the guard drops: for a test that kills every
-/// `reseq` by name, or times an emulated drive's clock.
+/// The machine to this test alone until the guard drops: for a test that times an
+/// emulated drive's clock, or leaves something behind that breaks the others' tools.
 pub struct Exclusive(#[allow(dead_code)] Option<RwLockWriteGuard<'static, ()>>);
 
 pub fn exclusive() -> Exclusive {
