@@ -14,8 +14,11 @@ fn mounts_under(dir: &Path) -> Vec<String> {
 }
 
 /// Whether a loop device has a file attached.
-fn attached(lo: &str) -> bool {
-    Path::new("/sys/block").join(Path::new(lo).file_name().unwrap()).join("loop/backing_file").exists()
+/// Whether loop device `lo` is still attached to a file under `dir`: once detached, its
+/// number is free, and another process on the machine may take it at once.
+fn attached_under(lo: &str, dir: &Path) -> bool {
+    let backing = Path::new("/sys/block").join(Path::new(lo).file_name().unwrap()).join("loop/backing_file");
+    std::fs::read_to_string(backing).is_ok_and(|f| Path::new(f.trim_end()).starts_with(dir))
 }
 
 /// What a SIGKILLed sim_serve test leaves (the case that failed a CI run): an ext4
@@ -71,7 +74,7 @@ fn a_killed_runs_mounts_and_loop_devices_are_swept_by_the_next() {
     let done = leftovers::sweep();
     eprintln!("swept: {done:#?}");
     assert!(mounts_under(&dead).is_empty(), "mounts left: {:?}", mounts_under(&dead));
-    assert!(!attached(&lo), "{lo} is still attached");
+    assert!(!attached_under(&lo, &dead), "{lo} is still attached");
     assert!(!dead.exists(), "the killed run's directory is removed");
     assert!(done.iter().any(|l| l.starts_with("detached")), "{done:?}");
     let after = mkfs();
