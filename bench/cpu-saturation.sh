@@ -22,7 +22,10 @@ RESEQ=$(reseq_bin)
 make_device 256
 mkfs.ext4 -q -E lazy_itable_init=0,lazy_journal_init=0 "$DEV"
 mkdir -p "$WORK/mnt"; mount "$DEV" "$WORK/mnt"
-cleanup() { pkill -f reseq-bench-busy-loop 2>/dev/null || true; fsfreeze -u "$WORK/mnt" 2>/dev/null || true; umount "$WORK/mnt" 2>/dev/null || true; losetup -d "$DEV" 2>/dev/null || true; rm -rf "$WORK"; }
+# The busy loops carry this run's own name (a run beside this one has its own), so the
+# cleanup never kills another's.
+export BUSY_NAME="reseq-bench-busy-loop-$$"
+cleanup() { pkill -f "^$BUSY_NAME " 2>/dev/null || true; fsfreeze -u "$WORK/mnt" 2>/dev/null || true; umount "$WORK/mnt" 2>/dev/null || true; losetup -d "$DEV" 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 for i in 1 2 3; do dd if=/dev/urandom of="$WORK/mnt/data$i" bs=1M count=40 status=none; done
@@ -94,7 +97,7 @@ def run(binary, extra, stop_at=None, limit=20.0):
     return longest, res.get("windows_overrun", 0) or 0, res.get("windows", 0) or 0, inside, p.returncode
 
 def busy(n, prefix):
-    loop = ["bash", "-c", "exec -a reseq-bench-busy-loop bash -c 'while :; do :; done'"]
+    loop = ["bash", "-c", "exec -a \"$BUSY_NAME\" bash -c 'while :; do :; done'"]
     return [subprocess.Popen(prefix + loop) for _ in range(n)]
 
 print(f"{'load':22} {'binary':9} {'windows':>7} {'overruns':>8} {'worst freeze':>12} {'in window':>9} {'worst stall':>11}  vs bound {bound:.1f} s")

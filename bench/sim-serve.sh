@@ -18,7 +18,9 @@ dev= server=
 cleanup() {
   mountpoint -q "$dir/mnt" && umount "$dir/mnt"
   [ -n "$dev" ] && losetup -d "$dev"
-  [ -n "$server" ] && kill -TERM "$server" && wait "$server" || true
+  # Only while it is still ours (its command line names $dir): a server that died
+  # earlier was reaped, and its PID may be another process's by now.
+  [ -n "$server" ] && grep -qF "$dir" "/proc/$server/cmdline" 2>/dev/null && kill -TERM "$server" && wait "$server" || true
   rm -rf "$dir"
 }
 trap cleanup EXIT

@@ -48,11 +48,47 @@ command -v ansible-playbook >/dev/null || python3 -m pip install --quiet ansible
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --features fault-injection -- -D warnings
-cargo test --features fault-injection
+
+# libtest counts a test that skips itself (a requirement missing, outside CI) as passed:
+# each skip is also written to RESEQ_SKIP_LOG (tests/it/common `skip`), and the summary
+# at the end counts them apart.
+logs=$(mktemp -d /tmp/reseq-run-all.XXXXXX)
+trap 'rm -rf "$logs"' EXIT
+export RESEQ_SKIP_LOG=$logs/skipped
+touch "$RESEQ_SKIP_LOG"
+status=0
+cargo test --features fault-injection 2>&1 | tee "$logs/cargo" || status=$?
 
 # The VM tests (tests/vm/run.sh): real LVM, thin pools, dm-crypt, md RAID and systemd as
 # PID 1, in a Debian 12 guest under qemu, since this kernel may have no device-mapper
 # and no md. The guest is built once and cached in /var/cache/reseq-vm; the binary
 # handed to it is the one `cargo test` just built.
-cargo build --features fault-injection --bin reseq
-RESEQ_BIN="${CARGO_TARGET_DIR:-target}/debug/reseq" bash tests/vm/run.sh
+if [ "$status" = 0 ]; then
+  cargo build --features fault-injection --bin reseq
+  RESEQ_BIN="${CARGO_TARGET_DIR:-target}/debug/reseq" bash tests/vm/run.sh 2>&1 | tee "$logs/vm" || status=$?
+else
+  echo "vm: not run (cargo test failed)" | tee "$logs/vm"
+fi
+
+# The last line: every test of both runners, the skipped ones named just above it.
+echo
+# One line per test, by name (one that gave two reasons counts once).
+sort "$RESEQ_SKIP_LOG" | awk -F': ' '!seen[$1]++ { print "skipped: " $0 }'
+sed -n 's/^\(vm_[a-z0-9_]*\) \.\.\. skipped (\(.*\))$/skipped: \1: \2/p' "$logs/vm"
+self_skipped=$(awk -F': ' '!seen[$1]++' "$RESEQ_SKIP_LOG" | wc -l)
+awk -v status="$status" -v self_skipped="$self_skipped" '
+  /^test result: / {
+    for (i = 1; i < NF; i++) {
+      if ($(i + 1) == "passed;") passed += $i
+      if ($(i + 1) == "failed;") failed += $i
+      if ($(i + 1) == "ignored;") skipped += $i
+    }
+  }
+  /^vm: [0-9]+ passed, [0-9]+ failed/ { passed += $2; failed += $4; skipped += $6 }
+  END {
+    # A runner that died without its result line (a test binary that crashed, a guest
+    # that never came up) failed something all the same.
+    if (status != 0 && failed == 0) { print "a runner exited " status " before counting a failure"; failed = 1 }
+    printf "tests: %d passed, %d failed, %d skipped\n", passed - self_skipped, failed, skipped + self_skipped
+  }' "$logs/cargo" "$logs/vm"
+exit "$status"

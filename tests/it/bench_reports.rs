@@ -458,15 +458,13 @@ fn bytes_freed_during_the_run_make_the_verdict_unreliable() {
         .arg(&lo.path)
         // Slow chunks: the run lasts seconds, in many windows, after its first.
         .env("RESEQ_FAULTS", "delay@after-write#*=30");
-    let child = spawn_captured(&mut cmd);
-    let pid = child.id() as i32;
-    let _kill = Defer(move || sigkill(pid));
+    let child = Running::captured(&mut cmd);
     assert!(wait_frozen_record(&env.run_dir(), std::time::Duration::from_secs(60)), "no window began");
     // Three of the four files (48 MiB of about 70 MiB in use); an unlink waits out a window.
     for (f, _) in &files[1..] {
         std::fs::remove_file(f).unwrap();
     }
-    let out = wait_captured(child);
+    let out = child.wait();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r = json_report(&out);
     let v = &r["verdict"];

@@ -32,14 +32,10 @@ fn hierarchy() -> Option<PathBuf> {
 
 /// Checks for a writable cgroup v2 hierarchy as `require` checks tools.
 fn require_cgroup2() -> Option<PathBuf> {
-    match hierarchy() {
-        Some(h) => Some(h),
-        None if in_ci() => panic!("missing test requirements: a cgroup v2 hierarchy mounted at its root"),
-        None => {
-            eprintln!("SKIP: no cgroup v2 hierarchy");
-            None
-        }
-    }
+    hierarchy().or_else(|| {
+        skip("missing test requirements: a cgroup v2 hierarchy mounted at its root");
+        None
+    })
 }
 
 /// The cgroup v1 freezer hierarchy's mount point (hybrid hosts, container runtimes on v1).
@@ -195,8 +191,10 @@ fn strike(strike: Strike, file_mode: bool) {
     let group_root = match strike {
         Strike::V1Freeze => match v1_freezer() {
             Some(f) => f,
-            None if in_ci() => panic!("missing test requirements: a cgroup v1 freezer hierarchy"),
-            None => return eprintln!("SKIP: no cgroup v1 freezer"),
+            None => {
+                skip("missing test requirements: a cgroup v1 freezer hierarchy");
+                return;
+            }
         },
         _ => root.clone(),
     };
@@ -409,14 +407,12 @@ fn a_real_time_busy_loop_is_refused_unless_forced() {
     let (lo, _m, _files) = filesystem(&env);
     // chrt execs the shell, so the child is the loop itself: killed on the way out, pass
     // or fail (a loop left spinning at real-time priority would take a CPU for good).
-    let hog = Command::new("chrt").args(["-f", "10", "sh", "-c", "while :; do :; done"]).spawn().unwrap();
-    let hog_pid = hog.id() as i32;
-    let _kill_hog = Defer(move || sigkill(hog_pid));
+    let hog =
+        Running::from(Command::new("chrt").args(["-f", "10", "sh", "-c", "while :; do :; done"]).spawn().unwrap());
     std::thread::sleep(Duration::from_millis(300));
     let refused = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
     let forced = output(env.reseq().args(["rewrite", "--dry-run", "--force"]).arg(&lo.path));
-    sigkill(hog_pid);
-    let _ = { hog }.wait();
+    drop(hog);
     assert_eq!(refused.status.code(), Some(3), "{}", stderr(&refused));
     assert!(stderr(&refused).contains("real-time processes keep a CPU busy"), "{}", stderr(&refused));
     assert!(stderr(&refused).contains("while :"), "the process is named: {}", stderr(&refused));

@@ -927,15 +927,13 @@ fn pause_holds_between_windows_and_a_stop_cuts_it_short() {
     let one = mnt.dir.join("one");
     std::fs::create_dir(&one).unwrap();
     let small = fill_files(&one, 4, 1 << 20, 22);
-    let child = spawn_captured(rewrite("10s", &one).arg("--state-dir").arg(mnt.dir.join("state")));
-    let pid = child.id() as i32;
-    let _kill = Defer(move || sigkill(pid));
+    let child = Running::captured(rewrite("10s", &one).arg("--state-dir").arg(mnt.dir.join("state")));
     assert!(wait_frozen_record(&env.run_dir(), std::time::Duration::from_secs(20)), "no window began");
     // The first window lasts at most 200 ms (and the guardian's bound); then the pause.
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGINT).unwrap();
+    child.signal(nix::sys::signal::Signal::SIGINT).unwrap();
     let asked = std::time::Instant::now();
-    let out = wait_captured(child);
+    let out = child.wait();
     assert!(asked.elapsed() < std::time::Duration::from_secs(3), "the stop waited {:?}", asked.elapsed());
     assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
     let r = json_report(&out);

@@ -14,8 +14,11 @@ fn mounts_under(dir: &Path) -> Vec<String> {
 }
 
 /// Whether a loop device has a file attached.
-fn attached(lo: &str) -> bool {
-    Path::new("/sys/block").join(Path::new(lo).file_name().unwrap()).join("loop/backing_file").exists()
+/// Whether loop device `lo` is still attached to a file under `dir`: once detached, its
+/// number is free, and another process on the machine may take it at once.
+fn attached_under(lo: &str, dir: &Path) -> bool {
+    let backing = Path::new("/sys/block").join(Path::new(lo).file_name().unwrap()).join("loop/backing_file");
+    std::fs::read_to_string(backing).is_ok_and(|f| Path::new(f.trim_end()).starts_with(dir))
 }
 
 /// What a SIGKILLed sim_serve test leaves (the case that failed a CI run): an ext4
@@ -34,19 +37,20 @@ fn a_killed_runs_mounts_and_loop_devices_are_swept_by_the_next() {
 
     // The killed run: a directory owned by a process that is then killed.
     let dead = tempfile::Builder::new().prefix("reseq-test-").tempdir().unwrap().keep();
-    let owner = Command::new("sleep").arg("600").spawn().unwrap();
-    let owner_pid = owner.id() as i32;
-    leftovers::mark(&dead, owner.id(), &[]);
-    // Passed or failed, the test ends with the killed run swept away.
-    let _sweep = Defer(move || {
-        sigkill(owner_pid);
+    // Passed or failed, the test ends with the killed run swept away, after its
+    // processes (declared below, so dropped first) are killed and reaped.
+    let _sweep = Defer(|| {
         leftovers::sweep();
     });
+    let owner = Running::from(Command::new("sleep").arg("600").spawn().unwrap());
+    leftovers::mark(&dead, owner.pid() as u32, &[]);
     let state = dead.join("drive");
     json_ok(env.reseq().args(["sim", "create"]).arg(&state).args(["--preset", "consumer-nvme", "--device-size", "2G"]));
     let served = dead.join("served");
     std::fs::create_dir(&served).unwrap();
-    let server = env.reseq().args(["sim", "serve"]).arg(&state).arg(&served).stdout(Stdio::null()).spawn().unwrap();
+    let server = Running::from(
+        env.reseq().args(["sim", "serve"]).arg(&state).arg(&served).stdout(Stdio::null()).spawn().unwrap(),
+    );
     let t = Instant::now();
     while !served.join("disk").exists() {
         assert!(t.elapsed() < Duration::from_secs(10), "sim serve did not mount");
@@ -57,10 +61,7 @@ fn a_killed_runs_mounts_and_loop_devices_are_swept_by_the_next() {
     mkfs_ext4(Path::new(&lo)).unwrap();
     std::fs::create_dir(dead.join("mnt")).unwrap();
     run_cmd(Command::new("mount").arg(&lo).arg(dead.join("mnt"))).unwrap();
-    for mut p in [server, owner] {
-        let _ = p.kill();
-        let _ = p.wait();
-    }
+    drop((server, owner));
 
     let probe = env.loop_device("probe.img", 256 << 20);
     let mkfs = || Command::new("mkfs.btrfs").args(["-q", "-f"]).arg(&probe.path).output().unwrap();
@@ -73,7 +74,7 @@ fn a_killed_runs_mounts_and_loop_devices_are_swept_by_the_next() {
     let done = leftovers::sweep();
     eprintln!("swept: {done:#?}");
     assert!(mounts_under(&dead).is_empty(), "mounts left: {:?}", mounts_under(&dead));
-    assert!(!attached(&lo), "{lo} is still attached");
+    assert!(!attached_under(&lo, &dead), "{lo} is still attached");
     assert!(!dead.exists(), "the killed run's directory is removed");
     assert!(done.iter().any(|l| l.starts_with("detached")), "{done:?}");
     let after = mkfs();

@@ -3,9 +3,10 @@
 //! (`required-features`), and one binary links once instead of once per suite.
 //!
 //! Suites run side by side (two test threads). The few that must have the machine to
-//! themselves (one kills every `reseq` process by name; the emulated-SSD suites time the
-//! drive's clock) hold `common::exclusive()`; every other test that runs the binary or
-//! makes a device holds `common::shared()`, taken for it by the helpers it calls.
+//! themselves (the emulated-SSD suites time the drive's clock; a few load the CPU or
+//! break other tests' tools for a while) hold `common::exclusive()`; every other test
+//! that runs the binary or makes a device holds `common::shared()`, taken for it by the
+//! helpers it calls.
 
 mod common;
 #[path = "common/faultfs.rs"]

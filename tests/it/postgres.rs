@@ -30,8 +30,7 @@ fn postgres_here() -> Option<PathBuf> {
     }
     let bin = pg_bin();
     if bin.is_none() {
-        assert!(!in_ci(), "PostgreSQL is missing (the README's test command installs it)");
-        eprintln!("SKIP: no PostgreSQL under /usr/lib/postgresql");
+        skip("missing test requirements: PostgreSQL under /usr/lib/postgresql (the README's test command installs it)");
     }
     bin
 }

@@ -375,19 +375,17 @@ fn server_killed_mid_rewrite_reseq_stops_and_thaws() {
     let mnt = Mount::new(&lo.path, &env.path("mnt"), &[]).unwrap();
     let db = mnt.dir.join("table.db");
     write_file(&db, 256 * MIB, 1);
-    let child = spawn_captured(
+    let child = Running::captured(
         env.reseq()
             .arg("rewrite")
             .arg(&db)
             .args(["--max-freeze", "1s", "--rate", "64M", "--json", "--state-dir"])
             .arg(env.state_dir()),
     );
-    let reseq_pid = child.id() as i32;
-    let _kill_reseq = Defer(move || sigkill(reseq_pid));
     std::thread::sleep(Duration::from_millis(1500));
     sigkill(server.pid());
     let t = Instant::now();
-    let out = wait_captured(child);
+    let out = child.wait();
     eprintln!("reseq stopped {:.1} s after the server was killed", t.elapsed().as_secs_f64());
     assert!(t.elapsed() < Duration::from_secs(30), "reseq did not stop within 30 s");
     assert_eq!(out.status.code(), Some(4), "an I/O error (exit 4)");

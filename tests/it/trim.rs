@@ -161,11 +161,9 @@ fn a_stop_signal_ends_the_trim_between_slices_and_a_stopped_process_does_not_bur
         std::fs::remove_file(p).unwrap();
     }
     run_cmd(&mut Command::new("sync")).unwrap();
-    let mut child = spawn_captured(env.reseq().args(["rewrite", "--json", "--trim-rate", "16M"]).arg(&lo.path));
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _kill = Defer(move || sigkill(pid.as_raw()));
+    let mut child = Running::captured(env.reseq().args(["rewrite", "--json", "--trim-rate", "16M"]).arg(&lo.path));
     // Wait for the trim to start (its log line), without blocking on the pipe.
-    let err = child.stderr.take().unwrap();
+    let err = child.child().stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
         use std::io::BufRead;
@@ -182,14 +180,14 @@ fn a_stop_signal_ends_the_trim_between_slices_and_a_stopped_process_does_not_bur
     rx.recv_timeout(Duration::from_secs(60)).expect("the trim starts");
     std::thread::sleep(Duration::from_millis(1500));
     // Stopped for 3 s, then continued: the pace must not catch up in a burst.
-    use nix::sys::signal::{Signal, kill};
-    kill(pid, Signal::SIGSTOP).unwrap();
+    use nix::sys::signal::Signal;
+    child.signal(Signal::SIGSTOP).unwrap();
     std::thread::sleep(Duration::from_secs(3));
-    kill(pid, Signal::SIGCONT).unwrap();
+    child.signal(Signal::SIGCONT).unwrap();
     std::thread::sleep(Duration::from_millis(2500));
     let sent = Instant::now();
-    kill(pid, Signal::SIGINT).unwrap();
-    let out = child.wait_with_output().unwrap();
+    child.signal(Signal::SIGINT).unwrap();
+    let out = child.wait();
     let took = sent.elapsed();
     let log = reader.join().unwrap();
     eprintln!("{log}");
@@ -278,16 +276,14 @@ fn bench_trim_impact_measures_cleans_up_and_refuses_without_discard() {
     assert!(String::from_utf8_lossy(&again.stdout).contains("trim impact on"));
 
     // SIGTERM while the scratch file is being written: stopped, and nothing left behind.
-    let child = spawn_captured(env.reseq().args(["bench", "--trim-impact", "--trim-size", "180M"]).arg(&mnt.dir));
-    let pid = child.id() as i32;
-    let _kill = Defer(move || sigkill(pid));
+    let child = Running::captured(env.reseq().args(["bench", "--trim-impact", "--trim-size", "180M"]).arg(&mnt.dir));
     let t0 = Instant::now();
     while !scratch_left() && t0.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(100));
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
-    let out = wait_captured(child);
+    child.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = child.wait();
     assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
     assert!(stderr(&out).contains("stopped by SIGTERM"));
     assert!(!scratch_left(), "the scratch files are removed after a signal");

@@ -57,15 +57,20 @@ scenario_timeout=${RESEQ_VM_SCENARIO_TIMEOUT:-150}
 
 work=$(mktemp -d /tmp/reseq-vm.XXXXXX)
 qpid=
+# Whether PID $1 is still this run's (its command line names $work): a PID read from a
+# file or kept from `$!` may have been reaped and reused since.
+ours() { [ -n "$1" ] && grep -qF "$work" "/proc/$1/cmdline" 2>/dev/null; }
 cleanup() {
   local rc=$?
   # Never leave the emulator running: it owns the scratch disks.
-  if [ -n "$qpid" ] && kill -0 "$qpid" 2>/dev/null; then
+  if ours "$qpid"; then
     kill -TERM "$qpid" 2>/dev/null || true
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$qpid" 2>/dev/null || break; sleep 0.5; done
-    kill -KILL "$qpid" 2>/dev/null || true
+    for _ in 1 2 3 4 5 6 7 8 9 10; do ours "$qpid" || break; sleep 0.5; done
+    ! ours "$qpid" || kill -KILL "$qpid" 2>/dev/null || true
   fi
-  if [ -f "$work/qemu.pid" ]; then kill -KILL "$(cat "$work/qemu.pid")" 2>/dev/null || true; fi
+  local q
+  q=$(cat "$work/qemu.pid" 2>/dev/null) || true
+  if ours "$q"; then kill -KILL "$q" 2>/dev/null || true; fi
   if [ "${RESEQ_VM_KEEP:-0}" = 1 ]; then
     echo "vm: kept $work" >&2
   else

@@ -1,8 +1,8 @@
 //! Shared test environment: requirement checks, scratch devices, running the binary.
 //!
 //! Requirements (root, loop devices, mkfs.xfs...) are checked up front. Under CI
-//! (`CI=true`) a missing one is a failure; elsewhere the test prints SKIP and returns,
-//! loudly, so a developer without root still gets the unit tests.
+//! (`CI=true`) a missing one is a failure; elsewhere the test says it is skipped (see
+//! `skip`) and returns, so a developer without root still gets the unit tests.
 #![allow(dead_code)]
 
 use std::cell::RefCell;
@@ -42,8 +42,8 @@ pub fn shared() {
     })
 }
 
-/// The machine to this test alone until the guard drops: for a test that kills every
-/// `reseq` by name, or times an emulated drive's clock.
+/// The machine to this test alone until the guard drops: for a test that times an
+/// emulated drive's clock, or leaves something behind that breaks the others' tools.
 pub struct Exclusive(#[allow(dead_code)] Option<RwLockWriteGuard<'static, ()>>);
 
 pub fn exclusive() -> Exclusive {
@@ -87,29 +87,34 @@ pub fn require(tools: &[&str]) -> bool {
             missing.push(t.to_string());
         }
     }
-    if missing.is_empty() {
-        return true;
-    }
-    let msg = format!("missing test requirements: {} (the README's test command installs them)", missing.join(", "));
-    if in_ci() {
-        panic!("{msg}");
-    }
-    eprintln!("SKIP: {msg}");
-    false
+    missing.is_empty()
+        || skip(&format!("missing test requirements: {} (the README's test command installs them)", missing.join(", ")))
 }
 
 /// Checks that FUSE is there (`/dev/fuse`), as `require` does for the other requirements:
 /// false (skip) outside CI, a panic in CI.
 pub fn require_fuse() -> bool {
     shared();
-    if Path::new("/dev/fuse").exists() {
-        return true;
-    }
-    let msg = "missing test requirements: /dev/fuse (modprobe fuse)";
+    Path::new("/dev/fuse").exists() || skip("missing test requirements: /dev/fuse (modprobe fuse)")
+}
+
+/// Skips the running test (returns false, for `if !require(..) { return }`), or fails
+/// it under CI, where nothing may be skipped. libtest counts a test that returns early
+/// as passed, so the skip is said where a reader sees it: a line on the process's own
+/// stderr (libtest hides what a passing test prints with `eprintln!`), and one in the
+/// file `RESEQ_SKIP_LOG` names, which tests/run-all.sh counts in its last line.
+pub fn skip(why: &str) -> bool {
     if in_ci() {
-        panic!("{msg}");
+        panic!("{why}");
     }
-    eprintln!("SKIP: {msg}");
+    // libtest runs each test on a thread named after it.
+    let line = format!("{}: {why}\n", std::thread::current().name().unwrap_or("?"));
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("SKIPPED {line}").as_bytes());
+    if let Some(log) = std::env::var_os("RESEQ_SKIP_LOG") {
+        // One write with O_APPEND: lines from tests running side by side do not mix.
+        let f = std::fs::OpenOptions::new().create(true).append(true).open(&log);
+        let _ = f.and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+    }
     false
 }
 
@@ -239,6 +244,50 @@ pub fn wait_captured(child: std::process::Child) -> Output {
     let out = child.wait_with_output().unwrap();
     eprintln!("--- stderr:\n{}", String::from_utf8_lossy(&out.stderr));
     out
+}
+
+/// A child that is killed and reaped when this drops, pass or fail (a process a failed
+/// test leaves running holds its loop device). Until it is reaped its PID cannot be
+/// reused, so `signal` reaches this process and no other.
+pub struct Running(Option<std::process::Child>);
+
+impl Running {
+    /// `spawn_captured`, held.
+    pub fn captured(cmd: &mut Command) -> Running {
+        Running(Some(spawn_captured(cmd)))
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.0.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) -> nix::Result<()> {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), sig)
+    }
+
+    pub fn child(&mut self) -> &mut std::process::Child {
+        self.0.as_mut().expect("not reaped")
+    }
+
+    /// Waits for it (`wait_captured`): reaped, it is no longer this guard's to kill.
+    pub fn wait(mut self) -> Output {
+        wait_captured(self.0.take().expect("not reaped"))
+    }
+}
+
+impl From<std::process::Child> for Running {
+    fn from(child: std::process::Child) -> Running {
+        Running(Some(child))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 /// Runs reseq, asserts that it exited 0 (showing its stderr if not), and returns its JSON
@@ -515,9 +564,9 @@ pub fn wait_frozen_record(run_dir: &Path, limit: Duration) -> bool {
     false
 }
 
-/// Runs a closure on drop: cleanup that must happen when a test fails half-way (a
-/// process it stopped would otherwise hold its loop device forever). `mem::forget` it
-/// once the cleanup would be wrong (PIDs it kills have been reaped and may be reused).
+/// Runs a closure on drop: cleanup that must happen when a test fails half-way. For a
+/// child of the test's own, hold it in `Running` instead; a closure that kills PIDs
+/// must be `mem::forget`ten once they may have been reaped (and reused).
 pub struct Defer<F: FnMut()>(pub F);
 
 impl<F: FnMut()> Drop for Defer<F> {
