@@ -27,7 +27,10 @@ seconds() {
   echo "$t1 - $t0" | bc -l
 }
 
+# The binary to measure: $RESEQ if set (e.g. another commit's build), else a release
+# build of this tree (in $CARGO_TARGET_DIR when set).
 reseq_bin() {
+  if [ -n "${RESEQ:-}" ]; then echo "$RESEQ"; return; fi
   cargo build --release --quiet --manifest-path "$(dirname "$0")/../Cargo.toml"
-  echo "$(dirname "$0")/../target/release/reseq"
+  echo "${CARGO_TARGET_DIR:-$(dirname "$0")/../target}/release/reseq"
 }
