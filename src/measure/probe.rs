@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::engine::target::ReadTarget;
 use crate::host::freeze::Thawed;
 use crate::host::trim::{Pace, ProbeComparison, TrimReport, TrimTarget, run};
 use crate::support::signals::StopFlag;
@@ -36,12 +37,13 @@ impl Probe {
     /// A probe of `path` (a device or a file) within `ranges` (None: all of it).
     pub fn open(path: &Path, ranges: Option<&[(u64, u64)]>) -> crate::support::error::Result<Probe> {
         let src = crate::measure::readbench::Source::open(path)?;
-        let block = PROBE_BLOCK.max(src.offset_align).div_ceil(src.offset_align) * src.offset_align;
+        let align = src.reader.offset_align();
+        let block = PROBE_BLOCK.max(align).div_ceil(align) * align;
         let ranges: Vec<(u64, u64)> = match ranges {
             Some(r) => r
                 .iter()
                 .map(|&(o, l)| {
-                    let a = o.div_ceil(src.offset_align) * src.offset_align;
+                    let a = o.div_ceil(align) * align;
                     (a, l.saturating_sub(a - o))
                 })
                 .filter(|&(_, l)| l >= block)
@@ -54,8 +56,8 @@ impl Probe {
         }
         Ok(Probe {
             describe: path.display().to_string(),
-            mem_align: src.mem_align,
-            file: src.into_file(),
+            mem_align: src.reader.mem_align(),
+            file: src.reader.into_file(),
             ranges,
             total,
             block,

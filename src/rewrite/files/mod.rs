@@ -39,7 +39,7 @@ use crate::sys;
 mod planner;
 pub mod record;
 pub use planner::{Extent, plan_extents};
-use planner::{FileTarget, FilesPlanner, Map, Member, SharedClaims, UNWRITTEN};
+use planner::{FileTarget, FilesPlanner, Map, Member, SharedClaims};
 
 /// Why an empty file is left alone (it has no block to rewrite).
 const EMPTY: &str = "empty, nothing to rewrite";
@@ -906,7 +906,7 @@ fn run_job(cx: &JobContext, guard: &mut Batched<WritersChecked<GuardedFreeze>>, 
         Err(e) => return fail(reports, e),
     };
     let name = job_name(&planner.members, start, range_end);
-    let target = FileTarget { dev: Arc::clone(cx.dev), map, len: range_end, name: name.clone() };
+    let target = FileTarget { dev: Arc::clone(cx.dev), map, name: name.clone() };
     let cfg = job_config(cx, &planner.members, start, range_end);
     // A line per file would be a line per file in a cron mail: the progress says how far
     // the run is; -v says what each engine run rewrites. A resumed file is news.
@@ -1316,8 +1316,8 @@ fn planned_bytes(path: &Path, shared_seen: &mut std::collections::HashSet<(u64, 
     let exts = std::fs::File::open(path).ok().and_then(|f| sys::fiemap(f.as_fd(), 0, 0).ok()).unwrap_or_default();
     let bytes = exts
         .iter()
-        .filter(|x| x.flags & UNWRITTEN == 0)
-        .filter(|x| x.flags & planner::SHARED == 0 || shared_seen.insert((x.physical, x.length)))
+        .filter(|x| !x.is_unwritten())
+        .filter(|x| !x.is_shared() || shared_seen.insert((x.physical, x.length)))
         .map(|x| x.length)
         .sum();
     (exts.len(), bytes, size)
