@@ -615,6 +615,25 @@ pub fn open_direct_rw(path: &std::path::Path, exclusive: bool) -> std::io::Resul
     std::fs::OpenOptions::new().read(true).write(true).custom_flags(flags).open(path)
 }
 
+/// What a `fallocate` mode asks of a file (include/uapi/linux/falloc.h), whether or not
+/// it keeps the size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallocate {
+    /// Allocate the range.
+    Allocate,
+    /// Punch a hole or zero the range: what a loop device sends for a discard.
+    Discard,
+    Other,
+}
+
+pub fn fallocate_mode(mode: i32) -> Fallocate {
+    match mode & !libc::FALLOC_FL_KEEP_SIZE {
+        0 => Fallocate::Allocate,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE => Fallocate::Discard,
+        _ => Fallocate::Other,
+    }
+}
+
 /// Opens a device node read-only with O_NONBLOCK, which does not wait for a medium.
 pub fn open_nonblocking(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;

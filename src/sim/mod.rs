@@ -11,6 +11,7 @@
 
 pub mod experiment;
 pub mod ftl;
+pub mod onefile;
 pub mod pyrandom;
 pub mod serve;
 
