@@ -93,6 +93,15 @@ pub fn statx_dio_align(path: &Path) -> nix::Result<Option<(u32, u32)>> {
 
 const PAGE: usize = 4096;
 
+/// A block device's direct-I/O alignment (memory, offset) and where it came from: statx
+/// where the kernel tells, else the logical sector size.
+pub fn blk_dio_align(path: &Path, fd: BorrowedFd<'_>) -> nix::Result<(u32, u32, &'static str)> {
+    match statx_dio_align(path) {
+        Ok(Some((m, o))) => Ok((m, o, "statx")),
+        _ => blk_logical_sector_size(fd).map(|s| (s, s, "BLKSSZGET")),
+    }
+}
+
 /// A heap buffer whose address is aligned for O_DIRECT.
 ///
 /// We never fall back to buffered I/O when an aligned transfer is refused (unlike
@@ -613,6 +622,12 @@ pub fn open_direct_rw(path: &std::path::Path, exclusive: bool) -> std::io::Resul
     use std::os::unix::fs::OpenOptionsExt;
     let flags = libc::O_DIRECT | if exclusive { libc::O_EXCL } else { 0 };
     std::fs::OpenOptions::new().read(true).write(true).custom_flags(flags).open(path)
+}
+
+/// Whether a task's flags (`/proc/PID/stat` field 9) hold PF_KTHREAD
+/// (include/linux/sched.h): a kernel thread.
+pub fn is_kernel_thread(flags: u64) -> bool {
+    flags & 0x0020_0000 != 0
 }
 
 /// What a `fallocate` mode asks of a file (include/uapi/linux/falloc.h), whether or not

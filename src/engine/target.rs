@@ -65,11 +65,6 @@ impl DirectReader {
     pub fn aligned(self, mem_align: usize, offset_align: u64) -> DirectReader {
         DirectReader { mem_align, offset_align, ..self }
     }
-
-    /// The open file, for reads that bypass the fault hooks (the trim's latency probe).
-    pub fn into_file(self) -> File {
-        self.file
-    }
 }
 
 impl AsFd for DirectReader {

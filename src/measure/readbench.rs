@@ -50,15 +50,9 @@ impl Source {
         })?;
         let (len, (mem, off)) = if md.file_type().is_block_device() {
             let len = sys::blk_size_bytes(reader.as_fd()).map_err(|e| Error::io("BLKGETSIZE64", e.into()))?;
-            let align = match sys::statx_dio_align(path) {
-                Ok(Some(a)) => a,
-                _ => {
-                    let s =
-                        sys::blk_logical_sector_size(reader.as_fd()).map_err(|e| Error::io("BLKSSZGET", e.into()))?;
-                    (s, s)
-                }
-            };
-            (len, align)
+            let (mem, off, _) =
+                sys::blk_dio_align(path, reader.as_fd()).map_err(|e| Error::io("BLKSSZGET", e.into()))?;
+            (len, (mem, off))
         } else if md.is_file() {
             // statx reports 0/0 where the file cannot do direct I/O (fscrypt, some filesystems).
             let align = sys::statx_dio_align(path).ok().flatten().ok_or_else(|| {

@@ -40,7 +40,7 @@ pub trait Backend: Send + Sync + 'static {
     /// Discards `[offset, end)` (a loop device's discard: fallocate punch-hole or
     /// zero-range). By default the filesystem has no fallocate.
     fn trim(&self, _offset: u64, _end: u64) -> std::io::Result<()> {
-        Err(std::io::Error::from_raw_os_error(nix::libc::ENOSYS))
+        Err(nix::errno::Errno::ENOSYS.into())
     }
     /// Sets the session's limits (request sizes, asynchronous direct I/O).
     fn init(&self, _config: &mut KernelConfig) {}
