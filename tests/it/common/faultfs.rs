@@ -11,7 +11,7 @@
 #![allow(dead_code)]
 
 use std::fs::File;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use fuser::{BackgroundSession, Errno, ReplyData, ReplyWrite};
 use reseq::sim::onefile::{Backend, DISK_NAME, OneFileFs};
+use reseq::sys::AlignedBuf;
 
 use crate::common::{LoopDevice, TestEnv, XorShift, run_cmd};
 
@@ -376,52 +377,17 @@ pub fn fault_loop_device(env: &TestEnv, name: &str, size: u64, seed: u64, sector
     FaultDevice { lo, fs, image }
 }
 
-/// A buffer aligned for O_DIRECT (4 KiB).
-pub struct Aligned {
-    raw: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl Aligned {
-    pub fn zeroed(len: usize) -> Aligned {
-        let raw = vec![0u8; len + 4096];
-        let start = raw.as_ptr().align_offset(4096);
-        Aligned { raw, start, len }
-    }
-
-    pub fn from_slice(data: &[u8]) -> Aligned {
-        let mut a = Aligned::zeroed(data.len());
-        a.as_mut().copy_from_slice(data);
-        a
-    }
-}
-
-impl AsRef<[u8]> for Aligned {
-    fn as_ref(&self) -> &[u8] {
-        &self.raw[self.start..self.start + self.len]
-    }
-}
-
-impl AsMut<[u8]> for Aligned {
-    fn as_mut(&mut self) -> &mut [u8] {
-        &mut self.raw[self.start..self.start + self.len]
-    }
-}
-
-fn open_direct(dev: &Path, write: bool) -> std::io::Result<File> {
-    std::fs::OpenOptions::new().read(true).write(write).custom_flags(nix::fcntl::OFlag::O_DIRECT.bits()).open(dev)
-}
-
 /// Reads `len` bytes at `off` of `dev` with O_DIRECT (both multiples of its sector size).
 pub fn direct_read(dev: &Path, off: u64, len: usize) -> std::io::Result<Vec<u8>> {
-    let mut buf = Aligned::zeroed(len);
-    open_direct(dev, false)?.read_exact_at(buf.as_mut(), off)?;
-    Ok(buf.as_ref().to_vec())
+    let mut buf = AlignedBuf::new(len, 4096);
+    File::from(reseq::sys::open_direct_read(dev)?).read_exact_at(&mut buf, off)?;
+    Ok(buf.to_vec())
 }
 
 /// Writes `data` at `off` of `dev` with O_DIRECT (offset and length multiples of its
 /// sector size); the error of a failed write, as the application sees it.
 pub fn direct_write(dev: &Path, off: u64, data: &[u8]) -> std::io::Result<()> {
-    open_direct(dev, true)?.write_all_at(Aligned::from_slice(data).as_ref(), off)
+    let mut buf = AlignedBuf::new(data.len(), 4096);
+    buf.copy_from_slice(data);
+    reseq::sys::open_direct_rw(dev, false)?.write_all_at(&buf, off)
 }
