@@ -35,10 +35,14 @@ pub mod testing {
     pub use crate::rewrite::files::record;
     pub use crate::sim::experiment::{Strategy, degrade, rewrite};
     pub use crate::sim::ftl::{Ftl, Params, SLOT};
+    pub use crate::sim::onefile;
     pub use crate::support::exit_codes::ExitCode;
     pub use crate::support::scratch;
     pub use crate::support::units::human_bytes;
-    pub use crate::sys::{AlignedBuf, FIEMAP_FLAG_SYNC, FS_XFLAG_REALTIME, fiemap, fifreeze, fithaw, fs_xflags};
+    pub use crate::sys::{
+        AlignedBuf, FIEMAP_FLAG_SYNC, FS_XFLAG_REALTIME, fiemap, fifreeze, fithaw, fs_xflags, open_direct_read,
+        open_direct_rw,
+    };
 }
 
 /// An error with its causes, one per line (as anyhow's `{:#}` would, without anyhow).

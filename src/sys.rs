@@ -93,6 +93,15 @@ pub(crate) fn statx_dio_align(path: &Path) -> nix::Result<Option<(u32, u32)>> {
 
 const PAGE: usize = 4096;
 
+/// A block device's direct-I/O alignment (memory, offset) and where it came from: statx
+/// where the kernel tells, else the logical sector size.
+pub(crate) fn blk_dio_align(path: &Path, fd: BorrowedFd<'_>) -> nix::Result<(u32, u32, &'static str)> {
+    match statx_dio_align(path) {
+        Ok(Some((m, o))) => Ok((m, o, "statx")),
+        _ => blk_logical_sector_size(fd).map(|s| (s, s, "BLKSSZGET")),
+    }
+}
+
 /// A heap buffer whose address is aligned for O_DIRECT.
 ///
 /// We never fall back to buffered I/O when an aligned transfer is refused (unlike
@@ -468,6 +477,37 @@ pub const FIEMAP_FLAG_SYNC: u32 = 0x1;
 /// `#define FIEMAP_EXTENT_LAST 0x00000001`.
 pub(crate) const FIEMAP_EXTENT_LAST: u32 = 0x1;
 const FIEMAP_BATCH: usize = 256;
+/// `FIEMAP_EXTENT_UNWRITTEN`: allocated but never written; reads as zeros.
+pub(crate) const FIEMAP_EXTENT_UNWRITTEN: u32 = 0x800;
+/// `FIEMAP_EXTENT_SHARED`: its blocks are shared with other files (reflinks, snapshots).
+pub(crate) const FIEMAP_EXTENT_SHARED: u32 = 0x2000;
+/// Flags under which an extent's physical address is not where its bytes lie as they
+/// read (not yet allocated, encoded, encrypted, packed with others).
+const FIEMAP_EXTENT_NOT_PLAIN: [(u32, &str); 7] = [
+    (0x2, "UNKNOWN"),
+    (0x4, "DELALLOC"),
+    (0x8, "ENCODED"),
+    (0x80, "DATA_ENCRYPTED"),
+    (0x100, "NOT_ALIGNED"),
+    (0x200, "DATA_INLINE"),
+    (0x400, "DATA_TAIL"),
+];
+
+impl FiemapExtent {
+    pub(crate) fn is_unwritten(&self) -> bool {
+        self.flags & FIEMAP_EXTENT_UNWRITTEN != 0
+    }
+
+    pub(crate) fn is_shared(&self) -> bool {
+        self.flags & FIEMAP_EXTENT_SHARED != 0
+    }
+
+    /// The names of its flags that make its physical address unusable (see
+    /// [`FIEMAP_EXTENT_NOT_PLAIN`]).
+    pub(crate) fn not_plain(&self) -> Vec<&'static str> {
+        FIEMAP_EXTENT_NOT_PLAIN.iter().filter(|(f, _)| self.flags & f != 0).map(|(_, n)| *n).collect()
+    }
+}
 
 // include/uapi/linux/fs.h: `#define FS_IOC_FIEMAP _IOWR('f', 11, struct fiemap)`.
 nix::ioctl_readwrite!(ioctl_fiemap, b'f', 11, Fiemap<0>);
@@ -563,17 +603,48 @@ pub(crate) fn abort_without_core() -> ! {
 }
 
 /// Opens a block device read-only with O_DIRECT (the page cache could hold a stale copy).
-pub(crate) fn open_direct_read(node: &std::path::Path) -> std::io::Result<OwnedFd> {
+pub fn open_direct_read(node: &std::path::Path) -> std::io::Result<OwnedFd> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(node).map(OwnedFd::from)
 }
 
 /// Opens a device read-write with O_DIRECT, and O_EXCL when `exclusive` (an unmounted
 /// device: O_EXCL fails with EBUSY while anything holds it, and keeps it unmountable).
-pub(crate) fn open_direct_rw(path: &std::path::Path, exclusive: bool) -> std::io::Result<std::fs::File> {
+pub fn open_direct_rw(path: &std::path::Path, exclusive: bool) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let flags = libc::O_DIRECT | if exclusive { libc::O_EXCL } else { 0 };
     std::fs::OpenOptions::new().read(true).write(true).custom_flags(flags).open(path)
+}
+
+/// Whether a task's flags (`/proc/PID/stat` field 9) hold PF_KTHREAD
+/// (include/linux/sched.h): a kernel thread.
+pub(crate) fn is_kernel_thread(flags: u64) -> bool {
+    flags & 0x0020_0000 != 0
+}
+
+/// What a `fallocate` mode asks of a file (include/uapi/linux/falloc.h), whether or not
+/// it keeps the size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fallocate {
+    /// Allocate the range.
+    Allocate,
+    /// Punch a hole or zero the range: what a loop device sends for a discard.
+    Discard,
+    Other,
+}
+
+pub(crate) fn fallocate_mode(mode: i32) -> Fallocate {
+    match mode & !libc::FALLOC_FL_KEEP_SIZE {
+        0 => Fallocate::Allocate,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE => Fallocate::Discard,
+        _ => Fallocate::Other,
+    }
+}
+
+/// Opens a device node read-only with O_NONBLOCK, which does not wait for a medium.
+pub(crate) fn open_nonblocking(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)
 }
 
 /// Opens a block device read-only with O_EXCL: fails with EBUSY while anything (a mount,
@@ -710,6 +781,12 @@ fn decode_dev(d: u64) -> (u32, u32) {
     (((d & 0xfff00) >> 8) as u32, ((d & 0xff) | ((d >> 12) & 0xfff00)) as u32)
 }
 
+/// `new_encode_dev` (include/linux/kdev_t.h) of (major, minor): how GETFSMAP's
+/// `fmr_device` names a device.
+pub(crate) fn encode_dev((major, minor): (u32, u32)) -> u32 {
+    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
+}
+
 /// LOOP_GET_STATUS64 on an open loop device. `ENXIO`: no backing file attached.
 pub(crate) fn loop_status(fd: BorrowedFd<'_>) -> nix::Result<LoopStatus> {
     // SAFETY: all-zero bytes are a valid LoopInfo64 (integers and byte arrays).
@@ -726,4 +803,16 @@ pub(crate) fn loop_status(fd: BorrowedFd<'_>) -> nix::Result<LoopStatus> {
         size_limit: info.lo_sizelimit,
         read_only: info.lo_flags & LO_FLAGS_READ_ONLY != 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_device_numbers_like_the_kernel() {
+        assert_eq!(encode_dev((7, 0)), 0x700);
+        assert_eq!(encode_dev((259, 300)), (300 & 0xff) | (259 << 8) | ((300 & !0xff) << 12));
+        assert_eq!(decode_dev(u64::from(encode_dev((259, 300)))), (259, 300));
+    }
 }

@@ -276,7 +276,7 @@ impl ServeChild {
     }
 
     fn disk(&self) -> std::path::PathBuf {
-        self.dir.join(crate::sim::serve::DISK_NAME)
+        self.dir.join(crate::sim::onefile::DISK_NAME)
     }
 
     /// SIGTERM and wait: the server unmounts and saves.

@@ -1,25 +1,42 @@
-//! The device abstraction the engine rewrites through.
+//! The device abstraction the engine rewrites through, and measuring reads through.
 //!
-//! [`BlockTarget`] is all the engine knows of a device: a length, an alignment, and
-//! whole-buffer positioned reads and writes plus a flush. The real implementation,
-//! [`DirectDevice`], is a block device opened with O_DIRECT; a simulated SSD implements
-//! the same trait, so the engine under test is the engine that ships.
+//! [`ReadTarget`] is what a measurement needs of a device: an alignment and positioned
+//! reads. [`BlockTarget`] adds what the engine needs to rewrite: writes and a flush. The
+//! real implementations are a block device or file opened with O_DIRECT: read-only,
+//! [`DirectReader`], or read-write, [`DirectDevice`]; a simulated SSD implements the same
+//! traits, so the engine under test is the engine that ships.
 
 use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-pub(crate) trait BlockTarget: Send + Sync {
-    /// What to call it in messages.
-    fn describe(&self) -> String;
-    /// Size in bytes.
-    fn len_bytes(&self) -> u64;
+use crate::support::hooks::{self, IoOp};
+
+pub(crate) trait ReadTarget: Send + Sync {
     /// Required alignment of buffer addresses.
     fn mem_align(&self) -> usize;
     /// Required alignment of offsets and lengths.
     fn offset_align(&self) -> u64;
+    /// One positioned read into `buf`: the bytes read, fewer than asked only at the end
+    /// of a file.
+    fn read_some_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize>;
     /// Reads exactly `buf.len()` bytes at `offset`.
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()>;
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.read_some_at(&mut buf[done..], offset + done as u64) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => done += n,
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(crate) trait BlockTarget: ReadTarget {
     /// Writes all of `buf` at `offset`.
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()>;
     /// Makes completed writes durable (a cache flush on the device).
@@ -31,14 +48,48 @@ pub(crate) trait BlockTarget: Send + Sync {
     }
 }
 
-/// A block device opened `O_RDWR | O_DIRECT`.
-pub(crate) struct DirectDevice {
+/// A block device or file opened `O_RDONLY | O_DIRECT`: nothing can write through it.
+pub(crate) struct DirectReader {
     file: File,
-    path: PathBuf,
-    len: u64,
     mem_align: usize,
     offset_align: u64,
 }
+
+impl DirectReader {
+    /// Opens `path` for direct reads, aligned to 512 bytes until [`Self::aligned`] says
+    /// otherwise (the alignment is asked of the open file).
+    pub(crate) fn open(path: &Path) -> std::io::Result<DirectReader> {
+        Ok(DirectReader { file: crate::sys::open_direct_read(path)?.into(), mem_align: 512, offset_align: 512 })
+    }
+
+    pub(crate) fn aligned(self, mem_align: usize, offset_align: u64) -> DirectReader {
+        DirectReader { mem_align, offset_align, ..self }
+    }
+}
+
+impl AsFd for DirectReader {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
+
+impl ReadTarget for DirectReader {
+    fn mem_align(&self) -> usize {
+        self.mem_align
+    }
+    fn offset_align(&self) -> u64 {
+        self.offset_align
+    }
+    fn read_some_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        hooks::io_fault(IoOp::Read, offset, buf.len() as u64)?;
+        let n = self.file.read_at(buf, offset)?;
+        hooks::corrupt_read(offset, &mut buf[..n]);
+        Ok(n)
+    }
+}
+
+/// A block device opened `O_RDWR | O_DIRECT`.
+pub(crate) struct DirectDevice(DirectReader);
 
 /// How to open the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,40 +104,33 @@ impl DirectDevice {
     pub(crate) fn open(
         path: &Path,
         mode: OpenMode,
-        len: u64,
         mem_align: usize,
         offset_align: u64,
     ) -> std::io::Result<DirectDevice> {
-        crate::support::hooks::open_error(mode == OpenMode::SharedWithMounts)?;
+        hooks::open_error(mode == OpenMode::SharedWithMounts)?;
         let file = crate::sys::open_direct_rw(path, mode == OpenMode::Exclusive)?;
-        Ok(DirectDevice { file, path: path.to_path_buf(), len, mem_align, offset_align })
+        Ok(DirectDevice(DirectReader { file, mem_align, offset_align }))
+    }
+}
+
+impl ReadTarget for DirectDevice {
+    fn mem_align(&self) -> usize {
+        self.0.mem_align
+    }
+    fn offset_align(&self) -> u64 {
+        self.0.offset_align
+    }
+    fn read_some_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        self.0.read_some_at(buf, offset)
     }
 }
 
 impl BlockTarget for DirectDevice {
-    fn describe(&self) -> String {
-        self.path.display().to_string()
-    }
-    fn len_bytes(&self) -> u64 {
-        self.len
-    }
-    fn mem_align(&self) -> usize {
-        self.mem_align
-    }
-    fn offset_align(&self) -> u64 {
-        self.offset_align
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        crate::support::hooks::io_fault(crate::support::hooks::IoOp::Read, offset, buf.len() as u64)?;
-        self.file.read_exact_at(buf, offset)?;
-        crate::support::hooks::corrupt_read(offset, buf);
-        Ok(())
-    }
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        crate::support::hooks::io_fault(crate::support::hooks::IoOp::Write, offset, buf.len() as u64)?;
-        self.file.write_all_at(buf, offset)
+        hooks::io_fault(IoOp::Write, offset, buf.len() as u64)?;
+        self.0.file.write_all_at(buf, offset)
     }
     fn flush(&self) -> std::io::Result<()> {
-        self.file.sync_data()
+        self.0.file.sync_data()
     }
 }

@@ -19,7 +19,7 @@
 //! one inode.
 
 use std::os::fd::AsFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
 use crate::host::device::Sysfs;
 use crate::host::mounts::MountEntry;
@@ -81,8 +81,7 @@ impl Loop {
 /// The loop device's status from the kernel, through its node in /dev (checked to be
 /// that device).
 fn status_by_ioctl(name: &str, dev: DevNum) -> Option<sys::LoopStatus> {
-    let f =
-        std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(format!("/dev/{name}")).ok()?;
+    let f = sys::open_nonblocking(format!("/dev/{name}").as_ref()).ok()?;
     let md = f.metadata().ok()?;
     if !md.file_type().is_block_device() || split(md.rdev()) != dev {
         return None;

@@ -16,7 +16,7 @@ pub struct Stat {
     pub(crate) cpu_ticks: u64,
     /// Field 41: the scheduling policy (1 SCHED_FIFO, 2 SCHED_RR: real-time).
     pub(crate) policy: u32,
-    /// Field 9 has PF_KTHREAD (0x00200000): a kernel thread.
+    /// Field 9 (flags) marks a kernel thread.
     pub(crate) kernel_thread: bool,
 }
 
@@ -30,7 +30,7 @@ pub fn stat(pid: i32) -> Option<Stat> {
         start_ticks: fields.get(22 - 3)?.parse().ok()?,
         cpu_ticks: fields.get(14 - 3)?.parse::<u64>().ok()? + fields.get(15 - 3)?.parse::<u64>().ok()?,
         policy: fields.get(41 - 3).and_then(|p| p.parse().ok()).unwrap_or(0),
-        kernel_thread: fields.get(9 - 3).and_then(|f| f.parse::<u64>().ok()).is_some_and(|f| f & 0x0020_0000 != 0),
+        kernel_thread: fields.get(9 - 3).and_then(|f| f.parse().ok()).is_some_and(crate::sys::is_kernel_thread),
     })
 }
 

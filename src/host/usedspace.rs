@@ -40,12 +40,6 @@ impl FsSpan {
     }
 }
 
-/// The kernel's encoding of a device number in `fmr_device` (new_encode_dev,
-/// include/linux/kdev_t.h).
-pub(crate) fn encode_dev(major: u32, minor: u32) -> u32 {
-    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
-}
-
 /// Free ranges of the spans within `[from, to)` of the target, sorted, in target offsets.
 pub(crate) fn free_ranges(spans: &[FsSpan], from: u64, to: u64) -> Result<Vec<(u64, u64)>> {
     let mut free = Vec::new();
@@ -54,7 +48,7 @@ pub(crate) fn free_ranges(spans: &[FsSpan], from: u64, to: u64) -> Result<Vec<(u
         if lo >= hi {
             continue;
         }
-        let dev = encode_dev(s.fs.dev_num.0, s.fs.dev_num.1);
+        let dev = sys::encode_dev(s.fs.dev_num);
         let recs = sys::getfsmap(s.fd.as_fd(), lo - s.start, hi - s.start)
             .map_err(|e| Error::io(format!("GETFSMAP on {}", s.fs.mount_point.display()), e.into()))?;
         for r in recs {
@@ -119,11 +113,5 @@ mod tests {
         assert_eq!(subtract(0, 1000, &free, 64), vec![(0, 960)]);
         assert_eq!(subtract(120, 450, &free, 1), vec![(150, 250)]);
         assert_eq!(subtract(0, 100, &[], 4096), vec![(0, 100)]);
-    }
-
-    #[test]
-    fn encodes_device_numbers_like_the_kernel() {
-        assert_eq!(encode_dev(7, 0), 0x700);
-        assert_eq!(encode_dev(259, 300), (300 & 0xff) | (259 << 8) | ((300 & !0xff) << 12));
     }
 }

@@ -1,14 +1,13 @@
 //! A light read probe: small O_DIRECT reads of data in use, spread out, to see what a
 //! trim (host::trim) costs the readers of a device or a file.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::engine::target::{DirectReader, ReadTarget};
 use crate::host::freeze::Thawed;
 use crate::host::trim::{Pace, ProbeComparison, TrimReport, TrimTarget, run};
 use crate::support::signals::StopFlag;
@@ -23,12 +22,11 @@ pub(crate) const PROBE_BEFORE: Duration = Duration::from_secs(2);
 
 /// Small O_DIRECT reads at spread-out places of data in use.
 pub(crate) struct Probe {
-    file: File,
+    reader: DirectReader,
     /// (device or file offset, length), ascending; reads land inside them.
     ranges: Vec<(u64, u64)>,
     total: u64,
     block: u64,
-    mem_align: usize,
     describe: String,
 }
 
@@ -36,12 +34,13 @@ impl Probe {
     /// A probe of `path` (a device or a file) within `ranges` (None: all of it).
     pub(crate) fn open(path: &Path, ranges: Option<&[(u64, u64)]>) -> crate::support::error::Result<Probe> {
         let src = crate::measure::readbench::Source::open(path)?;
-        let block = PROBE_BLOCK.max(src.offset_align).div_ceil(src.offset_align) * src.offset_align;
+        let align = src.reader.offset_align();
+        let block = PROBE_BLOCK.max(align).div_ceil(align) * align;
         let ranges: Vec<(u64, u64)> = match ranges {
             Some(r) => r
                 .iter()
                 .map(|&(o, l)| {
-                    let a = o.div_ceil(src.offset_align) * src.offset_align;
+                    let a = o.div_ceil(align) * align;
                     (a, l.saturating_sub(a - o))
                 })
                 .filter(|&(_, l)| l >= block)
@@ -52,14 +51,7 @@ impl Probe {
         if total == 0 {
             return Err(crate::support::error::Error::Usage(format!("{}: nothing in use to probe", path.display())));
         }
-        Ok(Probe {
-            describe: path.display().to_string(),
-            mem_align: src.mem_align,
-            file: src.into_file(),
-            ranges,
-            total,
-            block,
-        })
+        Ok(Probe { describe: path.display().to_string(), reader: src.reader, ranges, total, block })
     }
 
     /// The `i`th probe block's offset.
@@ -78,12 +70,12 @@ impl Probe {
     /// returns each read's latency.
     fn sample(&self, done: &AtomicBool, seed: u64) -> Vec<f64> {
         let mut rng = crate::support::scratch::XorShift::new(seed);
-        let mut buf = AlignedBuf::new(self.block as usize, self.mem_align);
+        let mut buf = AlignedBuf::new(self.block as usize, self.reader.mem_align());
         let mut lat = Vec::new();
         loop {
             let at = self.offset_of(rng.next_u64() % self.total);
             let t = Instant::now();
-            if self.file.read_at(&mut buf, at).is_ok() {
+            if self.reader.read_some_at(&mut buf, at).is_ok() {
                 lat.push(t.elapsed().as_secs_f64());
             }
             if done.load(Ordering::SeqCst) {

@@ -10,8 +10,8 @@
 //! from a shared cursor, so N reads are really in flight. A simulated SSD is measured on
 //! its virtual clock instead (`sim:STATE` targets).
 
-use std::fs::File;
-use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::target::{DirectReader, ReadTarget};
 use crate::sim::SimState;
 use crate::sim::ftl::{SLOT, seq_read_time};
 use crate::support::error::{Error, Result};
@@ -27,11 +28,9 @@ use crate::sys::{self, AlignedBuf};
 /// One readable source: a block device or a regular file, opened O_DIRECT read-only.
 pub(crate) struct Source {
     pub(crate) path: PathBuf,
-    file: File,
+    pub(crate) reader: DirectReader,
     /// Bytes to measure: the whole source, or the sum of its in-use ranges.
     pub(crate) len: u64,
-    pub(crate) mem_align: usize,
-    pub(crate) offset_align: u64,
     /// Only these ranges of a device, laid end to end: (offset in the measured span,
     /// device offset, length), ascending. None: all of it.
     pub(crate) in_use: Option<Vec<(u64, u64, u64)>>,
@@ -42,29 +41,18 @@ pub(crate) struct Source {
 impl Source {
     pub(crate) fn open(path: &Path) -> Result<Source> {
         let md = std::fs::metadata(path).map_err(|e| Error::Usage(format!("cannot use {}: {e}", path.display())))?;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(nix::libc::O_DIRECT)
-            .open(path)
-            .map_err(|e| match e.raw_os_error() {
-                Some(nix::libc::EINVAL) => Error::refused(
-                    format!("{} does not support direct I/O (O_DIRECT gave EINVAL)", path.display()),
-                    "reseq never falls back to buffered reads, which would measure the page cache; use a filesystem that supports O_DIRECT",
-                ),
-                _ => Error::input(format!("opening {} for direct reads", path.display()), e),
-            })?;
+        let reader = DirectReader::open(path).map_err(|e| match e.raw_os_error() {
+            Some(nix::libc::EINVAL) => Error::refused(
+                format!("{} does not support direct I/O (O_DIRECT gave EINVAL)", path.display()),
+                "reseq never falls back to buffered reads, which would measure the page cache; use a filesystem that supports O_DIRECT",
+            ),
+            _ => Error::input(format!("opening {} for direct reads", path.display()), e),
+        })?;
         let (len, (mem, off)) = if md.file_type().is_block_device() {
-            let len = sys::blk_size_bytes(std::os::fd::AsFd::as_fd(&file))
-                .map_err(|e| Error::io("BLKGETSIZE64", e.into()))?;
-            let align = match sys::statx_dio_align(path) {
-                Ok(Some(a)) => a,
-                _ => {
-                    let s = sys::blk_logical_sector_size(std::os::fd::AsFd::as_fd(&file))
-                        .map_err(|e| Error::io("BLKSSZGET", e.into()))?;
-                    (s, s)
-                }
-            };
-            (len, align)
+            let len = sys::blk_size_bytes(reader.as_fd()).map_err(|e| Error::io("BLKGETSIZE64", e.into()))?;
+            let (mem, off, _) =
+                sys::blk_dio_align(path, reader.as_fd()).map_err(|e| Error::io("BLKSSZGET", e.into()))?;
+            (len, (mem, off))
         } else if md.is_file() {
             // statx reports 0/0 where the file cannot do direct I/O (fscrypt, some filesystems).
             let align = sys::statx_dio_align(path).ok().flatten().ok_or_else(|| {
@@ -77,20 +65,8 @@ impl Source {
         } else {
             return Err(Error::Usage(format!("{} is neither a block device nor a regular file", path.display())));
         };
-        Ok(Source {
-            path: path.to_path_buf(),
-            file,
-            len,
-            mem_align: mem as usize,
-            offset_align: u64::from(off),
-            in_use: None,
-            device_len: len,
-        })
-    }
-
-    /// The open O_DIRECT file (for the trim's latency probe).
-    pub(crate) fn into_file(self) -> File {
-        self.file
+        let reader = reader.aligned(mem as usize, u64::from(off));
+        Ok(Source { path: path.to_path_buf(), reader, len, in_use: None, device_len: len })
     }
 
     /// Measures only `ranges` (ascending device ranges) of this source from now on.
@@ -111,11 +87,11 @@ impl Source {
     /// A regular file's ranges that hold written data (FIEMAP: holes and unwritten
     /// extents read as zeros at memory speed and say nothing about the drive).
     pub(crate) fn written_ranges(&self) -> Result<Ranges> {
-        let exts = sys::fiemap(std::os::fd::AsFd::as_fd(&self.file), 0, sys::FIEMAP_FLAG_SYNC)
+        let exts = sys::fiemap(self.reader.as_fd(), 0, sys::FIEMAP_FLAG_SYNC)
             .map_err(|e| Error::io(format!("FIEMAP {}", self.path.display()), e.into()))?;
-        let align = self.offset_align.max(1);
+        let align = self.reader.offset_align().max(1);
         let mut out: Ranges = Vec::new();
-        for e in exts.iter().filter(|e| e.flags & 0x800 == 0) {
+        for e in exts.iter().filter(|e| !e.is_unwritten()) {
             let lo = e.logical / align * align;
             let hi = (e.logical + e.length).min(self.device_len.div_ceil(align) * align);
             if lo >= hi {
@@ -252,7 +228,7 @@ impl Target {
     /// The alignment every offset and block size must respect.
     pub(crate) fn offset_align(&self) -> u64 {
         match self {
-            Target::Real(s) => s.iter().map(|s| s.offset_align).max().unwrap_or(512),
+            Target::Real(s) => s.iter().map(|s| s.reader.offset_align()).max().unwrap_or(512),
             Target::Sim { .. } => SLOT,
         }
     }
@@ -303,7 +279,8 @@ pub(crate) fn read_span(target: &Target, block: u64, qd: usize, offset: u64, len
                     // A span of several files is aligned as a whole, not inside each file
                     // (their sizes are arbitrary): start a file's part at an aligned offset,
                     // reading at most one alignment unit twice.
-                    let from = (lo - base) / s.offset_align * s.offset_align;
+                    let align = s.reader.offset_align();
+                    let from = (lo - base) / align * align;
                     let (n, lat) = read_source(s, block, qd, from, hi - base)?;
                     bytes += n;
                     latencies.extend(lat);
@@ -325,7 +302,7 @@ fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<
     std::thread::scope(|scope| {
         for _ in 0..qd.max(1) {
             scope.spawn(|| {
-                let mut buf = AlignedBuf::new(block as usize, s.mem_align);
+                let mut buf = AlignedBuf::new(block as usize, s.reader.mem_align());
                 let mut latencies = Vec::new();
                 loop {
                     let off = cursor.fetch_add(block, Ordering::SeqCst);
@@ -371,10 +348,10 @@ fn read_block(s: &Source, buf: &mut AlignedBuf, span: (u64, u64), latencies: &mu
         if want == 0 {
             break;
         }
-        let len = want.div_ceil(s.offset_align) * s.offset_align;
+        let align = s.reader.offset_align();
+        let len = want.div_ceil(align) * align;
         let t = Instant::now();
-        let r = crate::support::hooks::io_fault(crate::support::hooks::IoOp::Read, dev_at, len)
-            .and_then(|()| s.file.read_at(&mut buf[..len as usize], dev_at));
+        let r = s.reader.read_some_at(&mut buf[..len as usize], dev_at);
         crate::support::hooks::read_delay(&s.path, dev_at, len);
         latencies.push(t.elapsed().as_secs_f64());
         let n = r.map_err(|e| Error::io_at(format!("reading {}", s.path.display()), dev_at, e))?;

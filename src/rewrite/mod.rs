@@ -251,7 +251,7 @@ fn open_target(plan: &RewritePlan) -> Result<DirectDevice> {
 /// keeps them still), exclusive otherwise. EBUSY gets its own explanation.
 pub(crate) fn open_device(d: &crate::host::device::BlockDeviceInfo, mounted: bool) -> Result<DirectDevice> {
     let mode = if mounted { OpenMode::SharedWithMounts } else { OpenMode::Exclusive };
-    DirectDevice::open(&d.path, mode, d.identity.size_bytes, d.dio_mem_align as usize, u64::from(d.dio_offset_align)).map_err(
+    DirectDevice::open(&d.path, mode, d.dio_mem_align as usize, u64::from(d.dio_offset_align)).map_err(
         |e| match (e.raw_os_error(), mode) {
             (Some(nix::libc::EBUSY), OpenMode::SharedWithMounts) => {
                 let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();

@@ -621,7 +621,7 @@ pub(crate) struct Writer {
 impl Writer {
     /// `noise_interval_us` 0 turns the noise writer off; its writes go to random LBAs
     /// in `[noise_lo, noise_hi)`.
-    pub(crate) fn new(ftl: &Ftl, noise_interval_us: f64, noise_lo: u64, noise_hi: u64, seed: u64) -> Writer {
+    pub fn new(ftl: &Ftl, noise_interval_us: f64, noise_lo: u64, noise_hi: u64, seed: u64) -> Writer {
         Writer {
             b_prog: (ftl.n * ftl.u * SLOT) as f64 / ftl.p.t_prog_us,
             prog_clock: 0.0,

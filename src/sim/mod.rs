@@ -11,6 +11,7 @@
 
 pub(crate) mod experiment;
 pub(crate) mod ftl;
+pub mod onefile;
 pub(crate) mod pyrandom;
 pub(crate) mod serve;
 
@@ -20,7 +21,7 @@ use std::sync::Mutex;
 
 use ftl::{Ftl, Params, SLOT, Writer};
 
-use crate::engine::target::BlockTarget;
+use crate::engine::target::{BlockTarget, ReadTarget};
 
 /// The 4 KiB pattern of LBA `lpn`: its number, then zeros.
 pub(crate) fn fill_pattern(buf: &mut [u8], first_lpn: u64) {
@@ -230,24 +231,21 @@ impl SimDevice {
     }
 }
 
-impl BlockTarget for SimDevice {
-    fn describe(&self) -> String {
-        self.with_state(|s| format!("simulated {} SSD", s.ftl.p.name))
-    }
-    fn len_bytes(&self) -> u64 {
-        self.len
-    }
+impl ReadTarget for SimDevice {
     fn mem_align(&self) -> usize {
         512
     }
     fn offset_align(&self) -> u64 {
         SLOT
     }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    fn read_some_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
         let (first, _) = self.lpns(offset, buf.len())?;
         fill_pattern(buf, first);
-        Ok(())
+        Ok(buf.len())
     }
+}
+
+impl BlockTarget for SimDevice {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         let (first, n) = self.lpns(offset, buf.len())?;
         check_pattern(buf, first)?;

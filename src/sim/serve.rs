@@ -22,23 +22,19 @@
 //! - The file is opened `FOPEN_DIRECT_IO`: no FUSE page cache sits between the loop
 //!   device and the model, so a loop device with `--direct-io=on` has no cache at all.
 
-use std::ffi::OsStr;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use fuser::{
-    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner, MountOption,
-    OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
-    SessionACL, TimeOrNow, WriteFlags,
-};
+use fuser::{KernelConfig, ReplyData, ReplyWrite};
 use serde::Serialize;
 
 use super::SimState;
 use super::ftl::SLOT;
+use super::onefile::{Backend, DISK_NAME, OneFileFs};
 use crate::support::error::{Error, Result};
 
 /// The default `--time-scale`: one µs of model time takes this many µs of wall time.
@@ -46,14 +42,9 @@ use crate::support::error::{Error, Result};
 /// 220 MB/s, well inside what this path sustains (docs/FTL-MODEL.md, "Serving it").
 pub(crate) const DEFAULT_TIME_SCALE: f64 = 10.0;
 
-const ROOT: INodeNo = INodeNo::ROOT;
-const DISK: INodeNo = INodeNo(2);
-const STATS: INodeNo = INodeNo(3);
-pub(crate) const DISK_NAME: &str = "disk";
 /// `MOUNTDIR/stats`: the session's counters as JSON, read by `reseq bench` to tell
 /// whether the drive kept up with its time scale (see [`ServedStats`]).
 pub(crate) const STATS_NAME: &str = "stats";
-const TTL: Duration = Duration::from_secs(1);
 /// Wall time of the FUSE and loop path a request may have spent since the last reply
 /// that is not counted as the host's (see [`Drive::arrival_us`]).
 pub(crate) const PATH_ALLOWANCE: Duration = Duration::from_millis(2);
@@ -291,7 +282,6 @@ impl Clock {
 struct Drive {
     state: Arc<Mutex<SimState>>,
     data: File,
-    len: u64,
     start: Instant,
     scale: f64,
     timer: crossbeam_channel::Sender<Pending>,
@@ -301,8 +291,6 @@ struct Drive {
     last_reply: Arc<AtomicU64>,
     host_gap_us: f64,
     counters: Arc<Counters>,
-    uid: u32,
-    gid: u32,
 }
 
 impl Drive {
@@ -359,38 +347,70 @@ impl Drive {
         v.push(b'\n');
         v
     }
+}
 
-    fn attr(&self, ino: INodeNo) -> Option<FileAttr> {
-        let (kind, perm, size, nlink) = match ino {
-            ROOT => (FileType::Directory, 0o755, 0, 2),
-            DISK => (FileType::RegularFile, 0o644, self.len, 1),
-            // Its length changes with every read; direct I/O reads it to its end anyway.
-            STATS => (FileType::RegularFile, 0o444, 4096, 1),
-            _ => return None,
+impl Backend for Drive {
+    const SIDE_FILE: Option<&'static str> = Some(STATS_NAME);
+
+    fn init(&self, config: &mut KernelConfig) {
+        // Requests up to 1 MiB (the kernel's limit), so that a 1 MiB read is one command
+        // of the model, as in `sim read --block-size 1M`.
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        // Several direct-I/O requests of one file in flight at once (a loop device with
+        // direct I/O submits asynchronously): the model's queue depth.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_ASYNC_DIO);
+        let _ = config.set_max_background(64);
+    }
+
+    fn side_file(&self) -> Vec<u8> {
+        self.stats_json()
+    }
+
+    fn read(&self, offset: u64, end: u64, reply: ReplyData) {
+        let arrival_us = self.arrival_us();
+        self.counters.max_read_request.fetch_max(end - offset, Ordering::Relaxed);
+        let mut buf = vec![0u8; (end - offset) as usize];
+        if let Err(e) = self.data.read_exact_at(&mut buf, offset) {
+            return reply.error(e.into());
+        }
+        self.counters.read_requests.fetch_add(1, Ordering::Relaxed);
+        self.counters.read_bytes.fetch_add(end - offset, Ordering::Relaxed);
+        let part = ReadPart { off: offset, end, arrival_us, reply: Box::new(move || reply.data(&buf)) };
+        if let Err(e) = self.reads.send(part) {
+            (e.into_inner().reply)();
+        }
+    }
+
+    fn write(&self, offset: u64, data: &[u8], reply: ReplyWrite) {
+        if let Err(e) = self.data.write_all_at(data, offset) {
+            return reply.error(e.into());
+        }
+        let now = self.arrival_us();
+        self.counters.max_write_request.fetch_max(data.len() as u64, Ordering::Relaxed);
+        let (lo, hi) = Drive::slots(offset, offset + data.len() as u64);
+        let done = {
+            let mut st = self.model();
+            st.writer.t = st.writer.t.max(now);
+            let SimState { ftl, writer } = &mut *st;
+            writer.write(ftl, lo..hi)
         };
-        let t = SystemTime::UNIX_EPOCH;
-        Some(FileAttr {
-            ino,
-            size,
-            blocks: size.div_ceil(512),
-            atime: t,
-            mtime: t,
-            ctime: t,
-            crtime: t,
-            kind,
-            perm,
-            nlink,
-            uid: self.uid,
-            gid: self.gid,
-            rdev: 0,
-            blksize: SLOT as u32,
-            flags: 0,
-        })
+        self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
+        self.counters.write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        let n = data.len() as u32;
+        self.reply_at(done, move || reply.written(n));
+    }
+
+    fn fsync(&self) -> std::io::Result<()> {
+        self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.data.sync_data()
     }
 
     /// Unmaps the whole slots of `[off, end)`; partial slots at the edges are writes (their
     /// other bytes stay). Zeroes the range in the data file.
     fn trim(&self, off: u64, end: u64) -> std::io::Result<()> {
+        self.counters.trim_requests.fetch_add(1, Ordering::Relaxed);
+        self.counters.trimmed_bytes.fetch_add(end - off, Ordering::Relaxed);
         use nix::fcntl::{FallocateFlags, fallocate};
         fallocate(
             &self.data,
@@ -412,215 +432,6 @@ impl Drive {
             writer.write(ftl, partial.into_iter());
         }
         Ok(())
-    }
-}
-
-impl Filesystem for Drive {
-    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
-        // Requests up to 1 MiB (the kernel's limit), so that a 1 MiB read is one command
-        // of the model, as in `sim read --block-size 1M`.
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_readahead(1 << 20);
-        // Several direct-I/O requests of one file in flight at once (a loop device with
-        // direct I/O submits asynchronously): the model's queue depth.
-        let _ = config.add_capabilities(fuser::InitFlags::FUSE_ASYNC_DIO);
-        let _ = config.set_max_background(64);
-        Ok(())
-    }
-
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let ino = match name.to_str() {
-            Some(DISK_NAME) => DISK,
-            Some(STATS_NAME) => STATS,
-            _ => INodeNo(0),
-        };
-        match self.attr(ino) {
-            Some(a) if parent == ROOT => reply.entry(&TTL, &a, Generation(0)),
-            _ => reply.error(Errno::ENOENT),
-        }
-    }
-
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.attr(ino) {
-            Some(a) => reply.attr(&TTL, &a),
-            None => reply.error(Errno::ENOENT),
-        }
-    }
-
-    /// Mode, owner and time changes are accepted and forgotten; the size is the drive's.
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        match self.attr(ino) {
-            Some(a) if size.is_none_or(|s| s == a.size) => reply.attr(&TTL, &a),
-            Some(_) => reply.error(Errno::EPERM),
-            None => reply.error(Errno::ENOENT),
-        }
-    }
-
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        if ino == DISK || ino == STATS {
-            reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
-        } else {
-            reply.error(Errno::EISDIR);
-        }
-    }
-
-    fn read(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        if ino == STATS {
-            let v = self.stats_json();
-            let from = (offset as usize).min(v.len());
-            return reply.data(&v[from..(from + size as usize).min(v.len())]);
-        }
-        if ino != DISK {
-            return reply.error(Errno::EISDIR);
-        }
-        let end = offset.saturating_add(u64::from(size)).min(self.len);
-        if offset >= end {
-            return reply.data(&[]);
-        }
-        let arrival_us = self.arrival_us();
-        self.counters.max_read_request.fetch_max(end - offset, Ordering::Relaxed);
-        let mut buf = vec![0u8; (end - offset) as usize];
-        if let Err(e) = self.data.read_exact_at(&mut buf, offset) {
-            return reply.error(e.into());
-        }
-        self.counters.read_requests.fetch_add(1, Ordering::Relaxed);
-        self.counters.read_bytes.fetch_add(end - offset, Ordering::Relaxed);
-        let part = ReadPart { off: offset, end, arrival_us, reply: Box::new(move || reply.data(&buf)) };
-        if let Err(e) = self.reads.send(part) {
-            (e.into_inner().reply)();
-        }
-    }
-
-    fn write(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        if ino != DISK {
-            return reply.error(Errno::EISDIR);
-        }
-        let end = offset.saturating_add(data.len() as u64);
-        if end > self.len {
-            return reply.error(Errno::ENOSPC);
-        }
-        if data.is_empty() {
-            return reply.written(0);
-        }
-        if let Err(e) = self.data.write_all_at(data, offset) {
-            return reply.error(e.into());
-        }
-        let now = self.arrival_us();
-        self.counters.max_write_request.fetch_max(data.len() as u64, Ordering::Relaxed);
-        let (lo, hi) = Drive::slots(offset, end);
-        let done = {
-            let mut st = self.model();
-            st.writer.t = st.writer.t.max(now);
-            let SimState { ftl, writer } = &mut *st;
-            writer.write(ftl, lo..hi)
-        };
-        self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
-        self.counters.write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-        let n = data.len() as u32;
-        self.reply_at(done, move || reply.written(n));
-    }
-
-    fn fallocate(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
-        reply: ReplyEmpty,
-    ) {
-        use nix::libc::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE};
-        if ino != DISK {
-            return reply.error(Errno::EISDIR);
-        }
-        let end = offset.saturating_add(length).min(self.len);
-        let r = match mode & !FALLOC_FL_KEEP_SIZE {
-            // Allocation: every byte of the drive exists already.
-            0 => Ok(()),
-            m if m == FALLOC_FL_PUNCH_HOLE || m == FALLOC_FL_ZERO_RANGE => {
-                if offset < end {
-                    self.counters.trim_requests.fetch_add(1, Ordering::Relaxed);
-                    self.counters.trimmed_bytes.fetch_add(end - offset, Ordering::Relaxed);
-                    self.trim(offset, end)
-                } else {
-                    Ok(())
-                }
-            }
-            _ => return reply.error(Errno::EOPNOTSUPP),
-        };
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e.into()),
-        }
-    }
-
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        reply.ok();
-    }
-
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
-        match self.data.sync_data() {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e.into()),
-        }
-    }
-
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        if ino != ROOT {
-            return reply.error(Errno::ENOTDIR);
-        }
-        let entries = [
-            (ROOT, FileType::Directory, "."),
-            (ROOT, FileType::Directory, ".."),
-            (DISK, FileType::RegularFile, DISK_NAME),
-            (STATS, FileType::RegularFile, STATS_NAME),
-        ];
-        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
-            if reply.add(*ino, i as u64 + 1, *kind, name) {
-                break;
-            }
-        }
-        reply.ok();
     }
 }
 
@@ -715,23 +526,6 @@ fn spawn(name: &str, doing: &str, f: impl FnOnce() + Send + 'static) -> Result<s
     std::thread::Builder::new().name(name.into()).spawn(f).map_err(|e| Error::io(doing, e))
 }
 
-/// The mount's options: read-write, nothing executable, the mounting user only (root
-/// for a loop device; the loop driver's kernel workers pass that check too).
-fn mount_config() -> Config {
-    let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::FSName("reseq-sim".into()),
-        MountOption::Subtype("reseq-sim".into()),
-        MountOption::DefaultPermissions,
-        MountOption::RW,
-        MountOption::NoDev,
-        MountOption::NoSuid,
-        MountOption::NoExec,
-    ];
-    config.acl = SessionACL::Owner;
-    config
-}
-
 /// A drive being served, in this process: [`Served::start`] mounts, [`Served::stop`]
 /// unmounts and saves. Dropping it without `stop` detaches the mount lazily and does not
 /// save.
@@ -776,7 +570,6 @@ impl Served {
         let drive = Drive {
             state: state.clone(),
             data,
-            len,
             start,
             scale,
             timer: tx,
@@ -785,10 +578,8 @@ impl Served {
             last_reply,
             host_gap_us,
             counters: counters.clone(),
-            uid: nix::unistd::geteuid().as_raw(),
-            gid: nix::unistd::getegid().as_raw(),
         };
-        let session = fuser::spawn_mount(drive, mount_dir, &mount_config()).map_err(|e| mount_error(mount_dir, e))?;
+        let session = OneFileFs::mount(drive, len, mount_dir, "reseq-sim").map_err(|e| mount_error(mount_dir, e))?;
         Ok(Served {
             session: Some(session),
             timer: Some(timer),

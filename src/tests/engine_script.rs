@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::engine::guard::{Reporter, WindowEnd, WindowGuard};
 use crate::engine::journal::{self, Journal, RunRecord};
-use crate::engine::target::BlockTarget;
+use crate::engine::target::{BlockTarget, ReadTarget};
 use crate::engine::{self, EngineConfig, EngineStats};
 use crate::sim::ftl::Params;
 use crate::sim::{SimDevice, SimState};
@@ -93,20 +93,14 @@ struct Logged {
     differ_at: Option<u64>,
 }
 
-impl BlockTarget for Logged {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-    fn len_bytes(&self) -> u64 {
-        self.inner.len_bytes()
-    }
+impl ReadTarget for Logged {
     fn mem_align(&self) -> usize {
         self.inner.mem_align()
     }
     fn offset_align(&self) -> u64 {
         self.inner.offset_align()
     }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    fn read_some_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
         self.inner.read_at(buf, offset)?;
         let written_before =
             self.log.events().iter().any(|(e, _)| matches!(e, Ev::Write { offset: o, ok: true } if *o == offset));
@@ -114,8 +108,11 @@ impl BlockTarget for Logged {
             buf[100] ^= 1;
         }
         self.log.push(Ev::Read { offset });
-        Ok(())
+        Ok(buf.len())
     }
+}
+
+impl BlockTarget for Logged {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         let ok = self.fail_writes_at != Some(offset);
         self.log.push(Ev::Write { offset, ok });

@@ -36,7 +36,7 @@ use crate::sys;
 mod planner;
 pub mod record;
 
-use planner::{FileTarget, FilesPlanner, Map, Member, UNWRITTEN};
+use planner::{FileTarget, FilesPlanner, Map, Member};
 
 /// Why an empty file is left alone (it has no block to rewrite).
 const EMPTY: &str = "empty, nothing to rewrite";
@@ -458,7 +458,7 @@ impl FileRun<'_> {
         })?;
         let mut guard = self.guard(g, journal.path())?;
         let name = format!("{} file(s) on {}", planner.members.len(), g.fs.mount_point.display());
-        let target = FileTarget { dev, map, len: end, name };
+        let target = FileTarget { dev, map, name };
         let cfg = self.config(g, &planner.members, start, end);
         let goal = self.progress.done() + planner.members.iter().map(|m| m.size).sum::<u64>();
         let (stats, result) =
@@ -909,8 +909,8 @@ fn planned_bytes(path: &Path, shared_seen: &mut std::collections::HashSet<(u64, 
     let exts = std::fs::File::open(path).ok().and_then(|f| sys::fiemap(f.as_fd(), 0, 0).ok()).unwrap_or_default();
     let bytes = exts
         .iter()
-        .filter(|x| x.flags & UNWRITTEN == 0)
-        .filter(|x| x.flags & planner::SHARED == 0 || shared_seen.insert((x.physical, x.length)))
+        .filter(|x| !x.is_unwritten())
+        .filter(|x| !x.is_shared() || shared_seen.insert((x.physical, x.length)))
         .map(|x| x.length)
         .sum();
     (exts.len(), bytes, size)

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::engine::Planner;
-use crate::engine::target::{BlockTarget, DirectDevice};
+use crate::engine::target::{BlockTarget, DirectDevice, ReadTarget};
 use crate::support::error::{Error, Result};
 use crate::sys;
 
@@ -44,19 +44,6 @@ pub(crate) struct Extent {
 
 /// This window's map, ascending by virtual offset.
 pub(crate) type Map = Arc<Mutex<Vec<Extent>>>;
-
-// include/uapi/linux/fiemap.h extent flags.
-pub(crate) const UNWRITTEN: u32 = 0x800;
-pub(crate) const SHARED: u32 = 0x2000;
-const SKIP_FLAGS: [(u32, &str); 7] = [
-    (0x2, "UNKNOWN"),
-    (0x4, "DELALLOC"),
-    (0x8, "ENCODED"),
-    (0x80, "DATA_ENCRYPTED"),
-    (0x100, "NOT_ALIGNED"),
-    (0x200, "DATA_INLINE"),
-    (0x400, "DATA_TAIL"),
-];
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -75,7 +62,7 @@ pub(crate) fn plan_extents(
 ) -> std::result::Result<Vec<Extent>, String> {
     let mut out: Vec<Extent> = Vec::new();
     for e in exts {
-        let bad: Vec<&str> = SKIP_FLAGS.iter().filter(|(f, _)| e.flags & f != 0).map(|(_, n)| *n).collect();
+        let bad = e.not_plain();
         if !bad.is_empty() {
             return Err(format!("an extent at file offset {} is flagged {}", e.logical, bad.join("|")));
         }
@@ -85,11 +72,11 @@ pub(crate) fn plan_extents(
             continue;
         }
         let (len, physical) = (hi - lo, e.physical + (lo - e.logical));
-        if e.flags & UNWRITTEN != 0 {
+        if e.is_unwritten() {
             *unwritten += len;
             continue;
         }
-        if e.flags & SHARED != 0 && !shared_ok(e.physical, e.length) {
+        if e.is_shared() && !shared_ok(e.physical, e.length) {
             *shared_elsewhere += len;
             continue;
         }
@@ -307,7 +294,6 @@ impl Planner for FilesPlanner {
 pub(crate) struct FileTarget {
     pub(crate) dev: Arc<DirectDevice>,
     pub(crate) map: Map,
-    pub(crate) len: u64,
     pub(crate) name: String,
 }
 
@@ -324,23 +310,20 @@ impl FileTarget {
     }
 }
 
-impl BlockTarget for FileTarget {
-    fn describe(&self) -> String {
-        self.name.clone()
-    }
-    fn len_bytes(&self) -> u64 {
-        self.len
-    }
+impl ReadTarget for FileTarget {
     fn mem_align(&self) -> usize {
         self.dev.mem_align()
     }
     fn offset_align(&self) -> u64 {
         self.dev.offset_align()
     }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    fn read_some_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
         let at = self.device_offset(offset, buf.len() as u64)?;
-        self.dev.read_at(buf, at)
+        self.dev.read_some_at(buf, at)
     }
+}
+
+impl BlockTarget for FileTarget {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         let at = self.device_offset(offset, buf.len() as u64)?;
         self.dev.write_at(buf, at)
@@ -366,10 +349,10 @@ mod tests {
         let (mut u, mut s) = (0, 0);
         let exts = [
             ext(0, 8192, 4096, 0),
-            ext(4096, 12288, 4096, 0),          // adjacent in file and on disk: merged
-            ext(8192, 4096, 4096, 0),           // behind on disk: its own piece, in file order
-            ext(12288, 40960, 8192, UNWRITTEN), // never written
-            ext(24576, 81920, 4096, SHARED),
+            ext(4096, 12288, 4096, 0), // adjacent in file and on disk: merged
+            ext(8192, 4096, 4096, 0),  // behind on disk: its own piece, in file order
+            ext(12288, 40960, 8192, sys::FIEMAP_EXTENT_UNWRITTEN), // never written
+            ext(24576, 81920, 4096, sys::FIEMAP_EXTENT_SHARED),
         ];
         let got = plan_extents(&exts, 0, 1 << 20, |_, _| true, &mut u, &mut s).unwrap();
         assert_eq!(

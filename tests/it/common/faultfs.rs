@@ -1,32 +1,25 @@
 //! A fault-injecting FUSE filesystem for the tests: it serves one image file as
-//! `<mount>/disk`, and a loop device attached to that file turns every read and write of
-//! the device into a FUSE request here, where it can fail (EIO), be torn (part of it
-//! zeroed, then EIO) or be altered (stored wrong, reported fine). The faults come through
-//! the real kernel paths (bio -> loop -> vfs -> FUSE) and reach reseq as the I/O errors
-//! and bad data a failing disk would give it, not through reseq's own hooks.
+//! `<mount>/disk` (through reseq's `OneFileFs`), and a loop device attached to that file
+//! turns every read and write of the device into a request here, where it can fail
+//! (EIO), be torn (part of it zeroed, then EIO) or be altered (stored wrong, reported
+//! fine). The faults come through the real kernel paths (bio -> loop -> vfs -> FUSE) and
+//! reach reseq as the I/O errors and bad data a failing disk would give it, not through
+//! reseq's own hooks.
 //!
-//! The file is opened with `FOPEN_DIRECT_IO`: the FUSE page cache never sits between the
-//! loop device and this code, so every read and write the loop driver issues is a
-//! request here. The loop device's own page cache is still there: tests go through it
-//! with O_DIRECT (as reseq does), see [`direct_read`] and [`direct_write`].
-//!
-//! Include it only in the test binaries that need it (it is the only user of `fuser`):
-//! `#[path = "common/faultfs.rs"] mod faultfs;` after `mod common;`.
+//! The loop device's own page cache is still there: tests go through it with O_DIRECT
+//! (as reseq does), see [`direct_read`] and [`direct_write`].
 #![allow(dead_code)]
 
-use std::ffi::OsStr;
 use std::fs::File;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use fuser::{
-    BackgroundSession, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyWrite, Request, SessionACL, TimeOrNow, WriteFlags,
-};
+use fuser::{BackgroundSession, Errno, ReplyData, ReplyWrite};
+use reseq::testing::AlignedBuf;
+use reseq::testing::onefile::{Backend, DISK_NAME, OneFileFs};
 
 use crate::common::{LoopDevice, TestEnv, XorShift, run_cmd};
 
@@ -158,115 +151,14 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-const ROOT: INodeNo = INodeNo::ROOT;
-const DISK: INodeNo = INodeNo(2);
-const DISK_NAME: &str = "disk";
-const TTL: Duration = Duration::from_secs(1);
-
-/// The filesystem proper, owned by the session thread.
-struct Served {
-    image: File,
-    size: u64,
-    uid: u32,
-    gid: u32,
+/// The image behind the filesystem, with the faults and caches it applies.
+struct Image {
+    file: File,
     state: Arc<Mutex<State>>,
 }
 
-impl Served {
-    fn attr(&self, ino: INodeNo) -> Option<FileAttr> {
-        let (kind, perm, size, nlink) = match ino {
-            ROOT => (FileType::Directory, 0o755, 0, 2),
-            DISK => (FileType::RegularFile, 0o644, self.size, 1),
-            _ => return None,
-        };
-        let t = SystemTime::UNIX_EPOCH;
-        Some(FileAttr {
-            ino,
-            size,
-            blocks: size.div_ceil(512),
-            atime: t,
-            mtime: t,
-            ctime: t,
-            crtime: t,
-            kind,
-            perm,
-            nlink,
-            uid: self.uid,
-            gid: self.gid,
-            rdev: 0,
-            blksize: 4096,
-            flags: 0,
-        })
-    }
-}
-
-impl Filesystem for Served {
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.attr(DISK) {
-            Some(a) if parent == ROOT && name == DISK_NAME => reply.entry(&TTL, &a, Generation(0)),
-            _ => reply.error(Errno::ENOENT),
-        }
-    }
-
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.attr(ino) {
-            Some(a) => reply.attr(&TTL, &a),
-            None => reply.error(Errno::ENOENT),
-        }
-    }
-
-    /// Mode, owner and time changes are accepted and forgotten; the size is fixed.
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        match self.attr(ino) {
-            Some(a) if size.is_none_or(|s| s == a.size) => reply.attr(&TTL, &a),
-            Some(_) => reply.error(Errno::EPERM),
-            None => reply.error(Errno::ENOENT),
-        }
-    }
-
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        if ino == DISK {
-            reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
-        } else {
-            reply.error(Errno::EISDIR);
-        }
-    }
-
-    fn read(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        if ino != DISK {
-            return reply.error(Errno::EISDIR);
-        }
-        let end = offset.saturating_add(size as u64).min(self.size);
-        if offset >= end {
-            return reply.data(&[]);
-        }
+impl Backend for Image {
+    fn read(&self, offset: u64, end: u64, reply: ReplyData) {
         let (fault, wait) = {
             let mut st = lock(&self.state);
             st.reads.push((offset, end - offset));
@@ -279,37 +171,18 @@ impl Filesystem for Served {
         }
         std::thread::sleep(wait);
         let mut buf = vec![0u8; (end - offset) as usize];
-        match self.image.read_exact_at(&mut buf, offset) {
+        match self.file.read_exact_at(&mut buf, offset) {
             Ok(()) => reply.data(&buf),
             Err(e) => reply.error(e.into()),
         }
     }
 
-    fn write(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        if ino != DISK {
-            return reply.error(Errno::EISDIR);
-        }
+    fn write(&self, offset: u64, data: &[u8], reply: ReplyWrite) {
         let end = offset.saturating_add(data.len() as u64);
         let fault = {
             let mut st = lock(&self.state);
             st.writes.push((offset, data.len() as u64));
-            if end > self.size {
-                return reply.error(Errno::ENOSPC);
-            }
-            if let Some(r) = st.recent.as_mut()
-                && end > offset
-            {
+            if let Some(r) = st.recent.as_mut() {
                 r.write(offset, end);
             }
             st.take(true, offset, end)
@@ -328,39 +201,15 @@ impl Filesystem for Served {
                 FaultKind::FailRead => unreachable!("read faults are not taken for writes"),
             }
         }
-        match self.image.write_all_at(&stored, offset).map_err(Errno::from).and(result) {
+        match self.file.write_all_at(&stored, offset).map_err(Errno::from).and(result) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        reply.ok();
-    }
-
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(&self) -> std::io::Result<()> {
         lock(&self.state).fsyncs += 1;
-        match self.image.sync_data() {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e.into()),
-        }
-    }
-
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        if ino != ROOT {
-            return reply.error(Errno::ENOTDIR);
-        }
-        let entries = [
-            (ROOT, FileType::Directory, "."),
-            (ROOT, FileType::Directory, ".."),
-            (DISK, FileType::RegularFile, DISK_NAME),
-        ];
-        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
-            if reply.add(*ino, i as u64 + 1, *kind, name) {
-                break;
-            }
-        }
-        reply.ok();
+        self.file.sync_data()
     }
 }
 
@@ -381,29 +230,8 @@ impl FaultFs {
         let size = file.metadata()?.len();
         std::fs::create_dir_all(mount_dir)?;
         let state = Arc::new(Mutex::new(State::default()));
-        let served = Served {
-            image: file,
-            size,
-            uid: nix::unistd::geteuid().as_raw(),
-            gid: nix::unistd::getegid().as_raw(),
-            state: state.clone(),
-        };
-        let mut config = Config::default();
-        config.mount_options = vec![
-            MountOption::FSName("reseq-faultfs".into()),
-            MountOption::Subtype("faultfs".into()),
-            MountOption::DefaultPermissions,
-            MountOption::RW,
-            MountOption::NoDev,
-            MountOption::NoSuid,
-            MountOption::NoExec,
-        ];
-        // Without allow_other the kernel admits only the mounting user's processes (root
-        // here, as the tests run as root), and the loop driver's I/O, done by kernel
-        // workers with root credentials, passes that check too. allow_other only widens
-        // it; fuser's RootAndOwner then still refuses other users in userspace.
-        config.acl = SessionACL::Owner;
-        let session = fuser::spawn_mount(served, mount_dir, &config)?;
+        let image = Image { file, state: state.clone() };
+        let session = OneFileFs::mount(image, size, mount_dir, "reseq-faultfs")?;
         Ok(FaultFs { state, session: Some(session), mount_dir: mount_dir.to_path_buf() })
     }
 
@@ -549,52 +377,17 @@ pub fn fault_loop_device(env: &TestEnv, name: &str, size: u64, seed: u64, sector
     FaultDevice { lo, fs, image }
 }
 
-/// A buffer aligned for O_DIRECT (4 KiB).
-pub struct Aligned {
-    raw: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl Aligned {
-    pub fn zeroed(len: usize) -> Aligned {
-        let raw = vec![0u8; len + 4096];
-        let start = raw.as_ptr().align_offset(4096);
-        Aligned { raw, start, len }
-    }
-
-    pub fn from_slice(data: &[u8]) -> Aligned {
-        let mut a = Aligned::zeroed(data.len());
-        a.as_mut().copy_from_slice(data);
-        a
-    }
-}
-
-impl AsRef<[u8]> for Aligned {
-    fn as_ref(&self) -> &[u8] {
-        &self.raw[self.start..self.start + self.len]
-    }
-}
-
-impl AsMut<[u8]> for Aligned {
-    fn as_mut(&mut self) -> &mut [u8] {
-        &mut self.raw[self.start..self.start + self.len]
-    }
-}
-
-fn open_direct(dev: &Path, write: bool) -> std::io::Result<File> {
-    std::fs::OpenOptions::new().read(true).write(write).custom_flags(nix::fcntl::OFlag::O_DIRECT.bits()).open(dev)
-}
-
 /// Reads `len` bytes at `off` of `dev` with O_DIRECT (both multiples of its sector size).
 pub fn direct_read(dev: &Path, off: u64, len: usize) -> std::io::Result<Vec<u8>> {
-    let mut buf = Aligned::zeroed(len);
-    open_direct(dev, false)?.read_exact_at(buf.as_mut(), off)?;
-    Ok(buf.as_ref().to_vec())
+    let mut buf = AlignedBuf::new(len, 4096);
+    File::from(reseq::testing::open_direct_read(dev)?).read_exact_at(&mut buf, off)?;
+    Ok(buf.to_vec())
 }
 
 /// Writes `data` at `off` of `dev` with O_DIRECT (offset and length multiples of its
 /// sector size); the error of a failed write, as the application sees it.
 pub fn direct_write(dev: &Path, off: u64, data: &[u8]) -> std::io::Result<()> {
-    open_direct(dev, true)?.write_all_at(Aligned::from_slice(data).as_ref(), off)
+    let mut buf = AlignedBuf::new(data.len(), 4096);
+    buf.copy_from_slice(data);
+    reseq::testing::open_direct_rw(dev, false)?.write_all_at(&buf, off)
 }
