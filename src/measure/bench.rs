@@ -862,7 +862,7 @@ pub fn second_look(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -937,7 +937,7 @@ mod tests {
         assert!(close_call(&[50.0, 100.0, 98.0], &[110.0, 112.0, 111.0]).is_none());
     }
 
-    fn bench_of(rates: &[f64]) -> BenchResult {
+    pub(crate) fn bench_of(rates: &[f64]) -> BenchResult {
         let passes: Vec<Pass> = rates
             .iter()
             .map(|r| Pass {

@@ -239,6 +239,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_close_call_reads_more_after_passes_of_the_same_bytes() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let file = dir.path().join("data");
+        std::fs::write(&file, vec![7u8; 2 << 20]).unwrap();
+        let rates = |r: &[f64]| r.iter().map(|x| x * 1e6).collect::<Vec<f64>>();
+        let before = bench::tests::bench_of(&rates(&[100.0, 101.0, 102.0]));
+        let after = bench::tests::bench_of(&rates(&[152.0, 153.0, 154.0]));
+        let first = bench::verdict_of(&before, &after);
+        let opts = BenchOptions::default();
+        let v = closer_look(first, &before, &after, &opts, &|| files_target(&[file.as_path()]));
+        let look = v.closer_look.as_ref().expect("x1.52 is a close call");
+        assert_eq!((look.first_verdict.as_str(), look.passes.len()), ("faster", 6), "{v:?}");
+        assert!(look.passes.iter().all(|p| p.bytes == 1 << 20), "the same 1 MiB as the after-benchmark");
+        assert!(v.rule.contains("9 after-passes"), "{}", v.rule);
+        // A clear result is not looked at again.
+        let clear = bench::tests::bench_of(&rates(&[300.0, 301.0, 302.0]));
+        let v = closer_look(bench::verdict_of(&before, &clear), &before, &clear, &opts, &|| unreachable!());
+        assert!(v.closer_look.is_none() && v.verdict == "faster", "{v:?}");
+    }
+
+    #[test]
     fn parses_smartctl_nvme_json() {
         // Shape of `smartctl --json -A /dev/nvme0` (smartmontools 7.x).
         let json = r#"{"smartctl":{"version":[7,3]},"device":{"name":"/dev/nvme0","type":"nvme"},
