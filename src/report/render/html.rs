@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::svg::{Series, pass_chart, region_chart};
 use super::{esc, plain, trim_summary};
-use crate::measure::bench::{BenchResult, ScanResult};
+use crate::measure::bench::{BenchResult, ScanResult, with_passes};
 use crate::report::Report;
 use crate::support::units::human_bytes;
 
@@ -193,8 +193,11 @@ fn charts(r: &Report) -> String {
         s += "<h2>Read throughput by region</h2><p>Each region is read once, in one short read after another: a region can read faster than a whole pass (below), whose figure is the one the verdict compares. Compare regions with each other, before with after.</p>";
         s += &region_chart(&scans);
     }
+    // A close verdict was decided on more after-passes: they are shown with the first.
+    let look = r.verdict.as_ref().and_then(|v| v.closer_look.as_ref());
+    let after = r.bench_after.as_ref().map(|b| look.map_or_else(|| b.clone(), |c| with_passes(b, &c.passes)));
     let benches: Vec<Series<BenchResult>> =
-        [("before", "#9a9a9a", &r.bench_before), ("after", "#1f77b4", &r.bench_after), ("pass", "#1f77b4", &r.bench)]
+        [("before", "#9a9a9a", &r.bench_before), ("after", "#1f77b4", &after), ("pass", "#1f77b4", &r.bench)]
             .into_iter()
             .filter_map(|(label, color, b)| b.as_ref().map(|b| (label, color, b)))
             .collect();
