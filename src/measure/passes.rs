@@ -56,21 +56,22 @@ pub(crate) fn files_target(files: &[&Path]) -> Result<Target> {
     Ok(target)
 }
 
-/// A change the before/after benchmarks found, measured again `opts.recheck` later
-/// (the same bytes, the same passes): the verdict stands only if it lasts. A change is
-/// not re-checked where there is none, on a simulated SSD (no cache below it), or with
-/// the re-check off. The rewrite is done by then: a re-check that cannot be taken (a
-/// stop signal, files deleted meanwhile) leaves the verdict "unreliable", saying why,
-/// and never fails the run.
+/// The verdict's second looks, after the after-benchmark: more after-passes when the
+/// first were too close to call ([`closer_look`]), then a change measured again
+/// `opts.recheck` later (the same bytes, the same passes): the verdict stands only if it
+/// lasts. A change is not re-checked where there is none, on a simulated SSD (no cache
+/// below it), or with the re-check off. The rewrite is done by then: a look that cannot
+/// be taken (a stop signal, files deleted meanwhile) leaves a change "unreliable",
+/// saying why, and never fails the run.
 pub(crate) fn recheck(
     v: Option<bench::Verdict>,
     before: &BenchResult,
     after: &BenchResult,
     opts: &BenchOptions,
     stop: &crate::support::signals::StopFlag,
-    target: impl FnOnce() -> Result<Target>,
+    target: impl Fn() -> Result<Target>,
 ) -> Option<bench::Verdict> {
-    let v = v?;
+    let v = closer_look(v?, before, after, opts, &target);
     if !matches!(v.verdict.as_str(), "faster" | "slower") || opts.recheck.is_zero() || after.virtual_time {
         return Some(v);
     }
@@ -89,13 +90,54 @@ pub(crate) fn recheck(
     }
 }
 
+/// A verdict too close to call on the first after-passes ([`bench::close_call`]),
+/// decided again on up to [`bench::EXTRA_PASSES_PER_PASS`] times as many more. The
+/// before-passes cannot be taken again once the data is rewritten, so the extra passes
+/// are after-passes, each after a pause as long as a pass: spread out in time, a
+/// device's drift widens their spread, which the effect must exceed. Not on a simulated
+/// SSD (its passes do not drift), nor for an "unreliable" verdict (more passes would not
+/// make it reliable).
+fn closer_look(
+    v: bench::Verdict,
+    before: &BenchResult,
+    after: &BenchResult,
+    opts: &BenchOptions,
+    target: &impl Fn() -> Result<Target>,
+) -> bench::Verdict {
+    let rates = |b: &BenchResult| b.passes.iter().map(|p| p.bytes_per_second).collect::<Vec<f64>>();
+    if v.verdict == "unreliable" || after.virtual_time {
+        return v;
+    }
+    let Some(why) = bench::close_call(&rates(before), &rates(after)) else { return v };
+    let max = bench::EXTRA_PASSES_PER_PASS * opts.passes.max(1);
+    let took: f64 = after.passes.iter().map(|p| 2.0 * p.seconds).sum();
+    log::info!("too close to call: {why}; up to {max} more passes after the rewrite decide");
+    match target().and_then(|t| bench::more_passes(&t, after, max, took.max(bench::CLOSER_LOOK_SECONDS))) {
+        Ok(extra) => bench::second_look(&v, before, after, extra, why),
+        Err(e) if v.verdict == "no_measurable_change" => {
+            log::warn!("the close call was not looked at again: {}", crate::error_chain(&e));
+            v
+        }
+        Err(e) => {
+            let rule = format!(
+                "x{:.2} right after the rewrite ({}), but too close to call on {} passes ({why}) and not measured again ({})",
+                v.speedup,
+                v.verdict.replace('_', " "),
+                after.passes.len(),
+                crate::error_chain(&e)
+            );
+            bench::Verdict { verdict: "unreliable".into(), rule, ..v }
+        }
+    }
+}
+
 fn take_recheck(
     v: &bench::Verdict,
     before: &BenchResult,
     after: &BenchResult,
     opts: &BenchOptions,
     stop: &crate::support::signals::StopFlag,
-    target: impl FnOnce() -> Result<Target>,
+    target: impl Fn() -> Result<Target>,
 ) -> Result<bench::Verdict> {
     log::info!(
         "the reads after the rewrite were x{:.2} the reads before: reading the same bytes again in {} s, to see that it lasts (re-sequencing lasts; a cache below the device fades)",
@@ -195,6 +237,27 @@ pub(crate) fn write_cost(before: &CostSnapshot, after: &CostSnapshot) -> WriteCo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_close_call_reads_more_after_passes_of_the_same_bytes() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let file = dir.path().join("data");
+        std::fs::write(&file, vec![7u8; 2 << 20]).unwrap();
+        let rates = |r: &[f64]| r.iter().map(|x| x * 1e6).collect::<Vec<f64>>();
+        let before = bench::tests::bench_of(&rates(&[100.0, 101.0, 102.0]));
+        let after = bench::tests::bench_of(&rates(&[152.0, 153.0, 154.0]));
+        let first = bench::verdict_of(&before, &after);
+        let opts = BenchOptions::default();
+        let v = closer_look(first, &before, &after, &opts, &|| files_target(&[file.as_path()]));
+        let look = v.closer_look.as_ref().expect("x1.52 is a close call");
+        assert_eq!((look.first_verdict.as_str(), look.passes.len()), ("faster", 6), "{v:?}");
+        assert!(look.passes.iter().all(|p| p.bytes == 1 << 20), "the same 1 MiB as the after-benchmark");
+        assert!(v.rule.contains("9 after-passes"), "{}", v.rule);
+        // A clear result is not looked at again.
+        let clear = bench::tests::bench_of(&rates(&[300.0, 301.0, 302.0]));
+        let v = closer_look(bench::verdict_of(&before, &clear), &before, &clear, &opts, &|| unreachable!());
+        assert!(v.closer_look.is_none() && v.verdict == "faster", "{v:?}");
+    }
 
     #[test]
     fn parses_smartctl_nvme_json() {

@@ -435,6 +435,9 @@ pub(crate) fn cut_short(before: Option<&bench::BenchResult>, e: Error) -> Result
         p_value: 1.0,
         measured_bytes_freed: None,
         recheck: None,
+        needed_effect: bench::MIN_EFFECT,
+        criteria: String::new(),
+        closer_look: None,
     }))
 }
 

@@ -218,6 +218,14 @@ fn rewrite_bench_reports_in_every_format() {
     assert!(html.contains("paused") && html.contains("in all, at most"), "no total freeze in the headline");
     assert!(html.contains("<th>reseq version</th>"));
     assert!(html.contains(">read throughput, per second</text>"), "no y-axis title");
+    assert_plain_above_the_fold(&html);
+    // The rule the verdict applied, stated: in the JSON, the text and the page.
+    let criteria = r["verdict"]["criteria"].as_str().unwrap();
+    assert!(criteria.contains("Mann-Whitney") && criteria.contains("spread"), "{criteria}");
+    assert!(r["verdict"]["needed_effect"].as_f64().unwrap() >= 1.5);
+    assert!(html.contains("<p>Rule: faster (or slower) needs"), "no rule on the page");
+    let text = output(env.reseq().args(["report", "--format", "text"]).arg(&saved));
+    assert!(String::from_utf8_lossy(&text.stdout).contains("verdict rule: faster (or slower) needs"));
 
     // Headless Chromium: no console errors, and the chart has pixels where it belongs.
     let shot = env.path("report.png");
@@ -234,7 +242,7 @@ fn rewrite_bench_reports_in_every_format() {
             "--enable-logging=stderr",
             "--v=0",
             "--hide-scrollbars",
-            "--window-size=1000,1200",
+            "--window-size=1000,2400",
         ])
         .arg(format!("--user-data-dir={}", env.path("chrome").display()))
         .arg(format!("--screenshot={}", shot.display()))
@@ -260,6 +268,42 @@ fn rewrite_bench_reports_in_every_format() {
         })
         .count();
     assert!(blue > 300, "the chart does not look drawn: {blue} chart-coloured pixels");
+}
+
+/// Words a manager should not meet above the fold of the HTML page.
+const JARGON: [&str; 16] = [
+    "chunk",
+    "p50",
+    "p99",
+    "latency",
+    "cache check",
+    "/dev/",
+    "journal",
+    "exit",
+    "mann-whitney",
+    "median",
+    "o_direct",
+    "qd",
+    "trim",
+    "ext4",
+    "freeze",
+    "window",
+];
+
+/// The page opens with plain words for a manager (what was done, the effect, nothing
+/// lost, the pauses, how sure), and the technical rows come below a heading of their own.
+fn assert_plain_above_the_fold(html: &str) {
+    let (top, details) = html.split_once("<h2>Details for engineers</h2>").expect("a details heading");
+    let plain = top.split_once("</h1>").expect("a title first").1.to_lowercase();
+    for label in ["what was done", "effect", "data safety", "pauses", "how sure"] {
+        assert!(plain.contains(&format!("<b>{label}:</b>")), "no {label} above the fold: {plain}");
+    }
+    for word in JARGON {
+        assert!(!plain.contains(word), "jargon above the fold: {word} in {plain}");
+    }
+    for needle in ["<th>chunks</th>", "<th>windows</th>", "cache check:", "<th>device</th>", "Verdict: <b>"] {
+        assert!(details.contains(needle), "{needle} not in the details for engineers");
+    }
 }
 
 /// An image full of random bytes, ext4 made without discard and a quarter used, mounted:

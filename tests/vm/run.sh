@@ -71,6 +71,7 @@ cleanup() {
   local q
   q=$(cat "$work/qemu.pid" 2>/dev/null) || true
   if ours "$q"; then kill -KILL "$q" 2>/dev/null || true; fi
+  if [ -n "${dropper:-}" ]; then kill "$dropper" 2>/dev/null || true; fi
   if [ "${RESEQ_VM_KEEP:-0}" = 1 ]; then
     echo "vm: kept $work" >&2
   else
@@ -100,6 +101,22 @@ for n in a b c; do
   disks+=(-drive "file=$work/disk-$n.img,if=none,id=d$n,format=raw,cache=unsafe,discard=unmap"
           -device "scsi-hd,drive=d$n,bus=scsi0.0,serial=reseq-$n,rotation_rate=1")
 done
+
+# The host's side of a scenario that needs a cold host cache: the guest names a scratch
+# disk in results/drop-X.request; its image is flushed and dropped from this host's page
+# cache (only that file's pages), and results/drop-X.done says so.
+(
+  while sleep 0.2; do
+    for req in "$share"/results/drop-*.request; do
+      [ -e "$req" ] || continue
+      n=${req##*/drop-}; n=${n%.request}
+      img=$work/disk-$n.img
+      if [ -f "$img" ]; then sync "$img"; dd if="$img" iflag=nocache count=0 status=none; fi
+      rm -f "$req"; touch "$share/results/drop-$n.done"
+    done
+  done
+) &
+dropper=$!
 
 echo "vm: booting the guest ($guest, accel $accel, ${#scenarios[@]} scenarios, ${boot_timeout} s at most)" >&2
 t_boot=$(date +%s)

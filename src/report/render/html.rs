@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 
 use super::svg::{Series, pass_chart, region_chart};
-use super::{esc, trim_summary};
-use crate::measure::bench::{BenchResult, ScanResult};
+use super::{esc, plain, trim_summary};
+use crate::measure::bench::{BenchResult, ScanResult, with_passes};
 use crate::report::Report;
 use crate::support::units::human_bytes;
 
@@ -13,7 +13,10 @@ use crate::support::units::human_bytes;
 type Row = (&'static str, String);
 
 pub(crate) fn html(r: &Report) -> String {
-    let mut body = heading(r);
+    let mut body = format!("<h1>{}</h1>", esc(&title(r)));
+    body += &summary(r);
+    body += "<section class=\"details\"><h2>Details for engineers</h2>";
+    body += &verdict_detail(r);
     body += "<table>";
     for rows in [run_rows(r), plan_rows(r), measurement_rows(r), result_rows(r)] {
         for (k, v) in rows {
@@ -28,11 +31,13 @@ pub(crate) fn html(r: &Report) -> String {
     if let Some(m) = &r.outcome.message {
         let _ = write!(body, "<pre>{}</pre>", esc(m));
     }
+    body += "</section>";
     format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>\
 body{{font-family:system-ui,sans-serif;margin:2em;color:#222;background:#fff}}table{{border-collapse:collapse;margin:1em 0}}\
 th,td{{border:1px solid #ddd;padding:4px 10px;text-align:left;font-size:14px}}th{{background:#f3f3f5}}\
-.ok{{color:#2a7}}.bad{{color:#c22}}.verdict{{font-size:18px}}.warn{{color:#a60}}svg{{display:block;margin:1em 0}}</style></head>\
+.ok{{color:#2a7}}.bad{{color:#c22}}.verdict{{font-size:18px}}.warn{{color:#a60}}svg{{display:block;margin:1em 0}}\
+.summary li{{margin:.3em 0;font-size:16px}}.details{{margin-top:3em;border-top:2px solid #ddd}}</style></head>\
 <body>{body}</body></html>\n",
         esc(&title(r))
     )
@@ -45,54 +50,35 @@ fn title(r: &Report) -> String {
     format!("reseq {} {what} on {}, {day}", r.command, r.host)
 }
 
-/// The run in one sentence a manager can read: the effect, whether anything was lost,
-/// and how long the filesystems were paused.
-fn headline(r: &Report) -> Option<String> {
-    let stats = r.results.as_ref()?;
-    let effect = match r.verdict.as_ref().map(|v| (v.verdict.as_str(), v.speedup)) {
-        Some(("faster", x)) => format!("Reads of the rewritten data are {x:.1}× faster"),
-        Some(("slower", x)) => format!("Reads of the rewritten data are {:.1}× slower", 1.0 / x.max(f64::MIN_POSITIVE)),
-        Some(("no_measurable_change", _)) => "Reads of the rewritten data are no faster, as measured".into(),
-        Some(_) => "The speed before and after could not be compared reliably (below)".into(),
-        None => format!("{} rewritten in place", human_bytes(stats.bytes_written)),
-    };
-    let kept = match r.verification.as_str() {
-        "passed" => "every byte read back and checked: nothing lost",
-        "off" => "not verified (--no-verify)",
-        _ => "see the outcome below",
-    };
-    let paused = if stats.windows == 0 || stats.total_frozen_seconds == 0.0 {
-        "no filesystem was paused".to_string()
-    } else {
-        format!(
-            "filesystems paused {:.1} s in all, at most {:.1} s at a time",
-            stats.total_frozen_seconds, stats.longest_freeze_seconds
-        )
-    };
-    Some(format!("{effect}; {kept}; {paused}."))
-}
-
-/// The command, its outcome, and the verdict.
-fn heading(r: &Report) -> String {
-    let mut s = format!("<h1>{}</h1>", esc(&title(r)));
-    if let Some(h) = headline(r) {
+/// Above the fold, for a reader who is not an engineer: the headline, then what was
+/// done, whether it finished, the effect, whether anything was lost, how long the
+/// filesystems were paused, and how far the measurement can be trusted, in plain words.
+fn summary(r: &Report) -> String {
+    let mut s = String::from("<section class=\"summary\">");
+    if let Some(h) = plain::headline(r) {
         let _ = write!(s, "<p class=\"verdict\"><b>{}</b></p>", esc(&h));
     }
-    let _ = write!(
-        s,
-        "<p class=\"outcome {}\">{} (exit {})</p>",
-        if r.outcome.exit_code == 0 { "ok" } else { "bad" },
-        esc(&r.outcome_text()),
-        r.outcome.exit_code
+    s += "<ul>";
+    for (k, v) in plain::lines(r) {
+        let _ = write!(s, "<li><b>{}:</b> {}</li>", esc(k), esc(&v));
+    }
+    s += "</ul>";
+    let class = if r.outcome.exit_code == 0 { "ok" } else { "bad" };
+    let _ = write!(s, "<p class=\"outcome {class}\">{}</p></section>", esc(&plain::outcome(r)));
+    s
+}
+
+/// The verdict as measured, with the rule that decided it.
+fn verdict_detail(r: &Report) -> String {
+    let Some(v) = &r.verdict else { return String::new() };
+    let mut s = format!(
+        "<p class=\"verdict\">Verdict: <b>{}</b> — median read throughput ×{:.2} ({})</p>",
+        esc(&v.verdict.replace('_', " ")),
+        v.speedup,
+        esc(&v.rule)
     );
-    if let Some(v) = &r.verdict {
-        let _ = write!(
-            s,
-            "<p class=\"verdict\">Verdict: <b>{}</b> — median read throughput ×{:.2} ({})</p>",
-            esc(&v.verdict.replace('_', " ")),
-            v.speedup,
-            esc(&v.rule)
-        );
+    if !v.criteria.is_empty() {
+        let _ = write!(s, "<p>Rule: {}</p>", esc(&v.criteria));
     }
     s
 }
@@ -106,6 +92,7 @@ fn run_rows(r: &Report) -> Vec<Row> {
         ("duration", format!("{:.1} s", r.duration_seconds)),
         ("command line", r.argv.join(" ")),
         ("reseq version", r.tool_version.clone()),
+        ("outcome", format!("{} (exit {})", r.outcome_text(), r.outcome.exit_code)),
     ];
     if let Some(d) = &r.device {
         rows.push((
@@ -206,8 +193,11 @@ fn charts(r: &Report) -> String {
         s += "<h2>Read throughput by region</h2><p>Each region is read once, in one short read after another: a region can read faster than a whole pass (below), whose figure is the one the verdict compares. Compare regions with each other, before with after.</p>";
         s += &region_chart(&scans);
     }
+    // A close verdict was decided on more after-passes: they are shown with the first.
+    let look = r.verdict.as_ref().and_then(|v| v.closer_look.as_ref());
+    let after = r.bench_after.as_ref().map(|b| look.map_or_else(|| b.clone(), |c| with_passes(b, &c.passes)));
     let benches: Vec<Series<BenchResult>> =
-        [("before", "#9a9a9a", &r.bench_before), ("after", "#1f77b4", &r.bench_after), ("pass", "#1f77b4", &r.bench)]
+        [("before", "#9a9a9a", &r.bench_before), ("after", "#1f77b4", &after), ("pass", "#1f77b4", &r.bench)]
             .into_iter()
             .filter_map(|(label, color, b)| b.as_ref().map(|b| (label, color, b)))
             .collect();

@@ -70,6 +70,9 @@ fn measurement_rows(r: &Report) -> Vec<Row> {
     }
     if let Some(v) = &r.verdict {
         rows.push(("verdict", format!("**{}** x{:.2} ({})", v.verdict.replace('_', " "), v.speedup, v.rule)));
+        if !v.criteria.is_empty() {
+            rows.push(("verdict rule", v.criteria.clone()));
+        }
     }
     if let Some(sc) = &r.scan {
         let slow = format!("below {:.0} % of {}", sc.threshold * 100.0, human_rate(sc.reference_bytes_per_second));

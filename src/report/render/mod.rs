@@ -6,6 +6,7 @@
 
 mod html;
 mod markdown;
+mod plain;
 mod prometheus;
 mod svg;
 mod text;

@@ -128,6 +128,9 @@ fn measurements(r: &Report) -> String {
     }
     if let Some(v) = &r.verdict {
         s += &format!("  verdict: {} (x{:.2}; {})\n", v.verdict.replace('_', " "), v.speedup, v.rule);
+        if !v.criteria.is_empty() {
+            s += &format!("  verdict rule: {}\n", v.criteria);
+        }
     }
     if let Some(t) = r.space.as_ref().and_then(|sp| sp.trim.as_ref()) {
         s += &t.text();
