@@ -61,7 +61,9 @@ fn sources() -> Vec<Source> {
                 dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "rs") {
                 let rel = path.strip_prefix(&root).unwrap();
-                if rel == Path::new("main.rs") || rel == Path::new("lib.rs") {
+                // src/tests/ is test code (unit tests of the parts together), like a
+                // module's `mod tests`.
+                if rel == Path::new("main.rs") || rel == Path::new("lib.rs") || rel.starts_with("tests") {
                     continue;
                 }
                 let text = std::fs::read_to_string(&path).unwrap();
@@ -325,4 +327,28 @@ fn no_function_is_longer_than_a_screen() {
     let stale: Vec<&str> = LONG_FUNCTIONS.iter().map(|(k, _)| *k).filter(|k| !seen.contains(*k)).collect();
     assert!(long.is_empty(), "functions over {MAX_FUNCTION_LINES} lines:\n{}", long.join("\n"));
     assert!(stale.is_empty(), "LONG_FUNCTIONS lists functions that are no longer long (remove them): {stale:?}");
+}
+
+/// The commit that started the rule: subjects before it were written without one.
+const FIRST_COMMIT_UNDER_THE_SUBJECT_RULE: &str = "7601133";
+
+/// History a newcomer can read: every commit since the rule began has a one-line subject
+/// of at most 72 characters (the why goes in the body). Outside a git checkout, or in a
+/// clone too shallow to hold the starting commit, there is no history to check.
+#[test]
+fn commit_subjects_fit_one_line() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let git = |args: &[&str]| std::process::Command::new("git").arg("-C").arg(root).args(args).output();
+    let base = format!("{FIRST_COMMIT_UNDER_THE_SUBJECT_RULE}^{{commit}}");
+    if !git(&["cat-file", "-e", &base]).is_ok_and(|o| o.status.success()) {
+        eprintln!("commit_subjects_fit_one_line: no history to check here");
+        return;
+    }
+    let out = git(&["log", "--format=%s", &format!("{FIRST_COMMIT_UNDER_THE_SUBJECT_RULE}..HEAD")]).unwrap();
+    let long: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|s| s.chars().count() > 72)
+        .map(|s| format!("{} characters: {s}", s.chars().count()))
+        .collect();
+    assert!(long.is_empty(), "commit subjects over 72 characters:\n{}", long.join("\n"));
 }
