@@ -12,8 +12,8 @@ fn main() {
     let t = Instant::now();
     let mut f = Ftl::new(Params::preset(&preset).expect("a preset name"));
     let nf = (4u64 << 30) / SLOT;
-    let reads = degrade(&mut f, nf, 1, &[50.0, 200.0, 800.0, 4000.0]);
-    let after = rewrite(&mut f, nf, Strategy::default());
+    let reads = degrade(&mut f, nf, 1, &[50.0, 200.0, 800.0, 4000.0]).expect("a drive that does not get stuck");
+    let after = rewrite(&mut f, nf, Strategy::default()).expect("a drive that does not get stuck");
     let wall = t.elapsed().as_secs_f64();
     let per_4k = f.state_bytes() as f64 / (f.n_lpn as f64);
     println!(

@@ -94,7 +94,8 @@ pub(crate) fn simulate(a: &SimulateArgs) -> Result<SimulateOptions> {
         preset: a.preset.clone(),
         device_size: a.device_size.bytes(),
         set: overrides(&a.set)?,
-        file_size: a.file_size.bytes(),
+        // Half the device by default, in whole 4 KiB blocks.
+        file_size: a.file_size.map_or((a.device_size.bytes() / 2) & !4095, |f| f.bytes()),
         stages: a.stages.clone(),
         chunk_size: a.chunk_size.bytes(),
         seed: a.seed,
@@ -175,6 +176,8 @@ mod tests {
     fn defaults_are_the_command_lines() {
         let Command::Simulate(a) = command(&["simulate"]) else { panic!("simulate") };
         assert_eq!(simulate(&a).unwrap(), SimulateOptions::default());
+        let Command::Simulate(a) = command(&["simulate", "--device-size", "512M"]) else { panic!("simulate") };
+        assert_eq!(simulate(&a).unwrap().file_size, 256 << 20);
         let Command::Rewrite(a) = command(&["rewrite", "/dev/null"]) else { panic!("rewrite") };
         assert_eq!(bench_options(&a.bench_opts), BenchOptions::default());
     }

@@ -241,9 +241,9 @@ pub(crate) struct SimulateArgs {
     /// Simulated device size.
     #[arg(long, default_value = "8G", value_name = "SIZE")]
     pub(crate) device_size: Size,
-    /// Size of the file written at the start of the device.
-    #[arg(long, default_value = "4G", value_name = "SIZE")]
-    pub(crate) file_size: Size,
+    /// Size of the file written at the start of the device [default: half the device].
+    #[arg(long, value_name = "SIZE")]
+    pub(crate) file_size: Option<Size>,
     /// Random 4 KiB write stages in MiB, as for a 4 GiB file (scaled to --file-size).
     #[arg(long, value_delimiter = ',', default_value = "50,200,800,4000", value_name = "MIB,...")]
     pub(crate) stages: Vec<f64>,

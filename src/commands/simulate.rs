@@ -18,7 +18,7 @@ use crate::measure::readbench::{ReadParams, Target};
 use crate::options::bench::BenchOptions;
 use crate::options::sim::{Override, SimRange, SimRewrite, SimStep, SimulateOptions};
 use crate::sim::experiment::degrade;
-use crate::sim::ftl::{PRESETS, Params, SLOT, seq_read_time};
+use crate::sim::ftl::{PRESETS, Params, SLOT, Stuck, seq_read_time};
 use crate::sim::pyrandom::PyRandom;
 use crate::sim::{SimDevice, SimState};
 use crate::support::error::{Error, Result};
@@ -123,7 +123,7 @@ pub(crate) fn simulate(o: &SimulateOptions, quiet: bool) -> Result<Experiment> {
     let stages_mib: Vec<f64> = o.stages.iter().map(|&m| m * scale).collect();
     let nf = file / SLOT;
     let mut state = SimState::new(p.clone());
-    let times = degrade(&mut state.ftl, nf, o.seed, &stages_mib);
+    let times = degrade(&mut state.ftl, nf, o.seed, &stages_mib).map_err(stuck)?;
     log::debug!("model: write, degrade and 5 reads took {:.2} s", wall.elapsed().as_secs_f64());
     let t = Instant::now();
     let dev = SimDevice::new(state);
@@ -206,6 +206,11 @@ impl Experiment {
     }
 }
 
+/// A drive GC got stuck on was sized too small for what was asked of it.
+fn stuck(s: Stuck) -> Error {
+    Error::Usage(s.to_string())
+}
+
 fn load(path: &Path) -> Result<SimState> {
     SimState::load(path).map_err(|e| Error::input(format!("loading simulated device {}", path.display()), e))
 }
@@ -235,7 +240,7 @@ pub(crate) fn sim_command(step: &SimStep, quiet: bool) -> Result<serde_json::Val
         SimStep::Write { state, range } => {
             let mut st = load(state)?;
             let (first, n) = lba_range(range, &st)?;
-            st.ftl.write_lpns(first..first + n);
+            st.ftl.write_lpns(first..first + n).map_err(stuck)?;
             save(&st, state)?;
             Ok(serde_json::json!({"written_bytes": n * SLOT}))
         }
@@ -272,7 +277,7 @@ fn fragment(state: &Path, range: &SimRange, bytes: u64, seed: u64) -> Result<ser
     let (first, n) = lba_range(range, &st)?;
     let mut rng = PyRandom::new(seed);
     let lpns: Vec<u64> = (0..bytes / SLOT).map(|_| first + rng.randrange(0, n)).collect();
-    st.ftl.write_lpns(lpns);
+    st.ftl.write_lpns(lpns).map_err(stuck)?;
     save(&st, state)?;
     Ok(serde_json::json!({"random_4k_writes": bytes / SLOT, "gc_runs": st.ftl.stats.gc_runs}))
 }

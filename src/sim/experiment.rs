@@ -3,7 +3,7 @@
 //! These are harness strategies, used to show what reseq's own engine must beat; reseq's
 //! engine itself runs through [`super::SimDevice`].
 
-use super::ftl::{Ftl, SLOT, Writer, seq_read_time};
+use super::ftl::{Ftl, SLOT, Stuck, Writer, seq_read_time};
 use super::pyrandom::PyRandom;
 
 const MIB: u64 = 1 << 20;
@@ -11,17 +11,17 @@ const MIB: u64 = 1 << 20;
 /// Writes a file of `file_lpns` LBAs from LBA 0, then each stage of random 4 KiB writes
 /// into it (MiB each), reading the file after each step. Returns the read times
 /// (seconds, 1 MiB QD1): fresh, then after each stage.
-pub fn degrade(ftl: &mut Ftl, file_lpns: u64, seed: u64, stages_mib: &[f64]) -> Vec<f64> {
-    ftl.write_lpns(0..file_lpns);
+pub fn degrade(ftl: &mut Ftl, file_lpns: u64, seed: u64, stages_mib: &[f64]) -> Result<Vec<f64>, Stuck> {
+    ftl.write_lpns(0..file_lpns)?;
     let mut res = vec![seq_read_time(ftl, 0, file_lpns, MIB, 1)];
     let mut rng = PyRandom::new(seed);
     for &mb in stages_mib {
         let count = (mb * MIB as f64) as u64 / SLOT;
         let lpns: Vec<u64> = (0..count).map(|_| rng.randrange(0, file_lpns)).collect();
-        ftl.write_lpns(lpns);
+        ftl.write_lpns(lpns)?;
         res.push(seq_read_time(ftl, 0, file_lpns, MIB, 1));
     }
-    res
+    Ok(res)
 }
 
 /// The order chunks are written in.
@@ -62,7 +62,7 @@ pub struct RewriteResult {
 }
 
 /// Rewrites the file `[0, file_lpns)` of `ftl` with `s` (the reference's `rewrite`).
-pub fn rewrite(ftl: &mut Ftl, file_lpns: u64, s: Strategy) -> RewriteResult {
+pub fn rewrite(ftl: &mut Ftl, file_lpns: u64, s: Strategy) -> Result<RewriteResult, Stuck> {
     let n_lpn = ftl.n_lpn;
     let mut w = Writer::new(ftl, s.noise_interval_us, file_lpns, n_lpn, 7);
     let per = s.chunk_bytes / SLOT;
@@ -72,19 +72,19 @@ pub fn rewrite(ftl: &mut Ftl, file_lpns: u64, s: Strategy) -> RewriteResult {
         match s.order {
             Order::Ascending => {
                 for &st in &starts {
-                    w.write(ftl, st..(st + per).min(nf));
+                    w.write(ftl, st..(st + per).min(nf))?;
                 }
             }
             #[cfg(test)]
             Order::Descending => {
                 for &st in starts.iter().rev() {
-                    w.write(ftl, st..(st + per).min(nf));
+                    w.write(ftl, st..(st + per).min(nf))?;
                 }
             }
             #[cfg(test)]
             Order::Descending4k => {
                 for &st in starts.iter().rev() {
-                    w.write(ftl, (st..(st + per).min(nf)).rev());
+                    w.write(ftl, (st..(st + per).min(nf)).rev())?;
                 }
             }
         }
@@ -98,16 +98,16 @@ pub fn rewrite(ftl: &mut Ftl, file_lpns: u64, s: Strategy) -> RewriteResult {
             for i in 0..s.writers as usize {
                 if pos[i] < ends[i] {
                     let k = per.min(ends[i] - pos[i]);
-                    w.write(ftl, pos[i]..pos[i] + k);
+                    w.write(ftl, pos[i]..pos[i] + k)?;
                     pos[i] += k;
                     active = true;
                 }
             }
         }
     }
-    RewriteResult {
+    Ok(RewriteResult {
         read_seconds: seq_read_time(ftl, 0, nf, MIB, 1),
         rewrite_seconds: w.t / 1e6,
         noise_writes: w.noise_count,
-    }
+    })
 }

@@ -181,42 +181,90 @@ impl Params {
         self.channels * self.ways * self.planes * (self.page_bytes / SLOT) * self.pages_per_block
     }
 
-    /// Lines of the simulated drive, as [`Ftl::new`] lays it out.
-    fn lines(&self) -> u64 {
+    /// Lines the logical space and its spare area fill, before the GC reserve.
+    fn data_lines(&self) -> u64 {
         let phys_needed = ((self.logical_bytes / SLOT) as f64 * (1.0 + self.op_ratio)) as u64;
-        phys_needed.div_ceil(self.slots_per_line()) + self.gc_free_lines + 1
+        phys_needed.div_ceil(self.slots_per_line())
     }
 
     /// Whether garbage collection can always free a line, even with every logical block
-    /// written. The lines that can be GC victims (all but the ones GC keeps free and the
-    /// two open ones) must hold more slots than there are logical blocks: then some
-    /// victim has fewer valid slots than a line, and moving it frees space. Otherwise GC
-    /// moves a full line to free a line, forever (the reference model does that too).
+    /// written. When GC runs, the closed lines (all but the free ones it keeps and the two
+    /// open ones: `data_lines - 1` of them) hold more slots than there are logical blocks,
+    /// so one of them is not full of valid data and moving it frees space.
+    pub(crate) fn never_stuck(&self) -> bool {
+        self.data_lines().saturating_sub(1) * self.slots_per_line() > self.logical_bytes / SLOT
+    }
+
+    /// The smallest device size in whole MiB, from this one up, that GC never gets stuck
+    /// on, whatever is written (None: no size does, as with no spare area). Sizes that
+    /// work come in one interval per line count, `(m·SPL/(1+OP), m·SPL)` LBAs for `m`
+    /// victim lines, so this jumps to the start of the next interval when not in one.
+    pub(crate) fn smallest_working_mib(&self) -> Option<u64> {
+        if self.op_ratio.is_nan() || self.op_ratio <= 0.0 {
+            return None;
+        }
+        let line = (self.slots_per_line() * SLOT) as f64;
+        let mut mib = self.logical_bytes.div_ceil(MIB).max(1);
+        for _ in 0..100_000 {
+            let p = Params { logical_bytes: mib.checked_mul(MIB)?, ..self.clone() };
+            if p.never_stuck() {
+                return Some(mib);
+            }
+            let next = (p.data_lines() as f64 * line / (1.0 + self.op_ratio) / MIB as f64) as u64;
+            mib = next.max(mib + 1);
+        }
+        None
+    }
+
+    /// What to change for a drive GC can get stuck on.
+    pub(crate) fn size_hint(&self) -> String {
+        match self.smallest_working_mib() {
+            Some(mib) => format!(
+                "the smallest device size from {} MiB up that never gets stuck with these parameters is {mib} MiB (--device-size {mib}M); a larger op_ratio (--set op_ratio=...) helps too",
+                self.logical_bytes.div_ceil(MIB)
+            ),
+            None => "no device size works with these parameters: use a larger op_ratio (--set op_ratio=...)".into(),
+        }
+    }
+
+    /// Refuses a drive that cannot take a single write: one whose data and spare area fit
+    /// in one line starts with no more free lines than GC keeps, so its first write runs
+    /// GC with no closed line to free (the reference fails there too). Any other drive
+    /// runs; one that fills so far that GC can free nothing stops with [`Stuck`].
     pub(crate) fn check_gc(&self) -> Result<(), String> {
         let spl = self.slots_per_line();
         if spl == 0 {
             return Err("the geometry gives lines of 0 slots".into());
         }
-        let victims = self.lines().saturating_sub(self.gc_free_lines + 2);
-        if victims * spl > self.logical_bytes / SLOT {
+        if self.data_lines() > 1 {
             return Ok(());
         }
-        // Above line / op_ratio, the spare area is always more than a line.
-        let min_mib = if self.op_ratio > 0.0 {
-            format!(
-                "--device-size {} MiB or more",
-                ((spl * SLOT) as f64 / self.op_ratio / MIB as f64).ceil() as u64 + 1
-            )
-        } else {
-            "a device".into()
-        };
         Err(format!(
-            "its spare area (op_ratio {} of {} MiB) leaves no room beyond one GC line ({} MiB) and the {} free and 2 open lines GC keeps: garbage collection could never free a line once the drive is full. Use {min_mib} with this preset, or a larger op_ratio (--set op_ratio=...)",
-            self.op_ratio,
+            "its {} MiB with their spare area (op_ratio {}) fit in one GC line ({} MiB): its first write would run garbage collection with no closed line to free; {}",
             self.logical_bytes >> 20,
+            self.op_ratio,
             (spl * SLOT) >> 20,
-            self.gc_free_lines,
+            self.size_hint()
         ))
+    }
+}
+
+/// Garbage collection can free nothing: the reference model loops for ever (or fails)
+/// here; the Rust model stops and says why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stuck(pub(crate) String);
+
+impl std::fmt::Display for Stuck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Stuck {}
+
+impl From<Stuck> for std::io::Error {
+    fn from(s: Stuck) -> std::io::Error {
+        std::io::Error::other(s)
     }
 }
 
@@ -227,8 +275,7 @@ impl Ftl {
         let u = p.planes * s;
         let spl = n * u * p.pages_per_block;
         let n_lpn = p.logical_bytes / SLOT;
-        let phys_needed = (n_lpn as f64 * (1.0 + p.op_ratio)) as u64;
-        let n_lines = phys_needed.div_ceil(spl) + p.gc_free_lines + 1;
+        let n_lines = p.data_lines() + p.gc_free_lines + 1;
         let n_slots = n_lines * spl;
         assert!(n_slots < u64::from(UNMAPPED), "simulated device too large for 32-bit slots");
         let mut f = Ftl {
@@ -312,18 +359,19 @@ impl Ftl {
         self.valid[(g / self.spl) as usize] += 1;
     }
 
-    /// Host writes in arrival order. Returns how many LBAs were written.
-    pub(crate) fn write_lpns(&mut self, lpns: impl IntoIterator<Item = u64>) -> u64 {
+    /// Host writes in arrival order. Returns how many LBAs were written; on [`Stuck`],
+    /// the ones before it stay written.
+    pub(crate) fn write_lpns(&mut self, lpns: impl IntoIterator<Item = u64>) -> Result<u64, Stuck> {
         let mut count = 0;
         for lpn in lpns {
             if self.free_lines.len() as u64 <= self.p.gc_free_lines {
-                self.gc();
+                self.gc()?;
             }
             self.place(lpn, Stream::Host);
             count += 1;
         }
         self.stats.host_slots += count;
-        count
+        Ok(count)
     }
 
     pub(crate) fn trim(&mut self, lpns: impl IntoIterator<Item = u64>) {
@@ -341,13 +389,14 @@ impl Ftl {
         self.l2p[lpn as usize] != UNMAPPED
     }
 
-    fn gc(&mut self) {
+    fn gc(&mut self) -> Result<(), Stuck> {
         while self.free_lines.len() as u64 <= self.p.gc_free_lines {
             // Greedy: the closed line with the fewest valid slots, lowest id on ties.
             let victim = (0..self.n_lines as usize)
                 .filter(|&b| self.state[b] == LineState::Closed)
                 .min_by_key(|&b| (self.valid[b], b))
-                .expect("a GC victim");
+                .ok_or_else(|| self.stuck("there is no closed line to free", self.p.size_hint()))?;
+            self.check_progress(victim)?;
             let base = victim as u64 * self.spl;
             let mut moved = 0;
             for g in base..base + self.spl {
@@ -363,6 +412,33 @@ impl Ftl {
             self.stats.gc_slots += moved;
             self.stats.gc_runs += 1;
         }
+        Ok(())
+    }
+
+    /// Fails where the reference would loop for ever or fail: a victim full of valid
+    /// data (then every closed line is: moving one closes one GC line and frees one, for
+    /// ever), or a move that must open a line with none free (`gc_free_lines` 0).
+    fn check_progress(&self, victim: usize) -> Result<(), Stuck> {
+        let valid = u64::from(self.valid[victim]);
+        if valid == self.spl {
+            return Err(self.stuck("every closed line is full of valid data", self.p.size_hint()));
+        }
+        if self.free_lines.is_empty() && self.front[Stream::Gc as usize].1 + valid >= self.spl {
+            let hint = "keep gc_free_lines at 1 or more (--set gc_free_lines=1)".to_string();
+            return Err(self.stuck("moving the emptiest line needs a free line and none is left", hint));
+        }
+        Ok(())
+    }
+
+    fn stuck(&self, why: &str, hint: String) -> Stuck {
+        let mapped = self.l2p.iter().filter(|&&g| g != UNMAPPED).count() as u64 * SLOT;
+        Stuck(format!(
+            "the simulated drive is stuck: garbage collection can free nothing ({why}; {} MiB of the {} MiB drive are written, and its spare area, op_ratio {}, is too small for that with {} MiB lines); {hint}",
+            mapped >> 20,
+            self.p.logical_bytes >> 20,
+            self.p.op_ratio,
+            (self.spl * SLOT) >> 20,
+        ))
     }
 
     fn die_of(&self, g: u64) -> u64 {
@@ -635,24 +711,24 @@ impl Writer {
         }
     }
 
-    fn cmd(&mut self, ftl: &mut Ftl, lpns: impl Iterator<Item = u64>, t_arr: f64) -> f64 {
-        let nbytes = (ftl.write_lpns(lpns) * SLOT) as f64;
+    fn cmd(&mut self, ftl: &mut Ftl, lpns: impl Iterator<Item = u64>, t_arr: f64) -> Result<f64, Stuck> {
+        let nbytes = (ftl.write_lpns(lpns)? * SLOT) as f64;
         self.prog_clock = self.prog_clock.max(t_arr) + nbytes / self.b_prog;
         let accept = t_arr + ftl.p.fw_w_us + nbytes / ftl.p.link_mbps;
-        accept.max(self.prog_clock - ftl.p.wbuf_bytes as f64 / self.b_prog)
+        Ok(accept.max(self.prog_clock - ftl.p.wbuf_bytes as f64 / self.b_prog))
     }
 
     /// One host write command at QD1; returns its completion and advances the clock.
-    pub(crate) fn write(&mut self, ftl: &mut Ftl, lpns: impl Iterator<Item = u64>) -> f64 {
+    pub(crate) fn write(&mut self, ftl: &mut Ftl, lpns: impl Iterator<Item = u64>) -> Result<f64, Stuck> {
         while let Some(at) = self.next_noise.filter(|&at| at <= self.t) {
             let l = self.rng.randrange(self.noise_lo, self.noise_hi);
-            self.cmd(ftl, std::iter::once(l), at);
+            self.cmd(ftl, std::iter::once(l), at)?;
             self.noise_count += 1;
             self.next_noise = Some(at + self.noise_iv);
         }
         let t = self.t;
-        let done = self.cmd(ftl, lpns, t);
+        let done = self.cmd(ftl, lpns, t)?;
         self.t = done + ftl.p.host_gap_us;
-        done
+        Ok(done)
     }
 }

@@ -251,8 +251,8 @@ impl BlockTarget for SimDevice {
         check_pattern(buf, first)?;
         self.with_state(|s| {
             let SimState { ftl, writer } = s;
-            writer.write(ftl, first..first + n);
-        });
+            writer.write(ftl, first..first + n).map(|_| ())
+        })?;
         Ok(())
     }
     fn flush(&self) -> std::io::Result<()> {

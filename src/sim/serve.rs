@@ -395,6 +395,9 @@ impl Backend for Drive {
             let SimState { ftl, writer } = &mut *st;
             writer.write(ftl, lo..hi)
         };
+        let Ok(done) = done.inspect_err(|e| log::error!("{e}")) else {
+            return reply.error(fuser::Errno::EIO);
+        };
         self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
         self.counters.write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
         let n = data.len() as u32;
@@ -429,7 +432,7 @@ impl Backend for Drive {
         if !partial.is_empty() {
             st.writer.t = st.writer.t.max(now);
             let SimState { ftl, writer } = &mut *st;
-            writer.write(ftl, partial.into_iter());
+            writer.write(ftl, partial.into_iter())?;
         }
         Ok(())
     }

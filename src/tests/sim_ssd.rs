@@ -22,7 +22,7 @@ const STAGES: [f64; 4] = [50.0 / SCALE, 200.0 / SCALE, 800.0 / SCALE, 4000.0 / S
 fn degraded(preset: &str) -> (Ftl, Vec<f64>) {
     let p = Params { logical_bytes: DEVICE, ..Params::preset(preset).unwrap() };
     let mut f = Ftl::new(p);
-    let res = degrade(&mut f, FILE / SLOT, 1, &STAGES);
+    let res = degrade(&mut f, FILE / SLOT, 1, &STAGES).unwrap();
     (f, res.iter().map(|t| t * SCALE).collect())
 }
 
@@ -98,7 +98,7 @@ fn datacenter_sata_stays_flat() {
 fn reseq_engine_restores_a_degraded_drive_and_bad_strategies_do_worse() {
     let p = Params { logical_bytes: DEVICE, ..Params::preset("consumer-nvme").unwrap() };
     let mut fresh = Ftl::new(p);
-    fresh.write_lpns(0..FILE / SLOT);
+    fresh.write_lpns(0..FILE / SLOT).unwrap();
     let fresh_t = seq_read_time(&mut fresh, 0, FILE / SLOT, MIB, 1) * SCALE;
     let (deg, curve) = degraded("consumer-nvme");
     assert!(curve[4] > 2.5 * fresh_t);
@@ -121,7 +121,7 @@ fn reseq_engine_restores_a_degraded_drive_and_bad_strategies_do_worse() {
     ];
     for (label, s) in bad {
         let mut f = deg.clone();
-        let r = rewrite(&mut f, nf, s).read_seconds * SCALE;
+        let r = rewrite(&mut f, nf, s).unwrap().read_seconds * SCALE;
         eprintln!("{label}: {r:.3} s ({:+.0} % vs reseq)", (r / ours - 1.0) * 100.0);
         assert!(r >= ours * 1.15, "{label}: {r:.3} s is not 15 % slower than reseq's {ours:.3} s");
     }
@@ -135,7 +135,7 @@ fn engine_result_equals_the_ascending_single_writer_reference() {
     let (deg, _) = degraded("consumer-nvme");
     let (_, ours) = reseq_engine(deg.clone(), 0.0, MIB);
     let mut f = deg;
-    let reference = rewrite(&mut f, FILE / SLOT, Strategy::default()).read_seconds * SCALE;
+    let reference = rewrite(&mut f, FILE / SLOT, Strategy::default()).unwrap().read_seconds * SCALE;
     assert!((ours - reference).abs() / reference < 1e-9, "engine {ours} vs reference ascending {reference}");
 }
 
@@ -144,8 +144,8 @@ fn state_file_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let p = Params { logical_bytes: 2048 * MIB, ..Params::preset("consumer-nvme").unwrap() };
     let mut st = SimState::new(p);
-    st.ftl.write_lpns(0..10_000);
-    st.ftl.write_lpns((0..5000).map(|i| (i * 7919) % 10_000));
+    st.ftl.write_lpns(0..10_000).unwrap();
+    st.ftl.write_lpns((0..5000).map(|i| (i * 7919) % 10_000)).unwrap();
     let path = dir.path().join("ssd.sim");
     st.save(&path).unwrap();
     let mut back = SimState::load(&path).unwrap();
@@ -169,12 +169,12 @@ fn only_slow_regions_on_a_partly_fragmented_drive() {
     let p = Params { logical_bytes: size, ..Params::preset("consumer-nvme").unwrap() };
     let mut state = SimState::new(p);
     let n = size / SLOT;
-    state.ftl.write_lpns(0..n);
+    state.ftl.write_lpns(0..n).unwrap();
     // Random 4 KiB writes confined to [40 %, 60 %) of the device.
     let (lo, hi) = (n * 2 / 5, n * 3 / 5);
     let mut rng = crate::sim::pyrandom::PyRandom::new(3);
     let lpns: Vec<u64> = (0..(400 * MIB / SLOT)).map(|_| rng.randrange(lo, hi)).collect();
-    state.ftl.write_lpns(lpns);
+    state.ftl.write_lpns(lpns).unwrap();
     let degraded = seq_read_time(&mut state.ftl.clone(), 0, n, MIB, 1);
 
     let full_dev = SimDevice::new(state.clone());
@@ -198,4 +198,46 @@ fn only_slow_regions_on_a_partly_fragmented_drive() {
     assert!(sel.chosen.iter().all(
         |r| r.offset_bytes + r.length_bytes > size * 2 / 5 - size / 32 && r.offset_bytes < size * 3 / 5 + size / 32
     ));
+}
+
+/// The size a stuck drive's error names is the smallest from its own size up that GC
+/// never gets stuck on, whatever is written: every whole MiB below it can get stuck.
+#[test]
+fn the_size_named_is_the_smallest_that_works() {
+    for preset in crate::sim::ftl::PRESETS {
+        for start in [64, 90, 512, 1000, 3072, 4000] {
+            let p = Params { logical_bytes: start * MIB, ..Params::preset(preset).unwrap() };
+            let best = p.smallest_working_mib().unwrap();
+            let at = |mib: u64| Params { logical_bytes: mib * MIB, ..p.clone() }.never_stuck();
+            assert!(at(best), "{preset} {start}: {best}");
+            assert!((start..best).all(|mib| !at(mib)), "{preset} {start}: {best}");
+        }
+    }
+    // Without spare area, no size works.
+    let p = Params { op_ratio: 0.0, ..Params::preset("consumer-nvme").unwrap() };
+    assert_eq!(p.smallest_working_mib(), None);
+}
+
+/// Filling a drive whose GC can get stuck: where the reference loops for ever, the model
+/// stops with the smallest size that works (539 MiB, which the reference fills and
+/// rewrites at random: a fixture of sim_reference); a drive whose data fits in one line is
+/// refused before any write; with no free line kept, GC fails where the reference does.
+#[test]
+fn a_stuck_drive_says_so_and_names_the_size_that_works() {
+    let p = Params { logical_bytes: 538 * MIB, ..Params::preset("consumer-nvme").unwrap() };
+    assert!(p.check_gc().is_ok());
+    let mut f = Ftl::new(p);
+    let e = f.write_lpns(0..f.n_lpn).unwrap_err().to_string();
+    assert!(e.contains("every closed line is full") && e.contains("--device-size 539M"), "{e}");
+    let p = Params { logical_bytes: 89 * MIB, ..Params::preset("consumer-nvme").unwrap() };
+    let e = p.check_gc().unwrap_err();
+    assert!(e.contains("fit in one GC line") && e.contains("--device-size 90M"), "{e}");
+    // The reference raises "out of free lines" after 1 GC run here.
+    let p =
+        Params { channels: 4, pages_per_block: 16, logical_bytes: 256 * MIB, gc_free_lines: 0, ..Params::default() };
+    let mut f = Ftl::new(p);
+    let n = f.n_lpn;
+    f.write_lpns(0..n).unwrap();
+    let e = f.write_lpns((0..n).map(|i| (i * 7919) % n)).unwrap_err().to_string();
+    assert!(e.contains("gc_free_lines"), "{e}");
 }

@@ -350,7 +350,9 @@ fn rewrite_while(env: &TestEnv, path: &std::path::Path, change: impl FnOnce() + 
         .arg(path)
         .env("RESEQ_FAULTS", "delay@after-write#*=25");
     let child = spawn_captured(&mut cmd);
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Once the first window froze, the run has its files (a fixed sleep once changed the
+    // file before reseq had started, under load).
+    assert!(wait_frozen_record(&env.run_dir(), std::time::Duration::from_secs(30)), "no window began");
     let prio = run_cmd(Command::new("ionice").arg("-p").arg(child.id().to_string())).unwrap();
     assert!(prio.contains("best-effort: prio 7"), "file mode runs at a low I/O priority: {prio}");
     change();
