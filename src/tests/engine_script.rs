@@ -9,6 +9,7 @@
 //! Runs in well under a second: 16 chunks of 64 KiB per scenario.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -43,9 +44,11 @@ enum Ev {
         granted: bool,
         begun: bool,
     },
+    /// `alone`: no other write was in progress when it began.
     Write {
         offset: u64,
         ok: bool,
+        alone: bool,
     },
     Read {
         offset: u64,
@@ -91,6 +94,8 @@ struct Logged {
     log: Log,
     fail_writes_at: Option<u64>,
     differ_at: Option<u64>,
+    /// Writes in progress (one writer: never more than one).
+    writing: AtomicUsize,
 }
 
 impl ReadTarget for Logged {
@@ -103,7 +108,7 @@ impl ReadTarget for Logged {
     fn read_some_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
         self.inner.read_at(buf, offset)?;
         let written_before =
-            self.log.events().iter().any(|(e, _)| matches!(e, Ev::Write { offset: o, ok: true } if *o == offset));
+            self.log.events().iter().any(|(e, _)| matches!(e, Ev::Write { offset: o, ok: true, .. } if *o == offset));
         if self.differ_at == Some(offset) && written_before {
             buf[100] ^= 1;
         }
@@ -115,11 +120,14 @@ impl ReadTarget for Logged {
 impl BlockTarget for Logged {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         let ok = self.fail_writes_at != Some(offset);
-        self.log.push(Ev::Write { offset, ok });
-        if !ok {
-            return Err(std::io::Error::from_raw_os_error(nix::libc::EIO));
-        }
-        self.inner.write_at(buf, offset)
+        let alone = self.writing.fetch_add(1, Ordering::SeqCst) == 0;
+        self.log.push(Ev::Write { offset, ok, alone });
+        let wrote = match ok {
+            true => self.inner.write_at(buf, offset),
+            false => Err(std::io::Error::from_raw_os_error(nix::libc::EIO)),
+        };
+        self.writing.fetch_sub(1, Ordering::SeqCst);
+        wrote
     }
     fn flush(&self) -> std::io::Result<()> {
         self.log.push(Ev::Flush);
@@ -216,7 +224,13 @@ fn run(script: Script, fail_writes_at: Option<u64>, differ_at: Option<u64>, max_
     let log = Log { events: Arc::default(), journal: path.clone() };
     // The model needs room for its garbage collection: the range is its first MiB.
     let params = Params { logical_bytes: 1 << 30, ..Params::preset("consumer-nvme").unwrap() };
-    let target = Logged { inner: SimDevice::new(SimState::new(params)), log: log.clone(), fail_writes_at, differ_at };
+    let target = Logged {
+        inner: SimDevice::new(SimState::new(params)),
+        log: log.clone(),
+        fail_writes_at,
+        differ_at,
+        writing: AtomicUsize::new(0),
+    };
     let cfg = EngineConfig {
         chunk_size: CHUNK,
         range_start: 0,
@@ -299,7 +313,7 @@ fn check_invariants(events: &[(Ev, Records)]) {
                     granted += 1;
                 }
             }
-            Ev::Write { offset, ok } => {
+            Ev::Write { offset, ok, .. } => {
                 assert!(frozen, "{at}: nothing may be written after the thaw");
                 assert_eq!(permit.take(), Some(*offset), "{at}: a write needs the permit for its chunk");
                 if *ok {
@@ -345,6 +359,23 @@ fn check_invariants(events: &[(Ev, Records)]) {
         }
     }
     assert!(!frozen, "the run ended frozen");
+    one_writer_ascending(events);
+}
+
+/// One writer, in ascending order within each window (a retry repeats its offset).
+fn one_writer_ascending(events: &[(Ev, Records)]) {
+    let mut last: Option<u64> = None;
+    for (i, (ev, _)) in events.iter().enumerate() {
+        match ev {
+            Ev::Freeze => last = None,
+            Ev::Write { offset, alone, .. } => {
+                assert!(alone, "event {i}: a write began while another was in progress, in {events:#?}");
+                assert!(last <= Some(*offset), "event {i}: writes descend within a window, in {events:#?}");
+                last = Some(*offset);
+            }
+            _ => {}
+        }
+    }
 }
 
 fn writes_at(events: &[(Ev, Records)], offset: u64) -> usize {
@@ -468,7 +499,7 @@ fn the_invariant_checks_reject_broken_orders() {
     let ok = vec![
         (Ev::Freeze, r(0, 0)),
         (Ev::Permit { offset: 0, granted: true, begun: true }, r(1, 0)),
-        (Ev::Write { offset: 0, ok: true }, r(1, 0)),
+        (Ev::Write { offset: 0, ok: true, alone: true }, r(1, 0)),
         (Ev::Read { offset: 0 }, r(1, 0)),
         (Ev::Written, r(1, 0)),
         (Ev::Thaw, r(1, 0)),
@@ -483,11 +514,27 @@ fn the_invariant_checks_reject_broken_orders() {
         ("write after thaw", swap(&ok, 2, 5)),
         ("done before the flush", with(&ok, 6, (Ev::Flush, r(1, 1)))),
         ("done in the window", with(&ok, 4, (Ev::Written, r(1, 1)))),
+        ("two writers", with(&ok, 2, (Ev::Write { offset: 0, ok: true, alone: false }, r(1, 0)))),
+        ("descending writes", descending(&ok)),
     ];
     for (what, events) in broken {
         let caught = std::panic::catch_unwind(|| check_invariants(&events)).is_err();
         assert!(caught, "{what} was not caught");
     }
+}
+
+/// `ok` with a second chunk, at CHUNK, written before the first.
+fn descending(ok: &[(Ev, Records)]) -> Vec<(Ev, Records)> {
+    let r = Records { begun: 2, done: 0 };
+    let mut v = ok.to_vec();
+    let second = [
+        (Ev::Permit { offset: CHUNK, granted: true, begun: true }, r),
+        (Ev::Write { offset: CHUNK, ok: true, alone: true }, r),
+        (Ev::Read { offset: CHUNK }, r),
+        (Ev::Written, r),
+    ];
+    v.splice(1..1, second);
+    v
 }
 
 fn with(ev: &[(Ev, Records)], i: usize, e: (Ev, Records)) -> Vec<(Ev, Records)> {
