@@ -817,17 +817,26 @@ fn resume_keeps_a_finished_file_written_in_place_finished() {
     let files = fill_files(&dir, 6, 4 << 20, 81);
     run_cmd(&mut Command::new("sync")).unwrap();
     let args = ["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "200ms"];
-    let faults = "delay@after-write#*=30,kill@after-journal#4";
-    let out = output(env.reseq().args(args).arg(&dir).env("RESEQ_FAULTS", faults));
+    // Killed once a file is finished: a kill at a fixed journal write came before any
+    // file was, when windows were short.
+    let mut child = spawn_captured(env.reseq().args(args).arg(&dir).env("RESEQ_FAULTS", "delay@after-write#*=30"));
+    let finished = || -> Vec<String> {
+        let record = std::fs::read_dir(env.state_dir())
+            .ok()
+            .and_then(|d| d.flatten().find(|e| e.file_name().to_string_lossy().ends_with(".run")))
+            .and_then(|e| reseq::testing::record::read(&e.path()).ok().flatten());
+        record.map(|r| r.done.values().map(|id| id.path.clone()).collect()).unwrap_or_default()
+    };
+    let t = std::time::Instant::now();
+    while finished().is_empty() {
+        assert!(t.elapsed() < std::time::Duration::from_secs(60), "no file finished in 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    let out = wait_captured(child);
     assert_eq!(out.status.code(), None, "killed");
     // The files the run recorded as finished (its journal's cursor is past them).
-    let record = std::fs::read_dir(env.state_dir())
-        .unwrap()
-        .flatten()
-        .find(|e| e.file_name().to_string_lossy().ends_with(".run"))
-        .map(|e| reseq::testing::record::read(&e.path()).unwrap().unwrap())
-        .expect("the run's record");
-    let recorded: Vec<String> = record.done.values().map(|id| id.path.clone()).collect();
+    let recorded = finished();
     let done: Vec<&(std::path::PathBuf, blake3::Hash)> =
         files.iter().filter(|(p, _)| recorded.contains(&p.display().to_string())).collect();
     assert!(!done.is_empty() && done.len() < files.len(), "killed mid-run: {recorded:?}");
