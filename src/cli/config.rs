@@ -72,6 +72,7 @@ pub(crate) fn parse(text: &str, origin: &Path) -> Result<RewriteArgs> {
 fn argv_of(table: &toml::Table, origin: &Path) -> Result<Vec<String>> {
     let mut argv: Vec<String> = vec!["reseq".into(), "rewrite".into()];
     let mut targets = Vec::new();
+    let keys = keys();
     for (key, value) in table {
         if key == "targets" {
             let list = value
@@ -82,7 +83,6 @@ fn argv_of(table: &toml::Table, origin: &Path) -> Result<Vec<String>> {
             }
             continue;
         }
-        let keys = keys();
         let Some((_, takes_value)) = keys.iter().find(|(k, _)| k == key) else {
             let names: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
             return Err(Error::Usage(format!(

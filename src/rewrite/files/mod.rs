@@ -317,13 +317,15 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
     let frozen: Vec<MountedFs> = groups.iter().map(|g| g.fs.clone()).collect();
     let state = crate::host::state_dir::prepare(&o.state_dir, &frozen, o.chunk_size.bytes() * 2 + (1 << 20))?;
     write_record(o, &record_path, earlier.as_ref())?;
-    let (progress, files_total, files_done) = overall_progress(&planned, &left_alone, earlier.as_ref(), quiet);
+    let done_before = earlier.as_ref().map(|e| finished_earlier(e, &planned)).unwrap_or_default();
+    let (progress, files_total, files_done) = overall_progress(&planned, &left_alone, &done_before, quiet);
     let mut run = FileRun {
         o,
         stop: &stop,
         state_dir: &state.path,
         planned: &planned,
         left_alone: &left_alone,
+        done_before: &done_before,
         earlier: earlier.as_ref(),
         record: record_path,
         placement: &placement,
@@ -374,17 +376,17 @@ fn ready_to_write() -> Result<StopFlag> {
 fn overall_progress(
     planned: &[Planned],
     left_alone: &HashMap<usize, String>,
-    earlier: Option<&record::Earlier>,
+    done_before: &HashMap<usize, u64>,
     quiet: bool,
 ) -> (Progress, usize, usize) {
     let (mut bytes, mut already, mut files, mut done) = (0, 0, 0, 0);
-    for (_, p) in planned.iter().enumerate().filter(|(fi, _)| !left_alone.contains_key(fi)) {
+    for (fi, p) in planned.iter().enumerate().filter(|(fi, _)| !left_alone.contains_key(fi)) {
         let size = std::fs::metadata(&p.path).map_or(0, |m| m.len());
         if size == 0 {
             continue;
         }
         (bytes, files) = (bytes + size, files + 1);
-        if let Some(size) = earlier.and_then(|e| done_earlier(e, &p.path)) {
+        if let Some(size) = done_before.get(&fi) {
             (already, done) = (already + size, done + 1);
         }
     }
@@ -401,6 +403,8 @@ struct FileRun<'a> {
     planned: &'a [Planned],
     /// `--only-slow`: the files left alone, with why.
     left_alone: &'a HashMap<usize, String>,
+    /// The files the interrupted run finished, with their sizes.
+    done_before: &'a HashMap<usize, u64>,
     earlier: Option<&'a record::Earlier>,
     /// The run's record; each filesystem's journal lies beside it.
     record: PathBuf,
@@ -596,18 +600,16 @@ impl FileRun<'_> {
             (fr.skipped_reason, fr.left_alone, fr.size_bytes) = (None, Some(why), size.unwrap_or(0));
             self.reports.push((fi, fr));
         }
-        if let Some(e) = self.earlier {
-            todo.retain(|&fi| match done_earlier(e, &planned[fi].path) {
-                Some(size) => {
-                    let mut fr = skipped_report(&planned[fi].path, "");
-                    (fr.skipped_reason, fr.size_bytes, fr.done_earlier) = (None, size, true);
-                    fr.verification = if self.o.no_verify { "off" } else { "passed" }.into();
-                    self.reports.push((fi, fr));
-                    false
-                }
-                None => true,
-            });
-        }
+        todo.retain(|&fi| match self.done_before.get(&fi) {
+            Some(&size) => {
+                let mut fr = skipped_report(&planned[fi].path, "");
+                (fr.skipped_reason, fr.size_bytes, fr.done_earlier) = (None, size, true);
+                fr.verification = if self.o.no_verify { "off" } else { "passed" }.into();
+                self.reports.push((fi, fr));
+                false
+            }
+            None => true,
+        });
         todo
     }
 
@@ -807,6 +809,12 @@ fn earlier_run(o: &RewriteOptions, path: &Path) -> Result<(Option<record::Earlie
         "pass --resume to continue it (the files it finished are not rewritten again), or --restart to start over",
     );
     Ok((None, Some(refusal)))
+}
+
+/// The files of `planned` the interrupted run finished, with their sizes: each mapped
+/// once (FIEMAP and a hash of its extents), for the progress and the plan alike.
+fn finished_earlier(e: &record::Earlier, planned: &[Planned]) -> HashMap<usize, u64> {
+    planned.iter().enumerate().filter_map(|(fi, p)| done_earlier(e, &p.path).map(|size| (fi, size))).collect()
 }
 
 /// The size of a file the resumed run finished (the same file, its extents unmoved:
