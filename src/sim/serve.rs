@@ -33,6 +33,7 @@ use fuser::{KernelConfig, ReplyData, ReplyWrite};
 use serde::Serialize;
 
 use super::SimState;
+use super::control::Channel;
 use super::ftl::SLOT;
 use super::onefile::{Backend, DISK_NAME, OneFileFs};
 use crate::support::error::{Error, Result};
@@ -525,6 +526,11 @@ fn checked_state(state_path: &Path, mount_dir: &Path, scale: f64) -> Result<SimS
     Ok(state)
 }
 
+/// The state file's inode: every save replaces the file, so a new one means a new state.
+fn state_file_id(path: &Path) -> Option<u64> {
+    std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).ok()?).into()
+}
+
 fn spawn(name: &str, doing: &str, f: impl FnOnce() + Send + 'static) -> Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name(name.into()).spawn(f).map_err(|e| Error::io(doing, e))
 }
@@ -533,6 +539,8 @@ fn spawn(name: &str, doing: &str, f: impl FnOnce() + Send + 'static) -> Result<s
 /// unmounts and saves. Dropping it without `stop` detaches the mount lazily and does not
 /// save.
 pub(crate) struct Served {
+    /// Where `reseq sim age` reaches the model (None: it cannot).
+    control: Option<Channel>,
     session: Option<fuser::BackgroundSession>,
     timer: Option<std::thread::JoinHandle<()>>,
     reader: Option<std::thread::JoinHandle<()>>,
@@ -549,12 +557,16 @@ impl Served {
     /// Checks everything (time scale, state file, mount dir, /dev/fuse, that nobody
     /// serves this drive already), then mounts `mount_dir/disk`.
     pub(crate) fn start(state_path: &Path, mount_dir: &Path, scale: f64) -> Result<Served> {
+        let id = state_file_id(state_path);
         let state = checked_state(state_path, mount_dir, scale)?;
         let data_path = data_path(state_path);
         let len = state.len_bytes();
         let data = open_data(&data_path, len)?;
+        // Saved (by `sim age`) between the load and the lock: the saved state is the one.
+        let state = if state_file_id(state_path) == id { state } else { checked_state(state_path, mount_dir, scale)? };
         let host_gap_us = state.ftl.p.host_gap_us;
         let state = Arc::new(Mutex::new(state));
+        let control = Channel::open(&data, state.clone(), state_path);
         let counters = Arc::new(Counters::default());
         let last_reply = Arc::new(AtomicU64::new(0f64.to_bits()));
         let (tx, rx) = crossbeam_channel::unbounded();
@@ -584,6 +596,7 @@ impl Served {
         };
         let session = OneFileFs::mount(drive, len, mount_dir, "reseq-sim").map_err(|e| mount_error(mount_dir, e))?;
         Ok(Served {
+            control,
             session: Some(session),
             timer: Some(timer),
             reader: Some(reader),
@@ -633,6 +646,10 @@ impl Served {
         }
         if let Some(t) = self.timer.take() {
             let _ = t.join();
+        }
+        // No age request may change the model after it is saved.
+        if let Some(c) = self.control.take() {
+            c.close();
         }
         let virtual_seconds = self.start.elapsed().as_secs_f64() / self.scale;
         sync_data(&self.data_path)?;
