@@ -33,7 +33,10 @@ fn window_length(v: &str) -> Result<Duration, String> {
 /// `sim age --days`: a finite, non-negative number of days, at most a century.
 fn age_days(v: &str) -> Result<f64, String> {
     let d: f64 = v.trim().parse().map_err(|_| format!("{v} is not a number of days"))?;
-    if !d.is_finite() || d < 0.0 {
+    if !d.is_finite() {
+        return Err(format!("{v} is not a finite number of days"));
+    }
+    if d < 0.0 {
         return Err(format!("{v}: the clock only goes forward (0 or more days)"));
     }
     if d > crate::sim::ftl::MAX_AGE_DAYS {
