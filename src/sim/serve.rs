@@ -446,6 +446,8 @@ pub(crate) struct ServeSummary {
     pub(crate) data: PathBuf,
     pub(crate) time_scale: f64,
     pub(crate) saved: bool,
+    /// The retention age clock as saved (`reseq sim age` may move it while served).
+    pub(crate) age_clock_days: f64,
     #[serde(flatten)]
     pub(crate) stats: ServeStats,
 }
@@ -657,6 +659,7 @@ impl Served {
         state
             .save(&self.state_path)
             .map_err(|e| Error::io(format!("saving simulated device {}", self.state_path.display()), e))?;
+        let age_clock_days = state.ftl.age_days;
         run.map_err(|e| Error::io("serving the FUSE session", e))?;
         let c = &*self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -665,6 +668,7 @@ impl Served {
             data: self.data_path.clone(),
             time_scale: self.scale,
             saved: true,
+            age_clock_days,
             stats: ServeStats {
                 read_requests: get(&c.read_requests),
                 read_bytes: get(&c.read_bytes),
