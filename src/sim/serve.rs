@@ -19,6 +19,8 @@
 //!   written through before a write is answered. Trims (FUSE fallocate punch-hole or
 //!   zero-range, which a loop device sends for discards) unmap whole 4 KiB slots in the
 //!   model and punch the data file; a partial slot at an edge is a write.
+//! - Age: `reseq sim age` reaches the served model through a control channel
+//!   (`control.rs`); reads are timed with the ages it sets, as `sim read`'s are.
 //! - The file is opened `FOPEN_DIRECT_IO`: no FUSE page cache sits between the loop
 //!   device and the model, so a loop device with `--direct-io=on` has no cache at all.
 
