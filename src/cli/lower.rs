@@ -138,6 +138,7 @@ pub(crate) fn sim_step(c: &SimCommand) -> Result<SimStep> {
             })
         }
         SimCommand::Info { state } => SimStep::Info { state: state.clone() },
+        SimCommand::Age { state, days } => SimStep::Age { state: state.clone(), days: *days },
         SimCommand::Serve { state, mount_dir, time_scale } => {
             SimStep::Serve { state: state.clone(), mount_dir: mount_dir.clone(), time_scale: *time_scale }
         }

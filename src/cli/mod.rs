@@ -30,6 +30,21 @@ fn window_length(v: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// `sim age --days`: a finite, non-negative number of days, at most a century.
+fn age_days(v: &str) -> Result<f64, String> {
+    let d: f64 = v.trim().parse().map_err(|_| format!("{v} is not a number of days"))?;
+    if !d.is_finite() {
+        return Err(format!("{v} is not a finite number of days"));
+    }
+    if d < 0.0 {
+        return Err(format!("{v}: the clock only goes forward (0 or more days)"));
+    }
+    if d > crate::sim::ftl::MAX_AGE_DAYS {
+        return Err(format!("{v} days is more than a century: a typo, not an age"));
+    }
+    Ok(d)
+}
+
 /// Pauses and settle times: up to a day (a longer one is a typo, not a plan).
 fn pause_length(v: &str) -> Result<Duration, String> {
     let d = parse_duration(v)?;
@@ -235,7 +250,8 @@ pub(crate) struct RestoreArgs {
 #[derive(Debug, Args)]
 pub(crate) struct SimulateArgs {
     /// Drive model: consumer-nvme (Toshiba XG5-like), consumer-nvme-mild (Samsung
-    /// PM981-like) or datacenter-sata (Intel S3510-like).
+    /// PM981-like), datacenter-sata (Intel S3510-like) or consumer-tlc-aging (Samsung
+    /// 840 EVO-like: old data reads slowly, see `reseq sim age`).
     #[arg(long, default_value = "consumer-nvme")]
     pub(crate) preset: String,
     /// Simulated device size.
@@ -329,8 +345,18 @@ pub(crate) enum SimCommand {
         #[arg(long, default_value_t = 0.7, value_name = "FRACTION")]
         slow_threshold: f64,
     },
-    /// Parameters and counters of a simulated SSD.
+    /// Parameters and counters of a simulated SSD, its age clock and how old its data is.
     Info { state: PathBuf },
+    /// Let the drive's data age: advance its retention clock by N days (fractions too).
+    /// Reads of pages not rewritten since get slower on a drive with retention on
+    /// (consumer-tlc-aging, or --set retention_max_factor=...). Reaches a drive being
+    /// served by `reseq sim serve` through the server.
+    Age {
+        state: PathBuf,
+        /// Days to add to the clock, e.g. 90 or 0.5.
+        #[arg(long, value_name = "N", value_parser = age_days)]
+        days: f64,
+    },
     /// Serve the simulated SSD as the file MOUNTDIR/disk through FUSE (put a loop device
     /// on it), in the foreground until SIGINT/SIGTERM or `umount MOUNTDIR`; saves the
     /// drive's state on exit. The data lives in STATE.data (sparse, created if missing).

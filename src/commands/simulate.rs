@@ -48,6 +48,7 @@ pub(crate) fn build_params(preset: &str, device_size: u64, overrides: &[Override
         return Err(Error::Usage("the simulated device must be at least 64 MiB, in whole 4 KiB blocks".into()));
     }
     p.check_gc().map_err(|e| Error::Usage(format!("this simulated drive cannot work: {e}")))?;
+    p.check_retention().map_err(|e| Error::Usage(format!("--set: {e}")))?;
     Ok(p)
 }
 
@@ -251,13 +252,31 @@ pub(crate) fn sim_command(step: &SimStep, quiet: bool) -> Result<serde_json::Val
             serde_json::to_value(crate::sim::serve::serve(state, mount_dir, *time_scale, quiet)?)
                 .map_err(|e| Error::Internal(format!("serve summary: {e}")))
         }
-        SimStep::Info { state } => {
-            let st = load(state)?;
-            let mapped = (0..st.ftl.n_lpn).filter(|&l| st.ftl.is_mapped(l)).count() as u64;
-            Ok(serde_json::json!({"params": st.ftl.p, "device_bytes": st.len_bytes(), "mapped_bytes": mapped * SLOT,
-                                  "stats": st.ftl.stats, "model_state_bytes": st.ftl.state_bytes()}))
+        SimStep::Info { state } => info(state),
+        SimStep::Age { state, days } => {
+            let aged = crate::sim::control::age(state, *days)?;
+            if !aged.retention_on && !quiet {
+                eprintln!(
+                    "reseq sim age: retention is off for this drive (retention_max_factor 1): its reads do not depend on age"
+                );
+            }
+            serde_json::to_value(aged).map_err(|e| Error::Internal(format!("age: {e}")))
         }
     }
+}
+
+/// `reseq sim info`: parameters, counters, the age clock and how much data is how old.
+fn info(state: &Path) -> Result<serde_json::Value> {
+    let st = load(state)?;
+    let mapped = (0..st.ftl.n_lpn).filter(|&l| st.ftl.is_mapped(l)).count() as u64;
+    let p = &st.ftl.p;
+    let ages: Vec<_> =
+        st.ftl.data_ages().into_iter().map(|(d, b)| serde_json::json!({"age_days": d, "bytes": b})).collect();
+    let retention = serde_json::json!({"on": p.retention_on(), "onset_days": p.retention_onset_days,
+        "full_days": p.retention_full_days, "max_factor": p.retention_max_factor});
+    Ok(serde_json::json!({"params": p, "device_bytes": st.len_bytes(), "mapped_bytes": mapped * SLOT,
+                          "stats": st.ftl.stats, "model_state_bytes": st.ftl.state_bytes(),
+                          "age_clock_days": st.ftl.age_days, "retention": retention, "data_by_age": ages}))
 }
 
 /// `reseq sim create`.

@@ -75,13 +75,42 @@ pub(crate) struct SimRewrite {
 /// One step of `reseq sim …` on a simulated SSD kept in a state file.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum SimStep {
-    Create { state: PathBuf, preset: String, device_size: u64, set: Vec<Override> },
-    Write { state: PathBuf, range: SimRange },
-    Fragment { state: PathBuf, range: SimRange, random_writes: u64, seed: u64 },
-    Read { state: PathBuf, range: SimRange, block_size: u64, queue_depth: usize },
+    Create {
+        state: PathBuf,
+        preset: String,
+        device_size: u64,
+        set: Vec<Override>,
+    },
+    Write {
+        state: PathBuf,
+        range: SimRange,
+    },
+    Fragment {
+        state: PathBuf,
+        range: SimRange,
+        random_writes: u64,
+        seed: u64,
+    },
+    Read {
+        state: PathBuf,
+        range: SimRange,
+        block_size: u64,
+        queue_depth: usize,
+    },
     Rewrite(SimRewrite),
-    Info { state: PathBuf },
-    Serve { state: PathBuf, mount_dir: PathBuf, time_scale: f64 },
+    Info {
+        state: PathBuf,
+    },
+    /// Advance the retention age clock by `days` (finite, not negative).
+    Age {
+        state: PathBuf,
+        days: f64,
+    },
+    Serve {
+        state: PathBuf,
+        mount_dir: PathBuf,
+        time_scale: f64,
+    },
 }
 
 #[cfg(test)]

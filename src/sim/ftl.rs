@@ -4,9 +4,12 @@
 //! the oracle): physical read-ahead follows `slot(l) == slot(l-1) + 1` without the spec's
 //! `succ_line` hop at line ends.
 //!
-//! State per 4 KiB of simulated space: `l2p` (4 bytes per LBA) and `p2l` (4 bytes per
-//! physical slot, 1.07x plus spare lines), about 8.7 bytes; the bench checks the 16-byte
-//! goal.
+//! State per 4 KiB of simulated space: `l2p` (4 bytes per LBA), `p2l` (4 bytes per
+//! physical slot, 1.07x plus spare lines) and the page write times of retention (4 bytes
+//! per 16 KiB page), about 9.6 bytes; the bench checks the 16-byte goal.
+//!
+//! Retention (reseq's addition; the reference knows none): a sense operation takes
+//! tR x a factor that grows with the age of its oldest page, off (1) unless configured.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -58,6 +61,13 @@ pub struct Params {
     pub(crate) fw_w_us: f64,
     /// Write buffer that lets commands complete before programming.
     pub(crate) wbuf_bytes: u64,
+    /// Retention (docs/FTL-MODEL.md, "Retention"): a page this many days old or younger
+    /// reads at full speed.
+    pub(crate) retention_onset_days: f64,
+    /// The age at which the read-time factor reaches its cap.
+    pub(crate) retention_full_days: f64,
+    /// The cap of the factor on the NAND read time of old pages; 1 turns retention off.
+    pub(crate) retention_max_factor: f64,
 }
 
 impl Default for Params {
@@ -86,11 +96,15 @@ impl Default for Params {
             t_prog_us: 600.0,
             fw_w_us: 10.0,
             wbuf_bytes: 8 * MIB,
+            // Off: the reference model knows no retention.
+            retention_onset_days: 14.0,
+            retention_full_days: 90.0,
+            retention_max_factor: 1.0,
         }
     }
 }
 
-pub(crate) const PRESETS: [&str; 3] = ["consumer-nvme", "consumer-nvme-mild", "datacenter-sata"];
+pub(crate) const PRESETS: [&str; 4] = ["consumer-nvme", "consumer-nvme-mild", "datacenter-sata", "consumer-tlc-aging"];
 
 impl Params {
     /// The presets of docs/FTL-MODEL.md (as the reference's `presets.py` sets them).
@@ -112,10 +126,62 @@ impl Params {
             "datacenter-sata" => {
                 Params { ways: 8, t_read_us: 50.0, ch_mbps: 400.0, link_mbps: 420.0, fw_us: 40.0, ..base }
             }
+            // Samsung 840 EVO-like: a SATA TLC drive whose old data reads slowly
+            // (docs/FTL-MODEL.md, "Retention": fitted to the published shape).
+            "consumer-tlc-aging" => Params {
+                ways: 2,
+                t_read_us: 90.0,
+                ch_mbps: 400.0,
+                link_mbps: 540.0,
+                fw_us: 40.0,
+                retention_onset_days: 14.0,
+                retention_full_days: 90.0,
+                retention_max_factor: RETENTION_TLC_CAP,
+                ..base
+            },
             _ => return None,
         })
     }
+
+    /// Whether old pages read slower than fresh ones.
+    pub(crate) fn retention_on(&self) -> bool {
+        self.retention_max_factor > 1.0
+    }
+
+    /// The factor on the NAND read time of a page `age_days` old: 1 up to the onset, then
+    /// growing linearly to the cap at `retention_full_days`, the cap after.
+    pub(crate) fn retention_factor(&self, age_days: f64) -> f64 {
+        if !self.retention_on() || age_days <= self.retention_onset_days {
+            return 1.0;
+        }
+        let span = self.retention_full_days - self.retention_onset_days;
+        let share = ((age_days - self.retention_onset_days) / span).min(1.0);
+        1.0 + (self.retention_max_factor - 1.0) * share
+    }
+
+    /// Refuses retention parameters the factor cannot be computed from.
+    pub(crate) fn check_retention(&self) -> Result<(), String> {
+        let (on, full, cap) = (self.retention_onset_days, self.retention_full_days, self.retention_max_factor);
+        if !(on.is_finite() && on >= 0.0 && full.is_finite() && full > on) {
+            return Err(format!(
+                "retention_onset_days ({on}) must be 0 or more and retention_full_days ({full}) larger"
+            ));
+        }
+        if !(cap.is_finite() && (1.0..=MAX_RETENTION_FACTOR).contains(&cap)) {
+            return Err(format!("retention_max_factor ({cap}) must be from 1 (off) to {MAX_RETENTION_FACTOR}"));
+        }
+        Ok(())
+    }
 }
+
+/// The cap of `consumer-tlc-aging`'s read-time factor (docs/FTL-MODEL.md, "Retention").
+const RETENTION_TLC_CAP: f64 = 100.0;
+/// The largest read-time factor accepted: more is a typo, not a drive.
+const MAX_RETENTION_FACTOR: f64 = 10_000.0;
+/// The age clock goes no further than this (a century): page write times are whole
+/// seconds of it in a u32.
+pub(crate) const MAX_AGE_DAYS: f64 = 36_525.0;
+const SECONDS_PER_DAY: f64 = 86_400.0;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 enum LineState {
@@ -161,6 +227,14 @@ pub struct Ftl {
     /// (line, q) per stream.
     front: [(u64, u64); 2],
     pub(crate) stats: FtlStats,
+    /// The retention age clock, days (advanced by `reseq sim age`; absent from old state
+    /// files: 0).
+    #[serde(default)]
+    pub(crate) age_days: f64,
+    /// When each NAND page was last programmed, whole seconds of the age clock; stored as
+    /// a raw table in state files (0 in old ones: as old as the clock).
+    #[serde(skip)]
+    written: Vec<u32>,
     #[serde(skip)]
     die_free: Vec<f64>,
     #[serde(skip)]
@@ -292,6 +366,8 @@ impl Ftl {
             free_lines: (0..n_lines as u32).rev().collect(),
             front: [(0, 0); 2],
             stats: FtlStats::default(),
+            age_days: 0.0,
+            written: vec![0; (n_slots / s) as usize],
             die_free: Vec::new(),
             ch_free: Vec::new(),
             link_free: 0.0,
@@ -306,26 +382,69 @@ impl Ftl {
         f
     }
 
-    /// Bytes of model state (the mapping tables and per-line counters).
+    /// Bytes of model state (the mapping tables, page write times and per-line counters).
     pub fn state_bytes(&self) -> u64 {
-        (self.l2p.len() * 4 + self.p2l.len() * 4 + self.valid.len() * 4 + self.state.len() + self.free_lines.len() * 4)
-            as u64
+        let tables = self.l2p.len() + self.p2l.len() + self.written.len();
+        (tables * 4 + self.valid.len() * 4 + self.state.len() + self.free_lines.len() * 4) as u64
     }
 
-    /// The mapping tables (for state files).
-    pub(crate) fn tables(&self) -> (&[u32], &[u32]) {
-        (&self.l2p, &self.p2l)
+    /// The tables (for state files): mapping, reverse mapping, page write times.
+    pub(crate) fn tables(&self) -> [&[u32]; 3] {
+        [&self.l2p, &self.p2l, &self.written]
     }
 
-    /// Restores the tables after loading the rest; checks they fit the geometry.
-    pub(crate) fn set_tables(&mut self, l2p: Vec<u32>, p2l: Vec<u32>) -> Result<(), String> {
-        if l2p.len() as u64 != self.n_lpn || p2l.len() as u64 != self.n_lines * self.spl {
+    /// Restores the tables after loading the rest; checks they fit the geometry. No page
+    /// write times (an old state file): every page as old as the age clock's start.
+    pub(crate) fn set_tables(&mut self, l2p: Vec<u32>, p2l: Vec<u32>, written: Option<Vec<u32>>) -> Result<(), String> {
+        let pages = self.n_lines * self.spl / self.s;
+        let written = written.unwrap_or_else(|| vec![0; pages as usize]);
+        if l2p.len() as u64 != self.n_lpn
+            || p2l.len() as u64 != self.n_lines * self.spl
+            || written.len() as u64 != pages
+        {
             return Err("the mapping tables do not fit the device geometry".into());
+        }
+        if !(self.age_days.is_finite() && (0.0..=MAX_AGE_DAYS).contains(&self.age_days)) {
+            return Err(format!("the age clock ({} days) is outside 0..{MAX_AGE_DAYS}", self.age_days));
         }
         self.l2p = l2p;
         self.p2l = p2l;
+        self.written = written;
         self.reset_clock();
         Ok(())
+    }
+
+    /// Advances the retention age clock by `days` (checked by the caller: finite, not
+    /// negative); refuses to go past [`MAX_AGE_DAYS`].
+    pub(crate) fn age(&mut self, days: f64) -> Result<f64, String> {
+        let to = self.age_days + days;
+        if !(days >= 0.0 && to <= MAX_AGE_DAYS) {
+            return Err(format!(
+                "aging by {days} days would take the clock from {} to {to} days, past its limit of {MAX_AGE_DAYS} (a century)",
+                self.age_days
+            ));
+        }
+        self.age_days = to;
+        Ok(to)
+    }
+
+    /// The age clock as a page write time.
+    fn stamp_now(&self) -> u32 {
+        (self.age_days * SECONDS_PER_DAY).round() as u32
+    }
+
+    /// The age, days, of the data in `page` (a NAND page: slot / S).
+    fn page_age_days(&self, page: u64) -> f64 {
+        (self.age_days - f64::from(self.written[page as usize]) / SECONDS_PER_DAY).max(0.0)
+    }
+
+    /// Bytes of mapped data per age, for `sim info`: (age in whole days, bytes), oldest first.
+    pub(crate) fn data_ages(&self) -> Vec<(u64, u64)> {
+        let mut by_day = std::collections::BTreeMap::<u64, u64>::new();
+        for &g in self.l2p.iter().filter(|&&g| g != UNMAPPED) {
+            *by_day.entry(self.page_age_days(u64::from(g) / self.s) as u64).or_default() += SLOT;
+        }
+        by_day.into_iter().rev().collect()
     }
 
     // ---------- allocation ----------
@@ -356,6 +475,8 @@ impl Ftl {
         let g = self.alloc(stream);
         self.l2p[lpn as usize] = g as u32;
         self.p2l[g as usize] = lpn as u32;
+        // A host write and a GC move alike program the page anew: its age starts again.
+        self.written[(g / self.s) as usize] = self.stamp_now();
         self.valid[(g / self.spl) as usize] += 1;
     }
 
@@ -452,8 +573,8 @@ impl Ftl {
     // ---------- read timing ----------
 
     /// Groups LBAs into NAND sense operations in first-touch order:
-    /// (die, channel bytes, needed bytes) each.
-    fn nand_ops(&self, lpns: &[u64]) -> Vec<(u64, u64, u64)> {
+    /// (die, channel bytes, needed bytes, read-time factor) each.
+    fn nand_ops(&self, lpns: &[u64]) -> Vec<NandOp> {
         let key_div = self.key_div();
         let mut index: HashMap<u64, usize> = HashMap::new();
         // (die, need, pages touched) per op, in first-touch order
@@ -484,19 +605,30 @@ impl Ftl {
         ops.into_iter()
             .map(|(d, need, pages)| {
                 let chb = if self.p.partial_xfer { need } else { pages.len() as u64 * self.p.page_bytes };
-                (d, chb, need)
+                (d, chb, need, self.read_factor(&pages))
             })
             .collect()
     }
 
+    /// The factor on tR of one sense operation: its oldest page's (the operation ends
+    /// when its last page is read; retries are for the worst one).
+    fn read_factor(&self, pages: &[u64]) -> f64 {
+        if !self.p.retention_on() {
+            return 1.0;
+        }
+        let oldest = pages.iter().map(|&pg| self.page_age_days(pg)).fold(0.0, f64::max);
+        self.p.retention_factor(oldest)
+    }
+
     /// Reserves die and channel time for `ops` issued at `t0`; returns the ready times
     /// of the needed data, as (time, bytes).
-    fn schedule_nand(&mut self, ops: &[(u64, u64, u64)], t0: f64, out: &mut Vec<(f64, u64)>) {
-        for &(d, chb, need) in ops {
+    fn schedule_nand(&mut self, ops: &[NandOp], t0: f64, out: &mut Vec<(f64, u64)>) {
+        for &(d, chb, need, factor) in ops {
             let c = (d % self.p.channels) as usize;
             let d = d as usize;
             let s = t0.max(self.die_free[d]);
-            let e = s + self.p.t_read_us;
+            // With retention off the factor is 1: the reference's sum, bit for bit.
+            let e = s + if factor == 1.0 { self.p.t_read_us } else { self.p.t_read_us * factor };
             let xs = e.max(self.ch_free[c]);
             let xe = xs + chb as f64 / self.p.ch_mbps;
             self.ch_free[c] = xe;
@@ -623,6 +755,9 @@ impl Ftl {
         self.ra_buf.clear();
     }
 }
+
+/// One NAND sense operation: die, channel bytes, needed bytes, factor on tR.
+type NandOp = (u64, u64, u64, f64);
 
 fn l2p_signed(g: u32) -> i64 {
     if g == UNMAPPED { -1 } else { i64::from(g) }

@@ -9,6 +9,7 @@
 //! pattern derived from its address, and a write must carry exactly that pattern, so an
 //! engine that wrote a chunk to the wrong place, or different bytes, fails loudly.
 
+pub(crate) mod control;
 pub(crate) mod experiment;
 pub(crate) mod ftl;
 pub mod onefile;
@@ -72,17 +73,20 @@ impl SimState {
     }
 }
 
-const MAGIC: &[u8] = b"reseq-sim 1\n";
+/// Version 2 adds the page write times (retention); version 1 files load with none.
+const MAGIC: &[u8] = b"reseq-sim 2\n";
+const MAGIC_V1: &[u8] = b"reseq-sim 1\n";
 
-/// The JSON line of a state file: everything but the two mapping tables, which follow
-/// it as little-endian u32 arrays.
+/// The JSON line of a state file: everything but the tables (mapping, reverse mapping,
+/// page write times), which follow it as little-endian u32 arrays.
 #[derive(serde::Serialize)]
 struct HeaderOut<'a> {
     ftl: &'a Ftl,
     writer: &'a Writer,
     l2p_len: u64,
     p2l_len: u64,
-    /// blake3 of the two tables, as stored.
+    written_len: u64,
+    /// blake3 of the tables, as stored.
     tables_blake3: String,
 }
 
@@ -92,6 +96,9 @@ struct Header {
     writer: Writer,
     l2p_len: u64,
     p2l_len: u64,
+    /// Absent in version 1.
+    #[serde(default)]
+    written_len: u64,
     tables_blake3: String,
 }
 
@@ -131,9 +138,10 @@ impl SimState {
     /// Saves to `path` atomically (a uniquely named temporary file in the same directory,
     /// fsync, rename, fsync of the directory), streaming the tables.
     pub(crate) fn save(&self, path: &Path) -> std::io::Result<()> {
-        let (l2p, p2l) = self.ftl.tables();
+        let tables = self.ftl.tables();
+        let [l2p, p2l, written] = tables;
         let mut hasher = blake3::Hasher::new();
-        for t in [l2p, p2l] {
+        for t in tables {
             for_each_le_piece(t, |b| {
                 hasher.update(b);
                 Ok(())
@@ -144,6 +152,7 @@ impl SimState {
             writer: &self.writer,
             l2p_len: l2p.len() as u64,
             p2l_len: p2l.len() as u64,
+            written_len: written.len() as u64,
             tables_blake3: hasher.finalize().to_hex().to_string(),
         };
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -157,7 +166,7 @@ impl SimState {
             f.write_all(MAGIC)?;
             serde_json::to_writer(&mut f, &header)?;
             f.write_all(b"\n")?;
-            for t in [l2p, p2l] {
+            for t in tables {
                 for_each_le_piece(t, |b| f.write_all(b))?;
             }
             f.flush()?;
@@ -175,28 +184,34 @@ impl SimState {
         let size = file.metadata()?.len();
         let mut r = std::io::BufReader::new(file);
         let mut magic = vec![0u8; MAGIC.len()];
-        if r.read_exact(&mut magic).is_err() || magic != MAGIC {
+        if r.read_exact(&mut magic).is_err() || (magic != MAGIC && magic != MAGIC_V1) {
             return Err(bad("not a reseq simulated-SSD state file"));
         }
+        let v1 = magic == MAGIC_V1;
         let mut line = Vec::new();
         std::io::BufRead::read_until(&mut r, b'\n', &mut line)?;
         if line.last() != Some(&b'\n') {
             return Err(bad("truncated header"));
         }
         let header: Header = serde_json::from_slice(&line).map_err(|e| bad(&format!("bad header: {e}")))?;
-        let tables = (header.l2p_len + header.p2l_len) * 4;
+        if v1 && header.written_len != 0 {
+            return Err(bad("a version 1 state file with page write times"));
+        }
+        let tables = (header.l2p_len + header.p2l_len + header.written_len) * 4;
         if size != (MAGIC.len() + line.len()) as u64 + tables {
             return Err(bad("truncated tables"));
         }
         let mut hasher = blake3::Hasher::new();
         let l2p = read_words(&mut r, header.l2p_len, &mut hasher).map_err(|_| bad("truncated tables"))?;
         let p2l = read_words(&mut r, header.p2l_len, &mut hasher).map_err(|_| bad("truncated tables"))?;
+        let written = read_words(&mut r, header.written_len, &mut hasher).map_err(|_| bad("truncated tables"))?;
         if hasher.finalize().to_hex().as_str() != header.tables_blake3 {
             return Err(bad("checksum mismatch: the file is damaged"));
         }
         header.ftl.p.check_gc().map_err(|e| bad(&format!("this simulated drive cannot work: {e}")))?;
+        header.ftl.p.check_retention().map_err(|e| bad(&e))?;
         let mut ftl = header.ftl;
-        ftl.set_tables(l2p, p2l).map_err(|e| bad(&e))?;
+        ftl.set_tables(l2p, p2l, (!v1).then_some(written)).map_err(|e| bad(&e))?;
         Ok(SimState { ftl, writer: header.writer })
     }
 }

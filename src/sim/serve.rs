@@ -19,6 +19,8 @@
 //!   written through before a write is answered. Trims (FUSE fallocate punch-hole or
 //!   zero-range, which a loop device sends for discards) unmap whole 4 KiB slots in the
 //!   model and punch the data file; a partial slot at an edge is a write.
+//! - Age: `reseq sim age` reaches the served model through a control channel
+//!   (`control.rs`); reads are timed with the ages it sets, as `sim read`'s are.
 //! - The file is opened `FOPEN_DIRECT_IO`: no FUSE page cache sits between the loop
 //!   device and the model, so a loop device with `--direct-io=on` has no cache at all.
 
@@ -33,6 +35,7 @@ use fuser::{KernelConfig, ReplyData, ReplyWrite};
 use serde::Serialize;
 
 use super::SimState;
+use super::control::Channel;
 use super::ftl::SLOT;
 use super::onefile::{Backend, DISK_NAME, OneFileFs};
 use crate::support::error::{Error, Result};
@@ -445,6 +448,8 @@ pub(crate) struct ServeSummary {
     pub(crate) data: PathBuf,
     pub(crate) time_scale: f64,
     pub(crate) saved: bool,
+    /// The retention age clock as saved (`reseq sim age` may move it while served).
+    pub(crate) age_clock_days: f64,
     #[serde(flatten)]
     pub(crate) stats: ServeStats,
 }
@@ -525,6 +530,11 @@ fn checked_state(state_path: &Path, mount_dir: &Path, scale: f64) -> Result<SimS
     Ok(state)
 }
 
+/// The state file's inode: every save replaces the file, so a new one means a new state.
+fn state_file_id(path: &Path) -> Option<u64> {
+    std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).ok()?).into()
+}
+
 fn spawn(name: &str, doing: &str, f: impl FnOnce() + Send + 'static) -> Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name(name.into()).spawn(f).map_err(|e| Error::io(doing, e))
 }
@@ -533,6 +543,8 @@ fn spawn(name: &str, doing: &str, f: impl FnOnce() + Send + 'static) -> Result<s
 /// unmounts and saves. Dropping it without `stop` detaches the mount lazily and does not
 /// save.
 pub(crate) struct Served {
+    /// Where `reseq sim age` reaches the model (None: it cannot).
+    control: Option<Channel>,
     session: Option<fuser::BackgroundSession>,
     timer: Option<std::thread::JoinHandle<()>>,
     reader: Option<std::thread::JoinHandle<()>>,
@@ -549,12 +561,16 @@ impl Served {
     /// Checks everything (time scale, state file, mount dir, /dev/fuse, that nobody
     /// serves this drive already), then mounts `mount_dir/disk`.
     pub(crate) fn start(state_path: &Path, mount_dir: &Path, scale: f64) -> Result<Served> {
+        let id = state_file_id(state_path);
         let state = checked_state(state_path, mount_dir, scale)?;
         let data_path = data_path(state_path);
         let len = state.len_bytes();
         let data = open_data(&data_path, len)?;
+        // Saved (by `sim age`) between the load and the lock: the saved state is the one.
+        let state = if state_file_id(state_path) == id { state } else { checked_state(state_path, mount_dir, scale)? };
         let host_gap_us = state.ftl.p.host_gap_us;
         let state = Arc::new(Mutex::new(state));
+        let control = Channel::open(&data, state.clone(), state_path);
         let counters = Arc::new(Counters::default());
         let last_reply = Arc::new(AtomicU64::new(0f64.to_bits()));
         let (tx, rx) = crossbeam_channel::unbounded();
@@ -584,6 +600,7 @@ impl Served {
         };
         let session = OneFileFs::mount(drive, len, mount_dir, "reseq-sim").map_err(|e| mount_error(mount_dir, e))?;
         Ok(Served {
+            control,
             session: Some(session),
             timer: Some(timer),
             reader: Some(reader),
@@ -634,12 +651,17 @@ impl Served {
         if let Some(t) = self.timer.take() {
             let _ = t.join();
         }
+        // No age request may change the model after it is saved.
+        if let Some(c) = self.control.take() {
+            c.close();
+        }
         let virtual_seconds = self.start.elapsed().as_secs_f64() / self.scale;
         sync_data(&self.data_path)?;
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state
             .save(&self.state_path)
             .map_err(|e| Error::io(format!("saving simulated device {}", self.state_path.display()), e))?;
+        let age_clock_days = state.ftl.age_days;
         run.map_err(|e| Error::io("serving the FUSE session", e))?;
         let c = &*self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -648,6 +670,7 @@ impl Served {
             data: self.data_path.clone(),
             time_scale: self.scale,
             saved: true,
+            age_clock_days,
             stats: ServeStats {
                 read_requests: get(&c.read_requests),
                 read_bytes: get(&c.read_bytes),

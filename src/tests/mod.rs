@@ -4,4 +4,5 @@
 
 mod engine_script;
 mod sim_reference;
+mod sim_retention;
 mod sim_ssd;

@@ -214,3 +214,72 @@ fn estimate_tells_a_flat_drive_from_a_degraded_one() {
     let (_, info, _) = reseq(&["sim", "info", s]);
     assert_eq!(info["mapped_bytes"], 1u64 << 30);
 }
+
+/// Retention (docs/FTL-MODEL.md): `sim age` makes the data of consumer-tlc-aging read
+/// slower, by the shape the preset documents (2-3 months: 1/5 to 1/10 of fresh), a
+/// rewrite makes it fresh again, and a drive with retention off does not change.
+#[test]
+fn aged_data_reads_slowly_until_rewritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("ssd.sim");
+    let s = state.to_str().unwrap();
+    assert_eq!(reseq(&["sim", "create", s, "--device-size", "1G", "--preset", "consumer-tlc-aging"]).0, 0);
+    assert_eq!(reseq(&["sim", "write", s, "--length", "256M"]).0, 0);
+    let fresh = read_seconds(&state);
+    let (code, v, _) = reseq(&["sim", "age", s, "--days", "60"]);
+    assert_eq!(code, 0);
+    assert_eq!((v["age_days"].as_f64(), v["served"].as_bool()), (Some(60.0), Some(false)));
+    let two_months = read_seconds(&state);
+    assert_eq!(reseq(&["sim", "age", s, "--days", "30.5"]).0, 0);
+    let three_months = read_seconds(&state);
+    eprintln!("fresh {fresh:.3} s, 60 days {two_months:.3} s, 90.5 days {three_months:.3} s");
+    assert!((5.0..=10.0).contains(&(two_months / fresh)), "60 days: x{}", two_months / fresh);
+    assert!((5.0..=10.0).contains(&(three_months / fresh)), "90 days: x{}", three_months / fresh);
+    assert!(three_months > two_months);
+    let (code, v, _) = reseq(&["sim", "info", s]);
+    assert_eq!(code, 0);
+    assert_eq!(v["age_clock_days"], 90.5);
+    assert_eq!(v["retention"]["on"], true);
+    assert_eq!(v["data_by_age"][0]["age_days"], 90);
+    assert_eq!(v["data_by_age"][0]["bytes"], 256u64 << 20);
+    assert_eq!(reseq(&["sim", "rewrite", s, "--length", "256M"]).0, 0);
+    let after = read_seconds(&state);
+    assert!(after <= fresh * 1.03, "the rewrite makes the data fresh: {after} s vs {fresh} s");
+    // Refused: a step back, a typo-sized step, a clock past a century.
+    for bad in ["--days=-1", "--days=nan", "--days=1e6"] {
+        let (code, _, err) = reseq(&["sim", "age", s, bad]);
+        assert_eq!(code, 2, "{bad}: {err}");
+    }
+    let (code, _, err) = reseq(&["sim", "age", s, "--days", "36500"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("past its limit"), "{err}");
+    // A preset without retention: aging changes nothing, and says so.
+    let plain = dir.path().join("plain.sim");
+    let p = plain.to_str().unwrap();
+    assert_eq!(reseq(&["sim", "create", p, "--device-size", "1G"]).0, 0);
+    assert_eq!(reseq(&["sim", "write", p, "--length", "256M"]).0, 0);
+    let before = read_seconds(&plain);
+    let (code, _, err) = reseq(&["sim", "age", p, "--days", "365"]);
+    assert_eq!(code, 0);
+    assert!(err.contains("retention is off"), "{err}");
+    assert_eq!(read_seconds(&plain), before);
+}
+
+/// A drive whose data file is locked (served) by something with no control channel:
+/// `sim age` refuses rather than change a state file the server would overwrite.
+#[test]
+fn age_refuses_a_served_drive_it_cannot_reach() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("ssd.sim");
+    let s = state.to_str().unwrap();
+    assert_eq!(reseq(&["sim", "create", s, "--device-size", "1G", "--preset", "consumer-tlc-aging"]).0, 0);
+    let data = std::fs::File::create(dir.path().join("ssd.sim.data")).unwrap();
+    let lock = nix::fcntl::Flock::lock(data, nix::fcntl::FlockArg::LockExclusiveNonblock).unwrap();
+    let before = std::fs::read(&state).unwrap();
+    let (code, _, err) = reseq(&["sim", "age", s, "--days", "30"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("being served") && err.contains("no control channel"), "{err}");
+    assert_eq!(std::fs::read(&state).unwrap(), before, "the state file changed");
+    drop(lock);
+    assert_eq!(reseq(&["sim", "age", s, "--days", "30"]).0, 0, "unlocked: aged in the state file");
+}
