@@ -52,9 +52,11 @@ pub(crate) const STATS_NAME: &str = "stats";
 /// that is not counted as the host's (see [`Drive::arrival_us`]).
 pub(crate) const PATH_ALLOWANCE: Duration = Duration::from_millis(2);
 
-/// The data file of a state file: `STATE.data`.
+/// The data file of a state file: `STATE.data`, beside the file a symlink names, so that
+/// every spelling of one drive finds the same data file and the same server's lock.
 pub(crate) fn data_path(state: &Path) -> PathBuf {
-    let mut s = state.as_os_str().to_os_string();
+    let state = state.canonicalize().unwrap_or_else(|_| state.to_path_buf());
+    let mut s = state.into_os_string();
     s.push(".data");
     PathBuf::from(s)
 }

@@ -478,7 +478,10 @@ fn a_drive_aged_while_served_reads_old_files_slowly_until_rewritten() {
     write_file(&old, 32 * MIB, 1);
     write_file(&other, 32 * MIB, 2);
     let (fresh, _) = bench(&env, &old, &[]);
-    let aged = sim(&env, &["age", st, "--days", "90"]);
+    // Named through a symlink: the same drive, so the server, not the state file, ages.
+    let link = env.path("drive-link");
+    std::os::unix::fs::symlink(&state, &link).unwrap();
+    let aged = sim(&env, &["age", link.to_str().unwrap(), "--days", "90"]);
     assert_eq!(aged["served"], true, "{aged}");
     assert_eq!(aged["age_days"], 90.0);
     let (slow, _) = bench(&env, &old, &[]);
