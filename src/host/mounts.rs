@@ -134,9 +134,7 @@ fn btrfs_members(sys: &Path, member: (u32, u32)) -> Vec<(u32, u32)> {
 pub(crate) fn block_rdev(path: &Path) -> Option<(u32, u32)> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let md = std::fs::metadata(path).ok()?;
-    md.file_type()
-        .is_block_device()
-        .then(|| (nix::sys::stat::major(md.rdev()) as u32, nix::sys::stat::minor(md.rdev()) as u32))
+    md.file_type().is_block_device().then(|| crate::host::device::dev_num(md.rdev()))
 }
 
 /// One mounted filesystem (superblock) that must be frozen, with every mount point
