@@ -65,14 +65,6 @@ pub(crate) fn blk_read_only(fd: BorrowedFd<'_>) -> nix::Result<bool> {
     Ok(ro != 0)
 }
 
-/// Logical sector size (BLKSSZGET): the fallback direct-I/O alignment.
-pub(crate) fn blk_logical_sector_size(fd: BorrowedFd<'_>) -> nix::Result<u32> {
-    let mut size: libc::c_int = 0;
-    // SAFETY: BLKSSZGET writes one int (block/ioctl.c put_int) to a live local.
-    unsafe { ioctl_blksszget(fd.as_raw_fd(), &mut size) }?;
-    Ok(size as u32)
-}
-
 /// Direct-I/O alignment from `statx(STATX_DIOALIGN)`: (memory, offset) in bytes.
 /// `Ok(None)` when the kernel or file does not report it (older kernels, or
 /// filesystems/devices without direct I/O support report 0).
@@ -94,12 +86,15 @@ pub(crate) fn statx_dio_align(path: &Path) -> nix::Result<Option<(u32, u32)>> {
 const PAGE: usize = 4096;
 
 /// A block device's direct-I/O alignment (memory, offset) and where it came from: statx
-/// where the kernel tells, else the logical sector size.
+/// where the kernel tells, else the logical sector size (BLKSSZGET).
 pub(crate) fn blk_dio_align(path: &Path, fd: BorrowedFd<'_>) -> nix::Result<(u32, u32, &'static str)> {
-    match statx_dio_align(path) {
-        Ok(Some((m, o))) => Ok((m, o, "statx")),
-        _ => blk_logical_sector_size(fd).map(|s| (s, s, "BLKSSZGET")),
+    if let Ok(Some((m, o))) = statx_dio_align(path) {
+        return Ok((m, o, "statx"));
     }
+    let mut size: libc::c_int = 0;
+    // SAFETY: BLKSSZGET writes one int (block/ioctl.c put_int) to a live local.
+    unsafe { ioctl_blksszget(fd.as_raw_fd(), &mut size) }?;
+    Ok((size as u32, size as u32, "BLKSSZGET"))
 }
 
 /// A heap buffer whose address is aligned for O_DIRECT.
@@ -686,14 +681,9 @@ pub(crate) fn fifo_max_priority() -> i32 {
     unsafe { libc::sched_get_priority_max(libc::SCHED_FIFO) }
 }
 
-/// sched_setscheduler(2) on the calling thread (tid 0): SCHED_FIFO at a priority, or
+/// sched_setscheduler(2) on thread `tid` (0: the caller): SCHED_FIFO at a priority, or
 /// back to SCHED_OTHER. EPERM where the host allows no real-time scheduling (no
 /// CAP_SYS_NICE and RLIMIT_RTPRIO 0, systemd's RestrictRealtime=, an RT group budget of 0).
-pub(crate) fn set_thread_scheduling(s: Scheduling) -> nix::Result<()> {
-    set_scheduling_of(0, s)
-}
-
-/// sched_setscheduler(2) on thread `tid` (0: the caller).
 pub(crate) fn set_scheduling_of(tid: i32, s: Scheduling) -> nix::Result<()> {
     let (policy, priority) = match s {
         Scheduling::Fifo(p) => (libc::SCHED_FIFO, p),
@@ -707,7 +697,7 @@ pub(crate) fn set_scheduling_of(tid: i32, s: Scheduling) -> nix::Result<()> {
 }
 
 /// The calling thread's policy and priority as they are, to be given back with
-/// [`set_thread_scheduling`] (SCHED_IDLE or SCHED_BATCH stay so; the nice value is kept).
+/// [`set_scheduling_of`] (SCHED_IDLE or SCHED_BATCH stay so; the nice value is kept).
 pub(crate) fn thread_scheduling() -> Scheduling {
     // SAFETY: sched_getscheduler(2) takes an integer; pid 0 is the caller.
     let policy = unsafe { libc::sched_getscheduler(0) };

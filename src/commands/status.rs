@@ -26,7 +26,7 @@ pub(crate) struct Unfinished {
     pub(crate) record: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub(crate) struct Status {
     pub(crate) state_dir: String,
     pub(crate) unfinished: Vec<Unfinished>,
@@ -82,13 +82,7 @@ pub(crate) fn run(state_dir: &Path) -> Result<Status> {
     if !dir.is_dir() {
         return Err(Error::Usage(format!("{} is not a directory (--state-dir)", dir.display())));
     }
-    let mut st = Status {
-        state_dir: dir.display().to_string(),
-        unfinished: Vec::new(),
-        rescue_copies: Vec::new(),
-        unreadable: Vec::new(),
-        running: Vec::new(),
-    };
+    let mut st = Status { state_dir: dir.display().to_string(), ..Status::default() };
     for p in entries(&dir) {
         let name = name_of(&p);
         // A lock file exists while a run holds it (it is removed at the end); its PID

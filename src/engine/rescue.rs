@@ -89,7 +89,6 @@ pub(crate) struct RescueTo {
 }
 
 impl RescueTo {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn pending(
         &self,
         device_offset: u64,
@@ -115,9 +114,7 @@ impl RescueTo {
             data: data.to_vec(),
         }
     }
-}
 
-impl RescueTo {
     /// The files whose bytes lie in `len` bytes at `offset` (a chunk of a batch of small
     /// files can hold many).
     fn files_at(&self, offset: u64, len: u64) -> Option<String> {

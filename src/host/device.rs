@@ -125,9 +125,7 @@ impl Sysfs {
     }
 
     pub(crate) fn dev_of(&self, name: &str) -> Option<(u32, u32)> {
-        let s = self.read(name, "dev")?;
-        let (a, b) = s.split_once(':')?;
-        Some((a.parse().ok()?, b.parse().ok()?))
+        parse_dev(&self.read(name, "dev")?)
     }
 
     /// Partitions of a whole disk, in name order.
@@ -221,6 +219,12 @@ fn sorted_names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = entries.map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     names
+}
+
+/// "major:minor", as sysfs writes a device number.
+pub(crate) fn parse_dev(text: &str) -> Option<(u32, u32)> {
+    let (a, b) = text.trim().split_once(':')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
 }
 
 /// A device number as (major, minor).

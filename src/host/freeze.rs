@@ -361,8 +361,7 @@ impl WindowGuard for GuardedFreeze {
 
     fn reporter(&self) -> Result<Reporter> {
         let g = self.guardian.as_ref().ok_or_else(|| Error::Internal("the guardian is gone".into()))?;
-        let mut r = g.reporter().map_err(|e| Error::io("cloning the guardian socket", e))?;
-        Ok(Reporter::new(move || r.written()))
+        Ok(Reporter::new(g.reporter().map_err(|e| Error::io("cloning the guardian socket", e))?))
     }
 
     fn end(&mut self) -> Result<WindowEnd> {

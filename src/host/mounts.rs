@@ -114,11 +114,7 @@ pub(crate) fn resolve_devices(entries: &mut [MountEntry], sys: &Path, rdev: impl
 
 /// The member devices of the btrfs filesystem that has `member` among its devices.
 fn btrfs_members(sys: &Path, member: (u32, u32)) -> Vec<(u32, u32)> {
-    let dev_of = |p: PathBuf| -> Option<(u32, u32)> {
-        let text = std::fs::read_to_string(p.join("dev")).ok()?;
-        let (a, b) = text.trim().split_once(':')?;
-        Some((a.parse().ok()?, b.parse().ok()?))
-    };
+    let dev_of = |p: PathBuf| crate::host::device::parse_dev(&std::fs::read_to_string(p.join("dev")).ok()?);
     let Ok(filesystems) = std::fs::read_dir(sys.join("fs/btrfs")) else { return Vec::new() };
     for fs in filesystems.flatten() {
         let Ok(devices) = std::fs::read_dir(fs.path().join("devices")) else { continue };
