@@ -96,14 +96,8 @@ pub(crate) fn run(state_dir: &Path) -> Result<Status> {
         }
     }
     for d in crate::engine::rescue::dirs(&dir) {
-        for p in entries(&d) {
-            let name = name_of(&p);
-            if (name.starts_with("rescue-") && name.ends_with(".bin"))
-                || (name.starts_with("torn-") && name.ends_with(".json"))
-            {
-                st.rescue_copies.push(p.display().to_string());
-            }
-        }
+        let records = entries(&d).into_iter().filter(|p| crate::engine::rescue::is_rescue_record(p));
+        st.rescue_copies.extend(records.map(|p| p.display().to_string()));
     }
     Ok(st)
 }

@@ -689,26 +689,17 @@ impl Engine<'_> {
         }
     }
 
-    /// Makes verified chunks durable (device flush) and records them as done.
+    /// Makes verified chunks durable (device flush), then records them as done (in the
+    /// journal's memory only while it is held).
     fn commit(&mut self) -> Result<()> {
-        if self.verified.is_empty() {
-            return Ok(());
-        }
-        let first = self.verified[0].0;
+        let Some(&(first, ..)) = self.verified.first() else { return Ok(()) };
         self.target.flush().map_err(|e| Error::io_at("flushing the device's write cache", first, e))?;
-        self.record_done()?;
-        self.journal.commit()?;
-        hooks::point("after-journal");
-        Ok(())
-    }
-
-    /// Records verified chunks as done, in the journal's memory only while it is held
-    /// (it is written after the device's flush).
-    fn record_done(&mut self) -> Result<()> {
         for (offset, len, hash) in std::mem::take(&mut self.verified) {
             self.journal.done(offset, len, &hash)?;
             self.stats.next_offset_bytes = offset + len;
         }
+        self.journal.commit()?;
+        hooks::point("after-journal");
         Ok(())
     }
 
@@ -1046,19 +1037,17 @@ impl Engine<'_> {
         rx: &Receiver<Verified>,
         outstanding: &mut u32,
     ) -> Result<()> {
-        loop {
+        while *outstanding > 0 {
             match rx.try_recv() {
                 Ok(v) => {
                     *outstanding -= 1;
                     self.settle(guard, v)?;
                 }
-                Err(TryRecvError::Empty) => return Ok(()),
-                Err(TryRecvError::Disconnected) if *outstanding == 0 => return Ok(()),
-                Err(TryRecvError::Disconnected) => {
-                    return Err(Error::Internal("the verifier stopped".into()));
-                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return Err(Error::Internal("the verifier stopped".into())),
             }
         }
+        Ok(())
     }
 
     /// Waits for every outstanding read-back; returns the first error but settles all.

@@ -263,14 +263,22 @@ pub(crate) fn list_for(dirs: &[PathBuf], identity: &DeviceIdentity) -> Vec<(Path
         .iter()
         .filter_map(|d| std::fs::read_dir(d).ok())
         .flat_map(|entries| entries.flatten().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("rescue-") && n.ends_with(".bin"))
-        })
+        .filter(|p| named(p, "rescue-", ".bin"))
         .filter_map(|p| read_header(&p).map(|h| (p, h)))
         .filter(|(_, h)| h.identity.same_device(identity) && h.len > 0)
         .collect();
     out.sort_by_key(|(_, h)| h.offset);
     out
+}
+
+/// Whether the file at `path` is named `{prefix}...{suffix}`.
+fn named(path: &Path, prefix: &str, suffix: &str) -> bool {
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix) && n.ends_with(suffix))
+}
+
+/// A rescue copy or a torn-write note, by its name: each stops later runs on its device.
+pub(crate) fn is_rescue_record(path: &Path) -> bool {
+    named(path, "rescue-", ".bin") || named(path, "torn-", ".json")
 }
 
 fn read_header(path: &Path) -> Option<RescueHeader> {
@@ -435,7 +443,7 @@ pub(crate) fn check_torn_notes(device_path: &Path, target: &dyn crate::engine::t
     let me = canonical(device_path);
     let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(()) };
     for path in entries.flatten().map(|e| e.path()) {
-        if !path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("torn-") && n.ends_with(".json")) {
+        if !named(&path, "torn-", ".json") {
             continue;
         }
         let Some(note) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<TornNote>(&b).ok()) else {

@@ -40,7 +40,12 @@ pub(crate) fn describe_bound(max_freeze: Duration) -> String {
 
 /// The bound as the report carries it.
 pub(crate) fn bound_report(max_freeze: Duration) -> FreezeBound {
-    FreezeBound::new(max_freeze, freeze_grace(max_freeze))
+    let grace = freeze_grace(max_freeze);
+    FreezeBound {
+        max_freeze_seconds: max_freeze.as_secs_f64(),
+        grace_seconds: grace.as_secs_f64(),
+        bound_seconds: (max_freeze + grace).as_secs_f64(),
+    }
 }
 
 /// The limits every freeze window of a run kept to.
@@ -52,16 +57,6 @@ pub(crate) struct FreezeBound {
     pub(crate) grace_seconds: f64,
     /// The hard bound (the sum): past it the guardian kills reseq and thaws.
     pub(crate) bound_seconds: f64,
-}
-
-impl FreezeBound {
-    pub(crate) fn new(max_freeze: std::time::Duration, grace: std::time::Duration) -> FreezeBound {
-        FreezeBound {
-            max_freeze_seconds: max_freeze.as_secs_f64(),
-            grace_seconds: grace.as_secs_f64(),
-            bound_seconds: (max_freeze + grace).as_secs_f64(),
-        }
-    }
 }
 
 /// Proof that no freeze window of this run is open: made only by ending the windows
