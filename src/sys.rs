@@ -148,18 +148,12 @@ impl Drop for AlignedBuf {
     }
 }
 
-/// Result of [`fork_single_threaded`].
-pub(crate) enum Forked {
-    Parent { child: nix::unistd::Pid },
-    Child,
-}
-
 /// fork(2), only from a single-threaded process.
 ///
 /// After fork in a multi-threaded process the child may only call async-signal-safe
 /// functions (a lock held by another thread stays locked forever). The guardian
 /// allocates and uses std, so we refuse to fork unless this is the only thread.
-pub(crate) fn fork_single_threaded() -> std::io::Result<Forked> {
+pub(crate) fn fork_single_threaded() -> std::io::Result<nix::unistd::ForkResult> {
     // Threads that were just joined may linger in /proc for a moment after join returns.
     let mut threads = std::fs::read_dir("/proc/self/task")?.count();
     for _ in 0..100 {
@@ -176,10 +170,7 @@ pub(crate) fn fork_single_threaded() -> std::io::Result<Forked> {
     }
     // SAFETY: the process has exactly one thread (checked just above, and nothing in
     // between starts one), so the child inherits no lock held by another thread.
-    match unsafe { nix::unistd::fork() }? {
-        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent { child }),
-        nix::unistd::ForkResult::Child => Ok(Forked::Child),
-    }
+    Ok(unsafe { nix::unistd::fork() }?)
 }
 
 /// Ignore the signals that a terminal or a service manager sends to a whole process

@@ -276,16 +276,8 @@ fn warn_about_other_freezers() {
         ("vmtoolsd", "VMware Tools (quiesced snapshots)"),
         ("waagent", "the Azure agent (VM backup snapshots)"),
     ];
-    let mut seen = Vec::new();
-    for pid in crate::host::procs::pids() {
-        let comm = crate::host::procs::comm(pid);
-        if let Some((_, what)) = KNOWN.iter().find(|(name, _)| comm == *name)
-            && !seen.contains(what)
-        {
-            seen.push(*what);
-        }
-    }
-    for what in seen {
+    let running: Vec<String> = crate::host::procs::pids().into_iter().map(crate::host::procs::comm).collect();
+    for (_, what) in KNOWN.iter().filter(|(name, _)| running.iter().any(|c| c == name)) {
         log::warn!(
             "{what} is running: if it freezes a filesystem during a window, reseq stops (exit 8). Do not schedule snapshots or backups during a run"
         );

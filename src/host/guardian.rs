@@ -220,7 +220,7 @@ impl Guardian {
         let (ours, theirs) = UnixStream::pair()?;
         let reseq = nix::unistd::getpid();
         match sys::fork_single_threaded()? {
-            sys::Forked::Parent { child } => {
+            nix::unistd::ForkResult::Parent { child } => {
                 drop(theirs);
                 let reply_timeout = bounds.window + bounds.grace + Duration::from_secs(2);
                 let mut g = Guardian { stream: ours, pid: child, reply_timeout, hardening: Hardening::default() };
@@ -234,7 +234,7 @@ impl Guardian {
                 }
                 Ok(g)
             }
-            sys::Forked::Child => {
+            nix::unistd::ForkResult::Child => {
                 drop(ours);
                 // reseq's panic hook writes to stderr, which may be on the filesystem this
                 // process freezes: a panic message must wait for the thaw here too.

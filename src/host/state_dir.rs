@@ -51,13 +51,9 @@ pub(crate) struct StateDir {
 }
 
 /// Creates and checks the state directory: writable, not read-only, room for `need`
-/// bytes (a journal and a rescue copy). `frozen` are the filesystems the run freezes.
-pub(crate) fn prepare(dir: &Path, frozen: &[MountedFs], need: u64) -> Result<StateDir> {
-    prepare_as(dir, frozen, need, false)
-}
-
-/// As [`prepare`]; a dry run creates and writes nothing, so it checks only what is there.
-pub(crate) fn prepare_as(dir: &Path, frozen: &[MountedFs], need: u64, dry_run: bool) -> Result<StateDir> {
+/// bytes (a journal and a rescue copy). `frozen` are the filesystems the run freezes. A
+/// dry run creates and writes nothing, so it checks only what is there.
+pub(crate) fn prepare(dir: &Path, frozen: &[MountedFs], need: u64, dry_run: bool) -> Result<StateDir> {
     let path = resolve(dir);
     if dry_run && !path.is_dir() {
         return Ok(StateDir {
@@ -197,7 +193,7 @@ mod tests {
     #[test]
     fn a_full_directory_is_refused() {
         let d = tempfile::tempdir().unwrap();
-        let e = prepare(d.path(), &[], u64::MAX / 2).unwrap_err().to_string();
+        let e = prepare(d.path(), &[], u64::MAX / 2, false).unwrap_err().to_string();
         assert!(e.contains("free, less than"), "{e}");
     }
 }
