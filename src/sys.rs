@@ -69,18 +69,24 @@ pub(crate) fn blk_read_only(fd: BorrowedFd<'_>) -> nix::Result<bool> {
 /// `Ok(None)` when the kernel or file does not report it (older kernels, or
 /// filesystems/devices without direct I/O support report 0).
 pub(crate) fn statx_dio_align(path: &Path) -> nix::Result<Option<(u32, u32)>> {
+    let stx = statx(path, libc::STATX_DIOALIGN)?;
+    if stx.stx_mask & libc::STATX_DIOALIGN == 0 || stx.stx_dio_mem_align == 0 || stx.stx_dio_offset_align == 0 {
+        return Ok(None);
+    }
+    Ok(Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align)))
+}
+
+/// statx(2) of `path`, asking for the fields in `mask`.
+fn statx(path: &Path, mask: u32) -> nix::Result<libc::statx> {
     let cpath = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
     // SAFETY: statx is plain old data; all-zero is a valid bit pattern.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: include/uapi/linux/stat.h: statx(dirfd, path, flags, mask, *statx). The
     // path is a NUL-terminated C string alive for the call; `stx` is a live local the
     // kernel fills.
-    let rc = unsafe { libc::statx(libc::AT_FDCWD, cpath.as_ptr(), 0, libc::STATX_DIOALIGN, &mut stx) };
+    let rc = unsafe { libc::statx(libc::AT_FDCWD, cpath.as_ptr(), 0, mask, &mut stx) };
     Errno::result(rc)?;
-    if stx.stx_mask & libc::STATX_DIOALIGN == 0 || stx.stx_dio_mem_align == 0 || stx.stx_dio_offset_align == 0 {
-        return Ok(None);
-    }
-    Ok(Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align)))
+    Ok(stx)
 }
 
 const PAGE: usize = 4096;
@@ -383,8 +389,7 @@ pub(crate) fn getfsmap(fd: BorrowedFd<'_>, from: u64, to: u64) -> nix::Result<Ve
         physical: to,
         owner: u64::MAX,
         offset: u64::MAX,
-        length: 0,
-        reserved: [0; 3],
+        ..FsmapRec::default()
     };
     let mut out = Vec::new();
     loop {
@@ -558,12 +563,7 @@ pub fn fs_xflags(fd: BorrowedFd<'_>) -> nix::Result<u32> {
 
 /// `STATX_ATTR_ENCRYPTED` (include/uapi/linux/stat.h): the file is fscrypt-encrypted.
 pub(crate) fn statx_encrypted(path: &Path) -> nix::Result<bool> {
-    let cpath = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
-    // SAFETY: as in statx_dio_align: plain old data, a NUL-terminated path, a live local.
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: see above.
-    let rc = unsafe { libc::statx(libc::AT_FDCWD, cpath.as_ptr(), 0, libc::STATX_BASIC_STATS, &mut stx) };
-    Errno::result(rc)?;
+    let stx = statx(path, libc::STATX_BASIC_STATS)?;
     let bit = libc::STATX_ATTR_ENCRYPTED as u64;
     Ok(stx.stx_attributes_mask & bit != 0 && stx.stx_attributes & bit != 0)
 }

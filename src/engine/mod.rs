@@ -489,10 +489,7 @@ impl Engine<'_> {
         sys::enter_window();
         self.window_written = None;
         let r = self.frozen_window(planner, guard, budget);
-        let r = match r {
-            Ok((end, flow)) => Ok((end, flow.map_err(|e| self.locate(e)))),
-            Err(e) => Err(self.locate(e)),
-        };
+        let r = r.map(|(end, flow)| (end, flow.map_err(|e| self.locate(e)))).map_err(|e| self.locate(e));
         if sys::leave_window() {
             log::info!("continued after a stop (SIGTSTP) that waited for the window to end");
         }

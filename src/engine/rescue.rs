@@ -196,18 +196,16 @@ pub(crate) fn settle_in(state_dir: &Path, path: &Path) -> PathBuf {
     if path.parent() == Some(state_dir) {
         return path.to_path_buf();
     }
-    match load(path).map(|(header, data)| Pending { header, data }) {
-        Ok(p) => match save(state_dir, &p) {
-            Ok(new) => {
-                let _ = remove(path);
-                new
-            }
-            Err(e) => {
-                log::warn!("the rescue copy stays in {} (a tmpfs: copy it before a reboot): {e}", path.display());
-                path.to_path_buf()
-            }
-        },
-        Err(_) => path.to_path_buf(),
+    let Ok((header, data)) = load(path) else { return path.to_path_buf() };
+    match save(state_dir, &Pending { header, data }) {
+        Ok(new) => {
+            let _ = remove(path);
+            new
+        }
+        Err(e) => {
+            log::warn!("the rescue copy stays in {} (a tmpfs: copy it before a reboot): {e}", path.display());
+            path.to_path_buf()
+        }
     }
 }
 

@@ -780,10 +780,7 @@ impl<F: Filesystems> GuardianState<F> {
 
     fn permit(&mut self) -> Msg {
         if !self.any_ours() || self.revoked {
-            if let Some(lost) = self.lost {
-                return freeze_lost_reply(lost);
-            }
-            return msg(ST_DENIED, DENY_DEADLINE, 0);
+            return self.lost.map_or(msg(ST_DENIED, DENY_DEADLINE, 0), freeze_lost_reply);
         }
         if self.past(Duration::ZERO) {
             self.revoke();
