@@ -254,12 +254,10 @@ pub(crate) fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<Strin
 pub(crate) fn check_block_device(path: &Path) -> Result<std::fs::Metadata> {
     let md = std::fs::metadata(path).map_err(|e| Error::Usage(format!("cannot use {}: {e}", path.display())))?;
     if !md.file_type().is_block_device() {
-        let kind = if md.is_file() {
-            "a regular file"
-        } else if md.is_dir() {
-            "a directory"
-        } else {
-            "not a block device"
+        let kind = match (md.is_file(), md.is_dir()) {
+            (true, _) => "a regular file",
+            (_, true) => "a directory",
+            _ => "not a block device",
         };
         return Err(Error::Usage(format!(
             "{} is {kind}; `reseq rewrite` takes a block device such as /dev/sdb or /dev/nvme0n1p2",
@@ -281,7 +279,6 @@ fn geometry(path: &Path) -> Result<(u64, bool, (u32, u32, &'static str))> {
     Ok((size_bytes, read_only, align))
 }
 
-/// Inspects the block device at `path`.
 pub(crate) fn inspect(path: &Path, sysfs: &Sysfs) -> Result<BlockDeviceInfo> {
     let md = check_block_device(path)?;
     let dev_num = dev_num(md.rdev());

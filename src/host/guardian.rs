@@ -471,7 +471,6 @@ impl Filesystems for Live {
     }
 }
 
-/// Per-filesystem state.
 struct Fs {
     /// Frozen by this guardian and not yet thawed.
     ours: bool,

@@ -82,7 +82,6 @@ pub fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Reads the live mount table.
 pub fn read_mounts() -> std::io::Result<Vec<MountEntry>> {
     let mut entries = parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo")?);
     resolve_devices(&mut entries, Path::new("/sys"), block_rdev);
