@@ -65,41 +65,42 @@ pub(crate) fn blk_read_only(fd: BorrowedFd<'_>) -> nix::Result<bool> {
     Ok(ro != 0)
 }
 
-/// Logical sector size (BLKSSZGET): the fallback direct-I/O alignment.
-pub(crate) fn blk_logical_sector_size(fd: BorrowedFd<'_>) -> nix::Result<u32> {
-    let mut size: libc::c_int = 0;
-    // SAFETY: BLKSSZGET writes one int (block/ioctl.c put_int) to a live local.
-    unsafe { ioctl_blksszget(fd.as_raw_fd(), &mut size) }?;
-    Ok(size as u32)
-}
-
 /// Direct-I/O alignment from `statx(STATX_DIOALIGN)`: (memory, offset) in bytes.
 /// `Ok(None)` when the kernel or file does not report it (older kernels, or
 /// filesystems/devices without direct I/O support report 0).
 pub(crate) fn statx_dio_align(path: &Path) -> nix::Result<Option<(u32, u32)>> {
-    let cpath = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
-    // SAFETY: statx is plain old data; all-zero is a valid bit pattern.
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: include/uapi/linux/stat.h: statx(dirfd, path, flags, mask, *statx). The
-    // path is a NUL-terminated C string alive for the call; `stx` is a live local the
-    // kernel fills.
-    let rc = unsafe { libc::statx(libc::AT_FDCWD, cpath.as_ptr(), 0, libc::STATX_DIOALIGN, &mut stx) };
-    Errno::result(rc)?;
+    let stx = statx(path, libc::STATX_DIOALIGN)?;
     if stx.stx_mask & libc::STATX_DIOALIGN == 0 || stx.stx_dio_mem_align == 0 || stx.stx_dio_offset_align == 0 {
         return Ok(None);
     }
     Ok(Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align)))
 }
 
+/// statx(2) of `path`, asking for the fields in `mask`.
+fn statx(path: &Path, mask: u32) -> nix::Result<libc::statx> {
+    let cpath = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: statx is plain old data; all-zero is a valid bit pattern.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: include/uapi/linux/stat.h: statx(dirfd, path, flags, mask, *statx). The
+    // path is a NUL-terminated C string alive for the call; `stx` is a live local the
+    // kernel fills.
+    let rc = unsafe { libc::statx(libc::AT_FDCWD, cpath.as_ptr(), 0, mask, &mut stx) };
+    Errno::result(rc)?;
+    Ok(stx)
+}
+
 const PAGE: usize = 4096;
 
 /// A block device's direct-I/O alignment (memory, offset) and where it came from: statx
-/// where the kernel tells, else the logical sector size.
+/// where the kernel tells, else the logical sector size (BLKSSZGET).
 pub(crate) fn blk_dio_align(path: &Path, fd: BorrowedFd<'_>) -> nix::Result<(u32, u32, &'static str)> {
-    match statx_dio_align(path) {
-        Ok(Some((m, o))) => Ok((m, o, "statx")),
-        _ => blk_logical_sector_size(fd).map(|s| (s, s, "BLKSSZGET")),
+    if let Ok(Some((m, o))) = statx_dio_align(path) {
+        return Ok((m, o, "statx"));
     }
+    let mut size: libc::c_int = 0;
+    // SAFETY: BLKSSZGET writes one int (block/ioctl.c put_int) to a live local.
+    unsafe { ioctl_blksszget(fd.as_raw_fd(), &mut size) }?;
+    Ok((size as u32, size as u32, "BLKSSZGET"))
 }
 
 /// A heap buffer whose address is aligned for O_DIRECT.
@@ -153,18 +154,12 @@ impl Drop for AlignedBuf {
     }
 }
 
-/// Result of [`fork_single_threaded`].
-pub(crate) enum Forked {
-    Parent { child: nix::unistd::Pid },
-    Child,
-}
-
 /// fork(2), only from a single-threaded process.
 ///
 /// After fork in a multi-threaded process the child may only call async-signal-safe
 /// functions (a lock held by another thread stays locked forever). The guardian
 /// allocates and uses std, so we refuse to fork unless this is the only thread.
-pub(crate) fn fork_single_threaded() -> std::io::Result<Forked> {
+pub(crate) fn fork_single_threaded() -> std::io::Result<nix::unistd::ForkResult> {
     // Threads that were just joined may linger in /proc for a moment after join returns.
     let mut threads = std::fs::read_dir("/proc/self/task")?.count();
     for _ in 0..100 {
@@ -181,10 +176,7 @@ pub(crate) fn fork_single_threaded() -> std::io::Result<Forked> {
     }
     // SAFETY: the process has exactly one thread (checked just above, and nothing in
     // between starts one), so the child inherits no lock held by another thread.
-    match unsafe { nix::unistd::fork() }? {
-        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent { child }),
-        nix::unistd::ForkResult::Child => Ok(Forked::Child),
-    }
+    Ok(unsafe { nix::unistd::fork() }?)
 }
 
 /// Ignore the signals that a terminal or a service manager sends to a whole process
@@ -397,8 +389,7 @@ pub(crate) fn getfsmap(fd: BorrowedFd<'_>, from: u64, to: u64) -> nix::Result<Ve
         physical: to,
         owner: u64::MAX,
         offset: u64::MAX,
-        length: 0,
-        reserved: [0; 3],
+        ..FsmapRec::default()
     };
     let mut out = Vec::new();
     loop {
@@ -572,12 +563,7 @@ pub fn fs_xflags(fd: BorrowedFd<'_>) -> nix::Result<u32> {
 
 /// `STATX_ATTR_ENCRYPTED` (include/uapi/linux/stat.h): the file is fscrypt-encrypted.
 pub(crate) fn statx_encrypted(path: &Path) -> nix::Result<bool> {
-    let cpath = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
-    // SAFETY: as in statx_dio_align: plain old data, a NUL-terminated path, a live local.
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: see above.
-    let rc = unsafe { libc::statx(libc::AT_FDCWD, cpath.as_ptr(), 0, libc::STATX_BASIC_STATS, &mut stx) };
-    Errno::result(rc)?;
+    let stx = statx(path, libc::STATX_BASIC_STATS)?;
     let bit = libc::STATX_ATTR_ENCRYPTED as u64;
     Ok(stx.stx_attributes_mask & bit != 0 && stx.stx_attributes & bit != 0)
 }
@@ -686,14 +672,9 @@ pub(crate) fn fifo_max_priority() -> i32 {
     unsafe { libc::sched_get_priority_max(libc::SCHED_FIFO) }
 }
 
-/// sched_setscheduler(2) on the calling thread (tid 0): SCHED_FIFO at a priority, or
+/// sched_setscheduler(2) on thread `tid` (0: the caller): SCHED_FIFO at a priority, or
 /// back to SCHED_OTHER. EPERM where the host allows no real-time scheduling (no
 /// CAP_SYS_NICE and RLIMIT_RTPRIO 0, systemd's RestrictRealtime=, an RT group budget of 0).
-pub(crate) fn set_thread_scheduling(s: Scheduling) -> nix::Result<()> {
-    set_scheduling_of(0, s)
-}
-
-/// sched_setscheduler(2) on thread `tid` (0: the caller).
 pub(crate) fn set_scheduling_of(tid: i32, s: Scheduling) -> nix::Result<()> {
     let (policy, priority) = match s {
         Scheduling::Fifo(p) => (libc::SCHED_FIFO, p),
@@ -707,7 +688,7 @@ pub(crate) fn set_scheduling_of(tid: i32, s: Scheduling) -> nix::Result<()> {
 }
 
 /// The calling thread's policy and priority as they are, to be given back with
-/// [`set_thread_scheduling`] (SCHED_IDLE or SCHED_BATCH stay so; the nice value is kept).
+/// [`set_scheduling_of`] (SCHED_IDLE or SCHED_BATCH stay so; the nice value is kept).
 pub(crate) fn thread_scheduling() -> Scheduling {
     // SAFETY: sched_getscheduler(2) takes an integer; pid 0 is the caller.
     let policy = unsafe { libc::sched_getscheduler(0) };

@@ -26,7 +26,7 @@ pub(crate) struct Unfinished {
     pub(crate) record: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub(crate) struct Status {
     pub(crate) state_dir: String,
     pub(crate) unfinished: Vec<Unfinished>,
@@ -82,13 +82,7 @@ pub(crate) fn run(state_dir: &Path) -> Result<Status> {
     if !dir.is_dir() {
         return Err(Error::Usage(format!("{} is not a directory (--state-dir)", dir.display())));
     }
-    let mut st = Status {
-        state_dir: dir.display().to_string(),
-        unfinished: Vec::new(),
-        rescue_copies: Vec::new(),
-        unreadable: Vec::new(),
-        running: Vec::new(),
-    };
+    let mut st = Status { state_dir: dir.display().to_string(), ..Status::default() };
     for p in entries(&dir) {
         let name = name_of(&p);
         // A lock file exists while a run holds it (it is removed at the end); its PID
@@ -102,14 +96,8 @@ pub(crate) fn run(state_dir: &Path) -> Result<Status> {
         }
     }
     for d in crate::engine::rescue::dirs(&dir) {
-        for p in entries(&d) {
-            let name = name_of(&p);
-            if (name.starts_with("rescue-") && name.ends_with(".bin"))
-                || (name.starts_with("torn-") && name.ends_with(".json"))
-            {
-                st.rescue_copies.push(p.display().to_string());
-            }
-        }
+        let records = entries(&d).into_iter().filter(|p| crate::engine::rescue::is_rescue_record(p));
+        st.rescue_copies.extend(records.map(|p| p.display().to_string()));
     }
     Ok(st)
 }

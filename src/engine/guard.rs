@@ -47,24 +47,16 @@ pub(crate) trait WindowGuard {
 }
 
 /// Reports finished writes from the verifier thread (see [`WindowGuard::reporter`]).
-pub(crate) struct Reporter(Option<Box<dyn FnMut() -> std::io::Result<()> + Send>>);
+pub(crate) struct Reporter(Box<dyn FnMut() -> std::io::Result<()> + Send>);
 
 impl Reporter {
     /// A reporter that sends each report through `send`.
     pub(crate) fn new(send: impl FnMut() -> std::io::Result<()> + Send + 'static) -> Reporter {
-        Reporter(Some(Box::new(send)))
-    }
-
-    /// A reporter with no one to tell (a guard that freezes nothing).
-    pub(crate) fn none() -> Reporter {
-        Reporter(None)
+        Reporter(Box::new(send))
     }
 
     pub(crate) fn written(&mut self) -> Result<()> {
-        match &mut self.0 {
-            Some(send) => send().map_err(|e| Error::io("telling the thaw guardian a write finished", e)),
-            None => Ok(()),
-        }
+        (self.0)().map_err(|e| Error::io("telling the thaw guardian a write finished", e))
     }
 }
 
@@ -89,7 +81,8 @@ impl WindowGuard for NoFreeze {
         Ok(())
     }
     fn reporter(&self) -> Result<Reporter> {
-        Ok(Reporter::none())
+        // No one to tell: nothing is frozen.
+        Ok(Reporter::new(|| Ok(())))
     }
     fn end(&mut self) -> Result<WindowEnd> {
         Ok(WindowEnd::default())

@@ -328,7 +328,6 @@ pub(crate) fn describe_guardian_kills(kills: &[GuardianKill]) -> Vec<String> {
         .collect()
 }
 
-/// The journal file of one device.
 pub(crate) fn journal_path(state_dir: &Path, identity: &DeviceIdentity) -> PathBuf {
     state_dir.join(format!("device-{}.journal", identity.name))
 }

@@ -330,9 +330,8 @@ pub(crate) fn run(
         started: Instant::now(),
         plan_end: cfg.range_end,
     };
-    let started = Instant::now();
     let result = engine.run_windows(planner, guard);
-    stats.rewrite_seconds = started.elapsed().as_secs_f64();
+    stats.rewrite_seconds = engine.started.elapsed().as_secs_f64();
     (stats, result)
 }
 
@@ -379,10 +378,9 @@ impl Engine<'_> {
         // Soft budget: stop starting chunks at 3/4 of the guardian's deadline, leaving room
         // for one slow chunk, its read-back and the thaw. Each overrun halves the share.
         let mut share = 0.75;
-        let run_start = self.started;
         while self.stats.next_offset_bytes < self.cfg.range_end {
             let budget = guard.deadline().map(|d| d.mul_f64(share));
-            self.pause_between_windows(run_start)?;
+            self.pause_between_windows()?;
             let (end, flow) = self.window(planner, guard, budget)?;
             if self.account_window(guard, end, flow, budget, &mut share)? {
                 break;
@@ -393,12 +391,17 @@ impl Engine<'_> {
     }
 
     /// Before a window: a stop asked for ends the run; after the first window, the
-    /// pause (`--pause`, or longer to keep to `--rate`), which a stop cuts short.
-    fn pause_between_windows(&mut self, run_start: Instant) -> Result<()> {
+    /// pause (`--pause`, or longer if the run is ahead of `--rate`), which a stop cuts
+    /// short.
+    fn pause_between_windows(&mut self) -> Result<()> {
         if let Some(sig) = self.stop.signal() {
             return Err(self.interrupted(sig));
         }
-        let pause = self.pause_before_next_window(run_start);
+        let ahead = self.cfg.rate_bytes_per_second.filter(|&r| r > 0).map_or(Duration::ZERO, |rate| {
+            let due = Duration::from_secs_f64(self.stats.bytes_written as f64 / rate as f64);
+            due.saturating_sub(self.started.elapsed())
+        });
+        let pause = self.cfg.pause.max(ahead);
         if self.stats.windows > 0 && !pause.is_zero() {
             self.stop.sleep(pause);
             if let Some(sig) = self.stop.signal() {
@@ -486,10 +489,7 @@ impl Engine<'_> {
         sys::enter_window();
         self.window_written = None;
         let r = self.frozen_window(planner, guard, budget);
-        let r = match r {
-            Ok((end, flow)) => Ok((end, flow.map_err(|e| self.locate(e)))),
-            Err(e) => Err(self.locate(e)),
-        };
+        let r = r.map(|(end, flow)| (end, flow.map_err(|e| self.locate(e)))).map_err(|e| self.locate(e));
         if sys::leave_window() {
             log::info!("continued after a stop (SIGTSTP) that waited for the window to end");
         }
@@ -667,15 +667,6 @@ impl Engine<'_> {
         }
     }
 
-    /// `--pause`, or longer if the run is ahead of `--rate`.
-    fn pause_before_next_window(&self, run_start: Instant) -> Duration {
-        let ahead = self.cfg.rate_bytes_per_second.filter(|&r| r > 0).map_or(Duration::ZERO, |rate| {
-            let due = Duration::from_secs_f64(self.stats.bytes_written as f64 / rate as f64);
-            due.saturating_sub(run_start.elapsed())
-        });
-        self.cfg.pause.max(ahead)
-    }
-
     /// Whether writing `more` bytes now would put the run ahead of `--rate` by more than
     /// [`RATE_BURST`] of it (a window of its own at most four times a second: each
     /// freeze costs the filesystem a commit).
@@ -695,26 +686,17 @@ impl Engine<'_> {
         }
     }
 
-    /// Makes verified chunks durable (device flush) and records them as done.
+    /// Makes verified chunks durable (device flush), then records them as done (in the
+    /// journal's memory only while it is held).
     fn commit(&mut self) -> Result<()> {
-        if self.verified.is_empty() {
-            return Ok(());
-        }
-        let first = self.verified[0].0;
+        let Some(&(first, ..)) = self.verified.first() else { return Ok(()) };
         self.target.flush().map_err(|e| Error::io_at("flushing the device's write cache", first, e))?;
-        self.record_done()?;
-        self.journal.commit()?;
-        hooks::point("after-journal");
-        Ok(())
-    }
-
-    /// Records verified chunks as done, in the journal's memory only while it is held
-    /// (it is written after the device's flush).
-    fn record_done(&mut self) -> Result<()> {
         for (offset, len, hash) in std::mem::take(&mut self.verified) {
             self.journal.done(offset, len, &hash)?;
             self.stats.next_offset_bytes = offset + len;
         }
+        self.journal.commit()?;
+        hooks::point("after-journal");
         Ok(())
     }
 
@@ -890,32 +872,19 @@ impl Engine<'_> {
         taken: &mut u64,
     ) -> Result<WindowFlow> {
         let mut w = Tally::default();
-        let flow = loop {
+        let mut write = || loop {
             // Settle read-backs that have finished, without waiting.
-            if let Err(e) = self.settle_ready(guard, pipes.verified, &mut w.outstanding) {
-                break Err(e);
-            }
-            let chunk = match self.next_chunk(pipes, w.taken_chunks) {
-                Ok(Some(chunk)) => chunk,
-                Ok(None) => break Ok(WindowFlow::Complete),
-                Err(e) => break Err(e),
-            };
-            let t0 = match self.start_chunk(guard, &chunk, &mut w, window_start, budget, taken) {
-                Ok(Start::Go(t0)) => t0,
-                Ok(Start::Stop(flow)) => break Ok(flow),
-                Err(e) => break Err(e),
-            };
-            if let Err(e) = self.write_chunk(guard, chunk, pipes, &mut w, t0) {
-                break Err(e);
+            self.settle_ready(guard, pipes.verified, &mut w.outstanding)?;
+            let Some(chunk) = self.next_chunk(pipes, w.taken_chunks)? else { return Ok(WindowFlow::Complete) };
+            match self.start_chunk(guard, &chunk, &mut w, window_start, budget, taken)? {
+                Start::Go(t0) => self.write_chunk(guard, chunk, pipes, &mut w, t0)?,
+                Start::Stop(flow) => return Ok(flow),
             }
         };
+        let flow = write();
         // Every outstanding read-back finishes inside the window, whatever stopped it.
         let settled = self.settle_all(guard, pipes.verified, &mut w.outstanding);
-        match (flow, settled) {
-            (Err(e), _) => Err(e),
-            (Ok(_), Err(e)) => Err(e),
-            (Ok(f), Ok(())) => Ok(f),
-        }
+        flow.and_then(|f| settled.map(|()| f))
     }
 
     /// The next hashed chunk, in order (None: the window's chunks are all taken).
@@ -1065,19 +1034,17 @@ impl Engine<'_> {
         rx: &Receiver<Verified>,
         outstanding: &mut u32,
     ) -> Result<()> {
-        loop {
+        while *outstanding > 0 {
             match rx.try_recv() {
                 Ok(v) => {
                     *outstanding -= 1;
                     self.settle(guard, v)?;
                 }
-                Err(TryRecvError::Empty) => return Ok(()),
-                Err(TryRecvError::Disconnected) if *outstanding == 0 => return Ok(()),
-                Err(TryRecvError::Disconnected) => {
-                    return Err(Error::Internal("the verifier stopped".into()));
-                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return Err(Error::Internal("the verifier stopped".into())),
             }
         }
+        Ok(())
     }
 
     /// Waits for every outstanding read-back; returns the first error but settles all.
@@ -1113,14 +1080,14 @@ impl Urgent {
     fn raise(on: bool) -> Urgent {
         let before = sys::thread_scheduling();
         let rt = sys::Scheduling::Fifo(sys::fifo_max_priority() - 1);
-        Urgent((on && sys::set_thread_scheduling(rt).is_ok()).then_some(before))
+        Urgent((on && sys::set_scheduling_of(0, rt).is_ok()).then_some(before))
     }
 }
 
 impl Drop for Urgent {
     fn drop(&mut self) {
         if let Some(before) = self.0 {
-            let _ = sys::set_thread_scheduling(before);
+            let _ = sys::set_scheduling_of(0, before);
         }
     }
 }

@@ -89,7 +89,6 @@ pub(crate) struct RescueTo {
 }
 
 impl RescueTo {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn pending(
         &self,
         device_offset: u64,
@@ -115,9 +114,7 @@ impl RescueTo {
             data: data.to_vec(),
         }
     }
-}
 
-impl RescueTo {
     /// The files whose bytes lie in `len` bytes at `offset` (a chunk of a batch of small
     /// files can hold many).
     fn files_at(&self, offset: u64, len: u64) -> Option<String> {
@@ -199,18 +196,16 @@ pub(crate) fn settle_in(state_dir: &Path, path: &Path) -> PathBuf {
     if path.parent() == Some(state_dir) {
         return path.to_path_buf();
     }
-    match load(path).map(|(header, data)| Pending { header, data }) {
-        Ok(p) => match save(state_dir, &p) {
-            Ok(new) => {
-                let _ = remove(path);
-                new
-            }
-            Err(e) => {
-                log::warn!("the rescue copy stays in {} (a tmpfs: copy it before a reboot): {e}", path.display());
-                path.to_path_buf()
-            }
-        },
-        Err(_) => path.to_path_buf(),
+    let Ok((header, data)) = load(path) else { return path.to_path_buf() };
+    match save(state_dir, &Pending { header, data }) {
+        Ok(new) => {
+            let _ = remove(path);
+            new
+        }
+        Err(e) => {
+            log::warn!("the rescue copy stays in {} (a tmpfs: copy it before a reboot): {e}", path.display());
+            path.to_path_buf()
+        }
     }
 }
 
@@ -266,14 +261,22 @@ pub(crate) fn list_for(dirs: &[PathBuf], identity: &DeviceIdentity) -> Vec<(Path
         .iter()
         .filter_map(|d| std::fs::read_dir(d).ok())
         .flat_map(|entries| entries.flatten().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("rescue-") && n.ends_with(".bin"))
-        })
+        .filter(|p| named(p, "rescue-", ".bin"))
         .filter_map(|p| read_header(&p).map(|h| (p, h)))
         .filter(|(_, h)| h.identity.same_device(identity) && h.len > 0)
         .collect();
     out.sort_by_key(|(_, h)| h.offset);
     out
+}
+
+/// Whether the file at `path` is named `{prefix}...{suffix}`.
+fn named(path: &Path, prefix: &str, suffix: &str) -> bool {
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix) && n.ends_with(suffix))
+}
+
+/// A rescue copy or a torn-write note, by its name: each stops later runs on its device.
+pub(crate) fn is_rescue_record(path: &Path) -> bool {
+    named(path, "rescue-", ".bin") || named(path, "torn-", ".json")
 }
 
 fn read_header(path: &Path) -> Option<RescueHeader> {
@@ -438,7 +441,7 @@ pub(crate) fn check_torn_notes(device_path: &Path, target: &dyn crate::engine::t
     let me = canonical(device_path);
     let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(()) };
     for path in entries.flatten().map(|e| e.path()) {
-        if !path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("torn-") && n.ends_with(".json")) {
+        if !named(&path, "torn-", ".json") {
             continue;
         }
         let Some(note) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<TornNote>(&b).ok()) else {

@@ -21,7 +21,7 @@
 use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
-use crate::host::device::Sysfs;
+use crate::host::device::{Sysfs, dev_num};
 use crate::host::mounts::MountEntry;
 use crate::sys;
 
@@ -36,12 +36,8 @@ pub(crate) struct FileId {
 
 impl FileId {
     pub(crate) fn of(md: &std::fs::Metadata) -> FileId {
-        FileId { dev: split(md.dev()), ino: md.ino() }
+        FileId { dev: dev_num(md.dev()), ino: md.ino() }
     }
-}
-
-fn split(d: u64) -> DevNum {
-    (nix::sys::stat::major(d) as u32, nix::sys::stat::minor(d) as u32)
 }
 
 /// An attached loop device and what backs it.
@@ -83,7 +79,7 @@ impl Loop {
 fn status_by_ioctl(name: &str, dev: DevNum) -> Option<sys::LoopStatus> {
     let f = sys::open_nonblocking(format!("/dev/{name}").as_ref()).ok()?;
     let md = f.metadata().ok()?;
-    if !md.file_type().is_block_device() || split(md.rdev()) != dev {
+    if !md.file_type().is_block_device() || dev_num(md.rdev()) != dev {
         return None;
     }
     sys::loop_status(f.as_fd()).ok()
@@ -94,9 +90,9 @@ fn status_by_path(sysfs: &Sysfs, name: &str, path: &str) -> Option<sys::LoopStat
     let md = std::fs::metadata(path).ok()?;
     let num = |attr: &str| sysfs.read(name, attr).and_then(|v| v.parse().ok()).unwrap_or(0);
     Some(sys::LoopStatus {
-        file_dev: split(md.dev()),
+        file_dev: dev_num(md.dev()),
         file_ino: md.ino(),
-        file_rdev: if md.file_type().is_block_device() { split(md.rdev()) } else { (0, 0) },
+        file_rdev: if md.file_type().is_block_device() { dev_num(md.rdev()) } else { (0, 0) },
         offset: num("loop/offset"),
         size_limit: num("loop/sizelimit"),
         read_only: sysfs.read(name, "ro").as_deref() == Some("1"),
@@ -133,15 +129,8 @@ fn loop_of(sysfs: &Sysfs, name: &str) -> Option<Result<Loop, String>> {
 
 /// Every attached loop device, and those whose backing file could not be identified.
 pub(crate) fn loops(sysfs: &Sysfs) -> (Vec<Loop>, Vec<String>) {
-    let mut names: Vec<String> = std::fs::read_dir(sysfs.root.join("class/block"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
     let (mut found, mut unknown) = (Vec::new(), Vec::new());
-    for r in names.iter().filter_map(|n| loop_of(sysfs, n)) {
+    for r in sysfs.block_names().iter().filter_map(|n| loop_of(sysfs, n)) {
         match r {
             Ok(l) => found.push(l),
             Err(e) => unknown.push(e),
@@ -323,15 +312,8 @@ pub(crate) fn same_lun_paths(sysfs: &Sysfs, disk: &str) -> Vec<(String, String)>
     if me.wwn.is_none() && me.serial.is_none() {
         return Vec::new();
     }
-    let mut disks: Vec<String> = std::fs::read_dir(sysfs.root.join("class/block"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n != disk && sysfs.read(n, "partition").is_none())
-        .collect();
-    disks.sort();
-    disks.into_iter().filter_map(|d| me.same_as(&LunId::of(sysfs, &d)).map(|why| (d, why))).collect()
+    let disks = sysfs.block_names().into_iter().filter(|n| n != disk && sysfs.read(n, "partition").is_none());
+    disks.filter_map(|d| me.same_as(&LunId::of(sysfs, &d)).map(|why| (d, why))).collect()
 }
 
 /// Something that uses an alias, as `writers` reports it.

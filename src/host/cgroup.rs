@@ -375,17 +375,8 @@ mod tests {
     use super::*;
 
     fn mount(point: &str, fs: &str, root: &str, opts: &str, ro: bool) -> MountEntry {
-        MountEntry {
-            dev: (0, 30),
-            devices: vec![(0, 30)],
-            mount_point: point.into(),
-            fs_type: fs.into(),
-            source: fs.into(),
-            read_only: ro,
-            dax: false,
-            root: root.into(),
-            super_options: opts.into(),
-        }
+        let line = format!("30 1 0:30 {root} {point} {} shared:1 - {fs} {fs} {opts}", if ro { "ro" } else { "rw" });
+        crate::host::mounts::parse_mountinfo(&line).remove(0)
     }
 
     fn host(cgroup: &str, mounts: Vec<MountEntry>) -> Host {

@@ -125,25 +125,19 @@ impl Sysfs {
     }
 
     pub(crate) fn dev_of(&self, name: &str) -> Option<(u32, u32)> {
-        let s = self.read(name, "dev")?;
-        let (a, b) = s.split_once(':')?;
-        Some((a.parse().ok()?, b.parse().ok()?))
+        parse_dev(&self.read(name, "dev")?)
     }
 
     /// Partitions of a whole disk, in name order.
     pub(crate) fn partitions_of(&self, disk: &str) -> Vec<(String, (u32, u32))> {
-        let mut parts: Vec<_> = std::fs::read_dir(self.block_dir(disk))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.path().join("partition").exists())
-            .filter_map(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
-                self.dev_of(&n).map(|d| (n, d))
-            })
-            .collect();
-        parts.sort();
-        parts
+        let dir = self.block_dir(disk);
+        let parts = sorted_names(&dir).into_iter().filter(|n| dir.join(n).join("partition").exists());
+        parts.filter_map(|n| self.dev_of(&n).map(|d| (n, d))).collect()
+    }
+
+    /// Every block device's kernel name, sorted.
+    pub(crate) fn block_names(&self) -> Vec<String> {
+        sorted_names(&self.root.join("class/block"))
     }
 
     pub(crate) fn holders_of(&self, name: &str) -> Vec<String> {
@@ -157,14 +151,7 @@ impl Sysfs {
 
     /// The names in a device's `holders/` or `slaves/`, sorted.
     fn links(&self, name: &str, dir: &str) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(self.block_dir(name).join(dir))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
+        sorted_names(&self.block_dir(name).join(dir))
     }
 
     /// A device-mapper device's path under /dev/mapper, or /dev/NAME for any other.
@@ -187,17 +174,14 @@ impl Sysfs {
                 return Medium::Unknown("loop device without a backing file".into());
             };
             return match std::fs::metadata(&backing) {
-                Ok(md) if depth < 4 => {
-                    let dev = (nix::sys::stat::major(md.dev()) as u32, nix::sys::stat::minor(md.dev()) as u32);
-                    match self.name_of(dev) {
-                        Some((n, p)) => match self.medium(Self::disk_of(&n, &p), depth + 1) {
-                            Medium::Unknown(r) => Medium::Unknown(format!("loop over {backing}: {r}")),
-                            Medium::SolidState(r) => Medium::SolidState(format!("loop over {backing}: {r}")),
-                            Medium::Rotational(r) => Medium::Rotational(format!("loop over {backing}: {r}")),
-                        },
-                        None => Medium::SolidState(format!("loop over {backing}, held in memory (no block device)")),
-                    }
-                }
+                Ok(md) if depth < 4 => match self.name_of(dev_num(md.dev())) {
+                    Some((n, p)) => match self.medium(Self::disk_of(&n, &p), depth + 1) {
+                        Medium::Unknown(r) => Medium::Unknown(format!("loop over {backing}: {r}")),
+                        Medium::SolidState(r) => Medium::SolidState(format!("loop over {backing}: {r}")),
+                        Medium::Rotational(r) => Medium::Rotational(format!("loop over {backing}: {r}")),
+                    },
+                    None => Medium::SolidState(format!("loop over {backing}, held in memory (no block device)")),
+                },
                 _ => Medium::Unknown(format!("loop over {backing}, which cannot be inspected")),
             };
         }
@@ -229,6 +213,25 @@ impl Sysfs {
     }
 }
 
+/// The names in a directory, sorted (none when it cannot be read).
+fn sorted_names(dir: &Path) -> Vec<String> {
+    let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    let mut names: Vec<String> = entries.map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+/// "major:minor", as sysfs writes a device number.
+pub(crate) fn parse_dev(text: &str) -> Option<(u32, u32)> {
+    let (a, b) = text.trim().split_once(':')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// A device number as (major, minor).
+pub(crate) fn dev_num(d: u64) -> (u32, u32) {
+    (nix::sys::stat::major(d) as u32, nix::sys::stat::minor(d) as u32)
+}
+
 /// Active swap areas that live on any of `devs`: swap partitions, or swap files on a
 /// filesystem of theirs. Swap writes are not stopped by a freeze.
 pub(crate) fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<String> {
@@ -240,8 +243,7 @@ pub(crate) fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<Strin
         .filter(|f| {
             std::fs::metadata(f).is_ok_and(|md| {
                 let d = if md.file_type().is_block_device() { md.rdev() } else { md.dev() };
-                let num = (nix::sys::stat::major(d) as u32, nix::sys::stat::minor(d) as u32);
-                devs.contains(&num)
+                devs.contains(&dev_num(d))
             })
         })
         .collect()
@@ -252,12 +254,10 @@ pub(crate) fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<Strin
 pub(crate) fn check_block_device(path: &Path) -> Result<std::fs::Metadata> {
     let md = std::fs::metadata(path).map_err(|e| Error::Usage(format!("cannot use {}: {e}", path.display())))?;
     if !md.file_type().is_block_device() {
-        let kind = if md.is_file() {
-            "a regular file"
-        } else if md.is_dir() {
-            "a directory"
-        } else {
-            "not a block device"
+        let kind = match (md.is_file(), md.is_dir()) {
+            (true, _) => "a regular file",
+            (_, true) => "a directory",
+            _ => "not a block device",
         };
         return Err(Error::Usage(format!(
             "{} is {kind}; `reseq rewrite` takes a block device such as /dev/sdb or /dev/nvme0n1p2",
@@ -279,10 +279,9 @@ fn geometry(path: &Path) -> Result<(u64, bool, (u32, u32, &'static str))> {
     Ok((size_bytes, read_only, align))
 }
 
-/// Inspects the block device at `path`.
 pub(crate) fn inspect(path: &Path, sysfs: &Sysfs) -> Result<BlockDeviceInfo> {
     let md = check_block_device(path)?;
-    let dev_num = (nix::sys::stat::major(md.rdev()) as u32, nix::sys::stat::minor(md.rdev()) as u32);
+    let dev_num = dev_num(md.rdev());
     let (name, parent_disk) = sysfs.name_of(dev_num).ok_or_else(|| {
         Error::Internal(format!(
             "{} ({}:{}) is not in {}/dev/block",

@@ -13,7 +13,7 @@ use nix::errno::Errno;
 
 pub(crate) use crate::engine::guard::{NoFreeze, Reporter, WindowEnd, WindowGuard};
 use crate::host::cgroup::Placement;
-use crate::host::guardian::{Bounds, FreezeFailure, Guardian, Permit, ThawReport, Watched};
+use crate::host::guardian::{Bounds, FreezeFailure, Guardian, Permit, Watched};
 use crate::host::mounts::MountedFs;
 use crate::support::error::{Error, Result};
 
@@ -40,7 +40,12 @@ pub(crate) fn describe_bound(max_freeze: Duration) -> String {
 
 /// The bound as the report carries it.
 pub(crate) fn bound_report(max_freeze: Duration) -> FreezeBound {
-    FreezeBound::new(max_freeze, freeze_grace(max_freeze))
+    let grace = freeze_grace(max_freeze);
+    FreezeBound {
+        max_freeze_seconds: max_freeze.as_secs_f64(),
+        grace_seconds: grace.as_secs_f64(),
+        bound_seconds: (max_freeze + grace).as_secs_f64(),
+    }
 }
 
 /// The limits every freeze window of a run kept to.
@@ -52,16 +57,6 @@ pub(crate) struct FreezeBound {
     pub(crate) grace_seconds: f64,
     /// The hard bound (the sum): past it the guardian kills reseq and thaws.
     pub(crate) bound_seconds: f64,
-}
-
-impl FreezeBound {
-    pub(crate) fn new(max_freeze: std::time::Duration, grace: std::time::Duration) -> FreezeBound {
-        FreezeBound {
-            max_freeze_seconds: max_freeze.as_secs_f64(),
-            grace_seconds: grace.as_secs_f64(),
-            bound_seconds: (max_freeze + grace).as_secs_f64(),
-        }
-    }
 }
 
 /// Proof that no freeze window of this run is open: made only by ending the windows
@@ -182,26 +177,22 @@ impl GuardedFreeze {
         })
     }
 
-    /// The journal in which the guardian notes it had to kill reseq.
     /// The device the writes go to: the guardian reads back the writes it granted if it
     /// must kill reseq mid-write.
     pub(crate) fn set_target(&mut self, path: &Path) -> Result<()> {
-        match self.guardian()?.set_target(path) {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.guardian_lost(e)),
-        }
+        self.call(|g| g.set_target(path))
     }
 
+    /// The journal in which the guardian notes it had to kill reseq.
     pub(crate) fn set_journal(&mut self, path: &Path) -> Result<()> {
         let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-        match self.guardian()?.set_journal(&path) {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.guardian_lost(e)),
-        }
+        self.call(|g| g.set_journal(&path))
     }
 
-    fn guardian(&mut self) -> Result<&mut Guardian> {
-        self.guardian.as_mut().ok_or_else(|| Error::Internal("the guardian is gone".into()))
+    /// One exchange with the guardian; a failed one means it is lost.
+    fn call<T>(&mut self, f: impl FnOnce(&mut Guardian) -> std::io::Result<T>) -> Result<T> {
+        let g = self.guardian.as_mut().ok_or_else(|| Error::Internal("the guardian is gone".into()))?;
+        f(g).map_err(|e| self.guardian_lost(e))
     }
 
     /// The guardian stopped answering (stopped by hand, or dead): make sure it is gone,
@@ -285,16 +276,8 @@ fn warn_about_other_freezers() {
         ("vmtoolsd", "VMware Tools (quiesced snapshots)"),
         ("waagent", "the Azure agent (VM backup snapshots)"),
     ];
-    let mut seen = Vec::new();
-    for pid in crate::host::procs::pids() {
-        let comm = crate::host::procs::comm(pid);
-        if let Some((_, what)) = KNOWN.iter().find(|(name, _)| comm == *name)
-            && !seen.contains(what)
-        {
-            seen.push(*what);
-        }
-    }
-    for what in seen {
+    let running: Vec<String> = crate::host::procs::pids().into_iter().map(crate::host::procs::comm).collect();
+    for (_, what) in KNOWN.iter().filter(|(name, _)| running.iter().any(|c| c == name)) {
         log::warn!(
             "{what} is running: if it freezes a filesystem during a window, reseq stops (exit 8). Do not schedule snapshots or backups during a run"
         );
@@ -316,16 +299,15 @@ impl WindowGuard for GuardedFreeze {
             let _ = nix::unistd::syncfs(fd);
         }
         let deadline = self.deadline;
-        match self.guardian()?.freeze(deadline) {
-            Err(e) => Err(self.guardian_lost(e)),
-            Ok(Err(FreezeFailure::Record { errno })) => Err(Error::io(
+        match self.call(|g| g.freeze(deadline))? {
+            Err(FreezeFailure::Record { errno }) => Err(Error::io(
                 format!(
                     "the guardian could not write its freeze record in {}, so nothing was frozen",
                     crate::host::freeze_record::run_dir().display()
                 ),
                 errno.into(),
             )),
-            Ok(Err(FreezeFailure::Fifreeze { index, errno })) => {
+            Err(FreezeFailure::Fifreeze { index, errno }) => {
                 let err = self.freeze_error(index, errno);
                 // After the first window a refusal is no longer "nothing written".
                 if !self.first_window
@@ -338,7 +320,7 @@ impl WindowGuard for GuardedFreeze {
                 }
                 Err(err)
             }
-            Ok(Ok(())) => {
+            Ok(()) => {
                 self.frozen = true;
                 self.first_window = false;
                 self.windows += 1;
@@ -353,44 +335,30 @@ impl WindowGuard for GuardedFreeze {
 
     fn may_write(&mut self) -> Result<bool> {
         let chunk = self.announced.take();
-        match self.guardian()?.permit(chunk) {
-            Ok(Permit::Granted) => Ok(true),
-            Ok(Permit::DeadlinePassed) => Ok(false),
-            Ok(Permit::FreezeLost { index, foreign }) => Err(self.freeze_lost(index, foreign)),
-            Err(e) => Err(self.guardian_lost(e)),
+        match self.call(|g| g.permit(chunk))? {
+            Permit::Granted => Ok(true),
+            Permit::DeadlinePassed => Ok(false),
+            Permit::FreezeLost { index, foreign } => Err(self.freeze_lost(index, foreign)),
         }
     }
 
     fn wrote(&mut self) -> Result<()> {
-        match self.guardian()?.written() {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.guardian_lost(e)),
-        }
+        self.call(Guardian::written)
     }
 
     fn reporter(&self) -> Result<Reporter> {
         let g = self.guardian.as_ref().ok_or_else(|| Error::Internal("the guardian is gone".into()))?;
-        let mut r = g.reporter().map_err(|e| Error::io("cloning the guardian socket", e))?;
-        Ok(Reporter::new(move || r.written()))
+        Ok(Reporter::new(g.reporter().map_err(|e| Error::io("cloning the guardian socket", e))?))
     }
 
     fn end(&mut self) -> Result<WindowEnd> {
-        let r: std::io::Result<ThawReport> = self.guardian()?.thaw();
-        match r {
-            Ok(t) => {
-                self.frozen = false;
-                if let Some((index, foreign)) = t.lost {
-                    return Err(self.freeze_lost(index, foreign));
-                }
-                let bound = freeze_bound(self.deadline);
-                Ok(WindowEnd {
-                    frozen: t.frozen,
-                    overran: t.overran,
-                    beyond_bound: (t.frozen > bound).then_some(bound),
-                })
-            }
-            Err(e) => Err(self.guardian_lost(e)),
+        let t = self.call(Guardian::thaw)?;
+        self.frozen = false;
+        if let Some((index, foreign)) = t.lost {
+            return Err(self.freeze_lost(index, foreign));
         }
+        let bound = freeze_bound(self.deadline);
+        Ok(WindowEnd { frozen: t.frozen, overran: t.overran, beyond_bound: (t.frozen > bound).then_some(bound) })
     }
 }
 

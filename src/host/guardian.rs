@@ -203,19 +203,6 @@ impl Bounds {
     }
 }
 
-/// Sends `WRITTEN` from another thread. `WRITTEN` has no reply, so it cannot take the
-/// writer's reply to `PERMIT`; and each message is one 16-byte `write` on a Unix stream
-/// socket, queued whole (one skb), so messages from two threads never interleave.
-pub(crate) struct WrittenReporter {
-    stream: UnixStream,
-}
-
-impl WrittenReporter {
-    pub(crate) fn written(&mut self) -> std::io::Result<()> {
-        self.stream.write_all(&msg(OP_WRITTEN, 0, 0))
-    }
-}
-
 /// reseq's handle on its guardian.
 pub(crate) struct Guardian {
     stream: UnixStream,
@@ -233,7 +220,7 @@ impl Guardian {
         let (ours, theirs) = UnixStream::pair()?;
         let reseq = nix::unistd::getpid();
         match sys::fork_single_threaded()? {
-            sys::Forked::Parent { child } => {
+            nix::unistd::ForkResult::Parent { child } => {
                 drop(theirs);
                 let reply_timeout = bounds.window + bounds.grace + Duration::from_secs(2);
                 let mut g = Guardian { stream: ours, pid: child, reply_timeout, hardening: Hardening::default() };
@@ -247,7 +234,7 @@ impl Guardian {
                 }
                 Ok(g)
             }
-            sys::Forked::Child => {
+            nix::unistd::ForkResult::Child => {
                 drop(ours);
                 // reseq's panic hook writes to stderr, which may be on the filesystem this
                 // process freezes: a panic message must wait for the thaw here too.
@@ -352,10 +339,14 @@ impl Guardian {
         self.stream.write_all(&msg(OP_WRITTEN, 0, 0))
     }
 
-    /// A handle another thread (the verifier) uses to report finished writes, so that a
-    /// stalled writer thread cannot hold back the thaw.
-    pub(crate) fn reporter(&self) -> std::io::Result<WrittenReporter> {
-        Ok(WrittenReporter { stream: self.stream.try_clone()? })
+    /// What another thread (the verifier) calls to report finished writes, so that a
+    /// stalled writer thread cannot hold back the thaw. `WRITTEN` has no reply, so it
+    /// cannot take the writer's reply to `PERMIT`; and each message is one 16-byte
+    /// `write` on a Unix stream socket, queued whole (one skb), so messages from two
+    /// threads never interleave.
+    pub(crate) fn reporter(&self) -> std::io::Result<impl FnMut() -> std::io::Result<()> + Send + 'static> {
+        let mut stream = self.stream.try_clone()?;
+        Ok(move || stream.write_all(&msg(OP_WRITTEN, 0, 0)))
     }
 
     pub(crate) fn thaw(&mut self) -> std::io::Result<ThawReport> {
@@ -372,10 +363,9 @@ impl Guardian {
         self.reaped_within(Duration::from_secs(1));
     }
 
-    /// Tells the guardian to leave and reaps it; one that does not leave in time (stopped
-    /// by hand) is killed, so reseq never hangs on it.
     /// Asks the guardian to thaw what is still frozen and exit; whether it did (false: it
-    /// did not exit in time and was killed, so nothing is known of the thaw).
+    /// did not exit in time, stopped by hand, and was killed so that reseq never hangs on
+    /// it; nothing is known of the thaw).
     pub(crate) fn shutdown(mut self) -> bool {
         let _ = self.stream.write_all(&msg(OP_EXIT, 0, 0));
         let exited = self.reaped_within(self.reply_timeout);
@@ -481,7 +471,6 @@ impl Filesystems for Live {
     }
 }
 
-/// Per-filesystem state.
 struct Fs {
     /// Frozen by this guardian and not yet thawed.
     ours: bool,
@@ -790,10 +779,7 @@ impl<F: Filesystems> GuardianState<F> {
 
     fn permit(&mut self) -> Msg {
         if !self.any_ours() || self.revoked {
-            if let Some(lost) = self.lost {
-                return freeze_lost_reply(lost);
-            }
-            return msg(ST_DENIED, DENY_DEADLINE, 0);
+            return self.lost.map_or(msg(ST_DENIED, DENY_DEADLINE, 0), freeze_lost_reply);
         }
         if self.past(Duration::ZERO) {
             self.revoke();

@@ -43,7 +43,7 @@ impl Hardening {
     /// In the guardian, before anything is frozen.
     pub(crate) fn get() -> Hardening {
         let priority = guardian_priority();
-        let realtime = sys::set_thread_scheduling(Scheduling::Fifo(priority)).map(|()| priority);
+        let realtime = sys::set_scheduling_of(0, Scheduling::Fifo(priority)).map(|()| priority);
         let locked = sys::lock_touched_memory().and_then(|()| lock_own_code());
         let oom_protected = std::fs::write("/proc/self/oom_score_adj", "-1000\n").is_ok();
         Hardening { realtime, locked, oom_protected }
@@ -96,7 +96,7 @@ impl Hardening {
 /// is tried on a thread that ends at once; the rest is read off the capabilities).
 pub(crate) fn expected() -> String {
     let priority = guardian_priority();
-    let rt = std::thread::spawn(move || sys::set_thread_scheduling(Scheduling::Fifo(priority)))
+    let rt = std::thread::spawn(move || sys::set_scheduling_of(0, Scheduling::Fifo(priority)))
         .join()
         .unwrap_or(Err(Errno::UnknownErrno));
     let caps = crate::host::privileges::effective_caps().unwrap_or(0);

@@ -66,11 +66,7 @@ pub(crate) fn used_space_spans(
 /// A partition of the target disk: its start and size in bytes, from sysfs (in sectors).
 fn partition_span(sysfs: &Sysfs, fs: &MountedFs) -> Option<(u64, u64)> {
     let part = sysfs.name_of(fs.dev_num).map(|(n, _)| n).unwrap_or_default();
-    let read = |attr: &str| {
-        std::fs::read_to_string(sysfs.root.join("class/block").join(&part).join(attr))
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-    };
+    let read = |attr: &str| sysfs.read(&part, attr).and_then(|s| s.parse::<u64>().ok());
     Some((read("start")? * 512, read("size")? * 512))
 }
 

@@ -82,7 +82,6 @@ pub fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Reads the live mount table.
 pub fn read_mounts() -> std::io::Result<Vec<MountEntry>> {
     let mut entries = parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo")?);
     resolve_devices(&mut entries, Path::new("/sys"), block_rdev);
@@ -114,11 +113,7 @@ pub(crate) fn resolve_devices(entries: &mut [MountEntry], sys: &Path, rdev: impl
 
 /// The member devices of the btrfs filesystem that has `member` among its devices.
 fn btrfs_members(sys: &Path, member: (u32, u32)) -> Vec<(u32, u32)> {
-    let dev_of = |p: PathBuf| -> Option<(u32, u32)> {
-        let text = std::fs::read_to_string(p.join("dev")).ok()?;
-        let (a, b) = text.trim().split_once(':')?;
-        Some((a.parse().ok()?, b.parse().ok()?))
-    };
+    let dev_of = |p: PathBuf| crate::host::device::parse_dev(&std::fs::read_to_string(p.join("dev")).ok()?);
     let Ok(filesystems) = std::fs::read_dir(sys.join("fs/btrfs")) else { return Vec::new() };
     for fs in filesystems.flatten() {
         let Ok(devices) = std::fs::read_dir(fs.path().join("devices")) else { continue };
@@ -134,9 +129,7 @@ fn btrfs_members(sys: &Path, member: (u32, u32)) -> Vec<(u32, u32)> {
 pub(crate) fn block_rdev(path: &Path) -> Option<(u32, u32)> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let md = std::fs::metadata(path).ok()?;
-    md.file_type()
-        .is_block_device()
-        .then(|| (nix::sys::stat::major(md.rdev()) as u32, nix::sys::stat::minor(md.rdev()) as u32))
+    md.file_type().is_block_device().then(|| crate::host::device::dev_num(md.rdev()))
 }
 
 /// One mounted filesystem (superblock) that must be frozen, with every mount point

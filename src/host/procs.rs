@@ -40,7 +40,6 @@ pub fn alive(pid: i32, start_ticks: u64) -> Option<char> {
     stat(pid).filter(|s| s.start_ticks == start_ticks && s.state != 'Z' && s.state != 'X').map(|s| s.state)
 }
 
-/// Every PID in /proc.
 pub fn pids() -> Vec<i32> {
     std::fs::read_dir("/proc")
         .map(|d| d.flatten().filter_map(|e| e.file_name().to_string_lossy().parse().ok()).collect())

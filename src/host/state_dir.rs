@@ -51,13 +51,9 @@ pub(crate) struct StateDir {
 }
 
 /// Creates and checks the state directory: writable, not read-only, room for `need`
-/// bytes (a journal and a rescue copy). `frozen` are the filesystems the run freezes.
-pub(crate) fn prepare(dir: &Path, frozen: &[MountedFs], need: u64) -> Result<StateDir> {
-    prepare_as(dir, frozen, need, false)
-}
-
-/// As [`prepare`]; a dry run creates and writes nothing, so it checks only what is there.
-pub(crate) fn prepare_as(dir: &Path, frozen: &[MountedFs], need: u64, dry_run: bool) -> Result<StateDir> {
+/// bytes (a journal and a rescue copy). `frozen` are the filesystems the run freezes. A
+/// dry run creates and writes nothing, so it checks only what is there.
+pub(crate) fn prepare(dir: &Path, frozen: &[MountedFs], need: u64, dry_run: bool) -> Result<StateDir> {
     let path = resolve(dir);
     if dry_run && !path.is_dir() {
         return Ok(StateDir {
@@ -106,9 +102,7 @@ pub(crate) fn on_frozen(path: &Path, frozen: &[MountedFs]) -> bool {
     if statfs(path).is_ok_and(|st| [OVERLAYFS_SUPER_MAGIC, FUSE_SUPER_MAGIC].contains(&st.filesystem_type())) {
         return !frozen.is_empty();
     }
-    let by_stat = std::fs::metadata(path)
-        .ok()
-        .map(|m| (nix::sys::stat::major(m.dev()) as u32, nix::sys::stat::minor(m.dev()) as u32));
+    let by_stat = std::fs::metadata(path).ok().map(|m| crate::host::device::dev_num(m.dev()));
     let by_mount = mounts::read_mounts().ok().and_then(|m| mounts::mount_containing(&m, path).map(|e| e.dev));
     frozen.iter().any(|f| Some(f.dev_num) == by_stat || Some(f.dev_num) == by_mount)
 }
@@ -199,7 +193,7 @@ mod tests {
     #[test]
     fn a_full_directory_is_refused() {
         let d = tempfile::tempdir().unwrap();
-        let e = prepare(d.path(), &[], u64::MAX / 2).unwrap_err().to_string();
+        let e = prepare(d.path(), &[], u64::MAX / 2, false).unwrap_err().to_string();
         assert!(e.contains("free, less than"), "{e}");
     }
 }

@@ -182,7 +182,7 @@ pub(crate) struct TrimSlice {
 }
 
 /// The slices of one filesystem.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct TrimFs {
     pub(crate) mount_point: String,
     /// The range the slices cover, in filesystem bytes.
@@ -251,10 +251,28 @@ impl ProbeComparison {
             during: d,
         }
     }
+
+    pub(crate) fn text(&self) -> String {
+        let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.2} ms", v * 1e3));
+        let x = |v: Option<f64>| v.map_or("-".into(), |v| format!("x{v:.2}"));
+        format!(
+            "    read latency ({} reads of {}): before p50 {} p99 {} ({} reads), during the trim p50 {} p99 {} ({} reads): p50 {}, p99 {}\n",
+            human_bytes(self.block_size_bytes),
+            self.target,
+            ms(self.before.p50_seconds),
+            ms(self.before.p99_seconds),
+            self.before.reads,
+            ms(self.during.p50_seconds),
+            ms(self.during.p99_seconds),
+            self.during.reads,
+            x(self.p50_ratio),
+            x(self.p99_ratio)
+        )
+    }
 }
 
 /// What a sliced trim did.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct TrimReport {
     /// The pace, in words.
     pub(crate) pace: String,
@@ -299,26 +317,6 @@ impl TrimReport {
     }
 }
 
-impl ProbeComparison {
-    pub(crate) fn text(&self) -> String {
-        let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.2} ms", v * 1e3));
-        let x = |v: Option<f64>| v.map_or("-".into(), |v| format!("x{v:.2}"));
-        format!(
-            "    read latency ({} reads of {}): before p50 {} p99 {} ({} reads), during the trim p50 {} p99 {} ({} reads): p50 {}, p99 {}\n",
-            human_bytes(self.block_size_bytes),
-            self.target,
-            ms(self.before.p50_seconds),
-            ms(self.before.p99_seconds),
-            self.before.reads,
-            ms(self.during.p50_seconds),
-            ms(self.during.p99_seconds),
-            self.during.reads,
-            x(self.p50_ratio),
-            x(self.p99_ratio)
-        )
-    }
-}
-
 /// One filesystem to trim: its name, an open file on it, and the range to cover.
 pub(crate) struct TrimTarget<'a> {
     pub(crate) name: String,
@@ -331,22 +329,11 @@ pub(crate) struct TrimTarget<'a> {
 /// slices when `stop` is raised. `_thawed` proves no freeze window is open.
 pub(crate) fn run(targets: &[TrimTarget<'_>], pace: Pace, stop: &StopFlag, _thawed: &Thawed) -> TrimReport {
     let started = Instant::now();
-    let out = TrimReport {
-        pace: pace.describe(),
-        rate_limit_bytes_per_second: match pace {
-            Pace::Fixed { rate, .. } => rate,
-            _ => None,
-        },
-        bytes_trimmed: 0,
-        slices: 0,
-        seconds: 0.0,
-        busy_seconds: 0.0,
-        slowest_slice_seconds: 0.0,
-        bytes_per_second: 0.0,
-        stopped_by: None,
-        filesystems: Vec::new(),
-        probe: None,
+    let rate_limit_bytes_per_second = match pace {
+        Pace::Fixed { rate, .. } => rate,
+        _ => None,
     };
+    let out = TrimReport { pace: pace.describe(), rate_limit_bytes_per_second, ..TrimReport::default() };
     let mut run = Trimming { started, pacer: Pacer::new(pace), out, sleep: Duration::ZERO, last_end: started };
     for t in targets {
         let (fs, stopped) = run.filesystem(t, stop);
@@ -375,14 +362,8 @@ struct Trimming {
 impl Trimming {
     /// Trims one filesystem in slices; `true` with it when a stop ended the run.
     fn filesystem(&mut self, t: &TrimTarget<'_>, stop: &StopFlag) -> (TrimFs, bool) {
-        let mut fs = TrimFs {
-            mount_point: t.name.clone(),
-            start_bytes: t.start,
-            end_bytes: t.end,
-            trimmed_bytes: 0,
-            slices: Vec::new(),
-            error: None,
-        };
+        let mut fs =
+            TrimFs { mount_point: t.name.clone(), start_bytes: t.start, end_bytes: t.end, ..TrimFs::default() };
         let mut at = t.start;
         while at < t.end {
             stop.sleep(self.sleep);

@@ -37,9 +37,7 @@ pub(crate) struct Writer {
 }
 
 fn rdev_of(meta: &std::fs::Metadata) -> Option<(u32, u32)> {
-    meta.file_type()
-        .is_block_device()
-        .then(|| (nix::sys::stat::major(meta.rdev()) as u32, nix::sys::stat::minor(meta.rdev()) as u32))
+    meta.file_type().is_block_device().then(|| crate::host::device::dev_num(meta.rdev()))
 }
 
 /// The access mode of an open file from `/proc/PID/fdinfo/N` ("flags: 0100002", octal).

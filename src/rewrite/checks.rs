@@ -269,7 +269,7 @@ pub(crate) fn state_dir(
     chunk_size: Size,
     dry_run: bool,
 ) -> Result<crate::host::state_dir::StateDir> {
-    crate::host::state_dir::prepare_as(dir, frozen, chunk_size.bytes() * 2 + (1 << 20), dry_run)
+    crate::host::state_dir::prepare(dir, frozen, chunk_size.bytes() * 2 + (1 << 20), dry_run)
 }
 
 #[cfg(test)]

@@ -55,9 +55,7 @@ pub(crate) struct RewritePlan {
     pub(crate) max_freeze: Duration,
     /// The kernel's hung-task timeout (None: disabled or unreadable).
     pub(crate) hung_task_timeout: Option<Duration>,
-    /// The journal of this device.
     pub(crate) journal_path: PathBuf,
-    /// New run or continuation.
     pub(crate) start: Start,
     /// Filesystems whose free space is left out: (filesystem, its start on the target,
     /// its length). Empty: everything is rewritten.

@@ -21,11 +21,10 @@ impl Write for HeldStderr {
         let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
         if HOLD.load(Ordering::SeqCst) {
             held.extend_from_slice(buf);
-            Ok(buf.len())
         } else {
             std::io::stderr().write_all(buf)?;
-            Ok(buf.len())
         }
+        Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
         std::io::stderr().flush()

@@ -48,14 +48,24 @@ impl LoopDevice {
 
 impl Drop for LoopDevice {
     fn drop(&mut self) {
-        for _ in 0..50 {
-            if run_cmd(Command::new("losetup").arg("-d").arg(&self.path)).is_ok() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
+        if retried(|| run_cmd(Command::new("losetup").arg("-d").arg(&self.path))).is_err() {
+            eprintln!("warning: could not detach {}", self.path.display());
         }
-        eprintln!("warning: could not detach {}", self.path.display());
     }
+}
+
+/// Runs `f` until it succeeds, up to 50 times 100 ms apart: a device or mount can be
+/// busy for a moment (a udev probe, a forked process not yet exec'd).
+fn retried(mut f: impl FnMut() -> std::io::Result<String>) -> std::io::Result<()> {
+    let mut r = f();
+    for _ in 1..50 {
+        if r.is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        r = f();
+    }
+    r.map(drop)
 }
 
 /// A mounted filesystem; thawed (if frozen) and unmounted on drop.
@@ -80,16 +90,9 @@ impl Mount {
     /// On failure the `Drop` cleanup still runs (thaw, retries, lazy unmount), so a failed
     /// test leaves no mount behind.
     pub fn unmount(self) -> std::io::Result<()> {
-        let mut r = Ok(());
-        for _ in 0..50 {
-            r = run_cmd(Command::new("umount").arg(&self.dir)).map(drop);
-            if r.is_ok() {
-                std::mem::forget(self);
-                return r;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        r
+        retried(|| run_cmd(Command::new("umount").arg(&self.dir)))?;
+        std::mem::forget(self);
+        Ok(())
     }
 }
 
@@ -97,11 +100,8 @@ impl Drop for Mount {
     fn drop(&mut self) {
         // A failed test may leave it frozen: thaw (EINVAL if it was not) before umount.
         let _ = Command::new("fsfreeze").arg("-u").arg(&self.dir).output();
-        for _ in 0..50 {
-            if run_cmd(Command::new("umount").arg(&self.dir)).is_ok() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
+        if retried(|| run_cmd(Command::new("umount").arg(&self.dir))).is_ok() {
+            return;
         }
         let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
         eprintln!("warning: lazily unmounted {} after umount kept failing", self.dir.display());

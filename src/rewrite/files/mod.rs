@@ -315,7 +315,7 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
     }
     let stop = ready_to_write()?;
     let frozen: Vec<MountedFs> = groups.iter().map(|g| g.fs.clone()).collect();
-    let state = crate::host::state_dir::prepare(&o.state_dir, &frozen, o.chunk_size.bytes() * 2 + (1 << 20))?;
+    let state = checks::state_dir(&o.state_dir, &frozen, o.chunk_size, false)?;
     write_record(o, &record_path, earlier.as_ref())?;
     let done_before = earlier.as_ref().map(|e| finished_earlier(e, &planned)).unwrap_or_default();
     let (progress, files_total, files_done) = overall_progress(&planned, &left_alone, &done_before, quiet);
