@@ -571,11 +571,31 @@ pub(crate) struct ScanArgs {
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
     pub(crate) regions: usize,
     /// A region is flagged slow below this fraction of the median of the fastest quarter
-    /// of the regions.
+    /// of the regions (with --by-file: a file, below this fraction of the youngest files,
+    /// or of the fastest quarter when fewer than 3 reads are younger than a week).
     #[arg(long, default_value_t = 0.7, value_name = "FRACTION", value_parser = fraction, allow_negative_numbers = true)]
     pub(crate) threshold: f64,
+    /// Files and directories of files: read each file once (O_DIRECT) and relate its
+    /// throughput to its age (the newest of mtime and ctime), by age band (< 1 week,
+    /// < 1 month, < 6 months, older). Files under 4 read blocks are timed together with
+    /// the other small files of their band. Flags the files that read slowly: the cold
+    /// data `rewrite --only-slow` refreshes.
+    #[arg(long, conflicts_with_all = ["offset", "length", "include_free", "regions"])]
+    pub(crate) by_file: bool,
+    /// --by-file: list the files oldest first (age) or slowest first (throughput).
+    #[arg(long, value_enum, default_value = "age", value_name = "ORDER", requires = "by_file")]
+    pub(crate) sort: FileOrder,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
+}
+
+/// `scan --by-file --sort`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum FileOrder {
+    /// Oldest first.
+    Age,
+    /// Slowest first.
+    Throughput,
 }
 
 #[derive(Debug, Args)]

@@ -50,6 +50,9 @@ pub struct Report {
     pub(crate) bench: Option<BenchResult>,
     /// `reseq scan`: throughput by region.
     pub(crate) scan: Option<ScanResult>,
+    /// `reseq scan --by-file`: throughput by file and age band.
+    #[serde(default)]
+    pub(crate) scan_files: Option<crate::measure::byfile::FileScan>,
     /// `reseq estimate`: a sample and its prediction.
     #[serde(default)]
     pub(crate) estimate: Option<crate::measure::bench::Estimate>,
@@ -227,6 +230,7 @@ impl Report {
             space: None,
             trim_impact: None,
             selection: None,
+            scan_files: None,
             files: None,
             freeze_bound: None,
             warnings: Vec::new(),

@@ -114,6 +114,9 @@ fn measurements(r: &Report) -> String {
     if let Some(sc) = &r.scan {
         s += &scan_text("scan", sc);
     }
+    if let Some(sc) = &r.scan_files {
+        s += &super::cold::file_scan_text(sc);
+    }
     if let Some(e) = &r.estimate {
         s += &estimate_text(e);
     }
