@@ -158,7 +158,7 @@ pub(crate) fn sim_step(c: &SimCommand) -> Result<SimStep> {
 /// `reseq rewrite sim:STATE`: the whole simulated device, with the options that apply to
 /// it (chunk size, verification, --only-slow, --bench); device-only options are refused.
 pub(crate) fn sim_rewrite(a: &RewriteArgs, state: std::path::PathBuf) -> Result<(SimRewrite, Option<BenchOptions>)> {
-    if a.from_scan.is_some() || a.resume || a.dry_run {
+    if a.from_scan.is_some() || a.resume || a.dry_run || a.older_than.is_some() {
         return Err(Error::Usage(
             "on a simulated SSD, rewrite takes --chunk-size, --no-verify, --only-slow and --bench".into(),
         ));

@@ -418,9 +418,16 @@ pub(crate) struct RewriteArgs {
     #[arg(long, value_name = "SIZE", conflicts_with = "no_trim")]
     pub(crate) trim_rate: Option<Rate>,
     /// Rewrite only the regions that read slowly: scan the device first (reads only,
-    /// with the --bench-* block size and queue depth) and rewrite the flagged regions.
+    /// with the --bench-* block size and queue depth) and rewrite the flagged regions. In
+    /// file mode: read each file (as `scan --by-file`) and rewrite the files flagged slow
+    /// against the youngest files.
     #[arg(long)]
     pub(crate) only_slow: bool,
+    /// File mode: rewrite only the files whose data is older than this (the newest of
+    /// mtime and ctime), e.g. 90d, 6months. With --only-slow, only files both old and slow.
+    /// A file-mode rewrite keeps mtime and ctime, so a later run picks the same files again.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) older_than: Option<Duration>,
     /// Like --only-slow, with the slow regions of a scan saved earlier (reseq scan --json).
     #[arg(long, value_name = "SCAN.json", conflicts_with = "only_slow")]
     pub(crate) from_scan: Option<PathBuf>,

@@ -20,7 +20,7 @@ use crate::measure::bench::{EmulatedDrive, HostPressure, LATE_SHARE, PRESSURE_CH
 use crate::measure::readbench::{CacheCheck, Source, Target, cache_check, read_span};
 pub(crate) use crate::options::bench::FileSort;
 use crate::support::error::{Error, Result};
-use crate::support::units::{human_bytes, human_rate};
+use crate::support::units::human_bytes;
 
 /// Age bands, by their upper bound in seconds (the last has none).
 pub(crate) const BANDS: [(&str, Option<f64>); 4] = [
@@ -161,16 +161,22 @@ pub(crate) fn find(target: &Path) -> Result<Vec<Found>> {
         )));
     }
     paths.sort();
+    let out = found_of(&paths)?;
+    if out.is_empty() {
+        return Err(Error::Usage(format!("{} holds no regular files with data", target.display())));
+    }
+    Ok(out)
+}
+
+/// The non-empty files of `paths`, with their ages.
+pub(crate) fn found_of(paths: &[PathBuf]) -> Result<Vec<Found>> {
     let mut out = Vec::new();
-    for path in paths {
+    for path in paths.iter().cloned() {
         let md = std::fs::metadata(&path).map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
         if md.len() > 0 {
             let age_seconds = age_of(&md);
             out.push(Found { path, size: md.len(), age_seconds, band: band_of(age_seconds) });
         }
-    }
-    if out.is_empty() {
-        return Err(Error::Usage(format!("{} holds no regular files with data", target.display())));
     }
     Ok(out)
 }
@@ -255,11 +261,22 @@ fn reference(rates_by_band: &[Vec<f64>]) -> (f64, String) {
 
 /// Scans the files under `target` one by one: see the module's comment.
 pub(crate) fn scan(target: &Path, block: u64, qd: usize, threshold: f64, sort: FileSort) -> Result<FileScan> {
-    let found = find(target)?;
-    let cache = check_cache(&found, block, qd)?;
+    scan_found(&target.display().to_string(), &find(target)?, (block, qd), threshold, sort)
+}
+
+/// Scans `found` (not empty), `read` = (block size, queue depth).
+pub(crate) fn scan_found(
+    name: &str,
+    found: &[Found],
+    read: (u64, usize),
+    threshold: f64,
+    sort: FileSort,
+) -> Result<FileScan> {
+    let (block, qd) = read;
+    let cache = check_cache(found, block, qd)?;
     let whole = Target::Real(vec![Source::open(&found[0].path)?]);
     let watch = Watch::start(&whole);
-    let timed = time_all(&found, block, qd)?;
+    let timed = time_all(found, block, qd)?;
     let read_seconds: f64 = timed.iter().map(|t| t.seconds).sum();
     let (host_pressure, emulated) = (watch.host_pressure(&whole), watch.emulated(&whole, read_seconds));
     let by_band = |group: Option<bool>| -> Vec<Vec<f64>> {
@@ -272,14 +289,14 @@ pub(crate) fn scan(target: &Path, block: u64, qd: usize, threshold: f64, sort: F
     let (reference_bps, reference_words) =
         if alone.iter().any(|r| !r.is_empty()) { reference(&alone) } else { reference(&by_band(Some(true))) };
     let group_ref = group_reference(&timed);
-    let files = speeds(&found, &timed, (threshold * reference_bps, group_ref.map(|g| threshold * g.0)))?;
+    let files = speeds(found, &timed, (threshold * reference_bps, group_ref.map(|g| threshold * g.0)))?;
     let spread = pressure_spread(&timed);
     let unreliable_because = unreliable(cache.as_ref(), spread, emulated.as_ref());
     if let Some(why) = &unreliable_because {
         log::warn!("per-file throughput unreliable: {why}");
     }
     let mut out = FileScan {
-        target: target.display().to_string(),
+        target: name.to_string(),
         block_size_bytes: block,
         queue_depth: qd,
         sorted_by: match sort {
@@ -429,18 +446,4 @@ pub(crate) fn human_age(seconds: f64) -> String {
         s if s < 60.0 * DAY => format!("{:.1} d", s / DAY),
         s => format!("{:.1} months", s / (30.44 * DAY)),
     }
-}
-
-/// One line on a file's read, for logs and plans.
-#[allow(dead_code)] // used by the file-mode selection, next
-pub(crate) fn describe(f: &FileSpeed) -> String {
-    format!(
-        "{} ({}, {} extent(s), {} old): {}{}",
-        f.path,
-        human_bytes(f.size_bytes),
-        f.extents,
-        human_age(f.age_seconds),
-        human_rate(f.bytes_per_second),
-        if f.timed_alone { "" } else { " (timed with the small files of its band)" }
-    )
 }
