@@ -63,6 +63,12 @@ pub(crate) fn run_scan(o: &ScanOptions) -> (Report, Result<()>) {
 /// `reseq estimate`.
 pub(crate) fn run_estimate(o: &EstimateOptions) -> (Report, Result<()>) {
     reported("estimate", &o.target, |report| {
+        // A directory: its files by age band (cold data), sampled.
+        if std::fs::metadata(&o.target).is_ok_and(|m| m.is_dir()) {
+            let e = crate::measure::cold_estimate::estimate(&o.target, 1 << 20, o.sample, o.regions)?;
+            report.estimate_files = Some(e);
+            return Ok(());
+        }
         let (target, _) = Target::open_in_use(&o.target, None)?;
         let block = (1u64 << 20).max(target.offset_align());
         let e = bench::estimate(&target, block, o.sample, o.regions)?;

@@ -190,26 +190,26 @@ fn extents_of(src: &Source) -> usize {
 }
 
 /// One timed read: of a file alone, or of a band's small files together.
-struct Timed {
+pub(crate) struct Timed {
     /// Indexes into the found files.
-    files: Vec<usize>,
-    band: usize,
-    bytes: u64,
-    seconds: f64,
-    cpu_some: Option<f64>,
+    pub(crate) files: Vec<usize>,
+    pub(crate) band: usize,
+    pub(crate) bytes: u64,
+    pub(crate) seconds: f64,
+    pub(crate) cpu_some: Option<f64>,
     /// A band's small files, timed together.
-    group: bool,
+    pub(crate) group: bool,
 }
 
 impl Timed {
-    fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         self.bytes as f64 / self.seconds.max(f64::MIN_POSITIVE)
     }
 }
 
 /// Reads `files` (indexes into `found`) one after another, timed as one; sources are
 /// opened in batches, so that thousands of small files do not exhaust descriptors.
-fn time_files(found: &[Found], files: &[usize], block: u64, qd: usize) -> Result<(u64, f64, Option<f64>)> {
+pub(crate) fn time_files(found: &[Found], files: &[usize], block: u64, qd: usize) -> Result<(u64, f64, Option<f64>)> {
     let (mut bytes, mut seconds, mut cpu) = (0, 0.0, Vec::new());
     for batch in files.chunks(256) {
         stopped()?;
@@ -325,7 +325,7 @@ pub(crate) fn scan_found(
 
 /// The rates of the timed reads by band: all of them, or only groups (Some(true)) or
 /// only files timed alone (Some(false)).
-fn rates_by(timed: &[Timed], group: Option<bool>) -> Vec<Vec<f64>> {
+pub(crate) fn rates_by(timed: &[Timed], group: Option<bool>) -> Vec<Vec<f64>> {
     let of = |t: &&Timed, b: usize| t.band == b && group.is_none_or(|g| t.group == g);
     (0..BANDS.len()).map(|b| timed.iter().filter(|t| of(t, b)).map(Timed::rate).collect()).collect()
 }
@@ -333,7 +333,7 @@ fn rates_by(timed: &[Timed], group: Option<bool>) -> Vec<Vec<f64>> {
 /// The reference of files timed alone, and of the groups of small files. Files timed
 /// alone are compared with files timed alone, groups with groups: many small reads are
 /// slower than a few large ones whatever the data's age.
-fn references(timed: &[Timed]) -> ((f64, String), Option<(f64, &'static str)>) {
+pub(crate) fn references(timed: &[Timed]) -> ((f64, String), Option<(f64, &'static str)>) {
     let alone = rates_by(timed, Some(false));
     let files =
         if alone.iter().any(|r| !r.is_empty()) { reference(&alone) } else { reference(&rates_by(timed, Some(true))) };
@@ -365,7 +365,7 @@ fn read_slow_again(
 }
 
 /// The cache check of `bench`, on the largest files (up to 64 of them, in path order).
-fn check_cache(found: &[Found], block: u64, qd: usize) -> Result<Option<CacheCheck>> {
+pub(crate) fn check_cache(found: &[Found], block: u64, qd: usize) -> Result<Option<CacheCheck>> {
     let mut largest: Vec<usize> = (0..found.len()).collect();
     largest.sort_by_key(|&i| std::cmp::Reverse(found[i].size));
     largest.truncate(64);
@@ -421,7 +421,7 @@ fn pressure_spread(timed: &[Timed]) -> Option<f64> {
 /// Why the files' speeds do not compare, if they do not: bench's rules. A cache below
 /// O_DIRECT; an emulated drive that answered late (its time is its model's, so the host's
 /// load does not count there).
-fn unreliable(cache: Option<&CacheCheck>, emulated: Option<&EmulatedDrive>) -> Option<String> {
+pub(crate) fn unreliable(cache: Option<&CacheCheck>, emulated: Option<&EmulatedDrive>) -> Option<String> {
     if let Some(c) = cache.filter(|c| c.cache_suspected) {
         return Some(c.finding.clone());
     }

@@ -4,6 +4,7 @@
 
 pub(crate) mod bench;
 pub(crate) mod byfile;
+pub(crate) mod cold_estimate;
 pub(crate) mod passes;
 pub(crate) mod probe;
 pub(crate) mod readbench;

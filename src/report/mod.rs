@@ -53,6 +53,10 @@ pub struct Report {
     /// `reseq scan --by-file`: throughput by file and age band.
     #[serde(default)]
     pub(crate) scan_files: Option<crate::measure::byfile::FileScan>,
+    /// `reseq estimate DIR`: cold and slow data by age band, and a full read predicted
+    /// now and refreshed.
+    #[serde(default)]
+    pub(crate) estimate_files: Option<crate::measure::cold_estimate::ColdEstimate>,
     /// `reseq estimate`: a sample and its prediction.
     #[serde(default)]
     pub(crate) estimate: Option<crate::measure::bench::Estimate>,
@@ -257,6 +261,7 @@ impl Report {
             trim_impact: None,
             selection: None,
             scan_files: None,
+            estimate_files: None,
             file_selection: None,
             files: None,
             freeze_bound: None,

@@ -206,7 +206,15 @@ fn cold_files_are_found_and_only_they_are_refreshed() {
     let hashes: Vec<(PathBuf, blake3::Hash)> =
         ["young1", "young3", "cold"].iter().map(|n| (dir.join(n), hash_path(&dir.join(n)).unwrap())).collect();
     check_scan_against_dd(&env, &dir);
+    let e = estimate_older_band(&env, &dir);
+    assert_eq!(e["slow"], true, "{e}");
+    assert_eq!(e["bytes"].as_u64(), Some(96 * MIB));
+    let cold = 96.0 * MIB as f64 / dd_rate(&dir.join("cold")).max(dd_rate(&dir.join("cold")));
+    let predicted = e["seconds_now"].as_f64().unwrap();
+    eprintln!("estimate: the old band reads in {predicted:.3} s, dd says {cold:.3} s");
+    assert!((predicted / cold - 1.0).abs() <= 0.15, "predicted {predicted} s vs dd {cold} s");
     refresh_by_age(&env, &lo, &dir);
+    assert_eq!(estimate_older_band(&env, &dir)["slow"], false, "refreshed, the old band reads fast");
     refresh_slow(&env, &lo, &dir);
     drop_page_cache();
     assert_files_intact(&hashes);
@@ -214,6 +222,15 @@ fn cold_files_are_found_and_only_they_are_refreshed() {
     fsck_clean(&lo.path, "ext4");
     drop(lo);
     server.stop();
+}
+
+/// `reseq estimate DIR`: its oldest band.
+fn estimate_older_band(env: &TestEnv, dir: &Path) -> serde_json::Value {
+    let r = json_ok(env.reseq().arg("estimate").arg(dir).args(["--json", "--sample", "64M"]));
+    let e = &r["estimate_files"];
+    eprintln!("estimate: {}", e["advice"]);
+    assert!(e["sample_bytes"].as_u64().unwrap() < e["bytes"].as_u64().unwrap(), "a sample, not a full read");
+    e["bands"].as_array().unwrap().iter().find(|b| b["band"] == "older").unwrap().clone()
 }
 
 fn drop_page_cache() {

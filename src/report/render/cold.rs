@@ -1,9 +1,10 @@
 //! Cold data in words: `scan --by-file` (a table by age band, then the slow files) and
-//! the per-file estimate, for the text and Markdown renderings.
+//! the per-file estimate, for the text rendering (and one line for the tables).
 
 use std::fmt::Write as _;
 
 use crate::measure::byfile::{FileScan, FileSpeed, human_age};
+use crate::measure::cold_estimate::ColdEstimate;
 use crate::support::units::{human_bytes, human_rate};
 
 /// At most this many files are listed in the text.
@@ -103,4 +104,40 @@ pub(crate) fn file_scan_row(sc: &FileScan) -> String {
         human_bytes(sc.slow_bytes),
         sc.unreliable_because.as_ref().map(|w| format!("; UNRELIABLE: {w}")).unwrap_or_default()
     )
+}
+
+/// `reseq estimate DIR`: the bands, then the prediction in words.
+pub(crate) fn cold_estimate_text(e: &ColdEstimate) -> String {
+    let mut s = format!(
+        "  estimate by file age: {} file(s), {} under {}; {} sampled, each sample read twice (the faster counts)\n",
+        e.files,
+        human_bytes(e.bytes),
+        e.target,
+        human_bytes(e.sample_bytes)
+    );
+    let _ = writeln!(
+        s,
+        "    {:<12} {:>7} {:>11} {:>8} {:>18} {:>9} {:>11}",
+        "age", "files", "bytes", "samples", "median throughput", "now", "refreshed"
+    );
+    for b in &e.bands {
+        let med = b.median_bytes_per_second.map_or("-".into(), human_rate);
+        let _ = writeln!(
+            s,
+            "    {:<12} {:>7} {:>11} {:>8} {:>18} {:>8.1}s {:>10.1}s{}",
+            b.band,
+            b.files,
+            human_bytes(b.bytes),
+            b.samples,
+            med,
+            b.seconds_now,
+            b.seconds_refreshed,
+            if b.slow { "  SLOW" } else { "" }
+        );
+    }
+    let _ = writeln!(s, "  reference: {} ({})", human_rate(e.reference_bytes_per_second), e.reference);
+    if let Some(c) = &e.cache {
+        let _ = writeln!(s, "    cache check: {}", c.finding);
+    }
+    s + &format!("  {}\n", e.advice)
 }

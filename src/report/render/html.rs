@@ -152,6 +152,9 @@ fn measurement_rows(r: &Report) -> Vec<Row> {
     if let Some(sc) = &r.scan_files {
         rows.push(("scan by file", super::cold::file_scan_row(sc)));
     }
+    if let Some(e) = &r.estimate_files {
+        rows.push(("estimate by file age", e.advice.clone()));
+    }
     if let Some(sel) = &r.file_selection {
         rows.push(("selection", format!("{}; {}", sel.rule, sel.ages_after_rewrite)));
     }

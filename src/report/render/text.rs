@@ -126,6 +126,9 @@ fn measurements(r: &Report) -> String {
     if let Some(e) = &r.estimate {
         s += &estimate_text(e);
     }
+    if let Some(e) = &r.estimate_files {
+        s += &super::cold::cold_estimate_text(e);
+    }
     if let Some(t) = &r.trim_impact {
         s += &t.text();
     }
