@@ -148,7 +148,9 @@ pub(crate) enum Command {
     /// Is it worth it? Reads a sample of the target (on a device with mounted ext4/xfs,
     /// of the ranges in use) spread over it, in seconds rather than a full pass, and
     /// predicts how much faster a sequential read would be if every region read like the
-    /// fastest ones. Says plainly when the drive looks flat. Writes nothing.
+    /// fastest ones. Says plainly when the drive looks flat. Writes nothing. For a
+    /// directory: its files by age band (as scan --by-file), sampled, and how much of it
+    /// is cold and slow, with a full read predicted now and refreshed.
     Estimate(EstimateArgs),
     /// Re-render a report saved with --json.
     Report(ReportArgs),
