@@ -480,3 +480,44 @@ pub(crate) fn human_age(seconds: f64) -> String {
         s => format!("{:.1} months", s / (30.44 * DAY)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_fall_into_their_bands() {
+        assert_eq!(band_of(0.0), 0);
+        assert_eq!(band_of(7.0 * DAY - 1.0), 0);
+        assert_eq!(band_of(7.0 * DAY), 1);
+        assert_eq!(band_of(30.0 * DAY), 2);
+        assert_eq!(band_of(182.0 * DAY), 3);
+        assert_eq!(band_of(10_000.0 * DAY), 3);
+    }
+
+    #[test]
+    fn the_reference_is_the_youngest_files_when_there_are_enough() {
+        let (r, why) = reference(&[vec![100.0, 110.0, 90.0], vec![], vec![], vec![20.0, 30.0]]);
+        assert_eq!(r, 100.0);
+        assert!(why.contains("youngest"), "{why}");
+        // Two young reads are too few: the fastest quarter of all eight (two reads).
+        let (r, why) = reference(&[vec![100.0, 10.0], vec![], vec![50.0, 60.0], vec![20.0, 30.0, 200.0, 40.0]]);
+        assert_eq!(r, 150.0);
+        assert!(why.contains("fastest quarter") && why.contains("2 of 8"), "{why}");
+    }
+
+    fn timed(band: usize, bytes: u64, seconds: f64, group: bool) -> Timed {
+        Timed { files: vec![0], band, bytes, seconds, cpu_some: None, group }
+    }
+
+    #[test]
+    fn groups_of_small_files_are_compared_with_groups() {
+        // Large files at 100 B/s, small ones at 10 B/s in the youngest band: a group of
+        // old small files at 9 B/s is not slow against the large files' 100.
+        let t = [timed(0, 100, 1.0, false), timed(0, 10, 1.0, true), timed(3, 9, 1.0, true)];
+        let ((files, _), group) = references(&t);
+        assert_eq!(files, 100.0);
+        assert_eq!(group.map(|g| g.0), Some(10.0));
+        assert_eq!(human_age(3.0 * DAY), "3.0 d");
+    }
+}
