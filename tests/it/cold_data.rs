@@ -5,6 +5,7 @@
 //! Ages: `touch -d` sets mtime only and leaves ctime at "now", and a file's age is the
 //! newest of the two, so the tests set both with debugfs on the unmounted filesystem.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -270,9 +271,24 @@ fn refresh_by_age(env: &TestEnv, lo: &LoopDevice, dir: &Path) {
     assert!(cold["chosen_because"].as_str().unwrap().contains("older than 90d"), "{cold}");
     // The cold file's bytes, and less than another file's more (journal, metadata).
     assert!((96 * MIB..2 * 96 * MIB).contains(&written), "wrote {written} bytes");
-    let again = json_ok(env.reseq().arg("rewrite").arg(dir).args(["--older-than", "90d", "--dry-run", "--json"]));
+    // mtime and ctime are unchanged: by them alone (another state directory, without
+    // the record of refreshed files) the same file is chosen again...
+    let cold_md = std::fs::metadata(dir.join("cold")).unwrap();
+    assert!(cold_md.mtime() < 1_800_000_000 && cold_md.ctime() < 1_800_000_000, "times as set in 2025");
+    let other = env.path("other-state");
+    let again = json_ok(
+        env.reseq()
+            .arg("rewrite")
+            .arg(dir)
+            .args(["--older-than", "90d", "--dry-run", "--json"])
+            .env("RESEQ_STATE_DIR", &other),
+    );
     assert_eq!(again["file_selection"]["files_chosen"], 1, "ages unchanged by the rewrite");
     assert!(again["file_selection"]["ages_after_rewrite"].as_str().unwrap().contains("does not change mtime"));
+    // ...and with the record, its age counts from the refresh: left alone.
+    let out = output(env.reseq().arg("rewrite").arg(dir).args(["--older-than", "90d", "--dry-run", "-v"]));
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(plan.contains("0 of 4 file(s)") && plan.contains("refreshed by reseq"), "{plan}");
 }
 
 /// `--only-slow` after the cold file was refreshed and a young one degraded: that one

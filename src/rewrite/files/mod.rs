@@ -35,6 +35,7 @@ use crate::sys;
 
 mod planner;
 pub mod record;
+mod refreshed;
 mod select;
 
 use planner::{FileTarget, FilesPlanner, Map, Member};
@@ -337,6 +338,7 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
     let outcome = run.groups(&groups, unfinished);
     run.progress.close();
     let result = run.finish(outcome?, &measured, report);
+    refreshed::remember(&o.state_dir, report.files.as_deref().unwrap_or_default());
     if let Some(c) = &choice {
         say_why(report, &paths, c);
     }

@@ -15,7 +15,7 @@ use crate::support::units::{human_bytes, human_rate};
 
 /// A file-mode rewrite writes through the device, not the filesystem: mtime and ctime
 /// stay as they were, so ages do not show a refresh.
-pub(crate) const AGES_UNCHANGED: &str = "a file-mode rewrite writes the same bytes through the device, not through the filesystem, so it does not change mtime or ctime: a later run with --older-than picks the same files again (the report's files list what this run refreshed)";
+pub(crate) const AGES_UNCHANGED: &str = "a file-mode rewrite writes the same bytes through the device, not through the filesystem, so it does not change mtime or ctime; reseq records the files it refreshed in its state directory (refreshed.json) and --older-than counts their age from the refresh, so a later run leaves them alone until they are old again (with another --state-dir, or the record removed, it picks the same files again; the report's files list what each run refreshed)";
 
 /// The choice: why each file is rewritten, and why each other one is left alone (by
 /// index into the run's files).
@@ -47,12 +47,13 @@ pub(crate) fn choose(o: &RewriteOptions, paths: &[PathBuf]) -> Result<Option<Cho
     };
     let by_path: HashMap<String, &FileSpeed> =
         scan.iter().flat_map(|s| s.files.iter()).map(|f| (f.path.clone(), f)).collect();
+    let refreshed = super::refreshed::Refreshed::load(&o.state_dir);
     let (mut chosen, mut left_alone) = (HashMap::new(), HashMap::new());
     let (mut bytes_chosen, mut bytes_all) = (0, 0);
     for (i, p) in paths.iter().enumerate() {
         let Ok(md) = std::fs::metadata(p) else { continue };
         bytes_all += md.len();
-        let age = byfile::age_of(&md);
+        let age = (byfile::age_of(&md), refreshed.since(p, &md));
         match reasons(o, scan.as_ref(), by_path.get(&p.display().to_string()).copied(), age) {
             Ok(why) => {
                 bytes_chosen += md.len();
@@ -73,11 +74,18 @@ fn reasons(
     o: &RewriteOptions,
     scan: Option<&FileScan>,
     speed: Option<&FileSpeed>,
-    age: f64,
+    (written, refreshed): (f64, Option<f64>),
 ) -> std::result::Result<String, String> {
     let mut yes = Vec::new();
     if let Some(limit) = o.older_than {
-        let (old, want) = (human_age(age), age_words(limit));
+        let want = age_words(limit);
+        if let Some(r) = refreshed.filter(|r| *r < limit.as_secs_f64()) {
+            return Err(format!(
+                "younger than {want}: refreshed by reseq {} ago (state directory record)",
+                human_age(r)
+            ));
+        }
+        let (age, old) = (written, human_age(written));
         if age < limit.as_secs_f64() {
             return Err(format!("younger than {want} ({old} since its last write)"));
         }
