@@ -189,7 +189,8 @@ fn cold_files_are_found_and_only_they_are_refreshed() {
     let env = TestEnv::new();
     let state = env.path("drive");
     sim(&env, &["create", state.to_str().unwrap(), "--preset", "consumer-nvme", "--device-size", "2G"]);
-    let server = Server::start(&env, &state, 6.0);
+    // Time scale 10 (as sim_serve's read-time test): the model, not a busy host, sets the pace.
+    let server = Server::start(&env, &state, 10.0);
     let lo = LoopDevice::attach(&server.disk(), &["--sector-size", "4096"]).unwrap();
     mkfs_ext4(&lo.path).unwrap();
     let mnt_dir = env.path("mnt");

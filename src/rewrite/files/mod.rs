@@ -338,7 +338,11 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
     let outcome = run.groups(&groups, unfinished);
     run.progress.close();
     let result = run.finish(outcome?, &measured, report);
-    refreshed::remember(&o.state_dir, report.files.as_deref().unwrap_or_default());
+    // Only a run that chose by age leaves this record: other runs leave the state
+    // directory as they found it.
+    if o.older_than.is_some() {
+        refreshed::remember(&o.state_dir, report.files.as_deref().unwrap_or_default());
+    }
     if let Some(c) = &choice {
         say_why(report, &paths, c);
     }

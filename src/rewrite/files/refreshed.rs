@@ -1,5 +1,5 @@
-//! The files file mode refreshed, kept in the state directory (`refreshed.json`), so that
-//! `--older-than` counts a file's age from its refresh.
+//! The files a file-mode run with `--older-than` refreshed, kept in the state directory
+//! (`refreshed.json`), so that `--older-than` counts a file's age from its refresh.
 //!
 //! A file-mode rewrite writes the same bytes through the device, not the filesystem, so
 //! mtime and ctime stay as they were, and by them a refreshed file is as old as before. A

@@ -15,7 +15,7 @@ use crate::support::units::{human_bytes, human_rate};
 
 /// A file-mode rewrite writes through the device, not the filesystem: mtime and ctime
 /// stay as they were, so ages do not show a refresh.
-pub(crate) const AGES_UNCHANGED: &str = "a file-mode rewrite writes the same bytes through the device, not through the filesystem, so it does not change mtime or ctime; reseq records the files it refreshed in its state directory (refreshed.json) and --older-than counts their age from the refresh, so a later run leaves them alone until they are old again (with another --state-dir, or the record removed, it picks the same files again; the report's files list what each run refreshed)";
+pub(crate) const AGES_UNCHANGED: &str = "a file-mode rewrite writes the same bytes through the device, not through the filesystem, so it does not change mtime or ctime; a run with --older-than records the files it refreshed in its state directory (refreshed.json) and --older-than counts their age from the refresh, so a later run leaves them alone until they are old again (files refreshed by a run without --older-than, or with another --state-dir, are chosen again; the report's files list what each run refreshed)";
 
 /// The choice: why each file is rewritten, and why each other one is left alone (by
 /// index into the run's files).
