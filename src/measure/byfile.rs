@@ -373,6 +373,9 @@ pub(crate) fn check_cache(found: &[Found], block: u64, qd: usize) -> Result<Opti
     let sources: Vec<Source> = largest.iter().map(|&i| Source::open(&found[i].path)).collect::<Result<_>>()?;
     let target = Target::Real(sources);
     let align = target.offset_align();
+    if block == 0 || !block.is_multiple_of(align) {
+        return Err(Error::Usage(format!("--block-size must be a non-zero multiple of {align} bytes for these files")));
+    }
     cache_check(&target, block.min(target.len() / 2 / align * align).max(align), qd)
 }
 
