@@ -300,7 +300,7 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
     report.warnings.extend(hot_files(&planned).into_iter().inspect(|w| log::warn!("{w}")));
     let (paths, choice, left_alone) = choose(o, &planned, report)?;
     if o.dry_run {
-        let (text, detail) = describe(o, (&groups, &planned, &left_alone), &placement, report);
+        let (text, detail) = describe(o, (&groups, &planned, choice.as_ref()), &placement, report);
         (report.plan_text, report.plan_detail) = (Some(text), Some(detail));
         return Ok(());
     }
@@ -338,15 +338,20 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
     let outcome = run.groups(&groups, unfinished);
     run.progress.close();
     let result = run.finish(outcome?, &measured, report);
-    // Only a run that chose by age leaves this record: other runs leave the state
-    // directory as they found it.
+    chosen_files_done(o, report, &paths, choice.as_ref());
+    result
+}
+
+/// After a run that chose files: each chosen file's report says why, and a run that
+/// chose by age records what it refreshed (other runs leave the state directory as they
+/// found it).
+fn chosen_files_done(o: &RewriteOptions, report: &mut Report, paths: &[PathBuf], choice: Option<&select::Choice>) {
     if o.older_than.is_some() {
         refreshed::remember(&o.state_dir, report.files.as_deref().unwrap_or_default());
     }
-    if let Some(c) = &choice {
-        say_why(report, &paths, c);
+    if let Some(c) = choice {
+        say_why(report, paths, c);
     }
-    result
 }
 
 /// The run's paths, the choice (None: every file), and the files left alone.
@@ -833,7 +838,7 @@ fn done_earlier(e: &record::Earlier, path: &Path) -> Option<u64> {
 /// (shown with `-v`).
 fn describe(
     o: &RewriteOptions,
-    (groups, planned, left_alone): (&[FsGroup], &[Planned], &HashMap<usize, String>),
+    (groups, planned, choice): (&[FsGroup], &[Planned], Option<&select::Choice>),
     placement: &crate::host::cgroup::Placement,
     report: &Report,
 ) -> (String, String) {
@@ -849,12 +854,13 @@ fn describe(
     s +=
         &format!("  guardian: {}\n  guardian priority: {}\n", placement.describe(), crate::host::hardening::expected());
     let mut detail = String::from("  every file:\n");
-    if let Some(sel) = &report.file_selection {
+    if let (Some(sel), Some(c)) = (&report.file_selection, choice) {
         s += &format!("  {}\n  note: {}\n", sel.rule, sel.ages_after_rewrite);
-        for (i, why) in left_alone {
-            detail += &format!("    {}: left alone: {why}\n", planned[*i].path.display());
-        }
+        detail = format!("  the choice (-v):\n{}", select::each_why(c, planned.iter().map(|p| p.path.as_path())));
+        detail += "  every file chosen:\n";
     }
+    let no_one = HashMap::new();
+    let left_alone = choice.map_or(&no_one, |c| &c.left_alone);
     for (gi, g) in groups.iter().enumerate() {
         s +=
             &format!("  filesystem {} ({}) on {}\n", g.fs.mount_point.display(), g.fs.fs_type, g.device.path.display());

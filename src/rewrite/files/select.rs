@@ -69,6 +69,20 @@ pub(crate) fn choose(o: &RewriteOptions, paths: &[PathBuf]) -> Result<Option<Cho
     Ok(Some(Choice { chosen, left_alone, summary }))
 }
 
+/// Every file's line of the choice, in path order: chosen or left alone, and why.
+pub(crate) fn each_why<'a>(c: &Choice, paths: impl Iterator<Item = &'a std::path::Path>) -> String {
+    let mut s = String::new();
+    for (i, p) in paths.enumerate() {
+        let (what, why) = match (c.chosen.get(&i), c.left_alone.get(&i)) {
+            (Some(w), _) => ("chosen", w),
+            (None, Some(w)) => ("left alone", w),
+            (None, None) => continue,
+        };
+        s += &format!("    {}: {what}: {why}\n", p.display());
+    }
+    s
+}
+
 /// Why a file is chosen (Ok) or left alone (Err), in words with its figures.
 fn reasons(
     o: &RewriteOptions,
