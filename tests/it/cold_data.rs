@@ -216,7 +216,15 @@ fn cold_files_are_found_and_only_they_are_refreshed() {
     eprintln!("estimate: the old band reads in {predicted:.3} s, dd says {cold:.3} s");
     assert!((predicted / cold - 1.0).abs() <= 0.15, "predicted {predicted} s vs dd {cold} s");
     refresh_by_age(&env, &lo, &dir);
-    assert_eq!(estimate_older_band(&env, &dir)["slow"], false, "refreshed, the old band reads fast");
+    // Right after 96 MiB of writes the drive may still be busy with them (one run of 5 saw
+    // the whole drive slow then): a slow answer is asked again after a pause.
+    let mut after = estimate_older_band(&env, &dir);
+    if after["slow"] == true {
+        eprintln!("estimate right after the refresh: {after}");
+        std::thread::sleep(std::time::Duration::from_secs(5));
+        after = estimate_older_band(&env, &dir);
+    }
+    assert_eq!(after["slow"], false, "refreshed, the old band reads fast: {after}");
     refresh_slow(&env, &lo, &dir);
     drop_page_cache();
     assert_files_intact(&hashes);
