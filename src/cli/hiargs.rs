@@ -58,6 +58,7 @@ fn lower(a: &RewriteArgs, mode: Mode) -> RewriteOptions {
         trim_rate: a.trim_rate,
         only_slow: a.only_slow,
         from_scan: a.from_scan.clone(),
+        older_than: a.older_than,
         scan_regions: a.scan_regions,
         slow_threshold: a.slow_threshold,
         bench: a.bench,
@@ -73,6 +74,9 @@ fn refuse_for_mode(o: &RewriteOptions) -> Result<()> {
     match o.mode {
         Mode::Files if o.from_scan.is_some() || o.include_free || o.trim_rate.is_some() => Err(Error::Usage(
             "file mode does not take --from-scan, --include-free or --trim-rate (they are about a device's regions and the FITRIM after a device run)".into(),
+        )),
+        Mode::Device if o.older_than.is_some() => Err(Error::Usage(
+            "--older-than chooses files by their age: give files or directories on mounted ext4/xfs (a block device has no file ages; --only-slow chooses a device's slow regions)".into(),
         )),
         _ => Ok(()),
     }
@@ -106,6 +110,12 @@ mod tests {
     fn modes_refuse_the_flags_they_do_not_take() {
         let e = rewrite_options(&args(&["--include-free", "/etc/hostname"])).unwrap_err().to_string();
         assert!(e.contains("file mode does not take"), "{e}");
+        let e = rewrite_options(&args(&["--older-than", "90d", "/dev/null"])).unwrap_err().to_string();
+        assert!(e.contains("--older-than chooses files"), "{e}");
+        let o = rewrite_options(&args(&["--older-than", "6months", "--only-slow", "/etc/hostname"])).unwrap();
+        assert_eq!(o.older_than.map(|d| d.as_secs() / 86_400), Some(182), "humantime's month is 30.44 days");
+        let e = crate::cli::Cli::try_parse_from(["reseq", "rewrite", "--older-than", "old", "x"]).unwrap_err();
+        assert!(e.to_string().contains("'--older-than <DURATION>'"), "{e}");
         assert!(matches!(rewrite(&args(&["sim:x"])).unwrap(), Rewrite::Sim(..)));
         assert!(matches!(rewrite(&args(&["/dev/sim:x"])).unwrap(), Rewrite::Run(_)));
         let e = crate::cli::Cli::try_parse_from(["reseq", "rewrite", "--chunk-size", "2G", "x"]).unwrap_err();

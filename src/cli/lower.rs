@@ -6,7 +6,9 @@ use crate::cli::{
     BenchArgs, BenchOpts, EstimateArgs, ReadArgs, RestoreArgs, RewriteArgs, ScanArgs, SimCommand, SimRangeArgs,
     SimulateArgs,
 };
-use crate::options::bench::{BenchCommand, BenchOptions, EstimateOptions, ReadOptions, ScanOptions, TrimImpactOptions};
+use crate::options::bench::{
+    BenchCommand, BenchOptions, EstimateOptions, FileSort, ReadOptions, ScanOptions, TrimImpactOptions,
+};
 use crate::options::restore::RestoreOptions;
 use crate::options::sim::{Override, SimRange, SimRewrite, SimStep, SimulateOptions, SlowScan};
 use crate::support::error::{Error, Result};
@@ -52,7 +54,16 @@ pub(crate) fn bench(a: &BenchArgs) -> BenchCommand {
 
 /// `reseq scan`.
 pub(crate) fn scan(a: &ScanArgs) -> ScanOptions {
-    ScanOptions { read: read_options(&a.read), regions: a.regions, threshold: a.threshold }
+    let sort = match a.sort {
+        crate::cli::FileOrder::Age => FileSort::Age,
+        crate::cli::FileOrder::Throughput => FileSort::Throughput,
+    };
+    ScanOptions {
+        read: read_options(&a.read),
+        regions: a.regions,
+        threshold: a.threshold,
+        by_file: a.by_file.then_some(sort),
+    }
 }
 
 /// `reseq estimate`.
@@ -148,7 +159,7 @@ pub(crate) fn sim_step(c: &SimCommand) -> Result<SimStep> {
 /// `reseq rewrite sim:STATE`: the whole simulated device, with the options that apply to
 /// it (chunk size, verification, --only-slow, --bench); device-only options are refused.
 pub(crate) fn sim_rewrite(a: &RewriteArgs, state: std::path::PathBuf) -> Result<(SimRewrite, Option<BenchOptions>)> {
-    if a.from_scan.is_some() || a.resume || a.dry_run {
+    if a.from_scan.is_some() || a.resume || a.dry_run || a.older_than.is_some() {
         return Err(Error::Usage(
             "on a simulated SSD, rewrite takes --chunk-size, --no-verify, --only-slow and --bench".into(),
         ));

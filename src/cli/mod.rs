@@ -163,7 +163,9 @@ pub(crate) enum Command {
     /// Is it worth it? Reads a sample of the target (on a device with mounted ext4/xfs,
     /// of the ranges in use) spread over it, in seconds rather than a full pass, and
     /// predicts how much faster a sequential read would be if every region read like the
-    /// fastest ones. Says plainly when the drive looks flat. Writes nothing.
+    /// fastest ones. Says plainly when the drive looks flat. Writes nothing. For a
+    /// directory: its files by age band (as scan --by-file), sampled, and how much of it
+    /// is cold and slow, with a full read predicted now and refreshed.
     Estimate(EstimateArgs),
     /// Re-render a report saved with --json.
     Report(ReportArgs),
@@ -444,9 +446,16 @@ pub(crate) struct RewriteArgs {
     #[arg(long, value_name = "SIZE", conflicts_with = "no_trim")]
     pub(crate) trim_rate: Option<Rate>,
     /// Rewrite only the regions that read slowly: scan the device first (reads only,
-    /// with the --bench-* block size and queue depth) and rewrite the flagged regions.
+    /// with the --bench-* block size and queue depth) and rewrite the flagged regions. In
+    /// file mode: read each file (as `scan --by-file`) and rewrite the files flagged slow
+    /// against the youngest files.
     #[arg(long)]
     pub(crate) only_slow: bool,
+    /// File mode: rewrite only the files whose data is older than this (the newest of
+    /// mtime and ctime), e.g. 90d, 6months. With --only-slow, only files both old and slow.
+    /// A file-mode rewrite keeps mtime and ctime, so a later run picks the same files again.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) older_than: Option<Duration>,
     /// Like --only-slow, with the slow regions of a scan saved earlier (reseq scan --json).
     #[arg(long, value_name = "SCAN.json", conflicts_with = "only_slow")]
     pub(crate) from_scan: Option<PathBuf>,
@@ -597,11 +606,31 @@ pub(crate) struct ScanArgs {
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
     pub(crate) regions: usize,
     /// A region is flagged slow below this fraction of the median of the fastest quarter
-    /// of the regions.
+    /// of the regions (with --by-file: a file, below this fraction of the youngest files,
+    /// or of the fastest quarter when fewer than 3 reads are younger than a week).
     #[arg(long, default_value_t = 0.7, value_name = "FRACTION", value_parser = fraction, allow_negative_numbers = true)]
     pub(crate) threshold: f64,
+    /// Files and directories of files: read each file once (O_DIRECT) and relate its
+    /// throughput to its age (the newest of mtime and ctime), by age band (< 1 week,
+    /// < 1 month, < 6 months, older). Files under 4 read blocks are timed together with
+    /// the other small files of their band. Flags the files that read slowly: the cold
+    /// data `rewrite --only-slow` refreshes.
+    #[arg(long, conflicts_with_all = ["offset", "length", "include_free", "regions"])]
+    pub(crate) by_file: bool,
+    /// --by-file: list the files oldest first (age) or slowest first (throughput).
+    #[arg(long, value_enum, default_value = "age", value_name = "ORDER", requires = "by_file")]
+    pub(crate) sort: FileOrder,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
+}
+
+/// `scan --by-file --sort`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum FileOrder {
+    /// Oldest first.
+    Age,
+    /// Slowest first.
+    Throughput,
 }
 
 #[derive(Debug, Args)]

@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::time::Instant;
 
-use crate::measure::bench;
 use crate::measure::readbench::{ReadParams, Target, resolve_params};
+use crate::measure::{bench, byfile};
 use crate::options::bench::{BenchCommand, EstimateOptions, ReadOptions, ScanOptions};
 use crate::report::Report;
 use crate::support::error::Result;
@@ -49,6 +49,11 @@ pub(crate) fn run_bench(o: &BenchCommand) -> (Report, Result<()>) {
 /// `reseq scan`.
 pub(crate) fn run_scan(o: &ScanOptions) -> (Report, Result<()>) {
     reported("scan", &o.read.target, |report| {
+        if let Some(sort) = o.by_file {
+            let r = &o.read;
+            report.scan_files = Some(byfile::scan(&r.target, r.block_size, r.queue_depth, o.threshold, sort)?);
+            return Ok(());
+        }
         let (target, params) = open_read(&o.read)?;
         report.scan = Some(bench::scan(&target, &params, o.regions, o.threshold)?);
         Ok(())
@@ -58,6 +63,12 @@ pub(crate) fn run_scan(o: &ScanOptions) -> (Report, Result<()>) {
 /// `reseq estimate`.
 pub(crate) fn run_estimate(o: &EstimateOptions) -> (Report, Result<()>) {
     reported("estimate", &o.target, |report| {
+        // A directory: its files by age band (cold data), sampled.
+        if std::fs::metadata(&o.target).is_ok_and(|m| m.is_dir()) {
+            let e = crate::measure::cold_estimate::estimate(&o.target, 1 << 20, o.sample, o.regions)?;
+            report.estimate_files = Some(e);
+            return Ok(());
+        }
         let (target, _) = Target::open_in_use(&o.target, None)?;
         let block = (1u64 << 20).max(target.offset_align());
         let e = bench::estimate(&target, block, o.sample, o.regions)?;

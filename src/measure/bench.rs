@@ -131,8 +131,7 @@ pub(crate) fn median(v: &[f64]) -> f64 {
 pub(crate) fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Duration) -> Result<BenchResult> {
     let (block, qd) = (params.block_size_bytes, params.queue_depth);
     let mut cache = crate::measure::readbench::cache_check(target, block, qd)?;
-    let psi_start = (psi_total("cpu"), psi_total("io"), std::time::Instant::now());
-    let served_start = served_stats(target);
+    let watch = Watch::start(target);
     let mut out = Vec::new();
     for i in 0..passes.max(1) {
         stopped()?;
@@ -152,7 +151,7 @@ pub(crate) fn bench(target: &Target, params: &ReadParams, passes: usize, settle_
     }
     let rates: Vec<f64> = out.iter().map(|p| p.bytes_per_second).collect();
     let pass_seconds: f64 = out.iter().map(|p| p.seconds).sum();
-    let host_pressure = host_pressure_since(psi_start, target);
+    let host_pressure = watch.host_pressure(target);
     Ok(BenchResult {
         target: target.describe(),
         virtual_time: target.is_virtual(),
@@ -164,13 +163,37 @@ pub(crate) fn bench(target: &Target, params: &ReadParams, passes: usize, settle_
         passes: out,
         cache,
         host_pressure,
-        emulated: served_start.zip(served_stats(target)).map(|(a, b)| EmulatedDrive {
+        emulated: watch.emulated(target, pass_seconds),
+    })
+}
+
+/// What a measurement watches while it reads, besides the device: the host's pressure
+/// and an emulated drive's late replies (`bench`, and `scan --by-file` per file).
+pub(crate) struct Watch {
+    psi: (Option<u64>, Option<u64>, std::time::Instant),
+    served: Option<crate::sim::serve::ServedStats>,
+}
+
+impl Watch {
+    pub(crate) fn start(target: &Target) -> Watch {
+        Watch { psi: (psi_total("cpu"), psi_total("io"), std::time::Instant::now()), served: served_stats(target) }
+    }
+
+    /// The host's pressure since the start; None on a simulated SSD or without PSI.
+    pub(crate) fn host_pressure(&self, target: &Target) -> Option<HostPressure> {
+        host_pressure_since(self.psi, target)
+    }
+
+    /// The emulated drive's replies since the start, over `read_seconds` of reads.
+    pub(crate) fn emulated(&self, target: &Target, read_seconds: f64) -> Option<EmulatedDrive> {
+        let (a, b) = (self.served.as_ref()?, served_stats(target)?);
+        Some(EmulatedDrive {
             replies: b.replies.saturating_sub(a.replies),
             late_replies: b.late_replies.saturating_sub(a.late_replies),
-            late_share: (b.late_seconds - a.late_seconds).max(0.0) / pass_seconds.max(f64::MIN_POSITIVE),
+            late_share: (b.late_seconds - a.late_seconds).max(0.0) / read_seconds.max(f64::MIN_POSITIVE),
             time_scale: b.time_scale,
-        }),
-    })
+        })
+    }
 }
 
 /// Up to `max` more passes of the benchmark `after` took, each after a pause as long as
@@ -193,7 +216,7 @@ pub(crate) fn more_passes(target: &Target, after: &BenchResult, max: usize, budg
 }
 
 /// `Err(Stopped)` once a stop signal came (where a command installed the handlers).
-fn stopped() -> Result<()> {
+pub(crate) fn stopped() -> Result<()> {
     match crate::support::signals::StopFlag::stop_asked() {
         Some(sig) => Err(crate::support::error::Error::Stopped { signal: sig.into(), what: "the benchmark".into() }),
         None => Ok(()),

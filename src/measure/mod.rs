@@ -3,6 +3,8 @@
 //! (`passes`), and the cost of a trim (`trim_impact`).
 
 pub(crate) mod bench;
+pub(crate) mod byfile;
+pub(crate) mod cold_estimate;
 pub(crate) mod passes;
 pub(crate) mod probe;
 pub(crate) mod readbench;

@@ -83,8 +83,19 @@ pub(crate) struct ScanOptions {
     pub(crate) read: ReadOptions,
     /// Regions to time (1 to 100 000).
     pub(crate) regions: usize,
-    /// A region is slow below this fraction, in (0, 1].
+    /// A region (or file) is slow below this fraction, in (0, 1].
     pub(crate) threshold: f64,
+    /// `--by-file`: one read per file, listed in this order (None: by region).
+    pub(crate) by_file: Option<FileSort>,
+}
+
+/// How `scan --by-file` lists the files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FileSort {
+    /// Oldest first.
+    Age,
+    /// Slowest first.
+    Throughput,
 }
 
 /// `reseq estimate`.

@@ -41,6 +41,9 @@ pub(crate) struct RunOptions {
     pub(crate) trim_rate: Option<Rate>,
     pub(crate) only_slow: bool,
     pub(crate) from_scan: Option<PathBuf>,
+    /// `--older-than` (file mode; absent from runs recorded before it existed).
+    #[serde(default, with = "units::opt_duration_as_text")]
+    pub(crate) older_than: Option<Duration>,
     pub(crate) scan_regions: usize,
     pub(crate) slow_threshold: f64,
     pub(crate) exclude: Vec<String>,
@@ -158,6 +161,7 @@ impl RunOptions {
             trim_rate: o.trim_rate,
             only_slow: o.only_slow,
             from_scan: o.from_scan.clone(),
+            older_than: o.older_than,
             scan_regions: o.scan_regions,
             slow_threshold: o.slow_threshold,
             exclude: o.exclude.clone(),
@@ -183,6 +187,7 @@ impl RunOptions {
         opt("--trim-rate", self.trim_rate.map(|r| r.to_string()));
         opt("--only-slow", self.only_slow.then(String::new));
         opt("--from-scan", self.from_scan.as_ref().map(|p| p.display().to_string()));
+        opt("--older-than", self.older_than.map(format_duration));
         opt("--scan-regions", given(self.scan_regions, defaults::DEFAULT_SCAN_REGIONS).map(|v| v.to_string()));
         opt("--slow-threshold", given(self.slow_threshold, defaults::DEFAULT_SLOW_THRESHOLD).map(|v| v.to_string()));
         for e in &self.exclude {
@@ -212,6 +217,7 @@ impl RunOptions {
         out.only_slow = m.keep("--only-slow", flag(o.only_slow), flag(self.only_slow)).is_some();
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
         out.from_scan = m.keep("--from-scan", path(&o.from_scan), path(&self.from_scan)).map(PathBuf::from);
+        out.older_than = m.keep("--older-than", o.older_than.map(Dur), self.older_than.map(Dur)).map(|d| d.0);
         out.scan_regions = m
             .keep("--scan-regions", o.given_value("scan_regions", o.scan_regions), Some(self.scan_regions))
             .unwrap_or(defaults::DEFAULT_SCAN_REGIONS);

@@ -84,6 +84,8 @@ pub(crate) struct RewriteOptions {
     pub(crate) trim_rate: Option<Rate>,
     pub(crate) only_slow: bool,
     pub(crate) from_scan: Option<PathBuf>,
+    /// File mode: only files whose newest of mtime and ctime is older than this.
+    pub(crate) older_than: Option<Duration>,
     pub(crate) scan_regions: usize,
     pub(crate) slow_threshold: f64,
     pub(crate) bench: bool,
@@ -118,6 +120,7 @@ impl Default for RewriteOptions {
             trim_rate: None,
             only_slow: false,
             from_scan: None,
+            older_than: None,
             scan_regions: DEFAULT_SCAN_REGIONS,
             slow_threshold: DEFAULT_SLOW_THRESHOLD,
             bench: false,

@@ -50,6 +50,13 @@ pub struct Report {
     pub(crate) bench: Option<BenchResult>,
     /// `reseq scan`: throughput by region.
     pub(crate) scan: Option<ScanResult>,
+    /// `reseq scan --by-file`: throughput by file and age band.
+    #[serde(default)]
+    pub(crate) scan_files: Option<crate::measure::byfile::FileScan>,
+    /// `reseq estimate DIR`: cold and slow data by age band, and a full read predicted
+    /// now and refreshed.
+    #[serde(default)]
+    pub(crate) estimate_files: Option<crate::measure::cold_estimate::ColdEstimate>,
     /// `reseq estimate`: a sample and its prediction.
     #[serde(default)]
     pub(crate) estimate: Option<crate::measure::bench::Estimate>,
@@ -67,6 +74,9 @@ pub struct Report {
     pub(crate) trim_impact: Option<crate::measure::trim_impact::TrimImpact>,
     /// `rewrite --only-slow`: the regions chosen and left alone.
     pub(crate) selection: Option<Selection>,
+    /// File mode with `--only-slow` or `--older-than`: which files were chosen, and why.
+    #[serde(default)]
+    pub(crate) file_selection: Option<FileSelection>,
     /// File mode: what was done to each file.
     pub(crate) files: Option<Vec<FileReport>>,
     /// Every freeze's limits, when the run froze anything.
@@ -120,6 +130,29 @@ pub(crate) struct FileReport {
     /// Finished by the interrupted run this one resumed: not rewritten again.
     #[serde(default)]
     pub(crate) done_earlier: bool,
+    /// `--only-slow`/`--older-than`: why the file was chosen (null: not chosen, or
+    /// every file was).
+    #[serde(default)]
+    pub(crate) chosen_because: Option<String>,
+}
+
+/// File mode's selection by `--only-slow` (a per-file scan) and `--older-than`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub(crate) struct FileSelection {
+    /// The rule and its outcome, in words.
+    pub(crate) rule: String,
+    pub(crate) only_slow: bool,
+    pub(crate) older_than_seconds: Option<f64>,
+    pub(crate) files_chosen: usize,
+    pub(crate) files_all: usize,
+    pub(crate) bytes_chosen: u64,
+    /// Bytes of all the files given: `bytes_chosen / bytes_all` is the share of a full
+    /// rewrite.
+    pub(crate) bytes_all: u64,
+    /// Why a re-run with `--older-than` chooses the same files again.
+    pub(crate) ages_after_rewrite: String,
+    /// `--only-slow`: the per-file scan the choice was made on (as `scan --by-file`).
+    pub(crate) scan: Option<crate::measure::byfile::FileScan>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -227,6 +260,9 @@ impl Report {
             space: None,
             trim_impact: None,
             selection: None,
+            scan_files: None,
+            estimate_files: None,
+            file_selection: None,
             files: None,
             freeze_bound: None,
             warnings: Vec::new(),
@@ -314,6 +350,13 @@ impl Report {
             "rewrite" if written == 0 && self.selection.is_some() => {
                 "success: nothing read slowly, so nothing was rewritten".into()
             }
+            "rewrite" if self.file_selection.as_ref().is_some_and(|s| s.files_chosen == 0) => {
+                "success: no file was chosen, so nothing was rewritten".into()
+            }
+            "rewrite" if self.file_selection.is_some() => match verified {
+                true => "success: the chosen files were rewritten and verified".into(),
+                false => "success: the chosen files were rewritten (verification off)".into(),
+            },
             "rewrite" if !verified => "success: everything was rewritten (verification off)".into(),
             "rewrite" => self.outcome.status.describe().into(),
             "bench" if self.trim_impact.is_some() => {

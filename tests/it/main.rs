@@ -16,6 +16,7 @@ mod aliases;
 mod architecture;
 mod bench_reports;
 mod cgroup_strike;
+mod cold_data;
 mod crash_and_resume;
 mod deb;
 mod demo;

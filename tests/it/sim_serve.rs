@@ -29,7 +29,7 @@ const SCALE: f64 = 6.0;
 
 /// A running `reseq sim serve`; stopped (SIGTERM, then unmount and SIGKILL) on drop, so
 /// drop the loop device and mounts on it first.
-struct Server {
+pub(crate) struct Server {
     child: Option<Child>,
     dir: PathBuf,
     out: PathBuf,
@@ -37,7 +37,7 @@ struct Server {
 }
 
 impl Server {
-    fn start(env: &TestEnv, state: &Path, scale: f64) -> Server {
+    pub(crate) fn start(env: &TestEnv, state: &Path, scale: f64) -> Server {
         let dir = env.path("served");
         std::fs::create_dir_all(&dir).unwrap();
         let (out, err) = (env.path("serve.out"), env.path("serve.err"));
@@ -65,7 +65,7 @@ impl Server {
         s
     }
 
-    fn disk(&self) -> PathBuf {
+    pub(crate) fn disk(&self) -> PathBuf {
         self.dir.join("disk")
     }
 
@@ -74,7 +74,7 @@ impl Server {
     }
 
     /// SIGTERM; the server unmounts, saves and prints its summary. Returns it.
-    fn stop(mut self) -> serde_json::Value {
+    pub(crate) fn stop(mut self) -> serde_json::Value {
         let mut child = self.child.take().unwrap();
         signal(child.id() as i32, nix::sys::signal::Signal::SIGTERM);
         let status = wait_for(&mut child, Duration::from_secs(30)).expect("sim serve stops on SIGTERM");
@@ -118,14 +118,14 @@ fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStat
     }
 }
 
-fn sim(env: &TestEnv, args: &[&str]) -> serde_json::Value {
+pub(crate) fn sim(env: &TestEnv, args: &[&str]) -> serde_json::Value {
     let out = output(env.reseq().arg("sim").args(args));
     assert_eq!(out.status.code(), Some(0));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Writes `len` deterministic random bytes to a new file, sequentially, then fsyncs.
-fn write_file(path: &Path, len: u64, seed: u64) {
+pub(crate) fn write_file(path: &Path, len: u64, seed: u64) {
     let f = File::create(path).unwrap();
     let mut rng = XorShift::new(seed);
     let mut buf = vec![0u8; MIB as usize];
@@ -137,7 +137,7 @@ fn write_file(path: &Path, len: u64, seed: u64) {
 }
 
 /// `bytes` of random 4 KiB overwrites in place, through the filesystem, fsync every 256.
-fn degrade(path: &Path, bytes: u64, seed: u64) {
+pub(crate) fn degrade(path: &Path, bytes: u64, seed: u64) {
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     let pages = f.metadata().unwrap().len() / 4096;
     let mut rng = XorShift::new(seed);

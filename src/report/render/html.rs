@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::svg::{Series, pass_chart, region_chart};
+use super::svg::{Series, age_chart, pass_chart, region_chart};
 use super::{esc, plain, trim_summary};
 use crate::measure::bench::{BenchResult, ScanResult, with_passes};
 use crate::report::Report;
@@ -149,6 +149,15 @@ fn plan_rows(r: &Report) -> Vec<Row> {
 /// What each benchmark read.
 fn measurement_rows(r: &Report) -> Vec<Row> {
     let mut rows = Vec::new();
+    if let Some(sc) = &r.scan_files {
+        rows.push(("scan by file", super::cold::file_scan_row(sc)));
+    }
+    if let Some(e) = &r.estimate_files {
+        rows.push(("estimate by file age", e.advice.clone()));
+    }
+    if let Some(sel) = &r.file_selection {
+        rows.push(("selection", format!("{}; {}", sel.rule, sel.ages_after_rewrite)));
+    }
     for (k, b) in [("measured", &r.bench), ("measured before", &r.bench_before), ("measured after", &r.bench_after)] {
         if let Some(b) = b {
             let cache = b.cache.as_ref().map(|c| format!("; cache check: {}", c.finding)).unwrap_or_default();
@@ -192,6 +201,10 @@ fn charts(r: &Report) -> String {
     if !scans.is_empty() {
         s += "<h2>Read throughput by region</h2><p>Each region is read once, in one short read after another: a region can read faster than a whole pass (below), whose figure is the one the verdict compares. Compare regions with each other, before with after.</p>";
         s += &region_chart(&scans);
+    }
+    if let Some(sc) = r.scan_files.as_ref().or(r.file_selection.as_ref().and_then(|f| f.scan.as_ref())) {
+        s += "<h2>Read throughput by file age</h2><p>Each file is read once; data left unwritten for months reads slowly on many TLC/QLC drives, and rewriting it restores the speed.</p>";
+        s += &age_chart(sc);
     }
     // A close verdict was decided on more after-passes: they are shown with the first.
     let look = r.verdict.as_ref().and_then(|v| v.closer_look.as_ref());

@@ -74,6 +74,15 @@ fn measurement_rows(r: &Report) -> Vec<Row> {
             rows.push(("verdict rule", v.criteria.clone()));
         }
     }
+    if let Some(sc) = &r.scan_files {
+        rows.push(("scan by file", super::cold::file_scan_row(sc)));
+    }
+    if let Some(e) = &r.estimate_files {
+        rows.push(("estimate by file age", e.advice.clone()));
+    }
+    if let Some(sel) = &r.file_selection {
+        rows.push(("selection", format!("{}; {}", sel.rule, sel.ages_after_rewrite)));
+    }
     if let Some(sc) = &r.scan {
         let slow = format!("below {:.0} % of {}", sc.threshold * 100.0, human_rate(sc.reference_bytes_per_second));
         rows.push(("scan", format!("{} regions, {} slow ({slow})", sc.regions.len(), sc.slow_regions)));

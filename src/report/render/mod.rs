@@ -4,6 +4,7 @@
 //! node_exporter ([`prometheus`]). Renderers read the report; the report knows none of
 //! them.
 
+mod cold;
 mod html;
 mod markdown;
 mod plain;

@@ -21,7 +21,7 @@ pub(crate) fn prometheus(r: &Report) -> String {
     let label =
         format!("{{command=\"{}\",target=\"{}\"}}", r.command, target.replace('\\', "\\\\").replace('"', "\\\""));
     let mut s = String::new();
-    for (name, help, v) in [run_metrics(r), read_metrics(r), trim_metrics(r)].into_iter().flatten() {
+    for (name, help, v) in [run_metrics(r), read_metrics(r), cold_metrics(r), trim_metrics(r)].into_iter().flatten() {
         if let Some(v) = v {
             let _ = writeln!(s, "# HELP reseq_{name} {help}\n# TYPE reseq_{name} gauge\nreseq_{name}{label} {v}");
         }
@@ -92,6 +92,28 @@ fn read_metrics(r: &Report) -> Vec<Metric> {
             "last_run_bench_unreliable",
             "1 when a cache below the device made the benchmark unreliable (rewrite --bench).",
             r.verdict.as_ref().map(|v| f64::from(u8::from(v.verdict == "unreliable"))),
+        ),
+    ]
+}
+
+/// Cold data: what a per-file scan or estimate found slow, what a rewrite chose.
+fn cold_metrics(r: &Report) -> Vec<Metric> {
+    let scan = r.scan_files.as_ref().or(r.file_selection.as_ref().and_then(|s| s.scan.as_ref()));
+    vec![
+        (
+            "cold_slow_bytes",
+            "Bytes of files read slowly for their age (scan --by-file, rewrite --only-slow) or in slow age bands (estimate DIR).",
+            scan.map(|s| s.slow_bytes as f64).or(r.estimate_files.as_ref().map(|e| e.cold_slow_bytes as f64)),
+        ),
+        (
+            "cold_predicted_speedup",
+            "A full read of the files refreshed against now (estimate DIR).",
+            r.estimate_files.as_ref().map(|e| e.predicted_speedup),
+        ),
+        (
+            "last_run_files_chosen_bytes",
+            "Bytes of the files rewrite --only-slow/--older-than chose.",
+            r.file_selection.as_ref().map(|s| s.bytes_chosen as f64),
         ),
     ]
 }

@@ -1,7 +1,9 @@
-//! The SVG charts of the HTML page: throughput by region, and each pass's throughput.
+//! The SVG charts of the HTML page: throughput by region, by file age, and each pass's
+//! throughput.
 
 use super::esc;
 use crate::measure::bench::{BenchResult, ScanResult};
+use crate::measure::byfile::FileScan;
 use crate::support::units::{human_bytes, human_rate};
 
 /// A chart's series: label, colour, data.
@@ -175,6 +177,77 @@ fn round_rate(v: f64) -> String {
 fn trim_zeros(x: f64) -> String {
     let t = format!("{x:.2}");
     t.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Ages marked on the scatter's x axis, with their labels; the bands' bounds among them.
+const AGE_TICKS: [(f64, &str); 7] = [
+    (3600.0, "1 h"),
+    (86_400.0, "1 day"),
+    (7.0 * 86_400.0, "1 week"),
+    (30.0 * 86_400.0, "1 month"),
+    (182.0 * 86_400.0, "6 months"),
+    (365.0 * 86_400.0, "1 year"),
+    (3.0 * 365.0 * 86_400.0, "3 years"),
+];
+
+/// An SVG scatter of each file's throughput against its age (log scale, from an hour
+/// to the oldest file), slow files in red, the slow line dashed, band bounds marked.
+pub(crate) fn age_chart(sc: &FileScan) -> String {
+    let top = sc.files.iter().map(|f| f.bytes_per_second).fold(sc.reference_bytes_per_second, f64::max).max(1.0);
+    let step = nice_step(top / 4.0);
+    let max = (top * 1.05 / step).ceil().max(1.0) * step;
+    let f = Frame { w: 880.0, h: 340.0, pad: 50.0, left: 90.0, max, step, n: 2 };
+    let oldest = sc.files.iter().map(|f| f.age_seconds).fold(30.0 * 86_400.0, f64::max) * 1.5;
+    let (lo, hi) = (3600f64.ln(), oldest.ln());
+    let x = |age: f64| f.left + (f.w - f.left - f.pad) * ((age.max(3600.0).ln() - lo) / (hi - lo)).clamp(0.0, 1.0);
+    let mut s = format!(
+        r##"<svg id="ages" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img"><title>Read throughput by file age</title>"##,
+        w = f.w,
+        h = f.h
+    );
+    s += &y_axis(&f);
+    for (age, label) in AGE_TICKS.iter().filter(|(a, _)| *a <= oldest) {
+        s += &format!(
+            r##"<line x1="{x:.1}" x2="{x:.1}" y1="{}" y2="{}" stroke="#d0d0d8" stroke-dasharray="2 3"/><text x="{x:.1}" y="{}" font-size="11" text-anchor="middle" fill="#555">{label}</text>"##,
+            f.pad,
+            f.h - f.pad,
+            f.h - f.pad + 16.0,
+            x = x(*age)
+        );
+    }
+    let limit = sc.threshold * sc.reference_bytes_per_second;
+    s += &format!(
+        r##"<line x1="{}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#d62728" stroke-dasharray="6 4"/>"##,
+        f.left,
+        f.w - f.pad,
+        y = f.y(limit)
+    );
+    for file in &sc.files {
+        let color = if file.slow { "#d62728" } else { "#1f77b4" };
+        s += &format!(
+            r##"<circle cx="{:.1}" cy="{:.1}" r="{}" fill="{color}" fill-opacity="0.7"><title>{}: {} ({})</title></circle>"##,
+            x(file.age_seconds),
+            f.y(file.bytes_per_second),
+            if file.timed_alone { 4 } else { 2 },
+            esc(&file.path),
+            esc(&human_rate(file.bytes_per_second)),
+            esc(&human_bytes(file.size_bytes))
+        );
+    }
+    s += &format!(
+        r##"<circle cx="{}" cy="16" r="4" fill="#d62728"/><text x="{}" y="20" font-size="12">slow file: below {:.0} % of {} ({}), the dashed line</text>"##,
+        f.left + 4.0,
+        f.left + 12.0,
+        sc.threshold * 100.0,
+        esc(&human_rate(sc.reference_bytes_per_second)),
+        esc(&sc.reference)
+    );
+    s += &format!(
+        r##"<text x="{}" y="{}" font-size="11" text-anchor="middle" fill="#555">file age (newest of mtime and ctime), log scale; small dots: small files timed with their band</text></svg>"##,
+        f.w / 2.0,
+        f.h - 10.0
+    );
+    s
 }
 
 /// An SVG bar chart of each pass's throughput.

@@ -108,14 +108,26 @@ fn measurements(r: &Report) -> String {
             sel.threshold * 100.0
         );
     }
+    if let Some(sel) = &r.file_selection {
+        s += &format!("  {}\n  note: {}\n", sel.rule, sel.ages_after_rewrite);
+        if let Some(why) = sel.scan.as_ref().and_then(|sc| sc.unreliable_because.as_ref()) {
+            s += &format!("  UNRELIABLE scan: {why}\n");
+        }
+    }
     if let Some(b) = &r.bench {
         s += &bench_line("read", b);
     }
     if let Some(sc) = &r.scan {
         s += &scan_text("scan", sc);
     }
+    if let Some(sc) = &r.scan_files {
+        s += &super::cold::file_scan_text(sc);
+    }
     if let Some(e) = &r.estimate {
         s += &estimate_text(e);
+    }
+    if let Some(e) = &r.estimate_files {
+        s += &super::cold::cold_estimate_text(e);
     }
     if let Some(t) = &r.trim_impact {
         s += &t.text();
@@ -191,7 +203,7 @@ fn file_counts(files: &[FileReport]) -> String {
         (count(&|f| !has_problem(f) && f.left_alone.is_none() && !f.done_earlier), "rewritten"),
         (count(&|f| f.done_earlier), "done by the interrupted run"),
         (count(&|f| f.left_alone.is_some() && f.size_bytes == 0), "empty (nothing to rewrite)"),
-        (count(&|f| f.left_alone.is_some() && f.size_bytes > 0), "left alone (read fast enough)"),
+        (count(&|f| f.left_alone.is_some() && f.size_bytes > 0), "left alone (not chosen)"),
         (count(&|f| f.skipped_reason.is_some()), "skipped"),
         (count(&|f| has_problem(f) && f.skipped_reason.is_none()), "unfinished"),
     ];
@@ -221,6 +233,9 @@ fn file_line(f: &FileReport) -> String {
     }
     if let Some(why) = &f.left_alone {
         line += &format!(", left alone: {why}");
+    }
+    if let Some(why) = &f.chosen_because {
+        line += &format!(", chosen: {why}");
     }
     if f.done_earlier {
         line += ", done by the interrupted run this one resumed";

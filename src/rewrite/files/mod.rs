@@ -35,6 +35,8 @@ use crate::sys;
 
 mod planner;
 pub mod record;
+mod refreshed;
+mod select;
 
 use planner::{FileTarget, FilesPlanner, Map, Member};
 
@@ -296,14 +298,12 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
     let placement = checks::guardian_can_leave(o.accept_cgroup_risk)?;
     report.guardian = Some(placement.describe());
     report.warnings.extend(hot_files(&planned).into_iter().inspect(|w| log::warn!("{w}")));
+    let (paths, choice, left_alone) = choose(o, &planned, report)?;
     if o.dry_run {
-        let (text, detail) = describe(o, &groups, &planned, &placement, &report.warnings);
+        let (text, detail) = describe(o, (&groups, &planned, choice.as_ref()), &placement, report);
         (report.plan_text, report.plan_detail) = (Some(text), Some(detail));
         return Ok(());
     }
-    // --only-slow: time each file's sequential read and leave the fast ones alone.
-    let left_alone =
-        if o.only_slow { slow_files(o, &planned).map_err(crate::rewrite::before_writing)? } else { HashMap::new() };
     // --bench: the files to rewrite, read before and after.
     let measured: Vec<&Path> =
         (0..planned.len()).filter(|fi| !left_alone.contains_key(fi)).map(|fi| planned[fi].path.as_path()).collect();
@@ -337,7 +337,45 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
     };
     let outcome = run.groups(&groups, unfinished);
     run.progress.close();
-    run.finish(outcome?, &measured, report)
+    let result = run.finish(outcome?, &measured, report);
+    chosen_files_done(o, report, &paths, choice.as_ref());
+    result
+}
+
+/// After a run that chose files: each chosen file's report says why, and a run that
+/// chose by age records what it refreshed (other runs leave the state directory as they
+/// found it).
+fn chosen_files_done(o: &RewriteOptions, report: &mut Report, paths: &[PathBuf], choice: Option<&select::Choice>) {
+    if o.older_than.is_some() {
+        refreshed::remember(&o.state_dir, report.files.as_deref().unwrap_or_default());
+    }
+    if let Some(c) = choice {
+        say_why(report, paths, c);
+    }
+}
+
+/// The run's paths, the choice (None: every file), and the files left alone.
+type Chosen = (Vec<PathBuf>, Option<select::Choice>, HashMap<usize, String>);
+
+/// `--only-slow`, `--older-than`: the files to rewrite, chosen before the plan is shown;
+/// the run's paths, the choice, and the files left alone.
+fn choose(o: &RewriteOptions, planned: &[Planned], report: &mut Report) -> Result<Chosen> {
+    let paths: Vec<PathBuf> = planned.iter().map(|p| p.path.clone()).collect();
+    let choice = select::choose(o, &paths).map_err(crate::rewrite::before_writing)?;
+    report.file_selection = choice.as_ref().map(|c| c.summary.clone());
+    let left_alone = choice.as_ref().map(|c| c.left_alone.clone()).unwrap_or_default();
+    Ok((paths, choice, left_alone))
+}
+
+/// Each chosen file's report says why it was chosen, and how fast it read if it was read.
+fn say_why(report: &mut Report, paths: &[PathBuf], c: &select::Choice) {
+    let why: HashMap<String, &String> = c.chosen.iter().map(|(i, w)| (paths[*i].display().to_string(), w)).collect();
+    let read = c.summary.scan.iter().flat_map(|s| s.files.iter()).map(|f| (f.path.clone(), f.bytes_per_second));
+    let read: HashMap<String, f64> = read.collect();
+    for f in report.files.iter_mut().flatten() {
+        f.chosen_because = why.get(&f.path).map(|w| (*w).clone());
+        f.read_bytes_per_second = read.get(&f.path).copied();
+    }
 }
 
 /// The run's record, written before the first window (killed in it, the next run knows
@@ -720,38 +758,8 @@ fn member_report(m: &Member, start: u64, done: bool, verify: bool) -> FileReport
         }
         .into(),
         done_earlier: false,
+        chosen_because: None,
     }
-}
-
-/// For `--only-slow`: each file's sequential read (O_DIRECT, 1 MiB, QD1, one pass); the
-/// files below `--slow-threshold` x the median of the fastest quarter are rewritten, the
-/// others returned here with the reason they are left alone.
-fn slow_files(o: &RewriteOptions, planned: &[Planned]) -> Result<HashMap<usize, String>> {
-    let mut rates = Vec::new();
-    for p in planned {
-        let src = crate::measure::readbench::Source::open(&p.path)?;
-        let len = src.len;
-        let target = crate::measure::readbench::Target::Real(vec![src]);
-        let t = crate::measure::readbench::read_span(&target, 1 << 20, 1, 0, len)?;
-        rates.push(if len == 0 { f64::INFINITY } else { t.rate() });
-    }
-    let mut sorted: Vec<f64> = rates.iter().copied().filter(|r| r.is_finite()).collect();
-    sorted.sort_by(|a, b| b.total_cmp(a));
-    let top = sorted.len().div_ceil(4).max(1);
-    let reference = crate::measure::bench::median(&sorted[..top.min(sorted.len())]);
-    let limit = o.slow_threshold * reference;
-    log::info!(
-        "--only-slow: reference {}/s (fastest quarter of {} files), slow below {}/s",
-        human_bytes(reference as u64),
-        planned.len(),
-        human_bytes(limit as u64)
-    );
-    Ok(rates
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| **r >= limit)
-        .map(|(i, r)| (i, format!("reads at {}/s, not below {}/s", human_bytes(*r as u64), human_bytes(limit as u64))))
-        .collect())
 }
 
 fn skipped_report(path: &Path, why: &str) -> FileReport {
@@ -771,6 +779,7 @@ fn skipped_report(path: &Path, why: &str) -> FileReport {
         longest_freeze_seconds: 0.0,
         verification: "off".into(),
         done_earlier: false,
+        chosen_because: None,
     }
 }
 
@@ -829,11 +838,11 @@ fn done_earlier(e: &record::Earlier, path: &Path) -> Option<u64> {
 /// (shown with `-v`).
 fn describe(
     o: &RewriteOptions,
-    groups: &[FsGroup],
-    planned: &[Planned],
+    (groups, planned, choice): (&[FsGroup], &[Planned], Option<&select::Choice>),
     placement: &crate::host::cgroup::Placement,
-    warnings: &[String],
+    report: &Report,
 ) -> (String, String) {
+    let warnings = &report.warnings;
     let max_freeze = o.max_freeze();
     let mut s = format!(
         "plan: {} file(s), windows of at most {:.3} s each; {}\n",
@@ -845,11 +854,19 @@ fn describe(
     s +=
         &format!("  guardian: {}\n  guardian priority: {}\n", placement.describe(), crate::host::hardening::expected());
     let mut detail = String::from("  every file:\n");
+    if let (Some(sel), Some(c)) = (&report.file_selection, choice) {
+        s += &format!("  {}\n  note: {}\n", sel.rule, sel.ages_after_rewrite);
+        detail = format!("  the choice (-v):\n{}", select::each_why(c, planned.iter().map(|p| p.path.as_path())));
+        detail += "  every file chosen:\n";
+    }
+    let no_one = HashMap::new();
+    let left_alone = choice.map_or(&no_one, |c| &c.left_alone);
     for (gi, g) in groups.iter().enumerate() {
         s +=
             &format!("  filesystem {} ({}) on {}\n", g.fs.mount_point.display(), g.fs.fs_type, g.device.path.display());
         s += &crate::host::aliases::describe(&g.device.devices_sharing_bytes(&Sysfs::default()), &Sysfs::default());
-        let files: Vec<&Planned> = planned.iter().filter(|p| p.fs == gi).collect();
+        let chosen = |(i, p): &(usize, &Planned)| p.fs == gi && !left_alone.contains_key(i);
+        let files: Vec<&Planned> = planned.iter().enumerate().filter(chosen).map(|(_, p)| p).collect();
         s += &describe_group(g, &files, max_freeze, &mut detail);
     }
     for w in warnings {

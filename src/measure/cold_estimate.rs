@@ -1,0 +1,241 @@
+//! `reseq estimate DIR`: how much of the files is cold and slow, and how much faster
+//! they would read refreshed, from a sample rather than a full read.
+//!
+//! The files are banded by age as `scan --by-file` bands them. In each band, files are
+//! sampled evenly by bytes (a file holding more bytes is likelier to be sampled), each
+//! sample a part from the middle of a large file, and the band's small files read as
+//! one group, as the scan times them. Every sample is read twice, forward then
+//! backward, and its faster reading counts (a busy host only slows a read). A full
+//! read's time is predicted band by band (bytes / the band's median), and refreshed
+//! (no band slower than the reference: the youngest files', else the fastest quarter's).
+//! It "looks flat" under the x1.5 a verdict needs, as the region estimate does.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::measure::bench::{EmulatedDrive, MIN_EFFECT, Watch, median, stopped};
+use crate::measure::byfile::{
+    BANDS, Found, SMALL_FILE_BLOCKS, Timed, check_cache, find, rates_by, references, unreliable,
+};
+use crate::measure::readbench::{CacheCheck, Source, Target, read_span};
+use crate::support::error::Result;
+use crate::support::units::{human_bytes, human_rate};
+
+/// One age band of the estimate.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub(crate) struct BandEstimate {
+    pub(crate) band: String,
+    pub(crate) files: usize,
+    pub(crate) bytes: u64,
+    pub(crate) samples: usize,
+    pub(crate) sampled_bytes: u64,
+    /// Median of its samples (null: none).
+    pub(crate) median_bytes_per_second: Option<f64>,
+    /// Below `threshold` x the reference: its bytes count as cold and slow.
+    pub(crate) slow: bool,
+    /// Predicted seconds to read the band now, and refreshed.
+    pub(crate) seconds_now: f64,
+    pub(crate) seconds_refreshed: f64,
+}
+
+/// `reseq estimate DIR`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub(crate) struct ColdEstimate {
+    pub(crate) target: String,
+    pub(crate) files: usize,
+    pub(crate) bytes: u64,
+    /// Bytes read for the estimate (each sample twice counts once).
+    pub(crate) sample_bytes: u64,
+    pub(crate) threshold: f64,
+    pub(crate) reference_bytes_per_second: f64,
+    pub(crate) reference: String,
+    pub(crate) bands: Vec<BandEstimate>,
+    /// Bytes in bands reading below `threshold` x the reference.
+    pub(crate) cold_slow_bytes: u64,
+    /// A full read, predicted now and refreshed, and their ratio.
+    pub(crate) seconds_now: f64,
+    pub(crate) seconds_refreshed: f64,
+    pub(crate) predicted_speedup: f64,
+    /// In words: "worth it", "looks flat", or "cannot tell" (a cache, a late drive).
+    pub(crate) advice: String,
+    pub(crate) cache: Option<CacheCheck>,
+    pub(crate) emulated: Option<EmulatedDrive>,
+}
+
+/// A band is cold and slow below this fraction of the reference (`scan`'s default).
+pub(crate) const THRESHOLD: f64 = 0.7;
+
+/// Estimates the files under `target` from about `sample` bytes in about `samples` reads.
+pub(crate) fn estimate(target: &Path, block: u64, sample: u64, samples: usize) -> Result<ColdEstimate> {
+    let found = find(target)?;
+    let cache = check_cache(&found, block, 1)?;
+    let whole = Target::Real(vec![Source::open(&found[0].path)?]);
+    let watch = Watch::start(&whole);
+    let plan = sample_plan(&found, block, sample, samples);
+    let timed = read_twice(&found, &plan, block)?;
+    let read_seconds: f64 = timed.iter().map(|t| t.seconds * 2.0).sum();
+    let emulated = watch.emulated(&whole, read_seconds);
+    let ((reference, words), group_ref) = references(&timed);
+    let bands = band_estimates(&found, &timed, (reference, group_ref.map(|g| g.0)), SMALL_FILE_BLOCKS * block);
+    let (now, refreshed) = bands.iter().fold((0.0, 0.0), |(a, b), x| (a + x.seconds_now, b + x.seconds_refreshed));
+    let speedup = now / refreshed.max(f64::MIN_POSITIVE);
+    let cold_slow_bytes = bands.iter().filter(|b| b.slow).map(|b| b.bytes).sum();
+    let bytes = found.iter().map(|f| f.size).sum();
+    let cannot = unreliable(cache.as_ref(), emulated.as_ref());
+    let advice = advice(cannot, speedup, (cold_slow_bytes, bytes), (now, refreshed));
+    log::info!("{advice}");
+    Ok(ColdEstimate {
+        target: target.display().to_string(),
+        files: found.len(),
+        bytes,
+        sample_bytes: timed.iter().map(|t| t.bytes).sum(),
+        threshold: THRESHOLD,
+        reference_bytes_per_second: reference,
+        reference: words,
+        bands,
+        cold_slow_bytes,
+        seconds_now: now,
+        seconds_refreshed: refreshed,
+        predicted_speedup: speedup,
+        advice,
+        cache,
+        emulated,
+    })
+}
+
+/// One read of the sample: a part of a large file (index, offset, length), or a band's
+/// small files (indexes).
+enum Part {
+    Of(usize, u64, u64),
+    Small(Vec<usize>),
+}
+
+/// What to read: per band, up to `samples / bands` parts of its large files, chosen
+/// evenly by bytes, and one group of its small files, each about `sample / samples`.
+fn sample_plan(found: &[Found], block: u64, sample: u64, samples: usize) -> Vec<(usize, Part)> {
+    let small = SMALL_FILE_BLOCKS * block;
+    let bands: Vec<usize> = (0..BANDS.len()).filter(|b| found.iter().any(|f| f.band == *b)).collect();
+    let per_band = (samples / bands.len().max(1)).max(1);
+    let each = (sample / samples.max(1) as u64).max(small) / block * block;
+    let mut out = Vec::new();
+    for &b in &bands {
+        let large: Vec<usize> = (0..found.len()).filter(|&i| found[i].band == b && found[i].size >= small).collect();
+        let total: u64 = large.iter().map(|&i| found[i].size).sum();
+        let mut last = None;
+        for k in 0..per_band as u64 {
+            // The file holding the byte at (k + 1/2) / n of the band's large files.
+            let at = total * (2 * k + 1) / (2 * per_band as u64);
+            let mut acc = 0;
+            let Some(&i) = large.iter().find(|&&i| {
+                acc += found[i].size;
+                acc > at
+            }) else {
+                break;
+            };
+            if last != Some(i) {
+                let len = each.min(found[i].size / block * block);
+                out.push((b, Part::Of(i, (found[i].size - len) / 2 / block * block, len)));
+                last = Some(i);
+            }
+        }
+        let smalls: Vec<usize> = (0..found.len()).filter(|&i| found[i].band == b && found[i].size < small).collect();
+        let (mut bytes, mut group) = (0, Vec::new());
+        let step = smalls.len().div_ceil(((each / 4096).max(1)) as usize).max(1);
+        for &i in smalls.iter().step_by(step) {
+            if bytes >= each {
+                break;
+            }
+            bytes += found[i].size;
+            group.push(i);
+        }
+        if !group.is_empty() {
+            out.push((b, Part::Small(group)));
+        }
+    }
+    out
+}
+
+/// Each part read twice, forward then backward, its faster reading kept.
+fn read_twice(found: &[Found], plan: &[(usize, Part)], block: u64) -> Result<Vec<Timed>> {
+    let mut best: Vec<Option<Timed>> = plan.iter().map(|_| None).collect();
+    for i in (0..plan.len()).chain((0..plan.len()).rev()) {
+        stopped()?;
+        let (band, part) = &plan[i];
+        let t = match part {
+            Part::Of(f, off, len) => {
+                let target = Target::Real(vec![Source::open(&found[*f].path)?]);
+                let r = read_span(&target, block, 1, *off, *len)?;
+                Timed { files: vec![*f], band: *band, bytes: r.bytes, seconds: r.seconds, cpu_some: None, group: false }
+            }
+            Part::Small(files) => {
+                let (bytes, seconds, _) = crate::measure::byfile::time_files(found, files, block, 1)?;
+                Timed { files: files.clone(), band: *band, bytes, seconds, cpu_some: None, group: true }
+            }
+        };
+        if best[i].as_ref().is_none_or(|b| t.seconds < b.seconds) {
+            best[i] = Some(t);
+        }
+    }
+    Ok(best.into_iter().flatten().collect())
+}
+
+/// Each band's predicted read, now and refreshed: its large files at their samples'
+/// median (refreshed: at least the reference), its small files (under `small` bytes) at
+/// their group's; a band without a sample of one kind at its other kind's, or at all
+/// samples' median.
+fn band_estimates(found: &[Found], timed: &[Timed], refs: (f64, Option<f64>), small: u64) -> Vec<BandEstimate> {
+    let (alone, groups, all) = (rates_by(timed, Some(false)), rates_by(timed, Some(true)), rates_by(timed, None));
+    let fallback = median(&all.concat()).max(f64::MIN_POSITIVE);
+    let (ref_l, ref_s) = (refs.0, refs.1.unwrap_or(refs.0));
+    BANDS
+        .iter()
+        .enumerate()
+        .map(|(b, (name, _))| {
+            let in_band: Vec<&Found> = found.iter().filter(|f| f.band == b).collect();
+            let small_bytes: u64 = in_band.iter().filter(|f| f.size < small).map(|f| f.size).sum();
+            let large_bytes: u64 = in_band.iter().filter(|f| f.size >= small).map(|f| f.size).sum();
+            let r_large = (!alone[b].is_empty()).then(|| median(&alone[b]));
+            let r_small = groups[b].first().copied();
+            let r_any = r_large.or(r_small).unwrap_or(fallback);
+            let (rl, rs) = (r_large.unwrap_or(r_any), r_small.unwrap_or(r_any));
+            let now = large_bytes as f64 / rl + small_bytes as f64 / rs;
+            let refreshed = large_bytes as f64 / rl.max(ref_l) + small_bytes as f64 / rs.max(ref_s);
+            let slow = r_large.is_some_and(|r| r < THRESHOLD * ref_l) || r_small.is_some_and(|r| r < THRESHOLD * ref_s);
+            let sampled = timed.iter().filter(|t| t.band == b);
+            BandEstimate {
+                band: (*name).into(),
+                files: in_band.len(),
+                bytes: small_bytes + large_bytes,
+                samples: sampled.clone().count(),
+                sampled_bytes: sampled.map(|t| t.bytes).sum(),
+                median_bytes_per_second: (!all[b].is_empty()).then(|| median(&all[b])),
+                slow,
+                seconds_now: now,
+                seconds_refreshed: refreshed,
+            }
+        })
+        .collect()
+}
+
+/// The estimate in words.
+fn advice(cannot: Option<String>, speedup: f64, (cold, bytes): (u64, u64), (now, refreshed): (f64, f64)) -> String {
+    if let Some(why) = cannot {
+        return format!("cannot tell: {why}");
+    }
+    let share = cold as f64 * 100.0 / bytes.max(1) as f64;
+    if speedup < MIN_EFFECT {
+        return format!(
+            "looks flat: a full read would be only x{speedup:.2} faster refreshed ({now:.1} s now, {refreshed:.1} s refreshed; under x{MIN_EFFECT} is within what a device's reads drift); {} of {} ({share:.0} %) is in age bands that read slowly",
+            human_bytes(cold),
+            human_bytes(bytes)
+        );
+    }
+    format!(
+        "worth it: {} of {} ({share:.0} %) is cold and slow; a full read takes about {now:.1} s now and {refreshed:.1} s refreshed (x{speedup:.2}, {} -> {}); `reseq rewrite DIR --only-slow` refreshes the slow files",
+        human_bytes(cold),
+        human_bytes(bytes),
+        human_rate(bytes as f64 / now.max(f64::MIN_POSITIVE)),
+        human_rate(bytes as f64 / refreshed.max(f64::MIN_POSITIVE))
+    )
+}

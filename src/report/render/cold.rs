@@ -1,0 +1,143 @@
+//! Cold data in words: `scan --by-file` (a table by age band, then the slow files) and
+//! the per-file estimate, for the text rendering (and one line for the tables).
+
+use std::fmt::Write as _;
+
+use crate::measure::byfile::{FileScan, FileSpeed, human_age};
+use crate::measure::cold_estimate::ColdEstimate;
+use crate::support::units::{human_bytes, human_rate};
+
+/// At most this many files are listed in the text.
+const LISTED: usize = 20;
+
+/// The bands first, so that a slowdown with age shows at a glance, then the files.
+pub(crate) fn file_scan_text(sc: &FileScan) -> String {
+    let mut s = format!(
+        "  scan by file: {} file(s), {} under {}, read once each ({} blocks, QD{}); files under {} timed together per age band\n",
+        sc.files.len(),
+        human_bytes(sc.bytes_total),
+        sc.target,
+        human_bytes(sc.block_size_bytes),
+        sc.queue_depth,
+        human_bytes(sc.small_file_bytes)
+    );
+    let _ = writeln!(s, "    {:<12} {:>7} {:>11} {:>18} {:>6}", "age", "files", "bytes", "median throughput", "slow");
+    for b in &sc.bands {
+        let med = b.median_bytes_per_second.map_or("-".into(), human_rate);
+        let _ = writeln!(
+            s,
+            "    {:<12} {:>7} {:>11} {:>18} {:>6}",
+            b.band,
+            b.files,
+            human_bytes(b.bytes),
+            med,
+            b.slow_files
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  reference: {} ({}); slow below {:.0} % of it, {}: {} file(s), {} ({:.0} % of the bytes)",
+        human_rate(sc.reference_bytes_per_second),
+        sc.reference,
+        sc.threshold * 100.0,
+        human_rate(sc.threshold * sc.reference_bytes_per_second),
+        sc.slow_files,
+        human_bytes(sc.slow_bytes),
+        sc.slow_bytes as f64 * 100.0 / sc.bytes_total.max(1) as f64
+    );
+    if let (Some(g), Some(words)) = (sc.small_files_reference_bytes_per_second, &sc.small_files_reference) {
+        let _ = writeln!(s, "  small files, timed per band, are compared with {words}: {}", human_rate(g));
+    }
+    if let Some(why) = &sc.unreliable_because {
+        let _ = writeln!(s, "  UNRELIABLE: {why}");
+    } else if let Some(c) = &sc.cache {
+        let _ = writeln!(s, "    cache check: {}", c.finding);
+    }
+    s + &file_list(sc)
+}
+
+/// The slow files in the scan's order, or, when none is slow, the slowest ones.
+fn file_list(sc: &FileScan) -> String {
+    let slow: Vec<&FileSpeed> = sc.files.iter().filter(|f| f.slow).collect();
+    let (title, listed): (&str, Vec<&FileSpeed>) = if slow.is_empty() {
+        let mut all: Vec<&FileSpeed> = sc.files.iter().collect();
+        all.sort_by(|a, b| a.bytes_per_second.total_cmp(&b.bytes_per_second));
+        ("none slow; the slowest", all)
+    } else {
+        ("slow files", slow)
+    };
+    let mut s = format!("  {title} (by {}):\n", sc.sorted_by);
+    let _ = writeln!(s, "    {:>12} {:>10} {:>8} {:>12}  path", "age", "size", "extents", "throughput");
+    for f in listed.iter().take(LISTED) {
+        let _ = writeln!(
+            s,
+            "    {:>12} {:>10} {:>8} {:>12}  {}{}",
+            human_age(f.age_seconds),
+            human_bytes(f.size_bytes),
+            f.extents,
+            human_rate(f.bytes_per_second),
+            f.path,
+            if f.timed_alone { "" } else { " (small: its band's group)" }
+        );
+    }
+    if listed.len() > LISTED {
+        let _ = writeln!(s, "    ... and {} more (--json lists every file)", listed.len() - LISTED);
+    }
+    s
+}
+
+/// One line for a Markdown table.
+pub(crate) fn file_scan_row(sc: &FileScan) -> String {
+    let bands: Vec<String> = sc
+        .bands
+        .iter()
+        .filter(|b| b.files > 0)
+        .map(|b| format!("{}: {}", b.band, b.median_bytes_per_second.map_or("-".into(), human_rate)))
+        .collect();
+    format!(
+        "{} files; {}; reference {} ({}); {} slow ({}){}",
+        sc.files.len(),
+        bands.join(", "),
+        human_rate(sc.reference_bytes_per_second),
+        sc.reference,
+        sc.slow_files,
+        human_bytes(sc.slow_bytes),
+        sc.unreliable_because.as_ref().map(|w| format!("; UNRELIABLE: {w}")).unwrap_or_default()
+    )
+}
+
+/// `reseq estimate DIR`: the bands, then the prediction in words.
+pub(crate) fn cold_estimate_text(e: &ColdEstimate) -> String {
+    let mut s = format!(
+        "  estimate by file age: {} file(s), {} under {}; {} sampled, each sample read twice (the faster counts)\n",
+        e.files,
+        human_bytes(e.bytes),
+        e.target,
+        human_bytes(e.sample_bytes)
+    );
+    let _ = writeln!(
+        s,
+        "    {:<12} {:>7} {:>11} {:>8} {:>18} {:>9} {:>11}",
+        "age", "files", "bytes", "samples", "median throughput", "now", "refreshed"
+    );
+    for b in &e.bands {
+        let med = b.median_bytes_per_second.map_or("-".into(), human_rate);
+        let _ = writeln!(
+            s,
+            "    {:<12} {:>7} {:>11} {:>8} {:>18} {:>8.1}s {:>10.1}s{}",
+            b.band,
+            b.files,
+            human_bytes(b.bytes),
+            b.samples,
+            med,
+            b.seconds_now,
+            b.seconds_refreshed,
+            if b.slow { "  SLOW" } else { "" }
+        );
+    }
+    let _ = writeln!(s, "  reference: {} ({})", human_rate(e.reference_bytes_per_second), e.reference);
+    if let Some(c) = &e.cache {
+        let _ = writeln!(s, "    cache check: {}", c.finding);
+    }
+    s + &format!("  {}\n", e.advice)
+}
