@@ -208,8 +208,10 @@ fn cold_files_are_found_and_only_they_are_refreshed() {
     let hashes: Vec<(PathBuf, blake3::Hash)> =
         ["young1", "young3", "cold"].iter().map(|n| (dir.join(n), hash_path(&dir.join(n)).unwrap())).collect();
     check_scan_against_dd(&env, &dir);
-    let e = estimate_older_band(&env, &dir);
+    let (e, advice) = estimate_older_band(&env, &dir);
     assert_eq!(e["slow"], true, "{e}");
+    // A quarter of the bytes is cold: the whole read gains little, the cold part much.
+    assert!(advice.starts_with("worth it"), "{advice}");
     assert_eq!(e["bytes"].as_u64(), Some(96 * MIB));
     let cold = 96.0 * MIB as f64 / dd_rate(&dir.join("cold")).max(dd_rate(&dir.join("cold")));
     let predicted = e["seconds_now"].as_f64().unwrap();
@@ -218,12 +220,13 @@ fn cold_files_are_found_and_only_they_are_refreshed() {
     refresh_by_age(&env, &lo, &dir);
     // Right after 96 MiB of writes the drive may still be busy with them (one run of 5 saw
     // the whole drive slow then): a slow answer is asked again after a pause.
-    let mut after = estimate_older_band(&env, &dir);
+    let (mut after, mut advice) = estimate_older_band(&env, &dir);
     if after["slow"] == true {
         eprintln!("estimate right after the refresh: {after}");
         std::thread::sleep(std::time::Duration::from_secs(5));
-        after = estimate_older_band(&env, &dir);
+        (after, advice) = estimate_older_band(&env, &dir);
     }
+    assert!(advice.starts_with("looks flat"), "refreshed: {advice}");
     assert_eq!(after["slow"], false, "refreshed, the old band reads fast: {after}");
     refresh_slow(&env, &lo, &dir);
     drop_page_cache();
@@ -234,13 +237,14 @@ fn cold_files_are_found_and_only_they_are_refreshed() {
     server.stop();
 }
 
-/// `reseq estimate DIR`: its oldest band.
-fn estimate_older_band(env: &TestEnv, dir: &Path) -> serde_json::Value {
+/// `reseq estimate DIR`: its oldest band, and its advice.
+fn estimate_older_band(env: &TestEnv, dir: &Path) -> (serde_json::Value, String) {
     let r = json_ok(env.reseq().arg("estimate").arg(dir).args(["--json", "--sample", "64M"]));
     let e = &r["estimate_files"];
     eprintln!("estimate: {}", e["advice"]);
     assert!(e["sample_bytes"].as_u64().unwrap() < e["bytes"].as_u64().unwrap(), "a sample, not a full read");
-    e["bands"].as_array().unwrap().iter().find(|b| b["band"] == "older").unwrap().clone()
+    let older = e["bands"].as_array().unwrap().iter().find(|b| b["band"] == "older").unwrap().clone();
+    (older, e["advice"].as_str().unwrap().to_string())
 }
 
 fn drop_page_cache() {
