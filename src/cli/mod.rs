@@ -453,7 +453,8 @@ pub(crate) struct RewriteArgs {
     pub(crate) only_slow: bool,
     /// File mode: rewrite only the files whose data is older than this (the newest of
     /// mtime and ctime), e.g. 90d, 6months. With --only-slow, only files both old and slow.
-    /// A file-mode rewrite keeps mtime and ctime, so a later run picks the same files again.
+    /// A file-mode rewrite keeps mtime and ctime: the run records what it refreshed in the
+    /// state directory, and later runs with the same --state-dir count age from then.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) older_than: Option<Duration>,
     /// Like --only-slow, with the slow regions of a scan saved earlier (reseq scan --json).
