@@ -762,7 +762,7 @@ fn member_report(m: &Member, start: u64, done: bool, verify: bool) -> FileReport
     }
 }
 
-fn skipped_report(path: &Path, why: &str) -> FileReport {
+pub(super) fn skipped_report(path: &Path, why: &str) -> FileReport {
     FileReport {
         path: path.display().to_string(),
         size_bytes: 0,

@@ -51,8 +51,22 @@ fn now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// The record; none yet is empty, and so is one that cannot be read, with a warning (its
+/// files are then chosen again, which costs writes, not data).
 fn read(state_dir: &Path) -> Record {
-    std::fs::read_to_string(state_dir.join(FILE)).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default()
+    let path = state_dir.join(FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Record::new(),
+        Err(e) => {
+            log::warn!("cannot read {}: {e}; files refreshed before count by their own times", path.display());
+            return Record::new();
+        }
+    };
+    serde_json::from_str(&text).unwrap_or_else(|e| {
+        log::warn!("{} is not a record of refreshed files ({e}); it will be replaced", path.display());
+        Record::new()
+    })
 }
 
 /// Seconds since `path` was refreshed, if the record has it and it was not written since.
@@ -71,28 +85,79 @@ impl Refreshed {
     }
 }
 
-/// Records the files a run rewrote to their end (`files`' paths; their times now are
-/// those a refreshed file keeps). A record that cannot be written costs only a warning:
-/// the files are rewritten, a later `--older-than` chooses them again.
+/// Records the files a run rewrote to their end, this run or the interrupted one it
+/// resumed (`files`' paths; their times now are those a refreshed file keeps). A record
+/// that cannot be written costs only a warning: the files are rewritten, a later
+/// `--older-than` chooses them again. Runs sharing a state directory take turns (a lock),
+/// so that neither loses the other's files.
 pub(crate) fn remember(state_dir: &Path, files: &[FileReport]) {
     let done: Vec<&FileReport> =
-        files.iter().filter(|f| f.bytes_rewritten > 0 && f.verification != "incomplete").collect();
+        files.iter().filter(|f| (f.bytes_rewritten > 0 || f.done_earlier) && f.verification != "incomplete").collect();
     if done.is_empty() {
         return;
     }
     let dir = crate::host::state_dir::resolve(state_dir);
+    let _turn = std::fs::File::create(dir.join(format!("{FILE}.lock")))
+        .ok()
+        .and_then(|f| nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).ok());
     let mut record = read(&dir);
     let at = now();
+    let mut devices = std::collections::BTreeSet::new();
     for f in done {
-        let path = PathBuf::from(&f.path);
+        // Absolute, so that a run from another directory finds it.
+        let path = std::fs::canonicalize(&f.path).unwrap_or_else(|_| PathBuf::from(&f.path));
         if let Ok(md) = std::fs::metadata(&path) {
+            devices.insert(md.dev());
             record.insert(key(&md), entry(&path, &md, at));
         }
     }
-    // Files gone since their refresh leave the record.
-    record.retain(|_, e| Path::new(&e.path).exists());
+    // Files gone since their refresh leave the record, judged only on the filesystems
+    // this run wrote to: they are mounted now, another may be only unmounted.
+    record.retain(|k, e| !devices.iter().any(|d| k.starts_with(&format!("{d}:"))) || Path::new(&e.path).exists());
     let text = serde_json::to_string_pretty(&record).unwrap_or_default();
     if let Err(e) = crate::engine::journal::replace_atomically(&dir.join(FILE), &text) {
         log::warn!("could not record the refreshed files in {}: {e}", dir.join(FILE).display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(path: &Path, earlier: bool) -> FileReport {
+        let mut f = super::super::skipped_report(path, "");
+        (f.skipped_reason, f.verification, f.done_earlier) = (None, "passed".into(), earlier);
+        f.bytes_rewritten = if earlier { 0 } else { 4096 };
+        f
+    }
+
+    #[test]
+    fn files_are_recorded_by_absolute_path_and_a_resumed_runs_earlier_files_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, b"a").unwrap();
+        std::fs::write(&b, b"b").unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        // A relative spelling, as a run from another directory would give it.
+        std::env::set_current_dir(dir.path()).unwrap();
+        remember(&state, &[done(Path::new("a"), false), done(&b, true)]);
+        let r = Refreshed::load(&state);
+        for p in [&a, &b] {
+            let since = r.since(p, &std::fs::metadata(p).unwrap());
+            assert!(since.is_some_and(|s| s < 60.0), "{} not recorded: {:?}", p.display(), r.0);
+        }
+        assert!(r.0.values().all(|e| Path::new(&e.path).is_absolute()), "{:?}", r.0);
+        // Written since: its own times again.
+        std::fs::write(&a, b"changed").unwrap();
+        assert_eq!(r.since(&a, &std::fs::metadata(&a).unwrap()), None);
+        // Gone: it leaves the record at the next run on its filesystem.
+        std::fs::remove_file(&b).unwrap();
+        remember(&state, &[done(&a, false)]);
+        assert_eq!(Refreshed::load(&state).0.len(), 1);
+        // A damaged record is replaced, not kept.
+        std::fs::write(state.join(FILE), "{garbage").unwrap();
+        remember(&state, &[done(&a, false)]);
+        assert_eq!(Refreshed::load(&state).0.len(), 1);
     }
 }
