@@ -20,7 +20,7 @@ use crate::options::sim::{Override, SimRange, SimRewrite, SimStep, SimulateOptio
 use crate::sim::experiment::degrade;
 use crate::sim::ftl::{PRESETS, Params, SLOT, Stuck, seq_read_time};
 use crate::sim::pyrandom::PyRandom;
-use crate::sim::{SimDevice, SimState};
+use crate::sim::{SimDevice, SimState, load, save};
 use crate::support::error::{Error, Result};
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
@@ -210,14 +210,6 @@ impl Experiment {
 /// A drive GC got stuck on was sized too small for what was asked of it.
 fn stuck(s: Stuck) -> Error {
     Error::Usage(s.to_string())
-}
-
-fn load(path: &Path) -> Result<SimState> {
-    SimState::load(path).map_err(|e| Error::input(format!("loading simulated device {}", path.display()), e))
-}
-
-fn save(state: &SimState, path: &Path) -> Result<()> {
-    state.save(path).map_err(|e| Error::io(format!("saving simulated device {}", path.display()), e))
 }
 
 /// (first LBA, LBA count) of a range on a device.

@@ -130,32 +130,15 @@ struct Pending {
     send: Box<dyn FnOnce() + Send>,
 }
 
-impl PartialEq for Pending {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl Eq for Pending {}
-impl PartialOrd for Pending {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Pending {
-    /// Reversed: the earliest deadline is the greatest (`BinaryHeap` is a max-heap).
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (o.at, o.seq).cmp(&(self.at, self.seq))
-    }
-}
-
 /// Sends each reply at its time, in deadline order.
 fn timer_thread(rx: crossbeam_channel::Receiver<Pending>, counters: Arc<ServeStats>, last_reply: Arc<AtomicU64>) {
-    let mut heap = std::collections::BinaryHeap::<Pending>::new();
+    // By deadline, then in the order they were scheduled.
+    let mut heap = std::collections::BTreeMap::<(Instant, u64), Pending>::new();
     let mut open = true;
     while open || !heap.is_empty() {
         let now = Instant::now();
-        while heap.peek().is_some_and(|p| p.at <= now) {
-            let p = heap.pop().expect("peeked");
+        while heap.first_key_value().is_some_and(|(k, _)| k.0 <= now) {
+            let (_, p) = heap.pop_first().expect("looked at");
             let late = now.duration_since(p.at);
             if late > LATE {
                 counters.late_replies.fetch_add(1, Ordering::Relaxed);
@@ -168,7 +151,7 @@ fn timer_thread(rx: crossbeam_channel::Receiver<Pending>, counters: Arc<ServeSta
             // Non-negative f64s order as their bits do.
             last_reply.fetch_max(p.t_us.max(0.0).to_bits(), Ordering::Relaxed);
         }
-        let wait = heap.peek().map(|p| p.at.saturating_duration_since(Instant::now()));
+        let wait = heap.first_key_value().map(|(k, _)| k.0.saturating_duration_since(Instant::now()));
         let got = match wait {
             Some(w) if !open => {
                 std::thread::sleep(w);
@@ -179,7 +162,7 @@ fn timer_thread(rx: crossbeam_channel::Receiver<Pending>, counters: Arc<ServeSta
         };
         match got {
             Ok(p) => {
-                heap.push(p);
+                heap.insert((p.at, p.seq), p);
                 counters.max_in_flight.fetch_max(heap.len() as u64, Ordering::Relaxed);
             }
             Err(disconnected) => open &= !disconnected,
@@ -487,8 +470,7 @@ fn checked_state(state_path: &Path, mount_dir: &Path, scale: f64) -> Result<SimS
     if !(scale.is_finite() && scale > 0.0) {
         return Err(Error::Usage(format!("--time-scale must be a positive number, not {scale}")));
     }
-    let state = SimState::load(state_path)
-        .map_err(|e| Error::input(format!("loading simulated device {}", state_path.display()), e))?;
+    let state = super::load(state_path)?;
     check_mount_dir(mount_dir)?;
     if !Path::new("/dev/fuse").exists() {
         return Err(Error::refused(
@@ -514,9 +496,9 @@ fn spawn(name: &str, doing: &str, f: impl FnOnce() + Send + 'static) -> Result<s
 pub(crate) struct Served {
     /// Where `reseq sim age` reaches the model (None: it cannot).
     control: Option<Channel>,
-    session: Option<fuser::BackgroundSession>,
-    timer: Option<std::thread::JoinHandle<()>>,
-    reader: Option<std::thread::JoinHandle<()>>,
+    session: fuser::BackgroundSession,
+    timer: std::thread::JoinHandle<()>,
+    reader: std::thread::JoinHandle<()>,
     state: Arc<Mutex<SimState>>,
     counters: Arc<ServeStats>,
     start: Instant,
@@ -566,9 +548,9 @@ impl Served {
         let session = OneFileFs::mount(drive, len, mount_dir, "reseq-sim").map_err(|e| mount_error(mount_dir, e))?;
         Ok(Served {
             control,
-            session: Some(session),
-            timer: Some(timer),
-            reader: Some(reader),
+            session,
+            timer,
+            reader,
             state,
             counters,
             start,
@@ -587,7 +569,7 @@ impl Served {
     /// False once the filesystem was unmounted (`umount`, `fusermount -u`) or the
     /// connection aborted.
     pub(crate) fn is_mounted(&self) -> bool {
-        self.session.as_ref().is_some_and(|s| !s.guard.is_finished())
+        !self.session.guard.is_finished()
     }
 
     /// Unmounts (not lazily: while a loop device holds the file this fails with EBUSY,
@@ -606,26 +588,20 @@ impl Served {
                 Err(e) => return Err(Error::io(format!("unmounting {}", self.mount_dir.display()), e.into())),
             }
         }
-        let session = self.session.take().expect("a session until stopped");
-        let run = session.join();
+        let run = self.session.join();
         // The session's end dropped the drive and with it the read modeller's and the
         // timer's senders: each sends what it still holds, then ends.
-        if let Some(t) = self.reader.take() {
-            let _ = t.join();
-        }
-        if let Some(t) = self.timer.take() {
-            let _ = t.join();
-        }
+        let _ = self.reader.join();
+        let _ = self.timer.join();
         // No age request may change the model after it is saved.
         if let Some(c) = self.control.take() {
             c.close();
         }
         let virtual_seconds = self.start.elapsed().as_secs_f64() / self.scale;
-        sync_data(&self.data_path)?;
+        let path = &self.data_path;
+        File::open(path).and_then(|f| f.sync_all()).map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        state
-            .save(&self.state_path)
-            .map_err(|e| Error::io(format!("saving simulated device {}", self.state_path.display()), e))?;
+        super::save(&state, &self.state_path)?;
         let age_clock_days = state.ftl.age_days;
         run.map_err(|e| Error::io("serving the FUSE session", e))?;
         Ok(ServeSummary {
@@ -676,10 +652,6 @@ pub(crate) fn serve(state_path: &Path, mount_dir: &Path, scale: f64, quiet: bool
         std::thread::sleep(Duration::from_millis(50));
     }
     served.stop()
-}
-
-fn sync_data(path: &Path) -> Result<()> {
-    File::open(path).and_then(|f| f.sync_all()).map_err(|e| Error::io(format!("syncing {}", path.display()), e))
 }
 
 fn mount_error(dir: &Path, e: std::io::Error) -> Error {
