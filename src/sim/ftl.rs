@@ -507,8 +507,9 @@ impl Ftl {
         }
     }
 
-    pub(crate) fn is_mapped(&self, lpn: u64) -> bool {
-        self.l2p[lpn as usize] != UNMAPPED
+    /// Bytes of the LBAs that hold data.
+    pub(crate) fn mapped_bytes(&self) -> u64 {
+        self.l2p.iter().filter(|&&g| g != UNMAPPED).count() as u64 * SLOT
     }
 
     fn gc(&mut self) -> Result<(), Stuck> {
@@ -553,7 +554,7 @@ impl Ftl {
     }
 
     fn stuck(&self, why: &str, hint: String) -> Stuck {
-        let mapped = self.l2p.iter().filter(|&&g| g != UNMAPPED).count() as u64 * SLOT;
+        let mapped = self.mapped_bytes();
         Stuck(format!(
             "the simulated drive is stuck: garbage collection can free nothing ({why}; {} MiB of the {} MiB drive are written, and its spare area, op_ratio {}, is too small for that with {} MiB lines); {hint}",
             mapped >> 20,

@@ -238,10 +238,6 @@ impl SimDevice {
         self.state.into_inner().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn with_state<R>(&self, f: impl FnOnce(&mut SimState) -> R) -> R {
-        f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-
     fn lpns(&self, offset: u64, len: usize) -> std::io::Result<(u64, u64)> {
         if !offset.is_multiple_of(SLOT) || !(len as u64).is_multiple_of(SLOT) || offset + len as u64 > self.len {
             return Err(std::io::Error::from_raw_os_error(nix::libc::EINVAL));
@@ -268,10 +264,8 @@ impl BlockTarget for SimDevice {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         let (first, n) = self.lpns(offset, buf.len())?;
         check_pattern(buf, first)?;
-        self.with_state(|s| {
-            let SimState { ftl, writer } = s;
-            writer.write(ftl, first..first + n).map(|_| ())
-        })?;
+        let SimState { ftl, writer } = &mut *self.state.lock().unwrap_or_else(|p| p.into_inner());
+        writer.write(ftl, first..first + n)?;
         Ok(())
     }
     fn flush(&self) -> std::io::Result<()> {
