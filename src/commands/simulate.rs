@@ -20,7 +20,7 @@ use crate::options::sim::{Override, SimRange, SimRewrite, SimStep, SimulateOptio
 use crate::sim::experiment::degrade;
 use crate::sim::ftl::{PRESETS, Params, SLOT, Stuck, seq_read_time};
 use crate::sim::pyrandom::PyRandom;
-use crate::sim::{SimDevice, SimState};
+use crate::sim::{SimDevice, SimState, load, save};
 use crate::support::error::{Error, Result};
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
@@ -212,14 +212,6 @@ fn stuck(s: Stuck) -> Error {
     Error::Usage(s.to_string())
 }
 
-fn load(path: &Path) -> Result<SimState> {
-    SimState::load(path).map_err(|e| Error::input(format!("loading simulated device {}", path.display()), e))
-}
-
-fn save(state: &SimState, path: &Path) -> Result<()> {
-    state.save(path).map_err(|e| Error::io(format!("saving simulated device {}", path.display()), e))
-}
-
 /// (first LBA, LBA count) of a range on a device.
 fn lba_range(r: &SimRange, state: &SimState) -> Result<(u64, u64)> {
     let len_dev = state.len_bytes();
@@ -268,13 +260,12 @@ pub(crate) fn sim_command(step: &SimStep, quiet: bool) -> Result<serde_json::Val
 /// `reseq sim info`: parameters, counters, the age clock and how much data is how old.
 fn info(state: &Path) -> Result<serde_json::Value> {
     let st = load(state)?;
-    let mapped = (0..st.ftl.n_lpn).filter(|&l| st.ftl.is_mapped(l)).count() as u64;
     let p = &st.ftl.p;
     let ages: Vec<_> =
         st.ftl.data_ages().into_iter().map(|(d, b)| serde_json::json!({"age_days": d, "bytes": b})).collect();
     let retention = serde_json::json!({"on": p.retention_on(), "onset_days": p.retention_onset_days,
         "full_days": p.retention_full_days, "max_factor": p.retention_max_factor});
-    Ok(serde_json::json!({"params": p, "device_bytes": st.len_bytes(), "mapped_bytes": mapped * SLOT,
+    Ok(serde_json::json!({"params": p, "device_bytes": st.len_bytes(), "mapped_bytes": st.ftl.mapped_bytes(),
                           "stats": st.ftl.stats, "model_state_bytes": st.ftl.state_bytes(),
                           "age_clock_days": st.ftl.age_days, "retention": retention, "data_by_age": ages}))
 }

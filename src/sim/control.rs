@@ -86,10 +86,9 @@ pub(crate) fn age(state: &Path, days: f64) -> Result<Aged> {
 }
 
 fn age_file(state: &Path, days: f64) -> Result<Aged> {
-    let what = || format!("simulated device {}", state.display());
-    let mut st = SimState::load(state).map_err(|e| Error::input(format!("loading {}", what()), e))?;
+    let mut st = super::load(state)?;
     let age_days = st.ftl.age(days).map_err(Error::Usage)?;
-    st.save(state).map_err(|e| Error::io(format!("saving {}", what()), e))?;
+    super::save(&st, state)?;
     Ok(Aged { state: state.to_path_buf(), age_days, served: false, retention_on: st.ftl.p.retention_on() })
 }
 
@@ -136,17 +135,11 @@ impl Channel {
     /// Listens for the drive whose locked data file is `data`. None (and a warning) if the
     /// channel cannot be opened: the drive is served, but cannot be aged while it is.
     pub(crate) fn open(data: &File, state: Arc<Mutex<SimState>>, state_path: &Path) -> Option<Channel> {
-        let listener = channel_name(data).and_then(|a| UnixListener::bind_addr(&a)).and_then(|l| {
-            l.set_nonblocking(true)?;
-            Ok(l)
-        });
-        let listener = match listener {
-            Ok(l) => l,
-            Err(e) => {
-                log::warn!("no control channel ({e}): `reseq sim age` cannot reach this served drive");
-                return None;
-            }
-        };
+        let listener = channel_name(data)
+            .and_then(|a| UnixListener::bind_addr(&a))
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .inspect_err(|e| log::warn!("no control channel ({e}): `reseq sim age` cannot reach this served drive"))
+            .ok()?;
         let stop = Arc::new(AtomicBool::new(false));
         let (s, path) = (stop.clone(), state_path.to_path_buf());
         let thread = std::thread::Builder::new()

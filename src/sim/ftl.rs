@@ -466,12 +466,18 @@ impl Ftl {
         g
     }
 
-    fn place(&mut self, lpn: u64, stream: Stream) {
+    /// Forgets the slot `lpn` was written to, if any.
+    fn unmap(&mut self, lpn: u64) {
         let old = self.l2p[lpn as usize];
         if old != UNMAPPED {
             self.p2l[old as usize] = UNMAPPED;
             self.valid[(u64::from(old) / self.spl) as usize] -= 1;
+            self.l2p[lpn as usize] = UNMAPPED;
         }
+    }
+
+    fn place(&mut self, lpn: u64, stream: Stream) {
+        self.unmap(lpn);
         let g = self.alloc(stream);
         self.l2p[lpn as usize] = g as u32;
         self.p2l[g as usize] = lpn as u32;
@@ -497,17 +503,13 @@ impl Ftl {
 
     pub(crate) fn trim(&mut self, lpns: impl IntoIterator<Item = u64>) {
         for lpn in lpns {
-            let old = self.l2p[lpn as usize];
-            if old != UNMAPPED {
-                self.p2l[old as usize] = UNMAPPED;
-                self.valid[(u64::from(old) / self.spl) as usize] -= 1;
-                self.l2p[lpn as usize] = UNMAPPED;
-            }
+            self.unmap(lpn);
         }
     }
 
-    pub(crate) fn is_mapped(&self, lpn: u64) -> bool {
-        self.l2p[lpn as usize] != UNMAPPED
+    /// Bytes of the LBAs that hold data.
+    pub(crate) fn mapped_bytes(&self) -> u64 {
+        self.l2p.iter().filter(|&&g| g != UNMAPPED).count() as u64 * SLOT
     }
 
     fn gc(&mut self) -> Result<(), Stuck> {
@@ -552,7 +554,7 @@ impl Ftl {
     }
 
     fn stuck(&self, why: &str, hint: String) -> Stuck {
-        let mapped = self.l2p.iter().filter(|&&g| g != UNMAPPED).count() as u64 * SLOT;
+        let mapped = self.mapped_bytes();
         Stuck(format!(
             "the simulated drive is stuck: garbage collection can free nothing ({why}; {} MiB of the {} MiB drive are written, and its spare area, op_ratio {}, is too small for that with {} MiB lines); {hint}",
             mapped >> 20,
@@ -572,13 +574,12 @@ impl Ftl {
 
     // ---------- read timing ----------
 
-    /// Groups LBAs into NAND sense operations in first-touch order:
-    /// (die, channel bytes, needed bytes, read-time factor) each.
+    /// Groups LBAs into NAND sense operations in first-touch order.
     fn nand_ops(&self, lpns: &[u64]) -> Vec<NandOp> {
         let key_div = self.key_div();
         let mut index: HashMap<u64, usize> = HashMap::new();
-        // (die, need, pages touched) per op, in first-touch order
-        let mut ops: Vec<(u64, u64, Vec<u64>)> = Vec::new();
+        // (key, die, need, pages touched) per op, in first-touch order
+        let mut ops: Vec<(u64, u64, u64, Vec<u64>)> = Vec::new();
         let mut last: Option<(u64, usize)> = None;
         for &lpn in lpns {
             let g = self.l2p[lpn as usize];
@@ -590,22 +591,22 @@ impl Ftl {
             let i = match last {
                 Some((lk, li)) if lk == k => li,
                 _ => *index.entry(k).or_insert_with(|| {
-                    ops.push((self.die_of(g), 0, Vec::new()));
+                    ops.push((k, self.die_of(g), 0, Vec::new()));
                     ops.len() - 1
                 }),
             };
             last = Some((k, i));
             let op = &mut ops[i];
-            op.1 += SLOT;
+            op.2 += SLOT;
             let page = g / self.s;
-            if !op.2.contains(&page) {
-                op.2.push(page);
+            if !op.3.contains(&page) {
+                op.3.push(page);
             }
         }
         ops.into_iter()
-            .map(|(d, need, pages)| {
+            .map(|(k, d, need, pages)| {
                 let chb = if self.p.partial_xfer { need } else { pages.len() as u64 * self.p.page_bytes };
-                (d, chb, need, self.read_factor(&pages))
+                (k, d, chb, need, self.read_factor(&pages))
             })
             .collect()
     }
@@ -623,7 +624,7 @@ impl Ftl {
     /// Reserves die and channel time for `ops` issued at `t0`; returns the ready times
     /// of the needed data, as (time, bytes).
     fn schedule_nand(&mut self, ops: &[NandOp], t0: f64, out: &mut Vec<(f64, u64)>) {
-        for &(d, chb, need, factor) in ops {
+        for &(_, d, chb, need, factor) in ops {
             let c = (d % self.p.channels) as usize;
             let d = d as usize;
             let s = t0.max(self.die_free[d]);
@@ -648,7 +649,7 @@ impl Ftl {
     fn link(&mut self, ready: &mut [(f64, u64)], t0: f64, total_bytes: u64) -> f64 {
         let mut lt = self.link_free.max(t0);
         if self.p.store_and_forward {
-            let last = ready.iter().map(|r| r.0).fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
+            let last = ready.iter().map(|r| r.0).reduce(f64::max);
             lt = lt.max(last.unwrap_or(t0)) + total_bytes as f64 / self.p.link_mbps;
         } else {
             ready.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -722,23 +723,14 @@ impl Ftl {
         if pf.is_empty() {
             return;
         }
-        let key_div = self.key_div();
-        let ops = self.nand_ops(&pf);
-        let mut keys: Vec<u64> = Vec::new();
-        for &l in &pf {
-            let k = u64::from(self.l2p[l as usize]) / key_div;
-            if !keys.contains(&k) {
-                keys.push(k);
-            }
-        }
         let mut ready_at: HashMap<u64, f64> = HashMap::new();
         let mut out = Vec::new();
-        for (k, op) in keys.iter().zip(ops.iter()) {
+        for op in &self.nand_ops(&pf) {
             out.clear();
             self.schedule_nand(std::slice::from_ref(op), t0, &mut out);
-            let t = out.iter().map(|x| x.0).fold(f64::NEG_INFINITY, f64::max);
-            ready_at.insert(*k, t);
+            ready_at.insert(op.0, out.iter().map(|x| x.0).fold(f64::NEG_INFINITY, f64::max));
         }
+        let key_div = self.key_div();
         for &l in &pf {
             let k = u64::from(self.l2p[l as usize]) / key_div;
             self.ra_buf.insert(l, ready_at[&k]);
@@ -756,8 +748,9 @@ impl Ftl {
     }
 }
 
-/// One NAND sense operation: die, channel bytes, needed bytes, factor on tR.
-type NandOp = (u64, u64, u64, f64);
+/// One NAND sense operation: key (page or multi-plane page), die, channel bytes, needed
+/// bytes, factor on tR.
+type NandOp = (u64, u64, u64, u64, f64);
 
 fn l2p_signed(g: u32) -> i64 {
     if g == UNMAPPED { -1 } else { i64::from(g) }
@@ -782,34 +775,21 @@ pub(crate) fn seq_read_time(ftl: &mut Ftl, lpn0: u64, n_lpn: u64, req_bytes: u64
         return (t - gap) / 1e6;
     }
     // Each completion issues the next command; all start at time 0.
-    let mut inflight: std::collections::BinaryHeap<std::cmp::Reverse<OrdF64>> = Default::default();
+    let mut inflight: Vec<f64> = Vec::new();
     let mut last: f64 = 0.0;
     while l < end || !inflight.is_empty() {
         while l < end && inflight.len() < qd {
             let k = per.min(end - l);
             let done = ftl.read(l, k, t);
-            inflight.push(std::cmp::Reverse(OrdF64(done)));
+            inflight.push(done);
             l += k;
         }
-        let d = inflight.pop().expect("a command in flight").0.0;
+        let first = (0..inflight.len()).min_by(|&a, &b| inflight[a].total_cmp(&inflight[b]));
+        let d = inflight.swap_remove(first.expect("a command in flight"));
         last = last.max(d);
         t = d + gap;
     }
     last / 1e6
-}
-
-#[derive(Clone, Copy, PartialEq, Debug)]
-struct OrdF64(f64);
-impl Eq for OrdF64 {}
-impl PartialOrd for OrdF64 {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for OrdF64 {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&o.0)
-    }
 }
 
 /// Host writes with a virtual clock and the optional background noise writer

@@ -78,27 +78,18 @@ const MAGIC: &[u8] = b"reseq-sim 2\n";
 const MAGIC_V1: &[u8] = b"reseq-sim 1\n";
 
 /// The JSON line of a state file: everything but the tables (mapping, reverse mapping,
-/// page write times), which follow it as little-endian u32 arrays.
-#[derive(serde::Serialize)]
-struct HeaderOut<'a> {
-    ftl: &'a Ftl,
-    writer: &'a Writer,
-    l2p_len: u64,
-    p2l_len: u64,
-    written_len: u64,
-    /// blake3 of the tables, as stored.
-    tables_blake3: String,
-}
-
-#[derive(serde::Deserialize)]
-struct Header {
-    ftl: Ftl,
-    writer: Writer,
+/// page write times), which follow it as little-endian u32 arrays. Saved from borrowed
+/// `F` and `W` (`&Ftl`, `&Writer`), loaded as owned ones.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Header<F, W> {
+    ftl: F,
+    writer: W,
     l2p_len: u64,
     p2l_len: u64,
     /// Absent in version 1.
     #[serde(default)]
     written_len: u64,
+    /// blake3 of the tables, as stored.
     tables_blake3: String,
 }
 
@@ -147,7 +138,7 @@ impl SimState {
                 Ok(())
             })?;
         }
-        let header = HeaderOut {
+        let header = Header {
             ftl: &self.ftl,
             writer: &self.writer,
             l2p_len: l2p.len() as u64,
@@ -193,7 +184,8 @@ impl SimState {
         if line.last() != Some(&b'\n') {
             return Err(bad("truncated header"));
         }
-        let header: Header = serde_json::from_slice(&line).map_err(|e| bad(&format!("bad header: {e}")))?;
+        let header: Header<Ftl, Writer> =
+            serde_json::from_slice(&line).map_err(|e| bad(&format!("bad header: {e}")))?;
         if v1 && header.written_len != 0 {
             return Err(bad("a version 1 state file with page write times"));
         }
@@ -216,6 +208,18 @@ impl SimState {
     }
 }
 
+/// [`SimState::load`] for a command: its error says which file.
+pub(crate) fn load(path: &Path) -> crate::support::error::Result<SimState> {
+    use crate::support::error::Error;
+    SimState::load(path).map_err(|e| Error::input(format!("loading simulated device {}", path.display()), e))
+}
+
+/// [`SimState::save`] for a command: its error says which file.
+pub(crate) fn save(state: &SimState, path: &Path) -> crate::support::error::Result<()> {
+    use crate::support::error::Error;
+    state.save(path).map_err(|e| Error::io(format!("saving simulated device {}", path.display()), e))
+}
+
 /// A simulated SSD as a [`BlockTarget`]. Writes go through the FTL model in arrival
 /// order, one command per call, on the write clock; reads return the address pattern
 /// and cost nothing on the clock (measure reads with [`ftl::seq_read_time`]).
@@ -232,10 +236,6 @@ impl SimDevice {
 
     pub(crate) fn into_state(self) -> SimState {
         self.state.into_inner().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn with_state<R>(&self, f: impl FnOnce(&mut SimState) -> R) -> R {
-        f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     fn lpns(&self, offset: u64, len: usize) -> std::io::Result<(u64, u64)> {
@@ -264,10 +264,8 @@ impl BlockTarget for SimDevice {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         let (first, n) = self.lpns(offset, buf.len())?;
         check_pattern(buf, first)?;
-        self.with_state(|s| {
-            let SimState { ftl, writer } = s;
-            writer.write(ftl, first..first + n).map(|_| ())
-        })?;
+        let SimState { ftl, writer } = &mut *self.state.lock().unwrap_or_else(|p| p.into_inner());
+        writer.write(ftl, first..first + n)?;
         Ok(())
     }
     fn flush(&self) -> std::io::Result<()> {

@@ -108,10 +108,6 @@ impl<B: Backend> OneFileFs<B> {
             flags: 0,
         })
     }
-
-    fn is_file(ino: INodeNo) -> bool {
-        ino == DISK || (ino == SIDE && B::SIDE_FILE.is_some())
-    }
 }
 
 impl<B: Backend> Filesystem for OneFileFs<B> {
@@ -166,7 +162,7 @@ impl<B: Backend> Filesystem for OneFileFs<B> {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        if Self::is_file(ino) {
+        if self.attr(ino).is_some_and(|a| a.kind == FileType::RegularFile) {
             reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
         } else {
             reply.error(Errno::EISDIR);

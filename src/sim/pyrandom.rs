@@ -40,25 +40,19 @@ impl PyRandom {
     fn init_by_array(&mut self, key: &[u32]) {
         self.init_genrand(19_650_218);
         let (mut i, mut j) = (1usize, 0usize);
-        let mut k = N.max(key.len());
-        while k > 0 {
+        for _ in 0..N.max(key.len()) {
             let prev = self.mt[i - 1];
             self.mt[i] = (self.mt[i] ^ (prev ^ (prev >> 30)).wrapping_mul(1_664_525))
                 .wrapping_add(key[j])
                 .wrapping_add(j as u32);
             i += 1;
-            j += 1;
+            j = (j + 1) % key.len();
             if i >= N {
                 self.mt[0] = self.mt[N - 1];
                 i = 1;
             }
-            if j >= key.len() {
-                j = 0;
-            }
-            k -= 1;
         }
-        k = N - 1;
-        while k > 0 {
+        for _ in 0..N - 1 {
             let prev = self.mt[i - 1];
             self.mt[i] = (self.mt[i] ^ (prev ^ (prev >> 30)).wrapping_mul(1_566_083_941)).wrapping_sub(i as u32);
             i += 1;
@@ -66,7 +60,6 @@ impl PyRandom {
                 self.mt[0] = self.mt[N - 1];
                 i = 1;
             }
-            k -= 1;
         }
         self.mt[0] = 0x8000_0000;
     }

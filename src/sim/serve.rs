@@ -61,30 +61,10 @@ pub(crate) fn data_path(state: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Counters of a serve session.
+/// Counters of a serve session, kept by its threads as they go and printed when it ends
+/// (the fields skipped are for `MOUNTDIR/stats`, [`ServedStats`]).
 #[derive(Debug, Default, Serialize)]
 pub(crate) struct ServeStats {
-    pub(crate) read_requests: u64,
-    pub(crate) read_bytes: u64,
-    pub(crate) write_requests: u64,
-    pub(crate) write_bytes: u64,
-    pub(crate) trim_requests: u64,
-    pub(crate) trimmed_bytes: u64,
-    pub(crate) fsyncs: u64,
-    /// The largest read and write requests seen, bytes.
-    pub(crate) max_read_request_bytes: u64,
-    pub(crate) max_write_request_bytes: u64,
-    /// The largest number of requests waiting for their modelled completion at once.
-    pub(crate) max_in_flight: u64,
-    /// Requests answered later than their modelled completion by more than 1 ms of wall
-    /// time: the host could not keep up with this time scale.
-    pub(crate) late_replies: u64,
-    /// Virtual seconds the session lasted.
-    pub(crate) virtual_seconds: f64,
-}
-
-#[derive(Default)]
-struct Counters {
     read_requests: AtomicU64,
     read_bytes: AtomicU64,
     write_requests: AtomicU64,
@@ -92,13 +72,19 @@ struct Counters {
     trim_requests: AtomicU64,
     trimmed_bytes: AtomicU64,
     fsyncs: AtomicU64,
+    /// The largest read and write requests seen, bytes.
+    max_read_request_bytes: AtomicU64,
+    max_write_request_bytes: AtomicU64,
+    /// The largest number of requests waiting for their modelled completion at once.
     max_in_flight: AtomicU64,
+    /// Requests answered later than their modelled completion by more than 1 ms of wall
+    /// time: the host could not keep up with this time scale.
     late_replies: AtomicU64,
     /// Sum of how late the replies were, µs (a reply sent within 100 µs counts as on time).
+    #[serde(skip)]
     late_us: AtomicU64,
+    #[serde(skip)]
     replies: AtomicU64,
-    max_read_request: AtomicU64,
-    max_write_request: AtomicU64,
 }
 
 /// A reply sent this much after its modelled completion is late: the host did not keep
@@ -146,32 +132,15 @@ struct Pending {
     send: Box<dyn FnOnce() + Send>,
 }
 
-impl PartialEq for Pending {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl Eq for Pending {}
-impl PartialOrd for Pending {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Pending {
-    /// Reversed: the earliest deadline is the greatest (`BinaryHeap` is a max-heap).
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (o.at, o.seq).cmp(&(self.at, self.seq))
-    }
-}
-
 /// Sends each reply at its time, in deadline order.
-fn timer_thread(rx: crossbeam_channel::Receiver<Pending>, counters: Arc<Counters>, last_reply: Arc<AtomicU64>) {
-    let mut heap = std::collections::BinaryHeap::<Pending>::new();
+fn timer_thread(rx: crossbeam_channel::Receiver<Pending>, counters: Arc<ServeStats>, last_reply: Arc<AtomicU64>) {
+    // By deadline, then in the order they were scheduled.
+    let mut heap = std::collections::BTreeMap::<(Instant, u64), Pending>::new();
     let mut open = true;
     while open || !heap.is_empty() {
         let now = Instant::now();
-        while heap.peek().is_some_and(|p| p.at <= now) {
-            let p = heap.pop().expect("peeked");
+        while heap.first_key_value().is_some_and(|(k, _)| k.0 <= now) {
+            let (_, p) = heap.pop_first().expect("looked at");
             let late = now.duration_since(p.at);
             if late > LATE {
                 counters.late_replies.fetch_add(1, Ordering::Relaxed);
@@ -184,7 +153,7 @@ fn timer_thread(rx: crossbeam_channel::Receiver<Pending>, counters: Arc<Counters
             // Non-negative f64s order as their bits do.
             last_reply.fetch_max(p.t_us.max(0.0).to_bits(), Ordering::Relaxed);
         }
-        let wait = heap.peek().map(|p| p.at.saturating_duration_since(Instant::now()));
+        let wait = heap.first_key_value().map(|(k, _)| k.0.saturating_duration_since(Instant::now()));
         let got = match wait {
             Some(w) if !open => {
                 std::thread::sleep(w);
@@ -195,7 +164,7 @@ fn timer_thread(rx: crossbeam_channel::Receiver<Pending>, counters: Arc<Counters
         };
         match got {
             Ok(p) => {
-                heap.push(p);
+                heap.insert((p.at, p.seq), p);
                 counters.max_in_flight.fetch_max(heap.len() as u64, Ordering::Relaxed);
             }
             Err(disconnected) => open &= !disconnected,
@@ -224,13 +193,7 @@ const MERGE_MAX: u64 = 1 << 20;
 /// the host's read was in the measurements the model was fitted to (1 MiB reads at
 /// QD1). Without this, served reads of degraded data ran 15 % faster than `sim read`
 /// (two half-size commands in flight at once).
-fn read_thread(
-    rx: crossbeam_channel::Receiver<ReadPart>,
-    state: Arc<Mutex<SimState>>,
-    timer: crossbeam_channel::Sender<Pending>,
-    clock: Clock,
-    seq: Arc<AtomicU64>,
-) {
+fn read_thread(rx: crossbeam_channel::Receiver<ReadPart>, state: Arc<Mutex<SimState>>, replies: Replies) {
     use crossbeam_channel::RecvTimeoutError;
     let mut next: Option<ReadPart> = None;
     loop {
@@ -258,28 +221,41 @@ fn read_thread(
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
             }
         }
-        let (s_lo, s_hi) = (lo / SLOT, end.div_ceil(SLOT));
+        let (s_lo, s_hi) = slots(lo, end);
         let done = state.lock().unwrap_or_else(|p| p.into_inner()).ftl.read(s_lo, s_hi - s_lo, arrival);
         for send in batch {
-            let p = Pending { at: clock.wall(done), t_us: done, seq: seq.fetch_add(1, Ordering::Relaxed), send };
-            if let Err(e) = timer.send(p) {
-                (e.into_inner().send)();
-            }
+            replies.at(done, send);
         }
     }
 }
 
-/// Virtual time (µs) against the wall clock.
-#[derive(Clone, Copy)]
-struct Clock {
-    start: Instant,
-    scale: f64,
+/// The slots `[first, end)` a byte range touches.
+fn slots(off: u64, end: u64) -> (u64, u64) {
+    (off / SLOT, end.div_ceil(SLOT))
 }
 
-impl Clock {
-    /// The wall-clock instant of virtual time `t_us`.
-    fn wall(self, t_us: f64) -> Instant {
-        self.start + Duration::from_secs_f64((t_us.max(0.0) * self.scale) / 1e6)
+/// Virtual time (µs) against the wall clock, and the timer that sends replies on it.
+#[derive(Clone)]
+struct Replies {
+    start: Instant,
+    scale: f64,
+    timer: crossbeam_channel::Sender<Pending>,
+    seq: Arc<AtomicU64>,
+}
+
+impl Replies {
+    /// Virtual time now, µs.
+    fn now_us(&self) -> f64 {
+        self.start.elapsed().as_secs_f64() * 1e6 / self.scale
+    }
+
+    /// Sends `send` at virtual time `t_us` (at once if the timer is gone).
+    fn at(&self, t_us: f64, send: Box<dyn FnOnce() + Send>) {
+        let at = self.start + Duration::from_secs_f64((t_us.max(0.0) * self.scale) / 1e6);
+        let p = Pending { at, t_us, seq: self.seq.fetch_add(1, Ordering::Relaxed), send };
+        if let Err(e) = self.timer.send(p) {
+            (e.into_inner().send)();
+        }
     }
 }
 
@@ -287,25 +263,17 @@ impl Clock {
 struct Drive {
     state: Arc<Mutex<SimState>>,
     data: File,
-    start: Instant,
-    scale: f64,
-    timer: crossbeam_channel::Sender<Pending>,
+    replies: Replies,
     reads: crossbeam_channel::Sender<ReadPart>,
-    seq: Arc<AtomicU64>,
     /// The virtual time of the last reply sent (f64 bits).
     last_reply: Arc<AtomicU64>,
     host_gap_us: f64,
-    counters: Arc<Counters>,
+    counters: Arc<ServeStats>,
 }
 
 impl Drive {
     fn model(&self) -> MutexGuard<'_, SimState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Virtual time now, µs.
-    fn now_us(&self) -> f64 {
-        self.start.elapsed().as_secs_f64() * 1e6 / self.scale
     }
 
     /// The virtual time a request that arrives now is given, µs: the last reply plus the
@@ -315,28 +283,10 @@ impl Drive {
     /// at QD1 would run slower than the model by its overhead per command (measured here:
     /// about 0.35 ms, +16 % at the default scale).
     fn arrival_us(&self) -> f64 {
-        let now = self.now_us();
+        let now = self.replies.now_us();
         let floor = f64::from_bits(self.last_reply.load(Ordering::Relaxed)) + self.host_gap_us;
         // After a longer pause the host was idle: that time is real, nothing is forgiven.
-        if now - floor <= PATH_ALLOWANCE.as_secs_f64() * 1e6 / self.scale { floor.min(now) } else { now }
-    }
-
-    fn wall(&self, t_us: f64) -> Instant {
-        Clock { start: self.start, scale: self.scale }.wall(t_us)
-    }
-
-    /// Sends `send` at virtual time `t_us`.
-    fn reply_at(&self, t_us: f64, send: impl FnOnce() + Send + 'static) {
-        let p =
-            Pending { at: self.wall(t_us), t_us, seq: self.seq.fetch_add(1, Ordering::Relaxed), send: Box::new(send) };
-        if let Err(e) = self.timer.send(p) {
-            (e.into_inner().send)();
-        }
-    }
-
-    /// The slots `[first, end)` a byte range touches.
-    fn slots(off: u64, end: u64) -> (u64, u64) {
-        (off / SLOT, end.div_ceil(SLOT))
+        if now - floor <= PATH_ALLOWANCE.as_secs_f64() * 1e6 / self.replies.scale { floor.min(now) } else { now }
     }
 
     fn stats_json(&self) -> Vec<u8> {
@@ -346,7 +296,7 @@ impl Drive {
             replies: c.replies.load(Ordering::Relaxed),
             late_replies: c.late_replies.load(Ordering::Relaxed),
             late_seconds: c.late_us.load(Ordering::Relaxed) as f64 / 1e6,
-            time_scale: self.scale,
+            time_scale: self.replies.scale,
         };
         let mut v = serde_json::to_vec(&s).unwrap_or_default();
         v.push(b'\n');
@@ -374,7 +324,7 @@ impl Backend for Drive {
 
     fn read(&self, offset: u64, end: u64, reply: ReplyData) {
         let arrival_us = self.arrival_us();
-        self.counters.max_read_request.fetch_max(end - offset, Ordering::Relaxed);
+        self.counters.max_read_request_bytes.fetch_max(end - offset, Ordering::Relaxed);
         let mut buf = vec![0u8; (end - offset) as usize];
         if let Err(e) = self.data.read_exact_at(&mut buf, offset) {
             return reply.error(e.into());
@@ -392,8 +342,8 @@ impl Backend for Drive {
             return reply.error(e.into());
         }
         let now = self.arrival_us();
-        self.counters.max_write_request.fetch_max(data.len() as u64, Ordering::Relaxed);
-        let (lo, hi) = Drive::slots(offset, offset + data.len() as u64);
+        self.counters.max_write_request_bytes.fetch_max(data.len() as u64, Ordering::Relaxed);
+        let (lo, hi) = slots(offset, offset + data.len() as u64);
         let done = {
             let mut st = self.model();
             st.writer.t = st.writer.t.max(now);
@@ -406,7 +356,7 @@ impl Backend for Drive {
         self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
         self.counters.write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
         let n = data.len() as u32;
-        self.reply_at(done, move || reply.written(n));
+        self.replies.at(done, Box::new(move || reply.written(n)));
     }
 
     fn fsync(&self) -> std::io::Result<()> {
@@ -427,7 +377,7 @@ impl Backend for Drive {
             (end - off) as i64,
         )?;
         let (whole_lo, whole_hi) = (off.div_ceil(SLOT), end / SLOT);
-        let (lo, hi) = Drive::slots(off, end);
+        let (lo, hi) = slots(off, end);
         let now = self.arrival_us();
         let mut st = self.model();
         if whole_lo < whole_hi {
@@ -454,6 +404,8 @@ pub(crate) struct ServeSummary {
     pub(crate) age_clock_days: f64,
     #[serde(flatten)]
     pub(crate) stats: ServeStats,
+    /// Virtual seconds the session lasted.
+    pub(crate) virtual_seconds: f64,
 }
 
 /// Checks the mount directory: it must exist, be a directory, not be a mount point
@@ -520,8 +472,7 @@ fn checked_state(state_path: &Path, mount_dir: &Path, scale: f64) -> Result<SimS
     if !(scale.is_finite() && scale > 0.0) {
         return Err(Error::Usage(format!("--time-scale must be a positive number, not {scale}")));
     }
-    let state = SimState::load(state_path)
-        .map_err(|e| Error::input(format!("loading simulated device {}", state_path.display()), e))?;
+    let state = super::load(state_path)?;
     check_mount_dir(mount_dir)?;
     if !Path::new("/dev/fuse").exists() {
         return Err(Error::refused(
@@ -547,11 +498,11 @@ fn spawn(name: &str, doing: &str, f: impl FnOnce() + Send + 'static) -> Result<s
 pub(crate) struct Served {
     /// Where `reseq sim age` reaches the model (None: it cannot).
     control: Option<Channel>,
-    session: Option<fuser::BackgroundSession>,
-    timer: Option<std::thread::JoinHandle<()>>,
-    reader: Option<std::thread::JoinHandle<()>>,
+    session: fuser::BackgroundSession,
+    timer: std::thread::JoinHandle<()>,
+    reader: std::thread::JoinHandle<()>,
     state: Arc<Mutex<SimState>>,
-    counters: Arc<Counters>,
+    counters: Arc<ServeStats>,
     start: Instant,
     scale: f64,
     state_path: PathBuf,
@@ -573,7 +524,7 @@ impl Served {
         let host_gap_us = state.ftl.p.host_gap_us;
         let state = Arc::new(Mutex::new(state));
         let control = Channel::open(&data, state.clone(), state_path);
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(ServeStats::default());
         let last_reply = Arc::new(AtomicU64::new(0f64.to_bits()));
         let (tx, rx) = crossbeam_channel::unbounded();
         let timer = {
@@ -581,21 +532,17 @@ impl Served {
             spawn("serve-timer", "starting the reply timer", move || timer_thread(rx, c, l))?
         };
         let start = Instant::now();
-        let seq = Arc::new(AtomicU64::new(0));
+        let replies = Replies { start, scale, timer: tx, seq: Arc::new(AtomicU64::new(0)) };
         let (reads_tx, reads_rx) = crossbeam_channel::unbounded();
         let reader = {
-            let (st, t, q) = (state.clone(), tx.clone(), seq.clone());
-            let clock = Clock { start, scale };
-            spawn("serve-reads", "starting the read modeller", move || read_thread(reads_rx, st, t, clock, q))?
+            let (st, r) = (state.clone(), replies.clone());
+            spawn("serve-reads", "starting the read modeller", move || read_thread(reads_rx, st, r))?
         };
         let drive = Drive {
             state: state.clone(),
             data,
-            start,
-            scale,
-            timer: tx,
+            replies,
             reads: reads_tx,
-            seq,
             last_reply,
             host_gap_us,
             counters: counters.clone(),
@@ -603,9 +550,9 @@ impl Served {
         let session = OneFileFs::mount(drive, len, mount_dir, "reseq-sim").map_err(|e| mount_error(mount_dir, e))?;
         Ok(Served {
             control,
-            session: Some(session),
-            timer: Some(timer),
-            reader: Some(reader),
+            session,
+            timer,
+            reader,
             state,
             counters,
             start,
@@ -624,7 +571,7 @@ impl Served {
     /// False once the filesystem was unmounted (`umount`, `fusermount -u`) or the
     /// connection aborted.
     pub(crate) fn is_mounted(&self) -> bool {
-        self.session.as_ref().is_some_and(|s| !s.guard.is_finished())
+        !self.session.guard.is_finished()
     }
 
     /// Unmounts (not lazily: while a loop device holds the file this fails with EBUSY,
@@ -643,50 +590,31 @@ impl Served {
                 Err(e) => return Err(Error::io(format!("unmounting {}", self.mount_dir.display()), e.into())),
             }
         }
-        let session = self.session.take().expect("a session until stopped");
-        let run = session.join();
+        let run = self.session.join();
         // The session's end dropped the drive and with it the read modeller's and the
         // timer's senders: each sends what it still holds, then ends.
-        if let Some(t) = self.reader.take() {
-            let _ = t.join();
-        }
-        if let Some(t) = self.timer.take() {
-            let _ = t.join();
-        }
+        let _ = self.reader.join();
+        let _ = self.timer.join();
         // No age request may change the model after it is saved.
         if let Some(c) = self.control.take() {
             c.close();
         }
         let virtual_seconds = self.start.elapsed().as_secs_f64() / self.scale;
-        sync_data(&self.data_path)?;
+        let path = &self.data_path;
+        File::open(path).and_then(|f| f.sync_all()).map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        state
-            .save(&self.state_path)
-            .map_err(|e| Error::io(format!("saving simulated device {}", self.state_path.display()), e))?;
+        super::save(&state, &self.state_path)?;
         let age_clock_days = state.ftl.age_days;
         run.map_err(|e| Error::io("serving the FUSE session", e))?;
-        let c = &*self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Ok(ServeSummary {
             state: self.state_path.clone(),
             data: self.data_path.clone(),
             time_scale: self.scale,
             saved: true,
             age_clock_days,
-            stats: ServeStats {
-                read_requests: get(&c.read_requests),
-                read_bytes: get(&c.read_bytes),
-                write_requests: get(&c.write_requests),
-                write_bytes: get(&c.write_bytes),
-                trim_requests: get(&c.trim_requests),
-                trimmed_bytes: get(&c.trimmed_bytes),
-                fsyncs: get(&c.fsyncs),
-                max_in_flight: get(&c.max_in_flight),
-                late_replies: get(&c.late_replies),
-                max_read_request_bytes: get(&c.max_read_request),
-                max_write_request_bytes: get(&c.max_write_request),
-                virtual_seconds,
-            },
+            // Every other holder (the drive, the timer) has ended.
+            stats: Arc::into_inner(self.counters).unwrap_or_default(),
+            virtual_seconds,
         })
     }
 }
@@ -726,10 +654,6 @@ pub(crate) fn serve(state_path: &Path, mount_dir: &Path, scale: f64, quiet: bool
         std::thread::sleep(Duration::from_millis(50));
     }
     served.stop()
-}
-
-fn sync_data(path: &Path) -> Result<()> {
-    File::open(path).and_then(|f| f.sync_all()).map_err(|e| Error::io(format!("syncing {}", path.display()), e))
 }
 
 fn mount_error(dir: &Path, e: std::io::Error) -> Error {
