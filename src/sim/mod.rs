@@ -127,8 +127,10 @@ fn read_words(r: &mut impl Read, n: u64, hasher: &mut blake3::Hasher) -> std::io
 
 impl SimState {
     /// Saves to `path` atomically (a uniquely named temporary file in the same directory,
-    /// fsync, rename, fsync of the directory), streaming the tables.
+    /// fsync, rename, fsync of the directory), streaming the tables. Through a symlink, the
+    /// file it names is replaced, not the link.
     pub(crate) fn save(&self, path: &Path) -> std::io::Result<()> {
+        let path = &path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
         let tables = self.ftl.tables();
         let [l2p, p2l, written] = tables;
         let mut hasher = blake3::Hasher::new();

@@ -230,7 +230,11 @@ fn aged_data_reads_slowly_until_rewritten() {
     assert_eq!(code, 0);
     assert_eq!((v["age_days"].as_f64(), v["served"].as_bool()), (Some(60.0), Some(false)));
     let two_months = read_seconds(&state);
-    assert_eq!(reseq(&["sim", "age", s, "--days", "30.5"]).0, 0);
+    // Through a symlink: the drive it names ages, and the link stays a link.
+    let link = dir.path().join("link.sim");
+    std::os::unix::fs::symlink(&state, &link).unwrap();
+    assert_eq!(reseq(&["sim", "age", link.to_str().unwrap(), "--days", "30.5"]).0, 0);
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link was replaced");
     let three_months = read_seconds(&state);
     eprintln!("fresh {fresh:.3} s, 60 days {two_months:.3} s, 90.5 days {three_months:.3} s");
     assert!((5.0..=10.0).contains(&(two_months / fresh)), "60 days: x{}", two_months / fresh);
