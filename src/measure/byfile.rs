@@ -122,8 +122,19 @@ pub(crate) struct FileScan {
 pub(crate) struct Found {
     pub(crate) path: PathBuf,
     pub(crate) size: u64,
+    /// Bytes of written extents: holes and preallocated (unwritten) space read as zeros
+    /// without the device, so a rate counts only these.
+    pub(crate) data: u64,
+    pub(crate) extents: usize,
     pub(crate) age_seconds: f64,
     pub(crate) band: usize,
+}
+
+impl Found {
+    /// Written to (nearly) its end: a part of it read is a part of its data read.
+    pub(crate) fn dense(&self) -> bool {
+        self.data * 100 >= self.size * 99
+    }
 }
 
 /// The band of an age.
@@ -171,22 +182,40 @@ pub(crate) fn find(target: &Path) -> Result<Vec<Found>> {
     Ok(out)
 }
 
-/// The non-empty files of `paths`, with their ages.
+/// The files of `paths` with data on the device, with their ages. A file gone since it
+/// was listed (a live directory rotates its logs) is left out, not an error.
 pub(crate) fn found_of(paths: &[PathBuf]) -> Result<Vec<Found>> {
     let mut out = Vec::new();
     for path in paths.iter().cloned() {
-        let md = std::fs::metadata(&path).map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
-        if md.len() > 0 {
+        let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+        let (md, map) = match std::fs::File::open(&path).and_then(|f| Ok((f.metadata()?, data_of(&f)))) {
+            Err(e) if gone(&e) => {
+                log::info!("{} is gone since it was listed: left out", path.display());
+                continue;
+            }
+            r => r.map_err(|e| Error::io(format!("stat {}", path.display()), e))?,
+        };
+        let (data, extents) = map.map_err(|e| Error::io(format!("FIEMAP of {}", path.display()), e.into()))?;
+        if data > 0 {
             let age_seconds = age_of(&md);
-            out.push(Found { path, size: md.len(), age_seconds, band: band_of(age_seconds) });
+            out.push(Found {
+                path,
+                size: md.len(),
+                data: data.min(md.len()),
+                extents,
+                age_seconds,
+                band: band_of(age_seconds),
+            });
         }
     }
     Ok(out)
 }
 
-/// A file's extents (FIEMAP, without syncing: the scan reads, it does not flush).
-fn extents_of(src: &Source) -> usize {
-    crate::sys::fiemap(src.reader.as_fd(), 0, 0).map_or(0, |e| e.len())
+/// A file's written bytes and extents (FIEMAP, without syncing: the scan reads, it does
+/// not flush; data not yet written back counts as written).
+fn data_of(f: &std::fs::File) -> nix::Result<(u64, usize)> {
+    let extents = crate::sys::fiemap(f.as_fd(), 0, 0)?;
+    Ok((extents.iter().filter(|e| !e.is_unwritten()).map(|e| e.length).sum(), extents.len()))
 }
 
 /// One timed read: of a file alone, or of a band's small files together.
@@ -213,11 +242,18 @@ pub(crate) fn time_files(found: &[Found], files: &[usize], block: u64, qd: usize
     let (mut bytes, mut seconds, mut cpu) = (0, 0.0, Vec::new());
     for batch in files.chunks(256) {
         stopped()?;
-        let sources: Vec<Source> = batch.iter().map(|&i| Source::open(&found[i].path)).collect::<Result<_>>()?;
+        // Gone since it was found: not read, not counted.
+        let here: Vec<usize> = batch.iter().copied().filter(|&i| found[i].path.exists()).collect();
+        if here.is_empty() {
+            continue;
+        }
+        let sources: Vec<Source> = here.iter().map(|&i| Source::open(&found[i].path)).collect::<Result<_>>()?;
         let target = Target::Real(sources);
         let watch = Watch::start(&target);
         let t = read_span(&target, block, qd, 0, target.len())?;
-        (bytes, seconds) = (bytes + t.bytes, seconds + t.seconds);
+        // The device read the files' data; their holes it did not.
+        let data: u64 = here.iter().map(|&i| found[i].data).sum();
+        (bytes, seconds) = (bytes + data.min(t.bytes), seconds + t.seconds);
         cpu.extend(watch.host_pressure(&target).map(|p| p.cpu_some));
     }
     Ok((bytes, seconds, (!cpu.is_empty()).then(|| median(&cpu))))
@@ -364,10 +400,11 @@ fn read_slow_again(
     Ok(seconds)
 }
 
-/// The cache check of `bench`, on the largest files (up to 64 of them, in path order).
+/// The cache check of `bench`, on the largest files (up to 64 of them, in path order),
+/// those without holes first: a hole reads fast from no cache and would hide one.
 pub(crate) fn check_cache(found: &[Found], block: u64, qd: usize) -> Result<Option<CacheCheck>> {
     let mut largest: Vec<usize> = (0..found.len()).collect();
-    largest.sort_by_key(|&i| std::cmp::Reverse(found[i].size));
+    largest.sort_by_key(|&i| (!found[i].dense(), std::cmp::Reverse(found[i].size)));
     largest.truncate(64);
     largest.sort();
     let sources: Vec<Source> = largest.iter().map(|&i| Source::open(&found[i].path)).collect::<Result<_>>()?;
@@ -396,11 +433,10 @@ fn speeds(found: &[Found], timed: &[Timed], limits: (f64, Option<f64>)) -> Resul
     for t in timed {
         for &i in &t.files {
             let f = &found[i];
-            let extents = Source::open(&f.path).map(|s| extents_of(&s))?;
             out.push(FileSpeed {
                 path: f.path.display().to_string(),
                 size_bytes: f.size,
-                extents,
+                extents: f.extents,
                 age_seconds: f.age_seconds,
                 band: BANDS[f.band].0.into(),
                 bytes_per_second: t.rate(),

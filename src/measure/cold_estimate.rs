@@ -127,7 +127,9 @@ fn sample_plan(found: &[Found], block: u64, sample: u64, samples: usize) -> Vec<
     let each = (sample / samples.max(1) as u64).max(small) / block * block;
     let mut out = Vec::new();
     for &b in &bands {
-        let large: Vec<usize> = (0..found.len()).filter(|&i| found[i].band == b && found[i].size >= small).collect();
+        // A part of a file with holes may be all hole, which reads fast from nowhere.
+        let large: Vec<usize> =
+            (0..found.len()).filter(|&i| found[i].band == b && found[i].size >= small && found[i].dense()).collect();
         let total: u64 = large.iter().map(|&i| found[i].size).sum();
         let mut last = None;
         for k in 0..per_band as u64 {
@@ -200,14 +202,18 @@ fn band_estimates(found: &[Found], timed: &[Timed], refs: (f64, Option<f64>), sm
         .enumerate()
         .map(|(b, (name, _))| {
             let in_band: Vec<&Found> = found.iter().filter(|f| f.band == b).collect();
-            let small_bytes: u64 = in_band.iter().filter(|f| f.size < small).map(|f| f.size).sum();
-            let large_bytes: u64 = in_band.iter().filter(|f| f.size >= small).map(|f| f.size).sum();
+            // Time goes by the data read; a band's bytes are its files' sizes.
+            let sum = |large: bool, of: fn(&&Found) -> u64| -> u64 {
+                in_band.iter().filter(|f| (f.size >= small) == large).map(of).sum()
+            };
+            let (small_bytes, large_bytes) = (sum(false, |f| f.size), sum(true, |f| f.size));
+            let (small_data, large_data) = (sum(false, |f| f.data), sum(true, |f| f.data));
             let r_large = (!alone[b].is_empty()).then(|| median(&alone[b]));
             let r_small = groups[b].first().copied();
             let r_any = r_large.or(r_small).unwrap_or(fallback);
             let (rl, rs) = (r_large.unwrap_or(r_any), r_small.unwrap_or(r_any));
-            let now = large_bytes as f64 / rl + small_bytes as f64 / rs;
-            let refreshed = large_bytes as f64 / rl.max(ref_l) + small_bytes as f64 / rs.max(ref_s);
+            let now = large_data as f64 / rl + small_data as f64 / rs;
+            let refreshed = large_data as f64 / rl.max(ref_l) + small_data as f64 / rs.max(ref_s);
             let slow = r_large.is_some_and(|r| r < THRESHOLD * ref_l) || r_small.is_some_and(|r| r < THRESHOLD * ref_s);
             let sampled = timed.iter().filter(|t| t.band == b);
             BandEstimate {

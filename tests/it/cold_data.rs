@@ -109,8 +109,26 @@ fn age_bands_follow_the_newest_of_mtime_and_ctime() {
         set_times(&lo.path, &format!("/d/{n}"), &stamp(days));
     }
     let mnt = Mount::new(&lo.path, &mnt_dir, &[]).unwrap();
+    // Holes and preallocated space read as zeros without the device: a file of only
+    // those has no data to time, and a file with holes is timed by its data.
+    let d = mnt.dir.join("d");
+    std::fs::File::create(d.join("sparse")).unwrap().set_len(8 * MIB).unwrap();
+    assert!(Command::new("fallocate").args(["-l", "8M"]).arg(d.join("prealloc")).status().unwrap().success());
+    let holey = std::fs::File::create(d.join("holey")).unwrap();
+    holey.set_len(8 * MIB).unwrap();
+    let mib: Vec<u8> = (0..MIB).map(|i| (i * 7 % 251) as u8).collect();
+    for at in [0, 7 * MIB] {
+        std::os::unix::fs::FileExt::write_all_at(&holey, &mib, at).unwrap();
+    }
+    holey.sync_all().unwrap();
+    drop(holey);
     let scan = scan_by_file(&env, &mnt.dir.join("d"));
     let files = by_name(&scan);
+    assert!(!files.contains_key("sparse") && !files.contains_key("prealloc"), "no data, not timed: {scan}");
+    let rate = |n: &str| files[n]["bytes_per_second"].as_f64().unwrap();
+    let dense = ["week", "month", "half", "old"].map(rate).into_iter().fold(0.0, f64::max);
+    // Timed by its 8 MiB of size it would read about 4x as fast as the dense files.
+    assert!(rate("holey") < 2.5 * dense, "holey {} vs dense {dense}", rate("holey"));
     let band = |n: &str| files[n]["band"].as_str().unwrap().to_string();
     assert_eq!(band("week"), "< 1 week");
     assert_eq!(band("month"), "< 1 month");
@@ -125,7 +143,7 @@ fn age_bands_follow_the_newest_of_mtime_and_ctime() {
     assert!(files["old"]["extents"].as_u64().unwrap() >= 1);
     let bands = scan["bands"].as_array().unwrap();
     let counts: Vec<u64> = bands.iter().map(|b| b["files"].as_u64().unwrap()).collect();
-    assert_eq!(counts, [4, 1, 1, 2], "{bands:?}");
+    assert_eq!(counts, [5, 1, 1, 2], "{bands:?}");
     assert_eq!(scan["sorted_by"], "age");
     let order: Vec<f64> =
         scan["files"].as_array().unwrap().iter().map(|f| f["age_seconds"].as_f64().unwrap()).collect();
