@@ -64,6 +64,15 @@ fn chunk_size(v: &str) -> Result<Size, String> {
     Ok(s)
 }
 
+/// `estimate --sample`: something to read (a 0 would predict from nothing).
+fn sample_size(v: &str) -> Result<Size, String> {
+    let s: Size = v.parse()?;
+    if s.bytes() == 0 {
+        return Err(format!("must be more than 0, not {v}"));
+    }
+    Ok(s)
+}
+
 /// `bench --trim-size`: at least one trim slice's alignment.
 fn trim_size(v: &str) -> Result<Size, String> {
     let s: Size = v.parse()?;
@@ -639,7 +648,7 @@ pub(crate) struct EstimateArgs {
     /// A block device, a file, a directory of files, or sim:STATE.
     pub(crate) target: PathBuf,
     /// Bytes to read in all, spread over the target.
-    #[arg(long, default_value = "256M", value_name = "SIZE")]
+    #[arg(long, default_value = "256M", value_name = "SIZE", value_parser = sample_size)]
     pub(crate) sample: Size,
     /// Places to read from.
     #[arg(long, default_value_t = 32, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(4..=4096), allow_negative_numbers = true)]

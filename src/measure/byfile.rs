@@ -182,10 +182,11 @@ pub(crate) fn find(target: &Path) -> Result<Vec<Found>> {
     Ok(out)
 }
 
-/// The files of `paths` with data on the device, with their ages. A file gone since it
-/// was listed (a live directory rotates its logs) is left out, not an error.
+/// The files of `paths` with data on the device, with their ages, each once (a hard
+/// link to a file listed already is the same data). A file gone since it was listed (a
+/// live directory rotates its logs) is left out, not an error.
 pub(crate) fn found_of(paths: &[PathBuf]) -> Result<Vec<Found>> {
-    let mut out = Vec::new();
+    let (mut out, mut seen) = (Vec::new(), std::collections::HashSet::new());
     for path in paths.iter().cloned() {
         let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
         let (md, map) = match std::fs::File::open(&path).and_then(|f| Ok((f.metadata()?, data_of(&f)))) {
@@ -196,7 +197,7 @@ pub(crate) fn found_of(paths: &[PathBuf]) -> Result<Vec<Found>> {
             r => r.map_err(|e| Error::io(format!("stat {}", path.display()), e))?,
         };
         let (data, extents) = map.map_err(|e| Error::io(format!("FIEMAP of {}", path.display()), e.into()))?;
-        if data > 0 {
+        if data > 0 && seen.insert((md.dev(), md.ino())) {
             let age_seconds = age_of(&md);
             out.push(Found {
                 path,

@@ -122,9 +122,12 @@ fn age_bands_follow_the_newest_of_mtime_and_ctime() {
     }
     holey.sync_all().unwrap();
     drop(holey);
+    // A hard link is the same data: listed once.
+    std::fs::hard_link(d.join("week"), d.join("week-link")).unwrap();
     let scan = scan_by_file(&env, &mnt.dir.join("d"));
     let files = by_name(&scan);
     assert!(!files.contains_key("sparse") && !files.contains_key("prealloc"), "no data, not timed: {scan}");
+    assert!(files.contains_key("week") != files.contains_key("week-link"), "a hard link twice: {scan}");
     let rate = |n: &str| files[n]["bytes_per_second"].as_f64().unwrap();
     let dense = ["week", "month", "half", "old"].map(rate).into_iter().fold(0.0, f64::max);
     // Timed by its 8 MiB of size it would read about 4x as fast as the dense files.
@@ -169,7 +172,7 @@ fn by_file_and_older_than_refuse_what_they_cannot_do() {
     let dir = env.path("files");
     std::fs::create_dir(&dir).unwrap();
     std::fs::write(dir.join("a"), b"x").unwrap();
-    let cases: [(Vec<String>, &str); 6] = [
+    let cases: [(Vec<String>, &str); 7] = [
         (
             vec!["rewrite".into(), lo.path.display().to_string(), "--older-than".into(), "90d".into()],
             "--older-than chooses files",
@@ -185,6 +188,7 @@ fn by_file_and_older_than_refuse_what_they_cannot_do() {
             vec!["scan".into(), dir.display().to_string(), "--by-file".into(), "--length".into(), "1M".into()],
             "cannot be used with",
         ),
+        (vec!["estimate".into(), dir.display().to_string(), "--sample".into(), "0".into()], "more than 0"),
     ];
     for (args, says) in cases {
         let out = output(env.reseq().args(&args));

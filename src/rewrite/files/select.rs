@@ -168,10 +168,11 @@ fn summary(o: &RewriteOptions, scan: Option<FileScan>, files: (usize, usize), by
     }
 }
 
-/// `--older-than` in words: whole days as days ("90d"), else as given ("36h").
+/// `--older-than` in words: whole days as days ("90d"), else as humantime spells it
+/// ("36h", "6months").
 fn age_words(d: Duration) -> String {
     match d.as_secs() {
         s if s > 0 && s % 86_400 == 0 => format!("{}d", s / 86_400),
-        _ => crate::support::units::format_duration(d),
+        _ => humantime::format_duration(d).to_string(),
     }
 }
