@@ -34,11 +34,18 @@ pub(crate) struct BandEstimate {
     pub(crate) sampled_bytes: u64,
     /// Median of its samples (null: none).
     pub(crate) median_bytes_per_second: Option<f64>,
-    /// Below `threshold` x the reference: its bytes count as cold and slow.
+    /// Its median below `threshold` x the reference.
     pub(crate) slow: bool,
+    /// Of its bytes, those whose samples read below `threshold` x the reference (by the
+    /// samples' share of the band's data): cold data hides in a young band when its files'
+    /// times say nothing of their data's age.
+    pub(crate) slow_bytes: u64,
     /// Predicted seconds to read the band now, and refreshed.
     pub(crate) seconds_now: f64,
     pub(crate) seconds_refreshed: f64,
+    /// Of those, the slow bytes' (for `cold_speedup`).
+    #[serde(skip)]
+    slow_seconds: (f64, f64),
 }
 
 /// `reseq estimate DIR`.
@@ -53,13 +60,13 @@ pub(crate) struct ColdEstimate {
     pub(crate) reference_bytes_per_second: f64,
     pub(crate) reference: String,
     pub(crate) bands: Vec<BandEstimate>,
-    /// Bytes in bands reading below `threshold` x the reference.
+    /// Bytes reading below `threshold` x the reference (the bands' `slow_bytes`).
     pub(crate) cold_slow_bytes: u64,
     /// A full read, predicted now and refreshed, and their ratio.
     pub(crate) seconds_now: f64,
     pub(crate) seconds_refreshed: f64,
     pub(crate) predicted_speedup: f64,
-    /// The slow bands alone: their read now / refreshed (null: no band is slow).
+    /// The slow bytes alone: their read now / refreshed (null: none is slow).
     pub(crate) cold_speedup: Option<f64>,
     /// In words: "worth it", "worth it for the cold part", "looks flat", or "cannot tell"
     /// (a cache, a late drive).
@@ -85,7 +92,7 @@ pub(crate) fn estimate(target: &Path, block: u64, sample: u64, samples: usize) -
     let bands = band_estimates(&found, &timed, (reference, group_ref.map(|g| g.0)), SMALL_FILE_BLOCKS * block);
     let (now, refreshed) = bands.iter().fold((0.0, 0.0), |(a, b), x| (a + x.seconds_now, b + x.seconds_refreshed));
     let speedup = now / refreshed.max(f64::MIN_POSITIVE);
-    let cold_slow_bytes = bands.iter().filter(|b| b.slow).map(|b| b.bytes).sum();
+    let cold_slow_bytes = bands.iter().map(|b| b.slow_bytes).sum();
     let cold_speedup = cold_speedup(&bands);
     let bytes = found.iter().map(|f| f.size).sum();
     let cannot = unreliable(cache.as_ref(), emulated.as_ref());
@@ -189,14 +196,47 @@ fn read_twice(found: &[Found], plan: &[(usize, Part)], block: u64) -> Result<Vec
     Ok(best.into_iter().flatten().collect())
 }
 
-/// Each band's predicted read, now and refreshed: its large files at their samples'
-/// median (refreshed: at least the reference), its small files (under `small` bytes) at
-/// their group's; a band without a sample of one kind at its other kind's, or at all
-/// samples' median.
+/// A band's large files read now and refreshed, per byte of their data (`data` in all),
+/// and of that the slow samples' part: each sample weighted by its file's data (samples
+/// fall evenly by bytes), refreshed at least at the reference.
+struct PerByte {
+    now: f64,
+    refreshed: f64,
+    slow_share: f64,
+    slow: (f64, f64),
+}
+
+fn per_byte(found: &[Found], timed: &[Timed], band: usize, (reference, data): (f64, f64)) -> Option<PerByte> {
+    let alone: Vec<&Timed> = timed.iter().filter(|t| t.band == band && !t.group).collect();
+    // A file smaller than the samples' stride stands for the stride's bytes: it was the
+    // one picked among its neighbours.
+    let stride = data / alone.len().max(1) as f64;
+    let samples: Vec<(f64, f64)> =
+        alone.iter().map(|t| (t.rate().max(f64::MIN_POSITIVE), (found[t.files[0]].data as f64).max(stride))).collect();
+    let weight: f64 = samples.iter().map(|s| s.1).sum();
+    if weight <= 0.0 {
+        return None;
+    }
+    let mut p = PerByte { now: 0.0, refreshed: 0.0, slow_share: 0.0, slow: (0.0, 0.0) };
+    for (r, w) in samples {
+        let (now, refreshed) = (w / weight / r, w / weight / r.max(reference));
+        (p.now, p.refreshed) = (p.now + now, p.refreshed + refreshed);
+        if r < THRESHOLD * reference {
+            p.slow_share += w / weight;
+            p.slow = (p.slow.0 + now, p.slow.1 + refreshed);
+        }
+    }
+    Some(p)
+}
+
+/// Each band's predicted read, now and refreshed: its large files by their samples (see
+/// [`PerByte`]), its small files (under `small` bytes) at their group's rate; a band
+/// without a sample of one kind at its other kind's, or at all samples' median.
 fn band_estimates(found: &[Found], timed: &[Timed], refs: (f64, Option<f64>), small: u64) -> Vec<BandEstimate> {
-    let (alone, groups, all) = (rates_by(timed, Some(false)), rates_by(timed, Some(true)), rates_by(timed, None));
+    let (groups, all) = (rates_by(timed, Some(true)), rates_by(timed, None));
     let fallback = median(&all.concat()).max(f64::MIN_POSITIVE);
     let (ref_l, ref_s) = (refs.0, refs.1.unwrap_or(refs.0));
+    let alone = rates_by(timed, Some(false));
     BANDS
         .iter()
         .enumerate()
@@ -207,14 +247,20 @@ fn band_estimates(found: &[Found], timed: &[Timed], refs: (f64, Option<f64>), sm
                 in_band.iter().filter(|f| (f.size >= small) == large).map(of).sum()
             };
             let (small_bytes, large_bytes) = (sum(false, |f| f.size), sum(true, |f| f.size));
-            let (small_data, large_data) = (sum(false, |f| f.data), sum(true, |f| f.data));
-            let r_large = (!alone[b].is_empty()).then(|| median(&alone[b]));
+            let (small_data, large_data) = (sum(false, |f| f.data) as f64, sum(true, |f| f.data) as f64);
             let r_small = groups[b].first().copied();
-            let r_any = r_large.or(r_small).unwrap_or(fallback);
-            let (rl, rs) = (r_large.unwrap_or(r_any), r_small.unwrap_or(r_any));
-            let now = large_data as f64 / rl + small_data as f64 / rs;
-            let refreshed = large_data as f64 / rl.max(ref_l) + small_data as f64 / rs.max(ref_s);
-            let slow = r_large.is_some_and(|r| r < THRESHOLD * ref_l) || r_small.is_some_and(|r| r < THRESHOLD * ref_s);
+            let r_any = (!alone[b].is_empty()).then(|| median(&alone[b])).or(r_small).unwrap_or(fallback);
+            let rs = r_small.unwrap_or(r_any);
+            let large = per_byte(found, timed, b, (ref_l, large_data)).unwrap_or_else(|| {
+                let (now, refreshed) = (1.0 / r_any, 1.0 / r_any.max(ref_l));
+                PerByte { now, refreshed, slow_share: 0.0, slow: (0.0, 0.0) }
+            });
+            let small_slow = r_small.is_some_and(|r| r < THRESHOLD * ref_s);
+            let (small_now, small_refreshed) = (small_data / rs, small_data / rs.max(ref_s));
+            let slow_seconds = (
+                large_data * large.slow.0 + if small_slow { small_now } else { 0.0 },
+                large_data * large.slow.1 + if small_slow { small_refreshed } else { 0.0 },
+            );
             let sampled = timed.iter().filter(|t| t.band == b);
             BandEstimate {
                 band: (*name).into(),
@@ -223,18 +269,19 @@ fn band_estimates(found: &[Found], timed: &[Timed], refs: (f64, Option<f64>), sm
                 samples: sampled.clone().count(),
                 sampled_bytes: sampled.map(|t| t.bytes).sum(),
                 median_bytes_per_second: (!all[b].is_empty()).then(|| median(&all[b])),
-                slow,
-                seconds_now: now,
-                seconds_refreshed: refreshed,
+                slow: (!alone[b].is_empty() && median(&alone[b]) < THRESHOLD * ref_l) || small_slow,
+                slow_bytes: (large_bytes as f64 * large.slow_share) as u64 + if small_slow { small_bytes } else { 0 },
+                seconds_now: large_data * large.now + small_now,
+                seconds_refreshed: large_data * large.refreshed + small_refreshed,
+                slow_seconds,
             }
         })
         .collect()
 }
 
-/// The slow bands' read now / refreshed, when a band is slow.
+/// The slow bytes' read now / refreshed, when some are slow.
 fn cold_speedup(bands: &[BandEstimate]) -> Option<f64> {
-    let slow = bands.iter().filter(|b| b.slow);
-    let (now, refreshed) = slow.fold((0.0, 0.0), |(a, b), x| (a + x.seconds_now, b + x.seconds_refreshed));
+    let (now, refreshed) = bands.iter().fold((0.0, 0.0), |(a, b), x| (a + x.slow_seconds.0, b + x.slow_seconds.1));
     (refreshed > 0.0).then(|| now / refreshed)
 }
 
@@ -280,8 +327,10 @@ mod tests {
             sampled_bytes: 1 << 20,
             median_bytes_per_second: Some(1e8),
             slow,
+            slow_bytes: if slow { 1 << 30 } else { 0 },
             seconds_now: now,
             seconds_refreshed: refreshed,
+            slow_seconds: if slow { (now, refreshed) } else { (0.0, 0.0) },
         }
     }
 
@@ -300,5 +349,41 @@ mod tests {
         // A full read that gains x1.5 is worth it outright; a cache makes it unknowable.
         assert!(advice(None, (2.0, Some(4.0)), (5, 10), (2.0, 1.0)).starts_with("worth it:"));
         assert!(advice(Some("a cache".into()), (2.0, Some(4.0)), (5, 10), (2.0, 1.0)).starts_with("cannot tell"));
+    }
+
+    #[test]
+    fn cold_data_in_a_young_band_is_found_by_its_samples() {
+        // Eight young files of equal data, four read 13x slower: their times say nothing
+        // of their data's age (a drive aged, or files restored with new times).
+        let found: Vec<Found> = (0..8)
+            .map(|i| Found {
+                path: format!("f{i}").into(),
+                size: 24 << 20,
+                data: 24 << 20,
+                extents: 1,
+                age_seconds: 60.0,
+                band: 0,
+            })
+            .collect();
+        let rates = [38e6, 494e6, 38e6, 494e6, 38e6, 494e6, 38e6, 494e6];
+        let timed: Vec<Timed> = rates
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Timed {
+                files: vec![i],
+                band: 0,
+                bytes: 8 << 20,
+                seconds: (8 << 20) as f64 / r,
+                cpu_some: None,
+                group: false,
+            })
+            .collect();
+        let reference = (38e6 + 494e6) / 2.0; // the youngest band's median, as the scan's
+        let bands = band_estimates(&found, &timed, (reference, None), 4 << 20);
+        assert_eq!(bands[0].slow_bytes, 96 << 20, "half the bytes read slowly: {:?}", bands[0]);
+        let whole = bands[0].seconds_now / bands[0].seconds_refreshed;
+        assert!(whole > 3.0, "a full read x{whole}");
+        let cold = cold_speedup(&bands).unwrap();
+        assert!((cold - reference / 38e6).abs() < 1e-6, "the cold half x{cold}");
     }
 }
