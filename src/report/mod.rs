@@ -100,7 +100,7 @@ pub struct Report {
 }
 
 /// What file mode did to one file.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct FileReport {
     pub(crate) path: String,
     pub(crate) size_bytes: u64,

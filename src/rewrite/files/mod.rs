@@ -2,11 +2,10 @@
 //! ext2/3/4 or xfs filesystem, in short freeze windows, while applications keep writing.
 //!
 //! The engine is the device engine, unchanged; [`planner`] makes files look like a
-//! device to it. A large file gets an engine run of its own, and a journal (keyed by
-//! device and inode) that lets a run resume it where it stopped. Small files are
-//! rewritten up to [`BATCH_FILES`] to one engine run, so that their I/O overlaps and
-//! files laid out one after another are rewritten in large chunks; a freeze window kept
-//! open (see [`Batched`]) serves the next run while time is left in it.
+//! device to it. One engine run rewrites the files of one filesystem, in the order of
+//! their first block, so that their I/O overlaps and files laid out one after another are
+//! rewritten in large chunks; its journal (files keyed by device and inode) lets a later
+//! run resume it where it stopped.
 //!
 //! Everything else is the device mode's: the guardian owns every freeze, a chunk's read
 //! and write lie inside one window, and every chunk is verified.
@@ -228,8 +227,8 @@ fn file_identity(path: &Path, md: &std::fs::Metadata, exts: Option<&[sys::Fiemap
     }
 }
 
-/// A file's extents, mapped without syncing it or a freeze (for its identity and the
-/// run's order; the run maps again while frozen).
+/// A file's extents, mapped without syncing it or a freeze (for its identity, the run's
+/// order and the plan; the run maps again while frozen).
 fn mapped(path: &Path) -> Option<Vec<sys::FiemapExtent>> {
     let f = std::fs::File::open(path).ok()?;
     sys::fiemap(f.as_fd(), 0, 0).ok()
@@ -746,40 +745,23 @@ fn member_report(m: &Member, start: u64, done: bool, verify: bool) -> FileReport
         // Whatever of a finished file is neither rewritten nor otherwise skipped is a hole.
         bytes_skipped_holes: if done && m.skipped.is_none() { m.span.saturating_sub(accounted) } else { 0 },
         skipped_reason: m.skipped.clone(),
-        left_alone: None,
-        read_bytes_per_second: None,
         resumed_from_bytes: resumed_from,
-        windows: 0,
-        longest_freeze_seconds: 0.0,
         verification: match (done, verify) {
             (true, true) => "passed",
             (true, false) => "off",
             _ => "incomplete",
         }
         .into(),
-        done_earlier: false,
-        chosen_because: None,
+        ..FileReport::default()
     }
 }
 
 fn skipped_report(path: &Path, why: &str) -> FileReport {
     FileReport {
         path: path.display().to_string(),
-        size_bytes: 0,
-        extents: None,
-        bytes_rewritten: 0,
-        bytes_skipped_unwritten: 0,
-        bytes_skipped_shared: 0,
-        bytes_skipped_holes: 0,
         skipped_reason: Some(why.into()),
-        left_alone: None,
-        read_bytes_per_second: None,
-        resumed_from_bytes: 0,
-        windows: 0,
-        longest_freeze_seconds: 0.0,
         verification: "off".into(),
-        done_earlier: false,
-        chosen_because: None,
+        ..FileReport::default()
     }
 }
 
@@ -927,11 +909,10 @@ fn assumed_rate(g: &FsGroup) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A file's extents, the bytes a run would rewrite, and its size; mapped without a
-/// freeze, for the plan only (the run maps again while frozen).
+/// A file's extents, the bytes a run would rewrite, and its size.
 fn planned_bytes(path: &Path, shared_seen: &mut std::collections::HashSet<(u64, u64)>) -> (usize, u64, u64) {
     let size = std::fs::metadata(path).map_or(0, |m| m.len());
-    let exts = std::fs::File::open(path).ok().and_then(|f| sys::fiemap(f.as_fd(), 0, 0).ok()).unwrap_or_default();
+    let exts = mapped(path).unwrap_or_default();
     let bytes = exts
         .iter()
         .filter(|x| !x.is_unwritten())
