@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::journal::{self, FileIdentity, Journal, Placed, RunRecord};
+use crate::engine::journal::{FileIdentity, Journal, Placed};
 use crate::engine::{self, EngineConfig, EngineStats};
 use crate::host::device::{self, Sysfs};
 use crate::host::freeze::{GuardedFreeze, WritersChecked};
@@ -493,7 +493,7 @@ impl FileRun<'_> {
         let mut planner = FilesPlanner::new(members, Arc::clone(&map), self.o.max_freeze() / 10);
         let end = planner.end();
         let mut journal = Journal::create(&record::journal_path(&self.record, &g.device.identity.name), {
-            let mut run = run_record(g, self.o.chunk_size.bytes(), end);
+            let mut run = crate::rewrite::run_record(&g.device.identity, self.o.chunk_size.bytes(), (0, end), None);
             run.files = table;
             run
         })?;
@@ -696,20 +696,6 @@ fn bench_after(o: &RewriteOptions, stop: &StopFlag, measured: &[&Path], report: 
 }
 
 /// The journal's run record for the files of one filesystem, `[0, end)`.
-fn run_record(g: &FsGroup, chunk_size: u64, end: u64) -> RunRecord {
-    RunRecord {
-        version: journal::JOURNAL_VERSION,
-        identity: g.device.identity.clone(),
-        chunk_size_bytes: chunk_size,
-        range_start_bytes: 0,
-        range_end_bytes: end,
-        chunks_total: end.div_ceil(chunk_size),
-        started_at: now_rfc3339(),
-        files: Vec::new(),
-        options: None,
-    }
-}
-
 /// Sums the figures of the filesystems' runs.
 fn add(t: &mut EngineStats, s: &EngineStats) {
     t.rewrite_seconds += s.rewrite_seconds;
@@ -824,7 +810,6 @@ fn describe(
     placement: &crate::host::cgroup::Placement,
     report: &Report,
 ) -> (String, String) {
-    let warnings = &report.warnings;
     let max_freeze = o.max_freeze();
     let mut s = format!(
         "plan: {} file(s), windows of at most {:.3} s each; {}\n",
@@ -833,8 +818,7 @@ fn describe(
         crate::host::freeze::describe_bound(max_freeze),
     );
     s += &crate::rewrite::frozen_share(max_freeze, o.pause, o.rate.map(|r| r.bytes_per_second()));
-    s +=
-        &format!("  guardian: {}\n  guardian priority: {}\n", placement.describe(), crate::host::hardening::expected());
+    s += &crate::rewrite::describe_guardian(placement);
     let mut detail = String::from("  every file:\n");
     if let (Some(sel), Some(c)) = (&report.file_selection, choice) {
         s += &format!("  {}\n  note: {}\n", sel.rule, sel.ages_after_rewrite);
@@ -851,11 +835,7 @@ fn describe(
         let files: Vec<&Planned> = planned.iter().enumerate().filter(chosen).map(|(_, p)| p).collect();
         s += &describe_group(g, &files, max_freeze, &mut detail);
     }
-    for w in warnings {
-        s += &format!("  warning: {w}\n");
-    }
-    s += "  nothing was written or frozen (dry run)\n";
-    (s, detail)
+    (s + &crate::rewrite::dry_run_end(&report.warnings), detail)
 }
 
 /// One filesystem's files in the plan: their totals, and each file's line into `detail`.
