@@ -18,7 +18,7 @@ use crate::measure::readbench::{CacheCheck, ReadParams, Target, Timed, read_span
 use crate::support::error::Result;
 
 /// One pass of a benchmark.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct Pass {
     pub(crate) bytes: u64,
     pub(crate) seconds: f64,
@@ -45,7 +45,7 @@ impl From<Timed> for Pass {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct BenchResult {
     pub(crate) target: String,
     /// Measured on a simulated SSD's virtual clock.
@@ -264,7 +264,7 @@ fn recheck_cache(c: &mut CacheCheck, target: &Target, params: &ReadParams) -> Re
 }
 
 /// One region of a scan.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct Region {
     pub(crate) index: usize,
     pub(crate) offset_bytes: u64,
@@ -400,8 +400,7 @@ pub(crate) fn estimate(target: &Target, block: u64, sample: u64, regions: usize)
             length_bytes: each,
             seconds: best[i as usize],
             bytes_per_second: each as f64 / best[i as usize].max(f64::MIN_POSITIVE),
-            slow: false,
-            device_ranges: Vec::new(),
+            ..Region::default()
         })
         .collect();
     let rates: Vec<f64> = out.iter().map(|r| r.bytes_per_second).collect();
@@ -495,7 +494,7 @@ impl Selection {
 }
 
 /// The honest answer to "did it help?".
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct Verdict {
     /// `faster`, `no_measurable_change`, `slower`, or `unreliable` (a cache below the
     /// device could have served the reads: see the benchmarks' `cache`).
@@ -792,11 +791,9 @@ pub(crate) fn verdict(before: &[f64], after: &[f64]) -> Verdict {
         rule,
         speedup,
         p_value: p,
-        measured_bytes_freed: None,
-        recheck: None,
         needed_effect,
         criteria: criteria(needed_effect, spread),
-        closer_look: None,
+        ..Verdict::default()
     }
 }
 
@@ -959,26 +956,14 @@ pub(crate) mod tests {
     pub(crate) fn bench_of(rates: &[f64]) -> BenchResult {
         let passes: Vec<Pass> = rates
             .iter()
-            .map(|r| Pass {
-                bytes: 1 << 20,
-                seconds: (1 << 20) as f64 / r,
-                bytes_per_second: *r,
-                latency_p50_seconds: None,
-                latency_p99_seconds: None,
-            })
+            .map(|r| Pass { bytes: 1 << 20, seconds: (1 << 20) as f64 / r, bytes_per_second: *r, ..Pass::default() })
             .collect();
         BenchResult {
             target: "t".into(),
-            virtual_time: false,
             params: ReadParams { block_size_bytes: 1 << 20, queue_depth: 1, offset_bytes: 0, length_bytes: 1 << 20 },
-            settle_seconds: 0.0,
             median_bytes_per_second: median(rates),
-            min_bytes_per_second: 0.0,
-            max_bytes_per_second: 0.0,
             passes,
-            cache: None,
-            host_pressure: None,
-            emulated: None,
+            ..BenchResult::default()
         }
     }
 
@@ -1066,8 +1051,7 @@ pub(crate) mod tests {
                 length_bytes: 1,
                 seconds: 1.0,
                 bytes_per_second: if i == 7 { 40.0 } else { 100.0 + i as f64 },
-                slow: false,
-                device_ranges: Vec::new(),
+                ..Region::default()
             })
             .collect();
         let s = flag_slow("t".into(), false, p, regions, 0.75);

@@ -435,11 +435,8 @@ pub(crate) fn cut_short(before: Option<&bench::BenchResult>, e: Error) -> Result
         rule: format!("the benchmark after the rewrite was stopped by {signal}: nothing to compare"),
         speedup: 1.0,
         p_value: 1.0,
-        measured_bytes_freed: None,
-        recheck: None,
         needed_effect: bench::MIN_EFFECT,
-        criteria: String::new(),
-        closer_look: None,
+        ..bench::Verdict::default()
     }))
 }
 
