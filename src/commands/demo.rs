@@ -135,12 +135,7 @@ fn emulated(size: u64, quiet: bool, report_out: &mut Option<Report>) -> Result<(
     let verdict = report.verdict.as_ref().map(|v| format!("{} (x{:.2})", v.verdict.replace('_', " "), v.speedup));
     *report_out = Some(report);
     result?;
-    let after = hash_path(&db_path).map_err(io("hashing the database file again"))?;
-    if after != before {
-        return Err(Error::Internal(format!("the database file changed: {before} -> {after}")));
-    }
-    mnt.unmount().map_err(io("unmounting"))?;
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).map_err(io("e2fsck after the run"))?;
+    unchanged_and_clean(&db_path, before, mnt, &lo)?;
     drop(lo);
     served.stop()?;
     say(
@@ -228,18 +223,24 @@ fn demo(size: u64, quiet: bool, report_out: &mut Option<Report>) -> Result<()> {
     let (report, result) = crate::rewrite::run(&rewrite_options(&lo.path, dir.path().join("state"), false), quiet);
     *report_out = Some(report);
     result?;
-
-    let after = hash_path(&db_path).map_err(io("hashing the database file again"))?;
-    if after != before {
-        return Err(Error::Internal(format!("the database file changed: {before} -> {after}")));
-    }
     std::fs::write(mnt.dir.join("after.txt"), b"the filesystem takes writes: it is thawed\n")
         .map_err(io("writing after the run"))?;
-    mnt.unmount().map_err(io("unmounting"))?;
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).map_err(io("e2fsck after the run"))?;
+    unchanged_and_clean(&db_path, before, mnt, &lo)?;
     say(quiet, "database file byte-identical, filesystem thawed and writable, e2fsck -fn clean".into());
     drop(lo);
     say(quiet, "cleaned up the loop device and the image".into());
+    Ok(())
+}
+
+/// After the run: the database file byte-identical, and the filesystem, unmounted,
+/// clean by e2fsck.
+fn unchanged_and_clean(db: &std::path::Path, before: blake3::Hash, mnt: Mount, lo: &LoopDevice) -> Result<()> {
+    let after = hash_path(db).map_err(io("hashing the database file again"))?;
+    if after != before {
+        return Err(Error::Internal(format!("the database file changed: {before} -> {after}")));
+    }
+    mnt.unmount().map_err(io("unmounting"))?;
+    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).map_err(io("e2fsck after the run"))?;
     Ok(())
 }
 

@@ -18,7 +18,7 @@ use crate::measure::readbench::{CacheCheck, ReadParams, Target, Timed, read_span
 use crate::support::error::Result;
 
 /// One pass of a benchmark.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct Pass {
     pub(crate) bytes: u64,
     pub(crate) seconds: f64,
@@ -45,7 +45,7 @@ impl From<Timed> for Pass {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct BenchResult {
     pub(crate) target: String,
     /// Measured on a simulated SSD's virtual clock.
@@ -127,6 +127,15 @@ pub(crate) fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// The median of the fastest quarter of `rates` (at least one): what re-sequenced data
+/// reads at on this drive (a quarter, not the single fastest, so that one lucky read does
+/// not flag the rest).
+pub(crate) fn fastest_quarter(rates: &[f64]) -> f64 {
+    let mut s = rates.to_vec();
+    s.sort_by(|a, b| b.total_cmp(a));
+    median(&s[..s.len().div_ceil(4)])
+}
+
 /// Runs `passes` sequential reads of the range.
 pub(crate) fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Duration) -> Result<BenchResult> {
     let (block, qd) = (params.block_size_bytes, params.queue_depth);
@@ -181,7 +190,12 @@ impl Watch {
 
     /// The host's pressure since the start; None on a simulated SSD or without PSI.
     pub(crate) fn host_pressure(&self, target: &Target) -> Option<HostPressure> {
-        host_pressure_since(self.psi, target)
+        let wall_us = self.psi.2.elapsed().as_micros().max(1) as f64;
+        let share = |a: Option<u64>, b: Option<u64>| Some((b?.saturating_sub(a?) as f64 / wall_us).min(1.0));
+        match (share(self.psi.0, psi_total("cpu")), share(self.psi.1, psi_total("io"))) {
+            (Some(cpu_some), Some(io_some)) if !target.is_virtual() => Some(HostPressure { cpu_some, io_some }),
+            _ => None,
+        }
     }
 
     /// The emulated drive's replies since the start, over `read_seconds` of reads.
@@ -249,19 +263,8 @@ fn recheck_cache(c: &mut CacheCheck, target: &Target, params: &ReadParams) -> Re
     Ok(())
 }
 
-/// The host's pressure from `start` (PSI totals and when) to now; None on a simulated
-/// SSD or without PSI.
-fn host_pressure_since(start: (Option<u64>, Option<u64>, std::time::Instant), target: &Target) -> Option<HostPressure> {
-    let wall_us = start.2.elapsed().as_micros().max(1) as f64;
-    let share = |a: Option<u64>, b: Option<u64>| Some((b?.saturating_sub(a?) as f64 / wall_us).min(1.0));
-    match (share(start.0, psi_total("cpu")), share(start.1, psi_total("io"))) {
-        (Some(cpu_some), Some(io_some)) if !target.is_virtual() => Some(HostPressure { cpu_some, io_some }),
-        _ => None,
-    }
-}
-
 /// One region of a scan.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct Region {
     pub(crate) index: usize,
     pub(crate) offset_bytes: u64,
@@ -331,8 +334,7 @@ pub(crate) fn scan(target: &Target, params: &ReadParams, regions: usize, thresho
     Ok(flag_slow(target.describe(), target.is_virtual(), params.clone(), out, threshold))
 }
 
-/// Marks regions slower than `threshold` x the median of the fastest quarter (a quarter,
-/// not the single fastest region, so that one lucky region does not flag the rest).
+/// Marks regions slower than `threshold` x the median of the fastest quarter.
 pub(crate) fn flag_slow(
     target: String,
     virtual_time: bool,
@@ -340,10 +342,7 @@ pub(crate) fn flag_slow(
     mut regions: Vec<Region>,
     threshold: f64,
 ) -> ScanResult {
-    let mut rates: Vec<f64> = regions.iter().map(|r| r.bytes_per_second).collect();
-    rates.sort_by(|a, b| b.total_cmp(a));
-    let top = rates.len().div_ceil(4).max(1);
-    let reference = median(&rates[..top.min(rates.len())]);
+    let reference = fastest_quarter(&regions.iter().map(|r| r.bytes_per_second).collect::<Vec<_>>());
     for r in &mut regions {
         r.slow = r.bytes_per_second < threshold * reference;
     }
@@ -401,15 +400,11 @@ pub(crate) fn estimate(target: &Target, block: u64, sample: u64, regions: usize)
             length_bytes: each,
             seconds: best[i as usize],
             bytes_per_second: each as f64 / best[i as usize].max(f64::MIN_POSITIVE),
-            slow: false,
-            device_ranges: Vec::new(),
+            ..Region::default()
         })
         .collect();
     let rates: Vec<f64> = out.iter().map(|r| r.bytes_per_second).collect();
-    let med = median(&rates);
-    let mut sorted = rates.clone();
-    sorted.sort_by(|a, b| b.total_cmp(a));
-    let reference = median(&sorted[..sorted.len().div_ceil(4)]);
+    let (med, reference) = (median(&rates), fastest_quarter(&rates));
     let speedup = reference / med.max(f64::MIN_POSITIVE);
     let advice = advice(cache.as_ref(), target.is_virtual(), med, reference);
     Ok(Estimate {
@@ -499,7 +494,7 @@ impl Selection {
 }
 
 /// The honest answer to "did it help?".
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct Verdict {
     /// `faster`, `no_measurable_change`, `slower`, or `unreliable` (a cache below the
     /// device could have served the reads: see the benchmarks' `cache`).
@@ -796,11 +791,9 @@ pub(crate) fn verdict(before: &[f64], after: &[f64]) -> Verdict {
         rule,
         speedup,
         p_value: p,
-        measured_bytes_freed: None,
-        recheck: None,
         needed_effect,
         criteria: criteria(needed_effect, spread),
-        closer_look: None,
+        ..Verdict::default()
     }
 }
 
@@ -963,26 +956,14 @@ pub(crate) mod tests {
     pub(crate) fn bench_of(rates: &[f64]) -> BenchResult {
         let passes: Vec<Pass> = rates
             .iter()
-            .map(|r| Pass {
-                bytes: 1 << 20,
-                seconds: (1 << 20) as f64 / r,
-                bytes_per_second: *r,
-                latency_p50_seconds: None,
-                latency_p99_seconds: None,
-            })
+            .map(|r| Pass { bytes: 1 << 20, seconds: (1 << 20) as f64 / r, bytes_per_second: *r, ..Pass::default() })
             .collect();
         BenchResult {
             target: "t".into(),
-            virtual_time: false,
             params: ReadParams { block_size_bytes: 1 << 20, queue_depth: 1, offset_bytes: 0, length_bytes: 1 << 20 },
-            settle_seconds: 0.0,
             median_bytes_per_second: median(rates),
-            min_bytes_per_second: 0.0,
-            max_bytes_per_second: 0.0,
             passes,
-            cache: None,
-            host_pressure: None,
-            emulated: None,
+            ..BenchResult::default()
         }
     }
 
@@ -1070,8 +1051,7 @@ pub(crate) mod tests {
                 length_bytes: 1,
                 seconds: 1.0,
                 bytes_per_second: if i == 7 { 40.0 } else { 100.0 + i as f64 },
-                slow: false,
-                device_ranges: Vec::new(),
+                ..Region::default()
             })
             .collect();
         let s = flag_slow("t".into(), false, p, regions, 0.75);

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::measure::bench::{EmulatedDrive, HostPressure, LATE_SHARE, Watch, median, stopped};
+use crate::measure::bench::{EmulatedDrive, HostPressure, LATE_SHARE, Watch, fastest_quarter, median, stopped};
 use crate::measure::readbench::{CacheCheck, Source, Target, cache_check, read_span};
 pub(crate) use crate::options::bench::FileSort;
 use crate::support::error::{Error, Result};
@@ -286,11 +286,10 @@ fn reference(rates_by_band: &[Vec<f64>]) -> (f64, String) {
     if young.len() >= MIN_YOUNG_READS {
         return (median(young), format!("the youngest files ({}, {} timed reads)", BANDS[0].0, young.len()));
     }
-    let mut all: Vec<f64> = rates_by_band.iter().flatten().copied().collect();
-    all.sort_by(|a, b| b.total_cmp(a));
-    let top = all.len().div_ceil(4).max(1).min(all.len());
+    let all: Vec<f64> = rates_by_band.iter().flatten().copied().collect();
+    let top = all.len().div_ceil(4);
     (
-        median(&all[..top]),
+        fastest_quarter(&all),
         format!(
             "the fastest quarter of the files ({top} of {} timed reads: fewer than {MIN_YOUNG_READS} are {})",
             all.len(),

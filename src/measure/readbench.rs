@@ -235,7 +235,7 @@ impl Target {
 }
 
 /// How to read.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct ReadParams {
     pub(crate) block_size_bytes: u64,
     pub(crate) queue_depth: usize,

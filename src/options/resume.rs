@@ -171,11 +171,7 @@ impl RunOptions {
     /// The options as command-line text, for messages and `reseq status`.
     pub(crate) fn describe(&self) -> String {
         let mut s = vec![format!("--chunk-size {}", self.chunk_size)];
-        let mut opt = |name: &str, v: Option<String>| {
-            if let Some(v) = v {
-                s.push(if v.is_empty() { name.to_string() } else { format!("{name} {v}") });
-            }
-        };
+        let mut opt = |name: &str, v: Option<String>| s.extend(v.map(|v| Merge::named(name, &v)));
         opt("--max-freeze", self.max_freeze.map(format_duration));
         opt("--rate", self.rate.map(|r| r.to_string()));
         opt("--pause", given(self.pause, defaults::DEFAULT_PAUSE).map(format_duration));

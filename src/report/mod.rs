@@ -22,7 +22,7 @@ pub(crate) use crate::support::units::now_rfc3339;
 
 pub const SCHEMA_VERSION: u32 = 2;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Report {
     pub(crate) schema_version: u32,
     pub(crate) tool: String,
@@ -100,7 +100,7 @@ pub struct Report {
 }
 
 /// What file mode did to one file.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct FileReport {
     pub(crate) path: String,
     pub(crate) size_bytes: u64,
@@ -209,6 +209,12 @@ pub(crate) struct Outcome {
     pub(crate) offset_bytes: Option<u64>,
 }
 
+impl Default for Outcome {
+    fn default() -> Outcome {
+        Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None }
+    }
+}
+
 /// What a rewrite planned, as [`Report::set_plan`] records it. Borrowed from the plan
 /// (rewrite's type, which depends on this module, not the other way round).
 pub(crate) struct Planned<'a> {
@@ -237,40 +243,11 @@ impl Report {
             tool_version: env!("CARGO_PKG_VERSION").into(),
             command: command.into(),
             argv: std::env::args().collect(),
-            targets: Vec::new(),
             host: hostname(),
             started_at: now_rfc3339(),
-            finished_at: String::new(),
-            duration_seconds: 0.0,
             dry_run,
-            device: None,
-            plan: None,
-            results: None,
             verification: "incomplete".into(),
-            in_flight_reverify: None,
-            bench: None,
-            scan: None,
-            estimate: None,
-            bench_before: None,
-            bench_after: None,
-            scan_before: None,
-            scan_after: None,
-            verdict: None,
-            write_cost: None,
-            space: None,
-            trim_impact: None,
-            selection: None,
-            scan_files: None,
-            estimate_files: None,
-            file_selection: None,
-            files: None,
-            freeze_bound: None,
-            warnings: Vec::new(),
-            outcome: Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None },
-            plan_text: None,
-            plan_detail: None,
-            every_file: false,
-            guardian: None,
+            ..Report::default()
         }
     }
 
@@ -318,7 +295,7 @@ impl Report {
         }
         .into();
         self.outcome = match result {
-            Ok(()) => Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None },
+            Ok(()) => Outcome::default(),
             Err(e) => Outcome {
                 exit_code: e.exit_code().code(),
                 status: e.exit_code(),

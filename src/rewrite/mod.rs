@@ -123,11 +123,16 @@ pub(crate) fn describe_plan(plan: &RewritePlan) -> String {
     s += &describe_selection(&plan.options);
     s += &format!("  medium: {}\n", d.medium);
     s += &format!("  journal: {}\n", plan.journal_path.display());
-    for w in &plan.warnings {
+    s + &dry_run_end(&plan.warnings)
+}
+
+/// The end of a dry run's plan: its warnings, and that it did nothing.
+pub(crate) fn dry_run_end(warnings: &[String]) -> String {
+    let mut s = String::new();
+    for w in warnings {
         s += &format!("  warning: {w}\n");
     }
-    s += "  nothing was written or frozen (dry run)\n";
-    s
+    s + "  nothing was written or frozen (dry run)\n"
 }
 
 /// `--only-slow` and `--from-scan`: what chooses the regions, since a dry run does not
@@ -191,11 +196,12 @@ fn describe_freeze(plan: &RewritePlan) -> String {
         plan.hung_task_timeout.map(|t| format!(" (hung-task timeout {} s)", t.as_secs())).unwrap_or_default()
     );
     s += &frozen_share(plan.max_freeze, plan.engine.pause, plan.engine.rate_bytes_per_second);
-    if let Some(p) = &plan.guardian {
-        s += &format!("  guardian: {}\n", p.describe());
-        s += &format!("  guardian priority: {}\n", crate::host::hardening::expected());
-    }
-    s
+    s + &plan.guardian.as_ref().map(describe_guardian).unwrap_or_default()
+}
+
+/// Where the guardian goes, and the priority it gets.
+pub(crate) fn describe_guardian(p: &crate::host::cgroup::Placement) -> String {
+    format!("  guardian: {}\n  guardian priority: {}\n", p.describe(), crate::host::hardening::expected())
 }
 
 /// How much of the run the filesystems stay frozen: windows use 3/4 of their bound, and
@@ -241,10 +247,6 @@ fn describe_space(plan: &RewritePlan) -> String {
         );
     }
     s
-}
-
-fn open_target(plan: &RewritePlan) -> Result<DirectDevice> {
-    open_device(&plan.device, plan.needs_freeze())
 }
 
 /// Opens a device for direct I/O: shared when filesystems on it are mounted (the freeze
@@ -433,11 +435,8 @@ pub(crate) fn cut_short(before: Option<&bench::BenchResult>, e: Error) -> Result
         rule: format!("the benchmark after the rewrite was stopped by {signal}: nothing to compare"),
         speedup: 1.0,
         p_value: 1.0,
-        measured_bytes_freed: None,
-        recheck: None,
         needed_effect: bench::MIN_EFFECT,
-        criteria: String::new(),
-        closer_look: None,
+        ..bench::Verdict::default()
     }))
 }
 
@@ -542,7 +541,7 @@ fn take_device(
         &plan.device.identity.name,
         &plan.device.path.display().to_string(),
     )?;
-    let target = open_target(plan)?;
+    let target = open_device(&plan.device, plan.needs_freeze())?;
     let claims = claim_unmounted_partitions(plan)?;
     crate::engine::rescue::check_torn_notes(&plan.device.path, &target)?;
     if let Some(to) = &plan.engine.rescue {
@@ -617,22 +616,34 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
 
 /// A new journal for a fresh run (its first record is the plan), or the unfinished one.
 fn start_journal(plan: &RewritePlan) -> Result<Journal> {
+    let e = &plan.engine;
     match &plan.start {
         Start::Fresh => Journal::create(
             &plan.journal_path,
-            RunRecord {
-                version: journal::JOURNAL_VERSION,
-                identity: plan.device.identity.clone(),
-                chunk_size_bytes: plan.engine.chunk_size,
-                range_start_bytes: plan.engine.range_start,
-                range_end_bytes: plan.engine.range_end,
-                chunks_total: plan.engine.chunks_total(),
-                started_at: now_rfc3339(),
-                files: Vec::new(),
-                options: Some(plan.options.clone()),
-            },
+            run_record(&plan.device.identity, e.chunk_size, (e.range_start, e.range_end), Some(plan.options.clone())),
         ),
         Start::Resume { .. } => Journal::append_to(&plan.journal_path),
+    }
+}
+
+/// A run's first journal record: the device, the chunks and the range; `options`, a
+/// device run's, for `--resume`.
+pub(crate) fn run_record(
+    identity: &crate::engine::identity::DeviceIdentity,
+    chunk_size: u64,
+    (start, end): (u64, u64),
+    options: Option<crate::options::resume::RunOptions>,
+) -> RunRecord {
+    RunRecord {
+        version: journal::JOURNAL_VERSION,
+        identity: identity.clone(),
+        chunk_size_bytes: chunk_size,
+        range_start_bytes: start,
+        range_end_bytes: end,
+        chunks_total: (end - start).div_ceil(chunk_size),
+        started_at: now_rfc3339(),
+        files: Vec::new(),
+        options,
     }
 }
 

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use crate::measure::byfile::{FileScan, FileSpeed, human_age};
 use crate::measure::cold_estimate::ColdEstimate;
+use crate::report::Report;
 use crate::support::units::{human_bytes, human_rate};
 
 /// At most this many files are listed in the text.
@@ -86,8 +87,23 @@ fn file_list(sc: &FileScan) -> String {
     s
 }
 
-/// One line for a Markdown table.
-pub(crate) fn file_scan_row(sc: &FileScan) -> String {
+/// The Markdown and HTML tables' rows of a per-file scan, estimate and selection.
+pub(crate) fn rows(r: &Report) -> Vec<(&'static str, String)> {
+    let mut rows = Vec::new();
+    if let Some(sc) = &r.scan_files {
+        rows.push(("scan by file", file_scan_row(sc)));
+    }
+    if let Some(e) = &r.estimate_files {
+        rows.push(("estimate by file age", e.advice.clone()));
+    }
+    if let Some(sel) = &r.file_selection {
+        rows.push(("selection", format!("{}; {}", sel.rule, sel.ages_after_rewrite)));
+    }
+    rows
+}
+
+/// One line for a table.
+fn file_scan_row(sc: &FileScan) -> String {
     let bands: Vec<String> = sc
         .bands
         .iter()

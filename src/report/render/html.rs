@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::svg::{Series, age_chart, pass_chart, region_chart};
-use super::{esc, plain, trim_summary};
+use super::{esc, plain};
 use crate::measure::bench::{BenchResult, ScanResult, with_passes};
 use crate::report::Report;
 use crate::support::units::human_bytes;
@@ -137,27 +137,14 @@ fn plan_rows(r: &Report) -> Vec<Row> {
         let space = format!("{}: {} left out as free; TRIM ", sp.mode, human_bytes(sp.bytes_skipped_as_free));
         rows.push(("space", space + &trimmed.unwrap_or_else(|| "not run".into())));
     }
-    if let Some(t) = r.space.as_ref().and_then(|sp| sp.trim.as_ref()) {
-        rows.push(("trim", trim_summary(t)));
-    }
-    if let Some(t) = &r.trim_impact {
-        rows.push(("trim impact", format!("{} ({}): {}", t.mount_point, t.fs_type, trim_summary(&t.trim))));
-    }
+    rows.extend(super::trim_rows(r));
     rows
 }
 
 /// What each benchmark read.
 fn measurement_rows(r: &Report) -> Vec<Row> {
     let mut rows = Vec::new();
-    if let Some(sc) = &r.scan_files {
-        rows.push(("scan by file", super::cold::file_scan_row(sc)));
-    }
-    if let Some(e) = &r.estimate_files {
-        rows.push(("estimate by file age", e.advice.clone()));
-    }
-    if let Some(sel) = &r.file_selection {
-        rows.push(("selection", format!("{}; {}", sel.rule, sel.ages_after_rewrite)));
-    }
+    rows.extend(super::cold::rows(r));
     for (k, b) in [("measured", &r.bench), ("measured before", &r.bench_before), ("measured after", &r.bench_after)] {
         if let Some(b) = b {
             let cache = b.cache.as_ref().map(|c| format!("; cache check: {}", c.finding)).unwrap_or_default();

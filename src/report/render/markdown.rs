@@ -2,7 +2,6 @@
 
 use std::fmt::Write as _;
 
-use super::trim_summary;
 use crate::report::Report;
 use crate::support::units::{human_bytes, human_rate};
 
@@ -74,15 +73,7 @@ fn measurement_rows(r: &Report) -> Vec<Row> {
             rows.push(("verdict rule", v.criteria.clone()));
         }
     }
-    if let Some(sc) = &r.scan_files {
-        rows.push(("scan by file", super::cold::file_scan_row(sc)));
-    }
-    if let Some(e) = &r.estimate_files {
-        rows.push(("estimate by file age", e.advice.clone()));
-    }
-    if let Some(sel) = &r.file_selection {
-        rows.push(("selection", format!("{}; {}", sel.rule, sel.ages_after_rewrite)));
-    }
+    rows.extend(super::cold::rows(r));
     if let Some(sc) = &r.scan {
         let slow = format!("below {:.0} % of {}", sc.threshold * 100.0, human_rate(sc.reference_bytes_per_second));
         rows.push(("scan", format!("{} regions, {} slow ({slow})", sc.regions.len(), sc.slow_regions)));
@@ -90,12 +81,7 @@ fn measurement_rows(r: &Report) -> Vec<Row> {
     if let Some(w) = &r.write_cost {
         rows.push(("host bytes written", w.host_bytes_written.map(human_bytes).unwrap_or_else(|| "unknown".into())));
     }
-    if let Some(t) = r.space.as_ref().and_then(|sp| sp.trim.as_ref()) {
-        rows.push(("trim", trim_summary(t)));
-    }
-    if let Some(t) = &r.trim_impact {
-        rows.push(("trim impact", format!("{} ({}): {}", t.mount_point, t.fs_type, trim_summary(&t.trim))));
-    }
+    rows.extend(super::trim_rows(r));
     rows
 }
 

@@ -62,10 +62,22 @@ pub(crate) fn render(r: &Report, f: Format) -> String {
     }
 }
 
-/// One line about a sliced trim, for the Markdown and HTML tables.
 /// Below this many reads a 99th percentile is the slowest read or two: not shown.
 const MIN_READS_FOR_P99: u64 = 100;
 
+/// The Markdown and HTML tables' rows of the rewrite's trim and of `bench --trim-impact`.
+fn trim_rows(r: &Report) -> Vec<(&'static str, String)> {
+    let mut rows = Vec::new();
+    if let Some(t) = r.space.as_ref().and_then(|sp| sp.trim.as_ref()) {
+        rows.push(("trim", trim_summary(t)));
+    }
+    if let Some(t) = &r.trim_impact {
+        rows.push(("trim impact", format!("{} ({}): {}", t.mount_point, t.fs_type, trim_summary(&t.trim))));
+    }
+    rows
+}
+
+/// One line about a sliced trim, for the Markdown and HTML tables.
 fn trim_summary(t: &TrimReport) -> String {
     let mut s = format!(
         "{} discarded in {} slice(s), {:.1} s ({}), slowest slice {:.3} s, pace {}",

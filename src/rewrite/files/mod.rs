@@ -2,11 +2,10 @@
 //! ext2/3/4 or xfs filesystem, in short freeze windows, while applications keep writing.
 //!
 //! The engine is the device engine, unchanged; [`planner`] makes files look like a
-//! device to it. A large file gets an engine run of its own, and a journal (keyed by
-//! device and inode) that lets a run resume it where it stopped. Small files are
-//! rewritten up to [`BATCH_FILES`] to one engine run, so that their I/O overlaps and
-//! files laid out one after another are rewritten in large chunks; a freeze window kept
-//! open (see [`Batched`]) serves the next run while time is left in it.
+//! device to it. One engine run rewrites the files of one filesystem, in the order of
+//! their first block, so that their I/O overlaps and files laid out one after another are
+//! rewritten in large chunks; its journal (files keyed by device and inode) lets a later
+//! run resume it where it stopped.
 //!
 //! Everything else is the device mode's: the guardian owns every freeze, a chunk's read
 //! and write lie inside one window, and every chunk is verified.
@@ -18,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::journal::{self, FileIdentity, Journal, Placed, RunRecord};
+use crate::engine::journal::{FileIdentity, Journal, Placed};
 use crate::engine::{self, EngineConfig, EngineStats};
 use crate::host::device::{self, Sysfs};
 use crate::host::freeze::{GuardedFreeze, WritersChecked};
@@ -228,8 +227,8 @@ fn file_identity(path: &Path, md: &std::fs::Metadata, exts: Option<&[sys::Fiemap
     }
 }
 
-/// A file's extents, mapped without syncing it or a freeze (for its identity and the
-/// run's order; the run maps again while frozen).
+/// A file's extents, mapped without syncing it or a freeze (for its identity, the run's
+/// order and the plan; the run maps again while frozen).
 fn mapped(path: &Path) -> Option<Vec<sys::FiemapExtent>> {
     let f = std::fs::File::open(path).ok()?;
     sys::fiemap(f.as_fd(), 0, 0).ok()
@@ -494,7 +493,7 @@ impl FileRun<'_> {
         let mut planner = FilesPlanner::new(members, Arc::clone(&map), self.o.max_freeze() / 10);
         let end = planner.end();
         let mut journal = Journal::create(&record::journal_path(&self.record, &g.device.identity.name), {
-            let mut run = run_record(g, self.o.chunk_size.bytes(), end);
+            let mut run = crate::rewrite::run_record(&g.device.identity, self.o.chunk_size.bytes(), (0, end), None);
             run.files = table;
             run
         })?;
@@ -697,20 +696,6 @@ fn bench_after(o: &RewriteOptions, stop: &StopFlag, measured: &[&Path], report: 
 }
 
 /// The journal's run record for the files of one filesystem, `[0, end)`.
-fn run_record(g: &FsGroup, chunk_size: u64, end: u64) -> RunRecord {
-    RunRecord {
-        version: journal::JOURNAL_VERSION,
-        identity: g.device.identity.clone(),
-        chunk_size_bytes: chunk_size,
-        range_start_bytes: 0,
-        range_end_bytes: end,
-        chunks_total: end.div_ceil(chunk_size),
-        started_at: now_rfc3339(),
-        files: Vec::new(),
-        options: None,
-    }
-}
-
 /// Sums the figures of the filesystems' runs.
 fn add(t: &mut EngineStats, s: &EngineStats) {
     t.rewrite_seconds += s.rewrite_seconds;
@@ -746,40 +731,23 @@ fn member_report(m: &Member, start: u64, done: bool, verify: bool) -> FileReport
         // Whatever of a finished file is neither rewritten nor otherwise skipped is a hole.
         bytes_skipped_holes: if done && m.skipped.is_none() { m.span.saturating_sub(accounted) } else { 0 },
         skipped_reason: m.skipped.clone(),
-        left_alone: None,
-        read_bytes_per_second: None,
         resumed_from_bytes: resumed_from,
-        windows: 0,
-        longest_freeze_seconds: 0.0,
         verification: match (done, verify) {
             (true, true) => "passed",
             (true, false) => "off",
             _ => "incomplete",
         }
         .into(),
-        done_earlier: false,
-        chosen_because: None,
+        ..FileReport::default()
     }
 }
 
 pub(super) fn skipped_report(path: &Path, why: &str) -> FileReport {
     FileReport {
         path: path.display().to_string(),
-        size_bytes: 0,
-        extents: None,
-        bytes_rewritten: 0,
-        bytes_skipped_unwritten: 0,
-        bytes_skipped_shared: 0,
-        bytes_skipped_holes: 0,
         skipped_reason: Some(why.into()),
-        left_alone: None,
-        read_bytes_per_second: None,
-        resumed_from_bytes: 0,
-        windows: 0,
-        longest_freeze_seconds: 0.0,
         verification: "off".into(),
-        done_earlier: false,
-        chosen_because: None,
+        ..FileReport::default()
     }
 }
 
@@ -842,7 +810,6 @@ fn describe(
     placement: &crate::host::cgroup::Placement,
     report: &Report,
 ) -> (String, String) {
-    let warnings = &report.warnings;
     let max_freeze = o.max_freeze();
     let mut s = format!(
         "plan: {} file(s), windows of at most {:.3} s each; {}\n",
@@ -851,8 +818,7 @@ fn describe(
         crate::host::freeze::describe_bound(max_freeze),
     );
     s += &crate::rewrite::frozen_share(max_freeze, o.pause, o.rate.map(|r| r.bytes_per_second()));
-    s +=
-        &format!("  guardian: {}\n  guardian priority: {}\n", placement.describe(), crate::host::hardening::expected());
+    s += &crate::rewrite::describe_guardian(placement);
     let mut detail = String::from("  every file:\n");
     if let (Some(sel), Some(c)) = (&report.file_selection, choice) {
         s += &format!("  {}\n  note: {}\n", sel.rule, sel.ages_after_rewrite);
@@ -869,11 +835,7 @@ fn describe(
         let files: Vec<&Planned> = planned.iter().enumerate().filter(chosen).map(|(_, p)| p).collect();
         s += &describe_group(g, &files, max_freeze, &mut detail);
     }
-    for w in warnings {
-        s += &format!("  warning: {w}\n");
-    }
-    s += "  nothing was written or frozen (dry run)\n";
-    (s, detail)
+    (s + &crate::rewrite::dry_run_end(&report.warnings), detail)
 }
 
 /// One filesystem's files in the plan: their totals, and each file's line into `detail`.
@@ -927,11 +889,10 @@ fn assumed_rate(g: &FsGroup) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A file's extents, the bytes a run would rewrite, and its size; mapped without a
-/// freeze, for the plan only (the run maps again while frozen).
+/// A file's extents, the bytes a run would rewrite, and its size.
 fn planned_bytes(path: &Path, shared_seen: &mut std::collections::HashSet<(u64, u64)>) -> (usize, u64, u64) {
     let size = std::fs::metadata(path).map_or(0, |m| m.len());
-    let exts = std::fs::File::open(path).ok().and_then(|f| sys::fiemap(f.as_fd(), 0, 0).ok()).unwrap_or_default();
+    let exts = mapped(path).unwrap_or_default();
     let bytes = exts
         .iter()
         .filter(|x| !x.is_unwritten())

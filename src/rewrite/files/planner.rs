@@ -95,6 +95,7 @@ fn push_merged(out: &mut Vec<Extent>, e: Extent) {
 }
 
 /// One file of the run, and what happened to it.
+#[derive(Default)]
 pub(crate) struct Member {
     /// This file's index in the whole run (for its report).
     pub(crate) index: usize,
@@ -121,20 +122,7 @@ pub(crate) struct Member {
 
 impl Member {
     pub(crate) fn new(index: usize, path: PathBuf, size: u64, span: u64) -> Member {
-        Member {
-            index,
-            path,
-            file: None,
-            size,
-            base: 0,
-            span,
-            skipped: None,
-            extents: None,
-            bytes_unwritten: 0,
-            bytes_shared_elsewhere: 0,
-            bytes_rewritten: 0,
-            windows: None,
-        }
+        Member { index, path, size, span, ..Member::default() }
     }
 
     /// Opens the file if it is not yet open; false (and skipped) when it is gone.
