@@ -82,7 +82,10 @@ cp "$root/boot/initrd.img-$kver" "$dir.tmp/initrd.img"
 # Room for the tree and a few hundred MiB of scenario state (the root is booted with
 # snapshot=on: the image itself is never written).
 size_mb=$(( $(du -sm "$root" | cut -f1) + 768 ))
-mkfs.ext4 -q -F -L reseq-vm -d "$root" "$dir.tmp/root.img" "${size_mb}M"
+# stdout is this script's answer (the guest's directory): mke2fs says "Creating regular
+# file" there, -q or not, when it makes the image itself.
+truncate -s "${size_mb}M" "$dir.tmp/root.img"
+mkfs.ext4 -q -F -L reseq-vm -d "$root" "$dir.tmp/root.img" >&2
 { echo "kernel $kver"; echo "$versions"; } >"$dir.tmp/versions"
 rm -rf "$dir"; mv "$dir.tmp" "$dir"
 touch "$dir/ready"
