@@ -31,8 +31,9 @@ pub(crate) fn choose(o: &RewriteOptions, paths: &[PathBuf]) -> Result<Option<Cho
     if !o.only_slow && o.older_than.is_none() {
         return Ok(None);
     }
-    let found = byfile::found_of(paths)?;
-    let scan = if o.only_slow && !found.is_empty() {
+    // The files' maps (FIEMAP) only for a scan: --older-than alone needs their times.
+    let found = if o.only_slow { byfile::found_of(paths)? } else { Vec::new() };
+    let scan = if !found.is_empty() {
         let read = (o.bench_opts.block_size, o.bench_opts.queue_depth);
         let scan = byfile::scan_found("the files of this run", &found, read, o.slow_threshold, FileSort::Age)?;
         if let Some(why) = &scan.unreliable_because {
@@ -105,8 +106,8 @@ fn reasons(
         }
         yes.push(format!("older than {want} ({old} since its last write)"));
     }
-    if let (Some(sc), true) = (scan, o.only_slow) {
-        let Some(f) = speed else { return Err("empty, nothing to read".into()) };
+    if o.only_slow {
+        let (Some(sc), Some(f)) = (scan, speed) else { return Err("no written data, nothing to read".into()) };
         let reference = reference_of(sc, f);
         if !f.slow {
             return Err(format!(
