@@ -146,8 +146,12 @@ pub(crate) fn band_of(age_seconds: f64) -> usize {
 pub(crate) fn age_of(md: &std::fs::Metadata) -> f64 {
     let t = |s: i64, ns: i64| s as f64 + ns as f64 * 1e-9;
     let newest = t(md.mtime(), md.mtime_nsec()).max(t(md.ctime(), md.ctime_nsec()));
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-    (now - newest).max(0.0)
+    (unix_now() - newest).max(0.0)
+}
+
+/// Now, in seconds since the Unix epoch.
+pub(crate) fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// The regular, non-empty files under `target` (a directory, recursively on its

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::measure::byfile::unix_now;
 use crate::report::FileReport;
 
 /// The record's file name in the state directory.
@@ -47,10 +48,6 @@ fn entry(path: &Path, md: &std::fs::Metadata, at: f64) -> Entry {
     }
 }
 
-fn now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
-}
-
 /// The record; none yet is empty, and so is one that cannot be read, with a warning (its
 /// files are then chosen again, which costs writes, not data).
 fn read(state_dir: &Path) -> Record {
@@ -81,7 +78,7 @@ impl Refreshed {
         let e = self.0.get(&key(md))?;
         let same = entry(path, md, e.refreshed_at);
         (same.size == e.size && same.mtime_ns == e.mtime_ns && same.ctime_ns == e.ctime_ns)
-            .then(|| (now() - e.refreshed_at).max(0.0))
+            .then(|| (unix_now() - e.refreshed_at).max(0.0))
     }
 }
 
@@ -101,7 +98,7 @@ pub(crate) fn remember(state_dir: &Path, files: &[FileReport]) {
         .ok()
         .and_then(|f| nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).ok());
     let mut record = read(&dir);
-    let at = now();
+    let at = unix_now();
     let mut devices = std::collections::BTreeSet::new();
     for f in done {
         // Absolute, so that a run from another directory finds it.
