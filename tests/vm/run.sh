@@ -8,7 +8,8 @@
 #
 # Environment: RESEQ_BIN (the binary to test; default: `cargo build` and target/debug),
 # RESEQ_VM_ACCEL (tcg, the default, or kvm), RESEQ_VM_TIMEOUT (seconds for the whole
-# boot, default 600), RESEQ_VM_SCENARIO_TIMEOUT (seconds per scenario, default 150),
+# boot, default 240 plus 60 per scenario; the guest's own watchdog ends its run 900 s after
+# boot), RESEQ_VM_SCENARIO_TIMEOUT (seconds per scenario, default 150),
 # RESEQ_VM_KEEP=1 keeps the share (logs, reports) for a look afterwards.
 # Under CI=true anything missing fails; otherwise each scenario is reported skipped, by
 # name. Needs root (it installs qemu and debootstrap when they are missing).
@@ -52,7 +53,7 @@ fi
 [ -x "$RESEQ_BIN" ] || { echo "vm: no reseq binary at $RESEQ_BIN" >&2; exit 1; }
 
 accel=${RESEQ_VM_ACCEL:-tcg}
-boot_timeout=${RESEQ_VM_TIMEOUT:-600}
+boot_timeout=${RESEQ_VM_TIMEOUT:-$(( 240 + 60 * ${#scenarios[@]} ))}
 scenario_timeout=${RESEQ_VM_SCENARIO_TIMEOUT:-150}
 
 work=$(mktemp -d /tmp/reseq-vm.XXXXXX)

@@ -25,7 +25,9 @@ for s in $SCENARIOS; do
     *) echo "fail: exit $rc after ${secs} s: $(grep '^FAIL' "$res/$s.log" | head -1)" >"$res/$s.result" ;;
   esac
   echo "reseq-vm: $s: $(cat "$res/$s.result")" >&2
+  t=$(date +%s.%N)
   bash "$share/guest/scenarios.sh" teardown >>"$res/$s.log" 2>&1
+  echo "teardown: $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t}") s" >>"$res/$s.log"
 done
 # A filesystem left frozen would hang the sync (and the power-off): say so.
 timeout 30 sync || echo "sync did not return within 30 s: a filesystem left frozen?" >"$res/guest.error"

@@ -15,7 +15,9 @@ BOUND=3                    # its freeze bound: max-freeze plus a grace (the same
 SLACK=${RESEQ_VM_SLACK:-1.5}
 mkdir -p "$T" "$MNT"
 
-log() { echo "+ $*" >&2; }
+T0=${T0:-$(date +%s.%N)}
+# Each line says when, in seconds since the scenario began: what is slow under TCG shows.
+log() { echo "+ $(awk "BEGIN{printf \"%6.1f\", $(date +%s.%N) - $T0}") $*" >&2; }
 fail() {
   echo "FAIL: $*" >&2
   if systemctl cat reseq@vmtest.service >/dev/null 2>&1; then
@@ -30,16 +32,17 @@ fp() { awk "BEGIN{exit !($1)}"; }
 
 # A scratch disk by its serial; nothing else is ever touched.
 disk() {
-  local want=reseq-$1 d
-  for d in /sys/block/sd*; do
-    if [ "$(lsblk -dno SERIAL "/dev/${d##*/}" 2>/dev/null)" = "$want" ]; then echo "/dev/${d##*/}"; return; fi
-  done
-  fail "no scratch disk with serial $want"
+  local d
+  d=$(lsblk -dno NAME,SERIAL 2>/dev/null | awk -v want="reseq-$1" '$1 ~ /^sd/ && $2 == want {print "/dev/" $1; exit}')
+  [ -n "$d" ] || fail "no scratch disk with serial reseq-$1"
+  echo "$d"
 }
 kname() { basename "$(readlink -f "$1")"; }
 # Sectors written to a device since boot (field 7 of its stat).
 written() { awk '{print $7}' "/sys/class/block/$(kname "$1")/stat"; }
-mkext4() { mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$1"; }
+# Few inodes: the default inode tables (16 MiB a GiB) would be most of what device mode
+# rewrites, and every byte is slow under TCG.
+mkext4() { mkfs.ext4 -q -F -N 1024 -E lazy_itable_init=0,lazy_journal_init=0 "$1"; }
 mountit() { mkdir -p "$2"; mount -o noatime "$1" "$2"; }
 
 # Files of random bytes under DIR, and a manifest of their hashes (in $T).
@@ -49,11 +52,13 @@ fill() { # DIR COUNT MIB
   for i in $(seq 1 "$2"); do head -c "$(( $3 << 20 ))" /dev/urandom >"$dir/f$i"; done
   sync
   (cd "$dir" && sha256sum f*) >"$T/manifest-$(echo "$dir" | tr / _)"
+  log "filled $dir: $2 files of $3 MiB"
 }
 # The files read back from the device (caches dropped) hash as before.
 intact() { # DIR
   sync; echo 3 >/proc/sys/vm/drop_caches
   (cd "$1" && sha256sum --quiet -c "$T/manifest-$(echo "$1" | tr / _)") >&2 || fail "the files under $1 changed"
+  log "intact: $1"
 }
 fsck_clean() { # DEV (unmounted)
   e2fsck -fn "$1" >"$T/fsck.log" 2>&1 || { cat "$T/fsck.log" >&2; fail "e2fsck -fn $1 is not clean"; }
@@ -82,7 +87,7 @@ rewrite_device() { # DEV MIN_BYTES
 rewrite_files() { # DIR DEV MIN_BYTES
   local before after rc=0
   before=$(written "$2")
-  reseq rewrite --json --max-freeze 2s "$1" >"$T/r.json" 2>"$T/r.err" || rc=$?
+  reseq rewrite --json --max-freeze 2s --pause 50ms "$1" >"$T/r.json" 2>"$T/r.err" || rc=$?
   after=$(written "$2")
   [ $rc = 0 ] || { cat "$T/r.err" >&2; fail "reseq rewrite $1 exited $rc"; }
   local w bad
@@ -113,10 +118,10 @@ scenario_lvm_linear() {
   pvcreate -q "$a"; vgcreate -q vmvg "$a"
   lvcreate -q -y -L 256M -n lin vmvg
   mkext4 /dev/vmvg/lin; mountit /dev/vmvg/lin "$MNT/lin"
-  fill "$MNT/lin/data" 6 8
-  rewrite_device /dev/vmvg/lin $(( 48 << 20 ))
+  fill "$MNT/lin/data" 4 8
+  rewrite_device /dev/vmvg/lin $(( 32 << 20 ))
   intact "$MNT/lin/data"
-  rewrite_files "$MNT/lin/data" /dev/vmvg/lin $(( 48 << 20 ))
+  rewrite_files "$MNT/lin/data" /dev/vmvg/lin $(( 32 << 20 ))
   intact "$MNT/lin/data"
   refused "$a" "/dev/mapper/vmvg-lin"
   umount "$MNT/lin"; fsck_clean /dev/vmvg/lin
@@ -154,7 +159,7 @@ scenario_lvm_snapshot() {
   cp "$T/manifest-$(echo "$MNT/origin/d" | tr / _)" "$T/manifest-$(echo "$MNT/snap/d" | tr / _)"
   local cow0; cow0=$(lvs --noheadings -o snap_percent vmvg/snap | tr -d ' ')
   # Every write to the origin copies the old chunk into the snapshot's exception store
-  # (64 MiB here, for 48 MiB of files and the filesystem's metadata): rewriting can
+  # (64 MiB here, for 40 MiB of files and the filesystem's metadata): rewriting can
   # fill it and invalidate the snapshot. Writing the snapshot allocates in it too.
   refused /dev/vmvg/origin "snapshot"
   refused /dev/vmvg/snap "snapshot"
@@ -198,10 +203,10 @@ scenario_luks2() {
   cryptsetup luksFormat -q --type luks2 --pbkdf pbkdf2 --pbkdf-force-iterations 1000 --key-file "$T/key" "$a"
   cryptsetup open --key-file "$T/key" "$a" vmcrypt
   mkext4 /dev/mapper/vmcrypt; mountit /dev/mapper/vmcrypt "$MNT/crypt"
-  fill "$MNT/crypt/d" 6 8
-  rewrite_device /dev/mapper/vmcrypt $(( 48 << 20 ))
+  fill "$MNT/crypt/d" 4 8
+  rewrite_device /dev/mapper/vmcrypt $(( 32 << 20 ))
   intact "$MNT/crypt/d"
-  rewrite_files "$MNT/crypt/d" /dev/mapper/vmcrypt $(( 48 << 20 ))
+  rewrite_files "$MNT/crypt/d" /dev/mapper/vmcrypt $(( 32 << 20 ))
   intact "$MNT/crypt/d"
   refused "$a" "/dev/mapper/vmcrypt"
   umount "$MNT/crypt"; fsck_clean /dev/mapper/vmcrypt
@@ -214,10 +219,10 @@ scenario_md_raid1() {
   mdadm --create /dev/md/vmmd --run --quiet --level=1 --raid-devices=2 --metadata=1.2 --assume-clean --size=192M "$a" "$b"
   local md; md=/dev/$(kname /dev/md/vmmd)
   mkext4 "$md"; mountit "$md" "$MNT/md"
-  fill "$MNT/md/d" 6 8
-  rewrite_device "$md" $(( 48 << 20 ))
+  fill "$MNT/md/d" 4 8
+  rewrite_device "$md" $(( 32 << 20 ))
   intact "$MNT/md/d"
-  rewrite_files "$MNT/md/d" "$md" $(( 48 << 20 ))
+  rewrite_files "$MNT/md/d" "$md" $(( 32 << 20 ))
   intact "$MNT/md/d"
   refused "$a" "$md"
   refused "$b" "$md"
@@ -254,19 +259,20 @@ scenario_systemd_verify() {
   systemctl disable --now reseq@vmtest.timer
 }
 
-# A job on ext4 on an LVM LV with enough data for many 1 s windows.
+# A job on ext4 on an LVM LV with enough data for several windows of 2 s at 5 MB/s
+# (catching the guardian in a window may take a few).
 svc_setup() {
   install_units
   local a; a=$(disk a)
   pvcreate -q "$a"; vgcreate -q vmvg "$a"
   lvcreate -q -y -L 256M -n svc vmvg
   mkext4 /dev/vmvg/svc; mountit /dev/vmvg/svc "$MNT/svc"
-  fill "$MNT/svc/d" 6 16
+  fill "$MNT/svc/d" 4 12
   cat >/etc/reseq/vmtest.toml <<TOML
 targets = ["/dev/vmvg/svc"]
 max_freeze = "${MAXF}s"
 pause = "500ms"
-rate = "20M"
+rate = "5M"
 resume = true
 TOML
   systemctl reset-failed 'reseq@vmtest.service' 2>/dev/null || true
@@ -296,6 +302,7 @@ wait_thawed() { # DEV SECONDS -> sets THAWED_AT
 svc_start_mid_window() {
   systemctl start --no-block reseq@vmtest.service
   wait_frozen /dev/vmvg/svc 60
+  log "the job's first window"
   GUARDIAN=$(pgrep -x freeze-guardian) || fail "no freeze-guardian process"
   local cg; cg=$(cat "/proc/$GUARDIAN/cgroup")
   grep -q "/reseq-guardian-$GUARDIAN\.scope\$" <<<"$cg" || fail "the guardian is in $cg, not reseq-guardian-$GUARDIAN.scope"
@@ -304,6 +311,7 @@ svc_start_mid_window() {
   # The next window: the caller acts as soon as it is seen frozen.
   wait_thawed /dev/vmvg/svc 10
   wait_frozen /dev/vmvg/svc 30
+  log "the job's second window"
 }
 # The freeze ended within the bound, counted from when it was first seen frozen.
 within_bound() { # WHAT
@@ -337,10 +345,13 @@ svc_after() { # [finished]: the job ran to its end, nothing to resume
   [ -z "$(systemctl list-units --all --no-legend 'reseq-guardian-*')" ] || fail "a guardian scope is left: $(systemctl list-units --all --no-legend 'reseq-guardian-*')"
   intact "$MNT/svc/d"
   if [ "${1:-}" != finished ]; then
-    # The job (resume = true) goes on where it stopped and finishes.
+    # The job (resume = true) goes on where it stopped and finishes, unpaced: the rate
+    # was there to make windows to strike in.
+    sed -i '/^rate = /d' /etc/reseq/vmtest.toml
     systemctl reset-failed reseq@vmtest.service 2>/dev/null || true
     sleep 1; local since; since=$(date '+%Y-%m-%d %H:%M:%S')
     systemctl start reseq@vmtest.service || fail "the resumed job failed"
+    log "the resumed job finished"
     unitlog "$since" | grep -qi resum || fail "the second start did not resume"
   fi
   timeout 10 touch "$MNT/svc/after" || fail "the filesystem does not take writes"
@@ -480,23 +491,34 @@ scenario_host_cache_verdict() {
 
 # ---- teardown --------------------------------------------------------------------
 
+# Each step only where there is something to undo: every command is slow under TCG, and
+# this runs before and after each scenario.
 teardown() {
-  systemctl kill -s SIGKILL reseq@vmtest.service 2>/dev/null
-  systemctl thaw reseq@vmtest.service 2>/dev/null
+  if [ -n "$(systemctl list-units --all --no-legend 'reseq*')" ]; then
+    systemctl kill -s SIGKILL reseq@vmtest.service 2>/dev/null
+    systemctl thaw reseq@vmtest.service 2>/dev/null
+    systemctl stop reseq@vmtest.service 2>/dev/null; systemctl reset-failed 2>/dev/null
+  fi
   local p; for p in $(pgrep -x reseq; pgrep -x freeze-guardian); do kill -KILL "$p" 2>/dev/null; done
-  systemctl stop reseq@vmtest.service 2>/dev/null; systemctl reset-failed 2>/dev/null
   rm -f /etc/reseq/vmtest.toml
   local m
   for m in $(awk -v t="$MNT/" 'index($2, t) == 1 {print $2}' /proc/mounts | sort -r); do
     fsfreeze -u "$m" 2>/dev/null; umount "$m" 2>/dev/null || umount -l "$m"
   done
-  vgchange -q -an vmvg 2>/dev/null; vgremove -q -ff vmvg 2>/dev/null
-  cryptsetup close vmcrypt 2>/dev/null
-  for m in /dev/md/vmmd /dev/md127 /dev/md126; do [ -e "$m" ] && mdadm --stop "$m" 2>/dev/null; done
+  local dm; dm=$(dmsetup ls 2>/dev/null)
+  if grep -q '^vmvg-' <<<"$dm"; then
+    vgchange -q -an vmvg 2>/dev/null; vgremove -q -ff vmvg 2>/dev/null
+  fi
+  if grep -q '^vmcrypt' <<<"$dm"; then cryptsetup close vmcrypt 2>/dev/null; fi
+  local md=false
+  if grep -q '^md' /proc/mdstat 2>/dev/null; then
+    md=true
+    for m in /dev/md/vmmd /dev/md127 /dev/md126; do [ -e "$m" ] && mdadm --stop "$m" 2>/dev/null; done
+  fi
   local n d
   for n in a b c; do
     d=$(disk "$n") || continue
-    mdadm --zero-superblock "$d" 2>/dev/null
+    if $md; then mdadm --zero-superblock "$d" 2>/dev/null; fi
     wipefs -q -a "$d"* 2>/dev/null; wipefs -q -a "$d" 2>/dev/null
     blkdiscard -f "$d" 2>/dev/null || dd if=/dev/zero of="$d" bs=1M count=16 oflag=direct status=none
   done
