@@ -4,8 +4,8 @@
 //! read-backs still queued before its own, its read-back, then the thaw. So the writer
 //! starts one only if all that, as this run has measured it, fits in what is left of the
 //! window's budget, with a safety factor and a margin for what no measurement foresaw.
-//! A fixed share of the deadline (the engine stopped at 3/4 of it) left a quarter of
-//! every window unused on a fast device and still no room for one slow chunk on a slow one.
+//! (A fixed share of the deadline, 3/4 until this, left a quarter of every window unused
+//! whatever the device.)
 
 use std::time::Duration;
 
@@ -13,12 +13,12 @@ use std::time::Duration;
 /// decaying maximum: one fast chunk does not hide a slow one).
 const DECAY: f64 = 0.8;
 
+/// And by this factor at the start of each window.
+const WINDOW_DECAY: f64 = 0.5;
+
 /// What the end of a window is predicted to take is doubled: the last chunk may be slower
 /// than the slowest recent one (a busy host, a device's hiccup).
 const SAFETY: f64 = 2.0;
-
-/// And by this factor at the start of each window.
-const WINDOW_DECAY: f64 = 0.5;
 
 /// Share of the budget kept free in every window, whatever was measured.
 const MARGIN: f64 = 0.1;
@@ -63,10 +63,10 @@ impl Cost {
             return None;
         }
         let by_rate = match self.per_byte > 0.0 {
-            true => Duration::from_secs_f64(self.per_byte * len as f64),
-            false => self.time.mul_f64(len as f64 / self.largest as f64),
+            true => self.per_byte * len as f64,
+            false => self.time.as_secs_f64() * len as f64 / self.largest as f64,
         };
-        Some(self.time.max(by_rate))
+        Some(self.time.max(seconds(by_rate)))
     }
 }
 
@@ -97,15 +97,21 @@ impl Pace {
     /// without verification). Before any read-back is measured one is taken to cost as
     /// much as a write.
     pub(crate) fn need(&self, len: u64, read_backs: u32, budget: Duration) -> Duration {
-        let write = self.write.predict(len).unwrap_or_default();
-        let back = self.read_back.predict(len).unwrap_or(write);
-        (write + back * read_backs + self.thaw).mul_f64(SAFETY) + budget.mul_f64(MARGIN)
+        let write = self.write.predict(len).unwrap_or_default().as_secs_f64();
+        let back = self.read_back.predict(len).map_or(write, |d| d.as_secs_f64());
+        let end = write + back * f64::from(read_backs) + self.thaw.as_secs_f64();
+        seconds(end * SAFETY + budget.as_secs_f64() * MARGIN)
     }
 
     /// Whether a window `elapsed` into a `budget` may start a `len`-byte chunk.
     pub(crate) fn fits(&self, elapsed: Duration, budget: Duration, len: u64, read_backs: u32) -> bool {
-        elapsed + self.need(len, read_backs, budget) <= budget
+        elapsed.saturating_add(self.need(len, read_backs, budget)) <= budget
     }
+}
+
+/// A duration of `s` seconds; a device that hung makes it huge, never a panic.
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)
 }
 
 #[cfg(test)]
@@ -197,6 +203,14 @@ mod tests {
         // A slow device: the reserve grows with what it measured.
         p.write.learn(FULL, ms(100), FULL);
         assert!(!p.fits(ms(250), budget, FULL, 2));
+    }
+
+    #[test]
+    fn a_hung_device_makes_the_need_huge_not_a_panic() {
+        let mut p = Pace::default();
+        p.write.learn(512, Duration::from_secs(3600 * 24 * 365), FULL);
+        p.read_back.learn(512, Duration::MAX, FULL);
+        assert!(!p.fits(ms(1), ms(500), 1 << 30, 3));
     }
 
     #[test]
