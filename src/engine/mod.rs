@@ -26,6 +26,7 @@
 pub(crate) mod guard;
 pub(crate) mod identity;
 pub mod journal;
+pub(crate) mod pace;
 pub mod rescue;
 pub(crate) mod target;
 
@@ -37,6 +38,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError, bounded};
 
 use crate::engine::guard::{Reporter, WindowEnd, WindowGuard};
 use crate::engine::journal::Journal;
+use crate::engine::pace::Pace;
 use crate::engine::rescue::RescueTo;
 use crate::engine::target::BlockTarget;
 use crate::support::error::{Error, LeftState, Result};
@@ -247,6 +249,8 @@ enum Staged {
 struct Verified {
     chunk: Chunk,
     result: Result<()>,
+    /// How long the read-back took.
+    took: Duration,
 }
 
 /// Why a window stopped.
@@ -323,6 +327,7 @@ pub(crate) fn run(
         pool: bounded(cfg.pool_size()),
         verified: Vec::new(),
         chunk_estimate: Duration::ZERO,
+        pace: Pace::default(),
         failed: false,
         chunk_size: cfg.chunk_size,
         window_written: None,
@@ -346,8 +351,10 @@ struct Engine<'a> {
     pool: (Sender<AlignedBuf>, Receiver<AlignedBuf>),
     /// Written and verified, not yet flushed and journaled: (offset, length, blake3).
     verified: Vec<(u64, u64, blake3::Hash)>,
-    /// How long one chunk takes the writer (decaying maximum).
+    /// How long one chunk takes the writer (decaying maximum): sets the chunk size.
     chunk_estimate: Duration,
+    /// What the end of a window costs: when to stop starting chunks.
+    pace: Pace,
     /// A chunk failed: later chunks are not recorded as done.
     failed: bool,
     /// The chunk size of the next window (adapts; at most `cfg.chunk_size`).
@@ -375,12 +382,14 @@ impl Engine<'_> {
                 .send(AlignedBuf::new(self.cfg.buffer_bytes() as usize, self.target.mem_align()))
                 .expect("pool has room");
         }
-        // Soft budget: stop starting chunks at 3/4 of the guardian's deadline, leaving room
-        // for one slow chunk, its read-back and the thaw. Each overrun halves the share.
-        let mut share = 0.75;
+        // The writer starts a chunk only when it, the read-backs and the thaw fit in the
+        // budget as measured (see `pace`); each overrun halves the share of the deadline
+        // the budget is.
+        let mut share = 1.0;
         while self.stats.next_offset_bytes < self.cfg.range_end {
             let budget = guard.deadline().map(|d| d.mul_f64(share));
             self.pause_between_windows()?;
+            self.pace.fade();
             let (end, flow) = self.window(planner, guard, budget)?;
             if self.account_window(guard, end, flow, budget, &mut share)? {
                 break;
@@ -600,10 +609,12 @@ impl Engine<'_> {
                 // Every write and read-back has been reported: thaw, then let the stages wind
                 // down. What they still hold was read in this window and is dropped (its
                 // buffers go back to the pool as they drop).
+                let stopped = Instant::now();
                 stop_reader.store(true, Ordering::SeqCst);
                 drop(written_tx);
                 hooks::point("window-end");
                 ran.end = guard.end();
+                self.pace.thawed(stopped.elapsed());
                 hashed_rx.iter().for_each(drop);
                 let (read, read_time) = reader.join().unwrap_or_default();
                 ran.read = read;
@@ -708,6 +719,7 @@ impl Engine<'_> {
         let len = v.chunk.len as u64;
         if self.cfg.verify {
             self.stats.bytes_verified += len;
+            self.pace.read_back.learn(len, v.took, self.chunk_size);
         }
         let (offset, hash) = (v.chunk.offset, v.chunk.hash);
         if let Err(e) = &v.result {
@@ -876,6 +888,9 @@ impl Engine<'_> {
             // Settle read-backs that have finished, without waiting.
             self.settle_ready(guard, pipes.verified, &mut w.outstanding)?;
             let Some(chunk) = self.next_chunk(pipes, w.taken_chunks)? else { return Ok(WindowFlow::Complete) };
+            // Again after waiting for the reader: the read-backs still queued decide
+            // whether this chunk fits.
+            self.settle_ready(guard, pipes.verified, &mut w.outstanding)?;
             match self.start_chunk(guard, &chunk, &mut w, window_start, budget, taken)? {
                 Start::Go(t0) => self.write_chunk(guard, chunk, pipes, &mut w, t0)?,
                 Start::Stop(flow) => return Ok(flow),
@@ -917,8 +932,13 @@ impl Engine<'_> {
         budget: Option<Duration>,
         taken: &mut u64,
     ) -> Result<Start> {
-        // One more chunk, plus waiting for its read-back, must fit in the budget.
-        if budget.is_some_and(|b| w.in_window > 0 && window_start.elapsed() + self.chunk_estimate * 2 > b) {
+        // One more chunk, the read-backs up to its own and the thaw must fit in the budget
+        // (the first chunk of a window always starts: a window must make progress).
+        let read_backs = if self.cfg.verify { w.outstanding + 1 } else { 0 };
+        if let Some(b) = budget
+            && w.in_window > 0
+            && !self.pace.fits(window_start.elapsed(), b, chunk.len as u64, read_backs)
+        {
             return Ok(Start::Stop(WindowFlow::BudgetSpent));
         }
         // --rate: a chunk that would put the run ahead of its rate ends the window (the
@@ -973,12 +993,14 @@ impl Engine<'_> {
                 return Err(Error::Internal("the verifier stopped".into()));
             }
         } else {
-            self.settle(guard, Verified { chunk, result: Ok(()) })?;
+            self.settle(guard, Verified { chunk, result: Ok(()), took: Duration::ZERO })?;
         }
-        // A chunk costs the writer the longer of its own write and the interval since
-        // the previous one (which includes waiting on the reader and the verifier).
-        // Keep the slower of that and a decaying estimate, so one fast chunk does not
-        // make the window overrun.
+        // Its permit and write (and the wait for the verifier to take it): what starting
+        // one more chunk costs a window that must end (see `pace`).
+        self.pace.write.learn(len, t0.elapsed(), self.chunk_size);
+        // For the chunk size, a chunk costs the writer the longer of its own write and the
+        // interval since the previous one (which includes waiting on the reader and the
+        // verifier); the slower of that and a decaying estimate.
         let step = w.last_step.map_or(t0.elapsed(), |t: Instant| t.elapsed()).max(t0.elapsed());
         w.last_step = Some(t0);
         self.chunk_estimate = step.max(self.chunk_estimate.mul_f64(0.8));
@@ -1201,7 +1223,7 @@ fn verify_stage(
         };
         let result = verified.and(told);
         // A writer that stopped listening drops the chunk, and its buffer goes home.
-        let _ = out.send(Verified { chunk, result });
+        let _ = out.send(Verified { chunk, result, took: t.elapsed() });
     }
     busy
 }

@@ -189,7 +189,7 @@ fn describe_freeze(plan: &RewritePlan) -> String {
         s += &format!("  freeze: {} ({}, {} on {})\n", f.mount_point.display(), f.fs_type, f.source, f.dev);
     }
     s += &format!(
-        "  windows: at most {:.3} s frozen each (new chunks stop at 3/4 of that), pause {:.3} s between; the guardian thaws at the deadline, and {}{}\n",
+        "  windows: at most {:.3} s frozen each (new chunks stop when one more, its read-back and the thaw would not fit), pause {:.3} s between; the guardian thaws at the deadline, and {}{}\n",
         plan.max_freeze.as_secs_f64(),
         plan.engine.pause.as_secs_f64(),
         crate::host::freeze::describe_bound(plan.max_freeze),

@@ -841,6 +841,8 @@ fn describe(
 /// One filesystem's files in the plan: their totals, and each file's line into `detail`.
 fn describe_group(g: &FsGroup, files: &[&Planned], max_freeze: Duration, detail: &mut String) -> String {
     let rate = assumed_rate(g);
+    // Measured windows end at 80-90 % of the budget on an idle device (engine/pace.rs):
+    // 3/4 leaves room for the freeze itself and a busy one.
     let per_window = rate * max_freeze.as_secs_f64() * 0.75;
     let windows_for = |bytes: u64| match (bytes, per_window > 0.0) {
         (0, _) | (_, false) => 0,

@@ -1,0 +1,224 @@
+//! When a window stops starting chunks.
+//!
+//! A chunk started is a chunk finished inside the window: its permit and write, the
+//! read-backs still queued before its own, its read-back, then the thaw. So the writer
+//! starts one only if all that, as this run has measured it, fits in what is left of the
+//! window's budget, with a safety factor and a margin for what no measurement foresaw.
+//! (A fixed share of the deadline, 3/4 until this, left a quarter of every window unused
+//! whatever the device.)
+
+use std::time::Duration;
+
+/// A measurement counts in full; older ones fade by this factor with each new one (a
+/// decaying maximum: one fast chunk does not hide a slow one).
+const DECAY: f64 = 0.8;
+
+/// And by this factor at the start of each window.
+const WINDOW_DECAY: f64 = 0.5;
+
+/// What the end of a window is predicted to take is doubled: the last chunk may be slower
+/// than the slowest recent one (a busy host, a device's hiccup).
+const SAFETY: f64 = 2.0;
+
+/// Share of the budget kept free in every window, whatever was measured.
+const MARGIN: f64 = 0.1;
+
+/// How long one operation on a chunk takes, learned from the chunks measured.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Cost {
+    /// Decaying maximum of the time any chunk took.
+    time: Duration,
+    /// Decaying maximum of the seconds per byte of full chunks (at least half the chunk
+    /// size): a chunk bigger than the last ones is predicted at that rate, not in the time
+    /// a small one took. Smaller pieces (file mode's small files), whose time is mostly a
+    /// fixed cost, do not count: at their rate a full chunk would look many times slower.
+    per_byte: f64,
+    /// The largest chunk measured (0: none yet).
+    largest: u64,
+}
+
+impl Cost {
+    /// One chunk of `len` bytes took `took`; `full` is the window's chunk size.
+    pub(crate) fn learn(&mut self, len: u64, took: Duration, full: u64) {
+        let len = len.max(1);
+        self.time = took.max(self.time.mul_f64(DECAY));
+        if len.saturating_mul(2) >= full {
+            self.per_byte = (took.as_secs_f64() / len as f64).max(self.per_byte * DECAY);
+        }
+        self.largest = self.largest.max(len);
+    }
+
+    /// A new window: what the last one measured counts for less (a slow spell that ended
+    /// must not keep every later window short), though the slowest still counts most.
+    pub(crate) fn fade(&mut self) {
+        self.time = self.time.mul_f64(WINDOW_DECAY);
+        self.per_byte *= WINDOW_DECAY;
+    }
+
+    /// How long a chunk of `len` bytes should take (None: nothing measured yet). Before
+    /// any full chunk, a larger chunk than those measured is taken to cost in proportion
+    /// to its bytes (cautious: their time is partly a fixed cost).
+    pub(crate) fn predict(&self, len: u64) -> Option<Duration> {
+        if self.largest == 0 {
+            return None;
+        }
+        let by_rate = match self.per_byte > 0.0 {
+            true => self.per_byte * len as f64,
+            false => self.time.as_secs_f64() * len as f64 / self.largest as f64,
+        };
+        Some(self.time.max(seconds(by_rate)))
+    }
+}
+
+/// What a window's end costs, as measured in this run.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Pace {
+    /// A chunk's permit and write (the writer's own time).
+    pub(crate) write: Cost,
+    /// A chunk's read-back (the verifier's).
+    pub(crate) read_back: Cost,
+    /// From the writer's stop to the thaw (decaying maximum).
+    thaw: Duration,
+}
+
+impl Pace {
+    pub(crate) fn thawed(&mut self, took: Duration) {
+        self.thaw = took.max(self.thaw.mul_f64(DECAY));
+    }
+
+    /// A new window begins (see [`Cost::fade`]).
+    pub(crate) fn fade(&mut self) {
+        self.write.fade();
+        self.read_back.fade();
+    }
+
+    /// The time a window still needs if it starts a `len`-byte chunk now, with
+    /// `read_backs` read-backs to wait for after its write (this chunk's included; none
+    /// without verification). Before any read-back is measured one is taken to cost as
+    /// much as a write.
+    pub(crate) fn need(&self, len: u64, read_backs: u32, budget: Duration) -> Duration {
+        let write = self.write.predict(len).unwrap_or_default().as_secs_f64();
+        let back = self.read_back.predict(len).map_or(write, |d| d.as_secs_f64());
+        let end = write + back * f64::from(read_backs) + self.thaw.as_secs_f64();
+        seconds(end * SAFETY + budget.as_secs_f64() * MARGIN)
+    }
+
+    /// Whether a window `elapsed` into a `budget` may start a `len`-byte chunk.
+    pub(crate) fn fits(&self, elapsed: Duration, budget: Duration, len: u64, read_backs: u32) -> bool {
+        elapsed.saturating_add(self.need(len, read_backs, budget)) <= budget
+    }
+}
+
+/// A duration of `s` seconds; a device that hung makes it huge, never a panic.
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const FULL: u64 = 4 * MIB;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn close(a: Option<Duration>, b: Duration) -> bool {
+        a.is_some_and(|a| a.abs_diff(b) < Duration::from_micros(1))
+    }
+
+    #[test]
+    fn a_chunk_larger_than_those_measured_is_predicted_at_their_rate() {
+        let mut c = Cost::default();
+        assert_eq!(c.predict(MIB), None);
+        c.learn(2 * MIB, ms(5), FULL);
+        assert!(close(c.predict(2 * MIB), ms(5)));
+        // Twice the bytes: twice the time, not the smaller chunk's 5 ms.
+        assert!(close(c.predict(4 * MIB), ms(10)));
+        // A smaller chunk takes no less than the decaying maximum of the times measured.
+        assert!(close(c.predict(64 << 10), ms(5)));
+    }
+
+    #[test]
+    fn small_pieces_do_not_set_the_rate_of_full_chunks() {
+        let mut c = Cost::default();
+        c.learn(FULL, ms(20), FULL);
+        // Many small pieces (small files), each mostly fixed cost: far more per byte.
+        for _ in 0..50 {
+            c.learn(40 << 10, ms(2), FULL);
+        }
+        assert!(close(c.predict(FULL), ms(20)), "the full chunks' rate is kept");
+        // The decaying maximum follows the small pieces down to their own time.
+        assert!(c.predict(40 << 10).unwrap() < ms(3));
+        // No full chunk yet: a larger one is extrapolated from the largest measured.
+        let mut c = Cost::default();
+        c.learn(64 << 10, ms(2), FULL);
+        assert!(close(c.predict(FULL), ms(128)), "cautious: 64 x the 64 KiB piece's time");
+        c.learn(FULL, ms(20), FULL);
+        assert!(close(c.predict(FULL), ms(20)));
+    }
+
+    #[test]
+    fn a_slow_chunk_fades_with_later_chunks_and_windows() {
+        let mut c = Cost::default();
+        c.learn(FULL, ms(100), FULL);
+        c.learn(FULL, ms(5), FULL);
+        assert!(close(c.predict(FULL), ms(80)));
+        for _ in 0..30 {
+            c.learn(FULL, ms(5), FULL);
+        }
+        assert!(close(c.predict(FULL), ms(5)));
+        // After an overrun the chunks are halved: the halves fade the slow rate too.
+        let mut c = Cost::default();
+        c.learn(FULL, ms(400), FULL);
+        for _ in 0..30 {
+            c.learn(FULL / 2, ms(5), FULL / 2);
+        }
+        assert!(close(c.predict(FULL), ms(10)));
+        // A window that managed one chunk does not keep the next ones as short.
+        let mut c = Cost::default();
+        c.learn(FULL, ms(400), FULL);
+        c.fade();
+        c.fade();
+        assert!(close(c.predict(FULL), ms(100)));
+    }
+
+    #[test]
+    fn a_chunk_starts_only_if_it_its_read_backs_and_the_thaw_fit_with_margin() {
+        let mut p = Pace::default();
+        let budget = ms(500);
+        p.write.learn(FULL, ms(10), FULL);
+        p.read_back.learn(FULL, ms(5), FULL);
+        p.thawed(ms(5));
+        // 2 x (10 + 2 x 5 + 5) + 10 % of 500 = 100 ms.
+        assert_eq!(p.need(FULL, 2, budget), ms(100));
+        assert!(p.fits(ms(400), budget, FULL, 2));
+        assert!(!p.fits(ms(401), budget, FULL, 2));
+        // Without verification no read-back is waited for.
+        assert_eq!(p.need(FULL, 0, budget), ms(80));
+        // A halved budget (after an overrun) keeps its own margin.
+        assert!(!p.fits(ms(200), ms(250), FULL, 2));
+        // A slow device: the reserve grows with what it measured.
+        p.write.learn(FULL, ms(100), FULL);
+        assert!(!p.fits(ms(250), budget, FULL, 2));
+    }
+
+    #[test]
+    fn a_hung_device_makes_the_need_huge_not_a_panic() {
+        let mut p = Pace::default();
+        p.write.learn(512, Duration::from_secs(3600 * 24 * 365), FULL);
+        p.read_back.learn(512, Duration::MAX, FULL);
+        assert!(!p.fits(ms(1), ms(500), 1 << 30, 3));
+    }
+
+    #[test]
+    fn before_any_read_back_one_costs_as_much_as_a_write() {
+        let mut p = Pace::default();
+        p.write.learn(FULL, ms(10), FULL);
+        assert_eq!(p.need(FULL, 1, ms(1000)), ms(2 * 20 + 100));
+        // Nothing measured at all: only the margin (the first chunk of a run always starts).
+        assert_eq!(Pace::default().need(FULL, 1, ms(1000)), ms(100));
+    }
+}
