@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::identity::DeviceIdentity;
+use crate::support::atomic;
 use crate::support::error::{Error, Result};
 
 pub(crate) const JOURNAL_VERSION: u32 = 2;
@@ -340,16 +341,9 @@ pub fn read(path: &Path) -> Result<Option<Replay>> {
     }
 }
 
-/// Writes `text` to a uniquely named temporary file and renames it over `path`, so a
-/// crash leaves either the old file or the new one, whole, and two runs sharing a state
-/// directory never write the same temporary file.
+/// Replaces `path` with `text`, whole (see [`atomic::replace`]), readable by root only.
 pub(crate) fn replace_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new().prefix(".journal-").suffix(".tmp").tempfile_in(dir)?;
-    tmp.write_all(text.as_bytes())?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    File::open(dir)?.sync_all()
+    atomic::replace(path, 0o600, |f| f.write_all(text.as_bytes()))
 }
 
 /// An open journal, appending.

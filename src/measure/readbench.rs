@@ -150,9 +150,8 @@ impl Target {
     /// files, recursively, on the same filesystem, in path order).
     pub(crate) fn open(spec: &Path) -> Result<Target> {
         if let Some(p) = crate::options::sim::sim_state(spec) {
-            let state =
-                SimState::load(&p).map_err(|e| Error::input(format!("loading simulated device {}", p.display()), e))?;
-            return Ok(Target::Sim { path: p, state: Box::new(Mutex::new(state)) });
+            let state = Box::new(Mutex::new(crate::sim::load(&p)?));
+            return Ok(Target::Sim { path: p, state });
         }
         let md = std::fs::metadata(spec).map_err(|e| Error::Usage(format!("cannot use {}: {e}", spec.display())))?;
         if md.is_dir() {
