@@ -484,11 +484,8 @@ mod tests {
             name: "loop9".into(),
             dev: "7:9".into(),
             size_bytes: 1 << 20,
-            serial: None,
-            wwn: None,
-            model: None,
-            partition_start_sectors: None,
             loop_backing_file: Some("/tmp/x".into()),
+            ..DeviceIdentity::default()
         }
     }
 

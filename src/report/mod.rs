@@ -200,19 +200,13 @@ pub(crate) struct SpaceReport {
 /// What the rewrite cost the drive (measured by `measure::passes`, which owns the type).
 pub(crate) use crate::measure::passes::WriteCost;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Outcome {
     pub(crate) exit_code: i32,
     pub(crate) status: ExitCode,
     pub(crate) message: Option<String>,
     /// The device offset an error concerns, when there is one.
     pub(crate) offset_bytes: Option<u64>,
-}
-
-impl Default for Outcome {
-    fn default() -> Outcome {
-        Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None }
-    }
 }
 
 /// What a rewrite planned, as [`Report::set_plan`] records it. Borrowed from the plan

@@ -25,11 +25,13 @@ pub(crate) fn text(r: &Report) -> String {
     if r.plan.is_some() {
         s += &format!("  verification: {}\n", r.verification);
     }
-    for w in &r.warnings {
-        s += &format!("  warning: {w}\n");
-    }
-    s += &format!("  outcome: {} (exit {})\n", r.outcome_text(), r.outcome.exit_code);
-    s
+    s + &ending(r)
+}
+
+/// The warnings, then the outcome.
+fn ending(r: &Report) -> String {
+    let warnings: String = r.warnings.iter().map(|w| format!("  warning: {w}\n")).collect();
+    warnings + &format!("  outcome: {} (exit {})\n", r.outcome_text(), r.outcome.exit_code)
 }
 
 /// The device, the chunks and what is frozen.
@@ -184,11 +186,7 @@ fn files_text(r: &Report, files: &[FileReport]) -> String {
     if listed.len() > shown {
         s += &format!("    ... and {} more (-v lists every file)\n", listed.len() - shown);
     }
-    for w in &r.warnings {
-        s += &format!("  warning: {w}\n");
-    }
-    s += &format!("  outcome: {} (exit {})\n", r.outcome_text(), r.outcome.exit_code);
-    s
+    s + &ending(r)
 }
 
 /// Skipped, or left unfinished by a run that stopped.
