@@ -423,9 +423,8 @@ impl TornNote {
     pub(crate) fn save(&self, dir: &Path) -> std::io::Result<PathBuf> {
         let name: String = self.device_path.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
         let path = dir.join(format!("torn-{name}-{}.json", self.offset));
-        let mut f = std::fs::File::create(&path)?;
-        f.write_all(serde_json::to_string_pretty(self).map_err(std::io::Error::other)?.as_bytes())?;
-        f.sync_all()?;
+        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        crate::support::atomic::replace(&path, 0o644, |f| f.write_all(text.as_bytes()))?;
         Ok(path)
     }
 }

@@ -104,11 +104,10 @@ fn closer_look(
     opts: &BenchOptions,
     target: &impl Fn() -> Result<Target>,
 ) -> bench::Verdict {
-    let rates = |b: &BenchResult| b.passes.iter().map(|p| p.bytes_per_second).collect::<Vec<f64>>();
     if v.verdict == "unreliable" || after.virtual_time {
         return v;
     }
-    let Some(why) = bench::close_call(&rates(before), &rates(after)) else { return v };
+    let Some(why) = bench::close_call(&before.rates(), &after.rates()) else { return v };
     let max = bench::EXTRA_PASSES_PER_PASS * opts.passes.max(1);
     let took: f64 = after.passes.iter().map(|p| 2.0 * p.seconds).sum();
     log::info!("too close to call: {why}; up to {max} more passes after the rewrite decide");

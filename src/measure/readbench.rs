@@ -15,7 +15,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -555,11 +555,4 @@ pub(crate) fn recheck_after_pass(
         c.finding = format!("{}; it still held those bytes: {how}", c.finding);
     }
     Ok(())
-}
-
-/// Sleeps between passes, so a drive that reorganises itself in the background can.
-pub(crate) fn settle(d: Duration) {
-    if !d.is_zero() {
-        std::thread::sleep(d);
-    }
 }

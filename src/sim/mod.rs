@@ -71,6 +71,13 @@ impl SimState {
     pub(crate) fn len_bytes(&self) -> u64 {
         self.ftl.n_lpn * SLOT
     }
+
+    /// Writes `lpns` as one command that arrives at virtual time `now`, or when the
+    /// write before it is done: when it completes, µs.
+    pub(crate) fn write_from(&mut self, now: f64, lpns: impl Iterator<Item = u64>) -> Result<f64, ftl::Stuck> {
+        self.writer.t = self.writer.t.max(now);
+        self.writer.write(&mut self.ftl, lpns)
+    }
 }
 
 /// Version 2 adds the page write times (retention); version 1 files load with none.
@@ -254,8 +261,7 @@ impl BlockTarget for SimDevice {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         let (first, n) = self.lpns(offset, buf.len())?;
         check_pattern(buf, first)?;
-        let SimState { ftl, writer } = &mut *self.state.lock().unwrap_or_else(|p| p.into_inner());
-        writer.write(ftl, first..first + n)?;
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).write_from(0.0, first..first + n)?;
         Ok(())
     }
     fn flush(&self) -> std::io::Result<()> {
