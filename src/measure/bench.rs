@@ -245,10 +245,7 @@ pub(crate) fn more_passes(target: &Target, after: &BenchResult, max: usize, budg
 
 /// `Err(Stopped)` once a stop signal came (where a command installed the handlers).
 pub(crate) fn stopped() -> Result<()> {
-    match crate::support::signals::StopFlag::stop_asked() {
-        Some(sig) => Err(crate::support::error::Error::Stopped { signal: sig.into(), what: "the benchmark".into() }),
-        None => Ok(()),
-    }
+    crate::support::signals::StopFlag::installed().check("the benchmark")
 }
 
 fn log_pass(i: usize, p: &Pass) {

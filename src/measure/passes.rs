@@ -145,9 +145,7 @@ fn take_recheck(
     );
     let waited = std::time::Instant::now();
     stop.sleep(opts.recheck);
-    if let Some(sig) = stop.signal() {
-        return Err(Error::Stopped { signal: sig.into(), what: "the wait before the re-check".into() });
-    }
+    stop.check("the wait before the re-check")?;
     let waited = waited.elapsed();
     let target = target()?;
     let again = bench::bench(&target, &after.params, after.passes.len(), opts.settle)?;

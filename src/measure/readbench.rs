@@ -309,14 +309,10 @@ fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<
                         break;
                     }
                     // A Ctrl-C does not wait out a pass over a large device.
-                    if let Some(sig) = crate::support::signals::StopFlag::stop_asked() {
-                        let stop = Error::Stopped { signal: sig.into(), what: "the benchmark".into() };
-                        if let Ok(mut e) = first_error.lock() {
-                            e.get_or_insert(stop);
-                        }
-                        break;
-                    }
-                    match read_block(s, &mut buf, (off, (off + block).min(to)), &mut latencies) {
+                    let read = crate::support::signals::StopFlag::installed()
+                        .check("the benchmark")
+                        .and_then(|()| read_block(s, &mut buf, (off, (off + block).min(to)), &mut latencies));
+                    match read {
                         Ok(n) => {
                             total.fetch_add(n, Ordering::SeqCst);
                         }

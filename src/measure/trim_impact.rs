@@ -134,12 +134,7 @@ fn fill(f: &mut File, len: u64, seed: u64, stop: &StopFlag) -> Result<()> {
     let mut buf = vec![0u8; 1 << 20];
     let mut left = len;
     while left > 0 {
-        if let Some(sig) = stop.signal() {
-            return Err(Error::Stopped {
-                signal: sig.into(),
-                what: "bench --trim-impact stopped while writing its scratch file, which is removed".into(),
-            });
-        }
+        stop.check("bench --trim-impact stopped while writing its scratch file, which is removed")?;
         rng.fill(&mut buf);
         let n = left.min(buf.len() as u64) as usize;
         f.write_all(&buf[..n]).map_err(|e| Error::io("writing the scratch file", e))?;

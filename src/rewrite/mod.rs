@@ -336,6 +336,7 @@ fn reverify_chunk(
     let at_kill =
         killed_mid_write.and_then(|c| c.iter().find(|c| c.offset == offset && c.len == len as u64)).map(|c| c.intact);
     let chunk = offset / plan.engine.chunk_size;
+    let bytes = format!("chunk {chunk} (device bytes {offset}..{})", offset + len as u64);
     let mut buf = AlignedBuf::new(len, target.mem_align());
     target.read_at(&mut buf, offset).map_err(|e| Error::io_at("re-reading the chunk in flight", offset, e))?;
     let now = blake3::hash(&buf).to_hex().to_string();
@@ -345,8 +346,7 @@ fn reverify_chunk(
     } else if plan.needs_freeze() && matches!(at_kill, Some(Some(false))) {
         Err(Error::refused(
             format!(
-                "chunk {chunk} (device bytes {offset}..{}) was being written when the guardian killed reseq (the write stalled past the freeze bound, often a failing device), and the guardian found it torn before it thawed: those bytes are not the data, and nothing kept the original (blake3 {expected})",
-                offset + len as u64
+                "{bytes} was being written when the guardian killed reseq (the write stalled past the freeze bound, often a failing device), and the guardian found it torn before it thawed: those bytes are not the data, and nothing kept the original (blake3 {expected})"
             ),
             "restore those bytes from a backup and check the filesystem (fsck -n, the application's own checks), then --restart",
         ))
@@ -355,8 +355,7 @@ fn reverify_chunk(
         // torn, and nothing kept its bytes (reseq was killed before the write returned).
         Err(Error::refused(
             format!(
-                "chunk {chunk} (device bytes {offset}..{}) was being written when the guardian killed reseq (the write stalled past the freeze bound, often a failing device), and it changed since (blake3 now {now}, the journal's {expected}): either the mounted filesystem wrote there after the thaw, or the write tore, and the guardian could not read it back to tell",
-                offset + len as u64
+                "{bytes} was being written when the guardian killed reseq (the write stalled past the freeze bound, often a failing device), and it changed since (blake3 now {now}, the journal's {expected}): either the mounted filesystem wrote there after the thaw, or the write tore, and the guardian could not read it back to tell"
             ),
             "check the device's health (dmesg, smartctl) and the filesystem (fsck -n, the application's own checks); once satisfied, --restart starts over",
         ))
@@ -371,8 +370,7 @@ fn reverify_chunk(
         // bless whatever is there now as the data.
         Err(Error::refused(
             format!(
-                "chunk {chunk} (device bytes {offset}..{}) of the unmounted device changed since the last run stopped (blake3 now {now}, the journal's {expected}): a torn or failed write, or another writer. reseq will not continue over it",
-                offset + len as u64
+                "{bytes} of the unmounted device changed since the last run stopped (blake3 now {now}, the journal's {expected}): a torn or failed write, or another writer. reseq will not continue over it"
             ),
             "find out what wrote there; restore those bytes (the journal records their blake3; a rescue copy, if any, is in the state directory: reseq restore) from a backup, then run again with --restart",
         ))
@@ -559,12 +557,12 @@ fn take_device(
 /// Runs the plan: the engine over the device in freeze windows, then the FITRIM.
 fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) -> Result<()> {
     crate::support::hooks::point("planned");
-    StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?.check_before_writing()?;
+    let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
+    stop.check_before_writing()?;
     let (_lock, target, _claims) = take_device(plan, report)?;
     let mut journal = start_journal(plan)?;
     // The guardian is forked here, while this process still has one thread.
     let mut guard = window_guard(plan, &journal)?;
-    let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
     crate::sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
     let mut progress = progress_of(plan, report.selection.as_ref(), quiet);
     let spans = plan
