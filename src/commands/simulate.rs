@@ -338,7 +338,7 @@ pub(crate) fn rewrite_report(
     let mut target = std::ffi::OsString::from("sim:");
     target.push(rw.state.as_os_str());
     let target = std::path::PathBuf::from(target);
-    crate::commands::measure::reported("rewrite", &target, |report| {
+    crate::report::Report::of_run("rewrite", false, &[&target], |report| {
         let measure = |o: &BenchOptions| {
             let target = crate::measure::readbench::Target::open(&target)?;
             crate::measure::passes::measure_target(&target, o)

@@ -245,6 +245,22 @@ impl Report {
         }
     }
 
+    /// Runs `body`, which fills in the report of `command` on `targets`, and records how
+    /// it ended: a command's report holds its outcome too, also when it failed.
+    pub(crate) fn of_run(
+        command: &str,
+        dry_run: bool,
+        targets: &[impl AsRef<Path>],
+        body: impl FnOnce(&mut Report) -> Result<(), Error>,
+    ) -> (Report, Result<(), Error>) {
+        let started = std::time::Instant::now();
+        let mut report = Report::new(command, dry_run);
+        report.targets = targets.iter().map(|t| t.as_ref().display().to_string()).collect();
+        let result = body(&mut report);
+        report.finish(started.elapsed(), &result);
+        (report, result)
+    }
+
     /// Records what `reseq rewrite` planned: its device, its chunks, what it freezes, and
     /// its warnings.
     pub(crate) fn set_plan(&mut self, plan: Planned<'_>) {

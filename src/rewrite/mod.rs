@@ -10,7 +10,6 @@ pub(crate) mod files;
 pub(crate) mod plan;
 
 use std::fs::File;
-use std::time::Instant;
 
 use crate::engine::journal::{self, Journal, RunRecord};
 use crate::engine::target::{BlockTarget, DirectDevice, OpenMode};
@@ -40,30 +39,15 @@ pub(crate) fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
     if !o.dry_run
         && let Err(e) = StopFlag::install()
     {
-        let result = Err(Error::io("installing signal handlers", e));
-        return (refused_report(&o.targets, o.dry_run, &result), result);
+        return Report::of_run("rewrite", o.dry_run, &o.targets, |_| Err(Error::io("installing signal handlers", e)));
     }
     if o.mode == Mode::Files {
         return files::run(o, quiet);
     }
-    let started = Instant::now();
-    let mut report = Report::new("rewrite", o.dry_run);
-    report.targets = o.targets.iter().map(|t| t.display().to_string()).collect();
-    let resumed = Environment::live().and_then(|env| Ok((plan::resumed_options(o, &env)?, env)));
-    let result = resumed.and_then(|(resumed, env)| {
-        let o = resumed.as_ref().unwrap_or(o);
-        plan_and_execute(o, &env, quiet, &mut report)
-    });
-    report.finish(started.elapsed(), &result);
-    (report, result)
-}
-
-/// The report of a rewrite refused before it began (its options did not hold together).
-pub(crate) fn refused_report(targets: &[std::path::PathBuf], dry_run: bool, result: &Result<()>) -> Report {
-    let mut report = Report::new("rewrite", dry_run);
-    report.targets = targets.iter().map(|t| t.display().to_string()).collect();
-    report.finish(std::time::Duration::ZERO, result);
-    report
+    Report::of_run("rewrite", o.dry_run, &o.targets, |report| {
+        let (resumed, env) = Environment::live().and_then(|env| Ok((plan::resumed_options(o, &env)?, env)))?;
+        plan_and_execute(resumed.as_ref().unwrap_or(o), &env, quiet, report)
+    })
 }
 
 fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: bool, report: &mut Report) -> Result<()> {
