@@ -74,14 +74,9 @@ impl Pace {
                 TARGET_SLICE.as_millis()
             ),
             Pace::Fixed { rate, pause } => {
-                let mut parts = Vec::new();
-                if let Some(r) = rate {
-                    parts.push(format!("at most {} discarded", human_rate(*r as f64)));
-                }
-                if !pause.is_zero() {
-                    parts.push(format!("{:.3} s between slices", pause.as_secs_f64()));
-                }
-                parts.join(", ")
+                let rate = rate.map(|r| format!("at most {} discarded", human_rate(r as f64)));
+                let pause = (!pause.is_zero()).then(|| format!("{:.3} s between slices", pause.as_secs_f64()));
+                rate.into_iter().chain(pause).collect::<Vec<_>>().join(", ")
             }
             Pace::Unpaced => "unpaced (slices back to back)".into(),
         }

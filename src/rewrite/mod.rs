@@ -196,18 +196,14 @@ pub(crate) fn frozen_share(max_freeze: std::time::Duration, pause: std::time::Du
     }
     let window = max_freeze.as_secs_f64() * 0.75;
     let share = window / (window + pause.as_secs_f64()).max(f64::MIN_POSITIVE);
-    let hint = if share > 0.5 {
-        format!(
-            "; writers wait most of the run: --pause {} would free them half the time",
-            crate::support::units::format_duration(max_freeze.mul_f64(0.75))
-        )
-    } else {
-        String::new()
-    };
+    let half = crate::support::units::format_duration(max_freeze.mul_f64(0.75));
+    let hint =
+        (share > 0.5).then(|| format!("; writers wait most of the run: --pause {half} would free them half the time"));
     format!(
-        "  frozen: about {:.0} % of the run (windows of about {window:.1} s, pauses of {:.1} s){hint}\n",
+        "  frozen: about {:.0} % of the run (windows of about {window:.1} s, pauses of {:.1} s){}\n",
         share * 100.0,
-        pause.as_secs_f64()
+        pause.as_secs_f64(),
+        hint.unwrap_or_default()
     )
 }
 
@@ -217,17 +213,14 @@ fn describe_space(plan: &RewritePlan) -> String {
         return "  space: everything is rewritten\n".into();
     }
     let mut s = String::new();
+    let trim = plan.trim.then(|| format!(", FITRIM afterwards in slices, pace {}", plan.trim_pace.describe()));
     for (fs, start, len) in &plan.used_space {
         s += &format!(
             "  space: free space of {} ({}, bytes {start}..{}) is left out (GETFSMAP in each window){}\n",
             fs.mount_point.display(),
             fs.fs_type,
             start + len,
-            if plan.trim {
-                format!(", FITRIM afterwards in slices, pace {}", plan.trim_pace.describe())
-            } else {
-                String::new()
-            }
+            trim.as_deref().unwrap_or_default()
         );
     }
     s
@@ -479,20 +472,11 @@ fn trim_free_space(plan: &RewritePlan, spans: &[FsSpan], bench: bool, stop: &Sto
         targets.len(),
         plan.trim_pace.describe()
     );
-    let probe = if bench {
-        // The ranges in use now, after the rewrite: the data readers want.
-        match crate::host::in_use::in_use_ranges(&plan.device.path)
-            .and_then(|r| Probe::open(&plan.device.path, r.as_deref()))
-        {
-            Ok(p) => Some(p),
-            Err(e) => {
-                log::warn!("no read probe during the trim: {}", crate::error_chain(&e));
-                None
-            }
-        }
-    } else {
-        None
-    };
+    // The ranges in use now, after the rewrite: the data readers want.
+    let in_use = || crate::host::in_use::in_use_ranges(&plan.device.path);
+    let probe = bench
+        .then(|| in_use().and_then(|r| Probe::open(&plan.device.path, r.as_deref())))
+        .and_then(|p| p.inspect_err(|e| log::warn!("no read probe during the trim: {}", crate::error_chain(e))).ok());
     let t = match probe {
         Some(p) => probe::run_probed(&targets, plan.trim_pace, stop, thawed, std::sync::Arc::new(p)),
         None => trim::run(&targets, plan.trim_pace, stop, thawed),
@@ -658,12 +642,8 @@ fn progress_of(plan: &RewritePlan, selection: Option<&Selection>, quiet: bool) -
         );
         return Progress::new(sel.bytes_chosen, 0, quiet);
     }
-    let in_use = if plan.used_space.is_empty() {
-        None
-    } else {
-        crate::host::in_use::in_use_ranges(&plan.device.path).ok().flatten()
-    };
-    let (to_write, written_before) = match in_use {
+    let in_use = || crate::host::in_use::in_use_ranges(&plan.device.path).ok().flatten();
+    let (to_write, written_before) = match (!plan.used_space.is_empty()).then(in_use).flatten() {
         Some(r) => {
             let below = |end: u64| r.iter().map(|&(o, l)| (o + l).min(end).saturating_sub(o)).sum::<u64>();
             (below(plan.engine.range_end), below(plan.engine.start_offset))
@@ -677,21 +657,16 @@ fn progress_of(plan: &RewritePlan, selection: Option<&Selection>, quiet: bool) -
             human_bytes(plan.total_bytes())
         );
     }
+    let (n, max) = (plan.filesystems.len(), plan.max_freeze.as_secs_f64());
+    let freezing =
+        plan.needs_freeze().then(|| format!(", freezing {n} filesystem(s) for at most {max:.3} s per window"));
     log::info!(
         "rewriting {} ({}) in {} chunks of {}{}",
         plan.device.path.display(),
         human_bytes(plan.total_bytes()),
         (plan.total_bytes() - done_bytes).div_ceil(plan.engine.chunk_size),
         human_bytes(plan.engine.chunk_size),
-        if plan.needs_freeze() {
-            format!(
-                ", freezing {} filesystem(s) for at most {:.3} s per window",
-                plan.filesystems.len(),
-                plan.max_freeze.as_secs_f64()
-            )
-        } else {
-            String::new()
-        }
+        freezing.unwrap_or_default()
     );
     Progress::new(to_write, written_before, quiet)
 }

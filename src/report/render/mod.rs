@@ -67,14 +67,12 @@ const MIN_READS_FOR_P99: u64 = 100;
 
 /// The Markdown and HTML tables' rows of the rewrite's trim and of `bench --trim-impact`.
 fn trim_rows(r: &Report) -> Vec<(&'static str, String)> {
-    let mut rows = Vec::new();
-    if let Some(t) = r.space.as_ref().and_then(|sp| sp.trim.as_ref()) {
-        rows.push(("trim", trim_summary(t)));
-    }
-    if let Some(t) = &r.trim_impact {
-        rows.push(("trim impact", format!("{} ({}): {}", t.mount_point, t.fs_type, trim_summary(&t.trim))));
-    }
-    rows
+    let trim = r.space.as_ref().and_then(|sp| sp.trim.as_ref()).map(|t| ("trim", trim_summary(t)));
+    let impact = r
+        .trim_impact
+        .as_ref()
+        .map(|t| ("trim impact", format!("{} ({}): {}", t.mount_point, t.fs_type, trim_summary(&t.trim))));
+    trim.into_iter().chain(impact).collect()
 }
 
 /// One line about a sliced trim, for the Markdown and HTML tables.
