@@ -276,10 +276,7 @@ pub(crate) fn repair(path: &Path) -> Result<Option<String>> {
     };
     let r = replay(&text);
     let Some(damage) = r.damage else { return Ok(None) };
-    let mut clean = text[..r.valid_bytes as usize].to_string();
-    for rec in &r.carried {
-        clean += &encode(rec);
-    }
+    let clean = text[..r.valid_bytes as usize].to_string() + &r.carried.iter().map(encode).collect::<String>();
     replace_atomically(path, &clean).map_err(ctx)?;
     Ok(Some(format!(
         "{}; the journal was rewritten without it ({} damaged line(s) dropped)",

@@ -67,17 +67,12 @@ impl TrimImpact {
                 "  only {} probe read(s) during the trim: too few to judge; a larger --trim-size makes the trim last longer\n",
                 p.during.reads
             );
-        } else if let Some(r) = probe.and_then(|p| p.p99_ratio) {
+        } else if let Some(r) = probe.and_then(|p| p.p99_ratio).filter(|r| *r >= STALL_RATIO) {
             s += &format!(
-                "  {}\n",
-                if r >= STALL_RATIO {
-                    format!(
-                        "this drive stalls readers while it trims (p99 x{r:.1}): pace the trim (--trim-rate) on busy hosts"
-                    )
-                } else {
-                    format!("reads barely noticed the trim (p99 x{r:.1})")
-                }
+                "  this drive stalls readers while it trims (p99 x{r:.1}): pace the trim (--trim-rate) on busy hosts\n"
             );
+        } else if let Some(r) = probe.and_then(|p| p.p99_ratio) {
+            s += &format!("  reads barely noticed the trim (p99 x{r:.1})\n");
         }
         s
     }

@@ -112,11 +112,8 @@ pub(crate) fn describe_plan(plan: &RewritePlan) -> String {
 
 /// The end of a dry run's plan: its warnings, and that it did nothing.
 pub(crate) fn dry_run_end(warnings: &[String]) -> String {
-    let mut s = String::new();
-    for w in warnings {
-        s += &format!("  warning: {w}\n");
-    }
-    s + "  nothing was written or frozen (dry run)\n"
+    warnings.iter().map(|w| format!("  warning: {w}\n")).collect::<String>()
+        + "  nothing was written or frozen (dry run)\n"
 }
 
 /// `--only-slow` and `--from-scan`: what chooses the regions, since a dry run does not
