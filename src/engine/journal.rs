@@ -398,9 +398,7 @@ impl Journal {
     }
 
     fn write(&mut self, text: &str, durable: bool) -> Result<()> {
-        let Some(f) = self.file.as_mut() else {
-            return Ok(());
-        };
+        let Some(f) = self.file.as_mut() else { return Ok(()) };
         let ctx = |e| Error::io(format!("appending to journal {}", self.path.display()), e);
         f.write_all(text.as_bytes()).map_err(ctx)?;
         if durable {

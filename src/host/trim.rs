@@ -324,10 +324,7 @@ pub(crate) struct TrimTarget<'a> {
 /// slices when `stop` is raised. `_thawed` proves no freeze window is open.
 pub(crate) fn run(targets: &[TrimTarget<'_>], pace: Pace, stop: &StopFlag, _thawed: &Thawed) -> TrimReport {
     let started = Instant::now();
-    let rate_limit_bytes_per_second = match pace {
-        Pace::Fixed { rate, .. } => rate,
-        _ => None,
-    };
+    let rate_limit_bytes_per_second = if let Pace::Fixed { rate, .. } = pace { rate } else { None };
     let out = TrimReport { pace: pace.describe(), rate_limit_bytes_per_second, ..TrimReport::default() };
     let mut run = Trimming { started, pacer: Pacer::new(pace), out, sleep: Duration::ZERO, last_end: started };
     for t in targets {

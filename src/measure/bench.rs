@@ -435,15 +435,12 @@ pub(crate) fn estimate(target: &Target, block: u64, sample: u64, regions: usize)
 /// simulated SSD or not.
 fn advice(cache: Option<&CacheCheck>, virtual_time: bool, med: f64, reference: f64) -> String {
     let speedup = reference / med.max(f64::MIN_POSITIVE);
+    let drift = (!virtual_time).then(|| format!(" (under x{MIN_EFFECT} is within what a device's reads drift)"));
     match cache {
         Some(c) if c.cache_suspected => format!("cannot tell: {}", c.finding),
         _ if speedup < if virtual_time { WORTH_IT } else { MIN_EFFECT } => format!(
             "looks flat: the sampled regions read within x{speedup:.2} of the fastest{}; re-sequencing is unlikely to help much",
-            if virtual_time {
-                String::new()
-            } else {
-                format!(" (under x{MIN_EFFECT} is within what a device's reads drift)")
-            }
+            drift.unwrap_or_default()
         ),
         _ => format!(
             "worth it: a full read could be about x{speedup:.2} faster ({} now, {} at the fastest regions' rate)",

@@ -283,9 +283,7 @@ fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
 /// Re-reads the chunks an interrupted run had begun and not finished, and compares each
 /// with the blake3 it had been read with.
 fn reverify_in_flight(target: &dyn BlockTarget, plan: &RewritePlan) -> Result<Option<String>> {
-    let Start::Resume { in_flight, killed_mid_write, .. } = &plan.start else {
-        return Ok(None);
-    };
+    let Start::Resume { in_flight, killed_mid_write, .. } = &plan.start else { return Ok(None) };
     let mut outcome = None;
     for (offset, len, expected) in in_flight {
         let changed = reverify_chunk(target, plan, *offset, *len as usize, expected, killed_mid_write.as_deref())?;

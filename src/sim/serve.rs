@@ -339,9 +339,7 @@ impl Backend for Drive {
         self.counters.max_write_request_bytes.fetch_max(data.len() as u64, Ordering::Relaxed);
         let (lo, hi) = slots(offset, offset + data.len() as u64);
         let done = self.model().write_from(now, lo..hi);
-        let Ok(done) = done.inspect_err(|e| log::error!("{e}")) else {
-            return reply.error(fuser::Errno::EIO);
-        };
+        let Ok(done) = done.inspect_err(|e| log::error!("{e}")) else { return reply.error(fuser::Errno::EIO) };
         self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
         self.counters.write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
         let n = data.len() as u32;
