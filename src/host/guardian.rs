@@ -794,13 +794,11 @@ impl<F: Filesystems> GuardianState<F> {
         let thawed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.thaw_all())).is_ok();
         let note = crate::engine::rescue::take_panic_note(&self.run_dir, std::process::id() as i32);
         say!("{}", note.unwrap_or_default().trim_end());
-        match thawed {
-            true => 73,
-            false => {
-                say!("reseq guardian: thawing failed too; run `reseq thaw` (it acts on this guardian's freeze record)");
-                74
-            }
+        if thawed {
+            return 73;
         }
+        say!("reseq guardian: thawing failed too; run `reseq thaw` (it acts on this guardian's freeze record)");
+        74
     }
 
     /// End of file: reseq has exited; none of its I/O is in flight.

@@ -629,13 +629,8 @@ pub(crate) fn lasted(v: Verdict, before: &BenchResult, again: &BenchResult, wait
     });
     let secs = waited.as_secs_f64();
     if later.verdict == "unreliable" {
-        let rule = format!(
-            "x{:.2} right after the rewrite ({}), but the re-check {secs:.0} s later cannot tell whether it lasted: {}",
-            v.speedup,
-            v.verdict.replace('_', " "),
-            later.rule
-        );
-        return Verdict { verdict: "unreliable".into(), rule, recheck, ..v };
+        let why = format!("the re-check {secs:.0} s later cannot tell whether it lasted: {}", later.rule);
+        return Verdict { recheck, ..unreliable_after(v, &why) };
     }
     // Lasting means the same answer *and* about the same speed: a change that mostly
     // faded (x188 right after, x1.98 later) was a cache's, whatever remains.
@@ -652,6 +647,13 @@ pub(crate) fn lasted(v: Verdict, before: &BenchResult, again: &BenchResult, wait
         later.verdict.replace('_', " ")
     );
     Verdict { verdict: "unreliable".into(), rule, recheck, ..v }
+}
+
+/// `v`, the change measured right after the rewrite, made "unreliable": `why` it cannot
+/// stand.
+pub(crate) fn unreliable_after(v: Verdict, why: &str) -> Verdict {
+    let rule = format!("x{:.2} right after the rewrite ({}), but {why}", v.speedup, v.verdict.replace('_', " "));
+    Verdict { verdict: "unreliable".into(), rule, ..v }
 }
 
 /// The after-benchmark's median, from the verdict's speed-up over the before-benchmark.

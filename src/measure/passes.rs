@@ -80,12 +80,8 @@ pub(crate) fn recheck(
         Err(e) => {
             let why = crate::error_chain(&e);
             log::warn!("the benchmark was not re-checked: {why}");
-            let rule = format!(
-                "x{:.2} right after the rewrite ({}), but not re-checked ({why}): a cache below the device cannot be ruled out",
-                v.speedup,
-                v.verdict.replace('_', " ")
-            );
-            Some(bench::Verdict { verdict: "unreliable".into(), rule, ..v })
+            let why = format!("not re-checked ({why}): a cache below the device cannot be ruled out");
+            Some(bench::unreliable_after(v, &why))
         }
     }
 }
@@ -118,14 +114,11 @@ fn closer_look(
             v
         }
         Err(e) => {
-            let rule = format!(
-                "x{:.2} right after the rewrite ({}), but too close to call on {} passes ({why}) and not measured again ({})",
-                v.speedup,
-                v.verdict.replace('_', " "),
-                after.passes.len(),
-                crate::error_chain(&e)
-            );
-            bench::Verdict { verdict: "unreliable".into(), rule, ..v }
+            let (n, error) = (after.passes.len(), crate::error_chain(&e));
+            bench::unreliable_after(
+                v,
+                &format!("too close to call on {n} passes ({why}) and not measured again ({error})"),
+            )
         }
     }
 }
