@@ -13,30 +13,9 @@
 set -euo pipefail
 days=${1:-90}
 scale=${2:-2}
-reseq=${RESEQ:-$(dirname "$0")/../target/release/reseq}
-[ -x "$reseq" ] || { echo "build first: cargo build --release (or set RESEQ)" >&2; exit 2; }
-[ -e /dev/fuse ] || { echo "no /dev/fuse (modprobe fuse)" >&2; exit 3; }
+source "$(dirname "$0")/common.sh"
 command -v debugfs >/dev/null || { echo "needs debugfs (e2fsprogs)" >&2; exit 3; }
-
-dir=$(mktemp -d /tmp/reseq-cold-data.XXXXXX)
-dev= server=
-cleanup() {
-  mountpoint -q "$dir/mnt" && umount "$dir/mnt"
-  [ -n "$dev" ] && losetup -d "$dev"
-  # Only while it is still ours (its command line names $dir).
-  [ -n "$server" ] && grep -qF "$dir" "/proc/$server/cmdline" 2>/dev/null && kill -TERM "$server" && wait "$server" || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-
-"$reseq" sim create "$dir/drive.sim" --preset consumer-tlc-aging --device-size 1G >/dev/null
-mkdir "$dir/fuse" "$dir/mnt"
-"$reseq" sim serve "$dir/drive.sim" "$dir/fuse" --time-scale "$scale" >"$dir/serve.json" 2>"$dir/serve.log" &
-server=$!
-for _ in $(seq 100); do [ -e "$dir/fuse/disk" ] && break; sleep 0.1; done
-dev=$(losetup --direct-io=on --sector-size 4096 --find --show "$dir/fuse/disk")
-mkfs.ext4 -q -E lazy_itable_init=0,lazy_journal_init=0 "$dev"
-mount "$dev" "$dir/mnt"
+serve_drive cold-data consumer-tlc-aging 1G "$scale"
 mkdir "$dir/mnt/data"
 echo "== consumer-tlc-aging drive at time scale $scale: $dev on $dir/fuse/disk, ext4 at $dir/mnt"
 

@@ -34,3 +34,33 @@ reseq_bin() {
   cargo build --release --quiet --manifest-path "$(dirname "$0")/../Cargo.toml"
   echo "${CARGO_TARGET_DIR:-$(dirname "$0")/../target}/release/reseq"
 }
+
+# serve_drive NAME PRESET SIZE SCALE: an emulated SSD (`reseq sim serve` of PRESET, SIZE)
+# at time scale SCALE, a loop device on its file (4 KiB sectors, direct I/O) and ext4 on
+# that at $dir/mnt. Sets $reseq, $dir, $dev and $server; a trap unmounts, detaches, stops
+# the server and removes everything.
+serve_drive() {
+  reseq=${RESEQ:-$(dirname "$0")/../target/release/reseq}
+  [ -x "$reseq" ] || { echo "build first: cargo build --release (or set RESEQ)" >&2; exit 2; }
+  [ -e /dev/fuse ] || { echo "no /dev/fuse (modprobe fuse)" >&2; exit 3; }
+  dir=$(mktemp -d "/tmp/reseq-$1.XXXXXX")
+  dev= server=
+  trap serve_cleanup EXIT
+  "$reseq" sim create "$dir/drive.sim" --preset "$2" --device-size "$3" >/dev/null
+  mkdir "$dir/fuse" "$dir/mnt"
+  "$reseq" sim serve "$dir/drive.sim" "$dir/fuse" --time-scale "$4" >"$dir/serve.json" 2>"$dir/serve.log" &
+  server=$!
+  for _ in $(seq 100); do [ -e "$dir/fuse/disk" ] && break; sleep 0.1; done
+  dev=$(losetup --direct-io=on --sector-size 4096 --find --show "$dir/fuse/disk")
+  mkfs.ext4 -q -E lazy_itable_init=0,lazy_journal_init=0 "$dev"
+  mount "$dev" "$dir/mnt"
+}
+
+serve_cleanup() {
+  mountpoint -q "$dir/mnt" && umount "$dir/mnt"
+  [ -n "$dev" ] && losetup -d "$dev"
+  # Only while it is still ours (its command line names $dir): a server that died
+  # earlier was reaped, and its PID may be another process's by now.
+  [ -n "$server" ] && grep -qF "$dir" "/proc/$server/cmdline" 2>/dev/null && kill -TERM "$server" && wait "$server" || true
+  rm -rf "$dir"
+}

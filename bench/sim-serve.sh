@@ -9,30 +9,8 @@
 set -euo pipefail
 preset=${1:-consumer-nvme}
 scale=${2:-10}
-reseq=${RESEQ:-$(dirname "$0")/../target/release/reseq}
-[ -x "$reseq" ] || { echo "build first: cargo build --release (or set RESEQ)" >&2; exit 2; }
-[ -e /dev/fuse ] || { echo "no /dev/fuse (modprobe fuse)" >&2; exit 3; }
-
-dir=$(mktemp -d /tmp/reseq-sim-serve.XXXXXX)
-dev= server=
-cleanup() {
-  mountpoint -q "$dir/mnt" && umount "$dir/mnt"
-  [ -n "$dev" ] && losetup -d "$dev"
-  # Only while it is still ours (its command line names $dir): a server that died
-  # earlier was reaped, and its PID may be another process's by now.
-  [ -n "$server" ] && grep -qF "$dir" "/proc/$server/cmdline" 2>/dev/null && kill -TERM "$server" && wait "$server" || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-
-"$reseq" sim create "$dir/drive.sim" --preset "$preset" --device-size 2G >/dev/null
-mkdir "$dir/fuse" "$dir/mnt"
-"$reseq" sim serve "$dir/drive.sim" "$dir/fuse" --time-scale "$scale" >"$dir/serve.json" 2>"$dir/serve.log" &
-server=$!
-for _ in $(seq 100); do [ -e "$dir/fuse/disk" ] && break; sleep 0.1; done
-dev=$(losetup --direct-io=on --sector-size 4096 --find --show "$dir/fuse/disk")
-mkfs.ext4 -q -E lazy_itable_init=0,lazy_journal_init=0 "$dev"
-mount "$dev" "$dir/mnt"
+source "$(dirname "$0")/common.sh"
+serve_drive sim-serve "$preset" 2G "$scale"
 echo "== $preset drive at time scale $scale: $dev on $dir/fuse/disk, ext4 at $dir/mnt"
 
 write_file() { dd if=/dev/urandom of="$1" bs=1M count="$2" conv=fsync status=none; }

@@ -71,16 +71,14 @@ pub(crate) fn parse(text: &str, origin: &Path) -> Result<RewriteArgs> {
 /// The command line a config's table stands for: `reseq rewrite OPTIONS -- TARGETS`.
 fn argv_of(table: &toml::Table, origin: &Path) -> Result<Vec<String>> {
     let mut argv: Vec<String> = vec!["reseq".into(), "rewrite".into()];
-    let mut targets = Vec::new();
+    let mut targets: Vec<String> = Vec::new();
     let keys = keys();
     for (key, value) in table {
         if key == "targets" {
             let list = value
                 .as_array()
                 .ok_or_else(|| Error::Usage(format!("{}: `targets` must be a list of paths", origin.display())))?;
-            for t in list {
-                targets.push(scalar("targets", t)?);
-            }
+            targets = list.iter().map(|t| scalar("targets", t)).collect::<Result<_>>()?;
             continue;
         }
         let Some((_, takes_value)) = keys.iter().find(|(k, _)| k == key) else {
@@ -105,21 +103,12 @@ fn argv_of(table: &toml::Table, origin: &Path) -> Result<Vec<String>> {
 fn push_option(argv: &mut Vec<String>, key: &str, takes_value: bool, value: &toml::Value, origin: &Path) -> Result<()> {
     let flag = format!("--{}", key.replace('_', "-"));
     match (takes_value, value) {
-        (false, toml::Value::Boolean(b)) => {
-            if *b {
-                argv.push(flag);
-            }
-        }
+        (false, toml::Value::Boolean(b)) => argv.extend(b.then_some(flag)),
         (false, _) => return Err(Error::Usage(format!("{}: `{key}` must be true or false", origin.display()))),
-        (true, toml::Value::Array(items)) => {
-            for i in items {
-                argv.push(flag.clone());
-                argv.push(scalar(key, i)?);
-            }
-        }
         (true, v) => {
-            argv.push(flag);
-            argv.push(scalar(key, v)?);
+            for item in v.as_array().map_or(std::slice::from_ref(v), Vec::as_slice) {
+                argv.extend([flag.clone(), scalar(key, item)?]);
+            }
         }
     }
     Ok(())

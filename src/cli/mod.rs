@@ -19,6 +19,7 @@ pub(crate) use crate::options::rewrite::{
     DEFAULT_CHUNK_SIZE, DEFAULT_MAX_OVERRUNS, DEFAULT_READ_AHEAD, DEFAULT_SCAN_REGIONS, DEFAULT_SLOW_THRESHOLD,
     DEFAULT_STATE_DIR,
 };
+use crate::report::render::Format;
 use crate::support::units::{Rate, Size, parse_duration};
 
 /// `--max-freeze`: a duration from 10 ms to 1 h (a freeze is a stall of every writer).
@@ -491,8 +492,8 @@ pub(crate) struct OutputArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// Report format on stdout.
-    #[arg(long, value_name = "FORMAT", value_parser = PossibleValuesParser::new(crate::report::render::Format::NAMES).map(|f| f.parse::<crate::report::render::Format>().expect("a listed format")))]
-    pub(crate) format: Option<crate::report::render::Format>,
+    #[arg(long, value_name = "FORMAT", value_parser = PossibleValuesParser::new(Format::NAMES).map(|f| f.parse::<Format>().expect("a listed format")))]
+    pub(crate) format: Option<Format>,
     /// Also write Prometheus textfile metrics here, atomically (node_exporter's
     /// textfile collector directory, e.g. /var/lib/node_exporter/textfile_collector/reseq.prom).
     #[arg(long, value_name = "PATH.prom")]
@@ -505,10 +506,7 @@ impl OutputArgs {
     /// with only a line on stderr. Checked before the command runs.
     pub(crate) fn check_metrics_file(&self) -> crate::support::error::Result<()> {
         let Some(path) = &self.metrics_file else { return Ok(()) };
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => std::path::Path::new("."),
-        };
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
         if dir.is_dir() {
             return Ok(());
         }
@@ -519,12 +517,8 @@ impl OutputArgs {
         )))
     }
 
-    pub(crate) fn format(&self) -> crate::report::render::Format {
-        if self.json {
-            crate::report::render::Format::Json
-        } else {
-            self.format.unwrap_or(crate::report::render::Format::Text)
-        }
+    pub(crate) fn format(&self) -> Format {
+        if self.json { Format::Json } else { self.format.unwrap_or(Format::Text) }
     }
 }
 
@@ -661,8 +655,8 @@ pub(crate) struct EstimateArgs {
 pub(crate) struct ReportArgs {
     /// A report saved with --json.
     pub(crate) report: PathBuf,
-    #[arg(long, default_value = "text", value_parser = PossibleValuesParser::new(crate::report::render::Format::NAMES).map(|f| f.parse::<crate::report::render::Format>().expect("a listed format")))]
-    pub(crate) format: crate::report::render::Format,
+    #[arg(long, default_value = "text", value_parser = PossibleValuesParser::new(Format::NAMES).map(|f| f.parse::<Format>().expect("a listed format")))]
+    pub(crate) format: Format,
 }
 
 #[derive(Debug, Args)]

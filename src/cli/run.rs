@@ -94,10 +94,8 @@ fn rewrite(a: &RewriteArgs, quiet: bool) -> (Report, Result<()>) {
         // A simulated SSD: the same engine, through `reseq sim rewrite`.
         Ok(Rewrite::Sim(rw, bench)) => simulate::rewrite_report(&rw, bench.as_ref(), quiet),
         Ok(Rewrite::Run(o)) => crate::rewrite::run(&o, quiet),
-        Err(e) => {
-            let result = Err(e);
-            (crate::rewrite::refused_report(&a.targets, a.dry_run, &result), result)
-        }
+        // Refused before it began: its options did not hold together.
+        Err(e) => Report::of_run("rewrite", a.dry_run, &a.targets, |_| Err(e)),
     }
 }
 

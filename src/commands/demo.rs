@@ -240,8 +240,7 @@ fn unchanged_and_clean(db: &std::path::Path, before: blake3::Hash, mnt: Mount, l
         return Err(Error::Internal(format!("the database file changed: {before} -> {after}")));
     }
     mnt.unmount().map_err(io("unmounting"))?;
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).map_err(io("e2fsck after the run"))?;
-    Ok(())
+    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).map(drop).map_err(io("e2fsck after the run"))
 }
 
 /// `reseq sim serve` as a child process; stopped (SIGTERM, then unmount and SIGKILL) on

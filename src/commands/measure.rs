@@ -1,8 +1,5 @@
 //! `reseq bench`, `reseq scan` and `reseq estimate`: a target read, into a report.
 
-use std::path::Path;
-use std::time::Instant;
-
 use crate::measure::readbench::{ReadParams, Target, resolve_params};
 use crate::measure::{bench, byfile};
 use crate::options::bench::{BenchCommand, EstimateOptions, ReadOptions, ScanOptions};
@@ -16,29 +13,15 @@ fn open_read(o: &ReadOptions) -> Result<(Target, ReadParams)> {
     Ok((target, params))
 }
 
-/// Runs a command into a report of it, which holds the outcome too.
-pub(crate) fn reported(
-    command: &str,
-    target: &Path,
-    body: impl FnOnce(&mut Report) -> Result<()>,
-) -> (Report, Result<()>) {
-    let started = Instant::now();
-    let mut report = Report::new(command, false);
-    report.targets = vec![target.display().to_string()];
-    let result = body(&mut report);
-    report.finish(started.elapsed(), &result);
-    (report, result)
-}
-
 /// `reseq bench`.
 pub(crate) fn run_bench(o: &BenchCommand) -> (Report, Result<()>) {
     match o {
-        BenchCommand::TrimImpact(t) => reported("bench", &t.target, |report| {
+        BenchCommand::TrimImpact(t) => Report::of_run("bench", false, &[&t.target], |report| {
             let (impact, result) = crate::measure::trim_impact::run(t);
             report.trim_impact = impact;
             result
         }),
-        BenchCommand::Passes { read, passes, settle } => reported("bench", &read.target, |report| {
+        BenchCommand::Passes { read, passes, settle } => Report::of_run("bench", false, &[&read.target], |report| {
             let (target, params) = open_read(read)?;
             report.bench = Some(bench::bench(&target, &params, *passes, *settle)?);
             Ok(())
@@ -48,7 +31,7 @@ pub(crate) fn run_bench(o: &BenchCommand) -> (Report, Result<()>) {
 
 /// `reseq scan`.
 pub(crate) fn run_scan(o: &ScanOptions) -> (Report, Result<()>) {
-    reported("scan", &o.read.target, |report| {
+    Report::of_run("scan", false, &[&o.read.target], |report| {
         if let Some(sort) = o.by_file {
             let r = &o.read;
             report.scan_files = Some(byfile::scan(&r.target, r.block_size, r.queue_depth, o.threshold, sort)?);
@@ -62,7 +45,7 @@ pub(crate) fn run_scan(o: &ScanOptions) -> (Report, Result<()>) {
 
 /// `reseq estimate`.
 pub(crate) fn run_estimate(o: &EstimateOptions) -> (Report, Result<()>) {
-    reported("estimate", &o.target, |report| {
+    Report::of_run("estimate", false, &[&o.target], |report| {
         // A directory: its files by age band (cold data), sampled.
         if std::fs::metadata(&o.target).is_ok_and(|m| m.is_dir()) {
             let e = crate::measure::cold_estimate::estimate(&o.target, 1 << 20, o.sample, o.regions)?;

@@ -34,17 +34,15 @@ pub(crate) struct RestoreSummary {
 
 impl RestoreSummary {
     pub(crate) fn to_text(&self) -> String {
+        let frozen = (!self.frozen_filesystems.is_empty())
+            .then(|| format!(", with {} frozen for the write", self.frozen_filesystems.join(", ")));
         let what = match self.outcome.as_str() {
             "restored" => format!(
                 "restored {} bytes at offset {} of {} (read back and checked){}",
                 self.len,
                 self.offset,
                 self.device,
-                if self.frozen_filesystems.is_empty() {
-                    String::new()
-                } else {
-                    format!(", with {} frozen for the write", self.frozen_filesystems.join(", "))
-                }
+                frozen.unwrap_or_default()
             ),
             "already_intact" => format!(
                 "{} already holds these {} bytes at offset {} (checked): nothing to write",

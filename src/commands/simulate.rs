@@ -311,10 +311,8 @@ pub(crate) fn sim_rewrite(rw: &SimRewrite, quiet: bool) -> Result<serde_json::Va
     let st = load(&rw.state)?;
     let (first, n) = lba_range(&rw.range, &st)?;
     let (start, end) = (first * SLOT, (first + n) * SLOT);
-    let selection = match rw.only_slow {
-        Some(slow) => Some(slow_regions_of(st.clone(), start, end, slow.regions, slow.threshold)?),
-        None => None,
-    };
+    let selection =
+        rw.only_slow.map(|slow| slow_regions_of(st.clone(), start, end, slow.regions, slow.threshold)).transpose()?;
     let t0 = st.writer.t;
     let dev = SimDevice::new(st);
     let stats = match &selection {
@@ -340,7 +338,7 @@ pub(crate) fn rewrite_report(
     let mut target = std::ffi::OsString::from("sim:");
     target.push(rw.state.as_os_str());
     let target = std::path::PathBuf::from(target);
-    crate::commands::measure::reported("rewrite", &target, |report| {
+    crate::report::Report::of_run("rewrite", false, &[&target], |report| {
         let measure = |o: &BenchOptions| {
             let target = crate::measure::readbench::Target::open(&target)?;
             crate::measure::passes::measure_target(&target, o)

@@ -4,7 +4,7 @@
 //! `host::device` reads it from sysfs.
 
 /// Identity recorded in the journal; a resume refuses if any of it changed.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub(crate) struct DeviceIdentity {
     /// Kernel name (`loop0`, `nvme0n1p2`).
     pub(crate) name: String,

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::identity::DeviceIdentity;
+use crate::support::atomic;
 use crate::support::error::{Error, Result};
 
 pub(crate) const JOURNAL_VERSION: u32 = 2;
@@ -275,10 +276,7 @@ pub(crate) fn repair(path: &Path) -> Result<Option<String>> {
     };
     let r = replay(&text);
     let Some(damage) = r.damage else { return Ok(None) };
-    let mut clean = text[..r.valid_bytes as usize].to_string();
-    for rec in &r.carried {
-        clean += &encode(rec);
-    }
+    let clean = text[..r.valid_bytes as usize].to_string() + &r.carried.iter().map(encode).collect::<String>();
     replace_atomically(path, &clean).map_err(ctx)?;
     Ok(Some(format!(
         "{}; the journal was rewritten without it ({} damaged line(s) dropped)",
@@ -340,16 +338,9 @@ pub fn read(path: &Path) -> Result<Option<Replay>> {
     }
 }
 
-/// Writes `text` to a uniquely named temporary file and renames it over `path`, so a
-/// crash leaves either the old file or the new one, whole, and two runs sharing a state
-/// directory never write the same temporary file.
+/// Replaces `path` with `text`, whole (see [`atomic::replace`]), readable by root only.
 pub(crate) fn replace_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new().prefix(".journal-").suffix(".tmp").tempfile_in(dir)?;
-    tmp.write_all(text.as_bytes())?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    File::open(dir)?.sync_all()
+    atomic::replace(path, 0o600, |f| f.write_all(text.as_bytes()))
 }
 
 /// An open journal, appending.
@@ -407,9 +398,7 @@ impl Journal {
     }
 
     fn write(&mut self, text: &str, durable: bool) -> Result<()> {
-        let Some(f) = self.file.as_mut() else {
-            return Ok(());
-        };
+        let Some(f) = self.file.as_mut() else { return Ok(()) };
         let ctx = |e| Error::io(format!("appending to journal {}", self.path.display()), e);
         f.write_all(text.as_bytes()).map_err(ctx)?;
         if durable {
@@ -490,11 +479,8 @@ mod tests {
                 name: "loop9".into(),
                 dev: "7:9".into(),
                 size_bytes: 1 << 20,
-                serial: None,
-                wwn: None,
-                model: None,
-                partition_start_sectors: None,
                 loop_backing_file: Some("/tmp/x.img".into()),
+                ..DeviceIdentity::default()
             },
             chunk_size_bytes: 4096,
             range_start_bytes: 0,

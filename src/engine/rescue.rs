@@ -141,23 +141,20 @@ pub(crate) fn dirs(state_dir: &Path) -> Vec<PathBuf> {
     vec![state_dir.to_path_buf(), run_dir()]
 }
 
-/// Writes `p` into `dir` (atomically: a unique temporary name, fsync, rename, fsync of
-/// the directory). Returns the path.
+/// Writes `p` into `dir` (whole, see [`crate::support::atomic::replace`]). Returns the
+/// path.
 pub(crate) fn save(dir: &Path, p: &Pending) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let path = dir.join(file_name(&p.header.identity, p.header.offset, &p.header.blake3));
-    let mut tmp = tempfile::Builder::new().prefix(".rescue-").suffix(".tmp").tempfile_in(dir)?;
     let mut head = serde_json::to_string(&p.header).map_err(std::io::Error::other)?;
     if head.len() >= HEADER_BYTES {
         return Err(std::io::Error::other("rescue header too long"));
     }
     head.push_str(&" ".repeat(HEADER_BYTES - 1 - head.len()));
     head.push('\n');
-    tmp.write_all(head.as_bytes())?;
-    tmp.write_all(&p.data)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(&path).map_err(|e| e.error)?;
-    std::fs::File::open(dir)?.sync_all()?;
+    crate::support::atomic::replace(&path, 0o600, |f| {
+        f.write_all(head.as_bytes()).and_then(|()| f.write_all(&p.data))
+    })?;
     Ok(path)
 }
 
@@ -426,9 +423,8 @@ impl TornNote {
     pub(crate) fn save(&self, dir: &Path) -> std::io::Result<PathBuf> {
         let name: String = self.device_path.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
         let path = dir.join(format!("torn-{name}-{}.json", self.offset));
-        let mut f = std::fs::File::create(&path)?;
-        f.write_all(serde_json::to_string_pretty(self).map_err(std::io::Error::other)?.as_bytes())?;
-        f.sync_all()?;
+        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        crate::support::atomic::replace(&path, 0o644, |f| f.write_all(text.as_bytes()))?;
         Ok(path)
     }
 }
@@ -487,11 +483,8 @@ mod tests {
             name: "loop9".into(),
             dev: "7:9".into(),
             size_bytes: 1 << 20,
-            serial: None,
-            wwn: None,
-            model: None,
-            partition_start_sectors: None,
             loop_backing_file: Some("/tmp/x".into()),
+            ..DeviceIdentity::default()
         }
     }
 

@@ -48,22 +48,29 @@ pub(crate) trait BlockTarget: ReadTarget {
     }
 }
 
-/// A block device or file opened `O_RDONLY | O_DIRECT`: nothing can write through it.
-pub(crate) struct DirectReader {
+/// A block device or file opened with O_DIRECT; `WRITABLE` only as [`DirectDevice`]: only
+/// that one is a [`BlockTarget`].
+pub(crate) struct Direct<const WRITABLE: bool> {
     file: File,
     mem_align: usize,
     offset_align: u64,
 }
 
+/// A block device or file opened `O_RDONLY | O_DIRECT`: nothing can write through it.
+pub(crate) type DirectReader = Direct<false>;
+
+/// A block device opened `O_RDWR | O_DIRECT`.
+pub(crate) type DirectDevice = Direct<true>;
+
 impl DirectReader {
     /// Opens `path` for direct reads, aligned to 512 bytes until [`Self::aligned`] says
     /// otherwise (the alignment is asked of the open file).
     pub(crate) fn open(path: &Path) -> std::io::Result<DirectReader> {
-        Ok(DirectReader { file: crate::sys::open_direct_read(path)?.into(), mem_align: 512, offset_align: 512 })
+        Ok(Direct { file: crate::sys::open_direct_read(path)?.into(), mem_align: 512, offset_align: 512 })
     }
 
     pub(crate) fn aligned(self, mem_align: usize, offset_align: u64) -> DirectReader {
-        DirectReader { mem_align, offset_align, ..self }
+        Direct { mem_align, offset_align, ..self }
     }
 }
 
@@ -73,7 +80,7 @@ impl AsFd for DirectReader {
     }
 }
 
-impl ReadTarget for DirectReader {
+impl<const WRITABLE: bool> ReadTarget for Direct<WRITABLE> {
     fn mem_align(&self) -> usize {
         self.mem_align
     }
@@ -87,9 +94,6 @@ impl ReadTarget for DirectReader {
         Ok(n)
     }
 }
-
-/// A block device opened `O_RDWR | O_DIRECT`.
-pub(crate) struct DirectDevice(DirectReader);
 
 /// How to open the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,28 +113,16 @@ impl DirectDevice {
     ) -> std::io::Result<DirectDevice> {
         hooks::open_error(mode == OpenMode::SharedWithMounts)?;
         let file = crate::sys::open_direct_rw(path, mode == OpenMode::Exclusive)?;
-        Ok(DirectDevice(DirectReader { file, mem_align, offset_align }))
-    }
-}
-
-impl ReadTarget for DirectDevice {
-    fn mem_align(&self) -> usize {
-        self.0.mem_align
-    }
-    fn offset_align(&self) -> u64 {
-        self.0.offset_align
-    }
-    fn read_some_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-        self.0.read_some_at(buf, offset)
+        Ok(Direct { file, mem_align, offset_align })
     }
 }
 
 impl BlockTarget for DirectDevice {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         hooks::io_fault(IoOp::Write, offset, buf.len() as u64)?;
-        self.0.file.write_all_at(buf, offset)
+        self.file.write_all_at(buf, offset)
     }
     fn flush(&self) -> std::io::Result<()> {
-        self.0.file.sync_data()
+        self.file.sync_data()
     }
 }

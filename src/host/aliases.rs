@@ -60,17 +60,12 @@ pub(crate) struct Loop {
 impl Loop {
     /// ", at offset N, N bytes long, read-only": what tells it from the target's loop.
     fn placement(&self) -> String {
-        let mut s = String::new();
-        if self.offset != 0 {
-            s += &format!(", at offset {}", self.offset);
-        }
-        if self.size_limit != 0 {
-            s += &format!(", {} bytes long", self.size_limit);
-        }
-        if self.read_only {
-            s += ", read-only";
-        }
-        s
+        let parts = [
+            (self.offset != 0).then(|| format!(", at offset {}", self.offset)),
+            (self.size_limit != 0).then(|| format!(", {} bytes long", self.size_limit)),
+            self.read_only.then(|| ", read-only".into()),
+        ];
+        parts.into_iter().flatten().collect()
     }
 }
 
@@ -387,13 +382,9 @@ fn used_aliases(r: &Reach, mounts: &[MountEntry], sysfs: &Sysfs) -> Vec<InUse> {
         let hits: Vec<&MountEntry> = mounts.iter().filter(|m| m.devices.contains(&a.dev)).collect();
         let points: Vec<String> = hits.iter().map(|m| m.mount_point.display().to_string()).collect();
         let holders = sysfs.holders_of(&a.name);
-        let mut uses = Vec::new();
-        if let Some(m) = hits.first() {
-            uses.push(format!("has {} mounted from it at {}", m.fs_type, points.join(", ")));
-        }
-        if !holders.is_empty() {
-            uses.push(format!("is held by {} stacked on it", holders.join(", ")));
-        }
+        let mounted = hits.first().map(|m| format!("has {} mounted from it at {}", m.fs_type, points.join(", ")));
+        let held = (!holders.is_empty()).then(|| format!("is held by {} stacked on it", holders.join(", ")));
+        let uses: Vec<String> = mounted.into_iter().chain(held).collect();
         if !uses.is_empty() {
             let how = format!("holds the same bytes (it {}) and {}", a.why, uses.join(" and "));
             out.push(InUse { fix: fix_for(&what, &points, false), what, how });

@@ -255,11 +255,10 @@ impl Placement {
         let name = format!("{GROUP_PREFIX}{pid}");
         let dir = root.join(&name);
         // A group of this name is a dead guardian's (the PID is ours now): reuse it.
-        match std::fs::create_dir(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                return Err(format!("making the guardian's group {}: {e}", dir.display()));
-            }
-            _ => {}
+        if let Err(e) = std::fs::create_dir(&dir)
+            && e.kind() != std::io::ErrorKind::AlreadyExists
+        {
+            return Err(format!("making the guardian's group {}: {e}", dir.display()));
         }
         if let Err(e) = write_pid(&dir.join("cgroup.procs"), pid) {
             let _ = std::fs::remove_dir(&dir);

@@ -415,10 +415,9 @@ mod tests {
             dev: "259:3".into(),
             size_bytes: 2 << 30,
             serial: Some("S1".into()),
-            wwn: None,
             model: Some("M".into()),
             partition_start_sectors: Some(2048),
-            loop_backing_file: None,
+            ..DeviceIdentity::default()
         };
         let now = DeviceIdentity { size_bytes: 3 << 30, serial: Some("S2".into()), ..was.clone() };
         assert_eq!(now.changes_since(&was), "size 2.0 GiB -> 3.0 GiB, serial S1 -> S2");

@@ -125,7 +125,6 @@ pub(crate) struct GuardedFreeze {
     fds: Vec<OwnedFd>,
     deadline: Duration,
     frozen: bool,
-    first_window: bool,
     windows: u64,
     /// The chunk the next permit is for.
     announced: Option<(u64, u64, blake3::Hash)>,
@@ -171,7 +170,6 @@ impl GuardedFreeze {
             fds,
             deadline,
             frozen: false,
-            first_window: true,
             windows: 0,
             announced: None,
         })
@@ -310,7 +308,7 @@ impl WindowGuard for GuardedFreeze {
             Err(FreezeFailure::Fifreeze { index, errno }) => {
                 let err = self.freeze_error(index, errno);
                 // After the first window a refusal is no longer "nothing written".
-                if !self.first_window
+                if self.windows > 0
                     && let Error::Refused { reason, .. } = err
                 {
                     return Err(Error::io(
@@ -322,7 +320,6 @@ impl WindowGuard for GuardedFreeze {
             }
             Ok(()) => {
                 self.frozen = true;
-                self.first_window = false;
                 self.windows += 1;
                 Ok(())
             }

@@ -488,17 +488,16 @@ struct GuardianState<F: Filesystems = Live> {
     journal: Option<PathBuf>,
     /// The device written (OP_TARGET), and its descriptor (O_DIRECT, read-only).
     target: Option<(PathBuf, OwnedFd)>,
-    /// Granted writes not yet reported, oldest first: (device offset, length, blake3).
-    granted: std::collections::VecDeque<(u64, u64, [u8; 32])>,
+    /// Granted writes not yet reported finished, oldest first: (device offset, length,
+    /// blake3), None where the request did not name its write.
+    granted: std::collections::VecDeque<Option<(u64, u64, [u8; 32])>>,
     /// Start times of the guardian and of reseq, for the freeze record.
     own_start_ticks: u64,
     reseq_start_ticks: u64,
     freeze_started: Option<Instant>,
     /// The window's end (`--max-freeze` after the freeze began).
     deadline: Option<Instant>,
-    /// Granted writes not yet reported finished.
-    writing: u32,
-    /// The deadline passed: no more grants in this window; thaw when `writing` is 0.
+    /// The deadline passed: no more grants in this window; thaw when `granted` is empty.
     revoked: bool,
     frozen_for: Duration,
     /// (index, foreign) of a freeze lost in this window.
@@ -533,7 +532,6 @@ impl<F: Filesystems> GuardianState<F> {
             reseq_start_ticks: procs::stat(reseq.as_raw()).map_or(0, |s| s.start_ticks),
             freeze_started: None,
             deadline: None,
-            writing: 0,
             revoked: false,
             frozen_for: Duration::ZERO,
             lost: None,
@@ -591,7 +589,6 @@ impl<F: Filesystems> GuardianState<F> {
         self.deadline = Some(start + window);
         self.revoked = false;
         self.lost = None;
-        self.writing = 0;
         self.granted.clear();
         self.windows += 1;
         for i in 0..self.fs.len() {
@@ -645,7 +642,7 @@ impl<F: Filesystems> GuardianState<F> {
     /// The deadline has passed: stop granting, and thaw once no write is outstanding.
     fn revoke(&mut self) {
         self.revoked = true;
-        if self.writing == 0 && self.any_ours() {
+        if self.granted.is_empty() && self.any_ours() {
             let n = self.fs.iter().filter(|f| f.ours).count();
             self.thaw_all();
             // Safe to speak: nothing of ours is frozen any more.
@@ -658,7 +655,7 @@ impl<F: Filesystems> GuardianState<F> {
         let d = self.deadline.filter(|_| self.any_ours())?;
         // Never None while a freeze is ours: a revoked window with nothing outstanding
         // is thawed at once, and this wakes the loop to do it if it was not.
-        let until = if !self.revoked || self.writing == 0 { d } else { d + self.bounds.kill_after() };
+        let until = if !self.revoked || self.granted.is_empty() { d } else { d + self.bounds.kill_after() };
         Some(until.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))
     }
 
@@ -672,7 +669,7 @@ impl<F: Filesystems> GuardianState<F> {
             match stream.read_exact(&mut m) {
                 Ok(()) => {}
                 Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                    if self.any_ours() && self.past(self.bounds.kill_after()) && self.writing > 0 {
+                    if self.any_ours() && self.past(self.bounds.kill_after()) && !self.granted.is_empty() {
                         return self.kill_reseq(&mut stream);
                     }
                     if self.any_ours() && (self.revoked || self.past(Duration::ZERO)) {
@@ -727,13 +724,7 @@ impl<F: Filesystems> GuardianState<F> {
                 self.target = sys::open_direct_read(&path).ok().map(|fd| (path, fd));
                 msg(ST_OK, 0, 0)
             }
-            Request::Permit(chunk) => {
-                let reply = self.permit();
-                if let Some(chunk) = chunk.filter(|_| fields(&reply).0 == ST_OK) {
-                    self.granted.push_back(chunk);
-                }
-                reply
-            }
+            Request::Permit(chunk) => self.permit(chunk),
             Request::Written => {
                 self.written();
                 return Ok(None);
@@ -752,7 +743,6 @@ impl<F: Filesystems> GuardianState<F> {
 
     /// One granted write (and its read-back) is over.
     fn written(&mut self) {
-        self.writing = self.writing.saturating_sub(1);
         self.granted.pop_front();
         // The deadline passed (or the freeze was lost) during the write: thaw now, not at
         // the next request.
@@ -763,7 +753,6 @@ impl<F: Filesystems> GuardianState<F> {
 
     /// THAW: ends the window, and says how it went.
     fn end_window(&mut self) -> Msg {
-        self.writing = 0;
         self.granted.clear();
         // Also when nothing is ours any more (lost to another freezer): that ends the
         // window's clock and removes its record.
@@ -777,7 +766,7 @@ impl<F: Filesystems> GuardianState<F> {
         msg(ST_OK, flags, self.frozen_for.as_micros() as u64)
     }
 
-    fn permit(&mut self) -> Msg {
+    fn permit(&mut self, chunk: Option<(u64, u64, [u8; 32])>) -> Msg {
         if !self.any_ours() || self.revoked {
             return self.lost.map_or(msg(ST_DENIED, DENY_DEADLINE, 0), freeze_lost_reply);
         }
@@ -789,12 +778,12 @@ impl<F: Filesystems> GuardianState<F> {
         if let Some(lost) = self.lost {
             // Stop the window here: thaw what is still ours, leave what is not.
             self.revoked = true;
-            if self.writing == 0 {
+            if self.granted.is_empty() {
                 self.thaw_all();
             }
             return freeze_lost_reply(lost);
         }
-        self.writing += 1;
+        self.granted.push_back(chunk);
         msg(ST_OK, 0, 0)
     }
 
@@ -805,13 +794,11 @@ impl<F: Filesystems> GuardianState<F> {
         let thawed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.thaw_all())).is_ok();
         let note = crate::engine::rescue::take_panic_note(&self.run_dir, std::process::id() as i32);
         say!("{}", note.unwrap_or_default().trim_end());
-        match thawed {
-            true => 73,
-            false => {
-                say!("reseq guardian: thawing failed too; run `reseq thaw` (it acts on this guardian's freeze record)");
-                74
-            }
+        if thawed {
+            return 73;
         }
+        say!("reseq guardian: thawing failed too; run `reseq thaw` (it acts on this guardian's freeze record)");
+        74
     }
 
     /// End of file: reseq has exited; none of its I/O is in flight.
@@ -882,6 +869,7 @@ impl<F: Filesystems> GuardianState<F> {
     fn check_granted(&self) -> Vec<crate::engine::journal::InFlightCheck> {
         self.granted
             .iter()
+            .flatten()
             .map(|&(offset, len, hash)| {
                 let intact = self.target.as_ref().and_then(|(_, fd)| {
                     let mut buf = sys::AlignedBuf::new(len as usize, 4096);
@@ -1086,9 +1074,9 @@ mod tests {
         assert_eq!(fake.by(), [By::Us, By::Us]);
         assert!(record_exists(&dir), "the freeze record is written before the freeze");
         assert_eq!(permit(&mut g, 0), Permit::Granted);
-        assert_eq!((g.writing, g.granted.len()), (1, 1));
+        assert_eq!(g.granted.len(), 1);
         assert_eq!(g.apply(Request::Written), Ok(None), "WRITTEN has no reply");
-        assert_eq!((g.writing, g.granted.len()), (0, 0));
+        assert_eq!(g.granted.len(), 0);
         assert_eq!(fake.by(), [By::Us, By::Us], "a write within the deadline does not end the window");
         let t = thaw(&mut g);
         assert!(!t.overran && t.lost.is_none());
@@ -1126,12 +1114,11 @@ mod tests {
         reply(&mut g, Request::Freeze(HOUR));
         assert_eq!(permit(&mut g, 0), Permit::Granted);
         assert_eq!(permit(&mut g, 4096), Permit::Granted);
-        assert_eq!(g.writing, 2);
+        assert_eq!(g.granted.len(), 2);
         g.apply(Request::Written).unwrap();
-        assert_eq!(g.granted.iter().map(|c| c.0).collect::<Vec<_>>(), [4096]);
-        assert_eq!(g.writing, 1);
+        assert_eq!(g.granted.iter().flatten().map(|c| c.0).collect::<Vec<_>>(), [4096]);
         thaw(&mut g);
-        assert_eq!((g.writing, g.granted.len()), (0, 0), "a thaw ends the window's accounting");
+        assert_eq!(g.granted.len(), 0, "a thaw ends the window's accounting");
     }
 
     #[test]

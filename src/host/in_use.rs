@@ -7,6 +7,7 @@ use std::path::Path;
 
 use crate::host::device::{self, BlockDeviceInfo, Sysfs};
 use crate::host::mounts::{self, MountedFs};
+use crate::host::usedspace::{self, FsSpan};
 use crate::support::error::{Error, Result};
 
 /// Everything a plan needs from the outside world, so tests can supply their own.
@@ -41,7 +42,7 @@ pub(crate) fn used_space_spans(
 ) -> Vec<(MountedFs, u64, u64)> {
     let mut spans = Vec::new();
     for fs in filesystems {
-        if !crate::host::usedspace::SUPPORTED.contains(&fs.fs_type.as_str()) {
+        if !usedspace::SUPPORTED.contains(&fs.fs_type.as_str()) {
             warnings.push(format!(
                 "{} is {}, whose free space reseq cannot read (GETFSMAP): all of it is rewritten",
                 fs.mount_point.display(),
@@ -81,12 +82,9 @@ pub(crate) fn in_use_ranges(path: &Path) -> Result<Option<Vec<(u64, u64)>>> {
     if spans.is_empty() {
         return Ok(None);
     }
-    let spans: Vec<crate::host::usedspace::FsSpan> = spans
-        .into_iter()
-        .map(|(fs, start, len)| crate::host::usedspace::FsSpan::open(fs, start, len))
-        .collect::<Result<_>>()?;
+    let spans = spans.into_iter().map(|(fs, start, len)| FsSpan::open(fs, start, len)).collect::<Result<Vec<_>>>()?;
     let align = u64::from(dev.dio_offset_align).max(512);
     let end = addressable_end(&dev);
-    let free = crate::host::usedspace::free_ranges(&spans, 0, end)?;
-    Ok(Some(crate::host::usedspace::subtract(0, end, &free, align)))
+    let free = usedspace::free_ranges(&spans, 0, end)?;
+    Ok(Some(usedspace::subtract(0, end, &free, align)))
 }

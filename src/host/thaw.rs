@@ -80,14 +80,11 @@ pub(crate) fn run(dir: &Path) -> Result<ThawSummary> {
                 continue;
             }
         };
-        if let Some(state) = record.guardian_state() {
-            summary.live_guardians.push((record.guardian_pid, state));
-            continue;
-        }
-        // The guardian is gone but reseq is not (stopped, say): it may still make a write
-        // the guardian granted, so thawing under it could lose the filesystem's newer data.
-        if let Some(state) = record.reseq_state() {
-            summary.live_guardians.push((record.reseq_pid, state));
+        // Also when the guardian is gone but reseq is not (stopped, say): it may still make a
+        // write the guardian granted, so thawing under it could lose the filesystem's newer data.
+        let guardian = record.guardian_state().map(|s| (record.guardian_pid, s));
+        if let Some(live) = guardian.or_else(|| record.reseq_state().map(|s| (record.reseq_pid, s))) {
+            summary.live_guardians.push(live);
             continue;
         }
         let mut settled = true;

@@ -74,14 +74,9 @@ impl Pace {
                 TARGET_SLICE.as_millis()
             ),
             Pace::Fixed { rate, pause } => {
-                let mut parts = Vec::new();
-                if let Some(r) = rate {
-                    parts.push(format!("at most {} discarded", human_rate(*r as f64)));
-                }
-                if !pause.is_zero() {
-                    parts.push(format!("{:.3} s between slices", pause.as_secs_f64()));
-                }
-                parts.join(", ")
+                let rate = rate.map(|r| format!("at most {} discarded", human_rate(r as f64)));
+                let pause = (!pause.is_zero()).then(|| format!("{:.3} s between slices", pause.as_secs_f64()));
+                rate.into_iter().chain(pause).collect::<Vec<_>>().join(", ")
             }
             Pace::Unpaced => "unpaced (slices back to back)".into(),
         }
@@ -329,10 +324,7 @@ pub(crate) struct TrimTarget<'a> {
 /// slices when `stop` is raised. `_thawed` proves no freeze window is open.
 pub(crate) fn run(targets: &[TrimTarget<'_>], pace: Pace, stop: &StopFlag, _thawed: &Thawed) -> TrimReport {
     let started = Instant::now();
-    let rate_limit_bytes_per_second = match pace {
-        Pace::Fixed { rate, .. } => rate,
-        _ => None,
-    };
+    let rate_limit_bytes_per_second = if let Pace::Fixed { rate, .. } = pace { rate } else { None };
     let out = TrimReport { pace: pace.describe(), rate_limit_bytes_per_second, ..TrimReport::default() };
     let mut run = Trimming { started, pacer: Pacer::new(pace), out, sleep: Duration::ZERO, last_end: started };
     for t in targets {

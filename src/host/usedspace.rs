@@ -108,7 +108,6 @@ mod tests {
     fn subtracts_free_ranges() {
         let free = [(100, 50), (400, 100), (900, 200)];
         assert_eq!(subtract(0, 1000, &free, 1), vec![(0, 100), (150, 250), (500, 400)]);
-        // Alignment only ever shrinks what is skipped.
         // Alignment only ever shrinks what is skipped: here only [960, 1000) is whole.
         assert_eq!(subtract(0, 1000, &free, 64), vec![(0, 960)]);
         assert_eq!(subtract(120, 450, &free, 1), vec![(150, 250)]);

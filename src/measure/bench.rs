@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::measure::readbench::{CacheCheck, ReadParams, Target, Timed, read_span, settle};
+use crate::measure::readbench::{CacheCheck, ReadParams, Target, Timed, read_span};
 use crate::support::error::Result;
 
 /// One pass of a benchmark.
@@ -145,7 +145,8 @@ pub(crate) fn bench(target: &Target, params: &ReadParams, passes: usize, settle_
     for i in 0..passes.max(1) {
         stopped()?;
         if i > 0 {
-            settle(settle_for);
+            // A drive that reorganises itself in the background can, between passes.
+            std::thread::sleep(settle_for);
         }
         let t =
             read_span(target, params.block_size_bytes, params.queue_depth, params.offset_bytes, params.length_bytes)?;
@@ -158,22 +159,35 @@ pub(crate) fn bench(target: &Target, params: &ReadParams, passes: usize, settle_
             recheck_cache(c, target, params)?;
         }
     }
-    let rates: Vec<f64> = out.iter().map(|p| p.bytes_per_second).collect();
     let pass_seconds: f64 = out.iter().map(|p| p.seconds).sum();
-    let host_pressure = watch.host_pressure(target);
-    Ok(BenchResult {
+    let result = BenchResult {
         target: target.describe(),
         virtual_time: target.is_virtual(),
         params: params.clone(),
         settle_seconds: settle_for.as_secs_f64(),
-        median_bytes_per_second: median(&rates),
-        min_bytes_per_second: rates.iter().copied().fold(f64::INFINITY, f64::min),
-        max_bytes_per_second: rates.iter().copied().fold(0.0, f64::max),
-        passes: out,
         cache,
-        host_pressure,
+        host_pressure: watch.host_pressure(target),
         emulated: watch.emulated(target, pass_seconds),
-    })
+        ..BenchResult::default()
+    };
+    Ok(result.with_passes(&out))
+}
+
+impl BenchResult {
+    /// The passes' throughputs, in order.
+    pub(crate) fn rates(&self) -> Vec<f64> {
+        self.passes.iter().map(|p| p.bytes_per_second).collect()
+    }
+
+    /// With `extra` passes added, and the median, min and max of all of them.
+    pub(crate) fn with_passes(mut self, extra: &[Pass]) -> BenchResult {
+        self.passes.extend_from_slice(extra);
+        let rates = self.rates();
+        self.median_bytes_per_second = median(&rates);
+        self.min_bytes_per_second = rates.iter().copied().fold(f64::INFINITY, f64::min);
+        self.max_bytes_per_second = rates.iter().copied().fold(0.0, f64::max);
+        self
+    }
 }
 
 /// What a measurement watches while it reads, besides the device: the host's pressure
@@ -219,7 +233,7 @@ pub(crate) fn more_passes(target: &Target, after: &BenchResult, max: usize, budg
     let mut pause = after.passes.last().map_or(0.0, |l| l.seconds);
     let mut out = Vec::new();
     while out.len() < max && started.elapsed().as_secs_f64() + pause < budget {
-        settle(Duration::from_secs_f64(pause));
+        std::thread::sleep(Duration::from_secs_f64(pause));
         stopped()?;
         let pass = Pass::from(read_span(target, p.block_size_bytes, p.queue_depth, p.offset_bytes, p.length_bytes)?);
         log_pass(after.passes.len() + out.len(), &pass);
@@ -231,10 +245,7 @@ pub(crate) fn more_passes(target: &Target, after: &BenchResult, max: usize, budg
 
 /// `Err(Stopped)` once a stop signal came (where a command installed the handlers).
 pub(crate) fn stopped() -> Result<()> {
-    match crate::support::signals::StopFlag::stop_asked() {
-        Some(sig) => Err(crate::support::error::Error::Stopped { signal: sig.into(), what: "the benchmark".into() }),
-        None => Ok(()),
-    }
+    crate::support::signals::StopFlag::installed().check("the benchmark")
 }
 
 fn log_pass(i: usize, p: &Pass) {
@@ -424,15 +435,12 @@ pub(crate) fn estimate(target: &Target, block: u64, sample: u64, regions: usize)
 /// simulated SSD or not.
 fn advice(cache: Option<&CacheCheck>, virtual_time: bool, med: f64, reference: f64) -> String {
     let speedup = reference / med.max(f64::MIN_POSITIVE);
+    let drift = (!virtual_time).then(|| format!(" (under x{MIN_EFFECT} is within what a device's reads drift)"));
     match cache {
         Some(c) if c.cache_suspected => format!("cannot tell: {}", c.finding),
         _ if speedup < if virtual_time { WORTH_IT } else { MIN_EFFECT } => format!(
             "looks flat: the sampled regions read within x{speedup:.2} of the fastest{}; re-sequencing is unlikely to help much",
-            if virtual_time {
-                String::new()
-            } else {
-                format!(" (under x{MIN_EFFECT} is within what a device's reads drift)")
-            }
+            drift.unwrap_or_default()
         ),
         _ => format!(
             "worth it: a full read could be about x{speedup:.2} faster ({} now, {} at the fastest regions' rate)",
@@ -621,13 +629,8 @@ pub(crate) fn lasted(v: Verdict, before: &BenchResult, again: &BenchResult, wait
     });
     let secs = waited.as_secs_f64();
     if later.verdict == "unreliable" {
-        let rule = format!(
-            "x{:.2} right after the rewrite ({}), but the re-check {secs:.0} s later cannot tell whether it lasted: {}",
-            v.speedup,
-            v.verdict.replace('_', " "),
-            later.rule
-        );
-        return Verdict { verdict: "unreliable".into(), rule, recheck, ..v };
+        let why = format!("the re-check {secs:.0} s later cannot tell whether it lasted: {}", later.rule);
+        return Verdict { recheck, ..unreliable_after(v, &why) };
     }
     // Lasting means the same answer *and* about the same speed: a change that mostly
     // faded (x188 right after, x1.98 later) was a cache's, whatever remains.
@@ -646,9 +649,16 @@ pub(crate) fn lasted(v: Verdict, before: &BenchResult, again: &BenchResult, wait
     Verdict { verdict: "unreliable".into(), rule, recheck, ..v }
 }
 
+/// `v`, the change measured right after the rewrite, made "unreliable": `why` it cannot
+/// stand.
+pub(crate) fn unreliable_after(v: Verdict, why: &str) -> Verdict {
+    let rule = format!("x{:.2} right after the rewrite ({}), but {why}", v.speedup, v.verdict.replace('_', " "));
+    Verdict { verdict: "unreliable".into(), rule, ..v }
+}
+
 /// The after-benchmark's median, from the verdict's speed-up over the before-benchmark.
 fn after_median(v: &Verdict, before: &BenchResult) -> f64 {
-    v.speedup * median(&before.passes.iter().map(|p| p.bytes_per_second).collect::<Vec<f64>>())
+    v.speedup * median(&before.rates())
 }
 
 /// How many orderings of `n` x's and `m` y's give each U (x beats y counts 1): the exact
@@ -699,8 +709,7 @@ fn mann_whitney_p(after: &[f64], before: &[f64]) -> f64 {
 /// The verdict on two benchmarks: "unreliable" when a cache below the device was
 /// suspected in either, whatever the numbers say.
 pub(crate) fn verdict_of(before: &BenchResult, after: &BenchResult) -> Verdict {
-    let rates = |x: &BenchResult| x.passes.iter().map(|p| p.bytes_per_second).collect::<Vec<f64>>();
-    let v = verdict(&rates(before), &rates(after));
+    let v = verdict(&before.rates(), &after.rates());
     if let Some(c) = [before, after].iter().filter_map(|b| b.cache.as_ref()).find(|c| c.cache_suspected) {
         return Verdict { verdict: "unreliable".into(), rule: c.finding.clone(), ..v };
     }
@@ -843,17 +852,6 @@ pub(crate) fn close_call(before: &[f64], after: &[f64]) -> Option<String> {
     }
 }
 
-/// The benchmark with `extra` passes added.
-pub(crate) fn with_passes(b: &BenchResult, extra: &[Pass]) -> BenchResult {
-    let mut out = b.clone();
-    out.passes.extend_from_slice(extra);
-    let rates: Vec<f64> = out.passes.iter().map(|p| p.bytes_per_second).collect();
-    out.median_bytes_per_second = median(&rates);
-    out.min_bytes_per_second = rates.iter().copied().fold(f64::INFINITY, f64::min);
-    out.max_bytes_per_second = rates.iter().copied().fold(0.0, f64::max);
-    out
-}
-
 /// The verdict on the before-passes against all after-passes, the first and `extra`:
 /// the first look's answer is discarded, and there is no third look. More passes only
 /// widen a benchmark's spread (max/min), so a close "faster" stands only if the extra
@@ -865,7 +863,7 @@ pub(crate) fn second_look(
     extra: Vec<Pass>,
     why: String,
 ) -> Verdict {
-    let v = verdict_of(before, &with_passes(after, &extra));
+    let v = verdict_of(before, &after.clone().with_passes(&extra));
     let rule = format!(
         "{} (decided on {} before-passes and {} after-passes: the first {} were too close to call, {why})",
         v.rule,
@@ -958,13 +956,8 @@ pub(crate) mod tests {
             .iter()
             .map(|r| Pass { bytes: 1 << 20, seconds: (1 << 20) as f64 / r, bytes_per_second: *r, ..Pass::default() })
             .collect();
-        BenchResult {
-            target: "t".into(),
-            params: ReadParams { block_size_bytes: 1 << 20, queue_depth: 1, offset_bytes: 0, length_bytes: 1 << 20 },
-            median_bytes_per_second: median(rates),
-            passes,
-            ..BenchResult::default()
-        }
+        let params = ReadParams { block_size_bytes: 1 << 20, queue_depth: 1, offset_bytes: 0, length_bytes: 1 << 20 };
+        BenchResult { target: "t".into(), params, ..BenchResult::default() }.with_passes(&passes)
     }
 
     #[test]

@@ -80,12 +80,8 @@ pub(crate) fn recheck(
         Err(e) => {
             let why = crate::error_chain(&e);
             log::warn!("the benchmark was not re-checked: {why}");
-            let rule = format!(
-                "x{:.2} right after the rewrite ({}), but not re-checked ({why}): a cache below the device cannot be ruled out",
-                v.speedup,
-                v.verdict.replace('_', " ")
-            );
-            Some(bench::Verdict { verdict: "unreliable".into(), rule, ..v })
+            let why = format!("not re-checked ({why}): a cache below the device cannot be ruled out");
+            Some(bench::unreliable_after(v, &why))
         }
     }
 }
@@ -104,11 +100,10 @@ fn closer_look(
     opts: &BenchOptions,
     target: &impl Fn() -> Result<Target>,
 ) -> bench::Verdict {
-    let rates = |b: &BenchResult| b.passes.iter().map(|p| p.bytes_per_second).collect::<Vec<f64>>();
     if v.verdict == "unreliable" || after.virtual_time {
         return v;
     }
-    let Some(why) = bench::close_call(&rates(before), &rates(after)) else { return v };
+    let Some(why) = bench::close_call(&before.rates(), &after.rates()) else { return v };
     let max = bench::EXTRA_PASSES_PER_PASS * opts.passes.max(1);
     let took: f64 = after.passes.iter().map(|p| 2.0 * p.seconds).sum();
     log::info!("too close to call: {why}; up to {max} more passes after the rewrite decide");
@@ -119,14 +114,11 @@ fn closer_look(
             v
         }
         Err(e) => {
-            let rule = format!(
-                "x{:.2} right after the rewrite ({}), but too close to call on {} passes ({why}) and not measured again ({})",
-                v.speedup,
-                v.verdict.replace('_', " "),
-                after.passes.len(),
-                crate::error_chain(&e)
-            );
-            bench::Verdict { verdict: "unreliable".into(), rule, ..v }
+            let (n, error) = (after.passes.len(), crate::error_chain(&e));
+            bench::unreliable_after(
+                v,
+                &format!("too close to call on {n} passes ({why}) and not measured again ({error})"),
+            )
         }
     }
 }
@@ -146,9 +138,7 @@ fn take_recheck(
     );
     let waited = std::time::Instant::now();
     stop.sleep(opts.recheck);
-    if let Some(sig) = stop.signal() {
-        return Err(Error::Stopped { signal: sig.into(), what: "the wait before the re-check".into() });
-    }
+    stop.check("the wait before the re-check")?;
     let waited = waited.elapsed();
     let target = target()?;
     let again = bench::bench(&target, &after.params, after.passes.len(), opts.settle)?;

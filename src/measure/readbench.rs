@@ -15,7 +15,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -150,9 +150,8 @@ impl Target {
     /// files, recursively, on the same filesystem, in path order).
     pub(crate) fn open(spec: &Path) -> Result<Target> {
         if let Some(p) = crate::options::sim::sim_state(spec) {
-            let state =
-                SimState::load(&p).map_err(|e| Error::input(format!("loading simulated device {}", p.display()), e))?;
-            return Ok(Target::Sim { path: p, state: Box::new(Mutex::new(state)) });
+            let state = Box::new(Mutex::new(crate::sim::load(&p)?));
+            return Ok(Target::Sim { path: p, state });
         }
         let md = std::fs::metadata(spec).map_err(|e| Error::Usage(format!("cannot use {}: {e}", spec.display())))?;
         if md.is_dir() {
@@ -310,14 +309,10 @@ fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<
                         break;
                     }
                     // A Ctrl-C does not wait out a pass over a large device.
-                    if let Some(sig) = crate::support::signals::StopFlag::stop_asked() {
-                        let stop = Error::Stopped { signal: sig.into(), what: "the benchmark".into() };
-                        if let Ok(mut e) = first_error.lock() {
-                            e.get_or_insert(stop);
-                        }
-                        break;
-                    }
-                    match read_block(s, &mut buf, (off, (off + block).min(to)), &mut latencies) {
+                    let read = crate::support::signals::StopFlag::installed()
+                        .check("the benchmark")
+                        .and_then(|()| read_block(s, &mut buf, (off, (off + block).min(to)), &mut latencies));
+                    match read {
                         Ok(n) => {
                             total.fetch_add(n, Ordering::SeqCst);
                         }
@@ -556,11 +551,4 @@ pub(crate) fn recheck_after_pass(
         c.finding = format!("{}; it still held those bytes: {how}", c.finding);
     }
     Ok(())
-}
-
-/// Sleeps between passes, so a drive that reorganises itself in the background can.
-pub(crate) fn settle(d: Duration) {
-    if !d.is_zero() {
-        std::thread::sleep(d);
-    }
 }

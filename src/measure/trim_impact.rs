@@ -67,17 +67,12 @@ impl TrimImpact {
                 "  only {} probe read(s) during the trim: too few to judge; a larger --trim-size makes the trim last longer\n",
                 p.during.reads
             );
-        } else if let Some(r) = probe.and_then(|p| p.p99_ratio) {
+        } else if let Some(r) = probe.and_then(|p| p.p99_ratio).filter(|r| *r >= STALL_RATIO) {
             s += &format!(
-                "  {}\n",
-                if r >= STALL_RATIO {
-                    format!(
-                        "this drive stalls readers while it trims (p99 x{r:.1}): pace the trim (--trim-rate) on busy hosts"
-                    )
-                } else {
-                    format!("reads barely noticed the trim (p99 x{r:.1})")
-                }
+                "  this drive stalls readers while it trims (p99 x{r:.1}): pace the trim (--trim-rate) on busy hosts\n"
             );
+        } else if let Some(r) = probe.and_then(|p| p.p99_ratio) {
+            s += &format!("  reads barely noticed the trim (p99 x{r:.1})\n");
         }
         s
     }
@@ -134,12 +129,7 @@ fn fill(f: &mut File, len: u64, seed: u64, stop: &StopFlag) -> Result<()> {
     let mut buf = vec![0u8; 1 << 20];
     let mut left = len;
     while left > 0 {
-        if let Some(sig) = stop.signal() {
-            return Err(Error::Stopped {
-                signal: sig.into(),
-                what: "bench --trim-impact stopped while writing its scratch file, which is removed".into(),
-            });
-        }
+        stop.check("bench --trim-impact stopped while writing its scratch file, which is removed")?;
         rng.fill(&mut buf);
         let n = left.min(buf.len() as u64) as usize;
         f.write_all(&buf[..n]).map_err(|e| Error::io("writing the scratch file", e))?;

@@ -200,19 +200,13 @@ pub(crate) struct SpaceReport {
 /// What the rewrite cost the drive (measured by `measure::passes`, which owns the type).
 pub(crate) use crate::measure::passes::WriteCost;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Outcome {
     pub(crate) exit_code: i32,
     pub(crate) status: ExitCode,
     pub(crate) message: Option<String>,
     /// The device offset an error concerns, when there is one.
     pub(crate) offset_bytes: Option<u64>,
-}
-
-impl Default for Outcome {
-    fn default() -> Outcome {
-        Outcome { exit_code: 0, status: ExitCode::Success, message: None, offset_bytes: None }
-    }
 }
 
 /// What a rewrite planned, as [`Report::set_plan`] records it. Borrowed from the plan
@@ -249,6 +243,22 @@ impl Report {
             verification: "incomplete".into(),
             ..Report::default()
         }
+    }
+
+    /// Runs `body`, which fills in the report of `command` on `targets`, and records how
+    /// it ended: a command's report holds its outcome too, also when it failed.
+    pub(crate) fn of_run(
+        command: &str,
+        dry_run: bool,
+        targets: &[impl AsRef<Path>],
+        body: impl FnOnce(&mut Report) -> Result<(), Error>,
+    ) -> (Report, Result<(), Error>) {
+        let started = std::time::Instant::now();
+        let mut report = Report::new(command, dry_run);
+        report.targets = targets.iter().map(|t| t.as_ref().display().to_string()).collect();
+        let result = body(&mut report);
+        report.finish(started.elapsed(), &result);
+        (report, result)
     }
 
     /// Records what `reseq rewrite` planned: its device, its chunks, what it freezes, and

@@ -10,7 +10,6 @@ pub(crate) mod files;
 pub(crate) mod plan;
 
 use std::fs::File;
-use std::time::Instant;
 
 use crate::engine::journal::{self, Journal, RunRecord};
 use crate::engine::target::{BlockTarget, DirectDevice, OpenMode};
@@ -40,30 +39,15 @@ pub(crate) fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
     if !o.dry_run
         && let Err(e) = StopFlag::install()
     {
-        let result = Err(Error::io("installing signal handlers", e));
-        return (refused_report(&o.targets, o.dry_run, &result), result);
+        return Report::of_run("rewrite", o.dry_run, &o.targets, |_| Err(Error::io("installing signal handlers", e)));
     }
     if o.mode == Mode::Files {
         return files::run(o, quiet);
     }
-    let started = Instant::now();
-    let mut report = Report::new("rewrite", o.dry_run);
-    report.targets = o.targets.iter().map(|t| t.display().to_string()).collect();
-    let resumed = Environment::live().and_then(|env| Ok((plan::resumed_options(o, &env)?, env)));
-    let result = resumed.and_then(|(resumed, env)| {
-        let o = resumed.as_ref().unwrap_or(o);
-        plan_and_execute(o, &env, quiet, &mut report)
-    });
-    report.finish(started.elapsed(), &result);
-    (report, result)
-}
-
-/// The report of a rewrite refused before it began (its options did not hold together).
-pub(crate) fn refused_report(targets: &[std::path::PathBuf], dry_run: bool, result: &Result<()>) -> Report {
-    let mut report = Report::new("rewrite", dry_run);
-    report.targets = targets.iter().map(|t| t.display().to_string()).collect();
-    report.finish(std::time::Duration::ZERO, result);
-    report
+    Report::of_run("rewrite", o.dry_run, &o.targets, |report| {
+        let (resumed, env) = Environment::live().and_then(|env| Ok((plan::resumed_options(o, &env)?, env)))?;
+        plan_and_execute(resumed.as_ref().unwrap_or(o), &env, quiet, report)
+    })
 }
 
 fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: bool, report: &mut Report) -> Result<()> {
@@ -128,11 +112,8 @@ pub(crate) fn describe_plan(plan: &RewritePlan) -> String {
 
 /// The end of a dry run's plan: its warnings, and that it did nothing.
 pub(crate) fn dry_run_end(warnings: &[String]) -> String {
-    let mut s = String::new();
-    for w in warnings {
-        s += &format!("  warning: {w}\n");
-    }
-    s + "  nothing was written or frozen (dry run)\n"
+    warnings.iter().map(|w| format!("  warning: {w}\n")).collect::<String>()
+        + "  nothing was written or frozen (dry run)\n"
 }
 
 /// `--only-slow` and `--from-scan`: what chooses the regions, since a dry run does not
@@ -212,18 +193,14 @@ pub(crate) fn frozen_share(max_freeze: std::time::Duration, pause: std::time::Du
     }
     let window = max_freeze.as_secs_f64() * 0.75;
     let share = window / (window + pause.as_secs_f64()).max(f64::MIN_POSITIVE);
-    let hint = if share > 0.5 {
-        format!(
-            "; writers wait most of the run: --pause {} would free them half the time",
-            crate::support::units::format_duration(max_freeze.mul_f64(0.75))
-        )
-    } else {
-        String::new()
-    };
+    let half = crate::support::units::format_duration(max_freeze.mul_f64(0.75));
+    let hint =
+        (share > 0.5).then(|| format!("; writers wait most of the run: --pause {half} would free them half the time"));
     format!(
-        "  frozen: about {:.0} % of the run (windows of about {window:.1} s, pauses of {:.1} s){hint}\n",
+        "  frozen: about {:.0} % of the run (windows of about {window:.1} s, pauses of {:.1} s){}\n",
         share * 100.0,
-        pause.as_secs_f64()
+        pause.as_secs_f64(),
+        hint.unwrap_or_default()
     )
 }
 
@@ -233,17 +210,14 @@ fn describe_space(plan: &RewritePlan) -> String {
         return "  space: everything is rewritten\n".into();
     }
     let mut s = String::new();
+    let trim = plan.trim.then(|| format!(", FITRIM afterwards in slices, pace {}", plan.trim_pace.describe()));
     for (fs, start, len) in &plan.used_space {
         s += &format!(
             "  space: free space of {} ({}, bytes {start}..{}) is left out (GETFSMAP in each window){}\n",
             fs.mount_point.display(),
             fs.fs_type,
             start + len,
-            if plan.trim {
-                format!(", FITRIM afterwards in slices, pace {}", plan.trim_pace.describe())
-            } else {
-                String::new()
-            }
+            trim.as_deref().unwrap_or_default()
         );
     }
     s
@@ -309,9 +283,7 @@ fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
 /// Re-reads the chunks an interrupted run had begun and not finished, and compares each
 /// with the blake3 it had been read with.
 fn reverify_in_flight(target: &dyn BlockTarget, plan: &RewritePlan) -> Result<Option<String>> {
-    let Start::Resume { in_flight, killed_mid_write, .. } = &plan.start else {
-        return Ok(None);
-    };
+    let Start::Resume { in_flight, killed_mid_write, .. } = &plan.start else { return Ok(None) };
     let mut outcome = None;
     for (offset, len, expected) in in_flight {
         let changed = reverify_chunk(target, plan, *offset, *len as usize, expected, killed_mid_write.as_deref())?;
@@ -336,6 +308,7 @@ fn reverify_chunk(
     let at_kill =
         killed_mid_write.and_then(|c| c.iter().find(|c| c.offset == offset && c.len == len as u64)).map(|c| c.intact);
     let chunk = offset / plan.engine.chunk_size;
+    let bytes = format!("chunk {chunk} (device bytes {offset}..{})", offset + len as u64);
     let mut buf = AlignedBuf::new(len, target.mem_align());
     target.read_at(&mut buf, offset).map_err(|e| Error::io_at("re-reading the chunk in flight", offset, e))?;
     let now = blake3::hash(&buf).to_hex().to_string();
@@ -345,8 +318,7 @@ fn reverify_chunk(
     } else if plan.needs_freeze() && matches!(at_kill, Some(Some(false))) {
         Err(Error::refused(
             format!(
-                "chunk {chunk} (device bytes {offset}..{}) was being written when the guardian killed reseq (the write stalled past the freeze bound, often a failing device), and the guardian found it torn before it thawed: those bytes are not the data, and nothing kept the original (blake3 {expected})",
-                offset + len as u64
+                "{bytes} was being written when the guardian killed reseq (the write stalled past the freeze bound, often a failing device), and the guardian found it torn before it thawed: those bytes are not the data, and nothing kept the original (blake3 {expected})"
             ),
             "restore those bytes from a backup and check the filesystem (fsck -n, the application's own checks), then --restart",
         ))
@@ -355,8 +327,7 @@ fn reverify_chunk(
         // torn, and nothing kept its bytes (reseq was killed before the write returned).
         Err(Error::refused(
             format!(
-                "chunk {chunk} (device bytes {offset}..{}) was being written when the guardian killed reseq (the write stalled past the freeze bound, often a failing device), and it changed since (blake3 now {now}, the journal's {expected}): either the mounted filesystem wrote there after the thaw, or the write tore, and the guardian could not read it back to tell",
-                offset + len as u64
+                "{bytes} was being written when the guardian killed reseq (the write stalled past the freeze bound, often a failing device), and it changed since (blake3 now {now}, the journal's {expected}): either the mounted filesystem wrote there after the thaw, or the write tore, and the guardian could not read it back to tell"
             ),
             "check the device's health (dmesg, smartctl) and the filesystem (fsck -n, the application's own checks); once satisfied, --restart starts over",
         ))
@@ -371,8 +342,7 @@ fn reverify_chunk(
         // bless whatever is there now as the data.
         Err(Error::refused(
             format!(
-                "chunk {chunk} (device bytes {offset}..{}) of the unmounted device changed since the last run stopped (blake3 now {now}, the journal's {expected}): a torn or failed write, or another writer. reseq will not continue over it",
-                offset + len as u64
+                "{bytes} of the unmounted device changed since the last run stopped (blake3 now {now}, the journal's {expected}): a torn or failed write, or another writer. reseq will not continue over it"
             ),
             "find out what wrote there; restore those bytes (the journal records their blake3; a rescue copy, if any, is in the state directory: reseq restore) from a backup, then run again with --restart",
         ))
@@ -497,20 +467,11 @@ fn trim_free_space(plan: &RewritePlan, spans: &[FsSpan], bench: bool, stop: &Sto
         targets.len(),
         plan.trim_pace.describe()
     );
-    let probe = if bench {
-        // The ranges in use now, after the rewrite: the data readers want.
-        match crate::host::in_use::in_use_ranges(&plan.device.path)
-            .and_then(|r| Probe::open(&plan.device.path, r.as_deref()))
-        {
-            Ok(p) => Some(p),
-            Err(e) => {
-                log::warn!("no read probe during the trim: {}", crate::error_chain(&e));
-                None
-            }
-        }
-    } else {
-        None
-    };
+    // The ranges in use now, after the rewrite: the data readers want.
+    let in_use = || crate::host::in_use::in_use_ranges(&plan.device.path);
+    let probe = bench
+        .then(|| in_use().and_then(|r| Probe::open(&plan.device.path, r.as_deref())))
+        .and_then(|p| p.inspect_err(|e| log::warn!("no read probe during the trim: {}", crate::error_chain(e))).ok());
     let t = match probe {
         Some(p) => probe::run_probed(&targets, plan.trim_pace, stop, thawed, std::sync::Arc::new(p)),
         None => trim::run(&targets, plan.trim_pace, stop, thawed),
@@ -559,12 +520,12 @@ fn take_device(
 /// Runs the plan: the engine over the device in freeze windows, then the FITRIM.
 fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) -> Result<()> {
     crate::support::hooks::point("planned");
-    StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?.check_before_writing()?;
+    let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
+    stop.check_before_writing()?;
     let (_lock, target, _claims) = take_device(plan, report)?;
     let mut journal = start_journal(plan)?;
     // The guardian is forked here, while this process still has one thread.
     let mut guard = window_guard(plan, &journal)?;
-    let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
     crate::sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
     let mut progress = progress_of(plan, report.selection.as_ref(), quiet);
     let spans = plan
@@ -676,12 +637,8 @@ fn progress_of(plan: &RewritePlan, selection: Option<&Selection>, quiet: bool) -
         );
         return Progress::new(sel.bytes_chosen, 0, quiet);
     }
-    let in_use = if plan.used_space.is_empty() {
-        None
-    } else {
-        crate::host::in_use::in_use_ranges(&plan.device.path).ok().flatten()
-    };
-    let (to_write, written_before) = match in_use {
+    let in_use = || crate::host::in_use::in_use_ranges(&plan.device.path).ok().flatten();
+    let (to_write, written_before) = match (!plan.used_space.is_empty()).then(in_use).flatten() {
         Some(r) => {
             let below = |end: u64| r.iter().map(|&(o, l)| (o + l).min(end).saturating_sub(o)).sum::<u64>();
             (below(plan.engine.range_end), below(plan.engine.start_offset))
@@ -695,21 +652,16 @@ fn progress_of(plan: &RewritePlan, selection: Option<&Selection>, quiet: bool) -
             human_bytes(plan.total_bytes())
         );
     }
+    let (n, max) = (plan.filesystems.len(), plan.max_freeze.as_secs_f64());
+    let freezing =
+        plan.needs_freeze().then(|| format!(", freezing {n} filesystem(s) for at most {max:.3} s per window"));
     log::info!(
         "rewriting {} ({}) in {} chunks of {}{}",
         plan.device.path.display(),
         human_bytes(plan.total_bytes()),
         (plan.total_bytes() - done_bytes).div_ceil(plan.engine.chunk_size),
         human_bytes(plan.engine.chunk_size),
-        if plan.needs_freeze() {
-            format!(
-                ", freezing {} filesystem(s) for at most {:.3} s per window",
-                plan.filesystems.len(),
-                plan.max_freeze.as_secs_f64()
-            )
-        } else {
-            String::new()
-        }
+        freezing.unwrap_or_default()
     );
     Progress::new(to_write, written_before, quiet)
 }

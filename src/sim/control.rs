@@ -67,19 +67,15 @@ fn channel_name(data: &File) -> std::io::Result<SocketAddr> {
 pub(crate) fn age(state: &Path, days: f64) -> Result<Aged> {
     let data_path = super::serve::data_path(state);
     let data = match File::open(&data_path) {
-        Ok(f) => Some(f),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Ok(f) => f,
+        // Never served: no server can be holding it (one starting now reloads it: serve.rs).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return age_file(state, days),
         Err(e) => return Err(Error::io(format!("opening {}", data_path.display()), e)),
     };
-    // Never served: no server can be holding it (one starting now reloads it: serve.rs).
-    let Some(data) = data else { return age_file(state, days) };
     match nix::fcntl::Flock::lock(data, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-        // Locked by us until aged and saved: no server can start in between.
-        Ok(locked) => {
-            let r = age_file(state, days);
-            drop(locked);
-            r
-        }
+        // Locked by us until aged and saved (the lock goes with the arm): no server can
+        // start in between.
+        Ok(_locked) => age_file(state, days),
         Err((data, nix::errno::Errno::EWOULDBLOCK)) => age_served(state, &data, days),
         Err((_, e)) => Err(Error::io(format!("locking {}", data_path.display()), e.into())),
     }
@@ -201,10 +197,7 @@ fn answer(stream: &UnixStream, state: &Mutex<SimState>, path: &Path) -> std::io:
         copy.save(path).map_err(|e| format!("saving {}: {e}", path.display()))?;
         Ok(copy.ftl.age_days)
     });
-    let reply = match result {
-        Ok(age_days) => Answer { age_days: Some(age_days), error: None },
-        Err(e) => Answer { age_days: None, error: Some(e) },
-    };
+    let reply = Answer { age_days: result.as_ref().ok().copied(), error: result.err() };
     let mut out = serde_json::to_vec(&reply)?;
     out.push(b'\n');
     (&*stream).write_all(&out)

@@ -71,6 +71,13 @@ impl SimState {
     pub(crate) fn len_bytes(&self) -> u64 {
         self.ftl.n_lpn * SLOT
     }
+
+    /// Writes `lpns` as one command that arrives at virtual time `now`, or when the
+    /// write before it is done: when it completes, µs.
+    pub(crate) fn write_from(&mut self, now: f64, lpns: impl Iterator<Item = u64>) -> Result<f64, ftl::Stuck> {
+        self.writer.t = self.writer.t.max(now);
+        self.writer.write(&mut self.ftl, lpns)
+    }
 }
 
 /// Version 2 adds the page write times (retention); version 1 files load with none.
@@ -126,9 +133,8 @@ fn read_words(r: &mut impl Read, n: u64, hasher: &mut blake3::Hasher) -> std::io
 }
 
 impl SimState {
-    /// Saves to `path` atomically (a uniquely named temporary file in the same directory,
-    /// fsync, rename, fsync of the directory), streaming the tables. Through a symlink, the
-    /// file it names is replaced, not the link.
+    /// Saves to `path` whole (see [`crate::support::atomic::replace`]), streaming the
+    /// tables. Through a symlink, the file it names is replaced, not the link.
     pub(crate) fn save(&self, path: &Path) -> std::io::Result<()> {
         let path = &path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
         let tables = self.ftl.tables();
@@ -148,27 +154,16 @@ impl SimState {
             written_len: written.len() as u64,
             tables_blake3: hasher.finalize().to_hex().to_string(),
         };
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let tmp = tempfile::Builder::new().prefix(".sim-").suffix(".tmp").tempfile_in(dir)?;
-        {
-            use std::os::unix::fs::PermissionsExt;
-            tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
-        }
-        {
-            let mut f = std::io::BufWriter::new(tmp.as_file());
+        crate::support::atomic::replace(path, 0o644, |f| {
+            let mut f = std::io::BufWriter::new(f);
             f.write_all(MAGIC)?;
             serde_json::to_writer(&mut f, &header)?;
             f.write_all(b"\n")?;
             for t in tables {
                 for_each_le_piece(t, |b| f.write_all(b))?;
             }
-            f.flush()?;
-        }
-        tmp.as_file().sync_all()?;
-        tmp.persist(path).map_err(|e| e.error)?;
-        // The rename is durable once the directory is.
-        std::fs::File::open(dir)?.sync_all()?;
-        Ok(())
+            f.flush()
+        })
     }
 
     pub(crate) fn load(path: &Path) -> std::io::Result<SimState> {
@@ -266,8 +261,7 @@ impl BlockTarget for SimDevice {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         let (first, n) = self.lpns(offset, buf.len())?;
         check_pattern(buf, first)?;
-        let SimState { ftl, writer } = &mut *self.state.lock().unwrap_or_else(|p| p.into_inner());
-        writer.write(ftl, first..first + n)?;
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).write_from(0.0, first..first + n)?;
         Ok(())
     }
     fn flush(&self) -> std::io::Result<()> {

@@ -197,13 +197,7 @@ fn read_thread(rx: crossbeam_channel::Receiver<ReadPart>, state: Arc<Mutex<SimSt
     use crossbeam_channel::RecvTimeoutError;
     let mut next: Option<ReadPart> = None;
     loop {
-        let first = match next.take() {
-            Some(p) => p,
-            None => match rx.recv() {
-                Ok(p) => p,
-                Err(_) => return,
-            },
-        };
+        let Some(first) = next.take().or_else(|| rx.recv().ok()) else { return };
         let deadline = Instant::now() + MERGE_WINDOW;
         let (lo, mut end, mut arrival) = (first.off, first.end, first.arrival_us);
         let mut batch = vec![first.reply];
@@ -344,15 +338,8 @@ impl Backend for Drive {
         let now = self.arrival_us();
         self.counters.max_write_request_bytes.fetch_max(data.len() as u64, Ordering::Relaxed);
         let (lo, hi) = slots(offset, offset + data.len() as u64);
-        let done = {
-            let mut st = self.model();
-            st.writer.t = st.writer.t.max(now);
-            let SimState { ftl, writer } = &mut *st;
-            writer.write(ftl, lo..hi)
-        };
-        let Ok(done) = done.inspect_err(|e| log::error!("{e}")) else {
-            return reply.error(fuser::Errno::EIO);
-        };
+        let done = self.model().write_from(now, lo..hi);
+        let Ok(done) = done.inspect_err(|e| log::error!("{e}")) else { return reply.error(fuser::Errno::EIO) };
         self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
         self.counters.write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
         let n = data.len() as u32;
@@ -385,9 +372,7 @@ impl Backend for Drive {
         }
         let partial: Vec<u64> = (lo..hi).filter(|&s| s < whole_lo || s >= whole_hi.max(whole_lo)).collect();
         if !partial.is_empty() {
-            st.writer.t = st.writer.t.max(now);
-            let SimState { ftl, writer } = &mut *st;
-            writer.write(ftl, partial.into_iter())?;
+            st.write_from(now, partial.into_iter())?;
         }
         Ok(())
     }

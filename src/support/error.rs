@@ -152,13 +152,11 @@ impl Error {
         match self {
             Error::Usage(_) => ExitCode::Usage,
             Error::Refused { .. } => ExitCode::Refused,
-            Error::Io { .. } => ExitCode::IoError,
+            Error::Io { .. } | Error::WriteFailed { .. } => ExitCode::IoError,
             Error::ChecksumMismatch { .. } => ExitCode::ChecksumMismatch,
-            Error::WriteFailed { .. } => ExitCode::IoError,
             Error::Interrupted { .. } | Error::Stopped { .. } => ExitCode::Interrupted,
-            Error::WindowOverrun { .. } => ExitCode::WindowOverrun,
+            Error::WindowOverrun { .. } | Error::BoundBroken { .. } => ExitCode::WindowOverrun,
             Error::FreezeLost { .. } => ExitCode::FreezeLost,
-            Error::BoundBroken { .. } => ExitCode::WindowOverrun,
             Error::Internal(_) => ExitCode::Internal,
         }
     }
@@ -187,19 +185,13 @@ impl Error {
     }
 
     /// Adds where the original bytes of a failed chunk were saved.
-    pub(crate) fn with_rescue(self, text: String) -> Error {
-        match self {
-            Error::ChecksumMismatch { offset, len, before, after, differ, .. } => {
-                Error::ChecksumMismatch { offset, len, before, after, differ, rescue: Some(text) }
-            }
-            Error::WriteFailed { offset, len, attempts, cause, left, .. } => {
-                Error::WriteFailed { offset, len, attempts, cause, left, rescue: Some(text) }
-            }
-            Error::Io { context, offset, source } => {
-                Error::Io { context: format!("{context} ({text})"), offset, source }
-            }
-            e => e,
+    pub(crate) fn with_rescue(mut self, text: String) -> Error {
+        match &mut self {
+            Error::ChecksumMismatch { rescue, .. } | Error::WriteFailed { rescue, .. } => *rescue = Some(text),
+            Error::Io { context, .. } => *context = format!("{context} ({text})"),
+            _ => {}
         }
+        self
     }
 
     pub(crate) fn io_at(context: impl Into<String>, offset: u64, source: std::io::Error) -> Error {

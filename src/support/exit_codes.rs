@@ -4,10 +4,11 @@
 //! on them): never renumber one. The table is repeated in README.md and the man page.
 
 /// An exit status of the `reseq` process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ExitCode {
     /// Everything asked for was done and verified.
+    #[default]
     Success,
     /// An unexpected internal failure (a bug).
     Internal,

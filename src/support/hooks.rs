@@ -70,14 +70,10 @@ mod imp {
             panic!("bad RESEQ_FAULTS rule '{rule}'")
         }
         let num = |s: &str| crate::support::units::parse_size(s).unwrap_or_else(|_| fail(rule));
-        if rule == "ebusy-open" {
-            return Rule::EbusyOpen;
-        }
-        if rule == "rotational" {
-            return Rule::Rotational;
-        }
-        let (kind, rest) = rule.split_once('@').unwrap_or_else(|| fail(rule));
+        let (kind, rest) = rule.split_once('@').unwrap_or((rule, ""));
         match kind {
+            "ebusy-open" if rest.is_empty() => Rule::EbusyOpen,
+            "rotational" if rest.is_empty() => Rule::Rotational,
             "read-error" => Rule::Io(IoOp::Read, num(rest)),
             "write-error" => Rule::Io(IoOp::Write, num(rest)),
             "corrupt" => Rule::Corrupt(num(rest)),
@@ -110,12 +106,7 @@ mod imp {
         if st.rules.is_empty() {
             return;
         }
-        let n = {
-            let mut hits = st.hits.lock().unwrap();
-            let c = hits.entry(name.to_string()).or_insert(0);
-            *c += 1;
-            *c
-        };
+        let n = *st.hits.lock().unwrap().entry(name.to_string()).and_modify(|c| *c += 1).or_insert(1);
         for r in &st.rules {
             match r {
                 Rule::Delay(p, when, ms) if p == name && when.is_none_or(|w| w == n) => {
@@ -148,10 +139,8 @@ mod imp {
             if let Rule::Corrupt(at) = r
                 && (offset..offset + buf.len() as u64).contains(at)
             {
-                let mut seen = state().corrupt_reads.lock().unwrap();
-                let c = seen.entry(*at).or_insert(0);
-                *c += 1;
-                if *c == 2 {
+                let reads = *state().corrupt_reads.lock().unwrap().entry(*at).and_modify(|c| *c += 1).or_insert(1);
+                if reads == 2 {
                     buf[(*at - offset) as usize] ^= 0x5a;
                 }
             }

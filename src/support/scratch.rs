@@ -29,9 +29,7 @@ pub struct LoopDevice {
 impl LoopDevice {
     /// Creates a sparse image of `size` bytes at `image` and attaches it.
     pub fn create(image: &Path, size: u64) -> std::io::Result<LoopDevice> {
-        let f = std::fs::File::create(image)?;
-        f.set_len(size)?;
-        drop(f);
+        std::fs::File::create(image)?.set_len(size)?;
         LoopDevice::attach(image, &[])
     }
 
@@ -57,15 +55,13 @@ impl Drop for LoopDevice {
 /// Runs `f` until it succeeds, up to 50 times 100 ms apart: a device or mount can be
 /// busy for a moment (a udev probe, a forked process not yet exec'd).
 fn retried(mut f: impl FnMut() -> std::io::Result<String>) -> std::io::Result<()> {
-    let mut r = f();
     for _ in 1..50 {
-        if r.is_ok() {
-            break;
+        if f().is_ok() {
+            return Ok(());
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
-        r = f();
     }
-    r.map(drop)
+    f().map(drop)
 }
 
 /// A mounted filesystem; thawed (if frozen) and unmounted on drop.

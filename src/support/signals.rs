@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+use crate::support::error::{Error, Result};
+
 static INSTALLED: std::sync::OnceLock<StopFlag> = std::sync::OnceLock::new();
 
 /// Set by a signal handler; polled by the engine between chunks.
@@ -32,21 +34,20 @@ impl StopFlag {
         Ok(INSTALLED.get_or_init(|| f).clone())
     }
 
-    /// The signal that asked the process to stop, if [`StopFlag::install`] ran and one
-    /// came: long measurements poll it, so a Ctrl-C does not wait out a benchmark.
-    pub(crate) fn stop_asked() -> Option<&'static str> {
-        INSTALLED.get().and_then(StopFlag::signal)
+    /// The process's flag, if [`StopFlag::install`] ran (else one never raised): long
+    /// measurements poll it, so a Ctrl-C does not wait out a benchmark.
+    pub(crate) fn installed() -> StopFlag {
+        INSTALLED.get().cloned().unwrap_or_default()
     }
 
-    /// `Err(Interrupted)` if a signal arrived before anything was written.
-    pub(crate) fn check_before_writing(&self) -> crate::support::error::Result<()> {
-        match self.signal() {
-            Some(sig) => Err(crate::support::error::Error::Stopped {
-                signal: sig.into(),
-                what: "interrupted before anything was written".into(),
-            }),
-            None => Ok(()),
-        }
+    /// `Err(Stopped)`, saying what was stopped (`what`), once a signal came.
+    pub(crate) fn check(&self, what: &str) -> Result<()> {
+        self.signal().map_or(Ok(()), |sig| Err(Error::Stopped { signal: sig.into(), what: what.into() }))
+    }
+
+    /// `Err(Stopped)` if a signal arrived before anything was written.
+    pub(crate) fn check_before_writing(&self) -> Result<()> {
+        self.check("interrupted before anything was written")
     }
 
     /// Installs the handlers; without `second_exits`, a second signal only stops as the

@@ -269,11 +269,7 @@ fn run_record(cfg: &EngineConfig) -> RunRecord {
             name: "sim".into(),
             dev: "0:0".into(),
             size_bytes: DEVICE,
-            serial: None,
-            wwn: None,
-            model: None,
-            partition_start_sectors: None,
-            loop_backing_file: None,
+            ..Default::default()
         },
         chunk_size_bytes: cfg.chunk_size,
         range_start_bytes: cfg.range_start,

@@ -89,17 +89,12 @@ fn file_list(sc: &FileScan) -> String {
 
 /// The Markdown and HTML tables' rows of a per-file scan, estimate and selection.
 pub(crate) fn rows(r: &Report) -> Vec<(&'static str, String)> {
-    let mut rows = Vec::new();
-    if let Some(sc) = &r.scan_files {
-        rows.push(("scan by file", file_scan_row(sc)));
-    }
-    if let Some(e) = &r.estimate_files {
-        rows.push(("estimate by file age", e.advice.clone()));
-    }
-    if let Some(sel) = &r.file_selection {
-        rows.push(("selection", format!("{}; {}", sel.rule, sel.ages_after_rewrite)));
-    }
-    rows
+    let rows = [
+        r.scan_files.as_ref().map(|sc| ("scan by file", file_scan_row(sc))),
+        r.estimate_files.as_ref().map(|e| ("estimate by file age", e.advice.clone())),
+        r.file_selection.as_ref().map(|sel| ("selection", format!("{}; {}", sel.rule, sel.ages_after_rewrite))),
+    ];
+    rows.into_iter().flatten().collect()
 }
 
 /// One line for a table.

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::svg::{Series, age_chart, pass_chart, region_chart};
 use super::{esc, plain};
-use crate::measure::bench::{BenchResult, ScanResult, with_passes};
+use crate::measure::bench::{BenchResult, ScanResult};
 use crate::report::Report;
 use crate::support::units::human_bytes;
 
@@ -195,7 +195,7 @@ fn charts(r: &Report) -> String {
     }
     // A close verdict was decided on more after-passes: they are shown with the first.
     let look = r.verdict.as_ref().and_then(|v| v.closer_look.as_ref());
-    let after = r.bench_after.as_ref().map(|b| look.map_or_else(|| b.clone(), |c| with_passes(b, &c.passes)));
+    let after = r.bench_after.as_ref().map(|b| look.map_or_else(|| b.clone(), |c| b.clone().with_passes(&c.passes)));
     let benches: Vec<Series<BenchResult>> =
         [("before", "#9a9a9a", &r.bench_before), ("after", "#1f77b4", &after), ("pass", "#1f77b4", &r.bench)]
             .into_iter()

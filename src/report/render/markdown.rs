@@ -15,10 +15,7 @@ pub(crate) fn markdown(r: &Report) -> String {
     for (k, v) in rows.iter().flatten() {
         let _ = writeln!(s, "| {k} | {} |", v.replace('|', "\\|"));
     }
-    for w in &r.warnings {
-        s += &format!("\n> warning: {w}\n");
-    }
-    s
+    s + &r.warnings.iter().map(|w| format!("\n> warning: {w}\n")).collect::<String>()
 }
 
 /// Host, time, device, plan and what the engine did.

@@ -67,14 +67,12 @@ const MIN_READS_FOR_P99: u64 = 100;
 
 /// The Markdown and HTML tables' rows of the rewrite's trim and of `bench --trim-impact`.
 fn trim_rows(r: &Report) -> Vec<(&'static str, String)> {
-    let mut rows = Vec::new();
-    if let Some(t) = r.space.as_ref().and_then(|sp| sp.trim.as_ref()) {
-        rows.push(("trim", trim_summary(t)));
-    }
-    if let Some(t) = &r.trim_impact {
-        rows.push(("trim impact", format!("{} ({}): {}", t.mount_point, t.fs_type, trim_summary(&t.trim))));
-    }
-    rows
+    let trim = r.space.as_ref().and_then(|sp| sp.trim.as_ref()).map(|t| ("trim", trim_summary(t)));
+    let impact = r
+        .trim_impact
+        .as_ref()
+        .map(|t| ("trim impact", format!("{} ({}): {}", t.mount_point, t.fs_type, trim_summary(&t.trim))));
+    trim.into_iter().chain(impact).collect()
 }
 
 /// One line about a sliced trim, for the Markdown and HTML tables.
@@ -114,24 +112,12 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-/// Writes `text` to `path` atomically: a temporary file in the same directory, fsync,
-/// then rename, so node_exporter never reads half a file.
+/// Writes `text` to `path` whole (see [`crate::support::atomic::replace`]), so that
+/// node_exporter never reads half a file; readable by node_exporter, which does not run
+/// as root.
 pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<()> {
-    use std::io::Write;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".reseq-")
-        .tempfile_in(dir)
-        .map_err(|e| Error::io(format!("creating a temporary file in {}", dir.display()), e))?;
-    // Readable by node_exporter, which does not run as root (tempfile makes 0600).
-    use std::os::unix::fs::PermissionsExt;
-    tmp.as_file()
-        .set_permissions(std::fs::Permissions::from_mode(0o644))
-        .and_then(|()| tmp.write_all(text.as_bytes()))
-        .and_then(|()| tmp.as_file().sync_all())
-        .map_err(|e| Error::io("writing metrics", e))?;
-    tmp.persist(path).map_err(|e| Error::io(format!("renaming metrics into {}", path.display()), e.error))?;
-    Ok(())
+    crate::support::atomic::replace(path, 0o644, |f| std::io::Write::write_all(f, text.as_bytes()))
+        .map_err(|e| Error::io(format!("writing metrics to {}", path.display()), e))
 }
 
 #[cfg(test)]

@@ -25,11 +25,13 @@ pub(crate) fn text(r: &Report) -> String {
     if r.plan.is_some() {
         s += &format!("  verification: {}\n", r.verification);
     }
-    for w in &r.warnings {
-        s += &format!("  warning: {w}\n");
-    }
-    s += &format!("  outcome: {} (exit {})\n", r.outcome_text(), r.outcome.exit_code);
-    s
+    s + &ending(r)
+}
+
+/// The warnings, then the outcome.
+fn ending(r: &Report) -> String {
+    let warnings: String = r.warnings.iter().map(|w| format!("  warning: {w}\n")).collect();
+    warnings + &format!("  outcome: {} (exit {})\n", r.outcome_text(), r.outcome.exit_code)
 }
 
 /// The device, the chunks and what is frozen.
@@ -114,43 +116,25 @@ fn measurements(r: &Report) -> String {
             s += &format!("  UNRELIABLE scan: {why}\n");
         }
     }
-    if let Some(b) = &r.bench {
-        s += &bench_line("read", b);
-    }
-    if let Some(sc) = &r.scan {
-        s += &scan_text("scan", sc);
-    }
-    if let Some(sc) = &r.scan_files {
-        s += &super::cold::file_scan_text(sc);
-    }
-    if let Some(e) = &r.estimate {
-        s += &estimate_text(e);
-    }
-    if let Some(e) = &r.estimate_files {
-        s += &super::cold::cold_estimate_text(e);
-    }
-    if let Some(t) = &r.trim_impact {
-        s += &t.text();
-    }
-    if let Some(b) = &r.bench_before {
-        s += &bench_line("before", b);
-    }
-    if let Some(b) = &r.bench_after {
-        s += &bench_line("after", b);
-    }
-    if let Some(v) = &r.verdict {
-        s += &format!("  verdict: {} (x{:.2}; {})\n", v.verdict.replace('_', " "), v.speedup, v.rule);
-        if !v.criteria.is_empty() {
-            s += &format!("  verdict rule: {}\n", v.criteria);
-        }
-    }
-    if let Some(t) = r.space.as_ref().and_then(|sp| sp.trim.as_ref()) {
-        s += &t.text();
-    }
-    if let Some(w) = &r.write_cost {
-        s += &write_cost_text(w);
-    }
-    s
+    let verdict = r.verdict.as_ref().map(|v| {
+        let rule = (!v.criteria.is_empty()).then(|| format!("  verdict rule: {}\n", v.criteria));
+        format!("  verdict: {} (x{:.2}; {})\n", v.verdict.replace('_', " "), v.speedup, v.rule)
+            + &rule.unwrap_or_default()
+    });
+    let sections = [
+        r.bench.as_ref().map(|b| bench_line("read", b)),
+        r.scan.as_ref().map(|sc| scan_text("scan", sc)),
+        r.scan_files.as_ref().map(super::cold::file_scan_text),
+        r.estimate.as_ref().map(estimate_text),
+        r.estimate_files.as_ref().map(super::cold::cold_estimate_text),
+        r.trim_impact.as_ref().map(|t| t.text()),
+        r.bench_before.as_ref().map(|b| bench_line("before", b)),
+        r.bench_after.as_ref().map(|b| bench_line("after", b)),
+        verdict,
+        r.space.as_ref().and_then(|sp| sp.trim.as_ref()).map(|t| t.text()),
+        r.write_cost.as_ref().map(write_cost_text),
+    ];
+    s + &sections.into_iter().flatten().collect::<String>()
 }
 
 /// At most this many files with a problem are listed without `-v`.
@@ -184,11 +168,7 @@ fn files_text(r: &Report, files: &[FileReport]) -> String {
     if listed.len() > shown {
         s += &format!("    ... and {} more (-v lists every file)\n", listed.len() - shown);
     }
-    for w in &r.warnings {
-        s += &format!("  warning: {w}\n");
-    }
-    s += &format!("  outcome: {} (exit {})\n", r.outcome_text(), r.outcome.exit_code);
-    s
+    s + &ending(r)
 }
 
 /// Skipped, or left unfinished by a run that stopped.
@@ -212,7 +192,7 @@ fn file_counts(files: &[FileReport]) -> String {
 }
 
 fn file_line(f: &FileReport) -> String {
-    let mut line = format!(
+    let line = format!(
         "  {}: {} of {}, {} extent(s), {} window(s), longest freeze {:.3} s, verification {}",
         f.path,
         human_bytes(f.bytes_rewritten),
@@ -222,25 +202,16 @@ fn file_line(f: &FileReport) -> String {
         f.longest_freeze_seconds,
         f.verification
     );
-    if f.bytes_skipped_unwritten > 0 {
-        line += &format!(", {} unwritten skipped", human_bytes(f.bytes_skipped_unwritten));
-    }
-    if f.bytes_skipped_shared > 0 {
-        line += &format!(", {} shared (done with another file)", human_bytes(f.bytes_skipped_shared));
-    }
-    if let Some(why) = &f.skipped_reason {
-        line += &format!(", SKIPPED: {why}");
-    }
-    if let Some(why) = &f.left_alone {
-        line += &format!(", left alone: {why}");
-    }
-    if let Some(why) = &f.chosen_because {
-        line += &format!(", chosen: {why}");
-    }
-    if f.done_earlier {
-        line += ", done by the interrupted run this one resumed";
-    }
-    line
+    let bytes = |n: u64, what: &str| (n > 0).then(|| format!(", {} {what}", human_bytes(n)));
+    let notes = [
+        bytes(f.bytes_skipped_unwritten, "unwritten skipped"),
+        bytes(f.bytes_skipped_shared, "shared (done with another file)"),
+        f.skipped_reason.as_ref().map(|why| format!(", SKIPPED: {why}")),
+        f.left_alone.as_ref().map(|why| format!(", left alone: {why}")),
+        f.chosen_because.as_ref().map(|why| format!(", chosen: {why}")),
+        f.done_earlier.then(|| ", done by the interrupted run this one resumed".into()),
+    ];
+    line + &notes.into_iter().flatten().collect::<String>()
 }
 
 fn bench_line(label: &str, b: &BenchResult) -> String {
