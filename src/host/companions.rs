@@ -42,6 +42,37 @@ fn describe(what: &str, m: &MountEntry) -> String {
     format!("the {what} of {} mounted at {} (from {})", m.fs_type, m.mount_point.display(), m.source)
 }
 
+/// `s_journal_inum`: 0 when the journal is not an inode of the filesystem itself.
+const EXT_JOURNAL_INUM_AT: usize = 0xE0;
+/// `s_journal_dev`: the external journal's device number (the kernel's "new" encoding),
+/// which the kernel opens at mount and keeps up to date there.
+const EXT_JOURNAL_DEV_AT: usize = 0xE4;
+
+/// The devices a mounted filesystem writes beside its own, each with what it is to it:
+/// an ext3/4 external journal, an xfs external log or realtime device.
+pub(crate) fn companions_of(m: &MountEntry) -> Vec<((u32, u32), &'static str)> {
+    let mut out = Vec::new();
+    for (option, what) in [("logdev=", "external log"), ("rtdev=", "realtime device")] {
+        let named = m.super_options.split(',').filter_map(|o| o.strip_prefix(option));
+        out.extend(named.filter_map(|p| block_rdev(Path::new(p))).map(|d| (d, what)));
+    }
+    if matches!(m.fs_type.as_str(), "ext3" | "ext4")
+        && let Some(dev) = ext_superblock(Path::new(&m.source)).and_then(|sb| ext_external_journal(&sb))
+    {
+        out.push((dev, "external journal"));
+    }
+    out
+}
+
+/// The device number of an ext3/4 filesystem's external journal, from its superblock.
+fn ext_external_journal(sb: &[u8]) -> Option<(u32, u32)> {
+    let word = |at: usize| u32::from_le_bytes(sb[at..][..4].try_into().unwrap_or_default());
+    let external = sb[EXT_JOURNAL_UUID_AT..][..16].iter().any(|&b| b != 0) && word(EXT_JOURNAL_INUM_AT) == 0;
+    let dev = word(EXT_JOURNAL_DEV_AT);
+    // include/linux/kdev_t.h, new_decode_dev.
+    (external && dev != 0).then_some(((dev & 0xfff00) >> 8, (dev & 0xff) | ((dev >> 12) & 0xfff00)))
+}
+
 /// The UUID of an ext3/4 external journal device; None for anything else.
 fn ext_journal_device_uuid(path: &Path) -> Option<[u8; 16]> {
     let sb = ext_superblock(path)?;
@@ -71,6 +102,18 @@ mod tests {
         sb[EXT_UUID_AT..][..16].fill(uuid);
         sb[EXT_JOURNAL_UUID_AT..][..16].fill(journal_uuid);
         img
+    }
+
+    #[test]
+    fn an_ext4_filesystem_names_its_external_journal_device() {
+        let mut sb = superblock(0, 1, 7)[EXT_SUPERBLOCK as usize..].to_vec();
+        // 259:1 in the kernel's new encoding; 7:300 has a minor above 255.
+        for ((major, minor), encoded) in [((259, 1), 0x10301u32), ((7, 300), 0x10072c)] {
+            sb[EXT_JOURNAL_DEV_AT..][..4].copy_from_slice(&encoded.to_le_bytes());
+            assert_eq!(ext_external_journal(&sb), Some((major, minor)));
+        }
+        sb[EXT_JOURNAL_INUM_AT..][..4].copy_from_slice(&8u32.to_le_bytes());
+        assert_eq!(ext_external_journal(&sb), None, "a journal in inode 8 is internal");
     }
 
     #[test]

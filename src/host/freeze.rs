@@ -218,10 +218,20 @@ impl GuardedFreeze {
         }
     }
 
-    fn freeze_error(&self, index: usize, errno: Errno) -> Error {
+    fn freeze_error(&self, index: usize, errno: Errno, waited: Duration) -> Error {
         let fs = &self.filesystems[index];
         let what = format!("{} ({}, {} on {})", fs.mount_point.display(), fs.fs_type, fs.source, fs.dev);
         match errno {
+            Errno::ETIMEDOUT | Errno::EDEADLK => Error::FreezeStuck {
+                filesystem: what,
+                window: self.windows + 1,
+                waited_ms: waited.as_millis() as u64,
+                thawed: self.filesystems[..index]
+                    .iter()
+                    .map(|f| f.mount_point.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            },
             Errno::EBUSY => Error::refused(
                 format!(
                     "{what} is already frozen by someone else (FIFREEZE gave EBUSY); reseq never thaws a freeze it did not make"
@@ -297,6 +307,7 @@ impl WindowGuard for GuardedFreeze {
             let _ = nix::unistd::syncfs(fd);
         }
         let deadline = self.deadline;
+        let asked = std::time::Instant::now();
         match self.call(|g| g.freeze(deadline))? {
             Err(FreezeFailure::Record { errno }) => Err(Error::io(
                 format!(
@@ -306,7 +317,7 @@ impl WindowGuard for GuardedFreeze {
                 errno.into(),
             )),
             Err(FreezeFailure::Fifreeze { index, errno }) => {
-                let err = self.freeze_error(index, errno);
+                let err = self.freeze_error(index, errno, asked.elapsed());
                 // After the first window a refusal is no longer "nothing written".
                 if self.windows > 0
                     && let Error::Refused { reason, .. } = err

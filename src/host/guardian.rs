@@ -55,6 +55,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 
 use crate::host::freeze_record::{FreezeRecord, RecordedFs, SentinelRecord};
+use crate::host::freezer::Freezers;
 pub(crate) use crate::host::hardening::Hardening;
 use crate::host::procs;
 use crate::host::sentinel::SentinelReader;
@@ -95,6 +96,9 @@ const OP_HELLO: u8 = 8;
 
 /// A FREEZE failure index meaning "could not write the freeze record".
 const RECORD_FAILED: u32 = u32::MAX;
+
+/// How long the first FIFREEZE of a window may sync before it is abandoned.
+const FIRST_FREEZE_LIMIT: Duration = Duration::from_secs(10);
 
 /// The longest journal path the guardian accepts.
 const MAX_PATH: u32 = 4096;
@@ -253,7 +257,9 @@ impl Guardian {
                         // A panic must not unwind into reseq's copied stack (its destructors
                         // would run here: unmounts, device detaches): thaw and leave.
                         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.serve(theirs)));
-                        r.unwrap_or_else(|_| g.recover_from_panic())
+                        let code = r.unwrap_or_else(|_| g.recover_from_panic());
+                        g.linger();
+                        code
                     }
                     None => 70,
                 };
@@ -368,6 +374,13 @@ impl Guardian {
     /// it; nothing is known of the thaw).
     pub(crate) fn shutdown(mut self) -> bool {
         let _ = self.stream.write_all(&msg(OP_EXIT, 0, 0));
+        if let Ok((ST_OK, 1, _)) = self.reply(Some(self.reply_timeout)) {
+            log::warn!(
+                "a freeze that waited on another filesystem has not returned: the guardian (PID {}) stays on to thaw it when it does",
+                self.pid
+            );
+            return true;
+        }
         let exited = self.reaped_within(self.reply_timeout);
         if !exited {
             self.kill();
@@ -408,8 +421,12 @@ fn detach(reseq: nix::unistd::Pid) -> Option<Option<OwnedFd>> {
 /// apart from what it decides (its unit tests put a scripted fake here).
 trait Filesystems {
     fn count(&self) -> usize;
-    /// FIFREEZE on filesystem `i`; also the probe (EBUSY: frozen, by anyone).
-    fn fifreeze(&mut self, i: usize) -> Result<(), Errno>;
+    /// FIFREEZE on filesystem `i`, waiting at most `limit` (`ETIMEDOUT`: abandoned, and
+    /// thawed when it returns, see [`crate::host::freezer`]); also the probe (EBUSY:
+    /// frozen, by anyone).
+    fn fifreeze(&mut self, i: usize, limit: Duration) -> Result<(), Errno>;
+    /// Waits up to `limit` for abandoned FIFREEZE calls to return; whether none is left.
+    fn settle(&mut self, limit: Duration) -> bool;
     fn fithaw(&mut self, i: usize);
     /// The sentinel block (None: no sentinel, or it cannot be read).
     fn sentinel(&mut self, i: usize) -> Option<Vec<u8>>;
@@ -424,6 +441,7 @@ trait Filesystems {
 struct Live {
     watched: Vec<Watched>,
     sentinels: SentinelReader,
+    freezers: Freezers,
 }
 
 impl Live {
@@ -437,7 +455,17 @@ impl Live {
             .map(|w| w.sentinel.as_ref().and_then(|(_, fd, offset)| Some((fd.try_clone().ok()?, *offset))))
             .collect();
         let limit = (bounds.grace * 3 / 4 / watched.len().max(1) as u32).max(Duration::from_millis(20));
-        Ok(Live { sentinels: SentinelReader::start(fds, limit)?, watched })
+        let mounts =
+            std::sync::Arc::new(watched.iter().map(|w| w.mount.try_clone()).collect::<std::io::Result<Vec<_>>>()?);
+        let thaws = mounts.clone();
+        let freezers = Freezers::start(
+            watched.len(),
+            move |i| sys::fifreeze(mounts[i].as_fd()),
+            move |i| {
+                let _ = sys::fithaw(thaws[i].as_fd());
+            },
+        )?;
+        Ok(Live { sentinels: SentinelReader::start(fds, limit)?, watched, freezers })
     }
 }
 
@@ -445,8 +473,11 @@ impl Filesystems for Live {
     fn count(&self) -> usize {
         self.watched.len()
     }
-    fn fifreeze(&mut self, i: usize) -> Result<(), Errno> {
-        sys::fifreeze(self.watched[i].mount.as_fd())
+    fn fifreeze(&mut self, i: usize, limit: Duration) -> Result<(), Errno> {
+        self.freezers.freeze(i, limit)
+    }
+    fn settle(&mut self, limit: Duration) -> bool {
+        self.freezers.settle(limit)
     }
     fn fithaw(&mut self, i: usize) {
         let _ = sys::fithaw(self.watched[i].mount.as_fd());
@@ -576,7 +607,28 @@ impl<F: Filesystems> GuardianState<F> {
             self.frozen_for = start.elapsed();
         }
         self.deadline = None;
-        FreezeRecord::remove(&self.run_dir, std::process::id() as i32, self.own_start_ticks);
+        // A FIFREEZE abandoned at its limit may still freeze: the record stays until it
+        // has returned and been thawed (see `linger`).
+        if self.io.settle(Duration::ZERO) {
+            FreezeRecord::remove(&self.run_dir, std::process::id() as i32, self.own_start_ticks);
+        }
+    }
+
+    /// Before leaving: a FIFREEZE abandoned at its limit (it waits on a filesystem frozen
+    /// by someone else) freezes when that one thaws, and only its thread, in this
+    /// process, will thaw it then. So the guardian stays as long as it takes.
+    fn linger(&mut self) {
+        if !self.io.settle(Duration::ZERO) {
+            say!(
+                "reseq guardian: a freeze that waited on another filesystem has not returned; staying to thaw it when it does ({})",
+                self.names()
+            );
+            while !self.io.settle(Duration::from_secs(60)) {}
+            say!("reseq guardian: the late freeze returned and was thawed");
+        }
+        if !self.any_ours() {
+            FreezeRecord::remove(&self.run_dir, std::process::id() as i32, self.own_start_ticks);
+        }
     }
 
     fn freeze(&mut self, window: Duration) -> Result<(), (u32, Errno)> {
@@ -592,7 +644,8 @@ impl<F: Filesystems> GuardianState<F> {
         self.granted.clear();
         self.windows += 1;
         for i in 0..self.fs.len() {
-            if let Err(errno) = self.io.fifreeze(i) {
+            let limit = self.freeze_limit();
+            if let Err(errno) = self.io.fifreeze(i, limit) {
                 self.thaw_all();
                 return Err((i as u32, errno));
             }
@@ -600,6 +653,19 @@ impl<F: Filesystems> GuardianState<F> {
             self.fs[i].snapshot = self.io.sentinel(i);
         }
         Ok(())
+    }
+
+    /// How long the next FIFREEZE may take. Once anything is frozen, only until the
+    /// moment that still leaves time to thaw it within the bound: a FIFREEZE that waits
+    /// on a frozen filesystem (ours, or someone else's) must not hold ours frozen. The
+    /// first may take longer (its own sync; nothing of ours waits on it), within reason.
+    fn freeze_limit(&self) -> Duration {
+        let until_bound = self
+            .deadline
+            .map(|d| (d + self.bounds.kill_after()).saturating_duration_since(Instant::now()))
+            .unwrap_or_default()
+            .max(Duration::from_millis(1));
+        if self.any_ours() { until_bound } else { until_bound.max(FIRST_FREEZE_LIMIT) }
     }
 
     /// Checks that our freezes still hold. There is no status to ask, but FIFREEZE on a
@@ -612,7 +678,7 @@ impl<F: Filesystems> GuardianState<F> {
             if !self.fs[i].ours {
                 continue;
             }
-            match self.io.fifreeze(i) {
+            match self.io.fifreeze(i, self.freeze_limit()) {
                 Err(Errno::EBUSY) => {
                     // A sentinel that cannot be read now (the device failing: EIO, a FUSE
                     // server gone) says nothing about who froze: the freeze stays ours
@@ -626,6 +692,13 @@ impl<F: Filesystems> GuardianState<F> {
                 }
                 Ok(()) => {
                     self.fs[i].snapshot = self.io.sentinel(i);
+                    self.lost.get_or_insert((i, false));
+                }
+                Err(Errno::ETIMEDOUT | Errno::EDEADLK) => {
+                    // Someone thawed ours and the probe's own freeze is stuck syncing: it
+                    // is its thread's to thaw when it returns, and a FITHAW here would
+                    // wait behind it.
+                    self.fs[i].ours = false;
                     self.lost.get_or_insert((i, false));
                 }
                 Err(_) => {
@@ -689,6 +762,13 @@ impl<F: Filesystems> GuardianState<F> {
     /// One request: read what follows its message, decide, reply.
     fn handle(&mut self, stream: &mut UnixStream, m: Msg) -> Next {
         let Some(request) = read_request(stream, m) else { return Next::Exit(self.reseq_gone()) };
+        if let Request::Exit = request {
+            // The reply says whether the guardian stays on after this (see `linger`), so
+            // that reseq does not wait for it, nor kill it.
+            self.thaw_all();
+            let _ = stream.write_all(&msg(ST_OK, u32::from(!self.io.settle(Duration::ZERO)), 0));
+            return Next::Exit(0);
+        }
         let freeze = matches!(request, Request::Freeze(_));
         let reply = match self.apply(request) {
             Ok(reply) => reply,
@@ -983,6 +1063,8 @@ mod tests {
         by: By,
         generation: u64,
         readable: bool,
+        /// Its FIFREEZE does not return in time (it waits on another freeze).
+        stuck: bool,
     }
 
     #[derive(Clone)]
@@ -990,7 +1072,7 @@ mod tests {
 
     impl Fake {
         fn new(n: usize) -> Fake {
-            let fs = FakeFs { by: By::Nobody, generation: 0, readable: true };
+            let fs = FakeFs { by: By::Nobody, generation: 0, readable: true, stuck: false };
             Fake(Rc::new(RefCell::new(vec![fs; n])), (0..n).map(|i| format!("/mnt/{i}")).collect())
         }
         fn by(&self) -> Vec<By> {
@@ -1012,14 +1094,20 @@ mod tests {
         fn count(&self) -> usize {
             self.1.len()
         }
-        fn fifreeze(&mut self, i: usize) -> Result<(), Errno> {
+        fn fifreeze(&mut self, i: usize, _limit: Duration) -> Result<(), Errno> {
             let mut fs = self.0.borrow_mut();
+            if fs[i].stuck {
+                return Err(Errno::ETIMEDOUT);
+            }
             if fs[i].by != By::Nobody {
                 return Err(Errno::EBUSY);
             }
             fs[i].by = By::Us;
             fs[i].generation += 1;
             Ok(())
+        }
+        fn settle(&mut self, _limit: Duration) -> bool {
+            !self.0.borrow().iter().any(|f| f.stuck)
         }
         fn fithaw(&mut self, i: usize) {
             let mut fs = self.0.borrow_mut();
@@ -1163,6 +1251,29 @@ mod tests {
         assert_eq!(fake.by(), [By::Nobody, By::Other, By::Nobody], "the first freeze undone, theirs kept");
         assert!(!record_exists(&dir));
         assert_eq!(permit(&mut g, 0), Permit::DeadlinePassed, "nothing granted outside a window");
+    }
+
+    #[test]
+    fn a_freeze_that_does_not_return_thaws_the_others_and_keeps_the_record() {
+        let (mut g, fake, dir) = guardian(3, HOUR);
+        fake.0.borrow_mut()[1].stuck = true;
+        let (st, index, errno) = reply(&mut g, Request::Freeze(HOUR));
+        assert_eq!((st, index, errno), (ST_ERR, 1, Errno::ETIMEDOUT as i32 as u64));
+        assert_eq!(fake.by(), [By::Nobody, By::Nobody, By::Nobody], "the first freeze undone at once");
+        assert!(record_exists(&dir), "the late freeze may still come: its record stays");
+        fake.0.borrow_mut()[1].stuck = false;
+        g.linger();
+        assert!(!record_exists(&dir), "gone once the late freeze returned");
+    }
+
+    #[test]
+    fn the_freeze_limit_leaves_time_to_thaw_within_the_bound() {
+        let (mut g, _fake, _dir) = guardian(2, Duration::from_millis(500));
+        assert_eq!(g.freeze_limit(), FIRST_FREEZE_LIMIT, "outside a window");
+        reply(&mut g, Request::Freeze(Duration::from_millis(500)));
+        let limit = g.freeze_limit();
+        let bound = Duration::from_millis(500) + g.bounds.kill_after();
+        assert!(limit <= bound && limit > bound - Duration::from_millis(200), "{limit:?}");
     }
 
     #[test]

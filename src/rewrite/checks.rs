@@ -248,6 +248,21 @@ pub(crate) fn freezable_in_device_mode(dev: &BlockDeviceInfo, filesystems: &[Mou
     ))
 }
 
+/// The filesystems in the order they can be frozen: one that writes through another (its
+/// journal, log or device on a loop over a file there) before it (`host::freeze_order`).
+/// Filesystems that write through each other cannot be frozen at all, and are refused.
+pub(crate) fn freeze_order(
+    filesystems: Vec<MountedFs>,
+    env: &crate::host::in_use::Environment,
+) -> Result<crate::host::freeze_order::FreezeOrder> {
+    crate::host::freeze_order::order(filesystems, &env.mounts, &env.sysfs).map_err(|cycle| {
+        Error::refused(
+            format!("{cycle}: freezing either one would wait for the other's thaw, and could never finish"),
+            "move the journal, log or image file off the filesystems this run freezes, or rewrite them one at a time unmounted",
+        )
+    })
+}
+
 /// A spinning disk has no FTL to re-sequence: refused, or with --force a warning.
 pub(crate) fn not_rotational(dev: &BlockDeviceInfo, force: bool) -> Result<Option<String>> {
     let medium = if hooks::pretend_rotational() { Medium::Rotational("test hook".into()) } else { dev.medium.clone() };

@@ -169,6 +169,12 @@ fn describe_freeze(plan: &RewritePlan) -> String {
     for f in &plan.filesystems {
         s += &format!("  freeze: {} ({}, {} on {})\n", f.mount_point.display(), f.fs_type, f.source, f.dev);
     }
+    for why in &plan.freeze_order {
+        s += &format!("  freeze order: {why}\n");
+    }
+    if !plan.freeze_order.is_empty() {
+        s += "  freeze order: dependents first, thawed last: a freeze syncs, and a sync that reaches a frozen filesystem waits for its thaw\n";
+    }
     s += &format!(
         "  windows: at most {:.3} s frozen each (new chunks stop when one more, its read-back and the thaw would not fit), pause {:.3} s between; the guardian thaws at the deadline, and {}{}\n",
         plan.max_freeze.as_secs_f64(),

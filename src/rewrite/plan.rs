@@ -47,8 +47,11 @@ pub(crate) struct RewritePlan {
     pub(crate) options: crate::options::resume::RunOptions,
     /// The device and what we know about it.
     pub(crate) device: BlockDeviceInfo,
-    /// Filesystems frozen in every window; empty when nothing is mounted (no freeze).
+    /// Filesystems frozen in every window, in the order they are frozen; empty when
+    /// nothing is mounted (no freeze).
     pub(crate) filesystems: Vec<MountedFs>,
+    /// Why some filesystems are frozen before others ("/b before /a: ...").
+    pub(crate) freeze_order: Vec<String>,
     /// Chunking, verification and read-ahead, as the engine runs them.
     pub(crate) engine: EngineConfig,
     /// The guardian's deadline for one window.
@@ -87,6 +90,7 @@ impl RewritePlan {
 struct Checked {
     dev: BlockDeviceInfo,
     filesystems: Vec<MountedFs>,
+    freeze_order: Vec<String>,
     writer_devices: Vec<(u32, u32)>,
     warnings: Vec<String>,
     guardian: Option<crate::host::cgroup::Placement>,
@@ -106,6 +110,8 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
     // Filesystems to freeze: on the device, or on its partitions for a whole disk.
     let filesystems = mounts::filesystems_on(&env.mounts, &dev.devices_to_freeze());
     checks::freezable_in_device_mode(&dev, &filesystems)?;
+    let order = checks::freeze_order(filesystems, env)?;
+    let (filesystems, freeze_order) = (order.filesystems, order.reasons);
     checks::exclusive_if_unmounted(&dev, &filesystems, &env.mounts)?;
     checks::aligned(o.chunk_size, &dev)?;
     let mut warnings: Vec<String> = checks::not_rotational(&dev, o.force)?.into_iter().collect();
@@ -114,12 +120,12 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
         warnings.extend(checks::no_realtime_hogs(o.force)?);
     }
     let guardian = if filesystems.is_empty() { None } else { Some(checks::guardian_can_leave(o.accept_cgroup_risk)?) };
-    Ok(Checked { dev, filesystems, writer_devices, warnings, guardian })
+    Ok(Checked { dev, filesystems, freeze_order, writer_devices, warnings, guardian })
 }
 
 /// Checks everything and builds the plan. Writes nothing and freezes nothing.
 pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<RewritePlan> {
-    let Checked { dev, filesystems, writer_devices, mut warnings, guardian } = check_device(o, env)?;
+    let Checked { dev, filesystems, freeze_order, writer_devices, mut warnings, guardian } = check_device(o, env)?;
     let state = checks::state_dir(&o.state_dir, &filesystems, o.chunk_size, o.dry_run)?;
     let journal_path = journal::journal_path(&state.path, &dev.identity);
     let start = decide_start(o, &dev, o.chunk_size.bytes(), &journal_path, &mut warnings)?;
@@ -157,6 +163,7 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
         trim_pace: crate::host::trim::Pace::of(o.trim_rate.map(|r| r.bytes_per_second()), o.pause),
         device: dev,
         filesystems,
+        freeze_order,
         engine,
         max_freeze: o.max_freeze(),
         hung_task_timeout,
