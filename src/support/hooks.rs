@@ -12,6 +12,8 @@
 //! - `ebusy-open`: opening a mounted device for writing fails with EBUSY, as on kernels
 //!   built with CONFIG_BLK_DEV_WRITE_MOUNTED=n (not reproducible on this CI kernel).
 //! - `rotational`: the device is taken to be rotational (no test disk spins).
+//! - `mount-order`: filesystems are frozen in the order they are found, dependents or
+//!   not (the guardian's own defence against a freeze that waits on another).
 //! - `slow@START-END=MS`: every benchmark read touching `[START, END)` takes MS longer
 //!   (a region made slow on purpose, for `scan`).
 //! - `slow-file@TEXT=MS`: every benchmark read of a file whose path contains TEXT takes
@@ -45,6 +47,7 @@ mod imp {
         Panic(String, u64),
         EbusyOpen,
         Rotational,
+        MountOrder,
         Slow(u64, u64, u64),
         SlowFile(String, u64),
     }
@@ -74,6 +77,7 @@ mod imp {
         match kind {
             "ebusy-open" if rest.is_empty() => Rule::EbusyOpen,
             "rotational" if rest.is_empty() => Rule::Rotational,
+            "mount-order" if rest.is_empty() => Rule::MountOrder,
             "read-error" => Rule::Io(IoOp::Read, num(rest)),
             "write-error" => Rule::Io(IoOp::Write, num(rest)),
             "corrupt" => Rule::Corrupt(num(rest)),
@@ -158,6 +162,10 @@ mod imp {
         state().rules.iter().any(|r| matches!(r, Rule::Rotational))
     }
 
+    pub(crate) fn freeze_in_mount_order() -> bool {
+        state().rules.iter().any(|r| matches!(r, Rule::MountOrder))
+    }
+
     pub(crate) fn read_delay(path: &std::path::Path, offset: u64, len: u64) {
         for r in &state().rules {
             let ms = match r {
@@ -187,6 +195,10 @@ mod imp {
     }
     #[inline(always)]
     pub(crate) fn pretend_rotational() -> bool {
+        false
+    }
+    #[inline(always)]
+    pub(crate) fn freeze_in_mount_order() -> bool {
         false
     }
     #[inline(always)]

@@ -23,6 +23,7 @@ mod demo;
 mod file_mode;
 mod foreign_writers;
 mod freeze_bound;
+mod freeze_deps;
 mod generate;
 mod kill_by_name;
 mod leftovers;
