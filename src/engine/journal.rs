@@ -350,6 +350,17 @@ pub(crate) struct Journal {
     /// Records held back while the state directory's filesystem is frozen.
     held: Vec<String>,
     hold: bool,
+    /// A new run's journal not yet on disk (see [`Journal::deferred`]).
+    pending: Option<Pending>,
+    /// This journal was created by this run (not continued).
+    created: bool,
+}
+
+/// What a deferred journal writes when the run first needs it: first `before` (file
+/// mode's run record), then the run record, replacing any old journal.
+struct Pending {
+    run: RunRecord,
+    before: Option<Box<dyn FnOnce() -> Result<()> + Send>>,
 }
 
 impl Journal {
@@ -362,7 +373,44 @@ impl Journal {
         // Write the new run to a temporary file and rename it over the old journal, so
         // a crash here leaves either the old journal or the new one, whole.
         replace_atomically(path, &encode(&Record::Run(Box::new(run)))).map_err(ctx)?;
-        Journal::append_to(path)
+        let mut j = Journal::append_to(path)?;
+        j.created = true;
+        Ok(j)
+    }
+
+    /// A new journal for `run` that is written only when the run first needs it: its
+    /// first record (a chunk's `begin`, the end of the run), or a hold (which comes
+    /// before a freeze: afterwards the journal's filesystem may be frozen). Until then
+    /// the state directory is as it was, so a run refused before its first write (a
+    /// foreign freeze, another writer) leaves the run `--resume` would continue, or a
+    /// finished run's journal, untouched. `before` runs first (file mode writes its
+    /// run's record there).
+    pub(crate) fn deferred(
+        path: &Path,
+        run: RunRecord,
+        before: Option<Box<dyn FnOnce() -> Result<()> + Send>>,
+    ) -> Journal {
+        let mut j = Journal::none();
+        j.path = path.to_path_buf();
+        j.pending = Some(Pending { run, before });
+        j
+    }
+
+    /// Whether this run wrote this journal (a deferred one, once it was needed).
+    pub(crate) fn created(&self) -> bool {
+        self.created
+    }
+
+    /// Writes a deferred journal (see [`Journal::deferred`]); nothing once written.
+    fn materialize(&mut self) -> Result<()> {
+        let Some(p) = self.pending.take() else { return Ok(()) };
+        if let Some(before) = p.before {
+            before()?;
+        }
+        let (hold, held) = (self.hold, std::mem::take(&mut self.held));
+        *self = Journal::create(&self.path, p.run)?;
+        (self.hold, self.held) = (hold, held);
+        Ok(())
     }
 
     /// Opens an existing journal to continue it, repairing it first if a line is damaged
@@ -375,12 +423,19 @@ impl Journal {
             .append(true)
             .open(path)
             .map_err(|e| Error::io(format!("opening journal {}", path.display()), e))?;
-        Ok(Journal { file: Some(file), path: path.to_path_buf(), held: Vec::new(), hold: false })
+        Ok(Journal {
+            file: Some(file),
+            path: path.to_path_buf(),
+            held: Vec::new(),
+            hold: false,
+            pending: None,
+            created: false,
+        })
     }
 
     /// A journal that records nothing (dry runs, simulations without state).
     pub(crate) fn none() -> Journal {
-        Journal { file: None, path: PathBuf::new(), held: Vec::new(), hold: false }
+        Journal { file: None, path: PathBuf::new(), held: Vec::new(), hold: false, pending: None, created: false }
     }
 
     pub fn path(&self) -> &Path {
@@ -389,6 +444,9 @@ impl Journal {
 
     /// While held, records stay in memory (the journal's filesystem is frozen).
     pub(crate) fn set_hold(&mut self, hold: bool) -> Result<()> {
+        if hold {
+            self.materialize()?;
+        }
         self.hold = hold;
         if !hold && !self.held.is_empty() {
             let text = std::mem::take(&mut self.held).concat();
@@ -408,6 +466,7 @@ impl Journal {
     }
 
     fn append(&mut self, rec: &Record, durable: bool) -> Result<()> {
+        self.materialize()?;
         let line = encode(rec);
         if self.hold {
             self.held.push(line);

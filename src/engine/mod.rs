@@ -384,10 +384,10 @@ impl Engine<'_> {
         }
         // The writer starts a chunk only when it, the read-backs and the thaw fit in the
         // budget as measured (see `pace`); each overrun halves the share of the deadline
-        // the budget is.
-        let mut share = 1.0;
+        // the budget is, and clean windows double it back.
+        let mut share = pace::Share::default();
         while self.stats.next_offset_bytes < self.cfg.range_end {
-            let budget = guard.deadline().map(|d| d.mul_f64(share));
+            let budget = guard.deadline().map(|d| d.mul_f64(share.get()));
             self.pause_between_windows()?;
             self.pace.fade();
             let (end, flow) = self.window(planner, guard, budget)?;
@@ -422,14 +422,15 @@ impl Engine<'_> {
 
     /// Counts a window's freeze and decides what follows it: `Ok(true)` when the run is
     /// complete, `Ok(false)` for another window, an error when the bound was broken,
-    /// the writer failed, or too many windows overran. An overrun halves `share`.
+    /// the writer failed, or too many windows overran. An overrun halves `share`; clean
+    /// windows grow it back.
     fn account_window(
         &mut self,
         guard: &mut dyn WindowGuard,
         end: WindowEnd,
         flow: Result<WindowFlow>,
         full: Option<Duration>,
-        share: &mut f64,
+        share: &mut pace::Share,
     ) -> Result<bool> {
         let frozen = end.frozen.as_secs_f64();
         self.stats.total_frozen_seconds += frozen;
@@ -458,12 +459,20 @@ impl Engine<'_> {
             // The writer stopped short of the end: not complete.
             return Ok(false);
         }
+        if guard.freezes() && share.clean() {
+            let deadline = guard.deadline().unwrap_or_default();
+            log::info!(
+                "{} clean windows: new chunks now stop at {} ms again",
+                pace::GROW_AFTER,
+                deadline.mul_f64(share.get()).as_millis()
+            );
+        }
         Ok(matches!(flow, WindowFlow::Complete) && self.stats.next_offset_bytes >= self.cfg.range_end)
     }
 
     /// A window overran its deadline: an error once `--max-overruns` have, else the
     /// next windows use a smaller share of it.
-    fn overran(&mut self, deadline: Duration, share: &mut f64) -> Result<()> {
+    fn overran(&mut self, deadline: Duration, share: &mut pace::Share) -> Result<()> {
         self.stats.windows_overrun += 1;
         if self.stats.windows_overrun >= u64::from(self.cfg.max_overruns) {
             return Err(Error::WindowOverrun {
@@ -472,12 +481,13 @@ impl Engine<'_> {
                 deadline_ms: deadline.as_millis() as u64,
             });
         }
-        *share = (*share / 2.0).max(0.1);
+        share.overran();
         log::warn!(
-            "freeze window {} overran its {} ms deadline; the guardian thawed, nothing was written after it. Continuing with windows that stop new chunks at {} ms",
+            "freeze window {} overran its {} ms deadline; the guardian thawed, nothing was written after it. Continuing with windows that stop new chunks at {} ms (doubling back after {} clean windows)",
             self.stats.windows,
             deadline.as_millis(),
-            deadline.mul_f64(*share).as_millis()
+            deadline.mul_f64(share.get()).as_millis(),
+            pace::GROW_AFTER
         );
         Ok(())
     }

@@ -109,6 +109,48 @@ impl Pace {
     }
 }
 
+/// Clean windows in a row after which a budget an overrun halved doubles back.
+pub(crate) const GROW_AFTER: u32 = 3;
+
+/// The share of the deadline a window's budget is: halved by each overrun (not below a
+/// tenth), and doubled back after [`GROW_AFTER`] clean windows in a row, never above the
+/// deadline, so that a run whose load went away does not crawl for the rest of it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Share {
+    share: f64,
+    clean: u32,
+}
+
+impl Default for Share {
+    fn default() -> Share {
+        Share { share: 1.0, clean: 0 }
+    }
+}
+
+impl Share {
+    pub(crate) fn get(&self) -> f64 {
+        self.share
+    }
+
+    pub(crate) fn overran(&mut self) {
+        self.share = (self.share / 2.0).max(0.1);
+        self.clean = 0;
+    }
+
+    /// A window ended within its deadline; true when the share grew.
+    pub(crate) fn clean(&mut self) -> bool {
+        if self.share >= 1.0 {
+            return false;
+        }
+        self.clean += 1;
+        if self.clean < GROW_AFTER {
+            return false;
+        }
+        (self.share, self.clean) = ((self.share * 2.0).min(1.0), 0);
+        true
+    }
+}
+
 /// A duration of `s` seconds; a device that hung makes it huge, never a panic.
 fn seconds(s: f64) -> Duration {
     Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)
@@ -203,6 +245,31 @@ mod tests {
         // A slow device: the reserve grows with what it measured.
         p.write.learn(FULL, ms(100), FULL);
         assert!(!p.fits(ms(250), budget, FULL, 2));
+    }
+
+    #[test]
+    fn windows_shrunk_by_overruns_grow_back_after_clean_windows_never_past_the_deadline() {
+        let mut s = Share::default();
+        s.overran();
+        s.overran();
+        assert_eq!(s.get(), 0.25, "two overruns: a quarter, as in issue 35");
+        // Two clean windows are not yet enough; an overrun between starts the count over.
+        assert!(!s.clean() && !s.clean());
+        s.overran();
+        assert_eq!(s.get(), 0.125);
+        let mut grown = 0;
+        for _ in 0..3 * GROW_AFTER {
+            grown += u32::from(s.clean());
+        }
+        assert_eq!((s.get(), grown), (1.0, 3), "back to the whole deadline, one doubling at a time");
+        for _ in 0..10 {
+            assert!(!s.clean());
+        }
+        assert_eq!(s.get(), 1.0, "never above the deadline");
+        for _ in 0..10 {
+            s.overran();
+        }
+        assert_eq!(s.get(), 0.1, "never below a tenth");
     }
 
     #[test]

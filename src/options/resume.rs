@@ -5,9 +5,10 @@
 //! The rule (documented in the man page): an option left out of the resuming command
 //! takes the interrupted run's value; an option given with a value that differs from it
 //! is refused (exit 2), since a run half done one way and half another is neither.
-//! An option given with its default value is given. Pacing options (`--rate`, `--pause`,
-//! `--max-overruns`, `--read-ahead`, `--trim-rate`) say how, not what: given, they
-//! replace the run's, with a warning.
+//! An option given with its default value is given. Pacing options (`--max-freeze`,
+//! `--rate`, `--pause`, `--max-overruns`, `--read-ahead`, `--trim-rate`) say how, not
+//! what: given, they replace the run's for this run, with a warning (a later plain
+//! `--resume` goes back to the run's own).
 
 use std::fmt::Display;
 use std::path::PathBuf;
@@ -201,12 +202,7 @@ impl RunOptions {
         out.chunk_size = m
             .keep("--chunk-size", o.given_value("chunk_size", o.chunk_size), Some(self.chunk_size))
             .unwrap_or(defaults::DEFAULT_CHUNK_SIZE);
-        let stored_freeze = Dur(self.max_freeze.unwrap_or(default_max_freeze));
-        out.max_freeze = m
-            .keep("--max-freeze", o.max_freeze.map(Dur), Some(stored_freeze))
-            .map(|d| d.0)
-            .filter(|_| self.max_freeze.is_some() || o.max_freeze.is_some());
-        self.apply_pacing(o, &mut out);
+        self.apply_pacing(o, &mut out, default_max_freeze);
         out.no_verify = m.keep("--no-verify", flag(o.no_verify), flag(self.no_verify)).is_some();
         out.include_free = m.keep("--include-free", flag(o.include_free), flag(self.include_free)).is_some();
         out.no_trim = m.keep("--no-trim", flag(o.no_trim), flag(self.no_trim)).is_some();
@@ -226,7 +222,14 @@ impl RunOptions {
     }
 
     /// The pacing options of `o` replace the run's where given, with a warning.
-    fn apply_pacing(&self, o: &RewriteOptions, out: &mut RewriteOptions) {
+    /// `--max-freeze` is one: it bounds how long each window freezes, not what is
+    /// rewritten, and every window is checked against the bound in force (a shorter one
+    /// is the safe direction; a longer one is what a busy host needs after overruns).
+    fn apply_pacing(&self, o: &RewriteOptions, out: &mut RewriteOptions, default_max_freeze: Duration) {
+        let stored_freeze = Dur(self.max_freeze.unwrap_or(default_max_freeze));
+        out.max_freeze = Merge::pace("--max-freeze", o.max_freeze.map(Dur), Some(stored_freeze))
+            .map(|d| d.0)
+            .filter(|_| self.max_freeze.is_some() || o.max_freeze.is_some());
         out.rate = Merge::pace("--rate", o.rate, self.rate);
         out.trim_rate = Merge::pace("--trim-rate", o.trim_rate, self.trim_rate);
         out.pause = Merge::pace("--pause", o.given_value("pause", o.pause).map(Dur), Some(Dur(self.pause)))
@@ -269,8 +272,11 @@ mod tests {
         // The same meaning, written otherwise, is the same option.
         let got = stored.apply(&args(&["--max-freeze", "0.3s", "--chunk-size", "1024K"]), d("5s")).unwrap();
         assert_eq!(got.max_freeze.map(format_duration).as_deref(), Some("300ms"));
-        let e = stored.apply(&args(&["--max-freeze", "2s"]), d("5s")).unwrap_err().to_string();
-        assert!(e.contains("--max-freeze 2s differs from the interrupted run's 300ms"), "{e}");
+        // --max-freeze is pacing: longer (a busy host) and shorter (safer) are both taken.
+        for given in ["2s", "100ms"] {
+            let got = stored.apply(&args(&["--max-freeze", given]), d("5s")).unwrap();
+            assert_eq!(got.max_freeze.map(format_duration).as_deref(), Some(given));
+        }
         let e = stored.apply(&args(&["--no-verify"]), d("5s")).unwrap_err().to_string();
         assert!(e.contains("--no-verify was not an option of the interrupted run"), "{e}");
         // Pacing may change: a busier host needs slower windows or more overruns.
@@ -294,7 +300,7 @@ mod tests {
         // The mode's default --max-freeze, given, is what a run without one had.
         let plain = RunOptions::of(&args(&[]));
         assert!(plain.apply(&args(&["--max-freeze", "1s"]), d("1s")).is_ok());
-        assert!(plain.apply(&args(&["--max-freeze", "2s"]), d("1s")).is_err());
+        assert_eq!(plain.apply(&args(&[]), d("1s")).unwrap().max_freeze, None, "the mode's default, kept");
         let rated = RunOptions::of(&args(&["--rate", "100M"]));
         assert!(rated.apply(&args(&["--rate", "100M/s"]), d("5s")).is_ok(), "the same rate, written otherwise");
         let ex = RunOptions::of(&args(&["--exclude", "a", "--exclude", "b"]));

@@ -207,6 +207,11 @@ pub(crate) struct Outcome {
     pub(crate) message: Option<String>,
     /// The device offset an error concerns, when there is one.
     pub(crate) offset_bytes: Option<u64>,
+    /// Which stop, where the exit code has several causes: exit 7's `window_overruns`
+    /// (`--max-overruns` windows overran) or `bound_broken` (a window outlasted its hard
+    /// bound). Null otherwise.
+    #[serde(default)]
+    pub(crate) cause: Option<String>,
 }
 
 /// What a rewrite planned, as [`Report::set_plan`] records it. Borrowed from the plan
@@ -310,6 +315,7 @@ impl Report {
                 exit_code: e.exit_code().code(),
                 status: e.exit_code(),
                 message: Some(crate::error_chain(e)),
+                cause: e.cause().map(String::from),
                 offset_bytes: match e {
                     Error::Io { offset, .. } => *offset,
                     Error::ChecksumMismatch { offset, .. } | Error::WriteFailed { offset, .. } => Some(*offset),
@@ -317,6 +323,11 @@ impl Report {
                 },
             },
         };
+    }
+
+    /// How the run ended, by its cause where the exit code has several.
+    pub(crate) fn outcome_cause(&self) -> &'static str {
+        self.outcome.status.describe_cause(self.outcome.cause.as_deref())
     }
 
     pub(crate) fn to_json(&self) -> String {
@@ -327,7 +338,7 @@ impl Report {
     /// and a run without verification did not verify.
     pub(crate) fn outcome_text(&self) -> String {
         if self.outcome.exit_code != 0 {
-            return self.outcome.status.describe().into();
+            return self.outcome_cause().into();
         }
         let written = self.results.as_ref().map_or(0, |r| r.bytes_written);
         // File mode and simulated drives have no plan: what was read back says it.

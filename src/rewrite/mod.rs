@@ -572,23 +572,29 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     }
     report.space = Some(space);
     progress.finish();
-    // A refusal at the first freeze (EBUSY, EOPNOTSUPP) means nothing was done: remove
-    // the journal this run just made, so the next run does not ask for --resume.
-    if matches!(result, Err(Error::Refused { .. })) && matches!(plan.start, Start::Fresh) && stats.chunks_written == 0 {
+    // A refusal at the first freeze (EBUSY, EOPNOTSUPP) means nothing was done. The
+    // journal is only written when needed, so there is none, unless the state directory
+    // is on a frozen filesystem (it is written before the freeze then): remove that one,
+    // so the next run does not ask for --resume.
+    let untouched = matches!(plan.start, Start::Fresh) && stats.chunks_written == 0 && journal.created();
+    if matches!(result, Err(Error::Refused { .. })) && untouched {
         let _ = std::fs::remove_file(journal.path());
     }
     report.results = Some(stats);
     result
 }
 
-/// A new journal for a fresh run (its first record is the plan), or the unfinished one.
+/// A new journal for a fresh run (its first record is the plan; written when the run
+/// first needs it), or the unfinished one.
 fn start_journal(plan: &RewritePlan) -> Result<Journal> {
     let e = &plan.engine;
     match &plan.start {
-        Start::Fresh => Journal::create(
+        // Written at the first write: a run refused before it leaves the old journal.
+        Start::Fresh => Ok(Journal::deferred(
             &plan.journal_path,
             run_record(&plan.device.identity, e.chunk_size, (e.range_start, e.range_end), Some(plan.options.clone())),
-        ),
+            None,
+        )),
         Start::Resume { .. } => Journal::append_to(&plan.journal_path),
     }
 }

@@ -76,7 +76,7 @@ pub enum Error {
 
     /// A window stayed frozen past its hard bound: the guardian itself was held up.
     #[error(
-        "freeze window {window} lasted {frozen_ms} ms, beyond its bound of {bound_ms} ms (--max-freeze plus grace): the guardian could not end it on time (was it stopped by hand, or is the device stalled in the kernel?). reseq stopped; every chunk written was verified; run again with --resume"
+        "freeze window {window} lasted {frozen_ms} ms, beyond its bound of {bound_ms} ms (--max-freeze plus grace): the guardian could not end it on time (was it stopped by hand, is the host too busy for the thaw to finish in time, or is the device stalled in the kernel?). reseq stopped; every chunk written was verified; run again with --resume"
     )]
     BoundBroken { window: u64, frozen_ms: u64, bound_ms: u64 },
 
@@ -168,6 +168,16 @@ impl Error {
             }
             Error::FreezeLost { .. } => ExitCode::FreezeLost,
             Error::Internal(_) => ExitCode::Internal,
+        }
+    }
+
+    /// What stopped the run, where one exit code has more than one cause (exit 7: too
+    /// many overruns, or the hard bound broken): the report's `outcome.cause`.
+    pub(crate) fn cause(&self) -> Option<&'static str> {
+        match self {
+            Error::WindowOverrun { .. } => Some(crate::support::exit_codes::CAUSE_OVERRUNS),
+            Error::BoundBroken { .. } => Some(crate::support::exit_codes::CAUSE_BOUND_BROKEN),
+            _ => None,
         }
     }
 

@@ -25,7 +25,8 @@ pub enum ExitCode {
     /// FITRIM after a finished rewrite stopped between slices, and a stopped
     /// `bench --trim-impact` (nothing to resume then).
     Interrupted,
-    /// `--max-overruns` freeze windows overran their deadline (the guardian thawed each).
+    /// `--max-overruns` freeze windows overran their deadline (the guardian thawed each),
+    /// or one window outlasted its hard bound; the report's `outcome.cause` says which.
     WindowOverrun,
     /// Another program thawed (or thawed and re-froze) reseq's freeze during a window;
     /// reseq stopped writing at once and never thawed a freeze that was not its own.
@@ -71,8 +72,30 @@ impl ExitCode {
                 "checksum mismatch on read-back; stopped there; original bytes in a rescue copy"
             }
             ExitCode::Interrupted => "interrupted by a signal; thawed, resumable with --resume",
-            ExitCode::WindowOverrun => "too many freeze windows overran; the guardian thawed each; resumable",
+            ExitCode::WindowOverrun => {
+                "too many freeze windows overran their deadline, or one outlasted its hard bound; thawed; resumable"
+            }
             ExitCode::FreezeLost => "another program thawed the freeze; writing stopped; its freeze left alone",
+        }
+    }
+}
+
+/// `outcome.cause` of exit 7: `--max-overruns` windows overran their deadline.
+pub const CAUSE_OVERRUNS: &str = "window_overruns";
+/// `outcome.cause` of exit 7: a window outlasted its hard bound (--max-freeze + grace).
+pub const CAUSE_BOUND_BROKEN: &str = "bound_broken";
+
+impl ExitCode {
+    /// What stopped the run, by its cause where the code has several (exit 7).
+    pub fn describe_cause(self, cause: Option<&str>) -> &'static str {
+        match (self, cause) {
+            (ExitCode::WindowOverrun, Some(CAUSE_OVERRUNS)) => {
+                "too many freeze windows overran their deadline (--max-overruns); the guardian thawed each; every chunk written was verified; resumable"
+            }
+            (ExitCode::WindowOverrun, Some(CAUSE_BOUND_BROKEN)) => {
+                "a freeze window outlasted its hard bound (--max-freeze plus grace): the thaw came late; every chunk written was verified; resumable"
+            }
+            _ => self.describe(),
         }
     }
 }

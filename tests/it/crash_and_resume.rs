@@ -469,7 +469,7 @@ fn a_changed_in_flight_chunk_on_an_unmounted_device_stops_the_resume() {
 
 /// `--resume` continues a run with the options it was started with: a plain `--resume`
 /// (a timer job) keeps `--include-free` and 300 ms windows; a different value given is
-/// refused; `--restart` takes the new ones.
+/// refused (pacing, `--max-freeze` among it, may change); `--restart` takes the new ones.
 #[test]
 fn a_resumed_run_keeps_the_options_it_was_started_with() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
@@ -491,9 +491,14 @@ fn a_resumed_run_keeps_the_options_it_was_started_with() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(text.contains("unfinished device run") && text.contains(&lo.name()), "{text}");
     assert!(text.contains("--chunk-size 1M --max-freeze 300ms --include-free"), "{text}");
-    let out = output(env.reseq().args(["rewrite", "--resume", "--max-freeze", "2s"]).arg(&lo.path));
+    let out = output(env.reseq().args(["rewrite", "--resume", "--chunk-size", "2M"]).arg(&lo.path));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("--max-freeze 2s differs from the interrupted run's 300ms"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--chunk-size 2M differs from the interrupted run's 1M"), "{}", stderr(&out));
+    // --max-freeze is pacing: a longer one (what an overrun's message advises) is taken,
+    // for that run only.
+    let out = output(env.reseq().args(["rewrite", "--resume", "--dry-run", "--max-freeze", "2s"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--max-freeze 2s replaces the interrupted run's 300ms"), "{}", stderr(&out));
     let out = output(env.reseq().args(["rewrite", "--json", "--resume"]).arg(&lo.path));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("resuming with the interrupted run's options"), "{}", stderr(&out));
@@ -625,4 +630,50 @@ fn a_panic_inside_a_window_aborts_thaws_and_resumes() {
     assert_files_intact(&files);
     mnt.unmount().unwrap();
     fsck_clean(&lo.path, "ext4");
+}
+
+/// A refused run writes nothing (issue 35), in device mode: a finished run's journal is
+/// not replaced by a run refused at its first freeze; after a run stopped by SIGINT, a
+/// run without `--resume`, a `--resume` with another chunk size and a `--resume` refused
+/// at the first freeze leave every byte of the state directory as it was, and `status`
+/// still shows the interrupted run.
+#[test]
+fn a_refused_device_run_writes_nothing() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt, files, mut cmd) = mounted_rewrite(&env, "refused", 41, &["--max-freeze", "500ms"], "");
+    assert_eq!(output(&mut cmd).status.code(), Some(0));
+    let finished = snapshot_dir(&env.state_dir());
+    {
+        let _frozen = ForeignFreeze::new(&mnt.dir);
+        let out = output(env.reseq().args(["rewrite", "--include-free"]).arg(&lo.path));
+        assert_eq!(out.status.code(), Some(3), "someone else's freeze: {}", stderr(&out));
+    }
+    assert!(snapshot_dir(&env.state_dir()) == finished, "a refused run replaced the finished run's journal");
+    // Then a run stopped mid-way (the finished journal goes first, so that its chunks
+    // done are not taken for the new run's).
+    std::fs::remove_file(env.state_dir().join(format!("device-{}.journal", lo.name()))).unwrap();
+    let run = Running::captured(&mut slow_rewrite(&env, &lo, ""));
+    wait_journal_done(&env.state_dir());
+    run.signal(nix::sys::signal::Signal::SIGINT).unwrap();
+    assert_eq!(run.wait().status.code(), Some(6), "interrupted");
+    let (before, runs) = (snapshot_dir(&env.state_dir()), unfinished_runs(&env));
+    let refused: [(&[&str], i32); 2] =
+        [(&["--max-freeze", "300ms", "--rate", "10M", "--pause", "5s"], 3), (&["--resume", "--chunk-size", "2M"], 2)];
+    for (args, code) in refused {
+        let out = output(env.reseq().arg("rewrite").args(args).arg(&lo.path));
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
+        assert!(snapshot_dir(&env.state_dir()) == before, "{args:?} changed the state directory");
+    }
+    {
+        let _frozen = ForeignFreeze::new(&mnt.dir);
+        let out = output(env.reseq().args(["rewrite", "--resume"]).arg(&lo.path));
+        assert_eq!(out.status.code(), Some(3), "someone else's freeze: {}", stderr(&out));
+    }
+    assert!(snapshot_dir(&env.state_dir()) == before, "the refused --resume changed the state directory");
+    assert_eq!(unfinished_runs(&env), runs, "status shows the interrupted run");
+    json_ok(env.reseq().args(["rewrite", "--json", "--resume"]).arg(&lo.path));
+    assert_files_intact(&files);
 }

@@ -1148,3 +1148,45 @@ fn progress_counts_the_whole_run() {
     }
     assert_files_intact(&files);
 }
+
+/// A refused run writes nothing (issue 35): after a run stopped by SIGINT, a run without
+/// `--resume` (exit 3), a `--resume` with another chunk size (exit 2) and a `--resume`
+/// refused at its first freeze, someone else's (exit 3), each leave every byte of the
+/// state directory as it was; `status` and `--resume --dry-run` still show the
+/// interrupted run, whose `--resume` then finishes it.
+#[test]
+fn a_refused_file_run_writes_nothing() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_lo, mnt) = env.mounted("frefused", 128 * MIB, "ext4");
+    let (path, hash) = fragmented_file(&mnt.dir, 16 << 20);
+    let first = ["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "200ms", "--max-overruns", "1000"];
+    let run = Running::captured(env.reseq().args(first).arg(&path).env("RESEQ_FAULTS", "delay@after-write#*=30"));
+    wait_journal_done(&env.state_dir());
+    run.signal(nix::sys::signal::Signal::SIGINT).unwrap();
+    assert_eq!(run.wait().status.code(), Some(6), "interrupted");
+    let (before, runs) = (snapshot_dir(&env.state_dir()), unfinished_runs(&env));
+    assert!(runs.to_string().contains("200ms"), "{runs}");
+    let refused: [(&[&str], i32); 2] =
+        [(&["--max-freeze", "300ms", "--rate", "10M", "--pause", "5s"], 3), (&["--resume", "--chunk-size", "2M"], 2)];
+    for (args, code) in refused {
+        let out = output(env.reseq().arg("rewrite").args(args).arg(&path));
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
+        assert!(snapshot_dir(&env.state_dir()) == before, "{args:?} changed the state directory");
+    }
+    {
+        let _frozen = ForeignFreeze::new(&mnt.dir);
+        let out = output(env.reseq().args(["rewrite", "--resume", "--max-freeze", "300ms"]).arg(&path));
+        assert_eq!(out.status.code(), Some(3), "someone else's freeze: {}", stderr(&out));
+    }
+    assert!(snapshot_dir(&env.state_dir()) == before, "the refused --resume changed the state directory");
+    assert_eq!(unfinished_runs(&env), runs, "status shows the interrupted run");
+    let out = output(env.reseq().args(["rewrite", "--resume", "--dry-run"]).arg(&path));
+    assert!(stderr(&out).contains("--max-freeze 200ms"), "{}", stderr(&out));
+    let r = json_ok(env.reseq().args(["rewrite", "--json", "--resume"]).arg(&path));
+    assert!(r["files"][0]["resumed_from_bytes"].as_u64().unwrap() > 0, "continued where SIGINT stopped it");
+    drop_caches();
+    assert_eq!(hash_path(&path).unwrap(), hash);
+}

@@ -83,7 +83,9 @@ fn measurement_rows(r: &Report) -> Vec<Row> {
 }
 
 fn outcome_rows(r: &Report) -> Vec<Row> {
-    let mut rows = vec![("exit", format!("{} ({:?})", r.outcome.exit_code, r.outcome.status))];
+    let cause = r.outcome.cause.as_deref().map(|c| format!(", {c}")).unwrap_or_default();
+    let mut rows =
+        vec![("exit", format!("{} ({:?}{cause}): {}", r.outcome.exit_code, r.outcome.status, r.outcome_text()))];
     if let Some(m) = &r.outcome.message {
         rows.push(("message", m.clone()));
     }

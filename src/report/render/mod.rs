@@ -164,4 +164,46 @@ mod tests {
         );
         assert!(trim_summary(&report(400, 300)).contains("read latency p50/p99 before"));
     }
+
+    /// A run stopped by exit 7 after verifying every chunk it wrote: no renderer says a
+    /// check failed, and each names the cause (overruns or the hard bound), not the other.
+    #[test]
+    fn a_stop_after_verified_writes_is_not_called_a_failed_check_and_names_its_cause() {
+        let stops = [
+            (
+                Error::WindowOverrun { window: 4, overruns: 3, deadline_ms: 1000 },
+                "overran their deadline",
+                "hard bound",
+            ),
+            (Error::BoundBroken { window: 2, frozen_ms: 2293, bound_ms: 2000 }, "outlasted its hard bound", "overran"),
+        ];
+        for (e, said, not_said) in stops {
+            let mut r = Report::new("rewrite", false);
+            r.results = Some(crate::engine::EngineStats {
+                bytes_written: 64 << 20,
+                bytes_verified: 64 << 20,
+                windows: 5,
+                ..Default::default()
+            });
+            r.finish(std::time::Duration::from_secs(3), &Err(e));
+            // What a device run (with its plan, verifying) records for a stop.
+            r.verification = "incomplete".into();
+            assert_eq!(r.outcome.exit_code, 7);
+            for f in Format::ALL.into_iter().filter(|f| *f != Format::Prom) {
+                let out = render(&r, f);
+                assert!(!out.contains("did not pass"), "{f:?}: {out}");
+                if f != Format::Json {
+                    assert!(out.contains(said) && !out.contains(not_said), "{f:?} must say {said:?}: {out}");
+                }
+            }
+            assert!(render(&r, Format::Html).contains("every byte written was read back"));
+            let cause = if said.contains("bound") { "bound_broken" } else { "window_overruns" };
+            assert!(render(&r, Format::Json).contains(&format!("\"cause\": \"{cause}\"")));
+        }
+        // A read-back that differed is a failed check, and says so.
+        let mut r = Report::new("rewrite", false);
+        r.results = Some(crate::engine::EngineStats { bytes_written: 1 << 20, ..Default::default() });
+        r.verification = "failed".into();
+        assert!(render(&r, Format::Html).contains("did not pass"));
+    }
 }

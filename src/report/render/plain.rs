@@ -17,7 +17,7 @@ pub(crate) fn lines(r: &Report) -> Vec<(&'static str, String)> {
         _ => {}
     }
     if let Some(x) = &r.results {
-        out.push(("Data safety", safety(&r.verification).into()));
+        out.push(("Data safety", safety(r, x).into()));
         let waited = if x.windows > 0 && x.total_frozen_seconds > 0.0 {
             "; programs writing to them waited meanwhile"
         } else {
@@ -45,9 +45,9 @@ pub(crate) fn headline(r: &Report) -> Option<String> {
         Some(_) => "The speed before and after could not be compared reliably".into(),
         None => format!("{} rewritten in place", human_bytes(stats.bytes_written)),
     };
-    let kept = match r.verification.as_str() {
-        "passed" => "every byte read back and checked: nothing lost",
-        "off" => "not verified (--no-verify)",
+    let kept = match (r.verification.as_str(), all_verified(r, stats)) {
+        ("passed", _) | ("incomplete", true) => "every byte written read back and checked: nothing lost",
+        ("off", _) => "not verified (--no-verify)",
         _ => "see the outcome below",
     };
     Some(format!("{effect}; {kept}; {}.", paused(stats)))
@@ -69,7 +69,7 @@ pub(crate) fn outcome(r: &Report) -> String {
     if r.outcome.exit_code == 0 {
         return "Finished.".into();
     }
-    let what = r.outcome.status.describe();
+    let what = r.outcome_cause();
     format!(
         "Did not finish: {}. The details for engineers say where it stopped.",
         what.split(';').next().unwrap_or(what)
@@ -100,11 +100,24 @@ fn effect(v: &Verdict) -> String {
     }
 }
 
-fn safety(verification: &str) -> &'static str {
-    match verification {
+/// A run that stopped early (`incomplete`) read back every chunk it wrote: verified,
+/// not failed. Only `failed` is a check that did not pass.
+fn all_verified(r: &Report, x: &EngineStats) -> bool {
+    r.verification == "incomplete" && x.bytes_verified >= x.bytes_written
+}
+
+fn safety(r: &Report, x: &EngineStats) -> &'static str {
+    match r.verification.as_str() {
         "passed" => "every byte written was read back and compared with the original: nothing lost",
         "off" => "not checked after writing (checking was turned off)",
-        _ => "the check after writing did not pass: see the details for engineers",
+        "failed" => "the check after writing did not pass: see the details for engineers",
+        _ if x.bytes_written == 0 => "nothing was written before the run stopped",
+        _ if all_verified(r, x) => {
+            "every byte written was read back and compared with the original: nothing lost (the run stopped before the end; see the outcome)"
+        }
+        _ => {
+            "not every byte written was read back (checking was off, or the run stopped first): see the details for engineers"
+        }
     }
 }
 

@@ -315,7 +315,6 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
     let stop = ready_to_write()?;
     let frozen: Vec<MountedFs> = groups.iter().map(|g| g.fs.clone()).collect();
     let state = checks::state_dir(&o.state_dir, &frozen, o.chunk_size, false)?;
-    write_record(o, &record_path, earlier.as_ref())?;
     let done_before = earlier.as_ref().map(|e| finished_earlier(e, &planned)).unwrap_or_default();
     let (progress, files_total, files_done) = overall_progress(&planned, &left_alone, &done_before, quiet);
     let mut run = FileRun {
@@ -326,6 +325,8 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
         left_alone: &left_alone,
         done_before: &done_before,
         earlier: earlier.as_ref(),
+        record_header: record_header(o, earlier.as_ref()),
+        record_written: Arc::default(),
         record: record_path,
         placement: &placement,
         progress,
@@ -337,15 +338,23 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
     let outcome = run.groups(&groups, unfinished);
     run.progress.close();
     let result = run.finish(outcome?, &measured, report);
-    chosen_files_done(o, report, &paths, choice.as_ref());
+    // A run that wrote nothing and did not finish (refused) leaves the state as it was.
+    let wrote = result.is_ok() || report.results.as_ref().is_some_and(|r| r.bytes_written > 0);
+    chosen_files_done(o, report, &paths, choice.as_ref(), wrote);
     result
 }
 
 /// After a run that chose files: each chosen file's report says why, and a run that
-/// chose by age records what it refreshed (other runs leave the state directory as they
-/// found it).
-fn chosen_files_done(o: &RewriteOptions, report: &mut Report, paths: &[PathBuf], choice: Option<&select::Choice>) {
-    if o.older_than.is_some() {
+/// chose by age and wrote records what it refreshed (other runs leave the state
+/// directory as they found it).
+fn chosen_files_done(
+    o: &RewriteOptions,
+    report: &mut Report,
+    paths: &[PathBuf],
+    choice: Option<&select::Choice>,
+    wrote: bool,
+) {
+    if o.older_than.is_some() && wrote {
         refreshed::remember(&o.state_dir, report.files.as_deref().unwrap_or_default());
     }
     if let Some(c) = choice {
@@ -377,10 +386,10 @@ fn say_why(report: &mut Report, paths: &[PathBuf], c: &select::Choice) {
     }
 }
 
-/// The run's record, written before the first window (killed in it, the next run knows
-/// an unfinished run is there): the interrupted run's, with the files it finished, or a
-/// new one.
-fn write_record(o: &RewriteOptions, path: &Path, earlier: Option<&record::Earlier>) -> Result<()> {
+/// The run's record: the interrupted run's, with the files it finished, or a new one.
+/// Written with the first journal, before the first write (killed after it, the next
+/// run knows an unfinished run is there); a run refused before that writes nothing.
+fn record_header(o: &RewriteOptions, earlier: Option<&record::Earlier>) -> (record::RunHeader, Vec<FileIdentity>) {
     let header = match earlier {
         Some(e) => e.header.clone(),
         None => record::RunHeader {
@@ -389,7 +398,7 @@ fn write_record(o: &RewriteOptions, path: &Path, earlier: Option<&record::Earlie
             started_at: now_rfc3339(),
         },
     };
-    record::write(path, &header, earlier.iter().flat_map(|e| e.done.values()))
+    (header, earlier.iter().flat_map(|e| e.done.values()).cloned().collect())
 }
 
 /// The process before its first write: a low I/O priority, and the signals that stop it
@@ -445,6 +454,10 @@ struct FileRun<'a> {
     earlier: Option<&'a record::Earlier>,
     /// The run's record; each filesystem's journal lies beside it.
     record: PathBuf,
+    /// What the record says, written with the first journal this run writes.
+    record_header: (record::RunHeader, Vec<FileIdentity>),
+    /// Whether this run wrote the record.
+    record_written: Arc<std::sync::atomic::AtomicBool>,
     /// Where each filesystem's guardian goes.
     placement: &'a crate::host::cgroup::Placement,
     /// One progress over all files: bytes and files done, rate and ETA.
@@ -492,11 +505,10 @@ impl FileRun<'_> {
         let map: Map = Arc::default();
         let mut planner = FilesPlanner::new(members, Arc::clone(&map), self.o.max_freeze() / 10);
         let end = planner.end();
-        let mut journal = Journal::create(&record::journal_path(&self.record, &g.device.identity.name), {
-            let mut run = crate::rewrite::run_record(&g.device.identity, self.o.chunk_size.bytes(), (0, end), None);
-            run.files = table;
-            run
-        })?;
+        let mut run = crate::rewrite::run_record(&g.device.identity, self.o.chunk_size.bytes(), (0, end), None);
+        run.files = table;
+        let journal_path = record::journal_path(&self.record, &g.device.identity.name);
+        let mut journal = Journal::deferred(&journal_path, run, Some(self.write_record()));
         let mut guard = self.guard(g, journal.path())?;
         let name = format!("{} file(s) on {}", planner.members.len(), g.fs.mount_point.display());
         let target = FileTarget { dev, map, name };
@@ -556,6 +568,20 @@ impl FileRun<'_> {
             })
             .collect();
         (members, table, start)
+    }
+
+    /// Writes the run's record, once: what a deferred journal does first.
+    fn write_record(&self) -> Box<dyn FnOnce() -> Result<()> + Send> {
+        let (path, (header, done)) = (self.record.clone(), self.record_header.clone());
+        let written = Arc::clone(&self.record_written);
+        Box::new(move || {
+            if written.load(std::sync::atomic::Ordering::SeqCst) {
+                return Ok(());
+            }
+            record::write(&path, &header, done.iter())?;
+            written.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        })
     }
 
     /// One guardian per filesystem, forked while no other thread runs, and nothing else
@@ -654,9 +680,13 @@ impl FileRun<'_> {
     /// the benchmark after, and the report's figures.
     fn finish(self, mut outcome: Result<()>, measured: &[&Path], report: &mut Report) -> Result<()> {
         // Finished, or refused before anything was written: no unfinished run to leave
-        // behind (a resumed run's record stays: it still lists what was done).
-        let refused_untouched =
-            matches!(outcome, Err(Error::Refused { .. })) && self.totals.bytes_written == 0 && self.earlier.is_none();
+        // behind (a resumed run's record stays: it still lists what was done). Only a
+        // record this run wrote goes: one it did not write is another run's.
+        let wrote_record = self.record_written.load(std::sync::atomic::Ordering::SeqCst);
+        let refused_untouched = matches!(outcome, Err(Error::Refused { .. }))
+            && self.totals.bytes_written == 0
+            && self.earlier.is_none()
+            && wrote_record;
         if outcome.is_ok() || refused_untouched {
             record::remove(&self.record);
         }

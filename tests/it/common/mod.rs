@@ -597,3 +597,57 @@ pub fn hold_open(path: &Path) -> std::process::Child {
     }
     child
 }
+
+/// Every file under `dir` (recursively) with its bytes: what a run must leave as it was.
+pub fn snapshot_dir(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
+/// A freeze that is not reseq's (`fsfreeze -f`), thawed on drop whatever happens.
+pub struct ForeignFreeze(PathBuf);
+
+impl ForeignFreeze {
+    pub fn new(mnt: &Path) -> ForeignFreeze {
+        run_cmd(Command::new("fsfreeze").arg("-f").arg(mnt)).expect("fsfreeze -f");
+        ForeignFreeze(mnt.to_path_buf())
+    }
+}
+
+impl Drop for ForeignFreeze {
+    fn drop(&mut self) {
+        let _ = run_cmd(Command::new("fsfreeze").arg("-u").arg(&self.0));
+    }
+}
+
+/// `reseq status --json`'s unfinished runs.
+pub fn unfinished_runs(env: &TestEnv) -> serde_json::Value {
+    let out = output(env.reseq().args(["status", "--json"]));
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status --json");
+    st["unfinished"].clone()
+}
+
+/// Waits (up to 30 s) until a journal in `state_dir` records a chunk done.
+pub fn wait_journal_done(state_dir: &Path) {
+    let start = Instant::now();
+    let done = || {
+        std::fs::read_dir(state_dir).into_iter().flatten().flatten().any(|e| {
+            e.path().extension().is_some_and(|x| x == "journal")
+                && std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(r#""type":"done""#))
+        })
+    };
+    while !done() && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
