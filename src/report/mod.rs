@@ -208,8 +208,9 @@ pub(crate) struct Outcome {
     /// The device offset an error concerns, when there is one.
     pub(crate) offset_bytes: Option<u64>,
     /// Which stop, where the exit code has several causes: exit 7's `window_overruns`
-    /// (`--max-overruns` windows overran) or `bound_broken` (a window outlasted its hard
-    /// bound). Null otherwise.
+    /// (`--max-overruns` windows overran), `bound_broken` (a window outlasted its hard
+    /// bound) or `freeze_stuck` (a filesystem's freeze did not finish within the bound; the
+    /// others were thawed at it). Null otherwise.
     #[serde(default)]
     pub(crate) cause: Option<String>,
 }

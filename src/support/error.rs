@@ -172,11 +172,12 @@ impl Error {
     }
 
     /// What stopped the run, where one exit code has more than one cause (exit 7: too
-    /// many overruns, or the hard bound broken): the report's `outcome.cause`.
+    /// many overruns, the hard bound broken, a freeze stuck): the report's `outcome.cause`.
     pub(crate) fn cause(&self) -> Option<&'static str> {
         match self {
             Error::WindowOverrun { .. } => Some(crate::support::exit_codes::CAUSE_OVERRUNS),
             Error::BoundBroken { .. } => Some(crate::support::exit_codes::CAUSE_BOUND_BROKEN),
+            Error::FreezeStuck { .. } => Some(crate::support::exit_codes::CAUSE_FREEZE_STUCK),
             _ => None,
         }
     }

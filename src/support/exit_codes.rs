@@ -73,7 +73,7 @@ impl ExitCode {
             }
             ExitCode::Interrupted => "interrupted by a signal; thawed, resumable with --resume",
             ExitCode::WindowOverrun => {
-                "too many freeze windows overran their deadline, or one outlasted its hard bound; thawed; resumable"
+                "too many freeze windows overran their deadline, one outlasted its hard bound, or a freeze could not finish within it; thawed; resumable"
             }
             ExitCode::FreezeLost => "another program thawed the freeze; writing stopped; its freeze left alone",
         }
@@ -84,6 +84,9 @@ impl ExitCode {
 pub const CAUSE_OVERRUNS: &str = "window_overruns";
 /// `outcome.cause` of exit 7: a window outlasted its hard bound (--max-freeze + grace).
 pub const CAUSE_BOUND_BROKEN: &str = "bound_broken";
+/// `outcome.cause` of exit 7: a filesystem's FIFREEZE did not return within the bound
+/// (its sync waited on another frozen filesystem); the others were thawed at the bound.
+pub const CAUSE_FREEZE_STUCK: &str = "freeze_stuck";
 
 impl ExitCode {
     /// What stopped the run, by its cause where the code has several (exit 7).
@@ -94,6 +97,9 @@ impl ExitCode {
             }
             (ExitCode::WindowOverrun, Some(CAUSE_BOUND_BROKEN)) => {
                 "a freeze window outlasted its hard bound (--max-freeze plus grace): the thaw came late; every chunk written was verified; resumable"
+            }
+            (ExitCode::WindowOverrun, Some(CAUSE_FREEZE_STUCK)) => {
+                "a filesystem's freeze did not finish within the bound (it waited on another frozen filesystem); the others were thawed at the bound; nothing written in that window; resumable"
             }
             _ => self.describe(),
         }
