@@ -96,6 +96,28 @@ pub(crate) fn dependencies(filesystems: &[MountedFs], mounts: &[MountEntry], sys
     out
 }
 
+/// Swap areas on a device that writes through a file on one of `filesystems` (swap on a
+/// loop over a swap image there): swap-outs wait while it is frozen, which can stall any
+/// process that needs memory. A warning: the guardian, whose memory is locked, still
+/// thaws on time. (A swap file on the filesystem itself is refused elsewhere: the
+/// kernel writes it whatever the freeze.)
+pub(crate) fn swap_through(filesystems: &[MountedFs], swaps_text: &str, sysfs: &Sysfs) -> Vec<String> {
+    let (loops, _) = aliases::loops(sysfs);
+    let mut out = Vec::new();
+    for area in swaps_text.lines().skip(1).filter_map(|l| l.split_whitespace().next()) {
+        let Some(dev) = crate::host::mounts::block_rdev(std::path::Path::new(area)) else { continue };
+        for (file_dev, path) in files_below(dev, sysfs, &loops, &mut Vec::new()) {
+            if let Some(f) = filesystems.iter().find(|g| g.dev_num == file_dev) {
+                out.push(format!(
+                    "swap on {area} writes through {path}, on {} which each window freezes: swap-outs wait while it is frozen, and a host short of memory stalls with them (swapoff {area} during the run to avoid it)",
+                    f.mount_point.display()
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// Whether `dev` is one of the devices of filesystem `g` (btrfs members).
 fn mounts_on(mounts: &[MountEntry], g: &MountedFs, dev: DevNum) -> bool {
     mounts.iter().any(|m| m.dev == g.dev_num && m.devices.contains(&dev))

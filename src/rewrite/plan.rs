@@ -116,6 +116,8 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
     checks::aligned(o.chunk_size, &dev)?;
     let mut warnings: Vec<String> = checks::not_rotational(&dev, o.force)?.into_iter().collect();
     if !filesystems.is_empty() {
+        let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
+        warnings.extend(crate::host::freeze_order::swap_through(&filesystems, &swaps, &env.sysfs));
         warnings.extend(checks::freeze_length(o.max_freeze(), o.force)?);
         warnings.extend(checks::no_realtime_hogs(o.force)?);
     }

@@ -166,7 +166,7 @@ impl Drop for Watchdog {
 }
 
 fn requirements() -> bool {
-    require(&["losetup", "sfdisk", "partx", "mkfs.ext4", "mke2fs", "e2fsck", "fsfreeze"])
+    require(&["losetup", "sfdisk", "partx", "mkfs.ext4", "mke2fs", "e2fsck", "fsfreeze", "mkswap", "swapon"])
 }
 
 /// The dependent p2 is frozen first, the run completes, and p1 never waits beyond the
@@ -179,8 +179,16 @@ fn an_external_journal_on_a_sibling_is_frozen_first() {
     let env = TestEnv::new();
     let stack = Stack::new(&env);
     let files = fill_files(stack.p1(), 3, 2 << 20, 41);
+    // Swap on a loop over a file on p1: swap-outs would wait for each window (a warning).
+    let swap = LoopDevice::create(&stack.p1().join("swap.img"), 16 * MIB).unwrap();
+    run_cmd(Command::new("mkswap").arg(&swap.path)).unwrap();
+    run_cmd(Command::new("swapon").arg(&swap.path)).unwrap();
+    let swapoff = Defer(|| drop(Command::new("swapoff").arg(&swap.path).output()));
     let plan = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&stack.disk.path));
+    drop(swapoff);
+    drop(swap);
     let text = String::from_utf8_lossy(&plan.stdout);
+    assert!(text.contains("warning: swap on /dev/loop") && text.contains("swap.img, on "), "{text}");
     let order = format!("freeze order: {} before {}: its external journal", stack.p2().display(), stack.p1().display());
     assert!(text.contains(&order), "{text}");
     let (p1, p2) = (stack.p1().display().to_string(), stack.p2().display().to_string());
