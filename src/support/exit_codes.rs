@@ -30,11 +30,15 @@ pub enum ExitCode {
     /// Another program thawed (or thawed and re-froze) reseq's freeze during a window;
     /// reseq stopped writing at once and never thawed a freeze that was not its own.
     FreezeLost,
+    /// Another writer wrote the device during a window (its written-sectors counter grew
+    /// by more than reseq wrote); writing stopped; the message names the bytes reseq wrote
+    /// since its last clean look, which may have overwritten that writer's newer bytes.
+    ForeignWrite,
 }
 
 impl ExitCode {
     /// Every code, in numeric order (for docs and tests).
-    pub const ALL: [ExitCode; 9] = [
+    pub const ALL: [ExitCode; 10] = [
         ExitCode::Success,
         ExitCode::Internal,
         ExitCode::Usage,
@@ -44,6 +48,7 @@ impl ExitCode {
         ExitCode::Interrupted,
         ExitCode::WindowOverrun,
         ExitCode::FreezeLost,
+        ExitCode::ForeignWrite,
     ];
 
     pub fn code(self) -> i32 {
@@ -57,6 +62,7 @@ impl ExitCode {
             ExitCode::Interrupted => 6,
             ExitCode::WindowOverrun => 7,
             ExitCode::FreezeLost => 8,
+            ExitCode::ForeignWrite => 9,
         }
     }
 
@@ -73,6 +79,9 @@ impl ExitCode {
             ExitCode::Interrupted => "interrupted by a signal; thawed, resumable with --resume",
             ExitCode::WindowOverrun => "too many freeze windows overran; the guardian thawed each; resumable",
             ExitCode::FreezeLost => "another program thawed the freeze; writing stopped; its freeze left alone",
+            ExitCode::ForeignWrite => {
+                "another writer wrote the device during a window; writing stopped; the bytes reseq wrote meanwhile are named, to check"
+            }
         }
     }
 }
