@@ -99,7 +99,7 @@ pub(crate) fn describe_plan(plan: &RewritePlan) -> String {
     s += &describe_chunks(plan);
     s += &describe_freeze(plan);
     s += &format!(
-        "  other writers: none (checked every process's open files and writable mappings, and loop devices backed by {} or its partitions/disk: {}); checked again before windows and within them\n",
+        "  other writers: none (checked every file table of every process (each thread's own too), their writable mappings and io_uring registered files, and loop devices backed by {} or its partitions/disk: {}); checked again before windows and within them; the device's written-sectors counters are compared with reseq's own writes before every write (exit 9 if they grew more); its partitions, holders, loops and mounts are compared with the plan's at every window. Not seen: fds in flight over unix sockets until the writes show in the counters, writers on another host or below the device\n",
         plan.device.path.display(),
         plan.writer_devices.iter().map(|(a, b)| format!("{a}:{b}")).collect::<Vec<_>>().join(", ")
     );

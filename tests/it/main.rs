@@ -24,6 +24,7 @@ mod file_mode;
 mod foreign_writers;
 mod freeze_bound;
 mod generate;
+mod hidden_writers;
 mod kill_by_name;
 mod leftovers;
 mod no_silent_loss;
