@@ -79,9 +79,7 @@ impl ExitCode {
             ExitCode::Interrupted => "interrupted by a signal; thawed, resumable with --resume",
             ExitCode::WindowOverrun => "too many freeze windows overran; the guardian thawed each; resumable",
             ExitCode::FreezeLost => "another program thawed the freeze; writing stopped; its freeze left alone",
-            ExitCode::ForeignWrite => {
-                "another writer wrote the device during a window; writing stopped; the bytes reseq wrote meanwhile are named, to check"
-            }
+            ExitCode::ForeignWrite => "another writer wrote the device in a window; stopped; the bytes at risk named",
         }
     }
 }

@@ -348,3 +348,41 @@ fn set_loop_offset(dev: &Path, offset: u64) {
     );
     run_cmd(Command::new("python3").arg("-c").arg(py)).unwrap();
 }
+
+/// A file registered with an io_uring (IORING_REGISTER_FILES) stays writable through the
+/// ring after its fd is closed: no fd shows it, the ring's fdinfo does (`UserFiles:`).
+#[test]
+fn a_file_registered_with_an_io_uring_is_refused() {
+    if !require(&["losetup", "python3"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("uring.img", 16 << 20, 9);
+    let stop = env.path("uring.stop");
+    let py = "import ctypes, os, sys, time\nlibc = ctypes.CDLL(None, use_errno=True)\nparams = (ctypes.c_ubyte * 120)()\nring = libc.syscall(425, 4, params)\nfd = os.open(sys.argv[1], os.O_RDWR)\nfds = (ctypes.c_int * 1)(fd)\nok = libc.syscall(427, ring, 2, fds, 1)\nos.close(fd)\nprint(ring, ok, ctypes.get_errno(), flush=True)\nwhile not os.path.exists(sys.argv[2]):\n    time.sleep(0.05)\n";
+    let mut child = Command::new("python3")
+        .args(["-c", py])
+        .arg(&lo.path)
+        .arg(&stop)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _end = Defer(|| {
+        let _ = std::fs::write(&stop, b"");
+    });
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let f: Vec<i64> = line.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    if f[0] < 0 || f[1] < 0 {
+        let _ = std::fs::write(&stop, b"");
+        let _ = child.wait();
+        skip(&format!("io_uring unavailable here (setup {}, register {}, errno {})", f[0], f[1], f[2]));
+        return;
+    }
+    let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path));
+    let _ = std::fs::write(&stop, b"");
+    let _ = child.wait();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains(&format!("PID {}", child.id())) && err.contains("registered with an io_uring"), "{err}");
+}
