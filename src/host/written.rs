@@ -7,9 +7,7 @@
 //! units), a partition's writes in its own counter and the whole disk's. Within a window
 //! reseq knows what it wrote itself, so a counter that grew by more means someone else
 //! wrote. Measured only while a window's filesystems are frozen (or, unmounted, held
-//! `O_EXCL`), where nothing of the filesystem's own writes; reseq's own writes are counted
-//! whole 4 KiB pages, as an O_DIRECT write that falls back to the page cache (ext4's
-//! cached pages, KERNEL-FACTS) is written back.
+//! `O_EXCL`), where nothing of the filesystem's own writes.
 
 use std::collections::BTreeMap;
 
@@ -78,16 +76,6 @@ pub(crate) fn bytes_between(before: &Reading, after: &Reading) -> Option<u64> {
     Some((own + through_disk) * 512)
 }
 
-/// `len` bytes at `offset`, counted as the whole 4 KiB pages they touch: what the
-/// device may see of a write that fell back to the page cache.
-pub(crate) fn pages_of(offset: u64, len: u64) -> u64 {
-    const PAGE: u64 = 4096;
-    if len == 0 {
-        return 0;
-    }
-    (offset + len).div_ceil(PAGE) * PAGE - offset / PAGE * PAGE
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,14 +102,5 @@ mod tests {
         // A partition added meanwhile: its writes count (they may overlap the target).
         let after = reading(10, Some(1040), &[("p1", 10), ("p2", 500), ("p3", 40)]);
         assert_eq!(bytes_between(&before, &after), Some(40 * 512));
-    }
-
-    #[test]
-    fn own_writes_count_whole_pages() {
-        assert_eq!(pages_of(0, 4096), 4096);
-        assert_eq!(pages_of(512, 512), 4096);
-        assert_eq!(pages_of(4096 - 512, 1024), 8192);
-        assert_eq!(pages_of(1 << 20, 1 << 20), 1 << 20);
-        assert_eq!(pages_of(7, 0), 0);
     }
 }
