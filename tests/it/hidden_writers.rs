@@ -172,6 +172,29 @@ fn a_thread_with_its_own_file_table_is_refused() {
     assert_refused(&TestEnv::new(), "unshare", "of thread");
 }
 
+/// (a) mid-run: the thread starts writing after the run did. Its first write shows in the
+/// counters before reseq's next write (exit 9), or the scan within the window names the
+/// thread (exit 4); no fsync'd block reverts.
+#[test]
+fn a_thread_with_its_own_file_table_appearing_mid_run_stops_it() {
+    if !require(&["losetup", "python3"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("late-unshare.img", 64 << 20, 10);
+    let run = slow_rewrite(&env, &lo.path);
+    std::thread::sleep(Duration::from_millis(300));
+    let writer = Writer::start(&env, "unshare", &lo.path, 40 << 20);
+    let out = run.wait();
+    let err = stderr(&out);
+    assert_nothing_lost(writer, &lo.path, 40 << 20, &out, 1);
+    match out.status.code() {
+        Some(4) => assert!(err.contains("of thread") && err.contains("--resume"), "{err}"),
+        Some(9) => assert!(err.contains("another writer wrote"), "{err}"),
+        c => panic!("exit {c:?}: {err}"),
+    }
+}
+
 /// (b) The main thread called pthread_exit: the leader is a zombie with an empty `fd/`,
 /// and a thread writes.
 #[test]
