@@ -833,10 +833,10 @@ fn a_rescue_copy_in_the_run_dir_is_found_by_later_runs() {
             .args(["rewrite", "--chunk-size", "1M"])
             .arg(&d.lo.path)
             .env("RESEQ_STATE_DIR", &state.dir)
-            .env("RESEQ_FAULTS", "delay@before-write#1=1500"),
+            .env("RESEQ_FAULTS", "delay@after-permit#1=1500"),
     );
     std::thread::sleep(std::time::Duration::from_millis(500));
-    // Fill it (the run checked it had room, then it filled up).
+    // Fill it once the journal is made (at the first write): the run had room, then not.
     let _ = std::process::Command::new("dd")
         .args(["if=/dev/zero", "bs=64k"])
         .arg(format!("of={}/filler", state.dir.display()))
