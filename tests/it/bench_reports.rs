@@ -214,7 +214,7 @@ fn rewrite_bench_reports_in_every_format() {
     // was lost and how long the filesystem was paused in one sentence; the version.
     let title = format!("<title>reseq rewrite {} on {}", lo.path.display(), r["host"].as_str().unwrap());
     assert!(html.contains(&title), "{title} not in the page");
-    assert!(html.contains("every byte read back and checked: nothing lost"), "no headline");
+    assert!(html.contains("every byte written read back and checked: nothing lost"), "no headline");
     assert!(html.contains("paused") && html.contains("in all, at most"), "no total freeze in the headline");
     assert!(html.contains("<th>reseq version</th>"));
     assert!(html.contains(">read throughput, per second</text>"), "no y-axis title");
