@@ -100,6 +100,12 @@ const RECORD_FAILED: u32 = u32::MAX;
 /// How long the first FIFREEZE of a window may sync before it is abandoned.
 const FIRST_FREEZE_LIMIT: Duration = Duration::from_secs(10);
 
+/// How long a probe of a freeze we hold may take. It answers EBUSY at once; only a probe
+/// that finds our freeze gone makes a fresh one and syncs. A limit taken from the
+/// deadline (1 ms once it has passed) could give up on an EBUSY that a busy host merely
+/// delivered late, and the freeze, taken for lost, would then never be thawed.
+const PROBE_LIMIT: Duration = Duration::from_secs(10);
+
 /// The longest journal path the guardian accepts.
 const MAX_PATH: u32 = 4096;
 
@@ -681,7 +687,7 @@ impl<F: Filesystems> GuardianState<F> {
             if !self.fs[i].ours {
                 continue;
             }
-            match self.io.fifreeze(i, self.freeze_limit()) {
+            match self.io.fifreeze(i, PROBE_LIMIT) {
                 Err(Errno::EBUSY) => {
                     // A sentinel that cannot be read now (the device failing: EIO, a FUSE
                     // server gone) says nothing about who froze: the freeze stays ours
@@ -698,9 +704,9 @@ impl<F: Filesystems> GuardianState<F> {
                     self.lost.get_or_insert((i, false));
                 }
                 Err(Errno::ETIMEDOUT | Errno::EDEADLK) => {
-                    // Someone thawed ours and the probe's own freeze is stuck syncing: it
-                    // is its thread's to thaw when it returns, and a FITHAW here would
-                    // wait behind it.
+                    // Someone thawed ours and the probe's own freeze is stuck syncing
+                    // (nothing else holds a probe 10 s): it is its thread's to thaw when
+                    // it returns, and a FITHAW here would wait behind it.
                     self.fs[i].ours = false;
                     self.lost.get_or_insert((i, false));
                 }
@@ -1068,6 +1074,8 @@ mod tests {
         readable: bool,
         /// Its FIFREEZE does not return in time (it waits on another freeze).
         stuck: bool,
+        /// Its FIFREEZE answers only after 100 ms (a busy host): a shorter wait gives up.
+        slow: bool,
     }
 
     #[derive(Clone)]
@@ -1075,7 +1083,7 @@ mod tests {
 
     impl Fake {
         fn new(n: usize) -> Fake {
-            let fs = FakeFs { by: By::Nobody, generation: 0, readable: true, stuck: false };
+            let fs = FakeFs { by: By::Nobody, generation: 0, readable: true, stuck: false, slow: false };
             Fake(Rc::new(RefCell::new(vec![fs; n])), (0..n).map(|i| format!("/mnt/{i}")).collect())
         }
         fn by(&self) -> Vec<By> {
@@ -1097,9 +1105,9 @@ mod tests {
         fn count(&self) -> usize {
             self.1.len()
         }
-        fn fifreeze(&mut self, i: usize, _limit: Duration) -> Result<(), Errno> {
+        fn fifreeze(&mut self, i: usize, limit: Duration) -> Result<(), Errno> {
             let mut fs = self.0.borrow_mut();
-            if fs[i].stuck {
+            if fs[i].stuck || (fs[i].slow && limit < Duration::from_millis(100)) {
                 return Err(Errno::ETIMEDOUT);
             }
             if fs[i].by != By::Nobody {
@@ -1267,6 +1275,19 @@ mod tests {
         fake.0.borrow_mut()[1].stuck = false;
         g.linger();
         assert!(!record_exists(&dir), "gone once the late freeze returned");
+    }
+
+    #[test]
+    fn a_probe_answered_late_after_the_deadline_still_thaws() {
+        // Past the deadline the time left to the bound is nothing: a probe given only
+        // that gave up on the EBUSY of our own freeze, took it for lost, and never thawed.
+        let (mut g, fake, _dir) = guardian(1, Duration::from_millis(10));
+        reply(&mut g, Request::Freeze(Duration::from_millis(10)));
+        fake.0.borrow_mut()[0].slow = true;
+        // Past the deadline and half the grace (125 ms): a stalled writer's kill point.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(permit(&mut g, 0), Permit::DeadlinePassed);
+        assert_eq!(fake.by(), [By::Nobody], "thawed");
     }
 
     #[test]

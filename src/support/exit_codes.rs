@@ -73,7 +73,7 @@ impl ExitCode {
             }
             ExitCode::Interrupted => "interrupted by a signal; thawed, resumable with --resume",
             ExitCode::WindowOverrun => {
-                "too many freeze windows overran their deadline, one outlasted its hard bound, or a freeze could not finish within it; thawed; resumable"
+                "windows overran too often, broke the bound, or could not freeze; thawed; resumable"
             }
             ExitCode::FreezeLost => "another program thawed the freeze; writing stopped; its freeze left alone",
         }
