@@ -137,9 +137,15 @@ fn files_below(dev: DevNum, sysfs: &Sysfs, loops: &[aliases::Loop], seen: &mut V
     seen.push(dev);
     let Some((name, parent)) = sysfs.name_of(dev) else { return Vec::new() };
     let mut out = Vec::new();
-    if let Some(l) = loops.iter().find(|l| l.dev == dev && l.backing_dev.is_none()) {
-        out.push((l.file.dev, format!("a loop device over {}", l.path)));
-        out.extend(files_below(l.file.dev, sysfs, loops, seen));
+    if let Some(l) = loops.iter().find(|l| l.dev == dev) {
+        match l.backing_dev {
+            // A loop over a block device: on to that device.
+            Some(below) => out.extend(files_below(below, sysfs, loops, seen)),
+            None => {
+                out.push((l.file.dev, format!("a loop device over {}", l.path)));
+                out.extend(files_below(l.file.dev, sysfs, loops, seen));
+            }
+        }
     }
     let below = sysfs.slaves_of(&name).into_iter().chain(parent).filter_map(|n| sysfs.dev_of(&n));
     for d in below.collect::<Vec<_>>() {

@@ -383,12 +383,20 @@ impl Guardian {
     /// it; nothing is known of the thaw).
     pub(crate) fn shutdown(mut self) -> bool {
         let _ = self.stream.write_all(&msg(OP_EXIT, 0, 0));
-        if let Ok((ST_OK, 1, _)) = self.reply(Some(self.reply_timeout)) {
-            log::warn!(
-                "a freeze that waited on another filesystem has not returned: the guardian (PID {}) stays on to thaw it when it does",
-                self.pid
-            );
-            return true;
+        match self.reply(Some(self.reply_timeout)) {
+            Ok((ST_OK, 1, _)) => {
+                log::warn!(
+                    "a freeze that waited on another filesystem has not returned: the guardian (PID {}) stays on to thaw it when it does",
+                    self.pid
+                );
+                return true;
+            }
+            // No reply in all that time: stopped by hand.
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                self.kill();
+                return false;
+            }
+            _ => {}
         }
         let exited = self.reaped_within(self.reply_timeout);
         if !exited {
