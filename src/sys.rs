@@ -786,6 +786,18 @@ pub(crate) fn loop_status(fd: BorrowedFd<'_>) -> nix::Result<LoopStatus> {
     })
 }
 
+/// `KCMP_FILES` (include/uapi/linux/kcmp.h): do two tasks share one file table?
+const KCMP_FILES: libc::c_int = 2;
+
+/// Whether tasks `a` and `b` share one file table (`kcmp(2)`, `KCMP_FILES`): Some(true)
+/// if so; None where the kernel cannot say (no CONFIG_KCMP, a task gone, EPERM).
+pub(crate) fn same_file_table(a: i32, b: i32) -> Option<bool> {
+    // SAFETY: kcmp takes two pids, a type and two unused integers; it touches no memory
+    // of ours (kernel/kcmp.c). Returns 0 equal, 1 or 2 ordered, 3 not comparable.
+    let rc = unsafe { libc::syscall(libc::SYS_kcmp, a, b, KCMP_FILES, 0usize, 0usize) };
+    (rc >= 0).then_some(rc == 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@
 //! first write, and again before each window.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::host::aliases::{self, FileId, Reach};
 use crate::host::device::Sysfs;
@@ -40,15 +40,29 @@ fn rdev_of(meta: &std::fs::Metadata) -> Option<(u32, u32)> {
     meta.file_type().is_block_device().then(|| crate::host::device::dev_num(meta.rdev()))
 }
 
-/// The access mode of an open file from `/proc/PID/fdinfo/N` ("flags: 0100002", octal).
-fn opened_for_writing(pid: i32, fd: &str) -> bool {
-    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap_or_default();
-    let flags = info
+/// The access mode of an open file from its fdinfo ("flags: 0100002", octal).
+fn opened_for_writing(fdinfo: &str) -> bool {
+    let flags = fdinfo
         .lines()
         .find_map(|l| l.strip_prefix("flags:"))
         .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
         .unwrap_or(0);
     flags & 0o3 != 0 // O_WRONLY or O_RDWR
+}
+
+/// The files registered with an io_uring instance (`UserFiles:` in its fdinfo, one
+/// "  N: /path" line each, fs/io_uring/fdinfo.c). They stay usable after their fds are
+/// closed, and the kernel does not say how each was opened.
+fn io_uring_files(fdinfo: &str) -> Vec<String> {
+    let mut lines = fdinfo.lines().skip_while(|l| !l.starts_with("UserFiles:")).skip(1);
+    let mut names = Vec::new();
+    while let Some((n, name)) = lines.next().and_then(|l| l.split_once(':')) {
+        if n.trim().parse::<u32>().is_err() {
+            break;
+        }
+        names.push(name.trim().to_string());
+    }
+    names
 }
 
 /// Every process other than reseq and its guardians holding one of the devices or files
@@ -78,19 +92,68 @@ fn reaches(r: &Reach, devs: &[(u32, u32)], md: &std::fs::Metadata) -> Option<Str
     r.file(FileId::of(md)).map(|f| format!(": {}", f.describe()))
 }
 
-/// How process `pid` holds the target for writing: open fds and shared writable
-/// mappings, of its devices, their aliases or their backing files.
-fn holds_for_writing(pid: i32, r: &Reach, devs: &[(u32, u32)]) -> Vec<String> {
-    let dir = std::path::PathBuf::from(format!("/proc/{pid}"));
-    let mut how = Vec::new();
-    for fd in std::fs::read_dir(dir.join("fd")).into_iter().flatten().flatten() {
-        let Some(what) = std::fs::metadata(fd.path()).ok().and_then(|m| reaches(r, devs, &m)) else { continue };
-        let name = fd.file_name().to_string_lossy().into_owned();
-        if opened_for_writing(pid, &name) {
-            let target = std::fs::read_link(fd.path()).map(|l| l.display().to_string()).unwrap_or_default();
-            how.push(format!("has {target} open for writing (fd {name}){what}"));
+/// The tasks of `pid` whose file tables differ, each table once: the leader's, and a
+/// thread's that called `unshare(CLONE_FILES)`; a zombie leader (its main thread called
+/// `pthread_exit`) has none, and its threads show the table. Each with the thread id
+/// to name in a message (None for the leader). Every task where kcmp cannot tell.
+fn file_tables(pid: i32) -> Vec<(PathBuf, Option<i32>)> {
+    let task = PathBuf::from(format!("/proc/{pid}/task"));
+    let mut tids: Vec<i32> = std::fs::read_dir(&task)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .collect();
+    tids.sort_by_key(|&t| (t != pid, t));
+    let mut seen: Vec<i32> = Vec::new();
+    for tid in tids {
+        if !seen.iter().any(|&s| crate::sys::same_file_table(s, tid) == Some(true)) {
+            seen.push(tid);
         }
     }
+    seen.into_iter().map(|t| (task.join(t.to_string()), (t != pid).then_some(t))).collect()
+}
+
+/// How process `pid` holds the target for writing: open fds and io_uring registered
+/// files in each of its file tables, and shared writable mappings; each way once.
+fn holds_for_writing(pid: i32, r: &Reach, devs: &[(u32, u32)]) -> Vec<String> {
+    let mut how = Vec::new();
+    for (dir, tid) in file_tables(pid) {
+        // A thread named: its own table, or the live table of a zombie leader.
+        let of = tid.map(|t| format!(" of thread {t}")).unwrap_or_default();
+        how.extend(table_holds(&dir, &of, r, devs));
+        how.extend(maps_hold(&dir, r, devs));
+    }
+    let mut seen = std::collections::HashSet::new();
+    how.retain(|h| seen.insert(h.clone()));
+    how
+}
+
+/// The fds of one file table (`dir` is a task's directory) that hold the target for
+/// writing, and its io_uring instances' registered files that reach it.
+fn table_holds(dir: &Path, of: &str, r: &Reach, devs: &[(u32, u32)]) -> Vec<String> {
+    let mut how = Vec::new();
+    for fd in std::fs::read_dir(dir.join("fd")).into_iter().flatten().flatten() {
+        let name = fd.file_name().to_string_lossy().into_owned();
+        let link = std::fs::read_link(fd.path()).map(|l| l.display().to_string()).unwrap_or_default();
+        let info = || std::fs::read_to_string(dir.join("fdinfo").join(&name)).unwrap_or_default();
+        if link == "anon_inode:[io_uring]" {
+            how.extend(io_uring_files(&info()).into_iter().filter_map(|f| {
+                let what = std::fs::metadata(&f).ok().and_then(|m| reaches(r, devs, &m))?;
+                Some(format!("has {f} registered with an io_uring (fd {name}{of}), usable for writing{what}"))
+            }));
+            continue;
+        }
+        let Some(what) = std::fs::metadata(fd.path()).ok().and_then(|m| reaches(r, devs, &m)) else { continue };
+        if opened_for_writing(&info()) {
+            how.push(format!("has {link} open for writing (fd {name}{of}){what}"));
+        }
+    }
+    how
+}
+
+/// The first shared writable mapping of the target in a task's address space.
+fn maps_hold(dir: &Path, r: &Reach, devs: &[(u32, u32)]) -> Option<String> {
     let maps = std::fs::read_to_string(dir.join("maps")).unwrap_or_default();
     for line in maps.lines() {
         // address perms offset dev inode path
@@ -103,11 +166,26 @@ fn holds_for_writing(pid: i32, r: &Reach, devs: &[(u32, u32)]) -> Vec<String> {
         // fallback where it cannot be read.
         let md = std::fs::metadata(dir.join("map_files").join(addr)).or_else(|_| std::fs::metadata(path));
         if let Some(what) = md.ok().and_then(|m| reaches(r, devs, &m)) {
-            how.push(format!("maps {path} writable{what}"));
-            break;
+            return Some(format!("maps {path} writable{what}"));
         }
     }
-    how
+    None
+}
+
+/// Why `/proc` may not show every process of the host, if it may not: reseq in a PID
+/// namespace other than the initial one sees none of the processes outside it, and a
+/// `/proc` mounted for another namespace shows that namespace's.
+fn unseen_processes() -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let ns = std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino());
+    if ns.is_some_and(|ino| ino != crate::sys::PID_NS_INIT_INO) {
+        return Some("it runs in a PID namespace of its own, and processes outside it are not in its /proc".into());
+    }
+    let me = std::fs::read_link("/proc/self").ok().and_then(|l| l.to_string_lossy().parse::<u32>().ok());
+    (me != Some(std::process::id())).then(|| {
+        "/proc is not this PID namespace's (/proc/self is not reseq): its processes are not the ones that run here"
+            .into()
+    })
 }
 
 /// Everything that may write `devs` besides reseq: processes writing them, an alias of
@@ -146,6 +224,12 @@ pub(crate) fn find_lasting(devs: &[(u32, u32)]) -> Vec<Writer> {
 
 /// Refuses when anything else may write `devs`; `target` names them in the message.
 pub(crate) fn refuse_other_writers(target: &Path, devs: &[(u32, u32)]) -> Result<()> {
+    if let Some(why) = unseen_processes() {
+        return Err(Error::refused(
+            format!("reseq cannot see every process that may write {}: {why}", target.display()),
+            "run reseq in the host's PID namespace with the host's /proc (a container: hostPID: true; or nsenter --target 1 --pid --mount)",
+        ));
+    }
     let found = find_lasting(devs);
     let Some(first) = found.first() else { return Ok(()) };
     // Another reseq (its state directory may differ, so its lock may not be seen).
@@ -175,4 +259,40 @@ pub(crate) fn refuse_other_writers(target: &Path, devs: &[(u32, u32)]) -> Result
             None => first.fix.clone().unwrap_or_else(|| format!("stop what uses {}, then run reseq again", first.what)),
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_access_mode_and_io_uring_files_from_fdinfo() {
+        assert!(opened_for_writing("pos:\t0\nflags:\t0100002\nmnt_id:\t24\n"));
+        assert!(!opened_for_writing("pos:\t0\nflags:\t0100000\n"));
+        let info =
+            "pos:\t0\nflags:\t02\nSqMask:\t0x3\nUserFiles:\t2\n    0: /dev/loop6\n    1: /tmp/a b\nUserBufs:\t0\n";
+        assert_eq!(io_uring_files(info), vec!["/dev/loop6".to_string(), "/tmp/a b".to_string()]);
+        assert!(io_uring_files("pos:\t0\nUserFiles:\t0\nUserBufs:\t0\n").is_empty());
+    }
+
+    /// A thread that unshares its file table shows as a table of its own; the others
+    /// (sharing the leader's) do not.
+    #[test]
+    fn a_thread_with_its_own_file_table_is_scanned() {
+        let me = std::process::id() as i32;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_FILES).unwrap();
+            tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            done_rx.recv().ok();
+        });
+        let tid = rx.recv().unwrap();
+        let tables = file_tables(me);
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(tables.first().map(|t| t.1), Some(None), "the leader's table first: {tables:?}");
+        assert!(tables.iter().any(|t| t.1 == Some(tid)), "thread {tid}'s own table: {tables:?}");
+        assert!(tables.len() <= 3, "threads sharing the leader's table are left out: {tables:?}");
+    }
 }

@@ -15,6 +15,7 @@ use crate::engine::journal::{self, Journal, RunRecord};
 use crate::engine::target::{BlockTarget, DirectDevice, OpenMode};
 use crate::engine::{self, Everything, Planner, Selected};
 use crate::host::freeze::{GuardedFreeze, NoFreeze, Thawed, WindowGuard, WritersChecked};
+use crate::host::shape::ShapeChecked;
 use crate::host::trim::{self, TrimReport, TrimTarget};
 use crate::host::usedspace::{FsSpan, UsedSpace};
 use crate::measure::bench;
@@ -98,7 +99,7 @@ pub(crate) fn describe_plan(plan: &RewritePlan) -> String {
     s += &describe_chunks(plan);
     s += &describe_freeze(plan);
     s += &format!(
-        "  other writers: none (checked every process's open files and writable mappings, and loop devices backed by {} or its partitions/disk: {}); checked again before windows and within them\n",
+        "  other writers: none (checked every file table of every process (each thread's own too), their writable mappings and io_uring registered files, and loop devices backed by {} or its partitions/disk: {}); checked again before windows and within them; the device's written-sectors counters are compared with reseq's own writes before every write (exit 9 if they grew more); its partitions, holders, loops and mounts are compared with the plan's at every window. Not seen: fds in flight over unix sockets until the writes show in the counters, writers on another host or below the device\n",
         plan.device.path.display(),
         plan.writer_devices.iter().map(|(a, b)| format!("{a}:{b}")).collect::<Vec<_>>().join(", ")
     );
@@ -623,16 +624,22 @@ pub(crate) fn run_record(
 /// The guardian's freeze when filesystems are mounted, none otherwise; other writers
 /// are checked before every window either way. Forks the guardian.
 fn window_guard(plan: &RewritePlan, journal: &Journal) -> Result<Box<dyn WindowGuard>> {
-    let (path, devices) = (plan.device.path.clone(), plan.writer_devices.clone());
     if !plan.needs_freeze() {
-        return Ok(Box::new(WritersChecked::new(NoFreeze, path, devices)));
+        return Ok(Box::new(checked(NoFreeze, plan)));
     }
     let placement =
         plan.guardian.as_ref().ok_or_else(|| Error::Internal("a freeze without a guardian placement".into()))?;
     let mut g = GuardedFreeze::start(plan.filesystems.clone(), plan.max_freeze, placement)?;
     g.set_journal(journal.path())?;
     g.set_target(&plan.device.path)?;
-    Ok(Box::new(WritersChecked::new(g, path, devices)))
+    Ok(Box::new(checked(g, plan)))
+}
+
+/// A guard with the checks of every window: other writers, the device's shape, its
+/// written-sectors counters.
+fn checked<G: WindowGuard>(g: G, plan: &RewritePlan) -> ShapeChecked<WritersChecked<G>> {
+    let writers = WritersChecked::new(g, plan.device.path.clone(), plan.writer_devices.clone());
+    ShapeChecked::new(writers, plan.device.dev_num, plan.shape.clone())
 }
 
 /// The bar and its ETA count what will be written: with free space left out, the bytes

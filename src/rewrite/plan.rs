@@ -70,6 +70,9 @@ pub(crate) struct RewritePlan {
     /// Devices through which the target's bytes can be written (itself, its partitions,
     /// its disk): nothing else may hold them for writing, checked before every window.
     pub(crate) writer_devices: Vec<(u32, u32)>,
+    /// The device's partitions, holders, loops and mounts when planned: compared at every
+    /// window (`host::shape`).
+    pub(crate) shape: crate::host::shape::Shape,
     /// Where the freeze guardian goes (None: nothing is frozen).
     pub(crate) guardian: Option<crate::host::cgroup::Placement>,
     /// Things the user should know that did not stop the plan.
@@ -159,6 +162,8 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
         warnings.extend(unmounted_partitions(&dev, &filesystems, &env.sysfs));
     }
     let (hung_task_timeout, _) = checks::hung_task();
+    // Taken last: what the checks above found is the shape every window must see again.
+    let shape = crate::host::shape::Shape::take(dev.dev_num, &env.sysfs);
     Ok(RewritePlan {
         used_space,
         trim: !o.no_trim,
@@ -171,6 +176,7 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
         hung_task_timeout,
         journal_path,
         start,
+        shape,
         writer_devices,
         guardian,
         warnings,

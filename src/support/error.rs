@@ -88,6 +88,14 @@ pub enum Error {
     )]
     FreezeStuck { filesystem: String, window: u64, waited_ms: u64, thawed: String },
 
+    /// The device's written-sectors counter grew during a window by more than reseq wrote:
+    /// someone else wrote through `device` (see `host::written`).
+    #[error(
+        "another writer wrote {device} during freeze window {window}: its written-sectors counter grew by {foreign} bytes more than reseq wrote (a writer no scan of /proc can see: an fd passed over a socket, a writer that opened, wrote and closed between two looks, a kernel user). reseq stopped before its next write. {}. Find and stop that writer (it may be a VM, a database or a backup tool on the raw device), then run again with --resume",
+        foreign_suffix(*.written)
+    )]
+    ForeignWrite { device: String, window: u64, foreign: u64, written: Option<(u64, u64)> },
+
     /// A bug or an impossible state.
     #[error("internal error: {0}")]
     Internal(String),
@@ -151,6 +159,15 @@ fn written_suffix(written: Option<(u64, u64)>) -> String {
     }
 }
 
+fn foreign_suffix(written: Option<(u64, u64)>) -> String {
+    match written {
+        Some((start, end)) => format!(
+            "Device bytes {start}..{end} were written by reseq since its last look found no other writer, each with bytes read before: where that writer wrote there in between, its newer bytes were overwritten with older ones. Check that range (fsck -n, the application's own checks)"
+        ),
+        None => "reseq wrote nothing since its last look found no other writer, so none of that writer's bytes were overwritten".into(),
+    }
+}
+
 fn offset_suffix(offset: Option<u64>) -> String {
     offset.map(|o| format!(" at offset {o}")).unwrap_or_default()
 }
@@ -167,6 +184,7 @@ impl Error {
                 ExitCode::WindowOverrun
             }
             Error::FreezeLost { .. } => ExitCode::FreezeLost,
+            Error::ForeignWrite { .. } => ExitCode::ForeignWrite,
             Error::Internal(_) => ExitCode::Internal,
         }
     }

@@ -31,11 +31,15 @@ pub enum ExitCode {
     /// Another program thawed (or thawed and re-froze) reseq's freeze during a window;
     /// reseq stopped writing at once and never thawed a freeze that was not its own.
     FreezeLost,
+    /// Another writer wrote the device during a window (its written-sectors counter grew
+    /// by more than reseq wrote); writing stopped; the message names the bytes reseq wrote
+    /// since its last clean look, which may have overwritten that writer's newer bytes.
+    ForeignWrite,
 }
 
 impl ExitCode {
     /// Every code, in numeric order (for docs and tests).
-    pub const ALL: [ExitCode; 9] = [
+    pub const ALL: [ExitCode; 10] = [
         ExitCode::Success,
         ExitCode::Internal,
         ExitCode::Usage,
@@ -45,6 +49,7 @@ impl ExitCode {
         ExitCode::Interrupted,
         ExitCode::WindowOverrun,
         ExitCode::FreezeLost,
+        ExitCode::ForeignWrite,
     ];
 
     pub fn code(self) -> i32 {
@@ -58,6 +63,7 @@ impl ExitCode {
             ExitCode::Interrupted => 6,
             ExitCode::WindowOverrun => 7,
             ExitCode::FreezeLost => 8,
+            ExitCode::ForeignWrite => 9,
         }
     }
 
@@ -76,6 +82,7 @@ impl ExitCode {
                 "windows overran too often, broke the bound, or could not freeze; thawed; resumable"
             }
             ExitCode::FreezeLost => "another program thawed the freeze; writing stopped; its freeze left alone",
+            ExitCode::ForeignWrite => "another writer wrote the device in a window; stopped; the bytes at risk named",
         }
     }
 }

@@ -25,6 +25,7 @@ mod foreign_writers;
 mod freeze_bound;
 mod freeze_deps;
 mod generate;
+mod hidden_writers;
 mod kill_by_name;
 mod leftovers;
 mod no_silent_loss;

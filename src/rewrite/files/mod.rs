@@ -22,6 +22,7 @@ use crate::engine::{self, EngineConfig, EngineStats};
 use crate::host::device::{self, Sysfs};
 use crate::host::freeze::{GuardedFreeze, WritersChecked};
 use crate::host::mounts::{self, MountedFs};
+use crate::host::shape::{Shape, ShapeChecked};
 use crate::options::resume::RunOptions;
 use crate::options::rewrite::{DEFAULT_FILE_MAX_FREEZE, RewriteOptions};
 use crate::report::{FileReport, Report, now_rfc3339};
@@ -106,6 +107,8 @@ fn collect(o: &RewriteOptions) -> Result<Vec<PathBuf>> {
 struct FsGroup {
     fs: MountedFs,
     device: device::BlockDeviceInfo,
+    /// The device as planned, compared at every window.
+    shape: Shape,
 }
 
 /// Checks every file's filesystem before anything is frozen or written.
@@ -178,7 +181,8 @@ fn fs_group(f: &Path, dev: (u32, u32), mounts: &[mounts::MountEntry], sysfs: &Sy
     let device = device_of(&fs, sysfs)?;
     checks::writable(&device)?;
     checks::no_copy_on_write(&device, sysfs)?;
-    Ok(FsGroup { fs, device })
+    let shape = Shape::take(device.dev_num, sysfs);
+    Ok(FsGroup { fs, device, shape })
 }
 
 /// The block device under a mounted filesystem, by its device node.
@@ -586,11 +590,13 @@ impl FileRun<'_> {
 
     /// One guardian per filesystem, forked while no other thread runs, and nothing else
     /// may write its device (a raw writer bypasses the freeze).
-    fn guard(&self, g: &FsGroup, journal: &Path) -> Result<WritersChecked<GuardedFreeze>> {
+    fn guard(&self, g: &FsGroup, journal: &Path) -> Result<ShapeChecked<WritersChecked<GuardedFreeze>>> {
         let mut freeze = GuardedFreeze::start(vec![g.fs.clone()], self.o.max_freeze(), self.placement)?;
         freeze.set_target(&g.device.path)?;
         freeze.set_journal(journal)?;
-        Ok(WritersChecked::new(freeze, g.device.path.clone(), g.device.devices_sharing_bytes(&Sysfs::default())))
+        let writers =
+            WritersChecked::new(freeze, g.device.path.clone(), g.device.devices_sharing_bytes(&Sysfs::default()));
+        Ok(ShapeChecked::new(writers, g.device.dev_num, g.shape.clone()))
     }
 
     /// The engine's configuration for the files of one filesystem, laid end to end in

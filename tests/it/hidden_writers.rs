@@ -1,0 +1,460 @@
+//! Writers a scan of `/proc/*/fd` cannot see, and a device that changes shape mid-run
+//! (issue 35, items 1 and 2).
+//!
+//! A writer (a small Python program, for `unshare` and `pthread_exit` through ctypes)
+//! rewrites random 4 KiB blocks with O_DIRECT and an fdatasync each and, when stopped,
+//! records the last sequence number of each block whose fdatasync returned; afterwards
+//! every block is read back: none may hold an older write than that (0 fsync'd blocks
+//! reverted), and reseq must stop with a documented exit code and say why.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+const BLOCK: u64 = 4096;
+const BLOCKS: u64 = 2048;
+
+/// The writer. Modes: `plain` (one fd), `unshare` (a thread with a file table of its own
+/// opens the device), `zombie` (the main thread calls pthread_exit, a thread writes),
+/// `blink` (opens, writes, fsyncs and closes each block: never there for a scan's three
+/// looks 100 ms apart).
+const WRITER: &str = r#"
+import ctypes, mmap, os, random, sys, threading, time
+mode, path, first, count, out, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+libc = ctypes.CDLL(None, use_errno=True)
+last = [0] * count
+def run(open_each):
+    rng, seq, fd, buf = random.Random(7), 0, None, mmap.mmap(-1, 4096)
+    while not os.path.exists(stop):
+        seq += 1
+        i = rng.randrange(count)
+        buf[:24] = b'HIDDENBK' + i.to_bytes(8, 'little') + seq.to_bytes(8, 'little')
+        try:
+            if fd is None:
+                fd = os.open(path, os.O_RDWR | os.O_DIRECT)
+            os.pwrite(fd, buf, first + i * 4096)
+            os.fdatasync(fd)
+        except OSError:
+            break
+        last[i] = seq
+        if open_each:
+            os.close(fd)
+            fd = None
+            time.sleep(0.005)
+    with open(out + '.tmp', 'w') as f:
+        f.write(' '.join(map(str, last)))
+    os.rename(out + '.tmp', out)
+def unshared():
+    if libc.unshare(0x400) != 0:
+        raise OSError(ctypes.get_errno(), 'unshare(CLONE_FILES)')
+    run(False)
+if mode == 'unshare':
+    t = threading.Thread(target=unshared); t.start(); t.join()
+elif mode == 'zombie':
+    t = threading.Thread(target=run, args=(False,)); t.start()
+    time.sleep(0.05)
+    libc.pthread_exit(None)
+else:
+    run(mode == 'blink')
+"#;
+
+/// A running writer; stopped (and reaped) on drop.
+struct Writer {
+    child: Option<Child>,
+    stop: PathBuf,
+    out: PathBuf,
+}
+
+impl Writer {
+    /// Writes blocks `first..first + BLOCKS * 4096` of `path`.
+    fn start(env: &TestEnv, mode: &str, path: &Path, first: u64) -> Writer {
+        Writer::start_n(env, mode, path, first, BLOCKS)
+    }
+
+    /// Writes `count` blocks from `first`.
+    fn start_n(env: &TestEnv, mode: &str, path: &Path, first: u64, count: u64) -> Writer {
+        let script = env.path("writer.py");
+        std::fs::write(&script, WRITER).unwrap();
+        let (out, stop) = (env.path(&format!("{mode}.last")), env.path(&format!("{mode}.stop")));
+        let child = Command::new("python3")
+            .arg(&script)
+            .args([mode, &path.to_string_lossy(), &first.to_string(), &count.to_string()])
+            .args([&out, &stop])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        Writer { child: Some(child), stop, out }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Stops it; the last acknowledged sequence number of each block.
+    fn finish(mut self) -> Vec<u64> {
+        self.end();
+        let text = std::fs::read_to_string(&self.out).expect("the writer's record");
+        text.split_whitespace().map(|n| n.parse().unwrap()).collect()
+    }
+
+    fn end(&mut self) {
+        let _ = std::fs::write(&self.stop, b"");
+        if let Some(mut c) = self.child.take() {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(10) && c.try_wait().ok().flatten().is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// The blocks (read at `first` of `path`) holding an older write than the last
+/// acknowledged one, and how many blocks were acknowledged.
+fn reverted(path: &Path, first: u64, last: &[u64]) -> (usize, usize) {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_DIRECT).open(path).unwrap();
+    let mut buf = reseq::testing::AlignedBuf::new(BLOCK as usize, BLOCK as usize);
+    let mut lost = 0;
+    for (i, &want) in last.iter().enumerate() {
+        f.read_exact_at(&mut buf, first + i as u64 * BLOCK).unwrap();
+        let seq = if &buf[..8] == b"HIDDENBK" { u64::from_le_bytes(buf[16..24].try_into().unwrap()) } else { 0 };
+        lost += usize::from(seq < want);
+    }
+    (lost, last.iter().filter(|&&s| s > 0).count())
+}
+
+/// Stops the writer and asserts that no fsync'd block reverted; says the figures.
+fn assert_nothing_lost(writer: Writer, path: &Path, first: u64, out: &std::process::Output, at_least: usize) {
+    let last = writer.finish();
+    let (lost, acked) = reverted(path, first, &last);
+    eprintln!("exit {:?}, {lost} of {acked} fsync'd blocks reverted", out.status.code());
+    assert!(acked >= at_least, "the writer wrote (fsync'd) while reseq ran: {acked}");
+    assert_eq!(lost, 0, "{lost} of {acked} fsync'd blocks went back to older contents");
+}
+
+/// `reseq rewrite` of `dev`, chunks of 1 MiB, each write delayed (a run of about 1.3 s
+/// over 64 MiB, long enough for a change mid-run).
+fn slow_rewrite(env: &TestEnv, dev: &Path) -> Running {
+    Running::captured(
+        env.reseq().env("RESEQ_FAULTS", "delay@after-write#*=20").args(["rewrite", "--chunk-size", "1M"]).arg(dev),
+    )
+}
+
+/// Refused before any write (exit 3), naming the writer's PID and `how`.
+fn assert_refused(env: &TestEnv, mode: &str, how: &str) {
+    let lo = env.random_loop_device(&format!("{mode}.img"), 16 << 20, 3);
+    let writer = Writer::start(env, mode, &lo.path, 4 << 20);
+    let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path));
+    let err = stderr(&out);
+    let pid = writer.pid();
+    assert_nothing_lost(writer, &lo.path, 4 << 20, &out, 20);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains(&format!("PID {pid}")) && err.contains(how), "{err}");
+}
+
+/// (a) A thread with a file table of its own (`unshare(CLONE_FILES)`) holds the
+/// unmounted target open and writes: before, exit 0 with 22 fsync'd blocks reverted.
+#[test]
+fn a_thread_with_its_own_file_table_is_refused() {
+    if !require(&["losetup", "python3"]) {
+        return;
+    }
+    assert_refused(&TestEnv::new(), "unshare", "of thread");
+}
+
+/// (a) mid-run: the thread starts writing after the run did. Its first write shows in the
+/// counters before reseq's next write (exit 9), or the scan within the window names the
+/// thread (exit 4); no fsync'd block reverts.
+#[test]
+fn a_thread_with_its_own_file_table_appearing_mid_run_stops_it() {
+    if !require(&["losetup", "python3"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("late-unshare.img", 64 << 20, 10);
+    let run = slow_rewrite(&env, &lo.path);
+    std::thread::sleep(Duration::from_millis(300));
+    let writer = Writer::start(&env, "unshare", &lo.path, 40 << 20);
+    let out = run.wait();
+    let err = stderr(&out);
+    assert_nothing_lost(writer, &lo.path, 40 << 20, &out, 1);
+    match out.status.code() {
+        Some(4) => assert!(err.contains("of thread") && err.contains("--resume"), "{err}"),
+        Some(9) => assert!(err.contains("another writer wrote"), "{err}"),
+        c => panic!("exit {c:?}: {err}"),
+    }
+}
+
+/// (b) The main thread called pthread_exit: the leader is a zombie with an empty `fd/`,
+/// and a thread writes.
+#[test]
+fn a_writer_behind_a_zombie_leader_is_refused() {
+    if !require(&["losetup", "python3"]) {
+        return;
+    }
+    assert_refused(&TestEnv::new(), "zombie", "open for writing (fd");
+}
+
+/// (c) A writer that opens, writes, fsyncs and closes each block mid-run: no scan sees
+/// it for three looks, but the device's written-sectors counter grows by more than reseq
+/// wrote, and the run stops before its next write (exit 9), naming the device and the
+/// bytes at risk.
+#[test]
+fn a_writer_no_scan_sees_is_stopped_by_the_written_sectors_counter() {
+    if !require(&["losetup", "python3"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("blink.img", 64 << 20, 5);
+    let run = slow_rewrite(&env, &lo.path);
+    std::thread::sleep(Duration::from_millis(300));
+    let writer = Writer::start(&env, "blink", &lo.path, 40 << 20);
+    let out = run.wait();
+    let err = stderr(&out);
+    // The counter stops the run at the writer's first block: few are written.
+    assert_nothing_lost(writer, &lo.path, 40 << 20, &out, 1);
+    assert_eq!(out.status.code(), Some(9), "{err}");
+    let dev = lo.path.display().to_string();
+    assert!(err.contains(&format!("another writer wrote {dev}")) && err.contains("Device bytes"), "{err}");
+}
+
+/// (c) in file mode: the same writer, on the mounted ext4's device, over the blocks of
+/// the file being rewritten; windows freeze, and the counters are read inside them. No
+/// fsync'd block may revert.
+#[test]
+fn file_mode_a_writer_no_scan_sees_is_stopped_by_the_counter() {
+    if !require(&["losetup", "python3", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, m) = env.mounted("fblink", 64 << 20, "ext4");
+    let file = m.dir.join("data");
+    std::fs::write(&file, vec![7u8; 4 << 20]).unwrap();
+    run_cmd(&mut Command::new("sync")).unwrap();
+    let (physical, len) = first_extent(&file);
+    let count = (len / BLOCK).min(512);
+    assert!(count >= 64, "the file's first extent is {len} bytes");
+    let writer = Writer::start_n(&env, "blink", &lo.path, physical, count);
+    let args = ["rewrite", "--chunk-size", "64K", "--max-freeze", "300ms", "--force"];
+    let out = output(env.reseq().env("RESEQ_FAULTS", "delay@after-write#*=5").args(args).arg(&file));
+    let err = stderr(&out);
+    assert_nothing_lost(writer, &lo.path, physical, &out, 1);
+    // In a frozen window 4 KiB are left to the filesystem: a writer's first block there
+    // may pass the counters and be caught by the read-back instead (exit 5, nothing
+    // written over it); its next block trips the counters (exit 9).
+    match out.status.code() {
+        Some(9) => assert!(err.contains(&format!("another writer wrote {}", lo.path.display())), "{err}"),
+        Some(5) => {
+            assert!(err.contains("checksum mismatch") && err.contains("did not write this range again"), "{err}")
+        }
+        c => panic!("exit {c:?}: {err}"),
+    }
+}
+
+/// The device offset and length of a file's first extent (FS_IOC_FIEMAP).
+fn first_extent(file: &Path) -> (u64, u64) {
+    let py = format!(
+        "import fcntl, os, struct\nfd = os.open('{}', os.O_RDONLY)\nb = bytearray(32 + 56)\nstruct.pack_into('<QQIIII', b, 0, 0, 2**64 - 1, 1, 0, 1, 0)\nfcntl.ioctl(fd, 0xC020660B, b)\nlogical, physical, length = struct.unpack_from('<QQQ', b, 32)\nprint(physical, length)\n",
+        file.display()
+    );
+    let out = run_cmd(Command::new("python3").arg("-c").arg(py)).unwrap();
+    let f: Vec<u64> = out.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    (f[0], f[1])
+}
+
+/// No false alarm: runs over mounted ext4 and xfs with files being written between
+/// windows, in device mode and file mode, in many short windows, all exit 0.
+#[test]
+fn the_counter_check_never_trips_on_a_normal_run() {
+    if !require(&["losetup", "mkfs.ext4", "mkfs.xfs"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    for fs in ["ext4", "xfs"] {
+        let (lo, m) = env.mounted(fs, 320 << 20, fs);
+        let files = fill_files(&m.dir, 8, 2 << 20, 11);
+        run_cmd(&mut Command::new("sync")).unwrap();
+        let appender = Appender::start(&m.dir, &m.dir.join("log"), &env.path(&format!("{fs}-stop")));
+        // Many windows; overruns on a busy host are not what this test is about.
+        let small = ["--chunk-size", "256K", "--max-freeze", "300ms", "--max-overruns", "1000", "--force"];
+        let device = output(env.reseq().args(["rewrite"]).args(small).arg(&lo.path));
+        assert_eq!(device.status.code(), Some(0), "{fs}, device mode: {}", stderr(&device));
+        let file_mode = output(env.reseq().args(["rewrite"]).args(small).arg(&m.dir));
+        assert_eq!(file_mode.status.code(), Some(0), "{fs}, file mode: {}", stderr(&file_mode));
+        assert!(appender.finish() > 0);
+        assert_files_intact(&files);
+        drop(m);
+        fsck_clean(&lo.path, fs);
+    }
+}
+
+/// A partition made by hand (BLKPG through `addpart`), with its node (no udev here);
+/// removed, node and partition, on drop.
+struct Partition {
+    disk: PathBuf,
+    node: PathBuf,
+}
+
+impl Partition {
+    /// Partition 1 of `disk`, `len` bytes from `start`.
+    fn add(disk: &Path, start: u64, len: u64) -> Partition {
+        let d = disk.to_string_lossy();
+        run_cmd(Command::new("addpart").args([&*d, "1", &(start / 512).to_string(), &(len / 512).to_string()]))
+            .unwrap();
+        let name = format!("{}p1", disk.file_name().unwrap().to_string_lossy());
+        let p = Partition { disk: disk.to_path_buf(), node: PathBuf::from(format!("/dev/{name}")) };
+        let dev = std::fs::read_to_string(format!("/sys/class/block/{name}/dev")).unwrap();
+        if !p.node.exists() {
+            let (maj, min) = dev.trim().split_once(':').unwrap();
+            run_cmd(Command::new("mknod").arg(&p.node).args(["b", maj, min])).unwrap();
+        }
+        p
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.node);
+        let _ = run_cmd(Command::new("delpart").arg(&self.disk).arg("1"));
+    }
+}
+
+/// (d) A partition added mid-run (BLKPG succeeds on a disk reseq holds O_EXCL) over
+/// bytes being rewritten, and written through its new node: the run stops (the shape
+/// changed, exit 4, or the counter grew, exit 9), nothing fsync'd reverts.
+#[test]
+fn a_partition_added_mid_run_stops_it() {
+    if !require(&["losetup", "python3", "addpart", "delpart", "mknod"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("part.img", 64 << 20, 6);
+    let run = slow_rewrite(&env, &lo.path);
+    std::thread::sleep(Duration::from_millis(300));
+    let (start, len) = (32 << 20, 16 << 20);
+    let part = Partition::add(&lo.path, start, len);
+    let writer = Writer::start(&env, "plain", &part.node, 0);
+    let out = run.wait();
+    let err = stderr(&out);
+    assert_nothing_lost(writer, &lo.path, start, &out, 1);
+    drop(part);
+    let name = format!("{}p1", lo.name());
+    match out.status.code() {
+        Some(4) => assert!(err.contains("changed shape") && err.contains(&name), "{err}"),
+        Some(9) => assert!(err.contains("another writer wrote"), "{err}"),
+        c => panic!("exit {c:?}: {err}"),
+    }
+}
+
+/// (e) The loop device's offset changed mid-run (LOOP_SET_STATUS64, as a program may do
+/// on a loop device it did not set up): before, "I/O error: unexpected end of file";
+/// now the run stops before its next write and says what changed (exit 4).
+#[test]
+fn a_loop_offset_changed_mid_run_stops_it() {
+    if !require(&["losetup", "python3"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("offset.img", 64 << 20, 7);
+    let image = std::fs::read(&lo.image).unwrap();
+    let run = slow_rewrite(&env, &lo.path);
+    std::thread::sleep(Duration::from_millis(300));
+    set_loop_offset(&lo.path, 1 << 20);
+    let out = run.wait();
+    let err = stderr(&out);
+    set_loop_offset(&lo.path, 0);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("changed shape") && err.contains("offset 0") && err.contains("offset 1048576"), "{err}");
+    // A write the loop driver held during the change lands at the new offset: the
+    // message names it (the chunk written since the last look), and nothing else moved.
+    let changed = changed_mib(&lo.image, &image);
+    eprintln!("MiB of the image changed: {changed:?}");
+    for mib in &changed {
+        let (at, end) = ((mib - 1) << 20, mib << 20);
+        assert!(err.contains(&format!("device bytes {at}..{end}")), "MiB {mib} of the image changed unnamed: {err}");
+    }
+}
+
+/// The 1 MiB pieces of `image` that differ from `before`, numbered from 0.
+fn changed_mib(image: &Path, before: &[u8]) -> Vec<u64> {
+    let now = std::fs::read(image).unwrap();
+    (0..before.len() / (1 << 20))
+        .filter(|&i| now[i << 20..(i + 1) << 20] != before[i << 20..(i + 1) << 20])
+        .map(|i| i as u64)
+        .collect()
+}
+
+/// (e) The backing file shrunk and the loop's size re-read (`losetup -c`) mid-run.
+#[test]
+fn a_loop_resized_mid_run_stops_it() {
+    if !require(&["losetup", "python3"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("size.img", 64 << 20, 8);
+    let run = slow_rewrite(&env, &lo.path);
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::OpenOptions::new().write(true).open(&lo.image).unwrap().set_len(48 << 20).unwrap();
+    run_cmd(Command::new("losetup").arg("-c").arg(&lo.path)).unwrap();
+    let out = run.wait();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("changed shape") && err.contains("size (sectors) was 131072, now 98304"), "{err}");
+}
+
+/// LOOP_GET_STATUS64, a new lo_offset (byte 24 of struct loop_info64), LOOP_SET_STATUS64.
+fn set_loop_offset(dev: &Path, offset: u64) {
+    let py = format!(
+        "import fcntl, os, struct\nfd = os.open('{}', os.O_RDWR)\nb = bytearray(232)\nfcntl.ioctl(fd, 0x4C05, b)\nb[24:32] = struct.pack('<Q', {offset})\nfcntl.ioctl(fd, 0x4C04, bytes(b))\n",
+        dev.display()
+    );
+    run_cmd(Command::new("python3").arg("-c").arg(py)).unwrap();
+}
+
+/// A file registered with an io_uring (IORING_REGISTER_FILES) stays writable through the
+/// ring after its fd is closed: no fd shows it, the ring's fdinfo does (`UserFiles:`).
+#[test]
+fn a_file_registered_with_an_io_uring_is_refused() {
+    if !require(&["losetup", "python3"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("uring.img", 16 << 20, 9);
+    let stop = env.path("uring.stop");
+    let py = "import ctypes, os, sys, time\nlibc = ctypes.CDLL(None, use_errno=True)\nparams = (ctypes.c_ubyte * 120)()\nring = libc.syscall(425, 4, params)\nfd = os.open(sys.argv[1], os.O_RDWR)\nfds = (ctypes.c_int * 1)(fd)\nok = libc.syscall(427, ring, 2, fds, 1)\nos.close(fd)\nprint(ring, ok, ctypes.get_errno(), flush=True)\nwhile not os.path.exists(sys.argv[2]):\n    time.sleep(0.05)\n";
+    let mut child = Command::new("python3")
+        .args(["-c", py])
+        .arg(&lo.path)
+        .arg(&stop)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _end = Defer(|| {
+        let _ = std::fs::write(&stop, b"");
+    });
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let f: Vec<i64> = line.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    if f[0] < 0 || f[1] < 0 {
+        let _ = std::fs::write(&stop, b"");
+        let _ = child.wait();
+        skip(&format!("io_uring unavailable here (setup {}, register {}, errno {})", f[0], f[1], f[2]));
+        return;
+    }
+    let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path));
+    let _ = std::fs::write(&stop, b"");
+    let _ = child.wait();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains(&format!("PID {}", child.id())) && err.contains("registered with an io_uring"), "{err}");
+}
