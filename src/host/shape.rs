@@ -150,6 +150,22 @@ pub(crate) struct ShapeChecked<G: WindowGuard> {
 }
 
 impl<G: WindowGuard> ShapeChecked<G> {
+    /// A frozen filesystem writes if someone thawed reseq's freeze: then that, not a
+    /// hidden writer, is what the counters saw, and the guardian's check says so (exit 8).
+    /// A permit it grants meanwhile is given back unused.
+    fn lost_freeze_or(&mut self, counted: Error) -> Error {
+        if self.inner.freezes() {
+            match self.inner.may_write() {
+                Err(lost) => return lost,
+                Ok(true) => {
+                    let _ = self.inner.wrote();
+                }
+                Ok(false) => {}
+            }
+        }
+        counted
+    }
+
     /// `planned` is the shape the plan was made for.
     pub(crate) fn new(inner: G, dev: (u32, u32), planned: Shape) -> ShapeChecked<G> {
         let sysfs = Sysfs::default();
@@ -291,7 +307,9 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
             self.quick = quick_look(&self.sysfs, self.dev);
         }
         self.unlooked = None;
-        self.check_counters()?;
+        if let Err(e) = self.check_counters() {
+            return Err(self.lost_freeze_or(e));
+        }
         let granted = self.inner.may_write()?;
         if let (true, Some(st)) = (granted, &self.stretch)
             && let Some((at, len)) = st.announced
@@ -335,6 +353,10 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
         let counted = self.check_counters();
         self.stretch = None;
         let end = self.inner.end();
+        // A freeze lost to another program explains growth (the filesystem wrote).
+        if matches!(end, Err(Error::FreezeLost { .. })) {
+            return end;
+        }
         counted?;
         if quick_look(&self.sysfs, self.dev) != self.quick {
             self.check_shape()?;
