@@ -150,20 +150,26 @@ pub(crate) struct ShapeChecked<G: WindowGuard> {
 }
 
 impl<G: WindowGuard> ShapeChecked<G> {
-    /// A frozen filesystem writes if someone thawed reseq's freeze: then that, not a
-    /// hidden writer, is what the counters saw, and the guardian's check says so (exit 8).
-    /// A permit it grants meanwhile is given back unused.
-    fn lost_freeze_or(&mut self, counted: Error) -> Error {
-        if self.inner.freezes() {
-            match self.inner.may_write() {
-                Err(lost) => return lost,
-                Ok(true) => {
-                    let _ = self.inner.wrote();
-                }
-                Ok(false) => {}
-            }
+    /// Counters that grew by more than reseq wrote mean another writer only if the window's
+    /// freeze held all the while: a filesystem writes once thawed, whether by another
+    /// program (the guardian's verdict, exit 8, wins) or by the guardian itself at the
+    /// deadline while reseq was stopped or slow (then the growth cannot be told from the
+    /// filesystem's own, and is not judged). Asked only when they grew; grants nothing.
+    /// Ok(false): the window is over, thawed by the guardian.
+    fn judged(&mut self, counted: Result<()>) -> Result<bool> {
+        let Err(e) = counted else { return Ok(true) };
+        if !matches!(e, Error::ForeignWrite { .. }) {
+            return Err(e);
         }
-        counted
+        if self.inner.held()? {
+            return Err(e);
+        }
+        log::info!(
+            "the written-sectors counters grew by more than reseq wrote after the guardian had thawed window {} at its deadline: the filesystem's own writes, not judged",
+            self.windows
+        );
+        self.stretch = None;
+        Ok(false)
     }
 
     /// `planned` is the shape the plan was made for.
@@ -307,8 +313,9 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
             self.quick = quick_look(&self.sysfs, self.dev);
         }
         self.unlooked = None;
-        if let Err(e) = self.check_counters() {
-            return Err(self.lost_freeze_or(e));
+        let counted = self.check_counters();
+        if !self.judged(counted)? {
+            return Ok(false);
         }
         let granted = self.inner.may_write()?;
         if let (true, Some(st)) = (granted, &self.stretch)
@@ -351,6 +358,8 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
     /// change (the rescue copy is named too).
     fn end(&mut self) -> Result<WindowEnd> {
         let counted = self.check_counters();
+        // Before the thaw: whether the freeze held until the reading above.
+        let counted = self.judged(counted);
         self.stretch = None;
         let end = self.inner.end();
         // A freeze lost to another program explains growth (the filesystem wrote).
