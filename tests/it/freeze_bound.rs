@@ -158,8 +158,8 @@ fn a_window_the_guardian_thawed_is_not_taken_for_a_hidden_writer() {
     let writer = FsyncWriter::start(&m.dir, &m.dir.join("log"), &env.path("ack"), &env.path("stop"));
     let out = output(
         env.reseq()
-            .env("RESEQ_FAULTS", "delay@after-write#*=20,delay@window-start#2=1500")
-            .args(["rewrite", "--max-freeze", MAX_FREEZE, "--chunk-size", "1M", "--json"])
+            .env("RESEQ_FAULTS", "delay@window-start#2=1500")
+            .args(["rewrite", "--max-freeze", MAX_FREEZE, "--chunk-size", "1M", "--max-overruns", "1", "--json"])
             .arg(&lo.path),
     );
     let err = stderr(&out);
