@@ -44,6 +44,12 @@ pub(crate) trait WindowGuard {
     fn recheck(&mut self) -> Result<()> {
         Ok(())
     }
+    /// Whether the window's freeze (or hold) has been in place, unbroken, since the window
+    /// began: what was seen on the device before this call happened under it. Grants
+    /// nothing. Err: the freeze was lost to another program.
+    fn held(&mut self) -> Result<bool> {
+        Ok(true)
+    }
 }
 
 /// Reports finished writes from the verifier thread (see [`WindowGuard::reporter`]).

@@ -13,7 +13,7 @@ use nix::errno::Errno;
 
 pub(crate) use crate::engine::guard::{NoFreeze, Reporter, WindowEnd, WindowGuard};
 use crate::host::cgroup::Placement;
-use crate::host::guardian::{Bounds, FreezeFailure, Guardian, Permit, Watched};
+use crate::host::guardian::{Bounds, FreezeFailure, Guardian, Held, Permit, Watched};
 use crate::host::mounts::MountedFs;
 use crate::support::error::{Error, Result};
 
@@ -354,6 +354,16 @@ impl WindowGuard for GuardedFreeze {
         self.call(Guardian::written)
     }
 
+    fn held(&mut self) -> Result<bool> {
+        if !self.frozen {
+            return Ok(false);
+        }
+        match self.call(Guardian::held)? {
+            Held::Frozen(held) => Ok(held),
+            Held::Lost { index, foreign } => Err(self.freeze_lost(index, foreign)),
+        }
+    }
+
     fn reporter(&self) -> Result<Reporter> {
         let g = self.guardian.as_ref().ok_or_else(|| Error::Internal("the guardian is gone".into()))?;
         Ok(Reporter::new(g.reporter().map_err(|e| Error::io("cloning the guardian socket", e))?))
@@ -453,5 +463,8 @@ impl<G: WindowGuard> WindowGuard for WritersChecked<G> {
     }
     fn end(&mut self) -> Result<WindowEnd> {
         self.inner.end()
+    }
+    fn held(&mut self) -> Result<bool> {
+        self.inner.held()
     }
 }

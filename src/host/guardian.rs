@@ -93,6 +93,10 @@ const THAW_FOREIGN: u32 = 4;
 
 /// The guardian's first message, unasked: what [`Hardening::get`] could arrange.
 const OP_HELLO: u8 = 8;
+/// Is the window's freeze still ours, and has it been since the window began? Asked
+/// when the written-sectors counters grew by more than reseq wrote: growth only means
+/// another writer if the filesystem was frozen all the while (it writes once thawed).
+const OP_HELD: u8 = 9;
 
 /// A FREEZE failure index meaning "could not write the freeze record".
 const RECORD_FAILED: u32 = u32::MAX;
@@ -120,6 +124,15 @@ pub(crate) enum Permit {
     /// `foreign`: a freeze that is not ours is in place now (thaw and re-freeze), left
     /// alone. Do not write.
     FreezeLost { index: usize, foreign: bool },
+}
+
+/// The reply to HELD.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// Whether the window's freeze is still ours (false: thawed at its deadline).
+    Frozen(bool),
+    /// As [`Permit::FreezeLost`].
+    Lost { index: usize, foreign: bool },
 }
 
 type Msg = [u8; 16];
@@ -352,6 +365,17 @@ impl Guardian {
     /// The granted write has completed.
     pub(crate) fn written(&mut self) -> std::io::Result<()> {
         self.stream.write_all(&msg(OP_WRITTEN, 0, 0))
+    }
+
+    /// Whether the window's freeze is still ours, unbroken since it began (the guardian
+    /// thaws at the deadline by itself while reseq is stopped or slow); a lost freeze as
+    /// [`Permit::FreezeLost`]. Grants nothing.
+    pub(crate) fn held(&mut self) -> std::io::Result<Held> {
+        let (st, why, v) = self.call(msg(OP_HELD, 0, 0), Some(self.reply_timeout))?;
+        Ok(match permit_of(st, why, v) {
+            Permit::FreezeLost { index, foreign } => Held::Lost { index, foreign },
+            _ => Held::Frozen(st == ST_OK && v == 1),
+        })
     }
 
     /// What another thread (the verifier) calls to report finished writes, so that a
@@ -822,6 +846,7 @@ impl<F: Filesystems> GuardianState<F> {
                 msg(ST_OK, 0, 0)
             }
             Request::Permit(chunk) => self.permit(chunk),
+            Request::Held => self.held(),
             Request::Written => {
                 self.written();
                 return Ok(None);
@@ -861,6 +886,22 @@ impl<F: Filesystems> GuardianState<F> {
             flags |= THAW_LOST | (u32::from(foreign) * THAW_FOREIGN) | ((i as u32) << 8);
         }
         msg(ST_OK, flags, self.frozen_for.as_micros() as u64)
+    }
+
+    /// HELD: a freeze is still ours only if nothing thawed it meanwhile (checked as for a
+    /// permit); a lost one stops the window as a permit would. Grants nothing.
+    fn held(&mut self) -> Msg {
+        if self.any_ours() {
+            self.check_freezes();
+        }
+        if let Some(lost) = self.lost {
+            self.revoked = true;
+            if self.granted.is_empty() {
+                self.thaw_all();
+            }
+            return freeze_lost_reply(lost);
+        }
+        msg(ST_OK, 0, u64::from(self.any_ours()))
     }
 
     fn permit(&mut self, chunk: Option<(u64, u64, [u8; 32])>) -> Msg {
@@ -1014,6 +1055,7 @@ enum Request {
     Target(PathBuf),
     /// The write to be granted: device offset, length, blake3 (None: not named).
     Permit(Option<(u64, u64, [u8; 32])>),
+    Held,
     Written,
     Thaw,
     Exit,
@@ -1033,6 +1075,7 @@ fn read_request(stream: &mut impl Read, m: Msg) -> Option<Request> {
             Request::Permit(Some((b, u64::from(a), hash)))
         }
         OP_PERMIT => Request::Permit(None),
+        OP_HELD => Request::Held,
         OP_WRITTEN => Request::Written,
         OP_THAW => Request::Thaw,
         OP_EXIT => Request::Exit,
@@ -1236,6 +1279,37 @@ mod tests {
         assert_eq!(permit(&mut g, 0), Permit::FreezeLost { index: 1, foreign: false });
         assert_eq!(fake.by(), [By::Nobody, By::Nobody], "the probe's fresh freeze is ours, and thawed");
         assert_eq!(thaw(&mut g).lost, Some((1, false)));
+    }
+
+    fn held(g: &mut GuardianState<Fake>) -> (u8, u32, u64) {
+        reply(g, Request::Held)
+    }
+
+    /// HELD grants nothing, and tells a freeze held since the window began from one the
+    /// guardian thawed at the deadline, and from one lost to another program.
+    #[test]
+    fn held_says_whether_the_freeze_was_kept_and_grants_nothing() {
+        let (mut g, fake, _dir) = guardian(1, HOUR);
+        reply(&mut g, Request::Freeze(HOUR));
+        assert_eq!(held(&mut g), (ST_OK, 0, 1));
+        assert_eq!(g.granted.len(), 0, "nothing granted");
+        assert_eq!(fake.by(), [By::Us]);
+        thaw(&mut g);
+        assert_eq!(held(&mut g), (ST_OK, 0, 0), "thawed: the filesystem may have written since");
+
+        let (mut g, fake, _dir) = guardian(1, Duration::ZERO);
+        reply(&mut g, Request::Freeze(Duration::ZERO));
+        assert_eq!(permit(&mut g, 0), Permit::DeadlinePassed);
+        assert_eq!(fake.by(), [By::Nobody]);
+        assert_eq!(held(&mut g), (ST_OK, 0, 0), "thawed at the deadline");
+
+        let (mut g, fake, _dir) = guardian(2, HOUR);
+        reply(&mut g, Request::Freeze(HOUR));
+        fake.refrozen_by_someone(1);
+        let (st, why, v) = held(&mut g);
+        assert_eq!(permit_of(st, why, v), Permit::FreezeLost { index: 1, foreign: true });
+        assert_eq!(fake.by(), [By::Nobody, By::Other], "ours thawed, theirs kept");
+        assert_eq!(thaw(&mut g).lost, Some((1, true)));
     }
 
     #[test]

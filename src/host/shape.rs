@@ -150,6 +150,28 @@ pub(crate) struct ShapeChecked<G: WindowGuard> {
 }
 
 impl<G: WindowGuard> ShapeChecked<G> {
+    /// Counters that grew by more than reseq wrote mean another writer only if the window's
+    /// freeze held all the while: a filesystem writes once thawed, whether by another
+    /// program (the guardian's verdict, exit 8, wins) or by the guardian itself at the
+    /// deadline while reseq was stopped or slow (then the growth cannot be told from the
+    /// filesystem's own, and is not judged). Asked only when they grew; grants nothing.
+    /// Ok(false): the window is over, thawed by the guardian.
+    fn judged(&mut self, counted: Result<()>) -> Result<bool> {
+        let Err(e) = counted else { return Ok(true) };
+        if !matches!(e, Error::ForeignWrite { .. }) {
+            return Err(e);
+        }
+        if self.inner.held()? {
+            return Err(e);
+        }
+        log::info!(
+            "the written-sectors counters grew by more than reseq wrote after the guardian had thawed window {} at its deadline: the filesystem's own writes, not judged",
+            self.windows
+        );
+        self.stretch = None;
+        Ok(false)
+    }
+
     /// `planned` is the shape the plan was made for.
     pub(crate) fn new(inner: G, dev: (u32, u32), planned: Shape) -> ShapeChecked<G> {
         let sysfs = Sysfs::default();
@@ -291,7 +313,10 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
             self.quick = quick_look(&self.sysfs, self.dev);
         }
         self.unlooked = None;
-        self.check_counters()?;
+        let counted = self.check_counters();
+        if !self.judged(counted)? {
+            return Ok(false);
+        }
         let granted = self.inner.may_write()?;
         if let (true, Some(st)) = (granted, &self.stretch)
             && let Some((at, len)) = st.announced
@@ -333,8 +358,14 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
     /// change (the rescue copy is named too).
     fn end(&mut self) -> Result<WindowEnd> {
         let counted = self.check_counters();
+        // Before the thaw: whether the freeze held until the reading above.
+        let counted = self.judged(counted);
         self.stretch = None;
         let end = self.inner.end();
+        // A freeze lost to another program explains growth (the filesystem wrote).
+        if matches!(end, Err(Error::FreezeLost { .. })) {
+            return end;
+        }
         counted?;
         if quick_look(&self.sysfs, self.dev) != self.quick {
             self.check_shape()?;

@@ -143,6 +143,34 @@ fn sigstop_at_random_moments_never_holds_a_freeze() {
     fsck_clean(&lo.path, "ext4");
 }
 
+/// reseq held up right after a window's freeze (here by a delay, in the field by SIGSTOP
+/// or a busy host) past the deadline: the guardian thaws on its own, the filesystem
+/// writes (an fsync'd append), and the written-sectors counters grow by that when reseq
+/// looks again. That growth is the filesystem's own once thawed, not a hidden writer's:
+/// the window ends as an overrun, never exit 9.
+#[test]
+fn a_window_the_guardian_thawed_is_not_taken_for_a_hidden_writer() {
+    if !require(&["mkfs.ext4", "e2fsck"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, m) = filesystem(&env, "d");
+    let writer = FsyncWriter::start(&m.dir, &m.dir.join("log"), &env.path("ack"), &env.path("stop"));
+    let out = output(
+        env.reseq()
+            .env("RESEQ_FAULTS", "delay@window-start#2=1500")
+            .args(["rewrite", "--max-freeze", MAX_FREEZE, "--chunk-size", "1M", "--max-overruns", "1", "--json"])
+            .arg(&lo.path),
+    );
+    let err = stderr(&out);
+    assert!(!err.contains("another writer"), "{err}");
+    assert!(matches!(out.status.code(), Some(0 | 7)), "exit {:?}: {err}", out.status.code());
+    assert!(err.contains("after the guardian had thawed window 2"), "{err}");
+    assert!(writer.finish() > 0);
+    drop(m);
+    fsck_clean(&lo.path, "ext4");
+}
+
 /// Ctrl-Z typed into an interactive shell (a real pty, job control on) at 10 random
 /// moments, `fg` after each: the window in progress ends on time, reseq stops after the
 /// thaw, the guardian does not stop at all, and the run finishes.
