@@ -125,6 +125,8 @@ pub(crate) struct GuardedFreeze {
     fds: Vec<OwnedFd>,
     deadline: Duration,
     frozen: bool,
+    /// A FREEZE is under way (the guardian may have frozen some filesystems already).
+    freezing: bool,
     windows: u64,
     /// The chunk the next permit is for.
     announced: Option<(u64, u64, blake3::Hash)>,
@@ -170,6 +172,7 @@ impl GuardedFreeze {
             fds,
             deadline,
             frozen: false,
+            freezing: false,
             windows: 0,
             announced: None,
         })
@@ -196,14 +199,29 @@ impl GuardedFreeze {
     /// The guardian stopped answering (stopped by hand, or dead): make sure it is gone,
     /// thaw ourselves (these are our freezes), and fail.
     fn guardian_lost(&mut self, e: std::io::Error) -> Error {
-        if let Some(g) = self.guardian.take() {
-            g.kill();
+        let froze = self.guardian.as_ref().map(|g| g.froze().to_vec()).unwrap_or_default();
+        let guardian = self.guardian.take();
+        // Stopped for good first; reaped after the thaw (a guardian with a thread in D
+        // state is reaped only once that FIFREEZE returns, which the thaw may allow).
+        if let Some(g) = &guardian {
+            g.sigkill();
         }
         if self.frozen {
             for fd in &self.fds {
                 let _ = crate::sys::fithaw(std::os::fd::AsFd::as_fd(fd));
             }
             self.frozen = false;
+        } else if self.freezing {
+            // Lost mid-FREEZE: what it said it froze, in that order, then the one it was
+            // freezing, whose FIFREEZE may return once those thaw, with no thread left to
+            // thaw it (this FITHAW waits for that FIFREEZE, and then ends it).
+            let next = froze.len();
+            for i in froze.into_iter().chain([next]).filter(|&i| i < self.fds.len()) {
+                let _ = crate::sys::fithaw(std::os::fd::AsFd::as_fd(&self.fds[i]));
+            }
+        }
+        if let Some(g) = guardian {
+            g.kill();
         }
         Error::io("the thaw guardian stopped answering; reseq thawed directly and stopped", e)
     }
@@ -308,7 +326,10 @@ impl WindowGuard for GuardedFreeze {
         }
         let deadline = self.deadline;
         let asked = std::time::Instant::now();
-        match self.call(|g| g.freeze(deadline))? {
+        self.freezing = true;
+        let answer = self.call(|g| g.freeze(deadline));
+        self.freezing = false;
+        match answer? {
             Err(FreezeFailure::Record { errno }) => Err(Error::io(
                 format!(
                     "the guardian could not write its freeze record in {}, so nothing was frozen",

@@ -97,6 +97,9 @@ const OP_HELLO: u8 = 8;
 /// when the written-sectors counters grew by more than reseq wrote: growth only means
 /// another writer if the filesystem was frozen all the while (it writes once thawed).
 const OP_HELD: u8 = 9;
+/// Sent during FREEZE, before its reply, after each filesystem it froze (index in `a`):
+/// if the guardian dies while a later freeze waits, reseq knows which to thaw.
+const OP_FROZE: u8 = 10;
 
 /// A FREEZE failure index meaning "could not write the freeze record".
 const RECORD_FAILED: u32 = u32::MAX;
@@ -236,6 +239,10 @@ pub(crate) struct Guardian {
     /// How long reseq waits for a reply to PERMIT or THAW before it decides the
     /// guardian is stuck (stopped by hand) and thaws itself.
     reply_timeout: Duration,
+    /// When, after a FREEZE was sent, a stopped guardian is given up (its own kill point).
+    give_up_stopped: Duration,
+    /// The filesystems the guardian said it froze in the current FREEZE (`OP_FROZE`).
+    froze: Vec<usize>,
     /// What the guardian could arrange for itself (its first message).
     pub(crate) hardening: Hardening,
 }
@@ -249,7 +256,14 @@ impl Guardian {
             nix::unistd::ForkResult::Parent { child } => {
                 drop(theirs);
                 let reply_timeout = bounds.window + bounds.grace + Duration::from_secs(2);
-                let mut g = Guardian { stream: ours, pid: child, reply_timeout, hardening: Hardening::default() };
+                let mut g = Guardian {
+                    stream: ours,
+                    pid: child,
+                    reply_timeout,
+                    give_up_stopped: bounds.window + bounds.kill_after(),
+                    froze: Vec::new(),
+                    hardening: Hardening::default(),
+                };
                 match g.reply(Some(crate::host::hardening::HELLO_TIMEOUT)) {
                     Ok((OP_HELLO, a, b)) => g.hardening = Hardening::decode(a, b),
                     Ok(_) => return Err(std::io::Error::other("the guardian said something else than hello")),
@@ -329,14 +343,47 @@ impl Guardian {
     /// first, which can take long on a busy host, so the wait is generous; a guardian that
     /// does not answer within it was stopped by hand, and is treated as lost.
     pub(crate) fn freeze(&mut self, window: Duration) -> std::io::Result<Result<(), FreezeFailure>> {
-        let timeout = Some(Duration::from_secs(60).max(self.reply_timeout * 4));
-        let (st, idx, errno) = self.call(msg(OP_FREEZE, 0, window.as_millis() as u64), timeout)?;
+        self.froze.clear();
+        self.stream.write_all(&msg(OP_FREEZE, 0, window.as_millis() as u64))?;
+        let asked = Instant::now();
+        let (st, idx, errno) = loop {
+            match self.reply(Some(Duration::from_millis(50))) {
+                Ok((OP_FROZE, i, _)) => self.froze.push(i as usize),
+                Ok(r) => break r,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    self.still_freezing(asked)?
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let errno = Errno::from_raw(errno as i32);
         Ok(match (st, idx) {
             (ST_OK, _) => Ok(()),
             (_, RECORD_FAILED) => Err(FreezeFailure::Record { errno }),
             (_, i) => Err(FreezeFailure::Fifreeze { index: i as usize, errno }),
         })
+    }
+
+    /// While a FREEZE is answered: the guardian may sync for a while (its first FIFREEZE
+    /// up to `FIRST_FREEZE_LIMIT`), but a dead one (its thread stuck in FIFREEZE keeps
+    /// the socket open, so no end of file comes) or one stopped past its own kill point
+    /// is lost now, not after a long reply timeout: reseq then thaws what it froze.
+    fn still_freezing(&self, asked: Instant) -> std::io::Result<()> {
+        let state = procs::stat(self.pid.as_raw()).map(|s| s.state);
+        let dead = matches!(state, None | Some('Z' | 'X'));
+        let stopped = matches!(state, Some('T' | 't')) && asked.elapsed() > self.give_up_stopped;
+        if dead || stopped || asked.elapsed() > FIRST_FREEZE_LIMIT + self.reply_timeout {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the guardian is {} while freezing", if dead { "gone" } else { "not answering" }),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The filesystems the guardian froze in the FREEZE under way or just answered.
+    pub(crate) fn froze(&self) -> &[usize] {
+        &self.froze
     }
 
     /// Names the device the writes go to (see [`Guardian::permit`]).
@@ -393,12 +440,17 @@ impl Guardian {
         Ok(thaw_report_of(a, micros))
     }
 
+    /// SIGKILL, without waiting for the exit.
+    pub(crate) fn sigkill(&self) {
+        let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGKILL);
+    }
+
     /// The guardian stopped answering (stopped by hand, or dead): make sure it is gone,
     /// so that it cannot thaw later what is no longer ours.
     /// The wait is bounded: a guardian in D state (a FIFREEZE stuck syncing) dies only
     /// when that returns, and reseq must not hang on it.
     pub(crate) fn kill(self) {
-        let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGKILL);
+        self.sigkill();
         self.reaped_within(Duration::from_secs(1));
     }
 
@@ -575,6 +627,8 @@ struct GuardianState<F: Filesystems = Live> {
     /// (index, foreign) of a freeze lost in this window.
     lost: Option<(usize, bool)>,
     windows: u64,
+    /// Where `OP_FROZE` goes (the socket; None in unit tests).
+    progress: Option<UnixStream>,
 }
 
 enum Next {
@@ -608,6 +662,7 @@ impl<F: Filesystems> GuardianState<F> {
             frozen_for: Duration::ZERO,
             lost: None,
             windows: 0,
+            progress: None,
         }
     }
 
@@ -691,6 +746,9 @@ impl<F: Filesystems> GuardianState<F> {
                 return Err((i as u32, errno));
             }
             self.fs[i].ours = true;
+            if let Some(s) = &mut self.progress {
+                let _ = s.write_all(&msg(OP_FROZE, i as u32, 0));
+            }
             self.fs[i].snapshot = self.io.sentinel(i);
         }
         Ok(())
@@ -774,6 +832,7 @@ impl<F: Filesystems> GuardianState<F> {
     }
 
     fn serve(&mut self, mut stream: UnixStream) -> i32 {
+        self.progress = stream.try_clone().ok();
         loop {
             if stream.set_read_timeout(self.timeout()).is_err() {
                 self.thaw_all();

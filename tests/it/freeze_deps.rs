@@ -27,20 +27,23 @@ const BOUND: Duration = Duration::from_millis(1000);
 struct Stack {
     p2: Option<Mount>,
     journal: Option<LoopDevice>,
+    /// With a stacked journal: the loop over the file, below `journal`.
+    journal_base: Option<LoopDevice>,
     p1: Option<Mount>,
     parts: Vec<PathBuf>,
     disk: LoopDevice,
 }
 
 impl Stack {
-    fn new(env: &TestEnv) -> Stack {
+    /// `stacked`: the journal is a loop over a loop over the file on p1.
+    fn new(env: &TestEnv, stacked: bool) -> Stack {
         let disk = env.loop_device("disk.img", 160 * MIB);
         let table = "label: dos\n,64M\n,64M\n";
         let mut f = tempfile::tempfile().unwrap();
         std::io::Write::write_all(&mut f, table.as_bytes()).unwrap();
         std::io::Seek::rewind(&mut f).unwrap();
         run_cmd(Command::new("sfdisk").arg("--quiet").arg(&disk.path).stdin(f)).unwrap();
-        let mut s = Stack { p2: None, journal: None, p1: None, parts: Vec::new(), disk };
+        let mut s = Stack { p2: None, journal: None, journal_base: None, p1: None, parts: Vec::new(), disk };
         let _ = Command::new("partx").arg("-a").arg(&s.disk.path).output();
         for i in 1..=2 {
             let name = format!("{}p{i}", s.disk.name());
@@ -55,7 +58,11 @@ impl Stack {
         }
         mkfs_ext4(&s.parts[0]).unwrap();
         s.p1 = Some(Mount::new(&s.parts[0], &env.path("p1"), &[]).unwrap());
-        let journal = LoopDevice::create(&env.path("p1").join("journal.img"), 8 * MIB).unwrap();
+        let mut journal = LoopDevice::create(&env.path("p1").join("journal.img"), 8 * MIB).unwrap();
+        if stacked {
+            let above = LoopDevice::attach(&journal.path, &[]).unwrap();
+            s.journal_base = Some(std::mem::replace(&mut journal, above));
+        }
         run_cmd(Command::new("mke2fs").args(["-q", "-F", "-O", "journal_dev", "-b", "4096"]).arg(&journal.path))
             .unwrap();
         let jdev = format!("device={}", journal.path.display());
@@ -84,6 +91,7 @@ impl Stack {
         let journal = self.journal.take().unwrap();
         run_cmd(Command::new("e2fsck").args(["-f", "-n", "-j"]).arg(&journal.path).arg(&self.parts[1])).unwrap();
         drop(journal);
+        self.journal_base.take();
         self.p1.take().unwrap().unmount().unwrap();
         run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&self.parts[0])).unwrap();
     }
@@ -96,6 +104,7 @@ impl Drop for Stack {
         }
         self.p2.take();
         self.journal.take();
+        self.journal_base.take();
         self.p1.take();
         for n in &self.parts {
             let _ = std::fs::remove_file(n);
@@ -177,7 +186,7 @@ fn an_external_journal_on_a_sibling_is_frozen_first() {
         return;
     }
     let env = TestEnv::new();
-    let stack = Stack::new(&env);
+    let stack = Stack::new(&env, false);
     let files = fill_files(stack.p1(), 3, 2 << 20, 41);
     // Swap on a loop over a file on p1: swap-outs would wait for each window (a warning).
     let swap = LoopDevice::create(&stack.p1().join("swap.img"), 16 * MIB).unwrap();
@@ -210,18 +219,46 @@ fn an_external_journal_on_a_sibling_is_frozen_first() {
     stack.fsck();
 }
 
+/// The journal through a loop stacked on the loop over p1's file (a loop over a block
+/// device has no `slaves/`): the order still follows it down to p1.
+#[test]
+fn a_journal_through_a_stacked_loop_is_followed() {
+    if !requirements() {
+        return;
+    }
+    let env = TestEnv::new();
+    let stack = Stack::new(&env, true);
+    let plan = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&stack.disk.path));
+    let text = String::from_utf8_lossy(&plan.stdout);
+    let order = format!("freeze order: {} before {}", stack.p2().display(), stack.p1().display());
+    assert!(text.contains(&order) && text.contains("journal.img"), "{text}");
+    let out = output(env.reseq().args(["rewrite", "--json", "--max-freeze", MAX_FREEZE]).arg(&stack.disk.path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    stack.fsck();
+}
+
+/// While p2's freeze waits on p1: nothing done to the processes, reseq killed (as
+/// `timeout` does), the guardian killed, the guardian stopped.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Strike {
+    None,
+    KillReseq,
+    KillGuardian,
+    StopGuardian,
+}
+
 /// Frozen in the wrong order (the `mount-order` fault: p1 first), p2's FIFREEZE waits on
 /// p1: the guardian gives it up at the bound, thaws p1 in time, and thaws p2 itself when
 /// its late freeze returns; reseq stops with exit 7 and says why. Also when reseq is
-/// killed meanwhile (as `timeout` does).
+/// killed meanwhile; and when the guardian is killed or stopped, reseq thaws p1, then p2.
 #[test]
 fn a_freeze_that_waits_on_another_is_given_up_at_the_bound() {
     if !requirements() {
         return;
     }
-    for kill in [false, true] {
+    for strike in [Strike::None, Strike::KillReseq, Strike::KillGuardian, Strike::StopGuardian] {
         let env = TestEnv::new();
-        let stack = Stack::new(&env);
+        let stack = Stack::new(&env, false);
         let writer = FsyncWriter::start(stack.p2(), &stack.p2().join("log"), &env.path("ack"), &env.path("stop"));
         let both = vec![stack.p1().to_path_buf(), stack.p2().to_path_buf()];
         let dog = Watchdog::start(stack.p1(), BOUND + Duration::from_secs(1), both);
@@ -229,29 +266,53 @@ fn a_freeze_that_waits_on_another_is_given_up_at_the_bound() {
         let mut cmd = env.reseq();
         cmd.env("RESEQ_FAULTS", "mount-order").args(["rewrite", "--max-freeze", MAX_FREEZE]).arg(&stack.disk.path);
         let run = Running::captured(&mut cmd);
-        if kill {
-            // Killed while the guardian waits on p2's freeze.
+        let stopped = std::cell::Cell::new(None);
+        let _cont = Defer(|| {
+            if let Some(pid) = stopped.get() {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGCONT);
+            }
+        });
+        if strike != Strike::None {
+            // While the guardian waits on p2's freeze.
             let t = Instant::now();
             while !std::fs::read_dir(env.run_dir()).is_ok_and(|mut d| d.next().is_some()) {
                 assert!(t.elapsed() < Duration::from_secs(20), "no freeze began");
                 std::thread::sleep(Duration::from_millis(5));
             }
             std::thread::sleep(Duration::from_millis(300));
-            sigkill(run.pid());
+            let guardian = guardian_of(run.pid() as u32).expect("a guardian");
+            match strike {
+                Strike::KillReseq => sigkill(run.pid()),
+                Strike::KillGuardian => sigkill(guardian),
+                _ => {
+                    stopped.set(Some(guardian));
+                    let _ =
+                        nix::sys::signal::kill(nix::unistd::Pid::from_raw(guardian), nix::sys::signal::Signal::SIGSTOP);
+                }
+            }
         }
         let out = run.wait();
         // p2's late freeze returned once p1 thawed: the guardian thawed it, and left.
         let t = Instant::now();
-        while is_frozen(stack.p2()) || std::fs::read_dir(env.run_dir()).is_ok_and(|mut d| d.next().is_some()) {
-            assert!(t.elapsed() < Duration::from_secs(10), "p2 frozen, or its freeze record left, 10 s on");
+        // A killed guardian's record stays for `reseq thaw` (below).
+        let record_goes = !matches!(strike, Strike::KillGuardian | Strike::StopGuardian);
+        while is_frozen(stack.p2())
+            || (record_goes && std::fs::read_dir(env.run_dir()).is_ok_and(|mut d| d.next().is_some()))
+        {
+            assert!(t.elapsed() < Duration::from_secs(10), "{strike:?}: p2 frozen, or its freeze record left, 10 s on");
             std::thread::sleep(Duration::from_millis(50));
         }
         let (worst, thawed) = dog.finish();
         let acked = writer.finish();
-        assert!(!thawed, "kill {kill}: p1 stayed frozen beyond the bound plus 1 s: the test thawed it");
-        assert!(worst < BOUND + Duration::from_secs(1), "kill {kill}: p1 waited {worst:?}");
+        assert!(!thawed, "{strike:?}: p1 stayed frozen beyond the bound plus 1 s: the test thawed it");
+        assert!(worst < BOUND + Duration::from_secs(1), "{strike:?}: p1 waited {worst:?}");
         assert!(acked > 0);
-        if !kill {
+        if matches!(strike, Strike::KillGuardian | Strike::StopGuardian) {
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(4), "{strike:?}: {err}");
+            assert!(err.contains("reseq thawed directly"), "{strike:?}: {err}");
+        }
+        if strike == Strike::None {
             let err = stderr(&out);
             assert_eq!(out.status.code(), Some(7), "{err}");
             assert!(err.contains(&format!("freezing {}", stack.p2().display())), "{err}");
