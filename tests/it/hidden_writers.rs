@@ -39,6 +39,11 @@ def run(open_each):
         except OSError:
             break
         last[i] = seq
+        if seq == 1:
+            # Ready once it writes, and (zombie) once the leader is a zombie.
+            while mode == 'zombie' and open('/proc/%d/stat' % os.getpid()).read().rsplit(')', 1)[1].split()[0] != 'Z':
+                time.sleep(0.01)
+            open(out + '.ready', 'w').close()
         if open_each:
             os.close(fd)
             fd = None
@@ -84,7 +89,12 @@ impl Writer {
             .args([&out, &stop])
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        // Until it has written (a fixed wait lost the race on a loaded host).
+        let ready = PathBuf::from(format!("{}.ready", out.display()));
+        let t = Instant::now();
+        while !ready.exists() && t.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         Writer { child: Some(child), stop, out }
     }
 
