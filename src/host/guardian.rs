@@ -953,14 +953,18 @@ impl<F: Filesystems> GuardianState<F> {
         if self.any_ours() {
             self.check_freezes();
         }
-        if let Some(lost) = self.lost {
-            self.revoked = true;
-            if self.granted.is_empty() {
-                self.thaw_all();
-            }
-            return freeze_lost_reply(lost);
+        self.stop_if_lost().unwrap_or_else(|| msg(ST_OK, 0, u64::from(self.any_ours())))
+    }
+
+    /// A freeze found lost stops the window here: what is still ours is thawed (once no
+    /// write is outstanding), what is not is left; the reply names it.
+    fn stop_if_lost(&mut self) -> Option<Msg> {
+        let lost = self.lost?;
+        self.revoked = true;
+        if self.granted.is_empty() {
+            self.thaw_all();
         }
-        msg(ST_OK, 0, u64::from(self.any_ours()))
+        Some(freeze_lost_reply(lost))
     }
 
     fn permit(&mut self, chunk: Option<(u64, u64, [u8; 32])>) -> Msg {
@@ -972,13 +976,8 @@ impl<F: Filesystems> GuardianState<F> {
             return msg(ST_DENIED, DENY_DEADLINE, 0);
         }
         self.check_freezes();
-        if let Some(lost) = self.lost {
-            // Stop the window here: thaw what is still ours, leave what is not.
-            self.revoked = true;
-            if self.granted.is_empty() {
-                self.thaw_all();
-            }
-            return freeze_lost_reply(lost);
+        if let Some(reply) = self.stop_if_lost() {
+            return reply;
         }
         self.granted.push_back(chunk);
         msg(ST_OK, 0, 0)
