@@ -8,14 +8,14 @@
 pub(crate) mod checks;
 pub(crate) mod files;
 pub(crate) mod plan;
+pub(crate) mod sequence;
 
 use std::fs::File;
 
 use crate::engine::journal::{self, Journal, RunRecord};
 use crate::engine::target::{BlockTarget, DirectDevice, OpenMode};
 use crate::engine::{self, Everything, Planner, Selected};
-use crate::host::freeze::{GuardedFreeze, NoFreeze, Thawed, WindowGuard, WritersChecked};
-use crate::host::shape::ShapeChecked;
+use crate::host::freeze::Thawed;
 use crate::host::trim::{self, TrimReport, TrimTarget};
 use crate::host::usedspace::{FsSpan, UsedSpace};
 use crate::measure::bench;
@@ -496,44 +496,27 @@ fn trim_free_space(plan: &RewritePlan, spans: &[FsSpan], bench: bool, stop: &Sto
     t
 }
 
-/// The device, locked against another reseq, opened, its unmounted partitions claimed,
-/// after the checks of what an earlier run left: torn writes, rescue copies, chunks in
-/// flight.
-fn take_device(
-    plan: &RewritePlan,
-    report: &mut Report,
-) -> Result<(crate::host::state_dir::DeviceLock, DirectDevice, Vec<File>)> {
+/// Steps 2-3 of [`sequence`] for a device: the device taken and checked for what an
+/// earlier run left, then (device mode's own) the unmounted partitions of a whole disk
+/// claimed and the chunks the last run left in flight re-read.
+fn take_device(plan: &RewritePlan, report: &mut Report) -> Result<(sequence::Taken, Vec<File>)> {
     let state_dir = plan.journal_path.parent().unwrap_or(std::path::Path::new("."));
-    let lock = crate::host::state_dir::lock_device(
-        state_dir,
-        &plan.device.identity.name,
-        &plan.device.path.display().to_string(),
-    )?;
-    let target = open_device(&plan.device, plan.needs_freeze())?;
+    let shown = plan.device.path.display().to_string();
+    let taken = sequence::take_device(state_dir, &plan.device, &shown, plan.needs_freeze())?;
     let claims = claim_unmounted_partitions(plan)?;
-    crate::engine::rescue::check_torn_notes(&plan.device.path, &target)?;
-    if let Some(to) = &plan.engine.rescue {
-        crate::engine::rescue::check_device(
-            &crate::engine::rescue::dirs(&to.dir),
-            &plan.device.identity,
-            &target,
-            plan.needs_freeze(),
-        )?;
-    }
-    report.in_flight_reverify = reverify_in_flight(&target, plan)?;
-    Ok((lock, target, claims))
+    report.in_flight_reverify = reverify_in_flight(&taken.device, plan)?;
+    Ok((taken, claims))
 }
 
 /// Runs the plan: the engine over the device in freeze windows, then the FITRIM.
 fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) -> Result<()> {
     crate::support::hooks::point("planned");
-    let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
-    stop.check_before_writing()?;
-    let (_lock, target, _claims) = take_device(plan, report)?;
+    let stop = sequence::ready_to_write()?;
+    let (taken, _claims) = take_device(plan, report)?;
+    let target = &taken.device;
     let mut journal = start_journal(plan)?;
     // The guardian is forked here, while this process still has one thread.
-    let mut guard = window_guard(plan, &journal)?;
-    crate::sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
+    let mut guard = sequence::guardian(&guarded(plan), journal.path())?;
     let mut progress = progress_of(plan, report.selection.as_ref(), quiet);
     let spans = plan
         .used_space
@@ -552,7 +535,7 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
         None => base,
     };
     let (mut stats, mut result) =
-        engine::run(&target, &plan.engine, planner, guard.as_mut(), &mut journal, &mut progress, &stop);
+        engine::run(target, &plan.engine, planner, guard.as_mut(), &mut journal, &mut progress, &stop);
     if let Start::Resume { done, .. } = plan.start {
         stats.chunks_already_done = done;
     }
@@ -621,25 +604,16 @@ pub(crate) fn run_record(
     }
 }
 
-/// The guardian's freeze when filesystems are mounted, none otherwise; other writers
-/// are checked before every window either way. Forks the guardian.
-fn window_guard(plan: &RewritePlan, journal: &Journal) -> Result<Box<dyn WindowGuard>> {
-    if !plan.needs_freeze() {
-        return Ok(Box::new(checked(NoFreeze, plan)));
+/// What the guardian freezes and every window checks, for the plan's device.
+fn guarded(plan: &RewritePlan) -> sequence::Guarded<'_> {
+    sequence::Guarded {
+        device: &plan.device,
+        filesystems: &plan.filesystems,
+        max_freeze: plan.max_freeze,
+        placement: plan.guardian.as_ref(),
+        writer_devices: plan.writer_devices.clone(),
+        shape: &plan.shape,
     }
-    let placement =
-        plan.guardian.as_ref().ok_or_else(|| Error::Internal("a freeze without a guardian placement".into()))?;
-    let mut g = GuardedFreeze::start(plan.filesystems.clone(), plan.max_freeze, placement)?;
-    g.set_journal(journal.path())?;
-    g.set_target(&plan.device.path)?;
-    Ok(Box::new(checked(g, plan)))
-}
-
-/// A guard with the checks of every window: other writers, the device's shape, its
-/// written-sectors counters.
-fn checked<G: WindowGuard>(g: G, plan: &RewritePlan) -> ShapeChecked<WritersChecked<G>> {
-    let writers = WritersChecked::new(g, plan.device.path.clone(), plan.writer_devices.clone());
-    ShapeChecked::new(writers, plan.device.dev_num, plan.shape.clone())
 }
 
 /// The bar and its ETA count what will be written: with free space left out, the bytes

@@ -17,6 +17,7 @@ use crate::host::mounts::{self, MountedFs};
 use crate::options::resume::RunOptions;
 use crate::options::rewrite::RewriteOptions;
 use crate::rewrite::checks;
+use crate::rewrite::sequence::{self, Span};
 use crate::support::error::{Error, Result};
 use crate::support::units;
 
@@ -229,24 +230,9 @@ fn engine_config(
         ),
         Start::Fresh => (o.chunk_size.bytes(), 0),
     };
-    Ok(EngineConfig {
-        chunk_size,
-        range_start: 0,
-        range_end: addressable_end(dev),
-        start_offset,
-        verify: !o.no_verify,
-        read_ahead: o.read_ahead,
-        pause: o.pause,
-        journal_on_frozen_fs: state.on_frozen_fs,
-        max_overruns: o.max_overruns,
-        rate_bytes_per_second: o.rate.map(|r| r.bytes_per_second()),
-        rescue: Some(crate::engine::rescue::RescueTo {
-            dir: state.path.clone(),
-            device_path: dev.path.clone(),
-            identity: dev.identity.clone(),
-            files: Vec::new(),
-        }),
-    })
+    let span =
+        Span { chunk_size, range: (0, addressable_end(dev)), start_offset, journal_on_frozen_fs: state.on_frozen_fs };
+    Ok(sequence::engine_config(o, span, state.path.clone(), dev, Vec::new()))
 }
 
 /// With `--resume`: the options with the interrupted run's in place of those left out
@@ -327,10 +313,6 @@ fn decide_start(
 
 /// The refusal of a run without `--resume` or `--restart` over an unfinished one.
 fn unfinished_run(dev: &BlockDeviceInfo, r: &Replay, run: &journal::RunRecord, path: &Path) -> Error {
-    let rescue = crate::engine::rescue::pending(
-        &crate::engine::rescue::dirs(path.parent().unwrap_or(Path::new("."))),
-        &dev.identity,
-    );
     Error::refused(
         format!(
             "an unfinished run of {} exists ({} of {} chunks done, started {})",
@@ -339,12 +321,7 @@ fn unfinished_run(dev: &BlockDeviceInfo, r: &Replay, run: &journal::RunRecord, p
             run.chunks_total,
             run.started_at
         ),
-        match rescue {
-            Some(copy) => format!(
-                "pass --resume to continue it, or --restart to start over; either checks the rescue copy first: {copy}"
-            ),
-            None => "pass --resume to continue it, or --restart to start over".into(),
-        },
+        sequence::unfinished_hint(path.parent().unwrap_or(Path::new(".")), &[dev]),
     )
 }
 

@@ -122,7 +122,7 @@ mod tests {
     use super::*;
 
     fn done(path: &Path, earlier: bool) -> FileReport {
-        let mut f = super::super::skipped_report(path, "");
+        let mut f = super::super::run::skipped_report(path, "");
         (f.skipped_reason, f.verification, f.done_earlier) = (None, "passed".into(), earlier);
         f.bytes_rewritten = if earlier { 0 } else { 4096 };
         f

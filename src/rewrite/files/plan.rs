@@ -1,0 +1,489 @@
+//! File mode's plan: the files under the targets, their filesystems and devices
+//! checked, the interrupted run decided, the files chosen. A value: the dry run prints
+//! it ([`describe`]), [`super::execute`] runs it.
+
+use std::collections::HashMap;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::engine::journal::FileIdentity;
+use crate::host::cgroup::Placement;
+use crate::host::device::{self, Sysfs};
+use crate::host::mounts::{self, MountedFs};
+use crate::host::shape::Shape;
+use crate::host::state_dir::StateDir;
+use crate::options::rewrite::{DEFAULT_FILE_MAX_FREEZE, RewriteOptions};
+use crate::report::Report;
+use crate::rewrite::checks;
+use crate::support::error::{Error, Result};
+use crate::support::units::human_bytes;
+use crate::sys;
+
+use super::{hot, record, select};
+
+/// A checked, complete description of a file-mode run.
+pub(super) struct FilesPlan {
+    /// The options the run uses: a resumed run's own where these leave them out.
+    pub(super) options: RewriteOptions,
+    pub(super) groups: Vec<FsGroup>,
+    pub(super) planned: Vec<Planned>,
+    /// The run's record (each filesystem's journal lies beside it).
+    pub(super) record_path: PathBuf,
+    /// The interrupted run this one continues (`--resume`).
+    pub(super) earlier: Option<record::Earlier>,
+    /// The files the interrupted run finished, with their sizes.
+    pub(super) done_before: HashMap<usize, u64>,
+    /// Where each filesystem's guardian goes.
+    pub(super) placement: Placement,
+    /// `--only-slow`, `--older-than`: the choice (None: every file).
+    pub(super) choice: Option<select::Choice>,
+    /// The files the choice leaves alone, with why.
+    pub(super) left_alone: HashMap<usize, String>,
+    pub(super) state: StateDir,
+}
+
+impl FilesPlan {
+    /// The files to rewrite (to benchmark before and after): those not left alone.
+    pub(super) fn measured(&self) -> Vec<&Path> {
+        let chosen = |fi: &usize| !self.left_alone.contains_key(fi);
+        (0..self.planned.len()).filter(chosen).map(|fi| self.planned[fi].path.as_path()).collect()
+    }
+}
+
+/// Checks everything and builds the plan; writes nothing and freezes nothing (with
+/// `--only-slow` or `--older-than`, reads the files to choose them). The choice and the
+/// hot files' warnings go into `report`.
+pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan> {
+    let record_path = record::path_for(&crate::host::state_dir::resolve(&o.state_dir), &o.targets);
+    let earlier = earlier_run(o, &record_path)?;
+    let (earlier, unfinished) = match earlier {
+        Earlier::Continue(e) => (Some(*e), None),
+        Earlier::Refuse(what) => (None, Some(what)),
+        Earlier::None => (None, None),
+    };
+    let resumed = earlier.as_ref().map(|e| e.header.options.apply(o, DEFAULT_FILE_MAX_FREEZE)).transpose()?;
+    let o = resumed.unwrap_or_else(|| o.clone());
+    let (groups, planned) = plan_files(&o)?;
+    if let Some(what) = unfinished {
+        let devices: Vec<&device::BlockDeviceInfo> = groups.iter().map(|g| &g.device).collect();
+        let state = crate::host::state_dir::resolve(&o.state_dir);
+        return Err(Error::refused(
+            format!("an unfinished file-mode run exists: {what}"),
+            crate::rewrite::sequence::unfinished_hint(&state, &devices),
+        ));
+    }
+    if !groups.is_empty() {
+        report.freeze_bound = Some(crate::host::freeze::bound_report(o.max_freeze()));
+    }
+    let placement = checks::guardian_can_leave(o.accept_cgroup_risk)?;
+    report.guardian = Some(placement.describe());
+    report.warnings.extend(hot::hot_files(&planned).into_iter().inspect(|w| log::warn!("{w}")));
+    let (choice, left_alone) = choose(&o, &planned, report)?;
+    let frozen: Vec<MountedFs> = groups.iter().map(|g| g.fs.clone()).collect();
+    let state = checks::state_dir(&o.state_dir, &frozen, o.chunk_size, o.dry_run)?;
+    let done_before = earlier.as_ref().map(|e| finished_earlier(e, &planned)).unwrap_or_default();
+    Ok(FilesPlan {
+        options: o,
+        groups,
+        planned,
+        record_path,
+        earlier,
+        done_before,
+        placement,
+        choice,
+        left_alone,
+        state,
+    })
+}
+
+/// Why an empty file is left alone (it has no block to rewrite).
+pub(super) const EMPTY: &str = "empty, nothing to rewrite";
+
+/// Filesystems file mode refuses, with why.
+fn refuse_fs(fs_type: &str) -> Option<(String, String)> {
+    let remote = ["nfs", "nfs4", "cifs", "smb3", "9p", "ceph", "virtiofs", "afs", "glusterfs", "lustre"];
+    Some(match fs_type {
+        "btrfs" => (
+            "btrfs: FIEMAP's physical addresses are btrfs logical addresses, not device offsets; writing there could hit metadata".into(),
+            "on btrfs, `btrfs balance start -d` rewrites data".into(),
+        ),
+        "tmpfs" | "ramfs" | "devtmpfs" => (format!("{fs_type} lives in memory: there is no SSD layout to fix"), "nothing to do".into()),
+        "overlay" => ("overlayfs: its files live on another filesystem".into(), "run reseq on the underlying (upper) directory".into()),
+        t if t.starts_with("fuse") => (format!("{t} is a FUSE filesystem: its blocks are not reseq's to map"), "run reseq on the backing storage".into()),
+        t if remote.contains(&t) => (format!("{t} is a network filesystem"), "run reseq on the server".into()),
+        t if !crate::host::usedspace::SUPPORTED.contains(&t) => {
+            (format!("{t} is not supported by file mode (ext2/3/4 and xfs are)"), "rewrite the device instead".into())
+        }
+        _ => return None,
+    })
+}
+
+/// A file to rewrite, and the filesystem it is on.
+pub(super) struct Planned {
+    pub(super) path: PathBuf,
+    pub(super) fs: usize,
+}
+
+/// Files under the targets (directories recursively, on one filesystem each), minus the
+/// excluded ones, in path order.
+fn collect(o: &RewriteOptions) -> Result<Vec<PathBuf>> {
+    let patterns: Vec<glob::Pattern> = o
+        .exclude
+        .iter()
+        .map(|p| glob::Pattern::new(p).map_err(|e| Error::Usage(format!("--exclude {p}: {e}"))))
+        .collect::<Result<_>>()?;
+    let excluded = |p: &Path| {
+        patterns.iter().any(|g| g.matches_path(p) || p.file_name().is_some_and(|n| g.matches(&n.to_string_lossy())))
+    };
+    let mut out = Vec::new();
+    for t in &o.targets {
+        let md = std::fs::symlink_metadata(t).map_err(|e| Error::Usage(format!("cannot use {}: {e}", t.display())))?;
+        if md.is_dir() {
+            crate::support::walk::regular_files(t, md.dev(), &excluded, &mut out)?;
+        } else if md.is_file() {
+            if !excluded(t) {
+                out.push(t.clone());
+            }
+        } else {
+            return Err(Error::Usage(format!(
+                "{} is neither a regular file nor a directory; a block device is rewritten on its own",
+                t.display()
+            )));
+        }
+    }
+    out.sort();
+    out.dedup();
+    // Hard links: one inode, rewritten once (under its first path).
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|p| std::fs::metadata(p).map(|m| seen.insert((m.dev(), m.ino()))).unwrap_or(true));
+    Ok(out)
+}
+
+/// A filesystem holding some of the files, with its device.
+pub(super) struct FsGroup {
+    pub(super) fs: MountedFs,
+    pub(super) device: device::BlockDeviceInfo,
+    /// The device as planned, compared at every window.
+    pub(super) shape: Shape,
+}
+
+/// Checks every file's filesystem before anything is frozen or written.
+fn check(o: &RewriteOptions, files: &[PathBuf]) -> Result<(Vec<FsGroup>, Vec<Planned>)> {
+    let mounts = mounts::read_mounts().map_err(|e| Error::io("reading /proc/self/mountinfo", e))?;
+    let sysfs = Sysfs::default();
+    let mut groups: Vec<FsGroup> = Vec::new();
+    let mut planned = Vec::new();
+    for f in files {
+        let md = std::fs::metadata(f).map_err(|e| Error::io(format!("stat {}", f.display()), e))?;
+        let dev = (nix::sys::stat::major(md.dev()) as u32, nix::sys::stat::minor(md.dev()) as u32);
+        let idx = match groups.iter().position(|g| g.fs.dev_num == dev) {
+            Some(i) => i,
+            None => {
+                groups.push(fs_group(f, dev, &mounts, &sysfs)?);
+                groups.len() - 1
+            }
+        };
+        not_encrypted(f)?;
+        planned.push(Planned { path: f.clone(), fs: idx });
+    }
+    if !o.force {
+        // Every file mode window freezes a live filesystem.
+        checks::freeze_length(o.max_freeze(), false)?;
+    }
+    if let Some(w) = checks::no_realtime_hogs(o.force)? {
+        log::warn!("{w}");
+    }
+    Ok((groups, planned))
+}
+
+/// The filesystem of `f` (on device `dev`) and its device, checked: a supported type,
+/// writable, not DAX, with a device node.
+fn fs_group(f: &Path, dev: (u32, u32), mounts: &[mounts::MountEntry], sysfs: &Sysfs) -> Result<FsGroup> {
+    let abs = std::path::absolute(f).unwrap_or_else(|_| f.to_path_buf());
+    // btrfs reports an anonymous st_dev (0:N), not its block device: find the mount by
+    // path then, so that it is refused with the right reason.
+    let entry =
+        mounts.iter().find(|m| m.dev == dev).or_else(|| mounts::mount_containing(mounts, &abs)).ok_or_else(|| {
+            Error::refused(format!("{} is on no mounted filesystem reseq can see", f.display()), "check mountinfo")
+        })?;
+    if let Some((why, hint)) = refuse_fs(&entry.fs_type) {
+        return Err(Error::refused(format!("{}: {why}", f.display()), hint));
+    }
+    if entry.dev != dev {
+        return Err(Error::refused(
+            format!(
+                "{} is on a filesystem whose device reseq cannot identify ({} reports {}:{})",
+                f.display(),
+                entry.fs_type,
+                dev.0,
+                dev.1
+            ),
+            "rewrite the device instead",
+        ));
+    }
+    let fs = mounts::filesystems_on(mounts, &[dev]).remove(0);
+    if fs.read_only {
+        return Err(Error::refused(
+            format!("{} is on a read-only mount ({})", f.display(), fs.mount_point.display()),
+            "remount it read-write, or rewrite the device",
+        ));
+    }
+    if entry.dax {
+        return Err(Error::refused(
+            format!("{} is on a DAX mount: no FTL to fix, and mmap stores bypass the page cache", f.display()),
+            "nothing to do",
+        ));
+    }
+    let device = device_of(&fs, sysfs)?;
+    checks::writable(&device)?;
+    checks::no_copy_on_write(&device, sysfs)?;
+    let shape = Shape::take(device.dev_num, sysfs);
+    Ok(FsGroup { fs, device, shape })
+}
+
+/// The block device under a mounted filesystem, by its device node.
+fn device_of(fs: &MountedFs, sysfs: &Sysfs) -> Result<device::BlockDeviceInfo> {
+    let dev = fs.dev_num;
+    let (name, _) = sysfs.name_of(dev).ok_or_else(|| Error::Internal(format!("no sysfs entry for {dev:?}")))?;
+    let node = PathBuf::from(format!("/dev/{name}"));
+    // Only a missing node is "no node"; any other failure says what it is.
+    match device::inspect(&node, sysfs) {
+        Ok(d) => Ok(d),
+        Err(_) if !node.exists() => Err(Error::refused(
+            format!("{} ({}) has no device node at {}", fs.mount_point.display(), fs.dev, node.display()),
+            "create the node (no udev?) and run reseq again",
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// fscrypt: the blocks hold ciphertext, which reading through the file does not give.
+fn not_encrypted(f: &Path) -> Result<()> {
+    if !sys::statx_encrypted(f).unwrap_or(false) {
+        return Ok(());
+    }
+    Err(Error::refused(
+        format!(
+            "{} is fscrypt-encrypted: its blocks hold ciphertext reseq cannot read back through the file",
+            f.display()
+        ),
+        "rewrite the device instead",
+    ))
+}
+
+/// A file as a run records it: device, inode, birth time, and where its extents lie.
+pub(super) fn file_identity(path: &Path, md: &std::fs::Metadata, exts: Option<&[sys::FiemapExtent]>) -> FileIdentity {
+    FileIdentity {
+        dev: format!("{}:{}", nix::sys::stat::major(md.dev()), nix::sys::stat::minor(md.dev())),
+        ino: md.ino(),
+        birth_time: md
+            .created()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos() as u64),
+        path: path.display().to_string(),
+        changed_ns: Some(md.ctime() as u64 * 1_000_000_000 + md.ctime_nsec() as u64),
+        extents: exts.map(fingerprint),
+    }
+}
+
+/// A file's extents, mapped without syncing it or a freeze (for its identity, the run's
+/// order and the plan; the run maps again while frozen).
+pub(super) fn mapped(path: &Path) -> Option<Vec<sys::FiemapExtent>> {
+    let f = std::fs::File::open(path).ok()?;
+    sys::fiemap(f.as_fd(), 0, 0).ok()
+}
+
+/// blake3 of a file's extents (logical, physical, length).
+fn fingerprint(extents: &[sys::FiemapExtent]) -> String {
+    let mut h = blake3::Hasher::new();
+    for e in extents {
+        for v in [e.logical, e.physical, e.length] {
+            h.update(&v.to_le_bytes());
+        }
+    }
+    h.finalize().to_hex().to_string()
+}
+
+/// The files under the targets and their filesystems, checked.
+fn plan_files(o: &RewriteOptions) -> Result<(Vec<FsGroup>, Vec<Planned>)> {
+    let files = collect(o)?;
+    if files.is_empty() {
+        return Err(Error::Usage("no regular files under the targets".into()));
+    }
+    checks::privileges()?;
+    let (groups, planned) = check(o, &files)?;
+    for g in &groups {
+        checks::aligned(o.chunk_size, &g.device)?;
+    }
+    Ok((groups, planned))
+}
+
+/// `--only-slow`, `--older-than`: the files to rewrite, chosen before the plan is shown;
+/// the choice (None: every file) and the files left alone.
+fn choose(
+    o: &RewriteOptions,
+    planned: &[Planned],
+    report: &mut Report,
+) -> Result<(Option<select::Choice>, HashMap<usize, String>)> {
+    let paths: Vec<PathBuf> = planned.iter().map(|p| p.path.clone()).collect();
+    let choice = select::choose(o, &paths).map_err(crate::rewrite::before_writing)?;
+    report.file_selection = choice.as_ref().map(|c| c.summary.clone());
+    let left_alone = choice.as_ref().map(|c| c.left_alone.clone()).unwrap_or_default();
+    Ok((choice, left_alone))
+}
+
+/// What the plan does about an earlier run over the same targets.
+enum Earlier {
+    /// None is unfinished (or `--restart` drops it, or a dry run only mentions it).
+    None,
+    /// `--resume`: continued.
+    Continue(Box<record::Earlier>),
+    /// Neither asked: refused, as device mode does (this says which run).
+    Refuse(String),
+}
+
+/// An unfinished run over the same targets: continued with `--resume`, discarded with
+/// `--restart`, and refused otherwise.
+fn earlier_run(o: &RewriteOptions, path: &Path) -> Result<Earlier> {
+    let earlier = match record::read(path) {
+        Err(e) if o.restart => {
+            log::warn!("discarding a damaged run record: {e}");
+            None
+        }
+        r => r?,
+    };
+    let Some(e) = earlier else {
+        if o.resume {
+            log::info!("no unfinished run over these files: starting a new run");
+        }
+        return Ok(Earlier::None);
+    };
+    let what = format!("the run over these files started {} ({} file(s) done)", e.header.started_at, e.done.len());
+    if o.restart {
+        log::warn!("discarding {what}");
+        return Ok(Earlier::None);
+    }
+    if o.resume {
+        log::info!("resuming {what}, with its options: {}", e.header.options.describe());
+        return Ok(Earlier::Continue(Box::new(e)));
+    }
+    if o.dry_run {
+        log::info!("{what} is unfinished: the real run needs --resume or --restart");
+        return Ok(Earlier::None);
+    }
+    Ok(Earlier::Refuse(what))
+}
+
+/// The files of `planned` the interrupted run finished, with their sizes: each mapped
+/// once (FIEMAP and a hash of its extents), for the progress and the plan alike.
+fn finished_earlier(e: &record::Earlier, planned: &[Planned]) -> HashMap<usize, u64> {
+    planned.iter().enumerate().filter_map(|(fi, p)| done_earlier(e, &p.path).map(|size| (fi, size))).collect()
+}
+
+/// The size of a file the resumed run finished (the same file, its extents unmoved:
+/// [`record::key`]), or None.
+fn done_earlier(e: &record::Earlier, path: &Path) -> Option<u64> {
+    let md = std::fs::metadata(path).ok()?;
+    e.done.contains_key(&record::key(&file_identity(path, &md, mapped(path).as_deref()))).then_some(md.len())
+}
+
+/// What the dry run says: per filesystem the files, the bytes to rewrite, and the
+/// windows and time frozen to expect; the warnings. Returns it and every file's line
+/// (shown with `-v`).
+pub(super) fn describe(plan: &FilesPlan, report: &Report) -> (String, String) {
+    let (o, planned) = (&plan.options, &plan.planned);
+    let max_freeze = o.max_freeze();
+    let mut s = format!(
+        "plan: {} file(s), windows of at most {:.3} s each; {}\n",
+        planned.len(),
+        max_freeze.as_secs_f64(),
+        crate::host::freeze::describe_bound(max_freeze),
+    );
+    s += &crate::rewrite::frozen_share(max_freeze, o.pause, o.rate.map(|r| r.bytes_per_second()));
+    s += &crate::rewrite::describe_guardian(&plan.placement);
+    let mut detail = String::from("  every file:\n");
+    if let (Some(sel), Some(c)) = (&report.file_selection, &plan.choice) {
+        s += &format!("  {}\n  note: {}\n", sel.rule, sel.ages_after_rewrite);
+        detail = format!("  the choice (-v):\n{}", select::each_why(c, planned.iter().map(|p| p.path.as_path())));
+        detail += "  every file chosen:\n";
+    }
+    for (gi, g) in plan.groups.iter().enumerate() {
+        s +=
+            &format!("  filesystem {} ({}) on {}\n", g.fs.mount_point.display(), g.fs.fs_type, g.device.path.display());
+        s += &crate::host::aliases::describe(&g.device.devices_sharing_bytes(&Sysfs::default()), &Sysfs::default());
+        let chosen = |(i, p): &(usize, &Planned)| p.fs == gi && !plan.left_alone.contains_key(i);
+        let files: Vec<&Planned> = planned.iter().enumerate().filter(chosen).map(|(_, p)| p).collect();
+        s += &describe_group(g, &files, max_freeze, &mut detail);
+    }
+    (s + &crate::rewrite::dry_run_end(&report.warnings), detail)
+}
+
+/// One filesystem's files in the plan: their totals, and each file's line into `detail`.
+fn describe_group(g: &FsGroup, files: &[&Planned], max_freeze: Duration, detail: &mut String) -> String {
+    let rate = assumed_rate(g);
+    // Measured windows end at 80-90 % of the budget on an idle device (engine/pace.rs):
+    // 3/4 leaves room for the freeze itself and a busy one.
+    let per_window = rate * max_freeze.as_secs_f64() * 0.75;
+    let windows_for = |bytes: u64| match (bytes, per_window > 0.0) {
+        (0, _) | (_, false) => 0,
+        (b, true) => (b as f64 / per_window).ceil().max(1.0) as u64,
+    };
+    // A shared (reflinked) range is rewritten once, by the first file that has it.
+    let mut shared_seen = std::collections::HashSet::new();
+    let (mut total, mut empty) = (0, 0);
+    for p in files {
+        let (extents, bytes, size) = planned_bytes(&p.path, &mut shared_seen);
+        total += bytes;
+        let hot =
+            hot::hot_kind(&p.path).map(|(kind, _)| format!(" ({kind}: written all the time)")).unwrap_or_default();
+        let what = match (size, bytes) {
+            (0, _) => {
+                empty += 1;
+                EMPTY.to_string()
+            }
+            (_, 0) => {
+                format!("{extents} extent(s), nothing to rewrite (holes, unwritten, or shared with a file before it)")
+            }
+            (_, b) => format!("{extents} extent(s), {} to rewrite", human_bytes(b)),
+        };
+        *detail += &format!("    {}: {what}{hot}\n", p.path.display());
+    }
+    let frozen = if rate > 0.0 { format!("{:.1} s", total as f64 / rate) } else { "unknown".into() };
+    format!(
+        "    {} file(s){}, {} to rewrite: about {} window(s), {frozen} frozen in all, at an assumed {}/s\n",
+        files.len(),
+        if empty > 0 { format!(" ({empty} empty: nothing to rewrite)") } else { String::new() },
+        human_bytes(total),
+        windows_for(total),
+        human_bytes(rate as u64),
+    )
+}
+
+/// A rewrite reads, writes and reads back: assume a third of the device's read speed,
+/// measured on up to 16 MiB of it (reads only). 0 when it cannot be read.
+fn assumed_rate(g: &FsGroup) -> f64 {
+    use crate::measure::readbench::{Source, Target, read_span};
+    Source::open(&g.device.path)
+        .and_then(|src| {
+            let len = src.len.min(16 << 20);
+            read_span(&Target::Real(vec![src]), 1 << 20, 1, 0, len)
+        })
+        .map(|t| t.rate() / 3.0)
+        .unwrap_or(0.0)
+}
+
+/// A file's extents, the bytes a run would rewrite, and its size.
+fn planned_bytes(path: &Path, shared_seen: &mut std::collections::HashSet<(u64, u64)>) -> (usize, u64, u64) {
+    let size = std::fs::metadata(path).map_or(0, |m| m.len());
+    let exts = mapped(path).unwrap_or_default();
+    let bytes = exts
+        .iter()
+        .filter(|x| !x.is_unwritten())
+        .filter(|x| !x.is_shared() || shared_seen.insert((x.physical, x.length)))
+        .map(|x| x.length)
+        .sum();
+    (exts.len(), bytes, size)
+}

@@ -1,0 +1,311 @@
+//! File mode's run: each filesystem of the plan in turn, through the steps of
+//! [`crate::rewrite::sequence`], and each file's report.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::engine::journal::{FileIdentity, Journal, Placed};
+use crate::engine::{self, EngineConfig, EngineStats};
+use crate::host::device::Sysfs;
+use crate::report::{FileReport, Report};
+use crate::rewrite::sequence;
+use crate::support::error::{Error, Result};
+use crate::support::output::Progress;
+use crate::support::signals::StopFlag;
+use crate::support::units::human_bytes;
+
+use super::plan::{EMPTY, FilesPlan, FsGroup, file_identity, mapped};
+use super::planner::{FileTarget, FilesPlanner, Map, Member};
+use super::record;
+
+/// What a file-mode run shares across its filesystems.
+pub(super) struct FileRun<'a> {
+    pub(super) plan: &'a FilesPlan,
+    pub(super) stop: &'a StopFlag,
+    /// What the record says, written with the first journal this run writes.
+    pub(super) record_header: (record::RunHeader, Vec<FileIdentity>),
+    /// Whether this run wrote the record.
+    pub(super) record_written: Arc<std::sync::atomic::AtomicBool>,
+    /// One progress over all files: bytes and files done, rate and ETA.
+    pub(super) progress: Progress,
+    pub(super) files_done: usize,
+    pub(super) files_total: usize,
+    pub(super) totals: EngineStats,
+    /// Files' reports, by their index in the run.
+    pub(super) reports: Vec<(usize, FileReport)>,
+}
+
+impl FileRun<'_> {
+    /// Each filesystem in turn. `Err`: stopped before its run (nothing more is
+    /// reported); `Ok(outcome)`: what its engine run came to.
+    pub(super) fn groups(&mut self) -> Result<Result<()>> {
+        for (gi, g) in self.plan.groups.iter().enumerate() {
+            if let Err(e) = self.group(gi, g)? {
+                return Ok(Err(e));
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// One filesystem, steps 2-7 of [`crate::rewrite::sequence`]: its device taken and
+    /// checked, its record, one guardian, one engine run over its files.
+    fn group(&mut self, gi: usize, g: &FsGroup) -> Result<Result<()>> {
+        let shown = format!("{} ({})", g.device.path.display(), g.fs.mount_point.display());
+        let sequence::Taken { _lock, device } = sequence::take_device(&self.plan.state.path, &g.device, &shown, true)?;
+        let todo = self.todo(gi);
+        if todo.is_empty() {
+            return Ok(Ok(()));
+        }
+        let (members, table, start) = self.members(g, &todo);
+        let map: Map = Arc::default();
+        let o = &self.plan.options;
+        let mut planner = FilesPlanner::new(members, Arc::clone(&map), o.max_freeze() / 10);
+        let end = planner.end();
+        let mut run = crate::rewrite::run_record(&g.device.identity, o.chunk_size.bytes(), (0, end), None);
+        run.files = table;
+        let journal_path = record::journal_path(&self.plan.record_path, &g.device.identity.name);
+        let mut journal = Journal::deferred(&journal_path, run, Some(self.write_record()));
+        let mut guard = sequence::guardian(&self.guarded(g), journal.path())?;
+        let name = format!("{} file(s) on {}", planner.members.len(), g.fs.mount_point.display());
+        let target = FileTarget { dev: Arc::new(device), map, name };
+        let cfg = self.config(g, &planner.members, start, end);
+        let goal = self.progress.done() + planner.members.iter().map(|m| m.size).sum::<u64>();
+        let (stats, result) =
+            engine::run(&target, &cfg, &mut planner, guard.as_mut(), &mut journal, &mut self.progress, self.stop);
+        drop(guard);
+        planner.credit(stats.next_offset_bytes);
+        // Holes, unwritten and shared ranges are not rewritten, yet done; so is the start
+        // of a resumed file.
+        if result.is_ok() {
+            self.progress.advance(goal.saturating_sub(self.progress.done()));
+        }
+        self.settle(&planner.members, start, &stats, result.is_ok());
+        Ok(result)
+    }
+
+    /// The files to rewrite, in the order of their first block on the device (path order
+    /// says nothing about where files lie; this order lets files that lie one after
+    /// another share I/Os, and writes the device ascending), the file the interrupted
+    /// run stopped in first; their table for the journal; and where that file resumes.
+    fn members(&mut self, g: &FsGroup, todo: &[usize]) -> (Vec<Member>, Vec<Placed>, u64) {
+        let align = u64::from(g.device.dio_offset_align);
+        let mut files: Vec<(u64, Member, FileIdentity)> = Vec::new();
+        let mut start = 0;
+        for &fi in todo {
+            let path = &self.plan.planned[fi].path;
+            let Ok(md) = std::fs::metadata(path) else {
+                self.reports.push((fi, skipped_report(path, "deleted before its turn")));
+                continue;
+            };
+            let exts = mapped(path);
+            let id = file_identity(path, &md, exts.as_deref());
+            // A file ends at its last filesystem block, so that the next file's first
+            // block can follow it in one I/O (the slack after the end of the file is the
+            // file's own block, written back as read).
+            let unit = md.blksize().max(align);
+            let m = Member::new(fi, path.clone(), md.len(), md.len().div_ceil(unit) * unit);
+            let resumed =
+                self.plan.earlier.as_ref().and_then(|e| e.partial.get(&record::key(&id))).filter(|&&at| at < m.span);
+            let first = match resumed {
+                Some(&at) if start == 0 => {
+                    start = at;
+                    0
+                }
+                _ => exts.as_deref().and_then(|e| e.first()).map_or(u64::MAX, |e| e.physical.max(1)),
+            };
+            files.push((first, m, id));
+        }
+        files.sort_by_key(|f| f.0);
+        let (mut base, mut table) = (0, Vec::new());
+        let members = files
+            .into_iter()
+            .map(|(_, m, file)| {
+                table.push(Placed { base, span: m.span, file });
+                base += m.span;
+                m
+            })
+            .collect();
+        (members, table, start)
+    }
+
+    /// Writes the run's record, once: what a deferred journal does first.
+    fn write_record(&self) -> Box<dyn FnOnce() -> Result<()> + Send> {
+        let (path, (header, done)) = (self.plan.record_path.clone(), self.record_header.clone());
+        let written = Arc::clone(&self.record_written);
+        Box::new(move || {
+            if written.load(std::sync::atomic::Ordering::SeqCst) {
+                return Ok(());
+            }
+            record::write(&path, &header, done.iter())?;
+            written.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        })
+    }
+
+    /// What one filesystem's guardian freezes and every window checks: nothing else may
+    /// write its device (a raw writer bypasses the freeze).
+    fn guarded<'g>(&'g self, g: &'g FsGroup) -> sequence::Guarded<'g> {
+        sequence::Guarded {
+            device: &g.device,
+            filesystems: std::slice::from_ref(&g.fs),
+            max_freeze: self.plan.options.max_freeze(),
+            placement: Some(&self.plan.placement),
+            writer_devices: g.device.devices_sharing_bytes(&Sysfs::default()),
+            shape: &g.shape,
+        }
+    }
+
+    /// The engine's configuration for the files of one filesystem, laid end to end in
+    /// `[0, range_end)`.
+    fn config(&self, g: &FsGroup, members: &[Member], start: u64, range_end: u64) -> EngineConfig {
+        if start > 0 {
+            log::info!(
+                "{}: resuming at {} of {}",
+                members[0].path.display(),
+                human_bytes(start),
+                human_bytes(members[0].span)
+            );
+        }
+        let state_dir = &self.plan.state.path;
+        let span = sequence::Span {
+            chunk_size: self.plan.options.chunk_size.bytes(),
+            range: (0, range_end),
+            start_offset: start,
+            journal_on_frozen_fs: crate::host::state_dir::on_frozen(state_dir, std::slice::from_ref(&g.fs)),
+        };
+        let files = members.iter().map(|m| (m.base, m.span, m.path.display().to_string())).collect();
+        sequence::engine_config(&self.plan.options, span, state_dir.clone(), &g.device, files)
+    }
+
+    /// After a filesystem's run: its figures into the totals, and each file's report
+    /// (done when the run finished, or its cursor went past the whole file).
+    fn settle(&mut self, members: &[Member], start: u64, stats: &EngineStats, finished: bool) {
+        add(&mut self.totals, stats);
+        for m in members {
+            let done = finished || m.base + m.span <= stats.next_offset_bytes;
+            let mut r = member_report(m, start, done, !self.plan.options.no_verify);
+            if let Some((first, last)) = m.windows {
+                let own = stats.window_seconds.get(first as usize - 1..last as usize).unwrap_or(&[]);
+                r.windows = last + 1 - first;
+                r.longest_freeze_seconds = own.iter().copied().fold(0.0, f64::max);
+            }
+            if let Some(why) = &m.skipped {
+                log::warn!("{}: skipped: {why}", m.path.display());
+            }
+            self.files_done += usize::from(done);
+            self.reports.push((m.index, r));
+        }
+        self.progress.set_message(format!("{} of {} files", self.files_done, self.files_total));
+    }
+
+    /// The files of filesystem `gi` to rewrite; those left alone (`--only-slow`) and
+    /// those the resumed run finished get their report here.
+    fn todo(&mut self, gi: usize) -> Vec<usize> {
+        let planned = &self.plan.planned;
+        let mut todo = Vec::new();
+        for fi in (0..planned.len()).filter(|&fi| planned[fi].fs == gi) {
+            let size = std::fs::metadata(&planned[fi].path).map(|m| m.len()).ok();
+            let why = if size == Some(0) { Some(EMPTY.to_string()) } else { self.plan.left_alone.get(&fi).cloned() };
+            let Some(why) = why else {
+                todo.push(fi);
+                continue;
+            };
+            let mut fr = skipped_report(&planned[fi].path, "");
+            (fr.skipped_reason, fr.left_alone, fr.size_bytes) = (None, Some(why), size.unwrap_or(0));
+            self.reports.push((fi, fr));
+        }
+        todo.retain(|&fi| match self.plan.done_before.get(&fi) {
+            Some(&size) => {
+                let mut fr = skipped_report(&planned[fi].path, "");
+                (fr.skipped_reason, fr.size_bytes, fr.done_earlier) = (None, size, true);
+                fr.verification = if self.plan.options.no_verify { "off" } else { "passed" }.into();
+                self.reports.push((fi, fr));
+                false
+            }
+            None => true,
+        });
+        todo
+    }
+
+    /// After the last filesystem: the record removed when nothing is left unfinished,
+    /// the benchmark after, and the report's figures.
+    pub(super) fn finish(self, mut outcome: Result<()>, measured: &[&Path], report: &mut Report) -> Result<()> {
+        // Finished, or refused before anything was written: no unfinished run to leave
+        // behind (a resumed run's record stays: it still lists what was done). Only a
+        // record this run wrote goes: one it did not write is another run's.
+        let wrote_record = self.record_written.load(std::sync::atomic::Ordering::SeqCst);
+        let refused_untouched = matches!(outcome, Err(Error::Refused { .. }))
+            && self.totals.bytes_written == 0
+            && self.plan.earlier.is_none()
+            && wrote_record;
+        if outcome.is_ok() || refused_untouched {
+            record::remove(&self.plan.record_path);
+        }
+        if self.plan.options.bench && outcome.is_ok() {
+            outcome = super::bench_after(&self.plan.options, self.stop, measured, report);
+        }
+        report.results = Some(self.totals);
+        // In path order, whatever order the runs took.
+        let mut reports = self.reports;
+        reports.sort_by_key(|(fi, _)| *fi);
+        report.files = Some(reports.into_iter().map(|(_, r)| r).collect());
+        outcome
+    }
+}
+
+/// The journal's run record for the files of one filesystem, `[0, end)`.
+/// Sums the figures of the filesystems' runs.
+fn add(t: &mut EngineStats, s: &EngineStats) {
+    t.rewrite_seconds += s.rewrite_seconds;
+    t.bytes_read += s.bytes_read;
+    t.bytes_written += s.bytes_written;
+    t.bytes_verified += s.bytes_verified;
+    t.chunks_written += s.chunks_written;
+    t.bytes_read_ahead_dropped += s.bytes_read_ahead_dropped;
+    t.windows += s.windows;
+    t.windows_overrun += s.windows_overrun;
+    t.longest_freeze_seconds = t.longest_freeze_seconds.max(s.longest_freeze_seconds);
+    t.total_frozen_seconds += s.total_frozen_seconds;
+    let (a, b) = (&mut t.stages, &s.stages);
+    a.read += b.read;
+    a.hash += b.hash;
+    a.permit += b.permit;
+    a.write += b.write;
+    a.read_back += b.read_back;
+    a.writer_waiting += b.writer_waiting;
+}
+
+/// What the run did to one file. `start` is where the first file resumed from.
+fn member_report(m: &Member, start: u64, done: bool, verify: bool) -> FileReport {
+    let resumed_from = start.saturating_sub(m.base).min(m.span);
+    let accounted = resumed_from + m.bytes_rewritten + m.bytes_unwritten + m.bytes_shared_elsewhere;
+    FileReport {
+        path: m.path.display().to_string(),
+        size_bytes: m.size,
+        extents: m.extents,
+        bytes_rewritten: m.bytes_rewritten,
+        bytes_skipped_unwritten: m.bytes_unwritten,
+        bytes_skipped_shared: m.bytes_shared_elsewhere,
+        // Whatever of a finished file is neither rewritten nor otherwise skipped is a hole.
+        bytes_skipped_holes: if done && m.skipped.is_none() { m.span.saturating_sub(accounted) } else { 0 },
+        skipped_reason: m.skipped.clone(),
+        resumed_from_bytes: resumed_from,
+        verification: match (done, verify) {
+            (true, true) => "passed",
+            (true, false) => "off",
+            _ => "incomplete",
+        }
+        .into(),
+        ..FileReport::default()
+    }
+}
+
+pub(super) fn skipped_report(path: &Path, why: &str) -> FileReport {
+    FileReport {
+        path: path.display().to_string(),
+        skipped_reason: Some(why.into()),
+        verification: "off".into(),
+        ..FileReport::default()
+    }
+}

@@ -1,0 +1,153 @@
+//! The order of every rewrite, device mode and file mode alike. Each step is one call
+//! here; the modes differ only in their target and planner (and device mode's extra
+//! steps, named where they fall):
+//!
+//! 1. [`ready_to_write`]: stop signals handled, a low I/O priority, job-control stops
+//!    deferred; before any thread starts, so that every thread inherits them.
+//! 2. [`take_device`]: locked against another reseq, opened (exclusively when nothing
+//!    on it is mounted).
+//! 3. What the last run left, in the same call: rescue copies first (they hold the
+//!    bytes a restore needs), then the guardian's torn-write notes. Device mode then
+//!    claims the unmounted partitions of a whole disk and re-reads the chunks in flight.
+//! 4. The record: a deferred journal, written at the first write, so that a run refused
+//!    before it leaves the last run's record as it was.
+//! 5. [`guardian`]: forked while this process has one thread, told the target and then
+//!    the journal; wrapped in the checks of every window ([`checked`]).
+//! 6. `engine::run`, configured by [`engine_config`] in both modes.
+//! 7. The end of the windows (`Thawed::end_windows`, or the guard dropped).
+//! 8. Device mode: the FITRIM of free space, on thawed filesystems.
+//!
+//! An unfinished run is decided by the plan in both modes (continued with `--resume`,
+//! dropped with `--restart`, refused otherwise, the refusal naming any rescue copy), so
+//! nothing is opened for a run that is refused.
+
+use std::path::{Path, PathBuf};
+
+use crate::engine::EngineConfig;
+use crate::engine::target::DirectDevice;
+use crate::host::device::BlockDeviceInfo;
+use crate::host::freeze::{GuardedFreeze, WindowGuard, WritersChecked};
+use crate::host::mounts::MountedFs;
+use crate::host::shape::{Shape, ShapeChecked};
+use crate::host::state_dir::DeviceLock;
+use crate::options::rewrite::RewriteOptions;
+use crate::support::error::{Error, Result};
+use crate::support::signals::StopFlag;
+use crate::sys;
+
+/// Step 1: the process before its first write.
+pub(crate) fn ready_to_write() -> Result<StopFlag> {
+    // A cron job's priority: best-effort level 7 (ionice -c2 -n7), not the idle class:
+    // an idle-class writer can be starved while the filesystem is frozen, stretching the
+    // very stall the windows bound.
+    if let Err(e) = sys::lower_io_priority() {
+        log::warn!("could not lower the I/O priority: {e}");
+    }
+    let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
+    stop.check_before_writing()?;
+    sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
+    Ok(stop)
+}
+
+/// The device a rewrite writes, held for the run: its lock and its open descriptor.
+pub(crate) struct Taken {
+    pub(crate) _lock: DeviceLock,
+    pub(crate) device: DirectDevice,
+}
+
+/// Steps 2 and 3: the device locked, opened and checked for what an earlier run left.
+/// `shown` names it in a lock conflict; `mounted`: filesystems on it are frozen by the
+/// run (the device is shared with them), else it is opened exclusively.
+pub(crate) fn take_device(state_dir: &Path, dev: &BlockDeviceInfo, shown: &str, mounted: bool) -> Result<Taken> {
+    let lock = crate::host::state_dir::lock_device(state_dir, &dev.identity.name, shown)?;
+    let device = super::open_device(dev, mounted)?;
+    let dirs = crate::engine::rescue::dirs(state_dir);
+    crate::engine::rescue::check_device(&dirs, &dev.identity, &device, mounted)?;
+    crate::engine::rescue::check_torn_notes(&dev.path, &device)?;
+    Ok(Taken { _lock: lock, device })
+}
+
+/// What the guardian freezes, and what every window checks.
+pub(crate) struct Guarded<'a> {
+    pub(crate) device: &'a BlockDeviceInfo,
+    /// Frozen in every window, in this order; empty: nothing is frozen.
+    pub(crate) filesystems: &'a [MountedFs],
+    pub(crate) max_freeze: std::time::Duration,
+    pub(crate) placement: Option<&'a crate::host::cgroup::Placement>,
+    /// Devices whose writers write the target's bytes.
+    pub(crate) writer_devices: Vec<(u32, u32)>,
+    /// The device as planned.
+    pub(crate) shape: &'a Shape,
+}
+
+/// Step 5: the guardian's freeze when filesystems are mounted, none otherwise, with the
+/// checks of every window either way. Forks the guardian.
+pub(crate) fn guardian(g: &Guarded, journal: &Path) -> Result<Box<dyn WindowGuard>> {
+    if g.filesystems.is_empty() {
+        return Ok(Box::new(checked(crate::host::freeze::NoFreeze, g)));
+    }
+    let placement = g.placement.ok_or_else(|| Error::Internal("a freeze without a guardian placement".into()))?;
+    let mut freeze = GuardedFreeze::start(g.filesystems.to_vec(), g.max_freeze, placement)?;
+    freeze.set_target(&g.device.path)?;
+    freeze.set_journal(journal)?;
+    Ok(Box::new(checked(freeze, g)))
+}
+
+/// A guard with the checks of every window: other writers, the device's shape, its
+/// written-sectors counters.
+fn checked<G: WindowGuard>(guard: G, g: &Guarded) -> ShapeChecked<WritersChecked<G>> {
+    let writers = WritersChecked::new(guard, g.device.path.clone(), g.writer_devices.clone());
+    ShapeChecked::new(writers, g.device.dev_num, g.shape.clone())
+}
+
+/// Where a run's bytes lie for the engine, and where it starts.
+pub(crate) struct Span {
+    pub(crate) chunk_size: u64,
+    pub(crate) range: (u64, u64),
+    pub(crate) start_offset: u64,
+    /// Journal records wait in memory while the state directory is frozen.
+    pub(crate) journal_on_frozen_fs: bool,
+}
+
+/// Step 6's configuration, the same in both modes: chunking, verification and pacing
+/// from the options; rescue copies in the state directory; `files` names the files laid
+/// end to end in the range (file mode).
+pub(crate) fn engine_config(
+    o: &RewriteOptions,
+    span: Span,
+    state_dir: PathBuf,
+    dev: &BlockDeviceInfo,
+    files: Vec<(u64, u64, String)>,
+) -> EngineConfig {
+    EngineConfig {
+        chunk_size: span.chunk_size,
+        range_start: span.range.0,
+        range_end: span.range.1,
+        start_offset: span.start_offset,
+        verify: !o.no_verify,
+        read_ahead: o.read_ahead,
+        pause: o.pause,
+        journal_on_frozen_fs: span.journal_on_frozen_fs,
+        max_overruns: o.max_overruns,
+        rate_bytes_per_second: o.rate.map(|r| r.bytes_per_second()),
+        rescue: Some(crate::engine::rescue::RescueTo {
+            dir: state_dir,
+            device_path: dev.path.clone(),
+            identity: dev.identity.clone(),
+            files,
+        }),
+    }
+}
+
+/// The hint of a refusal over an unfinished run: how to go on, and the rescue copy
+/// either way checks first, if there is one.
+pub(crate) fn unfinished_hint(state_dir: &Path, devices: &[&BlockDeviceInfo]) -> String {
+    let dirs = crate::engine::rescue::dirs(state_dir);
+    let rescue = devices.iter().find_map(|d| crate::engine::rescue::pending(&dirs, &d.identity));
+    match rescue {
+        Some(copy) => format!(
+            "pass --resume to continue it, or --restart to start over; either checks the rescue copy first: {copy}"
+        ),
+        None => "pass --resume to continue it, or --restart to start over".into(),
+    }
+}
