@@ -74,6 +74,11 @@ fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: bool, report: 
         report.plan_text = Some(describe_plan(&plan));
         return Ok(());
     }
+    if plan.unfinished.is_some() {
+        // Refused once the device is taken (what the last run left is checked first):
+        // nothing to benchmark or scan for a run that will not write.
+        return execute(&plan, quiet, false, report);
+    }
     if o.only_slow || o.from_scan.is_some() {
         let sel = select_slow(&plan, o).map_err(before_writing)?;
         let nothing = sel.chosen.is_empty();
@@ -501,8 +506,13 @@ fn trim_free_space(plan: &RewritePlan, spans: &[FsSpan], bench: bool, stop: &Sto
 /// claimed and the chunks the last run left in flight re-read.
 fn take_device(plan: &RewritePlan, report: &mut Report) -> Result<(sequence::Taken, Vec<File>)> {
     let state_dir = plan.journal_path.parent().unwrap_or(std::path::Path::new("."));
-    let shown = plan.device.path.display().to_string();
-    let taken = sequence::take_device(state_dir, &plan.device, &shown, plan.needs_freeze())?;
+    let taken = sequence::take_device(&sequence::Taking {
+        state_dir,
+        device: &plan.device,
+        shown: plan.device.path.display().to_string(),
+        mounted: plan.needs_freeze(),
+        unfinished: plan.unfinished.as_ref(),
+    })?;
     let claims = claim_unmounted_partitions(plan)?;
     report.in_flight_reverify = reverify_in_flight(&taken.device, plan)?;
     Ok((taken, claims))

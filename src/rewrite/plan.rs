@@ -61,6 +61,9 @@ pub(crate) struct RewritePlan {
     pub(crate) hung_task_timeout: Option<Duration>,
     pub(crate) journal_path: PathBuf,
     pub(crate) start: Start,
+    /// An unfinished run neither continued nor dropped: refused before anything is
+    /// written (see [`crate::rewrite::sequence`]).
+    pub(crate) unfinished: Option<sequence::Unfinished>,
     /// Filesystems whose free space is left out: (filesystem, its start on the target,
     /// its length). Empty: everything is rewritten.
     pub(crate) used_space: Vec<(MountedFs, u64, u64)>,
@@ -134,7 +137,8 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
     let Checked { dev, filesystems, freeze_order, writer_devices, mut warnings, guardian } = check_device(o, env)?;
     let state = checks::state_dir(&o.state_dir, &filesystems, o.chunk_size, o.dry_run)?;
     let journal_path = journal::journal_path(&state.path, &dev.identity);
-    let start = decide_start(o, &dev, o.chunk_size.bytes(), &journal_path, &mut warnings)?;
+    let (start, unfinished) = decide_start(o, &dev, o.chunk_size.bytes(), &journal_path, &mut warnings)?;
+    warnings.extend(unfinished.iter().filter(|_| o.dry_run).map(|u| u.warning()));
     if state.on_frozen_fs {
         warnings.push(format!(
             "the state directory {} is on a filesystem reseq freezes: journal records are kept in memory during each window and written between windows, so a crash loses at most one window of progress",
@@ -177,6 +181,7 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
         hung_task_timeout,
         journal_path,
         start,
+        unfinished,
         shape,
         writer_devices,
         guardian,
@@ -256,20 +261,21 @@ pub(crate) fn resumed_options(o: &RewriteOptions, env: &Environment) -> Result<O
     Ok(Some(resumed))
 }
 
-/// New run or continuation, from the device's journal and `--resume`/`--restart`.
+/// New run or continuation, from the device's journal and `--resume`/`--restart`; an
+/// unfinished run neither continued nor dropped comes with the fresh start.
 fn decide_start(
     o: &RewriteOptions,
     dev: &BlockDeviceInfo,
     chunk_size: u64,
     path: &Path,
     warnings: &mut Vec<String>,
-) -> Result<Start> {
+) -> Result<(Start, Option<sequence::Unfinished>)> {
     let replay: Option<Replay> = journal::read(path)?;
     let Some(r) = replay else {
         if o.resume {
             log::info!("no journal at {}: starting a new run", path.display());
         }
-        return Ok(Start::Fresh);
+        return Ok((Start::Fresh, None));
     };
     if let Some(d) = &r.damage {
         warnings.push(d.describe(path));
@@ -286,21 +292,21 @@ fn decide_start(
         if o.resume {
             log::info!("the last run of {} finished: starting a new run", dev.path.display());
         }
-        return Ok(Start::Fresh);
+        return Ok((Start::Fresh, None));
     };
     if o.restart {
         warnings.push(format!(
             "discarding the unfinished run started at {} ({} of {} chunks done)",
             run.started_at, r.done, run.chunks_total
         ));
-        return Ok(Start::Fresh);
+        return Ok((Start::Fresh, None));
     }
     if !o.resume {
-        return Err(unfinished_run(dev, &r, &run, path));
+        return Ok((Start::Fresh, Some(unfinished_run(dev, &r, &run, path))));
     }
     resumable(dev, &run, chunk_size, warnings)?;
     warnings.extend(journal::describe_guardian_kills(&r.guardian_kills));
-    Ok(Start::Resume {
+    let start = Start::Resume {
         done: r.done,
         done_offset: r.done_offset,
         killed_mid_write: r
@@ -308,21 +314,22 @@ fn decide_start(
             .then(|| r.guardian_kills.last().map(|k| k.in_flight.clone()).unwrap_or_default()),
         in_flight: r.in_flight,
         started_at: run.started_at,
-    })
+    };
+    Ok((start, None))
 }
 
-/// The refusal of a run without `--resume` or `--restart` over an unfinished one.
-fn unfinished_run(dev: &BlockDeviceInfo, r: &Replay, run: &journal::RunRecord, path: &Path) -> Error {
-    Error::refused(
-        format!(
+/// A run without `--resume` or `--restart` over an unfinished one: refused.
+fn unfinished_run(dev: &BlockDeviceInfo, r: &Replay, run: &journal::RunRecord, path: &Path) -> sequence::Unfinished {
+    sequence::Unfinished {
+        what: format!(
             "an unfinished run of {} exists ({} of {} chunks done, started {})",
             dev.path.display(),
             r.done,
             run.chunks_total,
             run.started_at
         ),
-        sequence::unfinished_hint(path.parent().unwrap_or(Path::new(".")), &[dev]),
-    )
+        hint: sequence::unfinished_hint(path.parent().unwrap_or(Path::new(".")), &[dev]),
+    }
 }
 
 /// The journal's run can be continued on this device: the same device, the same range.

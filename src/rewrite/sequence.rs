@@ -17,9 +17,9 @@
 //! 7. The end of the windows (`Thawed::end_windows`, or the guard dropped).
 //! 8. Device mode: the FITRIM of free space, on thawed filesystems.
 //!
-//! An unfinished run is decided by the plan in both modes (continued with `--resume`,
-//! dropped with `--restart`, refused otherwise, the refusal naming any rescue copy), so
-//! nothing is opened for a run that is refused.
+//! An unfinished run is decided by the plan in both modes: continued with `--resume`,
+//! dropped with `--restart`, otherwise a warning in a dry run and a refusal at step 3
+//! ([`Unfinished`]), naming any rescue copy; nothing is written before it.
 
 use std::path::{Path, PathBuf};
 
@@ -55,15 +55,46 @@ pub(crate) struct Taken {
     pub(crate) device: DirectDevice,
 }
 
-/// Steps 2 and 3: the device locked, opened and checked for what an earlier run left.
-/// `shown` names it in a lock conflict; `mounted`: filesystems on it are frozen by the
-/// run (the device is shared with them), else it is opened exclusively.
-pub(crate) fn take_device(state_dir: &Path, dev: &BlockDeviceInfo, shown: &str, mounted: bool) -> Result<Taken> {
-    let lock = crate::host::state_dir::lock_device(state_dir, &dev.identity.name, shown)?;
-    let device = super::open_device(dev, mounted)?;
-    let dirs = crate::engine::rescue::dirs(state_dir);
-    crate::engine::rescue::check_device(&dirs, &dev.identity, &device, mounted)?;
+/// An unfinished run the plan found and was asked neither to continue nor to drop.
+/// Refused at step 3, after what the last run left, which says more (bytes to put back).
+#[derive(Clone, Debug)]
+pub(crate) struct Unfinished {
+    /// Which run: "an unfinished run of /dev/X exists (...)".
+    pub(crate) what: String,
+    pub(crate) hint: String,
+}
+
+impl Unfinished {
+    /// The plan's warning in a dry run, which refuses nothing.
+    pub(crate) fn warning(&self) -> String {
+        format!("{}: the real run is refused without --resume (continue it) or --restart (start over)", self.what)
+    }
+}
+
+/// What a device's rewrite is taken with.
+pub(crate) struct Taking<'a> {
+    pub(crate) state_dir: &'a Path,
+    pub(crate) device: &'a BlockDeviceInfo,
+    /// Names the device in a lock conflict.
+    pub(crate) shown: String,
+    /// Filesystems on it are frozen by the run (the device is shared with them); else it
+    /// is opened exclusively.
+    pub(crate) mounted: bool,
+    pub(crate) unfinished: Option<&'a Unfinished>,
+}
+
+/// Steps 2 and 3: the device locked, opened and checked for what an earlier run left;
+/// then an unfinished run the plan found is refused.
+pub(crate) fn take_device(t: &Taking) -> Result<Taken> {
+    let dev = t.device;
+    let lock = crate::host::state_dir::lock_device(t.state_dir, &dev.identity.name, &t.shown)?;
+    let device = super::open_device(dev, t.mounted)?;
+    let dirs = crate::engine::rescue::dirs(t.state_dir);
+    crate::engine::rescue::check_device(&dirs, &dev.identity, &device, t.mounted)?;
     crate::engine::rescue::check_torn_notes(&dev.path, &device)?;
+    if let Some(u) = t.unfinished {
+        return Err(Error::refused(u.what.clone(), u.hint.clone()));
+    }
     Ok(Taken { _lock: lock, device })
 }
 

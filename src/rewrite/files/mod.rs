@@ -77,7 +77,8 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
 fn execute_plan(plan: &FilesPlan, quiet: bool, report: &mut Report) -> Result<()> {
     let o = &plan.options;
     let measured = plan.measured();
-    if o.bench {
+    // A run to be refused (an unfinished run) benchmarks nothing first.
+    if o.bench && plan.unfinished.is_none() {
         log::info!("benchmarking {} file(s) before the rewrite", measured.len());
         let (b, s) =
             crate::measure::passes::measure_files(&measured, &o.bench_opts).map_err(crate::rewrite::before_writing)?;

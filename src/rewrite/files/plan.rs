@@ -17,6 +17,7 @@ use crate::host::state_dir::StateDir;
 use crate::options::rewrite::{DEFAULT_FILE_MAX_FREEZE, RewriteOptions};
 use crate::report::Report;
 use crate::rewrite::checks;
+use crate::rewrite::sequence::Unfinished;
 use crate::support::error::{Error, Result};
 use crate::support::units::human_bytes;
 use crate::sys;
@@ -42,6 +43,9 @@ pub(super) struct FilesPlan {
     /// The files the choice leaves alone, with why.
     pub(super) left_alone: HashMap<usize, String>,
     pub(super) state: StateDir,
+    /// An unfinished run neither continued nor dropped: refused before anything is
+    /// written (see [`crate::rewrite::sequence`]).
+    pub(super) unfinished: Option<Unfinished>,
 }
 
 impl FilesPlan {
@@ -66,14 +70,13 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
     let resumed = earlier.as_ref().map(|e| e.header.options.apply(o, DEFAULT_FILE_MAX_FREEZE)).transpose()?;
     let o = resumed.unwrap_or_else(|| o.clone());
     let (groups, planned) = plan_files(&o)?;
-    if let Some(what) = unfinished {
+    let unfinished = unfinished.map(|what| {
         let devices: Vec<&device::BlockDeviceInfo> = groups.iter().map(|g| &g.device).collect();
         let state = crate::host::state_dir::resolve(&o.state_dir);
-        return Err(Error::refused(
-            format!("an unfinished file-mode run exists: {what}"),
-            crate::rewrite::sequence::unfinished_hint(&state, &devices),
-        ));
-    }
+        let hint = crate::rewrite::sequence::unfinished_hint(&state, &devices);
+        Unfinished { what: format!("an unfinished file-mode run exists: {what}"), hint }
+    });
+    report.warnings.extend(unfinished.iter().filter(|_| o.dry_run).map(|u| u.warning()));
     if !groups.is_empty() {
         report.freeze_bound = Some(crate::host::freeze::bound_report(o.max_freeze()));
     }
@@ -95,6 +98,7 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
         choice,
         left_alone,
         state,
+        unfinished,
     })
 }
 
@@ -341,7 +345,8 @@ enum Earlier {
     None,
     /// `--resume`: continued.
     Continue(Box<record::Earlier>),
-    /// Neither asked: refused, as device mode does (this says which run).
+    /// Neither asked: refused, as device mode does (this says which run); a dry run
+    /// warns.
     Refuse(String),
 }
 
@@ -369,10 +374,6 @@ fn earlier_run(o: &RewriteOptions, path: &Path) -> Result<Earlier> {
     if o.resume {
         log::info!("resuming {what}, with its options: {}", e.header.options.describe());
         return Ok(Earlier::Continue(Box::new(e)));
-    }
-    if o.dry_run {
-        log::info!("{what} is unfinished: the real run needs --resume or --restart");
-        return Ok(Earlier::None);
     }
     Ok(Earlier::Refuse(what))
 }
@@ -486,4 +487,63 @@ fn planned_bytes(path: &Path, shared_seen: &mut std::collections::HashSet<(u64, 
         .map(|x| x.length)
         .sum();
     (exts.len(), bytes, size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(targets: &[&Path]) -> RewriteOptions {
+        RewriteOptions { targets: targets.iter().map(|t| t.to_path_buf()).collect(), ..RewriteOptions::default() }
+    }
+
+    #[test]
+    fn refuses_filesystems_without_device_offsets_or_an_ftl() {
+        for t in ["btrfs", "tmpfs", "overlay", "fuse.sshfs", "nfs4", "zfs"] {
+            assert!(refuse_fs(t).is_some(), "{t}");
+        }
+        for t in ["ext4", "xfs"] {
+            assert!(refuse_fs(t).is_none(), "{t}");
+        }
+    }
+
+    #[test]
+    fn collects_files_once_in_path_order_without_the_excluded() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("sub/pg_wal")).unwrap();
+        for f in ["b", "a", "sub/c", "sub/pg_wal/w", "x.tmp"] {
+            std::fs::write(d.join(f), b"x").unwrap();
+        }
+        std::fs::hard_link(d.join("a"), d.join("sub/a-link")).unwrap();
+        let mut o = options(&[d, &d.join("b")]);
+        o.exclude = vec!["pg_wal".into(), "*.tmp".into()];
+        let got = collect(&o).unwrap();
+        let names: Vec<String> = got.iter().map(|p| p.strip_prefix(d).unwrap().display().to_string()).collect();
+        assert_eq!(names, ["a", "b", "sub/c"], "a hard link once, excluded names and directories left out");
+        o.exclude = vec!["[".into()];
+        assert!(matches!(collect(&o), Err(Error::Usage(m)) if m.contains("--exclude [")));
+    }
+
+    #[test]
+    fn an_unfinished_run_is_continued_dropped_or_refused_never_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = options(&[dir.path()]);
+        let path = dir.path().join("run.json");
+        assert!(matches!(earlier_run(&o, &path).unwrap(), Earlier::None), "no record: a new run");
+        let header = record::RunHeader {
+            targets: record::canonical_targets(&o.targets),
+            options: crate::options::resume::RunOptions::of(&o),
+            started_at: "2026-11-28T03:00:00Z".into(),
+        };
+        record::write(&path, &header, std::iter::empty()).unwrap();
+        assert!(matches!(earlier_run(&o, &path).unwrap(), Earlier::Refuse(w) if w.contains("2026-11-28T03:00:00Z")));
+        let with = |f: fn(&mut RewriteOptions)| {
+            let mut o = o.clone();
+            f(&mut o);
+            earlier_run(&o, &path).unwrap()
+        };
+        assert!(matches!(with(|o| o.resume = true), Earlier::Continue(_)));
+        assert!(matches!(with(|o| o.restart = true), Earlier::None));
+    }
 }

@@ -51,8 +51,13 @@ impl FileRun<'_> {
     /// One filesystem, steps 2-7 of [`crate::rewrite::sequence`]: its device taken and
     /// checked, its record, one guardian, one engine run over its files.
     fn group(&mut self, gi: usize, g: &FsGroup) -> Result<Result<()>> {
-        let shown = format!("{} ({})", g.device.path.display(), g.fs.mount_point.display());
-        let sequence::Taken { _lock, device } = sequence::take_device(&self.plan.state.path, &g.device, &shown, true)?;
+        let sequence::Taken { _lock, device } = sequence::take_device(&sequence::Taking {
+            state_dir: &self.plan.state.path,
+            device: &g.device,
+            shown: format!("{} ({})", g.device.path.display(), g.fs.mount_point.display()),
+            mounted: true,
+            unfinished: self.plan.unfinished.as_ref(),
+        })?;
         let todo = self.todo(gi);
         if todo.is_empty() {
             return Ok(Ok(()));
@@ -307,5 +312,51 @@ pub(super) fn skipped_report(path: &Path, why: &str) -> FileReport {
         skipped_reason: Some(why.into()),
         verification: "off".into(),
         ..FileReport::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(base: u64, span: u64) -> Member {
+        let mut m = Member::new(0, "/f".into(), span - 100, span);
+        m.base = base;
+        m
+    }
+
+    #[test]
+    fn a_finished_file_accounts_for_every_byte_the_rest_is_holes() {
+        let mut m = member(1 << 20, 1 << 20);
+        (m.bytes_rewritten, m.bytes_unwritten, m.bytes_shared_elsewhere) = (600 << 10, 100 << 10, 100 << 10);
+        let r = member_report(&m, 0, true, true);
+        assert_eq!(r.bytes_skipped_holes, 224 << 10);
+        assert_eq!(r.verification, "passed");
+        // Resumed 64 KiB into this file: those bytes were the last run's.
+        let r = member_report(&m, (1 << 20) + (64 << 10), true, false);
+        assert_eq!(
+            (r.resumed_from_bytes, r.bytes_skipped_holes, r.verification.as_str()),
+            (64 << 10, 160 << 10, "off")
+        );
+        // Not done: no holes claimed, and not verified yet.
+        let r = member_report(&m, 0, false, true);
+        assert_eq!((r.bytes_skipped_holes, r.verification.as_str()), (0, "incomplete"));
+    }
+
+    #[test]
+    fn the_totals_add_every_figure_and_keep_the_longest_freeze() {
+        let one = EngineStats {
+            bytes_written: 10,
+            windows: 2,
+            longest_freeze_seconds: 0.5,
+            total_frozen_seconds: 0.7,
+            ..EngineStats::default()
+        };
+        let two = EngineStats { longest_freeze_seconds: 0.3, total_frozen_seconds: 0.3, ..one.clone() };
+        let mut t = EngineStats::default();
+        add(&mut t, &one);
+        add(&mut t, &two);
+        assert_eq!((t.bytes_written, t.windows), (20, 4));
+        assert_eq!((t.longest_freeze_seconds, t.total_frozen_seconds), (0.5, 1.0));
     }
 }
