@@ -4,8 +4,6 @@
 //! read-backs still queued before its own, its read-back, then the thaw. So the writer
 //! starts one only if all that, as this run has measured it, fits in what is left of the
 //! window's budget, with a safety factor and a margin for what no measurement foresaw.
-//! (A fixed share of the deadline, 3/4 until this, left a quarter of every window unused
-//! whatever the device.)
 
 use std::time::Duration;
 

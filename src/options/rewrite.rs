@@ -21,8 +21,8 @@ pub(crate) const DEFAULT_FILE_MAX_FREEZE: Duration = Duration::from_secs(1);
 pub(crate) const DEFAULT_STATE_DIR: &str = "/var/lib/reseq";
 pub(crate) const DEFAULT_PAUSE: Duration = Duration::ZERO;
 /// File mode's pause between windows, for a live server: writers run at least half the
-/// time (windows use 3/4 of their 1 s bound), where back-to-back windows would keep
-/// them waiting nearly all the run.
+/// time (a window ends within its 1 s bound, usually well before), where back-to-back
+/// windows would keep them waiting nearly all the run.
 pub(crate) const DEFAULT_FILE_PAUSE: Duration = Duration::from_secs(1);
 pub(crate) const DEFAULT_MAX_OVERRUNS: u32 = 3;
 pub(crate) const DEFAULT_READ_AHEAD: usize = 2;

@@ -167,25 +167,12 @@ fn overall_progress(plan: &FilesPlan, quiet: bool) -> (Progress, usize, usize) {
     (progress, files, done)
 }
 
-/// The benchmark after the rewrite, and its verdict.
+/// The benchmark after the rewrite, of the files still there (files deleted during the
+/// run are not read after it, nor at the re-check those deleted by then).
 pub(super) fn bench_after(o: &RewriteOptions, stop: &StopFlag, measured: &[&Path], report: &mut Report) -> Result<()> {
-    log::info!("benchmarking the same files after the rewrite");
-    // Files deleted during the run are not read after it either (nor at the re-check,
-    // those deleted by then).
-    let still: Vec<&Path> = measured.iter().copied().filter(|p| p.exists()).collect();
-    match crate::measure::passes::measure_files(&still, &o.bench_opts) {
-        Ok((b, s)) => {
-            if let Some(before) = &report.bench_before {
-                let v = crate::measure::bench::verdict_of(before, &b);
-                let target = || {
-                    let left: Vec<&Path> = still.iter().copied().filter(|p| p.exists()).collect();
-                    crate::measure::passes::files_target(&left)
-                };
-                report.verdict = crate::measure::passes::recheck(Some(v), before, &b, &o.bench_opts, stop, target);
-            }
-            (report.bench_after, report.scan_after) = (Some(b), Some(s));
-            Ok(())
-        }
-        Err(e) => crate::rewrite::cut_short(report.bench_before.as_ref(), e).map(|v| report.verdict = v),
-    }
+    let target = || {
+        let left: Vec<&Path> = measured.iter().copied().filter(|p| p.exists()).collect();
+        crate::measure::passes::files_target(&left)
+    };
+    crate::rewrite::bench_after(report, &o.bench_opts, stop, target).map(drop)
 }

@@ -1,0 +1,145 @@
+//! The dry run's text: what a plan will do, and what it will not. File mode's own
+//! (`files::plan::describe`) shares the freeze, guardian and closing lines.
+
+use crate::rewrite::plan::{RewritePlan, Start};
+use crate::support::units::human_bytes;
+
+/// The plan, for `--dry-run`.
+pub(crate) fn describe_plan(plan: &RewritePlan) -> String {
+    let d = &plan.device;
+    let mut s =
+        format!("plan for {} ({}, {}):\n", d.path.display(), d.identity.dev, human_bytes(d.identity.size_bytes));
+    s += &describe_chunks(plan);
+    s += &describe_freeze(plan);
+    s += &format!(
+        "  other writers: none (checked every file table of every process (each thread's own too), their writable mappings and io_uring registered files, and loop devices backed by {} or its partitions/disk: {}); checked again before windows and within them; the device's written-sectors counters are compared with reseq's own writes before every write (exit 9 if they grew more); its partitions, holders, loops and mounts are compared with the plan's at every window. Not seen: fds in flight over unix sockets until the writes show in the counters, writers on another host or below the device\n",
+        plan.device.path.display(),
+        plan.writer_devices.iter().map(|(a, b)| format!("{a}:{b}")).collect::<Vec<_>>().join(", ")
+    );
+    s += &crate::host::aliases::describe(&plan.writer_devices, &crate::host::device::Sysfs::default());
+    s += &describe_space(plan);
+    s += &describe_selection(&plan.options);
+    s += &format!("  medium: {}\n", d.medium);
+    s += &format!("  journal: {}\n", plan.journal_path.display());
+    s + &dry_run_end(&plan.warnings)
+}
+
+/// The end of a dry run's plan: its warnings, and that it did nothing.
+pub(crate) fn dry_run_end(warnings: &[String]) -> String {
+    warnings.iter().map(|w| format!("  warning: {w}\n")).collect::<String>()
+        + "  nothing was written or frozen (dry run)\n"
+}
+
+/// `--only-slow` and `--from-scan`: what chooses the regions, since a dry run does not
+/// scan.
+fn describe_selection(o: &crate::options::resume::RunOptions) -> String {
+    let rule = format!(
+        "regions reading below {:.0} % of the fastest quarter's median are rewritten, the others left alone",
+        o.slow_threshold * 100.0
+    );
+    match (&o.from_scan, o.only_slow) {
+        (Some(p), _) => format!("  selection: --from-scan {}: {rule}\n", p.display()),
+        (None, true) => format!(
+            "  selection: --only-slow: a scan of {} regions at the start of the run times each; {rule} (the report and progress count only those)\n",
+            o.scan_regions
+        ),
+        (None, false) => String::new(),
+    }
+}
+
+/// Range, chunks, resume point, verification and memory.
+fn describe_chunks(plan: &RewritePlan) -> String {
+    let (e, d) = (&plan.engine, &plan.device);
+    let mut s =
+        format!("  range: bytes {}..{} ({})\n", e.range_start, e.range_end, human_bytes(e.range_end - e.range_start));
+    s += &format!(
+        "  chunks: {} of {} (direct-I/O alignment {} B from {}), ascending, one writer\n",
+        e.chunks_total(),
+        human_bytes(e.chunk_size),
+        d.dio_offset_align,
+        d.dio_align_source
+    );
+    if let Start::Resume { done, started_at, .. } = &plan.start {
+        s += &format!("  resume: {done} chunks already done by the run started {started_at}\n");
+    }
+    s += &format!("  verify: {}\n", if e.verify { "read back and compare blake3 after every write" } else { "off" });
+    s += &format!(
+        "  memory: {} in aligned buffers of {} ({} read ahead, 1 being read, 1 being written{})\n",
+        human_bytes(e.memory_bytes()),
+        human_bytes(e.chunk_size),
+        e.read_ahead,
+        if e.verify { ", 1 awaiting its read-back, 1 read back" } else { "" },
+    );
+    s
+}
+
+/// What is frozen, and how long each window may be.
+fn describe_freeze(plan: &RewritePlan) -> String {
+    if plan.filesystems.is_empty() {
+        return "  freeze: nothing mounted; the device is opened exclusively (O_EXCL), so nothing can mount it meanwhile\n"
+            .into();
+    }
+    let mut s = String::new();
+    for f in &plan.filesystems {
+        s += &format!("  freeze: {} ({}, {} on {})\n", f.mount_point.display(), f.fs_type, f.source, f.dev);
+    }
+    for why in &plan.freeze_order {
+        s += &format!("  freeze order: {why}\n");
+    }
+    if !plan.freeze_order.is_empty() {
+        s += "  freeze order: dependents first, thawed last: a freeze syncs, and a sync that reaches a frozen filesystem waits for its thaw\n";
+    }
+    s += &format!(
+        "  windows: at most {:.3} s frozen each (new chunks stop when one more, its read-back and the thaw would not fit), pause {:.3} s between; the guardian thaws at the deadline, and {}{}\n",
+        plan.max_freeze.as_secs_f64(),
+        plan.engine.pause.as_secs_f64(),
+        crate::host::freeze::describe_bound(plan.max_freeze),
+        plan.hung_task_timeout.map(|t| format!(" (hung-task timeout {} s)", t.as_secs())).unwrap_or_default()
+    );
+    s += &frozen_share(plan.max_freeze, plan.engine.pause, plan.engine.rate_bytes_per_second);
+    s + &plan.guardian.as_ref().map(describe_guardian).unwrap_or_default()
+}
+
+/// Where the guardian goes, and the priority it gets.
+pub(crate) fn describe_guardian(p: &crate::host::cgroup::Placement) -> String {
+    format!("  guardian: {}\n  guardian priority: {}\n", p.describe(), crate::host::hardening::expected())
+}
+
+/// How much of the run the filesystems stay frozen: a window ends when one more chunk
+/// would not fit its budget, about 3/4 of its bound in practice (80-90 % on an idle
+/// device, less on a busy one: engine/pace.rs), and only the pauses let writers through.
+pub(crate) fn frozen_share(max_freeze: std::time::Duration, pause: std::time::Duration, rate: Option<u64>) -> String {
+    if rate.is_some() {
+        return "  frozen: set by --rate: a window ends once the run is a quarter second ahead of its rate, and the pause after it makes up the time\n".into();
+    }
+    let window = max_freeze.as_secs_f64() * 0.75;
+    let share = window / (window + pause.as_secs_f64()).max(f64::MIN_POSITIVE);
+    let half = crate::support::units::format_duration(max_freeze.mul_f64(0.75));
+    let hint =
+        (share > 0.5).then(|| format!("; writers wait most of the run: --pause {half} would free them half the time"));
+    format!(
+        "  frozen: about {:.0} % of the run (windows of about {window:.1} s, pauses of {:.1} s){}\n",
+        share * 100.0,
+        pause.as_secs_f64(),
+        hint.unwrap_or_default()
+    )
+}
+
+/// Which space is rewritten, and the FITRIM after.
+fn describe_space(plan: &RewritePlan) -> String {
+    if plan.used_space.is_empty() {
+        return "  space: everything is rewritten\n".into();
+    }
+    let mut s = String::new();
+    let trim = plan.trim.then(|| format!(", FITRIM afterwards in slices, pace {}", plan.trim_pace.describe()));
+    for (fs, start, len) in &plan.used_space {
+        s += &format!(
+            "  space: free space of {} ({}, bytes {start}..{}) is left out (GETFSMAP in each window){}\n",
+            fs.mount_point.display(),
+            fs.fs_type,
+            start + len,
+            trim.as_deref().unwrap_or_default()
+        );
+    }
+    s
+}
