@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+t0=$(date +%s)
 if [ "$(id -u)" != 0 ]; then
   echo "tests/run-all.sh: run as root (loop devices, mounts, FIFREEZE)" >&2
   exit 2
@@ -41,37 +42,64 @@ fi
 # path): the fuse module must be loaded.
 [ -e /dev/fuse ] || modprobe fuse 2>/dev/null || echo "warning: no /dev/fuse (modprobe fuse failed); the FUSE fault tests will fail under CI=true" >&2
 
+# Time by part, printed at the end (CI must stay under 25 minutes).
+times=()
+took() { times+=("$1 $(( $(date +%s) - t_part )) s"); t_part=$(date +%s); }
+t_part=$t0
+took "packages"
+
+# The VM guest (tests/vm/build-guest.sh: debootstrap, mostly downloads and disk) is
+# built in the background while the Rust tests run; tests/vm/run.sh waits for it (the
+# build holds a lock) or finds it cached.
+guest_log=$(mktemp /tmp/reseq-guest-build.XXXXXX)
+{
+  command -v qemu-system-x86_64 >/dev/null ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-system-x86 >/dev/null
+  bash tests/vm/build-guest.sh
+} >"$guest_log" 2>&1 &
+guest_build=$!
+
 # The packaging tests build the .deb with cargo-deb (crates.io) and syntax-check the
 # Ansible playbook with ansible-core (PyPI; brings PyYAML for the manifest test).
 command -v cargo-deb >/dev/null || cargo install --locked --quiet cargo-deb
 command -v ansible-playbook >/dev/null || python3 -m pip install --quiet ansible-core
 
+took "cargo-deb, ansible"
 cargo fmt --all -- --check
 cargo clippy --all-targets --features fault-injection -- -D warnings
+took "fmt, clippy"
 
 # libtest counts a test that skips itself (a requirement missing, outside CI) as passed:
 # each skip is also written to RESEQ_SKIP_LOG (tests/it/common `skip`), and the summary
 # at the end counts them apart.
 logs=$(mktemp -d /tmp/reseq-run-all.XXXXXX)
-trap 'rm -rf "$logs"' EXIT
+trap 'rm -rf "$logs" "$guest_log"; kill "$guest_build" 2>/dev/null || true' EXIT
 export RESEQ_SKIP_LOG=$logs/skipped
 touch "$RESEQ_SKIP_LOG"
 status=0
 cargo test --features fault-injection 2>&1 | tee "$logs/cargo" || status=$?
+took "cargo test (build and run)"
 
 # The VM tests (tests/vm/run.sh): real LVM, thin pools, dm-crypt, md RAID and systemd as
 # PID 1, in a Debian 12 guest under qemu, since this kernel may have no device-mapper
 # and no md. The guest is built once and cached in /var/cache/reseq-vm; the binary
 # handed to it is the one `cargo test` just built.
+# Its own failure is reported by tests/vm/run.sh, which builds it again in the open.
+wait "$guest_build" || sed 's/^/guest build (background): /' "$guest_log" >&2
+took "waiting for the VM guest"
 if [ "$status" = 0 ]; then
   cargo build --features fault-injection --bin reseq
   RESEQ_BIN="${CARGO_TARGET_DIR:-target}/debug/reseq" bash tests/vm/run.sh 2>&1 | tee "$logs/vm" || status=$?
 else
   echo "vm: not run (cargo test failed)" | tee "$logs/vm"
 fi
+took "vm tests"
 
-# The last line: every test of both runners, the skipped ones named just above it.
+# The last lines: the time by part, then every test of both runners, the skipped ones
+# named just above it.
 echo
+printf 'time: %s\n' "${times[@]}"
+echo "time: all $(( $(date +%s) - t0 )) s"
 # One line per test, by name (one that gave two reasons counts once).
 sort "$RESEQ_SKIP_LOG" | awk -F': ' '!seen[$1]++ { print "skipped: " $0 }'
 sed -n 's/^\(vm_[a-z0-9_]*\) \.\.\. skipped (\(.*\))$/skipped: \1: \2/p' "$logs/vm"

@@ -290,9 +290,92 @@ pub(crate) fn state_dir(
     crate::host::state_dir::prepare(dir, frozen, chunk_size.bytes() * 2 + (1 << 20), dry_run)
 }
 
+/// File mode: the mount holding `f` (on device `dev`): a filesystem type whose FIEMAP
+/// gives device offsets and that lives on an SSD, a device reseq can identify, not DAX.
+pub(crate) fn file_mode_mount(f: &Path, entry: &MountEntry, dev: (u32, u32)) -> Result<()> {
+    if let Some((why, hint)) = refuse_fs(&entry.fs_type) {
+        return Err(Error::refused(format!("{}: {why}", f.display()), hint));
+    }
+    if entry.dev != dev {
+        return Err(Error::refused(
+            format!(
+                "{} is on a filesystem whose device reseq cannot identify ({} reports {}:{})",
+                f.display(),
+                entry.fs_type,
+                dev.0,
+                dev.1
+            ),
+            "rewrite the device instead",
+        ));
+    }
+    if entry.dax {
+        return Err(Error::refused(
+            format!("{} is on a DAX mount: no FTL to fix, and mmap stores bypass the page cache", f.display()),
+            "nothing to do",
+        ));
+    }
+    Ok(())
+}
+
+/// Filesystems file mode refuses, with why.
+fn refuse_fs(fs_type: &str) -> Option<(String, String)> {
+    let remote = ["nfs", "nfs4", "cifs", "smb3", "9p", "ceph", "virtiofs", "afs", "glusterfs", "lustre"];
+    Some(match fs_type {
+        "btrfs" => (
+            "btrfs: FIEMAP's physical addresses are btrfs logical addresses, not device offsets; writing there could hit metadata".into(),
+            "on btrfs, `btrfs balance start -d` rewrites data".into(),
+        ),
+        "tmpfs" | "ramfs" | "devtmpfs" => (format!("{fs_type} lives in memory: there is no SSD layout to fix"), "nothing to do".into()),
+        "overlay" => ("overlayfs: its files live on another filesystem".into(), "run reseq on the underlying (upper) directory".into()),
+        t if t.starts_with("fuse") => (format!("{t} is a FUSE filesystem: its blocks are not reseq's to map"), "run reseq on the backing storage".into()),
+        t if remote.contains(&t) => (format!("{t} is a network filesystem"), "run reseq on the server".into()),
+        t if !crate::host::usedspace::SUPPORTED.contains(&t) => {
+            (format!("{t} is not supported by file mode (ext2/3/4 and xfs are)"), "rewrite the device instead".into())
+        }
+        _ => return None,
+    })
+}
+
+/// File mode: the file's filesystem is mounted read-write (each window freezes it, and
+/// its files are written through their device).
+pub(crate) fn read_write(f: &Path, fs: &MountedFs) -> Result<()> {
+    if !fs.read_only {
+        return Ok(());
+    }
+    Err(Error::refused(
+        format!("{} is on a read-only mount ({})", f.display(), fs.mount_point.display()),
+        "remount it read-write, or rewrite the device",
+    ))
+}
+
+/// File mode: fscrypt: the blocks hold ciphertext, which reading through the file does not
+/// give.
+pub(crate) fn not_encrypted(f: &Path) -> Result<()> {
+    if !crate::sys::statx_encrypted(f).unwrap_or(false) {
+        return Ok(());
+    }
+    Err(Error::refused(
+        format!(
+            "{} is fscrypt-encrypted: its blocks hold ciphertext reseq cannot read back through the file",
+            f.display()
+        ),
+        "rewrite the device instead",
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refuses_filesystems_without_device_offsets_or_an_ftl() {
+        for t in ["btrfs", "tmpfs", "overlay", "fuse.sshfs", "nfs4", "zfs"] {
+            assert!(refuse_fs(t).is_some(), "{t}");
+        }
+        for t in ["ext4", "xfs"] {
+            assert!(refuse_fs(t).is_none(), "{t}");
+        }
+    }
 
     /// The holders refusal names the top of the stack. This kernel has no device-mapper
     /// or md, so the stack is a fake sysfs tree: sdz1 <- dm-7 <- dm-9 ("vg-data").

@@ -669,6 +669,7 @@ fn a_refused_device_run_writes_nothing() {
         assert_eq!(out.status.code(), Some(3), "someone else's freeze: {}", stderr(&out));
     }
     assert!(snapshot_dir(&env.state_dir()) == before, "the refused --resume changed the state directory");
+    unfinished_run_refused_alike(&env, &lo.path);
     assert_eq!(unfinished_runs(&env), runs, "status shows the interrupted run");
     json_ok(env.reseq().args(["rewrite", "--json", "--resume"]).arg(&lo.path));
     assert_files_intact(&files);

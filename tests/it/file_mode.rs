@@ -1182,6 +1182,7 @@ fn a_refused_file_run_writes_nothing() {
         assert_eq!(out.status.code(), Some(3), "someone else's freeze: {}", stderr(&out));
     }
     assert!(snapshot_dir(&env.state_dir()) == before, "the refused --resume changed the state directory");
+    unfinished_run_refused_alike(&env, &path);
     assert_eq!(unfinished_runs(&env), runs, "status shows the interrupted run");
     let out = output(env.reseq().args(["rewrite", "--resume", "--dry-run"]).arg(&path));
     assert!(stderr(&out).contains("--max-freeze 200ms"), "{}", stderr(&out));

@@ -105,25 +105,6 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
 /// Why an empty file is left alone (it has no block to rewrite).
 pub(super) const EMPTY: &str = "empty, nothing to rewrite";
 
-/// Filesystems file mode refuses, with why.
-fn refuse_fs(fs_type: &str) -> Option<(String, String)> {
-    let remote = ["nfs", "nfs4", "cifs", "smb3", "9p", "ceph", "virtiofs", "afs", "glusterfs", "lustre"];
-    Some(match fs_type {
-        "btrfs" => (
-            "btrfs: FIEMAP's physical addresses are btrfs logical addresses, not device offsets; writing there could hit metadata".into(),
-            "on btrfs, `btrfs balance start -d` rewrites data".into(),
-        ),
-        "tmpfs" | "ramfs" | "devtmpfs" => (format!("{fs_type} lives in memory: there is no SSD layout to fix"), "nothing to do".into()),
-        "overlay" => ("overlayfs: its files live on another filesystem".into(), "run reseq on the underlying (upper) directory".into()),
-        t if t.starts_with("fuse") => (format!("{t} is a FUSE filesystem: its blocks are not reseq's to map"), "run reseq on the backing storage".into()),
-        t if remote.contains(&t) => (format!("{t} is a network filesystem"), "run reseq on the server".into()),
-        t if !crate::host::usedspace::SUPPORTED.contains(&t) => {
-            (format!("{t} is not supported by file mode (ext2/3/4 and xfs are)"), "rewrite the device instead".into())
-        }
-        _ => return None,
-    })
-}
-
 /// A file to rewrite, and the filesystem it is on.
 pub(super) struct Planned {
     pub(super) path: PathBuf,
@@ -189,7 +170,7 @@ fn check(o: &RewriteOptions, files: &[PathBuf]) -> Result<(Vec<FsGroup>, Vec<Pla
                 groups.len() - 1
             }
         };
-        not_encrypted(f)?;
+        checks::not_encrypted(f)?;
         planned.push(Planned { path: f.clone(), fs: idx });
     }
     if !o.force {
@@ -212,34 +193,9 @@ fn fs_group(f: &Path, dev: (u32, u32), mounts: &[mounts::MountEntry], sysfs: &Sy
         mounts.iter().find(|m| m.dev == dev).or_else(|| mounts::mount_containing(mounts, &abs)).ok_or_else(|| {
             Error::refused(format!("{} is on no mounted filesystem reseq can see", f.display()), "check mountinfo")
         })?;
-    if let Some((why, hint)) = refuse_fs(&entry.fs_type) {
-        return Err(Error::refused(format!("{}: {why}", f.display()), hint));
-    }
-    if entry.dev != dev {
-        return Err(Error::refused(
-            format!(
-                "{} is on a filesystem whose device reseq cannot identify ({} reports {}:{})",
-                f.display(),
-                entry.fs_type,
-                dev.0,
-                dev.1
-            ),
-            "rewrite the device instead",
-        ));
-    }
+    checks::file_mode_mount(f, entry, dev)?;
     let fs = mounts::filesystems_on(mounts, &[dev]).remove(0);
-    if fs.read_only {
-        return Err(Error::refused(
-            format!("{} is on a read-only mount ({})", f.display(), fs.mount_point.display()),
-            "remount it read-write, or rewrite the device",
-        ));
-    }
-    if entry.dax {
-        return Err(Error::refused(
-            format!("{} is on a DAX mount: no FTL to fix, and mmap stores bypass the page cache", f.display()),
-            "nothing to do",
-        ));
-    }
+    checks::read_write(f, &fs)?;
     let device = device_of(&fs, sysfs)?;
     checks::writable(&device)?;
     checks::no_copy_on_write(&device, sysfs)?;
@@ -261,20 +217,6 @@ fn device_of(fs: &MountedFs, sysfs: &Sysfs) -> Result<device::BlockDeviceInfo> {
         )),
         Err(e) => Err(e),
     }
-}
-
-/// fscrypt: the blocks hold ciphertext, which reading through the file does not give.
-fn not_encrypted(f: &Path) -> Result<()> {
-    if !sys::statx_encrypted(f).unwrap_or(false) {
-        return Ok(());
-    }
-    Err(Error::refused(
-        format!(
-            "{} is fscrypt-encrypted: its blocks hold ciphertext reseq cannot read back through the file",
-            f.display()
-        ),
-        "rewrite the device instead",
-    ))
 }
 
 /// A file as a run records it: device, inode, birth time, and where its extents lie.
@@ -495,16 +437,6 @@ mod tests {
 
     fn options(targets: &[&Path]) -> RewriteOptions {
         RewriteOptions { targets: targets.iter().map(|t| t.to_path_buf()).collect(), ..RewriteOptions::default() }
-    }
-
-    #[test]
-    fn refuses_filesystems_without_device_offsets_or_an_ftl() {
-        for t in ["btrfs", "tmpfs", "overlay", "fuse.sshfs", "nfs4", "zfs"] {
-            assert!(refuse_fs(t).is_some(), "{t}");
-        }
-        for t in ["ext4", "xfs"] {
-            assert!(refuse_fs(t).is_none(), "{t}");
-        }
     }
 
     #[test]

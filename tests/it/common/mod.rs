@@ -651,3 +651,17 @@ pub fn wait_journal_done(state_dir: &Path) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// An unfinished run over `target` is one decision in both modes: a dry run over it
+/// warns and exits 0, a run refuses (exit 3) before it benchmarks or writes anything.
+pub fn unfinished_run_refused_alike(env: &TestEnv, target: &Path) {
+    let before = snapshot_dir(&env.state_dir());
+    let out = output(env.reseq().args(["rewrite", "--dry-run"]).arg(target));
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "a dry run refuses nothing: {text}");
+    assert!(text.contains("the real run is refused without --resume"), "{text}");
+    let out = output(env.reseq().args(["rewrite", "--bench"]).arg(target));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("unfinished") && !stderr(&out).contains("benchmarking"), "{}", stderr(&out));
+    assert!(snapshot_dir(&env.state_dir()) == before, "the dry run or the refusal changed the state directory");
+}
