@@ -132,7 +132,7 @@ fn emulated(size: u64, quiet: bool, report_out: &mut Option<Report>) -> Result<(
     );
     let (report, result) =
         crate::rewrite::files::run(&rewrite_options(&db_path, dir.path().join("state"), true), quiet);
-    let verdict = report.verdict.as_ref().map(|v| format!("{} (x{:.2})", v.verdict.replace('_', " "), v.speedup));
+    let verdict = report.verdict.as_ref().map(|v| format!("{} (x{:.2})", v.verdict, v.speedup));
     *report_out = Some(report);
     result?;
     unchanged_and_clean(&db_path, before, mnt, &lo)?;

@@ -72,7 +72,7 @@ pub(crate) fn recheck(
     target: impl Fn() -> Result<Target>,
 ) -> Option<bench::Verdict> {
     let v = closer_look(v?, before, after, opts, &target);
-    if !matches!(v.verdict.as_str(), "faster" | "slower") || opts.recheck.is_zero() || after.virtual_time {
+    if !v.verdict.is_change() || opts.recheck.is_zero() || after.virtual_time {
         return Some(v);
     }
     match take_recheck(&v, before, after, opts, stop, target) {
@@ -100,7 +100,7 @@ fn closer_look(
     opts: &BenchOptions,
     target: &impl Fn() -> Result<Target>,
 ) -> bench::Verdict {
-    if v.verdict == "unreliable" || after.virtual_time {
+    if v.verdict == bench::Finding::Unreliable || after.virtual_time {
         return v;
     }
     let Some(why) = bench::close_call(&before.rates(), &after.rates()) else { return v };
@@ -109,7 +109,7 @@ fn closer_look(
     log::info!("too close to call: {why}; up to {max} more passes after the rewrite decide");
     match target().and_then(|t| bench::more_passes(&t, after, max, took.max(bench::CLOSER_LOOK_SECONDS))) {
         Ok(extra) => bench::second_look(&v, before, after, extra, why),
-        Err(e) if v.verdict == "no_measurable_change" => {
+        Err(e) if v.verdict == bench::Finding::NoMeasurableChange => {
             log::warn!("the close call was not looked at again: {}", crate::error_chain(&e));
             v
         }
@@ -240,13 +240,13 @@ mod tests {
         let opts = BenchOptions::default();
         let v = closer_look(first, &before, &after, &opts, &|| files_target(&[file.as_path()]));
         let look = v.closer_look.as_ref().expect("x1.52 is a close call");
-        assert_eq!((look.first_verdict.as_str(), look.passes.len()), ("faster", 6), "{v:?}");
+        assert_eq!((look.first_verdict, look.passes.len()), (bench::Finding::Faster, 6), "{v:?}");
         assert!(look.passes.iter().all(|p| p.bytes == 1 << 20), "the same 1 MiB as the after-benchmark");
         assert!(v.rule.contains("9 after-passes"), "{}", v.rule);
         // A clear result is not looked at again.
         let clear = bench::tests::bench_of(&rates(&[300.0, 301.0, 302.0]));
         let v = closer_look(bench::verdict_of(&before, &clear), &before, &clear, &opts, &|| unreachable!());
-        assert!(v.closer_look.is_none() && v.verdict == "faster", "{v:?}");
+        assert!(v.closer_look.is_none() && v.verdict == bench::Finding::Faster, "{v:?}");
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::host::mounts::{self, MountedFs};
 use crate::host::shape::{Shape, ShapeChecked};
 use crate::options::resume::RunOptions;
 use crate::options::rewrite::{DEFAULT_FILE_MAX_FREEZE, RewriteOptions};
-use crate::report::{FileReport, Report, now_rfc3339};
+use crate::report::{FileReport, Report, Verification, now_rfc3339};
 use crate::rewrite::checks;
 use crate::support::error::{Error, Result};
 use crate::support::output::Progress;
@@ -257,19 +257,19 @@ pub(crate) fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
     let mut verify = !o.no_verify;
     let result = execute(o, quiet, &mut report, &mut verify);
     report.finish(started.elapsed(), &result);
-    report.verification = verification(&report, verify, &result).into();
+    report.verification = verification(&report, verify, &result);
     (report, result)
 }
 
 /// The run's verification. [`Report::finish`] reads it from a device plan, which file
 /// mode has none of: every file was read back when the run finished with `verify` on.
-fn verification(report: &Report, verify: bool, result: &Result<()>) -> &'static str {
+fn verification(report: &Report, verify: bool, result: &Result<()>) -> Verification {
     match result {
-        Err(Error::ChecksumMismatch { .. } | Error::WriteFailed { .. }) => "failed",
+        Err(Error::ChecksumMismatch { .. } | Error::WriteFailed { .. }) => Verification::Failed,
         // Refused or stopped before a file was rewritten: nothing verified, nothing left half.
-        _ if report.dry_run || report.results.is_none() || !verify => "off",
-        Ok(()) => "passed",
-        Err(_) => "incomplete",
+        _ if report.dry_run || report.results.is_none() || !verify => Verification::Off,
+        Ok(()) => Verification::Passed,
+        Err(_) => Verification::Incomplete,
     }
 }
 
@@ -673,7 +673,7 @@ impl FileRun<'_> {
             Some(&size) => {
                 let mut fr = skipped_report(&planned[fi].path, "");
                 (fr.skipped_reason, fr.size_bytes, fr.done_earlier) = (None, size, true);
-                fr.verification = if self.o.no_verify { "off" } else { "passed" }.into();
+                fr.verification = if self.o.no_verify { Verification::Off } else { Verification::Passed };
                 self.reports.push((fi, fr));
                 false
             }
@@ -769,11 +769,10 @@ fn member_report(m: &Member, start: u64, done: bool, verify: bool) -> FileReport
         skipped_reason: m.skipped.clone(),
         resumed_from_bytes: resumed_from,
         verification: match (done, verify) {
-            (true, true) => "passed",
-            (true, false) => "off",
-            _ => "incomplete",
-        }
-        .into(),
+            (true, true) => Verification::Passed,
+            (true, false) => Verification::Off,
+            (false, _) => Verification::Incomplete,
+        },
         ..FileReport::default()
     }
 }
@@ -782,7 +781,7 @@ pub(super) fn skipped_report(path: &Path, why: &str) -> FileReport {
     FileReport {
         path: path.display().to_string(),
         skipped_reason: Some(why.into()),
-        verification: "off".into(),
+        verification: Verification::Off,
         ..FileReport::default()
     }
 }
