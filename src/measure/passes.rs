@@ -182,27 +182,24 @@ pub(crate) fn nvme_smart(name: &str, parent: Option<&str>) -> Option<(u64, u64)>
     if !disk.starts_with("nvme") {
         return None;
     }
-    let out =
-        std::process::Command::new(smartctl()?).args(["--json", "-A"]).arg(format!("/dev/{disk}")).output().ok()?;
-    parse_smartctl_nvme(&String::from_utf8_lossy(&out.stdout))
+    // Its exit status is a bit mask that can be non-zero with the counters read: the JSON
+    // says. A drive that hangs it costs the counters, not the run.
+    let smartctl = crate::support::tool::Tool::new("smartctl")
+        .args(["--json", "-A"])
+        .arg(format!("/dev/{disk}"))
+        .output_within(SMARTCTL_LIMIT);
+    match smartctl {
+        Ok(out) => parse_smartctl_nvme(&String::from_utf8_lossy(&out.stdout)),
+        Err(e) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| log::info!("the NVMe write counters are left out (smartmontools): {e}"));
+            None
+        }
+    }
 }
 
-/// `smartctl` on PATH or where Debian installs it (`/usr/sbin`, off cron's PATH); a
-/// missing one is said once.
-fn smartctl() -> Option<std::path::PathBuf> {
-    static FOUND: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
-    FOUND
-        .get_or_init(|| {
-            let path = std::env::var_os("PATH").unwrap_or_default();
-            let dirs = std::env::split_paths(&path).chain(["/usr/sbin", "/sbin"].map(std::path::PathBuf::from));
-            let found = dirs.map(|d| d.join("smartctl")).find(|p| p.is_file());
-            if found.is_none() {
-                log::info!("smartctl not found (PATH, /usr/sbin, /sbin): the NVMe write counters are left out (install smartmontools)");
-            }
-            found
-        })
-        .clone()
-}
+/// How long `smartctl` may take to read a drive's counters.
+const SMARTCTL_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Write-cost counters at one moment.
 pub(crate) struct CostSnapshot {
