@@ -5,7 +5,7 @@
 
 use crate::cli::RewriteArgs;
 use crate::options::bench::BenchOptions;
-use crate::options::rewrite::{Mode, RewriteOptions};
+use crate::options::rewrite::{Given, Mode, RewriteOptions};
 use crate::options::sim::{SimRewrite, sim_state};
 use crate::support::error::{Error, Result};
 
@@ -20,6 +20,25 @@ pub(crate) fn rewrite(args: &RewriteArgs) -> Result<Rewrite> {
     match sim_state(args.device()) {
         Some(state) => crate::cli::lower::sim_rewrite(args, state).map(|(rw, bench)| Rewrite::Sim(rw, bench)),
         None => rewrite_options(args).map(Rewrite::Run),
+    }
+}
+
+/// Which options with a default `rewrite`'s matches have from the command line (or a job
+/// file, turned into one), by their clap ids: the one place they are named, since clap's
+/// derive gives them no type.
+pub(crate) fn given(sub: &clap::ArgMatches) -> Given {
+    let on_command_line = |id: &str| {
+        // A debug build knows the ids: a misspelt one is caught by the tests.
+        debug_assert!(sub.try_get_raw(id).is_ok(), "{id} is not an option of rewrite");
+        sub.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+    };
+    Given {
+        chunk_size: on_command_line("chunk_size"),
+        pause: on_command_line("pause"),
+        max_overruns: on_command_line("max_overruns"),
+        read_ahead: on_command_line("read_ahead"),
+        scan_regions: on_command_line("scan_regions"),
+        slow_threshold: on_command_line("slow_threshold"),
     }
 }
 
@@ -41,7 +60,7 @@ fn lower(a: &RewriteArgs, mode: Mode) -> RewriteOptions {
         max_freeze: a.max_freeze,
         rate: a.rate,
         pause: match mode {
-            Mode::Files if !a.given.contains("pause") => crate::options::rewrite::DEFAULT_FILE_PAUSE,
+            Mode::Files if !a.given.pause => crate::options::rewrite::DEFAULT_FILE_PAUSE,
             _ => a.pause,
         },
         max_overruns: a.max_overruns,
@@ -63,7 +82,7 @@ fn lower(a: &RewriteArgs, mode: Mode) -> RewriteOptions {
         slow_threshold: a.slow_threshold,
         bench: a.bench,
         bench_opts: crate::cli::lower::bench_options(&a.bench_opts),
-        given: a.given.clone(),
+        given: a.given,
     }
 }
 
@@ -104,6 +123,44 @@ mod tests {
         assert_eq!((o.slow_threshold, &o.state_dir), (d.slow_threshold, &d.state_dir));
         assert_eq!(o.bench_opts, d.bench_opts, "the --bench-* defaults");
         assert_eq!(o.mode, Mode::Device, "a character device goes to device mode, which says it is none");
+    }
+
+    /// Each option with a default, given (with its default value, too), is given; left
+    /// out, it is not. A misspelt clap id in [`given`] would leave one false.
+    #[test]
+    fn every_option_with_a_default_is_told_given() {
+        let parse = |argv: &[&str]| {
+            let m = crate::cli::Cli::try_parse_given(["reseq", "rewrite"].iter().chain(argv)).unwrap();
+            match m.command {
+                crate::cli::Command::Rewrite(a) => rewrite_options(&a).unwrap().given,
+                _ => unreachable!(),
+            }
+        };
+        assert_eq!(parse(&["/dev/null"]), Given::default(), "nothing given");
+        let all = [
+            "--chunk-size=4M",
+            "--pause=0s",
+            "--max-overruns=3",
+            "--read-ahead=2",
+            "--scan-regions=64",
+            "--slow-threshold=0.7",
+        ];
+        let every = Given {
+            chunk_size: true,
+            pause: true,
+            max_overruns: true,
+            read_ahead: true,
+            scan_regions: true,
+            slow_threshold: true,
+        };
+        assert_eq!(parse(&[&all[..], &["/dev/null"]].concat()), every, "the defaults, given");
+        for (i, flag) in all.iter().enumerate() {
+            let one = parse(&[flag, "/dev/null"]);
+            let told =
+                [one.chunk_size, one.pause, one.max_overruns, one.read_ahead, one.scan_regions, one.slow_threshold];
+            assert_eq!(told.iter().filter(|g| **g).count(), 1, "{flag}: {one:?}");
+            assert!(told[i], "{flag} is told given: {one:?}");
+        }
     }
 
     #[test]

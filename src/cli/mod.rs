@@ -131,9 +131,7 @@ impl Cli {
         let m = Cli::command().try_get_matches_from(argv)?;
         let mut cli = Cli::from_arg_matches(&m)?;
         if let (Command::Rewrite(a), Some(("rewrite", sub))) = (&mut cli.command, m.subcommand()) {
-            let explicit =
-                |id: &&clap::Id| sub.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine);
-            a.given = sub.ids().filter(explicit).map(|id| id.to_string()).collect();
+            a.given = hiargs::given(sub);
         }
         Ok(cli)
     }
@@ -389,10 +387,10 @@ pub(crate) struct RewriteArgs {
     /// mounted ext4/xfs (file mode), or sim:STATE.
     #[arg(required = true, num_args = 1.., value_name = "TARGET")]
     pub(crate) targets: Vec<PathBuf>,
-    /// The ids of the options given (on the command line or in a job file), filled by
-    /// [`Cli::try_parse_given`].
+    /// Which options with a default were given (on the command line or in a job file),
+    /// filled by [`Cli::try_parse_given`].
     #[arg(skip)]
-    pub(crate) given: std::collections::BTreeSet<String>,
+    pub(crate) given: crate::options::rewrite::Given,
     /// File mode: skip paths matching this glob (repeatable), e.g. --exclude '*.tmp'.
     #[arg(long, value_name = "GLOB")]
     pub(crate) exclude: Vec<String>,

@@ -9,12 +9,12 @@
 //! byte-identical, runs e2fsck, and cleans everything up, on failure too.
 
 use std::io::{Seek, SeekFrom, Write};
-use std::process::Command;
 
 use crate::options::rewrite::{Mode, RewriteOptions};
 use crate::report::Report;
 use crate::support::error::{Error, Result};
-use crate::support::scratch::{LoopDevice, Mount, XorShift, hash_path, mkfs_ext4, run_cmd};
+use crate::support::scratch::{LoopDevice, Mount, XorShift, hash_path, mkfs_ext4};
+use crate::support::tool::Tool;
 use crate::support::units::{Size, human_bytes};
 
 const PAGE: usize = 8192;
@@ -132,7 +132,7 @@ fn emulated(size: u64, quiet: bool, report_out: &mut Option<Report>) -> Result<(
     );
     let (report, result) =
         crate::rewrite::files::run(&rewrite_options(&db_path, dir.path().join("state"), true), quiet);
-    let verdict = report.verdict.as_ref().map(|v| format!("{} (x{:.2})", v.verdict.replace('_', " "), v.speedup));
+    let verdict = report.verdict.as_ref().map(|v| format!("{} (x{:.2})", v.verdict, v.speedup));
     *report_out = Some(report);
     result?;
     unchanged_and_clean(&db_path, before, mnt, &lo)?;
@@ -240,7 +240,8 @@ fn unchanged_and_clean(db: &std::path::Path, before: blake3::Hash, mnt: Mount, l
         return Err(Error::Internal(format!("the database file changed: {before} -> {after}")));
     }
     mnt.unmount().map_err(io("unmounting"))?;
-    run_cmd(Command::new("e2fsck").args(["-f", "-n"]).arg(&lo.path)).map(drop).map_err(io("e2fsck after the run"))
+    let fsck = Tool::new("e2fsck").args(["-f", "-n"]).arg(&lo.path).run();
+    fsck.map(drop).map_err(|e| io("e2fsck after the run")(e.into()))
 }
 
 /// `reseq sim serve` as a child process; stopped (SIGTERM, then unmount and SIGKILL) on
@@ -253,14 +254,12 @@ struct ServeChild {
 impl ServeChild {
     fn start(state: &std::path::Path, dir: &std::path::Path) -> Result<ServeChild> {
         let exe = std::env::current_exe().map_err(io("finding this program"))?;
-        let child = Command::new(exe)
+        let child = Tool::at(exe)
             .args(["--quiet", "sim", "serve"])
             .arg(state)
             .arg(dir)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
             .spawn()
-            .map_err(io("starting reseq sim serve"))?;
+            .map_err(|e| io("starting reseq sim serve")(e.into()))?;
         let mut s = ServeChild { child: Some(child), dir: dir.to_path_buf() };
         let t = std::time::Instant::now();
         while !s.disk().exists() {
@@ -298,7 +297,7 @@ impl ServeChild {
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
+        let _ = Tool::new("umount").arg("-l").arg(&self.dir).output();
         let _ = child.kill();
         child.wait().ok()
     }

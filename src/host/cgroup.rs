@@ -78,7 +78,7 @@ impl Host {
             pid_namespace: std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino()),
             systemd: crate::host::procs::comm(1) == "systemd"
                 && Path::new("/run/systemd/system").is_dir()
-                && find_in_path("busctl").is_some(),
+                && crate::support::tool::find("busctl").is_some(),
             v2_writable: writable(v2_mount(&mounts)),
             mounts,
         }
@@ -271,18 +271,14 @@ impl Placement {
 
     fn to_own_scope(&self, pid: i32) -> Result<String, String> {
         let unit = format!("reseq-guardian-{pid}.scope");
-        let out = std::process::Command::new("busctl")
+        crate::support::tool::Tool::new("busctl")
             .args(["call", "--timeout=5", "org.freedesktop.systemd1", "/org/freedesktop/systemd1"])
             .args(["org.freedesktop.systemd1.Manager", "StartTransientUnit", "ssa(sv)a(sa(sv))", &unit, "fail"])
             .args(["3", "PIDs", "au", "1", &pid.to_string()])
             .args(["Description", "s", "reseq freeze guardian: thaws what reseq froze, whatever happens to reseq"])
             .args(["CollectMode", "s", "inactive-or-failed", "0"])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|e| format!("running busctl: {e}"))?;
-        if !out.status.success() {
-            return Err(format!("busctl: {}", String::from_utf8_lossy(&out.stderr).trim()));
-        }
+            .run()
+            .map_err(|e| e.to_string())?;
         // The scope's start job moves the process; the reply comes when it is queued.
         let suffix = format!("/{unit}");
         let group = wait_for_group(pid, |g| g.ends_with(&suffix), Duration::from_secs(5))?;
@@ -363,10 +359,6 @@ pub(crate) fn leave_own_group() {
     if write_pid(&root.join("cgroup.procs"), pid).is_ok() {
         let _ = std::fs::remove_dir(root.join(&group[1..]));
     }
-}
-
-fn find_in_path(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(tool)).find(|p| p.is_file())
 }
 
 #[cfg(test)]

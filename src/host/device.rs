@@ -346,18 +346,13 @@ const COW_TARGETS: [&str; 5] = ["thin", "thin-pool", "snapshot", "snapshot-origi
 /// failed). sysfs does not say which target a dm device has.
 pub(crate) fn dmsetup_targets(sysfs: &Sysfs, name: &str) -> Option<Vec<String>> {
     let dm = sysfs.read(name, "dm/name")?;
-    let out = std::process::Command::new("dmsetup").args(["table", "--", &dm]).output().ok()?;
-    if !out.status.success() {
-        return None;
-    }
+    let out = crate::support::tool::Tool::new("dmsetup")
+        .args(["table", "--", &dm])
+        .run()
+        .map_err(|e| log::debug!("the targets of {name}: {e}"))
+        .ok()?;
     // Lines of "start length target params...".
-    Some(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(2))
-            .map(String::from)
-            .collect(),
-    )
+    Some(out.lines().filter_map(|l| l.split_whitespace().nth(2)).map(String::from).collect())
 }
 
 /// Where `dmsetup` cannot be run: what LVM's uuid suffixes say (`-real` under a snapshot

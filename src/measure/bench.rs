@@ -501,12 +501,50 @@ impl Selection {
     }
 }
 
+/// What a verdict says. In JSON the words are snake_case (`no_measurable_change`), as
+/// they always were; in text, words ([`Display`](std::fmt::Display): `no measurable
+/// change`). A report with another word is not one reseq wrote: it does not read back
+/// (serde names the word and the ones expected).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Finding {
+    Faster,
+    NoMeasurableChange,
+    Slower,
+    /// Nothing can be said (a cache below the device, the host's load, a change that
+    /// faded): also what a verdict is before it is decided.
+    #[default]
+    Unreliable,
+}
+
+impl Finding {
+    /// A change either way, which a re-check must confirm.
+    pub(crate) fn is_change(self) -> bool {
+        match self {
+            Finding::Faster | Finding::Slower => true,
+            Finding::NoMeasurableChange | Finding::Unreliable => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Finding::Faster => "faster",
+            Finding::NoMeasurableChange => "no measurable change",
+            Finding::Slower => "slower",
+            Finding::Unreliable => "unreliable",
+        })
+    }
+}
+
 /// The honest answer to "did it help?".
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct Verdict {
     /// `faster`, `no_measurable_change`, `slower`, or `unreliable` (a cache below the
     /// device could have served the reads: see the benchmarks' `cache`).
-    pub(crate) verdict: String,
+    #[schemars(with = "String")]
+    pub(crate) verdict: Finding,
     /// Which rule decided, in words.
     pub(crate) rule: String,
     /// Median after / median before.
@@ -543,7 +581,8 @@ pub(crate) struct CloserLook {
     /// Why the first look was too close to call.
     pub(crate) why: String,
     /// The verdict and speed-up of the first after-passes alone (discarded).
-    pub(crate) first_verdict: String,
+    #[schemars(with = "String")]
+    pub(crate) first_verdict: Finding,
     pub(crate) first_speedup: f64,
     /// The extra after-passes, each after a pause as long as the pass before it.
     pub(crate) passes: Vec<Pass>,
@@ -557,7 +596,8 @@ pub(crate) struct Recheck {
     /// Seconds between the end of the after-benchmark and the start of this one.
     pub(crate) after_seconds: f64,
     /// The verdict of the before-benchmark against this one.
-    pub(crate) verdict: String,
+    #[schemars(with = "String")]
+    pub(crate) verdict: Finding,
     /// Median of these passes / median before.
     pub(crate) speedup: f64,
     pub(crate) median_bytes_per_second: f64,
@@ -600,7 +640,7 @@ pub(crate) fn bytes_freed(then: &[(u64, u64)], now: &[(u64, u64)], measured: u64
 pub(crate) fn with_freed(v: Verdict, freed: u64, measured: u64) -> Verdict {
     let share = freed as f64 / measured.max(1) as f64;
     let v = Verdict { measured_bytes_freed: Some(freed), ..v };
-    if share <= FREED_SHARE || v.verdict == "unreliable" {
+    if share <= FREED_SHARE || v.verdict == Finding::Unreliable {
         return v;
     }
     let rule = format!(
@@ -610,7 +650,7 @@ pub(crate) fn with_freed(v: Verdict, freed: u64, measured: u64) -> Verdict {
         share * 100.0,
         v.speedup
     );
-    Verdict { verdict: "unreliable".into(), rule, ..v }
+    Verdict { verdict: Finding::Unreliable, rule, ..v }
 }
 
 /// The verdict once the after-benchmark has been taken again `waited` later: it stands
@@ -622,13 +662,13 @@ pub(crate) fn lasted(v: Verdict, before: &BenchResult, again: &BenchResult, wait
     let later = verdict_of(before, again);
     let recheck = Some(Recheck {
         after_seconds: waited.as_secs_f64(),
-        verdict: later.verdict.clone(),
+        verdict: later.verdict,
         speedup: later.speedup,
         median_bytes_per_second: again.median_bytes_per_second,
         passes: again.passes.clone(),
     });
     let secs = waited.as_secs_f64();
-    if later.verdict == "unreliable" {
+    if later.verdict == Finding::Unreliable {
         let why = format!("the re-check {secs:.0} s later cannot tell whether it lasted: {}", later.rule);
         return Verdict { recheck, ..unreliable_after(v, &why) };
     }
@@ -641,19 +681,16 @@ pub(crate) fn lasted(v: Verdict, before: &BenchResult, again: &BenchResult, wait
     }
     let rule = format!(
         "the change did not last: x{:.2} right after the rewrite ({}), x{:.2} {secs:.0} s later ({}), the reads then at x{kept:.2} of those right after. Re-sequencing lasts; a cache below the device holding the bytes just written (a VM host's, a cloud volume's, a loop device's backing file's page cache) fades, so the device's own speed is not known",
-        v.speedup,
-        v.verdict.replace('_', " "),
-        later.speedup,
-        later.verdict.replace('_', " ")
+        v.speedup, v.verdict, later.speedup, later.verdict
     );
-    Verdict { verdict: "unreliable".into(), rule, recheck, ..v }
+    Verdict { verdict: Finding::Unreliable, rule, recheck, ..v }
 }
 
 /// `v`, the change measured right after the rewrite, made "unreliable": `why` it cannot
 /// stand.
 pub(crate) fn unreliable_after(v: Verdict, why: &str) -> Verdict {
-    let rule = format!("x{:.2} right after the rewrite ({}), but {why}", v.speedup, v.verdict.replace('_', " "));
-    Verdict { verdict: "unreliable".into(), rule, ..v }
+    let rule = format!("x{:.2} right after the rewrite ({}), but {why}", v.speedup, v.verdict);
+    Verdict { verdict: Finding::Unreliable, rule, ..v }
 }
 
 /// The after-benchmark's median, from the verdict's speed-up over the before-benchmark.
@@ -711,7 +748,7 @@ fn mann_whitney_p(after: &[f64], before: &[f64]) -> f64 {
 pub(crate) fn verdict_of(before: &BenchResult, after: &BenchResult) -> Verdict {
     let v = verdict(&before.rates(), &after.rates());
     if let Some(c) = [before, after].iter().filter_map(|b| b.cache.as_ref()).find(|c| c.cache_suspected) {
-        return Verdict { verdict: "unreliable".into(), rule: c.finding.clone(), ..v };
+        return Verdict { verdict: Finding::Unreliable, rule: c.finding.clone(), ..v };
     }
     // An emulated drive's reads take the time its model says, on its own clock; a
     // busier host can change that only by answering late, which the drive counts. So
@@ -726,7 +763,7 @@ pub(crate) fn verdict_of(before: &BenchResult, after: &BenchResult) -> Verdict {
                 e.time_scale,
                 v.speedup
             );
-            return Verdict { verdict: "unreliable".into(), rule, ..v };
+            return Verdict { verdict: Finding::Unreliable, rule, ..v };
         }
         return v;
     }
@@ -741,7 +778,7 @@ pub(crate) fn verdict_of(before: &BenchResult, after: &BenchResult) -> Verdict {
             b.io_some * 100.0,
             v.speedup
         );
-        return Verdict { verdict: "unreliable".into(), rule, ..v };
+        return Verdict { verdict: Finding::Unreliable, rule, ..v };
     }
     v
 }
@@ -762,22 +799,22 @@ pub(crate) fn verdict(before: &[f64], after: &[f64]) -> Verdict {
     let p_up = mann_whitney_p(after, before);
     let p_down = mann_whitney_p(before, after);
     let (v, rule, p) = if min_a > max_b {
-        ("faster", "every after-pass beat every before-pass".to_string(), p_up)
+        (Finding::Faster, "every after-pass beat every before-pass".to_string(), p_up)
     } else if max_a < min_b {
-        ("slower", "every after-pass was slower than every before-pass".to_string(), p_down)
+        (Finding::Slower, "every after-pass was slower than every before-pass".to_string(), p_down)
     } else if p_up < 0.05 {
-        ("faster", format!("one-sided exact Mann-Whitney U, p = {p_up:.3} < 0.05"), p_up)
+        (Finding::Faster, format!("one-sided exact Mann-Whitney U, p = {p_up:.3} < 0.05"), p_up)
     } else if p_down < 0.05 {
-        ("slower", format!("one-sided exact Mann-Whitney U, p = {p_down:.3} < 0.05"), p_down)
+        (Finding::Slower, format!("one-sided exact Mann-Whitney U, p = {p_down:.3} < 0.05"), p_down)
     } else {
         let p = p_up.min(p_down);
-        ("no_measurable_change", format!("passes overlap and Mann-Whitney U gives p = {p:.3} >= 0.05"), p)
+        (Finding::NoMeasurableChange, format!("passes overlap and Mann-Whitney U gives p = {p:.3} >= 0.05"), p)
     };
     // The passes' own spread: a change no larger than how far one benchmark's passes
     // differ among themselves is what drift alone can make.
     let spread = (max_b / min_b.max(f64::MIN_POSITIVE)).max(max_a / min_a.max(f64::MIN_POSITIVE));
     let effect = speedup.max(1.0 / speedup.max(f64::MIN_POSITIVE));
-    let too_small = if v == "no_measurable_change" {
+    let too_small = if v == Finding::NoMeasurableChange {
         None
     } else if effect < MIN_EFFECT {
         Some(format!(
@@ -791,12 +828,12 @@ pub(crate) fn verdict(before: &[f64], after: &[f64]) -> Verdict {
         None
     };
     let (v, rule) = match too_small {
-        Some(why) => ("no_measurable_change", format!("{rule}, but the medians differ by x{speedup:.2}, {why}")),
+        Some(why) => (Finding::NoMeasurableChange, format!("{rule}, but the medians differ by x{speedup:.2}, {why}")),
         None => (v, rule),
     };
     let needed_effect = spread.max(MIN_EFFECT);
     Verdict {
-        verdict: v.into(),
+        verdict: v,
         rule,
         speedup,
         p_value: p,
@@ -871,7 +908,7 @@ pub(crate) fn second_look(
         after.passes.len() + extra.len(),
         after.passes.len()
     );
-    let look = CloserLook { why, first_verdict: first.verdict.clone(), first_speedup: first.speedup, passes: extra };
+    let look = CloserLook { why, first_verdict: first.verdict, first_speedup: first.speedup, passes: extra };
     Verdict { rule, closer_look: Some(look), ..v }
 }
 
@@ -879,27 +916,41 @@ pub(crate) fn second_look(
 pub(crate) mod tests {
     use super::*;
 
+    /// The words are the JSON's, as reports always had them: old reports read back, and
+    /// a word no reseq wrote is refused by name.
+    #[test]
+    fn findings_are_the_words_reports_always_had() {
+        let all = [Finding::Faster, Finding::NoMeasurableChange, Finding::Slower, Finding::Unreliable];
+        let json = serde_json::to_string(&all).unwrap();
+        assert_eq!(json, r#"["faster","no_measurable_change","slower","unreliable"]"#);
+        assert_eq!(serde_json::from_str::<Vec<Finding>>(&json).unwrap(), all);
+        let e = serde_json::from_str::<Finding>(r#""quicker""#).unwrap_err().to_string();
+        assert!(e.contains("unknown variant `quicker`, expected one of `faster`"), "{e}");
+        let shown: Vec<String> = all.iter().map(Finding::to_string).collect();
+        assert_eq!(shown, ["faster", "no measurable change", "slower", "unreliable"]);
+    }
+
     #[test]
     fn verdicts_from_made_up_passes() {
         let v = verdict(&[100.0, 110.0, 105.0], &[200.0, 190.0, 210.0]);
-        assert_eq!(v.verdict, "faster");
+        assert_eq!(v.verdict, Finding::Faster);
         assert!((v.speedup - 200.0 / 105.0).abs() < 1e-9);
         assert!((v.p_value - 0.05).abs() < 1e-9, "3 vs 3, all beat all: p = 1/20");
         let v = verdict(&[200.0, 190.0, 210.0], &[100.0, 110.0, 105.0]);
-        assert_eq!(v.verdict, "slower");
+        assert_eq!(v.verdict, Finding::Slower);
         let v = verdict(&[100.0, 120.0, 110.0], &[105.0, 115.0, 112.0]);
-        assert_eq!(v.verdict, "no_measurable_change");
+        assert_eq!(v.verdict, Finding::NoMeasurableChange);
         // Overlapping, but with enough passes the test decides: 5 vs 5, one overlap.
         let v = verdict(&[100.0, 101.0, 102.0, 103.0, 150.0], &[140.0, 160.0, 161.0, 162.0, 163.0]);
-        assert_eq!(v.verdict, "faster", "{v:?}");
+        assert_eq!(v.verdict, Finding::Faster, "{v:?}");
         assert!(v.rule.contains("Mann-Whitney"));
         assert!(v.p_value < 0.05);
         // Every pass beats every pass, but by x1.29: drift, not a finding.
         let v = verdict(&[100.0, 101.0, 102.0], &[129.0, 130.0, 131.0]);
-        assert_eq!(v.verdict, "no_measurable_change", "{v:?}");
+        assert_eq!(v.verdict, Finding::NoMeasurableChange, "{v:?}");
         assert!(v.rule.contains("x1.5"), "{}", v.rule);
         let v = verdict(&[150.0, 151.0, 152.0], &[100.0, 101.0, 102.0]);
-        assert_eq!(v.verdict, "no_measurable_change", "x0.67 is not under 1/1.5: {v:?}");
+        assert_eq!(v.verdict, Finding::NoMeasurableChange, "x0.67 is not under 1/1.5: {v:?}");
     }
 
     #[test]
@@ -907,7 +958,7 @@ pub(crate) mod tests {
         // Every after-pass beats every before-pass by a median x1.8, but the before
         // passes alone spread x2.0.
         let v = verdict(&[50.0, 100.0, 98.0], &[170.0, 180.0, 175.0]);
-        assert_eq!(v.verdict, "no_measurable_change", "{v:?}");
+        assert_eq!(v.verdict, Finding::NoMeasurableChange, "{v:?}");
         assert!(v.rule.contains("differ among themselves"), "{}", v.rule);
     }
 
@@ -921,19 +972,19 @@ pub(crate) mod tests {
         // old rule said "faster" on these three passes a side.
         let (before, after) = (bench_of(&[100.0, 101.0, 102.0]), bench_of(&[152.0, 153.0, 154.0]));
         let first = verdict_of(&before, &after);
-        assert_eq!(first.verdict, "faster");
+        assert_eq!(first.verdict, Finding::Faster);
         assert!((first.needed_effect - MIN_EFFECT).abs() < 1e-9 && first.criteria.contains("x1.50"), "{first:?}");
         let why = close_call(&[100.0, 101.0, 102.0], &[152.0, 153.0, 154.0]).expect("x1.52 is close to x1.5");
         // Spread out in time, the device drifts: the larger sample does not say faster.
         let drifting = passes_of(&[118.0, 150.0, 104.0, 153.0, 120.0, 149.0]);
         let v = second_look(&first, &before, &after, drifting, why.clone());
-        assert_eq!(v.verdict, "no_measurable_change", "{v:?}");
+        assert_eq!(v.verdict, Finding::NoMeasurableChange, "{v:?}");
         let look = v.closer_look.as_ref().unwrap();
-        assert_eq!((look.first_verdict.as_str(), look.passes.len()), ("faster", 6));
+        assert_eq!((look.first_verdict, look.passes.len()), (Finding::Faster, 6));
         assert!(v.rule.contains("3 before-passes and 9 after-passes"), "{}", v.rule);
         // Extra passes that read as the first did confirm it.
         let steady = passes_of(&[153.5, 152.5, 153.0, 154.0, 152.0, 153.0]);
-        assert_eq!(second_look(&first, &before, &after, steady, why).verdict, "faster");
+        assert_eq!(second_look(&first, &before, &after, steady, why).verdict, Finding::Faster);
     }
 
     #[test]
@@ -965,18 +1016,18 @@ pub(crate) mod tests {
         let before = bench_of(&[100.0, 101.0, 102.0]);
         let after = bench_of(&[300.0, 301.0, 302.0]);
         let v = verdict_of(&before, &after);
-        assert_eq!(v.verdict, "faster");
+        assert_eq!(v.verdict, Finding::Faster);
         let wait = std::time::Duration::from_secs(30);
         let faded = lasted(v.clone(), &before, &bench_of(&[101.0, 103.0, 100.0]), wait);
-        assert_eq!(faded.verdict, "unreliable");
+        assert_eq!(faded.verdict, Finding::Unreliable);
         assert!(faded.rule.contains("did not last") && faded.rule.contains("30 s later"), "{}", faded.rule);
-        assert_eq!(faded.recheck.as_ref().unwrap().verdict, "no_measurable_change");
+        assert_eq!(faded.recheck.as_ref().unwrap().verdict, Finding::NoMeasurableChange);
         let held = lasted(v.clone(), &before, &bench_of(&[290.0, 295.0, 299.0]), wait);
-        assert_eq!(held.verdict, "faster");
+        assert_eq!(held.verdict, Finding::Faster);
         assert!(held.rule.contains("it lasted"), "{}", held.rule);
         // Still faster than before, but most of the change gone: a cache's.
         let mostly = lasted(v, &before, &bench_of(&[170.0, 172.0, 175.0]), wait);
-        assert_eq!(mostly.verdict, "unreliable", "{}", mostly.rule);
+        assert_eq!(mostly.verdict, Finding::Unreliable, "{}", mostly.rule);
     }
 
     #[test]
@@ -993,11 +1044,11 @@ pub(crate) mod tests {
     #[test]
     fn a_verdict_is_unreliable_when_much_of_what_it_measured_was_freed() {
         let v = verdict(&[100.0, 101.0, 102.0], &[200.0, 201.0, 202.0]);
-        assert_eq!(v.verdict, "faster");
+        assert_eq!(v.verdict, Finding::Faster);
         let kept = with_freed(v.clone(), 5, 100);
-        assert_eq!((kept.verdict.as_str(), kept.measured_bytes_freed), ("faster", Some(5)));
+        assert_eq!((kept.verdict, kept.measured_bytes_freed), (Finding::Faster, Some(5)));
         let w = with_freed(v, 40, 100);
-        assert_eq!(w.verdict, "unreliable");
+        assert_eq!(w.verdict, Finding::Unreliable);
         assert!(w.rule.contains("freed during it (40 %)"), "{}", w.rule);
     }
 

@@ -72,7 +72,7 @@ pub(crate) fn recheck(
     target: impl Fn() -> Result<Target>,
 ) -> Option<bench::Verdict> {
     let v = closer_look(v?, before, after, opts, &target);
-    if !matches!(v.verdict.as_str(), "faster" | "slower") || opts.recheck.is_zero() || after.virtual_time {
+    if !v.verdict.is_change() || opts.recheck.is_zero() || after.virtual_time {
         return Some(v);
     }
     match take_recheck(&v, before, after, opts, stop, target) {
@@ -100,7 +100,7 @@ fn closer_look(
     opts: &BenchOptions,
     target: &impl Fn() -> Result<Target>,
 ) -> bench::Verdict {
-    if v.verdict == "unreliable" || after.virtual_time {
+    if v.verdict == bench::Finding::Unreliable || after.virtual_time {
         return v;
     }
     let Some(why) = bench::close_call(&before.rates(), &after.rates()) else { return v };
@@ -109,7 +109,7 @@ fn closer_look(
     log::info!("too close to call: {why}; up to {max} more passes after the rewrite decide");
     match target().and_then(|t| bench::more_passes(&t, after, max, took.max(bench::CLOSER_LOOK_SECONDS))) {
         Ok(extra) => bench::second_look(&v, before, after, extra, why),
-        Err(e) if v.verdict == "no_measurable_change" => {
+        Err(e) if v.verdict == bench::Finding::NoMeasurableChange => {
             log::warn!("the close call was not looked at again: {}", crate::error_chain(&e));
             v
         }
@@ -182,27 +182,24 @@ pub(crate) fn nvme_smart(name: &str, parent: Option<&str>) -> Option<(u64, u64)>
     if !disk.starts_with("nvme") {
         return None;
     }
-    let out =
-        std::process::Command::new(smartctl()?).args(["--json", "-A"]).arg(format!("/dev/{disk}")).output().ok()?;
-    parse_smartctl_nvme(&String::from_utf8_lossy(&out.stdout))
+    // Its exit status is a bit mask that can be non-zero with the counters read: the JSON
+    // says. A drive that hangs it costs the counters, not the run.
+    let smartctl = crate::support::tool::Tool::new("smartctl")
+        .args(["--json", "-A"])
+        .arg(format!("/dev/{disk}"))
+        .output_within(SMARTCTL_LIMIT);
+    match smartctl {
+        Ok(out) => parse_smartctl_nvme(&String::from_utf8_lossy(&out.stdout)),
+        Err(e) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| log::info!("the NVMe write counters are left out (smartmontools): {e}"));
+            None
+        }
+    }
 }
 
-/// `smartctl` on PATH or where Debian installs it (`/usr/sbin`, off cron's PATH); a
-/// missing one is said once.
-fn smartctl() -> Option<std::path::PathBuf> {
-    static FOUND: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
-    FOUND
-        .get_or_init(|| {
-            let path = std::env::var_os("PATH").unwrap_or_default();
-            let dirs = std::env::split_paths(&path).chain(["/usr/sbin", "/sbin"].map(std::path::PathBuf::from));
-            let found = dirs.map(|d| d.join("smartctl")).find(|p| p.is_file());
-            if found.is_none() {
-                log::info!("smartctl not found (PATH, /usr/sbin, /sbin): the NVMe write counters are left out (install smartmontools)");
-            }
-            found
-        })
-        .clone()
-}
+/// How long `smartctl` may take to read a drive's counters.
+const SMARTCTL_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Write-cost counters at one moment.
 pub(crate) struct CostSnapshot {
@@ -240,13 +237,13 @@ mod tests {
         let opts = BenchOptions::default();
         let v = closer_look(first, &before, &after, &opts, &|| files_target(&[file.as_path()]));
         let look = v.closer_look.as_ref().expect("x1.52 is a close call");
-        assert_eq!((look.first_verdict.as_str(), look.passes.len()), ("faster", 6), "{v:?}");
+        assert_eq!((look.first_verdict, look.passes.len()), (bench::Finding::Faster, 6), "{v:?}");
         assert!(look.passes.iter().all(|p| p.bytes == 1 << 20), "the same 1 MiB as the after-benchmark");
         assert!(v.rule.contains("9 after-passes"), "{}", v.rule);
         // A clear result is not looked at again.
         let clear = bench::tests::bench_of(&rates(&[300.0, 301.0, 302.0]));
         let v = closer_look(bench::verdict_of(&before, &clear), &before, &clear, &opts, &|| unreachable!());
-        assert!(v.closer_look.is_none() && v.verdict == "faster", "{v:?}");
+        assert!(v.closer_look.is_none() && v.verdict == bench::Finding::Faster, "{v:?}");
     }
 
     #[test]

@@ -200,7 +200,7 @@ impl RunOptions {
         let mut m = Merge::default();
         let mut out = o.clone();
         out.chunk_size = m
-            .keep("--chunk-size", o.given_value("chunk_size", o.chunk_size), Some(self.chunk_size))
+            .keep("--chunk-size", o.given.chunk_size.then_some(o.chunk_size), Some(self.chunk_size))
             .unwrap_or(defaults::DEFAULT_CHUNK_SIZE);
         self.apply_pacing(o, &mut out, default_max_freeze);
         out.no_verify = m.keep("--no-verify", flag(o.no_verify), flag(self.no_verify)).is_some();
@@ -211,10 +211,10 @@ impl RunOptions {
         out.from_scan = m.keep("--from-scan", path(&o.from_scan), path(&self.from_scan)).map(PathBuf::from);
         out.older_than = m.keep("--older-than", o.older_than.map(Dur), self.older_than.map(Dur)).map(|d| d.0);
         out.scan_regions = m
-            .keep("--scan-regions", o.given_value("scan_regions", o.scan_regions), Some(self.scan_regions))
+            .keep("--scan-regions", o.given.scan_regions.then_some(o.scan_regions), Some(self.scan_regions))
             .unwrap_or(defaults::DEFAULT_SCAN_REGIONS);
         out.slow_threshold = m
-            .keep("--slow-threshold", o.given_value("slow_threshold", o.slow_threshold), Some(self.slow_threshold))
+            .keep("--slow-threshold", o.given.slow_threshold.then_some(o.slow_threshold), Some(self.slow_threshold))
             .unwrap_or(defaults::DEFAULT_SLOW_THRESHOLD);
         m.exclude(&o.exclude, &self.exclude);
         out.exclude = self.exclude.clone();
@@ -232,12 +232,12 @@ impl RunOptions {
             .filter(|_| self.max_freeze.is_some() || o.max_freeze.is_some());
         out.rate = Merge::pace("--rate", o.rate, self.rate);
         out.trim_rate = Merge::pace("--trim-rate", o.trim_rate, self.trim_rate);
-        out.pause = Merge::pace("--pause", o.given_value("pause", o.pause).map(Dur), Some(Dur(self.pause)))
+        out.pause = Merge::pace("--pause", o.given.pause.then_some(o.pause).map(Dur), Some(Dur(self.pause)))
             .map_or(defaults::DEFAULT_PAUSE, |d| d.0);
         out.max_overruns =
-            Merge::pace("--max-overruns", o.given_value("max_overruns", o.max_overruns), Some(self.max_overruns))
+            Merge::pace("--max-overruns", o.given.max_overruns.then_some(o.max_overruns), Some(self.max_overruns))
                 .unwrap_or(defaults::DEFAULT_MAX_OVERRUNS);
-        out.read_ahead = Merge::pace("--read-ahead", o.given_value("read_ahead", o.read_ahead), Some(self.read_ahead))
+        out.read_ahead = Merge::pace("--read-ahead", o.given.read_ahead.then_some(o.read_ahead), Some(self.read_ahead))
             .unwrap_or(defaults::DEFAULT_READ_AHEAD);
     }
 }
@@ -318,5 +318,20 @@ mod tests {
         assert!(e.contains("--chunk-size 4M differs from the interrupted run's 1M"), "{e}");
         let got = stored.apply(&args(&["--resume"]), d("5s")).unwrap();
         assert_eq!((got.pause, got.max_overruns, got.chunk_size.to_string()), (d("2s"), 9, "1M".to_string()));
+    }
+
+    /// Every option with a default, given with its default value against a run that had
+    /// another, is seen: refused, or (pacing) taken. The check once named options by
+    /// string, and a misspelt name meant "not given": the run's value, silently.
+    #[test]
+    fn each_option_with_a_default_given_at_its_default_is_seen() {
+        let run = ["--scan-regions", "32", "--slow-threshold", "0.5", "--read-ahead", "8", "--chunk-size", "1M"];
+        let stored = RunOptions::of(&args(&run));
+        for (flag, value) in [("--scan-regions", "64"), ("--slow-threshold", "0.7"), ("--chunk-size", "4M")] {
+            let e = stored.apply(&args(&["--resume", flag, value]), d("5s")).map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains(&format!("{flag} {value} ")), "{flag}: {e}");
+        }
+        let got = stored.apply(&args(&["--resume", "--read-ahead", "2"]), d("5s")).unwrap();
+        assert_eq!((got.read_ahead, got.scan_regions, got.slow_threshold), (2, 32, 0.5));
     }
 }

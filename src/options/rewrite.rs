@@ -91,9 +91,23 @@ pub(crate) struct RewriteOptions {
     pub(crate) bench: bool,
     /// The `--bench-*` options.
     pub(crate) bench_opts: crate::options::bench::BenchOptions,
-    /// The options given (clap ids, `pause`, `chunk_size`): `--resume` keeps the
-    /// interrupted run's value of every other one, whatever its default.
-    pub(crate) given: std::collections::BTreeSet<String>,
+    /// Which options with a default were given: `--resume` keeps the interrupted run's
+    /// value of every other one, whatever its default.
+    pub(crate) given: Given,
+}
+
+/// Which of the options that have a default value were given (on the command line or in
+/// a job file; an option given with its default value is given: `--resume --pause 0s`
+/// means it). The options without a default are `Option`s and say it themselves. Filled
+/// by `cli::hiargs::given`; the demo gives none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Given {
+    pub(crate) chunk_size: bool,
+    pub(crate) pause: bool,
+    pub(crate) max_overruns: bool,
+    pub(crate) read_ahead: bool,
+    pub(crate) scan_regions: bool,
+    pub(crate) slow_threshold: bool,
 }
 
 impl Default for RewriteOptions {
@@ -125,17 +139,12 @@ impl Default for RewriteOptions {
             slow_threshold: DEFAULT_SLOW_THRESHOLD,
             bench: false,
             bench_opts: crate::options::bench::BenchOptions::default(),
-            given: Default::default(),
+            given: Given::default(),
         }
     }
 }
 
 impl RewriteOptions {
-    /// `v` if the option `id` (a clap id) was given, None if left out.
-    pub(crate) fn given_value<T>(&self, id: &str, v: T) -> Option<T> {
-        self.given.contains(id).then_some(v)
-    }
-
     /// The device of device mode (the first target).
     pub(crate) fn device(&self) -> &Path {
         &self.targets[0]

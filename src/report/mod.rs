@@ -42,7 +42,8 @@ pub struct Report {
     pub(crate) plan: Option<PlanReport>,
     pub(crate) results: Option<EngineStats>,
     /// `passed`, `failed`, `off`, or `incomplete` (stopped before the end).
-    pub(crate) verification: String,
+    #[schemars(with = "String")]
+    pub(crate) verification: Verification,
     /// Outcome of re-reading the chunk that was in flight when the previous run stopped:
     /// `intact`, `changed` (something wrote there since), or null.
     pub(crate) in_flight_reverify: Option<String>,
@@ -99,6 +100,36 @@ pub struct Report {
     pub(crate) every_file: bool,
 }
 
+/// Whether what was written was read back and compared: a run's and each file's. In
+/// JSON and text the same words, lowercase, as they always were. A report with another
+/// word is not one reseq wrote: it does not read back (serde names the word and the ones
+/// expected).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Verification {
+    /// Every chunk written was read back and matched.
+    Passed,
+    /// A read-back differed, or a write failed.
+    Failed,
+    /// Nothing was checked: `--no-verify`, a dry run, a command that writes nothing, a
+    /// file skipped.
+    Off,
+    /// Stopped before the end (and a run's state until it ends).
+    #[default]
+    Incomplete,
+}
+
+impl std::fmt::Display for Verification {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verification::Passed => "passed",
+            Verification::Failed => "failed",
+            Verification::Off => "off",
+            Verification::Incomplete => "incomplete",
+        })
+    }
+}
+
 /// What file mode did to one file.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct FileReport {
@@ -126,7 +157,8 @@ pub(crate) struct FileReport {
     /// The longest of those freezes, shared ones whole.
     pub(crate) longest_freeze_seconds: f64,
     /// `passed`, `off` or `incomplete`.
-    pub(crate) verification: String,
+    #[schemars(with = "String")]
+    pub(crate) verification: Verification,
     /// Finished by the interrupted run this one resumed: not rewritten again.
     #[serde(default)]
     pub(crate) done_earlier: bool,
@@ -246,7 +278,7 @@ impl Report {
             host: hostname(),
             started_at: now_rfc3339(),
             dry_run,
-            verification: "incomplete".into(),
+            verification: Verification::Incomplete,
             ..Report::default()
         }
     }
@@ -303,13 +335,12 @@ impl Report {
         self.duration_seconds = elapsed.as_secs_f64();
         let verify_on = self.plan.as_ref().is_some_and(|p| p.verify);
         self.verification = match result {
-            Err(Error::ChecksumMismatch { .. } | Error::WriteFailed { .. }) => "failed",
-            _ if self.dry_run || self.plan.is_none() => "off",
-            Ok(()) if verify_on => "passed",
-            Ok(()) => "off",
-            Err(_) => "incomplete",
-        }
-        .into();
+            Err(Error::ChecksumMismatch { .. } | Error::WriteFailed { .. }) => Verification::Failed,
+            _ if self.dry_run || self.plan.is_none() => Verification::Off,
+            Ok(()) if verify_on => Verification::Passed,
+            Ok(()) => Verification::Off,
+            Err(_) => Verification::Incomplete,
+        };
         self.outcome = match result {
             Ok(()) => Outcome::default(),
             Err(e) => Outcome {
@@ -363,5 +394,24 @@ impl Report {
             }
             _ => "success: measured; nothing was written".into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The words are the JSON's and the text's, as reports always had them: old reports
+    /// read back, and a word no reseq wrote is refused by name.
+    #[test]
+    fn verification_is_the_words_reports_always_had() {
+        use Verification::*;
+        let all = [Passed, Failed, Off, Incomplete];
+        let json = serde_json::to_string(&all).unwrap();
+        assert_eq!(json, r#"["passed","failed","off","incomplete"]"#);
+        assert_eq!(serde_json::from_str::<Vec<Verification>>(&json).unwrap(), all);
+        assert_eq!(all.map(|v| v.to_string()), ["passed", "failed", "off", "incomplete"]);
+        let e = serde_json::from_str::<Verification>(r#""partial""#).unwrap_err().to_string();
+        assert!(e.contains("unknown variant `partial`, expected one of `passed`"), "{e}");
     }
 }

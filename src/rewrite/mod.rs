@@ -292,7 +292,7 @@ pub(crate) fn cut_short(before: Option<&bench::BenchResult>, e: Error) -> Result
     let Error::Stopped { signal, .. } = e else { return Err(e) };
     log::warn!("the benchmark after the rewrite was stopped by {signal}: the rewrite itself is complete and verified");
     Ok(before.map(|_| bench::Verdict {
-        verdict: "unreliable".into(),
+        verdict: bench::Finding::Unreliable,
         rule: format!("the benchmark after the rewrite was stopped by {signal}: nothing to compare"),
         speedup: 1.0,
         p_value: 1.0,

@@ -8,5 +8,6 @@ pub(crate) mod hooks;
 pub(crate) mod output;
 pub mod scratch;
 pub(crate) mod signals;
+pub(crate) mod tool;
 pub(crate) mod units;
 pub(crate) mod walk;

@@ -5,20 +5,10 @@
 //! file's disk rather than its page cache (without it, the host's page cache answers).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-/// Runs a command, failing with its stderr.
-pub fn run_cmd(cmd: &mut Command) -> std::io::Result<String> {
-    let out = cmd.output().map_err(|e| std::io::Error::other(format!("{cmd:?}: {e}")))?;
-    if !out.status.success() {
-        return Err(std::io::Error::other(format!(
-            "{cmd:?} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
+use crate::support::tool::Tool;
+/// Runs a command the tests built, failing with its command line, status and stderr.
+pub use crate::support::tool::run_command as run_cmd;
 
 /// A loop device over a sparse image file; detached on drop.
 pub struct LoopDevice {
@@ -35,7 +25,7 @@ impl LoopDevice {
 
     /// Attaches an existing image, with extra `losetup` arguments (e.g. `--sector-size`).
     pub fn attach(image: &Path, extra: &[&str]) -> std::io::Result<LoopDevice> {
-        let out = run_cmd(Command::new("losetup").args(["--direct-io=on", "--find", "--show"]).args(extra).arg(image))?;
+        let out = Tool::new("losetup").args(["--direct-io=on", "--find", "--show"]).args(extra).arg(image).run()?;
         Ok(LoopDevice { path: PathBuf::from(out.trim()), image: image.to_path_buf() })
     }
 
@@ -46,7 +36,7 @@ impl LoopDevice {
 
 impl Drop for LoopDevice {
     fn drop(&mut self) {
-        if retried(|| run_cmd(Command::new("losetup").arg("-d").arg(&self.path))).is_err() {
+        if retried(|| Tool::new("losetup").arg("-d").arg(&self.path).run()).is_err() {
             eprintln!("warning: could not detach {}", self.path.display());
         }
     }
@@ -54,7 +44,7 @@ impl Drop for LoopDevice {
 
 /// Runs `f` until it succeeds, up to 50 times 100 ms apart: a device or mount can be
 /// busy for a moment (a udev probe, a forked process not yet exec'd).
-fn retried(mut f: impl FnMut() -> std::io::Result<String>) -> std::io::Result<()> {
+fn retried<E>(mut f: impl FnMut() -> Result<String, E>) -> Result<(), E> {
     for _ in 1..50 {
         if f().is_ok() {
             return Ok(());
@@ -72,11 +62,11 @@ pub struct Mount {
 impl Mount {
     pub fn new(device: &Path, dir: &Path, options: &[&str]) -> std::io::Result<Mount> {
         std::fs::create_dir_all(dir)?;
-        let mut cmd = Command::new("mount");
+        let mut mount = Tool::new("mount");
         if !options.is_empty() {
-            cmd.arg("-o").arg(options.join(","));
+            mount.arg("-o").arg(options.join(","));
         }
-        run_cmd(cmd.arg(device).arg(dir))?;
+        mount.arg(device).arg(dir).run()?;
         Ok(Mount { dir: dir.to_path_buf() })
     }
 
@@ -86,7 +76,7 @@ impl Mount {
     /// On failure the `Drop` cleanup still runs (thaw, retries, lazy unmount), so a failed
     /// test leaves no mount behind.
     pub fn unmount(self) -> std::io::Result<()> {
-        retried(|| run_cmd(Command::new("umount").arg(&self.dir)))?;
+        retried(|| Tool::new("umount").arg(&self.dir).run())?;
         std::mem::forget(self);
         Ok(())
     }
@@ -95,11 +85,11 @@ impl Mount {
 impl Drop for Mount {
     fn drop(&mut self) {
         // A failed test may leave it frozen: thaw (EINVAL if it was not) before umount.
-        let _ = Command::new("fsfreeze").arg("-u").arg(&self.dir).output();
-        if retried(|| run_cmd(Command::new("umount").arg(&self.dir))).is_ok() {
+        let _ = Tool::new("fsfreeze").arg("-u").arg(&self.dir).output();
+        if retried(|| Tool::new("umount").arg(&self.dir).run()).is_ok() {
             return;
         }
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
+        let _ = Tool::new("umount").arg("-l").arg(&self.dir).output();
         eprintln!("warning: lazily unmounted {} after umount kept failing", self.dir.display());
     }
 }
@@ -107,12 +97,13 @@ impl Drop for Mount {
 /// `mkfs.ext4` with the lazy initialisation off: otherwise ext4lazyinit keeps writing
 /// inode tables after mount, which blurs "bytes written" in tests and demos.
 pub fn mkfs_ext4(device: &Path) -> std::io::Result<()> {
-    run_cmd(Command::new("mkfs.ext4").args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"]).arg(device))
-        .map(drop)
+    let mkfs =
+        Tool::new("mkfs.ext4").args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"]).arg(device).run();
+    Ok(mkfs.map(drop)?)
 }
 
 pub fn mkfs_xfs(device: &Path) -> std::io::Result<()> {
-    run_cmd(Command::new("mkfs.xfs").args(["-q", "-f"]).arg(device)).map(drop)
+    Ok(Tool::new("mkfs.xfs").args(["-q", "-f"]).arg(device).run().map(drop)?)
 }
 
 /// A small deterministic PRNG (xorshift64*): demo and tests need reproducible

@@ -29,6 +29,31 @@ fn demo_runs_and_cleans_up() {
     assert!(!mounts.contains("reseq-demo-"), "the demo left a mount");
 }
 
+/// Under cron's PATH (`/usr/bin:/bin`) the tools installed in /usr/sbin (losetup,
+/// mkfs.ext4, e2fsck, fsfreeze on Debian) are found as from a terminal or a systemd unit:
+/// the demo runs as it does there. Before they were looked for over PATH alone, and the
+/// demo stopped at once: `"losetup" ...: No such file or directory`, exit 4.
+#[test]
+fn demo_runs_under_crons_path() {
+    if !require(&["losetup", "mkfs.ext4", "e2fsck"]) {
+        return;
+    }
+    let off_crons_path = ["losetup", "mkfs.ext4", "e2fsck"]
+        .into_iter()
+        .filter(|t| !["/usr/bin", "/bin"].iter().any(|d| std::path::Path::new(d).join(t).exists()))
+        .collect::<Vec<_>>();
+    eprintln!("not on cron's PATH here: {off_crons_path:?}");
+    let _one = exclusive();
+    let env = TestEnv::new();
+    let out = output(env.reseq().env("PATH", "/usr/bin:/bin").args(["demo", "--no-fuse", "--json", "--size", "128M"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = json_report(&out);
+    assert_eq!(r["verification"], "passed");
+    assert!(stderr(&out).contains("e2fsck -fn clean"));
+    let loops = run_cmd(std::process::Command::new("losetup").arg("-a")).unwrap();
+    assert!(!loops.contains("reseq-demo-"), "the demo left a loop device: {loops}");
+}
+
 /// With FUSE: an emulated consumer SSD (`reseq sim serve` in-process), a database-like
 /// file degraded through ext4, `rewrite FILE --bench`: faster, by the clock, in under a
 /// minute (asserted with a margin for a loaded host).

@@ -73,7 +73,7 @@ fn verdict_detail(r: &Report) -> String {
     let Some(v) = &r.verdict else { return String::new() };
     let mut s = format!(
         "<p class=\"verdict\">Verdict: <b>{}</b> — median read throughput ×{:.2} ({})</p>",
-        esc(&v.verdict.replace('_', " ")),
+        esc(&v.verdict.to_string()),
         v.speedup,
         esc(&v.rule)
     );
@@ -166,7 +166,7 @@ fn result_rows(r: &Report) -> Vec<Row> {
             "freeze windows",
             format!("{} (longest {:.3} s, overruns {})", x.windows, x.longest_freeze_seconds, x.windows_overrun),
         ));
-        rows.push(("verification", r.verification.clone()));
+        rows.push(("verification", r.verification.to_string()));
     }
     if let Some(w) = &r.write_cost {
         rows.push(("host bytes written", w.host_bytes_written.map(human_bytes).unwrap_or_else(|| "unknown".into())));

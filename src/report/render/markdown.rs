@@ -40,7 +40,7 @@ fn run_rows(r: &Report) -> Vec<Row> {
             "windows",
             format!("{} (longest freeze {:.3} s, overruns {})", x.windows, x.longest_freeze_seconds, x.windows_overrun),
         ));
-        rows.push(("verification", r.verification.clone()));
+        rows.push(("verification", r.verification.to_string()));
     }
     rows
 }
@@ -65,7 +65,7 @@ fn measurement_rows(r: &Report) -> Vec<Row> {
         }
     }
     if let Some(v) = &r.verdict {
-        rows.push(("verdict", format!("**{}** x{:.2} ({})", v.verdict.replace('_', " "), v.speedup, v.rule)));
+        rows.push(("verdict", format!("**{}** x{:.2} ({})", v.verdict, v.speedup, v.rule)));
         if !v.criteria.is_empty() {
             rows.push(("verdict rule", v.criteria.clone()));
         }

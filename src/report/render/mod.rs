@@ -187,7 +187,7 @@ mod tests {
             });
             r.finish(std::time::Duration::from_secs(3), &Err(e));
             // What a device run (with its plan, verifying) records for a stop.
-            r.verification = "incomplete".into();
+            r.verification = crate::report::Verification::Incomplete;
             assert_eq!(r.outcome.exit_code, 7);
             for f in Format::ALL.into_iter().filter(|f| *f != Format::Prom) {
                 let out = render(&r, f);
@@ -203,7 +203,7 @@ mod tests {
         // A read-back that differed is a failed check, and says so.
         let mut r = Report::new("rewrite", false);
         r.results = Some(crate::engine::EngineStats { bytes_written: 1 << 20, ..Default::default() });
-        r.verification = "failed".into();
+        r.verification = crate::report::Verification::Failed;
         assert!(render(&r, Format::Html).contains("did not pass"));
     }
 }

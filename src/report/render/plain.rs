@@ -2,8 +2,8 @@
 //! page): no device names, chunk sizes, percentiles or statistics.
 
 use crate::engine::EngineStats;
-use crate::measure::bench::{BenchResult, FREED_SHARE, PRESSURE_CHANGE, Verdict};
-use crate::report::Report;
+use crate::measure::bench::{BenchResult, FREED_SHARE, Finding, PRESSURE_CHANGE, Verdict};
+use crate::report::{Report, Verification};
 use crate::support::units::{human_bytes, human_rate};
 
 /// (label, sentence) pairs: what was done, the effect, data safety, the pauses, how sure
@@ -38,17 +38,21 @@ pub(crate) fn lines(r: &Report) -> Vec<(&'static str, String)> {
 /// and how long the filesystems were paused.
 pub(crate) fn headline(r: &Report) -> Option<String> {
     let stats = r.results.as_ref()?;
-    let effect = match r.verdict.as_ref().map(|v| (v.verdict.as_str(), v.speedup)) {
-        Some(("faster", x)) => format!("Reads of the rewritten data are {x:.1}× faster"),
-        Some(("slower", x)) => format!("Reads of the rewritten data are {:.1}× slower", 1.0 / x.max(f64::MIN_POSITIVE)),
-        Some(("no_measurable_change", _)) => "Reads of the rewritten data are no faster, as measured".into(),
-        Some(_) => "The speed before and after could not be compared reliably".into(),
+    let effect = match r.verdict.as_ref().map(|v| (v.verdict, v.speedup)) {
+        Some((Finding::Faster, x)) => format!("Reads of the rewritten data are {x:.1}× faster"),
+        Some((Finding::Slower, x)) => {
+            format!("Reads of the rewritten data are {:.1}× slower", 1.0 / x.max(f64::MIN_POSITIVE))
+        }
+        Some((Finding::NoMeasurableChange, _)) => "Reads of the rewritten data are no faster, as measured".into(),
+        Some((Finding::Unreliable, _)) => "The speed before and after could not be compared reliably".into(),
         None => format!("{} rewritten in place", human_bytes(stats.bytes_written)),
     };
-    let kept = match (r.verification.as_str(), all_verified(r, stats)) {
-        ("passed", _) | ("incomplete", true) => "every byte written read back and checked: nothing lost",
-        ("off", _) => "not verified (--no-verify)",
-        _ => "see the outcome below",
+    let kept = match (r.verification, all_verified(r, stats)) {
+        (Verification::Passed, _) | (Verification::Incomplete, true) => {
+            "every byte written read back and checked: nothing lost"
+        }
+        (Verification::Off, _) => "not verified (--no-verify)",
+        (Verification::Failed, _) | (Verification::Incomplete, false) => "see the outcome below",
     };
     Some(format!("{effect}; {kept}; {}.", paused(stats)))
 }
@@ -92,30 +96,32 @@ fn done(r: &Report) -> String {
 }
 
 fn effect(v: &Verdict) -> String {
-    match v.verdict.as_str() {
-        "faster" => format!("reading the rewritten data is now {:.1} times as fast as before", v.speedup),
-        "slower" => format!("reading the rewritten data is {:.1} times slower than before", 1.0 / v.speedup.max(1e-9)),
-        "no_measurable_change" => "no change in reading speed that stands out from ordinary variation".into(),
-        _ => "unknown: the speed before and after could not be compared reliably".into(),
+    match v.verdict {
+        Finding::Faster => format!("reading the rewritten data is now {:.1} times as fast as before", v.speedup),
+        Finding::Slower => {
+            format!("reading the rewritten data is {:.1} times slower than before", 1.0 / v.speedup.max(1e-9))
+        }
+        Finding::NoMeasurableChange => "no change in reading speed that stands out from ordinary variation".into(),
+        Finding::Unreliable => "unknown: the speed before and after could not be compared reliably".into(),
     }
 }
 
 /// A run that stopped early (`incomplete`) read back every chunk it wrote: verified,
 /// not failed. Only `failed` is a check that did not pass.
 fn all_verified(r: &Report, x: &EngineStats) -> bool {
-    r.verification == "incomplete" && x.bytes_verified >= x.bytes_written
+    r.verification == Verification::Incomplete && x.bytes_verified >= x.bytes_written
 }
 
 fn safety(r: &Report, x: &EngineStats) -> &'static str {
-    match r.verification.as_str() {
-        "passed" => "every byte written was read back and compared with the original: nothing lost",
-        "off" => "not checked after writing (checking was turned off)",
-        "failed" => "the check after writing did not pass: see the details for engineers",
-        _ if x.bytes_written == 0 => "nothing was written before the run stopped",
-        _ if all_verified(r, x) => {
+    match r.verification {
+        Verification::Passed => "every byte written was read back and compared with the original: nothing lost",
+        Verification::Off => "not checked after writing (checking was turned off)",
+        Verification::Failed => "the check after writing did not pass: see the details for engineers",
+        Verification::Incomplete if x.bytes_written == 0 => "nothing was written before the run stopped",
+        Verification::Incomplete if all_verified(r, x) => {
             "every byte written was read back and compared with the original: nothing lost (the run stopped before the end; see the outcome)"
         }
-        _ => {
+        Verification::Incomplete => {
             "not every byte written was read back (checking was off, or the run stopped first): see the details for engineers"
         }
     }
@@ -128,12 +134,12 @@ fn how_sure(r: &Report, v: &Verdict) -> String {
     let after = after.map_or(0, |b| b.passes.len()) + more;
     let measured = format!("measured {before} times before and {after} times after");
     let closer = if more > 0 { " (the first results were close, so more were taken to decide)" } else { "" };
-    match v.verdict.as_str() {
-        "unreliable" => format!("not sure: {}", why_unsure(r, v)),
-        "no_measurable_change" => {
+    match v.verdict {
+        Finding::Unreliable => format!("not sure: {}", why_unsure(r, v)),
+        Finding::NoMeasurableChange => {
             format!("{measured}{closer}; the speeds differ by less than repeated readings of the same data do")
         }
-        _ => {
+        Finding::Faster | Finding::Slower => {
             let lasted = v
                 .recheck
                 .as_ref()
@@ -152,7 +158,7 @@ fn why_unsure(r: &Report, v: &Verdict) -> String {
     if benches.iter().any(|b| b.cache.as_ref().is_some_and(|c| c.cache_suspected)) {
         return "a cache beneath the drive (for example the memory of a virtual machine's host) could have answered the reads, so the drive's own speed is not known".into();
     }
-    if let Some(c) = v.recheck.as_ref().filter(|c| c.verdict != "unreliable") {
+    if let Some(c) = v.recheck.as_ref().filter(|c| c.verdict != Finding::Unreliable) {
         return format!(
             "the speed-up faded within {:.0} s, as a cache's does; a lasting improvement would have stayed",
             c.after_seconds

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::host::trim::TrimReport;
+use crate::measure::bench::Finding;
 use crate::report::Report;
 
 /// A gauge: name (after `reseq_`), help, value (absent: not written).
@@ -81,17 +82,17 @@ fn read_metrics(r: &Report) -> Vec<Metric> {
         (
             "last_run_measurable_change",
             "1 faster, 0 no measurable change, -1 slower (rewrite --bench); absent when unreliable.",
-            r.verdict.as_ref().and_then(|v| match v.verdict.as_str() {
-                "faster" => Some(1.0),
-                "slower" => Some(-1.0),
-                "unreliable" => None,
-                _ => Some(0.0),
+            r.verdict.as_ref().and_then(|v| match v.verdict {
+                Finding::Faster => Some(1.0),
+                Finding::Slower => Some(-1.0),
+                Finding::Unreliable => None,
+                Finding::NoMeasurableChange => Some(0.0),
             }),
         ),
         (
             "last_run_bench_unreliable",
             "1 when a cache below the device made the benchmark unreliable (rewrite --bench).",
-            r.verdict.as_ref().map(|v| f64::from(u8::from(v.verdict == "unreliable"))),
+            r.verdict.as_ref().map(|v| f64::from(u8::from(v.verdict == Finding::Unreliable))),
         ),
     ]
 }

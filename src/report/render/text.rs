@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use crate::engine::EngineStats;
 use crate::measure::bench::{BenchResult, Estimate, ScanResult};
-use crate::report::{FileReport, Report, WriteCost};
+use crate::report::{FileReport, Report, Verification, WriteCost};
 use crate::support::units::{human_bytes, human_rate};
 
 /// The report as text; a dry run that succeeded prints its plan.
@@ -118,8 +118,7 @@ fn measurements(r: &Report) -> String {
     }
     let verdict = r.verdict.as_ref().map(|v| {
         let rule = (!v.criteria.is_empty()).then(|| format!("  verdict rule: {}\n", v.criteria));
-        format!("  verdict: {} (x{:.2}; {})\n", v.verdict.replace('_', " "), v.speedup, v.rule)
-            + &rule.unwrap_or_default()
+        format!("  verdict: {} (x{:.2}; {})\n", v.verdict, v.speedup, v.rule) + &rule.unwrap_or_default()
     });
     let sections = [
         r.bench.as_ref().map(|b| bench_line("read", b)),
@@ -173,7 +172,8 @@ fn files_text(r: &Report, files: &[FileReport]) -> String {
 
 /// Skipped, or left unfinished by a run that stopped.
 fn has_problem(f: &FileReport) -> bool {
-    f.skipped_reason.is_some() || (f.verification == "incomplete" && f.left_alone.is_none() && !f.done_earlier)
+    f.skipped_reason.is_some()
+        || (f.verification == Verification::Incomplete && f.left_alone.is_none() && !f.done_earlier)
 }
 
 /// How many files were rewritten, left alone and why, skipped, unfinished.

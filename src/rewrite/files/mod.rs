@@ -19,7 +19,7 @@ use crate::engine::EngineStats;
 use crate::engine::journal::FileIdentity;
 use crate::options::resume::RunOptions;
 use crate::options::rewrite::RewriteOptions;
-use crate::report::{Report, now_rfc3339};
+use crate::report::{Report, Verification, now_rfc3339};
 use crate::support::error::{Error, Result};
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
@@ -43,19 +43,19 @@ pub(crate) fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
     let mut verify = !o.no_verify;
     let result = execute(o, quiet, &mut report, &mut verify);
     report.finish(started.elapsed(), &result);
-    report.verification = verification(&report, verify, &result).into();
+    report.verification = verification(&report, verify, &result);
     (report, result)
 }
 
 /// The run's verification. [`Report::finish`] reads it from a device plan, which file
 /// mode has none of: every file was read back when the run finished with `verify` on.
-fn verification(report: &Report, verify: bool, result: &Result<()>) -> &'static str {
+fn verification(report: &Report, verify: bool, result: &Result<()>) -> Verification {
     match result {
-        Err(Error::ChecksumMismatch { .. } | Error::WriteFailed { .. }) => "failed",
+        Err(Error::ChecksumMismatch { .. } | Error::WriteFailed { .. }) => Verification::Failed,
         // Refused or stopped before a file was rewritten: nothing verified, nothing left half.
-        _ if report.dry_run || report.results.is_none() || !verify => "off",
-        Ok(()) => "passed",
-        Err(_) => "incomplete",
+        _ if report.dry_run || report.results.is_none() || !verify => Verification::Off,
+        Ok(()) => Verification::Passed,
+        Err(_) => Verification::Incomplete,
     }
 }
 

@@ -88,8 +88,12 @@ impl Refreshed {
 /// `--older-than` chooses them again. Runs sharing a state directory take turns (a lock),
 /// so that neither loses the other's files.
 pub(crate) fn remember(state_dir: &Path, files: &[FileReport]) {
-    let done: Vec<&FileReport> =
-        files.iter().filter(|f| (f.bytes_rewritten > 0 || f.done_earlier) && f.verification != "incomplete").collect();
+    let done: Vec<&FileReport> = files
+        .iter()
+        .filter(|f| {
+            (f.bytes_rewritten > 0 || f.done_earlier) && f.verification != crate::report::Verification::Incomplete
+        })
+        .collect();
     if done.is_empty() {
         return;
     }
@@ -123,7 +127,7 @@ mod tests {
 
     fn done(path: &Path, earlier: bool) -> FileReport {
         let mut f = super::super::run::skipped_report(path, "");
-        (f.skipped_reason, f.verification, f.done_earlier) = (None, "passed".into(), earlier);
+        (f.skipped_reason, f.verification, f.done_earlier) = (None, crate::report::Verification::Passed, earlier);
         f.bytes_rewritten = if earlier { 0 } else { 4096 };
         f
     }

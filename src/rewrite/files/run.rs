@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::engine::journal::{FileIdentity, Journal, Placed};
 use crate::engine::{self, EngineConfig, EngineStats};
 use crate::host::device::Sysfs;
-use crate::report::{FileReport, Report};
+use crate::report::{FileReport, Report, Verification};
 use crate::rewrite::sequence;
 use crate::support::error::{Error, Result};
 use crate::support::output::Progress;
@@ -224,7 +224,7 @@ impl FileRun<'_> {
             Some(&size) => {
                 let mut fr = skipped_report(&planned[fi].path, "");
                 (fr.skipped_reason, fr.size_bytes, fr.done_earlier) = (None, size, true);
-                fr.verification = if self.plan.options.no_verify { "off" } else { "passed" }.into();
+                fr.verification = if self.plan.options.no_verify { Verification::Off } else { Verification::Passed };
                 self.reports.push((fi, fr));
                 false
             }
@@ -297,11 +297,10 @@ fn member_report(m: &Member, start: u64, done: bool, verify: bool) -> FileReport
         skipped_reason: m.skipped.clone(),
         resumed_from_bytes: resumed_from,
         verification: match (done, verify) {
-            (true, true) => "passed",
-            (true, false) => "off",
-            _ => "incomplete",
-        }
-        .into(),
+            (true, true) => Verification::Passed,
+            (true, false) => Verification::Off,
+            (false, _) => Verification::Incomplete,
+        },
         ..FileReport::default()
     }
 }
@@ -310,7 +309,7 @@ pub(super) fn skipped_report(path: &Path, why: &str) -> FileReport {
     FileReport {
         path: path.display().to_string(),
         skipped_reason: Some(why.into()),
-        verification: "off".into(),
+        verification: Verification::Off,
         ..FileReport::default()
     }
 }
@@ -331,16 +330,16 @@ mod tests {
         (m.bytes_rewritten, m.bytes_unwritten, m.bytes_shared_elsewhere) = (600 << 10, 100 << 10, 100 << 10);
         let r = member_report(&m, 0, true, true);
         assert_eq!(r.bytes_skipped_holes, 224 << 10);
-        assert_eq!(r.verification, "passed");
+        assert_eq!(r.verification, Verification::Passed);
         // Resumed 64 KiB into this file: those bytes were the last run's.
         let r = member_report(&m, (1 << 20) + (64 << 10), true, false);
         assert_eq!(
-            (r.resumed_from_bytes, r.bytes_skipped_holes, r.verification.as_str()),
-            (64 << 10, 160 << 10, "off")
+            (r.resumed_from_bytes, r.bytes_skipped_holes, r.verification),
+            (64 << 10, 160 << 10, Verification::Off)
         );
         // Not done: no holes claimed, and not verified yet.
         let r = member_report(&m, 0, false, true);
-        assert_eq!((r.bytes_skipped_holes, r.verification.as_str()), (0, "incomplete"));
+        assert_eq!((r.bytes_skipped_holes, r.verification), (0, Verification::Incomplete));
     }
 
     #[test]
