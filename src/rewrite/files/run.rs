@@ -259,7 +259,6 @@ impl FileRun<'_> {
     }
 }
 
-/// The journal's run record for the files of one filesystem, `[0, end)`.
 /// Sums the figures of the filesystems' runs.
 fn add(t: &mut EngineStats, s: &EngineStats) {
     t.rewrite_seconds += s.rewrite_seconds;
