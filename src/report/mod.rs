@@ -119,6 +119,20 @@ pub(crate) enum Verification {
     Incomplete,
 }
 
+impl Verification {
+    /// A run's verification, one rule for both modes: `ran` says the run got as far as
+    /// writing (a device plan, or a file mode run's figures), `verify` that it read back.
+    pub(crate) fn of(result: &Result<(), Error>, dry_run: bool, ran: bool, verify: bool) -> Verification {
+        match result {
+            Err(Error::ChecksumMismatch { .. } | Error::WriteFailed { .. }) => Verification::Failed,
+            // Refused before writing, or nothing read back: nothing verified.
+            _ if dry_run || !ran || !verify => Verification::Off,
+            Ok(()) => Verification::Passed,
+            Err(_) => Verification::Incomplete,
+        }
+    }
+}
+
 impl std::fmt::Display for Verification {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -334,13 +348,7 @@ impl Report {
         self.finished_at = now_rfc3339();
         self.duration_seconds = elapsed.as_secs_f64();
         let verify_on = self.plan.as_ref().is_some_and(|p| p.verify);
-        self.verification = match result {
-            Err(Error::ChecksumMismatch { .. } | Error::WriteFailed { .. }) => Verification::Failed,
-            _ if self.dry_run || self.plan.is_none() => Verification::Off,
-            Ok(()) if verify_on => Verification::Passed,
-            Ok(()) => Verification::Off,
-            Err(_) => Verification::Incomplete,
-        };
+        self.verification = Verification::of(result, self.dry_run, self.plan.is_some(), verify_on);
         self.outcome = match result {
             Ok(()) => Outcome::default(),
             Err(e) => Outcome {
@@ -403,6 +411,18 @@ mod tests {
 
     /// The words are the JSON's and the text's, as reports always had them: old reports
     /// read back, and a word no reseq wrote is refused by name.
+    #[test]
+    fn one_verification_rule_for_both_modes() {
+        let stopped = Err(Error::Stopped { signal: "SIGINT".into(), what: String::new() });
+        let mismatch = Err(Error::Internal("x".into()));
+        assert_eq!(Verification::of(&Ok(()), false, true, true), Verification::Passed);
+        assert_eq!(Verification::of(&Ok(()), false, true, false), Verification::Off, "--no-verify");
+        assert_eq!(Verification::of(&stopped, false, true, true), Verification::Incomplete);
+        assert_eq!(Verification::of(&stopped, false, true, false), Verification::Off, "nothing read back");
+        assert_eq!(Verification::of(&mismatch, false, false, true), Verification::Off, "refused before writing");
+        assert_eq!(Verification::of(&Ok(()), true, true, true), Verification::Off, "a dry run");
+    }
+
     #[test]
     fn verification_is_the_words_reports_always_had() {
         use Verification::*;

@@ -20,7 +20,7 @@ use crate::engine::journal::FileIdentity;
 use crate::options::resume::RunOptions;
 use crate::options::rewrite::RewriteOptions;
 use crate::report::{Report, Verification, now_rfc3339};
-use crate::support::error::{Error, Result};
+use crate::support::error::Result;
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
 
@@ -47,16 +47,10 @@ pub(crate) fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
     (report, result)
 }
 
-/// The run's verification. [`Report::finish`] reads it from a device plan, which file
-/// mode has none of: every file was read back when the run finished with `verify` on.
+/// The run's verification: [`Report::finish`]'s rule, with what file mode knows (it
+/// has no device plan): whether the run got to its figures, and whether it verified.
 fn verification(report: &Report, verify: bool, result: &Result<()>) -> Verification {
-    match result {
-        Err(Error::ChecksumMismatch { .. } | Error::WriteFailed { .. }) => Verification::Failed,
-        // Refused or stopped before a file was rewritten: nothing verified, nothing left half.
-        _ if report.dry_run || report.results.is_none() || !verify => Verification::Off,
-        Ok(()) => Verification::Passed,
-        Err(_) => Verification::Incomplete,
-    }
+    Verification::of(result, report.dry_run, report.results.is_some(), verify)
 }
 
 /// Plans, then (unless a dry run) executes; `verify` is set to whether the run verifies
