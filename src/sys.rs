@@ -580,6 +580,22 @@ pub(crate) fn lower_io_priority() -> nix::Result<()> {
     Errno::result(rc).map(drop)
 }
 
+/// This thread's I/O priority (ioprio_get(2)), to give back with [`set_io_priority`].
+pub(crate) fn io_priority() -> nix::Result<libc::c_long> {
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    // SAFETY: ioprio_get(2) takes two integers and touches no memory of ours.
+    let rc = unsafe { libc::syscall(libc::SYS_ioprio_get, IOPRIO_WHO_PROCESS, 0) };
+    Errno::result(rc)
+}
+
+/// Sets this thread's I/O priority to a value [`io_priority`] returned.
+pub(crate) fn set_io_priority(value: libc::c_long) -> nix::Result<()> {
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    // SAFETY: ioprio_set(2) takes three integers and touches no memory of ours.
+    let rc = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, value) };
+    Errno::result(rc).map(drop)
+}
+
 /// Ends the process with SIGABRT and no core dump. A core is written where the process
 /// runs, which may be the filesystem reseq froze: the dump would wait for the thaw, and
 /// the guardian, which thaws when reseq is gone, would wait for the dump.

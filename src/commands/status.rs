@@ -135,7 +135,7 @@ fn journal_entry(st: &mut Status, p: &Path, name: &str) {
                 kind: kind.into(),
                 target,
                 started_at: run.started_at.clone(),
-                progress: format!("{} of {} chunks done", r.done, run.chunks_total),
+                progress: bytes_done(r.done_offset, &run),
                 options: run.options.as_ref().map(|o| o.describe()),
                 record: shown,
             });
@@ -143,6 +143,20 @@ fn journal_entry(st: &mut Status, p: &Path, name: &str) {
         Ok(_) => {}
         Err(e) => st.unreadable.push(format!("{shown}: {e}")),
     }
+}
+
+/// How far an unfinished run got, in bytes of its range: chunks adapt their size to the
+/// windows, so a count of chunks done says nothing against the planned total.
+fn bytes_done(done_offset: u64, run: &crate::engine::journal::RunRecord) -> String {
+    let (start, end) = (run.range_start_bytes, run.range_end_bytes);
+    let done = done_offset.clamp(start, end) - start;
+    let total = end - start;
+    format!(
+        "{} of {} done ({:.1} %)",
+        crate::support::units::human_bytes(done),
+        crate::support::units::human_bytes(total),
+        100.0 * done as f64 / total.max(1) as f64
+    )
 }
 
 /// A file-mode run's record: unfinished, or unreadable.

@@ -396,12 +396,13 @@ impl Engine<'_> {
         })
     }
 
+    /// A stop asked for: the error names what the progress counts (the bytes to rewrite,
+    /// not the range's, which holds free space and, in file mode, holes).
     fn interrupted(&self, signal: &'static str) -> Error {
-        let done = self.stats.next_offset_bytes - self.cfg.range_start;
         Error::Interrupted {
             signal: signal.into(),
-            done_bytes: done,
-            total_bytes: self.cfg.range_end - self.cfg.range_start,
+            done_bytes: self.progress.done(),
+            total_bytes: self.progress.total(),
         }
     }
 }

@@ -125,7 +125,8 @@ impl Verification {
     pub(crate) fn of(result: &Result<(), Error>, dry_run: bool, ran: bool, verify: bool) -> Verification {
         match result {
             Err(Error::ChecksumMismatch { .. } | Error::WriteFailed { .. }) => Verification::Failed,
-            // Refused before writing, or nothing read back: nothing verified.
+            // Refused (before writing), or nothing read back: nothing verified.
+            Err(Error::Refused { .. }) => Verification::Off,
             _ if dry_run || !ran || !verify => Verification::Off,
             Ok(()) => Verification::Passed,
             Err(_) => Verification::Incomplete,

@@ -423,8 +423,10 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
         }
         None => base,
     };
+    let low = sequence::LowIoPriority::set();
     let (mut stats, mut result) =
         engine::run(target, &plan.engine, planner, guard.as_mut(), &mut journal, &mut progress, &stop);
+    drop(low);
     if let Start::Resume { done, .. } = plan.start {
         stats.chunks_already_done = done;
     }

@@ -302,7 +302,7 @@ fn decide_start(
         return Ok((Start::Fresh, None));
     }
     if !o.resume {
-        return Ok((Start::Fresh, Some(unfinished_run(dev, &r, &run, path))));
+        return Ok((Start::Fresh, Some(unfinished_run(dev, &r, &run))));
     }
     resumable(dev, &run, chunk_size, warnings)?;
     warnings.extend(journal::describe_guardian_kills(&r.guardian_kills));
@@ -319,16 +319,16 @@ fn decide_start(
 }
 
 /// A run without `--resume` or `--restart` over an unfinished one: refused.
-fn unfinished_run(dev: &BlockDeviceInfo, r: &Replay, run: &journal::RunRecord, path: &Path) -> sequence::Unfinished {
+fn unfinished_run(dev: &BlockDeviceInfo, r: &Replay, run: &journal::RunRecord) -> sequence::Unfinished {
+    let (start, end) = (run.range_start_bytes, run.range_end_bytes);
     sequence::Unfinished {
         what: format!(
-            "an unfinished run of {} exists ({} of {} chunks done, started {})",
+            "an unfinished run of {} exists ({} of {} done, started {})",
             dev.path.display(),
-            r.done,
-            run.chunks_total,
+            units::human_bytes(r.done_offset.clamp(start, end) - start),
+            units::human_bytes(end - start),
             run.started_at
         ),
-        hint: sequence::unfinished_hint(path.parent().unwrap_or(Path::new(".")), &[dev]),
     }
 }
 

@@ -2,8 +2,8 @@
 //! here; the modes differ only in their target and planner (and device mode's extra
 //! steps, named where they fall):
 //!
-//! 1. [`ready_to_write`]: stop signals handled, a low I/O priority, job-control stops
-//!    deferred; before any thread starts, so that every thread inherits them.
+//! 1. [`ready_to_write`]: stop signals handled, job-control stops deferred; before any
+//!    thread starts, so that every thread inherits them.
 //! 2. [`take_device`]: locked against another reseq, opened (exclusively when nothing
 //!    on it is mounted).
 //! 3. What the last run left, in the same call: rescue copies first (they hold the
@@ -13,7 +13,8 @@
 //!    before it leaves the last run's record as it was.
 //! 5. [`guardian`]: forked while this process has one thread, told the target and then
 //!    the journal; wrapped in the checks of every window ([`checked`]).
-//! 6. `engine::run`, configured by [`engine_config`] in both modes.
+//! 6. `engine::run`, configured by [`engine_config`] in both modes, at a low I/O priority
+//!    ([`LowIoPriority`]: its threads only; not the guardian's, nor the benchmarks').
 //! 7. The end of the windows (`Thawed::end_windows`, or the guard dropped).
 //! 8. Device mode: the FITRIM of free space, on thawed filesystems.
 //!
@@ -37,22 +38,43 @@ use crate::sys;
 
 /// Step 1: the process before its first write.
 pub(crate) fn ready_to_write() -> Result<StopFlag> {
-    // A cron job's priority: best-effort level 7 (ionice -c2 -n7), not the idle class:
-    // an idle-class writer can be starved while the filesystem is frozen, stretching the
-    // very stall the windows bound.
-    if let Err(e) = sys::lower_io_priority() {
-        log::warn!("could not lower the I/O priority: {e}");
-    }
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
     stop.check_before_writing()?;
     sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
     Ok(stop)
 }
 
-/// The device a rewrite writes, held for the run: its lock and its open descriptor.
+/// Step 6's I/O priority, for the engine's threads (they inherit it from this one): a
+/// cron job's, best-effort level 7 (`ionice -c2 -n7`), not the idle class, which can be
+/// starved while the filesystem is frozen, stretching the very stall the windows bound.
+/// Set after the guardian is forked (its freeze's sync and sentinel reads keep theirs),
+/// given back when dropped (the benchmark after the run measures as the one before did).
+pub(crate) struct LowIoPriority(Option<nix::libc::c_long>);
+
+impl LowIoPriority {
+    pub(crate) fn set() -> LowIoPriority {
+        let before = sys::io_priority().ok();
+        if let Err(e) = sys::lower_io_priority() {
+            log::warn!("could not lower the I/O priority: {e}");
+            return LowIoPriority(None);
+        }
+        LowIoPriority(before)
+    }
+}
+
+impl Drop for LowIoPriority {
+    fn drop(&mut self) {
+        if let Some(v) = self.0 {
+            let _ = sys::set_io_priority(v);
+        }
+    }
+}
+
+/// The device a rewrite writes, held for the run: its open descriptor, then its lock
+/// (fields drop in order: closed before another reseq may take it).
 pub(crate) struct Taken {
-    pub(crate) _lock: DeviceLock,
     pub(crate) device: DirectDevice,
+    pub(crate) _lock: DeviceLock,
 }
 
 /// An unfinished run the plan found and was asked neither to continue nor to drop.
@@ -61,7 +83,6 @@ pub(crate) struct Taken {
 pub(crate) struct Unfinished {
     /// Which run: "an unfinished run of /dev/X exists (...)".
     pub(crate) what: String,
-    pub(crate) hint: String,
 }
 
 impl Unfinished {
@@ -93,9 +114,10 @@ pub(crate) fn take_device(t: &Taking) -> Result<Taken> {
     crate::engine::rescue::check_device(&dirs, &dev.identity, &device, t.mounted)?;
     crate::engine::rescue::check_torn_notes(&dev.path, &device)?;
     if let Some(u) = t.unfinished {
-        return Err(Error::refused(u.what.clone(), u.hint.clone()));
+        // The hint names a rescue copy still there after the check above.
+        return Err(Error::refused(u.what.clone(), unfinished_hint(t.state_dir, dev)));
     }
-    Ok(Taken { _lock: lock, device })
+    Ok(Taken { device, _lock: lock })
 }
 
 /// What the guardian freezes, and what every window checks.
@@ -172,10 +194,8 @@ pub(crate) fn engine_config(
 
 /// The hint of a refusal over an unfinished run: how to go on, and the rescue copy
 /// either way checks first, if there is one.
-pub(crate) fn unfinished_hint(state_dir: &Path, devices: &[&BlockDeviceInfo]) -> String {
-    let dirs = crate::engine::rescue::dirs(state_dir);
-    let rescue = devices.iter().find_map(|d| crate::engine::rescue::pending(&dirs, &d.identity));
-    match rescue {
+fn unfinished_hint(state_dir: &Path, dev: &BlockDeviceInfo) -> String {
+    match crate::engine::rescue::pending(&crate::engine::rescue::dirs(state_dir), &dev.identity) {
         Some(copy) => format!(
             "pass --resume to continue it, or --restart to start over; either checks the rescue copy first: {copy}"
         ),

@@ -50,8 +50,14 @@ pub enum Error {
         rescue: Option<String>,
     },
 
-    /// SIGINT/SIGTERM arrived; the run stopped between chunks.
-    #[error("interrupted by {signal} after {done_bytes} of {total_bytes} bytes; run again with --resume to continue")]
+    /// SIGINT/SIGTERM arrived; the run stopped between chunks. The bytes are the
+    /// progress's: those to rewrite, and those verified (a resumed run's earlier ones
+    /// included).
+    #[error(
+        "interrupted by {signal} with {} of {} done, every chunk written verified; run again with --resume to continue",
+        crate::support::units::human_bytes(*done_bytes),
+        crate::support::units::human_bytes(*total_bytes)
+    )]
     Interrupted { signal: String, done_bytes: u64, total_bytes: u64 },
 
     /// SIGINT/SIGTERM stopped something that is not a resumable rewrite (the FITRIM after a

@@ -82,6 +82,9 @@ pub(crate) struct Progress {
     spanning: bool,
     /// Said after the bytes (file mode: files done).
     msg: String,
+    /// File mode: files finished so far (counted as the run passes them), of how many,
+    /// and the count last shown.
+    files: Option<(std::sync::Arc<std::sync::atomic::AtomicUsize>, usize, usize)>,
 }
 
 impl Progress {
@@ -96,6 +99,10 @@ impl Progress {
                 .progress_chars("=> "),
             );
             b.set_position(already_done);
+            // Done before this run (a resume) is not part of its rate: the estimator
+            // records the position now, then starts its clock afresh.
+            b.tick();
+            b.reset_eta();
             b
         });
         Progress {
@@ -108,6 +115,7 @@ impl Progress {
             every: Duration::from_secs(10),
             spanning: false,
             msg: String::new(),
+            files: None,
         }
     }
 
@@ -115,6 +123,24 @@ impl Progress {
     pub(crate) fn spanning(mut self) -> Progress {
         self.spanning = true;
         self
+    }
+
+    /// Shows "N of `total` files" after the bytes, N read from `finished` as it grows.
+    pub(crate) fn count_files(&mut self, finished: std::sync::Arc<std::sync::atomic::AtomicUsize>, total: usize) {
+        let now = finished.load(std::sync::atomic::Ordering::SeqCst);
+        self.files = Some((finished, total, now));
+        self.set_message(format!("{now} of {total} files"));
+    }
+
+    /// The files counter's news, if it has any.
+    fn files_changed(&mut self) {
+        let Some((finished, total, shown)) = &mut self.files else { return };
+        let now = finished.load(std::sync::atomic::Ordering::SeqCst);
+        if now != *shown {
+            *shown = now;
+            let msg = format!("{now} of {total} files");
+            self.set_message(msg);
+        }
     }
 
     pub(crate) fn set_message(&mut self, msg: String) {
@@ -129,10 +155,16 @@ impl Progress {
         self.done
     }
 
+    /// Bytes to do in all.
+    pub(crate) fn total(&self) -> u64 {
+        self.total
+    }
+
     pub(crate) fn advance(&mut self, bytes: u64) {
         // A window's bytes can exceed an estimated total (used space maps again while
         // frozen): the bar stops at its end rather than wrapping.
         self.done = (self.done + bytes).min(self.total.max(self.done));
+        self.files_changed();
         if let Some(b) = &self.bar {
             b.set_position(self.done);
         } else if self.last_line.elapsed() >= self.every {
@@ -163,5 +195,22 @@ impl Progress {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_files_counter_follows_the_files_finished() {
+        let finished = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(2));
+        let mut p = Progress::new(100, 0, true);
+        p.count_files(std::sync::Arc::clone(&finished), 10);
+        assert_eq!(p.msg, "2 of 10 files");
+        finished.store(7, std::sync::atomic::Ordering::SeqCst);
+        p.advance(10);
+        assert_eq!(p.msg, "7 of 10 files", "updated as bytes come, not at the end of a filesystem");
+        assert_eq!((p.done(), p.total()), (10, 100));
     }
 }

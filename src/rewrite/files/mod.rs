@@ -79,7 +79,9 @@ fn execute_plan(plan: &FilesPlan, quiet: bool, report: &mut Report) -> Result<()
         (report.bench_before, report.scan_before) = (Some(b), Some(s));
     }
     let stop = crate::rewrite::sequence::ready_to_write()?;
-    let (progress, files_total, files_done) = overall_progress(plan, quiet);
+    let (mut progress, files_total, files_done) = overall_progress(plan, quiet);
+    let finished = Arc::new(std::sync::atomic::AtomicUsize::new(files_done));
+    progress.count_files(Arc::clone(&finished), files_total);
     let mut run = FileRun {
         plan,
         stop: &stop,
@@ -88,6 +90,7 @@ fn execute_plan(plan: &FilesPlan, quiet: bool, report: &mut Report) -> Result<()
         progress,
         files_done,
         files_total,
+        finished,
         totals: EngineStats::default(),
         reports: Vec::new(),
     };
@@ -141,19 +144,21 @@ fn record_header(o: &RewriteOptions, earlier: Option<&record::Earlier>) -> (reco
 }
 
 /// One progress over every file to rewrite (not one per engine run, which would start
-/// again for each batch of small files), and how many files that is and are already done
-/// (by the interrupted run a resumed one continues).
+/// again for each batch of small files), over the bytes the run will rewrite (their
+/// written extents, not their sizes: holes and unwritten ranges are not rewritten), and
+/// how many files that is and are already done (by the interrupted run a resumed one
+/// continues).
 fn overall_progress(plan: &FilesPlan, quiet: bool) -> (Progress, usize, usize) {
     let (mut bytes, mut already, mut files, mut done) = (0, 0, 0, 0);
     let chosen = |(fi, _): &(usize, &plan::Planned)| !plan.left_alone.contains_key(fi);
     for (fi, p) in plan.planned.iter().enumerate().filter(chosen) {
-        let size = std::fs::metadata(&p.path).map_or(0, |m| m.len());
-        if size == 0 {
+        if std::fs::metadata(&p.path).map_or(0, |m| m.len()) == 0 {
             continue;
         }
-        (bytes, files) = (bytes + size, files + 1);
-        if let Some(size) = plan.done_before.get(&fi) {
-            (already, done) = (already + size, done + 1);
+        let to_rewrite = plan.to_rewrite[fi];
+        (bytes, files) = (bytes + to_rewrite, files + 1);
+        if plan.done_before.contains_key(&fi) {
+            (already, done) = (already + to_rewrite, done + 1);
         }
     }
     let mut progress = Progress::new(bytes, already, quiet).spanning();

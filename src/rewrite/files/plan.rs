@@ -36,6 +36,9 @@ pub(super) struct FilesPlan {
     pub(super) earlier: Option<record::Earlier>,
     /// The files the interrupted run finished, with their sizes.
     pub(super) done_before: HashMap<usize, u64>,
+    /// Each file's bytes a run rewrites (its written extents as mapped now; a range
+    /// shared with a file before it counts once), by index: what the progress counts.
+    pub(super) to_rewrite: Vec<u64>,
     /// Where each filesystem's guardian goes.
     pub(super) placement: Placement,
     /// `--only-slow`, `--older-than`: the choice (None: every file).
@@ -70,12 +73,7 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
     let resumed = earlier.as_ref().map(|e| e.header.options.apply(o, DEFAULT_FILE_MAX_FREEZE)).transpose()?;
     let o = resumed.unwrap_or_else(|| o.clone());
     let (groups, planned) = plan_files(&o)?;
-    let unfinished = unfinished.map(|what| {
-        let devices: Vec<&device::BlockDeviceInfo> = groups.iter().map(|g| &g.device).collect();
-        let state = crate::host::state_dir::resolve(&o.state_dir);
-        let hint = crate::rewrite::sequence::unfinished_hint(&state, &devices);
-        Unfinished { what: format!("an unfinished file-mode run exists: {what}"), hint }
-    });
+    let unfinished = unfinished.map(|what| Unfinished { what: format!("an unfinished file-mode run exists: {what}") });
     report.warnings.extend(unfinished.iter().filter(|_| o.dry_run).map(|u| u.warning()));
     if !groups.is_empty() {
         report.freeze_bound = Some(crate::host::freeze::bound_report(o.max_freeze()));
@@ -83,10 +81,14 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
     let placement = checks::guardian_can_leave(o.accept_cgroup_risk)?;
     report.guardian = Some(placement.describe());
     report.warnings.extend(hot::hot_files(&planned).into_iter().inspect(|w| log::warn!("{w}")));
-    let (choice, left_alone) = choose(&o, &planned, report)?;
+    // A run to be refused reads nothing to choose its files.
+    let (choice, left_alone) =
+        if unfinished.is_some() && !o.dry_run { (None, HashMap::new()) } else { choose(&o, &planned, report)? };
     let frozen: Vec<MountedFs> = groups.iter().map(|g| g.fs.clone()).collect();
     let state = checks::state_dir(&o.state_dir, &frozen, o.chunk_size, o.dry_run)?;
     let done_before = earlier.as_ref().map(|e| finished_earlier(e, &planned)).unwrap_or_default();
+    let mut shared_seen = std::collections::HashSet::new();
+    let to_rewrite = planned.iter().map(|p| planned_bytes(&p.path, &mut shared_seen).1).collect();
     Ok(FilesPlan {
         options: o,
         groups,
@@ -94,6 +96,7 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
         record_path,
         earlier,
         done_before,
+        to_rewrite,
         placement,
         choice,
         left_alone,

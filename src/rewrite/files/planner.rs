@@ -157,6 +157,9 @@ pub(crate) struct FilesPlanner {
     plan_time: Duration,
     /// Where the last plan ends.
     horizon: u64,
+    /// Files of the whole run finished: those before this planner's, and those its
+    /// cursor has passed (the progress shows it).
+    finished: Option<(Arc<std::sync::atomic::AtomicUsize>, usize)>,
 }
 
 impl FilesPlanner {
@@ -167,7 +170,21 @@ impl FilesPlanner {
             m.base = base;
             base += m.span;
         }
-        FilesPlanner { members, map, shared: HashMap::new(), planned: Vec::new(), window: 0, plan_time, horizon: 0 }
+        FilesPlanner {
+            members,
+            map,
+            shared: HashMap::new(),
+            planned: Vec::new(),
+            window: 0,
+            plan_time,
+            horizon: 0,
+            finished: None,
+        }
+    }
+
+    /// Counts into `finished` the files this planner's cursor passes, after `before`.
+    pub(crate) fn count_finished(&mut self, finished: Arc<std::sync::atomic::AtomicUsize>, before: usize) {
+        self.finished = Some((finished, before));
     }
 
     /// The end of the virtual address space.
@@ -252,6 +269,9 @@ impl Planner for FilesPlanner {
         self.window += 1;
         let started = std::time::Instant::now();
         let first = self.members.partition_point(|m| m.base + m.span <= cursor);
+        if let Some((finished, before)) = &self.finished {
+            finished.store(before + first, std::sync::atomic::Ordering::SeqCst);
+        }
         // Files the cursor has passed are done with: their descriptors go.
         self.members[..first].iter_mut().for_each(|m| m.file = None);
         let mut runs = Vec::new();
@@ -380,5 +400,25 @@ mod tests {
                 Extent { logical: 12288, physical: 4096, len: 4096 }
             ]
         );
+    }
+
+    #[test]
+    fn files_the_cursor_passes_are_counted_finished_as_the_run_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let members = (0..3)
+            .map(|i| {
+                let path = dir.path().join(format!("f{i}"));
+                std::fs::write(&path, []).unwrap();
+                Member::new(i, path, 4096, 4096)
+            })
+            .collect();
+        let mut p = FilesPlanner::new(members, Map::default(), Duration::from_secs(1));
+        let finished = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        p.count_finished(Arc::clone(&finished), 5);
+        let count = || finished.load(std::sync::atomic::Ordering::SeqCst);
+        p.ranges(0, p.end()).unwrap();
+        assert_eq!(count(), 5, "nothing passed yet: those finished before this planner");
+        p.ranges(8192, p.end()).unwrap();
+        assert_eq!(count(), 7, "the cursor is past two files");
     }
 }

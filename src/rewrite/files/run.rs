@@ -31,6 +31,8 @@ pub(super) struct FileRun<'a> {
     pub(super) progress: Progress,
     pub(super) files_done: usize,
     pub(super) files_total: usize,
+    /// `files_done`, and more as the engine passes files: what the progress shows.
+    pub(super) finished: Arc<std::sync::atomic::AtomicUsize>,
     pub(super) totals: EngineStats,
     /// Files' reports, by their index in the run.
     pub(super) reports: Vec<(usize, FileReport)>,
@@ -75,9 +77,12 @@ impl FileRun<'_> {
         let name = format!("{} file(s) on {}", planner.members.len(), g.fs.mount_point.display());
         let target = FileTarget { dev: Arc::new(device), map, name };
         let cfg = self.config(g, &planner.members, start, end);
-        let goal = self.progress.done() + planner.members.iter().map(|m| m.size).sum::<u64>();
+        planner.count_finished(Arc::clone(&self.finished), self.files_done);
+        let goal = self.progress.done() + planner.members.iter().map(|m| self.plan.to_rewrite[m.index]).sum::<u64>();
+        let low = sequence::LowIoPriority::set();
         let (stats, result) =
             engine::run(&target, &cfg, &mut planner, guard.as_mut(), &mut journal, &mut self.progress, self.stop);
+        drop(low);
         drop(guard);
         planner.credit(stats.next_offset_bytes);
         // Holes, unwritten and shared ranges are not rewritten, yet done; so is the start
@@ -201,6 +206,7 @@ impl FileRun<'_> {
             self.files_done += usize::from(done);
             self.reports.push((m.index, r));
         }
+        self.finished.store(self.files_done, std::sync::atomic::Ordering::SeqCst);
         self.progress.set_message(format!("{} of {} files", self.files_done, self.files_total));
     }
 
