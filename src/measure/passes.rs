@@ -211,6 +211,21 @@ pub(crate) fn snapshot(name: &str, parent: Option<&str>) -> CostSnapshot {
     CostSnapshot { host: host_bytes_written(name), smart: nvme_smart(name, parent) }
 }
 
+/// The cost of runs one after another (file mode's filesystems): the host's bytes
+/// added; the drive's counters from the first before to the last after, when every run
+/// was on the same drive (`same_drive`), else none.
+pub(crate) fn add_cost(total: Option<WriteCost>, next: WriteCost, same_drive: bool) -> WriteCost {
+    let Some(t) = total else { return next };
+    let smart = |a: Option<u64>, b: Option<u64>| if same_drive { a.or(b) } else { None };
+    WriteCost {
+        host_bytes_written: t.host_bytes_written.zip(next.host_bytes_written).map(|(a, b)| a + b),
+        nvme_data_units_written_before: smart(t.nvme_data_units_written_before, next.nvme_data_units_written_before),
+        nvme_data_units_written_after: smart(next.nvme_data_units_written_after, t.nvme_data_units_written_after),
+        nvme_percentage_used_before: smart(t.nvme_percentage_used_before, next.nvme_percentage_used_before),
+        nvme_percentage_used_after: smart(next.nvme_percentage_used_after, t.nvme_percentage_used_after),
+    }
+}
+
 pub(crate) fn write_cost(before: &CostSnapshot, after: &CostSnapshot) -> WriteCost {
     WriteCost {
         host_bytes_written: before.host.zip(after.host).map(|(a, b)| b.saturating_sub(a)),

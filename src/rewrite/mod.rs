@@ -225,17 +225,13 @@ fn reverify_chunk(
     }
 }
 
-/// `rewrite --bench`: the same reads before and after, the verdict, and the write cost.
+/// `rewrite --bench`: the same reads before and after, and the verdict.
 fn execute_with_bench(plan: &RewritePlan, o: &RewriteOptions, quiet: bool, report: &mut Report) -> Result<()> {
-    let (name, parent) = (&plan.device.identity.name, plan.device.parent_disk.as_deref());
     log::info!("benchmarking before the rewrite");
     let (b, s, in_use) = measure::measure_device(&plan.device.path, &o.bench_opts, None).map_err(before_writing)?;
     report.bench_before = Some(b);
     report.scan_before = Some(s);
-    let cost_before = measure::snapshot(name, parent);
-    let result = execute(plan, quiet, true, report);
-    report.write_cost = Some(measure::write_cost(&cost_before, &measure::snapshot(name, parent)));
-    result?;
+    execute(plan, quiet, true, report)?;
     // The same bytes as before: the ranges in use then (what the rewrite rewrote).
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
     let target = || Target::open_in_use(&plan.device.path, in_use.as_deref()).map(|t| t.0);
@@ -403,6 +399,8 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     let stop = sequence::ready_to_write()?;
     let (taken, _claims) = take_device(plan, report)?;
     let target = &taken.device;
+    // What the host wrote to the device during the run, and its wear where it says.
+    let cost = sequence::Cost::start(&plan.device);
     let mut journal = start_journal(plan)?;
     // The guardian is forked here, while this process still has one thread.
     let mut guard = sequence::guardian(&guarded(plan), journal.path())?;
@@ -433,18 +431,7 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     // Thawed: FITRIM runs on live filesystems, never inside a window.
     let thawed = Thawed::end_windows(guard);
     let mut space = space_report(plan, report, &stats);
-    // Only after a run that did something: a refused run (someone else's freeze, no
-    // freeze support) must leave the device exactly as it was, free space included.
-    // Never after a lost freeze: the filesystem may be frozen by someone else, and is
-    // not ours to touch until the admin has looked. Not after a stop signal either: the
-    // run that finishes the rewrite trims.
-    let ran = (result.is_ok() || stats.bytes_written > 0) && !matches!(result, Err(Error::FreezeLost { .. }));
-    if plan.trim && ran && !used.spans.is_empty() && stop.signal().is_none() {
-        let t = trim_free_space(plan, &used.spans, bench, &stop, &thawed);
-        space.bytes_trimmed = Some(t.bytes_trimmed);
-        result = result.and_then(|()| trim_stopped(&t));
-        space.trim = Some(t);
-    }
+    result = trim_after(plan, (&used, bench, &stop, &thawed), &stats, result, &mut space);
     report.space = Some(space);
     progress.finish();
     // A refusal at the first freeze (EBUSY, EOPNOTSUPP) means nothing was done. The
@@ -456,6 +443,31 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
         let _ = std::fs::remove_file(journal.path());
     }
     report.results = Some(stats);
+    report.write_cost = Some(cost.end());
+    result
+}
+
+/// Step 8 of [`sequence`], device mode's own: the FITRIM of free space, on thawed
+/// filesystems. Only after a run that did something: a refused run (someone else's
+/// freeze, no freeze support) must leave the device exactly as it was, free space
+/// included. Never after a lost freeze: the filesystem may be frozen by someone else, and
+/// is not ours to touch until the admin has looked. Not after a stop signal either: the
+/// run that finishes the rewrite trims.
+fn trim_after(
+    plan: &RewritePlan,
+    (used, bench, stop, thawed): (&UsedSpace, bool, &StopFlag, &Thawed),
+    stats: &engine::EngineStats,
+    result: Result<()>,
+    space: &mut SpaceReport,
+) -> Result<()> {
+    let ran = (result.is_ok() || stats.bytes_written > 0) && !matches!(result, Err(Error::FreezeLost { .. }));
+    if !(plan.trim && ran && !used.spans.is_empty() && stop.signal().is_none()) {
+        return result;
+    }
+    let t = trim_free_space(plan, &used.spans, bench, stop, thawed);
+    space.bytes_trimmed = Some(t.bytes_trimmed);
+    let result = result.and_then(|()| trim_stopped(&t));
+    space.trim = Some(t);
     result
 }
 

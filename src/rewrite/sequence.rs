@@ -70,6 +70,27 @@ impl Drop for LowIoPriority {
     }
 }
 
+/// What the host writes to a device during a run, and the wear its SMART counters show
+/// (NVMe): taken around the engine in both modes, with or without `--bench`.
+pub(crate) struct Cost {
+    name: String,
+    parent: Option<String>,
+    before: crate::measure::passes::CostSnapshot,
+}
+
+impl Cost {
+    pub(crate) fn start(dev: &BlockDeviceInfo) -> Cost {
+        let (name, parent) = (dev.identity.name.clone(), dev.parent_disk.clone());
+        let before = crate::measure::passes::snapshot(&name, parent.as_deref());
+        Cost { name, parent, before }
+    }
+
+    pub(crate) fn end(self) -> crate::measure::passes::WriteCost {
+        let after = crate::measure::passes::snapshot(&self.name, self.parent.as_deref());
+        crate::measure::passes::write_cost(&self.before, &after)
+    }
+}
+
 /// The device a rewrite writes, held for the run: its open descriptor, then its lock
 /// (fields drop in order: closed before another reseq may take it).
 pub(crate) struct Taken {

@@ -63,6 +63,10 @@ fn fragmented_file_is_rewritten_intact(fs: &str) {
     assert!(f["extents"].as_u64().unwrap() > 3, "the file should be fragmented: {f}");
     assert_eq!(f["bytes_rewritten"], 24 * MIB, "every byte of the file, once");
     assert_eq!(f["verification"], "passed");
+    // What the host wrote, in file mode too, without --bench: the file and what the
+    // filesystem wrote meanwhile.
+    let cost = r["write_cost"]["host_bytes_written"].as_u64().expect("the write cost, in every run");
+    assert!((24 * MIB..48 * MIB).contains(&cost), "host bytes written {cost}");
     assert!(f["skipped_reason"].is_null());
     assert_eq!(r["plan"], serde_json::Value::Null);
     drop_caches();

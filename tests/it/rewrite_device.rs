@@ -89,6 +89,9 @@ fn unmounted_device_is_bit_identical_afterwards() {
     // The device really was written, once: host-side sectors match the report.
     let written = bytes_written_to(&lo.path) - written_before;
     assert!(written >= size && written <= size + MIB, "sysfs says {written} bytes written for {size}");
+    // The report says so too, without --bench.
+    let cost = r["write_cost"]["host_bytes_written"].as_u64().expect("the write cost, in every run");
+    assert!(cost >= size && cost <= written, "the report's {cost} bytes written, sysfs's {written}");
 }
 
 #[test]

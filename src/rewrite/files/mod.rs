@@ -93,6 +93,7 @@ fn execute_plan(plan: &FilesPlan, quiet: bool, report: &mut Report) -> Result<()
         finished,
         totals: EngineStats::default(),
         reports: Vec::new(),
+        cost: None,
     };
     let outcome = run.groups();
     run.progress.close();

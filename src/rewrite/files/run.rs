@@ -36,6 +36,9 @@ pub(super) struct FileRun<'a> {
     pub(super) totals: EngineStats,
     /// Files' reports, by their index in the run.
     pub(super) reports: Vec<(usize, FileReport)>,
+    /// What the host wrote to the filesystems' devices, and the drive it was (its
+    /// SMART counters are only told for runs on one drive).
+    pub(super) cost: Option<(crate::measure::passes::WriteCost, String)>,
 }
 
 impl FileRun<'_> {
@@ -73,6 +76,7 @@ impl FileRun<'_> {
         run.files = table;
         let journal_path = record::journal_path(&self.plan.record_path, &g.device.identity.name);
         let mut journal = Journal::deferred(&journal_path, run, Some(self.write_record()));
+        let cost = sequence::Cost::start(&g.device);
         let mut guard = sequence::guardian(&self.guarded(g), journal.path())?;
         let name = format!("{} file(s) on {}", planner.members.len(), g.fs.mount_point.display());
         let target = FileTarget { dev: Arc::new(device), map, name };
@@ -84,6 +88,7 @@ impl FileRun<'_> {
             engine::run(&target, &cfg, &mut planner, guard.as_mut(), &mut journal, &mut self.progress, self.stop);
         drop(low);
         drop(guard);
+        self.add_cost(cost.end(), g);
         planner.credit(stats.next_offset_bytes);
         // Holes, unwritten and shared ranges are not rewritten, yet done; so is the start
         // of a resumed file.
@@ -151,6 +156,16 @@ impl FileRun<'_> {
             written.store(true, std::sync::atomic::Ordering::SeqCst);
             Ok(())
         })
+    }
+
+    /// One filesystem's cost added to the run's.
+    fn add_cost(&mut self, w: crate::measure::passes::WriteCost, g: &FsGroup) {
+        let drive = g.device.parent_disk.clone().unwrap_or_else(|| g.device.identity.name.clone());
+        let (total, same) = match self.cost.take() {
+            Some((t, d)) => (Some(t), d == drive),
+            None => (None, true),
+        };
+        self.cost = Some((crate::measure::passes::add_cost(total, w, same), drive));
     }
 
     /// What one filesystem's guardian freezes and every window checks: nothing else may
@@ -257,6 +272,7 @@ impl FileRun<'_> {
             outcome = super::bench_after(&self.plan.options, self.stop, measured, report);
         }
         report.results = Some(self.totals);
+        report.write_cost = self.cost.map(|c| c.0);
         // In path order, whatever order the runs took.
         let mut reports = self.reports;
         reports.sort_by_key(|(fi, _)| *fi);
