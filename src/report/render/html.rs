@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::svg::{Series, age_chart, pass_chart, region_chart};
 use super::{esc, plain};
-use crate::measure::bench::{BenchResult, ScanResult};
+use crate::measure::bench::{BenchResult, Finding, ScanResult};
 use crate::report::Report;
 use crate::support::units::human_bytes;
 
@@ -177,16 +177,32 @@ fn result_rows(r: &Report) -> Vec<Row> {
 /// Throughput by region (before and after, or one scan) and each pass's throughput.
 fn charts(r: &Report) -> String {
     let mut s = String::new();
-    let scans: Vec<Series<ScanResult>> = [
+    // Under an unreliable verdict nothing is drawn as slow, and each chart says why.
+    let unreliable = r.verdict.as_ref().filter(|v| v.verdict == Finding::Unreliable).map(|v| {
+        format!(
+            "<p class=\"note\">The verdict calls this comparison unreliable ({}): the differences drawn here are not a measured change, and no region is marked slow.</p>",
+            esc(&v.rule)
+        )
+    });
+    let unmarked = |sc: &ScanResult| {
+        let mut sc = sc.clone();
+        sc.regions.iter_mut().for_each(|r| r.slow = false);
+        sc.slow_regions = 0;
+        sc
+    };
+    let kept: Vec<(&str, &str, ScanResult)> = [
         ("before", "#9a9a9a", &r.scan_before),
         ("after", "#1f77b4", &r.scan_after),
         ("throughput", "#1f77b4", &r.scan),
     ]
     .into_iter()
     .filter_map(|(label, color, sc)| sc.as_ref().map(|sc| (label, color, sc)))
+    .map(|(label, color, sc)| (label, color, if unreliable.is_some() { unmarked(sc) } else { sc.clone() }))
     .collect();
+    let scans: Vec<Series<ScanResult>> = kept.iter().map(|(l, c, sc)| (*l, *c, sc)).collect();
     if !scans.is_empty() {
         s += "<h2>Read throughput by region</h2><p>Each region is read once, in one short read after another: a region can read faster than a whole pass (below), whose figure is the one the verdict compares. Compare regions with each other, before with after.</p>";
+        s += unreliable.as_deref().unwrap_or_default();
         s += &region_chart(&scans);
     }
     if let Some(sc) = r.scan_files.as_ref().or(r.file_selection.as_ref().and_then(|f| f.scan.as_ref())) {
@@ -203,6 +219,7 @@ fn charts(r: &Report) -> String {
             .collect();
     if !benches.is_empty() {
         s += "<h2>Sequential read, each pass</h2>";
+        s += unreliable.as_deref().unwrap_or_default();
         s += &pass_chart(&benches);
     }
     s

@@ -165,6 +165,40 @@ mod tests {
         assert!(trim_summary(&report(400, 300)).contains("read latency p50/p99 before"));
     }
 
+    /// Under an unreliable verdict the HTML marks no region slow and says why, above the
+    /// region and the pass charts alike.
+    #[test]
+    fn charts_draw_nothing_as_slow_that_the_verdict_does_not_stand_behind() {
+        use crate::measure::bench::{Finding, Region, ScanResult};
+        let region = |index: usize, rate: f64, slow: bool| Region {
+            index,
+            bytes_per_second: rate,
+            slow,
+            length_bytes: 1 << 20,
+            ..Region::default()
+        };
+        let scan = ScanResult {
+            target: "t".into(),
+            virtual_time: false,
+            params: Default::default(),
+            reference_bytes_per_second: 4e8,
+            threshold: 0.7,
+            regions: vec![region(0, 4e8, false), region(1, 1e8, true)],
+            slow_regions: 1,
+        };
+        let mut r = Report::new("rewrite", false);
+        (r.scan_before, r.scan_after) = (Some(scan.clone()), Some(scan));
+        let before = crate::measure::bench::tests::bench_of(&[100.0, 101.0, 102.0]);
+        let after = crate::measure::bench::tests::bench_of(&[50.0, 51.0, 52.0]);
+        r.verdict = Some(crate::measure::bench::verdict_of(&before, &after));
+        (r.bench_before, r.bench_after) = (Some(before), Some(after));
+        assert!(render(&r, Format::Html).contains("slow region"), "a verdict that stands marks them");
+        r.verdict.as_mut().unwrap().verdict = Finding::Unreliable;
+        let html = render(&r, Format::Html);
+        assert!(!html.contains("slow region"), "{html}");
+        assert_eq!(html.matches("calls this comparison unreliable").count(), 2, "{html}");
+    }
+
     /// A run stopped by exit 7 after verifying every chunk it wrote: no renderer says a
     /// check failed, and each names the cause (overruns or the hard bound), not the other.
     #[test]
