@@ -18,10 +18,11 @@ suite=bookworm
 
 # What the guest needs: a kernel with device-mapper and md, systemd as PID 1 (with D-Bus,
 # for the guardian's transient scope; man-db for systemd-analyze verify), the storage
-# tools, the filesystems' tools, jq to read reseq's reports.
+# tools, the filesystems' tools, jq to read reseq's reports, smartmontools for the NVMe
+# SMART counters that `rewrite --bench` reads.
 pkgs=(linux-image-amd64 systemd systemd-sysv udev dbus kmod procps
       lvm2 thin-provisioning-tools cryptsetup-bin mdadm dmsetup
-      e2fsprogs xfsprogs btrfs-progs fdisk util-linux jq man-db)
+      e2fsprogs xfsprogs btrfs-progs fdisk util-linux jq man-db smartmontools)
 
 need() { command -v "$1" >/dev/null; }
 if ! need debootstrap || ! need mkfs.ext4; then
@@ -69,7 +70,7 @@ echo "/dev/vda / ext4 rw,errors=remount-ro 0 1" >"$root/etc/fstab"
 for u in getty@tty1.service serial-getty@ttyS0.service systemd-networkd-wait-online.service \
          apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service \
          fstrim.timer mdmonitor.service mdcheck_start.timer mdcheck_continue.timer \
-         mdmonitor-oneshot.timer lvm2-monitor.service; do
+         mdmonitor-oneshot.timer lvm2-monitor.service smartmontools.service smartd.service; do
   ln -sf /dev/null "$root/etc/systemd/system/$u"
 done
 # md: no automatic assembly of stray arrays.

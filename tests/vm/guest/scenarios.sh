@@ -30,10 +30,11 @@ now() { date +%s.%N; }
 # Floating-point test: fp 'a <= b'.
 fp() { awk "BEGIN{exit !($1)}"; }
 
-# A scratch disk by its serial; nothing else is ever touched.
+# A scratch disk by its serial (reseq-a, reseq-b, reseq-c: SCSI; reseq-nvme: the NVMe
+# namespace); nothing else is ever touched.
 disk() {
   local d
-  d=$(lsblk -dno NAME,SERIAL 2>/dev/null | awk -v want="reseq-$1" '$1 ~ /^sd/ && $2 == want {print "/dev/" $1; exit}')
+  d=$(lsblk -dno NAME,SERIAL 2>/dev/null | awk -v want="reseq-$1" '$1 ~ /^(sd|nvme[0-9]+n)/ && $2 == want {print "/dev/" $1; exit}')
   [ -n "$d" ] || fail "no scratch disk with serial reseq-$1"
   echo "$d"
 }
@@ -595,6 +596,49 @@ scenario_host_cache_verdict() {
   log "before $(jq -c '[.bench_before.passes[].bytes_per_second]' "$T/r.json"), after $(jq -c '[.bench_after.passes[].bytes_per_second]' "$T/r.json")"
   [ "$v" != faster ] || fail "a guest on a host's write-back cache read as faster: $(jq -c .verdict "$T/r.json")"
   intact "$MNT/d"
+}
+
+# ---- NVMe: the drive's own count of what it was written ------------------------------
+
+# Data Units Written of the NVMe controller holding DEV, read here with smartctl, as
+# reseq reads it (units of 1000 sectors of 512 bytes, rounded up by the drive).
+duw() { smartctl --json -A "$1" | jq -e '.nvme_smart_health_information_log.data_units_written'; }
+
+# `rewrite --bench` on an NVMe namespace (qemu's NVMe controller): the report's write
+# cost carries the drive's SMART Data Units Written before and after, and they agree
+# with what smartctl says from outside and with the device's sectors-written counter.
+scenario_nvme_smart() {
+  local dev; dev=$(disk nvme)
+  mkext4 "$dev"; mountit "$dev" "$MNT/nvme"
+  fill "$MNT/nvme/d" 2 8
+  devcopy "$dev" "$MNT/nvme"
+  local u0 u1 r0 w0 rc=0
+  u0=$(duw "$dev") || fail "smartctl --json -A $dev gives no data_units_written"
+  read -r r0 w0 < <(rw_sectors "$dev")
+  reseq rewrite --json --max-freeze 2s --pause 50ms --bench --bench-passes 1 --bench-recheck 0s "$dev" >"$T/r.json" 2>"$T/r.err" || rc=$?
+  [ $rc = 0 ] || { cat "$T/r.err" >&2; fail "reseq rewrite --bench $dev exited $rc"; }
+  u1=$(duw "$dev")
+  local w; w=$(jq '.results.bytes_written' "$T/r.json")
+  [ "$(jq -r .verification "$T/r.json")" = passed ] || fail "verification $(jq -r .verification "$T/r.json")"
+  [ "$w" -ge $(( 16 << 20 )) ] || fail "rewrote $w bytes, less than the 16 MiB of files"
+  io_moved "$dev" "$r0" "$w0" "$w"
+  local sectors=$(( $(written "$dev") - w0 ))
+  jq -c .write_cost "$T/r.json" >&2
+  local b a h p
+  b=$(jq -e .write_cost.nvme_data_units_written_before "$T/r.json") || fail "no NVMe data units written before in the report: $(jq -c .write_cost "$T/r.json")"
+  a=$(jq -e .write_cost.nvme_data_units_written_after "$T/r.json") || fail "no NVMe data units written after in the report"
+  p=$(jq -e .write_cost.nvme_percentage_used_after "$T/r.json") || fail "no NVMe percentage used in the report"
+  h=$(jq -e .write_cost.host_bytes_written "$T/r.json") || fail "no host bytes written in the report"
+  # reseq read the drive between our two readings, and the drive counted at least what
+  # reseq wrote (less one unit for the rounding) and no more than the device was sent.
+  [ "$u0" -le "$b" ] && [ "$b" -le "$a" ] && [ "$a" -le "$u1" ] || fail "the report's data units written ($b -> $a) are not within smartctl's from outside ($u0 -> $u1)"
+  [ $(( (a - b + 1) * 512000 )) -ge "$w" ] || fail "the drive counted $(( a - b )) data units (x 512000 bytes) for the $w bytes reseq wrote"
+  [ $(( a - b )) -le $(( (sectors + 999) / 1000 + 1 )) ] || fail "the report's $(( a - b )) data units are more than the $sectors sectors the device was sent"
+  [ "$h" -ge "$w" ] && [ "$h" -le $(( sectors * 512 )) ] || fail "host bytes written $h: not between reseq's $w and the device's $(( sectors * 512 ))"
+  log "NVMe $dev: data units written $b -> $a (smartctl $u0 -> $u1), percentage used $p, host bytes $h, reseq wrote $w, $IO_LOG"
+  intact "$MNT/nvme/d"
+  devsame "$dev" "$MNT/nvme"
+  umount "$MNT/nvme"; fsck_clean "$dev"
 }
 
 # ---- teardown --------------------------------------------------------------------
