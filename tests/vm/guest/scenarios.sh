@@ -7,6 +7,7 @@ set -euo pipefail
 SHARE=${RESEQ_SHARE:-/mnt/vmshare}
 T=/run/reseq-vm            # scenario scratch (tmpfs: never on a filesystem reseq freezes)
 MNT=/mnt/t
+FIX=/run/reseq-vm-fixture  # a setup kept for the next scenario (see fixture_of)
 MAXF=2                     # --max-freeze in seconds for the systemd scenarios
 BOUND=3                    # its freeze bound: max-freeze plus a grace (the same, 1 s at most)
 # What the measurement may add to the bound: the probe polls every 20 ms, and an
@@ -31,11 +32,14 @@ now() { date +%s.%N; }
 fp() { awk "BEGIN{exit !($1)}"; }
 
 # A scratch disk by its serial (reseq-a, reseq-b, reseq-c: SCSI; reseq-nvme: the NVMe
-# namespace); nothing else is ever touched.
+# namespace); nothing else is ever touched. Each one handed out is listed in $USED, and
+# only those are wiped by the teardown.
+USED=/run/reseq-vm-used
 disk() {
   local d
   d=$(lsblk -dno NAME,SERIAL 2>/dev/null | awk -v want="reseq-$1" '$1 ~ /^(sd|nvme[0-9]+n)/ && $2 == want {print "/dev/" $1; exit}')
   [ -n "$d" ] || fail "no scratch disk with serial reseq-$1"
+  echo "$d" >>"$USED"
   echo "$d"
 }
 kname() { basename "$(readlink -f "$1")"; }
@@ -369,14 +373,23 @@ scenario_systemd_verify() {
 }
 
 # A job on ext4 on an LVM LV with enough data for several windows of 2 s at 5 MB/s
-# (catching the guardian in a window may take a few).
+# (catching the guardian in a window may take a few). The systemd scenarios share it
+# (FIXTURES): one that finds it left by the one before (its files intact, fsck clean)
+# takes it as it is, with the job's state wiped by the teardown in between.
 svc_setup() {
   install_units
-  local a; a=$(disk a)
-  pvcreate -q "$a"; vgcreate -q vmvg "$a"
-  lvcreate -q -y -L 256M -n svc vmvg
-  mkext4 /dev/vmvg/svc; mountit /dev/vmvg/svc "$MNT/svc"
-  fill "$MNT/svc/d" 4 12
+  if [ -f "$FIX/svc" ]; then
+    mountpoint -q "$MNT/svc" || mountit /dev/vmvg/svc "$MNT/svc"
+    cp "$FIX/manifest-svc" "$T/manifest-$(echo "$MNT/svc/d" | tr / _)"
+    log "the job's LV and files, as the scenario before left them"
+  else
+    local a; a=$(disk a)
+    pvcreate -q "$a"; vgcreate -q vmvg "$a"
+    lvcreate -q -y -L 256M -n svc vmvg
+    mkext4 /dev/vmvg/svc; mountit /dev/vmvg/svc "$MNT/svc"
+    fill "$MNT/svc/d" 4 12
+    mkdir -p "$FIX"; cp "$T/manifest-$(echo "$MNT/svc/d" | tr / _)" "$FIX/manifest-svc"; touch "$FIX/svc"
+  fi
   cat >/etc/reseq/vmtest.toml <<TOML
 targets = ["/dev/vmvg/svc"]
 max_freeze = "${MAXF}s"
@@ -385,10 +398,14 @@ rate = "5M"
 resume = true
 TOML
   systemctl reset-failed 'reseq@vmtest.service' 2>/dev/null || true
-  sleep 1; SINCE=$(date '+%Y-%m-%d %H:%M:%S')
+  SINCE=$(cursor)
 }
+# Where the journal ends now: everything logged before this call is behind it
+# (journalctl --sync waits for that), nothing after it is. No second-long sleep for
+# --since to tell one job's lines from the next's.
+cursor() { journalctl --sync; journalctl -q -n 1 --show-cursor -o cat | sed -n 's/^-- cursor: //p'; }
 # The unit's log since this scenario's job started.
-unitlog() { journalctl -u reseq@vmtest.service --since "${1:-$SINCE}" --no-pager -o cat; }
+unitlog() { journalctl -u reseq@vmtest.service --after-cursor="${1:-$SINCE}" --no-pager -o cat; }
 # The ext4 on DEV is frozen now: its journal's RECOVER flag (feature_incompat 0x4,
 # byte 0x460 of the device) is clear while frozen, set again by the thaw (read O_DIRECT,
 # never through the filesystem: a probe through it would block).
@@ -458,7 +475,7 @@ svc_after() { # [finished]: the job ran to its end, nothing to resume
     # was there to make windows to strike in.
     sed -i '/^rate = /d' /etc/reseq/vmtest.toml
     systemctl reset-failed reseq@vmtest.service 2>/dev/null || true
-    sleep 1; local since; since=$(date '+%Y-%m-%d %H:%M:%S')
+    local since; since=$(cursor)
     systemctl start reseq@vmtest.service || fail "the resumed job failed"
     log "the resumed job finished"
     unitlog "$since" | grep -qi resum || fail "the second start did not resume"
@@ -537,7 +554,8 @@ scenario_systemd_oom() {
 # (`reseq thaw`) thaws, and only what reseq froze, not a filesystem frozen by someone else.
 scenario_systemd_execstoppost() {
   svc_setup
-  lvcreate -q -y -L 64M -n other vmvg; mkext4 /dev/vmvg/other; mountit /dev/vmvg/other "$MNT/other"
+  [ -e /dev/vmvg/other ] || { lvcreate -q -y -L 32M -n other vmvg; mkext4 /dev/vmvg/other; }
+  mountit /dev/vmvg/other "$MNT/other"
   fsfreeze -f "$MNT/other"
   svc_start_mid_window
   # Stop the guardian (it keeps its freezes) while the filesystem is frozen, then kill
@@ -581,21 +599,22 @@ ddrate() { dd if="$1" of=/dev/null bs=1M count=64 iflag=direct 2>&1 | awk '/copi
 # a_speed_up_that_fades_is_not_called_faster is that one.)
 scenario_host_cache_verdict() {
   local dev v; dev=$(disk c)
-  mkext4 "$dev"; mountit "$dev" "$MNT"
-  fill "$MNT/d" 4 16
+  mkext4 "$dev"; mountit "$dev" "$MNT/hc"
+  fill "$MNT/hc/d" 4 16
   host_drop c
   log "guest O_DIRECT read, host cache dropped: $(ddrate "$dev"); read again: $(ddrate "$dev")"
   host_drop c
   local rc=0
-  reseq rewrite "$MNT/d" --bench --bench-recheck 5s --json >"$T/r.json" 2>"$T/r.err" || rc=$?
-  [ $rc = 0 ] || { cat "$T/r.err" >&2; fail "reseq rewrite $MNT/d --bench exited $rc"; }
+  reseq rewrite "$MNT/hc/d" --bench --bench-recheck 5s --json >"$T/r.json" 2>"$T/r.err" || rc=$?
+  [ $rc = 0 ] || { cat "$T/r.err" >&2; fail "reseq rewrite $MNT/hc/d --bench exited $rc"; }
   cp "$T/r.json" "$SHARE/results/host_cache_verdict.json"
   v=$(jq -r .verdict.verdict "$T/r.json")
   log "verdict $v x$(jq .verdict.speedup "$T/r.json"): $(jq -r .verdict.rule "$T/r.json")"
   log "cache check: $(jq -r .bench_before.cache.finding "$T/r.json")"
   log "before $(jq -c '[.bench_before.passes[].bytes_per_second]' "$T/r.json"), after $(jq -c '[.bench_after.passes[].bytes_per_second]' "$T/r.json")"
   [ "$v" != faster ] || fail "a guest on a host's write-back cache read as faster: $(jq -c .verdict "$T/r.json")"
-  intact "$MNT/d"
+  intact "$MNT/hc/d"
+  umount "$MNT/hc"; fsck_clean "$dev"
 }
 
 # ---- NVMe: the drive's own count of what it was written ------------------------------
@@ -643,9 +662,11 @@ scenario_nvme_smart() {
 
 # ---- teardown --------------------------------------------------------------------
 
-# Each step only where there is something to undo: every command is slow under TCG, and
-# this runs before and after each scenario.
-teardown() {
+# Which scenarios share a setup (a fixture), kept between them by `teardown NEXT`.
+fixture_of() { case $1 in systemd_kill|systemd_stop|systemd_freeze|systemd_oom|systemd_execstoppost) echo svc ;; *) echo none ;; esac; }
+
+# No job, no reseq or guardian process, nothing frozen, no state of a run left.
+stop_jobs() {
   if [ -n "$(systemctl list-units --all --no-legend 'reseq*')" ]; then
     systemctl kill -s SIGKILL reseq@vmtest.service 2>/dev/null
     systemctl thaw reseq@vmtest.service 2>/dev/null
@@ -654,12 +675,29 @@ teardown() {
   local p; for p in $(pgrep -x reseq; pgrep -x freeze-guardian); do kill -KILL "$p" 2>/dev/null; done
   rm -f /etc/reseq/vmtest.toml
   local m
-  for m in $(awk -v t="$MNT/" 'index($2, t) == 1 {print $2}' /proc/mounts | sort -r); do
-    fsfreeze -u "$m" 2>/dev/null; umount "$m" 2>/dev/null || umount -l "$m"
+  for m in $(awk -v t="$MNT" '$2 == t || index($2, t "/") == 1 {print $2}' /proc/mounts); do fsfreeze -u "$m" 2>/dev/null; done
+  rm -rf /var/lib/reseq/* /run/reseq/* "$T"
+}
+
+# Each step only where there is something to undo: every command is slow under TCG, and
+# this runs before and after each scenario. `teardown NEXT`: where NEXT shares the
+# fixture left (FIXTURES), only the job is stopped and its state wiped.
+teardown() {
+  local next=${1:-}
+  if [ -n "$next" ] && [ "$(fixture_of "$next")" != none ] && [ -f "$FIX/$(fixture_of "$next")" ]; then
+    stop_jobs
+    echo "kept the fixture $(fixture_of "$next") for $next"
+    return 0
+  fi
+  stop_jobs
+  rm -rf "$FIX"
+  local m
+  for m in $(awk -v t="$MNT" '$2 == t || index($2, t "/") == 1 {print $2}' /proc/mounts | sort -r); do
+    umount "$m" 2>/dev/null || umount -l "$m"
   done
   local dm; dm=$(dmsetup ls 2>/dev/null)
   if grep -q '^vmvg-' <<<"$dm"; then
-    vgchange -q -an vmvg 2>/dev/null; vgremove -q -ff vmvg 2>/dev/null
+    vgremove -q -ff vmvg 2>/dev/null || { vgchange -q -an vmvg; vgremove -q -ff vmvg; }
   fi
   if grep -q '^vmcrypt' <<<"$dm"; then cryptsetup close vmcrypt 2>/dev/null; fi
   local md=false
@@ -667,19 +705,23 @@ teardown() {
     md=true
     for m in /dev/md/vmmd /dev/md127 /dev/md126; do [ -e "$m" ] && mdadm --stop "$m" 2>/dev/null; done
   fi
-  local n d
-  for n in a b c; do
-    d=$(disk "$n") || continue
+  # Only the scratch disks handed out since the last teardown: the others are as the
+  # harness made them (zeros), or as the teardown before left them.
+  local d k
+  for d in $(sort -u "$USED" 2>/dev/null); do
+    k=${d#/dev/}
     if $md; then mdadm --zero-superblock "$d" 2>/dev/null; fi
-    wipefs -q -a "$d"* 2>/dev/null; wipefs -q -a "$d" 2>/dev/null
+    # A partition table: wipefs of the disk makes the kernel drop its partitions.
+    if compgen -G "/sys/class/block/$k/$k*" >/dev/null; then wipefs -q -a "$d"?* 2>/dev/null; fi
+    wipefs -q -a "$d" 2>/dev/null
     blkdiscard -f "$d" 2>/dev/null || dd if=/dev/zero of="$d" bs=1M count=16 oflag=direct status=none
   done
-  rm -rf /var/lib/reseq/* /run/reseq/* "$T"
+  rm -f "$USED"
   udevadm settle
   return 0
 }
 
 case ${1:-} in
-  teardown) set +e; teardown ;;
+  teardown) set +e; teardown "${2:-}" ;;
   *) declare -F "scenario_$1" >/dev/null || fail "no scenario $1"; log "scenario $1"; "scenario_$1"; log "scenario $1: passed" ;;
 esac
