@@ -94,14 +94,18 @@ cp "$repo"/packaging/systemd/reseq@.service "$repo"/packaging/systemd/reseq@.tim
   echo "SCENARIO_TIMEOUT=$scenario_timeout"
   echo "export RESEQ_VM_SLACK=$([ "$accel" = tcg ] && echo 1.5 || echo 0.3)"
 } >"$share/params"
-# Scratch disks: sparse files, SCSI disks that report no rotation (an SSD), with
-# serials the guest picks them by; it never touches any other disk.
+# Scratch disks: sparse files, SCSI disks that report no rotation (an SSD), and a small
+# NVMe controller (its SMART log counts data units written), with serials the guest
+# picks them by; it never touches any other disk.
 disks=()
 for n in a b c; do
   truncate -s 1G "$work/disk-$n.img"
   disks+=(-drive "file=$work/disk-$n.img,if=none,id=d$n,format=raw,cache=unsafe,discard=unmap"
           -device "scsi-hd,drive=d$n,bus=scsi0.0,serial=reseq-$n,rotation_rate=1")
 done
+truncate -s 128M "$work/disk-nvme.img"
+disks+=(-drive "file=$work/disk-nvme.img,if=none,id=dnvme,format=raw,cache=unsafe,discard=unmap"
+        -device "nvme,serial=reseq-nvme,drive=dnvme")
 
 # The host's side of a scenario that needs a cold host cache: the guest names a scratch
 # disk in results/drop-X.request; its image is flushed and dropped from this host's page
@@ -158,6 +162,11 @@ done
 if [ "$failed" -gt 0 ] || [ "$guest_ok" != true ]; then
   echo "---- guest console (tail)"; tail -n 40 "$work/console.log" 2>/dev/null || true; echo "----"
 fi
-echo "vm: guest ready in ${t_guest} s, boot to power-off ${t_boot} s (qemu exit $qrc)"
+# Where the time went: building (or finding) the guest, its boot (kernel, initrd and
+# systemd up to the scenarios), the scenarios with their teardowns, and the rest
+# (power-off, qemu's start and end).
+t_up=$(cut -d. -f1 "$share/results/boot.seconds" 2>/dev/null || echo "?")
+t_sc=$(cut -d. -f1 "$share/results/scenarios.seconds" 2>/dev/null || echo "?")
+echo "vm: guest ready in ${t_guest} s, boot to power-off ${t_boot} s (guest boot ${t_up} s, scenarios and teardowns ${t_sc} s; qemu exit $qrc)"
 echo "vm: $passed passed, $failed failed"
 [ "$failed" = 0 ] && [ "$guest_ok" = true ]

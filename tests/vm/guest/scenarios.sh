@@ -7,6 +7,7 @@ set -euo pipefail
 SHARE=${RESEQ_SHARE:-/mnt/vmshare}
 T=/run/reseq-vm            # scenario scratch (tmpfs: never on a filesystem reseq freezes)
 MNT=/mnt/t
+FIX=/run/reseq-vm-fixture  # a setup kept for the next scenario (see fixture_of)
 MAXF=2                     # --max-freeze in seconds for the systemd scenarios
 BOUND=3                    # its freeze bound: max-freeze plus a grace (the same, 1 s at most)
 # What the measurement may add to the bound: the probe polls every 20 ms, and an
@@ -30,16 +31,27 @@ now() { date +%s.%N; }
 # Floating-point test: fp 'a <= b'.
 fp() { awk "BEGIN{exit !($1)}"; }
 
-# A scratch disk by its serial; nothing else is ever touched.
+# A scratch disk by its serial (reseq-a, reseq-b, reseq-c: SCSI; reseq-nvme: the NVMe
+# namespace); nothing else is ever touched. Each one handed out is listed in $USED, and
+# only those are wiped by the teardown.
+USED=/run/reseq-vm-used
 disk() {
   local d
-  d=$(lsblk -dno NAME,SERIAL 2>/dev/null | awk -v want="reseq-$1" '$1 ~ /^sd/ && $2 == want {print "/dev/" $1; exit}')
+  d=$(lsblk -dno NAME,SERIAL 2>/dev/null | awk -v want="reseq-$1" '$1 ~ /^(sd|nvme[0-9]+n)/ && $2 == want {print "/dev/" $1; exit}')
   [ -n "$d" ] || fail "no scratch disk with serial reseq-$1"
+  echo "$d" >>"$USED"
   echo "$d"
 }
 kname() { basename "$(readlink -f "$1")"; }
 # Sectors written to a device since boot (field 7 of its stat).
 written() { awk '{print $7}' "/sys/class/block/$(kname "$1")/stat"; }
+# Sectors read and written since boot (fields 3 and 7).
+rw_sectors() { awk '{print $3, $7}' "/sys/class/block/$(kname "$1")/stat"; }
+# How reseq names a device in its messages: /dev/dm-N (/dev/mapper/NAME), or /dev/NAME.
+dname() {
+  local k; k=$(kname "$1")
+  if [ -r "/sys/class/block/$k/dm/name" ]; then echo "/dev/$k (/dev/mapper/$(cat "/sys/class/block/$k/dm/name"))"; else echo "/dev/$k"; fi
+}
 # Few inodes: the default inode tables (16 MiB a GiB) would be most of what device mode
 # rewrites, and every byte is slow under TCG.
 mkext4() { mkfs.ext4 -q -F -N 1024 -E lazy_itable_init=0,lazy_journal_init=0 "$1"; }
@@ -65,13 +77,69 @@ fsck_clean() { # DEV (unmounted)
   log "e2fsck -fn $1: clean"
 }
 
+# The whole top device, read from outside reseq: a copy of every byte of DEV (O_DIRECT)
+# taken with the ext4 on it frozen (its journal checkpointed, nothing in flight), which
+# devsame later compares with the device byte for byte.
+devcopy() { # DEV MNT
+  fsfreeze -f "$2"
+  dd if="$1" of="$T/img-$(kname "$1")" bs=1M iflag=direct status=none || { fsfreeze -u "$2"; fail "could not read $1 whole"; }
+  fsfreeze -u "$2"
+  log "copied $1 whole ($(( $(stat -c %s "$T/img-$(kname "$1")") >> 20 )) MiB)"
+}
+# DEV reads as it did at devcopy, every byte but the two the freezes themselves rewrite:
+# ext4's superblock (bytes 1024-2047: write time, kbytes written, the RECOVER flag) and
+# the journal's superblock (the first block of inode 8: its sequence and start).
+devsame() { # DEV MNT
+  local img bs j diff
+  img=$T/img-$(kname "$1")
+  fsfreeze -f "$2"
+  bs=$(dumpe2fs -h "$1" 2>/dev/null | awk -F: '/^Block size/ {print $2 + 0}')
+  j=$(debugfs -R 'bmap <8> 0' "$1" 2>/dev/null | tail -1)
+  if [ -z "$bs" ] || [ -z "$j" ]; then fsfreeze -u "$2"; fail "no block size or journal block for $1"; fi
+  # Read through the page cache, emptied first (an O_DIRECT dd into a pipe is three
+  # times slower under TCG): what is there is what reseq's O_DIRECT writes left, its
+  # writes invalidating what was cached, and the frozen ext4's own cached blocks are on
+  # the device too.
+  sync; echo 3 >/proc/sys/vm/drop_caches
+  diff=$(cmp -l "$img" "$1" 2>&1 | awk -v js=$(( j * bs )) -v je=$(( (j + 1) * bs )) '
+    /EOF/ { print "the device is shorter than before: " $0; exit }
+    { off = $1 - 1 }
+    (off >= 1024 && off < 2048) || (off >= js && off < je) { allowed++; next }
+    { print "byte " off " (sector " int(off / 512) ") is " $3 " (octal), was " $2; exit }
+    END { if (allowed) print "allowed " allowed }') || true
+  fsfreeze -u "$2"
+  rm -f "$img"
+  if grep -qv '^allowed' <<<"$diff"; then fail "$1 differs from its copy taken before reseq ran: $(grep -v '^allowed' <<<"$diff" | head -1)"; fi
+  log "$1 whole: the same as before, but for $(sed -n 's/^allowed //p' <<<"$diff" | grep . || echo 0) bytes of the ext4 and journal superblocks"
+}
+
+# Checks from outside reseq of a rewrite that says it wrote W bytes to DEV and verified
+# them, on the device's own counters. reseq reads each chunk, writes it, and reads it
+# back (all O_DIRECT: nothing comes from a cache), so the sectors read grew by at least
+# 2 W; and exactly, by what it read first (its report's bytes_read: W, and what it read
+# ahead and a window's end dropped, to read again in the next window) plus the W read
+# back, give or take the planning's few reads. A build that skips the read-back falls
+# short of both. The sectors written grew by W, give or take the freezes' superblock
+# commits (1 MiB at most here): not less (a write skipped), not twice (written again).
+io_moved() { # DEV R0 W0 W
+  local r1 w1 rb wb first
+  read -r r1 w1 < <(rw_sectors "$1")
+  rb=$(( (r1 - $2) * 512 )); wb=$(( (w1 - $3) * 512 ))
+  first=$(jq '.results.bytes_read' "$T/r.json")
+  [ "$wb" -ge "$4" ] || fail "write counter of $1 moved $wb bytes for $4 written"
+  [ "$wb" -le $(( $4 + (1 << 20) )) ] || fail "write counter of $1 moved $wb bytes for $4 written: more than once over"
+  [ "$rb" -ge $(( 2 * $4 )) ] || fail "read counter of $1 moved $rb bytes for $4 written and verified: a verified rewrite reads each chunk and reads it back, at least $(( 2 * $4 ))"
+  [ "$first" -ge "$4" ] || fail "reseq says it read $first bytes, less than the $4 it wrote"
+  [ "$rb" -ge $(( first + $4 )) ] || fail "read counter of $1 moved $rb bytes: less than the $first reseq read first plus the $4 it read back"
+  IO_LOG="counters +$wb written, +$rb read (x$(awk "BEGIN{printf \"%.2f\", $rb / $4}") what it wrote; $first read first, $(jq '.results.bytes_read_ahead_dropped' "$T/r.json") of it read ahead and dropped, $4 read back, $(( rb - first - $4 )) besides)"
+}
+
 # Device mode on DEV (mounted ext4 with content of at least MIN bytes): exit 0,
-# verified, and the device's write counter moved by at least what reseq wrote.
+# verified, and the device's counters moved by at least what reseq wrote and read back.
 rewrite_device() { # DEV MIN_BYTES
-  local dev=$1 before after rc=0
-  before=$(written "$dev")
+  local dev=$1 r0 w0 rc=0
+  read -r r0 w0 < <(rw_sectors "$dev")
   reseq rewrite --json --max-freeze 2s --pause 50ms "$dev" >"$T/r.json" 2>"$T/r.err" || rc=$?
-  after=$(written "$dev")
   [ $rc = 0 ] || { cat "$T/r.err" >&2; fail "reseq rewrite $dev exited $rc"; }
   local w v fz
   w=$(jq '.results.bytes_written' "$T/r.json"); v=$(jq -r '.verification' "$T/r.json")
@@ -80,35 +148,54 @@ rewrite_device() { # DEV MIN_BYTES
   [ "$w" = "$(jq '.results.bytes_verified' "$T/r.json")" ] || fail "bytes written != bytes verified"
   [ "$w" -ge "$2" ] || fail "rewrote $w bytes, less than the $2 bytes of files"
   [ "$fz" -ge 1 ] || fail "no filesystem frozen"
-  [ $(( (after - before) * 512 )) -ge "$w" ] || fail "write counter of $dev moved $(( (after - before) * 512 )) bytes for $w written"
-  log "device mode $dev: $w bytes rewritten and verified, $(jq '.results.windows' "$T/r.json") windows, counter +$(( (after - before) * 512 ))"
+  io_moved "$dev" "$r0" "$w0" "$w"
+  log "device mode $dev: $w bytes rewritten and verified, $(jq '.results.windows' "$T/r.json") windows, $IO_LOG"
 }
-# File mode on DIR: exit 0, every file verified, at least MIN bytes rewritten.
+# File mode on DIR: exit 0, every file verified, at least MIN bytes rewritten, and the
+# counters of DEV (the device under DIR) as for device mode.
 rewrite_files() { # DIR DEV MIN_BYTES
-  local before after rc=0
-  before=$(written "$2")
+  local r0 w0 rc=0
+  read -r r0 w0 < <(rw_sectors "$2")
   reseq rewrite --json --max-freeze 2s --pause 50ms "$1" >"$T/r.json" 2>"$T/r.err" || rc=$?
-  after=$(written "$2")
   [ $rc = 0 ] || { cat "$T/r.err" >&2; fail "reseq rewrite $1 exited $rc"; }
   local w bad
   w=$(jq '.results.bytes_written' "$T/r.json")
   bad=$(jq '[.files[] | select(.verification != "passed")] | length' "$T/r.json")
   [ "$bad" = 0 ] || fail "$bad files not verified"
   [ "$w" -ge "$3" ] || fail "file mode rewrote $w bytes, less than $3"
-  [ $(( (after - before) * 512 )) -ge "$w" ] || fail "write counter of $2 moved $(( (after - before) * 512 )) bytes for $w written"
-  log "file mode $1: $w bytes in $(jq '.files | length' "$T/r.json") files, counter +$(( (after - before) * 512 ))"
+  io_moved "$2" "$r0" "$w0" "$w"
+  log "file mode $1: $w bytes in $(jq '.files | length' "$T/r.json") files, $IO_LOG"
 }
-# reseq refuses TARGET (exit 3) with a message naming NAME, and writes nothing to DEV
-# (the target itself, or the device under a directory for file mode).
-refused() { # TARGET NAME [DEV]
-  local target=$1 name=$2 dev=${3:-$1} before after rc=0
+# reseq refuses TARGET (exit 3), its message holding each PHRASE (whole phrases and
+# exact device names, not one word), and writes nothing to DEV (the target itself, or
+# the device under a directory for file mode). A PHRASE starting with "=" must be a whole
+# line of the message.
+refused() { # TARGET DEV PHRASE...
+  local target=$1 dev=$2 before after rc=0 p
+  shift 2
   sync; before=$(written "$dev")
   reseq rewrite "$target" >"$T/r.out" 2>"$T/r.err" || rc=$?
   sync; after=$(written "$dev")
   [ $rc = 3 ] || { cat "$T/r.err" >&2; fail "reseq rewrite $target exited $rc, not 3 (refused)"; }
-  grep -qF -- "$name" "$T/r.err" || { cat "$T/r.err" >&2; fail "the refusal of $target does not name $name"; }
+  for p in "$@"; do
+    case $p in
+      =*) grep -qxF -- "${p#=}" "$T/r.err" || { cat "$T/r.err" >&2; fail "the refusal of $target has no line: ${p#=}"; } ;;
+      *) grep -qF -- "$p" "$T/r.err" || { cat "$T/r.err" >&2; fail "the refusal of $target does not say: $p"; } ;;
+    esac
+  done
   [ "$after" = "$before" ] || fail "$dev was written while $target was refused ($before -> $after sectors)"
-  log "refused $target: $(grep -m1 -i 'refus\|error' "$T/r.err" | cut -c1-400)"
+  log "refused $target: $(grep -v '^\[' "$T/r.err" | tr '\n' ' ' | cut -c1-600)"
+}
+# Refused for what is stacked on it: names TARGET, and its hint names exactly the top
+# devices given (in reseq's order: sorted), no other.
+refused_below() { # TARGET TOP...
+  local target=$1 tops
+  shift
+  tops=$(for t in "$@"; do dname "$t"; done | LC_ALL=C sort | paste -sd, | sed 's/,/, /g')
+  refused "$target" "$target" \
+    "refused: $target is used by " \
+    " stacked on top of it (device-mapper, md or LVM): writing below them bypasses their view of the data" \
+    "=  hint: target the top device instead: $tops"
 }
 
 # ---- storage stacks --------------------------------------------------------------
@@ -116,14 +203,16 @@ refused() { # TARGET NAME [DEV]
 scenario_lvm_linear() {
   local a; a=$(disk a)
   pvcreate -q "$a"; vgcreate -q vmvg "$a"
-  lvcreate -q -y -L 256M -n lin vmvg
+  lvcreate -q -y -L 128M -n lin vmvg
   mkext4 /dev/vmvg/lin; mountit /dev/vmvg/lin "$MNT/lin"
   fill "$MNT/lin/data" 4 8
+  devcopy /dev/vmvg/lin "$MNT/lin"
   rewrite_device /dev/vmvg/lin $(( 32 << 20 ))
   intact "$MNT/lin/data"
   rewrite_files "$MNT/lin/data" /dev/vmvg/lin $(( 32 << 20 ))
   intact "$MNT/lin/data"
-  refused "$a" "/dev/mapper/vmvg-lin"
+  devsame /dev/vmvg/lin "$MNT/lin"
+  refused_below "$a" /dev/vmvg/lin
   umount "$MNT/lin"; fsck_clean /dev/vmvg/lin
 }
 
@@ -133,22 +222,27 @@ scenario_whole_disk_lvm() {
 size=900MiB, type=E6D6D379-F507-44C2-A23C-238F2A3DF928' | sfdisk -q "$a"
   udevadm settle; local p="${a}1"
   pvcreate -q "$p"; vgcreate -q vmvg "$p"
-  lvcreate -q -y -L 128M -n one vmvg; lvcreate -q -y -L 128M -n two vmvg
+  lvcreate -q -y -L 64M -n one vmvg; lvcreate -q -y -L 64M -n two vmvg
   mkext4 /dev/vmvg/one; mkext4 /dev/vmvg/two
   mountit /dev/vmvg/one "$MNT/one"; mountit /dev/vmvg/two "$MNT/two"
   fill "$MNT/one/d" 4 4; fill "$MNT/two/d" 4 4
-  refused "$a" "/dev/mapper/vmvg-one"
-  grep -qF /dev/mapper/vmvg-two "$T/r.err" || fail "the refusal of $a does not name vmvg-two"
-  refused "$p" "/dev/mapper/vmvg-two"
+  refused_below "$a" /dev/vmvg/one /dev/vmvg/two
+  refused_below "$p" /dev/vmvg/one /dev/vmvg/two
+  devcopy /dev/vmvg/one "$MNT/one"; devcopy /dev/vmvg/two "$MNT/two"
+  rewrite_device /dev/vmvg/one $(( 16 << 20 ))
   rewrite_device /dev/vmvg/two $(( 16 << 20 ))
   intact "$MNT/one/d"; intact "$MNT/two/d"
+  rewrite_files "$MNT/one/d" /dev/vmvg/one $(( 16 << 20 ))
+  rewrite_files "$MNT/two/d" /dev/vmvg/two $(( 16 << 20 ))
+  intact "$MNT/one/d"; intact "$MNT/two/d"
+  devsame /dev/vmvg/one "$MNT/one"; devsame /dev/vmvg/two "$MNT/two"
   umount "$MNT/one" "$MNT/two"; fsck_clean /dev/vmvg/one; fsck_clean /dev/vmvg/two
 }
 
 scenario_lvm_snapshot() {
   local a; a=$(disk a)
   pvcreate -q "$a"; vgcreate -q vmvg "$a"
-  lvcreate -q -y -L 192M -n origin vmvg
+  lvcreate -q -y -L 128M -n origin vmvg
   mkext4 /dev/vmvg/origin; mountit /dev/vmvg/origin "$MNT/origin"
   fill "$MNT/origin/d" 4 8
   lvcreate -q -y -s -L 64M -n snap /dev/vmvg/origin
@@ -157,17 +251,21 @@ scenario_lvm_snapshot() {
   mountit /dev/vmvg/snap "$MNT/snap"
   [ ! -e "$MNT/snap/new" ] || fail "the snapshot sees files written after it"
   cp "$T/manifest-$(echo "$MNT/origin/d" | tr / _)" "$T/manifest-$(echo "$MNT/snap/d" | tr / _)"
+  devcopy /dev/vmvg/origin "$MNT/origin"
   local cow0; cow0=$(lvs --noheadings -o snap_percent vmvg/snap | tr -d ' ')
   # Every write to the origin copies the old chunk into the snapshot's exception store
   # (64 MiB here, for 40 MiB of files and the filesystem's metadata): rewriting can
   # fill it and invalidate the snapshot. Writing the snapshot allocates in it too.
-  refused /dev/vmvg/origin "snapshot"
-  refused /dev/vmvg/snap "snapshot"
-  refused "$MNT/origin/d" "snapshot" /dev/vmvg/origin
-  refused "$a" "/dev/mapper/vmvg-origin"
-  grep -qF /dev/mapper/vmvg-snap "$T/r.err" || fail "the refusal of $a does not name the snapshot vmvg-snap"
+  local cow=" is on copy-on-write storage: " cost="Writing the same bytes back costs space below, which reseq cannot bound"
+  local orig; orig="$(dname /dev/vmvg/origin) is the origin of a dm snapshot: each block rewritten is first copied into every snapshot's store, which invalidates the snapshot when full (snapshot-origin)"
+  refused /dev/vmvg/origin /dev/vmvg/origin "refused: /dev/vmvg/origin$cow" "$orig" "$cost"
+  refused /dev/vmvg/snap /dev/vmvg/snap "refused: /dev/vmvg/snap$cow" \
+    "$(dname /dev/vmvg/snap) is a dm snapshot: each block rewritten takes space in its store, which invalidates the snapshot when full (snapshot)" "$cost"
+  refused "$MNT/origin/d" /dev/vmvg/origin "refused: /dev/$(kname /dev/vmvg/origin)$cow" "$orig" "$cost"
+  refused_below "$a" /dev/vmvg/origin /dev/vmvg/snap
   local cow1; cow1=$(lvs --noheadings -o snap_percent vmvg/snap | tr -d ' ')
   [ "$cow0" = "$cow1" ] || fail "the snapshot's exception store grew ($cow0% -> $cow1%)"
+  devsame /dev/vmvg/origin "$MNT/origin"
   intact "$MNT/origin/d"; intact "$MNT/origin/new"; intact "$MNT/snap/d"
   umount "$MNT/snap" "$MNT/origin"; fsck_clean /dev/vmvg/origin; fsck_clean /dev/vmvg/snap
 }
@@ -175,21 +273,26 @@ scenario_lvm_snapshot() {
 scenario_thin_snapshot() {
   local a; a=$(disk a)
   pvcreate -q "$a"; vgcreate -q vmvg "$a"
-  lvcreate -q -y -L 400M -T vmvg/pool
-  lvcreate -q -y -V 256M -T vmvg/pool -n thin
+  lvcreate -q -y -L 256M -T vmvg/pool
+  lvcreate -q -y -V 128M -T vmvg/pool -n thin
   mkext4 /dev/vmvg/thin; mountit /dev/vmvg/thin "$MNT/thin"
   fill "$MNT/thin/d" 4 8
   lvcreate -q -y -s -n tsnap vmvg/thin
   lvchange -q -ay -K vmvg/tsnap
+  devcopy /dev/vmvg/thin "$MNT/thin"
   local used0; used0=$(lvs --noheadings -o data_percent vmvg/pool | tr -d ' ')
   # Every block of the thin volume is shared with its snapshot: rewriting one breaks
   # the sharing and allocates a new block in the pool.
-  refused /dev/vmvg/thin "thin"
-  refused "$MNT/thin/d" "thin" /dev/vmvg/thin
-  refused /dev/vmvg/tsnap "thin"
+  local cow=" is on copy-on-write storage: " cost="Writing the same bytes back costs space below, which reseq cannot bound"
+  local pool; pool="$(dname /dev/mapper/vmvg-pool-tpool) is a thin pool: its volumes' blocks are shared and allocated on write (thin-pool)"
+  local thin=" is a thin volume: each block rewritten that is shared with a snapshot, or was never written, takes a new block of its pool (thin)"
+  refused /dev/vmvg/thin /dev/vmvg/thin "refused: /dev/vmvg/thin$cow" "$pool" "$(dname /dev/vmvg/thin)$thin" "$cost"
+  refused "$MNT/thin/d" /dev/vmvg/thin "refused: /dev/$(kname /dev/vmvg/thin)$cow" "$pool" "$(dname /dev/vmvg/thin)$thin" "$cost"
+  refused /dev/vmvg/tsnap /dev/vmvg/tsnap "refused: /dev/vmvg/tsnap$cow" "$pool" "$(dname /dev/vmvg/tsnap)$thin" "$cost"
   local used1; used1=$(lvs --noheadings -o data_percent vmvg/pool | tr -d ' ')
   [ "$used0" = "$used1" ] || fail "the pool's data use changed ($used0% -> $used1%)"
-  refused "$a" "/dev/mapper/vmvg-"
+  refused_below "$a" /dev/mapper/vmvg-pool /dev/vmvg/thin /dev/vmvg/tsnap
+  devsame /dev/vmvg/thin "$MNT/thin"
   intact "$MNT/thin/d"
   mountit /dev/vmvg/tsnap "$MNT/tsnap"
   cp "$T/manifest-$(echo "$MNT/thin/d" | tr / _)" "$T/manifest-$(echo "$MNT/tsnap/d" | tr / _)"
@@ -199,16 +302,24 @@ scenario_thin_snapshot() {
 
 scenario_luks2() {
   local a; a=$(disk a)
+  # On a partition of 160 MiB: the whole container is read twice from outside (devcopy,
+  # devsame), and a copy of it must fit in the guest's memory.
+  echo 'label: gpt
+size=160MiB' | sfdisk -q "$a"
+  udevadm settle; local p="${a}1"
   echo -n vmtest-passphrase >"$T/key"
-  cryptsetup luksFormat -q --type luks2 --pbkdf pbkdf2 --pbkdf-force-iterations 1000 --key-file "$T/key" "$a"
-  cryptsetup open --key-file "$T/key" "$a" vmcrypt
+  cryptsetup luksFormat -q --type luks2 --pbkdf pbkdf2 --pbkdf-force-iterations 1000 --key-file "$T/key" "$p"
+  cryptsetup open --key-file "$T/key" "$p" vmcrypt
   mkext4 /dev/mapper/vmcrypt; mountit /dev/mapper/vmcrypt "$MNT/crypt"
   fill "$MNT/crypt/d" 4 8
+  devcopy /dev/mapper/vmcrypt "$MNT/crypt"
   rewrite_device /dev/mapper/vmcrypt $(( 32 << 20 ))
   intact "$MNT/crypt/d"
   rewrite_files "$MNT/crypt/d" /dev/mapper/vmcrypt $(( 32 << 20 ))
   intact "$MNT/crypt/d"
-  refused "$a" "/dev/mapper/vmcrypt"
+  devsame /dev/mapper/vmcrypt "$MNT/crypt"
+  refused_below "$p" /dev/mapper/vmcrypt
+  refused_below "$a" /dev/mapper/vmcrypt
   umount "$MNT/crypt"; fsck_clean /dev/mapper/vmcrypt
 }
 
@@ -216,22 +327,24 @@ scenario_md_raid1() {
   local a b; a=$(disk a); b=$(disk b)
   # The disks were wiped to zeros: a clean array without a resync (one would be a writer
   # that a freeze does not stop).
-  mdadm --create /dev/md/vmmd --run --quiet --level=1 --raid-devices=2 --metadata=1.2 --assume-clean --size=192M "$a" "$b"
+  mdadm --create /dev/md/vmmd --run --quiet --level=1 --raid-devices=2 --metadata=1.2 --assume-clean --size=128M "$a" "$b"
   local md; md=/dev/$(kname /dev/md/vmmd)
   mkext4 "$md"; mountit "$md" "$MNT/md"
   fill "$MNT/md/d" 4 8
+  devcopy "$md" "$MNT/md"
   rewrite_device "$md" $(( 32 << 20 ))
   intact "$MNT/md/d"
   rewrite_files "$MNT/md/d" "$md" $(( 32 << 20 ))
   intact "$MNT/md/d"
-  refused "$a" "$md"
-  refused "$b" "$md"
+  devsame "$md" "$MNT/md"
+  refused_below "$a" "$md"
+  refused_below "$b" "$md"
   umount "$MNT/md"; fsck_clean "$md"
-  local sys=/sys/block/$(kname "$md")/md
+  local sys; sys=/sys/block/$(kname "$md")/md
   echo check >"$sys/sync_action"
-  sleep 1
-  local i; for i in $(seq 1 600); do [ "$(cat "$sys/sync_action")" = idle ] && break; sleep 0.2; done
-  [ "$(cat "$sys/sync_action")" = idle ] || fail "the md check did not finish"
+  # Done: idle again, the last action a check (no fixed sleep for it to start).
+  local i; for i in $(seq 1 600); do [ "$(cat "$sys/sync_action")" = idle ] && [ "$(cat "$sys/last_sync_action")" = check ] && break; sleep 0.2; done
+  [ "$(cat "$sys/sync_action")" = idle ] && [ "$(cat "$sys/last_sync_action")" = check ] || fail "the md check did not finish"
   [ "$(cat "$sys/mismatch_cnt")" = 0 ] || fail "mismatch_cnt $(cat "$sys/mismatch_cnt") after a check"
   log "md check: mismatch_cnt 0"
 }
@@ -260,14 +373,23 @@ scenario_systemd_verify() {
 }
 
 # A job on ext4 on an LVM LV with enough data for several windows of 2 s at 5 MB/s
-# (catching the guardian in a window may take a few).
+# (catching the guardian in a window may take a few). The systemd scenarios share it
+# (FIXTURES): one that finds it left by the one before (its files intact, fsck clean)
+# takes it as it is, with the job's state wiped by the teardown in between.
 svc_setup() {
   install_units
-  local a; a=$(disk a)
-  pvcreate -q "$a"; vgcreate -q vmvg "$a"
-  lvcreate -q -y -L 256M -n svc vmvg
-  mkext4 /dev/vmvg/svc; mountit /dev/vmvg/svc "$MNT/svc"
-  fill "$MNT/svc/d" 4 12
+  if [ -f "$FIX/svc" ]; then
+    mountpoint -q "$MNT/svc" || mountit /dev/vmvg/svc "$MNT/svc"
+    cp "$FIX/manifest-svc" "$T/manifest-$(echo "$MNT/svc/d" | tr / _)"
+    log "the job's LV and files, as the scenario before left them"
+  else
+    local a; a=$(disk a)
+    pvcreate -q "$a"; vgcreate -q vmvg "$a"
+    lvcreate -q -y -L 256M -n svc vmvg
+    mkext4 /dev/vmvg/svc; mountit /dev/vmvg/svc "$MNT/svc"
+    fill "$MNT/svc/d" 4 12
+    mkdir -p "$FIX"; cp "$T/manifest-$(echo "$MNT/svc/d" | tr / _)" "$FIX/manifest-svc"; touch "$FIX/svc"
+  fi
   cat >/etc/reseq/vmtest.toml <<TOML
 targets = ["/dev/vmvg/svc"]
 max_freeze = "${MAXF}s"
@@ -276,10 +398,14 @@ rate = "5M"
 resume = true
 TOML
   systemctl reset-failed 'reseq@vmtest.service' 2>/dev/null || true
-  sleep 1; SINCE=$(date '+%Y-%m-%d %H:%M:%S')
+  SINCE=$(cursor)
 }
+# Where the journal ends now: everything logged before this call is behind it
+# (journalctl --sync waits for that), nothing after it is. No second-long sleep for
+# --since to tell one job's lines from the next's.
+cursor() { journalctl --sync; journalctl -q -n 1 --show-cursor -o cat | sed -n 's/^-- cursor: //p'; }
 # The unit's log since this scenario's job started.
-unitlog() { journalctl -u reseq@vmtest.service --since "${1:-$SINCE}" --no-pager -o cat; }
+unitlog() { journalctl -u reseq@vmtest.service --after-cursor="${1:-$SINCE}" --no-pager -o cat; }
 # The ext4 on DEV is frozen now: its journal's RECOVER flag (feature_incompat 0x4,
 # byte 0x460 of the device) is clear while frozen, set again by the thaw (read O_DIRECT,
 # never through the filesystem: a probe through it would block).
@@ -349,7 +475,7 @@ svc_after() { # [finished]: the job ran to its end, nothing to resume
     # was there to make windows to strike in.
     sed -i '/^rate = /d' /etc/reseq/vmtest.toml
     systemctl reset-failed reseq@vmtest.service 2>/dev/null || true
-    sleep 1; local since; since=$(date '+%Y-%m-%d %H:%M:%S')
+    local since; since=$(cursor)
     systemctl start reseq@vmtest.service || fail "the resumed job failed"
     log "the resumed job finished"
     unitlog "$since" | grep -qi resum || fail "the second start did not resume"
@@ -428,7 +554,8 @@ scenario_systemd_oom() {
 # (`reseq thaw`) thaws, and only what reseq froze, not a filesystem frozen by someone else.
 scenario_systemd_execstoppost() {
   svc_setup
-  lvcreate -q -y -L 64M -n other vmvg; mkext4 /dev/vmvg/other; mountit /dev/vmvg/other "$MNT/other"
+  [ -e /dev/vmvg/other ] || { lvcreate -q -y -L 32M -n other vmvg; mkext4 /dev/vmvg/other; }
+  mountit /dev/vmvg/other "$MNT/other"
   fsfreeze -f "$MNT/other"
   svc_start_mid_window
   # Stop the guardian (it keeps its freezes) while the filesystem is frozen, then kill
@@ -472,28 +599,77 @@ ddrate() { dd if="$1" of=/dev/null bs=1M count=64 iflag=direct 2>&1 | awk '/copi
 # a_speed_up_that_fades_is_not_called_faster is that one.)
 scenario_host_cache_verdict() {
   local dev v; dev=$(disk c)
-  mkext4 "$dev"; mountit "$dev" "$MNT"
-  fill "$MNT/d" 4 16
+  mkext4 "$dev"; mountit "$dev" "$MNT/hc"
+  fill "$MNT/hc/d" 4 16
   host_drop c
   log "guest O_DIRECT read, host cache dropped: $(ddrate "$dev"); read again: $(ddrate "$dev")"
   host_drop c
   local rc=0
-  reseq rewrite "$MNT/d" --bench --bench-recheck 5s --json >"$T/r.json" 2>"$T/r.err" || rc=$?
-  [ $rc = 0 ] || { cat "$T/r.err" >&2; fail "reseq rewrite $MNT/d --bench exited $rc"; }
+  reseq rewrite "$MNT/hc/d" --bench --bench-recheck 5s --json >"$T/r.json" 2>"$T/r.err" || rc=$?
+  [ $rc = 0 ] || { cat "$T/r.err" >&2; fail "reseq rewrite $MNT/hc/d --bench exited $rc"; }
   cp "$T/r.json" "$SHARE/results/host_cache_verdict.json"
   v=$(jq -r .verdict.verdict "$T/r.json")
   log "verdict $v x$(jq .verdict.speedup "$T/r.json"): $(jq -r .verdict.rule "$T/r.json")"
   log "cache check: $(jq -r .bench_before.cache.finding "$T/r.json")"
   log "before $(jq -c '[.bench_before.passes[].bytes_per_second]' "$T/r.json"), after $(jq -c '[.bench_after.passes[].bytes_per_second]' "$T/r.json")"
   [ "$v" != faster ] || fail "a guest on a host's write-back cache read as faster: $(jq -c .verdict "$T/r.json")"
-  intact "$MNT/d"
+  intact "$MNT/hc/d"
+  umount "$MNT/hc"; fsck_clean "$dev"
+}
+
+# ---- NVMe: the drive's own count of what it was written ------------------------------
+
+# Data Units Written of the NVMe controller holding DEV, read here with smartctl, as
+# reseq reads it (units of 1000 sectors of 512 bytes, rounded up by the drive).
+duw() { smartctl --json -A "$1" | jq -e '.nvme_smart_health_information_log.data_units_written'; }
+
+# An ext4 on an NVMe namespace (qemu's NVMe controller), rewritten as on every stack;
+# then `rewrite --bench`: the report's write cost carries the drive's SMART Data Units
+# Written before and after, and they agree with what smartctl says from outside and
+# with the device's sectors-written counter. (The benchmark's own reads swamp the read
+# counter: the plain rewrite before it is the one whose read-back is counted.)
+scenario_nvme_smart() {
+  local dev; dev=$(disk nvme)
+  mkext4 "$dev"; mountit "$dev" "$MNT/nvme"
+  fill "$MNT/nvme/d" 2 8
+  devcopy "$dev" "$MNT/nvme"
+  rewrite_device "$dev" $(( 16 << 20 ))
+  local u0 u1 r0 w0 rc=0
+  u0=$(duw "$dev") || fail "smartctl --json -A $dev gives no data_units_written"
+  read -r r0 w0 < <(rw_sectors "$dev")
+  reseq rewrite --json --max-freeze 2s --pause 50ms --bench --bench-passes 1 --bench-recheck 0s "$dev" >"$T/r.json" 2>"$T/r.err" || rc=$?
+  [ $rc = 0 ] || { cat "$T/r.err" >&2; fail "reseq rewrite --bench $dev exited $rc"; }
+  u1=$(duw "$dev")
+  local w; w=$(jq '.results.bytes_written' "$T/r.json")
+  [ "$(jq -r .verification "$T/r.json")" = passed ] || fail "verification $(jq -r .verification "$T/r.json")"
+  [ "$w" -ge $(( 16 << 20 )) ] || fail "rewrote $w bytes, less than the 16 MiB of files"
+  io_moved "$dev" "$r0" "$w0" "$w"
+  local sectors=$(( $(written "$dev") - w0 ))
+  jq -c .write_cost "$T/r.json" >&2
+  local b a h p
+  b=$(jq -e .write_cost.nvme_data_units_written_before "$T/r.json") || fail "no NVMe data units written before in the report: $(jq -c .write_cost "$T/r.json")"
+  a=$(jq -e .write_cost.nvme_data_units_written_after "$T/r.json") || fail "no NVMe data units written after in the report"
+  p=$(jq -e .write_cost.nvme_percentage_used_after "$T/r.json") || fail "no NVMe percentage used in the report"
+  h=$(jq -e .write_cost.host_bytes_written "$T/r.json") || fail "no host bytes written in the report"
+  # reseq read the drive between our two readings, and the drive counted at least what
+  # reseq wrote (less one unit for the rounding) and no more than the device was sent.
+  [ "$u0" -le "$b" ] && [ "$b" -le "$a" ] && [ "$a" -le "$u1" ] || fail "the report's data units written ($b -> $a) are not within smartctl's from outside ($u0 -> $u1)"
+  [ $(( (a - b + 1) * 512000 )) -ge "$w" ] || fail "the drive counted $(( a - b )) data units (x 512000 bytes) for the $w bytes reseq wrote"
+  [ $(( a - b )) -le $(( (sectors + 999) / 1000 + 1 )) ] || fail "the report's $(( a - b )) data units are more than the $sectors sectors the device was sent"
+  [ "$h" -ge "$w" ] && [ "$h" -le $(( sectors * 512 )) ] || fail "host bytes written $h: not between reseq's $w and the device's $(( sectors * 512 ))"
+  log "NVMe $dev: data units written $b -> $a (smartctl $u0 -> $u1), percentage used $p, host bytes $h, reseq wrote $w, $IO_LOG"
+  intact "$MNT/nvme/d"
+  devsame "$dev" "$MNT/nvme"
+  umount "$MNT/nvme"; fsck_clean "$dev"
 }
 
 # ---- teardown --------------------------------------------------------------------
 
-# Each step only where there is something to undo: every command is slow under TCG, and
-# this runs before and after each scenario.
-teardown() {
+# Which scenarios share a setup (a fixture), kept between them by `teardown NEXT`.
+fixture_of() { case $1 in systemd_kill|systemd_stop|systemd_freeze|systemd_oom|systemd_execstoppost) echo svc ;; *) echo none ;; esac; }
+
+# No job, no reseq or guardian process, nothing frozen, no state of a run left.
+stop_jobs() {
   if [ -n "$(systemctl list-units --all --no-legend 'reseq*')" ]; then
     systemctl kill -s SIGKILL reseq@vmtest.service 2>/dev/null
     systemctl thaw reseq@vmtest.service 2>/dev/null
@@ -502,12 +678,29 @@ teardown() {
   local p; for p in $(pgrep -x reseq; pgrep -x freeze-guardian); do kill -KILL "$p" 2>/dev/null; done
   rm -f /etc/reseq/vmtest.toml
   local m
-  for m in $(awk -v t="$MNT/" 'index($2, t) == 1 {print $2}' /proc/mounts | sort -r); do
-    fsfreeze -u "$m" 2>/dev/null; umount "$m" 2>/dev/null || umount -l "$m"
+  for m in $(awk -v t="$MNT" '$2 == t || index($2, t "/") == 1 {print $2}' /proc/mounts); do fsfreeze -u "$m" 2>/dev/null; done
+  rm -rf /var/lib/reseq/* /run/reseq/* "$T"
+}
+
+# Each step only where there is something to undo: every command is slow under TCG, and
+# this runs before and after each scenario. `teardown NEXT`: where NEXT shares the
+# fixture left (FIXTURES), only the job is stopped and its state wiped.
+teardown() {
+  local next=${1:-}
+  if [ -n "$next" ] && [ "$(fixture_of "$next")" != none ] && [ -f "$FIX/$(fixture_of "$next")" ]; then
+    stop_jobs
+    echo "kept the fixture $(fixture_of "$next") for $next"
+    return 0
+  fi
+  stop_jobs
+  rm -rf "$FIX"
+  local m
+  for m in $(awk -v t="$MNT" '$2 == t || index($2, t "/") == 1 {print $2}' /proc/mounts | sort -r); do
+    umount "$m" 2>/dev/null || umount -l "$m"
   done
   local dm; dm=$(dmsetup ls 2>/dev/null)
   if grep -q '^vmvg-' <<<"$dm"; then
-    vgchange -q -an vmvg 2>/dev/null; vgremove -q -ff vmvg 2>/dev/null
+    vgremove -q -ff vmvg 2>/dev/null || { vgchange -q -an vmvg; vgremove -q -ff vmvg; }
   fi
   if grep -q '^vmcrypt' <<<"$dm"; then cryptsetup close vmcrypt 2>/dev/null; fi
   local md=false
@@ -515,19 +708,23 @@ teardown() {
     md=true
     for m in /dev/md/vmmd /dev/md127 /dev/md126; do [ -e "$m" ] && mdadm --stop "$m" 2>/dev/null; done
   fi
-  local n d
-  for n in a b c; do
-    d=$(disk "$n") || continue
+  # Only the scratch disks handed out since the last teardown: the others are as the
+  # harness made them (zeros), or as the teardown before left them.
+  local d k
+  for d in $(sort -u "$USED" 2>/dev/null); do
+    k=${d#/dev/}
     if $md; then mdadm --zero-superblock "$d" 2>/dev/null; fi
-    wipefs -q -a "$d"* 2>/dev/null; wipefs -q -a "$d" 2>/dev/null
+    # A partition table: wipefs of the disk makes the kernel drop its partitions.
+    if compgen -G "/sys/class/block/$k/$k*" >/dev/null; then wipefs -q -a "$d"?* 2>/dev/null; fi
+    wipefs -q -a "$d" 2>/dev/null
     blkdiscard -f "$d" 2>/dev/null || dd if=/dev/zero of="$d" bs=1M count=16 oflag=direct status=none
   done
-  rm -rf /var/lib/reseq/* /run/reseq/* "$T"
+  rm -f "$USED"
   udevadm settle
   return 0
 }
 
 case ${1:-} in
-  teardown) set +e; teardown ;;
+  teardown) set +e; teardown "${2:-}" ;;
   *) declare -F "scenario_$1" >/dev/null || fail "no scenario $1"; log "scenario $1"; "scenario_$1"; log "scenario $1: passed" ;;
 esac
