@@ -159,6 +159,12 @@ fn sigint_stops_thaws_and_resumes() {
     let done_bytes = journal_done_bytes(&env.state_dir(), &lo);
     assert!(done > 0 && done_bytes < 64 * MIB, "journal says {done} chunks done");
     assert_eq!(r["results"]["next_offset_bytes"], done_bytes, "the report and the journal disagree");
+    // The message names the bytes done of those to do, and status gives the bytes done of
+    // the range (chunks adapt their size: a count of them overran its total).
+    assert!(stderr(&out).contains("done, every chunk written verified"), "{}", stderr(&out));
+    let progress = unfinished_runs(&env)[0]["progress"].as_str().unwrap().to_string();
+    let pct: f64 = progress.rsplit('(').next().unwrap().trim_end_matches(" %)").parse().unwrap();
+    assert!(progress.contains(" of 64.0 MiB done (") && pct > 0.0 && pct < 100.0, "{progress}");
 
     // Without --resume, reseq refuses to start over silently.
     let out = output(env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path));
