@@ -53,6 +53,18 @@ pub(crate) struct RunOptions {
 // slow_threshold is checked to lie in (0, 1]: never NaN.
 impl Eq for RunOptions {}
 
+/// `v` as one word a shell reads back as `v`: as it is when it holds nothing a shell
+/// treats specially, else in single quotes. The options are shown as a command line to
+/// paste (`--exclude '#innodb_redo'`: unquoted, `#` would start a comment and the run
+/// would rewrite the redo log it was told to leave out).
+fn shell_word(v: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./:=@%+,-".contains(c);
+    if !v.is_empty() && v.chars().all(plain) {
+        return v.to_string();
+    }
+    format!("'{}'", v.replace('\'', "'\\''"))
+}
+
 /// A flag given (`--no-verify`): shown as its name alone.
 #[derive(Clone, PartialEq)]
 struct Flag;
@@ -92,7 +104,7 @@ struct Merge {
 impl Merge {
     fn named(name: &str, v: &impl Display) -> String {
         let v = v.to_string();
-        if v.is_empty() { name.to_string() } else { format!("{name} {v}") }
+        if v.is_empty() { name.to_string() } else { format!("{name} {}", shell_word(&v)) }
     }
 
     /// An option that says what the run does: given otherwise, it is refused.
@@ -307,6 +319,17 @@ mod tests {
         assert!(ex.apply(&args(&["--exclude", "a,b"]), d("1s")).is_err(), "one pattern is not two");
         assert_eq!(ex.apply(&args(&[]), d("1s")).unwrap().exclude, ["a", "b"]);
         assert_eq!(stored.describe(), "--chunk-size 1M --max-freeze 300ms --include-free", "options as a command line");
+    }
+
+    #[test]
+    fn options_shown_as_a_command_line_paste_back_as_they_were() {
+        let exclude = vec!["#innodb_redo".into(), "ib_logfile*".into(), "it's".into(), "pg_wal".into()];
+        let o = crate::options::rewrite::RewriteOptions { exclude, ..Default::default() };
+        let shown = RunOptions::of(&o).describe();
+        assert!(
+            shown.ends_with(r"--exclude '#innodb_redo' --exclude 'ib_logfile*' --exclude 'it'\''s' --exclude pg_wal"),
+            "{shown}"
+        );
     }
 
     #[test]
