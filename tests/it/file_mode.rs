@@ -1063,6 +1063,11 @@ fn hot_database_files_are_warned_about() {
     for f in ["mysql/ib_logfile0", "mysql/ib_logfile1", "mysql/#innodb_redo/#ib_redo9", "mysql/ibtmp1"] {
         std::fs::write(d.join(f), vec![1u8; 256 << 10]).unwrap();
     }
+    // A MariaDB datadir's other files that commits wait for.
+    let mariadb = ["mysql-bin.000001", "mysql-bin.index", "db1-relay-bin.000003", "undo001", "aria_log.00000001"];
+    for f in mariadb.iter().chain(&["ibdata1"]) {
+        std::fs::write(d.join("mysql").join(f), vec![7u8; 64 << 10]).unwrap();
+    }
     std::fs::write(d.join("mysql/t1.ibd"), vec![2u8; 256 << 10]).unwrap();
     std::fs::write(d.join("pg/pg_wal/000000010000000000000001"), vec![3u8; 1 << 20]).unwrap();
     std::fs::File::create(d.join("pg/pg_wal/archive_status/000000010000000000000001.done")).unwrap();
@@ -1101,7 +1106,13 @@ fn hot_database_files_are_warned_about() {
     let wal = about("PostgreSQL WAL");
     assert!(wal.contains("pg_wal/000000010000000000000001):") && wal.contains("--exclude pg_wal"), "{wal}");
     assert!(about("SQLite write-ahead log").contains("--exclude '*-wal'"));
-    assert_eq!(warnings.len(), 4, "{warnings:?}");
+    let binlog = about("MariaDB/MySQL binary log");
+    assert!(binlog.contains("mysql-bin.000001 and 1 more") && binlog.contains("--exclude '*-bin.*'"), "{binlog}");
+    assert!(about("MariaDB/MySQL relay log").contains("--exclude '*relay-bin.*'"));
+    assert!(about("InnoDB undo tablespace").contains("--exclude 'undo*'"));
+    assert!(about("MariaDB Aria log").contains("--exclude 'aria_log*'"));
+    assert!(about("InnoDB system tablespace").contains("--exclude ibdata1"));
+    assert_eq!(warnings.len(), 9, "{warnings:?}");
     assert!(log.contains("InnoDB redo log"), "said when it matters, before a run: {log}");
     // The text of the plan says it too.
     let out = output(env.reseq().args(["rewrite", "--dry-run"]).arg(d.join("mysql")));
@@ -1118,6 +1129,14 @@ fn hot_database_files_are_warned_about() {
         "pg_wal",
         "--exclude",
         "*-wal",
+        "--exclude",
+        "*-bin.*",
+        "--exclude",
+        "undo*",
+        "--exclude",
+        "aria_log*",
+        "--exclude",
+        "ibdata1",
     ]);
     assert!(warnings.is_empty(), "{warnings:?}");
 }

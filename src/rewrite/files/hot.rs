@@ -5,23 +5,42 @@ use std::path::Path;
 
 use super::plan::Planned;
 
-/// A database's files that it writes all the time (its redo log, WAL or temporary
-/// space), with the option that leaves them out. Rewriting them freezes the very writes
-/// a commit waits for: an InnoDB redo log in a 0.92 s window held a commit 910 ms.
+/// A database's files that it writes all the time (its redo and undo logs, binary and
+/// relay logs, WAL, doublewrite buffer or temporary space), with the option that leaves
+/// them out. Rewriting them freezes the very writes a commit waits for: an InnoDB redo
+/// log in a 0.92 s window held a commit 910 ms; a binary log under `sync_binlog=1` is
+/// fsynced at every commit as the redo log is.
 pub(super) fn hot_kind(path: &Path) -> Option<(&'static str, &'static str)> {
     let name = path.file_name()?.to_str()?;
     let under = |dir: &str| path.parent().is_some_and(|p| p.components().any(|c| c.as_os_str() == dir));
-    if name.starts_with("ib_logfile") || under("#innodb_redo") {
-        Some(("InnoDB redo log", "--exclude 'ib_logfile*' --exclude '#innodb_redo'"))
+    // `prefix` then one or more digits (and nothing else).
+    let numbered = |prefix: &str| {
+        name.strip_prefix(prefix).is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let log_of = |infix: &str| {
+        name.contains(infix) && (name.ends_with(".index") || numbered(&name[..name.rfind('.').map_or(0, |i| i + 1)]))
+    };
+    Some(if name.starts_with("ib_logfile") || under("#innodb_redo") {
+        ("InnoDB redo log", "--exclude 'ib_logfile*' --exclude '#innodb_redo'")
     } else if name == "ibtmp1" {
-        Some(("InnoDB temporary tablespace", "--exclude ibtmp1"))
+        ("InnoDB temporary tablespace", "--exclude ibtmp1")
+    } else if name == "ibdata1" {
+        ("InnoDB system tablespace (its doublewrite buffer is written at every page flush)", "--exclude ibdata1")
+    } else if numbered("undo_") || numbered("undo") {
+        ("InnoDB undo tablespace", "--exclude 'undo*'")
+    } else if log_of("relay-bin.") {
+        ("MariaDB/MySQL relay log", "--exclude '*relay-bin.*'")
+    } else if log_of("-bin.") {
+        ("MariaDB/MySQL binary log", "--exclude '*-bin.*'")
+    } else if numbered("aria_log.") || name == "aria_log_control" {
+        ("MariaDB Aria log", "--exclude 'aria_log*'")
     } else if under("pg_wal") || under("pg_xlog") {
-        Some(("PostgreSQL WAL", "--exclude pg_wal"))
+        ("PostgreSQL WAL", "--exclude pg_wal")
     } else if name.ends_with("-wal") {
-        Some(("SQLite write-ahead log", "--exclude '*-wal'"))
+        ("SQLite write-ahead log", "--exclude '*-wal'")
     } else {
-        None
-    }
+        return None;
+    })
 }
 
 /// One warning per kind of hot database file among those planned (empty ones are not
@@ -62,7 +81,17 @@ mod tests {
         assert_eq!(kind("/var/lib/mysql/ibtmp1"), Some("InnoDB temporary tablespace"));
         assert_eq!(kind("/srv/pg/15/main/pg_wal/000000010000000000000001"), Some("PostgreSQL WAL"));
         assert_eq!(kind("/srv/app/db.sqlite-wal"), Some("SQLite write-ahead log"));
-        assert_eq!(kind("/var/lib/mysql/ibdata1"), None);
+        assert_eq!(kind("/var/lib/mysql/ibdata1").map(|k| k.starts_with("InnoDB system")), Some(true));
+        assert_eq!(kind("/var/lib/mysql/undo_001"), Some("InnoDB undo tablespace"));
+        assert_eq!(kind("/var/lib/mysql/undo002"), Some("InnoDB undo tablespace"));
+        assert_eq!(kind("/var/lib/mysql/mysql-bin.000042"), Some("MariaDB/MySQL binary log"));
+        assert_eq!(kind("/var/lib/mysql/db1-bin.index"), Some("MariaDB/MySQL binary log"));
+        assert_eq!(kind("/var/lib/mysql/db1-relay-bin.000007"), Some("MariaDB/MySQL relay log"));
+        assert_eq!(kind("/var/lib/mysql/aria_log.00000001"), Some("MariaDB Aria log"));
+        assert_eq!(kind("/var/lib/mysql/aria_log_control"), Some("MariaDB Aria log"));
+        assert_eq!(kind("/var/lib/mysql/shop/orders.ibd"), None);
+        assert_eq!(kind("/var/lib/mysql/undo_log_notes.txt"), None);
+        assert_eq!(kind("/srv/data/my-bin.tar"), None, "a -bin. file not numbered is not a binlog");
         assert_eq!(kind("/srv/pg/15/main/base/5/16384"), None);
     }
 
