@@ -397,8 +397,10 @@ pub(crate) struct RewriteArgs {
     /// Bytes per chunk (K, M, G suffixes; a multiple of the device's direct-I/O alignment).
     #[arg(long, default_value_t = DEFAULT_CHUNK_SIZE, value_name = "SIZE", value_parser = chunk_size)]
     pub(crate) chunk_size: Size,
-    /// Longest time filesystems stay frozen in one window (e.g. 2s, 500ms). The guardian
-    /// thaws at this deadline.
+    /// Deadline of one freeze window (e.g. 2s, 500ms): no new write starts after it, and
+    /// the guardian thaws once the writes under way are done; one still outstanding a
+    /// grace later (as long as the deadline, 0.25-1 s) gets reseq killed and the
+    /// filesystems thawed, so no freeze lasts beyond deadline plus grace (2 s for 1s).
     /// [default: 5s for a device, 1s for files]
     #[arg(long, value_name = "DURATION", value_parser = window_length)]
     pub(crate) max_freeze: Option<Duration>,
