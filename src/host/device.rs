@@ -252,7 +252,7 @@ pub(crate) fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<Strin
 /// Fails with a usage error unless `path` is a block device (stat needs no privileges,
 /// so this comes before the root check).
 pub(crate) fn check_block_device(path: &Path) -> Result<std::fs::Metadata> {
-    let md = std::fs::metadata(path).map_err(|e| Error::Usage(format!("cannot use {}: {e}", path.display())))?;
+    let md = std::fs::metadata(path).map_err(|e| Error::cannot_use(path, e))?;
     if !md.file_type().is_block_device() {
         let kind = match (md.is_file(), md.is_dir()) {
             (true, _) => "a regular file",

@@ -165,7 +165,7 @@ pub(crate) fn find(target: &Path) -> Result<Vec<Found>> {
             target.display()
         )));
     }
-    let md = std::fs::metadata(target).map_err(|e| Error::Usage(format!("cannot use {}: {e}", target.display())))?;
+    let md = std::fs::metadata(target).map_err(|e| Error::cannot_use(target, e))?;
     let mut paths = Vec::new();
     if md.is_dir() {
         crate::support::walk::regular_files(target, md.dev(), &|_| false, &mut paths)?;

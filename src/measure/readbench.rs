@@ -40,7 +40,7 @@ pub(crate) struct Source {
 
 impl Source {
     pub(crate) fn open(path: &Path) -> Result<Source> {
-        let md = std::fs::metadata(path).map_err(|e| Error::Usage(format!("cannot use {}: {e}", path.display())))?;
+        let md = std::fs::metadata(path).map_err(|e| Error::cannot_use(path, e))?;
         let reader = DirectReader::open(path).map_err(|e| match e.raw_os_error() {
             Some(nix::libc::EINVAL) => Error::refused(
                 format!("{} does not support direct I/O (O_DIRECT gave EINVAL)", path.display()),
@@ -153,7 +153,7 @@ impl Target {
             let state = Box::new(Mutex::new(crate::sim::load(&p)?));
             return Ok(Target::Sim { path: p, state });
         }
-        let md = std::fs::metadata(spec).map_err(|e| Error::Usage(format!("cannot use {}: {e}", spec.display())))?;
+        let md = std::fs::metadata(spec).map_err(|e| Error::cannot_use(spec, e))?;
         if md.is_dir() {
             let mut files = Vec::new();
             let dev = std::os::unix::fs::MetadataExt::dev(&md);

@@ -193,7 +193,7 @@ fn check_discard(dir: &Path, fs: &MountEntry, dir_fd: &File) -> Result<Option<u6
 /// The directory to write in (TARGET, or the one holding it), opened, and the mounted
 /// filesystem it is on.
 fn locate(given: &Path) -> Result<(PathBuf, File, MountEntry)> {
-    let md = std::fs::metadata(given).map_err(|e| Error::Usage(format!("cannot use {}: {e}", given.display())))?;
+    let md = std::fs::metadata(given).map_err(|e| Error::cannot_use(given, e))?;
     let dir = if md.is_dir() { given.to_path_buf() } else { given.parent().map(Path::to_path_buf).unwrap_or_default() };
     let dir = std::fs::canonicalize(&dir).map_err(|e| Error::Usage(format!("cannot use {}: {e}", dir.display())))?;
     let dir_fd = File::open(&dir).map_err(|e| Error::io(format!("opening {}", dir.display()), e))?;

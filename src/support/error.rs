@@ -206,6 +206,15 @@ impl Error {
         }
     }
 
+    /// A target the user named that cannot be used; a bare device name (`nvme0n1`) that
+    /// names a node in /dev gets the path it meant.
+    pub(crate) fn cannot_use(path: &std::path::Path, e: std::io::Error) -> Error {
+        let dev = std::path::Path::new("/dev").join(path);
+        let meant = (path.is_relative() && path.components().count() == 1 && dev.exists())
+            .then(|| format!("; did you mean {}?", dev.display()));
+        Error::Usage(format!("cannot use {}: {e}{}", path.display(), meant.unwrap_or_default()))
+    }
+
     pub(crate) fn refused(reason: impl Into<String>, hint: impl Into<String>) -> Error {
         Error::Refused { reason: reason.into(), hint: Some(hint.into()) }
     }
@@ -241,5 +250,19 @@ impl Error {
 
     pub(crate) fn io_at(context: impl Into<String>, offset: u64, source: std::io::Error) -> Error {
         Error::Io { context: context.into(), offset: Some(offset), source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_device_name_gets_the_path_it_meant() {
+        let gone = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let said = |p: &str| Error::cannot_use(std::path::Path::new(p), gone()).to_string();
+        assert!(said("null").ends_with("; did you mean /dev/null?"), "{}", said("null"));
+        assert!(!said("no-such-device-here").contains("did you mean"));
+        assert!(!said("./null").contains("did you mean"), "a path the user spelt as one stays theirs");
     }
 }

@@ -127,7 +127,7 @@ fn collect(o: &RewriteOptions) -> Result<Vec<PathBuf>> {
     };
     let mut out = Vec::new();
     for t in &o.targets {
-        let md = std::fs::symlink_metadata(t).map_err(|e| Error::Usage(format!("cannot use {}: {e}", t.display())))?;
+        let md = std::fs::symlink_metadata(t).map_err(|e| Error::cannot_use(t, e))?;
         if md.is_dir() {
             crate::support::walk::regular_files(t, md.dev(), &excluded, &mut out)?;
         } else if md.is_file() {
