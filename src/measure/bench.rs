@@ -756,7 +756,7 @@ pub(crate) fn verdict_of(before: &BenchResult, after: &BenchResult) -> Verdict {
     if let (Some(a), Some(b)) = (&before.emulated, &after.emulated) {
         if let Some(e) = [a, b].into_iter().find(|e| e.late_share > LATE_SHARE) {
             let rule = format!(
-                "the emulated drive (reseq sim serve) answered {} of {} requests late, by {:.0} % of the passes' time in sum: this host did not keep up with its time scale {} (use a larger --time-scale), so the device's speed cannot be compared (medians x{:.2})",
+                "the emulated drive (reseq sim serve) answered {} of {} requests late, by {:.0} % of the passes' time in sum: this host did not keep up with its time scale {}, so the device's speed cannot be compared (medians x{:.2}): run it on a quieter host, or serve the drive slower (`reseq sim serve --time-scale` larger; the demo serves its own at a fixed scale)",
                 e.late_replies,
                 e.replies,
                 e.late_share * 100.0,
