@@ -65,11 +65,10 @@ impl Status {
     }
 }
 
-fn entries(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> =
-        std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+fn entries(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)?.flatten().map(|e| e.path()).collect();
     v.sort();
-    v
+    Ok(v)
 }
 
 fn name_of(p: &Path) -> String {
@@ -83,7 +82,9 @@ pub(crate) fn run(state_dir: &Path) -> Result<Status> {
         return Err(Error::Usage(format!("{} is not a directory (--state-dir)", dir.display())));
     }
     let mut st = Status { state_dir: dir.display().to_string(), ..Status::default() };
-    for p in entries(&dir) {
+    // Unreadable (not root, say): an error, not an empty status.
+    let listed = entries(&dir).map_err(|e| Error::input(format!("the state directory {}", dir.display()), e))?;
+    for p in listed {
         let name = name_of(&p);
         // A lock file exists while a run holds it (it is removed at the end); its PID
         // names the run, if that process is still there.
@@ -96,8 +97,15 @@ pub(crate) fn run(state_dir: &Path) -> Result<Status> {
         }
     }
     for d in crate::engine::rescue::dirs(&dir) {
-        let records = entries(&d).into_iter().filter(|p| crate::engine::rescue::is_rescue_record(p));
-        st.rescue_copies.extend(records.map(|p| p.display().to_string()));
+        match entries(&d) {
+            Ok(listed) => {
+                let records = listed.into_iter().filter(|p| crate::engine::rescue::is_rescue_record(p));
+                st.rescue_copies.extend(records.map(|p| p.display().to_string()));
+            }
+            // No run directory: no run since boot kept anything there.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => st.unreadable.push(format!("{}: {e}", d.display())),
+        }
     }
     Ok(st)
 }

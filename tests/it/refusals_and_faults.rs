@@ -78,6 +78,16 @@ fn not_root_and_no_cap_sys_admin() {
     assert_eq!(out.status.code(), Some(3));
     assert!(stderr(&out).contains("without CAP_SYS_ADMIN"));
     assert_eq!(hash_path(&lo.path).unwrap(), before);
+    // status, too, says it cannot read the state directory, instead of showing nothing.
+    std::fs::create_dir_all(env.state_dir()).unwrap();
+    std::fs::set_permissions(env.state_dir(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let out = output(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", bin, "status", "--state-dir"])
+            .arg(env.state_dir()),
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("Permission denied"), "{}", stderr(&out));
 }
 
 #[test]
