@@ -399,11 +399,12 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     let stop = sequence::ready_to_write()?;
     let (taken, _claims) = take_device(plan, report)?;
     let target = &taken.device;
-    // What the host wrote to the device during the run, and its wear where it says.
-    let cost = sequence::Cost::start(&plan.device);
     let mut journal = start_journal(plan)?;
     // The guardian is forked here, while this process still has one thread.
     let mut guard = sequence::guardian(&guarded(plan), journal.path())?;
+    // What the host wrote to the device during the run, and its wear where it says; after
+    // the fork: smartctl, held past its time limit, leaves threads a fork refuses.
+    let cost = sequence::Cost::start(&plan.device);
     let mut progress = progress_of(plan, report.selection.as_ref(), quiet);
     let spans = plan
         .used_space

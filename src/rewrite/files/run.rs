@@ -76,8 +76,8 @@ impl FileRun<'_> {
         run.files = table;
         let journal_path = record::journal_path(&self.plan.record_path, &g.device.identity.name);
         let mut journal = Journal::deferred(&journal_path, run, Some(self.write_record()));
-        let cost = sequence::Cost::start(&g.device);
         let mut guard = sequence::guardian(&self.guarded(g), journal.path())?;
+        let cost = sequence::Cost::start(&g.device);
         let name = format!("{} file(s) on {}", planner.members.len(), g.fs.mount_point.display());
         let target = FileTarget { dev: Arc::new(device), map, name };
         let cfg = self.config(g, &planner.members, start, end);
