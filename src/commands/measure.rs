@@ -48,15 +48,35 @@ pub(crate) fn run_estimate(o: &EstimateOptions) -> (Report, Result<()>) {
     Report::of_run("estimate", false, &[&o.target], |report| {
         // A directory: its files by age band (cold data), sampled.
         if std::fs::metadata(&o.target).is_ok_and(|m| m.is_dir()) {
-            let e = crate::measure::cold_estimate::estimate(&o.target, 1 << 20, o.sample, o.regions)?;
+            let dev = around(&o.target);
+            let e = crate::measure::cold_estimate::estimate(&o.target, dev.as_ref(), 1 << 20, (o.sample, o.regions))?;
             report.estimate_files = Some(e);
             return Ok(());
         }
         let (target, _) = Target::open_in_use(&o.target, None)?;
-        let block = (1u64 << 20).max(target.offset_align());
-        let e = bench::estimate(&target, block, o.sample, o.regions)?;
+        let around = around(&o.target);
+        let block = (1u64 << 20).max(target.offset_align()).max(around.as_ref().map_or(0, Target::offset_align));
+        let e = crate::measure::estimate::estimate(&target, around.as_ref(), block, (o.sample, o.regions))?;
         log::info!("{}", e.advice);
         report.estimate = Some(e);
         Ok(())
     })
+}
+
+/// The data in use on the device under a file, for the estimate's reference: a file slow
+/// all over is compared with the drive, not with itself. None (said in the log) when it
+/// cannot be read.
+fn around(target: &std::path::Path) -> Option<Target> {
+    let dev = crate::measure::readbench::device_around(target)?;
+    match Target::open_in_use(&dev, None) {
+        Ok((t, _)) => Some(t),
+        Err(e) => {
+            log::warn!(
+                "cannot read {} around {} for a reference ({e}): the file is compared with itself",
+                dev.display(),
+                target.display()
+            );
+            None
+        }
+    }
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::measure::noise;
 use crate::measure::readbench::{CacheCheck, ReadParams, Target, Timed, read_span};
 use crate::support::error::Result;
 
@@ -288,6 +289,10 @@ pub(crate) struct Region {
     /// offset is then in the in-use bytes laid end to end): `[offset, length]` pairs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) device_ranges: Vec<[u64; 2]>,
+    /// Each reading's throughput, in the order read, when read more than once (`slow`
+    /// then means slow at every one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) readings_bytes_per_second: Vec<f64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
@@ -301,6 +306,12 @@ pub(crate) struct ScanResult {
     pub(crate) threshold: f64,
     pub(crate) regions: Vec<Region>,
     pub(crate) slow_regions: usize,
+    /// How often each region was read and how far its readings agree.
+    #[serde(default)]
+    pub(crate) sureness: noise::Sureness,
+    /// How loaded the host was while reading (null: no PSI, or a simulated SSD).
+    #[serde(default)]
+    pub(crate) host_pressure: Option<HostPressure>,
 }
 
 /// Region boundaries: `n` regions covering `[offset, offset + length)` exactly, each a
@@ -319,134 +330,71 @@ pub(crate) fn region_bounds(offset: u64, length: u64, n: usize, align: u64) -> V
     out
 }
 
-/// Reads the range once, region by region, and flags the slow regions.
+/// Reads the range region by region, then twice more (backward, forward) the regions the
+/// readings so far cannot settle: those slow against the reference, and the reference's
+/// own (the fastest quarter). A region is slow only if slow at every reading; the
+/// reference counts its regions at their slowest (see [`crate::measure::noise`]).
 pub(crate) fn scan(target: &Target, params: &ReadParams, regions: usize, threshold: f64) -> Result<ScanResult> {
+    let watch = Watch::start(target);
     let bounds = region_bounds(params.offset_bytes, params.length_bytes, regions, target.offset_align());
-    let mut out = Vec::new();
-    for (i, (off, len)) in bounds.into_iter().enumerate() {
-        stopped()?;
-        let t = read_span(target, params.block_size_bytes, params.queue_depth, off, len)?;
-        let device_ranges = match target {
-            Target::Real(s) if s.len() == 1 && s[0].in_use.is_some() => {
-                s[0].device_ranges(off, len).into_iter().map(|(o, l)| [o, l]).collect()
-            }
-            _ => Vec::new(),
-        };
-        out.push(Region {
-            index: i,
-            offset_bytes: off,
-            length_bytes: len,
-            seconds: t.seconds,
-            bytes_per_second: t.rate(),
-            slow: false,
-            device_ranges,
-        });
-    }
-    Ok(flag_slow(target.describe(), target.is_virtual(), params.clone(), out, threshold))
-}
-
-/// Marks regions slower than `threshold` x the median of the fastest quarter.
-pub(crate) fn flag_slow(
-    target: String,
-    virtual_time: bool,
-    params: ReadParams,
-    mut regions: Vec<Region>,
-    threshold: f64,
-) -> ScanResult {
-    let reference = fastest_quarter(&regions.iter().map(|r| r.bytes_per_second).collect::<Vec<_>>());
-    for r in &mut regions {
-        r.slow = r.bytes_per_second < threshold * reference;
-    }
-    let slow_regions = regions.iter().filter(|r| r.slow).count();
-    ScanResult { target, virtual_time, params, reference_bytes_per_second: reference, threshold, regions, slow_regions }
-}
-
-/// `reseq estimate`: a sample, not a full pass, and what it predicts.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub(crate) struct Estimate {
-    pub(crate) target: String,
-    pub(crate) virtual_time: bool,
-    /// The sampled regions: each `sample_bytes / regions` long, spread evenly.
-    pub(crate) regions: Vec<Region>,
-    pub(crate) sample_bytes: u64,
-    /// Median throughput of all sampled regions: what a sequential read gets now.
-    pub(crate) median_bytes_per_second: f64,
-    /// Median of the fastest quarter: what re-sequenced data reads at, on this drive.
-    pub(crate) reference_bytes_per_second: f64,
-    /// reference / median: how much faster a full read could be.
-    pub(crate) predicted_speedup: f64,
-    /// In words, for the admin.
-    pub(crate) advice: String,
-    pub(crate) cache: Option<CacheCheck>,
-}
-
-/// Below this predicted speed-up a simulated drive looks flat. A real one must show
-/// [`MIN_EFFECT`], as a verdict must: one reading of each region on a shared host
-/// varies that much (a loop device, which has no FTL, sampled at x1.37 here).
-pub(crate) const WORTH_IT: f64 = 1.3;
-
-/// Reads `regions` evenly spread samples of `[0, len)`, twice each.
-pub(crate) fn estimate(target: &Target, block: u64, sample: u64, regions: usize) -> Result<Estimate> {
-    let cache = crate::measure::readbench::cache_check(target, block, 1)?;
-    let align = target.offset_align();
-    let len = target.len();
-    let n = regions.max(1) as u64;
-    let each = (sample / n).max(block).min(len / n) / align * align;
-    if each == 0 {
-        return Err(crate::support::error::Error::Usage(format!("{} is too small to sample", target.describe())));
-    }
-    let at = |i: u64| (len - each) / (n - 1).max(1) * i / align * align;
-    // Each region read twice, forward then backward, and its faster reading kept: a busy
-    // host only ever slows a read, and one reading per region made a loop device (no
-    // FTL) look "worth it" in 4 of 12 tries here.
-    let mut best = vec![f64::INFINITY; n as usize];
-    for i in (0..n).chain((0..n).rev()) {
-        let t = read_span(target, block.min(each), 1, at(i), each)?;
-        best[i as usize] = best[i as usize].min(t.seconds);
-    }
-    let out: Vec<Region> = (0..n)
-        .map(|i| Region {
-            index: i as usize,
-            offset_bytes: at(i),
-            length_bytes: each,
-            seconds: best[i as usize],
-            bytes_per_second: each as f64 / best[i as usize].max(f64::MIN_POSITIVE),
-            ..Region::default()
-        })
-        .collect();
-    let rates: Vec<f64> = out.iter().map(|r| r.bytes_per_second).collect();
-    let (med, reference) = (median(&rates), fastest_quarter(&rates));
-    let speedup = reference / med.max(f64::MIN_POSITIVE);
-    let advice = advice(cache.as_ref(), target.is_virtual(), med, reference);
-    Ok(Estimate {
+    let (block, qd) = (params.block_size_bytes, params.queue_depth);
+    let places = noise::read_rounds(
+        bounds.len(),
+        noise::ROUNDS,
+        |i| read_span(target, block, qd, bounds[i].0, bounds[i].1).map(|t| (t.rate(), t.zeros)),
+        |p| unsettled(p, threshold),
+    )?;
+    let reference = noise::reference(&places).unwrap_or(0.0);
+    let slow = noise::slow_every_time(&places, reference, threshold);
+    Ok(ScanResult {
         target: target.describe(),
         virtual_time: target.is_virtual(),
-        sample_bytes: each * n,
-        regions: out,
-        median_bytes_per_second: med,
+        params: params.clone(),
         reference_bytes_per_second: reference,
-        predicted_speedup: speedup,
-        advice,
-        cache,
+        threshold,
+        regions: (0..bounds.len())
+            .map(|i| scanned_region(target, bounds[i], &places[i], slow[i]).with_index(i))
+            .collect(),
+        slow_regions: slow.iter().filter(|x| **x).count(),
+        sureness: noise::Sureness::of(&places),
+        host_pressure: watch.host_pressure(target),
     })
 }
 
-/// What an estimate's figures say, in words: its median and reference rates, on a
-/// simulated SSD or not.
-fn advice(cache: Option<&CacheCheck>, virtual_time: bool, med: f64, reference: f64) -> String {
-    let speedup = reference / med.max(f64::MIN_POSITIVE);
-    let drift = (!virtual_time).then(|| format!(" (under x{MIN_EFFECT} is within what a device's reads drift)"));
-    match cache {
-        Some(c) if c.cache_suspected => format!("cannot tell: {}", c.finding),
-        _ if speedup < if virtual_time { WORTH_IT } else { MIN_EFFECT } => format!(
-            "looks flat: the sampled regions read within x{speedup:.2} of the fastest{}; re-sequencing is unlikely to help much",
-            drift.unwrap_or_default()
-        ),
-        _ => format!(
-            "worth it: a full read could be about x{speedup:.2} faster ({} now, {} at the fastest regions' rate)",
-            crate::support::units::human_rate(med),
-            crate::support::units::human_rate(reference)
-        ),
+/// The places a scan reads again: slow against the reference so far, or in its quarter.
+fn unsettled(p: &[noise::Place], threshold: f64) -> Vec<bool> {
+    let reference = noise::reference(p).unwrap_or(0.0);
+    let mut worst: Vec<f64> = p.iter().filter(|x| !x.zeros).map(noise::Place::worst).collect();
+    worst.sort_by(|a, b| b.total_cmp(a));
+    let quarter = worst.get(worst.len().div_ceil(4).saturating_sub(1)).copied().unwrap_or(f64::INFINITY);
+    p.iter().map(|x| x.best() < threshold * reference || (!x.zeros && x.worst() >= quarter)).collect()
+}
+
+/// One region of a scan, at its fastest reading.
+fn scanned_region(target: &Target, (off, len): (u64, u64), p: &noise::Place, slow: bool) -> Region {
+    let device_ranges = match target {
+        Target::Real(s) if s.len() == 1 && s[0].in_use.is_some() => {
+            s[0].device_ranges(off, len).into_iter().map(|(o, l)| [o, l]).collect()
+        }
+        _ => Vec::new(),
+    };
+    let best = p.best();
+    Region {
+        offset_bytes: off,
+        length_bytes: len,
+        seconds: len as f64 / best.max(f64::MIN_POSITIVE),
+        bytes_per_second: best,
+        slow,
+        device_ranges,
+        readings_bytes_per_second: if p.rates.len() > 1 { p.rates.clone() } else { Vec::new() },
+        ..Region::default()
+    }
+}
+
+impl Region {
+    fn with_index(mut self, index: usize) -> Region {
+        self.index = index;
+        self
     }
 }
 
@@ -463,6 +411,9 @@ pub(crate) struct Selection {
     pub(crate) regions_left_alone: usize,
     /// Bytes left alone because they read at least `threshold` x the reference.
     pub(crate) bytes_left_alone: u64,
+    /// How sure: how often each region was read and how far its readings agree.
+    #[serde(default)]
+    pub(crate) how_sure: String,
 }
 
 impl Selection {
@@ -478,6 +429,7 @@ impl Selection {
             bytes_left_alone: total - bytes_chosen,
             bytes_chosen,
             chosen,
+            how_sure: format!("a region is chosen only if slow at every reading; {}", scan.sureness.words),
         }
     }
 
@@ -1086,21 +1038,14 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn slow_regions_are_flagged_against_the_fastest() {
-        let p = ReadParams { block_size_bytes: 4096, queue_depth: 1, offset_bytes: 0, length_bytes: 10 };
-        let regions = (0..20)
-            .map(|i| Region {
-                index: i,
-                offset_bytes: 0,
-                length_bytes: 1,
-                seconds: 1.0,
-                bytes_per_second: if i == 7 { 40.0 } else { 100.0 + i as f64 },
-                ..Region::default()
-            })
-            .collect();
-        let s = flag_slow("t".into(), false, p, regions, 0.75);
-        assert_eq!(s.slow_regions, 1);
-        assert!(s.regions[7].slow);
-        assert!((s.reference_bytes_per_second - 117.0).abs() < 1e-9);
+    fn a_scan_reads_again_what_is_slow_and_what_sets_the_reference() {
+        let place = |r: f64| noise::Place { rates: vec![r], zeros: false };
+        let mut places: Vec<noise::Place> =
+            (0..20).map(|i| place(if i == 7 { 40.0 } else { 100.0 + i as f64 })).collect();
+        places[3].zeros = true;
+        let again = unsettled(&places, 0.75);
+        let which: Vec<usize> = (0..20).filter(|&i| again[i]).collect();
+        // Region 7 (slow), and the fastest quarter of the others (15..20); never zeros.
+        assert_eq!(which, [7, 15, 16, 17, 18, 19]);
     }
 }

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::measure::bench::{EmulatedDrive, HostPressure, LATE_SHARE, Watch, fastest_quarter, median, stopped};
+use crate::measure::noise::{Place, ROUNDS, Sureness};
 use crate::measure::readbench::{CacheCheck, Source, Target, cache_check, read_span};
 pub(crate) use crate::options::bench::FileSort;
 use crate::support::error::{Error, Result};
@@ -322,13 +323,15 @@ pub(crate) fn scan_found(
     let mut timed = time_all(found, block, qd)?;
     let ((reference_bps, reference_words), group_ref) = references(&timed);
     let limits = (threshold * reference_bps, group_ref.map(|g| threshold * g.0));
-    let again = read_slow_again(found, &mut timed, limits, (block, qd))?;
+    let (again, reread) = read_slow_again(found, &mut timed, limits, (block, qd))?;
     let read_seconds: f64 = timed.iter().map(|t| t.seconds).sum::<f64>() + again;
     let (host_pressure, emulated) = (watch.host_pressure(&whole), watch.emulated(&whole, read_seconds));
     let rates_by_band = rates_by(&timed, None);
     let files = speeds(found, &timed, limits)?;
     let spread = pressure_spread(&timed);
-    let unreliable_because = unreliable(cache.as_ref(), emulated.as_ref());
+    let sureness = Sureness::of(&reread);
+    let noisy = sureness.noisy().then(|| format!("of the files read again, {}", sureness.words));
+    let unreliable_because = unreliable(cache.as_ref(), emulated.as_ref()).or(noisy);
     if let Some(why) = &unreliable_because {
         log::warn!("per-file throughput unreliable: {why}");
     }
@@ -380,28 +383,37 @@ pub(crate) fn references(timed: &[Timed]) -> ((f64, String), Option<(f64, &'stat
     (files, group_reference(timed))
 }
 
-/// Reads each read below its limit once more, keeping the faster reading: a busy host
-/// only ever slows a read, so what reads slowly twice is slow (as `estimate` reads its
-/// regions twice). Returns the seconds the second readings took.
+/// Reads each read below its limit again, up to [`ROUNDS`] readings in all, keeping the
+/// fastest and stopping at the first that is not slow: a file is slow only if it is slow
+/// every time it is read (a busy host only ever slows a read; see
+/// [`crate::measure::noise`]). Returns the seconds the later readings took, and the
+/// readings of the reads read again (for their spread).
 fn read_slow_again(
     found: &[Found],
     timed: &mut [Timed],
     limits: (f64, Option<f64>),
     read: (u64, usize),
-) -> Result<f64> {
-    let mut seconds = 0.0;
+) -> Result<(f64, Vec<Place>)> {
+    let (mut seconds, mut places) = (0.0, Vec::new());
     for t in timed.iter_mut() {
         let limit = if t.group { limits.1.unwrap_or(0.0) } else { limits.0 };
-        if t.rate() >= limit {
-            continue;
+        let mut place = Place { rates: vec![t.rate()], zeros: false };
+        for _ in 1..ROUNDS {
+            if t.rate() >= limit {
+                break;
+            }
+            let (bytes, secs, _) = time_files(found, &t.files, read.0, read.1)?;
+            seconds += secs;
+            place.rates.push(bytes as f64 / secs.max(f64::MIN_POSITIVE));
+            if bytes == t.bytes && secs < t.seconds {
+                t.seconds = secs;
+            }
         }
-        let (bytes, secs, _) = time_files(found, &t.files, read.0, read.1)?;
-        seconds += secs;
-        if bytes == t.bytes && secs < t.seconds {
-            t.seconds = secs;
+        if place.rates.len() > 1 {
+            places.push(place);
         }
     }
-    Ok(seconds)
+    Ok((seconds, places))
 }
 
 /// The cache check of `bench`, on the largest files (up to 64 of them, in path order),

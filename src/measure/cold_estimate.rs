@@ -16,10 +16,12 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::measure::bench::{EmulatedDrive, MIN_EFFECT, Watch, median, stopped};
+use crate::measure::bench::{EmulatedDrive, HostPressure, MIN_EFFECT, Watch, median};
 use crate::measure::byfile::{
     BANDS, Found, SMALL_FILE_BLOCKS, Timed, check_cache, find, rates_by, references, unreliable,
 };
+use crate::measure::estimate::{Sample, read_place, sample_around};
+use crate::measure::noise::{self, Place, ROUNDS, Sureness};
 use crate::measure::readbench::{CacheCheck, Source, Target, read_span};
 use crate::support::error::Result;
 use crate::support::units::{human_bytes, human_rate};
@@ -73,22 +75,38 @@ pub(crate) struct ColdEstimate {
     pub(crate) advice: String,
     pub(crate) cache: Option<CacheCheck>,
     pub(crate) emulated: Option<EmulatedDrive>,
+    /// How often each sample was read and how far its readings agree.
+    #[serde(default)]
+    pub(crate) sureness: Sureness,
+    /// How loaded the host was while reading (null: no PSI).
+    #[serde(default)]
+    pub(crate) host_pressure: Option<HostPressure>,
 }
 
 /// A band is cold and slow below this fraction of the reference (`scan`'s default).
 pub(crate) const THRESHOLD: f64 = 0.7;
 
-/// Estimates the files under `target` from about `sample` bytes in about `samples` reads.
-pub(crate) fn estimate(target: &Path, block: u64, sample: u64, samples: usize) -> Result<ColdEstimate> {
+/// Estimates the files under `target` from about `sample` bytes in about `samples` reads;
+/// `around`: the device under them, for a reference beyond the files.
+pub(crate) fn estimate(
+    target: &Path,
+    around: Option<&Target>,
+    block: u64,
+    (sample, samples): (u64, usize),
+) -> Result<ColdEstimate> {
     let found = find(target)?;
     let cache = check_cache(&found, block, 1)?;
     let whole = Target::Real(vec![Source::open(&found[0].path)?]);
     let watch = Watch::start(&whole);
     let plan = sample_plan(&found, block, sample, samples);
-    let timed = read_twice(&found, &plan, block)?;
-    let read_seconds: f64 = timed.iter().map(|t| t.seconds * 2.0).sum();
+    let a = around.map(|dev| sample_around(dev, block, (sample_each(block, sample, samples), samples))).transpose()?;
+    let ((timed, slowest, places), elsewhere) = read_rounds(&found, &plan, block, around.zip(a.as_ref()))?;
+    let read_seconds: f64 = timed.iter().map(|t| t.seconds * ROUNDS as f64).sum();
     let emulated = watch.emulated(&whole, read_seconds);
-    let ((reference, words), group_ref) = references(&timed);
+    let ((own, own_words), group_ref) = references(&slowest);
+    let (reference, words) = with_around(around.zip(Some(elsewhere.as_slice())), (own, own_words));
+    let sureness = Sureness::of(&[places, elsewhere].concat());
+    let host_pressure = watch.host_pressure(&whole);
     let bands = band_estimates(&found, &timed, (reference, group_ref.map(|g| g.0)), SMALL_FILE_BLOCKS * block);
     let (now, refreshed) = bands.iter().fold((0.0, 0.0), |(a, b), x| (a + x.seconds_now, b + x.seconds_refreshed));
     let speedup = now / refreshed.max(f64::MIN_POSITIVE);
@@ -96,6 +114,10 @@ pub(crate) fn estimate(target: &Path, block: u64, sample: u64, samples: usize) -
     let cold_speedup = cold_speedup(&bands);
     let bytes = found.iter().map(|f| f.size).sum();
     let cannot = unreliable(cache.as_ref(), emulated.as_ref());
+    // As a verdict's: an effect no larger than one sample's readings differ is no effect.
+    let needed = MIN_EFFECT.max(sureness.spread);
+    let clear = speedup >= needed || cold_speedup.is_some_and(|c| c >= needed);
+    let cannot = cannot.or_else(|| (sureness.noisy() && !clear).then(|| sureness.words.clone()));
     let advice = advice(cannot, (speedup, cold_speedup), (cold_slow_bytes, bytes), (now, refreshed));
     log::info!("{advice}");
     Ok(ColdEstimate {
@@ -115,7 +137,25 @@ pub(crate) fn estimate(target: &Path, block: u64, sample: u64, samples: usize) -
         advice,
         cache,
         emulated,
+        sureness,
+        host_pressure,
     })
+}
+
+/// The reference for large files: the files' own, or the second fastest place of the
+/// device around them where that reads faster (the files may be slow all over).
+fn with_around(around: Option<(&Target, &[Place])>, (own, words): (f64, String)) -> (f64, String) {
+    match around.and_then(|(dev, places)| Some((dev, noise::best_elsewhere(places)?))) {
+        Some((dev, e)) if e > own => (
+            e,
+            format!(
+                "data in use elsewhere on {}: the second fastest of its sampled places at its slowest reading (the files' own reference, {words}, reads {})",
+                dev.describe(),
+                human_rate(own)
+            ),
+        ),
+        _ => (own, words),
+    }
 }
 
 /// One read of the sample: a part of a large file (index, offset, length), or a band's
@@ -125,13 +165,18 @@ enum Part {
     Small(Vec<usize>),
 }
 
+/// The length of one sample: at least a group of small files.
+fn sample_each(block: u64, sample: u64, samples: usize) -> u64 {
+    (sample / samples.max(1) as u64).max(SMALL_FILE_BLOCKS * block) / block * block
+}
+
 /// What to read: per band, up to `samples / bands` parts of its large files, chosen
 /// evenly by bytes, and one group of its small files, each about `sample / samples`.
 fn sample_plan(found: &[Found], block: u64, sample: u64, samples: usize) -> Vec<(usize, Part)> {
     let small = SMALL_FILE_BLOCKS * block;
     let bands: Vec<usize> = (0..BANDS.len()).filter(|b| found.iter().any(|f| f.band == *b)).collect();
     let per_band = (samples / bands.len().max(1)).max(1);
-    let each = (sample / samples.max(1) as u64).max(small) / block * block;
+    let each = sample_each(block, sample, samples);
     let mut out = Vec::new();
     for &b in &bands {
         // A part of a file with holes may be all hole, which reads fast from nowhere.
@@ -172,28 +217,56 @@ fn sample_plan(found: &[Found], block: u64, sample: u64, samples: usize) -> Vec<
     out
 }
 
-/// Each part read twice, forward then backward, its faster reading kept.
-fn read_twice(found: &[Found], plan: &[(usize, Part)], block: u64) -> Result<Vec<Timed>> {
-    let mut best: Vec<Option<Timed>> = plan.iter().map(|_| None).collect();
-    for i in (0..plan.len()).chain((0..plan.len()).rev()) {
-        stopped()?;
-        let (band, part) = &plan[i];
-        let t = match part {
-            Part::Of(f, off, len) => {
-                let target = Target::Real(vec![Source::open(&found[*f].path)?]);
-                let r = read_span(&target, block, 1, *off, *len)?;
-                Timed { files: vec![*f], band: *band, bytes: r.bytes, seconds: r.seconds, cpu_some: None, group: false }
-            }
-            Part::Small(files) => {
-                let (bytes, seconds, _) = crate::measure::byfile::time_files(found, files, block, 1)?;
-                Timed { files: files.clone(), band: *band, bytes, seconds, cpu_some: None, group: true }
-            }
-        };
-        if best[i].as_ref().is_none_or(|b| t.seconds < b.seconds) {
-            best[i] = Some(t);
-        }
-    }
-    Ok(best.into_iter().flatten().collect())
+/// The parts at their fastest readings (what a read gets now), at their slowest (for
+/// the reference), and their readings.
+type Readings = (Vec<Timed>, Vec<Timed>, Vec<Place>);
+
+/// Each part read [`ROUNDS`] times, alternating forward and backward, interleaved with the
+/// places `around` them: the parts' readings, and the places'.
+fn read_rounds(
+    found: &[Found],
+    plan: &[(usize, Part)],
+    block: u64,
+    around: Option<(&Target, &Sample)>,
+) -> Result<(Readings, Vec<Place>)> {
+    let mut bytes = vec![0u64; plan.len()];
+    let m = around.map_or(0, |a| a.1.at.len());
+    let (places, elsewhere) = noise::read_interleaved(
+        (plan.len(), m),
+        |i| {
+            let (n, seconds, zeros) = match &plan[i].1 {
+                Part::Of(f, off, len) => {
+                    let r = read_span(&Target::Real(vec![Source::open(&found[*f].path)?]), block, 1, *off, *len)?;
+                    (r.bytes, r.seconds, r.zeros)
+                }
+                Part::Small(files) => {
+                    let (n, seconds, _) = crate::measure::byfile::time_files(found, files, block, 1)?;
+                    (n, seconds, false)
+                }
+            };
+            bytes[i] = n;
+            Ok((n as f64 / seconds.max(f64::MIN_POSITIVE), zeros))
+        },
+        |j| {
+            let (dev, s) = around.expect("places around only with a device");
+            read_place(dev, block, s, j)
+        },
+    )?;
+    let timed = |rate: &dyn Fn(&Place) -> f64| -> Vec<Timed> {
+        plan.iter()
+            .zip(&places)
+            .enumerate()
+            .map(|(i, ((band, part), p))| {
+                let (files, group) = match part {
+                    Part::Of(f, ..) => (vec![*f], false),
+                    Part::Small(files) => (files.clone(), true),
+                };
+                let seconds = bytes[i] as f64 / rate(p).max(f64::MIN_POSITIVE);
+                Timed { files, band: *band, bytes: bytes[i], seconds, cpu_some: None, group }
+            })
+            .collect()
+    };
+    Ok(((timed(&Place::best), timed(&Place::worst), places), elsewhere))
 }
 
 /// A band's large files read now and refreshed, per byte of their data (`data` in all),

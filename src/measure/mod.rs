@@ -5,6 +5,8 @@
 pub(crate) mod bench;
 pub(crate) mod byfile;
 pub(crate) mod cold_estimate;
+pub(crate) mod estimate;
+pub(crate) mod noise;
 pub(crate) mod passes;
 pub(crate) mod probe;
 pub(crate) mod readbench;

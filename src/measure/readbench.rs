@@ -251,6 +251,10 @@ pub(crate) struct Timed {
     /// Each read command's latency, in seconds (none on a simulated SSD).
     #[serde(skip)]
     pub(crate) latencies: Vec<f64>,
+    /// Some read command returned only zeros: unwritten or trimmed blocks, or a hole of
+    /// the file under a loop device, which read from nowhere (never on a simulated SSD).
+    #[serde(skip)]
+    pub(crate) zeros: bool,
 }
 
 impl Timed {
@@ -265,13 +269,14 @@ pub(crate) fn read_span(target: &Target, block: u64, qd: usize, offset: u64, len
         Target::Sim { state, .. } => {
             let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
             let secs = seq_read_time(&mut st.ftl, offset / SLOT, length / SLOT, block, qd);
-            Ok(Timed { bytes: length, seconds: secs, latencies: Vec::new() })
+            Ok(Timed { bytes: length, seconds: secs, latencies: Vec::new(), zeros: false })
         }
         Target::Real(sources) => {
             let start = Instant::now();
             let mut base = 0u64;
             let mut bytes = 0u64;
             let mut latencies = Vec::new();
+            let mut zeros = false;
             for s in sources {
                 let (lo, hi) = (offset.max(base), (offset + length).min(base + s.len));
                 if lo < hi {
@@ -280,21 +285,23 @@ pub(crate) fn read_span(target: &Target, block: u64, qd: usize, offset: u64, len
                     // reading at most one alignment unit twice.
                     let align = s.reader.offset_align();
                     let from = (lo - base) / align * align;
-                    let (n, lat) = read_source(s, block, qd, from, hi - base)?;
+                    let (n, lat, z) = read_source(s, block, qd, from, hi - base)?;
                     bytes += n;
                     latencies.extend(lat);
+                    zeros |= z;
                 }
                 base += s.len;
             }
-            Ok(Timed { bytes, seconds: start.elapsed().as_secs_f64(), latencies })
+            Ok(Timed { bytes, seconds: start.elapsed().as_secs_f64(), latencies, zeros })
         }
     }
 }
 
-/// Reads `[from, to)` of one source with `qd` threads; returns the bytes read and each
-/// read command's latency.
-fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<(u64, Vec<f64>)> {
+/// Reads `[from, to)` of one source with `qd` threads; returns the bytes read, each
+/// read command's latency, and whether some read command returned only zeros.
+fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<(u64, Vec<f64>, bool)> {
     let cursor = AtomicU64::new(from);
+    let zeros = std::sync::atomic::AtomicBool::new(false);
     let total = AtomicU64::new(0);
     let all_latencies: Mutex<Vec<f64>> = Mutex::new(Vec::new());
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
@@ -315,6 +322,10 @@ fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<
                     match read {
                         Ok(n) => {
                             total.fetch_add(n, Ordering::SeqCst);
+                            // Stops at the first byte that is not zero: data costs nothing.
+                            if n > 0 && buf[..n as usize].iter().all(|&b| b == 0) {
+                                zeros.store(true, Ordering::Relaxed);
+                            }
                         }
                         Err(e) => {
                             first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
@@ -328,7 +339,9 @@ fn read_source(s: &Source, block: u64, qd: usize, from: u64, to: u64) -> Result<
     });
     match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         Some(e) => Err(e),
-        None => Ok((total.into_inner(), all_latencies.into_inner().unwrap_or_else(|p| p.into_inner()))),
+        None => {
+            Ok((total.into_inner(), all_latencies.into_inner().unwrap_or_else(|p| p.into_inner()), zeros.into_inner()))
+        }
     }
 }
 
@@ -429,6 +442,25 @@ fn block_device_under(path: &Path) -> Option<u64> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let md = std::fs::metadata(path).ok()?;
     Some(if md.file_type().is_block_device() { md.rdev() } else { md.dev() })
+}
+
+/// The block device under a file or directory (`/dev/NAME`), for reading around it;
+/// None for a device, a simulated SSD, or a filesystem on no block device (tmpfs).
+pub(crate) fn device_around(path: &Path) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let md = std::fs::metadata(path).ok()?;
+    if md.file_type().is_block_device() {
+        return None;
+    }
+    let dev = block_device_under(path)?;
+    let uevent = std::fs::read_to_string(format!(
+        "/sys/dev/block/{}:{}/uevent",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev)
+    ))
+    .ok()?;
+    let name = uevent.lines().find_map(|l| l.strip_prefix("DEVNAME="))?;
+    Some(Path::new("/dev").join(name))
 }
 
 /// `loop/dio` of block device `dev` (or of the loop device it is a partition of).

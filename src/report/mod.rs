@@ -60,7 +60,7 @@ pub struct Report {
     pub(crate) estimate_files: Option<crate::measure::cold_estimate::ColdEstimate>,
     /// `reseq estimate`: a sample and its prediction.
     #[serde(default)]
-    pub(crate) estimate: Option<crate::measure::bench::Estimate>,
+    pub(crate) estimate: Option<crate::measure::estimate::Estimate>,
     /// `rewrite --bench`: the same reads before and after the rewrite.
     pub(crate) bench_before: Option<BenchResult>,
     pub(crate) bench_after: Option<BenchResult>,

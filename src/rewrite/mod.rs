@@ -330,7 +330,7 @@ fn select_slow(plan: &RewritePlan, o: &RewriteOptions) -> Result<Selection> {
                 "scan the whole device (reseq scan DEVICE --json), or use --only-slow",
             ));
         }
-        return Ok(Selection::from_scan(&scan, path.display().to_string()));
+        return sure_selection(&scan, path.display().to_string());
     }
     log::info!("scanning {} in {} regions to find the slow ones", plan.device.path.display(), o.scan_regions);
     // In-use ranges only: trimmed free space reads fast and would make every used region
@@ -338,7 +338,20 @@ fn select_slow(plan: &RewritePlan, o: &RewriteOptions) -> Result<Selection> {
     let (target, _) = Target::open_in_use(&plan.device.path, None)?;
     let params = resolve_params(&target, o.bench_opts.block_size, o.bench_opts.queue_depth, 0, None)?;
     let scan = bench::scan(&target, &params, o.scan_regions, o.slow_threshold)?;
-    Ok(Selection::from_scan(&scan, "scan in this run".into()))
+    sure_selection(&scan, "scan in this run".into())
+}
+
+/// The slow regions of a scan, refused when its readings of one region differ more than
+/// an effect could: on a busy host, a scan flagged a random third of a device without an
+/// FTL slow at each of its readings.
+fn sure_selection(scan: &bench::ScanResult, source: String) -> Result<Selection> {
+    if scan.sureness.noisy() {
+        return Err(Error::refused(
+            format!("--only-slow cannot tell which regions read slowly: {}", scan.sureness.words),
+            "run it again when the host is quieter (nothing was written)",
+        ));
+    }
+    Ok(Selection::from_scan(scan, source))
 }
 
 /// FITRIM of the filesystems' free space, in paced slices; with `bench`, a light read

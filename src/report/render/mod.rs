@@ -185,6 +185,8 @@ mod tests {
             threshold: 0.7,
             regions: vec![region(0, 4e8, false), region(1, 1e8, true)],
             slow_regions: 1,
+            sureness: Default::default(),
+            host_pressure: None,
         };
         let mut r = Report::new("rewrite", false);
         (r.scan_before, r.scan_after) = (Some(scan.clone()), Some(scan));

@@ -3,7 +3,8 @@
 use std::fmt::Write as _;
 
 use crate::engine::EngineStats;
-use crate::measure::bench::{BenchResult, Estimate, ScanResult};
+use crate::measure::bench::{BenchResult, ScanResult};
+use crate::measure::estimate::Estimate;
 use crate::report::{FileReport, Report, Verification, WriteCost};
 use crate::support::units::{human_bytes, human_rate};
 
@@ -290,12 +291,14 @@ fn scan_text(label: &str, sc: &ScanResult) -> String {
 
 fn estimate_text(e: &Estimate) -> String {
     format!(
-        "  estimate: {} sampled in {} places of {}: median {}, fastest quarter {}{}\n  (short samples can read faster than a whole pass of `reseq bench`: compare estimates with estimates)\n  {}\n",
+        "  estimate: {} sampled in {} places of {}, each read {} times: median {}, reference {} ({}){}\n  (short samples can read faster than a whole pass of `reseq bench`: compare estimates with estimates)\n  {}\n",
         human_bytes(e.sample_bytes),
         e.regions.len(),
         e.target,
+        e.sureness.readings_per_place,
         human_rate(e.median_bytes_per_second),
         human_rate(e.reference_bytes_per_second),
+        e.reference,
         if e.virtual_time { " (virtual time)" } else { "" },
         e.advice
     )
