@@ -142,3 +142,69 @@ fn only_slow_on_a_used_space_device_picks_slow_used_regions_only() {
     assert!(written > 0 && written <= 48 * MIB, "only the slow regions: {written}");
     assert_files_intact(&files);
 }
+
+/// A CPU busy loop, killed on drop.
+struct Busy(std::process::Child);
+
+impl Busy {
+    fn start() -> Busy {
+        Busy(std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().expect("busy loop"))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sectors_written(dev: &std::path::Path) -> u64 {
+    let name = dev.file_name().unwrap().to_str().unwrap();
+    let stat = std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
+    stat.split_whitespace().nth(6).unwrap().parse().unwrap()
+}
+
+/// A loop device has no FTL: nothing on it can read faster re-sequenced. Under a CPU
+/// busy loop, `estimate` of the device, a directory and a file never says "worth it" in
+/// repeated runs (it may say "cannot tell"), every place is read three times, and
+/// `--only-slow` writes at most a tenth of the bytes in use (or refuses, writing nothing),
+/// by the device's own counter.
+#[test]
+fn a_device_without_an_ftl_is_never_worth_it_under_load() {
+    if !require(&["losetup", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("noise", 256 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 6, 24 * MIB as usize, 5);
+    let _busy = Busy::start();
+    let file = files[3].0.clone();
+    let mut calls = Vec::new();
+    for _ in 0..3 {
+        for target in [&lo.path, &mnt.dir, &file] {
+            let r = json_ok(env.reseq().args(["estimate", "--json", "--sample", "64M"]).arg(target));
+            let e = if r["estimate"].is_null() { &r["estimate_files"] } else { &r["estimate"] };
+            let advice = e["advice"].as_str().unwrap().to_string();
+            assert!(!advice.starts_with("worth it"), "{}: {advice}", target.display());
+            assert_eq!(e["sureness"]["readings_per_place"], 3, "{e}");
+            calls.push(advice.split(':').next().unwrap().to_string());
+        }
+    }
+    eprintln!("calls under load: {calls:?}");
+    let used = nix::sys::statvfs::statvfs(&mnt.dir).map(|s| (s.blocks() - s.blocks_free()) * s.fragment_size()).unwrap();
+    let before = sectors_written(&lo.path);
+    let out = output(env.reseq().args(["rewrite", "--json", "--only-slow"]).arg(&lo.path));
+    let written = (sectors_written(&lo.path) - before) * 512;
+    eprintln!("--only-slow: exit {:?}, {written} bytes written of {used} in use", out.status.code());
+    match out.status.code() {
+        Some(0) => assert!(written <= used / 10, "--only-slow wrote {written} of {used} bytes in use"),
+        Some(3) => {
+            assert!(stderr(&out).contains("cannot tell which regions read slowly"), "{}", stderr(&out));
+            assert!(written < MIB, "a refused run wrote {written} bytes");
+        }
+        c => panic!("--only-slow exit {c:?}: {}", stderr(&out)),
+    }
+    drop(_busy);
+    assert_files_intact(&files);
+}

@@ -211,6 +211,7 @@ fn consumer_nvme_degrades_and_file_and_device_mode_restore_it() {
     let (degraded, _) = bench(&env, &db, &[]);
     eprintln!("fresh {:.0} MiB/s, degraded {:.0} MiB/s", fresh / MIB as f64, degraded / MIB as f64);
     assert!(fresh >= 2.0 * degraded, "random writes must make it at least x2 slower: {fresh} -> {degraded}");
+    estimates_find_slowness(&env, &mnt.dir, &db);
 
     // File mode, live, in freeze windows.
     let db_hash = hash_path(&db).unwrap();
@@ -287,6 +288,46 @@ fn consumer_nvme_degrades_and_file_and_device_mode_restore_it() {
     let mapped = sim(&env, &["info", state.to_str().unwrap()])["mapped_bytes"].as_u64().unwrap();
     eprintln!("mapped after fstrim: {} MiB", mapped / MIB);
     assert!(mapped < 700 * MIB, "the deleted file's blocks are still mapped: {mapped}");
+}
+
+/// `estimate` of a file degraded all over (every place equally slow: only the drive
+/// around it shows what it reads at its best) and of one degraded in its first half says
+/// "worth it", with the slow places slow at each of their three readings; a file nobody
+/// degraded does not.
+fn estimates_find_slowness(env: &TestEnv, dir: &Path, all_over: &Path) {
+    let part = dir.join("part.db");
+    write_file(&part, 128 * MIB, 5);
+    degrade_part(&part, 64 * MIB, 64 * MIB, 6);
+    for (file, worth) in [(all_over, true), (part.as_path(), true), (&dir.join("cold.bin"), false)] {
+        let r = json_ok(env.reseq().arg("estimate").arg(file).arg("--json"));
+        let e = &r["estimate"];
+        let advice = e["advice"].as_str().unwrap();
+        eprintln!("estimate {}: {advice}", file.display());
+        assert_eq!(advice.starts_with("worth it"), worth, "{}: {e}", file.display());
+        if worth {
+            assert!(e["slow_regions"].as_u64().unwrap() >= 2, "{e}");
+            let slow = e["regions"].as_array().unwrap().iter().filter(|r| r["slow"] == true);
+            for r in slow {
+                assert_eq!(r["readings_bytes_per_second"].as_array().unwrap().len(), 3, "{r}");
+            }
+        }
+    }
+    std::fs::remove_file(&part).unwrap();
+}
+
+/// `bytes` of random 4 KiB overwrites into the first `span` bytes of a file.
+fn degrade_part(path: &Path, span: u64, bytes: u64, seed: u64) {
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    let mut rng = XorShift::new(seed);
+    let mut page = vec![0u8; 4096];
+    for i in 0..bytes / 4096 {
+        rng.fill(&mut page);
+        f.write_all_at(&page, rng.next_u64() % (span / 4096) * 4096).unwrap();
+        if i % 256 == 255 {
+            f.sync_data().unwrap();
+        }
+    }
+    f.sync_all().unwrap();
 }
 
 /// The wall-clock time of reads through FUSE and the loop device is the model's time
