@@ -166,14 +166,18 @@ pub(crate) enum Command {
     /// Measure sequential read throughput (O_DIRECT) of a device, file, directory or
     /// simulated SSD: each pass and the median, min and max.
     Bench(BenchArgs),
-    /// Read a target once region by region and flag the regions that read slowly.
+    /// Read a target region by region and flag the regions that read slowly: each region
+    /// once, then twice more those slow so far and the fastest quarter; a region is slow
+    /// only if slow at every reading.
     Scan(ScanArgs),
     /// Is it worth it? Reads a sample of the target (on a device with mounted ext4/xfs,
-    /// of the ranges in use) spread over it, in seconds rather than a full pass, and
-    /// predicts how much faster a sequential read would be if every region read like the
-    /// fastest ones. Says plainly when the drive looks flat. Writes nothing. For a
-    /// directory: its files by age band (as scan --by-file), sampled, and how much of it
-    /// is cold and slow, with a full read predicted now and refreshed.
+    /// of the ranges in use) spread over it, each place three times, in seconds rather
+    /// than a full pass, and predicts how much faster a sequential read would be if no
+    /// place read slower than the drive at its best (a file: also measured on the device
+    /// around it). Says "worth it xN", "looks flat" or "cannot tell: why" (a busy host, a
+    /// cache). Writes nothing. For a directory: its files by age band (as scan
+    /// --by-file), sampled, and how much of it is cold and slow, with a full read
+    /// predicted now and refreshed.
     Estimate(EstimateArgs),
     /// Re-render a report saved with --json.
     Report(ReportArgs),
@@ -609,8 +613,8 @@ pub(crate) struct ScanArgs {
     /// How many regions to time.
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
     pub(crate) regions: usize,
-    /// A region is flagged slow below this fraction of the median of the fastest quarter
-    /// of the regions (with --by-file: a file, below this fraction of the youngest files,
+    /// A region is flagged slow when at every reading below this fraction of the median of
+    /// the fastest quarter of the regions, each at its slowest reading (with --by-file: a file, below this fraction of the youngest files,
     /// or of the fastest quarter when fewer than 3 reads are younger than a week).
     #[arg(long, default_value_t = 0.7, value_name = "FRACTION", value_parser = fraction, allow_negative_numbers = true)]
     pub(crate) threshold: f64,

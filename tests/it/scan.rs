@@ -192,7 +192,8 @@ fn a_device_without_an_ftl_is_never_worth_it_under_load() {
         }
     }
     eprintln!("calls under load: {calls:?}");
-    let used = nix::sys::statvfs::statvfs(&mnt.dir).map(|s| (s.blocks() - s.blocks_free()) * s.fragment_size()).unwrap();
+    let used =
+        nix::sys::statvfs::statvfs(&mnt.dir).map(|s| (s.blocks() - s.blocks_free()) * s.fragment_size()).unwrap();
     let before = sectors_written(&lo.path);
     let out = output(env.reseq().args(["rewrite", "--json", "--only-slow"]).arg(&lo.path));
     let written = (sectors_written(&lo.path) - before) * 512;

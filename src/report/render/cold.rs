@@ -120,7 +120,7 @@ fn file_scan_row(sc: &FileScan) -> String {
 /// `reseq estimate DIR`: the bands, then the prediction in words.
 pub(crate) fn cold_estimate_text(e: &ColdEstimate) -> String {
     let mut s = format!(
-        "  estimate by file age: {} file(s), {} under {}; {} sampled, each sample read twice (the faster counts)\n",
+        "  estimate by file age: {} file(s), {} under {}; {} sampled, each sample read three times (the fastest counts; the reference at its slowest)\n",
         e.files,
         human_bytes(e.bytes),
         e.target,
