@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::measure::noise;
+pub(crate) use crate::measure::noise::{fastest_quarter, median, stopped};
 use crate::measure::readbench::{CacheCheck, ReadParams, Target, Timed, read_span};
 use crate::support::error::Result;
 
@@ -117,25 +118,6 @@ fn psi_total(kind: &str) -> Option<u64> {
 /// A change of the host's pressure between two benchmarks larger than this makes the
 /// comparison unreliable.
 pub(crate) const PRESSURE_CHANGE: f64 = 0.15;
-
-pub(crate) fn median(v: &[f64]) -> f64 {
-    let mut s: Vec<f64> = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
-}
-
-/// The median of the fastest quarter of `rates` (at least one): what re-sequenced data
-/// reads at on this drive (a quarter, not the single fastest, so that one lucky read does
-/// not flag the rest).
-pub(crate) fn fastest_quarter(rates: &[f64]) -> f64 {
-    let mut s = rates.to_vec();
-    s.sort_by(|a, b| b.total_cmp(a));
-    median(&s[..s.len().div_ceil(4)])
-}
 
 /// Runs `passes` sequential reads of the range.
 pub(crate) fn bench(target: &Target, params: &ReadParams, passes: usize, settle_for: Duration) -> Result<BenchResult> {
@@ -242,11 +224,6 @@ pub(crate) fn more_passes(target: &Target, after: &BenchResult, max: usize, budg
         out.push(pass);
     }
     Ok(out)
-}
-
-/// `Err(Stopped)` once a stop signal came (where a command installed the handlers).
-pub(crate) fn stopped() -> Result<()> {
-    crate::support::signals::StopFlag::installed().check("the benchmark")
 }
 
 fn log_pass(i: usize, p: &Pass) {

@@ -16,8 +16,32 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::measure::bench::{fastest_quarter, median, stopped};
 use crate::support::error::Result;
+
+/// `Err(Stopped)` once a stop signal came (where a command installed the handlers): a
+/// Ctrl-C stops a measurement between reads.
+pub(crate) fn stopped() -> Result<()> {
+    crate::support::signals::StopFlag::installed().check("the benchmark")
+}
+
+pub(crate) fn median(v: &[f64]) -> f64 {
+    let mut s: Vec<f64> = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// The median of the fastest quarter of `rates` (at least one): what re-sequenced data
+/// reads at on this drive (a quarter, not the single fastest, so that one lucky read does
+/// not flag the rest).
+pub(crate) fn fastest_quarter(rates: &[f64]) -> f64 {
+    let mut s = rates.to_vec();
+    s.sort_by(|a, b| b.total_cmp(a));
+    median(&s[..s.len().div_ceil(4)])
+}
 
 /// Readings per place of an estimate, and of a scan's places that are not clearly fast.
 pub(crate) const ROUNDS: usize = 3;
