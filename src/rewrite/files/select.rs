@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::measure::byfile::{self, FileScan, FileSort, FileSpeed, human_age};
+use crate::measure::noise::ROUNDS;
 use crate::options::rewrite::RewriteOptions;
 use crate::report::FileSelection;
 use crate::support::error::{Error, Result};
@@ -118,7 +119,7 @@ fn reasons(
             ));
         }
         yes.push(format!(
-            "flagged slow at {} vs reference {} ({:.0} % threshold)",
+            "flagged slow at every reading (up to {ROUNDS}), at best {} vs reference {} ({:.0} % threshold)",
             human_rate(f.bytes_per_second),
             human_rate(reference),
             sc.threshold * 100.0
@@ -140,7 +141,7 @@ fn reference_of(sc: &FileScan, f: &FileSpeed) -> f64 {
 fn summary(o: &RewriteOptions, scan: Option<FileScan>, files: (usize, usize), bytes: (u64, u64)) -> FileSelection {
     let how = match (o.only_slow, o.older_than) {
         (true, Some(d)) => format!("--only-slow and --older-than {}: files both slow and old", age_words(d)),
-        (true, None) => "--only-slow: files flagged slow".into(),
+        (true, None) => format!("--only-slow: files flagged slow at each of up to {ROUNDS} readings"),
         (false, Some(d)) => format!("--older-than {}: files older than that", age_words(d)),
         (false, None) => "every file".into(),
     };
