@@ -48,6 +48,10 @@ pub(crate) struct RunOptions {
     pub(crate) scan_regions: usize,
     pub(crate) slow_threshold: f64,
     pub(crate) exclude: Vec<String>,
+    /// `--bench` (absent from runs recorded before it was kept): a resumed run compares
+    /// with the benchmark taken before the run started.
+    #[serde(default)]
+    pub(crate) bench: bool,
 }
 
 // slow_threshold is checked to lie in (0, 1]: never NaN.
@@ -178,6 +182,7 @@ impl RunOptions {
             scan_regions: o.scan_regions,
             slow_threshold: o.slow_threshold,
             exclude: o.exclude.clone(),
+            bench: o.bench,
         }
     }
 
@@ -202,6 +207,7 @@ impl RunOptions {
         for e in &self.exclude {
             opt("--exclude", Some(e.clone()));
         }
+        opt("--bench", self.bench.then(String::new));
         s.join(" ")
     }
 
@@ -228,6 +234,7 @@ impl RunOptions {
         out.slow_threshold = m
             .keep("--slow-threshold", o.given.slow_threshold.then_some(o.slow_threshold), Some(self.slow_threshold))
             .unwrap_or(defaults::DEFAULT_SLOW_THRESHOLD);
+        out.bench = m.keep("--bench", flag(o.bench), flag(self.bench)).is_some();
         m.exclude(&o.exclude, &self.exclude);
         out.exclude = self.exclude.clone();
         m.into_result().map(|()| out)

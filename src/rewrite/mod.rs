@@ -5,6 +5,7 @@
 //! the chunk an earlier run left in flight, start the journal, fork the guardian (before
 //! any thread exists), install the signal handlers, and hand over to the engine.
 
+pub(crate) mod before;
 pub(crate) mod checks;
 mod describe;
 pub(crate) mod files;
@@ -227,10 +228,13 @@ fn reverify_chunk(
 
 /// `rewrite --bench`: the same reads before and after, and the verdict.
 fn execute_with_bench(plan: &RewritePlan, o: &RewriteOptions, quiet: bool, report: &mut Report) -> Result<()> {
-    log::info!("benchmarking before the rewrite");
-    let (b, s, in_use) = measure::measure_device(&plan.device.path, &o.bench_opts, None).map_err(before_writing)?;
-    report.bench_before = Some(b);
-    report.scan_before = Some(s);
+    let in_use = match bench_before(plan, o)? {
+        Some(b) => {
+            (report.bench_before, report.scan_before) = (Some(b.bench), Some(b.scan));
+            b.in_use
+        }
+        None => None,
+    };
     execute(plan, quiet, true, report)?;
     // The same bytes as before: the ranges in use then (what the rewrite rewrote).
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
@@ -256,6 +260,20 @@ fn execute_with_bench(plan: &RewritePlan, o: &RewriteOptions, quiet: bool, repor
     Ok(())
 }
 
+/// The benchmark before a device-mode run: measured and kept beside the journal, or for
+/// a resumed run, the interrupted run's (None: not kept; the run then has no verdict).
+fn bench_before(plan: &RewritePlan, o: &RewriteOptions) -> Result<Option<before::Before>> {
+    if let Start::Resume { .. } = plan.start {
+        return Ok(before::Before::load(&plan.journal_path));
+    }
+    log::info!("benchmarking before the rewrite");
+    let (bench, scan, in_use) =
+        measure::measure_device(&plan.device.path, &o.bench_opts, None).map_err(before_writing)?;
+    let b = before::Before { bench, scan, in_use };
+    b.save(&plan.journal_path).map_err(before_writing)?;
+    Ok(Some(b))
+}
+
 /// The benchmark after a rewrite, both modes: `target` opens the same bytes as the
 /// benchmark before (again for a re-check); the verdict, re-checked where it is close.
 /// A stop during it keeps the finished rewrite, and the verdict says "unreliable".
@@ -267,6 +285,10 @@ pub(crate) fn bench_after(
     target: impl Fn() -> Result<Target>,
 ) -> Result<bool> {
     log::info!("benchmarking the same data after the rewrite");
+    let opts = &match (&report.bench_before, &report.scan_before) {
+        (Some(b), Some(s)) => before::same_reads(b, s, opts),
+        _ => opts.clone(),
+    };
     let (b, s) = match target().and_then(|t| measure::measure_target(&t, opts)) {
         Ok(m) => m,
         Err(e) => {

@@ -519,3 +519,36 @@ fn bytes_freed_during_the_run_make_the_verdict_unreliable() {
     assert!(r["space"]["bytes_trimmed"].as_u64().unwrap() >= 48 * MIB, "{}", r["space"]);
     assert_files_intact(&files[..1]);
 }
+
+/// A `--bench` run killed mid-rewrite: `status` shows `--bench`, and the resumed run (a
+/// plain `--resume`) compares with the benchmark taken before the first run started,
+/// read the same way (its passes, whatever the resuming command says), and gives a
+/// verdict; in device mode and in file mode.
+#[test]
+fn a_resumed_bench_run_keeps_its_benchmark_before() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("resume-bench.img", 32 * MIB, 21);
+    let (flo, mnt) = env.mounted("resume-bench-files", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 3, 6 << 20, 22);
+    let first = ["rewrite", "--bench", "--bench-passes", "2", "--bench-recheck", "0s", "--chunk-size", "1M"];
+    for target in [&lo.path, &mnt.dir] {
+        let out = output(env.reseq().args(first).arg(target).env("RESEQ_FAULTS", "kill@after-write#4"));
+        assert_eq!(out.status.code(), None, "killed mid-run: {}", stderr(&out));
+        let status = output(env.reseq().arg("status"));
+        let text = String::from_utf8_lossy(&status.stdout);
+        assert!(text.contains("--bench"), "status must show the run's --bench: {text}");
+        let out = output(env.reseq().args(["rewrite", "--resume", "--json", "--bench-passes", "4"]).arg(target));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(stderr(&out).contains("comparing with the benchmark taken before the interrupted run started"));
+        let r = json_report(&out);
+        assert_eq!(r["bench_before"]["passes"].as_array().unwrap().len(), 2, "the first run's: {}", r["bench_before"]);
+        assert_eq!(r["bench_after"]["passes"].as_array().unwrap().len(), 2, "read as before was");
+        assert!(r["verdict"]["verdict"].is_string(), "a verdict: {}", r["verdict"]);
+    }
+    assert_files_intact(&files);
+    drop(mnt);
+    drop(flo);
+}

@@ -73,10 +73,9 @@ fn execute_plan(plan: &FilesPlan, quiet: bool, report: &mut Report) -> Result<()
     let measured = plan.measured();
     // A run to be refused (an unfinished run) benchmarks nothing first.
     if o.bench && plan.unfinished.is_none() {
-        log::info!("benchmarking {} file(s) before the rewrite", measured.len());
-        let (b, s) =
-            crate::measure::passes::measure_files(&measured, &o.bench_opts).map_err(crate::rewrite::before_writing)?;
-        (report.bench_before, report.scan_before) = (Some(b), Some(s));
+        if let Some(b) = bench_before(plan, &measured)? {
+            (report.bench_before, report.scan_before) = (Some(b.bench), Some(b.scan));
+        }
     }
     let stop = crate::rewrite::sequence::ready_to_write()?;
     let (mut progress, files_total, files_done) = overall_progress(plan, quiet);
@@ -102,6 +101,21 @@ fn execute_plan(plan: &FilesPlan, quiet: bool, report: &mut Report) -> Result<()
     let wrote = result.is_ok() || report.results.as_ref().is_some_and(|r| r.bytes_written > 0);
     chosen_files_done(plan, report, wrote);
     result
+}
+
+/// The benchmark before a file-mode run: measured and kept beside the run's record, or
+/// for a resumed run, the interrupted run's (None: not kept; no verdict then).
+fn bench_before(plan: &FilesPlan, measured: &[&Path]) -> Result<Option<crate::rewrite::before::Before>> {
+    use crate::rewrite::before::Before;
+    if plan.earlier.is_some() {
+        return Ok(Before::load(&plan.record_path));
+    }
+    log::info!("benchmarking {} file(s) before the rewrite", measured.len());
+    let (bench, scan) = crate::measure::passes::measure_files(measured, &plan.options.bench_opts)
+        .map_err(crate::rewrite::before_writing)?;
+    let b = Before { bench, scan, in_use: None };
+    b.save(&plan.record_path).map_err(crate::rewrite::before_writing)?;
+    Ok(Some(b))
 }
 
 /// After a run that chose files: each chosen file's report says why, and a run that

@@ -148,5 +148,6 @@ pub(crate) fn remove(path: &Path) {
     for j in journals(path) {
         let _ = std::fs::remove_file(j);
     }
+    let _ = std::fs::remove_file(crate::rewrite::before::path_of(path));
     let _ = std::fs::remove_file(path);
 }
