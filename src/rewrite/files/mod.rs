@@ -72,10 +72,11 @@ fn execute_plan(plan: &FilesPlan, quiet: bool, report: &mut Report) -> Result<()
     let o = &plan.options;
     let measured = plan.measured();
     // A run to be refused (an unfinished run) benchmarks nothing first.
-    if o.bench && plan.unfinished.is_none() {
-        if let Some(b) = bench_before(plan, &measured)? {
-            (report.bench_before, report.scan_before) = (Some(b.bench), Some(b.scan));
-        }
+    if o.bench
+        && plan.unfinished.is_none()
+        && let Some(b) = bench_before(plan, &measured)?
+    {
+        (report.bench_before, report.scan_before) = (Some(b.bench), Some(b.scan));
     }
     let stop = crate::rewrite::sequence::ready_to_write()?;
     let (mut progress, files_total, files_done) = overall_progress(plan, quiet);
