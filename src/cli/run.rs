@@ -50,17 +50,18 @@ fn keep_panics_off_a_frozen_stderr() {
 
 fn run() -> std::process::ExitCode {
     let mut cli = Cli::parse_given();
-    crate::support::output::init_logging(cli.verbose, cli.quiet);
     // A job file is a rewrite written down: load it and run it as one.
     if let Command::Run { config, dry_run } = &cli.command {
         match crate::cli::config::load(config) {
-            Ok(mut args) => {
-                args.dry_run |= *dry_run;
-                cli.command = Command::Rewrite(args);
+            Ok(mut job) => {
+                job.args.dry_run |= *dry_run;
+                cli.command = Command::Rewrite(job.args);
+                cli.quiet |= job.quiet && cli.verbose == 0;
             }
             Err(e) => return finish(Err(e)),
         }
     }
+    crate::support::output::init_logging(cli.verbose, cli.quiet);
     let quiet = cli.quiet;
     if let Some(Err(e)) = cli.command.output().map(OutputArgs::check_metrics_file) {
         return finish(Err(e));

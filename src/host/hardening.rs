@@ -86,7 +86,9 @@ impl Hardening {
             ));
         }
         if !self.oom_protected {
-            missing.push("protection from the OOM killer (oom_score_adj)".to_string());
+            missing.push(
+                "protection from the OOM killer (oom_score_adj -1000 refused: no CAP_SYS_RESOURCE, as in a container; the shipped unit grants it); if memory runs out the kernel may pick it like any process (docs/SAFETY.md says what ends a freeze when the guardian is gone)".to_string(),
+            );
         }
         (!missing.is_empty()).then(|| format!("the freeze guardian runs without {}", missing.join("; without ")))
     }

@@ -68,7 +68,13 @@ pub(crate) fn init_logging(verbose: u8, quiet: bool) {
         .try_init();
 }
 
-/// Progress of a long run: a bar on a terminal, periodic log lines otherwise.
+/// Without a terminal (cron, a timer), a progress line at most every this long, and
+/// only when a quarter of the bytes more is done: at most three for a run of any length,
+/// where one every 10 s made a 1-hour job mail 360 lines.
+pub(crate) const LINE_EVERY: Duration = Duration::from_secs(60);
+
+/// Progress of a long run: a bar on a terminal; otherwise a line as each quarter is done
+/// (see [`LINE_EVERY`]).
 pub(crate) struct Progress {
     bar: Option<indicatif::ProgressBar>,
     total: u64,
@@ -78,6 +84,8 @@ pub(crate) struct Progress {
     started: Instant,
     last_line: Instant,
     every: Duration,
+    /// Quarters done when the last line was logged.
+    quarters_shown: u64,
     /// Kept across several engine runs (file mode's files): `finish` leaves it open.
     spanning: bool,
     /// Said after the bytes (file mode: files done).
@@ -112,7 +120,8 @@ impl Progress {
             already: already_done,
             started: Instant::now(),
             last_line: Instant::now(),
-            every: Duration::from_secs(10),
+            every: LINE_EVERY,
+            quarters_shown: 4 * already_done / total.max(1),
             spanning: false,
             msg: String::new(),
             files: None,
@@ -167,8 +176,12 @@ impl Progress {
         self.files_changed();
         if let Some(b) = &self.bar {
             b.set_position(self.done);
-        } else if self.last_line.elapsed() >= self.every {
+        } else if self.last_line.elapsed() >= self.every
+            && 4 * self.done / self.total.max(1) > self.quarters_shown
+            && self.done < self.total
+        {
             self.last_line = Instant::now();
+            self.quarters_shown = 4 * self.done / self.total.max(1);
             let secs = self.started.elapsed().as_secs_f64();
             let rate = self.done.saturating_sub(self.already) as f64 / secs.max(1e-9);
             let eta = if rate > 0.0 { self.total.saturating_sub(self.done) as f64 / rate } else { f64::NAN };
@@ -212,5 +225,19 @@ mod tests {
         p.advance(10);
         assert_eq!(p.msg, "7 of 10 files", "updated as bytes come, not at the end of a filesystem");
         assert_eq!((p.done(), p.total()), (10, 100));
+    }
+
+    #[test]
+    fn without_a_terminal_a_line_comes_per_quarter_and_not_too_often() {
+        let mut p = Progress::new(100, 0, true);
+        p.every = Duration::ZERO;
+        p.last_line -= Duration::from_secs(1);
+        for _ in 0..100 {
+            p.advance(1);
+        }
+        assert_eq!(p.quarters_shown, 3, "lines at 25, 50 and 75 %: the summary says the rest");
+        let mut p = Progress::new(100, 0, true);
+        p.advance(60);
+        assert_eq!(p.quarters_shown, 0, "none within {LINE_EVERY:?} of the start");
     }
 }

@@ -28,6 +28,7 @@ mod generate;
 mod hidden_writers;
 mod kill_by_name;
 mod leftovers;
+mod nightly;
 mod no_silent_loss;
 mod packaging;
 mod postgres;

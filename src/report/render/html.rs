@@ -106,9 +106,6 @@ fn run_rows(r: &Report) -> Vec<Row> {
             ),
         ));
     }
-    if !r.targets.is_empty() {
-        rows.push(("targets", r.targets.join(" ")));
-    }
     rows
 }
 
@@ -122,7 +119,7 @@ fn plan_rows(r: &Report) -> Vec<Row> {
             format!("{} x {}, verification {verify}", p.chunks_total, human_bytes(p.chunk_size_bytes)),
         ));
         rows.push((
-            "windows",
+            "window bound",
             match p.max_freeze_seconds {
                 Some(m) => format!("at most {m:.3} s frozen each, pause {:.3} s between", p.pause_seconds),
                 None => "one, unfrozen (nothing mounted; the device held exclusively)".into(),
@@ -162,10 +159,9 @@ fn result_rows(r: &Report) -> Vec<Row> {
         let rewritten =
             format!("{} (read {}, verified {})", human_bytes(written), human_bytes(read), human_bytes(verified));
         rows.push(("rewritten", rewritten));
-        rows.push((
-            "freeze windows",
-            format!("{} (longest {:.3} s, overruns {})", x.windows, x.longest_freeze_seconds, x.windows_overrun),
-        ));
+    }
+    rows.extend(super::run_summary_rows(r));
+    if r.results.is_some() {
         rows.push(("verification", r.verification.to_string()));
     }
     if let Some(w) = &r.write_cost {

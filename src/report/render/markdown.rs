@@ -36,10 +36,9 @@ fn run_rows(r: &Report) -> Vec<Row> {
     }
     if let Some(x) = &r.results {
         rows.push(("rewritten", human_bytes(x.bytes_written)));
-        rows.push((
-            "windows",
-            format!("{} (longest freeze {:.3} s, overruns {})", x.windows, x.longest_freeze_seconds, x.windows_overrun),
-        ));
+    }
+    rows.extend(super::run_summary_rows(r));
+    if r.results.is_some() {
         rows.push(("verification", r.verification.to_string()));
     }
     rows

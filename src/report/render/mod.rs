@@ -66,6 +66,26 @@ pub(crate) fn render(r: &Report, f: Format) -> String {
 const MIN_READS_FOR_P99: u64 = 100;
 
 /// The Markdown and HTML tables' rows of the rewrite's trim and of `bench --trim-impact`.
+/// What a run was over and how long it froze, for the tables: the targets (and how
+/// many files, in file mode), and the windows with their longest and total freeze.
+fn run_summary_rows(r: &Report) -> Vec<(&'static str, String)> {
+    let mut rows = Vec::new();
+    if !r.targets.is_empty() {
+        let files = r.files.as_ref().map(|f| format!(" ({} file(s))", f.len())).unwrap_or_default();
+        rows.push(("targets", format!("{}{files}", r.targets.join(" "))));
+    }
+    if let Some(x) = &r.results {
+        rows.push((
+            "windows",
+            format!(
+                "{} (longest freeze {:.3} s, frozen {:.1} s in all, overruns {})",
+                x.windows, x.longest_freeze_seconds, x.total_frozen_seconds, x.windows_overrun
+            ),
+        ));
+    }
+    rows
+}
+
 fn trim_rows(r: &Report) -> Vec<(&'static str, String)> {
     let trim = r.space.as_ref().and_then(|sp| sp.trim.as_ref()).map(|t| ("trim", trim_summary(t)));
     let impact = r
