@@ -123,6 +123,9 @@ fn print_report((r, result): (Report, Result<()>), output: &OutputArgs, quiet: b
     if result.is_err() && r.freeze_bound.is_some() && !r.dry_run {
         eprintln!("reseq: {}", crate::host::thaw::after_abnormal_stop());
     }
+    // The reason first, then the report, whose last line is the outcome: read top down,
+    // the outcome line came before what it was about.
+    let code = finish(result);
     // -q quiets the log, not the result.
     let format = output.format();
     print!("{}", render(&r, format));
@@ -136,7 +139,7 @@ fn print_report((r, result): (Report, Result<()>), output: &OutputArgs, quiet: b
     {
         eprintln!("reseq: {}", crate::error_chain(&e));
     }
-    finish(result)
+    code
 }
 
 /// Prints a summary as JSON or as its text.
@@ -170,12 +173,17 @@ fn print_simulation(r: Result<simulate::Experiment>, json: bool) -> std::process
 }
 
 fn finish(result: Result<()>) -> std::process::ExitCode {
+    let code = exit_code(&result);
+    if let Err(e) = result {
+        eprintln!("reseq: {:#}", anyhow::Error::new(e));
+    }
+    code
+}
+
+/// The exit code of a command's outcome.
+fn exit_code(result: &Result<()>) -> std::process::ExitCode {
     match result {
         Ok(()) => ExitCode::Success.into(),
-        Err(e) => {
-            let err = anyhow::Error::new(e);
-            eprintln!("reseq: {err:#}");
-            err.downcast_ref::<crate::support::error::Error>().map_or(ExitCode::Internal, |e| e.exit_code()).into()
-        }
+        Err(e) => e.exit_code().into(),
     }
 }

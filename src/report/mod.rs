@@ -375,9 +375,13 @@ impl Report {
         serde_json::to_string_pretty(self).expect("report serializes")
     }
 
-    /// What happened, in words that fit the command: a scan or a dry run wrote nothing,
+    /// What happened, in words that fit the command (a run that froze nothing says
+    /// nothing of a thaw): a scan or a dry run wrote nothing,
     /// and a run without verification did not verify.
     pub(crate) fn outcome_text(&self) -> String {
+        if self.outcome.exit_code != 0 && self.freeze_bound.is_none() {
+            return without_thaw(self.outcome_cause());
+        }
         if self.outcome.exit_code != 0 {
             return self.outcome_cause().into();
         }
@@ -406,9 +410,29 @@ impl Report {
     }
 }
 
+/// An outcome's words for a run that froze nothing (an unmounted device, a refusal
+/// before the first window): "thawed" would not be true.
+fn without_thaw(words: &str) -> String {
+    [("stopped and thawed", "stopped"), ("stopped, thawed;", "stopped;"), ("; thawed;", ";"), ("; thawed,", ";")]
+        .iter()
+        .fold(words.to_string(), |w, (from, to)| w.replace(from, to))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_that_froze_nothing_says_nothing_of_a_thaw() {
+        for code in [ExitCode::Interrupted, ExitCode::Internal, ExitCode::IoError] {
+            let mut r = Report::new("rewrite", false);
+            (r.outcome.exit_code, r.outcome.status) = (code.code(), code);
+            let words = r.outcome_text();
+            assert!(!words.contains("thaw"), "{words}");
+            assert!(words.len() > 10, "{words}");
+        }
+        assert_eq!(without_thaw(ExitCode::Interrupted.describe()), "interrupted by a signal; resumable with --resume");
+    }
 
     /// The words are the JSON's and the text's, as reports always had them: old reports
     /// read back, and a word no reseq wrote is refused by name.
