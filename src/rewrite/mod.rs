@@ -71,7 +71,8 @@ fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: bool, report: 
         report.freeze_bound = Some(crate::host::freeze::bound_report(plan.max_freeze));
     }
     report.guardian = plan.guardian.as_ref().map(|p| p.describe());
-    for w in &plan.warnings {
+    // A dry run's plan lists its warnings: logged too, each would be said twice.
+    for w in plan.warnings.iter().filter(|_| !o.dry_run) {
         log::warn!("{w}");
     }
     if o.dry_run {

@@ -80,7 +80,12 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
     }
     let placement = checks::guardian_can_leave(o.accept_cgroup_risk)?;
     report.guardian = Some(placement.describe());
-    report.warnings.extend(hot::hot_files(&planned).into_iter().inspect(|w| log::warn!("{w}")));
+    // A dry run's plan lists its warnings: logged too, each would be said twice.
+    report.warnings.extend(hot::hot_files(&planned).into_iter().inspect(|w| {
+        if !o.dry_run {
+            log::warn!("{w}");
+        }
+    }));
     // A run to be refused reads nothing to choose its files.
     let (choice, left_alone) =
         if unfinished.is_some() && !o.dry_run { (None, HashMap::new()) } else { choose(&o, &planned, report)? };
