@@ -180,19 +180,30 @@ fn has_problem(f: &FileReport) -> bool {
 /// How many files were rewritten, left alone and why, skipped, unfinished.
 fn file_counts(files: &[FileReport]) -> String {
     let count = |p: &dyn Fn(&FileReport) -> bool| files.iter().filter(|f| p(f)).count();
+    let done = |f: &FileReport| !has_problem(f) && f.left_alone.is_none() && !f.done_earlier;
     let parts = [
-        (count(&|f| !has_problem(f) && f.left_alone.is_none() && !f.done_earlier), "rewritten"),
+        (count(&|f| done(f) && f.bytes_rewritten > 0), "rewritten"),
+        (count(&|f| done(f) && f.bytes_rewritten == 0), "with no written data to rewrite (holes, unwritten extents)"),
         (count(&|f| f.done_earlier), "done by the interrupted run"),
         (count(&|f| f.left_alone.is_some() && f.size_bytes == 0), "empty (nothing to rewrite)"),
         (count(&|f| f.left_alone.is_some() && f.size_bytes > 0), "left alone (not chosen)"),
         (count(&|f| f.skipped_reason.is_some()), "skipped"),
-        (count(&|f| has_problem(f) && f.skipped_reason.is_none()), "unfinished"),
+        (count(&|f| has_problem(f) && f.skipped_reason.is_none() && !not_reached(f)), "unfinished"),
+        (count(&|f| not_reached(f)), "not reached (the run stopped before them)"),
     ];
     let said: Vec<String> = parts.iter().filter(|(n, _)| *n > 0).map(|(n, what)| format!("{n} {what}")).collect();
     if said.is_empty() { "none".into() } else { said.join(", ") }
 }
 
+/// A file a stopped run never came to: nothing of it was read or frozen.
+fn not_reached(f: &FileReport) -> bool {
+    has_problem(f) && f.skipped_reason.is_none() && f.windows == 0 && f.bytes_rewritten == 0
+}
+
 fn file_line(f: &FileReport) -> String {
+    if not_reached(f) {
+        return format!("  {}: {}, not reached (the run stopped before it)", f.path, human_bytes(f.size_bytes));
+    }
     let line = format!(
         "  {}: {} of {}, {} extent(s), {} window(s), longest freeze {:.3} s, verification {}",
         f.path,
@@ -313,4 +324,32 @@ fn write_cost_text(w: &WriteCost) -> String {
             _ => String::new(),
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_are_counted_by_what_happened_to_them() {
+        let file = |bytes: u64, windows: u64, verification: Verification| FileReport {
+            path: "f".into(),
+            size_bytes: 1 << 20,
+            bytes_rewritten: bytes,
+            windows,
+            verification,
+            ..FileReport::default()
+        };
+        let files = [
+            file(1 << 20, 1, Verification::Passed),
+            file(0, 1, Verification::Passed),
+            file(4096, 1, Verification::Incomplete),
+            file(0, 0, Verification::Incomplete),
+        ];
+        assert_eq!(
+            file_counts(&files),
+            "1 rewritten, 1 with no written data to rewrite (holes, unwritten extents), 1 unfinished, 1 not reached (the run stopped before them)"
+        );
+        assert!(file_line(&files[3]).ends_with("not reached (the run stopped before it)"), "{}", file_line(&files[3]));
+    }
 }
