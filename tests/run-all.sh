@@ -37,6 +37,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   # shellcheck disable=SC2086
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null
 fi
+# promtool, for the test of the shipped alert rules, comes only in Debian's prometheus
+# package: installed without its recommends (the node exporter), and where systemd runs,
+# the server the package enables and starts is stopped and disabled again (the tests
+# need only promtool).
+if ! command -v promtool >/dev/null; then
+  echo "installing: prometheus (for promtool)"
+  [ ${#missing[@]} -gt 0 ] || apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  if [ -d /run/systemd/system ]; then systemctl disable --now prometheus.service >/dev/null 2>&1 || true; fi
+fi
 
 # The no-silent-loss tests put a loop device on a FUSE filesystem (a real kernel fault
 # path): the fuse module must be loaded.

@@ -1,4 +1,5 @@
-//! Packaging: the systemd units verify cleanly, and a job config runs.
+//! Packaging: the systemd units verify cleanly, a job config runs, and the alert rules
+//! fire on real runs' metrics.
 
 use std::process::Command;
 
@@ -155,7 +156,8 @@ fn example_manifests_parse() {
         return;
     }
     // The CronJob and the alert rules are YAML a cluster and Prometheus will read; a
-    // parse keeps typos out (no cluster or promtool runs here).
+    // parse keeps typos out (no cluster runs here; promtool evaluates the rules in
+    // the_alert_rules_fire_on_a_failed_run_and_stay_silent_on_a_good_one).
     for f in ["packaging/kubernetes/cronjob.yaml", "packaging/prometheus/reseq-alerts.yml"] {
         let path = format!("{}/{f}", env!("CARGO_MANIFEST_DIR"));
         let out = output(
@@ -175,4 +177,247 @@ fn example_manifests_parse() {
     ] {
         assert!(cron.contains(needle), "the CronJob lacks {needle}");
     }
+}
+
+/// The shipped alert rules (packaging/prometheus/reseq-alerts.yml), evaluated by
+/// Prometheus's own `promtool test rules` on the metrics files of real runs: a good run
+/// and a failed one on a loop device, and two `--bench` runs on the simulated SSD (one
+/// that made reads faster, one that made no measurable change). Each file's samples are
+/// turned into promtool's `input_series` as a scrape of node_exporter's textfile
+/// collector would give them (with the `instance` and `job` labels the scrape adds).
+#[test]
+fn the_alert_rules_fire_on_a_failed_run_and_stay_silent_on_a_good_one() {
+    if !require(&["losetup", "mkfs.ext4", "promtool"]) {
+        return;
+    }
+    const MIB: u64 = 1 << 20;
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("alerts", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 2, 4 << 20, 23);
+    let rewrite = |prom: &str| {
+        let mut c = env.reseq();
+        c.args(["rewrite", "--chunk-size", "1M", "--metrics-file"]).arg(env.path(prom));
+        c
+    };
+    let out = output(rewrite("good.prom").arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // A write that fails at 5 MiB (and the bytes there found intact): exit 4.
+    let out = output(rewrite("failed.prom").arg("--include-free").arg(&lo.path).env("RESEQ_FAULTS", "write-error@5M"));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert_files_intact(&files);
+    // The verdict's metric, from the engine on the simulated SSD's clock: a file
+    // rewritten as it was written (no measurable change), then degraded and rewritten
+    // again (faster).
+    let sim = env.path("ssd.sim");
+    let s = sim.to_str().unwrap();
+    for args in [&["sim", "create", s, "--device-size", "1G"][..], &["sim", "write", s, "--length", "64M"]] {
+        assert!(output(env.reseq().args(args)).status.success());
+    }
+    let bench = |prom: &str| {
+        let out = output(
+            env.reseq()
+                .args(["rewrite", &format!("sim:{s}"), "--bench", "--bench-length", "64M", "--json", "--metrics-file"])
+                .arg(env.path(prom)),
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        json_report(&out)["verdict"]["verdict"].clone()
+    };
+    assert_eq!(bench("flat.prom"), "no_measurable_change");
+    let fragment = ["sim", "fragment", s, "--length", "64M", "--random-writes", "64M"];
+    assert!(output(env.reseq().args(fragment)).status.success());
+    assert_eq!(bench("faster.prom"), "faster");
+
+    // A fleet of four hosts, each with one of these runs' metrics file.
+    let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/prometheus/reseq-alerts.yml");
+    let host = |instance: &'static str, prom: &str| Host {
+        instance,
+        samples: parse_metrics(&std::fs::read_to_string(env.path(prom)).unwrap()),
+        fire: vec![],
+    };
+    let mut fleet = [
+        host("db1:9100", "good.prom"),
+        host("db2:9100", "failed.prom"),
+        host("db3:9100", "flat.prom"),
+        host("db4:9100", "faster.prom"),
+    ];
+    // Every metric the rules name is one that reseq writes (a misspelt name would leave
+    // its alert silent for ever, and "silent" below would prove nothing).
+    let text = std::fs::read_to_string(rules).unwrap();
+    for name in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("reseq_")) {
+        assert!(
+            fleet.iter().any(|h| h.samples.iter().any(|s| s.name == name)),
+            "the alert rules use {name}, which no run's metrics file has"
+        );
+    }
+    // What fires at 10 minutes (past the failure's `for: 5m`): the failure on db2 with
+    // its exit code, the drive that did not benefit on db3; nothing on db1 and db4.
+    let summary = |h: &Host, alert: &str| {
+        let (instance, target) = (h.instance, h.target());
+        match alert {
+            "ReseqRunFailed" => format!("reseq on {instance} ({target}) failed with exit code 4"),
+            "ReseqNoMeasurableChange" => {
+                format!("re-sequencing {target} on {instance} made no measurable change: this drive may not benefit")
+            }
+            _ => format!("reseq has not run on {instance} ({target}) for two weeks"),
+        }
+    };
+    fleet[1].fire = vec![("ReseqRunFailed", summary(&fleet[1], "ReseqRunFailed"))];
+    fleet[2].fire = vec![("ReseqNoMeasurableChange", summary(&fleet[2], "ReseqNoMeasurableChange"))];
+    let stale: Vec<(&Host, String)> = fleet.iter().map(|h| (h, summary(h, "ReseqRunStale"))).collect();
+    let test = promtool_test(rules, &fleet, Some(&stale));
+    let path = env.path("alerts-test.yml");
+    std::fs::write(&path, &test).unwrap();
+    eprintln!("--- {}:\n{test}", path.display());
+    let out = output(Command::new("promtool").args(["test", "rules"]).arg(&path));
+    assert!(
+        out.status.success(),
+        "the alert rules on the runs' metrics:\n{}{}\n(the test file:\n{test})",
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+    // And promtool does compare: the good run taken for a failed one is a failed test.
+    fleet[0].fire = vec![("ReseqRunFailed", summary(&fleet[0], "ReseqRunFailed"))];
+    std::fs::write(&path, promtool_test(rules, &fleet, None)).unwrap();
+    let out = output(Command::new("promtool").args(["test", "rules"]).arg(&path));
+    assert_eq!(out.status.code(), Some(1), "promtool passed a test that must fail");
+    drop(mnt);
+    drop(lo);
+}
+
+/// A host of the fleet: the `instance` label a Prometheus scrape of its node_exporter
+/// adds, the samples of its metrics file, and the alerts (name, summary) that must fire.
+struct Host {
+    instance: &'static str,
+    samples: Vec<Sample>,
+    fire: Vec<(&'static str, String)>,
+}
+
+impl Host {
+    fn target(&self) -> &str {
+        label(&self.samples[0].labels, "target")
+    }
+
+    /// The labels of its series and alerts: the file's, and the scrape's.
+    fn labels(&self) -> Vec<(String, String)> {
+        let scrape = [("instance", self.instance), ("job", "node")];
+        self.samples[0].labels.iter().cloned().chain(scrape.map(|(k, v)| (k.to_string(), v.to_string()))).collect()
+    }
+}
+
+/// One sample of a Prometheus text file: `name{labels} value`.
+struct Sample {
+    name: String,
+    /// Label names and values (unescaped).
+    labels: Vec<(String, String)>,
+    value: f64,
+}
+
+/// The samples of a Prometheus textfile (the `# HELP`/`# TYPE` lines skipped).
+fn parse_metrics(text: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("not a sample: {line}"));
+        let (name, mut rest) = match series.split_once('{') {
+            Some((n, rest)) => (n, rest.strip_suffix('}').unwrap_or_else(|| panic!("unclosed labels: {line}"))),
+            None => (series, ""),
+        };
+        let mut labels = Vec::new();
+        while let Some((key, after)) = rest.split_once("=\"") {
+            // The value ends at the first `"` not escaped by a backslash.
+            let mut value = String::new();
+            let mut chars = after.char_indices();
+            let end = loop {
+                match chars.next() {
+                    Some((_, '\\')) => match chars.next() {
+                        Some((_, 'n')) => value.push('\n'),
+                        Some((_, c)) => value.push(c),
+                        None => panic!("bad escape: {line}"),
+                    },
+                    Some((i, '"')) => break i,
+                    Some((_, c)) => value.push(c),
+                    None => panic!("unclosed label value: {line}"),
+                }
+            };
+            labels.push((key.trim_start_matches(',').to_string(), value));
+            rest = &after[end + 1..];
+        }
+        let value = value.parse().unwrap_or_else(|e| panic!("{line}: {e}"));
+        out.push(Sample { name: name.to_string(), labels, value });
+    }
+    assert!(!out.is_empty(), "no samples in the metrics file");
+    out
+}
+
+fn label<'a>(labels: &'a [(String, String)], key: &str) -> &'a str {
+    labels.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).unwrap_or_else(|| panic!("no label {key}"))
+}
+
+/// A `promtool test rules` file for `rules` over the fleet's samples, as a Prometheus
+/// scraping the hosts' node_exporters sees them while their textfile collectors keep
+/// exposing the metrics files the runs left:
+/// - scraped every minute for 30 minutes: at 2 minutes the failure alert has not fired
+///   yet (its `for: 5m`); at 10 minutes exactly the hosts' `fire` alerts have;
+/// - with `stale`, scraped daily for 16 days, no run since: nothing stale at 13 days,
+///   and at 15 days exactly `stale` (host, summary).
+///
+/// promtool's clock starts at 0, so each host's run ends at time 0: its timestamp
+/// metric's value is shifted by the run's own time (to 0); every other value is the
+/// file's.
+fn promtool_test(rules: &str, fleet: &[Host], stale: Option<&[(&Host, String)]>) -> String {
+    use std::fmt::Write as _;
+    let quoted = |s: &str| format!("'{}'", s.replace('\'', "''"));
+    let series = |y: &mut String, steps: u32| {
+        y.push_str("    input_series:\n");
+        for h in fleet {
+            let finished =
+                h.samples.iter().find(|s| s.name == "reseq_last_run_timestamp_seconds").expect("a timestamp").value;
+            let selector: Vec<String> = h
+                .labels()
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")))
+                .collect();
+            for s in &h.samples {
+                let v = if s.name == "reseq_last_run_timestamp_seconds" { s.value - finished } else { s.value };
+                let series = format!("{}{{{}}}", s.name, selector.join(","));
+                let _ = writeln!(y, "      - series: {}\n        values: '{v}+0x{steps}'", quoted(&series));
+            }
+        }
+    };
+    // An alert's labels: its series' (the metric's name dropped), and `alertname`,
+    // which promtool adds.
+    let check = |y: &mut String, at: &str, alert: &str, firing: &[(&Host, &str)]| {
+        let _ = writeln!(y, "      - eval_time: {at}\n        alertname: {alert}");
+        if firing.is_empty() {
+            y.push_str("        exp_alerts: []\n");
+            return;
+        }
+        y.push_str("        exp_alerts:\n");
+        for (h, summary) in firing {
+            y.push_str("          - exp_labels:\n");
+            for (k, v) in h.labels() {
+                let _ = writeln!(y, "              {k}: {}", quoted(&v));
+            }
+            let _ = writeln!(y, "            exp_annotations:\n              summary: {}", quoted(summary));
+        }
+    };
+    let mut y = format!("rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n", quoted(rules));
+    series(&mut y, 30);
+    y.push_str("    alert_rule_test:\n");
+    check(&mut y, "2m", "ReseqRunFailed", &[]);
+    for alert in ["ReseqRunFailed", "ReseqRunStale", "ReseqNoMeasurableChange"] {
+        let firing: Vec<(&Host, &str)> = fleet
+            .iter()
+            .flat_map(|h| h.fire.iter().filter(|(a, _)| *a == alert).map(move |(_, s)| (h, s.as_str())))
+            .collect();
+        check(&mut y, "10m", alert, &firing);
+    }
+    if let Some(stale) = stale {
+        y.push_str("  - interval: 1d\n");
+        series(&mut y, 16);
+        y.push_str("    alert_rule_test:\n");
+        check(&mut y, "13d", "ReseqRunStale", &[]);
+        let firing: Vec<(&Host, &str)> = stale.iter().map(|(h, s)| (*h, s.as_str())).collect();
+        check(&mut y, "15d", "ReseqRunStale", &firing);
+    }
+    y
 }
