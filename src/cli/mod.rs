@@ -511,11 +511,15 @@ impl OutputArgs {
     pub(crate) fn check_metrics_file(&self) -> crate::support::error::Result<()> {
         let Some(path) = &self.metrics_file else { return Ok(()) };
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-        if dir.is_dir() {
-            return Ok(());
-        }
+        let why = match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => return Ok(()),
+            Ok(_) => "is not a directory".to_string(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist (on a host without node_exporter's textfile collector, create it, or leave metrics_file out of the job)".to_string(),
+            // Not "does not exist": a directory a non-root user may not look into is there.
+            Err(e) => format!("cannot be looked into ({e}; reseq runs as root)"),
+        };
         Err(crate::support::error::Error::Usage(format!(
-            "--metrics-file {}: the directory {} does not exist (on a host without node_exporter's textfile collector, create it, or leave metrics_file out of the job)",
+            "--metrics-file {}: the directory {} {why}",
             path.display(),
             dir.display()
         )))

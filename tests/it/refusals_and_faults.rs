@@ -355,3 +355,35 @@ fn options_out_of_range_are_refused_naming_the_option() {
         assert!(!stderr(&out).contains("-- -"), "{args:?}: no tip about --: {}", stderr(&out));
     }
 }
+
+/// What a user who is not root is told: a metrics directory it may not look into is not
+/// "missing", and a report it may not read is bad input (exit 2), not a refusal of
+/// something unsafe (exit 3).
+#[test]
+fn a_user_who_is_not_root_is_told_what_is_wrong() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let env = TestEnv::new();
+    let locked = env.path("locked");
+    std::fs::create_dir_all(locked.join("sub")).unwrap();
+    std::fs::write(locked.join("r.json"), "{}").unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // The test's own directory must let the user reach the binary's arguments' parents.
+    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let as_nobody = |args: &[&str]| {
+        let mut c = reseq_command();
+        c.args(args).uid(65534).gid(65534);
+        output(&mut c)
+    };
+    let metrics = locked.join("sub/m.prom");
+    let out = as_nobody(&["rewrite", "/dev/null", "--metrics-file", metrics.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot be looked into") && !stderr(&out).contains("does not exist"),
+        "{}",
+        stderr(&out)
+    );
+    let out = as_nobody(&["report", locked.join("r.json").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("Permission denied") && !stderr(&out).contains("refused"), "{}", stderr(&out));
+}
