@@ -36,6 +36,21 @@ pub(super) fn hot_kind(path: &Path) -> Option<(&'static str, &'static str)> {
         ("MariaDB Aria log", "--exclude 'aria_log*'")
     } else if under("pg_wal") || under("pg_xlog") {
         ("PostgreSQL WAL", "--exclude pg_wal")
+    } else if ["pg_xact", "pg_clog", "pg_multixact", "pg_subtrans", "pg_commit_ts", "pg_serial", "pg_notify"]
+        .iter()
+        .any(|d| under(d))
+    {
+        // Backends write these pages themselves when the buffers are full, and
+        // wait on it: a frozen page stalls the transaction that evicts it.
+        (
+            "PostgreSQL transaction status (SLRU) data",
+            "--exclude pg_xact --exclude pg_multixact --exclude pg_subtrans --exclude pg_commit_ts --exclude pg_serial --exclude pg_notify",
+        )
+    } else if under("pg_stat_tmp") || under("pg_replslot") || under("pg_logical") || name == "pg_control" {
+        (
+            "PostgreSQL statistics, replication-slot or control state",
+            "--exclude pg_stat_tmp --exclude pg_replslot --exclude pg_logical --exclude pg_control",
+        )
     } else if name.ends_with("-wal") {
         ("SQLite write-ahead log", "--exclude '*-wal'")
     } else {
@@ -93,6 +108,15 @@ mod tests {
         assert_eq!(kind("/var/lib/mysql/undo_log_notes.txt"), None);
         assert_eq!(kind("/srv/data/my-bin.tar"), None, "a -bin. file not numbered is not a binlog");
         assert_eq!(kind("/srv/pg/15/main/base/5/16384"), None);
+        assert_eq!(kind("/srv/pg/15/main/pg_xact/0000"), Some("PostgreSQL transaction status (SLRU) data"));
+        assert_eq!(
+            kind("/srv/pg/15/main/pg_multixact/members/0000"),
+            Some("PostgreSQL transaction status (SLRU) data")
+        );
+        let state = Some("PostgreSQL statistics, replication-slot or control state");
+        assert_eq!(kind("/srv/pg/15/main/global/pg_control"), state);
+        assert_eq!(kind("/srv/pg/15/main/pg_replslot/standby1/state"), state);
+        assert_eq!(kind("/srv/pg/15/main/global/1262"), None);
     }
 
     #[test]
