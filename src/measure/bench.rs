@@ -323,6 +323,10 @@ pub(crate) fn scan(target: &Target, params: &ReadParams, regions: usize, thresho
     )?;
     let reference = noise::reference(&places).unwrap_or(0.0);
     let slow = noise::slow_every_time(&places, reference, threshold);
+    let sureness = noise::Sureness::of(&places);
+    if sureness.noisy() {
+        log::warn!("the slow regions cannot be told from noise: {}", sureness.words);
+    }
     Ok(ScanResult {
         target: target.describe(),
         virtual_time: target.is_virtual(),
@@ -333,7 +337,7 @@ pub(crate) fn scan(target: &Target, params: &ReadParams, regions: usize, thresho
             .map(|i| scanned_region(target, bounds[i], &places[i], slow[i]).with_index(i))
             .collect(),
         slow_regions: slow.iter().filter(|x| **x).count(),
-        sureness: noise::Sureness::of(&places),
+        sureness,
         host_pressure: watch.host_pressure(target),
     })
 }
