@@ -25,8 +25,10 @@
 //! the guardian does not thaw while a write or its read-back is outstanding.
 //! When the window's budget is spent the writer stops, waits for the verifier, and the
 //! window thaws. Chunks read ahead are dropped, never written after a thaw, and read again
-//! in the next window. Then the device is flushed and the verified chunks are journaled
-//! as done (one journal fsync per commit, not per chunk).
+//! in the next window; so the reader reads only the chunks the writer lets through, those
+//! it expects to write in this window (`writer.rs`, `Engine::grant`; `pace.rs`). Then the
+//! device is flushed and the verified chunks are journaled as done (one journal fsync per
+//! commit, not per chunk).
 
 mod failures;
 pub(crate) mod guard;

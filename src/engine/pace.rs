@@ -4,6 +4,11 @@
 //! read-backs still queued before its own, its read-back, then the thaw. So the writer
 //! starts one only if all that, as this run has measured it, fits in what is left of the
 //! window's budget, with a safety factor and a margin for what no measurement foresaw.
+//!
+//! The same test, put earlier, decides what the reader reads: a chunk read ahead and not
+//! written is dropped at the thaw and read again in the next window, so a chunk is read
+//! only if, started when the writer should be done with the chunks before it, it would
+//! still fit ([`Pace::start_in`]).
 
 use std::time::Duration;
 
@@ -21,6 +26,17 @@ const SAFETY: f64 = 2.0;
 /// Share of the budget kept free in every window, whatever was measured.
 const MARGIN: f64 = 0.1;
 
+/// In predicting when the writer reaches a chunk the reader may read early, each step
+/// after the first (the chunk after the writer's next and beyond) counts this many times.
+/// Two chunks ahead the prediction is a guess: a window's later chunks, written while
+/// reads and read-backs compete with them, were measured up to three times slower than
+/// its first (a loop device on a busy host), and every chunk read in vain is read twice.
+/// So the reader reads one chunk ahead near the window's end and `--read-ahead` only well
+/// before it. Measured with 60 files of 5 MiB in 100 ms windows, on a host loaded by other
+/// builds: reads were 1.05-1.26 x the writes at 2, 1.06-1.14 at 4, 1.00-1.09 at 8, and no
+/// better at 100 (1.01-1.12).
+const FURTHER_STEP: u32 = 8;
+
 /// How long one operation on a chunk takes, learned from the chunks measured.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Cost {
@@ -33,6 +49,10 @@ pub(crate) struct Cost {
     per_byte: f64,
     /// The largest chunk measured (0: none yet).
     largest: u64,
+    /// `time` and `per_byte` without the fade of each new window (they decay chunk by
+    /// chunk only): what a chunk the writer comes to later in a window is predicted by,
+    /// when the window may not have measured its own costs yet (see [`Pace::fits_ahead`]).
+    unfaded: (Duration, f64),
 }
 
 impl Cost {
@@ -44,6 +64,11 @@ impl Cost {
             self.per_byte = (took.as_secs_f64() / len as f64).max(self.per_byte * DECAY);
         }
         self.largest = self.largest.max(len);
+        let (time, per_byte) = self.unfaded;
+        self.unfaded.0 = took.max(time.mul_f64(DECAY));
+        if len.saturating_mul(2) >= full {
+            self.unfaded.1 = (took.as_secs_f64() / len as f64).max(per_byte * DECAY);
+        }
     }
 
     /// A new window: what the last one measured counts for less (a slow spell that ended
@@ -57,14 +82,23 @@ impl Cost {
     /// any full chunk, a larger chunk than those measured is taken to cost in proportion
     /// to its bytes (cautious: their time is partly a fixed cost).
     pub(crate) fn predict(&self, len: u64) -> Option<Duration> {
+        self.predict_by(self.time, self.per_byte, len)
+    }
+
+    /// As [`Cost::predict`], without the fade of each new window.
+    pub(crate) fn cautious(&self, len: u64) -> Option<Duration> {
+        self.predict_by(self.unfaded.0, self.unfaded.1, len)
+    }
+
+    fn predict_by(&self, time: Duration, per_byte: f64, len: u64) -> Option<Duration> {
         if self.largest == 0 {
             return None;
         }
-        let by_rate = match self.per_byte > 0.0 {
-            true => self.per_byte * len as f64,
-            false => self.time.as_secs_f64() * len as f64 / self.largest as f64,
+        let by_rate = match per_byte > 0.0 {
+            true => per_byte * len as f64,
+            false => time.as_secs_f64() * len as f64 / self.largest as f64,
         };
-        Some(self.time.max(seconds(by_rate)))
+        Some(time.max(seconds(by_rate)))
     }
 }
 
@@ -75,6 +109,12 @@ pub(crate) struct Pace {
     pub(crate) write: Cost,
     /// A chunk's read-back (the verifier's).
     pub(crate) read_back: Cost,
+    /// A chunk's read and blake3 (the reader's and the hasher's): how long after it is
+    /// let through the reader a chunk can be written.
+    pub(crate) ready: Cost,
+    /// From one chunk's permit to the next one's, within a window: the writer's pace,
+    /// waits for the reader and the verifier included.
+    pub(crate) step: Cost,
     /// From the writer's stop to the thaw (decaying maximum).
     thaw: Duration,
 }
@@ -88,6 +128,28 @@ impl Pace {
     pub(crate) fn fade(&mut self) {
         self.write.fade();
         self.read_back.fade();
+        self.ready.fade();
+        self.step.fade();
+    }
+
+    /// How long from now until the writer, about to take its next chunk, starts a
+    /// `len`-byte chunk that comes after the chunks `before` (their lengths, the next one
+    /// first): a step for each of them (those after the first [`FURTHER_STEP`] times),
+    /// and no sooner than this chunk can be read and hashed if its read starts now
+    /// (cautious costs: see [`Pace::fits_ahead`]). Before any step is measured, one is
+    /// taken to cost a write; before any read, a read-back.
+    pub(crate) fn start_in(&self, before: impl Iterator<Item = u64>, len: u64) -> Duration {
+        let steps = before.enumerate().fold(Duration::ZERO, |at, (i, l)| {
+            let step = self.step.cautious(l).or(self.write.cautious(l)).unwrap_or_default();
+            at.saturating_add(if i == 0 { step } else { step.saturating_mul(FURTHER_STEP) })
+        });
+        steps.max(self.ready_in(len))
+    }
+
+    /// How long a `len`-byte chunk takes to be read and hashed (cautious: see
+    /// [`Pace::fits_ahead`]).
+    pub(crate) fn ready_in(&self, len: u64) -> Duration {
+        self.ready.cautious(len).or(self.read_back.cautious(len)).unwrap_or_default()
     }
 
     /// The time a window still needs if it starts a `len`-byte chunk now, with
@@ -95,15 +157,30 @@ impl Pace {
     /// without verification). Before any read-back is measured one is taken to cost as
     /// much as a write.
     pub(crate) fn need(&self, len: u64, read_backs: u32, budget: Duration) -> Duration {
-        let write = self.write.predict(len).unwrap_or_default().as_secs_f64();
-        let back = self.read_back.predict(len).map_or(write, |d| d.as_secs_f64());
-        let end = write + back * f64::from(read_backs) + self.thaw.as_secs_f64();
+        self.need_by(Cost::predict, len, read_backs, budget)
+    }
+
+    fn need_by(&self, predict: fn(&Cost, u64) -> Option<Duration>, len: u64, rb: u32, budget: Duration) -> Duration {
+        let write = predict(&self.write, len).unwrap_or_default().as_secs_f64();
+        let back = predict(&self.read_back, len).map_or(write, |d| d.as_secs_f64());
+        let end = write + back * f64::from(rb) + self.thaw.as_secs_f64();
         seconds(end * SAFETY + budget.as_secs_f64() * MARGIN)
     }
 
     /// Whether a window `elapsed` into a `budget` may start a `len`-byte chunk.
     pub(crate) fn fits(&self, elapsed: Duration, budget: Duration, len: u64, read_backs: u32) -> bool {
         elapsed.saturating_add(self.need(len, read_backs, budget)) <= budget
+    }
+
+    /// Whether [`Pace::fits`] should say yes when the writer comes to a chunk `elapsed`
+    /// into the window, asked before: with the costs not faded for the new window. The
+    /// fade lets a window's first chunks start after a slow spell; by the time the writer
+    /// reaches a later chunk it has measured this window's costs and judges by them, so a
+    /// chunk read ahead on a faded prediction would be read and then not written. Before
+    /// any write is measured (a run's first window) no chunk is read ahead.
+    pub(crate) fn fits_ahead(&self, elapsed: Duration, budget: Duration, len: u64, read_backs: u32) -> bool {
+        self.write.largest > 0
+            && elapsed.saturating_add(self.need_by(Cost::cautious, len, read_backs, budget)) <= budget
     }
 }
 
@@ -268,6 +345,49 @@ mod tests {
             s.overran();
         }
         assert_eq!(s.get(), 0.1, "never below a tenth");
+    }
+
+    #[test]
+    fn a_chunk_read_ahead_is_judged_by_the_costs_before_the_windows_fade() {
+        let mut p = Pace::default();
+        let budget = ms(100);
+        p.write.learn(FULL, ms(10), FULL);
+        p.read_back.learn(FULL, ms(5), FULL);
+        p.thawed(ms(5));
+        // 2 x (10 + 2 x 5 + 5) + 10 = 60 ms: a chunk may start up to 40 ms in.
+        assert!(p.fits(ms(40), budget, FULL, 2) && p.fits_ahead(ms(40), budget, FULL, 2));
+        // A new window: the writer's own test trusts half the costs until it measures...
+        p.fade();
+        assert!(p.fits(ms(60), budget, FULL, 2));
+        // ...but a chunk it reaches later is judged after it has: read early only if it
+        // fits as last measured.
+        assert!(!p.fits_ahead(ms(41), budget, FULL, 2));
+        // A fast first chunk does not wipe out the slow ones measured before the fade.
+        p.write.learn(FULL, ms(2), FULL);
+        assert!(close(p.write.cautious(FULL), ms(8)), "{:?}", p.write.cautious(FULL));
+        assert!(close(p.write.predict(FULL), ms(4)));
+        // Before any write is measured nothing is read ahead.
+        assert!(!Pace::default().fits_ahead(ms(0), budget, FULL, 2));
+    }
+
+    #[test]
+    fn the_start_of_a_chunk_ahead_counts_further_steps_more_and_waits_for_its_read() {
+        let mut p = Pace::default();
+        // Before any step: a write's time per step.
+        p.write.learn(FULL, ms(4), FULL);
+        assert!(close(Some(p.start_in([FULL].into_iter(), FULL)), ms(4)));
+        p.step.learn(FULL, ms(5), FULL);
+        p.ready.learn(FULL, ms(3), FULL);
+        // The chunk right after the writer's next: one step.
+        assert!(close(Some(p.start_in([FULL].into_iter(), FULL)), ms(5)));
+        // Two ahead: the second step counts FURTHER_STEP times.
+        let two = ms(5) + ms(5) * FURTHER_STEP;
+        assert!(close(Some(p.start_in([FULL, FULL].into_iter(), FULL)), two));
+        // The writer's next chunk itself, not yet read: its read and blake3.
+        assert!(close(Some(p.start_in(std::iter::empty(), FULL)), ms(3)));
+        // A slow read: the chunk is not ready a step ahead.
+        p.ready.learn(FULL, ms(9), FULL);
+        assert!(close(Some(p.start_in([FULL].into_iter(), FULL)), ms(9)));
     }
 
     #[test]

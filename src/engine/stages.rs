@@ -1,6 +1,7 @@
 //! The threads around the writer, within one window: the reader (O_DIRECT reads ahead
-//! into pooled buffers), the hasher (blake3 of what was read) and the verifier (each
-//! written chunk read back and compared); each runs under [`or_abort`].
+//! into pooled buffers, of the chunks the writer lets through), the hasher (blake3 of
+//! what was read) and the verifier (each written chunk read back and compared); each runs
+//! under [`or_abort`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -52,6 +53,8 @@ pub(super) struct Chunk {
     pub(super) len: usize,
     pub(super) buf: Pooled,
     pub(super) hash: blake3::Hash,
+    /// How long its read and blake3 took.
+    pub(super) ready: Duration,
 }
 
 pub(super) enum Staged {
@@ -61,6 +64,7 @@ pub(super) enum Staged {
         offset: u64,
         len: usize,
         buf: Pooled,
+        took: Duration,
     },
     Hashed(Chunk),
     Failed {
@@ -126,12 +130,14 @@ pub(super) fn or_abort<T>(stage: &str, f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// Reader stage: reads this window's chunks ahead into pool buffers. Returns the bytes
-/// it read.
+/// Reader stage: reads this window's chunks ahead into pool buffers, each once the
+/// writer lets it through (a token on `grants`: the writer expects to write it in this
+/// window; the tokens ending, the window's writes are over). Returns the bytes it read.
 pub(super) fn read_stage(
     target: &dyn BlockTarget,
     chunks: &[(u64, usize)],
     pool: &(Sender<AlignedBuf>, Receiver<AlignedBuf>),
+    grants: Receiver<()>,
     out: Sender<Staged>,
     stop: &AtomicBool,
 ) -> (u64, Duration) {
@@ -139,7 +145,7 @@ pub(super) fn read_stage(
     let mut busy = Duration::ZERO;
     for (i, &(offset, len)) in chunks.iter().enumerate() {
         let index = i as u64;
-        if stop.load(Ordering::SeqCst) {
+        if grants.recv().is_err() || stop.load(Ordering::SeqCst) {
             break;
         }
         let Ok(buf) = pool.1.recv() else { break };
@@ -149,12 +155,13 @@ pub(super) fn read_stage(
         }
         let t = Instant::now();
         let r = target.read_at(&mut buf[..len], offset);
-        busy += t.elapsed();
+        let took = t.elapsed();
+        busy += took;
         match r {
             Ok(()) => {
                 read += len as u64;
                 hooks::point("after-read");
-                if out.send(Staged::Read { index, offset, len, buf }).is_err() {
+                if out.send(Staged::Read { index, offset, len, buf, took }).is_err() {
                     break;
                 }
             }
@@ -172,11 +179,11 @@ pub(super) fn hash_stage(input: Receiver<Staged>, out: Sender<Staged>) -> Durati
     let mut busy = Duration::ZERO;
     for m in input {
         let m = match m {
-            Staged::Read { index, offset, len, buf } => {
+            Staged::Read { index, offset, len, buf, took } => {
                 let t = Instant::now();
                 let hash = blake3::hash(&buf[..len]);
                 busy += t.elapsed();
-                Staged::Hashed(Chunk { index, offset, len, buf, hash })
+                Staged::Hashed(Chunk { index, offset, len, buf, hash, ready: took + t.elapsed() })
             }
             other => other,
         };

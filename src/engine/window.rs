@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, bounded};
+use crossbeam_channel::{Receiver, bounded, unbounded};
 
 use super::stages::{Chunk, Staged, Urgent, Verified, hash_stage, or_abort, read_stage, verify_stage};
 use super::writer::Pipes;
@@ -160,6 +160,8 @@ impl Engine<'_> {
         budget: Option<Duration>,
     ) -> Ran {
         let stop_reader = AtomicBool::new(false);
+        // The writer's tokens: which chunks the reader may read (see `Engine::grant`).
+        let (grant_tx, grant_rx) = unbounded::<()>();
         let (raw_tx, raw_rx) = bounded::<Staged>(1);
         let (hashed_tx, hashed_rx) = bounded::<Staged>(self.cfg.read_ahead.max(1));
         let (written_tx, written_rx) = bounded::<Chunk>(1);
@@ -168,7 +170,8 @@ impl Engine<'_> {
         let pool = self.pool.clone();
         let urgent = guard.freezes();
         std::thread::scope(|s| {
-            let reader = s.spawn(|| or_abort("reader", || read_stage(target, chunks, &pool, raw_tx, &stop_reader)));
+            let read = || read_stage(target, chunks, &pool, grant_rx, raw_tx, &stop_reader);
+            let reader = s.spawn(|| or_abort("reader", read));
             let hasher = s.spawn(move || or_abort("hasher", || hash_stage(raw_rx, hashed_tx)));
             let verifier = cfg.verify.then(|| {
                 let reporter = guard.reporter();
@@ -181,10 +184,16 @@ impl Engine<'_> {
             or_abort("writer", || {
                 let _rt = Urgent::raise(urgent);
                 let mut taken = 0;
-                let pipes =
-                    Pipes { hashed: &hashed_rx, written: &written_tx, verified: &verified_rx, chunks: chunks.len() };
+                let pipes = Pipes {
+                    hashed: &hashed_rx,
+                    written: &written_tx,
+                    verified: &verified_rx,
+                    grants: &grant_tx,
+                    chunks,
+                };
                 let flow = self.write_window(guard, &pipes, window_start, budget, &mut taken);
-                drop(written_tx);
+                // The writer is done: no chunk is let through any more.
+                drop((written_tx, grant_tx));
                 let stages = Stages { stop_reader: &stop_reader, hashed: hashed_rx, reader, hasher, verifier };
                 let (end, read) = self.thaw(guard, stages);
                 Ran { end, flow, read, taken }

@@ -1,11 +1,12 @@
-//! The writer, on the window's own thread: takes hashed chunks in order and, for each,
-//! checks the budget and the guard, journals its `begin`, asks the guardian's permit,
-//! writes it and hands it to the verifier; settles read-backs as they come, and commits
-//! (flush, then journal) what was verified.
+//! The writer, on the window's own thread: lets the reader read the chunks it expects to
+//! write in this window, takes hashed chunks in order and, for each, checks the budget
+//! and the guard, journals its `begin`, asks the guardian's permit, writes it and hands it
+//! to the verifier; settles read-backs as they come, and commits (flush, then journal)
+//! what was verified.
 
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use super::stages::{Chunk, Staged, Verified};
 use super::window::WindowFlow;
@@ -19,9 +20,11 @@ pub(super) struct Pipes<'a> {
     pub(super) hashed: &'a Receiver<Staged>,
     pub(super) written: &'a Sender<Chunk>,
     pub(super) verified: &'a Receiver<Verified>,
-    /// How many chunks the reader was given: its channel closing before the last of them
-    /// is not the end of the window.
-    pub(super) chunks: usize,
+    /// One token per chunk the reader may read, in order.
+    pub(super) grants: &'a Sender<()>,
+    /// The window's chunks, as the reader was given them: its channel closing before the
+    /// last of them is not the end of the window.
+    pub(super) chunks: &'a [(u64, usize)],
 }
 
 /// The writer's counts within one window.
@@ -33,7 +36,13 @@ pub(super) struct Tally {
     pub(super) in_window: u64,
     /// Chunks taken from the hasher (the next one's index).
     pub(super) taken_chunks: u64,
-    pub(super) last_step: Option<Instant>,
+    /// Chunks the reader was let read.
+    pub(super) granted: u64,
+    /// A chunk let through only when the writer needed it (its read not overlapped: the
+    /// step to it does not measure the writer's pace).
+    pub(super) late: Option<u64>,
+    /// The last chunk's permit (when it was asked for) and length.
+    pub(super) last_step: Option<(Instant, u64)>,
     pub(super) since_commit: u64,
 }
 
@@ -61,7 +70,17 @@ impl Engine<'_> {
         let mut write = || loop {
             // Settle read-backs that have finished, without waiting.
             self.settle_ready(guard, pipes.verified, &mut w.outstanding)?;
-            let Some(chunk) = self.next_chunk(pipes, w.taken_chunks)? else { return Ok(WindowFlow::Complete) };
+            if !self.grant(pipes, &mut w, window_start, budget) {
+                return Ok(WindowFlow::BudgetSpent);
+            }
+            let until = self.wait_until(pipes, &w, window_start, budget);
+            let Some(chunk) = self.next_chunk(pipes, w.taken_chunks, until)? else {
+                // All taken, or the next one came too late to fit.
+                return Ok(match w.taken_chunks < pipes.chunks.len() as u64 {
+                    true => WindowFlow::BudgetSpent,
+                    false => WindowFlow::Complete,
+                });
+            };
             // Again after waiting for the reader: the read-backs still queued decide
             // whether this chunk fits.
             self.settle_ready(guard, pipes.verified, &mut w.outstanding)?;
@@ -76,19 +95,101 @@ impl Engine<'_> {
         flow.and_then(|f| settled.map(|()| f))
     }
 
-    /// The next hashed chunk, in order (None: the window's chunks are all taken).
-    pub(super) fn next_chunk(&mut self, pipes: &Pipes, expected: u64) -> Result<Option<Chunk>> {
+    /// Lets the reader read the chunks this window should still write, as far ahead of
+    /// the writer as the pool has buffers (the pool, not this, bounds the read-ahead): a
+    /// chunk read and not written is dropped at the thaw and read again in the next
+    /// window. Each is put to the writer's own test ([`Engine::expects`]) as it should be
+    /// when the writer comes to it. Returns whether the writer's next chunk was let
+    /// through: if not, the window's writes are over.
+    pub(super) fn grant(
+        &mut self,
+        pipes: &Pipes,
+        w: &mut Tally,
+        window_start: Instant,
+        budget: Option<Duration>,
+    ) -> bool {
+        let all = pipes.chunks.len() as u64;
+        let limit = all.min(w.taken_chunks + self.cfg.pool_size() as u64);
+        while w.granted < limit && self.expects(pipes.chunks, w, window_start, budget) {
+            if pipes.grants.send(()).is_err() {
+                return true; // the reader is gone: `next_chunk` says why
+            }
+            if w.granted == w.taken_chunks {
+                w.late = Some(w.granted);
+            }
+            w.granted += 1;
+        }
+        w.granted > w.taken_chunks || w.taken_chunks >= all
+    }
+
+    /// Whether the writer should still start chunk `w.granted` of `chunks` when it comes
+    /// to it, after the chunks it has not yet taken before it (`Pace::start_in`): the
+    /// budget's test of `start_chunk`, with the read-backs that will then be waiting (at
+    /// least the previous chunk's), and `--rate`'s. A window's first chunk always starts.
+    fn expects(&self, chunks: &[(u64, usize)], w: &Tally, window_start: Instant, budget: Option<Duration>) -> bool {
+        let (next, j) = (w.taken_chunks as usize, w.granted as usize);
+        if j == 0 {
+            return true;
+        }
+        let len = chunks[j].1 as u64;
+        let lens = || chunks[next..j].iter().map(|c| c.1 as u64);
+        let read_backs = match self.cfg.verify {
+            true => w.outstanding.max(u32::from(j > next)) + 1,
+            false => 0,
+        };
+        // The writer's next chunk, let through only now, is read before it is written.
+        let wait = match w.late == Some(next as u64) {
+            true => self.pace.ready_in(chunks[next].1 as u64),
+            false => Duration::ZERO,
+        };
+        let fits = budget.is_none_or(|b| {
+            let at = window_start.elapsed().saturating_add(wait).saturating_add(self.pace.start_in(lens(), len));
+            match j > next {
+                true => self.pace.fits_ahead(at, b, len, read_backs),
+                // Wanted now: the writer's own test, as `start_chunk` will put it.
+                false => self.pace.fits(at, b, len, read_backs),
+            }
+        });
+        fits && !self.ahead_of_rate(lens().sum::<u64>() + len)
+    }
+
+    /// Until when the writer waits for its next chunk: past that instant the chunk could
+    /// not pass `start_chunk`'s test of the budget (with the read-backs now waiting), so
+    /// a read that is late (a busy host, where the reader is not real-time) ends the
+    /// window instead of holding the freeze open. None: no budget, or the window's first
+    /// chunk, which always starts.
+    fn wait_until(&self, pipes: &Pipes, w: &Tally, window_start: Instant, budget: Option<Duration>) -> Option<Instant> {
+        let b = budget.filter(|_| w.in_window > 0)?;
+        let len = pipes.chunks.get(w.taken_chunks as usize)?.1 as u64;
+        let read_backs = if self.cfg.verify { w.outstanding + 1 } else { 0 };
+        Some(window_start + b.saturating_sub(self.pace.need(len, read_backs, b)))
+    }
+
+    /// The next hashed chunk, in order. None: the window's chunks are all taken, or it did
+    /// not come `until` then.
+    pub(super) fn next_chunk(&mut self, pipes: &Pipes, expected: u64, until: Option<Instant>) -> Result<Option<Chunk>> {
         let waiting = Instant::now();
-        let received = pipes.hashed.recv();
+        let received = match until {
+            Some(t) => pipes.hashed.recv_deadline(t),
+            None => pipes.hashed.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
         self.stats.stages.writer_waiting += waiting.elapsed().as_secs_f64();
-        let Ok(staged) = received else {
-            return match expected < pipes.chunks as u64 {
-                true => Err(Error::Internal(format!("the reader stopped after {expected} of {} chunks", pipes.chunks))),
-                false => Ok(None),
-            };
+        let staged = match received {
+            Ok(staged) => staged,
+            Err(RecvTimeoutError::Timeout) => return Ok(None),
+            Err(RecvTimeoutError::Disconnected) => {
+                let all = pipes.chunks.len();
+                return match expected < all as u64 {
+                    true => Err(Error::Internal(format!("the reader stopped after {expected} of {all} chunks"))),
+                    false => Ok(None),
+                };
+            }
         };
         match staged {
-            Staged::Hashed(c) if c.index == expected => Ok(Some(c)),
+            Staged::Hashed(c) if c.index == expected => {
+                self.pace.ready.learn(c.len as u64, c.ready, self.chunk_size);
+                Ok(Some(c))
+            }
             Staged::Hashed(c) => Err(Error::Internal(format!("chunk {} arrived, expected {expected}", c.index))),
             Staged::Failed { offset, error } => Err(Error::io_at("reading the device", offset, error)),
             Staged::Read { .. } => Err(Error::Internal("an unhashed chunk reached the writer".into())),
@@ -124,7 +225,6 @@ impl Engine<'_> {
             return Err(self.interrupted(sig));
         }
         guard.recheck()?;
-        *taken += chunk.len as u64;
         w.taken_chunks += 1;
         hooks::point("before-write");
         self.journal.begin(chunk.offset, chunk.len as u64, &chunk.hash)?;
@@ -134,6 +234,9 @@ impl Engine<'_> {
         if !permit? {
             return Ok(Start::Stop(WindowFlow::Overrun));
         }
+        // Taken for writing: a chunk denied its permit was read in vain, as those read
+        // ahead are (`bytes_read_ahead_dropped`).
+        *taken += chunk.len as u64;
         hooks::point("after-permit");
         Ok(Start::Go(t0))
     }
@@ -148,7 +251,7 @@ impl Engine<'_> {
         w: &mut Tally,
         t0: Instant,
     ) -> Result<()> {
-        let (offset, len) = (chunk.offset, chunk.len as u64);
+        let (offset, len, index) = (chunk.offset, chunk.len as u64, chunk.index);
         // Counted before the write: a failed or torn write may have touched them.
         let (lo, hi) = self.window_written.unwrap_or((offset, offset));
         self.window_written = Some((lo.min(offset), hi.max(offset + len)));
@@ -169,15 +272,7 @@ impl Engine<'_> {
         } else {
             self.settle(guard, Verified { chunk, result: Ok(()), took: Duration::ZERO })?;
         }
-        // Its permit and write (and the wait for the verifier to take it): what starting
-        // one more chunk costs a window that must end (see `pace`).
-        self.pace.write.learn(len, t0.elapsed(), self.chunk_size);
-        // For the chunk size, a chunk costs the writer the longer of its own write and the
-        // interval since the previous one (which includes waiting on the reader and the
-        // verifier); the slower of that and a decaying estimate.
-        let step = w.last_step.map_or(t0.elapsed(), |t: Instant| t.elapsed()).max(t0.elapsed());
-        w.last_step = Some(t0);
-        self.chunk_estimate = step.max(self.chunk_estimate.mul_f64(0.8));
+        self.learn_pace(w, t0, len, index);
         w.in_window += 1;
         w.since_commit += len;
         if w.since_commit >= COMMIT_INTERVAL_BYTES {
@@ -186,6 +281,27 @@ impl Engine<'_> {
             self.commit()?;
         }
         Ok(())
+    }
+
+    /// What a written chunk (`index`, `len` bytes, its permit asked for at `t0`) tells of
+    /// the writer's pace.
+    fn learn_pace(&mut self, w: &mut Tally, t0: Instant, len: u64, index: u64) {
+        // Its permit and write (and the wait for the verifier to take it): what starting
+        // one more chunk costs a window that must end (see `pace`).
+        self.pace.write.learn(len, t0.elapsed(), self.chunk_size);
+        // From the previous chunk's permit to this one's: what the reader's grants count
+        // on, unless this chunk's read waited for its grant.
+        if let Some((prev, prev_len)) = w.last_step
+            && w.late != Some(index)
+        {
+            self.pace.step.learn(prev_len, t0.duration_since(prev), self.chunk_size);
+        }
+        // For the chunk size, a chunk costs the writer the longer of its own write and the
+        // interval since the previous one (which includes waiting on the reader and the
+        // verifier); the slower of that and a decaying estimate.
+        let step = w.last_step.map_or(t0.elapsed(), |(t, _)| t.elapsed()).max(t0.elapsed());
+        w.last_step = Some((t0, len));
+        self.chunk_estimate = step.max(self.chunk_estimate.mul_f64(0.8));
     }
 
     pub(super) fn settle_ready(
