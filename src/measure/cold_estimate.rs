@@ -118,7 +118,9 @@ pub(crate) fn estimate(
     let needed = MIN_EFFECT.max(sureness.spread);
     let clear = speedup >= needed || cold_speedup.is_some_and(|c| c >= needed);
     let cannot = cannot.or_else(|| (sureness.noisy() && !clear).then(|| sureness.words.clone()));
-    let advice = advice(cannot, (speedup, cold_speedup), (cold_slow_bytes, bytes), (now, refreshed));
+    let limits = (THRESHOLD * reference, group_ref.map(|g| THRESHOLD * g.0).unwrap_or(0.0));
+    let slow_samples = timed.iter().filter(|t| t.rate() < if t.group { limits.1 } else { limits.0 }).count();
+    let advice = advice(cannot, (speedup, cold_speedup), (cold_slow_bytes, bytes), (now, refreshed), slow_samples);
     log::info!("{advice}");
     Ok(ColdEstimate {
         target: target.display().to_string(),
@@ -359,18 +361,22 @@ fn cold_speedup(bands: &[BandEstimate]) -> Option<f64> {
 }
 
 /// The estimate in words.
+/// `slow_samples`: samples slow at every reading; a call on one alone could be the
+/// host's (a busy spell can slow one sample three times running), so it takes two.
 fn advice(
     cannot: Option<String>,
     (speedup, cold_speedup): (f64, Option<f64>),
     (cold, bytes): (u64, u64),
     (now, refreshed): (f64, f64),
+    slow_samples: usize,
 ) -> String {
     if let Some(why) = cannot {
         return format!("cannot tell: {why}");
     }
+    let enough = slow_samples >= 2;
     let share = cold as f64 * 100.0 / bytes.max(1) as f64;
     let (cold_words, all_words) = (human_bytes(cold), human_bytes(bytes));
-    if speedup >= MIN_EFFECT {
+    if speedup >= MIN_EFFECT && enough {
         return format!(
             "worth it: {cold_words} of {all_words} ({share:.0} %) is cold and slow; a full read takes about {now:.1} s now and {refreshed:.1} s refreshed (x{speedup:.2}, {} -> {}); `reseq rewrite DIR --only-slow` refreshes the slow files",
             human_rate(bytes as f64 / now.max(f64::MIN_POSITIVE)),
@@ -378,11 +384,11 @@ fn advice(
         );
     }
     match cold_speedup {
-        Some(c) if c >= MIN_EFFECT => format!(
+        Some(c) if c >= MIN_EFFECT && enough => format!(
             "worth it for the cold part: {cold_words} of {all_words} ({share:.0} %) is cold and would read x{c:.2} faster refreshed; a full read gains only x{speedup:.2} ({now:.1} s now, {refreshed:.1} s refreshed); `reseq rewrite DIR --only-slow` refreshes just those files"
         ),
         _ => format!(
-            "looks flat: a full read would be only x{speedup:.2} faster refreshed ({now:.1} s now, {refreshed:.1} s refreshed; under x{MIN_EFFECT} is within what a device's reads drift); {cold_words} of {all_words} ({share:.0} %) is in age bands that read slowly"
+            "looks flat: a full read would be only x{speedup:.2} faster refreshed ({now:.1} s now, {refreshed:.1} s refreshed; under x{MIN_EFFECT} is within what a device's reads drift, and {slow_samples} sample(s) slow at every reading is no slow part: it takes two); {cold_words} of {all_words} ({share:.0} %) is in age bands that read slowly"
         ),
     }
 }
@@ -413,15 +419,17 @@ mod tests {
         let bands = [band(false, 9.0, 9.0), band(true, 4.0, 1.0)];
         let cold = cold_speedup(&bands);
         assert_eq!(cold, Some(4.0));
-        let words = advice(None, (13.0 / 10.0, cold), (1, 10), (13.0, 10.0));
+        let words = advice(None, (13.0 / 10.0, cold), (1, 10), (13.0, 10.0), 2);
         assert!(words.starts_with("worth it for the cold part"), "{words}");
         assert!(words.contains("x4.00"), "{words}");
         // No slow band, or one that gains under x1.5: flat.
-        assert!(advice(None, (1.0, cold_speedup(&bands[..1])), (0, 10), (9.0, 9.0)).starts_with("looks flat"));
-        assert!(advice(None, (1.1, Some(1.3)), (1, 10), (1.1, 1.0)).starts_with("looks flat"));
+        assert!(advice(None, (1.0, cold_speedup(&bands[..1])), (0, 10), (9.0, 9.0), 0).starts_with("looks flat"));
+        assert!(advice(None, (1.1, Some(1.3)), (1, 10), (1.1, 1.0), 2).starts_with("looks flat"));
+        let one = advice(None, (2.0, Some(4.0)), (5, 10), (2.0, 1.0), 1);
+        assert!(one.starts_with("looks flat") && one.contains("x2.00"), "one slow sample, its figure kept: {one}");
         // A full read that gains x1.5 is worth it outright; a cache makes it unknowable.
-        assert!(advice(None, (2.0, Some(4.0)), (5, 10), (2.0, 1.0)).starts_with("worth it:"));
-        assert!(advice(Some("a cache".into()), (2.0, Some(4.0)), (5, 10), (2.0, 1.0)).starts_with("cannot tell"));
+        assert!(advice(None, (2.0, Some(4.0)), (5, 10), (2.0, 1.0), 2).starts_with("worth it:"));
+        assert!(advice(Some("a cache".into()), (2.0, Some(4.0)), (5, 10), (2.0, 1.0), 2).starts_with("cannot tell"));
     }
 
     #[test]

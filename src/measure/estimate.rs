@@ -230,13 +230,13 @@ impl Call<'_> {
         if let Some(c) = self.cache.filter(|c| c.cache_suspected) {
             return format!("cannot tell: {}", c.finding);
         }
-        if f.speedup >= needed && f.slow > 0 {
+        // Two places at least: one place slow three times running can be the host's.
+        if f.speedup >= needed && f.slow >= 2 {
             return format!(
                 "worth it: a full read could be about x{:.2} faster ({now} now, {reference} re-sequenced, the reference being {words}); {} of {} places read below {below:.0} % of it at every reading ({how_sure})",
                 f.speedup, f.slow, f.places
             );
         }
-        // Two places at least: one place slow three times running can be the host's.
         if f.slow_speedup >= needed && f.slow >= 2 {
             return format!(
                 "worth it for the slow part: {} of {} places read below {below:.0} % of the reference at every reading and would read about x{:.2} faster re-sequenced; a full read gains x{:.2} ({now} now, {reference} re-sequenced, the reference being {words}); `reseq rewrite --only-slow` rewrites just the slow regions ({how_sure})",
