@@ -31,7 +31,8 @@ false_alarms() {
   mkfs.ext4 -q -F "$DEV"
   mkdir "$WORK/mnt"
   mount "$DEV" "$WORK/mnt"
-  trap 'kill $(jobs -p) 2>/dev/null; umount "$WORK/mnt" 2>/dev/null; losetup -d "$DEV" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+  # Each step may fail (no busy loop left, already unmounted): none may skip the rest.
+  trap 'kill $(jobs -p) 2>/dev/null || true; umount "$WORK/mnt" 2>/dev/null || true; losetup -d "$DEV" 2>/dev/null || true; rm -rf "$WORK"' EXIT
   for i in $(seq 8); do head -c 32M /dev/urandom >"$WORK/mnt/f$i"; done
   sync
   for _ in $(seq "$BUSY"); do (while :; do :; done) & done
