@@ -128,6 +128,10 @@ fn print_report((r, result): (Report, Result<()>), output: &OutputArgs, quiet: b
     let code = finish(result);
     // -q quiets the log, not the result.
     let format = output.format();
+    // A dry run's warnings are in its plan's text; in another format, the log says them.
+    if r.dry_run && format != Format::Text {
+        r.warnings.iter().for_each(|w| log::warn!("{w}"));
+    }
     print!("{}", render(&r, format));
     // `--json > run.json` at a terminal: the operator still sees the verdict.
     if format != Format::Text && !quiet && !std::io::stdout().is_terminal() && std::io::stderr().is_terminal() {

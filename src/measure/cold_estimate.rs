@@ -187,19 +187,23 @@ fn sample_plan(found: &[Found], block: u64, sample: u64, samples: usize) -> Vec<
         let total: u64 = large.iter().map(|&i| found[i].size).sum();
         let mut last = None;
         for k in 0..per_band as u64 {
-            // The file holding the byte at (k + 1/2) / n of the band's large files.
+            // The part around the byte at (k + 1/2) / n of the band's large files: parts
+            // spread by bytes, several in a large file (a band of one cold file is not one
+            // sample), each standing for as many bytes.
             let at = total * (2 * k + 1) / (2 * per_band as u64);
-            let mut acc = 0;
+            let mut start = 0;
             let Some(&i) = large.iter().find(|&&i| {
-                acc += found[i].size;
-                acc > at
+                let here = start + found[i].size > at;
+                start += if here { 0 } else { found[i].size };
+                here
             }) else {
                 break;
             };
-            if last != Some(i) {
-                let len = each.min(found[i].size / block * block);
-                out.push((b, Part::Of(i, (found[i].size - len) / 2 / block * block, len)));
-                last = Some(i);
+            let len = each.min(found[i].size / block * block);
+            let off = (at - start).saturating_sub(len / 2).min(found[i].size - len) / block * block;
+            if last != Some((i, off)) {
+                out.push((b, Part::Of(i, off, len)));
+                last = Some((i, off));
             }
         }
         let smalls: Vec<usize> = (0..found.len()).filter(|&i| found[i].band == b && found[i].size < small).collect();
@@ -271,9 +275,10 @@ fn read_rounds(
     Ok(((timed(&Place::best), timed(&Place::worst), places), elsewhere))
 }
 
-/// A band's large files read now and refreshed, per byte of their data (`data` in all),
-/// and of that the slow samples' part: each sample weighted by its file's data (samples
-/// fall evenly by bytes), refreshed at least at the reference.
+/// A band's large files read now and refreshed, per byte of their data, and of that the
+/// slow samples' part: samples fall evenly by bytes, so each stands for as many (a file
+/// smaller than their stride, for its neighbours too); refreshed at least at the
+/// reference.
 struct PerByte {
     now: f64,
     refreshed: f64,
@@ -281,13 +286,9 @@ struct PerByte {
     slow: (f64, f64),
 }
 
-fn per_byte(found: &[Found], timed: &[Timed], band: usize, (reference, data): (f64, f64)) -> Option<PerByte> {
+fn per_byte(timed: &[Timed], band: usize, reference: f64) -> Option<PerByte> {
     let alone: Vec<&Timed> = timed.iter().filter(|t| t.band == band && !t.group).collect();
-    // A file smaller than the samples' stride stands for the stride's bytes: it was the
-    // one picked among its neighbours.
-    let stride = data / alone.len().max(1) as f64;
-    let samples: Vec<(f64, f64)> =
-        alone.iter().map(|t| (t.rate().max(f64::MIN_POSITIVE), (found[t.files[0]].data as f64).max(stride))).collect();
+    let samples: Vec<(f64, f64)> = alone.iter().map(|t| (t.rate().max(f64::MIN_POSITIVE), 1.0)).collect();
     let weight: f64 = samples.iter().map(|s| s.1).sum();
     if weight <= 0.0 {
         return None;
@@ -326,7 +327,7 @@ fn band_estimates(found: &[Found], timed: &[Timed], refs: (f64, Option<f64>), sm
             let r_small = groups[b].first().copied();
             let r_any = (!alone[b].is_empty()).then(|| median(&alone[b])).or(r_small).unwrap_or(fallback);
             let rs = r_small.unwrap_or(r_any);
-            let large = per_byte(found, timed, b, (ref_l, large_data)).unwrap_or_else(|| {
+            let large = per_byte(timed, b, ref_l).unwrap_or_else(|| {
                 let (now, refreshed) = (1.0 / r_any, 1.0 / r_any.max(ref_l));
                 PerByte { now, refreshed, slow_share: 0.0, slow: (0.0, 0.0) }
             });
@@ -388,7 +389,8 @@ fn advice(
             "worth it for the cold part: {cold_words} of {all_words} ({share:.0} %) is cold and would read x{c:.2} faster refreshed; a full read gains only x{speedup:.2} ({now:.1} s now, {refreshed:.1} s refreshed); `reseq rewrite DIR --only-slow` refreshes just those files"
         ),
         _ => format!(
-            "looks flat: a full read would be only x{speedup:.2} faster refreshed ({now:.1} s now, {refreshed:.1} s refreshed; under x{MIN_EFFECT} is within what a device's reads drift, and {slow_samples} sample(s) slow at every reading is no slow part: it takes two); {cold_words} of {all_words} ({share:.0} %) is in age bands that read slowly"
+            "looks flat: a full read would be only x{speedup:.2} faster refreshed ({now:.1} s now, {refreshed:.1} s refreshed; under x{MIN_EFFECT} is within what a device's reads drift{}); {cold_words} of {all_words} ({share:.0} %) is in age bands that read slowly",
+            if slow_samples == 1 { ", and one sample slow at every reading is no slow part: it takes two" } else { "" }
         ),
     }
 }

@@ -1141,37 +1141,6 @@ fn hot_database_files_are_warned_about() {
     assert!(warnings.is_empty(), "{warnings:?}");
 }
 
-/// One progress over the whole run, bytes and files, not one per batch of small files:
-/// without a terminal its lines say the run's total.
-#[test]
-fn progress_counts_the_whole_run() {
-    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
-        return;
-    }
-    let env = TestEnv::new();
-    let (_lo, mnt) = env.mounted("progress", 128 * MIB, "ext4");
-    // 28 MiB: 16 small files (up to a chunk each: one engine run) and 12 files of 2 MiB
-    // (an engine run each).
-    std::fs::create_dir_all(mnt.dir.join("small")).unwrap();
-    let mut files = fill_files(&mnt.dir.join("small"), 16, 256 << 10, 76);
-    files.extend(fill_files(&mnt.dir, 12, 2 << 20, 77));
-    let out = output(
-        env.reseq()
-            // At 2 MiB/s, 14 s: longer than the 10 s between progress lines, which the
-            // runs after the first one, each a second later, give their chance.
-            .args(["rewrite", "--chunk-size", "256K", "--max-overruns", "1000", "--rate", "2M"])
-            .arg(&mnt.dir),
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let log = stderr(&out);
-    let lines: Vec<&str> = log.lines().filter(|l| l.contains("progress: ")).collect();
-    assert!(!lines.is_empty(), "{log}");
-    for l in &lines {
-        assert!(l.contains(" of 28.0 MiB (") && l.contains(" of 28 files, "), "{l}");
-    }
-    assert_files_intact(&files);
-}
-
 /// A refused run writes nothing (issue 35): after a run stopped by SIGINT, a run without
 /// `--resume` (exit 3), a `--resume` with another chunk size (exit 2) and a `--resume`
 /// refused at its first freeze, someone else's (exit 3), each leave every byte of the
