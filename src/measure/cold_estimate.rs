@@ -1,16 +1,18 @@
 //! `reseq estimate DIR`: how much of the files is cold and slow, and how much faster
 //! they would read refreshed, from a sample rather than a full read.
 //!
-//! The files are banded by age as `scan --by-file` bands them. In each band, files are
-//! sampled evenly by bytes (a file holding more bytes is likelier to be sampled), each
-//! sample a part from the middle of a large file, and the band's small files read as
-//! one group, as the scan times them. Every sample is read twice, forward then
-//! backward, and its faster reading counts (a busy host only slows a read). A full
-//! read's time is predicted band by band (bytes / the band's median), and refreshed
-//! (no band slower than the reference: the youngest files', else the fastest quarter's).
-//! It "looks flat" under the x1.5 a verdict needs, as the region estimate does, unless the
-//! cold bands alone would read x1.5 faster refreshed: a cold tenth of the data read 5x
-//! slower hardly moves a full read, yet is what a refresh is for.
+//! The files are banded by age as `scan --by-file` bands them. In each band, parts of the
+//! large files are sampled evenly by bytes (several in a large file), and the band's
+//! small files read as one group, as the scan times them. Every sample is read three
+//! times (forward, backward, forward), interleaved with places of the device under the
+//! files (see [`crate::measure::noise`]): its fastest reading is what a read gets now,
+//! its slowest counts for the reference. A full read's time is predicted band by band,
+//! and refreshed (no sample slower than the reference: the youngest files', else the
+//! fastest quarter's, or the device's where that is faster). It "looks flat" under the
+//! x1.5 a verdict needs, as the region estimate does, unless the cold part alone would
+//! read x1.5 faster refreshed: a cold tenth of the data read 5x slower hardly moves a
+//! full read, yet is what a refresh is for. Either call takes two samples slow at every
+//! reading.
 
 use std::path::Path;
 
