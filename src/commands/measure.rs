@@ -38,7 +38,7 @@ pub(crate) fn run_scan(o: &ScanOptions) -> (Report, Result<()>) {
             return Ok(());
         }
         let (target, params) = open_read(&o.read)?;
-        report.scan = Some(bench::scan(&target, &params, o.regions, o.threshold)?);
+        report.scan = Some(bench::scan(&target, &params, (o.regions, crate::measure::noise::ROUNDS), o.threshold)?);
         Ok(())
     })
 }

@@ -377,6 +377,6 @@ pub(crate) fn slow_regions_of(
     }
     let target = Target::Sim { path: "simulated".into(), state: Box::new(std::sync::Mutex::new(state)) };
     let params = ReadParams { block_size_bytes: MIB, queue_depth: 1, offset_bytes: start, length_bytes: end - start };
-    let scan = crate::measure::bench::scan(&target, &params, regions, threshold)?;
+    let scan = crate::measure::bench::scan(&target, &params, (regions, crate::measure::noise::ROUNDS), threshold)?;
     Ok(Selection::from_scan(&scan, "scan in this run".into()))
 }

@@ -311,13 +311,20 @@ pub(crate) fn region_bounds(offset: u64, length: u64, n: usize, align: u64) -> V
 /// readings so far cannot settle: those slow against the reference, and the reference's
 /// own (the fastest quarter). A region is slow only if slow at every reading; the
 /// reference counts its regions at their slowest (see [`crate::measure::noise`]).
-pub(crate) fn scan(target: &Target, params: &ReadParams, regions: usize, threshold: f64) -> Result<ScanResult> {
+/// `rounds`: [`noise::ROUNDS`] to choose regions by; 1 for a `--bench` map, which is drawn,
+/// not acted on (its slow regions are marked only under a verdict that stands).
+pub(crate) fn scan(
+    target: &Target,
+    params: &ReadParams,
+    (regions, rounds): (usize, usize),
+    threshold: f64,
+) -> Result<ScanResult> {
     let watch = Watch::start(target);
     let bounds = region_bounds(params.offset_bytes, params.length_bytes, regions, target.offset_align());
     let (block, qd) = (params.block_size_bytes, params.queue_depth);
     let places = noise::read_rounds(
         bounds.len(),
-        noise::ROUNDS,
+        rounds,
         |i| read_span(target, block, qd, bounds[i].0, bounds[i].1).map(|t| (t.rate(), t.zeros)),
         |p| unsettled(p, threshold),
     )?;

@@ -31,7 +31,7 @@ pub(crate) fn measure_target(target: &Target, opts: &BenchOptions) -> Result<(Be
     let length = opts.length.map_or(target.len(), |l| l.min(target.len()));
     let params = resolve_params(target, opts.block_size, opts.queue_depth, 0, Some(length))?;
     let b = bench::bench(target, &params, opts.passes.max(1), opts.settle)?;
-    let s = bench::scan(target, &params, opts.regions.max(1), 0.7)?;
+    let s = bench::scan(target, &params, (opts.regions.max(1), 1), 0.7)?;
     Ok((b, s))
 }
 

@@ -360,7 +360,7 @@ fn select_slow(plan: &RewritePlan, o: &RewriteOptions) -> Result<Selection> {
     // look slow.
     let (target, _) = Target::open_in_use(&plan.device.path, None)?;
     let params = resolve_params(&target, o.bench_opts.block_size, o.bench_opts.queue_depth, 0, None)?;
-    let scan = bench::scan(&target, &params, o.scan_regions, o.slow_threshold)?;
+    let scan = bench::scan(&target, &params, (o.scan_regions, crate::measure::noise::ROUNDS), o.slow_threshold)?;
     sure_selection(&scan, "scan in this run".into())
 }
 
