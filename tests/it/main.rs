@@ -30,6 +30,7 @@ mod kill_by_name;
 mod leftovers;
 mod no_silent_loss;
 mod packaging;
+mod plan_predicts;
 mod postgres;
 mod refusals_and_faults;
 mod report_schema;
