@@ -76,7 +76,7 @@ pub(crate) fn probe(device: &Path, chunks: &[(u64, u64)], cap: Duration) -> Resu
         // Back to normal as the thread ends; where real time is not allowed, as it is.
         let _ = crate::sys::set_scheduling_of(0, crate::sys::Scheduling::Fifo(1));
         let mut timed = Vec::new();
-        for i in stretches(chunks.len()) {
+        for i in stretches(chunks) {
             if !timed.is_empty() && started.elapsed() >= cap {
                 break;
             }
@@ -106,45 +106,79 @@ pub(crate) fn probe(device: &Path, chunks: &[(u64, u64)], cap: Duration) -> Resu
     })
 }
 
-/// The chunks to read, of `0..n`: [`STRETCHES`] stretches of up to [`STRETCH`]
-/// consecutive ones, evenly spaced, every chunk when there are few; the stretches in an
-/// order that covers the whole range early (a probe cut short by its cap has still
-/// sampled all of it).
-fn stretches(n: usize) -> Vec<usize> {
+/// The chunks to read, as indices into `chunks`: [`STRETCHES`] stretches of up to
+/// [`STRETCH`] consecutive ones, every chunk when there are few. Half the stretches start
+/// at evenly spaced chunks, half at evenly spaced bytes (thousands of small files and a
+/// few large ones: the chunks alone would sample the small files only, the bytes the
+/// large ones only). In an order that covers the whole range early (a probe cut short by
+/// its cap has still sampled all of it); a chunk is read once.
+fn stretches(chunks: &[(u64, u64)]) -> Vec<usize> {
+    let n = chunks.len();
     if n <= STRETCHES * STRETCH {
         return (0..n).collect();
     }
-    // Each stretch starts where its share of the range starts; the middle ones come
-    // after the ends (0, 4, 2, 6, 1, 5, 3, 7: bit-reversed).
-    let order = (0..STRETCHES).map(|j| (j as u8).reverse_bits() as usize >> (8 - STRETCHES.trailing_zeros()));
-    order.flat_map(|j| (0..STRETCH).map(move |k| j * n / STRETCHES + k)).collect()
-}
-
-/// `seconds = latency + bytes / rate`, by medians (a read that waited behind another
-/// job's I/O must not set the rate): the rate from the large reads (over half the
-/// largest), the latency from the small ones, what those take beyond their bytes at that
-/// rate. Fewer than three of either (device mode: nearly all full chunks) cannot
-/// separate the two: then all of it is rate.
-fn fit(timed: &[(u64, f64)]) -> (f64, f64) {
-    let rate_of = |t: &(u64, f64)| t.0 as f64 / t.1.max(1e-9);
-    let largest = timed.iter().map(|t| t.0).max().unwrap_or(0);
-    let (small, large): (Vec<&(u64, f64)>, Vec<_>) = timed.iter().partition(|t| t.0 * 2 <= largest);
-    if small.len() < 3 || large.len() < 3 {
-        return (0.0, median(timed.iter().map(rate_of)));
+    let total: u64 = chunks.iter().map(|c| c.1).sum();
+    let ends: Vec<u64> = chunks.iter().scan(0, |at, c| Some(std::mem::replace(at, *at + c.1) + c.1)).collect();
+    let at_byte = |b: u64| ends.partition_point(|&e| e <= b).min(n - 1);
+    // By turns a chunk and a byte position: chunks at 0, 1/2, 1/4, 3/4 of them, bytes at
+    // 1/8, 5/8, 3/8, 7/8 of them (each sequence the middle after the ends).
+    let quarters = [0, 2, 1, 3];
+    let starts = (0..STRETCHES).map(|k| match (k % 2, quarters[k / 2 % 4] as u64) {
+        (0, q) => q as usize * n / 4,
+        (_, q) => at_byte((total as u128 * (2 * q as u128 + 1) / 8) as u64),
+    });
+    let mut taken = vec![false; n];
+    let mut out = Vec::new();
+    for first in starts {
+        for i in (first..n).take(STRETCH) {
+            if !std::mem::replace(&mut taken[i], true) {
+                out.push(i);
+            }
+        }
     }
-    let rate = median(large.iter().copied().map(rate_of));
-    let latency = median(small.iter().map(|t| t.1 - t.0 as f64 / rate)).max(0.0);
-    (latency, rate)
+    out
 }
 
-/// The median (0 of nothing).
-fn median(v: impl Iterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = v.collect();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+/// `seconds = latency + bytes / rate`, fitted on relative errors (a 16 KiB read counts as
+/// much as a 4 MiB one: file mode's small pieces cost mostly the latency, full chunks
+/// mostly the bytes), then again without the reads the first fit missed by more than
+/// half (a read that waited behind another job's I/O must not set the rate). Reads all
+/// of about one size (device mode) cannot separate the two: then all of it is rate.
+fn fit(timed: &[(u64, f64)]) -> (f64, f64) {
+    let points: Vec<(f64, f64)> = timed.iter().filter(|t| t.1 > 0.0).map(|&(n, t)| (n as f64, t)).collect();
+    let first = weighted_line(&points);
+    let kept: Vec<(f64, f64)> =
+        points.iter().copied().filter(|&(n, t)| ((first.0 + n / first.1 - t) / t).abs() <= 0.5).collect();
+    if kept.len() * 4 >= points.len() * 3 { weighted_line(&kept) } else { first }
+}
+
+/// Least squares of `t = a + n / rate` weighted by `1 / t²`; `a` and `1 / rate` not
+/// negative.
+fn weighted_line(points: &[(f64, f64)]) -> (f64, f64) {
+    let (mut sw, mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(x, y) in points {
+        let w = 1.0 / (y * y);
+        (sw, sx, sy, sxx, sxy) = (sw + w, sx + w * x, sy + w * y, sxx + w * x * x, sxy + w * x * y);
+    }
+    if sxx == 0.0 {
+        return (0.0, 0.0);
+    }
+    let through_origin = (0.0, sxx / sxy);
+    // Both ends of the sizes need reads of their own: a few partial chunks among full
+    // ones (device mode) would set a latency from their noise.
+    let (min, max) = points.iter().fold((f64::MAX, 0.0f64), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
+    let small = points.iter().filter(|p| p.0 < (min * max).sqrt()).count();
+    let enough = |n: usize| n >= 3 && n * 10 >= points.len();
+    let det = sw * sxx - sx * sx;
+    if max < 2.0 * min || !enough(small) || !enough(points.len() - small) || det <= 0.0 {
+        return through_origin;
+    }
+    let (slope, latency) = ((sw * sxy - sx * sy) / det, (sxx * sy - sx * sxy) / det);
+    match (slope > 0.0, latency >= 0.0) {
+        (true, true) => (latency, 1.0 / slope),
+        (true, false) => through_origin,
+        // Larger reads no slower: the latency is all there is to see.
+        (false, _) => (sy / sw, 1e15),
     }
 }
 
@@ -153,39 +187,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stretches_cover_the_range_early_in_order_within_and_never_repeat() {
-        let s = stretches(1000);
-        assert_eq!(s.len(), 64);
+    fn stretches_cover_the_chunks_and_the_bytes_early_in_order_and_never_repeat() {
+        // 1000 small chunks, then 100 of 4 MiB: most chunks are small, most bytes large.
+        let mut chunks: Vec<(u64, u64)> = (0..1000).map(|i| (i * 8192, 8192)).collect();
+        chunks.extend((0..100).map(|i| ((1 << 30) + i * (4 << 20), 4 << 20)));
+        let s = stretches(&chunks);
         assert_eq!(&s[..8], &[0, 1, 2, 3, 4, 5, 6, 7], "consecutive chunks, read in order");
-        assert_eq!(&s[8..10], &[500, 501], "then the middle");
         let starts: Vec<usize> = s.iter().step_by(8).copied().collect();
-        assert_eq!(starts, vec![0, 500, 250, 750, 125, 625, 375, 875]);
+        // By turns a chunk position (0, 1/2, 1/4, 3/4 of the chunks) and a byte position
+        // (1/8, 5/8, 3/8, 7/8 of the bytes: all in the large chunks).
+        let by_chunk: Vec<usize> = starts.iter().step_by(2).copied().collect();
+        assert_eq!(by_chunk, vec![0, 550, 275, 825]);
+        assert!(starts.iter().skip(1).step_by(2).all(|&i| i >= 1000), "{starts:?}");
+        assert!(s.iter().filter(|&&i| i >= 1000).count() >= 32, "half the reads are large ones");
         let mut sorted = s.clone();
         sorted.sort();
         sorted.dedup();
-        assert_eq!(sorted.len(), 64, "each once");
-        assert_eq!(stretches(3), vec![0, 1, 2]);
-        assert!(stretches(0).is_empty());
-        assert_eq!(stretches(65).len(), 64);
+        assert_eq!(sorted.len(), s.len(), "each once");
+        assert!(s.len() <= 64);
+        assert_eq!(stretches(&chunks[..3]), vec![0, 1, 2]);
+        assert!(stretches(&[]).is_empty());
     }
 
     #[test]
     fn the_fit_separates_latency_from_rate_when_sizes_differ() {
         // 0.1 ms + 1 GB/s.
         let t = |n: u64| (n, 1e-4 + n as f64 / 1e9);
-        // Large reads at 1 GB/s with no latency of their own to speak of.
-        let large = |n: u64| (n, n as f64 / 1e9);
-        let mut reads = vec![t(4096), t(8192), t(65536), large(3 << 20), large(4 << 20), large(4 << 20)];
+        let mut reads: Vec<(u64, f64)> = [4096, 8192, 16384, 65536, 300_000, 1 << 20, 4 << 20].map(t).to_vec();
         let (lat, rate) = fit(&reads);
-        assert!((lat - 1e-4).abs() < 1e-6 && (rate - 1e9).abs() < 1.0, "{lat} {rate}");
-        // Reads that waited behind other I/O do not move the medians.
+        assert!((lat - 1e-4).abs() < 1e-7 && (rate - 1e9).abs() < 1e-3 * 1e9, "{lat} {rate}");
+        // Reads that waited behind other I/O do not move it.
         reads.extend([(4096, 0.004), (4 << 20, 0.5)]);
         let (lat2, rate2) = fit(&reads);
-        assert!((lat2 - lat).abs() < 1e-4 && (rate2 - rate).abs() / rate < 0.2, "{lat2} {rate2}");
-        // All one size, or too few small ones: all of it is rate.
-        let (lat, rate) = fit(&[(4 << 20, 0.004), (4 << 20, 0.006), (4096, 0.003)]);
+        assert!((lat2 - lat).abs() < 1e-6 && (rate2 - rate).abs() / rate < 0.01, "{lat2} {rate2}");
+        // All one size, or a few partial chunks among full ones: all of it is rate.
+        let (lat, rate) = fit(&[(4 << 20, 0.004), (4 << 20, 0.004), (4 << 20, 0.004)]);
         assert_eq!(lat, 0.0);
-        assert!((rate - (4 << 20) as f64 / 0.006).abs() < 1.0, "{rate}");
+        assert!((rate - (4 << 20) as f64 / 0.004).abs() < 1.0, "{rate}");
+        let mut device = vec![(4 << 20, 0.004); 40];
+        device.extend([(4096, 0.0005), (1 << 20, 0.0015)]);
+        assert_eq!(fit(&device).0, 0.0);
         assert_eq!(fit(&[]), (0.0, 0.0));
     }
 }

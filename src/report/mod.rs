@@ -239,7 +239,8 @@ pub(crate) struct PlanReport {
 /// `low`, `expected`, `high`: wider on a busy host.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Prediction {
-    /// Read once each, written once, and read back (0 with `--no-verify`).
+    /// Read (what a window read ahead and dropped at its end counts again), written
+    /// once, and read back (0 with `--no-verify`).
     pub(crate) bytes_read: u64,
     pub(crate) bytes_written: u64,
     pub(crate) bytes_verified: u64,

@@ -237,6 +237,7 @@ fn pacing(o: &RewriteOptions, plan: &RewritePlan) -> predict::Pacing {
         pause: e.pause,
         rate: e.rate_bytes_per_second,
         max_overruns: e.max_overruns,
+        read_ahead: e.read_ahead,
         notes: chooses
             .then(|| "choice: the regions to rewrite are chosen at the run's start; this counts every byte in use, the most the run rewrites".to_string())
             .into_iter()

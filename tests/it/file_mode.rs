@@ -429,7 +429,8 @@ fn reflinked_pair_on_xfs_is_written_once() {
         plan.contains("/b: 1 extent(s), nothing to rewrite (holes, unwritten, or shared"),
         "the clone adds nothing: {plan}"
     );
-    assert!(plan.contains("2 file(s), 8.0 MiB to rewrite: about 1 window(s)"), "the totals count it once: {plan}");
+    assert!(plan.contains("2 file(s), 8.0 MiB to rewrite in 2 chunk(s): about 1 window(s)"), "counted once: {plan}");
+    assert!(plan.contains("  prediction: 8.0 MiB read, 8.0 MiB written and read back in 2 chunk(s)"), "{plan}");
     let r = json_ok(env.reseq().args(["rewrite", "--json"]).arg(&a).arg(mnt.dir.join("b")));
     let files = r["files"].as_array().unwrap();
     assert_eq!(files[0]["bytes_rewritten"], 8 * MIB, "the first file writes the shared range");
@@ -653,7 +654,7 @@ fn dry_run_plans_each_file_and_touches_nothing() {
     // these 9.6 MiB take one window.
     assert!(text.contains("  frozen: one window of about "), "{text}");
     // Windows back to back: the hint when writers would wait most of the run.
-    let busy = ["rewrite", "--dry-run", "--max-freeze", "100ms", "--pause", "10ms", "--chunk-size", "64K"];
+    let busy = ["rewrite", "--dry-run", "--max-freeze", "300ms", "--pause", "0s", "--chunk-size", "4K"];
     let out = output(env.reseq().args(busy).arg(&path));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("  frozen: about ") && text.contains("writers wait most of the run: --pause "), "{text}");

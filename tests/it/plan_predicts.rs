@@ -4,6 +4,15 @@
 //! each way (the tests share two busy cores: the run may meet a load the probe did not);
 //! on a host that stayed quiet, the expected figures themselves are within x1.5. A plan
 //! that would take years says so, and its run is refused.
+//!
+//! Each run holds the machine (`common::exclusive()`): a run's time is what is measured,
+//! and another test's I/O on the same disk would slow it as no probe before it could
+//! see (measured: x1.3-x2.1 with the three suites side by side).
+//!
+//! Quiet: the probe found no CPU pressure to speak of, and during the run some task
+//! waited for a CPU less than [`QUIET_RUN`] of the time. A run on two cores makes some
+//! of that itself (its reader, hasher, verifier and the loop device's workers: 0.07-0.26
+//! measured on an otherwise idle host), so the bar is above that.
 
 use std::io::Write;
 use std::path::Path;
@@ -14,6 +23,9 @@ use serde_json::Value;
 use crate::common::*;
 
 const MIB: u64 = 1 << 20;
+
+/// CPU pressure during a run below which the host counts as quiet.
+const QUIET_RUN: f64 = 0.3;
 
 /// The share of the time between two readings that some task waited for a CPU
 /// (/proc/pressure/cpu), None without PSI.
@@ -39,15 +51,15 @@ fn cpu_some_total() -> Option<u64> {
 /// plan's range (x1.5 each way), its bytes the plan's; on a quiet host, near what was
 /// expected.
 fn plan_then_run(env: &TestEnv, what: &str, args: &[&str], target: &[&Path]) {
+    let _alone = exclusive();
     let plan = json_ok(env.reseq().args(["rewrite", "--dry-run", "--json"]).args(args).args(target));
     let p = &plan["prediction"];
     let during = CpuPressure::start();
     let run = json_ok(env.reseq().args(["rewrite", "--json"]).args(args).args(target));
     let (r, run_pressure) = (&run["results"], during.share());
-    let h = &p["probes"][0]["host_pressure"];
-    let probe_pressure = h["cpu_some"].as_f64().zip(h["io_some"].as_f64()).map(|(c, i)| c.max(i));
+    let probe_pressure = p["probes"][0]["host_pressure"]["cpu_some"].as_f64();
     eprintln!(
-        "{what}: planned {} windows ({}-{}), {:.2} s frozen ({:.2}-{:.2}), {:.2} s ({:.2}-{:.2}); ran {} windows, {:.2} s frozen, {:.2} s; pressure before the probe {probe_pressure:?}, CPU during the run {run_pressure:?}",
+        "{what}: planned {} windows ({}-{}), {:.2} s frozen ({:.2}-{:.2}), {:.2} s ({:.2}-{:.2}); ran {} windows, {:.2} s frozen, {:.2} s; pressure before the probe {probe_pressure:.2?}, CPU during the run {run_pressure:.2?}",
         p["windows"]["expected"],
         p["windows"]["low"],
         p["windows"]["high"],
@@ -63,7 +75,7 @@ fn plan_then_run(env: &TestEnv, what: &str, args: &[&str], target: &[&Path]) {
     );
     let written = num(&r["bytes_written"]);
     assert!((written - num(&p["bytes_written"])).abs() <= 0.02 * written + 2.0 * MIB as f64, "{what}: bytes {p} {r}");
-    let quiet = probe_pressure.is_some_and(|x| x < 0.1) && run_pressure.is_some_and(|x| x < 0.1);
+    let quiet = probe_pressure.is_some_and(|x| x < 0.05) && run_pressure.is_some_and(|x| x < QUIET_RUN);
     for (name, planned, ran) in
         [("windows", "windows", "windows"), ("frozen", "frozen_seconds", "total_frozen_seconds")]
     {

@@ -133,7 +133,7 @@ fn dry_run_touches_nothing_and_shows_the_plan() {
     // Windows back to back: frozen nearly all the run, said with the way out; a pause as
     // long as a window frees writers half the time.
     fill_files(&mnt.dir, 8, 4 << 20, 5);
-    let tight = ["rewrite", "--dry-run", "--max-freeze", "100ms", "--chunk-size", "64K"];
+    let tight = ["rewrite", "--dry-run", "--max-freeze", "300ms", "--chunk-size", "4K"];
     let busy = output(env.reseq().args(tight).arg(&lo.path));
     let busy = String::from_utf8_lossy(&busy.stdout);
     assert!(busy.contains("frozen: about ") && busy.contains("writers wait most of the run: --pause "), "{busy}");

@@ -22,12 +22,20 @@ use crate::support::units::{human_bytes, human_rate, human_seconds};
 /// The probe reads for at most this long in all (split between the devices).
 pub(crate) const PROBE_CAP: Duration = Duration::from_secs(1);
 
-/// The ends of each range on a quiet host: every cost this much lower, or higher, than
-/// the model's. A busy host (pressure `p`, the share of time some task waited for a CPU
-/// or for I/O) widens both by `1 + 2p`: the load may go (the probe read more slowly for
-/// it) or double.
+/// On a host whose CPU pressure before the probe was `p` (the share of time some task
+/// waited for a CPU), every chunk's cost is the model's times `1 + p × LOAD_ON_CHUNKS`:
+/// the probe reads at real-time priority, so its reads hardly show the load, but the
+/// run's reader, hasher and the device's kernel workers wait behind it. A window's own
+/// costs (syncfs, freeze, thaw) wait on the disk's other writers too, `1 + p ×
+/// LOAD_ON_WINDOWS` (measured 45-88 ms loaded against 14-45 ms quiet). Fitted on runs at
+/// pressures of 0-1 on 2 shared cores, 2026-11-28.
+const LOAD_ON_CHUNKS: f64 = 0.5;
+const LOAD_ON_WINDOWS: f64 = 1.0;
+/// The ends of each range: the model's own error, every cost x0.8 (and no load at all)
+/// to x1.25, and at the high end a load with half again the effect expected.
 const LOW: f64 = 0.8;
 const HIGH: f64 = 1.25;
+const HIGH_LOAD: f64 = 1.5;
 
 /// A run longer than this is said to be absurd (a warning, also in the run's log).
 pub(crate) const ABSURD: Duration = Duration::from_secs(7 * 86_400);
@@ -50,6 +58,7 @@ pub(crate) struct Pacing {
     pub(crate) pause: Duration,
     pub(crate) rate: Option<u64>,
     pub(crate) max_overruns: u32,
+    pub(crate) read_ahead: usize,
     /// What else the figures rest on, in words (a choice made only at the run's start).
     pub(crate) notes: Vec<String>,
 }
@@ -70,16 +79,23 @@ pub(crate) fn predict(runs: &[EngineRun], pacing: &Pacing) -> Result<Predicted> 
             .map_err(|e| Error::Internal(format!("probing {}: {}", r.device.display(), crate::error_chain(&e))))?;
         probes.push(p);
     }
-    let pressure =
-        probes.iter().filter_map(|p| p.host_pressure.as_ref()).map(|h| h.cpu_some.max(h.io_some)).fold(0.0, f64::max);
-    let scales = [LOW / (1.0 + 2.0 * pressure), 1.0, HIGH * (1.0 + 2.0 * pressure)];
+    // The CPU's pressure only: I/O pressure counts any task stalled on any device (one
+    // blocked on a FUSE file measured 0.5 while the run went as fast as on an idle host).
+    let pressure = probes.iter().filter_map(|p| p.host_pressure.as_ref()).map(|h| h.cpu_some).fold(0.0, f64::max);
+    let (chunks, windows) = (pressure * LOAD_ON_CHUNKS, pressure * LOAD_ON_WINDOWS);
+    // The low end: writes as fast as the reads.
+    let scales = [
+        (LOW, LOW, false),
+        (1.0 + chunks, 1.0 + windows, true),
+        (HIGH * (1.0 + HIGH_LOAD * chunks), HIGH * (1.0 + HIGH_LOAD * windows), true),
+    ];
     let mut outcomes: Vec<Vec<model::Outcome>> =
         scales.iter().map(|&s| simulate_all(runs, &probes, pacing, s)).collect();
     let total = |i: usize| sum(&outcomes[i]);
     let (low, expected, high) = (total(0), total(1), total(2));
     let bytes: u64 = runs.iter().map(|r| r.layout.bytes()).sum();
     let report = Prediction {
-        bytes_read: bytes,
+        bytes_read: bytes + expected.dropped,
         bytes_written: bytes,
         bytes_verified: if pacing.verify { bytes } else { 0 },
         chunks: expected.chunks,
@@ -96,7 +112,12 @@ pub(crate) fn predict(runs: &[EngineRun], pacing: &Pacing) -> Result<Predicted> 
 
 /// Every engine run at one cost scale (each with its own probe; runs with nothing to
 /// rewrite come to nothing).
-fn simulate_all(runs: &[EngineRun], probes: &[PlanProbe], pacing: &Pacing, scale: f64) -> Vec<model::Outcome> {
+fn simulate_all(
+    runs: &[EngineRun],
+    probes: &[PlanProbe],
+    pacing: &Pacing,
+    (scale, fixed_scale, capped): (f64, f64, bool),
+) -> Vec<model::Outcome> {
     let mut probes = probes.iter();
     let settings = |align: u64| model::Settings {
         chunk_size: pacing.chunk_size,
@@ -106,13 +127,21 @@ fn simulate_all(runs: &[EngineRun], probes: &[PlanProbe], pacing: &Pacing, scale
         pause: pacing.pause.as_secs_f64(),
         rate: pacing.rate.map(|r| r as f64),
         max_overruns: pacing.max_overruns,
+        read_ahead: pacing.read_ahead,
     };
     runs.iter()
         .map(|r| match r.layout.bytes() {
             0 => model::Outcome::default(),
             _ => {
                 let p = probes.next().expect("a probe for each run with bytes");
-                let costs = model::Costs { latency: p.latency_seconds, bytes_per_second: p.bytes_per_second, scale };
+                let cap = if capped { model::WRITE_CAP_BYTES_PER_SECOND } else { f64::MAX };
+                let costs = model::Costs {
+                    latency: p.latency_seconds,
+                    bytes_per_second: p.bytes_per_second,
+                    write_bytes_per_second: p.bytes_per_second.min(cap),
+                    scale,
+                    fixed_scale,
+                };
                 model::simulate(&r.layout, costs, &settings(r.align))
             }
         })
@@ -130,6 +159,7 @@ fn sum(outcomes: &[model::Outcome]) -> model::Outcome {
         stopped: a.stopped || o.stopped,
         bytes: a.bytes + o.bytes,
         chunks: a.chunks + o.chunks,
+        dropped: a.dropped + o.dropped,
     })
 }
 
@@ -149,25 +179,28 @@ fn spans(v: [f64; 3]) -> SecondsRange {
 /// What the figures rest on, in words.
 fn basis(probes: &[PlanProbe], pacing: &Pacing, pressure: f64) -> Vec<String> {
     let mut out: Vec<String> = probes.iter().map(|p| describe_probe(p, pacing.chunk_size)).collect();
-    let reads = if pacing.verify { model::READS_PER_CHUNK } else { model::READS_PER_CHUNK_UNVERIFIED };
+    let reads = if pacing.verify { model::READ_SHARE } else { model::READ_SHARE_UNVERIFIED };
     out.push(format!(
-        "model: a chunk costs {reads} times its read ({} share the device and partly overlap; a write is taken to cost a read, since a dry run writes nothing) and {:.2} ms (the permit and checks before each write); a window {:.0} ms for its freeze and {:.0} ms for its thaw, and {:.0} ms before it (syncfs): not measured, since a dry run freezes nothing (ext4 over a loop device took about that; an NVMe drive takes less); windows cut as the engine's pacer cuts them (a chunk starts only if it, its read-backs and the thaw fit twice over, with a tenth of the budget spare){}",
-        if pacing.verify { "its read, write and read-back" } else { "its read and write" },
+        "model: a chunk costs {reads} x its bytes at the probe's rate ({}, overlapped) and {} x its bytes at the write rate, taken as the probe's rate but at most {} (a dry run writes nothing; sustained writes outlast a drive's or a virtual disk's write cache, recent data may read from one; the low end lifts the cap), the probe's latency once, and {:.2} ms (the permit and checks before each write); a window {:.0} ms before its freeze (syncfs, the guardian), {:.0} ms for the freeze and {:.0} ms for the thaw: not measured, since a dry run freezes nothing, but what ext4 over a loop device took on a quiet host; windows cut as the engine's pacer cuts them (a chunk starts only if it, its read-backs and the thaw fit twice over, with a tenth of the budget spare){}",
+        if pacing.verify { "its read and read-back" } else { "its read" },
+        model::WRITE_SHARE,
+        human_rate(model::WRITE_CAP_BYTES_PER_SECOND),
         model::PER_CHUNK_SECONDS * 1e3,
+        model::FREEZE_BEFORE_SECONDS * 1e3,
         model::FREEZE_SECONDS * 1e3,
         model::THAW_SECONDS * 1e3,
-        model::FREEZE_BEFORE_SECONDS * 1e3,
         if pacing.deadline.is_none() { "; nothing is frozen here: one window" } else { "" },
     ));
+    let (chunks, windows) = (pressure * LOAD_ON_CHUNKS, pressure * LOAD_ON_WINDOWS);
     out.push(match pressure {
         p if p >= 0.1 => format!(
-            "host: busy before the probe (some task waited for a CPU or for I/O {:.0} % of the time, /proc/pressure): the range allows for that load to go or to double (x{:.2}-x{:.2} of every cost)",
+            "host: busy before the probe (some task waited for a CPU {:.0} % of the time, /proc/pressure): each chunk counted x{:.2} and each window's freeze x{:.2} for that load, the range from x{LOW} (no load) to x{HIGH} with half again its effect",
             p * 100.0,
-            LOW / (1.0 + 2.0 * p),
-            HIGH * (1.0 + 2.0 * p)
+            1.0 + chunks,
+            1.0 + windows
         ),
         p => format!(
-            "host: quiet before the probe (pressure {:.0} %, /proc/pressure): the range is the model's own, x{LOW}-x{HIGH} of every cost",
+            "host: quiet before the probe (CPU pressure {:.0} %, /proc/pressure): the range is the model's own, x{LOW}-x{HIGH} of every cost",
             p * 100.0
         ),
     });
@@ -183,8 +216,14 @@ fn basis(probes: &[PlanProbe], pacing: &Pacing, pressure: f64) -> Vec<String> {
 
 /// The probe in words.
 fn describe_probe(p: &PlanProbe, chunk_size: u64) -> String {
+    let fit = match p.latency_seconds {
+        0.0 => {
+            format!("its bytes at {} (the reads too alike in size to tell a latency)", human_rate(p.bytes_per_second))
+        }
+        l => format!("{:.2} ms + its bytes at {}", l * 1e3, human_rate(p.bytes_per_second.min(1e13))),
+    };
     format!(
-        "probe: {} of the run's {} chunks on {} read as the run reads them (O_DIRECT at their device offsets, up to {} each, one at a time, spread over the data, each once), {} in {:.2} s (cap {:.1} s): a read takes {:.2} ms + its bytes at {}",
+        "probe: {} of the run's {} chunks on {} read as the run reads them (O_DIRECT at their device offsets, up to {} each, one at a time, spread over the data, each once), {} in {:.2} s (cap {:.1} s): a read takes {fit}",
         p.reads,
         p.chunks_in_plan,
         p.device,
@@ -192,34 +231,39 @@ fn describe_probe(p: &PlanProbe, chunk_size: u64) -> String {
         human_bytes(p.bytes),
         p.seconds,
         p.time_cap_seconds,
-        p.latency_seconds * 1e3,
-        human_rate(p.bytes_per_second.min(1e13)),
     )
 }
 
 /// The prediction's lines in the dry run's text.
 pub(crate) fn describe(p: &Prediction) -> String {
-    let verb = if p.bytes_verified > 0 { "read, written and read back" } else { "read and written" };
-    let w = &p.windows;
+    let verb = if p.bytes_verified > 0 { "written and read back" } else { "written" };
+    let again = match p.bytes_read - p.bytes_written {
+        0 => String::new(),
+        n => format!(" ({} again, read ahead by a window that stopped short of it)", human_bytes(n)),
+    };
+    let (w, f, d) = (&p.windows, &p.frozen_seconds, &p.duration_seconds);
     let mut s = format!(
-        "  prediction: {} {verb} in {} chunk(s); about {} window(s) ({}-{}), {} frozen in all ({}-{}), the longest {}; the whole run about {} ({}-{})\n",
+        "  prediction: {} read{again}, {} {verb} in {} chunk(s); about {} window(s){}, {} frozen in all{}, the longest {}; the whole run about {}{}\n",
+        human_bytes(p.bytes_read),
         human_bytes(p.bytes_written),
         p.chunks,
         w.expected,
-        w.low,
-        w.high,
-        human_seconds(p.frozen_seconds.expected),
-        human_seconds(p.frozen_seconds.low),
-        human_seconds(p.frozen_seconds.high),
+        range(w.low.to_string(), w.high.to_string()),
+        human_seconds(f.expected),
+        range(human_seconds(f.low), human_seconds(f.high)),
         human_seconds(p.longest_freeze_seconds),
-        human_seconds(p.duration_seconds.expected),
-        human_seconds(p.duration_seconds.low),
-        human_seconds(p.duration_seconds.high),
+        human_seconds(d.expected),
+        range(human_seconds(d.low), human_seconds(d.high)),
     );
     for b in &p.basis {
         s += &format!("  prediction rests on {b}\n");
     }
     s
+}
+
+/// ` (low-high)`, or nothing when both read the same.
+fn range(low: String, high: String) -> String {
+    if low == high { String::new() } else { format!(" ({low}-{high})") }
 }
 
 /// Warnings for a plan that makes no sense: a run of months or years, windows that

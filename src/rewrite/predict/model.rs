@@ -10,14 +10,22 @@ use std::time::Duration;
 
 use crate::engine::pace::{Pace, Share};
 
-/// A chunk costs the writer this many reads of it: its read (ahead, by the reader), its
-/// write and its read-back (the verifier) share the device and partly overlap, and a
-/// write is taken to cost a read (a dry run writes nothing). Fitted on loop devices over
-/// a virtual disk (4 MiB chunks: 2.3 ms read alone, 6.3 ms a chunk in the run; 3000
-/// small files: 0.15 ms, 0.73 ms), 2026-11-28.
-pub(crate) const READS_PER_CHUNK: f64 = 2.6;
-/// Without verification: no read-back.
-pub(crate) const READS_PER_CHUNK_UNVERIFIED: f64 = 1.9;
+/// A chunk costs the writer its bytes at the probe's rate this many times (its read,
+/// ahead, by the reader, and its read-back, by the verifier, overlap with the write and
+/// with each other), plus its bytes at the write rate this many times (the write, and
+/// what it slows the reads by), plus a read's latency once (the three wait side by
+/// side). Fitted on ext4 over loop devices on a virtual disk, 4 MiB chunks and 3000
+/// small files, at read rates of 1.6-4 GB/s (a virtual disk reads recently written data
+/// from its host's cache; its writes ran at 0.6-0.9 GB/s), 2026-11-28.
+pub(crate) const READ_SHARE: f64 = 1.0;
+pub(crate) const WRITE_SHARE: f64 = 1.35;
+/// Without verification: no read-back (measured: 0.75 of the verified run's time).
+pub(crate) const READ_SHARE_UNVERIFIED: f64 = 0.4;
+/// A dry run cannot write, so writes are taken to go as fast as the probe's reads but
+/// no faster than this: sustained writes outlast any write cache (a TLC drive past its
+/// SLC cache, a virtual disk past its host's), while recent data may read from one. The
+/// low end of the range lifts this cap.
+pub(crate) const WRITE_CAP_BYTES_PER_SECOND: f64 = (1u64 << 30) as f64;
 /// And this much more, whatever its size: the guardian's permit and the checks before
 /// each write (the device's counters and shape).
 pub(crate) const PER_CHUNK_SECONDS: f64 = 0.000_35;
@@ -25,14 +33,17 @@ pub(crate) const PER_CHUNK_SECONDS: f64 = 0.000_35;
 const READ_BACK_READS: f64 = 1.8;
 /// blake3 of a chunk before its write can start (the first of each window waits for it).
 const HASH_BYTES_PER_SECOND: f64 = 1.5e9;
-/// Before a window's freeze: syncfs and the guardian's round trip (counted in the
-/// window's budget, not in its freeze).
+/// Before a window's freeze: syncfs (ext4 commits what the last thaw left) and the
+/// guardian's round trip, counted in the window's budget, not in its freeze. FIFREEZE
+/// itself (ext4 checkpoints its journal: little after the last window, more after
+/// applications wrote), and the thaw. Measured on ext4 over a loop device on a quiet
+/// host: 14-45 ms for the two (14 ms when only reseq had written since the last window,
+/// 40-45 ms in the first windows after files were written), 1-7 ms for the thaw; under
+/// another job's I/O 45-88 ms and 3-11 ms (the range scales them with the host's
+/// pressure), 2026-11-28. A dry run freezes nothing, so none is measured on the target.
 pub(crate) const FREEZE_BEFORE_SECONDS: f64 = 0.025;
-/// FIFREEZE itself (ext4 commits its journal and superblock) and the thaw: measured
-/// 30-45 ms and 3-11 ms on ext4 over a loop device, 2026-11-28. A dry run freezes
-/// nothing, so these are not measured on the target.
-pub(crate) const FREEZE_SECONDS: f64 = 0.035;
-pub(crate) const THAW_SECONDS: f64 = 0.006;
+pub(crate) const FREEZE_SECONDS: f64 = 0.020;
+pub(crate) const THAW_SECONDS: f64 = 0.004;
 /// After each window: the device's flush and the journal's fsync.
 const COMMIT_SECONDS: f64 = 0.008;
 /// An unmounted device's one window commits this often (`engine::COMMIT_INTERVAL_BYTES`).
@@ -98,12 +109,15 @@ impl Layout {
     }
 }
 
-/// What a read costs (the probe's fit), and a factor on every time (the range).
+/// What a read costs (the probe's fit), the write rate taken, and factors on every
+/// chunk's time and on every window's own (the range; a host's load slows both).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Costs {
     pub(crate) latency: f64,
     pub(crate) bytes_per_second: f64,
+    pub(crate) write_bytes_per_second: f64,
     pub(crate) scale: f64,
+    pub(crate) fixed_scale: f64,
 }
 
 impl Costs {
@@ -111,11 +125,13 @@ impl Costs {
         (self.latency + len as f64 / self.bytes_per_second.max(1.0)) * self.scale
     }
     fn step(&self, len: u64, verify: bool) -> f64 {
-        let reads = if verify { READS_PER_CHUNK } else { READS_PER_CHUNK_UNVERIFIED };
-        PER_CHUNK_SECONDS * self.scale + reads * self.read(len)
+        let reads = if verify { READ_SHARE } else { READ_SHARE_UNVERIFIED };
+        let read = len as f64 / self.bytes_per_second.max(1.0);
+        let write = len as f64 / self.write_bytes_per_second.max(1.0);
+        (PER_CHUNK_SECONDS + self.latency + reads * read + WRITE_SHARE * write) * self.scale
     }
     fn fixed(&self, seconds: f64) -> f64 {
-        seconds * self.scale
+        seconds * self.fixed_scale
     }
 }
 
@@ -130,6 +146,7 @@ pub(crate) struct Settings {
     pub(crate) pause: f64,
     pub(crate) rate: Option<f64>,
     pub(crate) max_overruns: u32,
+    pub(crate) read_ahead: usize,
 }
 
 /// What the simulated run came to.
@@ -145,6 +162,8 @@ pub(crate) struct Outcome {
     pub(crate) stopped: bool,
     pub(crate) bytes: u64,
     pub(crate) chunks: u64,
+    /// Read ahead at a window's end and dropped (read again in the next).
+    pub(crate) dropped: u64,
 }
 
 /// Runs the layout through the engine's pacing.
@@ -212,6 +231,8 @@ impl<'a> Sim<'a> {
         }
         if flow == Flow::Complete {
             (self.batch, self.run, self.offset) = (horizon, 0, 0);
+        } else {
+            self.out.dropped += self.read_ahead_of(horizon);
         }
         self.account(flow, t, before, budget);
     }
@@ -268,6 +289,21 @@ impl<'a> Sim<'a> {
             }
         }
         Some(len.min(self.chunk))
+    }
+
+    /// What the reader holds when a window stops short: the chunks after the cursor, as
+    /// many as the engine's pool lets it read ahead (its read-ahead, the one it is
+    /// reading and the one the writer would have taken next).
+    fn read_ahead_of(&mut self, horizon: usize) -> u64 {
+        let at = (self.batch, self.run, self.offset);
+        let mut held = 0;
+        for _ in 0..self.s.read_ahead + 2 {
+            let Some(len) = self.next_chunk(horizon) else { break };
+            self.advance(len);
+            held += len;
+        }
+        (self.batch, self.run, self.offset) = at;
+        held
     }
 
     /// Moves the cursor `len` bytes on (a chunk may end in a later run).
@@ -378,6 +414,7 @@ impl<'a> Sim<'a> {
         let o = &mut self.out;
         (o.windows, o.chunks) = ((o.windows as f64 * f).ceil() as u64, (o.chunks as f64 * f).ceil() as u64);
         (o.frozen, o.seconds, o.bytes) = (o.frozen * f, o.seconds * f, total);
+        o.dropped = (o.dropped as f64 * f) as u64;
         o.overruns = (o.overruns as f64 * f) as u64;
         self.out
     }
@@ -402,11 +439,21 @@ mod tests {
     }
 
     fn settings(deadline: Option<f64>) -> Settings {
-        Settings { chunk_size: 4 * MIB, align: 512, verify: true, deadline, pause: 0.0, rate: None, max_overruns: 3 }
+        Settings {
+            chunk_size: 4 * MIB,
+            align: 512,
+            verify: true,
+            deadline,
+            pause: 0.0,
+            rate: None,
+            max_overruns: 3,
+            read_ahead: 2,
+        }
     }
 
     /// 2.3 ms a 4 MiB read, as a loop device over a virtual disk.
-    const COSTS: Costs = Costs { latency: 0.0, bytes_per_second: 1.8e9, scale: 1.0 };
+    const COSTS: Costs =
+        Costs { latency: 0.0, bytes_per_second: 1.8e9, write_bytes_per_second: 1.0e9, scale: 1.0, fixed_scale: 1.0 };
 
     #[test]
     fn windows_fill_their_budget_and_none_overruns() {
@@ -417,6 +464,8 @@ mod tests {
         assert!((4..=8).contains(&o.windows), "{o:?}");
         assert!(o.longest <= 0.25 && o.frozen > 0.5 && o.frozen < 1.3, "{o:?}");
         assert!(o.seconds > o.frozen);
+        // Each window that stops short drops what was read ahead: 4 chunks here.
+        assert_eq!(o.dropped, (o.windows - 1) * 4 * 4 * MIB, "{o:?}");
         // Longer windows: fewer of them, about as long frozen.
         let long = simulate(&layout, COSTS, &settings(Some(5.0)));
         assert_eq!(long.windows, 1);
@@ -427,7 +476,7 @@ mod tests {
     fn an_unmounted_device_is_one_window_never_frozen() {
         let o = simulate(&one_batch(&[MIB, 700 * MIB]), COSTS, &settings(None));
         assert_eq!((o.windows, o.frozen, o.chunks), (1, 0.0, 1 + 175));
-        assert!(o.seconds > 175.0 * 2.6 * 0.0023);
+        assert!(o.seconds > 175.0 * (4 << 20) as f64 * (1.0 / 1.8e9 + 1.2 / 1.0e9));
     }
 
     #[test]
@@ -468,7 +517,7 @@ mod tests {
 
     #[test]
     fn windows_too_short_for_their_freeze_overrun_until_the_run_stops() {
-        let o = simulate(&one_batch(&[64 * MIB]), COSTS, &settings(Some(0.02)));
+        let o = simulate(&one_batch(&[64 * MIB]), COSTS, &settings(Some(0.01)));
         assert!(o.stopped, "{o:?}");
         assert!(o.overruns >= 3 && o.bytes == 64 * MIB && o.windows >= o.overruns, "counted whole: {o:?}");
     }
