@@ -239,8 +239,12 @@ pub(crate) struct PlanReport {
 /// `low`, `expected`, `high`: wider on a busy host.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Prediction {
+    /// What the plan rewrites: the bytes in use (device mode with mounted ext4/xfs), the
+    /// files' written extents (file mode), or the whole range.
+    pub(crate) bytes_to_rewrite: u64,
     /// Read (what a window read ahead and dropped at its end counts again), written
-    /// once, and read back (0 with `--no-verify`).
+    /// once, and read back (0 with `--no-verify`); short of `bytes_to_rewrite` only
+    /// when the run stops at its overruns.
     pub(crate) bytes_read: u64,
     pub(crate) bytes_written: u64,
     pub(crate) bytes_verified: u64,
@@ -254,9 +258,11 @@ pub(crate) struct Prediction {
     /// commits after them; not the benchmarks of `--bench`, nor the FITRIM after
     /// (unless `--trim-rate` sets its pace).
     pub(crate) duration_seconds: SecondsRange,
-    /// Windows that would overrun their deadline, expected (a run stops at
-    /// `--max-overruns`).
+    /// Windows that would overrun their deadline, expected.
     pub(crate) windows_overrun: u64,
+    /// The run would stop when `--max-overruns` windows had overrun (exit 7), before
+    /// the end: the figures are up to there.
+    pub(crate) stops_at_overruns: bool,
     /// The probe of each device: what the times rest on (empty: nothing to read).
     pub(crate) probes: Vec<crate::measure::plan_probe::PlanProbe>,
     /// What the figures rest on, in words (the dry run's text says the same).

@@ -120,6 +120,7 @@ pub(crate) fn frozen_share(
         return "  frozen: set by --rate: a window ends once the run is a quarter second ahead of its rate, and the pause after it makes up the time\n".into();
     }
     let (window, share) = match predicted.map(|p| (p.windows.expected, p)) {
+        Some((0, _)) => return "  frozen: never: nothing to rewrite\n".into(),
         Some((1, p)) => {
             return format!(
                 "  frozen: one window of about {}: writers wait that once\n",

@@ -95,15 +95,17 @@ pub(crate) fn predict(runs: &[EngineRun], pacing: &Pacing) -> Result<Predicted> 
     let (low, expected, high) = (total(0), total(1), total(2));
     let bytes: u64 = runs.iter().map(|r| r.layout.bytes()).sum();
     let report = Prediction {
-        bytes_read: bytes + expected.dropped,
-        bytes_written: bytes,
-        bytes_verified: if pacing.verify { bytes } else { 0 },
+        bytes_to_rewrite: bytes,
+        bytes_read: expected.bytes + expected.dropped,
+        bytes_written: expected.bytes,
+        bytes_verified: if pacing.verify { expected.bytes } else { 0 },
         chunks: expected.chunks,
         windows: counts([low.windows, expected.windows, high.windows]),
         frozen_seconds: spans([low.frozen, expected.frozen, high.frozen]),
         longest_freeze_seconds: expected.longest,
         duration_seconds: spans([low.seconds, expected.seconds, high.seconds]),
         windows_overrun: expected.overruns,
+        stops_at_overruns: expected.stopped,
         basis: basis(&probes, pacing, pressure),
         probes,
     };
@@ -282,9 +284,17 @@ pub(crate) fn absurd(p: &Prediction, pacing: &Pacing) -> Vec<String> {
         };
         out.push(format!("this run would take about {}{why}: is that what was meant?", human_seconds(d)));
     }
-    if p.windows_overrun > 0 {
+    let fix = "give a longer --max-freeze or a smaller --chunk-size";
+    if p.stops_at_overruns {
         out.push(format!(
-            "{} window(s) would overrun --max-freeze: a window's freeze, planning and one chunk do not fit in it (the run stops after --max-overruns of them, exit 7); give a longer --max-freeze or a smaller --chunk-size",
+            "the run would stop (exit 7) once {} windows overran --max-freeze, having rewritten {} of {}: a window's freeze, planning and one chunk do not fit in it; {fix}",
+            p.windows_overrun,
+            human_bytes(p.bytes_written),
+            human_bytes(p.bytes_to_rewrite)
+        ));
+    } else if p.windows_overrun > 0 {
+        out.push(format!(
+            "{} window(s) would overrun --max-freeze (the guardian thaws each at its deadline and the next windows are shorter; --max-overruns of them stop the run, exit 7); {fix}",
             p.windows_overrun
         ));
     }
