@@ -139,8 +139,10 @@ pub(crate) fn frozen_share(
     // A pause as long as a window frees writers half the time (in whole milliseconds:
     // the hint reads back as the option it names).
     let half = crate::support::units::format_duration(std::time::Duration::from_millis((window * 1e3) as u64));
-    let hint =
-        (share > 0.5).then(|| format!("; writers wait most of the run: --pause {half} would free them half the time"));
+    // Only when the pauses are shorter than the windows: a short run is mostly frozen
+    // whatever its pause, since it has few of them.
+    let hint = (share > 0.5 && pause.as_secs_f64() < window)
+        .then(|| format!("; writers wait most of the run: --pause {half} would free them half the time"));
     format!(
         "  frozen: about {:.0} % of the run (windows of about {window:.2} s, pauses of {:.1} s){}\n",
         share * 100.0,
