@@ -17,9 +17,10 @@
 //! during them: reading through a loop device keeps its workers busy, and the probe's
 //! own reads would look like another job's load. The reads run on a thread of their own
 //! at the lowest real-time priority, as the run's writer and verifier run during a
-//! window: on a busy host a normal thread waits up to a scheduler tick after each read
-//! (4 ms for a 16 KiB read that takes 0.1 ms), which is the load's cost, not the
-//! device's; the prediction's range allows for the load.
+//! window: on a busy host a normal thread waits up to a scheduler tick after a read (4 ms
+//! for a 16 KiB read that takes 0.1 ms), which is the load's cost, not the device's. That
+//! cost is measured apart, since the run's reader is a normal thread: one block read at
+//! some chunks at each priority, and the difference of their means.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -55,55 +56,114 @@ pub(crate) struct PlanProbe {
     /// The fit: a read of `n` bytes takes `latency_seconds + n / bytes_per_second`.
     pub(crate) latency_seconds: f64,
     pub(crate) bytes_per_second: f64,
+    /// How much longer, on average, a one-block read took from a thread at normal
+    /// priority than from one at real-time priority (16 of each): what the host's load
+    /// costs each read of the run's reader, which is a normal thread.
+    pub(crate) normal_priority_penalty_seconds: f64,
     /// How loaded the host was just before the probe read (null: no PSI).
     pub(crate) host_pressure: Option<HostPressure>,
+    /// CPUs idle just before the probe read, in CPUs (1.5 of 2: one and a half idle;
+    /// null: /proc/stat unreadable). Pressure misses a host whose CPUs are all busy with
+    /// one task each: nothing waits, until the run's threads come.
+    #[serde(default)]
+    pub(crate) cpus_idle: Option<f64>,
 }
 
 /// Reads stretches of `chunks` (device offset, length: the run's chunks in its order)
-/// from `device`, spread over them, until `cap`. Reads only.
+/// from `device`, spread over them, until `cap`; then one block at some of them, at
+/// real-time and at normal priority. Reads only.
 pub(crate) fn probe(device: &Path, chunks: &[(u64, u64)], cap: Duration) -> Result<PlanProbe> {
     let target = Target::Real(vec![Source::open(device)?]);
     let Target::Real(sources) = &target else { return Err(Error::Internal("a device read as a simulation".into())) };
-    let reader = &sources[0].reader;
-    let align = reader.offset_align().max(1);
-    let largest = chunks.iter().map(|c| c.1).max().unwrap_or(0).div_ceil(align) * align;
-    let mut buf = AlignedBuf::new(largest.max(align) as usize, reader.mem_align());
-    let watch = Watch::start(&target);
+    let r = Reads { reader: &sources[0].reader, device, chunks };
+    let (watch, cpu) = (Watch::start(&target), cpu_times());
     std::thread::sleep(WATCH);
     let host_pressure = watch.host_pressure(&target);
+    let cpus_idle = cpu.zip(cpu_times()).map(|((idle0, all0), (idle1, all1))| {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        cpus * (idle1 - idle0) as f64 / (all1 - all0).max(1) as f64
+    });
     let started = Instant::now();
-    let read = || {
-        // Back to normal as the thread ends; where real time is not allowed, as it is.
-        let _ = crate::sys::set_scheduling_of(0, crate::sys::Scheduling::Fifo(1));
-        let mut timed = Vec::new();
-        for i in stretches(chunks) {
-            if !timed.is_empty() && started.elapsed() >= cap {
-                break;
-            }
-            let (offset, len) = chunks[i];
-            let (at, end) = (offset / align * align, (offset + len).div_ceil(align) * align);
-            let n = (end - at) as usize;
-            let t = Instant::now();
-            let r = reader.read_at(&mut buf[..n], at);
-            r.map_err(|e| Error::io_at(format!("reading {}", device.display()), at, e))?;
-            timed.push((n as u64, t.elapsed().as_secs_f64()));
-        }
-        Ok::<_, Error>(timed)
-    };
-    let timed =
-        std::thread::scope(|s| s.spawn(read).join()).map_err(|_| Error::Internal("the probe panicked".into()))??;
+    let timed = r.urgent(&stretches(chunks), Some(started + cap), false)?;
+    let seconds = started.elapsed().as_secs_f64();
+    // The run's reader is a normal thread: what that costs a read on this host now.
+    let (a, b): (Vec<usize>, Vec<usize>) =
+        (0..2 * PENALTY_READS).map(|k| k * chunks.len() / (2 * PENALTY_READS)).partition(|i| i % 2 == 0);
+    let (urgent, normal) = (r.urgent(&a, None, true)?, r.timed(&b, None, true)?);
+    let mean = |v: &[(u64, f64)]| v.iter().map(|t| t.1).sum::<f64>() / v.len().max(1) as f64;
     let (latency_seconds, bytes_per_second) = fit(&timed);
     Ok(PlanProbe {
         device: device.display().to_string(),
         reads: timed.len() as u64,
         bytes: timed.iter().map(|t| t.0).sum(),
-        seconds: started.elapsed().as_secs_f64(),
+        seconds,
         time_cap_seconds: cap.as_secs_f64(),
         chunks_in_plan: chunks.len() as u64,
         latency_seconds,
         bytes_per_second,
+        normal_priority_penalty_seconds: (mean(&normal) - mean(&urgent)).max(0.0),
         host_pressure,
+        cpus_idle,
     })
+}
+
+/// The host's CPU time so far (/proc/stat's first line, in ticks): idle (with iowait),
+/// and all of it.
+fn cpu_times() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let ticks: Vec<u64> =
+        stat.lines().next()?.strip_prefix("cpu ")?.split_whitespace().filter_map(|t| t.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal (guest time is counted in user).
+    let (idle, all) = (ticks.get(3)? + ticks.get(4)?, ticks.iter().take(8).sum());
+    Some((idle, all))
+}
+
+/// One-block reads at each priority for the penalty.
+const PENALTY_READS: usize = 16;
+
+/// The probe's reads of a device.
+struct Reads<'a> {
+    reader: &'a crate::engine::target::DirectReader,
+    device: &'a Path,
+    chunks: &'a [(u64, u64)],
+}
+
+impl Reads<'_> {
+    /// [`Reads::timed`] on a thread of its own at the lowest real-time priority (as it
+    /// is where the host allows none), as the run's writer and verifier run.
+    fn urgent(&self, which: &[usize], until: Option<Instant>, one_block: bool) -> Result<Vec<(u64, f64)>> {
+        let read = || {
+            // Back to normal as the thread ends.
+            let _ = crate::sys::set_scheduling_of(0, crate::sys::Scheduling::Fifo(1));
+            self.timed(which, until, one_block)
+        };
+        std::thread::scope(|s| s.spawn(read).join()).map_err(|_| Error::Internal("the probe panicked".into()))?
+    }
+
+    /// Reads chunks `which` (or one aligned block at each), each timed alone; none
+    /// started after `until` but the first.
+    fn timed(&self, which: &[usize], until: Option<Instant>, one_block: bool) -> Result<Vec<(u64, f64)>> {
+        let align = self.reader.offset_align().max(1);
+        let block = align.max(4096).div_ceil(align) * align;
+        let largest = which.iter().map(|&i| self.chunks[i].1).max().unwrap_or(0).div_ceil(align) * align;
+        let size = if one_block { block } else { largest.max(align) };
+        let mut buf = AlignedBuf::new(size as usize, self.reader.mem_align());
+        let mut timed = Vec::new();
+        for &i in which {
+            if !timed.is_empty() && until.is_some_and(|u| Instant::now() >= u) {
+                break;
+            }
+            let (offset, len) = self.chunks[i];
+            let at = offset / align * align;
+            let end = if one_block { at + block } else { (offset + len).div_ceil(align) * align };
+            let n = (end - at) as usize;
+            let t = Instant::now();
+            let read = self.reader.read_at(&mut buf[..n], at);
+            read.map_err(|e| Error::io_at(format!("reading {}", self.device.display()), at, e))?;
+            timed.push((n as u64, t.elapsed().as_secs_f64()));
+        }
+        Ok(timed)
+    }
 }
 
 /// The chunks to read, as indices into `chunks`: [`STRETCHES`] stretches of up to

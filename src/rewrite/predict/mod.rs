@@ -23,16 +23,24 @@ use crate::support::units::{human_bytes, human_rate, human_seconds};
 pub(crate) const PROBE_CAP: Duration = Duration::from_secs(1);
 
 /// On a host whose CPU pressure before the probe was `p` (the share of time some task
-/// waited for a CPU), every chunk's cost is the model's times `1 + p × LOAD_ON_CHUNKS`:
-/// the probe reads at real-time priority, so its reads hardly show the load, but the
-/// run's reader, hasher and the device's kernel workers wait behind it. A window's own
-/// costs (syncfs, freeze, thaw) wait on the disk's other writers too, `1 + p ×
-/// LOAD_ON_WINDOWS` (measured 45-88 ms loaded against 14-45 ms quiet). Fitted on runs at
-/// pressures of 0-1 on 2 shared cores, 2026-11-28.
-const LOAD_ON_CHUNKS: f64 = 0.5;
+/// waited for a CPU), a window's own costs (syncfs, freeze, thaw) are the model's times
+/// `1 + p × LOAD_ON_WINDOWS`: they wait on the disk's other writers (measured 45-88 ms
+/// loaded against 14-45 ms quiet). Each chunk's load is measured instead, by the probe's
+/// penalty of a normal thread (the run's reader): under two CPU hogs 3-4 ms a chunk,
+/// which made runs of small files x2.5 slower and left those of 4 MiB chunks as they
+/// were, their writer the slower stage. Fitted on runs at pressures of 0-1 on 2 shared
+/// cores, 2026-11-28.
 const LOAD_ON_WINDOWS: f64 = 1.0;
-/// The ends of each range: the model's own error, every cost x0.8 (and no load at all)
-/// to x1.25, and at the high end a load with half again the effect expected.
+/// What each chunk's reader waits for a CPU when no CPU is idle before the run starts
+/// (each busy with a task of its own, which pressure does not see): the run's reader
+/// and hasher, normal threads, then share CPUs with those tasks. Two CPU-bound tasks
+/// on 2 cores made runs of small files 1-4 ms a chunk slower; one made no difference.
+const SATURATED_SECONDS: f64 = 0.002;
+/// And every chunk's cost grows by this share: the loop device's kernel workers and the
+/// hasher share the CPUs too (runs of 4 MiB chunks x1.1-x1.8 under the same two tasks).
+const SATURATED_SCALE: f64 = 0.4;
+/// The ends of each range: the model's own error, every cost x0.8 (and no load at all,
+/// no write cap) to x1.25, with half again the load's effect.
 const LOW: f64 = 0.8;
 const HIGH: f64 = 1.25;
 const HIGH_LOAD: f64 = 1.5;
@@ -82,12 +90,14 @@ pub(crate) fn predict(runs: &[EngineRun], pacing: &Pacing) -> Result<Predicted> 
     // The CPU's pressure only: I/O pressure counts any task stalled on any device (one
     // blocked on a FUSE file measured 0.5 while the run went as fast as on an idle host).
     let pressure = probes.iter().filter_map(|p| p.host_pressure.as_ref()).map(|h| h.cpu_some).fold(0.0, f64::max);
-    let (chunks, windows) = (pressure * LOAD_ON_CHUNKS, pressure * LOAD_ON_WINDOWS);
-    // The low end: writes as fast as the reads.
+    let windows = pressure * LOAD_ON_WINDOWS;
+    let chunks = saturation(&probes) * SATURATED_SCALE;
+    // (chunks, windows, the write cap, the reader's penalty): the low end with no load
+    // and writes as fast as the reads.
     let scales = [
-        (LOW, LOW, false),
-        (1.0 + chunks, 1.0 + windows, true),
-        (HIGH * (1.0 + HIGH_LOAD * chunks), HIGH * (1.0 + HIGH_LOAD * windows), true),
+        (LOW, LOW, false, 0.0),
+        (1.0 + chunks, 1.0 + windows, true, 1.0),
+        (HIGH * (1.0 + HIGH_LOAD * chunks), HIGH * (1.0 + HIGH_LOAD * windows), true, HIGH_LOAD),
     ];
     let mut outcomes: Vec<Vec<model::Outcome>> =
         scales.iter().map(|&s| simulate_all(runs, &probes, pacing, s)).collect();
@@ -118,7 +128,7 @@ fn simulate_all(
     runs: &[EngineRun],
     probes: &[PlanProbe],
     pacing: &Pacing,
-    (scale, fixed_scale, capped): (f64, f64, bool),
+    (scale, fixed_scale, capped, penalty): (f64, f64, bool, f64),
 ) -> Vec<model::Outcome> {
     let mut probes = probes.iter();
     let settings = |align: u64| model::Settings {
@@ -141,6 +151,7 @@ fn simulate_all(
                     latency: p.latency_seconds,
                     bytes_per_second: p.bytes_per_second,
                     write_bytes_per_second: p.bytes_per_second.min(cap),
+                    penalty: reader_penalty(p) * penalty,
                     scale,
                     fixed_scale,
                 };
@@ -148,6 +159,19 @@ fn simulate_all(
             }
         })
         .collect()
+}
+
+/// What each read of the run's reader is taken to wait for a CPU: as measured, or, with
+/// no CPU idle, [`SATURATED_SECONDS`].
+fn reader_penalty(p: &PlanProbe) -> f64 {
+    let saturated = SATURATED_SECONDS * saturation(std::slice::from_ref(p));
+    p.normal_priority_penalty_seconds.max(saturated)
+}
+
+/// How far the CPUs were from having one idle before the probes: 0 with a CPU or more
+/// idle, 1 with none.
+fn saturation(probes: &[PlanProbe]) -> f64 {
+    probes.iter().filter_map(|p| p.cpus_idle).map(|idle| (1.0 - idle).clamp(0.0, 1.0)).fold(0.0, f64::max)
 }
 
 /// Engine runs one after another (file mode's filesystems).
@@ -193,16 +217,19 @@ fn basis(probes: &[PlanProbe], pacing: &Pacing, pressure: f64) -> Vec<String> {
         model::THAW_SECONDS * 1e3,
         if pacing.deadline.is_none() { "; nothing is frozen here: one window" } else { "" },
     ));
-    let (chunks, windows) = (pressure * LOAD_ON_CHUNKS, pressure * LOAD_ON_WINDOWS);
+    let penalty = probes.iter().map(reader_penalty).fold(0.0, f64::max);
+    let idle = probes.iter().filter_map(|p| p.cpus_idle).fold(f64::MAX, f64::min);
+    let idle = if idle == f64::MAX { String::new() } else { format!(", {idle:.1} CPU(s) idle") };
     out.push(match pressure {
-        p if p >= 0.1 => format!(
-            "host: busy before the probe (some task waited for a CPU {:.0} % of the time, /proc/pressure): each chunk counted x{:.2} and each window's freeze x{:.2} for that load, the range from x{LOW} (no load) to x{HIGH} with half again its effect",
+        p if p >= 0.1 || penalty > 0.0005 => format!(
+            "host: busy before the probe (some task waited for a CPU {:.0} % of the time, /proc/pressure{idle}): each window's syncfs, freeze and thaw counted x{:.2}, each chunk x{:.2} and at least its read and {:.2} ms (what the run's reader, a normal thread, waits for a CPU); the range from x{LOW} with no load to x{HIGH} with half again its effect",
             p * 100.0,
-            1.0 + chunks,
-            1.0 + windows
+            1.0 + p * LOAD_ON_WINDOWS,
+            1.0 + saturation(probes) * SATURATED_SCALE,
+            penalty * 1e3
         ),
         p => format!(
-            "host: quiet before the probe (CPU pressure {:.0} %, /proc/pressure): the range is the model's own, x{LOW}-x{HIGH} of every cost",
+            "host: quiet before the probe (CPU pressure {:.0} %, /proc/pressure{idle}): the range is the model's own, x{LOW}-x{HIGH} of every cost",
             p * 100.0
         ),
     });

@@ -116,6 +116,8 @@ pub(crate) struct Costs {
     pub(crate) latency: f64,
     pub(crate) bytes_per_second: f64,
     pub(crate) write_bytes_per_second: f64,
+    /// What each read of the run's reader, a normal thread, waits for a CPU.
+    pub(crate) penalty: f64,
     pub(crate) scale: f64,
     pub(crate) fixed_scale: f64,
 }
@@ -124,11 +126,14 @@ impl Costs {
     fn read(&self, len: u64) -> f64 {
         (self.latency + len as f64 / self.bytes_per_second.max(1.0)) * self.scale
     }
+    /// A chunk's time in the pipeline: the writer's, unless the reader, waiting for a CPU
+    /// after each read on a busy host, cannot keep up (small chunks).
     fn step(&self, len: u64, verify: bool) -> f64 {
         let reads = if verify { READ_SHARE } else { READ_SHARE_UNVERIFIED };
         let read = len as f64 / self.bytes_per_second.max(1.0);
         let write = len as f64 / self.write_bytes_per_second.max(1.0);
-        (PER_CHUNK_SECONDS + self.latency + reads * read + WRITE_SHARE * write) * self.scale
+        let writer = (PER_CHUNK_SECONDS + self.latency + reads * read + WRITE_SHARE * write) * self.scale;
+        writer.max(self.read(len) + self.penalty)
     }
     fn fixed(&self, seconds: f64) -> f64 {
         seconds * self.fixed_scale
@@ -450,8 +455,14 @@ mod tests {
     }
 
     /// 2.3 ms a 4 MiB read, as a loop device over a virtual disk.
-    const COSTS: Costs =
-        Costs { latency: 0.0, bytes_per_second: 1.8e9, write_bytes_per_second: 1.0e9, scale: 1.0, fixed_scale: 1.0 };
+    const COSTS: Costs = Costs {
+        latency: 0.0,
+        bytes_per_second: 1.8e9,
+        write_bytes_per_second: 1.0e9,
+        penalty: 0.0,
+        scale: 1.0,
+        fixed_scale: 1.0,
+    };
 
     #[test]
     fn windows_fill_their_budget_and_none_overruns() {
@@ -521,6 +532,24 @@ mod tests {
         // each window read ahead four chunks, halved after each overrun.
         assert!(o.stopped, "{o:?}");
         assert_eq!((o.overruns, o.windows, o.bytes, o.dropped), (3, 3, 0, 4 * (4 + 2 + 1) * MIB), "{o:?}");
+    }
+
+    #[test]
+    fn a_reader_waiting_for_a_cpu_sets_the_pace_of_small_chunks_not_of_large_ones() {
+        let busy = Costs { penalty: 0.002, ..COSTS };
+        let small = Layout {
+            batches: vec![Batch {
+                map_seconds: 0.0,
+                runs: (0..1000).map(|i| Run { offset: i * MIB, len: 64 << 10, joins: false }).collect(),
+            }],
+            plan_seconds: 0.0,
+            plan_time: None,
+        };
+        let (quiet, loaded) = (simulate(&small, COSTS, &settings(None)), simulate(&small, busy, &settings(None)));
+        assert!(loaded.seconds > 2.0 * quiet.seconds, "{quiet:?} {loaded:?}");
+        let large = one_batch(&[400 * MIB]);
+        let (quiet, loaded) = (simulate(&large, COSTS, &settings(None)), simulate(&large, busy, &settings(None)));
+        assert!((loaded.seconds - quiet.seconds).abs() < 1e-9, "the writer is the slower stage: {quiet:?} {loaded:?}");
     }
 
     #[test]
