@@ -25,11 +25,8 @@ pub(crate) const PROBE_CAP: Duration = Duration::from_secs(1);
 /// On a host whose CPU pressure before the probe was `p` (the share of time some task
 /// waited for a CPU), a window's own costs (syncfs, freeze, thaw) are the model's times
 /// `1 + p × LOAD_ON_WINDOWS`: they wait on the disk's other writers (measured 45-88 ms
-/// loaded against 14-45 ms quiet). Each chunk's load is measured instead, by the probe's
-/// penalty of a normal thread (the run's reader): under two CPU hogs 3-4 ms a chunk,
-/// which made runs of small files x2.5 slower and left those of 4 MiB chunks as they
-/// were, their writer the slower stage. Fitted on runs at pressures of 0-1 on 2 shared
-/// cores, 2026-11-28.
+/// loaded against 14-45 ms quiet; fitted on runs at pressures of 0-1 on 2 shared cores,
+/// 2026-11-28). The load on chunks is the CPUs' (below): pressure did not see it.
 const LOAD_ON_WINDOWS: f64 = 1.0;
 /// What each chunk's reader waits for a CPU when no CPU is idle before the run starts
 /// (each busy with a task of its own, which pressure does not see): the run's reader
@@ -252,7 +249,7 @@ fn describe_probe(p: &PlanProbe, chunk_size: u64) -> String {
         l => format!("{:.2} ms + its bytes at {}", l * 1e3, human_rate(p.bytes_per_second.min(1e13))),
     };
     format!(
-        "probe: {} of the run's {} chunks on {} read as the run reads them (O_DIRECT at their device offsets, up to {} each, one at a time, spread over the data, each once), {} in {:.2} s (cap {:.1} s): a read takes {fit}",
+        "probe: {} of the run's {} chunks on {} read as the run reads them (O_DIRECT at their device offsets, up to {} each, one at a time at real-time priority as the run's writer, spread over the data, each once), {} in {:.2} s (cap {:.1} s): a read takes {fit}",
         p.reads,
         p.chunks_in_plan,
         p.device,
@@ -263,37 +260,7 @@ fn describe_probe(p: &PlanProbe, chunk_size: u64) -> String {
     )
 }
 
-/// The prediction's lines in the dry run's text.
-pub(crate) fn describe(p: &Prediction) -> String {
-    let verb = if p.bytes_verified > 0 { "written and read back" } else { "written" };
-    let again = match p.bytes_read - p.bytes_written {
-        0 => String::new(),
-        n => format!(" ({} again, read ahead by a window that stopped short of it)", human_bytes(n)),
-    };
-    let (w, f, d) = (&p.windows, &p.frozen_seconds, &p.duration_seconds);
-    let mut s = format!(
-        "  prediction: {} read{again}, {} {verb} in {} chunk(s); about {} window(s){}, {} frozen in all{}, the longest {}; the whole run about {}{}\n",
-        human_bytes(p.bytes_read),
-        human_bytes(p.bytes_written),
-        p.chunks,
-        w.expected,
-        range(w.low.to_string(), w.high.to_string()),
-        human_seconds(f.expected),
-        range(human_seconds(f.low), human_seconds(f.high)),
-        human_seconds(p.longest_freeze_seconds),
-        human_seconds(d.expected),
-        range(human_seconds(d.low), human_seconds(d.high)),
-    );
-    for b in &p.basis {
-        s += &format!("  prediction rests on {b}\n");
-    }
-    s
-}
-
-/// ` (low-high)`, or nothing when both read the same.
-fn range(low: String, high: String) -> String {
-    if low == high { String::new() } else { format!(" ({low}-{high})") }
-}
+pub(crate) use crate::report::render::prediction as describe;
 
 /// Warnings for a plan that makes no sense: a run of months or years, windows that
 /// overrun until the run stops.
