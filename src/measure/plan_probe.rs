@@ -57,8 +57,9 @@ pub(crate) struct PlanProbe {
     pub(crate) latency_seconds: f64,
     pub(crate) bytes_per_second: f64,
     /// How much longer, on average, a one-block read took from a thread at normal
-    /// priority than from one at real-time priority (16 of each): what the host's load
-    /// costs each read of the run's reader, which is a normal thread.
+    /// priority than from one at real-time priority (16 of each, the slowest and the
+    /// fastest left out): what the host's load costs each read of the run's reader,
+    /// which is a normal thread.
     pub(crate) normal_priority_penalty_seconds: f64,
     /// How loaded the host was just before the probe read (null: no PSI).
     pub(crate) host_pressure: Option<HostPressure>,
@@ -90,7 +91,14 @@ pub(crate) fn probe(device: &Path, chunks: &[(u64, u64)], cap: Duration) -> Resu
     let (a, b): (Vec<usize>, Vec<usize>) =
         (0..2 * PENALTY_READS).map(|k| k * chunks.len() / (2 * PENALTY_READS)).partition(|i| i % 2 == 0);
     let (urgent, normal) = (r.urgent(&a, None, true)?, r.timed(&b, None, true)?);
-    let mean = |v: &[(u64, f64)]| v.iter().map(|t| t.1).sum::<f64>() / v.len().max(1) as f64;
+    // Without the slowest and the fastest of each: one read behind another job's I/O
+    // must not make a quiet host look busy.
+    let mean = |v: &[(u64, f64)]| {
+        let mut t: Vec<f64> = v.iter().map(|t| t.1).collect();
+        t.sort_by(f64::total_cmp);
+        let middle = t.get(1..t.len().saturating_sub(1)).filter(|m| !m.is_empty()).unwrap_or(&t);
+        middle.iter().sum::<f64>() / middle.len().max(1) as f64
+    };
     let (latency_seconds, bytes_per_second) = fit(&timed);
     Ok(PlanProbe {
         device: device.display().to_string(),
