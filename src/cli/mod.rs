@@ -408,8 +408,9 @@ pub(crate) struct RewriteArgs {
     /// [default: 5s for a device, 1s for files]
     #[arg(long, value_name = "DURATION", value_parser = window_length)]
     pub(crate) max_freeze: Option<Duration>,
-    /// Average write rate limit for the whole run (e.g. 50M = 50 MiB/s), kept by pausing
-    /// between windows.
+    /// Average write rate limit for the whole run, in bytes per second (e.g. 50M = 50
+    /// MiB/s), kept by pausing between windows. A rate at which the bytes alone take more
+    /// than a year is refused (exit 3) unless --force.
     #[arg(long, value_name = "SIZE")]
     pub(crate) rate: Option<Rate>,
     /// Pause between windows, thawed, so applications catch up. File mode, for a live
@@ -426,7 +427,8 @@ pub(crate) struct RewriteArgs {
     /// Skip the read-back check after each write (faster; the pre-write hash is still journaled).
     #[arg(long)]
     pub(crate) no_verify: bool,
-    /// Go on despite a rotational device or a window longer than half the hung-task timeout.
+    /// Go on despite a rotational device, a window longer than half the hung-task
+    /// timeout, or a --rate that keeps the run from finishing within a year.
     #[arg(long)]
     pub(crate) force: bool,
     /// Freeze even where the freeze guardian cannot leave reseq's cgroup (inside a
@@ -435,7 +437,9 @@ pub(crate) struct RewriteArgs {
     /// stays until `reseq thaw` runs (the shipped unit's ExecStopPost= runs it).
     #[arg(long)]
     pub(crate) accept_cgroup_risk: bool,
-    /// Print the plan and exit without writing or freezing anything.
+    /// Print the plan and exit without writing or freezing anything: with the bytes the
+    /// run reads and writes, and its windows, time frozen and duration to expect, from a
+    /// probe (1 s at most) that reads some of the run's own chunks as the run will.
     #[arg(long, short = 'n')]
     pub(crate) dry_run: bool,
     /// Continue an interrupted run from its journal (starts afresh if there is none).

@@ -1,6 +1,7 @@
 //! Reading a device and judging what was read: O_DIRECT read passes, the cache check,
 //! the verdict (`bench`), the before/after measurements and write cost of a rewrite
-//! (`passes`), and the cost of a trim (`trim_impact`).
+//! (`passes`), the cost of a trim (`trim_impact`), and the dry run's probe of the chunks
+//! a rewrite will read (`plan_probe`).
 
 pub(crate) mod bench;
 pub(crate) mod byfile;
@@ -8,6 +9,7 @@ pub(crate) mod cold_estimate;
 pub(crate) mod estimate;
 pub(crate) mod noise;
 pub(crate) mod passes;
+pub(crate) mod plan_probe;
 pub(crate) mod probe;
 pub(crate) mod readbench;
 pub(crate) mod trim_impact;

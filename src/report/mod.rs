@@ -40,6 +40,10 @@ pub struct Report {
     pub(crate) dry_run: bool,
     pub(crate) device: Option<DeviceReport>,
     pub(crate) plan: Option<PlanReport>,
+    /// `rewrite --dry-run`, both modes: what the run will read, write, freeze and take,
+    /// and what those figures rest on.
+    #[serde(default)]
+    pub(crate) prediction: Option<Prediction>,
     pub(crate) results: Option<EngineStats>,
     /// `passed`, `failed`, `off`, or `incomplete` (stopped before the end).
     #[schemars(with = "String")]
@@ -228,6 +232,57 @@ pub(crate) struct PlanReport {
     pub(crate) hung_task_timeout_seconds: Option<u64>,
     pub(crate) filesystems_frozen: Vec<MountedFs>,
     pub(crate) journal_path: String,
+}
+
+/// What a dry run predicts of the run (`rewrite --dry-run`, both modes): its figures are
+/// those of `results`, so that a run can be held against its plan. Each range is
+/// `low`, `expected`, `high`: wider on a busy host.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct Prediction {
+    /// What the plan rewrites: the bytes in use (device mode with mounted ext4/xfs), the
+    /// files' written extents (file mode), or the whole range.
+    pub(crate) bytes_to_rewrite: u64,
+    /// Read (what a window read ahead and dropped at its end counts again), written
+    /// once, and read back (0 with `--no-verify`); short of `bytes_to_rewrite` only
+    /// when the run stops at its overruns.
+    pub(crate) bytes_read: u64,
+    pub(crate) bytes_written: u64,
+    pub(crate) bytes_verified: u64,
+    /// Chunks the bytes come in (file mode: pieces of files, joined where they are
+    /// adjacent on the device, cut at the chunk size).
+    pub(crate) chunks: u64,
+    pub(crate) windows: CountRange,
+    pub(crate) frozen_seconds: SecondsRange,
+    pub(crate) longest_freeze_seconds: f64,
+    /// The whole run: windows, the pauses between them (`--pause`, `--rate`) and the
+    /// commits after them; not the benchmarks of `--bench`, nor the FITRIM after
+    /// (unless `--trim-rate` sets its pace).
+    pub(crate) duration_seconds: SecondsRange,
+    /// Windows that would overrun their deadline, expected.
+    pub(crate) windows_overrun: u64,
+    /// The run would stop when `--max-overruns` windows had overrun (exit 7), before
+    /// the end: the figures are up to there.
+    pub(crate) stops_at_overruns: bool,
+    /// The probe of each device: what the times rest on (empty: nothing to read).
+    pub(crate) probes: Vec<crate::measure::plan_probe::PlanProbe>,
+    /// What the figures rest on, in words (the dry run's text says the same).
+    pub(crate) basis: Vec<String>,
+}
+
+/// A count predicted: what to expect, and the range it may fall in.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct CountRange {
+    pub(crate) low: u64,
+    pub(crate) expected: u64,
+    pub(crate) high: u64,
+}
+
+/// A time predicted, in seconds: what to expect, and the range it may fall in.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct SecondsRange {
+    pub(crate) low: f64,
+    pub(crate) expected: f64,
+    pub(crate) high: f64,
 }
 
 /// Used-space mode: free space skipped and trimmed.

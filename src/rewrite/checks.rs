@@ -69,6 +69,40 @@ pub(crate) fn freeze_length(max_freeze: Duration, force: bool) -> Result<Vec<Str
     Ok(vec![msg])
 }
 
+/// Beyond this, a run that `--rate` alone keeps from finishing sooner is refused.
+pub(crate) const LONGEST_RUN: Duration = Duration::from_secs(365 * 86_400);
+
+/// `--rate` against the bytes to rewrite: no run at that rate takes less than its bytes
+/// but the last chunk at that rate (the last is written once the rest is paid for),
+/// which is arithmetic, not a prediction. Past [`LONGEST_RUN`] that is almost surely a
+/// slip of the unit (`--rate 1` is one byte a second), so the run is refused unless
+/// `--force`; a dry run says so in a warning and plans on.
+pub(crate) fn finishes(
+    bytes: u64,
+    chunk: u64,
+    rate: Option<u64>,
+    force: bool,
+    dry_run: bool,
+) -> Result<Option<String>> {
+    let Some(rate) = rate.filter(|&r| r > 0) else { return Ok(None) };
+    let least = bytes.saturating_sub(chunk) as f64 / rate as f64;
+    if least <= LONGEST_RUN.as_secs_f64() {
+        return Ok(None);
+    }
+    let reason = format!(
+        "at --rate {} the {} to rewrite take at least {}, more than a year",
+        crate::support::units::human_rate(rate as f64),
+        human_bytes(bytes),
+        crate::support::units::human_seconds(least)
+    );
+    let hint = "--rate counts bytes per second (--rate 100M is 100 MiB a second); --force runs it anyway";
+    match (force, dry_run) {
+        (true, _) => Ok(Some(format!("{reason}: going on (--force)"))),
+        (false, true) => Ok(Some(format!("{reason}: the run itself is refused (exit 3); {hint}"))),
+        (false, false) => Err(Error::refused(reason, hint)),
+    }
+}
+
 /// The chunk size must be a multiple of the device's direct-I/O alignment.
 pub(crate) fn aligned(chunk_size: Size, dev: &BlockDeviceInfo) -> Result<()> {
     let (bytes, align) = (chunk_size.bytes(), u64::from(dev.dio_offset_align));
@@ -366,6 +400,23 @@ pub(crate) fn not_encrypted(f: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rate_that_keeps_a_run_from_finishing_within_a_year_is_refused_unless_forced() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(finishes(480 * MIB, 4 * MIB, None, false, false).unwrap(), None);
+        assert_eq!(finishes(480 * MIB, 4 * MIB, Some(1 << 20), false, false).unwrap(), None, "8 minutes");
+        let e = finishes(480 * MIB, 4 * MIB, Some(1), false, false).unwrap_err();
+        assert!(matches!(&e, Error::Refused { reason, .. } if reason.contains("at least 16 years")), "{e:?}");
+        let dry = finishes(480 * MIB, 4 * MIB, Some(1), false, true).unwrap().unwrap();
+        assert!(dry.contains("the run itself is refused (exit 3)"), "{dry}");
+        let forced = finishes(480 * MIB, 4 * MIB, Some(1), true, false).unwrap().unwrap();
+        assert!(forced.ends_with("going on (--force)"), "{forced}");
+        // A year and a little: the last chunk is not waited for.
+        let year = LONGEST_RUN.as_secs();
+        assert_eq!(finishes(year + 4 * MIB, 4 * MIB, Some(1), false, false).unwrap(), None);
+        assert!(finishes(year + 4 * MIB + 1, 4 * MIB, Some(1), false, false).is_err());
+    }
 
     #[test]
     fn refuses_filesystems_without_device_offsets_or_an_ftl() {

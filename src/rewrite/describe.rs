@@ -21,6 +21,7 @@ pub(crate) fn describe_plan(plan: &RewritePlan) -> String {
     s += &describe_selection(&plan.options);
     s += &format!("  medium: {}\n", d.medium);
     s += &format!("  journal: {}\n", plan.journal_path.display());
+    s += &plan.prediction.as_ref().map(crate::rewrite::predict::describe).unwrap_or_default();
     s + &dry_run_end(&plan.warnings)
 }
 
@@ -96,7 +97,7 @@ fn describe_freeze(plan: &RewritePlan) -> String {
         crate::host::freeze::describe_bound(plan.max_freeze),
         plan.hung_task_timeout.map(|t| format!(" (hung-task timeout {} s)", t.as_secs())).unwrap_or_default()
     );
-    s += &frozen_share(plan.max_freeze, plan.engine.pause, plan.engine.rate_bytes_per_second);
+    s += &frozen_share(plan.max_freeze, plan.engine.pause, plan.engine.rate_bytes_per_second, plan.prediction.as_ref());
     s + &plan.guardian.as_ref().map(describe_guardian).unwrap_or_default()
 }
 
@@ -105,20 +106,45 @@ pub(crate) fn describe_guardian(p: &crate::host::cgroup::Placement) -> String {
     format!("  guardian: {}\n  guardian priority: {}\n", p.describe(), crate::host::hardening::expected())
 }
 
-/// How much of the run the filesystems stay frozen: a window ends when one more chunk
-/// would not fit its budget, about 3/4 of its bound in practice (80-90 % on an idle
-/// device, less on a busy one: engine/pace.rs), and only the pauses let writers through.
-pub(crate) fn frozen_share(max_freeze: std::time::Duration, pause: std::time::Duration, rate: Option<u64>) -> String {
+/// How much of the run the filesystems stay frozen, and only the pauses let writers
+/// through: as the prediction has it (frozen time over the whole run's), or without
+/// one, from a window ending when one more chunk would not fit its budget, about 3/4 of
+/// its bound (engine/pace.rs).
+pub(crate) fn frozen_share(
+    max_freeze: std::time::Duration,
+    pause: std::time::Duration,
+    rate: Option<u64>,
+    predicted: Option<&crate::report::Prediction>,
+) -> String {
     if rate.is_some() {
         return "  frozen: set by --rate: a window ends once the run is a quarter second ahead of its rate, and the pause after it makes up the time\n".into();
     }
-    let window = max_freeze.as_secs_f64() * 0.75;
-    let share = window / (window + pause.as_secs_f64()).max(f64::MIN_POSITIVE);
-    let half = crate::support::units::format_duration(max_freeze.mul_f64(0.75));
-    let hint =
-        (share > 0.5).then(|| format!("; writers wait most of the run: --pause {half} would free them half the time"));
+    let (window, share) = match predicted.map(|p| (p.windows.expected, p)) {
+        Some((0, _)) => return "  frozen: never: nothing to rewrite\n".into(),
+        Some((1, p)) => {
+            return format!(
+                "  frozen: one window of about {}: writers wait that once\n",
+                crate::support::units::human_seconds(p.frozen_seconds.expected)
+            );
+        }
+        Some((n, p)) if n > 1 && p.duration_seconds.expected > 0.0 => {
+            let frozen = p.frozen_seconds.expected;
+            (frozen / n as f64, frozen / p.duration_seconds.expected)
+        }
+        _ => {
+            let window = max_freeze.as_secs_f64() * 0.75;
+            (window, window / (window + pause.as_secs_f64()).max(f64::MIN_POSITIVE))
+        }
+    };
+    // A pause as long as a window frees writers half the time (in whole milliseconds:
+    // the hint reads back as the option it names).
+    let half = crate::support::units::format_duration(std::time::Duration::from_millis((window * 1e3) as u64));
+    // Only when the pauses are shorter than the windows: a short run is mostly frozen
+    // whatever its pause, since it has few of them.
+    let hint = (share > 0.5 && pause.as_secs_f64() < window)
+        .then(|| format!("; writers wait most of the run: --pause {half} would free them half the time"));
     format!(
-        "  frozen: about {:.0} % of the run (windows of about {window:.1} s, pauses of {:.1} s){}\n",
+        "  frozen: about {:.0} % of the run (windows of about {window:.2} s, pauses of {:.1} s){}\n",
         share * 100.0,
         pause.as_secs_f64(),
         hint.unwrap_or_default()

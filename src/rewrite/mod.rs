@@ -10,6 +10,7 @@ pub(crate) mod checks;
 mod describe;
 pub(crate) mod files;
 pub(crate) mod plan;
+pub(crate) mod predict;
 pub(crate) mod sequence;
 
 pub(crate) use describe::{describe_guardian, describe_plan, dry_run_end, frozen_share};
@@ -77,6 +78,7 @@ fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: bool, report: 
     }
     if o.dry_run {
         report.plan_text = Some(describe_plan(&plan));
+        report.prediction = plan.prediction.clone();
         return Ok(());
     }
     if plan.unfinished.is_some() {

@@ -16,8 +16,8 @@ use crate::host::in_use::{addressable_end, used_space_spans};
 use crate::host::mounts::{self, MountedFs};
 use crate::options::resume::RunOptions;
 use crate::options::rewrite::RewriteOptions;
-use crate::rewrite::checks;
 use crate::rewrite::sequence::{self, Span};
+use crate::rewrite::{checks, predict};
 use crate::support::error::{Error, Result};
 use crate::support::units;
 
@@ -81,6 +81,8 @@ pub(crate) struct RewritePlan {
     pub(crate) guardian: Option<crate::host::cgroup::Placement>,
     /// Things the user should know that did not stop the plan.
     pub(crate) warnings: Vec<String>,
+    /// A dry run's prediction of the run (None: a run, or nothing could be probed).
+    pub(crate) prediction: Option<crate::report::Prediction>,
 }
 
 impl RewritePlan {
@@ -169,7 +171,7 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
     let (hung_task_timeout, _) = checks::hung_task();
     // Taken last: what the checks above found is the shape every window must see again.
     let shape = crate::host::shape::Shape::take(dev.dev_num, &env.sysfs);
-    Ok(RewritePlan {
+    let mut plan = RewritePlan {
         used_space,
         trim: !o.no_trim,
         trim_pace: crate::host::trim::Pace::of(o.trim_rate.map(|r| r.bytes_per_second()), o.pause),
@@ -187,7 +189,84 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
         guardian,
         warnings,
         options: RunOptions::of(o),
-    })
+        prediction: None,
+    };
+    forecast(o, &mut plan)?;
+    Ok(plan)
+}
+
+/// `--rate` against the bytes to rewrite (refused past a year), and a dry run's
+/// prediction. A prediction that cannot be made is a warning, never a refusal.
+fn forecast(o: &RewriteOptions, plan: &mut RewritePlan) -> Result<()> {
+    if o.rate.is_none() && !o.dry_run {
+        return Ok(());
+    }
+    let layout = match device_layout(plan) {
+        Ok(l) => l,
+        Err(e) => {
+            plan.warnings.push(format!("no prediction: {}", crate::error_chain(&e)));
+            return Ok(());
+        }
+    };
+    let rate = o.rate.map(|r| r.bytes_per_second());
+    plan.warnings.extend(checks::finishes(layout.bytes(), plan.engine.chunk_size, rate, o.force, o.dry_run)?);
+    if !o.dry_run {
+        return Ok(());
+    }
+    let pacing = pacing(o, plan);
+    let run =
+        predict::EngineRun { device: plan.device.path.clone(), align: u64::from(plan.device.dio_offset_align), layout };
+    match predict::predict(&[run], &pacing) {
+        Ok(p) => {
+            plan.warnings.extend(predict::absurd(&p.report, &pacing));
+            plan.prediction = Some(p.report);
+        }
+        Err(e) => plan.warnings.push(format!("no prediction: {}", crate::error_chain(&e))),
+    }
+    Ok(())
+}
+
+/// The run's pacing, for the prediction.
+fn pacing(o: &RewriteOptions, plan: &RewritePlan) -> predict::Pacing {
+    let e = &plan.engine;
+    let chooses = o.only_slow || o.from_scan.is_some();
+    predict::Pacing {
+        chunk_size: e.chunk_size,
+        verify: e.verify,
+        deadline: plan.needs_freeze().then_some(plan.max_freeze),
+        pause: e.pause,
+        rate: e.rate_bytes_per_second,
+        max_overruns: e.max_overruns,
+        read_ahead: e.read_ahead,
+        notes: chooses
+            .then(|| "choice: the regions to rewrite are chosen at the run's start; this counts every byte in use, the most the run rewrites".to_string())
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// What the run rewrites, as the engine's planner will see it: the ranges in use (what
+/// GETFSMAP does not call free, as `UsedSpace` asks each window, timed: each window
+/// asks again), or the whole range, from where the run starts.
+fn device_layout(plan: &RewritePlan) -> Result<predict::Layout> {
+    let e = &plan.engine;
+    let (start, end) = (e.start_offset.max(e.range_start), e.range_end);
+    let (ranges, plan_seconds) = if plan.used_space.is_empty() {
+        (vec![(start, end.saturating_sub(start))], 0.0)
+    } else {
+        let spans = plan
+            .used_space
+            .iter()
+            .map(|(fs, at, len)| crate::host::usedspace::FsSpan::open(fs.clone(), *at, *len))
+            .collect::<Result<Vec<_>>>()?;
+        let asked = std::time::Instant::now();
+        let free = crate::host::usedspace::free_ranges(&spans, start, end)?;
+        let took = asked.elapsed().as_secs_f64();
+        (crate::host::usedspace::subtract(start, end, &free, u64::from(plan.device.dio_offset_align).max(512)), took)
+    };
+    let runs = ranges.into_iter().filter(|r| r.1 > 0).map(|(offset, len)| predict::Run { offset, len, joins: false });
+    let batches = vec![predict::Batch { map_seconds: 0.0, runs: runs.collect() }];
+    Ok(predict::Layout { batches, plan_seconds, plan_time: None })
 }
 
 /// A whole disk with some partitions mounted: each unmounted one is rewritten whole,

@@ -192,6 +192,24 @@ pub(crate) fn human_rate(bytes_per_second: f64) -> String {
     format!("{}/s", human_bytes(bytes_per_second.max(0.0) as u64))
 }
 
+/// A span of time for humans, in the unit that reads best: `0.8 s`, `4.2 min`, `3.1 h`,
+/// `12 days`, `16 years` (a prediction's precision, not a clock's).
+pub(crate) fn human_seconds(s: f64) -> String {
+    const MINUTE: f64 = 60.0;
+    const HOUR: f64 = 3600.0;
+    const DAY: f64 = 86_400.0;
+    const YEAR: f64 = 365.25 * DAY;
+    match s.max(0.0) {
+        s if s < 10.0 => format!("{s:.1} s"),
+        s if s < 2.0 * MINUTE => format!("{s:.0} s"),
+        s if s < 2.0 * HOUR => format!("{:.0} min", s / MINUTE),
+        s if s < 2.0 * DAY => format!("{:.1} h", s / HOUR),
+        s if s < YEAR => format!("{:.0} days", s / DAY),
+        s if s < 10.0 * YEAR => format!("{:.1} years", s / YEAR),
+        s => format!("{:.0} years", s / YEAR),
+    }
+}
+
 /// Now, as RFC 3339 in whole seconds (UTC): the time stamps of reports, journals and
 /// rescue files.
 pub(crate) fn now_rfc3339() -> String {
@@ -246,6 +264,12 @@ mod tests {
     #[test]
     fn human() {
         assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_seconds(0.84), "0.8 s");
+        assert_eq!(human_seconds(95.0), "95 s");
+        assert_eq!(human_seconds(600.0), "10 min");
+        assert_eq!(human_seconds(5.0 * 3600.0), "5.0 h");
+        assert_eq!(human_seconds(3.0 * 86_400.0), "3 days");
+        assert_eq!(human_seconds(503e6), "16 years");
         assert_eq!(human_bytes(3 << 20), "3.0 MiB");
     }
 }

@@ -31,6 +31,7 @@ mod leftovers;
 mod nightly;
 mod no_silent_loss;
 mod packaging;
+mod plan_predicts;
 mod postgres;
 mod refusals_and_faults;
 mod report_schema;

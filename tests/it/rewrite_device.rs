@@ -125,13 +125,21 @@ fn dry_run_touches_nothing_and_shows_the_plan() {
     assert!(text.contains("memory: 14.0 MiB"), "memory = (3 + 1 + 1 + 1 + 1) x 2 MiB: {text}");
     assert!(text.contains(&format!("freeze: {}", mnt.dir.display())), "{text}");
     assert!(text.contains("windows: at most 5.000 s"), "{text}");
-    // With no pause the filesystem is frozen nearly all the run: said, with the way out.
-    assert!(text.contains("frozen: about 100 % of the run") && text.contains("--pause 3750ms"), "{text}");
-    let paused = output(env.reseq().args(["rewrite", "--dry-run", "--pause", "3750ms"]).arg(&lo.path));
-    let paused = String::from_utf8_lossy(&paused.stdout);
-    assert!(paused.contains("frozen: about 50 % of the run") && !paused.contains("writers wait"), "{paused}");
+    // A nearly empty filesystem: one window, and the prediction of it.
+    assert!(text.contains("frozen: one window of about "), "{text}");
+    assert!(text.contains("  prediction: ") && text.contains("about 1 window(s)"), "{text}");
     assert!(!env.state_dir().exists(), "a dry run created the state directory");
     assert_eq!(bytes_written_to(&lo.path), written_before, "a dry run wrote to the device");
+    // Windows back to back: frozen nearly all the run, said with the way out; a pause as
+    // long as a window frees writers half the time.
+    fill_files(&mnt.dir, 8, 4 << 20, 5);
+    let tight = ["rewrite", "--dry-run", "--max-freeze", "300ms", "--chunk-size", "4K"];
+    let busy = output(env.reseq().args(tight).arg(&lo.path));
+    let busy = String::from_utf8_lossy(&busy.stdout);
+    assert!(busy.contains("frozen: about ") && busy.contains("writers wait most of the run: --pause "), "{busy}");
+    let paused = output(env.reseq().args(tight).args(["--pause", "1s"]).arg(&lo.path));
+    let paused = String::from_utf8_lossy(&paused.stdout);
+    assert!(paused.contains("frozen: about ") && !paused.contains("writers wait"), "{paused}");
     let out = output(env.reseq().args(["rewrite", "--dry-run", "--json"]).arg(&lo.path));
     let r = json_report(&out);
     assert_eq!(r["dry_run"], true);

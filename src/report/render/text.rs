@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use crate::engine::EngineStats;
 use crate::measure::bench::{BenchResult, ScanResult};
 use crate::measure::estimate::Estimate;
-use crate::report::{FileReport, Report, Verification, WriteCost};
-use crate::support::units::{human_bytes, human_rate};
+use crate::report::{FileReport, Prediction, Report, Verification, WriteCost};
+use crate::support::units::{human_bytes, human_rate, human_seconds};
 
 /// The report as text; a dry run that succeeded prints its plan.
 pub(crate) fn text(r: &Report) -> String {
@@ -18,6 +18,7 @@ pub(crate) fn text(r: &Report) -> String {
         return files_text(r, files);
     }
     let mut s = plan(r);
+    s += &r.prediction.as_ref().map(prediction).unwrap_or_default();
     s += &results(r);
     if let Some(v) = &r.in_flight_reverify {
         s += &format!("  chunk in flight at the previous stop: {v}\n");
@@ -27,6 +28,38 @@ pub(crate) fn text(r: &Report) -> String {
         s += &format!("  verification: {}\n", r.verification);
     }
     s + &ending(r)
+}
+
+/// A dry run's prediction, as its plan ends (and a saved dry run's report shows it).
+pub(crate) fn prediction(p: &Prediction) -> String {
+    let verb = if p.bytes_verified > 0 { "written and read back" } else { "written" };
+    let again = match p.bytes_read - p.bytes_written {
+        0 => String::new(),
+        n => format!(" ({} again, read ahead by a window that stopped short of it)", human_bytes(n)),
+    };
+    let (w, f, d) = (&p.windows, &p.frozen_seconds, &p.duration_seconds);
+    let mut s = format!(
+        "  prediction: {} read{again}, {} {verb} in {} chunk(s); about {} window(s){}, {} frozen in all{}, the longest {}; the whole run about {}{}\n",
+        human_bytes(p.bytes_read),
+        human_bytes(p.bytes_written),
+        p.chunks,
+        w.expected,
+        range(w.low.to_string(), w.high.to_string()),
+        human_seconds(f.expected),
+        range(human_seconds(f.low), human_seconds(f.high)),
+        human_seconds(p.longest_freeze_seconds),
+        human_seconds(d.expected),
+        range(human_seconds(d.low), human_seconds(d.high)),
+    );
+    for b in &p.basis {
+        s += &format!("  prediction rests on {b}\n");
+    }
+    s
+}
+
+/// ` (low-high)`, or nothing when both read the same.
+fn range(low: String, high: String) -> String {
+    if low == high { String::new() } else { format!(" ({low}-{high})") }
 }
 
 /// The warnings, then the outcome.

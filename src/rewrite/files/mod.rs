@@ -25,6 +25,7 @@ use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
 
 mod hot;
+mod layout;
 mod plan;
 mod planner;
 pub mod record;
@@ -59,7 +60,8 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
     let plan = plan::plan(o, report)?;
     *verify = !plan.options.no_verify;
     if plan.options.dry_run {
-        let (text, detail) = plan::describe(&plan, report);
+        let predicted = plan::predict(&plan, report);
+        let (text, detail) = plan::describe(&plan, report, predicted.as_ref());
         (report.plan_text, report.plan_detail) = (Some(text), Some(detail));
         return Ok(());
     }

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use crate::engine::journal::FileIdentity;
 use crate::host::cgroup::Placement;
@@ -17,9 +16,10 @@ use crate::host::state_dir::StateDir;
 use crate::options::rewrite::{DEFAULT_FILE_MAX_FREEZE, RewriteOptions};
 use crate::report::Report;
 use crate::rewrite::checks;
+use crate::rewrite::predict::{Outcome, Predicted};
 use crate::rewrite::sequence::Unfinished;
 use crate::support::error::{Error, Result};
-use crate::support::units::human_bytes;
+use crate::support::units::{human_bytes, human_seconds};
 use crate::sys;
 
 use super::{hot, record, select};
@@ -93,7 +93,11 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
     let state = checks::state_dir(&o.state_dir, &frozen, o.chunk_size, o.dry_run)?;
     let done_before = earlier.as_ref().map(|e| finished_earlier(e, &planned)).unwrap_or_default();
     let mut shared_seen = std::collections::HashSet::new();
-    let to_rewrite = planned.iter().map(|p| planned_bytes(&p.path, &mut shared_seen).1).collect();
+    let to_rewrite: Vec<u64> = planned.iter().map(|p| planned_bytes(&p.path, &mut shared_seen).1).collect();
+    let left = |(i, _): &(usize, &u64)| !left_alone.contains_key(i) && !done_before.contains_key(i);
+    let bytes = to_rewrite.iter().enumerate().filter(left).map(|(_, b)| b).sum();
+    let rate = o.rate.map(|r| r.bytes_per_second());
+    report.warnings.extend(checks::finishes(bytes, o.chunk_size.bytes(), rate, o.force, o.dry_run)?);
     Ok(FilesPlan {
         options: o,
         groups,
@@ -342,9 +346,10 @@ fn done_earlier(e: &record::Earlier, path: &Path) -> Option<u64> {
 }
 
 /// What the dry run says: per filesystem the files, the bytes to rewrite, and the
-/// windows and time frozen to expect; the warnings. Returns it and every file's line
-/// (shown with `-v`).
-pub(super) fn describe(plan: &FilesPlan, report: &Report) -> (String, String) {
+/// windows, time frozen and duration to expect (`predicted`: each filesystem's engine
+/// run, in order); the prediction and what it rests on; the warnings. Returns it and
+/// every file's line (shown with `-v`).
+pub(super) fn describe(plan: &FilesPlan, report: &Report, predicted: Option<&Predicted>) -> (String, String) {
     let (o, planned) = (&plan.options, &plan.planned);
     let max_freeze = o.max_freeze();
     let mut s = format!(
@@ -353,7 +358,8 @@ pub(super) fn describe(plan: &FilesPlan, report: &Report) -> (String, String) {
         max_freeze.as_secs_f64(),
         crate::host::freeze::describe_bound(max_freeze),
     );
-    s += &crate::rewrite::frozen_share(max_freeze, o.pause, o.rate.map(|r| r.bytes_per_second()));
+    let rate = o.rate.map(|r| r.bytes_per_second());
+    s += &crate::rewrite::frozen_share(max_freeze, o.pause, rate, report.prediction.as_ref());
     s += &crate::rewrite::describe_guardian(&plan.placement);
     let mut detail = String::from("  every file:\n");
     if let (Some(sel), Some(c)) = (&report.file_selection, &plan.choice) {
@@ -367,21 +373,15 @@ pub(super) fn describe(plan: &FilesPlan, report: &Report) -> (String, String) {
         s += &crate::host::aliases::describe(&g.device.devices_sharing_bytes(&Sysfs::default()), &Sysfs::default());
         let chosen = |(i, p): &(usize, &Planned)| p.fs == gi && !plan.left_alone.contains_key(i);
         let files: Vec<&Planned> = planned.iter().enumerate().filter(chosen).map(|(_, p)| p).collect();
-        s += &describe_group(g, &files, max_freeze, &mut detail);
+        s += &describe_group(&files, predicted.and_then(|p| p.each.get(gi)), &mut detail);
     }
+    s += &report.prediction.as_ref().map(crate::rewrite::predict::describe).unwrap_or_default();
     (s + &crate::rewrite::dry_run_end(&report.warnings), detail)
 }
 
-/// One filesystem's files in the plan: their totals, and each file's line into `detail`.
-fn describe_group(g: &FsGroup, files: &[&Planned], max_freeze: Duration, detail: &mut String) -> String {
-    let rate = assumed_rate(g);
-    // Measured windows end at 80-90 % of the budget on an idle device (engine/pace.rs):
-    // 3/4 leaves room for the freeze itself and a busy one.
-    let per_window = rate * max_freeze.as_secs_f64() * 0.75;
-    let windows_for = |bytes: u64| match (bytes, per_window > 0.0) {
-        (0, _) | (_, false) => 0,
-        (b, true) => (b as f64 / per_window).ceil().max(1.0) as u64,
-    };
+/// One filesystem's files in the plan: their totals and what its engine run is expected
+/// to come to, and each file's line into `detail`.
+fn describe_group(files: &[&Planned], expected: Option<&Outcome>, detail: &mut String) -> String {
     // A shared (reflinked) range is rewritten once, by the first file that has it.
     let mut shared_seen = std::collections::HashSet::new();
     let (mut total, mut empty) = (0, 0);
@@ -402,28 +402,51 @@ fn describe_group(g: &FsGroup, files: &[&Planned], max_freeze: Duration, detail:
         };
         *detail += &format!("    {}: {what}{hot}\n", p.path.display());
     }
-    let frozen = if rate > 0.0 { format!("{:.1} s", total as f64 / rate) } else { "unknown".into() };
+    let expect = expected.map_or_else(
+        || " (no prediction)".to_string(),
+        |e| {
+            format!(
+                " in {} chunk(s): about {} window(s), {} frozen, {} in all",
+                e.chunks,
+                e.windows,
+                human_seconds(e.frozen),
+                human_seconds(e.seconds)
+            )
+        },
+    );
     format!(
-        "    {} file(s){}, {} to rewrite: about {} window(s), {frozen} frozen in all, at an assumed {}/s\n",
+        "    {} file(s){}, {} to rewrite{expect}\n",
         files.len(),
         if empty > 0 { format!(" ({empty} empty: nothing to rewrite)") } else { String::new() },
         human_bytes(total),
-        windows_for(total),
-        human_bytes(rate as u64),
     )
 }
 
-/// A rewrite reads, writes and reads back: assume a third of the device's read speed,
-/// measured on up to 16 MiB of it (reads only). 0 when it cannot be read.
-fn assumed_rate(g: &FsGroup) -> f64 {
-    use crate::measure::readbench::{Source, Target, read_span};
-    Source::open(&g.device.path)
-        .and_then(|src| {
-            let len = src.len.min(16 << 20);
-            read_span(&Target::Real(vec![src]), 1 << 20, 1, 0, len)
-        })
-        .map(|t| t.rate() / 3.0)
-        .unwrap_or(0.0)
+/// A dry run's prediction of every filesystem's engine run (into the report, with the
+/// warnings of an absurd plan); None, with a warning, when it cannot be made.
+pub(super) fn predict(plan: &FilesPlan, report: &mut Report) -> Option<Predicted> {
+    let o = &plan.options;
+    let pacing = crate::rewrite::predict::Pacing {
+        chunk_size: o.chunk_size.bytes(),
+        verify: !o.no_verify,
+        deadline: Some(o.max_freeze()),
+        pause: o.pause,
+        rate: o.rate.map(|r| r.bytes_per_second()),
+        max_overruns: o.max_overruns,
+        read_ahead: o.read_ahead,
+        notes: Vec::new(),
+    };
+    match crate::rewrite::predict::predict(&super::layout::engine_runs(plan), &pacing) {
+        Ok(p) => {
+            report.warnings.extend(crate::rewrite::predict::absurd(&p.report, &pacing));
+            report.prediction = Some(p.report.clone());
+            Some(p)
+        }
+        Err(e) => {
+            report.warnings.push(format!("no prediction: {}", crate::error_chain(&e)));
+            None
+        }
+    }
 }
 
 /// A file's extents, the bytes a run would rewrite, and its size.

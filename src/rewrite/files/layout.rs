@@ -1,0 +1,89 @@
+//! File mode's files as the run will lay them out, for the dry run's prediction: one
+//! engine run per filesystem, its files in the order of their first block (as
+//! `run::FileRun::members` orders them), each a batch the planner maps in some window,
+//! its pieces as `planner::plan_extents` plans them, joined to the file before where
+//! both continue each other in the run's address space and on the device.
+
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::time::Instant;
+
+use super::plan::{FilesPlan, Planned};
+use super::planner::plan_extents;
+use crate::rewrite::predict::{Batch, EngineRun, Layout, Run};
+use crate::sys;
+
+/// Each filesystem's engine run, with the files the run rewrites (those chosen, not
+/// finished by an interrupted run, not empty).
+pub(super) fn engine_runs(plan: &FilesPlan) -> Vec<EngineRun> {
+    let plan_time = plan.options.max_freeze().as_secs_f64() / 10.0;
+    let mut runs = Vec::new();
+    for (gi, g) in plan.groups.iter().enumerate() {
+        let todo = |(i, p): &(usize, &Planned)| {
+            p.fs == gi && !plan.left_alone.contains_key(i) && !plan.done_before.contains_key(i)
+        };
+        let align = u64::from(g.device.dio_offset_align).max(1);
+        let mut files: Vec<Mapped> =
+            plan.planned.iter().enumerate().filter(todo).filter_map(|(_, p)| map(&p.path, align)).collect();
+        files.sort_by_key(|f| f.first);
+        let batches = batches(&files);
+        runs.push(EngineRun {
+            device: g.device.path.clone(),
+            align,
+            layout: Layout { batches, plan_seconds: 0.0, plan_time: Some(plan_time) },
+        });
+    }
+    runs
+}
+
+/// One file, mapped now (unfrozen: an estimate; the run maps again in each window).
+struct Mapped {
+    /// Where it sorts: its first block on the device.
+    first: u64,
+    /// Its size rounded up to whole blocks: its span in the run's address space.
+    span: u64,
+    extents: Vec<sys::FiemapExtent>,
+    /// Open, stat and FIEMAP, as the planner does in a window.
+    seconds: f64,
+}
+
+/// Maps one file, timed; None when it is gone or empty (the run leaves those alone).
+fn map(path: &std::path::Path, align: u64) -> Option<Mapped> {
+    let started = Instant::now();
+    let f = std::fs::File::open(path).ok()?;
+    let md = f.metadata().ok()?;
+    let extents = sys::fiemap(f.as_fd(), 0, 0).ok()?;
+    let seconds = started.elapsed().as_secs_f64();
+    if md.len() == 0 {
+        return None;
+    }
+    let unit = md.blksize().max(align);
+    let first = extents.first().map_or(u64::MAX, |e| e.physical.max(1));
+    Some(Mapped { first, span: md.len().div_ceil(unit) * unit, extents, seconds })
+}
+
+/// The files as batches: each file's pieces, a piece joining the one before when both
+/// are adjacent in the run's address space and on the device (as the planner merges
+/// them); a shared range counted once, by its first file.
+fn batches(files: &[Mapped]) -> Vec<Batch> {
+    let mut shared = std::collections::HashSet::new();
+    let (mut base, mut last_end) = (0u64, None::<(u64, u64)>);
+    let mut out = Vec::with_capacity(files.len());
+    for f in files {
+        let claim = |p: u64, l: u64| shared.insert((p, l));
+        let (mut unwritten, mut elsewhere) = (0, 0);
+        // A file the run would skip (flagged extents) costs its map and nothing more.
+        let pieces = plan_extents(&f.extents, 0, f.span, claim, &mut unwritten, &mut elsewhere).unwrap_or_default();
+        let runs = pieces
+            .iter()
+            .map(|p| {
+                let (virt, joins) = (base + p.logical, last_end == Some((base + p.logical, p.physical)));
+                last_end = Some((virt + p.len, p.physical + p.len));
+                Run { offset: p.physical, len: p.len, joins }
+            })
+            .collect();
+        out.push(Batch { map_seconds: f.seconds, runs });
+        base += f.span;
+    }
+    out
+}

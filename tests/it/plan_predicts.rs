@@ -1,0 +1,205 @@
+//! A dry run's prediction held against the run it predicts (issue 37): the windows and
+//! the time frozen of a real run on ext4 over a loop device, in device mode and in file
+//! mode (many small files; a few large ones), fall in the plan's range, widened x1.5
+//! each way: the tests share two busy cores and a disk with whatever else runs, and the
+//! run may meet a load the probe did not see. A plan made on a quiet host has a range of
+//! its own to be held to, so that the check has teeth: at most x5 from end to end (the
+//! model's own x0.8-x1.25, and writes from as fast as the reads, up to x4 here where a
+//! virtual disk reads data just written from its host's cache, down to the cap). A plan
+//! that would take years says so, and its run is refused.
+//!
+//! Each run holds the machine (`common::exclusive()`): a run's time is what is measured,
+//! and another test's I/O on the same disk would slow it as no probe before it could
+//! see (measured: x1.3-x2.1 with the three suites side by side). What the expected
+//! figures came to is printed (`--nocapture`): on a quiet host they were within x1.5
+//! (docs/OPERATIONS.md, "What the dry run predicts").
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+const MIB: u64 = 1 << 20;
+
+/// The share of the time between two readings that some task waited for a CPU
+/// (/proc/pressure/cpu), None without PSI.
+struct CpuPressure(Option<u64>, std::time::Instant);
+
+impl CpuPressure {
+    fn start() -> CpuPressure {
+        CpuPressure(cpu_some_total(), std::time::Instant::now())
+    }
+    fn share(&self) -> Option<f64> {
+        let us = self.1.elapsed().as_micros().max(1) as f64;
+        Some(cpu_some_total()?.saturating_sub(self.0?) as f64 / us)
+    }
+}
+
+fn cpu_some_total() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
+    let some = text.lines().find(|l| l.starts_with("some"))?;
+    some.split_whitespace().find_map(|f| f.strip_prefix("total="))?.parse().ok()
+}
+
+/// The dry run's prediction, then the run: the run's windows and time frozen in the
+/// plan's range (x1.5 each way), its bytes the plan's; a plan made on a quiet host, with
+/// a range narrow enough to mean something.
+fn plan_then_run(env: &TestEnv, what: &str, args: &[&str], target: &[&Path]) {
+    let _alone = exclusive();
+    let plan = json_ok(env.reseq().args(["rewrite", "--dry-run", "--json"]).args(args).args(target));
+    let p = &plan["prediction"];
+    let during = CpuPressure::start();
+    let run = json_ok(env.reseq().args(["rewrite", "--json"]).args(args).args(target));
+    let (r, run_pressure) = (&run["results"], during.share());
+    let probe = &p["probes"][0];
+    let probe_pressure = probe["host_pressure"]["cpu_some"].as_f64();
+    // Quiet as the plan saw it: nothing waited for a CPU, one was idle, and a normal
+    // thread read as fast as a real-time one.
+    let quiet = probe_pressure.is_some_and(|x| x < 0.05)
+        && probe["cpus_idle"].as_f64().is_some_and(|x| x >= 1.0)
+        && probe["normal_priority_penalty_seconds"].as_f64().is_some_and(|x| x < 0.0005);
+    eprintln!(
+        "{what}: planned {} windows ({}-{}), {:.2} s frozen ({:.2}-{:.2}), {:.2} s ({:.2}-{:.2}); ran {} windows, {:.2} s frozen, {:.2} s; pressure before the probe {probe_pressure:.2?} (quiet: {quiet}), CPU during the run {run_pressure:.2?}",
+        p["windows"]["expected"],
+        p["windows"]["low"],
+        p["windows"]["high"],
+        num(&p["frozen_seconds"]["expected"]),
+        num(&p["frozen_seconds"]["low"]),
+        num(&p["frozen_seconds"]["high"]),
+        num(&p["duration_seconds"]["expected"]),
+        num(&p["duration_seconds"]["low"]),
+        num(&p["duration_seconds"]["high"]),
+        r["windows"],
+        num(&r["total_frozen_seconds"]),
+        num(&r["rewrite_seconds"]),
+    );
+    let written = num(&r["bytes_written"]);
+    assert!((written - num(&p["bytes_written"])).abs() <= 0.02 * written + 2.0 * MIB as f64, "{what}: bytes {p} {r}");
+    for (name, planned, ran) in
+        [("windows", "windows", "windows"), ("frozen", "frozen_seconds", "total_frozen_seconds")]
+    {
+        let (low, high, actual) = (num(&p[planned]["low"]), num(&p[planned]["high"]), num(&r[ran]));
+        assert!(actual >= low / 1.5 && actual <= high * 1.5, "{what}: {name} {actual} outside [{low}, {high}] x1.5");
+        if quiet && name == "frozen" {
+            assert!(high <= 5.0 * low, "{what}: a quiet host's range is narrow: [{low}, {high}]");
+        }
+    }
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn device_mode_runs_as_planned() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("dev", 384 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 48, 4 << 20, 37);
+    plan_then_run(&env, "device mode", &["--max-freeze", "300ms"], &[&lo.path]);
+    assert_files_intact(&files);
+    mnt.unmount().unwrap();
+    fsck_clean(&lo.path, "ext4");
+}
+
+/// 1600 files of 4-96 KiB in 16 directories (ext4 spreads them over its block groups),
+/// a third deleted and 500 more written into the holes: pieces all over the device.
+fn small_files(dir: &Path) {
+    let mut rng = XorShift::new(41);
+    let sizes = [4096, 8192, 16 << 10, 40 << 10, 96 << 10];
+    let path = |i: usize| dir.join(format!("d{}/f{i}", i % 16));
+    (0..16).for_each(|d| std::fs::create_dir_all(dir.join(format!("d{d}"))).unwrap());
+    let mut data = vec![0u8; 96 << 10];
+    for i in 0..2100 {
+        let n = sizes[(rng.next_u64() % sizes.len() as u64) as usize];
+        rng.fill(&mut data[..n]);
+        std::fs::write(path(i), &data[..n]).unwrap();
+        if i == 1599 {
+            run_cmd(&mut Command::new("sync")).unwrap();
+            (0..1600).step_by(3).for_each(|i| std::fs::remove_file(path(i)).unwrap());
+            run_cmd(&mut Command::new("sync")).unwrap();
+        }
+    }
+    run_cmd(&mut Command::new("sync")).unwrap();
+}
+
+#[test]
+fn file_mode_many_small_files_run_as_planned() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("small", 256 * MIB, "ext4");
+    small_files(&mnt.dir.join("db"));
+    plan_then_run(&env, "many small files", &["--max-freeze", "300ms", "--pause", "50ms"], &[&mnt.dir.join("db")]);
+    mnt.unmount().unwrap();
+    fsck_clean(&lo.path, "ext4");
+}
+
+/// Three 48 MiB files grown in turns of 256 KiB with an fsync each: their extents
+/// interleave on the device.
+fn large_files(dir: &Path) {
+    let mut rng = XorShift::new(43);
+    let mut files: Vec<std::fs::File> =
+        (0..3).map(|i| std::fs::File::create(dir.join(format!("table{i}.ibd"))).unwrap()).collect();
+    let mut piece = vec![0u8; 256 << 10];
+    for _ in 0..(48 * MIB / (256 << 10)) {
+        for f in &mut files {
+            rng.fill(&mut piece);
+            f.write_all(&piece).unwrap();
+            f.sync_data().unwrap();
+        }
+    }
+}
+
+#[test]
+fn file_mode_a_few_large_files_run_as_planned() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("large", 256 * MIB, "ext4");
+    large_files(&mnt.dir);
+    plan_then_run(&env, "a few large files", &["--max-freeze", "300ms", "--pause", "50ms"], &[&mnt.dir]);
+    mnt.unmount().unwrap();
+    fsck_clean(&lo.path, "ext4");
+}
+
+/// `--rate 1` is one byte a second: the plan says how many years that is, in device and
+/// file mode, and the run is refused (exit 3) having written nothing.
+#[test]
+fn a_plan_that_would_take_years_says_so_and_its_run_is_refused() {
+    if !require(&["losetup", "mkfs.ext4"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    // 48 MiB at a byte a second: a year and a half.
+    let (lo, mnt) = env.mounted("years", 96 * MIB, "ext4");
+    fill_files(&mnt.dir, 12, 4 << 20, 47);
+    for target in [mnt.dir.as_path(), lo.path.as_path()] {
+        let out = output(env.reseq().args(["rewrite", "--dry-run", "--rate", "1"]).arg(target));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let said = text
+            .lines()
+            .find(|l| l.contains("warning: this run would take about "))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(said.contains(" years") && said.contains("--rate 1 B/s"), "{said}");
+        assert!(text.contains("the run itself is refused (exit 3)"), "{text}");
+        let r = json_ok(env.reseq().args(["rewrite", "--dry-run", "--json", "--rate", "1"]).arg(target));
+        assert!(num(&r["prediction"]["duration_seconds"]["expected"]) > 365.0 * 86_400.0, "{r}");
+    }
+    let before = bytes_written_to(&lo.path);
+    let out = output(env.reseq().args(["rewrite", "--rate", "1"]).arg(&mnt.dir));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("more than a year"), "{}", stderr(&out));
+    assert_eq!(bytes_written_to(&lo.path), before, "a refused run wrote");
+    // A rate that is merely slow plans on without a word about years.
+    let out = output(env.reseq().args(["rewrite", "--dry-run", "--rate", "10M"]).arg(&mnt.dir));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("would take about"));
+}
