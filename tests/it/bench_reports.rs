@@ -475,12 +475,20 @@ fn a_speed_up_that_fades_is_not_called_faster() {
         "the re-read test cannot see it: {}",
         r["bench_after"]
     );
+    assert_eq!(v["verdict"], "unreliable", "{v}");
+    let rule = v["rule"].as_str().unwrap();
+    if rule.contains("load changed") {
+        // A host busy by spells three times running (other work on a shared machine): the
+        // re-check still ran, and a first reading of "faster" was not let stand.
+        assert!(rule.contains("re-check") && rule.contains("cannot tell whether it lasted"), "{v}");
+        assert!(v["speedup"].as_f64().unwrap() > 2.0, "{v}");
+        return;
+    }
     let recheck = &v["recheck"];
     assert!(recheck["after_seconds"].as_f64().unwrap() >= 8.0, "{v}");
     let (first, later) = (v["speedup"].as_f64().unwrap(), recheck["speedup"].as_f64().unwrap());
     assert!(later < first / 1.5, "the cache had let go: {v}");
-    assert_eq!(v["verdict"], "unreliable", "{v}");
-    assert!(v["rule"].as_str().unwrap().contains("did not last"), "{v}");
+    assert!(rule.contains("did not last"), "{v}");
     // Without the re-check the same run would have said "faster": the first verdict's
     // speed-up is in the rule.
     assert!(v["speedup"].as_f64().unwrap() > 2.0, "the after-passes were served by the cache: {v}");
