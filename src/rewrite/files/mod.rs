@@ -27,6 +27,7 @@ use crate::support::signals::StopFlag;
 mod hot;
 mod layout;
 mod plan;
+mod plan_report;
 mod planner;
 pub mod record;
 mod refreshed;
@@ -59,6 +60,7 @@ fn verification(report: &Report, verify: bool, result: &Result<()>) -> Verificat
 fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bool) -> Result<()> {
     let plan = plan::plan(o, report)?;
     *verify = !plan.options.no_verify;
+    report.plan = Some(plan_report::report(&plan));
     if plan.options.dry_run {
         let predicted = plan::predict(&plan, report);
         let (text, detail) = plan::describe(&plan, report, predicted.as_ref());
