@@ -560,3 +560,26 @@ fn a_resumed_bench_run_keeps_its_benchmark_before() {
     drop(mnt);
     drop(flo);
 }
+
+/// A `--bench` run refused at its first freeze (someone else's) wrote nothing: it keeps
+/// no benchmark before in the state directory either, in device mode and in file mode.
+#[test]
+fn a_refused_bench_run_keeps_no_benchmark_before() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("refbench", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 1, 8 << 20, 5);
+    let bench =
+        ["rewrite", "--json", "--bench", "--bench-passes", "2", "--bench-regions", "4", "--bench-recheck", "0s"];
+    let _frozen = ForeignFreeze::new(&mnt.dir);
+    for target in [lo.path.clone(), files[0].0.clone()] {
+        let out = output(env.reseq().args(bench).arg(&target));
+        assert_eq!(out.status.code(), Some(3), "{}: {}", target.display(), stderr(&out));
+        assert!(json_report(&out)["bench_before"].is_object(), "it benchmarked before it was refused");
+        let left: Vec<_> =
+            std::fs::read_dir(env.state_dir()).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+        assert!(left.is_empty(), "{}: a refused run left {left:?}", target.display());
+    }
+}

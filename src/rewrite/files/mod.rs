@@ -104,6 +104,9 @@ fn execute_plan(plan: &FilesPlan, quiet: bool, report: &mut Report) -> Result<()
     let result = run.finish(outcome?, &measured, report);
     // A run that wrote nothing and did not finish (refused) leaves the state as it was.
     let wrote = result.is_ok() || report.results.as_ref().is_some_and(|r| r.bytes_written > 0);
+    if !wrote && plan.earlier.is_none() {
+        crate::rewrite::before::Before::discard(&plan.record_path);
+    }
     chosen_files_done(plan, report, wrote);
     result
 }
