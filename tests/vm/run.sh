@@ -135,7 +135,7 @@ if $fleet; then
   mkdir -p "$FLEET"
   t_deb=$(date +%s)
   "$RESEQ_BIN" generate "$repo/target/generated" >/dev/null
-  (cd "$repo" && cargo deb --quiet --fast --output "$FLEET/reseq.deb") || { echo "vm: cargo deb failed" >&2; exit 1; }
+  (cd "$repo" && cargo deb --quiet --fast --output "$FLEET/reseq.deb" >/dev/null) || { echo "vm: cargo deb failed" >&2; exit 1; }
   echo "vm: built the .deb (reseq $(dpkg-deb -f "$FLEET/reseq.deb" Version)) in $(( $(date +%s) - t_deb )) s" >&2
   ssh-keygen -q -t ed25519 -N '' -C reseq-vm-fleet -f "$FLEET/key"
   cp "$FLEET/key.pub" "$share/fleet-key.pub"
@@ -148,10 +148,12 @@ if $fleet; then
       for req in "$share"/results/fleet-*.request; do
         [ -e "$req" ] || continue
         p=${req##*/fleet-}; p=${p%.request}
-        rm -f "$req"
         rc=0
         FLEET=$FLEET SHARE=$share PORT=$PORT REPO=$repo bash "$here/fleet-host.sh" "$p" >"$share/results/fleet-$p.log" 2>&1 || rc=$?
         echo "$rc" >"$share/results/fleet-$p.rc"
+        # Removed only now: a request removed while the guest still creates it (over
+        # 9p) fails the guest's write.
+        rm -f "$req"
         touch "$share/results/fleet-$p.done"
       done
     done

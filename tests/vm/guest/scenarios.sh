@@ -602,9 +602,7 @@ fleet_ssh() {
 # answer: HOST_RC, its exit code; its output, in this log.
 host_fleet() { # PHASE SECONDS
   local res=$SHARE/results end=$(( $(date +%s) + $2 ))
-  # A redirection, not touch: the host may take the request (and remove it) before
-  # touch would have set its times, and touch then fails.
-  rm -f "$res/fleet-$1.done"; : >"$res/fleet-$1.request"
+  rm -f "$res/fleet-$1.done"; : >"$res/fleet-$1.request" || fail "could not ask the host for $1"
   while [ ! -e "$res/fleet-$1.done" ]; do
     [ "$(date +%s)" -lt "$end" ] || fail "the host did not answer $1 within $2 s"
     sleep 0.5
