@@ -59,7 +59,7 @@ def test_group(host, interval, steps, checks):
     y = f'  - interval: {interval}\n    input_series:\n'
     for name, _, value in smp:
         v = series_value(name, value, finished)
-        y += f"      - series: {q(name + '{' + sel + '}')}\n        values: '{v:g}+0x{steps}'\n"
+        y += f"      - series: {q(name + '{' + sel + '}')}\n        values: '{v!r}+0x{steps}'\n"
     y += '    alert_rule_test:\n'
     for at, alert, summary in checks:
         y += f'      - eval_time: {at}\n        alertname: {alert}\n'

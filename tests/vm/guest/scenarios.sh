@@ -22,8 +22,9 @@ log() { echo "+ $(awk "BEGIN{printf \"%6.1f\", $(date +%s.%N) - $T0}") $*" >&2; 
 fail() {
   echo "FAIL: $*" >&2
   local u
+  # The job units that ran in this boot.
   for u in reseq@vmtest.service reseq@fleet.service; do
-    if systemctl cat "$u" >/dev/null 2>&1; then
+    if [ -n "$(systemctl show -p InvocationID --value "$u" 2>/dev/null)" ]; then
       systemctl status --no-pager "$u" >&2 || true
       journalctl -u "$u" --no-pager -o short-monotonic | tail -40 >&2 || true
     fi
