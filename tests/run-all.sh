@@ -16,7 +16,7 @@ declare -A need=(
   [mkfs.xfs]=xfsprogs [xfs_repair]=xfsprogs
   [mkfs.ext4]=e2fsprogs [e2fsck]=e2fsprogs
   [losetup]=mount [fsfreeze]=util-linux [setpriv]=util-linux [partx]=util-linux
-  [mkswap]=util-linux [swapon]=util-linux
+  [mkswap]=util-linux [swapon]=util-linux [unshare]=util-linux
   [sfdisk]=fdisk [mksquashfs]=squashfs-tools
   [chromium]=chromium
   [groff]=groff-base [man]=man-db

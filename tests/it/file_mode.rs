@@ -221,7 +221,7 @@ fn refused_filesystems_and_files() {
     run_cmd(Command::new("mount").args(["-o", "remount,ro"]).arg(&m2.dir)).unwrap();
     let out = output(env.reseq().arg("rewrite").arg(m2.dir.join("f")));
     assert_eq!(out.status.code(), Some(3));
-    assert!(stderr(&out).contains("read-only mount"));
+    assert!(stderr(&out).contains("on a filesystem mounted read-only"), "{}", stderr(&out));
     let _ = lo2;
     // Not root.
     let bin = env!("CARGO_BIN_EXE_reseq");
@@ -1306,4 +1306,39 @@ fn short_windows_read_little_more_than_they_write() {
     assert_files_intact(&files);
     mnt.unmount().unwrap();
     fsck_clean(&lo.path, "ext4");
+}
+
+/// A read-only view of a read-write filesystem, as the shipped unit's
+/// `ProtectSystem=strict` gives (every mount of it read-only in the unit's own mount
+/// namespace), is rewritten: its device is written, never the mount. Every byte intact,
+/// the device's counter showing the rewrite.
+#[test]
+fn a_read_only_view_of_a_writable_filesystem_is_rewritten() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze", "unshare"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("roview", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 2, 4 << 20, 90);
+    run_cmd(&mut Command::new("sync")).unwrap();
+    let before = bytes_written_to(&lo.path);
+    // In a mount namespace of its own (gone with the process), the filesystem's only
+    // mount made read-only, as systemd does for a unit.
+    let script = format!(
+        "mount -o remount,bind,ro \"$1\" && ! touch \"$1/x\" 2>/dev/null && exec {} rewrite --json --max-freeze 500ms --state-dir \"$2\" \"$1\"",
+        env!("CARGO_BIN_EXE_reseq")
+    );
+    let out = output(
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script, "sh"])
+            .arg(&mnt.dir)
+            .arg(env.state_dir()),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(json_report(&out)["verification"], "passed");
+    assert!(bytes_written_to(&lo.path) - before >= 8 * MIB, "the device was not written");
+    drop_caches();
+    assert_files_intact(&files);
+    assert!(!is_frozen(&mnt.dir));
+    std::fs::write(mnt.dir.join("y"), b"y").expect("still writable outside the namespace");
 }
