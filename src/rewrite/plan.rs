@@ -83,6 +83,8 @@ pub(crate) struct RewritePlan {
     pub(crate) warnings: Vec<String>,
     /// A dry run's prediction of the run (None: a run, or nothing could be probed).
     pub(crate) prediction: Option<crate::report::Prediction>,
+    /// The pipeline's depth (`engine.read_ahead`) and why.
+    pub(crate) depth: crate::measure::depth_probe::DepthChoice,
 }
 
 impl RewritePlan {
@@ -147,7 +149,7 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
             o.state_dir.display()
         ));
     }
-    let engine = engine_config(o, &dev, &start, &journal_path, &state)?;
+    let mut engine = engine_config(o, &dev, &start, &journal_path, &state)?;
     if engine.range_end < dev.identity.size_bytes {
         warnings.push(format!(
             "the last {} bytes of {} (from offset {}) are less than one {}-byte sector, which direct I/O cannot address: they are left as they are, not rewritten",
@@ -168,6 +170,10 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
     if !filesystems.is_empty() && !o.include_free {
         warnings.extend(unmounted_partitions(&dev, &filesystems, &env.sysfs));
     }
+    let (start_at, deadline) = (engine.start_offset.max(engine.range_start), o.max_freeze());
+    let ranges = [(start_at, engine.range_end.saturating_sub(start_at))];
+    let depth = predict::depth(o, &dev.path, &ranges, (!filesystems.is_empty()).then_some(deadline));
+    engine.read_ahead = depth.depth;
     let (hung_task_timeout, _) = checks::hung_task();
     // Taken last: what the checks above found is the shape every window must see again.
     let shape = crate::host::shape::Shape::take(dev.dev_num, &env.sysfs);
@@ -190,6 +196,7 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
         warnings,
         options: RunOptions::of(o),
         prediction: None,
+        depth,
     };
     forecast(o, &mut plan)?;
     Ok(plan)
@@ -238,9 +245,11 @@ fn pacing(o: &RewriteOptions, plan: &RewritePlan) -> predict::Pacing {
         rate: e.rate_bytes_per_second,
         max_overruns: e.max_overruns,
         read_ahead: e.read_ahead,
+        read_gain: plan.depth.read_gain(),
         notes: chooses
             .then(|| "choice: the regions to rewrite are chosen at the run's start; this counts every byte in use, the most the run rewrites".to_string())
             .into_iter()
+            .chain([predict::depth_note(&plan.depth)])
             .collect(),
     }
 }

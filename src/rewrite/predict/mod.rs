@@ -14,6 +14,7 @@ pub(crate) use model::{Batch, Layout, Outcome, Run};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::measure::depth_probe::{self, DepthChoice};
 use crate::measure::plan_probe::{self, PlanProbe};
 use crate::report::{CountRange, Prediction, SecondsRange};
 use crate::support::error::{Error, Result};
@@ -45,6 +46,52 @@ const HIGH_LOAD: f64 = 1.5;
 /// A run longer than this is said to be absurd (a warning, also in the run's log).
 pub(crate) const ABSURD: Duration = Duration::from_secs(7 * 86_400);
 
+/// How long the depth probe reads, at most (before every run, dry or not): a few
+/// percent of a gigabyte's run on a loop device (2.5 s), whose rates it must tell apart.
+pub(crate) const DEPTH_PROBE_CAP: Duration = Duration::from_millis(200);
+/// Runs of fewer bytes are not probed: the probe would cost more than a depth can win.
+pub(crate) const DEPTH_PROBE_FROM: u64 = 256 << 20;
+
+/// The pipeline's depth of a run over `ranges` of `device` (ascending device offsets and
+/// lengths): `--read-ahead` as given, else probed (`measure::depth_probe`). A probe
+/// that fails is no reason to refuse a run: it falls back to the old default, and says why.
+pub(crate) fn depth(
+    o: &crate::options::rewrite::RewriteOptions,
+    device: &std::path::Path,
+    ranges: &[(u64, u64)],
+    deadline: Option<Duration>,
+) -> DepthChoice {
+    if o.given.read_ahead {
+        return DepthChoice::given(o.read_ahead);
+    }
+    let bytes: u64 = ranges.iter().map(|r| r.1).sum();
+    if bytes < DEPTH_PROBE_FROM {
+        return DepthChoice::fallback(format!(
+            "{} to rewrite, less than {}: not worth a probe, the old default",
+            human_bytes(bytes),
+            human_bytes(DEPTH_PROBE_FROM)
+        ));
+    }
+    let chunk_size = o.chunk_size.bytes();
+    let chunks = depth_probe::chunks_of(ranges, chunk_size, 512);
+    let limits = depth_probe::Limits { chunk_size, verify: !o.no_verify, deadline };
+    match depth_probe::choose(device, &chunks, &limits, DEPTH_PROBE_CAP) {
+        Ok(c) => {
+            log::debug!("pipeline depth {}: {}", c.depth, c.why);
+            c
+        }
+        Err(e) => DepthChoice::fallback(format!("the depth probe failed ({}): the old default", crate::error_chain(&e))),
+    }
+}
+
+/// The depth in the prediction's basis.
+pub(crate) fn depth_note(d: &DepthChoice) -> String {
+    match d.read_gain() {
+        g if g > 1.0 => format!("depth {}: {}; reads counted x{g:.2} faster than the probe's one at a time", d.depth, d.why),
+        _ => format!("depth {}: {}", d.depth, d.why),
+    }
+}
+
 /// One engine run: a device (device mode) or one filesystem's files (file mode).
 pub(crate) struct EngineRun {
     pub(crate) device: PathBuf,
@@ -64,6 +111,9 @@ pub(crate) struct Pacing {
     pub(crate) rate: Option<u64>,
     pub(crate) max_overruns: u32,
     pub(crate) read_ahead: usize,
+    /// How much faster the depth's reads in flight read than one at a time, as its
+    /// probe measured (1: not probed): the plan probe reads one at a time.
+    pub(crate) read_gain: f64,
     /// What else the figures rest on, in words (a choice made only at the run's start).
     pub(crate) notes: Vec<String>,
 }
@@ -144,9 +194,10 @@ fn simulate_all(
             _ => {
                 let p = probes.next().expect("a probe for each run with bytes");
                 let cap = if capped { model::WRITE_CAP_BYTES_PER_SECOND } else { f64::MAX };
+                let reads = p.bytes_per_second * pacing.read_gain.max(1.0);
                 let costs = model::Costs {
                     latency: p.latency_seconds,
-                    bytes_per_second: p.bytes_per_second,
+                    bytes_per_second: reads,
                     write_bytes_per_second: p.bytes_per_second.min(cap),
                     penalty: reader_penalty(p) * penalty,
                     scale,
