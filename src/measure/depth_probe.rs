@@ -127,8 +127,10 @@ pub(crate) fn choose(device: &Path, chunks: &[(u64, u64)], limits: &Limits, cap:
     let (memory, freeze) = (limits.memory(), limits.freeze(enough.bytes_per_second));
     let limit = memory.min(freeze);
     let depth = wanted.clamp(FALLBACK, limit.max(FALLBACK));
-    let rates: Vec<String> =
-        measured.iter().map(|m| format!("{}: {:.0} MiB/s", m.reads_in_flight, m.bytes_per_second / 1048576.0)).collect();
+    let rates: Vec<String> = measured
+        .iter()
+        .map(|m| format!("{}: {:.0} MiB/s", m.reads_in_flight, m.bytes_per_second / 1048576.0))
+        .collect();
     let capped = match (depth < wanted, memory <= freeze) {
         (false, _) => String::new(),
         (true, true) => format!(", capped by memory ({} MiB at most)", MEMORY_CAP >> 20),
@@ -192,7 +194,10 @@ fn read_side_by_side(reader: &DirectReader, stretch: &[(u64, u64)], n: usize, sl
     };
     let total = std::thread::scope(|s| {
         let threads: Vec<_> = (0..n).map(|i| s.spawn(move || read(i))).collect();
-        threads.into_iter().map(|t| t.join().unwrap_or_else(|_| Err(Error::Internal("a probe panicked".into())))).sum::<Result<u64>>()
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|_| Err(Error::Internal("a probe panicked".into()))))
+            .sum::<Result<u64>>()
     })?;
     Ok(total as f64 / started.elapsed().as_secs_f64().max(1e-9))
 }
@@ -234,7 +239,8 @@ mod tests {
         let rates = |v: &[(usize, f64)]| {
             v.iter().map(|&(n, r)| DepthRate { reads_in_flight: n, bytes_per_second: r }).collect::<Vec<_>>()
         };
-        let c = DepthChoice { depth: 8, measured: rates(&[(1, 100.0), (2, 150.0), (4, 200.0)]), ..DepthChoice::given(8) };
+        let c =
+            DepthChoice { depth: 8, measured: rates(&[(1, 100.0), (2, 150.0), (4, 200.0)]), ..DepthChoice::given(8) };
         assert_eq!(c.read_gain(), 2.0);
         assert_eq!(DepthChoice::given(8).read_gain(), 1.0);
         let serial = DepthChoice { depth: 0, ..c };

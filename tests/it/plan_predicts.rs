@@ -79,7 +79,8 @@ fn planned_run(env: &TestEnv, what: &str, args: &[&str], target: &[&Path]) -> Re
     let run = json_ok(env.reseq().args(["rewrite", "--json"]).args(args).args(target));
     let (r, (run_cpu, run_io)) = (&run["results"], during.shares());
     let probe = &p["probes"][0];
-    let (probe_cpu, probe_io) = (probe["host_pressure"]["cpu_some"].as_f64(), probe["host_pressure"]["io_some"].as_f64());
+    let (probe_cpu, probe_io) =
+        (probe["host_pressure"]["cpu_some"].as_f64(), probe["host_pressure"]["io_some"].as_f64());
     // Quiet as the plan saw it: nothing waited for a CPU, one was idle, and a normal
     // thread read as fast as a real-time one.
     let quiet = probe_cpu.is_some_and(|x| x < 0.05)

@@ -86,14 +86,18 @@ pub(crate) fn depth(
             log::debug!("pipeline depth {}: {}", c.depth, c.why);
             c
         }
-        Err(e) => DepthChoice::fallback(format!("the depth probe failed ({}): the old default", crate::error_chain(&e))),
+        Err(e) => {
+            DepthChoice::fallback(format!("the depth probe failed ({}): the old default", crate::error_chain(&e)))
+        }
     }
 }
 
 /// The depth in the prediction's basis.
 pub(crate) fn depth_note(d: &DepthChoice) -> String {
     match d.read_gain() {
-        g if g > 1.0 => format!("depth {}: {}; reads counted x{g:.2} faster than the probe's one at a time", d.depth, d.why),
+        g if g > 1.0 => {
+            format!("depth {}: {}; reads counted x{g:.2} faster than the probe's one at a time", d.depth, d.why)
+        }
         _ => format!("depth {}: {}", d.depth, d.why),
     }
 }
