@@ -26,9 +26,10 @@ case $KIND in
   sim)
     export RESEQ
     serve_drive depth consumer-nvme "${SIZE}M" 10
-    umount "$dir/mnt"   # the raw device, as the other kinds
-    DEV=$dev WORK=$dir STATE="$dir/state"
-    dd if=/dev/urandom of="$DEV" bs=16M count=$(( SIZE / 16 )) oflag=direct status=none ;;
+    # Half of it written through ext4, then the raw device, as the other kinds.
+    dd if=/dev/urandom of="$dir/mnt/fill" bs=1M count=$(( SIZE / 2 )) conv=fsync status=none
+    umount "$dir/mnt"
+    DEV=$dev WORK=$dir STATE="$dir/state" ;;
   *) echo "kind: disk, mem or sim" >&2; exit 2 ;;
 esac
 echo "$KIND: $DEV, $SIZE MiB, $ROUNDS rounds, depths '$DEPTHS', $("$RESEQ" --version)${BEFORE:+, before: $BEFORE}"
