@@ -234,3 +234,71 @@ fn a_plan_that_would_take_years_says_so_and_its_run_is_refused() {
     let out = output(env.reseq().args(["rewrite", "--dry-run", "--rate", "10M"]).arg(&mnt.dir));
     assert!(!String::from_utf8_lossy(&out.stdout).contains("would take about"));
 }
+
+/// Sectors read from a device so far (/sys/class/block/X/stat), in bytes.
+fn bytes_read_from(dev: &Path) -> u64 {
+    let name = dev.file_name().unwrap().to_string_lossy();
+    let stat = std::fs::read_to_string(format!("/sys/class/block/{name}/stat")).unwrap();
+    stat.split_whitespace().nth(2).unwrap().parse::<u64>().unwrap() * 512
+}
+
+/// The pipeline's depth (issue 40): on a run of 4 GiB or more it is probed, with reads
+/// only, and the plan says the rates and the depth; `--read-ahead N` overrides it, 0 (a
+/// serial baseline) and 16 included, and a run at each rewrites every byte as it was.
+#[test]
+fn the_depth_is_probed_or_given_and_every_depth_rewrites_as_it_was() {
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let big = env.loop_device("big", 4 << 30);
+    let (read, written) = (bytes_read_from(&big.path), bytes_written_to(&big.path));
+    let plan = json_ok(env.reseq().args(["rewrite", "--dry-run", "--json"]).arg(&big.path));
+    let d = &plan["pipeline_depth"];
+    assert_eq!(d["source"], "probed", "{d}");
+    let depth = d["depth"].as_u64().unwrap();
+    assert!([2, 4, 8, 16].contains(&depth), "{d}");
+    let rates: Vec<(u64, f64)> = d["measured"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["reads_in_flight"].as_u64().unwrap(), num(&m["bytes_per_second"])))
+        .collect();
+    assert_eq!(rates.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2, 4, 8], "{d}");
+    assert!(rates.iter().all(|r| r.1 > 0.0), "{d}");
+    // The depth is twice the fewest reads in flight within 5 % of the best.
+    let best = rates.iter().map(|r| r.1).fold(0.0, f64::max);
+    let fewest = rates.iter().find(|r| r.1 >= 0.95 * best).unwrap().0;
+    assert_eq!(depth, 2 * fewest, "{d}");
+    assert!(bytes_read_from(&big.path) > read + (16 << 20), "the probes read the device");
+    assert_eq!(bytes_written_to(&big.path), written, "a dry run wrote");
+    assert!(
+        plan["prediction"]["basis"].as_array().unwrap().iter().any(|b| b.as_str().unwrap().starts_with("depth ")),
+        "{}",
+        plan["prediction"]["basis"]
+    );
+    drop(big);
+    let lo = env.random_loop_device("small", 24 << 20, 40);
+    // Read around the page cache: what the device holds.
+    let direct = |dev: &Path| {
+        let out = output(Command::new("dd").arg(format!("if={}", dev.display())).args([
+            "bs=1M",
+            "iflag=direct",
+            "status=none",
+        ]));
+        assert!(out.status.success() && out.stdout.len() == 24 << 20, "{}", stderr(&out));
+        blake3::hash(&out.stdout)
+    };
+    let before = direct(&lo.path);
+    for n in ["0", "16"] {
+        let written = bytes_written_to(&lo.path);
+        let state = env.path(&format!("state{n}"));
+        let r = json_ok(
+            env.reseq().args(["rewrite", "--json", "--read-ahead", n, "--state-dir"]).arg(&state).arg(&lo.path),
+        );
+        assert_eq!(r["pipeline_depth"]["source"], "given");
+        assert_eq!(r["pipeline_depth"]["depth"].as_u64(), n.parse().ok());
+        assert!(bytes_written_to(&lo.path) >= written + (24 << 20), "depth {n}: every byte written");
+        assert_eq!(direct(&lo.path), before, "depth {n}: the bytes as they were");
+    }
+}
