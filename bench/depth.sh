@@ -26,8 +26,8 @@ case $KIND in
   sim)
     export RESEQ
     serve_drive depth consumer-nvme "${SIZE}M" 10
-    # Half of it written through ext4, then the raw device, as the other kinds.
-    dd if=/dev/urandom of="$dir/mnt/fill" bs=1M count=$(( SIZE / 2 )) conv=fsync status=none
+    # A quarter of it written through ext4, then the raw device, as the other kinds.
+    dd if=/dev/urandom of="$dir/mnt/fill" bs=1M count=$(( SIZE / 4 )) conv=fsync status=none
     umount "$dir/mnt"
     DEV=$dev WORK=$dir STATE="$dir/state" ;;
   *) echo "kind: disk, mem or sim" >&2; exit 2 ;;
