@@ -60,8 +60,9 @@ pub(crate) fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
     })
 }
 
-/// File mode's depth: probed on the device of the first target's filesystem (its first
-/// gigabyte: the probe reads only, and a device's depth is the same over all of it).
+/// File mode's depth: probed on the device of the first target's filesystem, when that
+/// is large enough to be worth it (the probe reads only its first chunks: a device's
+/// depth is the same over all of it).
 fn file_mode_depth(o: &RewriteOptions) -> crate::measure::depth_probe::DepthChoice {
     let node = crate::host::mounts::read_mounts().ok().and_then(|entries| {
         let target = std::fs::canonicalize(&o.targets[0]).ok()?;
@@ -74,7 +75,7 @@ fn file_mode_depth(o: &RewriteOptions) -> crate::measure::depth_probe::DepthChoi
         File::open(n).and_then(|mut f| f.seek(std::io::SeekFrom::End(0))).ok()
     });
     match (node, size) {
-        (Some(node), Some(size)) => predict::depth(o, &node, &[(0, size.min(1 << 30))], Some(o.max_freeze())),
+        (Some(node), Some(size)) => predict::depth(o, &node, &[(0, size)], Some(o.max_freeze())),
         _ if o.given.read_ahead => crate::measure::depth_probe::DepthChoice::given(o.read_ahead),
         _ => crate::measure::depth_probe::DepthChoice::fallback(
             "no device node found for the first target's filesystem to probe: the old default".into(),
