@@ -443,6 +443,7 @@ pub(super) fn predict(plan: &FilesPlan, report: &mut Report) -> Option<Predicted
         rate: o.rate.map(|r| r.bytes_per_second()),
         max_overruns: o.max_overruns,
         read_ahead: o.read_ahead,
+        read_gain: 1.0,
         notes: Vec::new(),
     };
     match crate::rewrite::predict::predict(&super::layout::engine_runs(plan), &pacing) {
