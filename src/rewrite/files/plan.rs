@@ -172,6 +172,7 @@ fn check(o: &RewriteOptions, files: &[PathBuf]) -> Result<(Vec<FsGroup>, Vec<Pla
     let sysfs = Sysfs::default();
     let mut groups: Vec<FsGroup> = Vec::new();
     let mut planned = Vec::new();
+    let swap_files = device::active_swap_files(&std::fs::read_to_string("/proc/swaps").unwrap_or_default());
     for f in files {
         let md = std::fs::metadata(f).map_err(|e| Error::io(format!("stat {}", f.display()), e))?;
         let dev = (nix::sys::stat::major(md.dev()) as u32, nix::sys::stat::minor(md.dev()) as u32);
@@ -183,6 +184,7 @@ fn check(o: &RewriteOptions, files: &[PathBuf]) -> Result<(Vec<FsGroup>, Vec<Pla
             }
         };
         checks::not_encrypted(f)?;
+        checks::not_active_swap(f, (md.dev(), md.ino()), &swap_files)?;
         planned.push(Planned { path: f.clone(), fs: idx });
     }
     if !o.force {
