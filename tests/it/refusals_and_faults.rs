@@ -383,7 +383,7 @@ fn options_out_of_range_are_refused_naming_the_option() {
     let env = TestEnv::new();
     let cases: [(&[&str], &str); 6] = [
         (&["rewrite", "--max-overruns", "-4", "/dev/null"], "--max-overruns"),
-        (&["rewrite", "--read-ahead", "0", "/dev/null"], "--read-ahead"),
+        (&["rewrite", "--read-ahead", "65", "/dev/null"], "--read-ahead"),
         (&["rewrite", "--slow-threshold", "5", "/dev/null"], "not in (0, 1]"),
         (&["rewrite", "--pause", "1y", "/dev/null"], "longer than a day"),
         (&["rewrite", "--max-freeze", "5ms", "/dev/null"], "outside 10ms..1h"),
