@@ -235,11 +235,7 @@ pub(crate) fn dev_num(d: u64) -> (u32, u32) {
 /// Active swap areas that live on any of `devs`: swap partitions, or swap files on a
 /// filesystem of theirs. Swap writes are not stopped by a freeze.
 pub(crate) fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<String> {
-    swaps_text
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split_whitespace().next())
-        .map(|f| f.replace("\\040", " "))
+    swap_names(swaps_text)
         .filter(|f| {
             std::fs::metadata(f).is_ok_and(|md| {
                 let d = if md.file_type().is_block_device() { md.rdev() } else { md.dev() };
@@ -252,16 +248,17 @@ pub(crate) fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<Strin
 /// The active swap files (not partitions) of `/proc/swaps`' text: each one's (device,
 /// inode), and its name.
 pub(crate) fn active_swap_files(swaps_text: &str) -> Vec<((u64, u64), String)> {
-    swaps_text
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split_whitespace().next())
-        .map(|f| f.replace("\\040", " "))
+    swap_names(swaps_text)
         .filter_map(|f| {
             let md = std::fs::metadata(&f).ok().filter(|md| md.is_file())?;
             Some(((md.dev(), md.ino()), f))
         })
         .collect()
+}
+
+/// The names `/proc/swaps` lists (its escapes decoded).
+fn swap_names(swaps_text: &str) -> impl Iterator<Item = String> + '_ {
+    swaps_text.lines().skip(1).filter_map(|l| l.split_whitespace().next()).map(|f| f.replace("\\040", " "))
 }
 
 /// Fails with a usage error unless `path` is a block device (stat needs no privileges,
