@@ -851,6 +851,7 @@ const BTRFS_SEARCH_HEADER: usize = 32;
 const BTRFS_SEARCH_WORDS: usize = 8192;
 /// `BTRFS_CHUNK_TREE_OBJECTID`, `BTRFS_DEV_TREE_OBJECTID` (include/uapi/linux/btrfs_tree.h).
 pub(crate) const BTRFS_CHUNK_TREE: u64 = 3;
+#[allow(dead_code)]
 pub(crate) const BTRFS_DEV_TREE: u64 = 4;
 /// `BTRFS_FIRST_CHUNK_TREE_OBJECTID`: the objectid of every chunk item.
 pub(crate) const BTRFS_FIRST_CHUNK_TREE_OBJECTID: u64 = 256;
@@ -861,6 +862,7 @@ pub(crate) const BTRFS_DEV_REPLACE_STATE_STARTED: u64 = 1;
 pub(crate) const BTRFS_DEV_REPLACE_STATE_SUSPENDED: u64 = 4;
 /// `BTRFS_CHUNK_ITEM_KEY`, `BTRFS_DEV_EXTENT_KEY` (include/uapi/linux/btrfs_tree.h).
 pub(crate) const BTRFS_CHUNK_ITEM_KEY: u32 = 228;
+#[allow(dead_code)]
 pub(crate) const BTRFS_DEV_EXTENT_KEY: u32 = 204;
 /// `BTRFS_BLOCK_GROUP_*` (include/uapi/linux/btrfs_tree.h): a chunk's type and profile.
 pub(crate) const BTRFS_BLOCK_GROUP_DATA: u64 = 1 << 0;
@@ -878,8 +880,6 @@ pub(crate) const BTRFS_BLOCK_GROUP_RAID1C4: u64 = 1 << 10;
 /// One item found by a tree search: its key and its bytes (on-disk, little-endian).
 #[derive(Clone, Debug)]
 pub(crate) struct BtrfsItem {
-    pub(crate) objectid: u64,
-    pub(crate) item_type: u32,
     pub(crate) offset: u64,
     pub(crate) data: Vec<u8>,
 }
@@ -930,20 +930,7 @@ pub(crate) fn btrfs_tree_search(
         }
         // SAFETY: the buffer is BTRFS_SEARCH_WORDS u64s, viewed as bytes.
         let bytes = unsafe { std::slice::from_raw_parts(a.buf.as_ptr().cast::<u8>(), BTRFS_SEARCH_WORDS * 8) };
-        let mut at = 0;
-        let (mut last_obj, mut last_off) = (objectid, offset);
-        for _ in 0..n {
-            let h = |i: usize| u64::from_ne_bytes(bytes[at + i..at + i + 8].try_into().unwrap_or_default());
-            let (obj, off) = (h(8), h(16));
-            let t = u32::from_ne_bytes(bytes[at + 24..at + 28].try_into().unwrap_or_default());
-            let len = u32::from_ne_bytes(bytes[at + 28..at + 32].try_into().unwrap_or_default()) as usize;
-            let data = bytes.get(at + BTRFS_SEARCH_HEADER..at + BTRFS_SEARCH_HEADER + len).ok_or(Errno::EOVERFLOW)?;
-            if t == item_type {
-                out.push(BtrfsItem { objectid: obj, item_type: t, offset: off, data: data.to_vec() });
-            }
-            (last_obj, last_off) = (obj, off);
-            at += BTRFS_SEARCH_HEADER + len;
-        }
+        let (last_obj, last_off) = search_items(bytes, n, item_type, &mut out)?;
         // The next search starts after the last key found.
         match last_off.checked_add(1) {
             Some(o) => (objectid, offset) = (last_obj, o),
@@ -951,6 +938,25 @@ pub(crate) fn btrfs_tree_search(
             None => return Ok(out),
         }
     }
+}
+
+/// The `n` items of a search buffer (a header, then the item, each), those of
+/// `item_type` into `out`; returns the last key's objectid and offset.
+fn search_items(bytes: &[u8], n: usize, item_type: u32, out: &mut Vec<BtrfsItem>) -> nix::Result<(u64, u64)> {
+    let (mut at, mut last) = (0, (0, 0));
+    for _ in 0..n {
+        let head = bytes.get(at..at + BTRFS_SEARCH_HEADER).ok_or(Errno::EOVERFLOW)?;
+        let word = |i: usize| u64::from_ne_bytes(head[i..i + 8].try_into().unwrap_or_default());
+        let t = u32::from_ne_bytes(head[24..28].try_into().unwrap_or_default());
+        let len = u32::from_ne_bytes(head[28..32].try_into().unwrap_or_default()) as usize;
+        let data = bytes.get(at + BTRFS_SEARCH_HEADER..at + BTRFS_SEARCH_HEADER + len).ok_or(Errno::EOVERFLOW)?;
+        if t == item_type {
+            out.push(BtrfsItem { offset: word(16), data: data.to_vec() });
+        }
+        last = (word(8), word(16));
+        at += BTRFS_SEARCH_HEADER + len;
+    }
+    Ok(last)
 }
 
 /// `struct btrfs_ioctl_fs_info_args` (1024 bytes).
@@ -989,9 +995,12 @@ const _: () = assert!(size_of::<BtrfsDevInfo>() == 4096);
 const BTRFS_IOC_DEV_INFO: libc::c_ulong =
     nix::request_code_readwrite!(BTRFS_IOCTL_MAGIC, 30, size_of::<BtrfsDevInfo>());
 
+/// (devid, the path btrfs opened it by, its size in bytes).
+pub(crate) type BtrfsDevice = (u64, std::path::PathBuf, u64);
+
 /// A btrfs's member devices: (devid, the path btrfs opened it by, its size in bytes),
 /// and the filesystem's fsid.
-pub(crate) fn btrfs_devices(fd: BorrowedFd<'_>) -> nix::Result<(Vec<(u64, std::path::PathBuf, u64)>, [u8; 16])> {
+pub(crate) fn btrfs_devices(fd: BorrowedFd<'_>) -> nix::Result<(Vec<BtrfsDevice>, [u8; 16])> {
     // SAFETY: all-zero bytes are a valid BtrfsFsInfo (integers and byte arrays).
     let mut info: Box<BtrfsFsInfo> = Box::new(unsafe { std::mem::zeroed() });
     // SAFETY: FS_INFO writes one struct btrfs_ioctl_fs_info_args (fs/btrfs/ioctl.c,

@@ -317,6 +317,16 @@ impl Layout {
     }
 }
 
+/// Whether `a` and `b` are on one btrfs (a subvolume has an st_dev of its own).
+pub(crate) fn same_filesystem(a: &Path, b: &Path) -> bool {
+    let fsid = |p: &Path| {
+        let dir = if p.is_dir() { p } else { p.parent()? };
+        let f = std::fs::File::open(dir).ok()?;
+        sys::btrfs_devices(std::os::fd::AsFd::as_fd(&f)).ok().map(|(_, fsid)| fsid)
+    };
+    fsid(a).is_some_and(|x| Some(x) == fsid(b))
+}
+
 fn uuid(b: &[u8; 16]) -> String {
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
     format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
@@ -324,6 +334,7 @@ fn uuid(b: &[u8; 16]) -> String {
 
 /// The ranges allocated to chunks on device `devid` (its device extents, tree 4), as
 /// (physical offset, length), ascending.
+#[allow(dead_code)]
 pub(crate) fn dev_extents(fd: BorrowedFd<'_>, devid: u64) -> Result<Vec<(u64, u64)>> {
     let items = sys::btrfs_tree_search(fd, sys::BTRFS_DEV_TREE, (devid, devid), sys::BTRFS_DEV_EXTENT_KEY)
         .map_err(|e| ioctl_error("TREE_SEARCH_V2 of the device tree", e))?;

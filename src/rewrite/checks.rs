@@ -330,7 +330,8 @@ pub(crate) fn file_mode_mount(f: &Path, entry: &MountEntry, dev: (u32, u32)) -> 
     if let Some((why, hint)) = refuse_fs(&entry.fs_type) {
         return Err(Error::refused(format!("{}: {why}", f.display()), hint));
     }
-    if entry.dev != dev {
+    // A btrfs subvolume has an st_dev of its own: the same filesystem if its fsid is.
+    if entry.dev != dev && !(entry.fs_type == "btrfs" && crate::host::btrfs::same_filesystem(f, &entry.mount_point)) {
         return Err(Error::refused(
             format!(
                 "{} is on a filesystem whose device reseq cannot identify ({} reports {}:{})",
@@ -355,17 +356,22 @@ pub(crate) fn file_mode_mount(f: &Path, entry: &MountEntry, dev: (u32, u32)) -> 
 fn refuse_fs(fs_type: &str) -> Option<(String, String)> {
     let remote = ["nfs", "nfs4", "cifs", "smb3", "9p", "ceph", "virtiofs", "afs", "glusterfs", "lustre"];
     Some(match fs_type {
-        "btrfs" => (
-            "btrfs: FIEMAP's physical addresses are btrfs logical addresses, not device offsets; writing there could hit metadata".into(),
-            "on btrfs, `btrfs balance start -d` rewrites data".into(),
-        ),
-        "tmpfs" | "ramfs" | "devtmpfs" => (format!("{fs_type} lives in memory: there is no SSD layout to fix"), "nothing to do".into()),
-        "overlay" => ("overlayfs: its files live on another filesystem".into(), "run reseq on the underlying (upper) directory".into()),
-        t if t.starts_with("fuse") => (format!("{t} is a FUSE filesystem: its blocks are not reseq's to map"), "run reseq on the backing storage".into()),
-        t if remote.contains(&t) => (format!("{t} is a network filesystem"), "run reseq on the server".into()),
-        t if !crate::host::usedspace::SUPPORTED.contains(&t) => {
-            (format!("{t} is not supported by file mode (ext2/3/4 and xfs are)"), "rewrite the device instead".into())
+        "tmpfs" | "ramfs" | "devtmpfs" => {
+            (format!("{fs_type} lives in memory: there is no SSD layout to fix"), "nothing to do".into())
         }
+        "overlay" => (
+            "overlayfs: its files live on another filesystem".into(),
+            "run reseq on the underlying (upper) directory".into(),
+        ),
+        t if t.starts_with("fuse") => (
+            format!("{t} is a FUSE filesystem: its blocks are not reseq's to map"),
+            "run reseq on the backing storage".into(),
+        ),
+        t if remote.contains(&t) => (format!("{t} is a network filesystem"), "run reseq on the server".into()),
+        t if !crate::host::usedspace::SUPPORTED.contains(&t) && t != "btrfs" => (
+            format!("{t} is not supported by file mode (ext2/3/4, xfs and btrfs are)"),
+            "rewrite the device instead".into(),
+        ),
         _ => return None,
     })
 }
@@ -420,10 +426,10 @@ mod tests {
 
     #[test]
     fn refuses_filesystems_without_device_offsets_or_an_ftl() {
-        for t in ["btrfs", "tmpfs", "overlay", "fuse.sshfs", "nfs4", "zfs"] {
+        for t in ["tmpfs", "overlay", "fuse.sshfs", "nfs4", "zfs"] {
             assert!(refuse_fs(t).is_some(), "{t}");
         }
-        for t in ["ext4", "xfs"] {
+        for t in ["ext4", "xfs", "btrfs"] {
             assert!(refuse_fs(t).is_none(), "{t}");
         }
     }

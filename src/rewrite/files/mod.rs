@@ -26,6 +26,7 @@ use crate::support::signals::StopFlag;
 
 mod hot;
 mod layout;
+mod mirrors;
 mod plan;
 mod planner;
 pub mod record;
@@ -96,6 +97,7 @@ fn execute_plan(plan: &FilesPlan, quiet: bool, report: &mut Report) -> Result<()
         totals: EngineStats::default(),
         reports: Vec::new(),
         cost: None,
+        findings: Vec::new(),
     };
     let outcome = run.groups();
     run.progress.close();
