@@ -184,6 +184,10 @@ impl FileRun<'_> {
             };
             let exts = mapped(path);
             let id = on_devid(file_identity(path, &md, exts.as_deref()), on.map(|o| o.devid));
+            // A btrfs member's run the interrupted run finished this file in.
+            if on.is_some() && self.plan.earlier.as_ref().is_some_and(|e| e.done.contains_key(&record::key(&id))) {
+                continue;
+            }
             // A file ends at its last filesystem block, so that the next file's first
             // block can follow it in one I/O (the slack after the end of the file is the
             // file's own block, written back as read).
