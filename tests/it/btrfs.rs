@@ -21,13 +21,17 @@ fn tools() -> bool {
 fn btrfs(env: &TestEnv, devs: &[&LoopDevice], args: &[&str], name: &str) -> Mount {
     let mut mkfs = Command::new("mkfs.btrfs");
     mkfs.args(["-q", "-f"]).args(args);
-    devs.iter().for_each(|d| drop(mkfs.arg(&d.path)));
+    for d in devs {
+        mkfs.arg(&d.path);
+    }
     run_cmd(&mut mkfs).unwrap();
     if devs.len() > 1 {
         // The kernel learns of the other members by a device scan (udev would do it).
         let mut scan = Command::new("btrfs");
         scan.args(["device", "scan"]);
-        devs.iter().for_each(|d| drop(scan.arg(&d.path)));
+        for d in devs {
+            scan.arg(&d.path);
+        }
         run_cmd(&mut scan).unwrap();
     }
     Mount::new(&devs[0].path, &env.path(name), &[]).unwrap()
@@ -78,7 +82,9 @@ fn rewrite(env: &TestEnv, targets: &[&Path]) -> Command {
 fn rewrite_in(env: &TestEnv, targets: &[&Path], chunk: &str) -> Command {
     let mut c = env.reseq();
     c.args(["rewrite", "--json", "--chunk-size", chunk]);
-    targets.iter().for_each(|t| drop(c.arg(t)));
+    for t in targets {
+        c.arg(t);
+    }
     c
 }
 
@@ -206,7 +212,7 @@ fn dup_rewrites_both_copies_on_one_device() {
     let want = 2 * ((5 << 20) + 8192 + (3 << 20));
     written_about(&lo, before, want);
     assert_eq!(r["results"]["bytes_written"], want);
-    assert_eq!(r["warnings"].to_string().contains("differs"), false, "{}", r["warnings"]);
+    assert!(!r["warnings"].to_string().contains("differs"), "{}", r["warnings"]);
     drop_caches();
     for (p, h) in [&db, &sum] {
         assert_eq!(hash_path(p).unwrap(), *h, "{}", p.display());
