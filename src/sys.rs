@@ -851,7 +851,6 @@ const BTRFS_SEARCH_HEADER: usize = 32;
 const BTRFS_SEARCH_WORDS: usize = 8192;
 /// `BTRFS_CHUNK_TREE_OBJECTID`, `BTRFS_DEV_TREE_OBJECTID` (include/uapi/linux/btrfs_tree.h).
 pub(crate) const BTRFS_CHUNK_TREE: u64 = 3;
-#[allow(dead_code)]
 pub(crate) const BTRFS_DEV_TREE: u64 = 4;
 /// `BTRFS_FIRST_CHUNK_TREE_OBJECTID`: the objectid of every chunk item.
 pub(crate) const BTRFS_FIRST_CHUNK_TREE_OBJECTID: u64 = 256;
@@ -862,7 +861,6 @@ pub(crate) const BTRFS_DEV_REPLACE_STATE_STARTED: u64 = 1;
 pub(crate) const BTRFS_DEV_REPLACE_STATE_SUSPENDED: u64 = 4;
 /// `BTRFS_CHUNK_ITEM_KEY`, `BTRFS_DEV_EXTENT_KEY` (include/uapi/linux/btrfs_tree.h).
 pub(crate) const BTRFS_CHUNK_ITEM_KEY: u32 = 228;
-#[allow(dead_code)]
 pub(crate) const BTRFS_DEV_EXTENT_KEY: u32 = 204;
 /// `BTRFS_BLOCK_GROUP_*` (include/uapi/linux/btrfs_tree.h): a chunk's type and profile.
 pub(crate) const BTRFS_BLOCK_GROUP_DATA: u64 = 1 << 0;

@@ -334,7 +334,6 @@ fn uuid(b: &[u8; 16]) -> String {
 
 /// The ranges allocated to chunks on device `devid` (its device extents, tree 4), as
 /// (physical offset, length), ascending.
-#[allow(dead_code)]
 pub(crate) fn dev_extents(fd: BorrowedFd<'_>, devid: u64) -> Result<Vec<(u64, u64)>> {
     let items = sys::btrfs_tree_search(fd, sys::BTRFS_DEV_TREE, (devid, devid), sys::BTRFS_DEV_EXTENT_KEY)
         .map_err(|e| ioctl_error("TREE_SEARCH_V2 of the device tree", e))?;

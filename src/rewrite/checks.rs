@@ -266,20 +266,29 @@ pub(crate) fn busy_unmounted(path: &Path, dev: (u32, u32), mounts: &[MountEntry]
     )
 }
 
-/// Filesystems that device mode cannot make safe by a freeze: btrfs, whose scrub,
-/// balance and device replace write through a freeze (a raw rewrite could put back
-/// bytes they changed), and which may span other devices.
+/// A mounted btrfs in device mode: none of its own writers running (scrub, balance and
+/// device replace write through a freeze, and a raw rewrite could put back bytes they
+/// changed; they are checked again in every window), and no RAID5/6 chunk (refused as
+/// in file mode: reseq does not rewrite stripes whose parity it cannot check).
 pub(crate) fn freezable_in_device_mode(dev: &BlockDeviceInfo, filesystems: &[MountedFs]) -> Result<()> {
-    let Some(fs) = filesystems.iter().find(|f| f.fs_type == "btrfs") else { return Ok(()) };
-    Err(Error::refused(
-        format!(
-            "{} holds btrfs, mounted at {} (from {}): device mode does not rewrite a mounted btrfs, because btrfs scrub, balance and device replace keep writing through a freeze and a raw rewrite could put back bytes they changed",
-            dev.path.display(),
-            fs.mount_point.display(),
-            fs.source
-        ),
-        "unmount it and run reseq again (an unmounted device is rewritten whole), or let btrfs rewrite its own data: btrfs balance start --full-balance MOUNTPOINT",
-    ))
+    use std::os::fd::AsFd;
+    for fs in filesystems.iter().filter(|f| f.fs_type == "btrfs") {
+        let fd = crate::host::freeze::open_mount_point(&fs.mount_point)?;
+        let layout = crate::host::btrfs::Layout::read(fd.as_fd())?;
+        if let Some(why) = layout.chunks.iter().find_map(|c| c.profile().refused()) {
+            return Err(Error::refused(
+                format!(
+                    "{} holds btrfs, mounted at {} (from {}), with chunks in {why}",
+                    dev.path.display(),
+                    fs.mount_point.display(),
+                    fs.source
+                ),
+                "unmount it and run reseq again (an unmounted device is rewritten whole), or let btrfs rewrite its own data: btrfs balance start --full-balance MOUNTPOINT",
+            ));
+        }
+        crate::host::btrfs::refuse_own_writers(fd.as_fd(), &layout, &fs.mount_point)?;
+    }
+    Ok(())
 }
 
 /// The filesystems in the order they can be frozen: one that writes through another (its
