@@ -124,7 +124,13 @@ impl FileRun<'_> {
         if let (true, Some(goal)) = (result.is_ok(), d.goal) {
             self.progress.advance(goal.saturating_sub(self.progress.done()));
         }
+        let interleaved = planner.btrfs.as_ref().is_some_and(|b| b.copies > 1);
         self.settle(&planner.members, start, &stats, result.is_ok(), d.goal.is_some());
+        if interleaved {
+            // Spans interleave copies there: they say nothing of the file's holes.
+            let mine: std::collections::HashSet<usize> = planner.members.iter().map(|m| m.index).collect();
+            self.reports.iter_mut().filter(|(i, _)| mine.contains(i)).for_each(|(_, r)| r.bytes_skipped_holes = 0);
+        }
         Ok(result)
     }
 
