@@ -957,6 +957,11 @@ fn search_items(bytes: &[u8], n: usize, item_type: u32, out: &mut Vec<BtrfsItem>
     Ok(last)
 }
 
+/// Whether `path` is on a btrfs (statfs f_type `BTRFS_SUPER_MAGIC`).
+pub(crate) fn on_btrfs(path: &Path) -> bool {
+    nix::sys::statfs::statfs(path).is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::BTRFS_SUPER_MAGIC)
+}
+
 /// `struct btrfs_ioctl_fs_info_args` (1024 bytes).
 #[repr(C)]
 struct BtrfsFsInfo {
