@@ -270,9 +270,25 @@ pub(crate) fn busy_unmounted(path: &Path, dev: (u32, u32), mounts: &[MountEntry]
 /// device replace write through a freeze, and a raw rewrite could put back bytes they
 /// changed; they are checked again in every window), and no RAID5/6 chunk (refused as
 /// in file mode: reseq does not rewrite stripes whose parity it cannot check).
-pub(crate) fn freezable_in_device_mode(dev: &BlockDeviceInfo, filesystems: &[MountedFs]) -> Result<()> {
+/// With `--include-free` it is refused: the check of btrfs's own writers in every window
+/// is made where the used space is read, which `--include-free` skips.
+pub(crate) fn freezable_in_device_mode(
+    dev: &BlockDeviceInfo,
+    filesystems: &[MountedFs],
+    include_free: bool,
+) -> Result<()> {
     use std::os::fd::AsFd;
     for fs in filesystems.iter().filter(|f| f.fs_type == "btrfs") {
+        if include_free {
+            return Err(Error::refused(
+                format!(
+                    "{} holds btrfs, mounted at {}: --include-free is not supported there (btrfs's own writers, scrub, balance and device replace, are checked in every window where its used space is read)",
+                    dev.path.display(),
+                    fs.mount_point.display()
+                ),
+                "run without --include-free (what btrfs allocates on the device is rewritten), or unmount it (an unmounted device is rewritten whole)",
+            ));
+        }
         let fd = crate::host::freeze::open_mount_point(&fs.mount_point)?;
         let layout = crate::host::btrfs::Layout::read(fd.as_fd())?;
         if let Some(why) = layout.chunks.iter().find_map(|c| c.profile().refused()) {

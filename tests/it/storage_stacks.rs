@@ -57,6 +57,9 @@ fn a_mounted_btrfs_in_device_mode_rewrites_what_each_member_allocates() {
         let w = bytes_written_to(&member.path) - before;
         assert!(w >= allocated && w <= allocated * 3 / 2, "{w} written, {allocated} allocated");
     }
+    let out = output(env.reseq().args(["rewrite", "--include-free"]).arg(&b.path));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--include-free is not supported"), "{}", stderr(&out));
     std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
     assert_eq!(hash_path(&f).unwrap(), blake3::hash(&data));
     let scrub = Command::new("btrfs").args(["scrub", "start", "-B"]).arg(&m.dir).output().unwrap();
