@@ -16,13 +16,14 @@ declare -A need=(
   [mkfs.xfs]=xfsprogs [xfs_repair]=xfsprogs
   [mkfs.ext4]=e2fsprogs [e2fsck]=e2fsprogs
   [losetup]=mount [fsfreeze]=util-linux [setpriv]=util-linux [partx]=util-linux
-  [mkswap]=util-linux [swapon]=util-linux
+  [mkswap]=util-linux [swapon]=util-linux [unshare]=util-linux
   [sfdisk]=fdisk [mksquashfs]=squashfs-tools
   [chromium]=chromium
   [groff]=groff-base [man]=man-db
   [mkfs.btrfs]=btrfs-progs [btrfs]=btrfs-progs [fallocate]=util-linux
   [systemd-analyze]=systemd
   [script]=bsdutils [pkill]=procps [killall]=psmisc [timeout]=coreutils
+  [python3]=python3 [ssh]=openssh-client [ssh-keygen]=openssh-client [dpkg-deb]=dpkg
 )
 missing=()
 for tool in "${!need[@]}"; do
@@ -30,6 +31,10 @@ for tool in "${!need[@]}"; do
 done
 # PostgreSQL (for the file-mode test under pgbench) has no tool on PATH to probe.
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
+# PyYAML for the manifests' parse test, in the python3 on PATH; and the module that makes
+# virtual environments (for the PyPI tools below), which Debian packages apart.
+command -v python3 >/dev/null && python3 -c 'import yaml' 2>/dev/null || missing+=(python3-yaml)
+command -v python3 >/dev/null && python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
   echo "installing: $pkgs"
@@ -69,12 +74,26 @@ guest_log=$(mktemp /tmp/reseq-guest-build.XXXXXX)
 } >"$guest_log" 2>&1 &
 guest_build=$!
 
-# The packaging tests build the .deb with cargo-deb (crates.io) and syntax-check the
-# Ansible playbook with ansible-core (PyPI; brings PyYAML for the manifest test).
+# The packaging tests build the .deb with cargo-deb (crates.io); the VM's fleet scenario
+# installs it with the Ansible playbook (ansible-core, PyPI), and the CronJob is
+# validated against the Kubernetes API's schemas offline (kubernetes-validate, PyPI,
+# which ships them). The PyPI tools go into a virtual environment of their own,
+# $venv, linked into /usr/local/bin: Debian's python3 refuses `pip install`
+# ("externally-managed-environment"), and this leaves it alone. Each only where its
+# command is missing (a python3 of your own with ansible-core is used as it is).
 command -v cargo-deb >/dev/null || cargo install --locked --quiet cargo-deb
-command -v ansible-playbook >/dev/null || python3 -m pip install --quiet ansible-core
+venv=/var/cache/reseq-venv
+pypi() { # COMMAND PACKAGE
+  command -v "$1" >/dev/null && return
+  echo "installing: $2 (PyPI, into $venv)"
+  [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "$2"
+  ln -sf "$venv/bin/$1" "/usr/local/bin/$1"
+}
+pypi ansible-playbook ansible-core
+pypi kubernetes-validate kubernetes-validate==1.37.0
 
-took "cargo-deb, ansible"
+took "cargo-deb, ansible-core, kubernetes-validate"
 cargo fmt --all -- --check
 cargo clippy --all-targets --features fault-injection -- -D warnings
 took "fmt, clippy"

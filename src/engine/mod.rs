@@ -124,14 +124,24 @@ impl EngineConfig {
 
     /// Bytes of aligned buffers the engine allocates.
     pub(crate) fn memory_bytes(&self) -> u64 {
-        (self.pool_size() as u64 + u64::from(self.verify)) * self.buffer_bytes()
+        memory_bytes(self.buffer_bytes(), self.read_ahead, self.verify)
     }
 
-    /// Buffers in the pool: the read-ahead, the one being written, the one being read by
-    /// the reader, and with verification the one awaiting its read-back.
     fn pool_size(&self) -> usize {
-        self.read_ahead.max(1) + 2 + usize::from(self.verify)
+        pool_size(self.read_ahead, self.verify)
     }
+}
+
+/// Bytes of aligned buffers an engine run allocates with buffers of `buffer` bytes: its
+/// pool, and with verification the buffer a read-back lands in.
+pub(crate) fn memory_bytes(buffer: u64, read_ahead: usize, verify: bool) -> u64 {
+    (pool_size(read_ahead, verify) as u64 + u64::from(verify)) * buffer
+}
+
+/// Buffers in the pool: the read-ahead, the one being written, the one being read by the
+/// reader, and with verification the one awaiting its read-back.
+fn pool_size(read_ahead: usize, verify: bool) -> usize {
+    read_ahead.max(1) + 2 + usize::from(verify)
 }
 
 /// Within one long window (an unmounted device is a single window), finished chunks

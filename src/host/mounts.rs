@@ -22,7 +22,10 @@ pub struct MountEntry {
     pub(crate) fs_type: String,
     /// Mount source as the kernel shows it (`/dev/loop0`).
     pub(crate) source: String,
-    /// Whether the mount is read-only (per-mount `ro` option).
+    /// Whether the filesystem itself is read-only (the superblock's `ro`, among the
+    /// options after the source), not only this view of it: a read-only bind, or the
+    /// read-only view systemd's `ProtectSystem=` gives a unit, of a read-write filesystem
+    /// is not (reseq writes the device, never through the mount).
     pub(crate) read_only: bool,
     /// Whether the filesystem is mounted with DAX (super option `dax`, `dax=always` or
     /// `dax=inode`; `dax=never` is not).
@@ -47,13 +50,13 @@ fn parse_line(line: &str) -> Option<MountEntry> {
     let sep = fields.iter().position(|f| *f == "-")?;
     let (major, minor) = fields.get(2)?.split_once(':')?;
     let mount_point = PathBuf::from(unescape(fields.get(4)?));
-    let options = fields.get(5)?;
+    fields.get(5)?;
     let dev = (major.parse().ok()?, minor.parse().ok()?);
     Some(MountEntry {
         dev,
         devices: vec![dev],
         mount_point,
-        read_only: options.split(',').any(|o| o == "ro"),
+        read_only: fields.get(sep + 3).is_some_and(|o| o.split(',').any(|x| x == "ro")),
         dax: fields
             .get(sep + 3)
             .is_some_and(|o| o.split(',').any(|x| x == "dax" || (x.starts_with("dax=") && x != "dax=never"))),
@@ -160,8 +163,6 @@ pub(crate) fn filesystems_on(entries: &[MountEntry], devices: &[(u32, u32)]) -> 
         for e in entries.iter().filter(|e| e.devices.contains(dev)) {
             if let Some(fs) = out.iter_mut().find(|f| f.dev_num == e.dev) {
                 fs.all_mount_points.push(e.mount_point.clone());
-                // The superblock is writable if any mount of it is.
-                fs.read_only &= e.read_only;
             } else {
                 out.push(MountedFs {
                     dev: format!("{}:{}", e.dev.0, e.dev.1),
@@ -205,10 +206,11 @@ bogus line
         assert_eq!(e[3].fs_type, "xfs");
         assert_eq!(e.iter().map(|m| m.dax).collect::<Vec<_>>(), vec![false, true, false, false]);
         assert!(e[3].read_only);
+        assert!(!e[2].read_only, "a read-only view (a bind, a unit's sandbox) of a read-write filesystem");
         let fs = filesystems_on(&e, &[(7, 0), (7, 1), (7, 9)]);
         assert_eq!(fs.len(), 2);
         assert_eq!(fs[0].all_mount_points.len(), 2);
-        assert!(!fs[0].read_only, "writable through one mount means writable");
+        assert!(!fs[0].read_only);
         assert!(fs[1].read_only);
     }
 

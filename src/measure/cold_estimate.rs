@@ -22,7 +22,7 @@ use crate::measure::bench::{EmulatedDrive, HostPressure, MIN_EFFECT, Watch, medi
 use crate::measure::byfile::{
     BANDS, Found, SMALL_FILE_BLOCKS, Timed, check_cache, find, rates_by, references, unreliable,
 };
-use crate::measure::estimate::{Sample, read_place, sample_around};
+use crate::measure::estimate::{Sample, own_or_around, read_place, sample_around};
 use crate::measure::noise::{self, Place, ROUNDS, Sureness};
 use crate::measure::readbench::{CacheCheck, Source, Target, read_span};
 use crate::support::error::Result;
@@ -106,7 +106,7 @@ pub(crate) fn estimate(
     let read_seconds: f64 = timed.iter().map(|t| t.seconds * ROUNDS as f64).sum();
     let emulated = watch.emulated(&whole, read_seconds);
     let ((own, own_words), group_ref) = references(&slowest);
-    let (reference, words) = with_around(around.zip(Some(elsewhere.as_slice())), (own, own_words));
+    let (reference, words) = own_or_around(Some((own, own_words)), around.zip(Some(elsewhere.as_slice())));
     let sureness = Sureness::of(&[places, elsewhere].concat());
     let host_pressure = watch.host_pressure(&whole);
     let bands = band_estimates(&found, &timed, (reference, group_ref.map(|g| g.0)), SMALL_FILE_BLOCKS * block);
@@ -144,22 +144,6 @@ pub(crate) fn estimate(
         sureness,
         host_pressure,
     })
-}
-
-/// The reference for large files: the files' own, or the second fastest place of the
-/// device around them where that reads faster (the files may be slow all over).
-fn with_around(around: Option<(&Target, &[Place])>, (own, words): (f64, String)) -> (f64, String) {
-    match around.and_then(|(dev, places)| Some((dev, noise::best_elsewhere(places)?))) {
-        Some((dev, e)) if e > own => (
-            e,
-            format!(
-                "data in use elsewhere on {}: the second fastest of its sampled places at its slowest reading (the files' own reference, {words}, reads {})",
-                dev.describe(),
-                human_rate(own)
-            ),
-        ),
-        _ => (own, words),
-    }
 }
 
 /// One read of the sample: a part of a large file (index, offset, length), or a band's

@@ -173,24 +173,31 @@ impl Figures {
 /// The reference and its words: the target's own fastest quarter, or the device around
 /// it where that reads faster.
 fn reference(places: &[Place], elsewhere: Option<&[Place]>, around: Option<&Target>) -> (f64, String) {
-    let own = noise::reference(places);
-    let other = elsewhere.and_then(noise::best_elsewhere);
-    let own_words = "the fastest quarter of the sampled places, each at its slowest reading";
-    match (own, other, around) {
-        (Some(o), Some(e), Some(dev)) if e > o => (
+    let own = noise::reference(places)
+        .map(|o| (o, "the fastest quarter of the sampled places, each at its slowest reading".to_string()));
+    own_or_around(own, around.zip(elsewhere))
+}
+
+/// A target's own reference (`None`: every place held zeros), or the second fastest place
+/// of the data in use around it where that reads faster: a target slow all over is
+/// compared with the drive. `estimate` and `estimate DIR` both choose this way.
+pub(crate) fn own_or_around(own: Option<(f64, String)>, around: Option<(&Target, &[Place])>) -> (f64, String) {
+    let other = around.and_then(|(dev, places)| Some((dev, noise::best_elsewhere(places)?)));
+    match (own, other) {
+        (Some((o, words)), Some((dev, e))) if e > o => (
             e,
             format!(
-                "data in use elsewhere on {}: the second fastest of its sampled places, at its slowest reading (faster than this target's own fastest quarter, {})",
+                "data in use elsewhere on {}: the second fastest of its sampled places, at its slowest reading (faster than the target's own reference, {words}: {})",
                 dev.describe(),
                 human_rate(o)
             ),
         ),
-        (Some(o), _, _) => (o, own_words.into()),
-        (None, Some(e), Some(dev)) => (
+        (Some(own), _) => own,
+        (None, Some((dev, e))) => (
             e,
             format!("data in use elsewhere on {} (every place of this target held blocks of zeros)", dev.describe()),
         ),
-        _ => (0.0, "none: every place held blocks of zeros".into()),
+        (None, None) => (0.0, "none: every place held blocks of zeros".into()),
     }
 }
 

@@ -218,10 +218,15 @@ pub(crate) struct DeviceReport {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct PlanReport {
-    pub(crate) range_start_bytes: u64,
-    pub(crate) range_end_bytes: u64,
+    /// Device mode: the byte range rewritten; null in file mode (files are laid end to end,
+    /// a run per filesystem).
+    pub(crate) range_start_bytes: Option<u64>,
+    pub(crate) range_end_bytes: Option<u64>,
     pub(crate) chunk_size_bytes: u64,
+    /// Device mode: the range's chunks; file mode: the chunks the files' written extents
+    /// make as mapped at the plan (a small file shares a chunk with its neighbours).
     pub(crate) chunks_total: u64,
+    /// Device mode; 0 in file mode (see `files[].resumed_from_bytes`).
     pub(crate) resume_from_chunk: u64,
     pub(crate) verify: bool,
     pub(crate) read_ahead_chunks: usize,
@@ -231,7 +236,30 @@ pub(crate) struct PlanReport {
     pub(crate) pause_seconds: f64,
     pub(crate) hung_task_timeout_seconds: Option<u64>,
     pub(crate) filesystems_frozen: Vec<MountedFs>,
+    /// Device mode: the journal; file mode: the run's record (each filesystem's journal
+    /// lies beside it).
     pub(crate) journal_path: String,
+    /// File mode: every file found, and what the run does with it; null in device mode.
+    #[serde(default)]
+    pub(crate) files: Option<Vec<PlannedFile>>,
+}
+
+/// A file in a file-mode plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct PlannedFile {
+    pub(crate) path: String,
+    /// The mount point of its filesystem.
+    pub(crate) filesystem: String,
+    pub(crate) size_bytes: u64,
+    /// Its written extents as mapped at the plan (holes, unwritten extents and ranges
+    /// shared with a file before it left out); 0 when left alone or done earlier.
+    pub(crate) bytes_to_rewrite: u64,
+    /// Why the run leaves it alone (empty; not chosen by `--only-slow`/`--older-than`).
+    pub(crate) left_alone: Option<String>,
+    /// Finished by the interrupted run this one resumes: not rewritten again.
+    pub(crate) done_earlier: bool,
+    /// Where the interrupted run stopped in it: the resumed run starts there.
+    pub(crate) resumed_from_bytes: u64,
 }
 
 /// What a dry run predicts of the run (`rewrite --dry-run`, both modes): its figures are
@@ -382,8 +410,8 @@ impl Report {
         });
         let e = plan.engine;
         self.plan = Some(PlanReport {
-            range_start_bytes: e.range_start,
-            range_end_bytes: e.range_end,
+            range_start_bytes: Some(e.range_start),
+            range_end_bytes: Some(e.range_end),
             chunk_size_bytes: e.chunk_size,
             chunks_total: e.chunks_total(),
             resume_from_chunk: plan.resume_from_chunk,
@@ -395,6 +423,7 @@ impl Report {
             hung_task_timeout_seconds: plan.hung_task_timeout.map(|t| t.as_secs()),
             filesystems_frozen: plan.filesystems.to_vec(),
             journal_path: plan.journal_path.display().to_string(),
+            files: None,
         });
         self.warnings.extend(plan.warnings.iter().cloned());
     }

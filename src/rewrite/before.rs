@@ -36,6 +36,12 @@ impl Before {
             .map_err(|e| Error::io(format!("saving the benchmark before to {}", path.display()), e))
     }
 
+    /// Forgets a run's benchmark before: the run wrote nothing, so there is nothing to
+    /// resume and compare with.
+    pub(crate) fn discard(record: &Path) {
+        let _ = std::fs::remove_file(path_of(record));
+    }
+
     /// The interrupted run's, if it was kept (None, said in the log, if not).
     pub(crate) fn load(record: &Path) -> Option<Before> {
         let path = path_of(record);

@@ -401,14 +401,15 @@ fn refuse_fs(fs_type: &str) -> Option<(String, String)> {
     })
 }
 
-/// File mode: the file's filesystem is mounted read-write (each window freezes it, and
-/// its files are written through their device).
+/// File mode: the file's filesystem is read-write (each window freezes it, and its files
+/// are written through their device). A read-only view of it (a read-only bind, a unit's
+/// `ProtectSystem=strict`) is no reason to refuse: nothing is written through a mount.
 pub(crate) fn read_write(f: &Path, fs: &MountedFs) -> Result<()> {
     if !fs.read_only {
         return Ok(());
     }
     Err(Error::refused(
-        format!("{} is on a read-only mount ({})", f.display(), fs.mount_point.display()),
+        format!("{} is on a filesystem mounted read-only ({})", f.display(), fs.mount_point.display()),
         "remount it read-write, or rewrite the device",
     ))
 }

@@ -477,9 +477,12 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     // journal is only written when needed, so there is none, unless the state directory
     // is on a frozen filesystem (it is written before the freeze then): remove that one,
     // so the next run does not ask for --resume.
-    let untouched = matches!(plan.start, Start::Fresh) && stats.chunks_written == 0 && journal.created();
+    let untouched = matches!(plan.start, Start::Fresh) && stats.chunks_written == 0;
     if matches!(result, Err(Error::Refused { .. })) && untouched {
-        let _ = std::fs::remove_file(journal.path());
+        if journal.created() {
+            let _ = std::fs::remove_file(journal.path());
+        }
+        before::Before::discard(&plan.journal_path);
     }
     report.results = Some(stats);
     report.write_cost = Some(cost.end());

@@ -475,12 +475,20 @@ fn a_speed_up_that_fades_is_not_called_faster() {
         "the re-read test cannot see it: {}",
         r["bench_after"]
     );
+    assert_eq!(v["verdict"], "unreliable", "{v}");
+    let rule = v["rule"].as_str().unwrap();
+    if rule.contains("load changed") {
+        // A host busy by spells three times running (other work on a shared machine): the
+        // re-check still ran, and a first reading of "faster" was not let stand.
+        assert!(rule.contains("re-check") && rule.contains("cannot tell whether it lasted"), "{v}");
+        assert!(v["speedup"].as_f64().unwrap() > 2.0, "{v}");
+        return;
+    }
     let recheck = &v["recheck"];
     assert!(recheck["after_seconds"].as_f64().unwrap() >= 8.0, "{v}");
     let (first, later) = (v["speedup"].as_f64().unwrap(), recheck["speedup"].as_f64().unwrap());
     assert!(later < first / 1.5, "the cache had let go: {v}");
-    assert_eq!(v["verdict"], "unreliable", "{v}");
-    assert!(v["rule"].as_str().unwrap().contains("did not last"), "{v}");
+    assert!(rule.contains("did not last"), "{v}");
     // Without the re-check the same run would have said "faster": the first verdict's
     // speed-up is in the rule.
     assert!(v["speedup"].as_f64().unwrap() > 2.0, "the after-passes were served by the cache: {v}");
@@ -551,4 +559,27 @@ fn a_resumed_bench_run_keeps_its_benchmark_before() {
     assert_files_intact(&files);
     drop(mnt);
     drop(flo);
+}
+
+/// A `--bench` run refused at its first freeze (someone else's) wrote nothing: it keeps
+/// no benchmark before in the state directory either, in device mode and in file mode.
+#[test]
+fn a_refused_bench_run_keeps_no_benchmark_before() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("refbench", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 1, 8 << 20, 5);
+    let bench =
+        ["rewrite", "--json", "--bench", "--bench-passes", "2", "--bench-regions", "4", "--bench-recheck", "0s"];
+    let _frozen = ForeignFreeze::new(&mnt.dir);
+    for target in [lo.path.clone(), files[0].0.clone()] {
+        let out = output(env.reseq().args(bench).arg(&target));
+        assert_eq!(out.status.code(), Some(3), "{}: {}", target.display(), stderr(&out));
+        assert!(json_report(&out)["bench_before"].is_object(), "it benchmarked before it was refused");
+        let left: Vec<_> =
+            std::fs::read_dir(env.state_dir()).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+        assert!(left.is_empty(), "{}: a refused run left {left:?}", target.display());
+    }
 }

@@ -130,8 +130,9 @@ fn age_bands_follow_the_newest_of_mtime_and_ctime() {
     assert!(files.contains_key("week") != files.contains_key("week-link"), "a hard link twice: {scan}");
     let rate = |n: &str| files[n]["bytes_per_second"].as_f64().unwrap();
     let dense = ["week", "month", "half", "old"].map(rate).into_iter().fold(0.0, f64::max);
-    // Timed by its 8 MiB of size it would read about 4x as fast as the dense files.
-    assert!(rate("holey") < 2.5 * dense, "holey {} vs dense {dense}", rate("holey"));
+    // Timed by its 8 MiB of size it would read about 4x as fast as the dense files; its
+    // 2 MiB of data read in one go vary more than theirs on a busy host.
+    assert!(rate("holey") < 3.0 * dense, "holey {} vs dense {dense}", rate("holey"));
     let band = |n: &str| files[n]["band"].as_str().unwrap().to_string();
     assert_eq!(band("week"), "< 1 week");
     assert_eq!(band("month"), "< 1 month");

@@ -68,7 +68,7 @@ fn fragmented_file_is_rewritten_intact(fs: &str) {
     let cost = r["write_cost"]["host_bytes_written"].as_u64().expect("the write cost, in every run");
     assert!((24 * MIB..48 * MIB).contains(&cost), "host bytes written {cost}");
     assert!(f["skipped_reason"].is_null());
-    assert_eq!(r["plan"], serde_json::Value::Null);
+    assert_eq!(r["plan"]["files"][0]["bytes_to_rewrite"], 24 * MIB, "{}", r["plan"]);
     drop_caches();
     assert_eq!(hash_path(&path).unwrap(), hash, "content through the filesystem changed");
     assert_eq!(
@@ -209,7 +209,7 @@ fn refused_filesystems_and_files() {
     run_cmd(Command::new("mount").args(["-o", "remount,ro"]).arg(&m2.dir)).unwrap();
     let out = output(env.reseq().arg("rewrite").arg(m2.dir.join("f")));
     assert_eq!(out.status.code(), Some(3));
-    assert!(stderr(&out).contains("read-only mount"));
+    assert!(stderr(&out).contains("on a filesystem mounted read-only"), "{}", stderr(&out));
     let _ = lo2;
     // Not root.
     let bin = env!("CARGO_BIN_EXE_reseq");
@@ -653,6 +653,22 @@ fn dry_run_plans_each_file_and_touches_nothing() {
     assert!(text.contains("/small/empty: empty, nothing to rewrite\n"), "{text}");
     let every = text.split("  every file:\n").nth(1).unwrap_or_else(|| panic!("{text}"));
     assert!(!every.contains("0 extent") && !every.contains("window"), "{every}");
+    // The same plan for scripts: every file, what the run does with it, the limits.
+    let r = json_ok(env.reseq().args(["rewrite", "--dry-run", "--json"]).arg(&path).arg(mnt.dir.join("small")));
+    let p = &r["plan"];
+    let planned = p["files"].as_array().unwrap_or_else(|| panic!("{p}"));
+    assert_eq!(planned.len(), 102, "{p}");
+    let empty = planned.iter().find(|f| f["path"].as_str().unwrap().ends_with("/small/empty")).unwrap();
+    assert!(empty["left_alone"].as_str().unwrap().contains("empty") && empty["bytes_to_rewrite"] == 0, "{empty}");
+    let total: u64 = planned.iter().map(|f| f["bytes_to_rewrite"].as_u64().unwrap()).sum();
+    assert_eq!(total, 8 * MIB + 100 * (16 << 10), "{p}");
+    assert_eq!(p["filesystems_frozen"][0]["mount_point"], mnt.dir.display().to_string());
+    assert_eq!(p["max_freeze_seconds"], 1.0);
+    assert!(p["range_start_bytes"].is_null(), "{p}");
+    // 16 KiB files share chunks: fewer chunks than files.
+    let chunks = p["chunks_total"].as_u64().unwrap();
+    assert!((3..102).contains(&chunks), "{p}");
+    assert_eq!(r["prediction"]["chunks"], chunks, "the plan and its prediction count alike");
     assert_eq!(bytes_written_to(&lo.path), before, "a dry run wrote");
     assert!(!env.state_dir().exists());
 }
@@ -851,6 +867,7 @@ fn resume_keeps_a_finished_file_written_in_place_finished() {
     f.sync_all().unwrap();
     drop(f);
     let expected = std::fs::read(&done[0].0).unwrap();
+    dry_run_of_the_resume(&env, &dir, &done.iter().map(|d| d.0.clone()).collect::<Vec<_>>(), files.len());
     let out = output(env.reseq().args(args).arg("--resume").arg(&dir));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r = json_report(&out);
@@ -864,6 +881,44 @@ fn resume_keeps_a_finished_file_written_in_place_finished() {
     drop_caches();
     assert_eq!(std::fs::read(&done[0].0).unwrap(), expected);
     assert_files_intact(&files[..].iter().filter(|f| f.0 != done[0].0).cloned().collect::<Vec<_>>());
+}
+
+/// `--resume --dry-run` plans only what the resumed run will rewrite: the finished files
+/// are listed as such and left out of the totals, the prediction and the text; nothing
+/// in the state directory changes.
+fn dry_run_of_the_resume(env: &TestEnv, dir: &std::path::Path, done: &[std::path::PathBuf], files: usize) {
+    let state = || -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<_> = std::fs::read_dir(env.state_dir())
+            .unwrap()
+            .flatten()
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap_or_default()))
+            .collect();
+        v.sort();
+        v
+    };
+    let before = state();
+    let r = json_ok(env.reseq().args(["rewrite", "--resume", "--dry-run", "--json"]).arg(dir));
+    let planned = r["plan"]["files"].as_array().unwrap_or_else(|| panic!("no files in the plan: {}", r["plan"]));
+    assert_eq!(planned.len(), files, "{}", r["plan"]);
+    let (mut left, mut finished) = (0, 0);
+    for f in planned {
+        let is_done = done.iter().any(|d| f["path"] == d.display().to_string());
+        assert_eq!(f["done_earlier"], is_done, "{f}");
+        if is_done {
+            assert_eq!(f["bytes_to_rewrite"], 0, "{f}");
+            finished += 1;
+        } else {
+            left += f["bytes_to_rewrite"].as_u64().unwrap();
+        }
+    }
+    assert_eq!(left, (files - finished) as u64 * (4 << 20), "{}", r["plan"]);
+    assert_eq!(r["prediction"]["bytes_to_rewrite"], left, "{}", r["prediction"]);
+    assert!(r["plan"]["range_start_bytes"].is_null() && r["plan"]["chunks_total"].as_u64().unwrap() >= 1);
+    let out = output(env.reseq().args(["rewrite", "--resume", "--dry-run"]).arg(dir));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("    {} file(s), ", files - finished)), "{text}");
+    assert!(text.contains(&format!("  resumed: {finished} file(s) (")), "{text}");
+    assert_eq!(state(), before, "a dry run changed the state directory");
 }
 
 /// Found by a hostile test: a file-mode run refused before writing anything (the
@@ -1239,4 +1294,39 @@ fn short_windows_read_little_more_than_they_write() {
     assert_files_intact(&files);
     mnt.unmount().unwrap();
     fsck_clean(&lo.path, "ext4");
+}
+
+/// A read-only view of a read-write filesystem, as the shipped unit's
+/// `ProtectSystem=strict` gives (every mount of it read-only in the unit's own mount
+/// namespace), is rewritten: its device is written, never the mount. Every byte intact,
+/// the device's counter showing the rewrite.
+#[test]
+fn a_read_only_view_of_a_writable_filesystem_is_rewritten() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze", "unshare"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("roview", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 2, 4 << 20, 90);
+    run_cmd(&mut Command::new("sync")).unwrap();
+    let before = bytes_written_to(&lo.path);
+    // In a mount namespace of its own (gone with the process), the filesystem's only
+    // mount made read-only, as systemd does for a unit.
+    let script = format!(
+        "mount -o remount,bind,ro \"$1\" && ! touch \"$1/x\" 2>/dev/null && exec {} rewrite --json --max-freeze 500ms --state-dir \"$2\" \"$1\"",
+        env!("CARGO_BIN_EXE_reseq")
+    );
+    let out = output(
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script, "sh"])
+            .arg(&mnt.dir)
+            .arg(env.state_dir()),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(json_report(&out)["verification"], "passed");
+    assert!(bytes_written_to(&lo.path) - before >= 8 * MIB, "the device was not written");
+    drop_caches();
+    assert_files_intact(&files);
+    assert!(!is_frozen(&mnt.dir));
+    std::fs::write(mnt.dir.join("y"), b"y").expect("still writable outside the namespace");
 }

@@ -1,5 +1,5 @@
-//! Packaging: the systemd units verify cleanly, a job config runs, and the alert rules
-//! fire on real runs' metrics.
+//! Packaging: the systemd units verify cleanly, a job config runs, the Kubernetes
+//! manifest fits the API's schema, and the alert rules fire on real runs' metrics.
 
 use std::process::Command;
 
@@ -156,7 +156,9 @@ fn example_manifests_parse() {
         return;
     }
     // The CronJob and the alert rules are YAML a cluster and Prometheus will read; a
-    // parse keeps typos out (no cluster runs here; promtool evaluates the rules in
+    // parse keeps typos out (no cluster runs here: the CronJob is checked against the
+    // API's schemas in the_kubernetes_manifest_validates_against_the_api_schema, and
+    // promtool evaluates the rules in
     // the_alert_rules_fire_on_a_failed_run_and_stay_silent_on_a_good_one).
     for f in ["packaging/kubernetes/cronjob.yaml", "packaging/prometheus/reseq-alerts.yml"] {
         let path = format!("{}/{f}", env!("CARGO_MANIFEST_DIR"));
@@ -176,6 +178,54 @@ fn example_manifests_parse() {
         "mountPath: /sys/fs/cgroup",
     ] {
         assert!(cron.contains(needle), "the CronJob lacks {needle}");
+    }
+}
+
+/// The CronJob against the Kubernetes API's own schemas, offline: kubernetes-validate
+/// (PyPI) ships the JSON schemas made from each Kubernetes release's OpenAPI document,
+/// and with `--strict` a field the API does not have is an error (a cluster would refuse
+/// it under server-side field validation, or drop it in silence where that is off).
+/// Against the newest release the package has and the oldest (1.25); then the check
+/// can fail: a misspelt field, one in a volume mount's inline mapping, and a wrong type
+/// are each rejected, naming what is wrong, and the misspelt field passes without
+/// `--strict` (so strict is what catches it).
+#[test]
+fn the_kubernetes_manifest_validates_against_the_api_schema() {
+    if !require(&["kubernetes-validate"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/kubernetes/cronjob.yaml");
+    let validate = |path: &std::path::Path, args: &[&str]| {
+        let out = output(Command::new("kubernetes-validate").args(args).arg(path));
+        (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out)))
+    };
+    for args in [&["--strict"][..], &["--strict", "-k", "1.25.0"]] {
+        let (code, text) = validate(std::path::Path::new(manifest), args);
+        assert_eq!(code, Some(0), "kubernetes-validate {args:?} {manifest}: {text}");
+        assert!(text.contains("passed for resource cronjob/reseq-node1-pgdata"), "{text}");
+    }
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let broken = [
+        ("concurrencyPolicy: Forbid", "concurencyPolicy: Forbid", "'concurencyPolicy' was unexpected"),
+        (
+            "mountPath: /var/lib/reseq }",
+            "mountPath: /var/lib/reseq, readOnli: false }",
+            "volumeMounts.3: Additional properties are not allowed ('readOnli' was unexpected)",
+        ),
+        ("hostPID: true", "hostPID: \"yes\"", "hostPID: 'yes' is not of type 'boolean'"),
+    ];
+    for (i, (good, bad, says)) in broken.iter().enumerate() {
+        assert_eq!(text.matches(good).count(), 1, "the manifest has no single {good}");
+        let path = env.path(&format!("broken-{i}.yaml"));
+        std::fs::write(&path, text.replace(good, bad)).unwrap();
+        let (code, out) = validate(&path, &["--strict"]);
+        assert_eq!(code, Some(1), "{bad}: not rejected: {out}");
+        assert!(out.contains(says), "{bad}: the rejection does not say {says}: {out}");
+        if i == 0 {
+            let (code, out) = validate(&path, &[]);
+            assert_eq!(code, Some(0), "without --strict a misspelt field passes: {out}");
+        }
     }
 }
 

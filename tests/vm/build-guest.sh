@@ -19,10 +19,12 @@ suite=bookworm
 # What the guest needs: a kernel with device-mapper and md, systemd as PID 1 (with D-Bus,
 # for the guardian's transient scope; man-db for systemd-analyze verify), the storage
 # tools, the filesystems' tools, jq to read reseq's reports, smartmontools for the NVMe
-# SMART counters that `rewrite --bench` reads.
+# SMART counters that `rewrite --bench` reads; for the fleet scenario, an SSH server and
+# what Ansible's modules run on (python3; python3-apt for its apt module's `deb:`).
 pkgs=(linux-image-amd64 systemd systemd-sysv udev dbus kmod procps
       lvm2 thin-provisioning-tools cryptsetup-bin mdadm dmsetup
-      e2fsprogs xfsprogs btrfs-progs fdisk util-linux jq man-db smartmontools)
+      e2fsprogs xfsprogs btrfs-progs fdisk util-linux jq man-db smartmontools
+      openssh-server python3 python3-apt)
 
 need() { command -v "$1" >/dev/null; }
 # mmdebstrap: apt's parallel downloads and one dpkg run (63 s here where debootstrap took
@@ -85,6 +87,9 @@ for u in getty@tty1.service serial-getty@ttyS0.service systemd-networkd-wait-onl
          mdmonitor-oneshot.timer lvm2-monitor.service smartmontools.service smartd.service; do
   ln -sf /dev/null "$root/etc/systemd/system/$u"
 done
+# The SSH server starts only in the fleet scenario, which configures the network too
+# (no boot waits for either); the host keys the package made are the guest's.
+rm -f "$root"/etc/systemd/system/multi-user.target.wants/ssh.service "$root"/etc/systemd/system/sshd.service
 # md: no automatic assembly of stray arrays.
 echo "AUTO -all" >>"$root/etc/mdadm/mdadm.conf"
 rm -f "$root"/var/cache/apt/archives/*.deb

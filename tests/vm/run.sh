@@ -8,9 +8,13 @@
 #
 # Environment: RESEQ_BIN (the binary to test; default: `cargo build` and target/debug),
 # RESEQ_VM_ACCEL (tcg, the default, or kvm), RESEQ_VM_TIMEOUT (seconds for the whole
-# boot, default 240 plus 60 per scenario; the guest's own watchdog ends its run 900 s after
-# boot), RESEQ_VM_SCENARIO_TIMEOUT (seconds per scenario, default 150),
+# boot, default 240 plus 60 per scenario plus the fleet's; the guest's own watchdog ends
+# its run 900 s after boot), RESEQ_VM_SCENARIO_TIMEOUT (seconds per scenario, default
+# 150), RESEQ_VM_FLEET_TIMEOUT (the fleet scenario's, default 480),
 # RESEQ_VM_KEEP=1 keeps the share (logs, reports) for a look afterwards.
+# The fleet scenario also needs, on this host: cargo-deb (the .deb it installs),
+# ansible-playbook, ssh and ssh-keygen, python3 and promtool (tests/run-all.sh installs
+# them); the guest is then reached over SSH on a forwarded port of 127.0.0.1.
 # Under CI=true anything missing fails; otherwise each scenario is reported skipped, by
 # name. Needs root (it installs qemu and debootstrap when they are missing).
 set -euo pipefail
@@ -37,6 +41,19 @@ skip_all() {
 }
 
 [ "$(id -u)" = 0 ] || skip_all "not root"
+# The fleet scenario's host tools: missing ones fail it under CI=true, else skip it alone.
+fleet=false fleet_skip=
+for s in "${scenarios[@]}"; do [ "$s" = fleet ] && fleet=true; done
+if $fleet; then
+  lacks=()
+  for t in cargo-deb ansible-playbook ssh ssh-keygen python3 promtool; do command -v "$t" >/dev/null || lacks+=("$t"); done
+  if [ ${#lacks[@]} -gt 0 ]; then
+    [ "$ci" != true ] || { echo "vm: FAILED (CI=true, nothing may be skipped): the fleet scenario needs ${lacks[*]} on this host (tests/run-all.sh installs them)" >&2; exit 1; }
+    fleet=false fleet_skip="no ${lacks[*]} on this host"
+    mapfile -t scenarios < <(printf '%s\n' "${scenarios[@]}" | grep -vx fleet)
+    [ ${#scenarios[@]} -gt 0 ] || { echo "vm_fleet ... skipped ($fleet_skip)"; echo "vm: 0 passed, 0 failed, 1 skipped"; exit 0; }
+  fi
+fi
 if ! command -v qemu-system-x86_64 >/dev/null; then
   echo "vm: installing qemu-system-x86" >&2
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-system-x86 >/dev/null; } \
@@ -53,14 +70,25 @@ fi
 [ -x "$RESEQ_BIN" ] || { echo "vm: no reseq binary at $RESEQ_BIN" >&2; exit 1; }
 
 accel=${RESEQ_VM_ACCEL:-tcg}
-boot_timeout=${RESEQ_VM_TIMEOUT:-$(( 240 + 60 * ${#scenarios[@]} ))}
 scenario_timeout=${RESEQ_VM_SCENARIO_TIMEOUT:-150}
+# The fleet scenario drives Ansible into the emulated guest, where every module is a
+# Python start of seconds: a timeout of its own, and as much again for the boot.
+fleet_timeout=${RESEQ_VM_FLEET_TIMEOUT:-480}
+fleet_extra=0
+if $fleet; then fleet_extra=$fleet_timeout; fi
+boot_timeout=${RESEQ_VM_TIMEOUT:-$(( 240 + 60 * ${#scenarios[@]} + fleet_extra ))}
 
 work=$(mktemp -d /tmp/reseq-vm.XXXXXX)
 qpid=
 # Whether PID $1 is still this run's (its command line names $work): a PID read from a
 # file or kept from `$!` may have been reaped and reused since.
 ours() { [ -n "$1" ] && grep -qF "$work" "/proc/$1/cmdline" 2>/dev/null; }
+# A process and all its descendants (listed first, then signalled together).
+killtree() {
+  local pids=("$1") i=0
+  while [ "$i" -lt ${#pids[@]} ]; do mapfile -t -O ${#pids[@]} pids < <(pgrep -P "${pids[$i]}"); i=$((i + 1)); done
+  kill "${pids[@]}" 2>/dev/null || true
+}
 cleanup() {
   local rc=$?
   # Never leave the emulator running: it owns the scratch disks.
@@ -73,6 +101,8 @@ cleanup() {
   q=$(cat "$work/qemu.pid" 2>/dev/null) || true
   if ours "$q"; then kill -KILL "$q" 2>/dev/null || true; fi
   if [ -n "${dropper:-}" ]; then kill "$dropper" 2>/dev/null || true; fi
+  # The fleet's helper, and a playbook it may be running (stopped with the guest gone).
+  if [ -n "${fleeter:-}" ]; then killtree "$fleeter"; fi
   if [ "${RESEQ_VM_KEEP:-0}" = 1 ]; then
     echo "vm: kept $work" >&2
   else
@@ -92,8 +122,45 @@ cp "$repo"/packaging/systemd/reseq@.service "$repo"/packaging/systemd/reseq@.tim
 {
   echo "SCENARIOS='${scenarios[*]}'"
   echo "SCENARIO_TIMEOUT=$scenario_timeout"
+  echo "FLEET_TIMEOUT=$fleet_timeout"
   echo "export RESEQ_VM_SLACK=$([ "$accel" = tcg ] && echo 1.5 || echo 0.3)"
 } >"$share/params"
+# The fleet scenario: the .deb the playbook installs (cargo deb: a release build, already
+# there after `cargo test`'s package test), a key for this run only, and a free port of
+# the loopback forwarded to the guest's SSH server (user-mode networking: the guest
+# reaches nothing else, restrict=on).
+net=()
+if $fleet; then
+  FLEET=$work/fleet
+  mkdir -p "$FLEET"
+  t_deb=$(date +%s)
+  "$RESEQ_BIN" generate "$repo/target/generated" >/dev/null
+  (cd "$repo" && cargo deb --quiet --fast --output "$FLEET/reseq.deb" >/dev/null) || { echo "vm: cargo deb failed" >&2; exit 1; }
+  echo "vm: built the .deb (reseq $(dpkg-deb -f "$FLEET/reseq.deb" Version)) in $(( $(date +%s) - t_deb )) s" >&2
+  ssh-keygen -q -t ed25519 -N '' -C reseq-vm-fleet -f "$FLEET/key"
+  cp "$FLEET/key.pub" "$share/fleet-key.pub"
+  PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  net=(-netdev "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:$PORT-:22" -device virtio-net-pci,netdev=net0)
+  # The guest asks for each phase (results/fleet-PHASE.request); the answer is
+  # results/fleet-PHASE.rc and .log, then .done.
+  (
+    while sleep 0.2; do
+      for req in "$share"/results/fleet-*.request; do
+        [ -e "$req" ] || continue
+        p=${req##*/fleet-}; p=${p%.request}
+        rc=0
+        FLEET=$FLEET SHARE=$share PORT=$PORT REPO=$repo bash "$here/fleet-host.sh" "$p" >"$share/results/fleet-$p.log" 2>&1 || rc=$?
+        echo "$rc" >"$share/results/fleet-$p.rc"
+        # Removed only now: a request removed while the guest still creates it (over
+        # 9p) fails the guest's write.
+        rm -f "$req"
+        touch "$share/results/fleet-$p.done"
+      done
+    done
+  ) &
+  fleeter=$!
+fi
+
 # Scratch disks: sparse files, SCSI disks that report no rotation (an SSD), and a small
 # NVMe controller (its SMART log counts data units written), with serials the guest
 # picks them by; it never touches any other disk.
@@ -134,7 +201,7 @@ timeout --kill-after=10 "$boot_timeout" qemu-system-x86_64 \
   -kernel "$guest/vmlinuz" -initrd "$guest/initrd.img" \
   -append "root=/dev/vda rw console=ttyS0 panic=1 loglevel=4 net.ifnames=0" \
   -drive "file=$guest/root.img,if=virtio,format=raw,snapshot=on,cache=unsafe" \
-  -device virtio-scsi-pci,id=scsi0 "${disks[@]}" \
+  -device virtio-scsi-pci,id=scsi0 "${disks[@]}" "${net[@]}" \
   -virtfs "local,path=$share,mount_tag=vmshare,security_model=none,id=vmshare" &
 qpid=$!
 wait "$qpid"
@@ -168,5 +235,6 @@ fi
 t_up=$(cut -d. -f1 "$share/results/boot.seconds" 2>/dev/null || echo "?")
 t_sc=$(cut -d. -f1 "$share/results/scenarios.seconds" 2>/dev/null || echo "?")
 echo "vm: guest ready in ${t_guest} s, boot to power-off ${t_boot} s (guest boot ${t_up} s, scenarios and teardowns ${t_sc} s; qemu exit $qrc)"
-echo "vm: $passed passed, $failed failed"
+if [ -n "$fleet_skip" ]; then echo "vm_fleet ... skipped ($fleet_skip)"; echo "vm: $passed passed, $failed failed, 1 skipped"
+else echo "vm: $passed passed, $failed failed"; fi
 [ "$failed" = 0 ] && [ "$guest_ok" = true ]

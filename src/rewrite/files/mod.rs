@@ -28,6 +28,7 @@ mod hot;
 mod layout;
 mod mirrors;
 mod plan;
+mod plan_report;
 mod planner;
 pub mod record;
 mod refreshed;
@@ -60,6 +61,7 @@ fn verification(report: &Report, verify: bool, result: &Result<()>) -> Verificat
 fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bool) -> Result<()> {
     let plan = plan::plan(o, report)?;
     *verify = !plan.options.no_verify;
+    report.plan = Some(plan_report::report(&plan));
     if plan.options.dry_run {
         let predicted = plan::predict(&plan, report);
         let (text, detail) = plan::describe(&plan, report, predicted.as_ref());
@@ -104,6 +106,9 @@ fn execute_plan(plan: &FilesPlan, quiet: bool, report: &mut Report) -> Result<()
     let result = run.finish(outcome?, &measured, report);
     // A run that wrote nothing and did not finish (refused) leaves the state as it was.
     let wrote = result.is_ok() || report.results.as_ref().is_some_and(|r| r.bytes_written > 0);
+    if !wrote && plan.earlier.is_none() {
+        crate::rewrite::before::Before::discard(&plan.record_path);
+    }
     chosen_files_done(plan, report, wrote);
     result
 }

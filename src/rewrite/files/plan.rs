@@ -464,9 +464,18 @@ pub(super) fn describe(plan: &FilesPlan, report: &Report, predicted: Option<&Pre
                 b.layout.describe()
             );
         }
-        let chosen = |(i, p): &(usize, &Planned)| p.fs == gi && !plan.left_alone.contains_key(i);
+        let chosen = |(i, p): &(usize, &Planned)| {
+            p.fs == gi && !plan.left_alone.contains_key(i) && !plan.done_before.contains_key(i)
+        };
         let files: Vec<&Planned> = planned.iter().enumerate().filter(chosen).map(|(_, p)| p).collect();
         s += &describe_group(&files, copies(g), predicted.and_then(|p| p.each.get(gi)), &mut detail);
+    }
+    if !plan.done_before.is_empty() {
+        s += &format!(
+            "  resumed: {} file(s) ({}) finished by the interrupted run, not rewritten again\n",
+            plan.done_before.len(),
+            human_bytes(plan.done_before.values().sum())
+        );
     }
     s += &report.prediction.as_ref().map(crate::rewrite::predict::describe).unwrap_or_default();
     (s + &crate::rewrite::dry_run_end(&report.warnings), detail)

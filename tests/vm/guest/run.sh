@@ -22,8 +22,11 @@ read -ra list <<<"$SCENARIOS"
 for i in "${!list[@]}"; do
   s=${list[$i]} next=${list[$((i + 1))]:-}
   t=$(date +%s.%N)
+  # The fleet scenario has a timeout of its own (run.sh: Ansible in the emulated guest).
+  to=$SCENARIO_TIMEOUT
+  [ "$s" != fleet ] || to=${FLEET_TIMEOUT:-$SCENARIO_TIMEOUT}
   # timeout signals its whole process group: the scenario and what it started.
-  timeout --kill-after=5 "$SCENARIO_TIMEOUT" bash "$share/guest/scenarios.sh" "$s" >"$res/$s.log" 2>&1
+  timeout --kill-after=5 "$to" bash "$share/guest/scenarios.sh" "$s" >"$res/$s.log" 2>&1
   rc=$?
   took=$(secs "$t")
   # Only a scenario that passed leaves its setup to the next (a failed one may have
@@ -35,7 +38,7 @@ for i in "${!list[@]}"; do
   echo "teardown: $td s" >>"$res/$s.log"
   case $rc in
     0) echo "pass ${took} s, teardown ${td} s" >"$res/$s.result" ;;
-    124|137) echo "fail: timed out after ${SCENARIO_TIMEOUT} s" >"$res/$s.result" ;;
+    124|137) echo "fail: timed out after ${to} s" >"$res/$s.result" ;;
     *) echo "fail: exit $rc after ${took} s: $(grep '^FAIL' "$res/$s.log" | head -1)" >"$res/$s.result" ;;
   esac
   echo "reseq-vm: $s: $(cat "$res/$s.result")" >&2

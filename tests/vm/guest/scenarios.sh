@@ -21,10 +21,14 @@ T0=${T0:-$(date +%s.%N)}
 log() { echo "+ $(awk "BEGIN{printf \"%6.1f\", $(date +%s.%N) - $T0}") $*" >&2; }
 fail() {
   echo "FAIL: $*" >&2
-  if systemctl cat reseq@vmtest.service >/dev/null 2>&1; then
-    systemctl status --no-pager reseq@vmtest.service >&2 || true
-    journalctl -u reseq@vmtest.service --no-pager -o short-monotonic | tail -40 >&2 || true
-  fi
+  local u
+  # The job units that ran in this boot.
+  for u in reseq@vmtest.service reseq@fleet.service; do
+    if [ -n "$(systemctl show -p InvocationID --value "$u" 2>/dev/null)" ]; then
+      systemctl status --no-pager "$u" >&2 || true
+      journalctl -u "$u" --no-pager -o short-monotonic | tail -40 >&2 || true
+    fi
+  done
   exit 1
 }
 now() { date +%s.%N; }
@@ -577,6 +581,126 @@ scenario_systemd_execstoppost() {
   svc_after
 }
 
+# ---- a fleet: the Ansible playbook from the host, over SSH -------------------------
+
+# The guest as a host of a fleet: its network (qemu's user-mode network, whose port on
+# the host's loopback run.sh forwards to 10.0.2.15:22) and SSH server, root's key the one
+# run.sh made for this run; the server's host key goes to the share for the host to
+# check the connection against.
+fleet_ssh() {
+  [ -f "$SHARE/fleet-key.pub" ] || fail "no SSH key from the host (run.sh makes one when the fleet scenario runs)"
+  [ -e /sys/class/net/eth0 ] || fail "no network interface eth0 (run.sh adds one when the fleet scenario runs)"
+  mkdir -p /etc/systemd/network /root/.ssh
+  printf '[Match]\nName=eth0\n\n[Network]\nAddress=10.0.2.15/24\nGateway=10.0.2.2\n' >/etc/systemd/network/50-fleet.network
+  install -m 600 "$SHARE/fleet-key.pub" /root/.ssh/authorized_keys
+  systemctl start systemd-networkd.service ssh.service || fail "systemd-networkd or ssh did not start"
+  local i; for i in $(seq 1 100); do grep -q '^eth0' /proc/net/route && break; sleep 0.1; done
+  grep -q '^eth0' /proc/net/route || fail "eth0 has no route after 10 s"
+  cp /etc/ssh/ssh_host_ed25519_key.pub "$SHARE/results/fleet-hostkey.pub"
+  log "network and SSH server up"
+}
+# Asks the host for PHASE (run.sh runs tests/vm/fleet-host.sh PHASE) and waits for its
+# answer: HOST_RC, its exit code; its output, in this log.
+host_fleet() { # PHASE SECONDS
+  local res=$SHARE/results end=$(( $(date +%s) + $2 ))
+  rm -f "$res/fleet-$1.done"; : >"$res/fleet-$1.request" || fail "could not ask the host for $1"
+  while [ ! -e "$res/fleet-$1.done" ]; do
+    [ "$(date +%s)" -lt "$end" ] || fail "the host did not answer $1 within $2 s"
+    sleep 0.5
+  done
+  HOST_RC=$(cat "$res/fleet-$1.rc")
+  sed "s/^/    host $1: /" "$res/fleet-$1.log" >&2
+  log "host $1: exit $HOST_RC"
+}
+# A sample's value in a metrics file.
+metric() { # FILE NAME
+  awk -v n="$2" 'index($1, n "{") == 1 {print $2; found = 1} END {exit !found}' "$1" || fail "no $2 in $1"
+}
+# Numbers equal (the metrics file and the report print the same f64 each its way).
+same_num() { fp "($1) - ($2) < 1e-6 && ($2) - ($1) < 1e-6"; }
+# The job's run, as the guest sees it, against what the playbook fetched to the host:
+# the same report and metrics file, the unit's run started after the host was asked, and
+# the metrics file says what the report says. EXIT: the exit code expected.
+fleet_run_checks() { # PHASE EXIT
+  local got=$SHARE/results/fleet-$1 prom=/var/lib/node_exporter/textfile_collector/reseq-fleet.prom
+  [ -f "$got/fleetvm-fleet.json" ] || fail "the playbook fetched no report"
+  [ -f "$got/fleetvm-fleet.prom" ] || fail "the playbook fetched no metrics file"
+  jq -e .outcome "$got/fleetvm-fleet.json" >/dev/null || fail "the fetched report is no reseq JSON report: $(head -c 300 "$got/fleetvm-fleet.json")"
+  cmp -s "$got/fleetvm-fleet.json" /var/lib/reseq/fleet-last.json || fail "the fetched report is not the guest's last"
+  cmp -s "$got/fleetvm-fleet.prom" "$prom" || fail "the fetched metrics file is not the guest's"
+  cp /var/lib/reseq/fleet-last.json "$T/r.json"
+  local started finished
+  started=$(systemctl show -p ExecMainStartTimestampMonotonic --value reseq@fleet.service)
+  [ "$(( started / 1000000 ))" -ge "${ASKED_UP%.*}" ] || fail "the unit's last run started before the host was asked ($started us after boot)"
+  [ "$(systemctl show -p ExecMainStatus --value reseq@fleet.service)" = "$2" ] || fail "the unit's run exited $(systemctl show -p ExecMainStatus --value reseq@fleet.service), not $2"
+  [ "$(jq .outcome.exit_code "$T/r.json")" = "$2" ] || fail "the report says exit $(jq .outcome.exit_code "$T/r.json"), not $2"
+  finished=$(metric "$prom" reseq_last_run_timestamp_seconds)
+  fp "$finished >= $ASKED && $finished <= $(now)" || fail "the metrics' run finished at $finished, not between the host's ask ($ASKED) and now"
+  [ "$(metric "$prom" reseq_last_run_exit_code)" = "$2" ] || fail "reseq_last_run_exit_code $(metric "$prom" reseq_last_run_exit_code), not $2"
+  [ "$(metric "$prom" reseq_last_run_success)" = "$([ "$2" = 0 ] && echo 1 || echo 0)" ] || fail "reseq_last_run_success $(metric "$prom" reseq_last_run_success) for exit $2"
+  grep -q "^reseq_last_run_exit_code{command=\"rewrite\",target=\"$MNT/fleet/d\"}" "$prom" || fail "the metrics do not name the target $MNT/fleet/d: $(grep '^reseq_last_run_exit_code' "$prom")"
+  same_num "$(metric "$prom" reseq_last_run_rewritten_bytes)" "$(jq '.results.bytes_written' "$T/r.json")" || fail "rewritten bytes: the metrics and the report differ"
+  same_num "$(metric "$prom" reseq_last_run_longest_freeze_seconds)" "$(jq '.results.longest_freeze_seconds' "$T/r.json")" || fail "longest freeze: the metrics and the report differ"
+  same_num "$(metric "$prom" reseq_last_run_duration_seconds)" "$(jq '.duration_seconds' "$T/r.json")" || fail "duration: the metrics and the report differ"
+  log "fetched report and metrics are the guest's, of the run started $(( started / 1000000 - ${ASKED_UP%.*} )) s after the host was asked: exit $2, $(metric "$prom" reseq_last_run_rewritten_bytes) bytes rewritten, longest freeze $(metric "$prom" reseq_last_run_longest_freeze_seconds) s"
+}
+
+# What a fleet runs, run for real: ansible-playbook on the host, over SSH into this guest,
+# installs the .deb, writes the job config, dry-runs it, enables the timer, starts the
+# job and waits for it, and fetches its report and metrics file; the job re-sequences
+# the files of an ext4 on a scratch disk under the shipped unit. Checked here from
+# outside: the package's files as shipped, the timer enabled, the files' hashes, the
+# disk's counters, fsck. Then the same playbook while someone else holds the
+# filesystem frozen (a backup tool's fsfreeze, which the dry run does not see): the job
+# is refused (exit 3), reseq leaves that freeze alone, and the playbook fails the host
+# naming the exit code, with the report and metrics of that run fetched all the same.
+# Last, the host runs `promtool test rules` on the two metrics files.
+scenario_fleet() {
+  local dev r0 w0 files
+  dev=$(disk b)
+  mkext4 "$dev"; mountit "$dev" "$MNT/fleet"
+  fill "$MNT/fleet/d" 3 4
+  files=$(( 3 * 4 << 20 ))
+  fleet_ssh
+  printf '{"reseq_job": "fleet", "reseq_targets": ["%s"], "reseq_max_freeze": "%ss", "reseq_pause": "100ms"}\n' \
+    "$MNT/fleet/d" "$MAXF" >"$SHARE/results/fleet-good.vars.json"
+  cp "$SHARE/results/fleet-good.vars.json" "$SHARE/results/fleet-failed.vars.json"
+  sync; read -r r0 w0 < <(rw_sectors "$dev")
+  ASKED=$(now); ASKED_UP=$(cut -d' ' -f1 /proc/uptime)
+  host_fleet good 400
+  [ "$HOST_RC" = 0 ] || fail "ansible-playbook exited $HOST_RC"
+  [ "$(dpkg-query -W -f '${Status}' reseq 2>/dev/null)" = "install ok installed" ] || fail "the package is not installed"
+  dpkg -V reseq >"$T/dpkg-V" 2>&1 && [ ! -s "$T/dpkg-V" ] || { cat "$T/dpkg-V" >&2; fail "dpkg -V reseq: files differ from the package's"; }
+  [ "$(systemctl is-enabled reseq@fleet.timer)" = enabled ] && [ "$(systemctl is-active reseq@fleet.timer)" = active ] || fail "reseq@fleet.timer is not enabled and active"
+  grep -qxF "targets = [\"$MNT/fleet/d\"]" /etc/reseq/fleet.toml || fail "the job config does not name the target: $(cat /etc/reseq/fleet.toml)"
+  log "package $(dpkg-query -W -f '${Version}' reseq) installed (dpkg -V clean), /etc/reseq/fleet.toml written, reseq@fleet.timer enabled, next $(systemctl show -p NextElapseUSecRealtime --value reseq@fleet.timer)"
+  fleet_run_checks good 0
+  [ "$(jq '.results.bytes_written' "$T/r.json")" = "$files" ] || fail "the job rewrote $(jq '.results.bytes_written' "$T/r.json") bytes, not the $files of its files"
+  [ "$(jq '[.files[] | select(.verification == "passed")] | length' "$T/r.json")" = 3 ] || fail "not every file verified: $(jq -c '[.files[] | .verification]' "$T/r.json")"
+  io_moved "$dev" "$r0" "$w0" "$files"
+  log "the disk's counters: $IO_LOG"
+  intact "$MNT/fleet/d"
+
+  # Someone else's freeze, which the dry run does not see and the run must refuse.
+  local w1
+  fsfreeze -f "$MNT/fleet"; w1=$(written "$dev")
+  ASKED=$(now); ASKED_UP=$(cut -d' ' -f1 /proc/uptime)
+  host_fleet failed 150
+  [ "$HOST_RC" != 0 ] || fail "ansible-playbook passed a host whose job failed"
+  grep -q "reseq@fleet.service on fleetvm exited 3 " "$SHARE/results/fleet-failed.log" || fail "the playbook's failure does not name the exit code 3"
+  is_frozen "$dev" || fail "the freeze someone else made was thawed"
+  [ "$(written "$dev")" = "$w1" ] || fail "$dev was written while the job was refused"
+  fleet_run_checks failed 3
+  journalctl -u reseq@fleet.service --no-pager -o cat | grep -q "already frozen by someone else" || fail "the unit's log does not say why it was refused"
+  fsfreeze -u "$MNT/fleet"
+  log "refused while frozen by someone else: exit 3, nothing written, that freeze left in place"
+
+  host_fleet alerts 60
+  [ "$HOST_RC" = 0 ] || fail "promtool test rules on the runs' metrics failed"
+  intact "$MNT/fleet/d"
+  umount "$MNT/fleet"; fsck_clean "$dev"
+}
+
 # ---- the verdict on a host's write-back cache ---------------------------------------
 
 # The host drops its page cache of scratch disk N's image (run.sh's dropper).
@@ -677,6 +801,15 @@ stop_jobs() {
   fi
   local p; for p in $(pgrep -x reseq; pgrep -x freeze-guardian); do kill -KILL "$p" 2>/dev/null; done
   rm -f /etc/reseq/vmtest.toml
+  # The fleet scenario's package, job and SSH server; the binary under test back in place.
+  if [ -e /var/lib/dpkg/info/reseq.list ]; then
+    systemctl disable --now reseq@fleet.timer 2>/dev/null; systemctl stop reseq@fleet.service 2>/dev/null
+    dpkg -P reseq >/dev/null 2>&1
+    rm -rf /etc/systemd/system/reseq@fleet.service.d /var/lib/node_exporter /etc/reseq/fleet.toml
+    systemctl daemon-reload; systemctl reset-failed 2>/dev/null
+    install -m 755 "$SHARE/reseq" /usr/bin/reseq
+  fi
+  if systemctl -q is-active ssh.service; then systemctl stop ssh.service; fi
   local m
   for m in $(awk -v t="$MNT" '$2 == t || index($2, t "/") == 1 {print $2}' /proc/mounts); do fsfreeze -u "$m" 2>/dev/null; done
   rm -rf /var/lib/reseq/* /run/reseq/* "$T"
