@@ -998,12 +998,12 @@ const _: () = assert!(size_of::<BtrfsDevInfo>() == 4096);
 const BTRFS_IOC_DEV_INFO: libc::c_ulong =
     nix::request_code_readwrite!(BTRFS_IOCTL_MAGIC, 30, size_of::<BtrfsDevInfo>());
 
-/// (devid, the path btrfs opened it by, its size in bytes).
-pub(crate) type BtrfsDevice = (u64, std::path::PathBuf, u64);
+/// (devid, the path btrfs opened it by, its size in bytes, its device uuid).
+pub(crate) type BtrfsDevice = (u64, std::path::PathBuf, u64, [u8; 16]);
 
-/// A btrfs's member devices: (devid, the path btrfs opened it by, its size in bytes),
-/// and the filesystem's fsid.
-pub(crate) fn btrfs_devices(fd: BorrowedFd<'_>) -> nix::Result<(Vec<BtrfsDevice>, [u8; 16])> {
+/// A btrfs's member devices: (devid, the path btrfs opened it by, its size in bytes,
+/// its uuid), the filesystem's fsid, and FS_INFO's num_devices.
+pub(crate) fn btrfs_devices(fd: BorrowedFd<'_>) -> nix::Result<(Vec<BtrfsDevice>, [u8; 16], u64)> {
     // SAFETY: all-zero bytes are a valid BtrfsFsInfo (integers and byte arrays).
     let mut info: Box<BtrfsFsInfo> = Box::new(unsafe { std::mem::zeroed() });
     // SAFETY: FS_INFO writes one struct btrfs_ioctl_fs_info_args (fs/btrfs/ioctl.c,
@@ -1026,9 +1026,27 @@ pub(crate) fn btrfs_devices(fd: BorrowedFd<'_>) -> nix::Result<(Vec<BtrfsDevice>
         }
         let len = d.path.iter().position(|&b| b == 0).unwrap_or(d.path.len());
         let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&d.path[..len]));
-        out.push((devid, path, d.total_bytes));
+        out.push((devid, path, d.total_bytes, d.uuid));
     }
-    Ok((out, info.fsid))
+    Ok((out, info.fsid, info.num_devices))
+}
+
+/// Where a btrfs member keeps its primary superblock (`BTRFS_SUPER_INFO_OFFSET`,
+/// fs/btrfs/disk-io.h), and how much of it to read.
+pub(crate) const BTRFS_SUPER_INFO_OFFSET: u64 = 65536;
+pub(crate) const BTRFS_SUPER_INFO_SIZE: usize = 4096;
+
+/// A btrfs superblock's (fsid, dev_item.devid, dev_item.uuid); None when `sb` holds
+/// none. `struct btrfs_super_block` (include/uapi/linux/btrfs_tree.h): fsid at 32,
+/// magic "_BHRfS_M" at 64, dev_item at 201 (devid at +0, uuid at +66).
+pub(crate) fn btrfs_super_identity(sb: &[u8]) -> Option<([u8; 16], u64, [u8; 16])> {
+    if sb.get(64..72)? != b"_BHRfS_M" {
+        return None;
+    }
+    let fsid: [u8; 16] = sb.get(32..48)?.try_into().ok()?;
+    let devid = u64::from_le_bytes(sb.get(201..209)?.try_into().ok()?);
+    let uuid: [u8; 16] = sb.get(267..283)?.try_into().ok()?;
+    Some((fsid, devid, uuid))
 }
 
 /// `BTRFS_IOC_SCRUB_PROGRESS _IOWR(0x94, 29, struct btrfs_ioctl_scrub_args)` (1024 bytes).

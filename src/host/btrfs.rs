@@ -205,6 +205,8 @@ pub(crate) struct Member {
     /// Its block device number.
     pub(crate) dev: (u32, u32),
     pub(crate) size: u64,
+    /// Its device uuid (DEV_INFO; its superblock's dev_item.uuid).
+    pub(crate) uuid: [u8; 16],
 }
 
 /// The chunk tree and the members of a mounted btrfs.
@@ -215,6 +217,8 @@ pub(crate) struct Layout {
     pub(crate) members: Vec<Member>,
     /// The fsid, as `/sys/fs/btrfs/` names it.
     pub(crate) fsid: String,
+    /// FS_INFO's num_devices.
+    pub(crate) num_devices: u64,
 }
 
 fn ioctl_error(what: &str, e: nix::Error) -> Error {
@@ -237,18 +241,32 @@ impl Layout {
             .map(|i| Chunk::parse(i.offset, &i.data))
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| Error::Internal("a btrfs chunk item shorter than its stripes".into()))?;
-        let (devices, fsid) = sys::btrfs_devices(fd).map_err(|e| ioctl_error("FS_INFO / DEV_INFO", e))?;
+        let (devices, fsid, num_devices) = sys::btrfs_devices(fd).map_err(|e| ioctl_error("FS_INFO / DEV_INFO", e))?;
         let mut members = Vec::new();
-        for (devid, path, size) in devices {
+        for (devid, path, size, uuid) in devices {
             let dev = crate::host::mounts::block_rdev(&path).ok_or_else(|| {
                 Error::refused(
                     format!("btrfs device {devid} ({}) is no block device reseq can open", path.display()),
                     "make sure every member's device node exists (no udev?)",
                 )
             })?;
-            members.push(Member { devid, path, dev, size });
+            members.push(Member { devid, path, dev, size, uuid });
         }
-        Ok(Layout { chunks, members, fsid: uuid(&fsid) })
+        Ok(Layout { chunks, members, fsid: uuid(&fsid), num_devices })
+    }
+
+    /// The member set, to compare with the plan's: num_devices and each (devid, uuid).
+    pub(crate) fn member_set(&self) -> (u64, Vec<(u64, [u8; 16])>) {
+        let mut ids: Vec<(u64, [u8; 16])> = self.members.iter().map(|m| (m.devid, m.uuid)).collect();
+        ids.sort();
+        (self.num_devices, ids)
+    }
+
+    /// The members in words: "devid 1 (/dev/loop0), devid 2 (/dev/loop1)".
+    pub(crate) fn member_names(&self) -> String {
+        let names: Vec<String> =
+            self.members.iter().map(|m| format!("devid {} ({})", m.devid, m.path.display())).collect();
+        names.join(", ")
     }
 
     /// Every copy of `[logical, logical + len)`, across the chunks it spans. Err when
@@ -322,7 +340,7 @@ pub(crate) fn same_filesystem(a: &Path, b: &Path) -> bool {
     let fsid = |p: &Path| {
         let dir = if p.is_dir() { p } else { p.parent()? };
         let f = std::fs::File::open(dir).ok()?;
-        sys::btrfs_devices(std::os::fd::AsFd::as_fd(&f)).ok().map(|(_, fsid)| fsid)
+        sys::btrfs_devices(std::os::fd::AsFd::as_fd(&f)).ok().map(|(_, fsid, _)| fsid)
     };
     fsid(a).is_some_and(|x| Some(x) == fsid(b))
 }
@@ -378,6 +396,67 @@ pub(crate) fn own_writers(fd: BorrowedFd<'_>, layout: &Layout, sys_root: &Path) 
         found.push(format!("an exclusive operation is in progress ({op})"));
     }
     Ok((!found.is_empty()).then(|| found.join("; ")))
+}
+
+/// Checks that `dev` (opened from member `m`'s path, the very descriptor reseq reads
+/// or writes) is that member: a path is only a name, and may point elsewhere now than
+/// when btrfs opened it (a symlink changed, a loop device re-attached). Its superblock
+/// must name this filesystem, devid and device uuid, and its device number must be one
+/// the filesystem holds (`/sys/fs/btrfs/<fsid>/devices/`; a byte copy of a member has
+/// its superblock but not its device number). Refused with what it really is.
+pub(crate) fn check_member<T>(layout: &Layout, m: &Member, dev: &T) -> Result<()>
+where
+    T: crate::engine::target::ReadTarget + std::os::fd::AsFd,
+{
+    let rdev = nix::sys::stat::fstat(dev.as_fd()).map(|s| crate::host::device::dev_num(s.st_rdev));
+    let mut sb = sys::AlignedBuf::new(sys::BTRFS_SUPER_INFO_SIZE, dev.mem_align().max(4096));
+    let found =
+        match dev.read_at(&mut sb, sys::BTRFS_SUPER_INFO_OFFSET) {
+            Err(e) => Some(format!("its superblock cannot be read ({e})")),
+            Ok(()) => match sys::btrfs_super_identity(&sb) {
+                None => Some("it holds no btrfs superblock".into()),
+                Some((fsid, devid, u)) if uuid(&fsid) != layout.fsid || devid != m.devid || u != m.uuid => Some(
+                    format!("its superblock is that of btrfs {} devid {devid} (device uuid {})", uuid(&fsid), uuid(&u)),
+                ),
+                Some(_) => None,
+            },
+        };
+    let held = held_devices(&layout.fsid);
+    let found = found.or_else(|| match rdev {
+        Err(e) => Some(format!("its device number cannot be read ({e})")),
+        Ok(r) if !held.contains(&r) => Some(format!(
+            "it is device {}:{}, which the filesystem does not hold (/sys/fs/btrfs/{}/devices/ lists {})",
+            r.0,
+            r.1,
+            layout.fsid,
+            held.iter().map(|(a, b)| format!("{a}:{b}")).collect::<Vec<_>>().join(", ")
+        )),
+        Ok(_) => None,
+    });
+    let Some(what) = found else { return Ok(()) };
+    Err(Error::refused(
+        format!(
+            "btrfs devid {} of {} is not the device at {} that reseq opened: {what}. The path no longer leads to the device btrfs has open (a symlink or loop device changed since the mount), and writing it would write another device",
+            m.devid,
+            layout.fsid,
+            m.path.display()
+        ),
+        "make the path btrfs reports (btrfs filesystem show) lead to the member again, or remount by the member's own device node, then run reseq again",
+    ))
+}
+
+/// The device numbers the kernel's btrfs `fsid` holds open.
+fn held_devices(fsid: &str) -> Vec<(u32, u32)> {
+    let dir = Path::new("/sys/fs/btrfs").join(fsid).join("devices");
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let parse = |s: String| {
+        let (a, b) = s.trim().split_once(':')?;
+        Some((a.parse().ok()?, b.parse().ok()?))
+    };
+    let mut out: Vec<(u32, u32)> =
+        entries.flatten().filter_map(|e| std::fs::read_to_string(e.path().join("dev")).ok().and_then(parse)).collect();
+    out.sort();
+    out
 }
 
 /// Refuses while btrfs's own writers run ([`own_writers`]).

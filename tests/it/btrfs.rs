@@ -342,3 +342,34 @@ fn raid10_rewrites_each_stripe_on_its_pair() {
     m.unmount().unwrap();
     check_clean(&devs[0].path);
 }
+
+/// A member's path (what DEV_INFO reports) leads to another device now than the one
+/// btrfs opened by it: reseq must not write the device it leads to. Refused at the plan
+/// (exit 3, saying what the device really is), nothing written anywhere.
+#[test]
+fn a_member_path_leading_to_another_device_is_refused() {
+    if !tools() {
+        return;
+    }
+    let env = TestEnv::new();
+    let (a, b) = (env.loop_device("pa.img", 256 * MIB), env.loop_device("pb.img", 256 * MIB));
+    let x = env.loop_device("px.img", 256 * MIB);
+    run_cmd(Command::new("mkfs.btrfs").args(["-q", "-f", "-d", "raid1", "-m", "raid1"]).arg(&a.path).arg(&b.path))
+        .unwrap();
+    let link = env.path("linkB");
+    std::os::unix::fs::symlink(&b.path, &link).unwrap();
+    run_cmd(Command::new("btrfs").args(["device", "scan", "--forget"]).arg(&b.path)).unwrap();
+    let opt = format!("device={}", link.display());
+    let m = Mount::new(&a.path, &env.path("pm"), &[&opt]).unwrap();
+    let f = file(&m.dir.join("f"), 4 << 20, 16, true);
+    drop_caches();
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&x.path, &link).unwrap();
+    let before: Vec<u64> = [&a, &b, &x].iter().map(|d| bytes_written_to(&d.path)).collect();
+    let out = output(&mut rewrite(&env, &[&m.dir]));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("holds no btrfs superblock") && stderr(&out).contains("linkB"), "{}", stderr(&out));
+    assert_eq!(before, [&a, &b, &x].iter().map(|d| bytes_written_to(&d.path)).collect::<Vec<_>>());
+    assert_eq!(hash_path(&f.0).unwrap(), f.1);
+    m.unmount().unwrap();
+}

@@ -40,6 +40,10 @@ pub(crate) struct OnDevice {
     /// The interleaving unit (the chunk size).
     pub(crate) unit: u64,
     pub(crate) layout: SharedLayout,
+    /// The descriptor the run writes, checked at every window to be this member.
+    pub(crate) device: Option<Arc<DirectDevice>>,
+    /// The plan's member set ([`Layout::member_set`]).
+    pub(crate) planned: (u64, Vec<(u64, [u8; 16])>),
 }
 
 impl OnDevice {
@@ -69,6 +73,12 @@ impl OnDevice {
         let mut out = Vec::new();
         for p in pieces {
             let copies = layout.map(p.physical, p.len)?;
+            if let Some(c) = copies.iter().find(|c| layout.member(c.devid).is_none()) {
+                return Err(format!(
+                    "btrfs logical {} has a copy on devid {}, which is no member reseq planned",
+                    c.logical, c.devid
+                ));
+            }
             let mut rank: HashMap<u64, u64> = HashMap::new();
             for c in copies.iter().filter(|c| c.devid == self.devid) {
                 let here = rank.entry(c.logical).or_insert(0);
@@ -106,20 +116,41 @@ impl OnDevice {
         }
     }
 
-    /// At the start of every window, frozen: btrfs's own writers refuse the window, and
-    /// the chunk map is read again (only a balance or a device operation moves chunks,
-    /// and those are refused; new chunks appear as files grow).
+    /// At the start of every window, frozen: the member set must be the plan's, btrfs's
+    /// own writers refuse the window, the descriptor the run writes must still be its
+    /// member, and the chunk map is read again (only a balance or a device operation
+    /// moves chunks, and those are refused; new chunks appear as files grow).
     pub(crate) fn window(&self) -> Result<()> {
         let layout = Layout::read(self.fd.as_fd())?;
+        self.same_members(&layout)?;
         btrfs::refuse_own_writers(self.fd.as_fd(), &layout, &self.mount)?;
-        if layout.member(self.devid).is_none() {
-            return Err(Error::refused(
-                format!("btrfs devid {} left the filesystem at {} during the run", self.devid, self.mount.display()),
-                "run reseq again",
-            ));
+        let member = layout.member(self.devid).ok_or_else(|| Error::Internal("a planned member went".into()))?;
+        if let Some(dev) = &self.device {
+            btrfs::check_member(&layout, member, dev.as_ref())?;
         }
         *lock(&self.layout) = layout;
         Ok(())
+    }
+
+    /// A device added, removed or replaced since the plan stops the run before its next
+    /// write (exit 4, as a device that changed shape): copies on a device the plan does
+    /// not know would be left out, and the operation relocates chunks.
+    fn same_members(&self, now: &Layout) -> Result<()> {
+        if now.member_set() == self.planned {
+            return Ok(());
+        }
+        let planned: Vec<String> = self.planned.1.iter().map(|(d, _)| d.to_string()).collect();
+        Err(Error::io(
+            format!(
+                "the btrfs at {} changed its devices since the run was planned: {} device(s), devids {} then; {} device(s) now: {}. Copies on a device the plan does not know would not be rewritten; reseq stopped before writing more (every chunk it wrote was verified). Let the device operation finish (btrfs device usage, btrfs balance status), then run again with --resume",
+                self.mount.display(),
+                self.planned.0,
+                planned.join(", "),
+                now.num_devices,
+                now.member_names()
+            ),
+            std::io::Error::from_raw_os_error(nix::libc::EBUSY),
+        ))
     }
 }
 
@@ -148,7 +179,7 @@ impl Mirrors {
             let read = match self.readers.get(&p.devid) {
                 _ if p.devid == self.devid => dev.read_at(&mut copy, p.physical),
                 Some(r) => r.read_at(&mut copy, p.physical),
-                None => continue,
+                None => Err(std::io::Error::other(format!("devid {} is no member the run planned", p.devid))),
             };
             let finding = match read {
                 Ok(()) if copy[..] == buf[off..off + p.len as usize] => continue,
@@ -178,8 +209,13 @@ mod tests {
 
     fn on(devid: u64, copies: u64, chunk: Chunk) -> OnDevice {
         let fd = std::fs::File::open("/").unwrap().into();
-        let layout = Arc::new(Mutex::new(Layout { chunks: vec![chunk], ..Layout::default() }));
-        OnDevice { fd, mount: "/".into(), devid, copies, unit: 1 << 20, layout }
+        let members = chunk
+            .stripes
+            .iter()
+            .map(|s| btrfs::Member { devid: s.devid, path: "/dev/null".into(), dev: (1, 3), size: 0, uuid: [0; 16] })
+            .collect();
+        let layout = Arc::new(Mutex::new(Layout { chunks: vec![chunk], members, ..Layout::default() }));
+        OnDevice { fd, mount: "/".into(), devid, copies, unit: 1 << 20, layout, device: None, planned: (0, Vec::new()) }
     }
 
     fn chunk(flags: u64, stripes: &[(u64, u64)]) -> Chunk {

@@ -273,6 +273,9 @@ fn btrfs_group(fs: MountedFs, sysfs: &Sysfs) -> Result<FsGroup> {
     let mut members = Vec::new();
     for m in &layout.members {
         let info = device::inspect(&m.path, sysfs)?;
+        let reader = crate::engine::target::DirectReader::open(&m.path)
+            .map_err(|e| Error::io(format!("opening btrfs devid {} ({})", m.devid, m.path.display()), e))?;
+        crate::host::btrfs::check_member(&layout, m, &reader)?;
         checks::writable(&info)?;
         checks::no_copy_on_write(&info, sysfs)?;
         let shape = Shape::take(info.dev_num, sysfs);

@@ -90,7 +90,8 @@ impl FileRun<'_> {
         if todo.is_empty() {
             return Ok(Ok(()));
         }
-        let on = d.devid.map(|devid| self.on_device(g, devid)).transpose()?;
+        let device = Arc::new(device);
+        let on = d.devid.map(|devid| self.on_device(g, devid, Arc::clone(&device))).transpose()?;
         let (members, table, start) = self.members(d.info, todo, on.as_ref());
         let map: Map = Arc::default();
         let o = &self.plan.options;
@@ -106,7 +107,7 @@ impl FileRun<'_> {
         let mut guard = sequence::guardian(&self.guarded(g, &d), journal.path())?;
         let cost = sequence::Cost::start(d.info);
         let name = format!("{} file(s) on {}", planner.members.len(), g.fs.mount_point.display());
-        let target = FileTarget { dev: Arc::new(device), map, name, mirrors };
+        let target = FileTarget { dev: device, map, name, mirrors };
         let cfg = self.config(g, d.info, &planner.members, start, end);
         planner.count_finished(Arc::clone(&self.finished), self.files_done);
         let low = sequence::LowIoPriority::set();
@@ -135,9 +136,16 @@ impl FileRun<'_> {
     }
 
     /// A btrfs member's run: its devid, the copies it holds, the chunk map.
-    fn on_device(&self, g: &FsGroup, devid: u64) -> Result<super::mirrors::OnDevice> {
+    fn on_device(
+        &self,
+        g: &FsGroup,
+        devid: u64,
+        device: Arc<crate::engine::target::DirectDevice>,
+    ) -> Result<super::mirrors::OnDevice> {
         let layout = g.btrfs.as_ref().map(|b| b.layout.clone()).unwrap_or_default();
         Ok(super::mirrors::OnDevice {
+            device: Some(device),
+            planned: layout.member_set(),
             fd: crate::host::freeze::open_mount_point(&g.fs.mount_point)?,
             mount: g.fs.mount_point.clone(),
             devid,
@@ -158,6 +166,11 @@ impl FileRun<'_> {
         for (devid, info, _) in g.btrfs.iter().flat_map(|b| &b.members).filter(|(id, ..)| *id != on.devid) {
             let r = crate::engine::target::DirectReader::open(&info.path)
                 .map_err(|e| Error::io(format!("opening {} to compare copies", info.path.display()), e))?;
+            if let Some(b) = &g.btrfs
+                && let Some(m) = b.layout.member(*devid)
+            {
+                crate::host::btrfs::check_member(&b.layout, m, &r)?;
+            }
             readers.insert(*devid, r.aligned(info.dio_mem_align as usize, u64::from(info.dio_offset_align)));
         }
         Ok(super::mirrors::Mirrors {
