@@ -373,3 +373,30 @@ fn a_member_path_leading_to_another_device_is_refused() {
     assert_eq!(hash_path(&f.0).unwrap(), f.1);
     m.unmount().unwrap();
 }
+
+/// A device added mid-run: the plan knows nothing of copies btrfs puts there, so the
+/// next window stops the run before it writes more (exit 4), rather than finish and
+/// call the files done.
+#[test]
+fn a_device_added_mid_run_stops_it() {
+    if !tools() {
+        return;
+    }
+    let env = TestEnv::new();
+    let (a, b) = (env.loop_device("da.img", 256 * MIB), env.loop_device("db.img", 256 * MIB));
+    let c = env.loop_device("dc.img", 256 * MIB);
+    let m = btrfs(&env, &[&a, &b], &["-d", "raid1", "-m", "raid1"], "add");
+    let db = file(&m.dir.join("db"), 8 << 20, 17, true);
+    drop_caches();
+    let mut run = rewrite_in(&env, &[&m.dir], "256K");
+    run.args(["--pause", "20ms"]).env("RESEQ_FAULTS", "delay@after-write#*=30");
+    let child = spawn_captured(&mut run);
+    std::thread::sleep(Duration::from_millis(400));
+    run_cmd(Command::new("btrfs").args(["device", "add", "-f"]).arg(&c.path).arg(&m.dir)).unwrap();
+    let out = wait_captured(child);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("changed its devices"), "{}", stderr(&out));
+    drop_caches();
+    assert_eq!(hash_path(&db.0).unwrap(), db.1);
+    scrub_clean(&m.dir);
+}
