@@ -16,6 +16,7 @@
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
+use crate::engine::guard::{Reporter, WindowEnd, WindowGuard};
 use crate::support::error::{Error, Result};
 use crate::sys;
 
@@ -464,11 +465,59 @@ pub(crate) fn refuse_own_writers(fd: BorrowedFd<'_>, layout: &Layout, mount: &Pa
     let Some(what) = own_writers(fd, layout, Path::new("/sys"))? else { return Ok(()) };
     Err(Error::refused(
         format!(
-            "the btrfs at {}: {what}. btrfs writes those through a freeze, and a rewrite could put back bytes they moved or changed",
+            "the btrfs at {}: {what}. It writes the filesystem outside reseq's view (a freeze waits for it to end, stalling every writer meanwhile), and a rewrite could put back bytes it moved or changed",
             mount.display()
         ),
-        "let it finish (btrfs scrub status, btrfs balance status, btrfs replace status) or cancel it, then run reseq again",
+        "let it finish (btrfs scrub status, btrfs balance status, btrfs replace status) or cancel it, then run reseq again (with --resume if a run was stopped by it)",
     ))
+}
+
+/// Any guard, with btrfs's own writers checked just before each window's freeze is
+/// asked for, unfrozen: a scrub, balance or device operation holds a write reference
+/// on the mount, so FIFREEZE waits for it to end and every new writer of the
+/// filesystem waits meanwhile. One running stops the run instead of freezing. (One
+/// that starts between this check and FIFREEZE still stalls that window: docs/SAFETY.md.)
+pub(crate) struct WritersBeforeFreeze {
+    pub(crate) inner: Box<dyn WindowGuard>,
+    /// The mount point, open.
+    pub(crate) fd: std::os::fd::OwnedFd,
+    pub(crate) mount: PathBuf,
+}
+
+impl WindowGuard for WritersBeforeFreeze {
+    fn freezes(&self) -> bool {
+        self.inner.freezes()
+    }
+    fn deadline(&self) -> Option<std::time::Duration> {
+        self.inner.deadline()
+    }
+    fn begin(&mut self) -> Result<()> {
+        use std::os::fd::AsFd;
+        let layout = Layout::read(self.fd.as_fd())?;
+        refuse_own_writers(self.fd.as_fd(), &layout, &self.mount)?;
+        self.inner.begin()
+    }
+    fn may_write(&mut self) -> Result<bool> {
+        self.inner.may_write()
+    }
+    fn announce(&mut self, offset: u64, len: u64, hash: &blake3::Hash) {
+        self.inner.announce(offset, len, hash)
+    }
+    fn wrote(&mut self) -> Result<()> {
+        self.inner.wrote()
+    }
+    fn reporter(&self) -> Result<Reporter> {
+        self.inner.reporter()
+    }
+    fn end(&mut self) -> Result<WindowEnd> {
+        self.inner.end()
+    }
+    fn recheck(&mut self) -> Result<()> {
+        self.inner.recheck()
+    }
+    fn held(&mut self) -> Result<bool> {
+        self.inner.held()
+    }
 }
 
 #[cfg(test)]

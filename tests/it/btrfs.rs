@@ -400,3 +400,42 @@ fn a_device_added_mid_run_stops_it() {
     assert_eq!(hash_path(&db.0).unwrap(), db.1);
     scrub_clean(&m.dir);
 }
+
+/// A scrub started mid-run (slowed to 6 MB/s: it runs a second or two): FIFREEZE would
+/// wait for it to end, with every writer of the filesystem waiting behind the freeze.
+/// The next window checks for it before asking for the freeze, unfrozen, and stops the
+/// run (exit 3) at once instead.
+#[test]
+fn a_scrub_started_mid_run_stops_it_before_a_freeze() {
+    if !tools() {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.loop_device("scr.img", 256 * MIB);
+    let m = btrfs(&env, &[&lo], &[], "scr");
+    let db = file(&m.dir.join("db"), 8 << 20, 18, true);
+    drop_caches();
+    let fsid = output(Command::new("blkid").args(["-s", "UUID", "-o", "value"]).arg(&lo.path));
+    let fsid = String::from_utf8_lossy(&fsid.stdout).trim().to_string();
+    let speed = format!("/sys/fs/btrfs/{fsid}/devinfo/1/scrub_speed_max");
+    std::fs::write(&speed, "6m").unwrap();
+    let mut run = rewrite_in(&env, &[&m.dir.join("db")], "256K");
+    run.args(["--pause", "20ms"]).env("RESEQ_FAULTS", "delay@after-write#*=30");
+    let child = spawn_captured(&mut run);
+    std::thread::sleep(Duration::from_millis(400));
+    run_cmd(Command::new("btrfs").args(["scrub", "start"]).arg(&m.dir)).unwrap();
+    let started = std::time::Instant::now();
+    let out = wait_captured(child);
+    let took = started.elapsed();
+    std::fs::write(&speed, "0").unwrap();
+    let _ = Command::new("btrfs").args(["scrub", "cancel"]).arg(&m.dir).output();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("a scrub runs"), "{}", stderr(&out));
+    assert!(took < Duration::from_secs(3), "stopped {took:?} after the scrub started");
+    // Not frozen, nor stuck in a freeze: an application's write goes through at once.
+    let wrote = std::time::Instant::now();
+    file(&m.dir.join("app"), 4096, 20, false);
+    assert!(wrote.elapsed() < Duration::from_secs(1), "a 4 KiB write took {:?}", wrote.elapsed());
+    drop_caches();
+    assert_eq!(hash_path(&db.0).unwrap(), db.1);
+}

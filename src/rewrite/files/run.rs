@@ -104,7 +104,7 @@ impl FileRun<'_> {
         run.files = table;
         let journal_path = record::journal_path(&self.plan.record_path, &d.info.identity.name);
         let mut journal = Journal::deferred(&journal_path, run, Some(self.write_record()));
-        let mut guard = sequence::guardian(&self.guarded(g, &d), journal.path())?;
+        let mut guard = self.guardian(g, &d, journal.path())?;
         let cost = sequence::Cost::start(d.info);
         let name = format!("{} file(s) on {}", planner.members.len(), g.fs.mount_point.display());
         let target = FileTarget { dev: device, map, name, mirrors };
@@ -133,6 +133,19 @@ impl FileRun<'_> {
             self.reports.iter_mut().filter(|(i, _)| mine.contains(i)).for_each(|(_, r)| r.bytes_skipped_holes = 0);
         }
         Ok(result)
+    }
+
+    /// The run's guardian; on btrfs, with btrfs's own writers checked before each freeze.
+    fn guardian(&self, g: &FsGroup, d: &Device, journal: &Path) -> Result<Box<dyn engine::guard::WindowGuard>> {
+        let guard = sequence::guardian(&self.guarded(g, d), journal)?;
+        if d.devid.is_none() {
+            return Ok(guard);
+        }
+        Ok(Box::new(crate::host::btrfs::WritersBeforeFreeze {
+            inner: guard,
+            fd: crate::host::freeze::open_mount_point(&g.fs.mount_point)?,
+            mount: g.fs.mount_point.clone(),
+        }))
     }
 
     /// A btrfs member's run: its devid, the copies it holds, the chunk map.
