@@ -439,3 +439,29 @@ fn a_scrub_started_mid_run_stops_it_before_a_freeze() {
     drop_caches();
     assert_eq!(hash_path(&db.0).unwrap(), db.1);
 }
+
+/// A second loop device over the second member's image (another way to write its
+/// bytes, which no freeze stops): refused at the plan, before the first member is
+/// written; the dry run names that alias.
+#[test]
+fn a_later_members_alias_is_refused_before_any_write() {
+    if !tools() {
+        return;
+    }
+    let env = TestEnv::new();
+    let (a, b) = (env.loop_device("aa.img", 256 * MIB), env.loop_device("ab.img", 256 * MIB));
+    let m = btrfs(&env, &[&a, &b], &["-d", "raid1", "-m", "raid1"], "alias");
+    let f = file(&m.dir.join("f"), 4 << 20, 21, true);
+    drop_caches();
+    let alias = LoopDevice::attach(&env.path("ab.img"), &["-r"]).unwrap();
+    let dry = output(rewrite(&env, &[&m.dir]).arg("--dry-run"));
+    assert!(String::from_utf8_lossy(&dry.stdout).contains(&alias.name()), "{}", String::from_utf8_lossy(&dry.stdout));
+    let before: Vec<u64> = [&a, &b].iter().map(|d| bytes_written_to(&d.path)).collect();
+    let out = output(&mut rewrite(&env, &[&m.dir]));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&alias.name()), "{}", stderr(&out));
+    assert_eq!(before, [&a, &b].iter().map(|d| bytes_written_to(&d.path)).collect::<Vec<_>>());
+    assert_eq!(hash_path(&f.0).unwrap(), f.1);
+    drop(alias);
+    m.unmount().unwrap();
+}

@@ -276,6 +276,9 @@ fn btrfs_group(fs: MountedFs, sysfs: &Sysfs) -> Result<FsGroup> {
         let reader = crate::engine::target::DirectReader::open(&m.path)
             .map_err(|e| Error::io(format!("opening btrfs devid {} ({})", m.devid, m.path.display()), e))?;
         crate::host::btrfs::check_member(&layout, m, &reader)?;
+        // Every member's refusals before any member is written (each run checks its own
+        // again at its windows).
+        checks::no_other_writers(&info, sysfs)?;
         checks::writable(&info)?;
         checks::no_copy_on_write(&info, sysfs)?;
         let shape = Shape::take(info.dev_num, sysfs);
@@ -460,7 +463,13 @@ pub(super) fn describe(plan: &FilesPlan, report: &Report, predicted: Option<&Pre
     for (gi, g) in plan.groups.iter().enumerate() {
         s +=
             &format!("  filesystem {} ({}) on {}\n", g.fs.mount_point.display(), g.fs.fs_type, g.device.path.display());
-        s += &crate::host::aliases::describe(&g.device.devices_sharing_bytes(&Sysfs::default()), &Sysfs::default());
+        let devices: Vec<&device::BlockDeviceInfo> = match &g.btrfs {
+            Some(b) => b.members.iter().map(|(_, d, _)| d).collect(),
+            None => vec![&g.device],
+        };
+        for d in devices {
+            s += &crate::host::aliases::describe(&d.devices_sharing_bytes(&Sysfs::default()), &Sysfs::default());
+        }
         if let Some(b) = &g.btrfs {
             s += &format!(
                 "    {}: every copy of each extent is rewritten in place, on its own device, and compared with the others\n",
