@@ -3,7 +3,7 @@
 # a 1 GiB file on ext4 while a writer overwrites random 4 KiB records of it, timing each
 # write. Prints the run's wall time, the writer's stall histogram, and the longest stall
 # against the budget (goal: within budget + 10 %).
-#   sudo bench/file-windows.sh [FILE_MIB]
+#   sudo bench/file-windows.sh [FILE_MIB]     (RESEQ=binary, RESEQ_ARGS="--read-ahead 16")
 source "$(dirname "$0")/common.sh"
 need_root
 FILE_MIB=${1:-1024}
@@ -34,7 +34,8 @@ for b in 0.25 0.5 1 2; do
   python3 "$WORK/writer.py" "$F" "$WORK/stop" "$WORK/lat" & wp=$!
   sleep 0.5
   t0=$(date +%s.%N)
-  "$RESEQ" -q rewrite "$F" --max-freeze "${b}s" --pause 0.2s --state-dir "$WORK/state" >/dev/null
+  # shellcheck disable=SC2086 # RESEQ_ARGS: more options, word-split on purpose
+  "$RESEQ" -q rewrite "$F" --max-freeze "${b}s" --pause 0.2s --state-dir "$WORK/state" ${RESEQ_ARGS:-} >/dev/null
   t1=$(date +%s.%N)
   touch "$WORK/stop"; wait $wp
   python3 - "$WORK/lat" "$b" "$(echo "$t1 - $t0" | bc -l)" <<'PY'

@@ -421,8 +421,10 @@ pub(crate) struct RewriteArgs {
     /// by the guardian; until this limit the run continues with shorter windows).
     #[arg(long, default_value_t = DEFAULT_MAX_OVERRUNS, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000), allow_negative_numbers = true)]
     pub(crate) max_overruns: u32,
-    /// Chunks read ahead of the writer (memory: (N + 4) x chunk size with verification).
-    #[arg(long, default_value_t = DEFAULT_READ_AHEAD, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64), allow_negative_numbers = true)]
+    /// The pipeline's depth: chunks read ahead of the writer, N/2 of them read at once and N/2 written ones
+    /// queued for their read-back; 0: serial. Not given: chosen by a short probe of the device
+    /// (memory: (N + 4) x chunk size with verification).
+    #[arg(long, default_value_t = DEFAULT_READ_AHEAD, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=64), allow_negative_numbers = true)]
     pub(crate) read_ahead: usize,
     /// Skip the read-back check after each write (faster; the pre-write hash is still journaled).
     #[arg(long)]

@@ -73,7 +73,10 @@ pub(crate) struct EngineConfig {
     pub(crate) start_offset: u64,
     /// Read back and compare every chunk after writing it.
     pub(crate) verify: bool,
-    /// Chunks read ahead of the writer (the pool holds this many plus one).
+    /// The pipeline's depth: chunks read ahead of the writer (the pool holds this many
+    /// plus two, plus one with verification), with [`EngineConfig::readers`] of them read
+    /// at once and as many written chunks waiting for their read-back. 0: serial, each
+    /// chunk read, written and read back before the next is read (a baseline).
     pub(crate) read_ahead: usize,
     /// Gap between windows (thawed).
     pub(crate) pause: Duration,
@@ -130,6 +133,24 @@ impl EngineConfig {
     fn pool_size(&self) -> usize {
         pool_size(self.read_ahead, self.verify)
     }
+
+    /// Reads in flight at once: half the read-ahead (the other half is chunks read and
+    /// waiting for the writer), at least one. `--read-ahead 2`, the old default, is one
+    /// reader, as before.
+    pub(crate) fn readers(&self) -> usize {
+        (self.read_ahead / 2).max(1)
+    }
+
+    /// Written chunks that may wait for their read-back (the writer goes on meanwhile;
+    /// the pacer counts each against the window's budget).
+    pub(crate) fn read_backs_queued(&self) -> usize {
+        (self.read_ahead / 2).max(1)
+    }
+
+    /// No overlap at all (`--read-ahead 0`).
+    pub(crate) fn serial(&self) -> bool {
+        self.read_ahead == 0
+    }
 }
 
 /// Bytes of aligned buffers an engine run allocates with buffers of `buffer` bytes: its
@@ -139,9 +160,12 @@ pub(crate) fn memory_bytes(buffer: u64, read_ahead: usize, verify: bool) -> u64 
 }
 
 /// Buffers in the pool: the read-ahead, the one being written, the one being read by the
-/// reader, and with verification the one awaiting its read-back.
+/// reader, and with verification the one awaiting its read-back. Serial: one.
 fn pool_size(read_ahead: usize, verify: bool) -> usize {
-    read_ahead.max(1) + 2 + usize::from(verify)
+    match read_ahead {
+        0 => 1,
+        n => n + 2 + usize::from(verify),
+    }
 }
 
 /// Within one long window (an unmounted device is a single window), finished chunks

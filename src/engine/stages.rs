@@ -68,9 +68,20 @@ pub(super) enum Staged {
     },
     Hashed(Chunk),
     Failed {
+        index: u64,
         offset: u64,
         error: std::io::Error,
     },
+}
+
+impl Staged {
+    /// Its position in the window's chunk list.
+    fn index(&self) -> u64 {
+        match self {
+            Staged::Read { index, .. } | Staged::Failed { index, .. } => *index,
+            Staged::Hashed(c) => c.index,
+        }
+    }
 }
 
 /// A verifier's answer for one written chunk.
@@ -130,27 +141,44 @@ pub(super) fn or_abort<T>(stage: &str, f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// Reader stage: reads this window's chunks ahead into pool buffers, each once the
-/// writer lets it through (a token on `grants`: the writer expects to write it in this
-/// window; the tokens ending, the window's writes are over). Returns the bytes it read.
-pub(super) fn read_stage(
-    target: &dyn BlockTarget,
-    chunks: &[(u64, usize)],
-    pool: &(Sender<AlignedBuf>, Receiver<AlignedBuf>),
-    grants: Receiver<()>,
-    out: Sender<Staged>,
-    stop: &AtomicBool,
-) -> (u64, Duration) {
+/// What the readers share within one window: the chunks, the pool, the writer's tokens
+/// and the next chunk to read. A reader takes a token, a buffer and a chunk's index
+/// together, under one lock: indices go out in the order buffers do, so the lowest chunk
+/// not yet read always holds a buffer, and the hasher, which puts the chunks back in
+/// order, never waits for a chunk that waits for a buffer it holds.
+pub(super) struct Feed<'a> {
+    pub(super) chunks: &'a [(u64, usize)],
+    pub(super) pool: &'a (Sender<AlignedBuf>, Receiver<AlignedBuf>),
+    pub(super) grants: Receiver<()>,
+    pub(super) next: std::sync::Mutex<usize>,
+    pub(super) stop: &'a AtomicBool,
+}
+
+impl Feed<'_> {
+    /// The next chunk to read, with its buffer; None: the window's reads are over.
+    fn take(&self) -> Option<(u64, u64, usize, Pooled)> {
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        let &(offset, len) = self.chunks.get(*next)?;
+        if self.grants.recv().is_err() || self.stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        let buf = self.pool.1.recv().ok()?;
+        let index = *next as u64;
+        *next += 1;
+        Some((index, offset, len, Pooled { buf: Some(buf), home: self.pool.0.clone() }))
+    }
+}
+
+/// Reader stage (one of `EngineConfig::readers` threads): reads this window's chunks
+/// ahead into pool buffers, each once the writer lets it through (a token on `grants`:
+/// the writer expects to write it in this window; the tokens ending, the window's writes
+/// are over). Readers run side by side, so chunks reach the hasher out of order.
+/// Returns the bytes it read and its busy time.
+pub(super) fn read_stage(target: &dyn BlockTarget, feed: &Feed, out: Sender<Staged>) -> (u64, Duration) {
     let mut read = 0;
     let mut busy = Duration::ZERO;
-    for (i, &(offset, len)) in chunks.iter().enumerate() {
-        let index = i as u64;
-        if grants.recv().is_err() || stop.load(Ordering::SeqCst) {
-            break;
-        }
-        let Ok(buf) = pool.1.recv() else { break };
-        let mut buf = Pooled { buf: Some(buf), home: pool.0.clone() };
-        if stop.load(Ordering::SeqCst) {
+    while let Some((index, offset, len, mut buf)) = feed.take() {
+        if feed.stop.load(Ordering::SeqCst) {
             break; // the buffer goes back to the pool as it drops
         }
         let t = Instant::now();
@@ -166,7 +194,7 @@ pub(super) fn read_stage(
                 }
             }
             Err(error) => {
-                let _ = out.send(Staged::Failed { offset, error });
+                let _ = out.send(Staged::Failed { index, offset, error });
                 break; // a read error ends the run
             }
         }
@@ -174,21 +202,28 @@ pub(super) fn read_stage(
     (read, busy)
 }
 
-/// Hasher stage: blake3 of each chunk as read, off the reader's and writer's threads.
+/// Hasher stage: blake3 of each chunk as read, off the reader's and writer's threads,
+/// passed on in the chunks' order (the readers' side by side finish out of order).
 pub(super) fn hash_stage(input: Receiver<Staged>, out: Sender<Staged>) -> Duration {
     let mut busy = Duration::ZERO;
+    let mut early = std::collections::BTreeMap::new();
+    let mut next = 0;
     for m in input {
-        let m = match m {
-            Staged::Read { index, offset, len, buf, took } => {
-                let t = Instant::now();
-                let hash = blake3::hash(&buf[..len]);
-                busy += t.elapsed();
-                Staged::Hashed(Chunk { index, offset, len, buf, hash, ready: took + t.elapsed() })
+        early.insert(m.index(), m);
+        while let Some(m) = early.remove(&next) {
+            next += 1;
+            let m = match m {
+                Staged::Read { index, offset, len, buf, took } => {
+                    let t = Instant::now();
+                    let hash = blake3::hash(&buf[..len]);
+                    busy += t.elapsed();
+                    Staged::Hashed(Chunk { index, offset, len, buf, hash, ready: took + t.elapsed() })
+                }
+                other => other,
+            };
+            if out.send(m).is_err() {
+                return busy;
             }
-            other => other,
-        };
-        if out.send(m).is_err() {
-            break;
         }
     }
     busy

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, bounded, unbounded};
 
-use super::stages::{Chunk, Staged, Urgent, Verified, hash_stage, or_abort, read_stage, verify_stage};
+use super::stages::{Chunk, Feed, Staged, Urgent, Verified, hash_stage, or_abort, read_stage, verify_stage};
 use super::writer::Pipes;
 use super::{Engine, Planner};
 use crate::engine::guard::{WindowEnd, WindowGuard};
@@ -56,7 +56,7 @@ struct Ran {
 struct Stages<'s> {
     stop_reader: &'s AtomicBool,
     hashed: Receiver<Staged>,
-    reader: std::thread::ScopedJoinHandle<'s, (u64, Duration)>,
+    readers: Vec<std::thread::ScopedJoinHandle<'s, (u64, Duration)>>,
     hasher: std::thread::ScopedJoinHandle<'s, Duration>,
     verifier: Option<std::thread::ScopedJoinHandle<'s, Duration>>,
 }
@@ -162,16 +162,22 @@ impl Engine<'_> {
         let stop_reader = AtomicBool::new(false);
         // The writer's tokens: which chunks the reader may read (see `Engine::grant`).
         let (grant_tx, grant_rx) = unbounded::<()>();
-        let (raw_tx, raw_rx) = bounded::<Staged>(1);
+        let (raw_tx, raw_rx) = bounded::<Staged>(self.cfg.readers());
         let (hashed_tx, hashed_rx) = bounded::<Staged>(self.cfg.read_ahead.max(1));
-        let (written_tx, written_rx) = bounded::<Chunk>(1);
-        let (verified_tx, verified_rx) = bounded::<Verified>(2);
+        let (written_tx, written_rx) = bounded::<Chunk>(self.cfg.read_backs_queued());
+        let (verified_tx, verified_rx) = bounded::<Verified>(self.cfg.read_backs_queued() + 1);
         let (target, cfg) = (self.target, self.cfg);
         let pool = self.pool.clone();
         let urgent = guard.freezes();
+        let feed = Feed { chunks, pool: &pool, grants: grant_rx, next: Default::default(), stop: &stop_reader };
         std::thread::scope(|s| {
-            let read = || read_stage(target, chunks, &pool, grant_rx, raw_tx, &stop_reader);
-            let reader = s.spawn(|| or_abort("reader", read));
+            let readers = (0..cfg.readers())
+                .map(|_| {
+                    let (feed, out) = (&feed, raw_tx.clone());
+                    s.spawn(move || or_abort("reader", || read_stage(target, feed, out)))
+                })
+                .collect();
+            drop(raw_tx);
             let hasher = s.spawn(move || or_abort("hasher", || hash_stage(raw_rx, hashed_tx)));
             let verifier = cfg.verify.then(|| {
                 let reporter = guard.reporter();
@@ -194,7 +200,7 @@ impl Engine<'_> {
                 let flow = self.write_window(guard, &pipes, window_start, budget, &mut taken);
                 // The writer is done: no chunk is let through any more.
                 drop((written_tx, grant_tx));
-                let stages = Stages { stop_reader: &stop_reader, hashed: hashed_rx, reader, hasher, verifier };
+                let stages = Stages { stop_reader: &stop_reader, hashed: hashed_rx, readers, hasher, verifier };
                 let (end, read) = self.thaw(guard, stages);
                 Ran { end, flow, read, taken }
             })
@@ -212,8 +218,12 @@ impl Engine<'_> {
         let end = guard.end();
         self.pace.thawed(stopped.elapsed());
         stages.hashed.iter().for_each(drop);
-        let (read, read_time) = stages.reader.join().unwrap_or_default();
-        self.stats.stages.read += read_time.as_secs_f64();
+        let mut read = 0;
+        for reader in stages.readers {
+            let (bytes, time) = reader.join().unwrap_or_default();
+            read += bytes;
+            self.stats.stages.read += time.as_secs_f64();
+        }
         self.stats.stages.hash += stages.hasher.join().unwrap_or_default().as_secs_f64();
         if let Some(v) = stages.verifier {
             self.stats.stages.read_back += v.join().unwrap_or_default().as_secs_f64();

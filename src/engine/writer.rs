@@ -68,8 +68,12 @@ impl Engine<'_> {
     ) -> Result<WindowFlow> {
         let mut w = Tally::default();
         let mut write = || loop {
-            // Settle read-backs that have finished, without waiting.
-            self.settle_ready(guard, pipes.verified, &mut w.outstanding)?;
+            // Settle read-backs that have finished, without waiting; serial
+            // (`--read-ahead 0`): all of them, before the next chunk is even read.
+            match self.cfg.serial() {
+                true => self.settle_all(guard, pipes.verified, &mut w.outstanding)?,
+                false => self.settle_ready(guard, pipes.verified, &mut w.outstanding)?,
+            }
             if !self.grant(pipes, &mut w, window_start, budget) {
                 return Ok(WindowFlow::BudgetSpent);
             }
@@ -110,6 +114,8 @@ impl Engine<'_> {
     ) -> bool {
         let all = pipes.chunks.len() as u64;
         let limit = all.min(w.taken_chunks + self.cfg.pool_size() as u64);
+        // Serial (a pool of one buffer): the next chunk only, once the one before is
+        // written and read back.
         while w.granted < limit && self.expects(pipes.chunks, w, window_start, budget) {
             if pipes.grants.send(()).is_err() {
                 return true; // the reader is gone: `next_chunk` says why
@@ -191,7 +197,7 @@ impl Engine<'_> {
                 Ok(Some(c))
             }
             Staged::Hashed(c) => Err(Error::Internal(format!("chunk {} arrived, expected {expected}", c.index))),
-            Staged::Failed { offset, error } => Err(Error::io_at("reading the device", offset, error)),
+            Staged::Failed { offset, error, .. } => Err(Error::io_at("reading the device", offset, error)),
             Staged::Read { .. } => Err(Error::Internal("an unhashed chunk reached the writer".into())),
         }
     }

@@ -249,6 +249,21 @@ pub(crate) fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<Strin
         .collect()
 }
 
+/// The active swap files (not partitions) of `/proc/swaps`' text: each one's (device,
+/// inode), and its name.
+pub(crate) fn active_swap_files(swaps_text: &str) -> Vec<((u64, u64), String)> {
+    swaps_text
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .map(|f| f.replace("\\040", " "))
+        .filter_map(|f| {
+            let md = std::fs::metadata(&f).ok().filter(|md| md.is_file())?;
+            Some(((md.dev(), md.ino()), f))
+        })
+        .collect()
+}
+
 /// Fails with a usage error unless `path` is a block device (stat needs no privileges,
 /// so this comes before the root check).
 pub(crate) fn check_block_device(path: &Path) -> Result<std::fs::Metadata> {

@@ -1,11 +1,13 @@
 //! Reading a device and judging what was read: O_DIRECT read passes, the cache check,
 //! the verdict (`bench`), the before/after measurements and write cost of a rewrite
 //! (`passes`), the cost of a trim (`trim_impact`), and the dry run's probe of the chunks
-//! a rewrite will read (`plan_probe`).
+//! a rewrite will read (`plan_probe`), and of how many reads in flight its device wants
+//! (`depth_probe`).
 
 pub(crate) mod bench;
 pub(crate) mod byfile;
 pub(crate) mod cold_estimate;
+pub(crate) mod depth_probe;
 pub(crate) mod estimate;
 pub(crate) mod noise;
 pub(crate) mod passes;

@@ -44,6 +44,10 @@ pub struct Report {
     /// and what those figures rest on.
     #[serde(default)]
     pub(crate) prediction: Option<Prediction>,
+    /// `rewrite`, both modes: the pipeline's depth (`--read-ahead`) the run uses, and
+    /// why: given, or chosen by a probe of the device before the run (its rates).
+    #[serde(default)]
+    pub(crate) pipeline_depth: Option<crate::measure::depth_probe::DepthChoice>,
     pub(crate) results: Option<EngineStats>,
     /// `passed`, `failed`, `off`, or `incomplete` (stopped before the end).
     #[schemars(with = "String")]

@@ -414,6 +414,17 @@ pub(crate) fn read_write(f: &Path, fs: &MountedFs) -> Result<()> {
     ))
 }
 
+/// File mode: not an active swap file. The kernel writes swap through its own map of the
+/// file's blocks, whatever the freeze: a page swapped out between a chunk's read and its
+/// write would be lost.
+pub(crate) fn not_active_swap(f: &Path, id: (u64, u64), swap_files: &[((u64, u64), String)]) -> Result<()> {
+    let Some((_, name)) = swap_files.iter().find(|(s, _)| *s == id) else { return Ok(()) };
+    Err(Error::refused(
+        format!("{} is an active swap file ({name}): the kernel writes swap whatever the freeze", f.display()),
+        format!("leave it out (--exclude '{}'), or swapoff it first", f.display()),
+    ))
+}
+
 /// File mode: fscrypt: the blocks hold ciphertext, which reading through the file does not
 /// give.
 pub(crate) fn not_encrypted(f: &Path) -> Result<()> {

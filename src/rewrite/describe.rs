@@ -64,13 +64,22 @@ fn describe_chunks(plan: &RewritePlan) -> String {
         s += &format!("  resume: {done} chunks already done by the run started {started_at}\n");
     }
     s += &format!("  verify: {}\n", if e.verify { "read back and compare blake3 after every write" } else { "off" });
-    s += &format!(
-        "  memory: {} in aligned buffers of {} ({} read ahead, 1 being read, 1 being written{})\n",
-        human_bytes(e.memory_bytes()),
-        human_bytes(e.chunk_size),
-        e.read_ahead,
-        if e.verify { ", 1 awaiting its read-back, 1 read back" } else { "" },
-    );
+    s += &match e.read_ahead {
+        0 => format!(
+            "  memory: {} in aligned buffers of {} (serial, --read-ahead 0: one chunk at a time{})\n",
+            human_bytes(e.memory_bytes()),
+            human_bytes(e.chunk_size),
+            if e.verify { ", and its read-back" } else { "" },
+        ),
+        n => format!(
+            "  memory: {} in aligned buffers of {} (depth {n}: {n} read ahead, {} read at once, 1 being written{})\n",
+            human_bytes(e.memory_bytes()),
+            human_bytes(e.chunk_size),
+            e.readers(),
+            if e.verify { ", read-backs queued, 1 read back" } else { "" },
+        ),
+    };
+    s += &format!("  depth: {} ({})\n", plan.depth.depth, plan.depth.why);
     s
 }
 

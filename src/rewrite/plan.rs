@@ -14,6 +14,7 @@ use crate::host::device::{self, BlockDeviceInfo, Sysfs};
 pub(crate) use crate::host::in_use::Environment;
 use crate::host::in_use::{addressable_end, used_space_spans};
 use crate::host::mounts::{self, MountedFs};
+use crate::measure::depth_probe::DepthChoice;
 use crate::options::resume::RunOptions;
 use crate::options::rewrite::RewriteOptions;
 use crate::rewrite::sequence::{self, Span};
@@ -83,6 +84,8 @@ pub(crate) struct RewritePlan {
     pub(crate) warnings: Vec<String>,
     /// A dry run's prediction of the run (None: a run, or nothing could be probed).
     pub(crate) prediction: Option<crate::report::Prediction>,
+    /// The pipeline's depth (`engine.read_ahead`) and why.
+    pub(crate) depth: DepthChoice,
 }
 
 impl RewritePlan {
@@ -147,7 +150,7 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
             o.state_dir.display()
         ));
     }
-    let engine = engine_config(o, &dev, &start, &journal_path, &state)?;
+    let (engine, depth) = engine_config(o, &dev, &start, &journal_path, &state, !filesystems.is_empty())?;
     if engine.range_end < dev.identity.size_bytes {
         warnings.push(format!(
             "the last {} bytes of {} (from offset {}) are less than one {}-byte sector, which direct I/O cannot address: they are left as they are, not rewritten",
@@ -190,9 +193,20 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
         warnings,
         options: RunOptions::of(o),
         prediction: None,
+        depth,
     };
     forecast(o, &mut plan)?;
     Ok(plan)
+}
+
+/// The pipeline's depth over the run's range (probed, or `--read-ahead`), set in `engine`;
+/// a run that freezes keeps it within the freeze budget.
+fn choose_depth(o: &RewriteOptions, dev: &BlockDeviceInfo, engine: &mut EngineConfig, freezes: bool) -> DepthChoice {
+    let start = engine.start_offset.max(engine.range_start);
+    let ranges = [(start, engine.range_end.saturating_sub(start))];
+    let depth = predict::depth(o, &dev.path, &ranges, freezes.then_some(o.max_freeze()));
+    engine.read_ahead = depth.depth;
+    depth
 }
 
 /// `--rate` against the bytes to rewrite (refused past a year), and a dry run's
@@ -238,9 +252,11 @@ fn pacing(o: &RewriteOptions, plan: &RewritePlan) -> predict::Pacing {
         rate: e.rate_bytes_per_second,
         max_overruns: e.max_overruns,
         read_ahead: e.read_ahead,
+        read_gain: plan.depth.read_gain(),
         notes: chooses
             .then(|| "choice: the regions to rewrite are chosen at the run's start; this counts every byte in use, the most the run rewrites".to_string())
             .into_iter()
+            .chain([predict::depth_note(&plan.depth)])
             .collect(),
     }
 }
@@ -296,14 +312,15 @@ fn unmounted_partitions(dev: &BlockDeviceInfo, filesystems: &[MountedFs], sysfs:
 }
 
 /// Chunking, verification and pacing as the engine runs them; a resumed run keeps the
-/// journal's chunk size.
+/// journal's chunk size; the depth chosen for it ([`choose_depth`]).
 fn engine_config(
     o: &RewriteOptions,
     dev: &BlockDeviceInfo,
     start: &Start,
     journal_path: &Path,
     state: &crate::host::state_dir::StateDir,
-) -> Result<EngineConfig> {
+    freezes: bool,
+) -> Result<(EngineConfig, DepthChoice)> {
     let (chunk_size, start_offset) = match start {
         Start::Resume { done_offset, .. } => (
             journal::read(journal_path)?
@@ -316,7 +333,9 @@ fn engine_config(
     };
     let span =
         Span { chunk_size, range: (0, addressable_end(dev)), start_offset, journal_on_frozen_fs: state.on_frozen_fs };
-    Ok(sequence::engine_config(o, span, state.path.clone(), dev, Vec::new()))
+    let mut engine = sequence::engine_config(o, span, state.path.clone(), dev, Vec::new());
+    let depth = choose_depth(o, dev, &mut engine, freezes);
+    Ok((engine, depth))
 }
 
 /// With `--resume`: the options with the interrupted run's in place of those left out

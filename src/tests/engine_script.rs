@@ -27,6 +27,12 @@ const CHUNK: u64 = 64 << 10;
 const CHUNKS: u64 = 16;
 const DEVICE: u64 = CHUNK * CHUNKS;
 
+thread_local! {
+    /// The pipeline's depth (`EngineConfig::read_ahead`) of the runs on this thread:
+    /// the scenarios run at the old default, 2, and again at other depths below.
+    static DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(2) };
+}
+
 /// Journal records at the time of an event: (`begin` lines, `done` lines).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Records {
@@ -247,7 +253,7 @@ fn run(script: Script, fail_writes_at: Option<u64>, differ_at: Option<u64>, max_
         range_end: DEVICE,
         start_offset: 0,
         verify: true,
-        read_ahead: 2,
+        read_ahead: DEPTH.get(),
         pause: Duration::ZERO,
         journal_on_frozen_fs: false,
         max_overruns,
@@ -534,6 +540,25 @@ fn a_differing_read_back_keeps_the_cursor_before_it_though_later_chunks_verify()
     assert_eq!(o.replay.done_offset, bad, "chunks before it are done, none after");
     assert_eq!(o.stats.next_offset_bytes, bad);
     assert!(o.events.iter().filter(|e| is_thaw(e)).count() == 1);
+}
+
+/// Every scenario keeps the invariants and comes out the same at other depths: serial
+/// (`--read-ahead 0`), and deep pipelines of 4 and 8 readers side by side, whose chunks
+/// reach the hasher out of order.
+#[test]
+fn every_depth_keeps_the_invariants() {
+    for depth in [0, 8, 16] {
+        DEPTH.set(depth);
+        eprintln!("depth {depth}");
+        a_clean_run_writes_every_chunk_once_and_journals_it_after_the_thaw();
+        windows_ended_by_their_budget_read_little_they_do_not_write();
+        a_denied_permit_ends_the_window_and_its_chunk_is_written_in_the_next();
+        an_overrun_window_stops_the_run_after_its_chunks_are_journaled();
+        a_window_beyond_the_bound_is_an_error_even_when_every_chunk_was_done();
+        a_lost_freeze_stops_before_the_write_and_names_the_window_and_bytes();
+        a_failing_write_reports_written_for_each_attempt_and_the_cursor_stays_before_it();
+        a_differing_read_back_keeps_the_cursor_before_it_though_later_chunks_verify();
+    }
 }
 
 /// The checks themselves catch what they claim to: a log that breaks each rule fails.

@@ -10,7 +10,9 @@
 //!
 //! Each run holds the machine (`common::exclusive()`): a run's time is what is measured,
 //! and another test's I/O on the same disk would slow it as no probe before it could
-//! see (measured: x1.3-x2.1 with the three suites side by side). What the expected
+//! see (measured: x1.3-x2.1 with the three suites side by side). A load from outside the
+//! tests that comes or goes between the plan and the run (CPU or I/O pressure changed by
+//! more than 0.15) gets one more plan and run, which must hold. What the expected
 //! figures came to is printed (`--nocapture`): on a quiet host they were within x1.5
 //! (docs/OPERATIONS.md, "What the dry run predicts").
 
@@ -24,45 +26,70 @@ use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 
-/// The share of the time between two readings that some task waited for a CPU
-/// (/proc/pressure/cpu), None without PSI.
-struct CpuPressure(Option<u64>, std::time::Instant);
+/// The share of the time between two readings that some task waited for a CPU and for
+/// I/O (/proc/pressure/cpu and io), None without PSI.
+struct Pressure([Option<u64>; 2], std::time::Instant);
 
-impl CpuPressure {
-    fn start() -> CpuPressure {
-        CpuPressure(cpu_some_total(), std::time::Instant::now())
+impl Pressure {
+    fn start() -> Pressure {
+        Pressure([some_total("cpu"), some_total("io")], std::time::Instant::now())
     }
-    fn share(&self) -> Option<f64> {
+    /// (CPU, I/O) since the start.
+    fn shares(&self) -> (Option<f64>, Option<f64>) {
         let us = self.1.elapsed().as_micros().max(1) as f64;
-        Some(cpu_some_total()?.saturating_sub(self.0?) as f64 / us)
+        let share = |i: usize, kind| Some(some_total(kind)?.saturating_sub(self.0[i]?) as f64 / us);
+        (share(0, "cpu"), share(1, "io"))
     }
 }
 
-fn cpu_some_total() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
+fn some_total(kind: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/pressure/{kind}")).ok()?;
     let some = text.lines().find(|l| l.starts_with("some"))?;
     some.split_whitespace().find_map(|f| f.strip_prefix("total="))?.parse().ok()
 }
 
+/// A change of pressure (CPU or I/O, as a share of the time) between the plan's probe
+/// and the run larger than this is a load the plan could not see.
+const LOAD_CHANGE: f64 = 0.15;
+
 /// The dry run's prediction, then the run: the run's windows and time frozen in the
 /// plan's range (x1.5 each way), its bytes the plan's; a plan made on a quiet host, with
-/// a range narrow enough to mean something.
+/// a range narrow enough to mean something. Each run holds the machine against the other
+/// tests, but not against other programs: a run that misses its plan while the host's
+/// load (CPU or I/O pressure) changed from the plan's is planned and run once more, and
+/// that second pair must hold (a plan that is wrong on a steady host fails at once).
 fn plan_then_run(env: &TestEnv, what: &str, args: &[&str], target: &[&Path]) {
     let _alone = exclusive();
+    match planned_run(env, what, args, target) {
+        Ok(()) => {}
+        Err((miss, true)) => {
+            eprintln!("{what}: {miss}, while the load changed from the plan's: planned and run again");
+            planned_run(env, what, args, target).unwrap_or_else(|(miss, _)| panic!("{what}, again: {miss}"));
+        }
+        Err((miss, false)) => panic!("{miss}"),
+    }
+}
+
+/// One plan and its run: Err with what missed, and whether the load changed between the
+/// probe and the run.
+fn planned_run(env: &TestEnv, what: &str, args: &[&str], target: &[&Path]) -> Result<(), (String, bool)> {
     let plan = json_ok(env.reseq().args(["rewrite", "--dry-run", "--json"]).args(args).args(target));
     let p = &plan["prediction"];
-    let during = CpuPressure::start();
+    let during = Pressure::start();
     let run = json_ok(env.reseq().args(["rewrite", "--json"]).args(args).args(target));
-    let (r, run_pressure) = (&run["results"], during.share());
+    let (r, (run_cpu, run_io)) = (&run["results"], during.shares());
     let probe = &p["probes"][0];
-    let probe_pressure = probe["host_pressure"]["cpu_some"].as_f64();
+    let (probe_cpu, probe_io) =
+        (probe["host_pressure"]["cpu_some"].as_f64(), probe["host_pressure"]["io_some"].as_f64());
     // Quiet as the plan saw it: nothing waited for a CPU, one was idle, and a normal
     // thread read as fast as a real-time one.
-    let quiet = probe_pressure.is_some_and(|x| x < 0.05)
+    let quiet = probe_cpu.is_some_and(|x| x < 0.05)
         && probe["cpus_idle"].as_f64().is_some_and(|x| x >= 1.0)
         && probe["normal_priority_penalty_seconds"].as_f64().is_some_and(|x| x < 0.0005);
+    let changed = |a: Option<f64>, b: Option<f64>| a.zip(b).is_some_and(|(a, b)| (a - b).abs() > LOAD_CHANGE);
+    let load_changed = changed(probe_cpu, run_cpu) || changed(probe_io, run_io);
     eprintln!(
-        "{what}: planned {} windows ({}-{}), {:.2} s frozen ({:.2}-{:.2}), {:.2} s ({:.2}-{:.2}); ran {} windows, {:.2} s frozen, {:.2} s; pressure before the probe {probe_pressure:.2?} (quiet: {quiet}), CPU during the run {run_pressure:.2?}",
+        "{what}: planned {} windows ({}-{}), {:.2} s frozen ({:.2}-{:.2}), {:.2} s ({:.2}-{:.2}); ran {} windows, {:.2} s frozen, {:.2} s; pressure before the probe CPU {probe_cpu:.2?} I/O {probe_io:.2?} (quiet: {quiet}), during the run CPU {run_cpu:.2?} I/O {run_io:.2?}; depth {}",
         p["windows"]["expected"],
         p["windows"]["low"],
         p["windows"]["high"],
@@ -75,6 +102,7 @@ fn plan_then_run(env: &TestEnv, what: &str, args: &[&str], target: &[&Path]) {
         r["windows"],
         num(&r["total_frozen_seconds"]),
         num(&r["rewrite_seconds"]),
+        run["pipeline_depth"]["depth"],
     );
     let written = num(&r["bytes_written"]);
     assert!((written - num(&p["bytes_written"])).abs() <= 0.02 * written + 2.0 * MIB as f64, "{what}: bytes {p} {r}");
@@ -82,11 +110,14 @@ fn plan_then_run(env: &TestEnv, what: &str, args: &[&str], target: &[&Path]) {
         [("windows", "windows", "windows"), ("frozen", "frozen_seconds", "total_frozen_seconds")]
     {
         let (low, high, actual) = (num(&p[planned]["low"]), num(&p[planned]["high"]), num(&r[ran]));
-        assert!(actual >= low / 1.5 && actual <= high * 1.5, "{what}: {name} {actual} outside [{low}, {high}] x1.5");
         if quiet && name == "frozen" {
             assert!(high <= 5.0 * low, "{what}: a quiet host's range is narrow: [{low}, {high}]");
         }
+        if !(actual >= low / 1.5 && actual <= high * 1.5) {
+            return Err((format!("{what}: {name} {actual} outside [{low}, {high}] x1.5"), load_changed));
+        }
     }
+    Ok(())
 }
 
 fn num(v: &Value) -> f64 {
@@ -202,4 +233,72 @@ fn a_plan_that_would_take_years_says_so_and_its_run_is_refused() {
     // A rate that is merely slow plans on without a word about years.
     let out = output(env.reseq().args(["rewrite", "--dry-run", "--rate", "10M"]).arg(&mnt.dir));
     assert!(!String::from_utf8_lossy(&out.stdout).contains("would take about"));
+}
+
+/// Sectors read from a device so far (/sys/class/block/X/stat), in bytes.
+fn bytes_read_from(dev: &Path) -> u64 {
+    let name = dev.file_name().unwrap().to_string_lossy();
+    let stat = std::fs::read_to_string(format!("/sys/class/block/{name}/stat")).unwrap();
+    stat.split_whitespace().nth(2).unwrap().parse::<u64>().unwrap() * 512
+}
+
+/// The pipeline's depth (issue 40): on a run of 4 GiB or more it is probed, with reads
+/// only, and the plan says the rates and the depth; `--read-ahead N` overrides it, 0 (a
+/// serial baseline) and 16 included, and a run at each rewrites every byte as it was.
+#[test]
+fn the_depth_is_probed_or_given_and_every_depth_rewrites_as_it_was() {
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let big = env.loop_device("big", 4 << 30);
+    let (read, written) = (bytes_read_from(&big.path), bytes_written_to(&big.path));
+    let plan = json_ok(env.reseq().args(["rewrite", "--dry-run", "--json"]).arg(&big.path));
+    let d = &plan["pipeline_depth"];
+    assert_eq!(d["source"], "probed", "{d}");
+    let depth = d["depth"].as_u64().unwrap();
+    assert!([2, 4, 8, 16].contains(&depth), "{d}");
+    let rates: Vec<(u64, f64)> = d["measured"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["reads_in_flight"].as_u64().unwrap(), num(&m["bytes_per_second"])))
+        .collect();
+    assert_eq!(rates.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2, 4, 8], "{d}");
+    assert!(rates.iter().all(|r| r.1 > 0.0), "{d}");
+    // The depth is twice the fewest reads in flight within 5 % of the best.
+    let best = rates.iter().map(|r| r.1).fold(0.0, f64::max);
+    let fewest = rates.iter().find(|r| r.1 >= 0.95 * best).unwrap().0;
+    assert_eq!(depth, 2 * fewest, "{d}");
+    assert!(bytes_read_from(&big.path) > read + (16 << 20), "the probes read the device");
+    assert_eq!(bytes_written_to(&big.path), written, "a dry run wrote");
+    assert!(
+        plan["prediction"]["basis"].as_array().unwrap().iter().any(|b| b.as_str().unwrap().starts_with("depth ")),
+        "{}",
+        plan["prediction"]["basis"]
+    );
+    drop(big);
+    let lo = env.random_loop_device("small", 24 << 20, 40);
+    // Read around the page cache: what the device holds.
+    let direct = |dev: &Path| {
+        let out = output(Command::new("dd").arg(format!("if={}", dev.display())).args([
+            "bs=1M",
+            "iflag=direct",
+            "status=none",
+        ]));
+        assert!(out.status.success() && out.stdout.len() == 24 << 20, "{}", stderr(&out));
+        blake3::hash(&out.stdout)
+    };
+    let before = direct(&lo.path);
+    for n in ["0", "16"] {
+        let written = bytes_written_to(&lo.path);
+        let state = env.path(&format!("state{n}"));
+        let r = json_ok(
+            env.reseq().args(["rewrite", "--json", "--read-ahead", n, "--state-dir"]).arg(&state).arg(&lo.path),
+        );
+        assert_eq!(r["pipeline_depth"]["source"], "given");
+        assert_eq!(r["pipeline_depth"]["depth"].as_u64(), n.parse().ok());
+        assert!(bytes_written_to(&lo.path) >= written + (24 << 20), "depth {n}: every byte written");
+        assert_eq!(direct(&lo.path), before, "depth {n}: the bytes as they were");
+    }
 }

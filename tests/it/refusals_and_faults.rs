@@ -121,6 +121,47 @@ fn active_swap() {
     expect_refusal(&env, &lo.path, &[], "", 3, "swap is active");
 }
 
+/// An active swap file in file mode (found by a hostile review: rewritten, 32 MiB, exit
+/// 0): refused before anything is written, named with the --exclude that leaves it out,
+/// and the directory around it then rewritten without it.
+#[test]
+fn an_active_swap_file_is_refused_in_file_mode() {
+    if !require(&["losetup", "mkfs.ext4", "mkswap", "swapon", "swapoff", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("swapfile", 96 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 1, 4 << 20, 91);
+    let swap = mnt.dir.join("swapfile");
+    run_cmd(
+        Command::new("dd")
+            .args(["if=/dev/zero", "bs=1M", "count=16", "status=none"])
+            .arg(format!("of={}", swap.display())),
+    )
+    .unwrap();
+    std::fs::set_permissions(&swap, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    run_cmd(Command::new("mkswap").arg(&swap)).unwrap();
+    run_cmd(Command::new("swapon").arg(&swap)).unwrap();
+    struct SwapOff(std::path::PathBuf);
+    impl Drop for SwapOff {
+        fn drop(&mut self) {
+            let _ = Command::new("swapoff").arg(&self.0).output();
+        }
+    }
+    let _off = SwapOff(swap.clone());
+    run_cmd(&mut Command::new("sync")).unwrap();
+    let before = bytes_written_to(&lo.path);
+    let out = output(env.reseq().arg("rewrite").arg(&mnt.dir));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("is an active swap file") && err.contains("--exclude"), "{err}");
+    assert_eq!(bytes_written_to(&lo.path), before, "a refused run wrote");
+    let r = json_ok(env.reseq().args(["rewrite", "--json", "--exclude", "swapfile"]).arg(&mnt.dir));
+    assert_eq!(r["verification"], "passed", "{}", r["outcome"]);
+    assert!(r["files"].as_array().unwrap().iter().all(|f| !f["path"].as_str().unwrap().ends_with("swapfile")));
+    assert_files_intact(&files);
+}
+
 #[test]
 fn filesystem_that_cannot_freeze() {
     if !require(&["losetup", "mksquashfs"]) {

@@ -18,6 +18,7 @@ pub(crate) fn text(r: &Report) -> String {
         return files_text(r, files);
     }
     let mut s = plan(r);
+    s += &depth(r);
     s += &r.prediction.as_ref().map(prediction).unwrap_or_default();
     s += &results(r);
     if let Some(v) = &r.in_flight_reverify {
@@ -28,6 +29,11 @@ pub(crate) fn text(r: &Report) -> String {
         s += &format!("  verification: {}\n", r.verification);
     }
     s + &ending(r)
+}
+
+/// The pipeline's depth and why (`rewrite`).
+fn depth(r: &Report) -> String {
+    r.pipeline_depth.as_ref().map_or_else(String::new, |d| format!("  depth: {} ({})\n", d.depth, d.why))
 }
 
 /// A dry run's prediction, as its plan ends (and a saved dry run's report shows it).
@@ -183,6 +189,7 @@ fn files_text(r: &Report, files: &[FileReport]) -> String {
         human_bytes(size),
         r.targets.join(" ")
     );
+    s += &depth(r);
     if let Some(x) = &r.results {
         s += &rewrote(r, x);
         s += &windows(x);

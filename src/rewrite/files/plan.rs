@@ -197,6 +197,7 @@ fn check(o: &RewriteOptions, files: &[PathBuf]) -> Result<(Vec<FsGroup>, Vec<Pla
     let sysfs = Sysfs::default();
     let mut groups: Vec<FsGroup> = Vec::new();
     let mut planned = Vec::new();
+    let swap_files = device::active_swap_files(&std::fs::read_to_string("/proc/swaps").unwrap_or_default());
     for f in files {
         let md = std::fs::metadata(f).map_err(|e| Error::io(format!("stat {}", f.display()), e))?;
         let dev = (nix::sys::stat::major(md.dev()) as u32, nix::sys::stat::minor(md.dev()) as u32);
@@ -209,6 +210,7 @@ fn check(o: &RewriteOptions, files: &[PathBuf]) -> Result<(Vec<FsGroup>, Vec<Pla
             }
         };
         checks::not_encrypted(f)?;
+        checks::not_active_swap(f, (md.dev(), md.ino()), &swap_files)?;
         planned.push(Planned { path: f.clone(), fs: idx });
     }
     if !o.force {
@@ -550,6 +552,7 @@ pub(super) fn predict(plan: &FilesPlan, report: &mut Report) -> Option<Predicted
         rate: o.rate.map(|r| r.bytes_per_second()),
         max_overruns: o.max_overruns,
         read_ahead: o.read_ahead,
+        read_gain: 1.0,
         notes: Vec::new(),
     };
     match crate::rewrite::predict::predict(&super::layout::engine_runs(plan), &pacing) {

@@ -14,6 +14,7 @@ pub(crate) use model::{Batch, Layout, Outcome, Run};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::measure::depth_probe::{self, DepthChoice};
 use crate::measure::plan_probe::{self, PlanProbe};
 use crate::report::{CountRange, Prediction, SecondsRange};
 use crate::support::error::{Error, Result};
@@ -41,9 +42,67 @@ const SATURATED_SCALE: f64 = 0.4;
 const LOW: f64 = 0.8;
 const HIGH: f64 = 1.25;
 const HIGH_LOAD: f64 = 1.5;
+/// The high end of each range grows by this times the I/O pressure before the probe (the
+/// share of time some task waited for I/O): another job's writes to the same disk
+/// slow the run's writes and each window's syncfs as no read probe shows. Not the
+/// expected figure: a task blocked on a FUSE file counts there too (0.5 measured while
+/// the run went as fast as on an idle host).
+const IO_ON_HIGH: f64 = 1.0;
 
 /// A run longer than this is said to be absurd (a warning, also in the run's log).
 pub(crate) const ABSURD: Duration = Duration::from_secs(7 * 86_400);
+
+/// How long the depth probe reads, at most (before every run, dry or not; measured
+/// 0.3-0.4 s in all with its threads and last reads).
+pub(crate) const DEPTH_PROBE_CAP: Duration = Duration::from_millis(200);
+/// Runs over fewer bytes are not probed: the probe would cost more than a depth can win
+/// (on a 1 GiB loop device the probe added 0.4 s to a 2.5 s run, and no depth was
+/// faster than 2 there: docs/CHUNK-SIZE.md, "Depth").
+pub(crate) const DEPTH_PROBE_FROM: u64 = 4 << 30;
+
+/// The pipeline's depth of a run over `ranges` of `device` (ascending device offsets and
+/// lengths): `--read-ahead` as given, else probed (`measure::depth_probe`). A probe
+/// that fails is no reason to refuse a run: it falls back to the old default, and says why.
+pub(crate) fn depth(
+    o: &crate::options::rewrite::RewriteOptions,
+    device: &std::path::Path,
+    ranges: &[(u64, u64)],
+    deadline: Option<Duration>,
+) -> DepthChoice {
+    if o.given.read_ahead {
+        return DepthChoice::given(o.read_ahead);
+    }
+    let bytes: u64 = ranges.iter().map(|r| r.1).sum();
+    if bytes < DEPTH_PROBE_FROM {
+        return DepthChoice::fallback(format!(
+            "{} to rewrite, less than {}: not worth a probe, the old default",
+            human_bytes(bytes),
+            human_bytes(DEPTH_PROBE_FROM)
+        ));
+    }
+    let chunk_size = o.chunk_size.bytes();
+    let chunks = depth_probe::chunks_of(ranges, chunk_size, 512);
+    let limits = depth_probe::Limits { chunk_size, verify: !o.no_verify, deadline };
+    match depth_probe::choose(device, &chunks, &limits, DEPTH_PROBE_CAP) {
+        Ok(c) => {
+            log::debug!("pipeline depth {}: {}", c.depth, c.why);
+            c
+        }
+        Err(e) => {
+            DepthChoice::fallback(format!("the depth probe failed ({}): the old default", crate::error_chain(&e)))
+        }
+    }
+}
+
+/// The depth in the prediction's basis.
+pub(crate) fn depth_note(d: &DepthChoice) -> String {
+    match d.read_gain() {
+        g if g > 1.0 => {
+            format!("depth {}: {}; reads counted x{g:.2} faster than the probe's one at a time", d.depth, d.why)
+        }
+        _ => format!("depth {}: {}", d.depth, d.why),
+    }
+}
 
 /// One engine run: a device (device mode) or one filesystem's files (file mode).
 pub(crate) struct EngineRun {
@@ -64,6 +123,9 @@ pub(crate) struct Pacing {
     pub(crate) rate: Option<u64>,
     pub(crate) max_overruns: u32,
     pub(crate) read_ahead: usize,
+    /// How much faster the depth's reads in flight read than one at a time, as its
+    /// probe measured (1: not probed): the plan probe reads one at a time.
+    pub(crate) read_gain: f64,
     /// What else the figures rest on, in words (a choice made only at the run's start).
     pub(crate) notes: Vec<String>,
 }
@@ -89,12 +151,13 @@ pub(crate) fn predict(runs: &[EngineRun], pacing: &Pacing) -> Result<Predicted> 
     let pressure = probes.iter().filter_map(|p| p.host_pressure.as_ref()).map(|h| h.cpu_some).fold(0.0, f64::max);
     let windows = pressure * LOAD_ON_WINDOWS;
     let chunks = saturation(&probes) * SATURATED_SCALE;
+    let io = io_pressure(&probes) * IO_ON_HIGH;
     // (chunks, windows, the write cap, the reader's penalty): the low end with no load
     // and writes as fast as the reads.
     let scales = [
         (LOW, LOW, false, 0.0),
         (1.0 + chunks, 1.0 + windows, true, 1.0),
-        (HIGH * (1.0 + HIGH_LOAD * chunks), HIGH * (1.0 + HIGH_LOAD * windows), true, HIGH_LOAD),
+        (HIGH * (1.0 + HIGH_LOAD * chunks + io), HIGH * (1.0 + HIGH_LOAD * windows + io), true, HIGH_LOAD),
     ];
     let mut outcomes: Vec<Vec<model::Outcome>> =
         scales.iter().map(|&s| simulate_all(runs, &probes, pacing, s)).collect();
@@ -144,9 +207,10 @@ fn simulate_all(
             _ => {
                 let p = probes.next().expect("a probe for each run with bytes");
                 let cap = if capped { model::WRITE_CAP_BYTES_PER_SECOND } else { f64::MAX };
+                let reads = p.bytes_per_second * pacing.read_gain.max(1.0);
                 let costs = model::Costs {
                     latency: p.latency_seconds,
-                    bytes_per_second: p.bytes_per_second,
+                    bytes_per_second: reads,
                     write_bytes_per_second: p.bytes_per_second.min(cap),
                     penalty: reader_penalty(p) * penalty,
                     scale,
@@ -156,6 +220,11 @@ fn simulate_all(
             }
         })
         .collect()
+}
+
+/// The most I/O pressure any probe saw before it read.
+fn io_pressure(probes: &[PlanProbe]) -> f64 {
+    probes.iter().filter_map(|p| p.host_pressure.as_ref()).map(|h| h.io_some).fold(0.0, f64::max)
 }
 
 /// What each read of the run's reader is taken to wait for a CPU: as measured, or, with
@@ -230,6 +299,14 @@ fn basis(probes: &[PlanProbe], pacing: &Pacing, pressure: f64) -> Vec<String> {
             p * 100.0
         ),
     });
+    let io = io_pressure(probes);
+    if io >= 0.05 {
+        out.push(format!(
+            "I/O: some task waited for I/O {:.0} % of the time before the probe (/proc/pressure/io): another job's I/O may slow the run's writes and syncs as no read probe shows, so the high end of each range is x{:.2} more",
+            io * 100.0,
+            1.0 + io * IO_ON_HIGH
+        ));
+    }
     if let Some(r) = pacing.rate {
         out.push(format!(
             "--rate {}: no faster than that on average, the pauses making up the time",

@@ -1,0 +1,255 @@
+//! How deep the engine's pipeline should be on this device, measured before the run.
+//!
+//! One device serves a second read side by side no faster than one after the other
+//! (a SATA drive, a slow stick); another needs several in flight for its bandwidth (an
+//! NVMe drive; a loop device over a virtual disk, measured 0.55-0.8 of its bound at the
+//! old fixed depth of 2 and up to 1.05 at 8, issue 40). So the probe reads stretches of
+//! the run's own chunks with 1, 2, 4 and 8 reads in flight (threads reading consecutive
+//! chunks side by side, O_DIRECT, as the engine's readers do), each stretch once, in two
+//! rounds in opposite orders (a host's load comes and goes: the better of the two counts),
+//! and keeps the fewest reads in flight that read within [`GOOD_ENOUGH`] of the best.
+//! The depth is then twice that (as many chunks read and waiting for the writer, and
+//! written chunks queued for their read-back: `EngineConfig::readers`), at most what the
+//! memory and the freeze budget allow (see [`choose`]). Reads only.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::target::{DirectReader, ReadTarget};
+use crate::support::error::{Error, Result};
+use crate::sys::AlignedBuf;
+
+/// Reads in flight tried.
+const IN_FLIGHT: [usize; 4] = [1, 2, 4, 8];
+/// The fewest reads in flight within this share of the best rate are kept: more would
+/// only cost memory and reads dropped at a window's end.
+const GOOD_ENOUGH: f64 = 0.95;
+/// The engine's buffers stay under this, whatever the device wants.
+pub(crate) const MEMORY_CAP: u64 = 256 << 20;
+/// A window reads ahead at most this share of its budget's worth of chunks: what is
+/// read ahead is dropped at the thaw, and reads in flight at a window's end compete
+/// with its last writes and read-backs.
+const FREEZE_SHARE: f64 = 0.25;
+/// The depth with nothing to probe (a simulation, nothing to rewrite): the old default.
+pub(crate) const FALLBACK: usize = 2;
+
+/// One measurement: reads in flight and the rate they read at.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub(crate) struct DepthRate {
+    pub(crate) reads_in_flight: usize,
+    pub(crate) bytes_per_second: f64,
+}
+
+/// The pipeline's depth (`--read-ahead`) and why.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub(crate) struct DepthChoice {
+    /// Chunks read ahead of the writer; half of them read at once, and as many written
+    /// chunks queued for their read-back (0: serial).
+    pub(crate) depth: usize,
+    /// `given` (`--read-ahead`), `probed`, or `fallback` (nothing to probe).
+    pub(crate) source: String,
+    /// The probe's rates, best of its two rounds (empty unless probed).
+    pub(crate) measured: Vec<DepthRate>,
+    /// The deepest the memory cap and the freeze budget allow.
+    pub(crate) limit: usize,
+    /// Seconds the probe took.
+    pub(crate) seconds: f64,
+    /// In words.
+    pub(crate) why: String,
+}
+
+impl DepthChoice {
+    /// `--read-ahead N`, as given.
+    pub(crate) fn given(depth: usize) -> DepthChoice {
+        DepthChoice {
+            depth,
+            source: "given".into(),
+            measured: Vec::new(),
+            limit: depth,
+            seconds: 0.0,
+            why: format!("--read-ahead {depth} as given"),
+        }
+    }
+
+    /// Nothing to probe: the old default.
+    pub(crate) fn fallback(why: String) -> DepthChoice {
+        DepthChoice { source: "fallback".into(), why, ..DepthChoice::given(FALLBACK) }
+    }
+
+    /// How much faster the chosen reads in flight read than one at a time (1: no probe).
+    pub(crate) fn read_gain(&self) -> f64 {
+        let rate = |n: usize| self.measured.iter().find(|m| m.reads_in_flight == n).map(|m| m.bytes_per_second);
+        match (rate((self.depth / 2).max(1)), rate(1)) {
+            (Some(a), Some(b)) if b > 0.0 => (a / b).max(1.0),
+            _ => 1.0,
+        }
+    }
+}
+
+/// What bounds the depth: the chunk size, verification, and the freeze budget.
+pub(crate) struct Limits {
+    pub(crate) chunk_size: u64,
+    pub(crate) verify: bool,
+    /// `--max-freeze` (None: nothing frozen).
+    pub(crate) deadline: Option<Duration>,
+}
+
+impl Limits {
+    /// The deepest the memory cap allows: buffers are depth + 2, + 2 with verification.
+    fn memory(&self) -> usize {
+        let buffers = (MEMORY_CAP / self.chunk_size.max(1)) as usize;
+        buffers.saturating_sub(2 + 2 * usize::from(self.verify)).max(FALLBACK)
+    }
+
+    /// The deepest the freeze budget allows at `rate`: depth chunks read in at most
+    /// [`FREEZE_SHARE`] of it.
+    fn freeze(&self, rate: f64) -> usize {
+        self.deadline.map_or(usize::MAX, |d| {
+            ((d.as_secs_f64() * FREEZE_SHARE * rate / self.chunk_size.max(1) as f64) as usize).max(FALLBACK)
+        })
+    }
+}
+
+/// Probes `device` by reading `chunks` (device offsets and lengths, ascending: the
+/// run's own) for at most about `cap`, and chooses the depth within `limits`.
+pub(crate) fn choose(device: &Path, chunks: &[(u64, u64)], limits: &Limits, cap: Duration) -> Result<DepthChoice> {
+    let started = Instant::now();
+    let reader = DirectReader::open(device).map_err(|e| Error::io(format!("opening {}", device.display()), e))?;
+    let measured = measure(&reader, chunks, cap)?;
+    let Some(best) = measured.iter().map(|m| m.bytes_per_second).reduce(f64::max).filter(|&b| b > 0.0) else {
+        return Ok(DepthChoice::fallback("the probe read nothing".into()));
+    };
+    let enough = measured.iter().find(|m| m.bytes_per_second >= GOOD_ENOUGH * best).expect("the best is good enough");
+    let wanted = 2 * enough.reads_in_flight;
+    let (memory, freeze) = (limits.memory(), limits.freeze(enough.bytes_per_second));
+    let limit = memory.min(freeze);
+    let depth = wanted.clamp(FALLBACK, limit.max(FALLBACK));
+    let rates: Vec<String> = measured
+        .iter()
+        .map(|m| format!("{}: {:.0} MiB/s", m.reads_in_flight, m.bytes_per_second / 1048576.0))
+        .collect();
+    let capped = match (depth < wanted, memory <= freeze) {
+        (false, _) => String::new(),
+        (true, true) => format!(", capped by memory ({} MiB at most)", MEMORY_CAP >> 20),
+        (true, false) => format!(", capped by the freeze budget (a quarter of it reads {freeze} chunks)"),
+    };
+    let why = format!(
+        "reads in flight -> rate: {}; {} in flight read within {:.0} % of the best: depth {depth} ({} read at once, {} written chunks queued for their read-back){capped}",
+        rates.join(", "),
+        enough.reads_in_flight,
+        GOOD_ENOUGH * 100.0,
+        (depth / 2).max(1),
+        (depth / 2).max(1),
+    );
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(DepthChoice { depth, source: "probed".into(), measured, limit, seconds, why })
+}
+
+/// The rates at each number of reads in flight: two rounds, in opposite orders, each
+/// over a stretch of chunks of its own; the better of each pair.
+fn measure(reader: &DirectReader, chunks: &[(u64, u64)], cap: Duration) -> Result<Vec<DepthRate>> {
+    let rounds: Vec<usize> = IN_FLIGHT.iter().chain(IN_FLIGHT.iter().rev()).copied().collect();
+    let slice = cap.div_f64(rounds.len() as f64);
+    // Each measurement a stretch of its own, spread over the chunks.
+    let per = chunks.len() / rounds.len();
+    let mut out: Vec<DepthRate> =
+        IN_FLIGHT.iter().map(|&n| DepthRate { reads_in_flight: n, bytes_per_second: 0.0 }).collect();
+    if per == 0 {
+        return Ok(Vec::new());
+    }
+    for (k, &n) in rounds.iter().enumerate() {
+        let stretch = &chunks[k * per..(k + 1) * per];
+        let rate = read_side_by_side(reader, stretch, n, slice)?;
+        let m = out.iter_mut().find(|m| m.reads_in_flight == n).expect("each is tried");
+        m.bytes_per_second = m.bytes_per_second.max(rate);
+    }
+    Ok(out)
+}
+
+/// Reads `stretch` in order with `n` threads side by side (each takes the next chunk)
+/// until `slice` has passed (at least `n` chunks); returns bytes a second.
+fn read_side_by_side(reader: &DirectReader, stretch: &[(u64, u64)], n: usize, slice: Duration) -> Result<f64> {
+    let align = reader.offset_align().max(1);
+    let next = AtomicUsize::new(0);
+    let started = Instant::now();
+    let until = started + slice;
+    let read = |_| -> Result<u64> {
+        let largest = stretch.iter().map(|c| c.1).max().unwrap_or(0).div_ceil(align) * align;
+        let mut buf = AlignedBuf::new(largest.max(align) as usize, reader.mem_align());
+        let mut bytes = 0;
+        loop {
+            let i = next.fetch_add(1, Ordering::SeqCst);
+            if i >= stretch.len() || (i >= n && Instant::now() >= until) {
+                return Ok(bytes);
+            }
+            let (offset, len) = stretch[i];
+            let at = offset / align * align;
+            let len = ((offset + len).div_ceil(align) * align - at) as usize;
+            reader.read_at(&mut buf[..len], at).map_err(|e| Error::io_at("probing the depth", at, e))?;
+            bytes += len as u64;
+        }
+    };
+    let total = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..n).map(|i| s.spawn(move || read(i))).collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|_| Err(Error::Internal("a probe panicked".into()))))
+            .sum::<Result<u64>>()
+    })?;
+    Ok(total as f64 / started.elapsed().as_secs_f64().max(1e-9))
+}
+
+/// The run's chunks over `[start, end)` of a device, at most `max` of them from the
+/// start (the probe reads a few of them; an old region reads like any other for this).
+pub(crate) fn chunks_of(ranges: &[(u64, u64)], chunk_size: u64, max: usize) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for &(off, len) in ranges {
+        let mut at = off;
+        while at < off + len && out.len() < max {
+            let n = (off + len - at).min(chunk_size);
+            out.push((at, n));
+            at += n;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_cap_the_depth_by_memory_and_by_the_freeze_budget() {
+        let l = Limits { chunk_size: 4 << 20, verify: true, deadline: None };
+        assert_eq!(l.memory(), 60, "256 MiB of 4 MiB buffers, 4 of them not read ahead");
+        assert_eq!(l.freeze(1e9), usize::MAX);
+        let l = Limits { deadline: Some(Duration::from_millis(300)), ..l };
+        // A quarter of 300 ms at 100 MiB/s: 7.5 MiB, one chunk; never below the fallback.
+        assert_eq!(l.freeze(100.0 * 1048576.0), FALLBACK);
+        assert_eq!(l.freeze(1000.0 * 1048576.0), 18);
+        let huge = Limits { chunk_size: 1 << 30, verify: true, deadline: None };
+        assert_eq!(huge.memory(), FALLBACK);
+    }
+
+    #[test]
+    fn the_gain_is_the_chosen_rate_over_one_read_at_a_time() {
+        let rates = |v: &[(usize, f64)]| {
+            v.iter().map(|&(n, r)| DepthRate { reads_in_flight: n, bytes_per_second: r }).collect::<Vec<_>>()
+        };
+        let c =
+            DepthChoice { depth: 8, measured: rates(&[(1, 100.0), (2, 150.0), (4, 200.0)]), ..DepthChoice::given(8) };
+        assert_eq!(c.read_gain(), 2.0);
+        assert_eq!(DepthChoice::given(8).read_gain(), 1.0);
+        let serial = DepthChoice { depth: 0, ..c };
+        assert_eq!(serial.read_gain(), 1.0);
+    }
+
+    #[test]
+    fn chunks_are_cut_from_the_ranges_up_to_the_most_asked() {
+        assert_eq!(chunks_of(&[(0, 10), (20, 5)], 4, 100), vec![(0, 4), (4, 4), (8, 2), (20, 4), (24, 1)]);
+        assert_eq!(chunks_of(&[(0, 10), (20, 5)], 4, 2), vec![(0, 4), (4, 4)]);
+    }
+}
