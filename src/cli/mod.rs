@@ -153,7 +153,7 @@ impl Command {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Re-sequence a block device (a partition or a whole disk), or files and directories
-    /// on mounted ext4/xfs (file mode), in place.
+    /// on mounted ext4/xfs/btrfs (file mode), in place.
     Rewrite(RewriteArgs),
     /// Make a throwaway ext4 image on a loop device, fragment a file on it, re-sequence it
     /// while mounted, print the report and clean up. Touches no real disk. Without root it

@@ -74,7 +74,7 @@ impl DirectReader {
     }
 }
 
-impl AsFd for DirectReader {
+impl<const WRITABLE: bool> AsFd for Direct<WRITABLE> {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.file.as_fd()
     }

@@ -42,6 +42,17 @@ pub(crate) fn used_space_spans(
 ) -> Vec<(MountedFs, u64, u64)> {
     let mut spans = Vec::new();
     for fs in filesystems {
+        // A btrfs member: its used space is what the device tree allocates on it.
+        if fs.fs_type == "btrfs" {
+            match btrfs_member_span(sysfs, dev, fs) {
+                Some(span) => spans.push(span),
+                None => warnings.push(format!(
+                    "cannot place the btrfs at {} on the disk: all of it is rewritten",
+                    fs.mount_point.display()
+                )),
+            }
+            continue;
+        }
         if !usedspace::SUPPORTED.contains(&fs.fs_type.as_str()) {
             warnings.push(format!(
                 "{} is {}, whose free space reseq cannot read (GETFSMAP): all of it is rewritten",
@@ -62,6 +73,23 @@ pub(crate) fn used_space_spans(
         }
     }
     spans
+}
+
+/// The member of a btrfs that is the target or one of its partitions, placed.
+fn btrfs_member_span(sysfs: &Sysfs, dev: &BlockDeviceInfo, fs: &MountedFs) -> Option<(MountedFs, u64, u64)> {
+    let fd = crate::host::freeze::open_mount_point(&fs.mount_point).ok()?;
+    let layout = crate::host::btrfs::Layout::read(std::os::fd::AsFd::as_fd(&fd)).ok()?;
+    let with = |member: (u32, u32)| MountedFs { btrfs_member: Some(member), ..fs.clone() };
+    if layout.members.iter().any(|m| m.dev == dev.dev_num) {
+        return Some((with(dev.dev_num), 0, dev.identity.size_bytes));
+    }
+    layout.members.iter().find_map(|m| {
+        let part = sysfs.name_of(m.dev).map(|(n, _)| n)?;
+        let read = |attr: &str| sysfs.read(&part, attr).and_then(|s| s.parse::<u64>().ok());
+        let parent = sysfs.name_of(dev.dev_num).map(|(n, _)| n)?;
+        let on_target = std::path::Path::new(&sysfs.root).join("class/block").join(&parent).join(&part).exists();
+        on_target.then(|| Some((with(m.dev), read("start")? * 512, read("size")? * 512)))?
+    })
 }
 
 /// A partition of the target disk: its start and size in bytes, from sysfs (in sectors).

@@ -150,6 +150,10 @@ pub(crate) struct MountedFs {
     /// Every place it is mounted (bind mounts included).
     pub(crate) all_mount_points: Vec<PathBuf>,
     pub(crate) read_only: bool,
+    /// Device mode on a btrfs: the member device the run rewrites (its used space is
+    /// what the device tree allocates on that member).
+    #[serde(skip)]
+    pub(crate) btrfs_member: Option<(u32, u32)>,
 }
 
 /// Groups the mounts of the given devices by superblock, in device-list order.
@@ -168,6 +172,7 @@ pub(crate) fn filesystems_on(entries: &[MountEntry], devices: &[(u32, u32)]) -> 
                     mount_point: e.mount_point.clone(),
                     all_mount_points: vec![e.mount_point.clone()],
                     read_only: e.read_only,
+                    btrfs_member: None,
                 });
             }
         }

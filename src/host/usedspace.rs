@@ -48,6 +48,10 @@ pub(crate) fn free_ranges(spans: &[FsSpan], from: u64, to: u64) -> Result<Vec<(u
         if lo >= hi {
             continue;
         }
+        if let Some(member) = s.fs.btrfs_member {
+            free.extend(btrfs_free(s, member, lo, hi)?);
+            continue;
+        }
         let dev = sys::encode_dev(s.fs.dev_num);
         let recs = sys::getfsmap(s.fd.as_fd(), lo - s.start, hi - s.start)
             .map_err(|e| Error::io(format!("GETFSMAP on {}", s.fs.mount_point.display()), e.into()))?;
@@ -63,6 +67,37 @@ pub(crate) fn free_ranges(spans: &[FsSpan], from: u64, to: u64) -> Result<Vec<(u
         }
     }
     free.sort_unstable();
+    Ok(free)
+}
+
+/// The first MiB of a btrfs device: its superblock and the space btrfs never allocates.
+const BTRFS_RESERVED: u64 = 1 << 20;
+
+/// A btrfs member's free ranges within `[lo, hi)` (target offsets): what no device
+/// extent covers (tree 4: the chunks allocated on it, data, metadata and system alike),
+/// past the first MiB. Asked frozen in every window, which also refuses the window
+/// while btrfs's own writers run (scrub, balance, device replace).
+fn btrfs_free(s: &FsSpan, member: (u32, u32), lo: u64, hi: u64) -> Result<Vec<(u64, u64)>> {
+    let layout = crate::host::btrfs::Layout::read(s.fd.as_fd())?;
+    crate::host::btrfs::refuse_own_writers(s.fd.as_fd(), &layout, &s.fs.mount_point)?;
+    let m = layout.members.iter().find(|m| m.dev == member).ok_or_else(|| {
+        Error::refused(
+            format!("the device is no longer a member of the btrfs at {}", s.fs.mount_point.display()),
+            "run reseq again",
+        )
+    })?;
+    let mut used = vec![(0, BTRFS_RESERVED)];
+    used.extend(crate::host::btrfs::dev_extents(s.fd.as_fd(), m.devid)?);
+    used.sort_unstable();
+    let mut free = Vec::new();
+    let mut at = s.start;
+    for (off, len) in used.into_iter().map(|(o, l)| (s.start + o, l)).chain([(s.start + s.len, 0)]) {
+        let (a, b) = (at.max(lo), off.min(hi));
+        if a < b {
+            free.push((a, b - a));
+        }
+        at = at.max(off + len);
+    }
     Ok(free)
 }
 

@@ -12,6 +12,7 @@
 
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,8 +55,12 @@ impl Source {
                 sys::blk_dio_align(path, reader.as_fd()).map_err(|e| Error::io("BLKSSZGET", e.into()))?;
             (len, (mem, off))
         } else if md.is_file() {
-            // statx reports 0/0 where the file cannot do direct I/O (fscrypt, some filesystems).
-            let align = sys::statx_dio_align(path).ok().flatten().ok_or_else(|| {
+            // statx reports 0/0 where the file cannot do direct I/O (fscrypt, some
+            // filesystems). btrfs reports nothing here on this kernel, yet reads its
+            // files directly at its sector size (fs/btrfs/direct-io.c, check_direct_IO:
+            // offsets and buffers aligned to it); st_blksize is that size.
+            let btrfs = || sys::on_btrfs(path).then(|| (md.blksize() as u32, md.blksize() as u32));
+            let align = sys::statx_dio_align(path).ok().flatten().or_else(btrfs).ok_or_else(|| {
                 Error::refused(
                     format!("{} cannot be read with direct I/O (statx reports no DIO alignment)", path.display()),
                     "reseq does not fall back to buffered reads",

@@ -266,20 +266,45 @@ pub(crate) fn busy_unmounted(path: &Path, dev: (u32, u32), mounts: &[MountEntry]
     )
 }
 
-/// Filesystems that device mode cannot make safe by a freeze: btrfs, whose scrub,
-/// balance and device replace write through a freeze (a raw rewrite could put back
-/// bytes they changed), and which may span other devices.
-pub(crate) fn freezable_in_device_mode(dev: &BlockDeviceInfo, filesystems: &[MountedFs]) -> Result<()> {
-    let Some(fs) = filesystems.iter().find(|f| f.fs_type == "btrfs") else { return Ok(()) };
-    Err(Error::refused(
-        format!(
-            "{} holds btrfs, mounted at {} (from {}): device mode does not rewrite a mounted btrfs, because btrfs scrub, balance and device replace keep writing through a freeze and a raw rewrite could put back bytes they changed",
-            dev.path.display(),
-            fs.mount_point.display(),
-            fs.source
-        ),
-        "unmount it and run reseq again (an unmounted device is rewritten whole), or let btrfs rewrite its own data: btrfs balance start --full-balance MOUNTPOINT",
-    ))
+/// A mounted btrfs in device mode: none of its own writers running (scrub, balance and
+/// device replace write through a freeze, and a raw rewrite could put back bytes they
+/// changed; they are checked again in every window), and no RAID5/6 chunk (refused as
+/// in file mode: reseq does not rewrite stripes whose parity it cannot check).
+/// With `--include-free` it is refused: the check of btrfs's own writers in every window
+/// is made where the used space is read, which `--include-free` skips.
+pub(crate) fn freezable_in_device_mode(
+    dev: &BlockDeviceInfo,
+    filesystems: &[MountedFs],
+    include_free: bool,
+) -> Result<()> {
+    use std::os::fd::AsFd;
+    for fs in filesystems.iter().filter(|f| f.fs_type == "btrfs") {
+        if include_free {
+            return Err(Error::refused(
+                format!(
+                    "{} holds btrfs, mounted at {}: --include-free is not supported there (btrfs's own writers, scrub, balance and device replace, are checked in every window where its used space is read)",
+                    dev.path.display(),
+                    fs.mount_point.display()
+                ),
+                "run without --include-free (what btrfs allocates on the device is rewritten), or unmount it (an unmounted device is rewritten whole)",
+            ));
+        }
+        let fd = crate::host::freeze::open_mount_point(&fs.mount_point)?;
+        let layout = crate::host::btrfs::Layout::read(fd.as_fd())?;
+        if let Some(why) = layout.chunks.iter().find_map(|c| c.profile().refused()) {
+            return Err(Error::refused(
+                format!(
+                    "{} holds btrfs, mounted at {} (from {}), with chunks in {why}",
+                    dev.path.display(),
+                    fs.mount_point.display(),
+                    fs.source
+                ),
+                "unmount it and run reseq again (an unmounted device is rewritten whole), or let btrfs rewrite its own data: btrfs balance start --full-balance MOUNTPOINT",
+            ));
+        }
+        crate::host::btrfs::refuse_own_writers(fd.as_fd(), &layout, &fs.mount_point)?;
+    }
+    Ok(())
 }
 
 /// The filesystems in the order they can be frozen: one that writes through another (its
@@ -330,7 +355,8 @@ pub(crate) fn file_mode_mount(f: &Path, entry: &MountEntry, dev: (u32, u32)) -> 
     if let Some((why, hint)) = refuse_fs(&entry.fs_type) {
         return Err(Error::refused(format!("{}: {why}", f.display()), hint));
     }
-    if entry.dev != dev {
+    // A btrfs subvolume has an st_dev of its own: the same filesystem if its fsid is.
+    if entry.dev != dev && !(entry.fs_type == "btrfs" && crate::host::btrfs::same_filesystem(f, &entry.mount_point)) {
         return Err(Error::refused(
             format!(
                 "{} is on a filesystem whose device reseq cannot identify ({} reports {}:{})",
@@ -355,17 +381,22 @@ pub(crate) fn file_mode_mount(f: &Path, entry: &MountEntry, dev: (u32, u32)) -> 
 fn refuse_fs(fs_type: &str) -> Option<(String, String)> {
     let remote = ["nfs", "nfs4", "cifs", "smb3", "9p", "ceph", "virtiofs", "afs", "glusterfs", "lustre"];
     Some(match fs_type {
-        "btrfs" => (
-            "btrfs: FIEMAP's physical addresses are btrfs logical addresses, not device offsets; writing there could hit metadata".into(),
-            "on btrfs, `btrfs balance start -d` rewrites data".into(),
-        ),
-        "tmpfs" | "ramfs" | "devtmpfs" => (format!("{fs_type} lives in memory: there is no SSD layout to fix"), "nothing to do".into()),
-        "overlay" => ("overlayfs: its files live on another filesystem".into(), "run reseq on the underlying (upper) directory".into()),
-        t if t.starts_with("fuse") => (format!("{t} is a FUSE filesystem: its blocks are not reseq's to map"), "run reseq on the backing storage".into()),
-        t if remote.contains(&t) => (format!("{t} is a network filesystem"), "run reseq on the server".into()),
-        t if !crate::host::usedspace::SUPPORTED.contains(&t) => {
-            (format!("{t} is not supported by file mode (ext2/3/4 and xfs are)"), "rewrite the device instead".into())
+        "tmpfs" | "ramfs" | "devtmpfs" => {
+            (format!("{fs_type} lives in memory: there is no SSD layout to fix"), "nothing to do".into())
         }
+        "overlay" => (
+            "overlayfs: its files live on another filesystem".into(),
+            "run reseq on the underlying (upper) directory".into(),
+        ),
+        t if t.starts_with("fuse") => (
+            format!("{t} is a FUSE filesystem: its blocks are not reseq's to map"),
+            "run reseq on the backing storage".into(),
+        ),
+        t if remote.contains(&t) => (format!("{t} is a network filesystem"), "run reseq on the server".into()),
+        t if !crate::host::usedspace::SUPPORTED.contains(&t) && t != "btrfs" => (
+            format!("{t} is not supported by file mode (ext2/3/4, xfs and btrfs are)"),
+            "rewrite the device instead".into(),
+        ),
         _ => return None,
     })
 }
@@ -432,10 +463,10 @@ mod tests {
 
     #[test]
     fn refuses_filesystems_without_device_offsets_or_an_ftl() {
-        for t in ["btrfs", "tmpfs", "overlay", "fuse.sshfs", "nfs4", "zfs"] {
+        for t in ["tmpfs", "overlay", "fuse.sshfs", "nfs4", "zfs"] {
             assert!(refuse_fs(t).is_some(), "{t}");
         }
-        for t in ["ext4", "xfs"] {
+        for t in ["ext4", "xfs", "btrfs"] {
             assert!(refuse_fs(t).is_none(), "{t}");
         }
     }

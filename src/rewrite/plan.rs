@@ -121,7 +121,7 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
     let writer_devices = checks::no_other_writers(&dev, &env.sysfs)?;
     // Filesystems to freeze: on the device, or on its partitions for a whole disk.
     let filesystems = mounts::filesystems_on(&env.mounts, &dev.devices_to_freeze());
-    checks::freezable_in_device_mode(&dev, &filesystems)?;
+    checks::freezable_in_device_mode(&dev, &filesystems, o.include_free)?;
     let order = checks::freeze_order(filesystems, env)?;
     let (filesystems, freeze_order) = (order.filesystems, order.reasons);
     checks::exclusive_if_unmounted(&dev, &filesystems, &env.mounts)?;

@@ -89,7 +89,7 @@ pub enum Error {
     /// A FIFREEZE did not return within the window's bound: its sync waits on a frozen
     /// filesystem. The guardian abandoned it and thawed the others at the bound.
     #[error(
-        "freezing {filesystem} did not finish within {waited_ms} ms in freeze window {window}: its sync waits on something frozen, a filesystem it depends on (its external journal or log, or its device, on a loop device over a file there) or one frozen by another program. The guardian thawed {}at the bound, and thaws {filesystem} itself if that freeze completes later. Nothing was written in this window. `reseq rewrite --dry-run` shows the freeze order reseq worked out; find what else it waits on (fsfreeze, a backup or snapshot tool), then run again with --resume",
+        "freezing {filesystem} did not finish within {waited_ms} ms in freeze window {window}: its sync waits on something frozen, a filesystem it depends on (its external journal or log, or its device, on a loop device over a file there) or one frozen by another program; on a btrfs, its own scrub, balance, device add, remove or replace, or resize, which the freeze waits out. The guardian thawed {}at the bound, and thaws {filesystem} itself if that freeze completes later. Nothing was written in this window. `reseq rewrite --dry-run` shows the freeze order reseq worked out; find what else it waits on (fsfreeze, a backup or snapshot tool), then run again with --resume",
         if .thawed.is_empty() { String::new() } else { format!("{} ", .thawed) }
     )]
     FreezeStuck { filesystem: String, window: u64, waited_ms: u64, thawed: String },

@@ -15,6 +15,7 @@ mod faultfs;
 mod aliases;
 mod architecture;
 mod bench_reports;
+mod btrfs;
 mod cgroup_strike;
 mod cold_data;
 mod crash_and_resume;

@@ -26,35 +26,86 @@ fn assert_refused_untouched(env: &TestEnv, target: &std::path::Path, devices: &[
     assert_eq!(before, after, "nothing may be written");
 }
 
-/// btrfs has an anonymous device number (`0:NN` in mountinfo): it is found by its
-/// source and its member devices, and refused in device mode, naming btrfs and its
-/// mount point, from either member of a two-device filesystem.
+/// Device mode on a mounted btrfs (found by its source and member devices: its
+/// superblock's number is anonymous, `0:NN` in mountinfo), from the member it was
+/// mounted from and from the other: what the device tree allocates on that member (and
+/// its first MiB) is rewritten, frozen, and nothing else; the files, `btrfs scrub` and
+/// `btrfs check --readonly` stay clean. RAID5 is refused, nothing written.
 #[test]
-fn a_mounted_btrfs_is_refused_in_device_mode_from_any_member() {
-    if !require(&["losetup", "mkfs.btrfs"]) {
+fn a_mounted_btrfs_in_device_mode_rewrites_what_each_member_allocates() {
+    if !require(&["losetup", "mkfs.btrfs", "btrfs"]) {
         return;
     }
     let env = TestEnv::new();
-    let one = env.loop_device("one.img", 256 * MIB);
     let a = env.loop_device("a.img", 256 * MIB);
     let b = env.loop_device("b.img", 256 * MIB);
-    run_cmd(Command::new("mkfs.btrfs").args(["-q", "-f"]).arg(&one.path)).unwrap();
     run_cmd(Command::new("mkfs.btrfs").args(["-q", "-f", "-d", "raid1", "-m", "raid1"]).arg(&a.path).arg(&b.path))
         .unwrap();
     // The kernel learns of the second member by a device scan (udev would do it).
     run_cmd(Command::new("btrfs").args(["device", "scan"]).arg(&a.path).arg(&b.path)).unwrap();
-    let m1 = Mount::new(&one.path, &env.path("one"), &[]).unwrap();
-    let m2 = Mount::new(&a.path, &env.path("two"), &[]).unwrap();
-    std::fs::write(m1.dir.join("f"), vec![3u8; 1 << 20]).unwrap();
-    std::fs::write(m2.dir.join("f"), vec![4u8; 1 << 20]).unwrap();
-    let at = |m: &Mount| format!("mounted at {}", m.dir.display());
-    assert_refused_untouched(&env, &one.path, &[&one.path], &["holds btrfs", &at(&m1), "btrfs balance"]);
-    assert_refused_untouched(&env, &a.path, &[&a.path, &b.path], &["holds btrfs", &at(&m2)]);
-    // The member it was not mounted from: no mountinfo line names it.
-    assert_refused_untouched(&env, &b.path, &[&a.path, &b.path], &["holds btrfs", &at(&m2)]);
-    // The dry run refuses alike.
-    let out = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&b.path));
+    let m = Mount::new(&a.path, &env.path("two"), &[]).unwrap();
+    let f = m.dir.join("f");
+    let mut data = vec![0u8; 12 << 20];
+    XorShift::new(21).fill(&mut data);
+    std::fs::write(&f, &data).unwrap();
+    run_cmd(&mut Command::new("sync")).unwrap();
+    for member in [&b, &a] {
+        let allocated = allocated_on(member);
+        let before = bytes_written_to(&member.path);
+        let r = json_ok(env.reseq().args(["rewrite", "--json", "--chunk-size", "1M", "--no-trim"]).arg(&member.path));
+        assert_eq!(r["results"]["bytes_written"], allocated, "{}", member.path.display());
+        let w = bytes_written_to(&member.path) - before;
+        assert!(w >= allocated && w <= allocated * 3 / 2, "{w} written, {allocated} allocated");
+    }
+    let out = output(env.reseq().args(["rewrite", "--include-free"]).arg(&b.path));
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--include-free is not supported"), "{}", stderr(&out));
+    std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    assert_eq!(hash_path(&f).unwrap(), blake3::hash(&data));
+    let scrub = Command::new("btrfs").args(["scrub", "start", "-B"]).arg(&m.dir).output().unwrap();
+    assert!(scrub.status.success() && String::from_utf8_lossy(&scrub.stdout).contains("no errors found"));
+    drop(m);
+    let check = Command::new("btrfs").args(["check", "--readonly"]).arg(&a.path).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    // RAID5: refused from a member, nothing written.
+    let r5: Vec<LoopDevice> = (0..3).map(|i| env.loop_device(&format!("r5-{i}.img"), 256 * MIB)).collect();
+    let mut mkfs = Command::new("mkfs.btrfs");
+    mkfs.args(["-q", "-f", "-d", "raid5", "-m", "raid1"]);
+    for d in &r5 {
+        mkfs.arg(&d.path);
+    }
+    run_cmd(&mut mkfs).unwrap();
+    let mut scan = Command::new("btrfs");
+    scan.args(["device", "scan"]);
+    for d in &r5 {
+        scan.arg(&d.path);
+    }
+    run_cmd(&mut scan).unwrap();
+    let m5 = Mount::new(&r5[0].path, &env.path("r5"), &[]).unwrap();
+    std::fs::write(m5.dir.join("f"), vec![4u8; 1 << 20]).unwrap();
+    let paths: Vec<&std::path::Path> = r5.iter().map(|d| d.path.as_path()).collect();
+    assert_refused_untouched(&env, &r5[1].path, &paths, &["holds btrfs", "RAID5", "parity"]);
+}
+
+/// What the device tree allocates on `dev`, plus the first MiB btrfs reserves.
+fn allocated_on(dev: &LoopDevice) -> u64 {
+    let out = Command::new("btrfs").args(["inspect-internal", "dump-tree", "-t", "4"]).arg(&dev.path).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let devid = String::from_utf8_lossy(
+        &Command::new("btrfs").args(["inspect-internal", "dump-super"]).arg(&dev.path).output().unwrap().stdout,
+    )
+    .lines()
+    .find_map(|l| l.trim().strip_prefix("dev_item.devid").map(|v| v.trim().parse::<u64>().unwrap()))
+    .unwrap();
+    let mut total = MIB;
+    let mut lines = text.lines();
+    while let Some(l) = lines.next() {
+        if l.contains(&format!("key ({devid} DEV_EXTENT")) {
+            let len = lines.by_ref().find_map(|l| l.split("length ").nth(1)).unwrap();
+            total += len.trim().parse::<u64>().unwrap();
+        }
+    }
+    total
 }
 
 /// An ext4 external journal and an xfs external log are held by their filesystem and

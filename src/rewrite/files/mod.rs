@@ -1,5 +1,5 @@
 //! File mode: `reseq rewrite FILE|DIR...` re-sequences the blocks of files on a mounted
-//! ext2/3/4 or xfs filesystem, in short freeze windows, while applications keep writing.
+//! ext2/3/4, xfs or btrfs filesystem (btrfs: [`mirrors`]), in short freeze windows, while applications keep writing.
 //!
 //! A plan and a run, as device mode: [`plan`] checks the files, their filesystems and
 //! devices, decides about an interrupted run and chooses the files; the dry run prints
@@ -26,6 +26,7 @@ use crate::support::signals::StopFlag;
 
 mod hot;
 mod layout;
+mod mirrors;
 mod plan;
 mod plan_report;
 mod planner;
@@ -98,6 +99,7 @@ fn execute_plan(plan: &FilesPlan, quiet: bool, report: &mut Report) -> Result<()
         totals: EngineStats::default(),
         reports: Vec::new(),
         cost: None,
+        findings: Vec::new(),
     };
     let outcome = run.groups();
     run.progress.close();

@@ -91,9 +91,10 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
         if unfinished.is_some() && !o.dry_run { (None, HashMap::new()) } else { choose(&o, &planned, report)? };
     let frozen: Vec<MountedFs> = groups.iter().map(|g| g.fs.clone()).collect();
     let state = checks::state_dir(&o.state_dir, &frozen, o.chunk_size, o.dry_run)?;
-    let done_before = earlier.as_ref().map(|e| finished_earlier(e, &planned)).unwrap_or_default();
+    let done_before = earlier.as_ref().map(|e| finished_earlier(e, &planned, &groups)).unwrap_or_default();
     let mut shared_seen = std::collections::HashSet::new();
-    let to_rewrite: Vec<u64> = planned.iter().map(|p| planned_bytes(&p.path, &mut shared_seen).1).collect();
+    let to_rewrite: Vec<u64> =
+        planned.iter().map(|p| planned_bytes(&p.path, &mut shared_seen).1 * copies(&groups[p.fs])).collect();
     let left = |(i, _): &(usize, &u64)| !left_alone.contains_key(i) && !done_before.contains_key(i);
     let bytes = to_rewrite.iter().enumerate().filter(left).map(|(_, b)| b).sum();
     let rate = o.rate.map(|r| r.bytes_per_second());
@@ -161,9 +162,33 @@ fn collect(o: &RewriteOptions) -> Result<Vec<PathBuf>> {
 /// A filesystem holding some of the files, with its device.
 pub(super) struct FsGroup {
     pub(super) fs: MountedFs,
+    /// Its device (on btrfs, its first member).
     pub(super) device: device::BlockDeviceInfo,
     /// The device as planned, compared at every window.
     pub(super) shape: Shape,
+    /// On btrfs: the chunk map and every member device.
+    pub(super) btrfs: Option<BtrfsGroup>,
+}
+
+/// A mounted btrfs of the plan: each member is rewritten by an engine run of its own.
+pub(super) struct BtrfsGroup {
+    pub(super) layout: crate::host::btrfs::Layout,
+    /// (devid, device, its shape as planned).
+    pub(super) members: Vec<(u64, device::BlockDeviceInfo, Shape)>,
+}
+
+impl BtrfsGroup {
+    /// The most copies a data chunk keeps of each byte: what a file's bytes are
+    /// multiplied by in the bytes to rewrite.
+    pub(super) fn copies(&self) -> u64 {
+        let data = self.layout.chunks.iter().filter(|c| c.is_data());
+        data.map(|c| c.copies() as u64).max().unwrap_or(1)
+    }
+}
+
+/// The copies a file's bytes are rewritten in on filesystem `g`.
+pub(super) fn copies(g: &FsGroup) -> u64 {
+    g.btrfs.as_ref().map_or(1, BtrfsGroup::copies)
 }
 
 /// Checks every file's filesystem before anything is frozen or written.
@@ -176,10 +201,11 @@ fn check(o: &RewriteOptions, files: &[PathBuf]) -> Result<(Vec<FsGroup>, Vec<Pla
     for f in files {
         let md = std::fs::metadata(f).map_err(|e| Error::io(format!("stat {}", f.display()), e))?;
         let dev = (nix::sys::stat::major(md.dev()) as u32, nix::sys::stat::minor(md.dev()) as u32);
-        let idx = match groups.iter().position(|g| g.fs.dev_num == dev) {
+        let entry = mount_of(f, dev, &mounts)?;
+        let idx = match groups.iter().position(|g| g.fs.dev_num == entry.dev) {
             Some(i) => i,
             None => {
-                groups.push(fs_group(f, dev, &mounts, &sysfs)?);
+                groups.push(fs_group(f, dev, entry, &mounts, &sysfs)?);
                 groups.len() - 1
             }
         };
@@ -197,24 +223,72 @@ fn check(o: &RewriteOptions, files: &[PathBuf]) -> Result<(Vec<FsGroup>, Vec<Pla
     Ok((groups, planned))
 }
 
-/// The filesystem of `f` (on device `dev`) and its device, checked: a supported type,
-/// writable, not DAX, with a device node.
-fn fs_group(f: &Path, dev: (u32, u32), mounts: &[mounts::MountEntry], sysfs: &Sysfs) -> Result<FsGroup> {
+/// The mount holding `f` (st_dev `dev`).
+fn mount_of<'a>(f: &Path, dev: (u32, u32), mounts: &'a [mounts::MountEntry]) -> Result<&'a mounts::MountEntry> {
     let abs = std::path::absolute(f).unwrap_or_else(|_| f.to_path_buf());
-    // btrfs reports an anonymous st_dev (0:N), not its block device: find the mount by
-    // path then, so that it is refused with the right reason.
-    let entry =
-        mounts.iter().find(|m| m.dev == dev).or_else(|| mounts::mount_containing(mounts, &abs)).ok_or_else(|| {
-            Error::refused(format!("{} is on no mounted filesystem reseq can see", f.display()), "check mountinfo")
-        })?;
+    // btrfs reports an anonymous st_dev (0:N, another for each subvolume), not its
+    // block device: find the mount by path then.
+    mounts.iter().find(|m| m.dev == dev).or_else(|| mounts::mount_containing(mounts, &abs)).ok_or_else(|| {
+        Error::refused(format!("{} is on no mounted filesystem reseq can see", f.display()), "check mountinfo")
+    })
+}
+
+/// The filesystem of `f` (on device `dev`, mounted as `entry`) and its device, checked:
+/// a supported type, writable, not DAX, with a device node.
+fn fs_group(
+    f: &Path,
+    dev: (u32, u32),
+    entry: &mounts::MountEntry,
+    mounts: &[mounts::MountEntry],
+    sysfs: &Sysfs,
+) -> Result<FsGroup> {
     checks::file_mode_mount(f, entry, dev)?;
-    let fs = mounts::filesystems_on(mounts, &[dev]).remove(0);
+    let fs = mounts::filesystems_on(mounts, &entry.devices)
+        .into_iter()
+        .find(|fs| fs.dev_num == entry.dev)
+        .ok_or_else(|| Error::Internal(format!("no filesystem for the mount of {}", f.display())))?;
     checks::read_write(f, &fs)?;
+    if fs.fs_type == "btrfs" {
+        return btrfs_group(fs, sysfs);
+    }
     let device = device_of(&fs, sysfs)?;
     checks::writable(&device)?;
     checks::no_copy_on_write(&device, sysfs)?;
     let shape = Shape::take(device.dev_num, sysfs);
-    Ok(FsGroup { fs, device, shape })
+    Ok(FsGroup { fs, device, shape, btrfs: None })
+}
+
+/// A mounted btrfs, checked: its data in profiles reseq rewrites, none of its own
+/// writers running, every member a writable device.
+fn btrfs_group(fs: MountedFs, sysfs: &Sysfs) -> Result<FsGroup> {
+    let fd = crate::host::freeze::open_mount_point(&fs.mount_point)?;
+    let layout = crate::host::btrfs::Layout::read(fd.as_fd())?;
+    for (profile, _) in layout.data_profiles() {
+        if let Some(why) = profile.refused() {
+            return Err(Error::refused(
+                format!("the btrfs at {} keeps data in {why}", fs.mount_point.display()),
+                "convert its data to RAID1 or RAID10 (btrfs balance start -dconvert=raid1), or let btrfs rewrite it: btrfs balance start -d",
+            ));
+        }
+    }
+    crate::host::btrfs::refuse_own_writers(fd.as_fd(), &layout, &fs.mount_point)?;
+    let mut members = Vec::new();
+    for m in &layout.members {
+        let info = device::inspect(&m.path, sysfs)?;
+        let reader = crate::engine::target::DirectReader::open(&m.path)
+            .map_err(|e| Error::io(format!("opening btrfs devid {} ({})", m.devid, m.path.display()), e))?;
+        crate::host::btrfs::check_member(&layout, m, &reader)?;
+        // Every member's refusals before any member is written (each run checks its own
+        // again at its windows).
+        checks::no_other_writers(&info, sysfs)?;
+        checks::writable(&info)?;
+        checks::no_copy_on_write(&info, sysfs)?;
+        let shape = Shape::take(info.dev_num, sysfs);
+        members.push((m.devid, info, shape));
+    }
+    let (_, device, shape) =
+        members.first().cloned().ok_or_else(|| Error::Internal("a btrfs without member devices".into()))?;
+    Ok(FsGroup { fs, device, shape, btrfs: Some(BtrfsGroup { layout, members }) })
 }
 
 /// The block device under a mounted filesystem, by its device node.
@@ -249,6 +323,15 @@ pub(super) fn file_identity(path: &Path, md: &std::fs::Metadata, exts: Option<&[
     }
 }
 
+/// A file's identity in the journal of a btrfs member's run: each member's journal
+/// finishes it on its own.
+pub(super) fn on_devid(mut id: FileIdentity, devid: Option<u64>) -> FileIdentity {
+    if let Some(d) = devid {
+        id.dev = format!("{}#devid{d}", id.dev);
+    }
+    id
+}
+
 /// A file's extents, mapped without syncing it or a freeze (for its identity, the run's
 /// order and the plan; the run maps again while frozen).
 pub(super) fn mapped(path: &Path) -> Option<Vec<sys::FiemapExtent>> {
@@ -277,6 +360,9 @@ fn plan_files(o: &RewriteOptions) -> Result<(Vec<FsGroup>, Vec<Planned>)> {
     let (groups, planned) = check(o, &files)?;
     for g in &groups {
         checks::aligned(o.chunk_size, &g.device)?;
+        for (_, d, _) in g.btrfs.iter().flat_map(|b| &b.members) {
+            checks::aligned(o.chunk_size, d)?;
+        }
     }
     Ok((groups, planned))
 }
@@ -336,15 +422,22 @@ fn earlier_run(o: &RewriteOptions, path: &Path) -> Result<Earlier> {
 
 /// The files of `planned` the interrupted run finished, with their sizes: each mapped
 /// once (FIEMAP and a hash of its extents), for the progress and the plan alike.
-fn finished_earlier(e: &record::Earlier, planned: &[Planned]) -> HashMap<usize, u64> {
-    planned.iter().enumerate().filter_map(|(fi, p)| done_earlier(e, &p.path).map(|size| (fi, size))).collect()
+/// On btrfs, a file is finished once every member's run finished it.
+fn finished_earlier(e: &record::Earlier, planned: &[Planned], groups: &[FsGroup]) -> HashMap<usize, u64> {
+    let devids = |g: &FsGroup| match &g.btrfs {
+        Some(b) => b.members.iter().map(|(d, ..)| Some(*d)).collect(),
+        None => vec![None],
+    };
+    let done = |(fi, p): (usize, &Planned)| done_earlier(e, &p.path, &devids(&groups[p.fs])).map(|size| (fi, size));
+    planned.iter().enumerate().filter_map(done).collect()
 }
 
 /// The size of a file the resumed run finished (the same file, its extents unmoved:
-/// [`record::key`]), or None.
-fn done_earlier(e: &record::Earlier, path: &Path) -> Option<u64> {
+/// [`record::key`]) on every device of `devids`, or None.
+fn done_earlier(e: &record::Earlier, path: &Path, devids: &[Option<u64>]) -> Option<u64> {
     let md = std::fs::metadata(path).ok()?;
-    e.done.contains_key(&record::key(&file_identity(path, &md, mapped(path).as_deref()))).then_some(md.len())
+    let id = file_identity(path, &md, mapped(path).as_deref());
+    devids.iter().all(|d| e.done.contains_key(&record::key(&on_devid(id.clone(), *d)))).then_some(md.len())
 }
 
 /// What the dry run says: per filesystem the files, the bytes to rewrite, and the
@@ -372,12 +465,24 @@ pub(super) fn describe(plan: &FilesPlan, report: &Report, predicted: Option<&Pre
     for (gi, g) in plan.groups.iter().enumerate() {
         s +=
             &format!("  filesystem {} ({}) on {}\n", g.fs.mount_point.display(), g.fs.fs_type, g.device.path.display());
-        s += &crate::host::aliases::describe(&g.device.devices_sharing_bytes(&Sysfs::default()), &Sysfs::default());
+        let devices: Vec<&device::BlockDeviceInfo> = match &g.btrfs {
+            Some(b) => b.members.iter().map(|(_, d, _)| d).collect(),
+            None => vec![&g.device],
+        };
+        for d in devices {
+            s += &crate::host::aliases::describe(&d.devices_sharing_bytes(&Sysfs::default()), &Sysfs::default());
+        }
+        if let Some(b) = &g.btrfs {
+            s += &format!(
+                "    {}: every copy of each extent is rewritten in place, on its own device, and compared with the others\n",
+                b.layout.describe()
+            );
+        }
         let chosen = |(i, p): &(usize, &Planned)| {
             p.fs == gi && !plan.left_alone.contains_key(i) && !plan.done_before.contains_key(i)
         };
         let files: Vec<&Planned> = planned.iter().enumerate().filter(chosen).map(|(_, p)| p).collect();
-        s += &describe_group(&files, predicted.and_then(|p| p.each.get(gi)), &mut detail);
+        s += &describe_group(&files, copies(g), predicted.and_then(|p| p.each.get(gi)), &mut detail);
     }
     if !plan.done_before.is_empty() {
         s += &format!(
@@ -392,12 +497,13 @@ pub(super) fn describe(plan: &FilesPlan, report: &Report, predicted: Option<&Pre
 
 /// One filesystem's files in the plan: their totals and what its engine run is expected
 /// to come to, and each file's line into `detail`.
-fn describe_group(files: &[&Planned], expected: Option<&Outcome>, detail: &mut String) -> String {
+fn describe_group(files: &[&Planned], copies: u64, expected: Option<&Outcome>, detail: &mut String) -> String {
     // A shared (reflinked) range is rewritten once, by the first file that has it.
     let mut shared_seen = std::collections::HashSet::new();
     let (mut total, mut empty) = (0, 0);
     for p in files {
         let (extents, bytes, size) = planned_bytes(&p.path, &mut shared_seen);
+        let bytes = bytes * copies;
         total += bytes;
         let hot =
             hot::hot_kind(&p.path).map(|(kind, _)| format!(" ({kind}: written all the time)")).unwrap_or_default();
@@ -409,6 +515,7 @@ fn describe_group(files: &[&Planned], expected: Option<&Outcome>, detail: &mut S
             (_, 0) => {
                 format!("{extents} extent(s), nothing to rewrite (holes, unwritten, or shared with a file before it)")
             }
+            (_, b) if copies > 1 => format!("{extents} extent(s), {} to rewrite ({copies} copies)", human_bytes(b)),
             (_, b) => format!("{extents} extent(s), {} to rewrite", human_bytes(b)),
         };
         *detail += &format!("    {}: {what}{hot}\n", p.path.display());

@@ -34,12 +34,15 @@ use crate::support::error::{Error, Result};
 use crate::sys;
 
 /// One piece of a file: `len` bytes at file offset `logical` live at device offset
-/// `physical`. In a window's map, `logical` is a virtual offset.
+/// `physical`. In a window's map, `logical` is a virtual offset. On btrfs, `source` is
+/// the btrfs logical address of the piece (the same for all its copies), and FIEMAP's
+/// `physical` is such an address until [`super::mirrors`] maps it to a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Extent {
     pub(crate) logical: u64,
     pub(crate) physical: u64,
     pub(crate) len: u64,
+    pub(crate) source: Option<u64>,
 }
 
 /// This window's map, ascending by virtual offset.
@@ -80,16 +83,21 @@ pub(crate) fn plan_extents(
             *shared_elsewhere += len;
             continue;
         }
-        push_merged(&mut out, Extent { logical: lo, physical, len });
+        push_merged(&mut out, Extent { logical: lo, physical, len, source: None });
     }
     Ok(out)
 }
 
 /// Appends `e`, joining it to the last piece when it continues that piece both in
-/// (virtual) offset and on the device.
-fn push_merged(out: &mut Vec<Extent>, e: Extent) {
+/// (virtual) offset and on the device (and on btrfs, in its logical addresses).
+pub(super) fn push_merged(out: &mut Vec<Extent>, e: Extent) {
+    let continues = |l: &Extent| match (l.source, e.source) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a + l.len == b,
+        _ => false,
+    };
     match out.last_mut() {
-        Some(l) if l.logical + l.len == e.logical && l.physical + l.len == e.physical => l.len += e.len,
+        Some(l) if l.logical + l.len == e.logical && l.physical + l.len == e.physical && continues(l) => l.len += e.len,
         _ => out.push(e),
     }
 }
@@ -160,6 +168,8 @@ pub(crate) struct FilesPlanner {
     /// Files of the whole run finished: those before this planner's, and those its
     /// cursor has passed (the progress shows it).
     finished: Option<(Arc<std::sync::atomic::AtomicUsize>, usize)>,
+    /// On btrfs: the device this run rewrites, and the filesystem's chunk map.
+    pub(crate) btrfs: Option<super::mirrors::OnDevice>,
 }
 
 impl FilesPlanner {
@@ -179,6 +189,7 @@ impl FilesPlanner {
             plan_time,
             horizon: 0,
             finished: None,
+            btrfs: None,
         }
     }
 
@@ -222,8 +233,11 @@ impl FilesPlanner {
             return Ok(());
         }
         let local = cursor.saturating_sub(m.base);
+        // On btrfs the virtual space interleaves copies: map from the file offset of
+        // the group the cursor is in.
+        let from = self.btrfs.as_ref().map_or(local, |b| b.file_offset(local));
         // FIEMAP_FLAG_SYNC returns at once on a frozen filesystem (nothing can be dirty).
-        let exts = sys::fiemap(file.as_fd(), local, sys::FIEMAP_FLAG_SYNC)
+        let exts = sys::fiemap(file.as_fd(), from, sys::FIEMAP_FLAG_SYNC)
             .map_err(|e| Error::io(format!("FIEMAP {}", m.path.display()), e.into()))?;
         // Skipped bytes are counted from the file's first map only: every later window
         // maps the rest of it again.
@@ -239,7 +253,15 @@ impl FilesPlanner {
         let (index, shared) = (m.index, &mut self.shared);
         let claim = |p: u64, l: u64| *shared.entry((p, l)).or_insert(index) == index;
         let (mut unwritten, mut shared_elsewhere) = (0, 0);
-        match plan_extents(&exts, local, m.span, claim, &mut unwritten, &mut shared_elsewhere) {
+        // On btrfs the span is virtual: the file ends at its last block.
+        let block = md.blksize().max(1);
+        let file_end = self.btrfs.as_ref().map_or(m.span, |_| m.size.div_ceil(block) * block);
+        let planned = plan_extents(&exts, from, file_end, claim, &mut unwritten, &mut shared_elsewhere);
+        let planned = match (&self.btrfs, planned) {
+            (Some(b), Ok(pieces)) => b.on_device(&pieces, local),
+            (_, planned) => planned,
+        };
+        match planned {
             Ok(pieces) => {
                 if first {
                     (m.bytes_unwritten, m.bytes_shared_elsewhere) = (unwritten, shared_elsewhere);
@@ -267,6 +289,14 @@ impl Planner for FilesPlanner {
     fn ranges(&mut self, cursor: u64, end: u64) -> Result<Vec<(u64, u64)>> {
         self.credit(cursor);
         self.window += 1;
+        // Frozen: btrfs's own writers are checked, and its chunk map read again.
+        if let Some(b) = &self.btrfs
+            && let Err(e) = b.window()
+        {
+            lock(&self.map).clear();
+            self.planned.clear();
+            return Err(e);
+        }
         let started = std::time::Instant::now();
         let first = self.members.partition_point(|m| m.base + m.span <= cursor);
         if let Some((finished, before)) = &self.finished {
@@ -303,18 +333,26 @@ pub(crate) struct FileTarget {
     pub(crate) dev: Arc<DirectDevice>,
     pub(crate) map: Map,
     pub(crate) name: String,
+    /// On btrfs: each write's bytes compared with the other copies of them.
+    pub(crate) mirrors: Option<super::mirrors::Mirrors>,
 }
 
 impl FileTarget {
-    fn device_offset(&self, offset: u64, len: u64) -> std::io::Result<u64> {
+    /// Where `len` bytes at virtual `offset` lie on the device, and (btrfs) their
+    /// logical address.
+    fn locate(&self, offset: u64, len: u64) -> std::io::Result<(u64, Option<u64>)> {
         let map = lock(&self.map);
         let i = map.partition_point(|e| e.logical + e.len <= offset);
         map.get(i)
             .filter(|e| e.logical <= offset && offset + len <= e.logical + e.len)
-            .map(|e| e.physical + (offset - e.logical))
+            .map(|e| (e.physical + (offset - e.logical), e.source.map(|s| s + (offset - e.logical))))
             .ok_or_else(|| {
                 std::io::Error::other(format!("offset {offset}+{len} of {} is not in this window's map", self.name))
             })
+    }
+
+    fn device_offset(&self, offset: u64, len: u64) -> std::io::Result<u64> {
+        self.locate(offset, len).map(|(at, _)| at)
     }
 }
 
@@ -333,7 +371,10 @@ impl ReadTarget for FileTarget {
 
 impl BlockTarget for FileTarget {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        let at = self.device_offset(offset, buf.len() as u64)?;
+        let (at, source) = self.locate(offset, buf.len() as u64)?;
+        if let (Some(m), Some(source)) = (&self.mirrors, source) {
+            m.compare(&self.dev, buf, source, at);
+        }
         self.dev.write_at(buf, at)
     }
     fn flush(&self) -> std::io::Result<()> {
@@ -366,9 +407,9 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                Extent { logical: 0, physical: 8192, len: 8192 },
-                Extent { logical: 8192, physical: 4096, len: 4096 },
-                Extent { logical: 24576, physical: 81920, len: 4096 },
+                Extent { logical: 0, physical: 8192, len: 8192, source: None },
+                Extent { logical: 8192, physical: 4096, len: 4096, source: None },
+                Extent { logical: 24576, physical: 81920, len: 4096, source: None },
             ]
         );
         assert_eq!(u, 8192);
@@ -377,8 +418,8 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                Extent { logical: 6144, physical: 14336, len: 2048 },
-                Extent { logical: 8192, physical: 4096, len: 4096 }
+                Extent { logical: 6144, physical: 14336, len: 2048, source: None },
+                Extent { logical: 8192, physical: 4096, len: 4096, source: None }
             ]
         );
         assert_eq!(s, 4096);
@@ -389,15 +430,15 @@ mod tests {
     #[test]
     fn files_laid_end_to_end_and_on_the_device_merge_into_one_run() {
         let mut runs = Vec::new();
-        push_merged(&mut runs, Extent { logical: 0, physical: 1 << 20, len: 8192 });
-        push_merged(&mut runs, Extent { logical: 8192, physical: (1 << 20) + 8192, len: 4096 });
+        push_merged(&mut runs, Extent { logical: 0, physical: 1 << 20, len: 8192, source: None });
+        push_merged(&mut runs, Extent { logical: 8192, physical: (1 << 20) + 8192, len: 4096, source: None });
         // The next file is elsewhere on the device: a run of its own.
-        push_merged(&mut runs, Extent { logical: 12288, physical: 4096, len: 4096 });
+        push_merged(&mut runs, Extent { logical: 12288, physical: 4096, len: 4096, source: None });
         assert_eq!(
             runs,
             vec![
-                Extent { logical: 0, physical: 1 << 20, len: 12288 },
-                Extent { logical: 12288, physical: 4096, len: 4096 }
+                Extent { logical: 0, physical: 1 << 20, len: 12288, source: None },
+                Extent { logical: 12288, physical: 4096, len: 4096, source: None }
             ]
         );
     }

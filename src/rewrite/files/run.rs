@@ -15,7 +15,7 @@ use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
 use crate::support::units::human_bytes;
 
-use super::plan::{EMPTY, FilesPlan, FsGroup, file_identity, mapped};
+use super::plan::{EMPTY, FilesPlan, FsGroup, file_identity, mapped, on_devid};
 use super::planner::{FileTarget, FilesPlanner, Map, Member};
 use super::record;
 
@@ -39,6 +39,8 @@ pub(super) struct FileRun<'a> {
     /// What the host wrote to the filesystems' devices, and the drive it was (its
     /// SMART counters are only told for runs on one drive).
     pub(super) cost: Option<(crate::measure::passes::WriteCost, String)>,
+    /// btrfs copies that differ from their mirrors (or could not be read to compare).
+    pub(super) findings: Vec<String>,
 }
 
 impl FileRun<'_> {
@@ -53,58 +55,157 @@ impl FileRun<'_> {
         Ok(Ok(()))
     }
 
-    /// One filesystem, steps 2-7 of [`crate::rewrite::sequence`]: its device taken and
-    /// checked, its record, one guardian, one engine run over its files.
+    /// One filesystem, steps 2-7 of [`crate::rewrite::sequence`]: one engine run over
+    /// its files, or on btrfs, one for each member device (each rewrites the copies on
+    /// its device; a file is finished with the last).
     fn group(&mut self, gi: usize, g: &FsGroup) -> Result<Result<()>> {
+        let todo = self.todo(gi);
+        let goal = self.progress.done() + todo.iter().map(|&fi| self.plan.to_rewrite[fi]).sum::<u64>();
+        let Some(b) = &g.btrfs else {
+            return self.device_run(
+                g,
+                &todo,
+                Device { info: &g.device, shape: &g.shape, devid: None, goal: Some(goal) },
+            );
+        };
+        for (i, (devid, info, shape)) in b.members.iter().enumerate() {
+            let goal = (i + 1 == b.members.len()).then_some(goal);
+            if let Err(e) = self.device_run(g, &todo, Device { info, shape, devid: Some(*devid), goal })? {
+                return Ok(Err(e));
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// One engine run over the files `todo` of `g`, on one device: taken and checked,
+    /// its record, one guardian.
+    fn device_run(&mut self, g: &FsGroup, todo: &[usize], d: Device) -> Result<Result<()>> {
         let sequence::Taken { _lock, device } = sequence::take_device(&sequence::Taking {
             state_dir: &self.plan.state.path,
-            device: &g.device,
-            shown: format!("{} ({})", g.device.path.display(), g.fs.mount_point.display()),
+            device: d.info,
+            shown: format!("{} ({})", d.info.path.display(), g.fs.mount_point.display()),
             mounted: true,
             unfinished: self.plan.unfinished.as_ref(),
         })?;
-        let todo = self.todo(gi);
         if todo.is_empty() {
             return Ok(Ok(()));
         }
-        let (members, table, start) = self.members(g, &todo);
+        let device = Arc::new(device);
+        let on = d.devid.map(|devid| self.on_device(g, devid, Arc::clone(&device))).transpose()?;
+        let (members, table, start) = self.members(d.info, todo, on.as_ref());
         let map: Map = Arc::default();
         let o = &self.plan.options;
+        let mirrors = on.as_ref().map(|on| self.mirrors(g, d.info, on)).transpose()?;
+        let findings = mirrors.as_ref().map(|m| Arc::clone(&m.findings));
         let mut planner = FilesPlanner::new(members, Arc::clone(&map), o.max_freeze() / 10);
+        planner.btrfs = on;
         let end = planner.end();
-        let mut run = crate::rewrite::run_record(&g.device.identity, o.chunk_size.bytes(), (0, end), None);
+        let mut run = crate::rewrite::run_record(&d.info.identity, o.chunk_size.bytes(), (0, end), None);
         run.files = table;
-        let journal_path = record::journal_path(&self.plan.record_path, &g.device.identity.name);
+        let journal_path = record::journal_path(&self.plan.record_path, &d.info.identity.name);
         let mut journal = Journal::deferred(&journal_path, run, Some(self.write_record()));
-        let mut guard = sequence::guardian(&self.guarded(g), journal.path())?;
-        let cost = sequence::Cost::start(&g.device);
+        let mut guard = self.guardian(g, &d, journal.path())?;
+        let cost = sequence::Cost::start(d.info);
         let name = format!("{} file(s) on {}", planner.members.len(), g.fs.mount_point.display());
-        let target = FileTarget { dev: Arc::new(device), map, name };
-        let cfg = self.config(g, &planner.members, start, end);
+        let target = FileTarget { dev: device, map, name, mirrors };
+        let cfg = self.config(g, d.info, &planner.members, start, end);
         planner.count_finished(Arc::clone(&self.finished), self.files_done);
-        let goal = self.progress.done() + planner.members.iter().map(|m| self.plan.to_rewrite[m.index]).sum::<u64>();
         let low = sequence::LowIoPriority::set();
         let (stats, result) =
             engine::run(&target, &cfg, &mut planner, guard.as_mut(), &mut journal, &mut self.progress, self.stop);
         drop(low);
         drop(guard);
-        self.add_cost(cost.end(), g);
+        self.add_cost(cost.end(), d.info);
         planner.credit(stats.next_offset_bytes);
+        self.findings.extend(
+            findings.map(|f| std::mem::take(&mut *f.lock().unwrap_or_else(|p| p.into_inner()))).unwrap_or_default(),
+        );
         // Holes, unwritten and shared ranges are not rewritten, yet done; so is the start
         // of a resumed file.
-        if result.is_ok() {
+        if let (true, Some(goal)) = (result.is_ok(), d.goal) {
             self.progress.advance(goal.saturating_sub(self.progress.done()));
         }
-        self.settle(&planner.members, start, &stats, result.is_ok());
+        let interleaved = planner.btrfs.as_ref().is_some_and(|b| b.copies > 1);
+        self.settle(&planner.members, start, &stats, result.is_ok(), d.goal.is_some());
+        if interleaved {
+            // Spans interleave copies there: they say nothing of the file's holes.
+            let mine: std::collections::HashSet<usize> = planner.members.iter().map(|m| m.index).collect();
+            self.reports.iter_mut().filter(|(i, _)| mine.contains(i)).for_each(|(_, r)| r.bytes_skipped_holes = 0);
+        }
         Ok(result)
+    }
+
+    /// The run's guardian; on btrfs, with btrfs's own writers checked before each freeze.
+    fn guardian(&self, g: &FsGroup, d: &Device, journal: &Path) -> Result<Box<dyn engine::guard::WindowGuard>> {
+        let guard = sequence::guardian(&self.guarded(g, d), journal)?;
+        if d.devid.is_none() {
+            return Ok(guard);
+        }
+        Ok(Box::new(crate::host::btrfs::WritersBeforeFreeze {
+            inner: guard,
+            fd: crate::host::freeze::open_mount_point(&g.fs.mount_point)?,
+            mount: g.fs.mount_point.clone(),
+        }))
+    }
+
+    /// A btrfs member's run: its devid, the copies it holds, the chunk map.
+    fn on_device(
+        &self,
+        g: &FsGroup,
+        devid: u64,
+        device: Arc<crate::engine::target::DirectDevice>,
+    ) -> Result<super::mirrors::OnDevice> {
+        let layout = g.btrfs.as_ref().map(|b| b.layout.clone()).unwrap_or_default();
+        Ok(super::mirrors::OnDevice {
+            device: Some(device),
+            planned: layout.member_set(),
+            fd: crate::host::freeze::open_mount_point(&g.fs.mount_point)?,
+            mount: g.fs.mount_point.clone(),
+            devid,
+            copies: layout.copies_on_one_device() as u64,
+            unit: self.plan.options.chunk_size.bytes(),
+            layout: Arc::new(std::sync::Mutex::new(layout)),
+        })
+    }
+
+    /// The other members of a btrfs, opened read-only, to compare each write with.
+    fn mirrors(
+        &self,
+        g: &FsGroup,
+        dev: &crate::host::device::BlockDeviceInfo,
+        on: &super::mirrors::OnDevice,
+    ) -> Result<super::mirrors::Mirrors> {
+        let mut readers = std::collections::HashMap::new();
+        for (devid, info, _) in g.btrfs.iter().flat_map(|b| &b.members).filter(|(id, ..)| *id != on.devid) {
+            let r = crate::engine::target::DirectReader::open(&info.path)
+                .map_err(|e| Error::io(format!("opening {} to compare copies", info.path.display()), e))?;
+            if let Some(b) = &g.btrfs
+                && let Some(m) = b.layout.member(*devid)
+            {
+                crate::host::btrfs::check_member(&b.layout, m, &r)?;
+            }
+            readers.insert(*devid, r.aligned(info.dio_mem_align as usize, u64::from(info.dio_offset_align)));
+        }
+        Ok(super::mirrors::Mirrors {
+            devid: on.devid,
+            layout: Arc::clone(&on.layout),
+            readers,
+            mem_align: dev.dio_mem_align as usize,
+            findings: Arc::default(),
+        })
     }
 
     /// The files to rewrite, in the order of their first block on the device (path order
     /// says nothing about where files lie; this order lets files that lie one after
     /// another share I/Os, and writes the device ascending), the file the interrupted
     /// run stopped in first; their table for the journal; and where that file resumes.
-    fn members(&mut self, g: &FsGroup, todo: &[usize]) -> (Vec<Member>, Vec<Placed>, u64) {
-        let align = u64::from(g.device.dio_offset_align);
+    fn members(
+        &mut self,
+        dev: &crate::host::device::BlockDeviceInfo,
+        todo: &[usize],
+        on: Option<&super::mirrors::OnDevice>,
+    ) -> (Vec<Member>, Vec<Placed>, u64) {
+        let align = u64::from(dev.dio_offset_align);
         let mut files: Vec<(u64, Member, FileIdentity)> = Vec::new();
         let mut start = 0;
         for &fi in todo {
@@ -114,12 +215,17 @@ impl FileRun<'_> {
                 continue;
             };
             let exts = mapped(path);
-            let id = file_identity(path, &md, exts.as_deref());
+            let id = on_devid(file_identity(path, &md, exts.as_deref()), on.map(|o| o.devid));
+            // A btrfs member's run the interrupted run finished this file in.
+            if on.is_some() && self.plan.earlier.as_ref().is_some_and(|e| e.done.contains_key(&record::key(&id))) {
+                continue;
+            }
             // A file ends at its last filesystem block, so that the next file's first
             // block can follow it in one I/O (the slack after the end of the file is the
             // file's own block, written back as read).
             let unit = md.blksize().max(align);
-            let m = Member::new(fi, path.clone(), md.len(), md.len().div_ceil(unit) * unit);
+            let span = md.len().div_ceil(unit) * unit;
+            let m = Member::new(fi, path.clone(), md.len(), on.map_or(span, |o| o.span(span)));
             let resumed =
                 self.plan.earlier.as_ref().and_then(|e| e.partial.get(&record::key(&id))).filter(|&&at| at < m.span);
             let first = match resumed {
@@ -158,9 +264,9 @@ impl FileRun<'_> {
         })
     }
 
-    /// One filesystem's cost added to the run's.
-    fn add_cost(&mut self, w: crate::measure::passes::WriteCost, g: &FsGroup) {
-        let drive = g.device.parent_disk.clone().unwrap_or_else(|| g.device.identity.name.clone());
+    /// One device's cost added to the run's.
+    fn add_cost(&mut self, w: crate::measure::passes::WriteCost, dev: &crate::host::device::BlockDeviceInfo) {
+        let drive = dev.parent_disk.clone().unwrap_or_else(|| dev.identity.name.clone());
         let (total, same) = match self.cost.take() {
             Some((t, d)) => (Some(t), d == drive),
             None => (None, true),
@@ -170,20 +276,27 @@ impl FileRun<'_> {
 
     /// What one filesystem's guardian freezes and every window checks: nothing else may
     /// write its device (a raw writer bypasses the freeze).
-    fn guarded<'g>(&'g self, g: &'g FsGroup) -> sequence::Guarded<'g> {
+    fn guarded<'g>(&'g self, g: &'g FsGroup, d: &Device<'g>) -> sequence::Guarded<'g> {
         sequence::Guarded {
-            device: &g.device,
+            device: d.info,
             filesystems: std::slice::from_ref(&g.fs),
             max_freeze: self.plan.options.max_freeze(),
             placement: Some(&self.plan.placement),
-            writer_devices: g.device.devices_sharing_bytes(&Sysfs::default()),
-            shape: &g.shape,
+            writer_devices: d.info.devices_sharing_bytes(&Sysfs::default()),
+            shape: d.shape,
         }
     }
 
     /// The engine's configuration for the files of one filesystem, laid end to end in
     /// `[0, range_end)`.
-    fn config(&self, g: &FsGroup, members: &[Member], start: u64, range_end: u64) -> EngineConfig {
+    fn config(
+        &self,
+        g: &FsGroup,
+        dev: &crate::host::device::BlockDeviceInfo,
+        members: &[Member],
+        start: u64,
+        range_end: u64,
+    ) -> EngineConfig {
         if start > 0 {
             log::info!(
                 "{}: resuming at {} of {}",
@@ -200,12 +313,14 @@ impl FileRun<'_> {
             journal_on_frozen_fs: crate::host::state_dir::on_frozen(state_dir, std::slice::from_ref(&g.fs)),
         };
         let files = members.iter().map(|m| (m.base, m.span, m.path.display().to_string())).collect();
-        sequence::engine_config(&self.plan.options, span, state_dir.clone(), &g.device, files)
+        sequence::engine_config(&self.plan.options, span, state_dir.clone(), dev, files)
     }
 
     /// After a filesystem's run: its figures into the totals, and each file's report
     /// (done when the run finished, or its cursor went past the whole file).
-    fn settle(&mut self, members: &[Member], start: u64, stats: &EngineStats, finished: bool) {
+    /// A btrfs member's run before the last (`last` false) merges into the reports and
+    /// counts no file finished.
+    fn settle(&mut self, members: &[Member], start: u64, stats: &EngineStats, finished: bool, last: bool) {
         add(&mut self.totals, stats);
         for m in members {
             let done = finished || m.base + m.span <= stats.next_offset_bytes;
@@ -218,8 +333,11 @@ impl FileRun<'_> {
             if let Some(why) = &m.skipped {
                 log::warn!("{}: skipped: {why}", m.path.display());
             }
-            self.files_done += usize::from(done);
-            self.reports.push((m.index, r));
+            self.files_done += usize::from(done && last);
+            match self.reports.iter_mut().find(|(i, _)| *i == m.index) {
+                Some((_, earlier)) => merge(earlier, r),
+                None => self.reports.push((m.index, r)),
+            }
         }
         self.finished.store(self.files_done, std::sync::atomic::Ordering::SeqCst);
         self.progress.set_message(format!("{} of {} files", self.files_done, self.files_total));
@@ -271,6 +389,7 @@ impl FileRun<'_> {
         if self.plan.options.bench && outcome.is_ok() {
             outcome = super::bench_after(&self.plan.options, self.stop, measured, report);
         }
+        report.warnings.extend(self.findings);
         report.results = Some(self.totals);
         report.write_cost = self.cost.map(|c| c.0);
         // In path order, whatever order the runs took.
@@ -278,6 +397,30 @@ impl FileRun<'_> {
         reports.sort_by_key(|(fi, _)| *fi);
         report.files = Some(reports.into_iter().map(|(_, r)| r).collect());
         outcome
+    }
+}
+
+/// What one device would be to the run: its info and shape, its btrfs devid, and the
+/// progress to reach when it is the filesystem's last.
+struct Device<'a> {
+    info: &'a crate::host::device::BlockDeviceInfo,
+    shape: &'a crate::host::shape::Shape,
+    devid: Option<u64>,
+    goal: Option<u64>,
+}
+
+/// A file's report from a btrfs member's run, merged into the one from the member
+/// before: the bytes of both, and finished only when both are.
+fn merge(earlier: &mut FileReport, r: FileReport) {
+    earlier.bytes_rewritten += r.bytes_rewritten;
+    earlier.windows += r.windows;
+    earlier.longest_freeze_seconds = earlier.longest_freeze_seconds.max(r.longest_freeze_seconds);
+    earlier.bytes_skipped_holes = 0;
+    if earlier.skipped_reason.is_none() {
+        earlier.skipped_reason = r.skipped_reason;
+    }
+    if r.verification == Verification::Incomplete {
+        earlier.verification = Verification::Incomplete;
     }
 }
 
