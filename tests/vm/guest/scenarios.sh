@@ -353,6 +353,63 @@ scenario_md_raid1() {
   log "md check: mismatch_cnt 0"
 }
 
+# ---- btrfs, with Debian's kernel and btrfs-progs --------------------------------
+
+# A btrfs RAID1 over two disks: file mode rewrites both copies of every extent, each in
+# place on its own disk (the disks' counters), a reflinked copy once; device mode
+# rewrites what one member allocates and leaves the other alone; the files, btrfs scrub
+# (every copy against its checksum) and btrfs check stay clean.
+scenario_btrfs_raid1() {
+  local a b; a=$(disk a); b=$(disk b)
+  mkfs.btrfs -q -f -d raid1 -m raid1 "$a" "$b"
+  btrfs device scan "$a" "$b" >/dev/null
+  mountit "$a" "$MNT/btr"
+  # A database's files are nodatacow (chattr +C on the empty directory: its new files
+  # inherit it); the others keep btrfs's data checksums.
+  mkdir -p "$MNT/btr/db"; chattr +C "$MNT/btr/db"
+  fill "$MNT/btr/db" 2 8
+  fill "$MNT/btr/sum" 2 4
+  cp --reflink=always "$MNT/btr/sum/f1" "$MNT/btr/sum/f1.reflink"
+  (cd "$MNT/btr/sum" && sha256sum f*) >"$T/manifest-$(echo "$MNT/btr/sum" | tr / _)"
+  lsattr -d "$MNT/btr/db" | grep -q '^.*C' || fail "chattr +C did not take on $MNT/btr/db"
+  local files=$(( 24 << 20 ))
+  sync; echo 3 >/proc/sys/vm/drop_caches
+  local a0 b0 rc=0; a0=$(written "$a"); b0=$(written "$b")
+  reseq rewrite --json --max-freeze 2s --pause 50ms "$MNT/btr/db" "$MNT/btr/sum" >"$T/r.json" 2>"$T/r.err" || rc=$?
+  [ $rc = 0 ] || { cat "$T/r.err" >&2; fail "reseq rewrite (file mode, btrfs RAID1) exited $rc"; }
+  local w wa wb bad
+  w=$(jq '.results.bytes_written' "$T/r.json")
+  bad=$(jq '[.files[] | select(.verification != "passed" and .skipped_reason == null)] | length' "$T/r.json")
+  [ "$bad" = 0 ] || fail "$bad files not verified: $(jq -c '.files' "$T/r.json" | cut -c1-400)"
+  # Both mirrors, each shared extent once: the reflinked copy adds nothing.
+  [ "$w" = $(( 2 * files )) ] || fail "file mode wrote $w bytes, not both copies of the $files bytes of files"
+  wa=$(( ($(written "$a") - a0) * 512 )); wb=$(( ($(written "$b") - b0) * 512 ))
+  for x in "$a:$wa" "$b:$wb"; do
+    [ "${x#*:}" -ge "$files" ] && [ "${x#*:}" -le $(( files * 3 / 2 )) ] \
+      || fail "${x%%:*} took ${x#*:} bytes written for its copy of $files bytes (from 1x to 1.5x)"
+  done
+  log "file mode on btrfs RAID1: $w bytes, $wa written to $a, $wb to $b"
+  intact "$MNT/btr/db"; intact "$MNT/btr/sum"
+  # Device mode on one member: what the device-extent tree allocates on it.
+  a0=$(written "$a"); b0=$(written "$b"); rc=0
+  reseq rewrite --json --max-freeze 2s --pause 50ms "$a" >"$T/d.json" 2>"$T/d.err" || rc=$?
+  [ $rc = 0 ] || { cat "$T/d.err" >&2; fail "reseq rewrite $a (device mode, mounted btrfs) exited $rc"; }
+  w=$(jq '.results.bytes_written' "$T/d.json")
+  [ "$(jq -r .verification "$T/d.json")" = passed ] || fail "device mode: verification $(jq -r .verification "$T/d.json")"
+  [ "$w" -ge "$files" ] || fail "device mode rewrote $w bytes of $a, less than its copy of the files"
+  wa=$(( ($(written "$a") - a0) * 512 )); wb=$(( ($(written "$b") - b0) * 512 ))
+  [ "$wa" -ge "$w" ] || fail "$a took $wa bytes written for the $w reseq wrote"
+  [ "$wb" -lt "$files" ] || fail "$b took $wb bytes written while only $a was rewritten"
+  log "device mode $a: $w bytes; $wa written to it, $wb to the other member (its own commits at most)"
+  intact "$MNT/btr/db"; intact "$MNT/btr/sum"
+  local out; out=$(btrfs scrub start -B "$MNT/btr" 2>&1) || { echo "$out" >&2; fail "btrfs scrub failed"; }
+  grep -q "no errors found" <<<"$out" || { echo "$out" >&2; fail "btrfs scrub found errors"; }
+  log "btrfs scrub: no errors found"
+  umount "$MNT/btr"
+  btrfs check --readonly "$a" >"$T/check.log" 2>&1 || { cat "$T/check.log" >&2; fail "btrfs check --readonly $a"; }
+  log "btrfs check --readonly: clean"
+}
+
 # ---- systemd as PID 1: the shipped unit --------------------------------------------
 
 install_units() {
@@ -427,6 +484,33 @@ wait_thawed() { # DEV SECONDS -> sets THAWED_AT
   local end; end=$(awk "BEGIN{printf \"%.3f\", $(now) + $2}")
   while is_frozen "$1"; do fp "$(now) < $end" || fail "$1 still frozen after $2 s"; sleep 0.02; done
   THAWED_AT=$(now)
+}
+# SIGSTOPs PID while DEV is frozen and returns 0, within SECONDS; 2 when the job (JOB, a
+# pid) ended first. A window of a rate-paced job lasts a fraction of a second, shorter
+# than a dd and an od take to start under TCG: one process polls the superblock with
+# O_DIRECT reads (as is_frozen does) and stops PID the moment it sees the freeze.
+stop_in_window() { # DEV PID JOB SECONDS
+  python3 - "$@" <<'PY'
+import mmap, os, signal, sys, time
+dev, pid, job, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+fd = os.open(dev, os.O_RDONLY | os.O_DIRECT)
+buf = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT wants
+def frozen():
+    os.preadv(fd, [buf], 0)
+    return buf[1120] & 4 == 0
+end = time.monotonic() + secs
+while time.monotonic() < end:
+    if not os.path.exists(f"/proc/{job}"):
+        sys.exit(2)
+    if frozen():
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(0.05)  # a thaw already in the kernel lands before the check
+        if frozen():
+            sys.exit(0)
+        os.kill(pid, signal.SIGCONT)
+    time.sleep(0.002)
+sys.exit(1)
+PY
 }
 # Start the job, wait for a freeze window after the first, check where the guardian is.
 svc_start_mid_window() {
@@ -564,13 +648,9 @@ scenario_systemd_execstoppost() {
   svc_start_mid_window
   # Stop the guardian (it keeps its freezes) while the filesystem is frozen, then kill
   # both: nothing of reseq's is left to thaw.
-  local i
-  for i in $(seq 1 20); do
-    kill -STOP "$GUARDIAN"
-    is_frozen /dev/vmvg/svc && break
-    kill -CONT "$GUARDIAN"; wait_frozen /dev/vmvg/svc 30
-  done
-  is_frozen /dev/vmvg/svc || fail "never caught the guardian in a window"
+  stop_in_window /dev/vmvg/svc "$GUARDIAN" "$MAIN" 60 || fail "never caught the guardian in a window (exit $?)"
+  FROZEN_AT=$(now)
+  is_frozen /dev/vmvg/svc || fail "the guardian was stopped in a window, yet $MNT/svc thawed"
   kill -KILL "$MAIN"; kill -KILL "$GUARDIAN"
   wait_inactive
   wait_thawed /dev/vmvg/svc 10
@@ -853,6 +933,8 @@ teardown() {
     blkdiscard -f "$d" 2>/dev/null || dd if=/dev/zero of="$d" bs=1M count=16 oflag=direct status=none
   done
   rm -f "$USED"
+  # The kernel keeps the members of a btrfs it scanned, wiped or not.
+  if [ -e /sys/fs/btrfs ]; then btrfs device scan --forget 2>/dev/null; fi
   udevadm settle
   return 0
 }
