@@ -165,6 +165,12 @@ fn raid1_rewrites_both_mirrors_and_reports_a_differing_one() {
     let zeros = AlignedZeros::new();
     direct_write_block(&b.path, on_b, zeros.as_slice());
     let (a0, b0) = (bytes_written_to(&a.path), bytes_written_to(&b.path));
+    // The dry run plans and predicts both copies, each on its device.
+    let dry = json_ok(rewrite(&env, &[&m.dir]).arg("--dry-run"));
+    assert_eq!(dry["prediction"]["bytes_written"], 22 << 20, "{}", dry["prediction"]);
+    let planned: u64 =
+        dry["plan"]["files"].as_array().unwrap().iter().map(|f| f["bytes_to_rewrite"].as_u64().unwrap()).sum();
+    assert_eq!(planned, 22 << 20, "{}", dry["plan"]);
     let r = json_ok(&mut rewrite(&env, &[&m.dir]));
     written_about(&a, a0, 11 << 20);
     written_about(&b, b0, 11 << 20);

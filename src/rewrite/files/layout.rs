@@ -14,7 +14,8 @@ use crate::rewrite::predict::{Batch, EngineRun, Layout, Run};
 use crate::sys;
 
 /// Each filesystem's engine run, with the files the run rewrites (those chosen, not
-/// finished by an interrupted run, not empty).
+/// finished by an interrupted run, not empty); on btrfs, one run per member device,
+/// with the copies of the files' extents it holds.
 pub(super) fn engine_runs(plan: &FilesPlan) -> Vec<EngineRun> {
     let plan_time = plan.options.max_freeze().as_secs_f64() / 10.0;
     let mut runs = Vec::new();
@@ -23,17 +24,56 @@ pub(super) fn engine_runs(plan: &FilesPlan) -> Vec<EngineRun> {
             p.fs == gi && !plan.left_alone.contains_key(i) && !plan.done_before.contains_key(i)
         };
         let align = u64::from(g.device.dio_offset_align).max(1);
-        let mut files: Vec<Mapped> =
+        let files: Vec<Mapped> =
             plan.planned.iter().enumerate().filter(todo).filter_map(|(_, p)| map(&p.path, align)).collect();
-        files.sort_by_key(|f| f.first);
-        let batches = batches(&files);
-        runs.push(EngineRun {
-            device: g.device.path.clone(),
-            align,
-            layout: Layout { batches, plan_seconds: 0.0, plan_time: Some(plan_time) },
-        });
+        let Some(b) = &g.btrfs else {
+            runs.push(engine_run(&g.device.path, align, files, plan_time));
+            continue;
+        };
+        for (devid, info, _) in &b.members {
+            let copies = files.iter().flat_map(|f| copies_on(f, &b.layout, *devid)).collect();
+            runs.push(engine_run(&info.path, u64::from(info.dio_offset_align).max(1), copies, plan_time));
+        }
     }
     runs
+}
+
+fn engine_run(device: &std::path::Path, align: u64, mut files: Vec<Mapped>, plan_time: f64) -> EngineRun {
+    files.sort_by_key(|f| f.first);
+    let batches = batches(&files);
+    EngineRun {
+        device: device.to_path_buf(),
+        align,
+        layout: Layout { batches, plan_seconds: 0.0, plan_time: Some(plan_time) },
+    }
+}
+
+/// A file on btrfs (FIEMAP gives btrfs logical addresses) as the copies of its extents
+/// on member `devid`, at their device offsets: one per copy the device holds (two with
+/// DUP), each laid out as a file of its own. None of it where a range does not map (the
+/// run skips that file).
+fn copies_on(f: &Mapped, layout: &crate::host::btrfs::Layout, devid: u64) -> Vec<Mapped> {
+    let mut copies: Vec<Vec<sys::FiemapExtent>> = Vec::new();
+    for e in &f.extents {
+        let Ok(pieces) = layout.map(e.physical, e.length) else { return Vec::new() };
+        let mut rank = std::collections::HashMap::new();
+        for p in pieces.iter().filter(|p| p.devid == devid) {
+            let copy = rank.entry(p.logical).and_modify(|n| *n += 1).or_insert(0usize);
+            if copies.len() <= *copy {
+                copies.resize_with(*copy + 1, Vec::new);
+            }
+            let logical = e.logical + (p.logical - e.physical);
+            copies[*copy].push(sys::FiemapExtent { logical, physical: p.physical, length: p.len, ..*e });
+        }
+    }
+    let seconds = f.seconds / copies.len().max(1) as f64;
+    copies
+        .into_iter()
+        .map(|extents| {
+            let first = extents.iter().map(|x| x.physical.max(1)).min().unwrap_or(u64::MAX);
+            Mapped { first, span: f.span, extents, seconds }
+        })
+        .collect()
 }
 
 /// One file, mapped now (unfrozen: an estimate; the run maps again in each window).
