@@ -570,3 +570,55 @@ fn a_drive_aged_while_served_reads_old_files_slowly_until_rewritten() {
         .sum();
     assert!(old_bytes >= 32 * MIB, "the other file is 90 days old in the saved state: {info}");
 }
+
+/// btrfs on the emulated consumer NVMe: a `nodatacow` file (a database's, overwritten in
+/// place) degraded by random writes reads at least twice slower; file mode, through the
+/// chunk tree, rewrites it in place and it reads within 10 % of fresh again; the bytes,
+/// `btrfs scrub` and `btrfs check --readonly` stay clean.
+#[test]
+fn btrfs_nodatacow_file_degrades_and_file_mode_restores_it() {
+    if !require(&["losetup", "mkfs.btrfs", "btrfs", "chattr"]) || !require_fuse() {
+        return;
+    }
+    let _one = exclusive();
+    let env = TestEnv::new();
+    let state = env.path("drive");
+    sim(&env, &["create", state.to_str().unwrap(), "--preset", "consumer-nvme", "--device-size", "1G"]);
+    let server = Server::start(&env, &state, SCALE);
+    let lo = LoopDevice::attach(&server.disk(), &["--sector-size", "4096"]).unwrap();
+    run_cmd(Command::new("mkfs.btrfs").args(["-q", "-f"]).arg(&lo.path)).unwrap();
+    let mnt = Mount::new(&lo.path, &env.path("mnt"), &[]).unwrap();
+    let db = mnt.dir.join("table.db");
+    File::create(&db).unwrap();
+    run_cmd(Command::new("chattr").arg("+C").arg(&db)).unwrap();
+    write_file(&db, 128 * MIB, 1);
+    let (fresh, _) = bench(&env, &db, &[]);
+    degrade(&db, 64 * MIB, 3);
+    let (degraded, _) = bench(&env, &db, &[]);
+    eprintln!("btrfs: fresh {:.0} MiB/s, degraded {:.0} MiB/s", fresh / MIB as f64, degraded / MIB as f64);
+    assert!(fresh >= 2.0 * degraded, "random writes must make it at least x2 slower: {fresh} -> {degraded}");
+    let db_hash = hash_path(&db).unwrap();
+    let written = bytes_written_to(&lo.path);
+    let r = json_ok(
+        env.reseq()
+            .arg("rewrite")
+            .arg(&db)
+            .args(["--bench", "--bench-recheck", "0s", "--json", "--state-dir"])
+            .arg(env.state_dir()),
+    );
+    assert_eq!(r["results"]["bytes_written"], 128 * MIB, "{}", r["results"]);
+    let written = bytes_written_to(&lo.path) - written;
+    assert!((128 * MIB..=192 * MIB).contains(&written), "the device took {written} bytes for the 128 MiB file");
+    assert_eq!(r["verdict"]["verdict"], "faster", "{}", r["verdict"]);
+    let after = r["bench_after"]["max_bytes_per_second"].as_f64().unwrap();
+    eprintln!("btrfs: after the rewrite {:.0} MiB/s", after / MIB as f64);
+    assert!(within(after, fresh, 0.10), "file mode: after {after} vs fresh {fresh}: not within 10 %");
+    assert_eq!(hash_path(&db).unwrap(), db_hash, "file contents changed");
+    let scrub = Command::new("btrfs").args(["scrub", "start", "-B"]).arg(&mnt.dir).output().unwrap();
+    let text = String::from_utf8_lossy(&scrub.stdout).into_owned() + &String::from_utf8_lossy(&scrub.stderr);
+    assert!(scrub.status.success() && text.contains("no errors found"), "btrfs scrub: {text}");
+    mnt.unmount().unwrap();
+    run_cmd(Command::new("btrfs").args(["check", "--readonly"]).arg(&lo.path)).expect("btrfs check clean");
+    drop(lo);
+    assert_eq!(server.stop()["saved"], true);
+}
