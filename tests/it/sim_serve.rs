@@ -118,6 +118,16 @@ fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStat
     }
 }
 
+/// A new drive of `preset` and `size` (its state file in the test's directory), served
+/// at `scale`, and a loop device of 4 KiB sectors over it. Drop the loop device first.
+fn served(env: &TestEnv, preset: &str, size: &str, scale: f64) -> (PathBuf, Server, LoopDevice) {
+    let state = env.path("drive");
+    sim(env, &["create", state.to_str().unwrap(), "--preset", preset, "--device-size", size]);
+    let server = Server::start(env, &state, scale);
+    let lo = LoopDevice::attach(&server.disk(), &["--sector-size", "4096"]).unwrap();
+    (state, server, lo)
+}
+
 pub(crate) fn sim(env: &TestEnv, args: &[&str]) -> serde_json::Value {
     let out = output(env.reseq().arg("sim").args(args));
     assert_eq!(out.status.code(), Some(0));
@@ -195,10 +205,7 @@ fn consumer_nvme_degrades_and_file_and_device_mode_restore_it() {
     }
     let _one = exclusive();
     let env = TestEnv::new();
-    let state = env.path("drive");
-    sim(&env, &["create", state.to_str().unwrap(), "--preset", "consumer-nvme", "--device-size", "2G"]);
-    let server = Server::start(&env, &state, SCALE);
-    let lo = LoopDevice::attach(&server.disk(), &["--sector-size", "4096"]).unwrap();
+    let (state, server, lo) = served(&env, "consumer-nvme", "2G", SCALE);
     // A small journal and few inodes: the data in use is the files, as on a database's
     // drive, and device mode's benchmark over it is not diluted by fresh metadata.
     run_cmd(
@@ -386,10 +393,7 @@ fn datacenter_sata_shows_no_measurable_change() {
     }
     let _one = exclusive();
     let env = TestEnv::new();
-    let state = env.path("drive");
-    sim(&env, &["create", state.to_str().unwrap(), "--preset", "datacenter-sata", "--device-size", "1G"]);
-    let server = Server::start(&env, &state, 3.0);
-    let lo = LoopDevice::attach(&server.disk(), &["--sector-size", "4096"]).unwrap();
+    let (_, server, lo) = served(&env, "datacenter-sata", "1G", 3.0);
     mkfs_ext4(&lo.path).unwrap();
     let mnt = Mount::new(&lo.path, &env.path("mnt"), &[]).unwrap();
     let db = mnt.dir.join("table.db");
@@ -417,10 +421,7 @@ fn server_killed_mid_rewrite_reseq_stops_and_thaws() {
     }
     let _one = exclusive();
     let env = TestEnv::new();
-    let state = env.path("drive");
-    sim(&env, &["create", state.to_str().unwrap(), "--preset", "consumer-nvme", "--device-size", "2G"]);
-    let server = Server::start(&env, &state, SCALE);
-    let lo = LoopDevice::attach(&server.disk(), &["--sector-size", "4096"]).unwrap();
+    let (_, server, lo) = served(&env, "consumer-nvme", "2G", SCALE);
     mkfs_ext4(&lo.path).unwrap();
     let mnt = Mount::new(&lo.path, &env.path("mnt"), &[]).unwrap();
     let db = mnt.dir.join("table.db");
@@ -582,10 +583,7 @@ fn btrfs_nodatacow_file_degrades_and_file_mode_restores_it() {
     }
     let _one = exclusive();
     let env = TestEnv::new();
-    let state = env.path("drive");
-    sim(&env, &["create", state.to_str().unwrap(), "--preset", "consumer-nvme", "--device-size", "1G"]);
-    let server = Server::start(&env, &state, SCALE);
-    let lo = LoopDevice::attach(&server.disk(), &["--sector-size", "4096"]).unwrap();
+    let (_, server, lo) = served(&env, "consumer-nvme", "1G", SCALE);
     run_cmd(Command::new("mkfs.btrfs").args(["-q", "-f"]).arg(&lo.path)).unwrap();
     let mnt = Mount::new(&lo.path, &env.path("mnt"), &[]).unwrap();
     let db = mnt.dir.join("table.db");
