@@ -2,11 +2,11 @@
 //! need the test-only fault hooks, so Cargo.toml builds this binary only with that feature
 //! (`required-features`), and one binary links once instead of once per suite.
 //!
-//! Suites run side by side (two test threads). The few that must have the machine to
-//! themselves (the emulated-SSD suites time the drive's clock; a few load the CPU or
-//! break other tests' tools for a while) hold `common::exclusive()`; every other test
-//! that runs the binary or makes a device holds `common::shared()`, taken for it by the
-//! helpers it calls.
+//! Suites run side by side (three test threads, set in .cargo/config.toml). The few that
+//! must have the machine to themselves (the emulated-SSD suites time the drive's clock;
+//! a few load the CPU or break other tests' tools for a while) hold
+//! `common::exclusive()`; every other test that runs the binary or makes a device holds
+//! `common::shared()`, taken for it by the helpers it calls.
 
 mod common;
 #[path = "common/faultfs.rs"]
