@@ -134,6 +134,17 @@ fn single_device_nodatacow_checksummed_reflink_snapshot_inline() {
     let db_read =
         scanned.iter().find(|f| f["path"].as_str().unwrap().ends_with("/db")).unwrap_or_else(|| panic!("{scan}"));
     assert!(db_read["bytes_per_second"].as_f64().unwrap() > 0.0, "{db_read}");
+    let e = json_ok(env.reseq().arg("estimate").arg(&m.dir).args(["--json", "--sample", "4M"]));
+    let sampled = e["estimate_files"]["sample_bytes"].as_u64().unwrap_or_else(|| panic!("{e}"));
+    assert!(sampled > 0 && e["estimate_files"]["advice"].is_string(), "{e}");
+    // Selections: --only-slow reads every file first; --older-than 1d finds all of them
+    // new (written just now), so it plans nothing.
+    let slow = json_ok(rewrite(&env, &[&m.dir]).args(["--dry-run", "--only-slow"]));
+    assert!(slow["plan"]["files"].is_array(), "{slow}");
+    let old = json_ok(rewrite(&env, &[&m.dir]).args(["--dry-run", "--older-than", "1d"]));
+    let chosen: u64 =
+        old["plan"]["files"].as_array().unwrap().iter().map(|f| f["bytes_to_rewrite"].as_u64().unwrap()).sum();
+    assert_eq!(chosen, 0, "{}", old["plan"]);
     scrub_clean(&m.dir);
     m.unmount().unwrap();
     check_clean(&lo.path);
@@ -166,6 +177,9 @@ fn raid1_rewrites_both_mirrors_and_reports_a_differing_one() {
     direct_write_block(&b.path, on_b, zeros.as_slice());
     let (a0, b0) = (bytes_written_to(&a.path), bytes_written_to(&b.path));
     // The dry run plans and predicts both copies, each on its device.
+    let text = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&m.dir));
+    let text = String::from_utf8_lossy(&text.stdout).replace('\n', " ");
+    assert!(text.contains("btrfs data RAID1") && text.contains("2 copies of each byte"), "{text}");
     let dry = json_ok(rewrite(&env, &[&m.dir]).arg("--dry-run"));
     assert_eq!(dry["prediction"]["bytes_written"], 22 << 20, "{}", dry["prediction"]);
     let planned: u64 =
