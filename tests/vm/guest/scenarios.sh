@@ -472,12 +472,7 @@ unitlog() { journalctl -u reseq@vmtest.service --after-cursor="${1:-$SINCE}" --n
 # never through the filesystem: a probe through it would block).
 is_frozen() { local v; v=$(dd if="$1" bs=4096 count=1 iflag=direct status=none | od -An -tu1 -j1120 -N1); (( (v & 4) == 0 )); }
 wait_frozen() { # DEV SECONDS -> sets FROZEN_AT
-  local end; end=$(awk "BEGIN{printf \"%.3f\", $(now) + $2}")
-  while ! is_frozen "$1"; do
-    fp "$(now) < $end" || fail "$1 never froze within $2 s"
-    [ "$(systemctl is-failed reseq@vmtest.service)" != failed ] || fail "reseq@vmtest.service failed before $1 froze"
-    sleep 0.02
-  done
+  frozen_poll "$1" "$2" || fail "$1 never froze within $2 s (reseq@vmtest.service: $(systemctl is-active reseq@vmtest.service), $(systemctl show -p Result --value reseq@vmtest.service))"
   FROZEN_AT=$(now)
 }
 wait_thawed() { # DEV SECONDS -> sets THAWED_AT
@@ -485,14 +480,17 @@ wait_thawed() { # DEV SECONDS -> sets THAWED_AT
   while is_frozen "$1"; do fp "$(now) < $end" || fail "$1 still frozen after $2 s"; sleep 0.02; done
   THAWED_AT=$(now)
 }
-# SIGSTOPs PID while DEV is frozen and returns 0, within SECONDS; 2 when the job (JOB, a
-# pid) ended first. A window of a rate-paced job lasts a fraction of a second, shorter
-# than a dd and an od take to start under TCG: one process polls the superblock with
-# O_DIRECT reads (as is_frozen does) and stops PID the moment it sees the freeze.
-stop_in_window() { # DEV PID JOB SECONDS
+# Polls DEV's superblock (as is_frozen does, O_DIRECT) from one process, every 2 ms:
+# a window of a rate-paced job lasts a fraction of a second, shorter than a dd and an
+# od take to start under TCG, so a loop of them misses windows. Returns 0 once DEV is
+# seen frozen, 1 after SECONDS. With STOP (a pid), SIGSTOPs it the moment the freeze
+# is seen and returns 0 only if DEV is still frozen 50 ms later (else continues it and
+# polls on); 2 when JOB (a pid) ended first.
+frozen_poll() { # DEV SECONDS [STOP JOB]
   python3 - "$@" <<'PY'
 import mmap, os, signal, sys, time
-dev, pid, job, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+dev, secs = sys.argv[1], float(sys.argv[2])
+stop, job = (int(sys.argv[3]), int(sys.argv[4])) if len(sys.argv) > 4 else (None, None)
 fd = os.open(dev, os.O_RDONLY | os.O_DIRECT)
 buf = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT wants
 def frozen():
@@ -500,14 +498,16 @@ def frozen():
     return buf[1120] & 4 == 0
 end = time.monotonic() + secs
 while time.monotonic() < end:
-    if not os.path.exists(f"/proc/{job}"):
+    if job is not None and not os.path.exists(f"/proc/{job}"):
         sys.exit(2)
     if frozen():
-        os.kill(pid, signal.SIGSTOP)
+        if stop is None:
+            sys.exit(0)
+        os.kill(stop, signal.SIGSTOP)
         time.sleep(0.05)  # a thaw already in the kernel lands before the check
         if frozen():
             sys.exit(0)
-        os.kill(pid, signal.SIGCONT)
+        os.kill(stop, signal.SIGCONT)
     time.sleep(0.002)
 sys.exit(1)
 PY
@@ -648,7 +648,7 @@ scenario_systemd_execstoppost() {
   svc_start_mid_window
   # Stop the guardian (it keeps its freezes) while the filesystem is frozen, then kill
   # both: nothing of reseq's is left to thaw.
-  stop_in_window /dev/vmvg/svc "$GUARDIAN" "$MAIN" 60 || fail "never caught the guardian in a window (exit $?)"
+  frozen_poll /dev/vmvg/svc 60 "$GUARDIAN" "$MAIN" || fail "never caught the guardian in a window (exit $?)"
   FROZEN_AT=$(now)
   is_frozen /dev/vmvg/svc || fail "the guardian was stopped in a window, yet $MNT/svc thawed"
   kill -KILL "$MAIN"; kill -KILL "$GUARDIAN"
