@@ -292,6 +292,21 @@ impl Layout {
         Ok(out)
     }
 
+    /// The copies among `pieces` (one range's, from [`Layout::map`]) that lie on member
+    /// `devid`, each with its rank on that device: 0, and 1 for DUP's second copy.
+    pub(crate) fn ranked_on(pieces: &[Piece], devid: u64) -> Vec<(u64, &Piece)> {
+        let mut rank: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+        pieces
+            .iter()
+            .filter(|p| p.devid == devid)
+            .map(|p| {
+                let here = rank.entry(p.logical).or_insert(0);
+                *here += 1;
+                (*here - 1, p)
+            })
+            .collect()
+    }
+
     pub(crate) fn member(&self, devid: u64) -> Option<&Member> {
         self.members.iter().find(|m| m.devid == devid)
     }

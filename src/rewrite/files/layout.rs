@@ -56,14 +56,13 @@ fn copies_on(f: &Mapped, layout: &crate::host::btrfs::Layout, devid: u64) -> Vec
     let mut copies: Vec<Vec<sys::FiemapExtent>> = Vec::new();
     for e in &f.extents {
         let Ok(pieces) = layout.map(e.physical, e.length) else { return Vec::new() };
-        let mut rank = std::collections::HashMap::new();
-        for p in pieces.iter().filter(|p| p.devid == devid) {
-            let copy = rank.entry(p.logical).and_modify(|n| *n += 1).or_insert(0usize);
-            if copies.len() <= *copy {
-                copies.resize_with(*copy + 1, Vec::new);
+        for (copy, p) in crate::host::btrfs::Layout::ranked_on(&pieces, devid) {
+            let copy = copy as usize;
+            if copies.len() <= copy {
+                copies.resize_with(copy + 1, Vec::new);
             }
             let logical = e.logical + (p.logical - e.physical);
-            copies[*copy].push(sys::FiemapExtent { logical, physical: p.physical, length: p.len, ..*e });
+            copies[copy].push(sys::FiemapExtent { logical, physical: p.physical, length: p.len, ..*e });
         }
     }
     let seconds = f.seconds / copies.len().max(1) as f64;

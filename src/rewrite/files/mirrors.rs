@@ -79,11 +79,7 @@ impl OnDevice {
                     c.logical, c.devid
                 ));
             }
-            let mut rank: HashMap<u64, u64> = HashMap::new();
-            for c in copies.iter().filter(|c| c.devid == self.devid) {
-                let here = rank.entry(c.logical).or_insert(0);
-                let copy = *here;
-                *here += 1;
+            for (copy, c) in Layout::ranked_on(&copies, self.devid) {
                 if copy >= self.copies {
                     return Err(format!("more copies on devid {} than the run planned", self.devid));
                 }
