@@ -35,7 +35,7 @@ fn mounted_with_writer(fs: &str) {
     assert_eq!(r["space"]["mode"], "used_space");
     assert_eq!(r["results"]["bytes_verified"], written);
     assert_eq!(written + skipped, size, "every byte is either rewritten or skipped as free");
-    assert!(written >= 32 * MIB && written < size / 2, "rewrote {written} bytes for 32 MiB of files");
+    assert!(written >= 32 * MIB && written < size / 2, "rewrote {written} bytes for 32 MiB of files: {}", r["results"]);
     assert_eq!(r["verification"], "passed");
     assert_eq!(r["plan"]["filesystems_frozen"][0]["fs_type"], fs);
     let windows = r["results"]["windows"].as_u64().unwrap();
