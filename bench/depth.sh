@@ -7,6 +7,7 @@
 #   byhand     b3sum D; dd in place bs=64M; b3sum D (the by-hand verified recipe)
 #   v, n       reseq rewrite, verified and --no-verify, its depth chosen by its probe
 #   vN, nN     the same at --read-ahead N for each N in DEPTHS (0: serial)
+#   vS.N, nS.N the same at --chunk-size S --read-ahead N for each S/N in SIZES
 #   vB, nB     the same with the binary $BEFORE (e.g. main's build), if set
 # Prints each one's median and spread, the goals' ratios, and the depth reseq chose.
 # Before each step, untimed: the device flushed and a second's rest. Without it a step
@@ -16,13 +17,14 @@
 #   sudo bench/depth.sh [ROUNDS] [SIZE_MIB] [disk|mem|sim]
 #     disk: image on /var/tmp (disk-backed), mem: on /dev/shm, sim: the emulated SSD
 #     (`reseq sim serve`, consumer-nvme at time scale 10, a loop device on its FUSE file)
-#   DEPTHS="0 2 8 16" BEFORE=/path/to/old/reseq RESEQ=/path/to/reseq
+#   DEPTHS="0 2 8 16" SIZES="16M/2 64M/1" BEFORE=/path/to/old/reseq RESEQ=/path/to/reseq
 source "$(dirname "$0")/common.sh"
 need_root
 ROUNDS=${1:-3}
 SIZE=${2:-1024}
 KIND=${3:-disk}
 DEPTHS=${DEPTHS:-0 2 8 16}
+SIZES=${SIZES:-}
 RESEQ=$(reseq_bin)
 command -v b3sum >/dev/null || cargo install --locked --quiet b3sum
 case $KIND in
@@ -40,6 +42,7 @@ esac
 echo "$KIND: $DEV, $SIZE MiB, $ROUNDS rounds, depths '$DEPTHS', $("$RESEQ" --version)${BEFORE:+, before: $BEFORE}"
 names=(read dd4 dd64 dd64f byhand v n)
 for d in $DEPTHS; do names+=("v$d" "n$d"); done
+for sd in $SIZES; do names+=("v${sd/\//.}" "n${sd/\//.}"); done
 [ -n "${BEFORE:-}" ] && names+=(vB nB)
 by_hand() { b3sum "$DEV" >/dev/null && dd if="$DEV" of="$DEV" bs=64M iflag=direct oflag=direct conv=notrunc status=none && b3sum "$DEV" >/dev/null; }
 rw() { local bin=$1; shift; "$bin" -q rewrite "$DEV" --state-dir "$STATE" --json "$@" >"$WORK/last.json" 2>"$WORK/last.err"; }
@@ -54,6 +57,8 @@ one() {
     n) rw "$RESEQ" --no-verify ;;
     vB) rw "$BEFORE" ;;
     nB) rw "$BEFORE" --no-verify ;;
+    v*.*) local s=${1#v}; rw "$RESEQ" --chunk-size "${s%.*}" --read-ahead "${s#*.}" ;;
+    n*.*) local s=${1#n}; rw "$RESEQ" --chunk-size "${s%.*}" --read-ahead "${s#*.}" --no-verify ;;
     v*) rw "$RESEQ" --read-ahead "${1#v}" ;;
     n*) rw "$RESEQ" --read-ahead "${1#n}" --no-verify ;;
   esac
@@ -77,7 +82,7 @@ for n in "${names[@]}"; do printf '%-8s %8.2f  %s\n' "$n" "$(m "$n")" "$(sort -g
 bound=$(echo "$(m dd64) + $(m read)" | bc -l)
 echo "three-pass bound (dd64 + read): $(printf %.2f "$bound") s; depth reseq chose: $(sort "$WORK/chosen" | uniq -c | xargs)"
 printf '%-8s %14s %14s %16s %17s\n' reseq "bound/verified" "byhand/verified" "dd64/no-verify" "dd64f/no-verify"
-rows="'' $DEPTHS"; [ -n "${BEFORE:-}" ] && rows+=" B"
+rows="'' $DEPTHS"; for sd in $SIZES; do rows+=" ${sd/\//.}"; done; [ -n "${BEFORE:-}" ] && rows+=" B"
 for d in $rows; do
   d=${d//\'/}
   printf '%-8s %14.2f %14.2f %16.2f %17.2f\n' "${d:-chosen}" "$(echo "$bound / $(m "v$d")" | bc -l)" \
