@@ -485,17 +485,25 @@ wait_thawed() { # DEV SECONDS -> sets THAWED_AT
 # od take to start under TCG, so a loop of them misses windows. Returns 0 once DEV is
 # seen frozen, 1 after SECONDS. With STOP (a pid), SIGSTOPs it the moment the freeze
 # is seen and returns 0 only if DEV is still frozen 50 ms later (else continues it and
-# polls on); 2 when JOB (a pid) ended first.
+# polls on); 2 when JOB (a pid) ended first. STOP may be a cgroup's directory instead:
+# then the cgroup is frozen (cgroup.freeze, as systemctl freeze and container pauses do)
+# and thawed again.
 frozen_poll() { # DEV SECONDS [STOP JOB]
   python3 - "$@" <<'PY'
 import mmap, os, signal, sys, time
 dev, secs = sys.argv[1], float(sys.argv[2])
-stop, job = (int(sys.argv[3]), int(sys.argv[4])) if len(sys.argv) > 4 else (None, None)
+stop, job = (sys.argv[3], int(sys.argv[4])) if len(sys.argv) > 4 else (None, None)
 fd = os.open(dev, os.O_RDONLY | os.O_DIRECT)
 buf = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT wants
 def frozen():
     os.preadv(fd, [buf], 0)
     return buf[1120] & 4 == 0
+def pause(on):
+    if stop.startswith("/"):
+        with open(os.path.join(stop, "cgroup.freeze"), "w") as f:
+            f.write("1" if on else "0")
+    else:
+        os.kill(int(stop), signal.SIGSTOP if on else signal.SIGCONT)
 end = time.monotonic() + secs
 while time.monotonic() < end:
     if job is not None and not os.path.exists(f"/proc/{job}"):
@@ -503,11 +511,11 @@ while time.monotonic() < end:
     if frozen():
         if stop is None:
             sys.exit(0)
-        os.kill(stop, signal.SIGSTOP)
+        pause(True)
         time.sleep(0.05)  # a thaw already in the kernel lands before the check
         if frozen():
             sys.exit(0)
-        os.kill(stop, signal.SIGCONT)
+        pause(False)
     time.sleep(0.002)
 sys.exit(1)
 PY
@@ -594,19 +602,15 @@ scenario_systemd_freeze() {
   # systemd refuses to freeze a unit with a job pending, and a Type=oneshot unit's start
   # job lasts as long as it runs ("Unit has a pending job"): then freeze its cgroup as
   # systemctl freeze does (cgroup.freeze), as a container runtime's pause would.
-  local how="systemctl freeze" cg i
+  local how="systemctl freeze" cg
   if ! systemctl freeze reseq@vmtest.service 2>"$T/freeze.err"; then
     grep -q "pending job" "$T/freeze.err" || { cat "$T/freeze.err" >&2; fail "systemctl freeze failed"; }
     cg=/sys/fs/cgroup$(systemctl show -p ControlGroup --value reseq@vmtest.service)
     how="cgroup.freeze of the unit (systemctl freeze: $(cat "$T/freeze.err"))"
-    # Freeze it while a window is frozen (the write lands at once); a window that ended
-    # just before does not count: thaw the group and take the next.
-    for i in $(seq 1 20); do
-      echo 1 >"$cg/cgroup.freeze"
-      is_frozen /dev/vmvg/svc && break
-      echo 0 >"$cg/cgroup.freeze"; wait_frozen /dev/vmvg/svc 30
-    done
-    is_frozen /dev/vmvg/svc || fail "never froze the unit's cgroup within a window"
+    # Freeze it while a window is frozen, from the poller the moment it sees one; a
+    # window that ended within 50 ms does not count: the poller thaws the group and takes
+    # the next.
+    frozen_poll /dev/vmvg/svc 60 "$cg" "$MAIN" || fail "never froze the unit's cgroup within a window (exit $?)"
   fi
   wait_thawed /dev/vmvg/svc 10; within_bound "$how"
   [ "$(systemctl is-active reseq@vmtest.service)" != inactive ] || fail "the unit ended while frozen"
