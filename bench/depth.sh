@@ -23,7 +23,7 @@ need_root
 ROUNDS=${1:-3}
 SIZE=${2:-1024}
 KIND=${3:-disk}
-DEPTHS=${DEPTHS:-0 2 8 16}
+DEPTHS=${DEPTHS-0 2 8 16}
 SIZES=${SIZES:-}
 RESEQ=$(reseq_bin)
 command -v b3sum >/dev/null || cargo install --locked --quiet b3sum
