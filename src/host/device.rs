@@ -204,6 +204,38 @@ impl Sysfs {
         }
     }
 
+    /// Why `name` is, or stands on, a disk a hypervisor emulates (virtio, Xen, or a model
+    /// QEMU, VirtualBox, VMware or Hyper-V gives its disks), following loop devices to
+    /// their backing file's disk, stacked devices to theirs, partitions to their disk.
+    /// Reads of such a disk are served by its host, whose page cache can make them faster.
+    pub(crate) fn emulated_disk(&self, name: &str, depth: u32) -> Option<String> {
+        if depth > 4 {
+            return None;
+        }
+        let down = |dev: (u32, u32)| self.emulated_disk(&self.name_of(dev)?.0, depth + 1);
+        if let Some((_, Some(disk))) = self.dev_of(name).and_then(|d| self.name_of(d)) {
+            return self.emulated_disk(&disk, depth + 1);
+        }
+        if name.starts_with("loop") {
+            let backing = self.read(name, "loop/backing_file")?;
+            return down(dev_num(std::fs::metadata(&backing).ok()?.dev()));
+        }
+        if let Some(found) = self.slaves_of(name).iter().find_map(|s| down(self.dev_of(s)?)) {
+            return Some(found);
+        }
+        let driver = std::fs::read_link(self.block_dir(name).join("device/driver"))
+            .ok()
+            .and_then(|l| l.file_name().map(|f| f.to_string_lossy().into_owned()))
+            .unwrap_or_default();
+        if driver.starts_with("virtio") || name.starts_with("vd") || name.starts_with("xvd") {
+            return Some(format!("{name} is a virtio or Xen disk"));
+        }
+        let says = [self.read(name, "device/vendor"), self.read(name, "device/model")];
+        let said = says.iter().flatten().cloned().collect::<Vec<_>>().join(" ");
+        let known = ["QEMU", "VBOX", "VMware", "Virtual disk", "Virtual Disk", "Xen"];
+        known.iter().any(|k| said.contains(k)).then(|| format!("{name} is a disk a hypervisor emulates ({said})"))
+    }
+
     /// Serial, WWN and model as the driver exposes them (NVMe, SCSI, virtio differ).
     pub(crate) fn ids(&self, disk: &str) -> (Option<String>, Option<String>, Option<String>) {
         let serial = self.read(disk, "device/serial").or_else(|| self.read(disk, "serial"));
@@ -527,5 +559,21 @@ mod tests {
         std::fs::write(s.root.join("class/block/vdq/queue/rotational"), "1").unwrap();
         assert!(matches!(s.medium("vdq", 0), Medium::Unknown(_)));
         assert!(matches!(s.medium("zram3", 0), Medium::SolidState(_)));
+    }
+
+    #[test]
+    fn finds_a_hypervisors_disk_down_the_stack() {
+        let (_d, s) = fake_sysfs();
+        assert_eq!(s.emulated_disk("sdz", 0), None, "a real disk");
+        std::fs::write(s.root.join("class/block/sdz/device/model"), "QEMU HARDDISK   \n").unwrap();
+        std::fs::write(s.root.join("class/block/sdz/device/vendor"), "QEMU    \n").unwrap();
+        let why = s.emulated_disk("sdz", 0).expect("QEMU's SCSI disk");
+        assert!(why.contains("sdz is a disk a hypervisor emulates (QEMU QEMU HARDDISK)"), "{why}");
+        // Through a dm device on its partition.
+        fake_dm(&s, "dm-0", "vg-lv", "LVM-x", &["sdz1"]);
+        std::fs::write(s.root.join("class/block/dm-0/dev"), "253:0\n").unwrap();
+        assert_eq!(s.emulated_disk("dm-0", 0).as_deref(), Some(why.as_str()));
+        std::fs::create_dir_all(s.root.join("class/block/vdq")).unwrap();
+        assert!(s.emulated_disk("vdq", 0).unwrap().contains("virtio"));
     }
 }

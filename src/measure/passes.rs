@@ -103,7 +103,9 @@ fn closer_look(
     if v.verdict == bench::Finding::Unreliable || after.virtual_time {
         return v;
     }
-    let Some(why) = bench::close_call(&before.rates(), &after.rates()) else { return v };
+    let Some(why) = bench::close_call(&before.rates(), &after.rates(), bench::cache_bar(before, after).as_ref()) else {
+        return v;
+    };
     let max = bench::EXTRA_PASSES_PER_PASS * opts.passes.max(1);
     let took: f64 = after.passes.iter().map(|p| 2.0 * p.seconds).sum();
     log::info!("too close to call: {why}; up to {max} more passes after the rewrite decide");

@@ -116,12 +116,46 @@ impl RecentWrites {
     }
 }
 
+/// An emulated page cache of a VM host under the guest's disk, as measured in the
+/// project's VM (its disks are files under qemu's write-back cache): a 4 KiB page the
+/// host never saw waits `cold` a MiB, one it read before `warm`, one it was written
+/// `written_wait`; nothing leaves it, so nothing fades. (By page: the loop device splits
+/// a read into several requests here.)
+struct HostPageCache {
+    cold: Duration,
+    warm: Duration,
+    written_wait: Duration,
+    read: std::collections::HashSet<u64>,
+    written: std::collections::HashSet<u64>,
+}
+
+impl HostPageCache {
+    fn read(&mut self, off: u64, end: u64) -> Duration {
+        let mut wait = Duration::ZERO;
+        for p in off >> 12..end.div_ceil(4096) {
+            wait += if self.written.contains(&p) {
+                self.written_wait
+            } else if self.read.insert(p) {
+                self.cold
+            } else {
+                self.warm
+            } / 256;
+        }
+        wait
+    }
+
+    fn write(&mut self, off: u64, end: u64) {
+        self.written.extend(off >> 12..end.div_ceil(4096));
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// Faults in the order added, each with how many requests it was applied to.
     faults: Vec<(Fault, u32)>,
     cache: Option<DeviceCache>,
     recent: Option<RecentWrites>,
+    host: Option<HostPageCache>,
     hits: u64,
     writes: Vec<(u64, u64)>,
     reads: Vec<(u64, u64)>,
@@ -163,7 +197,8 @@ impl Backend for Image {
             let mut st = lock(&self.state);
             st.reads.push((offset, end - offset));
             let wait = st.cache.as_mut().map_or(Duration::ZERO, |c| c.read(offset, end))
-                + st.recent.as_ref().map_or(Duration::ZERO, |r| r.read(offset, end));
+                + st.recent.as_ref().map_or(Duration::ZERO, |r| r.read(offset, end))
+                + st.host.as_mut().map_or(Duration::ZERO, |h| h.read(offset, end));
             (st.take(false, offset, end), wait)
         };
         if fault.is_some() {
@@ -184,6 +219,9 @@ impl Backend for Image {
             st.writes.push((offset, data.len() as u64));
             if let Some(r) = st.recent.as_mut() {
                 r.write(offset, end);
+            }
+            if let Some(h) = st.host.as_mut() {
+                h.write(offset, end);
             }
             st.take(true, offset, end)
         };
@@ -256,6 +294,13 @@ impl FaultFs {
     /// (see [`RecentWrites`]).
     pub fn set_write_cache(&self, hold: Duration, cold: Duration) {
         lock(&self.state).recent = Some(RecentWrites { hold, cold, written: Default::default() });
+    }
+
+    /// From now on, reads go through an emulated VM host's page cache, empty now (see
+    /// [`HostPageCache`]).
+    pub fn set_host_cache(&self, cold: Duration, warm: Duration, written_wait: Duration) {
+        let (read, written) = Default::default();
+        lock(&self.state).host = Some(HostPageCache { cold, warm, written_wait, read, written });
     }
 
     pub fn set_cache(&self, bytes: u64, cold: Duration) {
