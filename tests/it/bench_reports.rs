@@ -518,11 +518,13 @@ fn a_host_cache_that_serves_written_bytes_faster_is_not_called_faster() {
         return;
     }
     let env = TestEnv::new();
-    let d = fault_loop_device(&env, "hostcache", 32 * MIB, 11, None);
+    let d = fault_loop_device(&env, "hostcache", 16 * MIB, 11, None);
     run_cmd(Command::new("losetup").args(["--direct-io=on"]).arg(&d.lo.path)).unwrap();
-    // A MiB: 24 ms never seen, 13 ms read before (x1.85), 8 ms written (x1.63 again).
+    // A MiB: 96 ms never seen, 52 ms read before (x1.85), 32 ms written (x1.63 again).
+    // The FUSE path's own time adds to each alike and shrinks both ratios, the written
+    // one always more: on a busy host the change stays within the cache's gain.
     let ms = std::time::Duration::from_millis;
-    d.fs.set_host_cache(ms(24), ms(13), ms(8));
+    d.fs.set_host_cache(ms(96), ms(52), ms(32));
     let args = ["rewrite", "--json", "--bench", "--bench-passes", "3", "--bench-recheck", "1s"];
     let out = output(env.reseq().args(args).arg(&d.lo.path));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -530,13 +532,18 @@ fn a_host_cache_that_serves_written_bytes_faster_is_not_called_faster() {
     let (v, c) = (&r["verdict"], &r["bench_before"]["cache"]);
     assert_ne!(v["verdict"], "faster", "cache check before: {c}; verdict: {v}");
     let rate = |k: &str| c[k].as_f64().unwrap();
-    let gain = rate("second_read_bytes_per_second") / rate("first_read_bytes_per_second");
-    assert!(gain > 1.5 && gain < 2.0 && c["cache_suspected"] == false, "the re-read test saw the cache: {c}");
-    // What the bar held back: the after-passes were as fast as the cache made them.
-    assert!(v["speedup"].as_f64().unwrap() > 1.4, "{v}");
-    if v["verdict"] == "no_measurable_change" {
-        assert!(v["rule"].as_str().unwrap().contains("a cache below the device sped up a second read"), "{v}");
+    let cold = rate("first_read_bytes_per_second").max(rate("other_first_read_bytes_per_second"));
+    let gain = rate("second_read_bytes_per_second") / cold;
+    assert!(gain > 1.3 && c["cache_suspected"] == false, "the re-read test saw the cache: {c}");
+    assert!(v["speedup"].as_f64().unwrap() > 1.2, "the after-passes read bytes written: {v}");
+    // Where the old bar (x1.5) alone would have let it pass, the cache's gain held it
+    // (or a change in the host's load between the benchmarks, on a shared machine).
+    if v["speedup"].as_f64().unwrap() > 1.5 && v["verdict"] == "no_measurable_change" {
+        assert!(v["rule"].as_str().unwrap().contains("a cache below the device can make"), "{v}");
         assert!(v["needed_effect"].as_f64().unwrap() > 1.5, "{v}");
+    }
+    if v["verdict"] == "unreliable" {
+        assert!(v["rule"].as_str().unwrap().contains("load changed"), "{v}");
     }
 }
 
