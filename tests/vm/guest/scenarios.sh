@@ -825,7 +825,7 @@ scenario_host_cache_verdict() {
   [ "$v" != faster ] || fail "a guest on a host's write-back cache read as faster: $(jq -c .verdict "$T/r.json")"
   jq -r '.bench_before.cache.emulated_disk // ""' "$T/r.json" | grep -q "${dev#/dev/} is a disk a hypervisor emulates (QEMU" ||
     fail "the cache check does not name $dev as QEMU's disk: $(jq -c .bench_before.cache "$T/r.json")"
-  [ "$(jq .verdict.needed_effect "$T/r.json")" = 2 ] || fail "the bar is not x2 on a hypervisor's disk: $(jq -c .verdict "$T/r.json")"
+  [ "$(jq '.verdict.needed_effect >= 2' "$T/r.json")" = true ] || fail "the bar is under x2 on a hypervisor's disk: $(jq -c .verdict "$T/r.json")"
   intact "$MNT/hc/d"
   umount "$MNT/hc"; fsck_clean "$dev"
 }
