@@ -213,8 +213,9 @@ impl Sysfs {
             return None;
         }
         let down = |dev: (u32, u32)| self.emulated_disk(&self.name_of(dev)?.0, depth + 1);
+        // A partition is its disk's (not a level of the stack: no depth spent).
         if let Some((_, Some(disk))) = self.dev_of(name).and_then(|d| self.name_of(d)) {
-            return self.emulated_disk(&disk, depth + 1);
+            return self.emulated_disk(&disk, depth);
         }
         if name.starts_with("loop") {
             let backing = self.read(name, "loop/backing_file")?;

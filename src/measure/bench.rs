@@ -501,8 +501,9 @@ pub(crate) struct Verdict {
     /// re-check off, or a simulated SSD, which has no cache).
     #[serde(default)]
     pub(crate) recheck: Option<Recheck>,
-    /// The effect a `faster` or `slower` had to exceed: the larger of [`MIN_EFFECT`] and
-    /// the passes' own spread (max/min within either benchmark).
+    /// The effect a `faster` or `slower` had to exceed: the largest of [`MIN_EFFECT`],
+    /// the passes' own spread (max/min within either benchmark) and what a cache below
+    /// the device can make ([`cache_bar`]).
     #[serde(default)]
     pub(crate) needed_effect: f64,
     /// The rule the verdict applied, in words, with this run's figures.

@@ -349,8 +349,10 @@ fn rewrite_bench_measures_in_use_bytes_and_does_not_credit_trim() {
     assert!(before["cache"]["finding"].is_string(), "{}", before["cache"]);
     // On a virtio disk (as where the project's CI runs), the image's disk is named as a
     // hypervisor's, through the loop device; as sysfs says from outside.
-    let disk = run_cmd(Command::new("findmnt").args(["-n", "-o", "SOURCE", "--target"]).arg(env.path(""))).unwrap();
-    if disk.trim().starts_with("/dev/vd") {
+    let disk =
+        run_cmd(Command::new("findmnt").args(["-n", "-o", "SOURCE,FSTYPE", "--target"]).arg(env.path(""))).unwrap();
+    let on_ext4_or_xfs = disk.split_whitespace().nth(1).is_some_and(|t| t == "ext4" || t == "xfs");
+    if disk.trim().starts_with("/dev/vd") && on_ext4_or_xfs {
         let e = before["cache"]["emulated_disk"].as_str().unwrap_or_default();
         assert!(e.contains("is a virtio or Xen disk"), "the image is on {disk}: {}", before["cache"]);
         assert!(r["verdict"]["needed_effect"].as_f64().unwrap() >= 2.0, "{}", r["verdict"]);

@@ -73,7 +73,7 @@ fn kill_9_at_many_points_then_resume() {
             cmd.arg("--resume");
         }
         let out = output(&mut cmd);
-        assert_eq!(out.status.code(), None, "run {i} ({point}) should have died by SIGKILL");
+        assert_eq!(out.status.code(), None, "run {i} ({point}) should have died by SIGKILL: {}", stderr(&out));
         // A kill between the journal's `begin` and `done` leaves a chunk in flight, which
         // the next run re-reads and checks against the hash it was read with.
         if i > 0 && ["after-permit", "after-write", "after-verify"].iter().any(|p| points[i - 1].contains(p)) {
