@@ -104,6 +104,7 @@ pub(crate) fn engine_rewrite(
         max_overruns: 1,
         rate_bytes_per_second: None,
         rescue: None,
+        trial: None,
     };
     let mut progress = Progress::new(end - start, 0, quiet);
     let (stats, result) =

@@ -39,6 +39,7 @@ mod planner;
 pub mod rescue;
 mod stages;
 pub(crate) mod target;
+pub(crate) mod trial;
 mod window;
 mod writer;
 
@@ -92,6 +93,9 @@ pub(crate) struct EngineConfig {
     /// Where the original bytes of a chunk go when its write fails, tears or reads back
     /// different (None: nowhere, e.g. a simulation; the error still names the range).
     pub(crate) rescue: Option<RescueTo>,
+    /// Other chunk sizes and depths to try on the run's first stretches, the fastest kept
+    /// for the rest (`trial.rs`; None: this config's throughout).
+    pub(crate) trial: Option<trial::Trial>,
 }
 
 /// Attempts at writing one chunk, the first included: a failed write is retried (and
@@ -125,9 +129,17 @@ impl EngineConfig {
         self.chunk_size.min((self.range_end - self.range_start).max(1))
     }
 
-    /// Bytes of aligned buffers the engine allocates.
+    /// Bytes of aligned buffers the engine allocates: the most any shape tried takes.
     pub(crate) fn memory_bytes(&self) -> u64 {
-        memory_bytes(self.buffer_bytes(), self.read_ahead, self.verify)
+        self.shaped().iter().map(|c| memory_bytes(c.buffer_bytes(), c.read_ahead, c.verify)).max().unwrap_or(0)
+    }
+
+    /// This config, then one per other shape its trial tries.
+    fn shaped(&self) -> Vec<EngineConfig> {
+        let shapes = self.trial.iter().flat_map(|t| t.shapes.iter().skip(1));
+        let own = EngineConfig { trial: None, ..self.clone() };
+        let others = shapes.map(|s| EngineConfig { chunk_size: s.chunk_size, read_ahead: s.read_ahead, ..own.clone() });
+        std::iter::once(own.clone()).chain(others).collect()
     }
 
     fn pool_size(&self) -> usize {
@@ -199,6 +211,9 @@ pub(crate) struct EngineStats {
     /// Seconds frozen, window by window (file mode reports each file's windows).
     #[serde(skip)]
     pub(crate) window_seconds: Vec<f64>,
+    /// The chunk-size trial: each shape's stretches and the one kept (null: none ran).
+    #[serde(default)]
+    pub(crate) chunk_trial: Option<trial::TrialOutcome>,
 }
 
 /// Busy time of each stage, in seconds, summed over the run. The reader, hasher and
@@ -227,14 +242,17 @@ pub(crate) fn run(
     stop: &StopFlag,
 ) -> (EngineStats, Result<()>) {
     let mut stats = EngineStats { next_offset_bytes: cfg.start_offset.max(cfg.range_start), ..Default::default() };
+    let shapes = cfg.shaped();
     let mut engine = Engine {
         target,
-        cfg,
+        cfg: &shapes[0],
+        shapes: &shapes,
+        trying: cfg.trial.clone().map(trial::Trying::new),
         journal,
         progress,
         stop,
         stats: &mut stats,
-        pool: bounded(cfg.pool_size()),
+        pool: bounded(shapes.iter().map(EngineConfig::pool_size).max().unwrap_or(1)),
         verified: Vec::new(),
         chunk_estimate: Duration::ZERO,
         pace: Pace::default(),
@@ -252,7 +270,12 @@ pub(crate) fn run(
 
 struct Engine<'a> {
     target: &'a dyn BlockTarget,
+    /// The configuration in use: one of `shapes`.
     cfg: &'a EngineConfig,
+    /// The run's configuration, then one per other shape its trial tries.
+    shapes: &'a [EngineConfig],
+    /// The chunk-size trial, while it runs.
+    trying: Option<trial::Trying>,
     journal: &'a mut Journal,
     progress: &'a mut Progress,
     stop: &'a StopFlag,
@@ -286,12 +309,7 @@ const RATE_BURST: Duration = Duration::from_millis(250);
 
 impl Engine<'_> {
     fn run_windows(&mut self, planner: &mut dyn Planner, guard: &mut dyn WindowGuard) -> Result<()> {
-        for _ in 0..self.cfg.pool_size() {
-            self.pool
-                .0
-                .send(AlignedBuf::new(self.cfg.buffer_bytes() as usize, self.target.mem_align()))
-                .expect("pool has room");
-        }
+        self.fill_pool();
         // The writer starts a chunk only when it, the read-backs and the thaw fit in the
         // budget as measured (see `pace`); each overrun halves the share of the deadline
         // the budget is, and clean windows double it back.
@@ -300,13 +318,64 @@ impl Engine<'_> {
             let budget = guard.deadline().map(|d| d.mul_f64(share.get()));
             self.pause_between_windows()?;
             self.pace.fade();
-            let outcome = self.window(planner, guard, budget)?;
-            if self.account_window(guard, outcome, budget, &mut share)? {
+            let stretch = self.trial_step();
+            let (started, written) = (Instant::now(), self.stats.bytes_written);
+            let outcome = self.window(planner, guard, budget, stretch)?;
+            let complete = self.account_window(guard, outcome, budget, &mut share)?;
+            self.trial_record(stretch, self.stats.bytes_written - written, started.elapsed());
+            if complete {
                 break;
             }
         }
         self.progress.finish();
         self.journal.finished()
+    }
+
+    /// The pool's buffers, for the configuration in use (between windows every buffer is
+    /// home: the stages that borrow them are joined at each window's end).
+    fn fill_pool(&mut self) {
+        while self.pool.1.try_recv().is_ok() {}
+        for _ in 0..self.cfg.pool_size() {
+            self.pool
+                .0
+                .send(AlignedBuf::new(self.cfg.buffer_bytes() as usize, self.target.mem_align()))
+                .expect("pool has room");
+        }
+    }
+
+    /// The configuration of shape `i` (its chunk size, depth and pool) from the next
+    /// window on.
+    fn use_shape(&mut self, i: usize) {
+        let shapes: &[EngineConfig] = self.shapes;
+        if std::ptr::eq(self.cfg, &shapes[i]) {
+            return;
+        }
+        self.cfg = &shapes[i];
+        self.chunk_size = self.cfg.chunk_size;
+        self.chunk_estimate = Duration::ZERO;
+        self.fill_pool();
+    }
+
+    /// While the chunk-size trial runs: the next stretch's shape is put in use, and its
+    /// bytes are the window's limit.
+    fn trial_step(&mut self) -> Option<u64> {
+        let (i, bytes) = self.trying.as_ref()?.step()?;
+        self.use_shape(i);
+        Some(bytes)
+    }
+
+    /// A trial stretch took `took` to write `bytes`; after the last one, the shape the
+    /// rest of the run uses.
+    fn trial_record(&mut self, stretch: Option<u64>, bytes: u64, took: Duration) {
+        let Some(t) = self.trying.as_mut().filter(|_| stretch.is_some()) else { return };
+        t.record(bytes, took);
+        if t.done() {
+            let (i, outcome) = t.outcome();
+            log::info!("chunk trial: {}", outcome.why);
+            self.stats.chunk_trial = Some(outcome);
+            self.trying = None;
+            self.use_shape(i);
+        }
     }
 
     /// Before a window: a stop asked for ends the run; after the first window, the
@@ -461,6 +530,7 @@ mod tests {
             max_overruns: 1,
             rate_bytes_per_second: None,
             rescue: None,
+            trial: None,
         };
         assert_eq!(cfg.chunks_of(&[(50, 230), (900, 200)], 100), vec![(50, 100), (150, 100), (250, 30), (900, 100)]);
     }

@@ -69,15 +69,16 @@ impl Engine<'_> {
         planner: &mut dyn Planner,
         guard: &mut dyn WindowGuard,
         budget: Option<Duration>,
+        stretch: Option<u64>,
     ) -> Result<WindowOutcome> {
         if !guard.freezes() {
-            return self.frozen_window(planner, guard, budget);
+            return self.frozen_window(planner, guard, budget, stretch);
         }
         // A Ctrl-Z during the window waits for its end: a stopped reseq would hold the
         // freeze until the guardian's bound, and fail the run.
         sys::enter_window();
         self.window_written = None;
-        let r = self.frozen_window(planner, guard, budget);
+        let r = self.frozen_window(planner, guard, budget, stretch);
         let r = r
             .map(|o| WindowOutcome { end: o.end, flow: o.flow.map_err(|e| self.locate(e)) })
             .map_err(|e| self.locate(e));
@@ -97,18 +98,27 @@ impl Engine<'_> {
         }
     }
 
-    /// Freeze, map while frozen, run the stages (which thaw), close.
+    /// Freeze, map while frozen, run the stages (which thaw), close. A `stretch` (of the
+    /// chunk-size trial) ends the window after the first whole chunks that hold as many
+    /// bytes.
     fn frozen_window(
         &mut self,
         planner: &mut dyn Planner,
         guard: &mut dyn WindowGuard,
         budget: Option<Duration>,
+        stretch: Option<u64>,
     ) -> Result<WindowOutcome> {
         let window_start = self.open_window(guard)?;
         let chunks = match planner.ranges(self.stats.next_offset_bytes, self.cfg.range_end) {
             Ok(ranges) => {
                 self.plan_end = planner.planned_until(self.cfg.range_end);
-                self.cfg.chunks_of(&ranges, self.chunk_size)
+                let mut chunks = self.cfg.chunks_of(&ranges, self.chunk_size);
+                if let Some(cut) = stretch.and_then(|bytes| cut_after(&chunks, bytes)) {
+                    chunks.truncate(cut);
+                    // Complete means done up to here, not to the plan's end.
+                    self.plan_end = chunks.last().map_or(self.plan_end, |&(at, len)| at + len as u64);
+                }
+                chunks
             }
             Err(e) => {
                 // The window still ends (thaws) here.
@@ -258,4 +268,16 @@ impl Engine<'_> {
         }
         Ok(WindowOutcome { end, flow })
     }
+}
+
+/// How many of `chunks` hold at least `bytes` (None: all of them are needed).
+fn cut_after(chunks: &[(u64, usize)], bytes: u64) -> Option<usize> {
+    let mut sum = 0;
+    for (i, &(_, len)) in chunks.iter().enumerate() {
+        sum += len as u64;
+        if sum >= bytes && i + 1 < chunks.len() {
+            return Some(i + 1);
+        }
+    }
+    None
 }

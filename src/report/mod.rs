@@ -246,6 +246,10 @@ pub(crate) struct PlanReport {
     /// File mode: every file found, and what the run does with it; null in device mode.
     #[serde(default)]
     pub(crate) files: Option<Vec<PlannedFile>>,
+    /// The chunk sizes and depths the run's first stretches try, the faster kept for the
+    /// rest (`results.chunk_trial` says what they measured); null: none.
+    #[serde(default)]
+    pub(crate) chunk_trial: Option<crate::engine::trial::Trial>,
 }
 
 /// A file in a file-mode plan.
@@ -428,6 +432,7 @@ impl Report {
             filesystems_frozen: plan.filesystems.to_vec(),
             journal_path: plan.journal_path.display().to_string(),
             files: None,
+            chunk_trial: e.trial.clone(),
         });
         self.warnings.extend(plan.warnings.iter().cloned());
     }

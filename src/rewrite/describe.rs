@@ -80,6 +80,9 @@ fn describe_chunks(plan: &RewritePlan) -> String {
         ),
     };
     s += &format!("  depth: {} ({})\n", plan.depth.depth, plan.depth.why);
+    if let Some(t) = &e.trial {
+        s += &format!("  chunk trial: {}\n", t.describe());
+    }
     s
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::engine::EngineConfig;
 use crate::engine::journal::{self, Replay};
+use crate::engine::trial::{self, Shape, Trial};
 use crate::host::device::{self, BlockDeviceInfo, Sysfs};
 pub(crate) use crate::host::in_use::Environment;
 use crate::host::in_use::{addressable_end, used_space_spans};
@@ -209,6 +210,39 @@ fn choose_depth(o: &RewriteOptions, dev: &BlockDeviceInfo, engine: &mut EngineCo
     depth
 }
 
+/// The chunk-size trial (`engine::trial`): on a long run that freezes nothing (its
+/// stretches are windows of their own) and keeps no pace (`--rate`), when neither the
+/// chunk size nor the depth was given, and the largest shape's buffers take at most a
+/// quarter of the memory available.
+fn choose_trial(o: &RewriteOptions, engine: &EngineConfig, freezes: bool) -> Option<Trial> {
+    if freezes || o.given.chunk_size || o.given.read_ahead || o.rate.is_some() || engine.read_ahead == 0 {
+        return None;
+    }
+    let own = Shape { chunk_size: engine.chunk_size, read_ahead: engine.read_ahead };
+    let bytes = engine.range_end.saturating_sub(engine.start_offset.max(engine.range_start));
+    let from = crate::support::hooks::trial_from().unwrap_or(trial::TRIAL_FROM);
+    let trial = Trial::offer(own, bytes, from)?;
+    let tried = EngineConfig { trial: Some(trial.clone()), ..engine.clone() };
+    match mem_available() {
+        Some(free) if tried.memory_bytes() > free / 4 => {
+            log::info!(
+                "no chunk-size trial: its buffers ({}) would take more than a quarter of the memory available ({})",
+                units::human_bytes(tried.memory_bytes()),
+                units::human_bytes(free)
+            );
+            None
+        }
+        _ => Some(trial),
+    }
+}
+
+/// `MemAvailable` of /proc/meminfo, in bytes.
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib << 10)
+}
+
 /// `--rate` against the bytes to rewrite (refused past a year), and a dry run's
 /// prediction. A prediction that cannot be made is a warning, never a refusal.
 fn forecast(o: &RewriteOptions, plan: &mut RewritePlan) -> Result<()> {
@@ -335,6 +369,7 @@ fn engine_config(
         Span { chunk_size, range: (0, addressable_end(dev)), start_offset, journal_on_frozen_fs: state.on_frozen_fs };
     let mut engine = sequence::engine_config(o, span, state.path.clone(), dev, Vec::new());
     let depth = choose_depth(o, dev, &mut engine, freezes);
+    engine.trial = choose_trial(o, &engine, freezes);
     Ok((engine, depth))
 }
 

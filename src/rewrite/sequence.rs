@@ -210,6 +210,7 @@ pub(crate) fn engine_config(
             identity: dev.identity.clone(),
             files,
         }),
+        trial: None,
     }
 }
 

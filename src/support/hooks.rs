@@ -18,6 +18,8 @@
 //!   (a region made slow on purpose, for `scan`).
 //! - `slow-file@TEXT=MS`: every benchmark read of a file whose path contains TEXT takes
 //!   MS longer (a slow file, for file mode's `--only-slow`).
+//! - `trial-from=SIZE`: the chunk-size trial runs on runs of SIZE or more instead of
+//!   4 GiB (tests on small devices).
 //!
 //! POINTs: `planned` (device mode: planned and benchmarked, before the device is
 //! taken), `window-start` (after the freeze), `before-write` (before asking to write),
@@ -50,6 +52,7 @@ mod imp {
         MountOrder,
         Slow(u64, u64, u64),
         SlowFile(String, u64),
+        TrialFrom(u64),
     }
 
     struct State {
@@ -73,6 +76,9 @@ mod imp {
             panic!("bad RESEQ_FAULTS rule '{rule}'")
         }
         let num = |s: &str| crate::support::units::parse_size(s).unwrap_or_else(|_| fail(rule));
+        if let Some(size) = rule.strip_prefix("trial-from=") {
+            return Rule::TrialFrom(num(size));
+        }
         let (kind, rest) = rule.split_once('@').unwrap_or((rule, ""));
         match kind {
             "ebusy-open" if rest.is_empty() => Rule::EbusyOpen,
@@ -158,6 +164,13 @@ mod imp {
         Ok(())
     }
 
+    pub(crate) fn trial_from() -> Option<u64> {
+        state().rules.iter().find_map(|r| match r {
+            Rule::TrialFrom(n) => Some(*n),
+            _ => None,
+        })
+    }
+
     pub(crate) fn pretend_rotational() -> bool {
         state().rules.iter().any(|r| matches!(r, Rule::Rotational))
     }
@@ -192,6 +205,10 @@ mod imp {
     #[inline(always)]
     pub(crate) fn open_error(_: bool) -> std::io::Result<()> {
         Ok(())
+    }
+    #[inline(always)]
+    pub(crate) fn trial_from() -> Option<u64> {
+        None
     }
     #[inline(always)]
     pub(crate) fn pretend_rotational() -> bool {

@@ -16,6 +16,7 @@ use std::time::Duration;
 use crate::engine::guard::{Reporter, WindowEnd, WindowGuard};
 use crate::engine::journal::{self, Journal, RunRecord};
 use crate::engine::target::{BlockTarget, ReadTarget};
+use crate::engine::trial::{Shape, Trial};
 use crate::engine::{self, EngineConfig, EngineStats};
 use crate::sim::ftl::Params;
 use crate::sim::{SimDevice, SimState};
@@ -31,6 +32,9 @@ thread_local! {
     /// The pipeline's depth (`EngineConfig::read_ahead`) of the runs on this thread:
     /// the scenarios run at the old default, 2, and again at other depths below.
     static DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(2) };
+    /// Whether the runs on this thread try a second shape (4 chunks at depth 1) on their
+    /// first stretches of 2 chunks (`engine::trial`).
+    static TRIAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Journal records at the time of an event: (`begin` lines, `done` lines).
@@ -259,6 +263,13 @@ fn run(script: Script, fail_writes_at: Option<u64>, differ_at: Option<u64>, max_
         max_overruns,
         rate_bytes_per_second: None,
         rescue: None,
+        trial: TRIAL.get().then(|| Trial {
+            shapes: vec![
+                Shape { chunk_size: CHUNK, read_ahead: DEPTH.get() },
+                Shape { chunk_size: 4 * CHUNK, read_ahead: 1 },
+            ],
+            stretch_bytes: 2 * CHUNK,
+        }),
     };
     let mut journal = Journal::create(&path, run_record(&cfg)).unwrap();
     let mut guard = Scripted { log: log.clone(), script, permits: 0, windows: 0, frozen: false, announced: None };
@@ -559,6 +570,48 @@ fn every_depth_keeps_the_invariants() {
         a_failing_write_reports_written_for_each_attempt_and_the_cursor_stays_before_it();
         a_differing_read_back_keeps_the_cursor_before_it_though_later_chunks_verify();
     }
+}
+
+/// The chunk-size trial: each stretch is a window of its own at its shape, A B B A, and
+/// the rest of the run uses the shape kept; every byte is written once, in ascending
+/// order, every invariant holds, and the journal is done to the end. A failing write and
+/// a differing read-back inside a stretch stop the run as they do anywhere.
+#[test]
+fn a_chunk_trial_writes_each_stretch_in_its_own_window_and_every_byte_once() {
+    TRIAL.set(true);
+    for depth in [2, 0, 8] {
+        DEPTH.set(depth);
+        let o = run(Script::default(), None, None, 1);
+        o.result.expect("a run with a trial succeeds");
+        let t = o.stats.chunk_trial.as_ref().expect("the trial's outcome is reported");
+        let large = t.chosen.chunk_size == 4 * CHUNK;
+        assert_eq!(o.stats.windows, 5, "four stretches and the rest: {}", t.why);
+        let writes: Vec<u64> = o
+            .events
+            .iter()
+            .filter_map(|(e, _)| match e {
+                Ev::Write { offset, ok: true, .. } => Some(offset / CHUNK),
+                _ => None,
+            })
+            .collect();
+        let rest: &[u64] = if large { &[12] } else { &[12, 13, 14, 15] };
+        assert_eq!(writes, [&[0, 1, 2, 6, 10, 11][..], rest].concat(), "{}", t.why);
+        assert_eq!(t.measured.iter().map(|m| m.bytes).collect::<Vec<_>>(), vec![4 * CHUNK, 8 * CHUNK]);
+        assert!(t.measured.iter().all(|m| m.seconds > 0.0 && m.bytes_per_second > 0.0), "{:?}", t.measured);
+        assert_eq!(o.stats.bytes_written, DEVICE);
+        assert!(o.replay.finished);
+        assert_eq!(o.replay.done_offset, DEVICE);
+        assert_eq!(count(&o.events, &Ev::Flush), 5, "each stretch flushed and committed");
+        let bad = 6 * CHUNK;
+        let o = run(Script::default(), Some(bad), None, 10);
+        assert!(matches!(o.result, Err(Error::WriteFailed { offset, .. }) if offset == bad), "{:?}", o.result);
+        assert_eq!(o.replay.done_offset, 6 * CHUNK, "the stretches before it are done");
+        let o = run(Script::default(), None, Some(bad), 10);
+        assert!(matches!(o.result, Err(Error::ChecksumMismatch { offset, .. }) if offset == bad), "{:?}", o.result);
+        assert_eq!(o.replay.done_offset, 6 * CHUNK);
+    }
+    DEPTH.set(2);
+    TRIAL.set(false);
 }
 
 /// The checks themselves catch what they claim to: a log that breaks each rule fails.

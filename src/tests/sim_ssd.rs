@@ -47,6 +47,7 @@ fn reseq_engine(ftl: Ftl, noise_interval_us: f64, chunk_size: u64) -> (Ftl, f64)
         max_overruns: 1,
         rate_bytes_per_second: None,
         rescue: None,
+        trial: None,
     };
     let (stats, result) = engine::run(
         &dev,

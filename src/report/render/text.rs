@@ -31,9 +31,13 @@ pub(crate) fn text(r: &Report) -> String {
     s + &ending(r)
 }
 
-/// The pipeline's depth and why (`rewrite`).
+/// The pipeline's depth and why (`rewrite`), and the chunk-size trial's outcome.
 fn depth(r: &Report) -> String {
-    r.pipeline_depth.as_ref().map_or_else(String::new, |d| format!("  depth: {} ({})\n", d.depth, d.why))
+    let mut s = r.pipeline_depth.as_ref().map_or_else(String::new, |d| format!("  depth: {} ({})\n", d.depth, d.why));
+    if let Some(t) = r.results.as_ref().and_then(|x| x.chunk_trial.as_ref()) {
+        s += &format!("  chunk trial: {}\n", t.why);
+    }
+    s
 }
 
 /// A dry run's prediction, as its plan ends (and a saved dry run's report shows it).

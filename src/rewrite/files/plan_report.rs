@@ -31,6 +31,7 @@ pub(super) fn report(plan: &FilesPlan) -> PlanReport {
         filesystems_frozen,
         journal_path: plan.record_path.display().to_string(),
         files: Some(files(plan)),
+        chunk_trial: None,
     }
 }
 

@@ -1,0 +1,238 @@
+//! The chunk size and depth chosen by the run's own writes (issue 40).
+//!
+//! Which shape of I/O a device serves fastest depends on how it shares reads, writes and
+//! read-backs, which no read-only probe sees (docs/CHUNK-SIZE.md): on a loop device over
+//! a virtual disk 64 MiB chunks at depth 1 rewrote 1 GiB 30-40 % faster than 4 MiB ones
+//! at depth 2; on a memory-backed one and on the emulated SSD they were 25-45 % slower.
+//! So a long run that freezes nothing rewrites its first stretches with each shape, in
+//! the order A B B A (a host's drift, such as its write-back of the stretch before, falls
+//! on both alike), and the rest with the faster: the run's own shape unless another wrote
+//! at least [`MARGIN`] times as fast. Every stretch is a window of its own, with its
+//! flush and journal commit, so each shape's time counts everything a chunk costs.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A shape must write this much faster than the run's own to replace it: less is within
+/// what one stretch's noise makes on a shared host.
+pub(crate) const MARGIN: f64 = 1.1;
+
+/// A chunk size and a depth.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+pub(crate) struct Shape {
+    pub(crate) chunk_size: u64,
+    /// Chunks read ahead (`--read-ahead`).
+    pub(crate) read_ahead: usize,
+}
+
+/// The shapes to try and how much each stretch writes.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub(crate) struct Trial {
+    /// The run's own shape first; it is kept unless another is clearly faster.
+    pub(crate) shapes: Vec<Shape>,
+    /// Bytes each stretch rewrites (whole chunks: at least this much).
+    pub(crate) stretch_bytes: u64,
+}
+
+/// Runs shorter than this have no trial: its stretches would be most of the run, and a
+/// stretch shorter than [`STRETCH`] holds too few large chunks to time (the pipeline
+/// fills and drains in each).
+pub(crate) const TRIAL_FROM: u64 = 4 << 30;
+/// Bytes a stretch rewrites at most: a 16th of the run, at least one large chunk.
+const STRETCH: u64 = 256 << 20;
+/// The other shape tried: large chunks, one read ahead (measured best on a loop device
+/// over a virtual disk, docs/CHUNK-SIZE.md).
+pub(crate) const LARGE: Shape = Shape { chunk_size: 64 << 20, read_ahead: 1 };
+
+impl Trial {
+    /// A trial of `own` against [`LARGE`] over a run of `bytes`, if it is `from` long or
+    /// longer and `own` is not already that shape.
+    pub(crate) fn offer(own: Shape, bytes: u64, from: u64) -> Option<Trial> {
+        if bytes < from || own == LARGE {
+            return None;
+        }
+        let stretch = (bytes / 16).clamp(LARGE.chunk_size, STRETCH).next_multiple_of(LARGE.chunk_size);
+        Some(Trial { shapes: vec![own, LARGE], stretch_bytes: stretch })
+    }
+
+    /// In words, for the plan.
+    pub(crate) fn describe(&self) -> String {
+        let shapes: Vec<String> = self.shapes.iter().map(|&s| label(s)).collect();
+        format!(
+            "{} rewrite {} stretches each, in turn and back (A B B A); the rest of the run uses the faster (another must be x{MARGIN} as fast as the run's own)",
+            shapes.join(" and "),
+            crate::support::units::human_bytes(self.stretch_bytes)
+        )
+    }
+}
+
+impl Trial {
+    /// The shapes in the order their stretches run: A B B A (A B C C B A for three).
+    fn order(&self) -> Vec<usize> {
+        let n = self.shapes.len();
+        (0..n).chain((0..n).rev()).collect()
+    }
+}
+
+/// One shape's stretches, as timed.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub(crate) struct ShapeRate {
+    pub(crate) shape: Shape,
+    /// Bytes its stretches rewrote.
+    pub(crate) bytes: u64,
+    /// Seconds they took, each from its window's start to its flush and commit.
+    pub(crate) seconds: f64,
+    pub(crate) bytes_per_second: f64,
+}
+
+/// What the trial measured and chose.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub(crate) struct TrialOutcome {
+    /// Bytes each stretch was to rewrite.
+    pub(crate) stretch_bytes: u64,
+    /// Each shape, the run's own first.
+    pub(crate) measured: Vec<ShapeRate>,
+    /// The shape the rest of the run used.
+    pub(crate) chosen: Shape,
+    /// In words.
+    pub(crate) why: String,
+}
+
+/// The trial as it runs: which stretch is next, and what each shape took so far.
+pub(super) struct Trying {
+    trial: Trial,
+    order: Vec<usize>,
+    next: usize,
+    took: Vec<(u64, Duration)>,
+}
+
+impl Trying {
+    pub(super) fn new(trial: Trial) -> Trying {
+        let order = trial.order();
+        let took = vec![(0, Duration::ZERO); trial.shapes.len()];
+        Trying { trial, order, next: 0, took }
+    }
+
+    /// The next stretch: the index of its shape and its bytes. None: the trial is over.
+    pub(super) fn step(&self) -> Option<(usize, u64)> {
+        self.order.get(self.next).map(|&i| (i, self.trial.stretch_bytes))
+    }
+
+    /// The stretch just run wrote `bytes` in `took`.
+    pub(super) fn record(&mut self, bytes: u64, took: Duration) {
+        if let Some(&i) = self.order.get(self.next) {
+            self.took[i].0 += bytes;
+            self.took[i].1 += took;
+            self.next += 1;
+        }
+    }
+
+    /// After the last stretch (or when the run ended before it): the shape to keep, its
+    /// index, and why.
+    pub(super) fn outcome(&self) -> (usize, TrialOutcome) {
+        let measured: Vec<ShapeRate> = self
+            .trial
+            .shapes
+            .iter()
+            .zip(&self.took)
+            .map(|(&shape, &(bytes, took))| ShapeRate {
+                shape,
+                bytes,
+                seconds: took.as_secs_f64(),
+                bytes_per_second: if took.is_zero() { 0.0 } else { bytes as f64 / took.as_secs_f64() },
+            })
+            .collect();
+        let own = measured[0].bytes_per_second;
+        let best = (1..measured.len())
+            .filter(|&i| measured[i].bytes_per_second >= MARGIN * own && own > 0.0)
+            .max_by(|&a, &b| measured[a].bytes_per_second.total_cmp(&measured[b].bytes_per_second))
+            .unwrap_or(0);
+        let rates: Vec<String> = measured.iter().map(|m| format!("{}: {}", label(m.shape), mib_s(m))).collect();
+        let why = match best {
+            0 => format!(
+                "{}; none wrote x{MARGIN} as fast as the run's own: kept {}",
+                rates.join(", "),
+                label(measured[0].shape)
+            ),
+            i => format!(
+                "{}; {} wrote x{:.2} as fast as the run's own: the rest of the run uses it",
+                rates.join(", "),
+                label(measured[i].shape),
+                measured[i].bytes_per_second / own
+            ),
+        };
+        let chosen = measured[best].shape;
+        (best, TrialOutcome { stretch_bytes: self.trial.stretch_bytes, measured, chosen, why })
+    }
+
+    /// Whether every stretch has run.
+    pub(super) fn done(&self) -> bool {
+        self.next >= self.order.len()
+    }
+}
+
+/// "4 MiB at depth 2".
+pub(crate) fn label(s: Shape) -> String {
+    format!("{} at depth {}", crate::support::units::human_bytes(s.chunk_size), s.read_ahead)
+}
+
+fn mib_s(m: &ShapeRate) -> String {
+    format!("{:.0} MiB/s", m.bytes_per_second / 1048576.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trying(rates: &[(u64, f64)]) -> (usize, TrialOutcome) {
+        let shapes = vec![Shape { chunk_size: 4 << 20, read_ahead: 2 }, Shape { chunk_size: 64 << 20, read_ahead: 1 }];
+        let mut t = Trying::new(Trial { shapes, stretch_bytes: 256 << 20 });
+        assert_eq!(t.order, vec![0, 1, 1, 0]);
+        for &(bytes, secs) in rates {
+            assert!(!t.done());
+            t.record(bytes, Duration::from_secs_f64(secs));
+        }
+        assert!(t.done());
+        t.outcome()
+    }
+
+    #[test]
+    fn the_run_keeps_its_own_shape_unless_another_is_clearly_faster() {
+        // A B B A: 4 MiB at 1.0 and 1.0 s, 64 MiB at 0.95 and 0.95 s: within the margin.
+        let (i, o) = trying(&[(256 << 20, 1.0), (256 << 20, 0.95), (256 << 20, 0.95), (256 << 20, 1.0)]);
+        assert_eq!((i, o.chosen.chunk_size), (0, 4 << 20), "{}", o.why);
+        assert!(o.why.contains("kept 4.0 MiB at depth 2"), "{}", o.why);
+        // 64 MiB twice as fast.
+        let (i, o) = trying(&[(256 << 20, 1.0), (256 << 20, 0.5), (256 << 20, 0.5), (256 << 20, 1.0)]);
+        assert_eq!((i, o.chosen.chunk_size, o.chosen.read_ahead), (1, 64 << 20, 1), "{}", o.why);
+        assert!((o.measured[1].bytes_per_second - 512.0 * 1048576.0).abs() < 1.0, "{:?}", o.measured);
+        assert!(o.why.contains("64.0 MiB at depth 1 wrote x2.00"), "{}", o.why);
+        // Slower: kept.
+        let (i, _) = trying(&[(256 << 20, 1.0), (256 << 20, 2.0), (256 << 20, 2.0), (256 << 20, 1.0)]);
+        assert_eq!(i, 0);
+    }
+
+    #[test]
+    fn a_trial_is_offered_to_long_runs_only() {
+        let own = Shape { chunk_size: 4 << 20, read_ahead: 2 };
+        assert_eq!(Trial::offer(own, (4 << 30) - 1, TRIAL_FROM), None);
+        assert_eq!(Trial::offer(LARGE, 8 << 30, TRIAL_FROM), None, "nothing else to try");
+        let t = Trial::offer(own, 4 << 30, TRIAL_FROM).unwrap();
+        assert_eq!((t.shapes.clone(), t.stretch_bytes), (vec![own, LARGE], 256 << 20));
+        // A small run (tests lower the floor): a stretch is at least one large chunk.
+        assert_eq!(Trial::offer(own, 512 << 20, 0).unwrap().stretch_bytes, 64 << 20);
+        assert_eq!(Trial::offer(own, 2 << 30, 0).unwrap().stretch_bytes, 128 << 20);
+    }
+
+    #[test]
+    fn a_trial_cut_short_keeps_the_runs_own_shape() {
+        let shapes = vec![Shape { chunk_size: 4 << 20, read_ahead: 2 }, Shape { chunk_size: 64 << 20, read_ahead: 1 }];
+        let mut t = Trying::new(Trial { shapes, stretch_bytes: 256 << 20 });
+        t.record(256 << 20, Duration::from_secs(1));
+        assert_eq!(t.step(), Some((1, 256 << 20)));
+        let (i, o) = t.outcome();
+        assert_eq!(i, 0, "{}", o.why);
+        assert_eq!(o.measured[1].bytes_per_second, 0.0);
+    }
+}
