@@ -5,7 +5,8 @@
 #   dd4, dd64  dd in place (if=D of=D, direct) at 4 MiB and 64 MiB
 #   dd64f      dd64 and a flush at its end (conv=fsync), as reseq flushes at its end
 #   byhand     b3sum D; dd in place bs=64M; b3sum D (the by-hand verified recipe)
-#   v, n       reseq rewrite, verified and --no-verify, its depth chosen by its probe
+#   v, n       reseq rewrite, verified and --no-verify, as it chooses (its depth probed
+#              and, on an unmounted device of 4 GiB or more, its chunk-size trial)
 #   vN, nN     the same at --read-ahead N for each N in DEPTHS (0: serial)
 #   vS.N, nS.N the same at --chunk-size S --read-ahead N for each S/N in SIZES
 #   vB, nB     the same with the binary $BEFORE (e.g. main's build), if set
@@ -53,8 +54,8 @@ one() {
     dd64) dd if="$DEV" of="$DEV" bs=64M iflag=direct oflag=direct conv=notrunc status=none ;;
     dd64f) dd if="$DEV" of="$DEV" bs=64M iflag=direct oflag=direct conv=notrunc,fsync status=none ;;
     byhand) by_hand ;;
-    v) rw "$RESEQ" && python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pipeline_depth"]["depth"])' "$WORK/last.json" >>"$WORK/chosen" ;;
-    n) rw "$RESEQ" --no-verify ;;
+    v) rw "$RESEQ" && chosen v ;;
+    n) rw "$RESEQ" --no-verify && chosen n ;;
     vB) rw "$BEFORE" ;;
     nB) rw "$BEFORE" --no-verify ;;
     v*.*) local s=${1#v}; rw "$RESEQ" --chunk-size "${s%.*}" --read-ahead "${s#*.}" ;;
@@ -62,6 +63,19 @@ one() {
     v*) rw "$RESEQ" --read-ahead "${1#v}" ;;
     n*) rw "$RESEQ" --read-ahead "${1#n}" --no-verify ;;
   esac
+}
+# What the default run chose: its depth, and the chunk-size trial's rates and pick.
+chosen() {
+  python3 - "$WORK/last.json" "$1" >>"$WORK/chosen" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+t = (r.get("results") or {}).get("chunk_trial")
+line = f"{sys.argv[2]}: depth {r['pipeline_depth']['depth']}"
+if t:
+    rates = ", ".join(f"{m['shape']['chunk_size'] >> 20}M/{m['shape']['read_ahead']} {m['bytes_per_second'] / 2**20:.0f} MiB/s" for m in t["measured"])
+    line += f", trial {rates}: kept {t['chosen']['chunk_size'] >> 20}M/{t['chosen']['read_ahead']}"
+print(line)
+PY
 }
 settle() { python3 -c 'import os, sys; os.fsync(os.open(sys.argv[1], os.O_RDONLY))' "$DEV"; sleep 1; }
 k=${#names[@]}
@@ -80,7 +94,8 @@ m() { median <"$WORK/t_$1"; }
 printf '%-8s %8s  %s\n' what median "all (s)"
 for n in "${names[@]}"; do printf '%-8s %8.2f  %s\n' "$n" "$(m "$n")" "$(sort -g "$WORK/t_$n" | xargs printf '%.2f ')"; done
 bound=$(echo "$(m dd64) + $(m read)" | bc -l)
-echo "three-pass bound (dd64 + read): $(printf %.2f "$bound") s; depth reseq chose: $(sort "$WORK/chosen" | uniq -c | xargs)"
+echo "three-pass bound (dd64 + read): $(printf %.2f "$bound") s; what reseq chose, run by run:"
+cat "$WORK/chosen"
 printf '%-8s %14s %14s %16s %17s\n' reseq "bound/verified" "byhand/verified" "dd64/no-verify" "dd64f/no-verify"
 rows="'' $DEPTHS"; for sd in $SIZES; do rows+=" ${sd/\//.}"; done; [ -n "${BEFORE:-}" ] && rows+=" B"
 for d in $rows; do

@@ -129,9 +129,14 @@ impl EngineConfig {
         self.chunk_size.min((self.range_end - self.range_start).max(1))
     }
 
-    /// Bytes of aligned buffers the engine allocates: the most any shape tried takes.
+    /// Bytes of aligned buffers the engine allocates with this shape.
     pub(crate) fn memory_bytes(&self) -> u64 {
-        self.shaped().iter().map(|c| memory_bytes(c.buffer_bytes(), c.read_ahead, c.verify)).max().unwrap_or(0)
+        memory_bytes(self.buffer_bytes(), self.read_ahead, self.verify)
+    }
+
+    /// The most any shape its trial tries allocates at once.
+    pub(crate) fn peak_memory_bytes(&self) -> u64 {
+        self.shaped().iter().map(EngineConfig::memory_bytes).max().unwrap_or(0)
     }
 
     /// This config, then one per other shape its trial tries.

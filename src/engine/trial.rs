@@ -47,12 +47,13 @@ pub(crate) const LARGE: Shape = Shape { chunk_size: 64 << 20, read_ahead: 1 };
 
 impl Trial {
     /// A trial of `own` against [`LARGE`] over a run of `bytes`, if it is `from` long or
-    /// longer and `own` is not already that shape.
+    /// longer, the trial's stretches are at most half of it, and `own` is not already
+    /// that shape.
     pub(crate) fn offer(own: Shape, bytes: u64, from: u64) -> Option<Trial> {
-        if bytes < from || own == LARGE {
+        let stretch = (bytes / 16).clamp(LARGE.chunk_size, STRETCH).next_multiple_of(LARGE.chunk_size);
+        if bytes < from || bytes < 8 * stretch || own == LARGE {
             return None;
         }
-        let stretch = (bytes / 16).clamp(LARGE.chunk_size, STRETCH).next_multiple_of(LARGE.chunk_size);
         Some(Trial { shapes: vec![own, LARGE], stretch_bytes: stretch })
     }
 
@@ -223,6 +224,7 @@ mod tests {
         // A small run (tests lower the floor): a stretch is at least one large chunk.
         assert_eq!(Trial::offer(own, 512 << 20, 0).unwrap().stretch_bytes, 64 << 20);
         assert_eq!(Trial::offer(own, 2 << 30, 0).unwrap().stretch_bytes, 128 << 20);
+        assert_eq!(Trial::offer(own, 511 << 20, 0), None, "the trial would be more than half the run");
     }
 
     #[test]

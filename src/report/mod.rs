@@ -425,7 +425,7 @@ impl Report {
             resume_from_chunk: plan.resume_from_chunk,
             verify: e.verify,
             read_ahead_chunks: e.read_ahead,
-            memory_bytes: e.memory_bytes(),
+            memory_bytes: e.peak_memory_bytes(),
             max_freeze_seconds: plan.max_freeze.map(|m| m.as_secs_f64()),
             pause_seconds: e.pause.as_secs_f64(),
             hung_task_timeout_seconds: plan.hung_task_timeout.map(|t| t.as_secs()),

@@ -81,7 +81,7 @@ fn describe_chunks(plan: &RewritePlan) -> String {
     };
     s += &format!("  depth: {} ({})\n", plan.depth.depth, plan.depth.why);
     if let Some(t) = &e.trial {
-        s += &format!("  chunk trial: {}\n", t.describe());
+        s += &format!("  chunk trial: {} (buffers: {} at most)\n", t.describe(), human_bytes(e.peak_memory_bytes()));
     }
     s
 }

@@ -224,10 +224,10 @@ fn choose_trial(o: &RewriteOptions, engine: &EngineConfig, freezes: bool) -> Opt
     let trial = Trial::offer(own, bytes, from)?;
     let tried = EngineConfig { trial: Some(trial.clone()), ..engine.clone() };
     match mem_available() {
-        Some(free) if tried.memory_bytes() > free / 4 => {
+        Some(free) if tried.peak_memory_bytes() > free / 4 => {
             log::info!(
                 "no chunk-size trial: its buffers ({}) would take more than a quarter of the memory available ({})",
-                units::human_bytes(tried.memory_bytes()),
+                units::human_bytes(tried.peak_memory_bytes()),
                 units::human_bytes(free)
             );
             None
@@ -291,6 +291,13 @@ fn pacing(o: &RewriteOptions, plan: &RewritePlan) -> predict::Pacing {
             .then(|| "choice: the regions to rewrite are chosen at the run's start; this counts every byte in use, the most the run rewrites".to_string())
             .into_iter()
             .chain([predict::depth_note(&plan.depth)])
+            .chain(e.trial.as_ref().map(|t| {
+                format!(
+                    "chunk trial: every chunk is costed at {}, the run's own shape; the first {} are rewritten in the trial's shapes, the rest in the faster",
+                    trial::label(t.shapes[0]),
+                    units::human_bytes(t.stretch_bytes * 2 * t.shapes.len() as u64)
+                )
+            }))
             .collect(),
     }
 }
