@@ -253,6 +253,7 @@ pub(crate) fn run(
         cfg: &shapes[0],
         shapes: &shapes,
         trying: cfg.trial.clone().map(trial::Trying::new),
+        write_span: None,
         journal,
         progress,
         stop,
@@ -281,6 +282,9 @@ struct Engine<'a> {
     shapes: &'a [EngineConfig],
     /// The chunk-size trial, while it runs.
     trying: Option<trial::Trying>,
+    /// The window's writes: when the first one ended, when the last one did, and the
+    /// bytes written in between (the first one's not counted).
+    write_span: Option<(Instant, Instant, u64)>,
     journal: &'a mut Journal,
     progress: &'a mut Progress,
     stop: &'a StopFlag,
@@ -324,10 +328,10 @@ impl Engine<'_> {
             self.pause_between_windows()?;
             self.pace.fade();
             let stretch = self.trial_step();
-            let (started, written) = (Instant::now(), self.stats.bytes_written);
+            self.write_span = None;
             let outcome = self.window(planner, guard, budget, stretch)?;
             let complete = self.account_window(guard, outcome, budget, &mut share)?;
-            self.trial_record(stretch, self.stats.bytes_written - written, started.elapsed());
+            self.trial_record(stretch);
             if complete {
                 break;
             }
@@ -369,10 +373,15 @@ impl Engine<'_> {
         Some(bytes)
     }
 
-    /// A trial stretch took `took` to write `bytes`; after the last one, the shape the
-    /// rest of the run uses.
-    fn trial_record(&mut self, stretch: Option<u64>, bytes: u64, took: Duration) {
+    /// A trial stretch, timed from its first write's end to its last one's, over the
+    /// bytes written in between: each chunk's interval then holds one write, one read
+    /// ahead and one read-back, as the rest of the run's do. The pipeline's filling (the
+    /// first chunk's read) and draining (the last one's read-back) are left out: they
+    /// cost a stretch of a few 64 MiB chunks a fifth of its time, the rest of the run
+    /// nothing. After the last stretch, the shape the rest of the run uses.
+    fn trial_record(&mut self, stretch: Option<u64>) {
         let Some(t) = self.trying.as_mut().filter(|_| stretch.is_some()) else { return };
+        let (took, bytes) = self.write_span.map_or((Duration::ZERO, 0), |(a, b, n)| (b.duration_since(a), n));
         t.record(bytes, took);
         if t.done() {
             let (i, outcome) = t.outcome();

@@ -318,19 +318,20 @@ fn the_depth_is_probed_or_given_and_every_depth_rewrites_as_it_was() {
 /// fault-injection rule; the real floor is 4 GiB): the plan names it, a given
 /// `--chunk-size` or `--rate` has none, a run killed inside a stretch of 64 MiB chunks
 /// resumes and checks that chunk, and a whole run writes every byte once, each shape on
-/// two 64 MiB stretches, the bytes as they were (checked by the device's own counter and
+/// two 128 MiB stretches, the bytes as they were (checked by the device's own counter and
 /// a direct read, not the report).
 #[test]
 fn a_chunk_trial_tries_two_shapes_and_every_byte_is_written_once() {
     if !require(&["losetup"]) {
         return;
     }
+    const SIZE: u64 = 1024 * MIB;
     let env = TestEnv::new();
-    let lo = env.random_loop_device("trial", 512 * MIB, 41);
-    // Read around the page cache, in pieces (a pipe from dd takes seconds for 512 MiB).
+    let lo = env.random_loop_device("trial", SIZE, 41);
+    // Read around the page cache, in pieces (a pipe from dd takes seconds for 1 GiB).
     let direct = || {
         let mut h = blake3::Hasher::new();
-        for off in (0..512 * MIB).step_by(16 << 20) {
+        for off in (0..SIZE).step_by(16 << 20) {
             h.update(&crate::faultfs::direct_read(&lo.path, off, 16 << 20).unwrap());
         }
         h.finalize()
@@ -343,7 +344,7 @@ fn a_chunk_trial_tries_two_shapes_and_every_byte_is_written_once() {
     };
     let plan = json_ok(&mut rewrite("s1", &["--dry-run", "--json"], "trial-from=256M"));
     let t = &plan["plan"]["chunk_trial"];
-    assert_eq!(t["stretch_bytes"].as_u64(), Some(64 * MIB), "{t}");
+    assert_eq!(t["stretch_bytes"].as_u64(), Some(128 * MIB), "{t}");
     let shapes: Vec<(u64, u64)> = t["shapes"]
         .as_array()
         .unwrap()
@@ -358,26 +359,28 @@ fn a_chunk_trial_tries_two_shapes_and_every_byte_is_written_once() {
         let plan = json_ok(&mut rewrite("s1", &[&["--dry-run", "--json"][..], given].concat(), "trial-from=256M"));
         assert!(plan["plan"]["chunk_trial"].is_null(), "{given:?}: {}", plan["plan"]);
     }
-    // Killed after the first write of 64 MiB (the second stretch's), then resumed.
+    // Killed after the second write of 64 MiB (in the second stretch, after the first's
+    // 32 writes of 4 MiB), then resumed.
     let written = bytes_written_to(&lo.path);
-    let out = output(&mut rewrite("s2", &[], "trial-from=256M,kill@after-write#17"));
+    let out = output(&mut rewrite("s2", &[], "trial-from=256M,kill@after-write#34"));
     assert_eq!(out.status.code(), None, "the run should have died by SIGKILL: {}", stderr(&out));
     let out = output(&mut rewrite("s2", &["--resume"], "trial-from=256M"));
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("in flight when the last run stopped, is intact"), "{}", stderr(&out));
     assert_eq!(direct(), before, "killed and resumed: the bytes as they were");
-    assert!(bytes_written_to(&lo.path) >= written + 512 * MIB, "every byte written");
+    assert!(bytes_written_to(&lo.path) >= written + SIZE, "every byte written");
     // A whole run.
     let written = bytes_written_to(&lo.path);
     let r = json_ok(&mut rewrite("s3", &["--json"], "trial-from=256M"));
     let x = &r["results"];
     assert_eq!(x["windows"].as_u64(), Some(5), "four stretches and the rest: {x}");
+    // Each stretch is timed from its first write's end: 2 x (128 - 4) and 2 x (128 - 64).
     let measured = x["chunk_trial"]["measured"].as_array().unwrap();
-    assert_eq!(measured.iter().map(|m| m["bytes"].as_u64().unwrap()).collect::<Vec<_>>(), vec![128 * MIB, 128 * MIB]);
+    assert_eq!(measured.iter().map(|m| m["bytes"].as_u64().unwrap()).collect::<Vec<_>>(), vec![248 * MIB, 128 * MIB]);
     assert!(measured.iter().all(|m| num(&m["bytes_per_second"]) > 0.0), "{measured:?}");
     let kept = x["chunk_trial"]["chosen"]["chunk_size"].as_u64().unwrap();
     assert!(kept == 4 * MIB || kept == 64 * MIB, "{x}");
-    assert_eq!(bytes_written_to(&lo.path) - written, 512 * MIB, "every byte once, no more");
+    assert_eq!(bytes_written_to(&lo.path) - written, SIZE, "every byte once, no more");
     assert_eq!(direct(), before, "the bytes as they were");
     let saved = env.path("trial.json");
     std::fs::write(&saved, r.to_string()).unwrap();
