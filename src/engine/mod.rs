@@ -134,9 +134,10 @@ impl EngineConfig {
         memory_bytes(self.buffer_bytes(), self.read_ahead, self.verify)
     }
 
-    /// The most any shape its trial tries allocates at once.
+    /// What the engine allocates at most: during a trial, every shape's buffers (each
+    /// shape keeps its own while another is in use).
     pub(crate) fn peak_memory_bytes(&self) -> u64 {
-        self.shaped().iter().map(EngineConfig::memory_bytes).max().unwrap_or(0)
+        self.shaped().iter().map(EngineConfig::memory_bytes).sum()
     }
 
     /// This config, then one per other shape its trial tries.
@@ -253,7 +254,9 @@ pub(crate) fn run(
         cfg: &shapes[0],
         shapes: &shapes,
         trying: cfg.trial.clone().map(trial::Trying::new),
-        write_span: None,
+        shape: 0,
+        parked: shapes.iter().map(|_| Vec::new()).collect(),
+        first_write: None,
         journal,
         progress,
         stop,
@@ -282,9 +285,11 @@ struct Engine<'a> {
     shapes: &'a [EngineConfig],
     /// The chunk-size trial, while it runs.
     trying: Option<trial::Trying>,
-    /// The window's writes: when the first one ended, when the last one did, and the
-    /// bytes written in between (the first one's not counted).
-    write_span: Option<(Instant, Instant, u64)>,
+    /// The index of the shape in use, and each shape's buffers while another is.
+    shape: usize,
+    parked: Vec<Vec<AlignedBuf>>,
+    /// When the window's first write asked for its permit.
+    first_write: Option<Instant>,
     journal: &'a mut Journal,
     progress: &'a mut Progress,
     stop: &'a StopFlag,
@@ -328,10 +333,11 @@ impl Engine<'_> {
             self.pause_between_windows()?;
             self.pace.fade();
             let stretch = self.trial_step();
-            self.write_span = None;
+            let written = self.stats.bytes_written;
+            self.first_write = None;
             let outcome = self.window(planner, guard, budget, stretch)?;
             let complete = self.account_window(guard, outcome, budget, &mut share)?;
-            self.trial_record(stretch);
+            self.trial_record(stretch, self.stats.bytes_written - written);
             if complete {
                 break;
             }
@@ -342,53 +348,59 @@ impl Engine<'_> {
 
     /// The pool's buffers, for the configuration in use (between windows every buffer is
     /// home: the stages that borrow them are joined at each window's end).
+    /// Each shape's buffers are allocated once, when it is first used, and kept aside
+    /// while another is in use: allocating and zeroing 256 MiB at every switch cost a
+    /// trial on a memory-backed device a fifth of the run.
     fn fill_pool(&mut self) {
-        while self.pool.1.try_recv().is_ok() {}
-        for _ in 0..self.cfg.pool_size() {
-            self.pool
-                .0
-                .send(AlignedBuf::new(self.cfg.buffer_bytes() as usize, self.target.mem_align()))
-                .expect("pool has room");
+        let mut bufs = std::mem::take(&mut self.parked[self.shape]);
+        if bufs.is_empty() {
+            let (n, len) = (self.cfg.pool_size(), self.cfg.buffer_bytes() as usize);
+            bufs = (0..n).map(|_| AlignedBuf::new(len, self.target.mem_align())).collect();
+        }
+        for b in bufs {
+            self.pool.0.send(b).expect("pool has room");
         }
     }
 
     /// The configuration of shape `i` (its chunk size, depth and pool) from the next
-    /// window on.
-    fn use_shape(&mut self, i: usize) {
-        let shapes: &[EngineConfig] = self.shapes;
-        if std::ptr::eq(self.cfg, &shapes[i]) {
-            return;
+    /// window on. `keep_others`: false once the trial is over (their buffers are freed).
+    fn use_shape(&mut self, i: usize, keep_others: bool) {
+        if i != self.shape {
+            self.parked[self.shape] = self.pool.1.try_iter().collect();
+            self.shape = i;
+            self.cfg = &self.shapes[i];
+            self.chunk_size = self.cfg.chunk_size;
+            self.chunk_estimate = Duration::ZERO;
+            self.fill_pool();
         }
-        self.cfg = &shapes[i];
-        self.chunk_size = self.cfg.chunk_size;
-        self.chunk_estimate = Duration::ZERO;
-        self.fill_pool();
+        if !keep_others {
+            self.parked.iter_mut().for_each(Vec::clear);
+        }
     }
 
     /// While the chunk-size trial runs: the next stretch's shape is put in use, and its
     /// bytes are the window's limit.
     fn trial_step(&mut self) -> Option<u64> {
         let (i, bytes) = self.trying.as_ref()?.step()?;
-        self.use_shape(i);
+        self.use_shape(i, true);
         Some(bytes)
     }
 
-    /// A trial stretch, timed from its first write's end to its last one's, over the
-    /// bytes written in between: each chunk's interval then holds one write, one read
-    /// ahead and one read-back, as the rest of the run's do. The pipeline's filling (the
-    /// first chunk's read) and draining (the last one's read-back) are left out: they
-    /// cost a stretch of a few 64 MiB chunks a fifth of its time, the rest of the run
+    /// A trial stretch wrote `bytes`, timed from its first write's permit to the end of
+    /// its window, the last read-back, flush and commit included: the rest of the run
+    /// drains its pipeline and commits as often (every [`COMMIT_INTERVAL_BYTES`], a
+    /// stretch at most). The pipeline's filling (the first chunk's read) is left out: it
+    /// costs a stretch of four 64 MiB chunks a tenth of its time, the rest of the run
     /// nothing. After the last stretch, the shape the rest of the run uses.
-    fn trial_record(&mut self, stretch: Option<u64>) {
+    fn trial_record(&mut self, stretch: Option<u64>, bytes: u64) {
         let Some(t) = self.trying.as_mut().filter(|_| stretch.is_some()) else { return };
-        let (took, bytes) = self.write_span.map_or((Duration::ZERO, 0), |(a, b, n)| (b.duration_since(a), n));
-        t.record(bytes, took);
+        t.record(bytes, self.first_write.map_or(Duration::ZERO, |at| at.elapsed()));
         if t.done() {
             let (i, outcome) = t.outcome();
             log::info!("chunk trial: {}", outcome.why);
             self.stats.chunk_trial = Some(outcome);
             self.trying = None;
-            self.use_shape(i);
+            self.use_shape(i, false);
         }
     }
 

@@ -39,9 +39,9 @@ pub(crate) struct Trial {
 /// stretch shorter than [`STRETCH`] holds too few large chunks to time (the pipeline
 /// fills and drains in each).
 pub(crate) const TRIAL_FROM: u64 = 4 << 30;
-/// Bytes a stretch rewrites at most: a 16th of the run, and at least two large chunks
-/// (a stretch is timed from its first write's end).
-const STRETCH: u64 = 256 << 20;
+/// Bytes a stretch rewrites at most (a long run commits as often: see `trial_record`): a
+/// 32nd of the run (the trial is then an eighth of it), and at least two large chunks.
+const STRETCH: u64 = super::COMMIT_INTERVAL_BYTES;
 /// The other shape tried: large chunks, one read ahead (measured best on a loop device
 /// over a virtual disk, docs/CHUNK-SIZE.md).
 pub(crate) const LARGE: Shape = Shape { chunk_size: 64 << 20, read_ahead: 1 };
@@ -51,7 +51,7 @@ impl Trial {
     /// longer, the trial's stretches are at most half of it, and `own` is not already
     /// that shape.
     pub(crate) fn offer(own: Shape, bytes: u64, from: u64) -> Option<Trial> {
-        let stretch = (bytes / 16).clamp(2 * LARGE.chunk_size, STRETCH).next_multiple_of(LARGE.chunk_size);
+        let stretch = (bytes / 32).clamp(2 * LARGE.chunk_size, STRETCH).next_multiple_of(LARGE.chunk_size);
         if bytes < from || bytes < 8 * stretch || own == LARGE {
             return None;
         }
@@ -81,10 +81,10 @@ impl Trial {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct ShapeRate {
     pub(crate) shape: Shape,
-    /// Bytes its stretches wrote after their first chunk.
+    /// Bytes its stretches rewrote.
     pub(crate) bytes: u64,
-    /// Seconds those took: in each stretch, from its first write's end to its last one's
-    /// (the pipeline's filling and draining left out).
+    /// Seconds they took, each from its first write's permit to its window's end (its
+    /// last read-back, flush and commit included; the first chunk's read left out).
     pub(crate) seconds: f64,
     pub(crate) bytes_per_second: f64,
 }
@@ -222,10 +222,11 @@ mod tests {
         assert_eq!(Trial::offer(own, (4 << 30) - 1, TRIAL_FROM), None);
         assert_eq!(Trial::offer(LARGE, 8 << 30, TRIAL_FROM), None, "nothing else to try");
         let t = Trial::offer(own, 4 << 30, TRIAL_FROM).unwrap();
-        assert_eq!((t.shapes.clone(), t.stretch_bytes), (vec![own, LARGE], 256 << 20));
+        assert_eq!((t.shapes.clone(), t.stretch_bytes), (vec![own, LARGE], 128 << 20));
+        assert_eq!(Trial::offer(own, 16 << 30, TRIAL_FROM).unwrap().stretch_bytes, 256 << 20);
         // A small run (tests lower the floor): a stretch is at least two large chunks.
         assert_eq!(Trial::offer(own, 1 << 30, 0).unwrap().stretch_bytes, 128 << 20);
-        assert_eq!(Trial::offer(own, 3 << 30, 0).unwrap().stretch_bytes, 192 << 20);
+        assert_eq!(Trial::offer(own, 6 << 30, 0).unwrap().stretch_bytes, 192 << 20);
         assert_eq!(Trial::offer(own, 1023 << 20, 0), None, "the trial would be more than half the run");
     }
 
