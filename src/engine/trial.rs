@@ -35,13 +35,15 @@ pub(crate) struct Trial {
     pub(crate) stretch_bytes: u64,
 }
 
-/// Runs shorter than this have no trial: its stretches would be most of the run, and a
-/// stretch shorter than [`STRETCH`] holds too few large chunks to time (the pipeline
-/// fills and drains in each).
-pub(crate) const TRIAL_FROM: u64 = 4 << 30;
-/// Bytes a stretch rewrites at most (a long run commits as often: see `trial_record`): a
-/// 32nd of the run (the trial is then an eighth of it), and at least two large chunks.
-const STRETCH: u64 = super::COMMIT_INTERVAL_BYTES;
+/// Runs shorter than this have no trial. What the trial costs does not shrink with the
+/// run: on the memory-backed loop device, where 64 MiB chunks are no faster, its stretches
+/// and the other shape's 320 MiB of fresh buffers cost a 4 GiB run 0.4-1.2 s (x1.15-1.45)
+/// and an 8 GiB one 0.9-1.0 s (x1.2) on the 2-vCPU VM, where touching fresh memory is
+/// slow (320 MiB in 0.14-0.67 s); a 16 GiB run takes 10 s or more there.
+pub(crate) const TRIAL_FROM: u64 = 16 << 30;
+/// Bytes a stretch rewrites: two large chunks, each stretch timed to its commit as the
+/// rest of the run commits at least as often (see `trial_record`).
+const STRETCH: u64 = 2 * LARGE.chunk_size;
 /// The other shape tried: large chunks, one read ahead (measured best on a loop device
 /// over a virtual disk, docs/CHUNK-SIZE.md).
 pub(crate) const LARGE: Shape = Shape { chunk_size: 64 << 20, read_ahead: 1 };
@@ -51,11 +53,10 @@ impl Trial {
     /// longer, the trial's stretches are at most half of it, and `own` is not already
     /// that shape.
     pub(crate) fn offer(own: Shape, bytes: u64, from: u64) -> Option<Trial> {
-        let stretch = (bytes / 32).clamp(2 * LARGE.chunk_size, STRETCH).next_multiple_of(LARGE.chunk_size);
-        if bytes < from || bytes < 8 * stretch || own == LARGE {
+        if bytes < from || bytes < 8 * STRETCH || own == LARGE {
             return None;
         }
-        Some(Trial { shapes: vec![own, LARGE], stretch_bytes: stretch })
+        Some(Trial { shapes: vec![own, LARGE], stretch_bytes: STRETCH })
     }
 
     /// In words, for the plan.
@@ -219,14 +220,12 @@ mod tests {
     #[test]
     fn a_trial_is_offered_to_long_runs_only() {
         let own = Shape { chunk_size: 4 << 20, read_ahead: 2 };
-        assert_eq!(Trial::offer(own, (4 << 30) - 1, TRIAL_FROM), None);
-        assert_eq!(Trial::offer(LARGE, 8 << 30, TRIAL_FROM), None, "nothing else to try");
-        let t = Trial::offer(own, 4 << 30, TRIAL_FROM).unwrap();
+        assert_eq!(Trial::offer(own, (16 << 30) - 1, TRIAL_FROM), None);
+        assert_eq!(Trial::offer(LARGE, 32 << 30, TRIAL_FROM), None, "nothing else to try");
+        let t = Trial::offer(own, 16 << 30, TRIAL_FROM).unwrap();
         assert_eq!((t.shapes.clone(), t.stretch_bytes), (vec![own, LARGE], 128 << 20));
-        assert_eq!(Trial::offer(own, 16 << 30, TRIAL_FROM).unwrap().stretch_bytes, 256 << 20);
-        // A small run (tests lower the floor): a stretch is at least two large chunks.
+        // A small run (tests lower the floor): the trial is at most half of it.
         assert_eq!(Trial::offer(own, 1 << 30, 0).unwrap().stretch_bytes, 128 << 20);
-        assert_eq!(Trial::offer(own, 6 << 30, 0).unwrap().stretch_bytes, 192 << 20);
         assert_eq!(Trial::offer(own, 1023 << 20, 0), None, "the trial would be more than half the run");
     }
 
