@@ -28,16 +28,7 @@ one() {
   "$bin" -q rewrite "$DEV" --state-dir "$WORK/state" --json "$@" >"$WORK/last.json" 2>"$WORK/last.err" || { cat "$WORK/last.err" >&2; exit 1; }
   t1=$(date +%s.%N)
   echo "$t1 - $t0" | bc -l >>"$WORK/t_$name"
-  python3 - "$WORK/last.json" "$name" "$(tail -1 "$WORK/t_$name")" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-t = (r.get("results") or {}).get("chunk_trial")
-line = f"  {sys.argv[2]:<8} {float(sys.argv[3]):6.2f} s, depth {r['pipeline_depth']['depth']}"
-if t:
-    rates = ", ".join(f"{m['shape']['chunk_size'] >> 20}M/{m['shape']['read_ahead']} {m['bytes_per_second'] / 2**20:.0f} MiB/s" for m in t["measured"])
-    line += f", trial {rates}: kept {t['chosen']['chunk_size'] >> 20}M/{t['chosen']['read_ahead']}"
-print(line)
-PY
+  printf '  %-8s %6.2f s, %s\n' "$name" "$(tail -1 "$WORK/t_$name")" "$(chose "$WORK/last.json")"
 }
 for i in $(seq 1 "$ROUNDS"); do
   echo "round $i:"

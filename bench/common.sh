@@ -17,6 +17,21 @@ make_device() {
   DEV=$(losetup --direct-io=on --find --show "$WORK/disk.img")
 }
 
+# chose JSON: what a `reseq rewrite --json` report chose: its depth, and the chunk-size
+# trial's rates and pick (bench/depth.sh, bench/chunk-trial.sh).
+chose() {
+  python3 - "$1" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+t = (r.get("results") or {}).get("chunk_trial")
+line = f"depth {r['pipeline_depth']['depth']}"
+if t:
+    rates = ", ".join(f"{m['shape']['chunk_size'] >> 20}M/{m['shape']['read_ahead']} {m['bytes_per_second'] / 2**20:.0f} MiB/s" for m in t["measured"])
+    line += f", trial {rates}: kept {t['chosen']['chunk_size'] >> 20}M/{t['chosen']['read_ahead']}"
+print(line)
+PY
+}
+
 # median of numbers on stdin
 median() { sort -g | awk '{a[NR]=$1} END {m = (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "%.6f\n", m}'; }
 

@@ -65,18 +65,7 @@ one() {
   esac
 }
 # What the default run chose: its depth, and the chunk-size trial's rates and pick.
-chosen() {
-  python3 - "$WORK/last.json" "$1" >>"$WORK/chosen" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-t = (r.get("results") or {}).get("chunk_trial")
-line = f"{sys.argv[2]}: depth {r['pipeline_depth']['depth']}"
-if t:
-    rates = ", ".join(f"{m['shape']['chunk_size'] >> 20}M/{m['shape']['read_ahead']} {m['bytes_per_second'] / 2**20:.0f} MiB/s" for m in t["measured"])
-    line += f", trial {rates}: kept {t['chosen']['chunk_size'] >> 20}M/{t['chosen']['read_ahead']}"
-print(line)
-PY
-}
+chosen() { echo "$1: $(chose "$WORK/last.json")" >>"$WORK/chosen"; }
 settle() { python3 -c 'import os, sys; os.fsync(os.open(sys.argv[1], os.O_RDONLY))' "$DEV"; sleep 1; }
 k=${#names[@]}
 for i in $(seq 1 "$ROUNDS"); do
