@@ -6,7 +6,7 @@
 #   dd64f      dd64 and a flush at its end (conv=fsync), as reseq flushes at its end
 #   byhand     b3sum D; dd in place bs=64M; b3sum D (the by-hand verified recipe)
 #   v, n       reseq rewrite, verified and --no-verify, as it chooses (its depth probed
-#              and, on an unmounted device of 4 GiB or more, its chunk-size trial)
+#              and, on an unmounted device of 16 GiB or more, its chunk-size trial)
 #   vN, nN     the same at --read-ahead N for each N in DEPTHS (0: serial)
 #   vS.N, nS.N the same at --chunk-size S --read-ahead N for each S/N in SIZES
 #   vB, nB     the same with the binary $BEFORE (e.g. main's build), if set

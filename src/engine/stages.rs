@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::EngineConfig;
 use super::rescue;
 use crate::engine::guard::Reporter;
 use crate::engine::target::BlockTarget;
@@ -231,14 +230,14 @@ pub(super) fn hash_stage(input: Receiver<Staged>, out: Sender<Staged>) -> Durati
 
 /// Verifier stage: reads each written chunk back and compares its blake3.
 /// It reports each finished read-back to the guardian itself.
+/// `back` is the buffer read-backs land in: the engine's, kept from window to window.
 pub(super) fn verify_stage(
     target: &dyn BlockTarget,
-    cfg: &EngineConfig,
+    back: &mut AlignedBuf,
     input: Receiver<Chunk>,
     out: Sender<Verified>,
     reporter: Result<Reporter>,
 ) -> Duration {
-    let mut back = AlignedBuf::new(cfg.buffer_bytes() as usize, target.mem_align());
     let mut reporter = reporter;
     let mut busy = Duration::ZERO;
     for chunk in input {

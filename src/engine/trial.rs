@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 /// A shape must write this much faster than the run's own to replace it: less is within
 /// what one stretch's noise makes on a shared host.
-pub(crate) const MARGIN: f64 = 1.1;
+const MARGIN: f64 = 1.1;
 
 /// A chunk size and a depth.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
@@ -41,12 +41,12 @@ pub(crate) struct Trial {
 /// and an 8 GiB one 0.9-1.0 s (x1.2) on the 2-vCPU VM, where touching fresh memory is
 /// slow (320 MiB in 0.14-0.67 s); a 16 GiB run takes 10 s or more there.
 pub(crate) const TRIAL_FROM: u64 = 16 << 30;
-/// Bytes a stretch rewrites: two large chunks, each stretch timed to its commit as the
-/// rest of the run commits at least as often (see `trial_record`).
+/// Bytes a stretch rewrites: two large chunks, the fewest a stretch timed from its first
+/// write can time more than one of (see `Engine::trial_record` for how this leans).
 const STRETCH: u64 = 2 * LARGE.chunk_size;
 /// The other shape tried: large chunks, one read ahead (measured best on a loop device
 /// over a virtual disk, docs/CHUNK-SIZE.md).
-pub(crate) const LARGE: Shape = Shape { chunk_size: 64 << 20, read_ahead: 1 };
+const LARGE: Shape = Shape { chunk_size: 64 << 20, read_ahead: 1 };
 
 impl Trial {
     /// A trial of `own` against [`LARGE`] over a run of `bytes`, if it is `from` long or
@@ -63,7 +63,7 @@ impl Trial {
     pub(crate) fn describe(&self) -> String {
         let shapes: Vec<String> = self.shapes.iter().map(|&s| label(s)).collect();
         format!(
-            "{} rewrite {} stretches each, in turn and back (A B B A); the rest of the run uses the faster (another must be x{MARGIN} as fast as the run's own)",
+            "{} rewrite two stretches of {} each, in turn and back (A B B A); the rest of the run uses the faster (another must be x{MARGIN} as fast as the run's own)",
             shapes.join(" and "),
             crate::support::units::human_bytes(self.stretch_bytes)
         )
@@ -84,8 +84,8 @@ pub(crate) struct ShapeRate {
     pub(crate) shape: Shape,
     /// Bytes its stretches rewrote.
     pub(crate) bytes: u64,
-    /// Seconds they took, each from its first write's permit to its window's end (its
-    /// last read-back, flush and commit included; the first chunk's read left out).
+    /// Seconds they took, each its whole window (every read, write and read-back, the
+    /// flush and the commit; its buffers were allocated before).
     pub(crate) seconds: f64,
     pub(crate) bytes_per_second: f64,
 }

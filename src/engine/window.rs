@@ -22,7 +22,7 @@ use super::{Engine, Planner};
 use crate::engine::guard::{WindowEnd, WindowGuard};
 use crate::support::error::{Error, Result};
 use crate::support::{hooks, output};
-use crate::sys;
+use crate::sys::{self, AlignedBuf};
 
 /// Why the writer stopped.
 pub(super) enum WindowFlow {
@@ -58,7 +58,7 @@ struct Stages<'s> {
     hashed: Receiver<Staged>,
     readers: Vec<std::thread::ScopedJoinHandle<'s, (u64, Duration)>>,
     hasher: std::thread::ScopedJoinHandle<'s, Duration>,
-    verifier: Option<std::thread::ScopedJoinHandle<'s, Duration>>,
+    verifier: Option<std::thread::ScopedJoinHandle<'s, (Duration, AlignedBuf)>>,
 }
 
 impl Engine<'_> {
@@ -179,6 +179,7 @@ impl Engine<'_> {
         let (target, cfg) = (self.target, self.cfg);
         let pool = self.pool.clone();
         let urgent = guard.freezes();
+        let back = self.read_back_buffer();
         let feed = Feed { chunks, pool: &pool, grants: grant_rx, next: Default::default(), stop: &stop_reader };
         std::thread::scope(|s| {
             let readers = (0..cfg.readers())
@@ -189,11 +190,11 @@ impl Engine<'_> {
                 .collect();
             drop(raw_tx);
             let hasher = s.spawn(move || or_abort("hasher", || hash_stage(raw_rx, hashed_tx)));
-            let verifier = cfg.verify.then(|| {
+            let verifier = back.map(|mut back| {
                 let reporter = guard.reporter();
                 let verify = move || {
                     let _rt = Urgent::raise(urgent);
-                    verify_stage(target, cfg, written_rx, verified_tx, reporter)
+                    (verify_stage(target, &mut back, written_rx, verified_tx, reporter), back)
                 };
                 s.spawn(move || or_abort("verifier", verify))
             });
@@ -235,8 +236,9 @@ impl Engine<'_> {
             self.stats.stages.read += time.as_secs_f64();
         }
         self.stats.stages.hash += stages.hasher.join().unwrap_or_default().as_secs_f64();
-        if let Some(v) = stages.verifier {
-            self.stats.stages.read_back += v.join().unwrap_or_default().as_secs_f64();
+        if let Some(Ok((time, back))) = stages.verifier.map(|v| v.join()) {
+            self.stats.stages.read_back += time.as_secs_f64();
+            self.read_backs[self.shape] = Some(back);
         }
         (end, read)
     }

@@ -295,7 +295,6 @@ impl Engine<'_> {
         // Its permit and write (and the wait for the verifier to take it): what starting
         // one more chunk costs a window that must end (see `pace`).
         self.pace.write.learn(len, t0.elapsed(), self.chunk_size);
-        self.first_write.get_or_insert(t0);
         // From the previous chunk's permit to this one's: what the reader's grants count
         // on, unless this chunk's read waited for its grant.
         if let Some((prev, prev_len)) = w.last_step

@@ -210,12 +210,18 @@ fn choose_depth(o: &RewriteOptions, dev: &BlockDeviceInfo, engine: &mut EngineCo
     depth
 }
 
-/// The chunk-size trial (`engine::trial`): on a long run that freezes nothing (its
-/// stretches are windows of their own) and keeps no pace (`--rate`), when neither the
-/// chunk size nor the depth was given, and the largest shape's buffers take at most a
-/// quarter of the memory available.
-fn choose_trial(o: &RewriteOptions, engine: &EngineConfig, freezes: bool) -> Option<Trial> {
-    if freezes || o.given.chunk_size || o.given.read_ahead || o.rate.is_some() || engine.read_ahead == 0 {
+/// The chunk-size trial (`engine::trial`): on a long fresh run that freezes nothing (its
+/// stretches are windows of their own), keeps no pace (`--rate`) and rewrites the whole
+/// range (not `--only-slow`'s or a scan's regions, chosen later), when neither the chunk
+/// size nor the depth was given, and both shapes' buffers take at most a quarter of the
+/// memory available. A resumed run keeps the shape its journal says: its first run's
+/// `--chunk-size`, given or not, is not on its command line.
+fn choose_trial(o: &RewriteOptions, engine: &EngineConfig, freezes: bool, resumed: bool) -> Option<Trial> {
+    let chooses = o.only_slow || o.from_scan.is_some();
+    if freezes || resumed || chooses || o.given.chunk_size || o.given.read_ahead || o.rate.is_some() {
+        return None;
+    }
+    if engine.read_ahead == 0 {
         return None;
     }
     let own = Shape { chunk_size: engine.chunk_size, read_ahead: engine.read_ahead };
@@ -376,7 +382,7 @@ fn engine_config(
         Span { chunk_size, range: (0, addressable_end(dev)), start_offset, journal_on_frozen_fs: state.on_frozen_fs };
     let mut engine = sequence::engine_config(o, span, state.path.clone(), dev, Vec::new());
     let depth = choose_depth(o, dev, &mut engine, freezes);
-    engine.trial = choose_trial(o, &engine, freezes);
+    engine.trial = choose_trial(o, &engine, freezes, matches!(start, Start::Resume { .. }));
     Ok((engine, depth))
 }
 
@@ -496,4 +502,47 @@ fn resumable(
             .push(format!("resuming with the journal's chunk size of {}", units::human_bytes(run.chunk_size_bytes)));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The trial is for fresh, whole-range, unpaced runs whose shape was not given: a
+    /// resumed run keeps its journal's shape (its first run's `--chunk-size` is not on its
+    /// command line), and `--only-slow` or `--from-scan` rewrite regions chosen later.
+    #[test]
+    fn only_a_fresh_whole_run_with_its_shape_not_given_has_a_trial() {
+        let engine = EngineConfig {
+            chunk_size: 4 << 20,
+            range_start: 0,
+            range_end: 16 << 30,
+            start_offset: 0,
+            verify: true,
+            read_ahead: 2,
+            pause: Duration::ZERO,
+            journal_on_frozen_fs: false,
+            max_overruns: 3,
+            rate_bytes_per_second: None,
+            rescue: None,
+            trial: None,
+        };
+        let o = RewriteOptions::default();
+        let trial = |o: &RewriteOptions, freezes, resumed| choose_trial(o, &engine, freezes, resumed).is_some();
+        let enough_memory = mem_available().is_none_or(|m| m / 4 > 400 << 20);
+        assert_eq!(trial(&o, false, false), enough_memory);
+        assert!(!trial(&o, true, false), "a run that freezes");
+        assert!(!trial(&o, false, true), "a resumed run");
+        let only_slow = RewriteOptions { only_slow: true, ..o.clone() };
+        let from_scan = RewriteOptions { from_scan: Some("scan.json".into()), ..o.clone() };
+        let mut given = o.clone();
+        given.given.chunk_size = true;
+        let mut depth = o.clone();
+        depth.given.read_ahead = true;
+        for (what, o) in
+            [("--only-slow", only_slow), ("--from-scan", from_scan), ("--chunk-size", given), ("--read-ahead", depth)]
+        {
+            assert!(!trial(&o, false, false), "{what}");
+        }
+    }
 }

@@ -19,7 +19,7 @@
 //! - `slow-file@TEXT=MS`: every benchmark read of a file whose path contains TEXT takes
 //!   MS longer (a slow file, for file mode's `--only-slow`).
 //! - `trial-from=SIZE`: the chunk-size trial runs on runs of SIZE or more instead of
-//!   4 GiB (tests on small devices).
+//!   16 GiB (tests on small devices).
 //!
 //! POINTs: `planned` (device mode: planned and benchmarked, before the device is
 //! taken), `window-start` (after the freeze), `before-write` (before asking to write),

@@ -315,7 +315,7 @@ fn the_depth_is_probed_or_given_and_every_depth_rewrites_as_it_was() {
 }
 
 /// The chunk-size trial (issue 40), on a real loop device with its floor lowered (a
-/// fault-injection rule; the real floor is 4 GiB): the plan names it, a given
+/// fault-injection rule; the real floor is 16 GiB): the plan names it, a given
 /// `--chunk-size` or `--rate` has none, a run killed inside a stretch of 64 MiB chunks
 /// resumes and checks that chunk, and a whole run writes every byte once, each shape on
 /// two 128 MiB stretches, the bytes as they were (checked by the device's own counter and
