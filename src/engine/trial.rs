@@ -41,8 +41,8 @@ pub(crate) struct Trial {
 /// and an 8 GiB one 0.9-1.0 s (x1.2) on the 2-vCPU VM, where touching fresh memory is
 /// slow (320 MiB in 0.14-0.67 s); a 16 GiB run takes 10 s or more there.
 pub(crate) const TRIAL_FROM: u64 = 16 << 30;
-/// Bytes a stretch rewrites: two large chunks, the fewest a stretch timed from its first
-/// write can time more than one of (see `Engine::trial_record` for how this leans).
+/// Bytes a stretch rewrites: two large chunks, so the large shape's stretch overlaps at
+/// least one read with a write (see `Engine::trial_record` for how its timing leans).
 const STRETCH: u64 = 2 * LARGE.chunk_size;
 /// The other shape tried: large chunks, one read ahead (measured best on a loop device
 /// over a virtual disk, docs/CHUNK-SIZE.md).
@@ -68,9 +68,7 @@ impl Trial {
             crate::support::units::human_bytes(self.stretch_bytes)
         )
     }
-}
 
-impl Trial {
     /// The shapes in the order their stretches run: A B B A (A B C C B A for three).
     fn order(&self) -> Vec<usize> {
         let n = self.shapes.len();
