@@ -137,10 +137,17 @@ fn single_device_nodatacow_checksummed_reflink_snapshot_inline() {
     let e = json_ok(env.reseq().arg("estimate").arg(&m.dir).args(["--json", "--sample", "4M"]));
     let sampled = e["estimate_files"]["sample_bytes"].as_u64().unwrap_or_else(|| panic!("{e}"));
     assert!(sampled > 0 && e["estimate_files"]["advice"].is_string(), "{e}");
-    // Selections: --only-slow reads every file first; --older-than 1d finds all of them
-    // new (written just now), so it plans nothing.
-    let slow = json_ok(rewrite(&env, &[&m.dir]).args(["--dry-run", "--only-slow"]));
-    assert!(slow["plan"]["files"].is_array(), "{slow}");
+    // Selections: --only-slow reads every file first (or refuses, when the host is too
+    // busy for its rounds to agree: a loaded CI host does that to files this small);
+    // --older-than 1d finds all of them new (written just now), so it plans nothing.
+    let out = output(rewrite(&env, &[&m.dir]).args(["--dry-run", "--only-slow"]));
+    match out.status.code() {
+        Some(0) => assert!(json_report(&out)["plan"]["files"].is_array(), "{}", stderr(&out)),
+        Some(3) => {
+            assert!(stderr(&out).contains("--only-slow cannot tell which files read slowly"), "{}", stderr(&out))
+        }
+        c => panic!("--only-slow --dry-run exit {c:?}: {}", stderr(&out)),
+    }
     let old = json_ok(rewrite(&env, &[&m.dir]).args(["--dry-run", "--older-than", "1d"]));
     let chosen: u64 =
         old["plan"]["files"].as_array().unwrap().iter().map(|f| f["bytes_to_rewrite"].as_u64().unwrap()).sum();
