@@ -196,8 +196,9 @@ pub(crate) struct EngineStats {
     pub(crate) bytes_read: u64,
     pub(crate) bytes_written: u64,
     pub(crate) bytes_verified: u64,
+    /// Writes made, each chunk one whatever its size (a chunk trial's larger chunks too).
     pub(crate) chunks_written: u64,
-    /// Chunks that a previous run had finished (skipped on resume).
+    /// Chunks that a previous run had finished (skipped on resume), counted the same way.
     pub(crate) chunks_already_done: u64,
     /// Bytes read ahead and dropped at window ends (read again later, never written).
     pub(crate) bytes_read_ahead_dropped: u64,
@@ -217,7 +218,8 @@ pub(crate) struct EngineStats {
     /// Seconds frozen, window by window (file mode reports each file's windows).
     #[serde(skip)]
     pub(crate) window_seconds: Vec<f64>,
-    /// The chunk-size trial: each shape's stretches and the one kept (null: none ran).
+    /// The chunk-size trial: each shape's stretches and the one kept (null: none ran, or
+    /// the run stopped inside its first stretch).
     #[serde(default)]
     pub(crate) chunk_trial: Option<trial::TrialOutcome>,
 }
@@ -273,7 +275,9 @@ pub(crate) fn run(
         plan_end: cfg.range_end,
     };
     let result = engine.run_windows(planner, guard);
+    let cut_short = engine.trying.as_ref().and_then(trial::Trying::cut_short);
     stats.rewrite_seconds = engine.started.elapsed().as_secs_f64();
+    stats.chunk_trial = stats.chunk_trial.take().or(cut_short);
     (stats, result)
 }
 

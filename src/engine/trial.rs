@@ -69,6 +69,11 @@ impl Trial {
         )
     }
 
+    /// The stretches the whole trial runs: the run's windows are this many more.
+    pub(crate) fn stretches(&self) -> usize {
+        self.order().len()
+    }
+
     /// The shapes in the order their stretches run: A B B A (A B C C B A for three).
     fn order(&self) -> Vec<usize> {
         let n = self.shapes.len();
@@ -93,6 +98,9 @@ pub(crate) struct ShapeRate {
 pub(crate) struct TrialOutcome {
     /// Bytes each stretch was to rewrite.
     pub(crate) stretch_bytes: u64,
+    /// False: the run stopped inside the trial (`measured` counts the stretches that
+    /// ended; `chosen` is the run's own shape, which a resumed run uses).
+    pub(crate) complete: bool,
     /// Each shape, the run's own first.
     pub(crate) measured: Vec<ShapeRate>,
     /// The shape the rest of the run used.
@@ -130,11 +138,52 @@ impl Trying {
         }
     }
 
-    /// After the last stretch (or when the run ended before it): the shape to keep, its
-    /// index, and why.
+    /// After the last stretch: the shape to keep, its index, and why.
     pub(super) fn outcome(&self) -> (usize, TrialOutcome) {
-        let measured: Vec<ShapeRate> = self
-            .trial
+        let measured = self.measured();
+        let own = measured[0].bytes_per_second;
+        let best = (1..measured.len())
+            .filter(|&i| measured[i].bytes_per_second >= MARGIN * own && own > 0.0)
+            .max_by(|&a, &b| measured[a].bytes_per_second.total_cmp(&measured[b].bytes_per_second))
+            .unwrap_or(0);
+        let why = match best {
+            0 => format!(
+                "{}; none wrote x{MARGIN} as fast as the run's own: kept {}",
+                rates(&measured),
+                label(measured[0].shape)
+            ),
+            i => format!(
+                "{}; {} wrote x{:.2} as fast as the run's own: the rest of the run uses it",
+                rates(&measured),
+                label(measured[i].shape),
+                measured[i].bytes_per_second / own
+            ),
+        };
+        let chosen = measured[best].shape;
+        (best, TrialOutcome { stretch_bytes: self.trial.stretch_bytes, complete: true, measured, chosen, why })
+    }
+
+    /// When the run ended inside the trial: what its finished stretches measured (the
+    /// one it ended in is not counted), nothing chosen. None before the first ended.
+    pub(super) fn cut_short(&self) -> Option<TrialOutcome> {
+        if self.next == 0 {
+            return None;
+        }
+        let measured = self.measured();
+        let own = measured[0].shape;
+        let why = format!(
+            "the run stopped after {} of the trial's {} stretches ({}): nothing was chosen; a resumed run uses the run's own shape, {}",
+            self.next,
+            self.order.len(),
+            rates(&measured),
+            label(own)
+        );
+        Some(TrialOutcome { stretch_bytes: self.trial.stretch_bytes, complete: false, measured, chosen: own, why })
+    }
+
+    /// Each shape's stretches so far.
+    fn measured(&self) -> Vec<ShapeRate> {
+        self.trial
             .shapes
             .iter()
             .zip(&self.took)
@@ -144,28 +193,7 @@ impl Trying {
                 seconds: took.as_secs_f64(),
                 bytes_per_second: if took.is_zero() { 0.0 } else { bytes as f64 / took.as_secs_f64() },
             })
-            .collect();
-        let own = measured[0].bytes_per_second;
-        let best = (1..measured.len())
-            .filter(|&i| measured[i].bytes_per_second >= MARGIN * own && own > 0.0)
-            .max_by(|&a, &b| measured[a].bytes_per_second.total_cmp(&measured[b].bytes_per_second))
-            .unwrap_or(0);
-        let rates: Vec<String> = measured.iter().map(|m| format!("{}: {}", label(m.shape), mib_s(m))).collect();
-        let why = match best {
-            0 => format!(
-                "{}; none wrote x{MARGIN} as fast as the run's own: kept {}",
-                rates.join(", "),
-                label(measured[0].shape)
-            ),
-            i => format!(
-                "{}; {} wrote x{:.2} as fast as the run's own: the rest of the run uses it",
-                rates.join(", "),
-                label(measured[i].shape),
-                measured[i].bytes_per_second / own
-            ),
-        };
-        let chosen = measured[best].shape;
-        (best, TrialOutcome { stretch_bytes: self.trial.stretch_bytes, measured, chosen, why })
+            .collect()
     }
 
     /// Whether every stretch has run.
@@ -179,8 +207,11 @@ pub(crate) fn label(s: Shape) -> String {
     format!("{} at depth {}", crate::support::units::human_bytes(s.chunk_size), s.read_ahead)
 }
 
-fn mib_s(m: &ShapeRate) -> String {
-    format!("{:.0} MiB/s", m.bytes_per_second / 1048576.0)
+/// "4 MiB at depth 2: 415 MiB/s, 64 MiB at depth 1: 612 MiB/s".
+fn rates(measured: &[ShapeRate]) -> String {
+    let each: Vec<String> =
+        measured.iter().map(|m| format!("{}: {:.0} MiB/s", label(m.shape), m.bytes_per_second / 1048576.0)).collect();
+    each.join(", ")
 }
 
 #[cfg(test)]

@@ -271,7 +271,10 @@ fn forecast(o: &RewriteOptions, plan: &mut RewritePlan) -> Result<()> {
     let run =
         predict::EngineRun { device: plan.device.path.clone(), align: u64::from(plan.device.dio_offset_align), layout };
     match predict::predict(&[run], &pacing) {
-        Ok(p) => {
+        Ok(mut p) => {
+            if let Some(t) = &plan.engine.trial {
+                predict::with_trial(&mut p.report, t.stretches(), pacing.pause);
+            }
             plan.warnings.extend(predict::absurd(&p.report, &pacing));
             plan.prediction = Some(p.report);
         }

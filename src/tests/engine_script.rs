@@ -585,6 +585,7 @@ fn a_chunk_trial_writes_each_stretch_in_its_own_window_and_every_byte_once() {
         o.result.expect("a run with a trial succeeds");
         let t = o.stats.chunk_trial.as_ref().expect("the trial's outcome is reported");
         let large = t.chosen.chunk_size == 2 * CHUNK;
+        assert!(t.complete, "{}", t.why);
         assert_eq!(o.stats.windows, 5, "four stretches and the rest: {}", t.why);
         let writes: Vec<u64> = o
             .events
@@ -607,6 +608,10 @@ fn a_chunk_trial_writes_each_stretch_in_its_own_window_and_every_byte_once() {
         let o = run(Script::default(), Some(bad), None, 10);
         assert!(matches!(o.result, Err(Error::WriteFailed { offset, .. }) if offset == bad), "{:?}", o.result);
         assert_eq!(o.replay.done_offset, bad, "the stretches before it are done");
+        let cut = o.stats.chunk_trial.as_ref().expect("a trial cut short is reported");
+        assert!(!cut.complete && cut.chosen.chunk_size == CHUNK, "{}", cut.why);
+        assert_eq!(cut.measured.iter().map(|m| m.bytes).collect::<Vec<_>>(), vec![3 * CHUNK, 4 * CHUNK], "{}", cut.why);
+        assert!(cut.why.contains("stopped after 2 of the trial's 4 stretches"), "{}", cut.why);
         let o = run(Script::default(), None, Some(bad), 10);
         assert!(matches!(o.result, Err(Error::ChecksumMismatch { offset, .. }) if offset == bad), "{:?}", o.result);
         assert_eq!(o.replay.done_offset, bad);

@@ -352,6 +352,8 @@ fn a_chunk_trial_tries_two_shapes_and_every_byte_is_written_once() {
         .map(|s| (s["chunk_size"].as_u64().unwrap(), s["read_ahead"].as_u64().unwrap()))
         .collect();
     assert_eq!(shapes, vec![(4 * MIB, 2), (64 * MIB, 1)], "{t}");
+    let windows = &plan["prediction"]["windows"];
+    assert_eq!(windows["expected"].as_u64(), Some(5), "four stretches and the rest: {windows}");
     let text = output(&mut rewrite("s1", &["--dry-run"], "trial-from=256M"));
     let said = String::from_utf8_lossy(&text.stdout);
     assert!(said.contains("chunk trial: 4.0 MiB at depth 2 and 64.0 MiB at depth 1"), "{said}");
@@ -387,4 +389,13 @@ fn a_chunk_trial_tries_two_shapes_and_every_byte_is_written_once() {
     let said = String::from_utf8_lossy(&text.stdout);
     let why = x["chunk_trial"]["why"].as_str().unwrap();
     assert!(said.contains(&format!("chunk trial: {why}")), "{said}");
+    // A write failing in the third stretch (its first 64 MiB chunk): the report gives
+    // what the two stretches before it measured, and chose nothing.
+    let out = output(&mut rewrite("s4", &["--json"], "trial-from=256M,write-error@256M"));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let cut = &json_report(&out)["results"]["chunk_trial"];
+    let bytes: Vec<u64> = cut["measured"].as_array().unwrap().iter().map(|m| m["bytes"].as_u64().unwrap()).collect();
+    assert_eq!((cut["complete"].as_bool(), bytes), (Some(false), vec![128 * MIB, 128 * MIB]), "{cut}");
+    assert_eq!(cut["chosen"]["chunk_size"].as_u64(), Some(4 * MIB), "{cut}");
+    assert_eq!(direct(), before, "a failed write: the bytes as they were");
 }

@@ -182,6 +182,19 @@ pub(crate) fn predict(runs: &[EngineRun], pacing: &Pacing) -> Result<Predicted> 
     Ok(Predicted { report, each: outcomes.swap_remove(1) })
 }
 
+/// A chunk-size trial's `stretches` are windows of their own (`engine::trial`), each
+/// after the run's `pause`: the windows and the duration count them.
+pub(crate) fn with_trial(p: &mut Prediction, stretches: usize, pause: Duration) {
+    let n = stretches as u64;
+    let waits = pause.as_secs_f64() * stretches as f64;
+    for w in [&mut p.windows.low, &mut p.windows.expected, &mut p.windows.high] {
+        *w += n;
+    }
+    for s in [&mut p.duration_seconds.low, &mut p.duration_seconds.expected, &mut p.duration_seconds.high] {
+        *s += waits;
+    }
+}
+
 /// Every engine run at one cost scale (each with its own probe; runs with nothing to
 /// rewrite come to nothing).
 fn simulate_all(
