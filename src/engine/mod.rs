@@ -358,7 +358,7 @@ impl Engine<'_> {
         let mut bufs = std::mem::take(&mut self.parked[self.shape]);
         if bufs.is_empty() {
             let (n, len) = (self.cfg.pool_size(), self.cfg.buffer_bytes() as usize);
-            bufs = (0..n).map(|_| AlignedBuf::new(len, self.target.mem_align())).collect();
+            bufs = (0..n).map(|_| AlignedBuf::for_transfers(len, self.target.mem_align())).collect();
             let back = self.read_back_buffer();
             self.read_backs[self.shape] = back;
         }
@@ -390,7 +390,7 @@ impl Engine<'_> {
     fn read_back_buffer(&mut self) -> Option<AlignedBuf> {
         let len = self.cfg.buffer_bytes() as usize;
         let kept = self.read_backs[self.shape].take();
-        self.cfg.verify.then(|| kept.unwrap_or_else(|| AlignedBuf::new(len, self.target.mem_align())))
+        self.cfg.verify.then(|| kept.unwrap_or_else(|| AlignedBuf::for_transfers(len, self.target.mem_align())))
     }
 
     /// While the chunk-size trial runs: the next stretch's shape is put in use, and its

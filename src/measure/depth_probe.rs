@@ -178,7 +178,7 @@ fn read_side_by_side(reader: &DirectReader, stretch: &[(u64, u64)], n: usize, sl
     let until = started + slice;
     let read = |_| -> Result<u64> {
         let largest = stretch.iter().map(|c| c.1).max().unwrap_or(0).div_ceil(align) * align;
-        let mut buf = AlignedBuf::new(largest.max(align) as usize, reader.mem_align());
+        let mut buf = AlignedBuf::for_transfers(largest.max(align) as usize, reader.mem_align());
         let mut bytes = 0;
         loop {
             let i = next.fetch_add(1, Ordering::SeqCst);

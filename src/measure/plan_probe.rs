@@ -155,7 +155,7 @@ impl Reads<'_> {
         let block = align.max(4096).div_ceil(align) * align;
         let largest = which.iter().map(|&i| self.chunks[i].1).max().unwrap_or(0).div_ceil(align) * align;
         let size = if one_block { block } else { largest.max(align) };
-        let mut buf = AlignedBuf::new(size as usize, self.reader.mem_align());
+        let mut buf = AlignedBuf::for_transfers(size as usize, self.reader.mem_align());
         let mut timed = Vec::new();
         for &i in which {
             if !timed.is_empty() && until.is_some_and(|u| Instant::now() >= u) {
