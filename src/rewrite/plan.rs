@@ -227,7 +227,8 @@ fn choose_trial(o: &RewriteOptions, engine: &EngineConfig, freezes: bool, resume
     let own = Shape { chunk_size: engine.chunk_size, read_ahead: engine.read_ahead };
     let bytes = engine.range_end.saturating_sub(engine.start_offset.max(engine.range_start));
     let from = crate::support::hooks::trial_from().unwrap_or(trial::TRIAL_FROM);
-    let trial = Trial::offer(own, bytes, from)?;
+    let stretch = crate::support::hooks::trial_stretch().unwrap_or(trial::STRETCH);
+    let trial = Trial::offer(own, bytes, from, stretch)?;
     let tried = EngineConfig { trial: Some(trial.clone()), ..engine.clone() };
     match mem_available() {
         Some(free) if tried.peak_memory_bytes() > free / 4 => {

@@ -20,6 +20,7 @@
 //!   MS longer (a slow file, for file mode's `--only-slow`).
 //! - `trial-from=SIZE`: the chunk-size trial runs on runs of SIZE or more instead of
 //!   16 GiB (tests on small devices).
+//! - `trial-stretch=SIZE`: and each of its stretches rewrites SIZE instead of 512 MiB.
 //!
 //! POINTs: `planned` (device mode: planned and benchmarked, before the device is
 //! taken), `window-start` (after the freeze), `before-write` (before asking to write),
@@ -53,6 +54,7 @@ mod imp {
         Slow(u64, u64, u64),
         SlowFile(String, u64),
         TrialFrom(u64),
+        TrialStretch(u64),
     }
 
     struct State {
@@ -78,6 +80,9 @@ mod imp {
         let num = |s: &str| crate::support::units::parse_size(s).unwrap_or_else(|_| fail(rule));
         if let Some(size) = rule.strip_prefix("trial-from=") {
             return Rule::TrialFrom(num(size));
+        }
+        if let Some(size) = rule.strip_prefix("trial-stretch=") {
+            return Rule::TrialStretch(num(size));
         }
         let (kind, rest) = rule.split_once('@').unwrap_or((rule, ""));
         match kind {
@@ -171,6 +176,13 @@ mod imp {
         })
     }
 
+    pub(crate) fn trial_stretch() -> Option<u64> {
+        state().rules.iter().find_map(|r| match r {
+            Rule::TrialStretch(n) => Some(*n),
+            _ => None,
+        })
+    }
+
     pub(crate) fn pretend_rotational() -> bool {
         state().rules.iter().any(|r| matches!(r, Rule::Rotational))
     }
@@ -208,6 +220,10 @@ mod imp {
     }
     #[inline(always)]
     pub(crate) fn trial_from() -> Option<u64> {
+        None
+    }
+    #[inline(always)]
+    pub(crate) fn trial_stretch() -> Option<u64> {
         None
     }
     #[inline(always)]

@@ -114,10 +114,12 @@ fn planned_run(env: &TestEnv, what: &str, args: &[&str], target: &[&Path]) -> Re
         let (low, high, actual) = (num(&p[planned]["low"]), num(&p[planned]["high"]), num(&r[ran]));
         if quiet && name == "frozen" {
             // What one window freezes is known closely; how many windows a small run
-            // takes may be one to three (each the same at both ends).
+            // takes may be one to three (each the same at both ends). The low end lifts
+            // the write cap (1 GiB/s), so where the probe reads far past it (this loop
+            // device from the page cache, into huge pages) the ends are x2.6 apart.
             let (w_low, w_high) = (num(&p["windows"]["low"]).max(1.0), num(&p["windows"]["high"]).max(1.0));
             assert!(
-                high / w_high <= 2.5 * low / w_low && w_high <= 3.0 * w_low,
+                high / w_high <= 3.0 * low / w_low && w_high <= 3.0 * w_low,
                 "{what}: a quiet host's range is narrow: [{low}, {high}] s frozen in [{w_low}, {w_high}] windows"
             );
         }
@@ -342,7 +344,7 @@ fn a_chunk_trial_tries_two_shapes_and_every_byte_is_written_once() {
         c.args(["rewrite", "--state-dir"]).arg(env.path(state)).args(extra).arg(&lo.path).env("RESEQ_FAULTS", faults);
         c
     };
-    let plan = json_ok(&mut rewrite("s1", &["--dry-run", "--json"], "trial-from=256M"));
+    let plan = json_ok(&mut rewrite("s1", &["--dry-run", "--json"], "trial-from=256M,trial-stretch=128M"));
     let t = &plan["plan"]["chunk_trial"];
     assert_eq!(t["stretch_bytes"].as_u64(), Some(128 * MIB), "{t}");
     let shapes: Vec<(u64, u64)> = t["shapes"]
@@ -354,26 +356,30 @@ fn a_chunk_trial_tries_two_shapes_and_every_byte_is_written_once() {
     assert_eq!(shapes, vec![(4 * MIB, 2), (64 * MIB, 1)], "{t}");
     let windows = &plan["prediction"]["windows"];
     assert_eq!(windows["expected"].as_u64(), Some(5), "four stretches and the rest: {windows}");
-    let text = output(&mut rewrite("s1", &["--dry-run"], "trial-from=256M"));
+    let text = output(&mut rewrite("s1", &["--dry-run"], "trial-from=256M,trial-stretch=128M"));
     let said = String::from_utf8_lossy(&text.stdout);
     assert!(said.contains("chunk trial: 4.0 MiB at depth 2 and 64.0 MiB at depth 1"), "{said}");
     for given in [&["--chunk-size", "4M"][..], &["--read-ahead", "2"], &["--rate", "1G"]] {
-        let plan = json_ok(&mut rewrite("s1", &[&["--dry-run", "--json"][..], given].concat(), "trial-from=256M"));
+        let plan = json_ok(&mut rewrite(
+            "s1",
+            &[&["--dry-run", "--json"][..], given].concat(),
+            "trial-from=256M,trial-stretch=128M",
+        ));
         assert!(plan["plan"]["chunk_trial"].is_null(), "{given:?}: {}", plan["plan"]);
     }
     // Killed after the second write of 64 MiB (in the second stretch, after the first's
     // 32 writes of 4 MiB), then resumed.
     let written = bytes_written_to(&lo.path);
-    let out = output(&mut rewrite("s2", &[], "trial-from=256M,kill@after-write#34"));
+    let out = output(&mut rewrite("s2", &[], "trial-from=256M,trial-stretch=128M,kill@after-write#34"));
     assert_eq!(out.status.code(), None, "the run should have died by SIGKILL: {}", stderr(&out));
-    let out = output(&mut rewrite("s2", &["--resume"], "trial-from=256M"));
+    let out = output(&mut rewrite("s2", &["--resume"], "trial-from=256M,trial-stretch=128M"));
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("in flight when the last run stopped, is intact"), "{}", stderr(&out));
     assert_eq!(direct(), before, "killed and resumed: the bytes as they were");
     assert!(bytes_written_to(&lo.path) >= written + SIZE, "every byte written");
     // A whole run.
     let written = bytes_written_to(&lo.path);
-    let r = json_ok(&mut rewrite("s3", &["--json"], "trial-from=256M"));
+    let r = json_ok(&mut rewrite("s3", &["--json"], "trial-from=256M,trial-stretch=128M"));
     let x = &r["results"];
     assert_eq!(x["windows"].as_u64(), Some(5), "four stretches and the rest: {x}");
     let measured = x["chunk_trial"]["measured"].as_array().unwrap();
@@ -391,7 +397,7 @@ fn a_chunk_trial_tries_two_shapes_and_every_byte_is_written_once() {
     assert!(said.contains(&format!("chunk trial: {why}")), "{said}");
     // A write failing in the third stretch (its first 64 MiB chunk): the report gives
     // what the two stretches before it measured, and chose nothing.
-    let out = output(&mut rewrite("s4", &["--json"], "trial-from=256M,write-error@256M"));
+    let out = output(&mut rewrite("s4", &["--json"], "trial-from=256M,trial-stretch=128M,write-error@256M"));
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     let cut = &json_report(&out)["results"]["chunk_trial"];
     let bytes: Vec<u64> = cut["measured"].as_array().unwrap().iter().map(|m| m["bytes"].as_u64().unwrap()).collect();
