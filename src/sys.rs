@@ -120,7 +120,8 @@ enum Backing {
     Mapped,
 }
 
-/// A transparent huge page on x86-64 and arm64 (4 KiB base pages).
+/// A transparent huge page on x86-64 and arm64 with 4 KiB base pages. Elsewhere (64 KiB
+/// base pages) such buffers are still correct, only without huge pages.
 const HUGE_PAGE: usize = 2 << 20;
 
 // SAFETY: AlignedBuf owns its allocation exclusively (like Vec<u8>); nothing is shared.
@@ -149,11 +150,12 @@ impl AlignedBuf {
     /// `max_segments` pages (254 on a virtio disk: 1 MiB), on huge pages up to
     /// `max_sectors_kb` (4 MiB there), and 64 MiB reads and writes in place on that disk
     /// took 0.4-0.6 s a GiB against 0.8-1.5 s. Every page is touched here, so the
-    /// faults (and any compaction they wait for) happen now, never inside a window;
-    /// without huge pages this is as fast as [`AlignedBuf::new`]. Only whole huge pages:
-    /// another length would map more than the plan's memory figure counts.
-    pub fn for_transfers(len: usize, align: usize) -> AlignedBuf {
-        if len == 0 || !len.is_multiple_of(HUGE_PAGE) || align > HUGE_PAGE {
+    /// faults (and any compaction they wait for) happen now, never inside a window:
+    /// make these before a window starts. Without huge pages these are the faults
+    /// [`AlignedBuf::new`] takes, made earlier. Only whole huge pages: another length
+    /// would map more than the plan's memory figure counts.
+    pub(crate) fn for_transfers(len: usize, align: usize) -> AlignedBuf {
+        if len == 0 || !len.is_multiple_of(HUGE_PAGE) || !align.is_power_of_two() || align > HUGE_PAGE {
             return AlignedBuf::new(len, align);
         }
         match map_huge(len) {
@@ -164,10 +166,11 @@ impl AlignedBuf {
 }
 
 /// `len` bytes (whole huge pages) of anonymous memory at a huge page's address, advised
-/// to be huge pages, every page touched. None if the kernel refuses the mapping.
+/// to be huge pages and not to be copied into a forked child, every page touched. None
+/// if the kernel refuses the mapping.
 fn map_huge(len: usize) -> Option<NonNull<u8>> {
     use nix::sys::mman::{MapFlags, MmapAdvise, ProtFlags, madvise, mmap_anonymous, munmap};
-    let over = len + HUGE_PAGE;
+    let over = len.checked_add(HUGE_PAGE)?;
     let prot = ProtFlags::PROT_READ | ProtFlags::PROT_WRITE;
     // SAFETY: a fresh private anonymous mapping at an address the kernel picks aliases
     // nothing; `over` is non-zero.
@@ -190,6 +193,11 @@ fn map_huge(len: usize) -> Option<NonNull<u8>> {
     // SAFETY: [start, start + len) is mapped and ours. Without THP in the kernel the
     // advice fails (EINVAL) and the pages are small: still correct.
     let _ = unsafe { madvise(ptr.cast(), len, MmapAdvise::MADV_HUGEPAGE) };
+    // A child forked while these exist (the guardian is forked before them) never uses
+    // them: shared copy-on-write, the parent's next read into one would copy it, page by
+    // page, inside a window.
+    // SAFETY: as above; only this process's own use of the range follows.
+    let _ = unsafe { madvise(ptr.cast(), len, MmapAdvise::MADV_DONTFORK) };
     for page in (0..len).step_by(PAGE) {
         // SAFETY: inside the mapping; writing the zero it holds faults the page in.
         unsafe { std::ptr::write_volatile(ptr.as_ptr().add(page), 0) };

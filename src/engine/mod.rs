@@ -359,7 +359,7 @@ impl Engine<'_> {
         if bufs.is_empty() {
             let (n, len) = (self.cfg.pool_size(), self.cfg.buffer_bytes() as usize);
             bufs = (0..n).map(|_| AlignedBuf::for_transfers(len, self.target.mem_align())).collect();
-            let back = self.read_back_buffer();
+            let back = self.cfg.verify.then(|| AlignedBuf::for_transfers(len, self.target.mem_align()));
             self.read_backs[self.shape] = back;
         }
         for b in bufs {
@@ -385,12 +385,14 @@ impl Engine<'_> {
         }
     }
 
-    /// The shape in use's buffer for read-backs (None without verification): allocated
-    /// once, not at every window.
+    /// The shape in use's buffer for read-backs (None without verification), made by
+    /// `fill_pool` before any window and handed back at each window's end. Taken inside
+    /// a window: one made here would be from the heap, since huge pages may wait on
+    /// compaction.
     fn read_back_buffer(&mut self) -> Option<AlignedBuf> {
         let len = self.cfg.buffer_bytes() as usize;
         let kept = self.read_backs[self.shape].take();
-        self.cfg.verify.then(|| kept.unwrap_or_else(|| AlignedBuf::for_transfers(len, self.target.mem_align())))
+        self.cfg.verify.then(|| kept.unwrap_or_else(|| AlignedBuf::new(len, self.target.mem_align())))
     }
 
     /// While the chunk-size trial runs: the next stretch's shape is put in use, and its

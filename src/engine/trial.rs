@@ -39,7 +39,8 @@ pub(crate) struct Trial {
 /// run: on the memory-backed loop device, where 64 MiB chunks are no faster, its stretches
 /// and the other shape's 320 MiB of fresh buffers cost a 4 GiB run 0.4-1.2 s (x1.15-1.45)
 /// and an 8 GiB one 0.9-1.0 s (x1.2) on the 2-vCPU VM, where touching fresh memory is
-/// slow (320 MiB in 0.14-0.67 s); a 16 GiB run takes 10 s or more there.
+/// slow (320 MiB in 0.14-0.67 s; measured with 128 MiB stretches, on small pages); a
+/// 16 GiB run takes 9 s or more there, and the trial's 2 GiB are at most an eighth.
 pub(crate) const TRIAL_FROM: u64 = 16 << 30;
 /// Bytes a stretch rewrites: eight large chunks. A stretch's first read and last
 /// read-back overlap nothing, which the rest of the run pays only once every 256 MiB:
@@ -103,7 +104,9 @@ pub(crate) struct TrialOutcome {
     /// Bytes each stretch was to rewrite.
     pub(crate) stretch_bytes: u64,
     /// False: the run stopped inside the trial (`measured` counts the stretches that
-    /// ended; `chosen` is the run's own shape, which a resumed run uses).
+    /// ended; `chosen` is the run's own shape, whose chunk size a resumed run keeps).
+    /// Reports from before this field had only complete trials.
+    #[serde(default = "complete_by_default")]
     pub(crate) complete: bool,
     /// Each shape, the run's own first.
     pub(crate) measured: Vec<ShapeRate>,
@@ -176,11 +179,11 @@ impl Trying {
         let measured = self.measured();
         let own = measured[0].shape;
         let why = format!(
-            "the run stopped after {} of the trial's {} stretches ({}): nothing was chosen; a resumed run uses the run's own shape, {}",
+            "the run stopped after {} of the trial's {} stretches ({}): nothing was chosen; a resumed run keeps the run's own chunk size, {} (its depth is probed again)",
             self.next,
             self.order.len(),
             rates(&measured),
-            label(own)
+            crate::support::units::human_bytes(own.chunk_size)
         );
         Some(TrialOutcome { stretch_bytes: self.trial.stretch_bytes, complete: false, measured, chosen: own, why })
     }
@@ -211,10 +214,17 @@ pub(crate) fn label(s: Shape) -> String {
     format!("{} at depth {}", crate::support::units::human_bytes(s.chunk_size), s.read_ahead)
 }
 
-/// "4 MiB at depth 2: 415 MiB/s, 64 MiB at depth 1: 612 MiB/s".
+fn complete_by_default() -> bool {
+    true
+}
+
+/// "4 MiB at depth 2: 415 MiB/s, 64 MiB at depth 1: not tried".
 fn rates(measured: &[ShapeRate]) -> String {
-    let each: Vec<String> =
-        measured.iter().map(|m| format!("{}: {:.0} MiB/s", label(m.shape), m.bytes_per_second / 1048576.0)).collect();
+    let rate = |m: &ShapeRate| match m.bytes {
+        0 => "not tried".to_string(),
+        _ => format!("{:.0} MiB/s", m.bytes_per_second / 1048576.0),
+    };
+    let each: Vec<String> = measured.iter().map(|m| format!("{}: {}", label(m.shape), rate(m))).collect();
     each.join(", ")
 }
 

@@ -174,11 +174,13 @@ fn measure(reader: &DirectReader, chunks: &[(u64, u64)], cap: Duration) -> Resul
 fn read_side_by_side(reader: &DirectReader, stretch: &[(u64, u64)], n: usize, slice: Duration) -> Result<f64> {
     let align = reader.offset_align().max(1);
     let next = AtomicUsize::new(0);
+    // The buffers are made before the clock starts, as the run makes its own.
+    let largest = stretch.iter().map(|c| c.1).max().unwrap_or(0).div_ceil(align) * align;
+    let mut bufs: Vec<AlignedBuf> =
+        (0..n).map(|_| AlignedBuf::for_transfers(largest.max(align) as usize, reader.mem_align())).collect();
     let started = Instant::now();
     let until = started + slice;
-    let read = |_| -> Result<u64> {
-        let largest = stretch.iter().map(|c| c.1).max().unwrap_or(0).div_ceil(align) * align;
-        let mut buf = AlignedBuf::for_transfers(largest.max(align) as usize, reader.mem_align());
+    let read = |buf: &mut AlignedBuf| -> Result<u64> {
         let mut bytes = 0;
         loop {
             let i = next.fetch_add(1, Ordering::SeqCst);
@@ -193,7 +195,7 @@ fn read_side_by_side(reader: &DirectReader, stretch: &[(u64, u64)], n: usize, sl
         }
     };
     let total = std::thread::scope(|s| {
-        let threads: Vec<_> = (0..n).map(|i| s.spawn(move || read(i))).collect();
+        let threads: Vec<_> = bufs.iter_mut().map(|buf| s.spawn(move || read(buf))).collect();
         threads
             .into_iter()
             .map(|t| t.join().unwrap_or_else(|_| Err(Error::Internal("a probe panicked".into()))))

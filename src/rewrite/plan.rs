@@ -274,7 +274,7 @@ fn forecast(o: &RewriteOptions, plan: &mut RewritePlan) -> Result<()> {
     match predict::predict(&[run], &pacing) {
         Ok(mut p) => {
             if let Some(t) = &plan.engine.trial {
-                predict::with_trial(&mut p.report, t.stretches(), pacing.pause);
+                predict::with_trial(&mut p.report, t, pacing.pause);
             }
             plan.warnings.extend(predict::absurd(&p.report, &pacing));
             plan.prediction = Some(p.report);

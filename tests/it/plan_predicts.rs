@@ -356,6 +356,8 @@ fn a_chunk_trial_tries_two_shapes_and_every_byte_is_written_once() {
     assert_eq!(shapes, vec![(4 * MIB, 2), (64 * MIB, 1)], "{t}");
     let windows = &plan["prediction"]["windows"];
     assert_eq!(windows["expected"].as_u64(), Some(5), "four stretches and the rest: {windows}");
+    // 256 chunks of 4 MiB, less 30 in each 64 MiB stretch (two chunks where 4 MiB takes 32).
+    assert_eq!(plan["prediction"]["chunks"].as_u64(), Some(196), "{}", plan["prediction"]);
     let text = output(&mut rewrite("s1", &["--dry-run"], "trial-from=256M,trial-stretch=128M"));
     let said = String::from_utf8_lossy(&text.stdout);
     assert!(said.contains("chunk trial: 4.0 MiB at depth 2 and 64.0 MiB at depth 1"), "{said}");
@@ -387,6 +389,9 @@ fn a_chunk_trial_tries_two_shapes_and_every_byte_is_written_once() {
     assert!(measured.iter().all(|m| num(&m["bytes_per_second"]) > 0.0), "{measured:?}");
     let kept = x["chunk_trial"]["chosen"]["chunk_size"].as_u64().unwrap();
     assert!(kept == 4 * MIB || kept == 64 * MIB, "{x}");
+    // As predicted when 4 MiB is kept; 64 + 4 + 8 writes when 64 MiB is.
+    let writes = if kept == 4 * MIB { 196 } else { 76 };
+    assert_eq!(x["chunks_written"].as_u64(), Some(writes), "{x}");
     assert_eq!(bytes_written_to(&lo.path) - written, SIZE, "every byte once, no more");
     assert_eq!(direct(), before, "the bytes as they were");
     let saved = env.path("trial.json");
