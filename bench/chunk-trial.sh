@@ -5,7 +5,8 @@
 # measured and kept. The device is flushed and rests a second before each run.
 #   sudo BEFORE=/path/to/old/reseq bench/chunk-trial.sh [ROUNDS] [SIZE_MIB] [disk|mem]
 #     SIZE_MIB: 16384 by default (the trial's floor: smaller runs have none)
-#     disk: image on /var/tmp (disk-backed), mem: on /dev/shm
+#     disk: image on /var/tmp (disk-backed), mem: on /dev/shm, sim: the emulated SSD
+#     (consumer-nvme at time scale 10; 16 GiB takes minutes a pass)
 source "$(dirname "$0")/common.sh"
 need_root
 ROUNDS=${1:-2}
@@ -16,7 +17,15 @@ RESEQ=$(reseq_bin)
 case $KIND in
   disk) BENCH_DIR=/var/tmp make_device "$SIZE" ;;
   mem) BENCH_DIR=/dev/shm make_device "$SIZE" ;;
-  *) echo "kind: disk or mem" >&2; exit 2 ;;
+  sim)
+    # The emulated SSD as bench/depth.sh serves it: a quarter written through ext4, then
+    # the raw device.
+    export RESEQ
+    serve_drive trial consumer-nvme "${SIZE}M" 10
+    dd if=/dev/urandom of="$dir/mnt/fill" bs=1M count=$(( SIZE / 4 )) conv=fsync status=none
+    umount "$dir/mnt"
+    DEV=$dev WORK=$dir ;;
+  *) echo "kind: disk, mem or sim" >&2; exit 2 ;;
 esac
 echo "$KIND: $DEV, $SIZE MiB, $ROUNDS rounds, this build: $RESEQ, before: $BEFORE"
 one() {
