@@ -218,10 +218,8 @@ fn choose_depth(o: &RewriteOptions, dev: &BlockDeviceInfo, engine: &mut EngineCo
 /// `--chunk-size`, given or not, is not on its command line.
 fn choose_trial(o: &RewriteOptions, engine: &EngineConfig, freezes: bool, resumed: bool) -> Option<Trial> {
     let chooses = o.only_slow || o.from_scan.is_some();
-    if freezes || resumed || chooses || o.given.chunk_size || o.given.read_ahead || o.rate.is_some() {
-        return None;
-    }
-    if engine.read_ahead == 0 {
+    let given = o.given.chunk_size || o.given.read_ahead || o.rate.is_some();
+    if freezes || resumed || chooses || given || engine.read_ahead == 0 {
         return None;
     }
     let own = Shape { chunk_size: engine.chunk_size, read_ahead: engine.read_ahead };
