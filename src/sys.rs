@@ -675,6 +675,21 @@ pub(crate) fn set_io_priority(value: libc::c_long) -> nix::Result<()> {
     Errno::result(rc).map(drop)
 }
 
+/// Raises this process's soft limit on open files to its hard limit (always allowed):
+/// a root shell and a systemd service start at 1024. Returns the limit now in force.
+pub(crate) fn raise_open_file_limit() -> nix::Result<u64> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit(2) writes one `struct rlimit`, which `lim` is.
+    Errno::result(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+        // SAFETY: setrlimit(2) reads one `struct rlimit`, which `raised` is.
+        Errno::result(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) })?;
+        lim = raised;
+    }
+    Ok(lim.rlim_cur)
+}
+
 /// Ends the process with SIGABRT and no core dump. A core is written where the process
 /// runs, which may be the filesystem reseq froze: the dump would wait for the thaw, and
 /// the guardian, which thaws when reseq is gone, would wait for the dump.

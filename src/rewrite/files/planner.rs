@@ -108,8 +108,11 @@ pub(crate) struct Member {
     /// This file's index in the whole run (for its report).
     pub(crate) index: usize,
     pub(crate) path: PathBuf,
-    /// Opened when the run first plans it, closed once the cursor has passed it.
-    file: Option<std::fs::File>,
+    /// The file the run set out to rewrite: its device, inode and birth time, checked
+    /// each time it is opened. A file is open only while a window maps it, so that a run
+    /// holds one descriptor however many files it rewrites (a file seen again under its
+    /// path is the same file, or skipped as replaced).
+    pub(crate) inode: Option<Inode>,
     /// Size when the run started.
     pub(crate) size: u64,
     /// Where the file starts in the run's virtual address space.
@@ -133,19 +136,38 @@ impl Member {
         Member { index, path, size, span, ..Member::default() }
     }
 
-    /// Opens the file if it is not yet open; false (and skipped) when it is gone.
-    fn open(&mut self) -> Result<bool> {
-        if self.file.is_none() {
-            match std::fs::File::open(&self.path) {
-                Ok(f) => self.file = Some(f),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    self.skipped = Some("deleted before its turn".into());
-                    return Ok(false);
+    /// Opens the file for a window's map: `None` (and skipped, with the reason) when it
+    /// is gone or another file now has its path.
+    fn open(&mut self) -> Result<Option<(std::fs::File, std::fs::Metadata)>> {
+        let why = match std::fs::File::open(&self.path) {
+            Ok(f) => {
+                let md = f.metadata().map_err(|e| Error::io(format!("fstat {}", self.path.display()), e))?;
+                match self.inode {
+                    Some(i) if i != Inode::of(&md) => "replaced during the run (another file has its path)",
+                    _ => return Ok(Some((f, md))),
                 }
-                Err(e) => return Err(Error::io(format!("opening {}", self.path.display()), e)),
             }
-        }
-        Ok(true)
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.extents.is_some() => "deleted during the run",
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "deleted before its turn",
+            Err(e) => return Err(Error::io(format!("opening {}", self.path.display()), e)),
+        };
+        self.skipped = Some(why.into());
+        Ok(None)
+    }
+}
+
+/// Which file a path named: device, inode and birth time (an inode number a deleted
+/// file freed may be given to a new one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Inode {
+    dev: u64,
+    ino: u64,
+    born: Option<std::time::SystemTime>,
+}
+
+impl Inode {
+    pub(crate) fn of(md: &std::fs::Metadata) -> Inode {
+        Inode { dev: md.dev(), ino: md.ino(), born: md.created().ok() }
     }
 }
 
@@ -223,11 +245,12 @@ impl FilesPlanner {
         if m.skipped.is_some() {
             return Ok(());
         }
-        if !m.open()? {
+        // Closed when this returns: the window's map is true while it is frozen, and the
+        // next window opens the file again.
+        let Some((file, md)) = m.open()? else {
+            shared_skip(&mut self.shared, m.index);
             return Ok(());
-        }
-        let file = m.file.as_ref().expect("opened above");
-        let md = file.metadata().map_err(|e| Error::io(format!("fstat {}", m.path.display()), e))?;
+        };
         if md.nlink() == 0 {
             skip(m, &mut self.shared, "deleted during the run".into());
             return Ok(());
@@ -282,7 +305,11 @@ impl FilesPlanner {
 /// rewrites them instead of counting them as done by this one.
 fn skip(m: &mut Member, shared: &mut HashMap<(u64, u64), usize>, why: String) {
     m.skipped = Some(why);
-    shared.retain(|_, claimer| *claimer != m.index);
+    shared_skip(shared, m.index);
+}
+
+fn shared_skip(shared: &mut HashMap<(u64, u64), usize>, index: usize) {
+    shared.retain(|_, claimer| *claimer != index);
 }
 
 impl Planner for FilesPlanner {
@@ -302,8 +329,6 @@ impl Planner for FilesPlanner {
         if let Some((finished, before)) = &self.finished {
             finished.store(before + first, std::sync::atomic::Ordering::SeqCst);
         }
-        // Files the cursor has passed are done with: their descriptors go.
-        self.members[..first].iter_mut().for_each(|m| m.file = None);
         let mut runs = Vec::new();
         let mut mi = first;
         while mi < self.members.len()
