@@ -37,6 +37,7 @@ mod postgres;
 mod refusals_and_faults;
 mod report_schema;
 mod rewrite_device;
+mod scale;
 mod scan;
 mod sim_cli;
 mod sim_serve;
