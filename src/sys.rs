@@ -690,6 +690,12 @@ pub(crate) fn raise_open_file_limit() -> nix::Result<u64> {
     Ok(lim.rlim_cur)
 }
 
+/// This process's peak resident set (getrusage's `ru_maxrss`, kept by the kernel in KiB).
+pub(crate) fn peak_resident_bytes() -> nix::Result<u64> {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)?;
+    Ok(usage.max_rss() as u64 * 1024)
+}
+
 /// Ends the process with SIGABRT and no core dump. A core is written where the process
 /// runs, which may be the filesystem reseq froze: the dump would wait for the thaw, and
 /// the guardian, which thaws when reseq is gone, would wait for the dump.

@@ -37,6 +37,10 @@ pub struct Report {
     pub(crate) started_at: String,
     pub(crate) finished_at: String,
     pub(crate) duration_seconds: f64,
+    /// reseq's own peak resident memory, as the kernel counted it (its guardian apart):
+    /// what a run of many files costs.
+    #[serde(default)]
+    pub(crate) peak_resident_bytes: Option<u64>,
     pub(crate) dry_run: bool,
     pub(crate) device: Option<DeviceReport>,
     pub(crate) plan: Option<PlanReport>,
@@ -441,6 +445,7 @@ impl Report {
     pub(crate) fn finish(&mut self, elapsed: Duration, result: &Result<(), Error>) {
         self.finished_at = now_rfc3339();
         self.duration_seconds = elapsed.as_secs_f64();
+        self.peak_resident_bytes = crate::sys::peak_resident_bytes().ok();
         let verify_on = self.plan.as_ref().is_some_and(|p| p.verify);
         self.verification = Verification::of(result, self.dry_run, self.plan.is_some(), verify_on);
         self.outcome = match result {
