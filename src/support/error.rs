@@ -177,7 +177,7 @@ fn foreign_suffix(written: &[(u64, u64)]) -> String {
     let list: Vec<String> = written.iter().map(|(a, b)| format!("{a}..{b}")).collect();
     let total: u64 = written.iter().map(|(a, b)| b - a).sum();
     format!(
-        "Device bytes {} ({total} bytes in all) were written by reseq since its last look found no foreign write, each with bytes read before: where that writer wrote there in between, its newer bytes were overwritten with older ones. Nothing else can hold a lost write. The last write ({last_at}..{last_end}, {} bytes) went out after that look: a write landing between a look and reseq's write cannot be seen from userspace before it. Check those ranges (fsck -n, the application's own checks)",
+        "Device bytes {} ({total} bytes in all) were written by reseq since its last look found no foreign write, each with bytes read before: where that writer wrote there in between, its newer bytes were overwritten with older ones. Every write before those was followed by a look that saw no foreign write. The last write ({last_at}..{last_end}, {} bytes) went out after that look: a write landing between a look and reseq's write cannot be seen from userspace before it. Check those ranges (fsck -n, the application's own checks)",
         list.join(", "),
         last_end - last_at
     )
