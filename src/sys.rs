@@ -953,8 +953,7 @@ pub(crate) fn fanotify_read(group: BorrowedFd<'_>) -> nix::Result<Vec<FanEvent>>
             // SAFETY: `at + META <= n` bytes of `buf` were written by the kernel as a
             // struct fanotify_event_metadata (read_unaligned: the buffer has no
             // alignment), a plain struct of integers.
-            let m: libc::fanotify_event_metadata =
-                unsafe { std::ptr::read_unaligned(buf.as_ptr().add(at).cast()) };
+            let m: libc::fanotify_event_metadata = unsafe { std::ptr::read_unaligned(buf.as_ptr().add(at).cast()) };
             if m.vers != libc::FANOTIFY_METADATA_VERSION || (m.event_len as usize) < META {
                 return Err(Errno::EPROTO);
             }

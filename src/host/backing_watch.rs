@@ -52,10 +52,11 @@ impl BackingWatch {
                 "run reseq where fanotify works (CONFIG_FANOTIFY, CAP_SYS_ADMIN in the initial user namespace), or on the backing file's own device",
             )
         };
-        let group = sys::fanotify_notify_group()
-            .map_err(|e| cannot(&r.files[0], format!("fanotify_init failed ({e})")))?;
+        let group =
+            sys::fanotify_notify_group().map_err(|e| cannot(&r.files[0], format!("fanotify_init failed ({e})")))?;
         for f in &r.files {
-            let file = std::fs::File::open(&f.path).map_err(|e| cannot(f, format!("opening {} failed ({e})", f.path)))?;
+            let file =
+                std::fs::File::open(&f.path).map_err(|e| cannot(f, format!("opening {} failed ({e})", f.path)))?;
             let md = file.metadata().map_err(|e| cannot(f, format!("fstat failed ({e})")))?;
             if FileId::of(&md) != f.id {
                 return Err(cannot(f, format!("its path {} now names another file (renamed or deleted?)", f.path)));
@@ -68,7 +69,8 @@ impl BackingWatch {
 
     /// What the watch covers, for messages: "/x.img (the backing file of /dev/loop3)".
     pub(crate) fn names(&self) -> String {
-        let names: Vec<String> = self.files.iter().map(|f| format!("{} (the backing file of /dev/{})", f.path, f.of)).collect();
+        let names: Vec<String> =
+            self.files.iter().map(|f| format!("{} (the backing file of /dev/{})", f.path, f.of)).collect();
         names.join(", ")
     }
 
@@ -107,11 +109,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let img = dir.path().join("img");
         std::fs::File::create(&img).unwrap().set_len(8 << 20).unwrap();
-        let out = std::process::Command::new("losetup")
-            .args(["--direct-io=on", "-f", "--show"])
-            .arg(&img)
-            .output()
-            .unwrap();
+        let out =
+            std::process::Command::new("losetup").args(["--direct-io=on", "-f", "--show"]).arg(&img).output().unwrap();
         let lo = String::from_utf8_lossy(&out.stdout).trim().to_string();
         if lo.is_empty() {
             return;

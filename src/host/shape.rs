@@ -154,6 +154,8 @@ pub(crate) struct ShapeChecked<G: WindowGuard> {
     watch_risk: Vec<(u64, u64)>,
     /// The writers the watch reported: the run stops, and stays stopped.
     watch_seen: Vec<String>,
+    /// The counters' ranges at risk as the last window's end left them.
+    end_risk: Vec<(u64, u64)>,
 }
 
 /// Adds `at..at + len` to ascending ranges, joined to the last where they touch.
@@ -210,6 +212,7 @@ impl<G: WindowGuard> ShapeChecked<G> {
             watch,
             watch_risk: Vec::new(),
             watch_seen: Vec::new(),
+            end_risk: Vec::new(),
         })
     }
 
@@ -277,12 +280,8 @@ impl<G: WindowGuard> ShapeChecked<G> {
     }
 
     fn start_stretch(&mut self) {
-        self.stretch = self.counters.as_ref().map(|c| Stretch {
-            from: c.read(),
-            ours: 0,
-            written: Vec::new(),
-            unknown: false,
-        });
+        self.stretch =
+            self.counters.as_ref().map(|c| Stretch { from: c.read(), ours: 0, written: Vec::new(), unknown: false });
     }
 
     /// Stops the run if the counters grew by more than reseq wrote since the stretch
@@ -345,6 +344,7 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
         self.check_shape()?;
         self.inner.begin()?;
         self.windows += 1;
+        self.end_risk.clear();
         self.start_stretch();
         Ok(())
     }
@@ -404,15 +404,34 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
     fn reporter(&self) -> Result<Reporter> {
         self.inner.reporter()
     }
+    fn at_risk(&self) -> Option<Vec<(u64, u64)>> {
+        if self.counters.is_none() && self.watch.is_none() {
+            return None;
+        }
+        let counted = self.stretch.as_ref().map_or(&self.end_risk, |s| &s.written);
+        let mut all: Vec<(u64, u64)> = counted.iter().chain(&self.watch_risk).copied().collect();
+        all.sort_unstable();
+        let mut merged = Vec::new();
+        for (a, b) in all {
+            add_range(&mut merged, a, b - a);
+        }
+        Some(merged)
+    }
     /// The counters once more before the thaw (a thaw writes: ext4 commits its
     /// superblock), then the window ends whatever they say.
     /// A read-back that differed because the device changed under it is named as that
     /// change (the rescue copy is named too).
     fn end(&mut self) -> Result<WindowEnd> {
         let watched = self.check_watch();
+        let before = self.stretch.as_ref().map(|s| s.written.clone()).unwrap_or_default();
         let counted = self.check_counters();
         // Before the thaw: whether the freeze held until the reading above.
         let counted = self.judged(counted);
+        // Cleared by a clean look; kept where not judged.
+        self.end_risk = match (&counted, &self.stretch) {
+            (Ok(true), Some(st)) => st.written.clone(),
+            _ => before,
+        };
         self.stretch = None;
         let end = self.inner.end();
         // A freeze lost to another program explains growth (the filesystem wrote).

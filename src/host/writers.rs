@@ -191,7 +191,8 @@ fn table_holds(dir: &Path, of: &str, r: &Reach, devs: &[(u32, u32)]) -> (Vec<Hol
             rings = true;
             how.extend(io_uring_files(&info()).into_iter().filter_map(|f| {
                 let found = std::fs::metadata(&f).ok().and_then(|m| reaches(r, devs, &m))?;
-                let phrase = format!("has {f} registered with an io_uring (fd {name}{of}), usable for writing{}", found.0);
+                let phrase =
+                    format!("has {f} registered with an io_uring (fd {name}{of}), usable for writing{}", found.0);
                 Some(hold(phrase, found))
             }));
             continue;

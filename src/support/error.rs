@@ -28,10 +28,21 @@ pub enum Error {
 
     /// A chunk read back with a different blake3 than it was read with.
     #[error(
-        "checksum mismatch at offset {offset} (length {len}): read-back blake3 {after} differs from {before}: {differ}. reseq did not write this range again (a failing device or another writer: writing the old bytes back could overwrite newer data){}",
+        "checksum mismatch at offset {offset} (length {len}): read-back blake3 {after} differs from {before}: {differ}. reseq did not write this range again (a failing device or another writer: writing the old bytes back could overwrite newer data){}{}",
+        risk_suffix(.at_risk),
         rescue_suffix(.rescue)
     )]
-    ChecksumMismatch { offset: u64, len: u64, before: String, after: String, differ: String, rescue: Option<String> },
+    ChecksumMismatch {
+        offset: u64,
+        len: u64,
+        before: String,
+        after: String,
+        differ: String,
+        rescue: Option<String>,
+        /// What the kernel's write records (counters, backing-file watch) leave at risk:
+        /// the ranges written since they last saw no foreign write; None: no record.
+        at_risk: Option<Vec<(u64, u64)>>,
+    },
 
     /// A chunk's write failed, also when retried, or its retry did not read back right.
     #[error(
@@ -181,6 +192,21 @@ fn foreign_suffix(written: &[(u64, u64)]) -> String {
         list.join(", "),
         last_end - last_at
     )
+}
+
+/// What a differing read-back leaves at risk, as the kernel's write records say.
+fn risk_suffix(at_risk: &Option<Vec<(u64, u64)>>) -> String {
+    match at_risk.as_deref() {
+        None => String::new(),
+        Some([]) => ". The kernel's records of writes to these bytes (the device's written-sectors counters, the fanotify watch of a loop device's backing file) saw no other writer after reseq's last write: no other writer's bytes were overwritten (a store through a shared mapping of a backing file is not in those records: the scan looks for such mappings)".into(),
+        Some(ranges) => {
+            let list: Vec<String> = ranges.iter().map(|(a, b)| format!("{a}..{b}")).collect();
+            format!(
+                ". Device bytes {} were written since the kernel's records of writes to these bytes (the device's written-sectors counters, the fanotify watch of a loop device's backing file) last saw no other writer: if another writer caused this, its overwritten writes can only be there; check those ranges",
+                list.join(", ")
+            )
+        }
+    }
 }
 
 fn offset_suffix(offset: Option<u64>) -> String {

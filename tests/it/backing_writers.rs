@@ -138,7 +138,10 @@ fn one_run(mode: &str, before: bool, n: usize) -> Option<i32> {
     let err = stderr(&out);
     let code = out.status.code();
     let when = if before { "before" } else { "mid-run" };
-    eprintln!("{mode} writer {when}: exit {code:?}, {lost} of {acked} fsync'd blocks reverted: {}", err.lines().last().unwrap_or(""));
+    eprintln!(
+        "{mode} writer {when}: exit {code:?}, {lost} of {acked} fsync'd blocks reverted: {}",
+        err.lines().last().unwrap_or("")
+    );
     assert!(acked > 0, "the writer wrote while reseq ran");
     assert_eq!(lost, 0, "{lost} of {acked} fsync'd blocks went back to older contents; reseq said: {err}");
     assert!(matches!(code, Some(3 | 4 | 9)), "refused (3) or stopped (4: the scan, 9: the watch): {err}");
