@@ -20,7 +20,7 @@ use super::stages::{Chunk, Feed, Staged, Urgent, Verified, hash_stage, or_abort,
 use super::writer::Pipes;
 use super::{Engine, Planner};
 use crate::engine::guard::{WindowEnd, WindowGuard};
-use crate::support::error::{Error, Result};
+use crate::support::error::{AtRisk, Error, Result};
 use crate::support::{hooks, output};
 use crate::sys::{self, AlignedBuf};
 
@@ -65,9 +65,15 @@ struct Stages<'s> {
 /// risk (asked after the window ended: its last look included).
 fn at_risk(e: Error, guard: &dyn WindowGuard) -> Error {
     match e {
-        Error::ChecksumMismatch { offset, len, before, after, differ, rescue, .. } => {
-            Error::ChecksumMismatch { offset, len, before, after, differ, rescue, at_risk: guard.at_risk() }
-        }
+        Error::ChecksumMismatch { offset, len, before, after, differ, rescue, .. } => Error::ChecksumMismatch {
+            offset,
+            len,
+            before,
+            after,
+            differ,
+            rescue,
+            at_risk: guard.at_risk().map(|r| Box::new(AtRisk(r))),
+        },
         e => e,
     }
 }

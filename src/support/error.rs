@@ -41,7 +41,8 @@ pub enum Error {
         rescue: Option<String>,
         /// What the kernel's write records (counters, backing-file watch) leave at risk:
         /// the ranges written since they last saw no foreign write; None: no record.
-        at_risk: Option<Vec<(u64, u64)>>,
+        /// Boxed: the error stays small.
+        at_risk: Option<Box<AtRisk>>,
     },
 
     /// A chunk's write failed, also when retried, or its retry did not read back right.
@@ -194,9 +195,13 @@ fn foreign_suffix(written: &[(u64, u64)]) -> String {
     )
 }
 
+/// Device ranges written since the kernel's write records last saw no foreign write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AtRisk(pub(crate) Vec<(u64, u64)>);
+
 /// What a differing read-back leaves at risk, as the kernel's write records say.
-fn risk_suffix(at_risk: &Option<Vec<(u64, u64)>>) -> String {
-    match at_risk.as_deref() {
+fn risk_suffix(at_risk: &Option<Box<AtRisk>>) -> String {
+    match at_risk.as_ref().map(|r| r.0.as_slice()) {
         None => String::new(),
         Some([]) => ". The kernel's records of writes to these bytes (the device's written-sectors counters, the fanotify watch of a loop device's backing file) saw no other writer after reseq's last write: no other writer's bytes were overwritten (a store through a shared mapping of a backing file is not in those records: the scan looks for such mappings)".into(),
         Some(ranges) => {

@@ -83,7 +83,9 @@ impl ExitCode {
                 "windows overran too often, broke the bound, or could not freeze; thawed; resumable"
             }
             ExitCode::FreezeLost => "another program thawed the freeze; writing stopped; its freeze left alone",
-            ExitCode::ForeignWrite => "another writer wrote the device or its backing file in a window; stopped; every range at risk named",
+            ExitCode::ForeignWrite => {
+                "another writer wrote the device or its backing file in a window; stopped; every range at risk named"
+            }
         }
     }
 }
