@@ -210,6 +210,7 @@ fn write_frozen(
                         after: after.to_hex().to_string(),
                         differ: "the restored bytes did not read back as written".into(),
                         rescue: Some(kept),
+                        at_risk: None,
                     })
                 }
             }

@@ -2,6 +2,7 @@
 //! the freeze and its guardian, free space and TRIM, the state directory.
 
 pub(crate) mod aliases;
+pub(crate) mod backing_watch;
 pub(crate) mod btrfs;
 pub(crate) mod cgroup;
 pub(crate) mod companions;

@@ -14,6 +14,7 @@ mod faultfs;
 
 mod aliases;
 mod architecture;
+mod backing_writers;
 mod bench_reports;
 mod btrfs;
 mod cgroup_strike;
