@@ -84,7 +84,7 @@ impl ExitCode {
             }
             ExitCode::FreezeLost => "another program thawed the freeze; writing stopped; its freeze left alone",
             ExitCode::ForeignWrite => {
-                "another writer wrote the device or its backing file in a window; stopped; every range at risk named"
+                "another writer wrote the device or its backing file; stopped, ranges at risk named"
             }
         }
     }
