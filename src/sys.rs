@@ -675,21 +675,6 @@ pub(crate) fn set_io_priority(value: libc::c_long) -> nix::Result<()> {
     Errno::result(rc).map(drop)
 }
 
-/// Raises this process's soft limit on open files to its hard limit (always allowed):
-/// a root shell and a systemd service start at 1024. Returns the limit now in force.
-pub(crate) fn raise_open_file_limit() -> nix::Result<u64> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit(2) writes one `struct rlimit`, which `lim` is.
-    Errno::result(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
-    if lim.rlim_cur < lim.rlim_max {
-        let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
-        // SAFETY: setrlimit(2) reads one `struct rlimit`, which `raised` is.
-        Errno::result(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) })?;
-        lim = raised;
-    }
-    Ok(lim.rlim_cur)
-}
-
 /// This process's peak resident set (getrusage's `ru_maxrss`, kept by the kernel in KiB).
 pub(crate) fn peak_resident_bytes() -> nix::Result<u64> {
     let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)?;

@@ -62,11 +62,6 @@ fn run() -> std::process::ExitCode {
         }
     }
     crate::support::output::init_logging(cli.verbose, cli.quiet);
-    // Belt and braces: a run holds a bounded number of descriptors whatever the number of
-    // files, but a kernel's or a library's own use of them should not meet a limit of 1024.
-    if let Err(e) = crate::sys::raise_open_file_limit() {
-        log::debug!("could not raise the open-file limit: {e}");
-    }
     let quiet = cli.quiet;
     if let Some(Err(e)) = cli.command.output().map(OutputArgs::check_metrics_file) {
         return finish(Err(e));
