@@ -137,7 +137,9 @@ fn print_report((r, result): (Report, Result<()>), output: &OutputArgs, quiet: b
         use std::io::Write;
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         let written = serde_json::to_writer_pretty(&mut out, &r).map_err(std::io::Error::from);
-        let _ = written.and_then(|()| writeln!(out)).and_then(|()| out.flush());
+        if let Err(e) = written.and_then(|()| writeln!(out)).and_then(|()| out.flush()) {
+            eprintln!("reseq: writing the report to standard output: {e}");
+        }
     } else {
         print!("{}", render(&r, format));
     }

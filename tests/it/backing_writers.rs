@@ -13,90 +13,38 @@
 //! the ring's mappings).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::common::recording::{Recorder as Writer, reverted};
 use crate::common::*;
 
 const WRITER: &str = include_str!("backing/writer.py");
 const BLOCK: u64 = 4096;
 const SIZE: u64 = 128 << 20;
 
-/// A running writer; stopped (and reaped) on drop.
-struct Writer {
-    child: Option<Child>,
-    stop: PathBuf,
-    out: PathBuf,
-}
-
-impl Writer {
-    /// Writes every block of `image`, at random. None when it could not start (an
-    /// io_uring this kernel refuses): its stderr says why.
-    fn start(env: &TestEnv, mode: &str, image: &Path, tag: &str) -> Option<Writer> {
-        let script = env.path("writer.py");
-        std::fs::write(&script, WRITER).unwrap();
-        let (out, stop) = (env.path(&format!("{tag}.last")), env.path(&format!("{tag}.stop")));
-        let child = Command::new("python3")
-            .arg(&script)
-            .args([mode, &image.to_string_lossy(), "0", &(SIZE / BLOCK).to_string()])
-            .args([&out, &stop])
-            .spawn()
-            .unwrap();
-        let mut w = Writer { child: Some(child), stop, out };
-        let ready = PathBuf::from(format!("{}.ready", w.out.display()));
-        let t = Instant::now();
-        while !ready.exists() && t.elapsed() < Duration::from_secs(20) {
-            if w.child.as_mut().unwrap().try_wait().ok().flatten().is_some() {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(5));
+/// Writes every block of `image`, at random. None when it could not start (an
+/// io_uring this kernel refuses): its stderr says why.
+fn start_writer(env: &TestEnv, mode: &str, image: &Path, tag: &str) -> Option<Writer> {
+    let script = env.path("writer.py");
+    std::fs::write(&script, WRITER).unwrap();
+    let (out, stop) = (env.path(&format!("{tag}.last")), env.path(&format!("{tag}.stop")));
+    let child = Command::new("python3")
+        .arg(&script)
+        .args([mode, &image.to_string_lossy(), "0", &(SIZE / BLOCK).to_string()])
+        .args([&out, &stop])
+        .spawn()
+        .unwrap();
+    let mut w = Writer { child: Some(child), stop, out };
+    let ready = PathBuf::from(format!("{}.ready", w.out.display()));
+    let t = Instant::now();
+    while !ready.exists() && t.elapsed() < Duration::from_secs(20) {
+        if w.child.as_mut().unwrap().try_wait().ok().flatten().is_some() {
+            return None;
         }
-        ready.exists().then_some(w)
+        std::thread::sleep(Duration::from_millis(5));
     }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
-    }
-
-    /// Stops it; the last acknowledged sequence number of each block.
-    fn finish(mut self) -> Vec<u64> {
-        self.end();
-        let text = std::fs::read_to_string(&self.out).expect("the writer's record");
-        text.split_whitespace().map(|n| n.parse().unwrap()).collect()
-    }
-
-    fn end(&mut self) {
-        let _ = std::fs::write(&self.stop, b"");
-        if let Some(mut c) = self.child.take() {
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(10) && c.try_wait().ok().flatten().is_none() {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Writer {
-    fn drop(&mut self) {
-        self.end();
-    }
-}
-
-/// How many blocks of `image` hold an older write than the last acknowledged one, and
-/// how many were acknowledged.
-fn reverted(image: &Path, last: &[u64]) -> (usize, usize) {
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_DIRECT).open(image).unwrap();
-    let mut buf = reseq::testing::AlignedBuf::new(BLOCK as usize, BLOCK as usize);
-    let mut lost = 0;
-    for (i, &want) in last.iter().enumerate().filter(|(_, w)| **w > 0) {
-        f.read_exact_at(&mut buf, i as u64 * BLOCK).unwrap();
-        let seq = if &buf[..8] == b"HIDDENBK" { u64::from_le_bytes(buf[16..24].try_into().unwrap()) } else { 0 };
-        lost += usize::from(seq < want);
-    }
-    (lost, last.iter().filter(|&&s| s > 0).count())
+    ready.exists().then_some(w)
 }
 
 /// `reseq rewrite` of `dev` in 1 MiB chunks, each write delayed 20 ms (about 2.6 s over
@@ -117,7 +65,7 @@ fn one_run(mode: &str, before: bool, n: usize) -> Option<i32> {
     let lo = env.random_loop_device(&format!("{mode}{n}.img"), SIZE, 40 + n as u64);
     let tag = format!("{mode}{n}");
     let (writer, out) = if before {
-        let Some(w) = Writer::start(env, mode, &lo.image, &tag) else {
+        let Some(w) = start_writer(env, mode, &lo.image, &tag) else {
             skip(&format!("the {mode} writer could not start here"));
             return None;
         };
@@ -125,7 +73,7 @@ fn one_run(mode: &str, before: bool, n: usize) -> Option<i32> {
     } else {
         let run = slow_rewrite(env, &lo.path);
         std::thread::sleep(Duration::from_millis(300));
-        let Some(w) = Writer::start(env, mode, &lo.image, &tag) else {
+        let Some(w) = start_writer(env, mode, &lo.image, &tag) else {
             let _ = run.wait();
             skip(&format!("the {mode} writer could not start here"));
             return None;
@@ -134,7 +82,7 @@ fn one_run(mode: &str, before: bool, n: usize) -> Option<i32> {
     };
     let pid = writer.pid();
     let last = writer.finish();
-    let (lost, acked) = reverted(&lo.image, &last);
+    let (lost, acked) = reverted(&lo.image, 0, &last);
     let err = stderr(&out);
     let code = out.status.code();
     let when = if before { "before" } else { "mid-run" };

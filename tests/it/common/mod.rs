@@ -13,6 +13,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 pub mod leftovers;
+pub mod recording;
 
 pub use reseq::testing::scratch::{LoopDevice, Mount, XorShift, hash_path, mkfs_ext4, mkfs_xfs, run_cmd};
 
