@@ -424,7 +424,18 @@ fn a_real_time_busy_loop_is_refused_unless_forced() {
     assert!(stderr(&refused).contains("while :"), "the process is named: {}", stderr(&refused));
     assert_eq!(forced.status.code(), Some(0), "{}", stderr(&forced));
     assert!(String::from_utf8_lossy(&forced.stdout).contains("warning: real-time processes"));
-    // Without it, nothing to say.
+    // A busy real-time thread beside an idle main thread (the process's own stat shows
+    // the main thread's policy only).
+    let spin = "import os, threading\n\
+                def spin():\n    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))\n    while True: pass\n\
+                threading.Thread(target=spin, daemon=True).start()\nthreading.Event().wait()";
+    let hog = Running::from(Command::new("python3").args(["-c", spin, "rt-thread-hog"]).spawn().unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    let refused = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
+    drop(hog);
+    assert_eq!(refused.status.code(), Some(3), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("rt-thread-hog"), "the process is named: {}", stderr(&refused));
+    // Without them, nothing to say.
     let plain = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
     assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
 }
