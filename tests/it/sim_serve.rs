@@ -397,16 +397,21 @@ fn served_read_time_matches_sim_read() {
     let server = Server::start(&env, &state, 10.0);
     let lo = LoopDevice::attach(&server.disk(), &["--sector-size", "4096"]).unwrap();
     assert_eq!(std::fs::read_to_string(format!("/sys/block/{}/loop/dio", lo.name())).unwrap().trim(), "1");
+    // The wall time, and the share of the passes' time the drive's replies were late (the
+    // host, not the model, slowed them by that much at most: measured 0.12 once on a
+    // quiet 2-core VM).
     let wall = |off: &str| {
-        let (rate, _) = bench(&env, &lo.path, &["--offset", off, "--length", "128M"]);
-        (128 * MIB) as f64 / rate
+        let (rate, r) = bench(&env, &lo.path, &["--offset", off, "--length", "128M"]);
+        ((128 * MIB) as f64 / rate, r["bench"]["emulated"]["late_share"].as_f64().expect("the drive's replies"))
     };
-    let (degraded_wall, fresh_wall) = (wall("64M"), wall("384M"));
+    let ((degraded_wall, d_late), (fresh_wall, f_late)) = (wall("64M"), wall("384M"));
     eprintln!(
-        "degraded: model x10 {degraded_model:.3} s, wall {degraded_wall:.3} s; fresh: {fresh_model:.3} s, {fresh_wall:.3} s"
+        "degraded: model x10 {degraded_model:.3} s, wall {degraded_wall:.3} s (late {d_late:.2}); fresh: {fresh_model:.3} s, {fresh_wall:.3} s (late {f_late:.2})"
     );
-    assert!(within(degraded_wall, degraded_model, 0.10), "degraded: {degraded_wall} s vs {degraded_model} s");
-    assert!(within(fresh_wall, fresh_model, 0.10), "fresh: {fresh_wall} s vs {fresh_model} s");
+    // Never faster than the model; slower by 10 % and what the lateness accounts for.
+    let holds = |wall: f64, model: f64, late: f64| wall >= 0.9 * model && wall <= model * (1.1 + late);
+    assert!(holds(degraded_wall, degraded_model, d_late), "degraded: {degraded_wall} s vs {degraded_model} s");
+    assert!(holds(fresh_wall, fresh_model, f_late), "fresh: {fresh_wall} s vs {fresh_model} s");
     drop(lo);
     server.stop();
 }
