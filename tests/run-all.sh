@@ -57,7 +57,7 @@ fi
 # path): the fuse module must be loaded.
 [ -e /dev/fuse ] || modprobe fuse 2>/dev/null || echo "warning: no /dev/fuse (modprobe fuse failed); the FUSE fault tests will fail under CI=true" >&2
 
-# Time by part, printed at the end (CI must stay under 25 minutes).
+# Time by part, printed at the end (CI must stay under 20 minutes).
 times=()
 took() { times+=("$1 $(( $(date +%s) - t_part )) s"); t_part=$(date +%s); }
 t_part=$t0
