@@ -9,7 +9,7 @@
 # Environment: RESEQ_BIN (the binary to test; default: `cargo build` and target/debug),
 # RESEQ_VM_ACCEL (tcg, the default, or kvm), RESEQ_VM_TIMEOUT (seconds for the whole
 # boot, default 240 plus 60 per scenario plus the fleet's; the guest's own watchdog ends
-# its run 900 s after boot), RESEQ_VM_SCENARIO_TIMEOUT (seconds per scenario, default
+# its run 3600 s after boot), RESEQ_VM_SCENARIO_TIMEOUT (seconds per scenario, default
 # 150), RESEQ_VM_FLEET_TIMEOUT (the fleet scenario's, default 480),
 # RESEQ_VM_KEEP=1 keeps the share (logs, reports) for a look afterwards.
 # The fleet scenario also needs, on this host: cargo-deb (the .deb it installs),
