@@ -244,8 +244,17 @@ fn strike(strike: Strike, file_mode: bool) {
     let left = guardians_left(&root, &err);
     assert!(left.is_empty(), "outlived the run: {left:?}");
     drop(group);
-    // Nothing lost, and the run finishes from where it stopped.
-    let out = output(env.reseq().args(["rewrite", "--resume", "--json"]).arg(&target));
+    // Nothing lost, and the run finishes from where it stopped. The resume keeps the run's
+    // --max-overruns 1: a window that overruns on a busy host stops it again (exit 7, "run
+    // again with --resume"), as the user is told to, at most twice more.
+    let mut out = output(env.reseq().args(["rewrite", "--resume", "--json"]).arg(&target));
+    for _ in 0..2 {
+        if out.status.code() != Some(7) {
+            break;
+        }
+        eprintln!("--resume after {strike:?} met an overrun (exit 7): resumed again");
+        out = output(env.reseq().args(["rewrite", "--resume", "--json"]).arg(&target));
+    }
     assert_eq!(out.status.code(), Some(0), "--resume after {strike:?}:\n{}", stderr(&out));
     assert!(writer.finish() > 0);
     assert_files_intact(&files);
