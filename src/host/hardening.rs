@@ -131,15 +131,18 @@ pub(crate) fn realtime_hogs(sample: Duration) -> Vec<(i32, String)> {
     let own = procs::exe_id(me);
     let rt_threads = || -> Vec<((i32, i32), u64)> {
         let mut found = Vec::new();
-        for pid in procs::pids() {
-            for tid in procs::threads(pid) {
-                let Some(t) = procs::thread_stat(pid, tid) else { continue };
-                if (t.policy == 1 || t.policy == 2) && !t.kernel_thread {
-                    found.push(((pid, tid), t.cpu_ticks));
-                }
+        for pid in procs::pids().into_iter().filter(|&p| p != me) {
+            let rt: Vec<_> = procs::threads(pid)
+                .into_iter()
+                .filter_map(|tid| {
+                    procs::thread_stat(pid, tid).filter(|t| t.realtime()).map(|t| ((pid, tid), t.cpu_ticks))
+                })
+                .collect();
+            // The executable is looked at only where a thread is real-time.
+            if !rt.is_empty() && (own.is_none() || procs::exe_id(pid) != own) {
+                found.extend(rt);
             }
         }
-        found.retain(|&((pid, _), _)| pid != me && (own.is_none() || procs::exe_id(pid) != own));
         found
     };
     let before = rt_threads();
@@ -151,9 +154,7 @@ pub(crate) fn realtime_hogs(sample: Duration) -> Vec<(i32, String)> {
     let busy = |t0: u64, t1: u64| t1.saturating_sub(t0) as f64 / ticks > sample.as_secs_f64() / 2.0;
     let mut hogs: Vec<i32> = before
         .into_iter()
-        .filter(|&((pid, tid), t0)| {
-            procs::thread_stat(pid, tid).is_some_and(|t| (t.policy == 1 || t.policy == 2) && busy(t0, t.cpu_ticks))
-        })
+        .filter(|&((pid, tid), t0)| procs::thread_stat(pid, tid).is_some_and(|t| t.realtime() && busy(t0, t.cpu_ticks)))
         .map(|((pid, _), _)| pid)
         .collect();
     hogs.dedup();

@@ -20,6 +20,13 @@ pub struct Stat {
     pub(crate) kernel_thread: bool,
 }
 
+impl Stat {
+    /// SCHED_FIFO or SCHED_RR, in a user task.
+    pub(crate) fn realtime(&self) -> bool {
+        (self.policy == 1 || self.policy == 2) && !self.kernel_thread
+    }
+}
+
 pub fn stat(pid: i32) -> Option<Stat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
