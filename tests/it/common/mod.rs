@@ -246,6 +246,22 @@ pub fn output(cmd: &mut Command) -> Output {
     out
 }
 
+/// `reseq rewrite --resume --json TARGET` until it ends, as a user told "run again with
+/// --resume" would: a resume keeps a struck run's `--max-overruns 1`, so a window that
+/// overruns on a busy host stops it again (exit 7). Resumed at most twice more; whatever
+/// the last one said is returned, for the test to judge.
+pub fn resume_to_the_end(env: &TestEnv, target: &Path) -> Output {
+    let mut out = output(env.reseq().args(["rewrite", "--resume", "--json"]).arg(target));
+    for _ in 0..2 {
+        if out.status.code() != Some(7) {
+            break;
+        }
+        eprintln!("--resume met an overrun (exit 7): resumed again");
+        out = output(env.reseq().args(["rewrite", "--resume", "--json"]).arg(target));
+    }
+    out
+}
+
 /// Starts a command with stdout and stderr captured, for tests that act while it runs.
 pub fn spawn_captured(cmd: &mut Command) -> std::process::Child {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn reseq")
