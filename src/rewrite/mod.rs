@@ -49,39 +49,13 @@ pub(crate) fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
         return Report::of_run("rewrite", o.dry_run, &o.targets, |_| Err(Error::io("installing signal handlers", e)));
     }
     if o.mode == Mode::Files {
-        let depth = file_mode_depth(o);
-        let o = RewriteOptions { read_ahead: depth.depth, ..o.clone() };
-        let (mut report, result) = files::run(&o, quiet);
-        report.pipeline_depth = Some(depth);
-        return (report, result);
+        // Its depth is chosen after its plan, over the bytes the plan rewrites.
+        return files::run(o, quiet);
     }
     Report::of_run("rewrite", o.dry_run, &o.targets, |report| {
         let (resumed, env) = Environment::live().and_then(|env| Ok((plan::resumed_options(o, &env)?, env)))?;
         plan_and_execute(resumed.as_ref().unwrap_or(o), &env, quiet, report)
     })
-}
-
-/// File mode's depth: probed on the device of the first target's filesystem, when that
-/// is large enough to be worth it (the probe reads only its first chunks: a device's
-/// depth is the same over all of it).
-fn file_mode_depth(o: &RewriteOptions) -> crate::measure::depth_probe::DepthChoice {
-    let node = crate::host::mounts::read_mounts().ok().and_then(|entries| {
-        let target = std::fs::canonicalize(&o.targets[0]).ok()?;
-        let e = crate::host::mounts::mount_containing(&entries, &target)?;
-        let fs = crate::host::mounts::filesystems_on(&entries, &[e.dev]).into_iter().next()?;
-        crate::host::freeze::device_node(&fs)
-    });
-    let size = node.as_ref().and_then(|n| {
-        use std::io::Seek;
-        File::open(n).and_then(|mut f| f.seek(std::io::SeekFrom::End(0))).ok()
-    });
-    match (node, size) {
-        (Some(node), Some(size)) => predict::depth(o, &node, &[(0, size)], Some(o.max_freeze())),
-        _ if o.given.read_ahead => crate::measure::depth_probe::DepthChoice::given(o.read_ahead),
-        _ => crate::measure::depth_probe::DepthChoice::fallback(
-            "no device node found for the first target's filesystem to probe: the old default".into(),
-        ),
-    }
 }
 
 fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: bool, report: &mut Report) -> Result<()> {

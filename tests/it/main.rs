@@ -40,6 +40,7 @@ mod rewrite_device;
 mod scan;
 mod sim_cli;
 mod sim_serve;
+mod sparse;
 mod storage_stacks;
 mod trim;
 mod used_space;
