@@ -457,12 +457,9 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     let mut everything = Everything;
     let base: &mut dyn Planner = if plan.used_space.is_empty() { &mut everything } else { &mut used };
     let backing = backing_of(plan)?;
-    let align = u64::from(plan.device.dio_offset_align).max(512);
-    // Unfrozen, a map is kept no longer than it takes to write a bounded share of data.
-    let max_data = (!plan.needs_freeze()).then_some(crate::host::holes::UNFROZEN_DATA);
     let mut holes = None;
     let base: &mut dyn Planner = match &backing {
-        Some(b) => holes.insert(SkipHoles::new(base, b, align, max_data)),
+        Some(b) => holes.insert(skip_holes(plan, base, b)),
         None => base,
     };
     let mut selected;
@@ -488,10 +485,17 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     result = trim_after(plan, (&used, bench, &stop, &thawed), &stats, result, &mut space);
     report.space = Some(space);
     progress.finish();
-    // A refusal at the first freeze (EBUSY, EOPNOTSUPP) means nothing was done. The
-    // journal is only written when needed, so there is none, unless the state directory
-    // is on a frozen filesystem (it is written before the freeze then): remove that one,
-    // so the next run does not ask for --resume.
+    discard_if_untouched(plan, &journal, &result, &stats);
+    report.results = Some(stats);
+    report.write_cost = Some(cost.end());
+    result
+}
+
+/// A refusal at the first freeze (EBUSY, EOPNOTSUPP) means nothing was done. The
+/// journal is only written when needed, so there is none, unless the state directory
+/// is on a frozen filesystem (it is written before the freeze then): remove that one,
+/// so the next run does not ask for --resume.
+fn discard_if_untouched(plan: &RewritePlan, journal: &Journal, result: &Result<()>, stats: &engine::EngineStats) {
     let untouched = matches!(plan.start, Start::Fresh) && stats.chunks_written == 0;
     if matches!(result, Err(Error::Refused { .. })) && untouched {
         if journal.created() {
@@ -499,9 +503,14 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
         }
         before::Before::discard(&plan.journal_path);
     }
-    report.results = Some(stats);
-    report.write_cost = Some(cost.end());
-    result
+}
+
+/// `base` less the holes of the device's backing file, mapped in each window; unfrozen,
+/// a map is kept no longer than it takes to write a bounded share of data.
+fn skip_holes<'a>(plan: &RewritePlan, base: &'a mut dyn Planner, backing: &'a Backing) -> SkipHoles<'a> {
+    let align = u64::from(plan.device.dio_offset_align).max(512);
+    let max_data = (!plan.needs_freeze()).then_some(crate::host::holes::UNFROZEN_DATA);
+    SkipHoles::new(base, backing, align, max_data)
 }
 
 /// The device's backing file, for its hole map, when the plan read one: it must still be

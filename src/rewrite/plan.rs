@@ -167,24 +167,7 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
         run_ranges(&dev, &used_space, backing.as_ref(), (from, addressable_end(&dev)), &mut warnings);
     let freezes = !filesystems.is_empty();
     let (engine, depth) = engine_config(o, &dev, &start, (&journal_path, &state), freezes, &ranges)?;
-    if engine.range_end < dev.identity.size_bytes {
-        warnings.push(format!(
-            "the last {} bytes of {} (from offset {}) are less than one {}-byte sector, which direct I/O cannot address: they are left as they are, not rewritten",
-            dev.identity.size_bytes - engine.range_end,
-            o.device().display(),
-            engine.range_end,
-            dev.dio_offset_align
-        ));
-    }
-    if filesystems.is_empty() {
-        warnings.push(format!(
-            "nothing is mounted from {}: all of it is rewritten, free space included, which tells the SSD that space is in use (undoing TRIM). To skip free space, mount its ext4/xfs filesystem and run reseq again",
-            o.device().display()
-        ));
-    }
-    if !filesystems.is_empty() && !o.include_free {
-        warnings.extend(unmounted_partitions(&dev, &filesystems, &env.sysfs));
-    }
+    warnings.extend(space_warnings(o, &dev, &engine, &filesystems, &env.sysfs));
     let (hung_task_timeout, _) = checks::hung_task();
     // Taken last: what the checks above found is the shape every window must see again.
     let shape = crate::host::shape::Shape::take(dev.dev_num, &env.sysfs);
@@ -216,6 +199,38 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
     Ok(plan)
 }
 
+/// What the run leaves out or rewrites that the user should know: the device's tail
+/// past its last sector, free space rewritten where nothing is mounted, whole unmounted
+/// partitions.
+fn space_warnings(
+    o: &RewriteOptions,
+    dev: &BlockDeviceInfo,
+    engine: &EngineConfig,
+    filesystems: &[MountedFs],
+    sysfs: &Sysfs,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if engine.range_end < dev.identity.size_bytes {
+        warnings.push(format!(
+            "the last {} bytes of {} (from offset {}) are less than one {}-byte sector, which direct I/O cannot address: they are left as they are, not rewritten",
+            dev.identity.size_bytes - engine.range_end,
+            o.device().display(),
+            engine.range_end,
+            dev.dio_offset_align
+        ));
+    }
+    if filesystems.is_empty() {
+        warnings.push(format!(
+            "nothing is mounted from {}: all of it is rewritten, free space included, which tells the SSD that space is in use (undoing TRIM). To skip free space, mount its ext4/xfs filesystem and run reseq again",
+            o.device().display()
+        ));
+    }
+    if !filesystems.is_empty() && !o.include_free {
+        warnings.extend(unmounted_partitions(dev, filesystems, sysfs));
+    }
+    warnings
+}
+
 /// The pipeline's depth over the run's ranges (probed on them, or `--read-ahead`), set in
 /// `engine`; a run that freezes keeps it within the freeze budget.
 fn choose_depth(
@@ -244,7 +259,8 @@ fn run_ranges(
 ) -> (Vec<(u64, u64)>, f64, HolesPlanned) {
     let align = u64::from(dev.dio_offset_align).max(512);
     let asked = std::time::Instant::now();
-    let found = (|| -> Result<(Vec<(u64, u64)>, Vec<(u64, u64)>)> {
+    type Ranges = Vec<(u64, u64)>;
+    let found = (|| -> Result<(Ranges, Ranges)> {
         let used = if used_space.is_empty() {
             vec![(from, to.saturating_sub(from))]
         } else {
