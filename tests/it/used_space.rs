@@ -62,7 +62,10 @@ fn ext4_thirty_percent_full_writes_only_used_space_and_trims() {
     mnt.unmount().unwrap();
     fsck_clean(&lo.path, "ext4");
     let du_after = du_bytes(&lo.image);
-    assert!(du_after < written + 16 * MIB, "the image still holds {du_after} bytes after FITRIM");
+    // The holes left out include unwritten extents (mkfs's WRITE ZEROES of the journal
+    // becomes a fallocate in the image): allocated, read as zeros, never written.
+    let bound = written + holes + 16 * MIB;
+    assert!(du_after < bound, "the image still holds {du_after} bytes after FITRIM");
 }
 
 #[test]
