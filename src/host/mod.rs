@@ -13,6 +13,7 @@ pub(crate) mod freeze_record;
 pub(crate) mod freezer;
 pub(crate) mod guardian;
 pub(crate) mod hardening;
+pub(crate) mod holes;
 pub(crate) mod in_use;
 pub mod mounts;
 pub(crate) mod privileges;

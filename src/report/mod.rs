@@ -254,6 +254,10 @@ pub(crate) struct PlanReport {
     /// rest (`results.chunk_trial` says what they measured); null: none.
     #[serde(default)]
     pub(crate) chunk_trial: Option<crate::engine::trial::Trial>,
+    /// Device mode: never-written space, the holes of the device's backing file: mapped
+    /// or why not, what they leave out and what is left to rewrite; null in file mode.
+    #[serde(default)]
+    pub(crate) holes: Option<crate::host::holes::HolesPlanned>,
 }
 
 /// A file in a file-mode plan.
@@ -332,6 +336,10 @@ pub(crate) struct SpaceReport {
     pub(crate) mode: String,
     /// Bytes passed over because the filesystems reported them FREE while frozen.
     pub(crate) bytes_skipped_as_free: u64,
+    /// Bytes passed over because the device's backing file held no data there (holes,
+    /// mapped in each window): never written, so never rewritten.
+    #[serde(default)]
+    pub(crate) bytes_skipped_as_holes: u64,
     /// Bytes FITRIM reported discarded after the run (null: not run).
     pub(crate) bytes_trimmed: Option<u64>,
     /// The FITRIM's slices, pace and cost (null: not run).
@@ -371,6 +379,8 @@ pub(crate) struct Planned<'a> {
     pub(crate) hung_task_timeout: Option<Duration>,
     pub(crate) journal_path: &'a Path,
     pub(crate) warnings: &'a [String],
+    /// Device mode: never-written space (None: file mode).
+    pub(crate) holes: Option<&'a crate::host::holes::HolesPlanned>,
 }
 
 pub(crate) fn hostname() -> String {
@@ -437,6 +447,7 @@ impl Report {
             journal_path: plan.journal_path.display().to_string(),
             files: None,
             chunk_trial: e.trial.clone(),
+            holes: plan.holes.cloned(),
         });
         self.warnings.extend(plan.warnings.iter().cloned());
     }

@@ -163,10 +163,20 @@ pub(crate) fn frozen_share(
     )
 }
 
-/// Which space is rewritten, and the FITRIM after.
+/// Which space is rewritten, and the FITRIM after; what the holes of a backing file leave out.
 fn describe_space(plan: &RewritePlan) -> String {
+    let h = &plan.holes;
+    let holes = match h.mapped {
+        true => format!(
+            "  holes: {} holding no data in {} are left out (never written; mapped again in each window): {} to rewrite\n",
+            human_bytes(h.bytes_in_holes),
+            h.source,
+            human_bytes(h.bytes_to_rewrite)
+        ),
+        false => format!("  holes: {}\n", h.source),
+    };
     if plan.used_space.is_empty() {
-        return "  space: everything is rewritten\n".into();
+        return format!("  space: everything is rewritten\n{holes}");
     }
     let mut s = String::new();
     let trim = plan.trim.then(|| format!(", FITRIM afterwards in slices, pace {}", plan.trim_pace.describe()));
@@ -179,5 +189,5 @@ fn describe_space(plan: &RewritePlan) -> String {
             trim.as_deref().unwrap_or_default()
         );
     }
-    s
+    s + &holes
 }

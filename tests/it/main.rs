@@ -42,6 +42,7 @@ mod scale;
 mod scan;
 mod sim_cli;
 mod sim_serve;
+mod sparse;
 mod storage_stacks;
 mod trim;
 mod used_space;

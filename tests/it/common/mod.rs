@@ -201,6 +201,21 @@ impl TestEnv {
         (lo, m)
     }
 
+    /// As [`TestEnv::mounted`], with every byte of the image holding data, as on a used
+    /// drive: mkfs leaves holes (its discard, its zeroed journal and inode tables), which a
+    /// run leaves out (tests/it/sparse.rs). For tests that count chunks of the whole device.
+    pub fn mounted_dense(&self, name: &str, size: u64, fs: &str) -> (LoopDevice, Mount) {
+        let lo = self.loop_device(name, size);
+        match fs {
+            "ext4" => mkfs_ext4(&lo.path).unwrap(),
+            "xfs" => mkfs_xfs(&lo.path).unwrap(),
+            other => panic!("no mkfs for {other}"),
+        }
+        fill_holes(&lo.image);
+        let m = Mount::new(&lo.path, &self.path(&format!("{name}-mnt")), &[]).unwrap();
+        (lo, m)
+    }
+
     /// The reseq binary with the state directory set.
     pub fn reseq(&self) -> Command {
         let mut c = reseq_command();
@@ -213,6 +228,22 @@ impl TestEnv {
 }
 
 /// Writes `count` files of `size` random bytes; returns (path, blake3) pairs.
+/// Writes every byte of an image file back onto itself, so that its holes (and unwritten
+/// extents) become data: nothing may have it mounted.
+pub fn fill_holes(image: &Path) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(image).unwrap();
+    let (len, mut buf) = (f.metadata().unwrap().len(), vec![0u8; 1 << 20]);
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(buf.len() as u64) as usize;
+        f.read_exact_at(&mut buf[..n], at).unwrap();
+        f.write_all_at(&buf[..n], at).unwrap();
+        at += n as u64;
+    }
+    f.sync_all().unwrap();
+}
+
 pub fn fill_files(dir: &Path, count: usize, size: usize, seed: u64) -> Vec<(PathBuf, blake3::Hash)> {
     let mut rng = XorShift::new(seed);
     let mut out = Vec::new();
