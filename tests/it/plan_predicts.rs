@@ -269,7 +269,9 @@ fn the_depth_is_probed_or_given_and_every_depth_rewrites_as_it_was() {
         return;
     }
     let env = TestEnv::new();
-    let big = env.loop_device("big", 4 << 30);
+    // 4 GiB of data, in memory: holes are not bytes to rewrite, and a probe reads data.
+    let big = LoopDevice::create(&env.run_dir().join("big.img"), 4 << 30).unwrap();
+    fill_holes(&big.image);
     let (read, written) = (bytes_read_from(&big.path), bytes_written_to(&big.path));
     let plan = json_ok(env.reseq().args(["rewrite", "--dry-run", "--json"]).arg(&big.path));
     let d = &plan["pipeline_depth"];
