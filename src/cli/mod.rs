@@ -422,8 +422,8 @@ pub(crate) enum SimCommand {
         /// An empty directory to mount on.
         mount_dir: PathBuf,
         /// Wall-clock µs per µs of model time
-    ///
-    /// Every request is answered when its
+        ///
+        /// Every request is answered when its
         /// modelled completion, times this, has come.
         #[arg(long, default_value_t = crate::sim::serve::DEFAULT_TIME_SCALE, value_name = "X")]
         time_scale: f64,
