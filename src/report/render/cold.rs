@@ -122,7 +122,7 @@ fn file_scan_row(sc: &FileScan) -> String {
 pub(crate) fn cold_estimate_text(e: &ColdEstimate, verbose: bool) -> String {
     let mut s = format!(
         "  {}\n  estimate by file age: {} file(s), {} under {}; {} sampled\n",
-        e.advice,
+        if verbose { e.advice.clone() } else { super::text::cut(&e.advice) },
         e.files,
         human_bytes(e.bytes),
         e.target,

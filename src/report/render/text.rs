@@ -146,7 +146,7 @@ fn dry_run_summary(r: &Report, plan: &str) -> String {
 
 /// A long line up to its first "; ", without its asides in parentheses (" (...)"; a
 /// "file(s)" stays).
-fn cut(line: &str) -> String {
+pub(super) fn cut(line: &str) -> String {
     let head = line.split("; ").next().unwrap_or(line);
     let (mut out, mut depth) = (String::new(), 0);
     let mut chars = head.chars().peekable();
@@ -499,7 +499,8 @@ fn scan_text(label: &str, sc: &ScanResult) -> String {
 fn estimate_text(e: &Estimate, verbose: bool) -> String {
     let mut s = format!(
         "  {}\n  estimate: median {}, reference {}{} ({} in {} places, each read {} times)\n",
-        e.advice,
+        // The verdict and its figures; the reasons behind -v.
+        if verbose { e.advice.clone() } else { cut(&e.advice) },
         human_rate(e.median_bytes_per_second),
         human_rate(e.reference_bytes_per_second),
         if e.virtual_time { " (virtual time)" } else { "" },
