@@ -310,7 +310,9 @@ fn measurements(r: &Report) -> String {
     let verdict = r.verdict.as_ref().map(|v| {
         // The rule is the same every run: -v (and the JSON) say it.
         let rule = (!v.criteria.is_empty() && r.every_file).then(|| format!("  verdict rule: {}\n", v.criteria));
-        format!("  verdict: {} (x{:.2}; {})\n", v.verdict, v.speedup, v.rule) + &rule.unwrap_or_default()
+        // Without -v the rule's first clause: its asides are the cache checks' text.
+        let why = if r.every_file { v.rule.clone() } else { cut(&v.rule) };
+        format!("  verdict: {} (x{:.2}; {why})\n", v.verdict, v.speedup) + &rule.unwrap_or_default()
     });
     let sections = [
         r.bench.as_ref().map(|b| bench_line("read", b, r.every_file)),
@@ -320,7 +322,16 @@ fn measurements(r: &Report) -> String {
         r.estimate_files.as_ref().map(|e| super::cold::cold_estimate_text(e, r.every_file)),
         r.trim_impact.as_ref().map(|t| t.text()),
         r.bench_before.as_ref().map(|b| bench_line("before", b, r.every_file)),
-        r.bench_after.as_ref().map(|b| bench_line("after", b, r.every_file)),
+        r.bench_after.as_ref().map(|b| {
+            // The same cache check after as before is said once.
+            let same = r.bench_before.as_ref().and_then(|x| x.cache.as_ref()).map(|c| &c.finding)
+                == b.cache.as_ref().map(|c| &c.finding);
+            let line = bench_line("after", b, r.every_file);
+            match same && !r.every_file {
+                true => line.lines().filter(|l| !l.contains("cache check: ")).map(|l| format!("{l}\n")).collect(),
+                false => line,
+            }
+        }),
         verdict,
         r.space.as_ref().and_then(|sp| sp.trim.as_ref()).map(|t| t.text()),
         r.write_cost.as_ref().map(write_cost_text),
@@ -346,8 +357,7 @@ fn files_text(r: &Report, files: &[FileReport]) -> String {
         s += &rewrote(r, x);
         s += &windows(x);
     }
-    s += &format!("  files: {}\n", file_counts(files));
-    s += &format!("  verification: {}\n", r.verification);
+    s += &format!("  files: {}; verification: {}\n", file_counts(files), r.verification);
     s += &measurements(r);
     let listed: Vec<&FileReport> = files.iter().filter(|f| r.every_file || has_problem(f)).collect();
     if !listed.is_empty() {
@@ -431,8 +441,8 @@ fn bench_line(label: &str, b: &BenchResult, verbose: bool) -> String {
         })
         .collect();
     let each = verbose.then(|| format!("    passes: {}\n", passes.join(", ")));
-    format!(
-        "  {label}: median {}, min {}, max {}{} ({} passes of {} blocks, QD{})\n    {} of {}\n",
+    let head = format!(
+        "  {label}: median {}, min {}, max {}{} ({} passes of {} blocks, QD{})",
         human_rate(b.median_bytes_per_second),
         human_rate(b.min_bytes_per_second),
         human_rate(b.max_bytes_per_second),
@@ -440,18 +450,19 @@ fn bench_line(label: &str, b: &BenchResult, verbose: bool) -> String {
         b.passes.len(),
         human_bytes(b.params.block_size_bytes),
         b.params.queue_depth,
-        human_bytes(b.params.length_bytes),
-        b.target,
-    ) + &each.unwrap_or_default()
-        + &bench_notes(b)
+    );
+    // What was read on the same line when it fits, else under it.
+    let what = format!("{} of {}", human_bytes(b.params.length_bytes), b.target);
+    let sep = if head.len() + 2 + what.len() <= WIDTH { ", " } else { "\n    " };
+    format!("{head}{sep}{what}\n") + &each.unwrap_or_default() + &bench_notes(b, verbose)
 }
 
 /// The cache check and the emulated drive's punctuality under a benchmark's line.
-fn bench_notes(b: &BenchResult) -> String {
-    let cache = b
-        .cache
-        .as_ref()
-        .map(|c| format!("    cache check: {}{}\n", if c.cache_suspected { "UNRELIABLE, " } else { "" }, c.finding));
+fn bench_notes(b: &BenchResult, verbose: bool) -> String {
+    let cache = b.cache.as_ref().map(|c| {
+        let finding = if verbose { c.finding.clone() } else { cut(&c.finding) };
+        format!("    cache check: {}{finding}\n", if c.cache_suspected { "UNRELIABLE, " } else { "" })
+    });
     let emulated = b.emulated.as_ref().map(|e| {
         format!(
             "    emulated drive (reseq sim serve, time x{}): {} of {} replies late, by {:.1} % of the passes' time\n",
