@@ -14,19 +14,7 @@ SIZE=${2:-16384}
 KIND=${3:-disk}
 RESEQ=$(reseq_bin)
 : "${BEFORE:?set BEFORE to the build to compare with}"
-case $KIND in
-  disk) BENCH_DIR=/var/tmp make_device "$SIZE" ;;
-  mem) BENCH_DIR=/dev/shm make_device "$SIZE" ;;
-  sim)
-    # The emulated SSD as bench/depth.sh serves it: a quarter written through ext4, then
-    # the raw device.
-    export RESEQ
-    serve_drive trial consumer-nvme "${SIZE}M" 10
-    dd if=/dev/urandom of="$dir/mnt/fill" bs=1M count=$(( SIZE / 4 )) conv=fsync status=none
-    umount "$dir/mnt"
-    DEV=$dev WORK=$dir ;;
-  *) echo "kind: disk, mem or sim" >&2; exit 2 ;;
-esac
+kind_device "$KIND" "$SIZE" trial
 echo "$KIND: $DEV, $SIZE MiB, $ROUNDS rounds, this build: $RESEQ, before: $BEFORE"
 one() {
   local name=$1 bin=$2; shift 2

@@ -79,3 +79,20 @@ serve_cleanup() {
   [ -n "$server" ] && grep -qF "$dir" "/proc/$server/cmdline" 2>/dev/null && kill -TERM "$server" && wait "$server" || true
   rm -rf "$dir"
 }
+
+# kind_device KIND SIZE_MIB NAME: the device the speed scripts measure, as $DEV and $WORK.
+#   disk: a filled image on /var/tmp (disk-backed), mem: on /dev/shm, sim: the emulated
+#   SSD (consumer-nvme at time scale 10), a quarter written through ext4, then unmounted.
+kind_device() {
+  case $1 in
+    disk) BENCH_DIR=/var/tmp make_device "$2" ;;
+    mem) BENCH_DIR=/dev/shm make_device "$2" ;;
+    sim)
+      export RESEQ
+      serve_drive "$3" consumer-nvme "${2}M" 10
+      dd if=/dev/urandom of="$dir/mnt/fill" bs=1M count=$(( $2 / 4 )) conv=fsync status=none
+      umount "$dir/mnt"
+      DEV=$dev WORK=$dir ;;
+    *) echo "kind: disk, mem or sim" >&2; exit 2 ;;
+  esac
+}

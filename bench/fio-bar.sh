@@ -23,17 +23,7 @@ ROUNDS=${1:-3}
 SIZE=${2:-8192}
 KIND=${3:-disk}
 RESEQ=$(reseq_bin)
-case $KIND in
-  disk) BENCH_DIR=/var/tmp make_device "$SIZE" ;;
-  mem) BENCH_DIR=/dev/shm make_device "$SIZE" ;;
-  sim)
-    export RESEQ
-    serve_drive fiobar consumer-nvme "${SIZE}M" 10
-    dd if=/dev/urandom of="$dir/mnt/fill" bs=1M count=$(( SIZE / 4 )) conv=fsync status=none
-    umount "$dir/mnt"
-    DEV=$dev WORK=$dir ;;
-  *) echo "kind: disk, mem or sim" >&2; exit 2 ;;
-esac
+kind_device "$KIND" "$SIZE" fiobar
 # Buffers fio may use: the heap (transparent huge pages where the kernel gives them), and
 # reserved huge pages when there are enough for a job's 8 x 16 MiB.
 mems=(malloc)

@@ -492,6 +492,28 @@ pub(crate) fn getfsmap(fd: BorrowedFd<'_>, from: u64, to: u64) -> nix::Result<Ve
     Ok(out)
 }
 
+/// lseek(2) with `SEEK_DATA`: the first offset at or after `at` that holds data. None
+/// (ENXIO): nothing but holes from `at` to the end of the file. A filesystem without
+/// hole tracking calls the whole file data (fs/read_write.c, generic_file_llseek_size).
+pub(crate) fn seek_data(fd: BorrowedFd<'_>, at: u64) -> nix::Result<Option<u64>> {
+    seek(fd, at, nix::unistd::Whence::SeekData)
+}
+
+/// lseek(2) with `SEEK_HOLE`: the first offset at or after `at` in a hole (the end of the
+/// file counts as one). None (ENXIO): `at` is at or past the end of the file.
+pub(crate) fn seek_hole(fd: BorrowedFd<'_>, at: u64) -> nix::Result<Option<u64>> {
+    seek(fd, at, nix::unistd::Whence::SeekHole)
+}
+
+fn seek(fd: BorrowedFd<'_>, at: u64, whence: nix::unistd::Whence) -> nix::Result<Option<u64>> {
+    let at = libc::off_t::try_from(at).map_err(|_| Errno::EINVAL)?;
+    match nix::unistd::lseek(fd, at, whence) {
+        Ok(o) => Ok(Some(o as u64)),
+        Err(Errno::ENXIO) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 // include/uapi/linux/fs.h: struct fstrim_range and `#define FITRIM _IOWR('X', 121, ...)`.
 #[repr(C)]
 pub(crate) struct FstrimRange {
@@ -675,19 +697,10 @@ pub(crate) fn set_io_priority(value: libc::c_long) -> nix::Result<()> {
     Errno::result(rc).map(drop)
 }
 
-/// Raises this process's soft limit on open files to its hard limit (always allowed):
-/// a root shell and a systemd service start at 1024. Returns the limit now in force.
-pub(crate) fn raise_open_file_limit() -> nix::Result<u64> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit(2) writes one `struct rlimit`, which `lim` is.
-    Errno::result(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
-    if lim.rlim_cur < lim.rlim_max {
-        let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
-        // SAFETY: setrlimit(2) reads one `struct rlimit`, which `raised` is.
-        Errno::result(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) })?;
-        lim = raised;
-    }
-    Ok(lim.rlim_cur)
+/// This process's peak resident set (getrusage's `ru_maxrss`, kept by the kernel in KiB).
+pub(crate) fn peak_resident_bytes() -> nix::Result<u64> {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)?;
+    Ok(usage.max_rss() as u64 * 1024)
 }
 
 /// Ends the process with SIGABRT and no core dump. A core is written where the process
@@ -894,6 +907,78 @@ pub(crate) fn loop_status(fd: BorrowedFd<'_>) -> nix::Result<LoopStatus> {
         size_limit: info.lo_sizelimit,
         read_only: info.lo_flags & LO_FLAGS_READ_ONLY != 0,
     })
+}
+
+/// One event of a fanotify group (`struct fanotify_event_metadata`,
+/// include/uapi/linux/fanotify.h): what happened and the process that did it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FanEvent {
+    pub(crate) mask: u64,
+    /// The process that caused it (0 for a queue overflow).
+    pub(crate) pid: i32,
+}
+
+/// `FAN_Q_OVERFLOW`: events were lost; the queue itself is the event.
+pub(crate) const FAN_Q_OVERFLOW: u64 = libc::FAN_Q_OVERFLOW;
+
+/// A fanotify group that reports (and never blocks) modifications of the inodes marked
+/// in it, read without blocking: `FAN_CLASS_NOTIF | FAN_NONBLOCK | FAN_CLOEXEC`. Needs
+/// CAP_SYS_ADMIN (`EPERM`); `ENOSYS` without CONFIG_FANOTIFY.
+pub(crate) fn fanotify_notify_group() -> nix::Result<OwnedFd> {
+    let flags = libc::FAN_CLASS_NOTIF | libc::FAN_NONBLOCK | libc::FAN_CLOEXEC;
+    // SAFETY: fanotify_init takes two integers and touches no memory of ours
+    // (fs/notify/fanotify/fanotify_user.c); it returns a new fd or -1 with errno.
+    let fd = unsafe { libc::fanotify_init(flags, (libc::O_RDONLY | libc::O_LARGEFILE | libc::O_CLOEXEC) as u32) };
+    Errno::result(fd)?;
+    // SAFETY: a new fd, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Marks the inode `file` is open on in `group` for `FAN_MODIFY` (an inode mark: every
+/// path and hard link of it, writes through any fd or registered file).
+pub(crate) fn fanotify_mark_modify(group: BorrowedFd<'_>, file: BorrowedFd<'_>) -> nix::Result<()> {
+    // SAFETY: with a null pathname the kernel marks the inode of `file`
+    // (fanotify_find_path); both fds are open for the call; nothing else is read.
+    let rc = unsafe {
+        libc::fanotify_mark(group.as_raw_fd(), libc::FAN_MARK_ADD, libc::FAN_MODIFY, file.as_raw_fd(), std::ptr::null())
+    };
+    Errno::result(rc).map(drop)
+}
+
+/// The events queued in `group` (made by [`fanotify_notify_group`]: non-blocking), each
+/// event's fd closed. Empty when none is queued.
+pub(crate) fn fanotify_read(group: BorrowedFd<'_>) -> nix::Result<Vec<FanEvent>> {
+    const META: usize = size_of::<libc::fanotify_event_metadata>();
+    let mut events = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = match nix::unistd::read(group, &mut buf) {
+            Ok(n) => n,
+            Err(Errno::EAGAIN) => return Ok(events),
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            return Ok(events);
+        }
+        let mut at = 0;
+        while at + META <= n {
+            // SAFETY: `at + META <= n` bytes of `buf` were written by the kernel as a
+            // struct fanotify_event_metadata (read_unaligned: the buffer has no
+            // alignment), a plain struct of integers.
+            let m: libc::fanotify_event_metadata = unsafe { std::ptr::read_unaligned(buf.as_ptr().add(at).cast()) };
+            if m.vers != libc::FANOTIFY_METADATA_VERSION || (m.event_len as usize) < META {
+                return Err(Errno::EPROTO);
+            }
+            if m.fd >= 0 {
+                // SAFETY: the kernel opened this fd for us with the event; nobody else
+                // owns it, and it is closed here.
+                drop(unsafe { OwnedFd::from_raw_fd(m.fd) });
+            }
+            events.push(FanEvent { mask: m.mask, pid: m.pid });
+            at += m.event_len as usize;
+        }
+    }
 }
 
 /// `KCMP_FILES` (include/uapi/linux/kcmp.h): do two tasks share one file table?

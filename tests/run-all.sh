@@ -57,7 +57,7 @@ fi
 # path): the fuse module must be loaded.
 [ -e /dev/fuse ] || modprobe fuse 2>/dev/null || echo "warning: no /dev/fuse (modprobe fuse failed); the FUSE fault tests will fail under CI=true" >&2
 
-# Time by part, printed at the end (CI must stay under 25 minutes).
+# Time by part, printed at the end (CI must stay under 20 minutes).
 times=()
 took() { times+=("$1 $(( $(date +%s) - t_part )) s"); t_part=$(date +%s); }
 t_part=$t0
@@ -116,22 +116,26 @@ took "cargo test (build and run)"
 # Its own failure is reported by tests/vm/run.sh, which builds it again in the open.
 wait "$guest_build" || sed 's/^/guest build (background): /' "$guest_log" >&2
 took "waiting for the VM guest"
-if [ "$status" = 0 ]; then
-  cargo build --features fault-injection --bin reseq
+# They run whatever the Rust tests said: one failure there must not hide sixteen here.
+if cargo build --features fault-injection --bin reseq; then
   RESEQ_BIN="${CARGO_TARGET_DIR:-target}/debug/reseq" bash tests/vm/run.sh 2>&1 | tee "$logs/vm" || status=$?
 else
-  echo "vm: not run (cargo test failed)" | tee "$logs/vm"
+  status=1
+  echo "vm: not run (the reseq binary did not build)" | tee "$logs/vm"
 fi
 took "vm tests"
 
-# The last lines: the time by part, then every test of both runners, the skipped ones
-# named just above it.
+# The last lines: the time by part, then every test of both runners, the skipped and
+# failed ones named just above it.
 echo
 printf 'time: %s\n' "${times[@]}"
 echo "time: all $(( $(date +%s) - t0 )) s"
 # One line per test, by name (one that gave two reasons counts once).
 sort "$RESEQ_SKIP_LOG" | awk -F': ' '!seen[$1]++ { print "skipped: " $0 }'
 sed -n 's/^\(vm_[a-z0-9_]*\) \.\.\. skipped (\(.*\))$/skipped: \1: \2/p' "$logs/vm"
+# Every failure by name, from both runners.
+sed -n -e 's/^test \([^ ]*\) \.\.\. FAILED.*/failed: \1/p' -e 's/^\(vm_[a-z0-9_]*\) \.\.\. FAILED.*/failed: \1/p' \
+  "$logs/cargo" "$logs/vm"
 self_skipped=$(awk -F': ' '!seen[$1]++' "$RESEQ_SKIP_LOG" | wc -l)
 awk -v status="$status" -v self_skipped="$self_skipped" '
   /^test result: / {

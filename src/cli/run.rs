@@ -62,11 +62,6 @@ fn run() -> std::process::ExitCode {
         }
     }
     crate::support::output::init_logging(cli.verbose, cli.quiet);
-    // Belt and braces: a run holds a bounded number of descriptors whatever the number of
-    // files, but a kernel's or a library's own use of them should not meet a limit of 1024.
-    if let Err(e) = crate::sys::raise_open_file_limit() {
-        log::debug!("could not raise the open-file limit: {e}");
-    }
     let quiet = cli.quiet;
     if let Some(Err(e)) = cli.command.output().map(OutputArgs::check_metrics_file) {
         return finish(Err(e));
@@ -142,7 +137,9 @@ fn print_report((r, result): (Report, Result<()>), output: &OutputArgs, quiet: b
         use std::io::Write;
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         let written = serde_json::to_writer_pretty(&mut out, &r).map_err(std::io::Error::from);
-        let _ = written.and_then(|()| writeln!(out)).and_then(|()| out.flush());
+        if let Err(e) = written.and_then(|()| writeln!(out)).and_then(|()| out.flush()) {
+            eprintln!("reseq: writing the report to standard output: {e}");
+        }
     } else {
         print!("{}", render(&r, format));
     }

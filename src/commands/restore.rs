@@ -159,6 +159,23 @@ fn refuse_if_changed(target: &dyn BlockTarget, h: &RescueHeader, force: bool) ->
     ))
 }
 
+/// The restored bytes read back as the rescue copy's hash says.
+fn read_back_matches(h: &RescueHeader, back: &[u8], kept: String) -> Result<()> {
+    let after = blake3::hash(back);
+    if after.to_hex().as_str() == h.blake3 {
+        return Ok(());
+    }
+    Err(Error::ChecksumMismatch {
+        offset: h.offset,
+        len: h.len,
+        before: h.blake3.clone(),
+        after: after.to_hex().to_string(),
+        differ: "the restored bytes did not read back as written".into(),
+        rescue: Some(kept),
+        at_risk: None,
+    })
+}
+
 /// One window: freeze, check again, write, read back, thaw, flush.
 fn write_frozen(
     guard: &mut dyn WindowGuard,
@@ -198,21 +215,7 @@ fn write_frozen(
                 })
             }
             (Ok(()), Err(e)) => Err(Error::io_at("reading back the restored bytes", h.offset, e)),
-            (Ok(()), Ok(())) => {
-                let after = blake3::hash(&back[..len]);
-                if after.to_hex().as_str() == h.blake3 {
-                    Ok(())
-                } else {
-                    Err(Error::ChecksumMismatch {
-                        offset: h.offset,
-                        len: h.len,
-                        before: h.blake3.clone(),
-                        after: after.to_hex().to_string(),
-                        differ: "the restored bytes did not read back as written".into(),
-                        rescue: Some(kept),
-                    })
-                }
-            }
+            (Ok(()), Ok(())) => read_back_matches(h, &back[..len], kept),
         }
     });
     let end = guard.end();

@@ -50,6 +50,12 @@ pub(crate) trait WindowGuard {
     fn held(&mut self) -> Result<bool> {
         Ok(true)
     }
+    /// The device ranges written since the kernel's write records (the device's
+    /// counters, a backing file's watch) last saw no foreign write; None where there are
+    /// no such records. For the message of a read-back that differed.
+    fn at_risk(&self) -> Option<Vec<(u64, u64)>> {
+        None
+    }
 }
 
 /// Reports finished writes from the verifier thread (see [`WindowGuard::reporter`]).

@@ -43,7 +43,7 @@ pub(crate) mod trial;
 mod window;
 mod writer;
 
-pub(crate) use planner::{Everything, Planner, Selected};
+pub(crate) use planner::{Everything, Planner, Selected, intersect};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -280,6 +280,7 @@ pub(super) fn verify_chunk(
         after: after.to_hex().to_string(),
         differ,
         rescue: None,
+        at_risk: None,
     })
 }
 

@@ -20,7 +20,7 @@ use super::stages::{Chunk, Feed, Staged, Urgent, Verified, hash_stage, or_abort,
 use super::writer::Pipes;
 use super::{Engine, Planner};
 use crate::engine::guard::{WindowEnd, WindowGuard};
-use crate::support::error::{Error, Result};
+use crate::support::error::{AtRisk, Error, Result};
 use crate::support::{hooks, output};
 use crate::sys::{self, AlignedBuf};
 
@@ -61,6 +61,23 @@ struct Stages<'s> {
     verifier: Option<std::thread::ScopedJoinHandle<'s, (Duration, AlignedBuf)>>,
 }
 
+/// Names, in a differing read-back's error, the ranges the guard's write records leave at
+/// risk (asked after the window ended: its last look included).
+fn at_risk(e: Error, guard: &dyn WindowGuard) -> Error {
+    match e {
+        Error::ChecksumMismatch { offset, len, before, after, differ, rescue, .. } => Error::ChecksumMismatch {
+            offset,
+            len,
+            before,
+            after,
+            differ,
+            rescue,
+            at_risk: guard.at_risk().map(|r| Box::new(AtRisk(r))),
+        },
+        e => e,
+    }
+}
+
 impl Engine<'_> {
     /// One freeze window. The error is about the window machinery (freeze, thaw,
     /// journal); the outcome's `flow`, what stopped the writer.
@@ -72,7 +89,8 @@ impl Engine<'_> {
         stretch: Option<u64>,
     ) -> Result<WindowOutcome> {
         if !guard.freezes() {
-            return self.frozen_window(planner, guard, budget, stretch);
+            let r = self.frozen_window(planner, guard, budget, stretch);
+            return r.map(|o| WindowOutcome { end: o.end, flow: o.flow.map_err(|e| at_risk(e, guard)) });
         }
         // A Ctrl-Z during the window waits for its end: a stopped reseq would hold the
         // freeze until the guardian's bound, and fail the run.
@@ -80,7 +98,7 @@ impl Engine<'_> {
         self.window_written = None;
         let r = self.frozen_window(planner, guard, budget, stretch);
         let r = r
-            .map(|o| WindowOutcome { end: o.end, flow: o.flow.map_err(|e| self.locate(e)) })
+            .map(|o| WindowOutcome { end: o.end, flow: o.flow.map_err(|e| at_risk(self.locate(e), guard)) })
             .map_err(|e| self.locate(e));
         if sys::leave_window() {
             log::info!("continued after a stop (SIGTSTP) that waited for the window to end");

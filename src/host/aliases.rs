@@ -96,7 +96,7 @@ fn status_by_path(sysfs: &Sysfs, name: &str, path: &str) -> Option<sys::LoopStat
 
 /// The loop device `name`, if attached. Err(reason) when attached but its backing file
 /// cannot be identified.
-fn loop_of(sysfs: &Sysfs, name: &str) -> Option<Result<Loop, String>> {
+pub(crate) fn loop_of(sysfs: &Sysfs, name: &str) -> Option<Result<Loop, String>> {
     let path = sysfs.read(name, "loop/backing_file")?;
     let dev = sysfs.dev_of(name)?;
     // Closing a loop device marked autoclear as its last opener detaches it

@@ -117,27 +117,48 @@ pub(crate) fn expected() -> String {
     }
 }
 
-/// User processes at real-time priority that keep a CPU busy (over half of one, sampled
-/// over `sample`), other than reseq's own: they starve the kernel threads a freeze and a
-/// thaw wait for (RCU, the journal, a loop device's workers), whatever reseq's priority.
-/// Measured: two SCHED_FIFO 50 busy loops held freezes 12-15 s against a 1 s bound.
+/// Threads at real-time priority that keep a CPU busy (over half of one, sampled over
+/// `sample`), by process: they starve the kernel threads a freeze and a thaw wait for
+/// (RCU, the journal, a loop device's workers), whatever reseq's priority. Measured: two
+/// SCHED_FIFO 50 busy loops held freezes 12-15 s against a 1 s bound. Each thread is
+/// sampled, not the process's first one alone (a busy thread beside an idle main thread
+/// counts). Not counted: reseq's own threads and those of other reseq runs (the same
+/// executable), which run real-time only inside their own windows, each ended by its
+/// guardian: a second run on another device is not refused for the first's windows.
 pub(crate) fn realtime_hogs(sample: Duration) -> Vec<(i32, String)> {
     use crate::host::procs;
     let me = std::process::id() as i32;
-    let rt = |pid: i32| procs::stat(pid).filter(|s| (s.policy == 1 || s.policy == 2) && !s.kernel_thread && pid != me);
-    let before: Vec<(i32, u64)> = procs::pids().into_iter().filter_map(|p| rt(p).map(|s| (p, s.cpu_ticks))).collect();
+    let own = procs::exe_id(me);
+    let rt_threads = || -> Vec<((i32, i32), u64)> {
+        let mut found = Vec::new();
+        for pid in procs::pids().into_iter().filter(|&p| p != me) {
+            let rt: Vec<_> = procs::threads(pid)
+                .into_iter()
+                .filter_map(|tid| {
+                    procs::thread_stat(pid, tid).filter(|t| t.realtime()).map(|t| ((pid, tid), t.cpu_ticks))
+                })
+                .collect();
+            // The executable is looked at only where a thread is real-time.
+            if !rt.is_empty() && (own.is_none() || procs::exe_id(pid) != own) {
+                found.extend(rt);
+            }
+        }
+        found
+    };
+    let before = rt_threads();
     if before.is_empty() {
         return Vec::new();
     }
     std::thread::sleep(sample);
     let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64;
-    before
+    let busy = |t0: u64, t1: u64| t1.saturating_sub(t0) as f64 / ticks > sample.as_secs_f64() / 2.0;
+    let mut hogs: Vec<i32> = before
         .into_iter()
-        .filter(|&(p, t0)| {
-            rt(p).is_some_and(|s| (s.cpu_ticks.saturating_sub(t0)) as f64 / ticks > sample.as_secs_f64() / 2.0)
-        })
-        .map(|(p, _)| (p, procs::cmdline(p)))
-        .collect()
+        .filter(|&((pid, tid), t0)| procs::thread_stat(pid, tid).is_some_and(|t| t.realtime() && busy(t0, t.cpu_ticks)))
+        .map(|((pid, _), _)| pid)
+        .collect();
+    hogs.dedup();
+    hogs.into_iter().map(|p| (p, procs::cmdline(p))).collect()
 }
 
 /// Faults in and locks the executable's code, so that no deadline path waits for a page

@@ -2,6 +2,7 @@
 //! the freeze and its guardian, free space and TRIM, the state directory.
 
 pub(crate) mod aliases;
+pub(crate) mod backing_watch;
 pub(crate) mod btrfs;
 pub(crate) mod cgroup;
 pub(crate) mod companions;
@@ -12,6 +13,7 @@ pub(crate) mod freeze_record;
 pub(crate) mod freezer;
 pub(crate) mod guardian;
 pub(crate) mod hardening;
+pub(crate) mod holes;
 pub(crate) mod in_use;
 pub mod mounts;
 pub(crate) mod privileges;

@@ -20,8 +20,29 @@ pub struct Stat {
     pub(crate) kernel_thread: bool,
 }
 
+impl Stat {
+    /// SCHED_FIFO or SCHED_RR, in a user task.
+    pub(crate) fn realtime(&self) -> bool {
+        (self.policy == 1 || self.policy == 2) && !self.kernel_thread
+    }
+}
+
 pub fn stat(pid: i32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// What `/proc/PID/task/TID/stat` says about one thread: its own policy and CPU time
+/// (the process's file gives the policy of its first thread only).
+pub(crate) fn thread_stat(pid: i32, tid: i32) -> Option<Stat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?)
+}
+
+/// The threads of process `pid`.
+pub(crate) fn threads(pid: i32) -> Vec<i32> {
+    numbered(&format!("/proc/{pid}/task"))
+}
+
+fn parse_stat(text: &str) -> Option<Stat> {
     // The name (field 2) is in parentheses and may hold spaces or ')': split after the last.
     let fields: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
     Some(Stat {
@@ -41,9 +62,21 @@ pub fn alive(pid: i32, start_ticks: u64) -> Option<char> {
 }
 
 pub fn pids() -> Vec<i32> {
-    std::fs::read_dir("/proc")
+    numbered("/proc")
+}
+
+fn numbered(dir: &str) -> Vec<i32> {
+    std::fs::read_dir(dir)
         .map(|d| d.flatten().filter_map(|e| e.file_name().to_string_lossy().parse().ok()).collect())
         .unwrap_or_default()
+}
+
+/// The executable of process `pid`, as (device, inode): tells another reseq from other
+/// programs whatever its name or path.
+pub(crate) fn exe_id(pid: i32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
+    Some((m.dev(), m.ino()))
 }
 
 /// The process name (`comm`).
@@ -73,6 +106,9 @@ mod tests {
         assert!(alive(me, s.start_ticks).is_some());
         assert_eq!(alive(me, s.start_ticks + 1), None, "a reused PID is another process");
         assert!(pids().contains(&me));
+        assert!(threads(me).contains(&me), "the first thread's id is the process's");
+        assert_eq!(thread_stat(me, me).map(|t| t.start_ticks), Some(s.start_ticks));
+        assert!(exe_id(me).is_some() && exe_id(me) == exe_id(me));
         assert!(!cmdline(me).is_empty());
     }
 }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::guard::{Reporter, WindowEnd, WindowGuard};
 use crate::host::aliases;
+use crate::host::backing_watch::BackingWatch;
 use crate::host::device::Sysfs;
 use crate::host::mounts;
 use crate::host::written::{self, Counters, Reading};
@@ -125,9 +126,7 @@ struct Stretch {
     from: Reading,
     ours: u64,
     /// Device bytes reseq wrote since the last clean look.
-    written: Option<(u64, u64)>,
-    /// The next permit's write, announced (device offset, length).
-    announced: Option<(u64, u64)>,
+    written: Vec<(u64, u64)>,
     /// A write whose place reseq could not name: this stretch cannot be judged.
     unknown: bool,
 }
@@ -147,6 +146,24 @@ pub(crate) struct ShapeChecked<G: WindowGuard> {
     quick: String,
     /// Device bytes written since the last look found the same shape.
     unlooked: Option<(u64, u64)>,
+    /// The next permit's write, announced (device offset, length).
+    announced: Option<(u64, u64)>,
+    /// The kernel's record of writes to the target's backing files, if it has any.
+    watch: Option<BackingWatch>,
+    /// Device bytes written since the watch was last read with no event.
+    watch_risk: Vec<(u64, u64)>,
+    /// The writers the watch reported: the run stops, and stays stopped.
+    watch_seen: Vec<String>,
+    /// The counters' ranges at risk as the last window's end left them.
+    end_risk: Vec<(u64, u64)>,
+}
+
+/// Adds `at..at + len` to ascending ranges, joined to the last where they touch.
+fn add_range(ranges: &mut Vec<(u64, u64)>, at: u64, len: u64) {
+    match ranges.last_mut() {
+        Some(last) if at <= last.1 && at + len >= last.0 => *last = (last.0.min(at), last.1.max(at + len)),
+        _ => ranges.push((at, at + len)),
+    }
 }
 
 impl<G: WindowGuard> ShapeChecked<G> {
@@ -172,12 +189,15 @@ impl<G: WindowGuard> ShapeChecked<G> {
         Ok(false)
     }
 
-    /// `planned` is the shape the plan was made for.
-    pub(crate) fn new(inner: G, dev: (u32, u32), planned: Shape) -> ShapeChecked<G> {
+    /// `planned` is the shape the plan was made for; `devs` are the devices sharing the
+    /// target's bytes, whose loops' backing files are watched from here on (refused when
+    /// one cannot be). Made before the first write.
+    pub(crate) fn new(inner: G, dev: (u32, u32), devs: &[(u32, u32)], planned: Shape) -> Result<ShapeChecked<G>> {
         let sysfs = Sysfs::default();
         let counters = Counters::new(sysfs.clone(), dev);
         let quick = quick_look(&sysfs, dev);
-        ShapeChecked {
+        let watch = BackingWatch::start(devs, &sysfs)?;
+        Ok(ShapeChecked {
             inner,
             dev,
             planned,
@@ -188,7 +208,39 @@ impl<G: WindowGuard> ShapeChecked<G> {
             windows: 0,
             quick,
             unlooked: None,
+            announced: None,
+            watch,
+            watch_risk: Vec::new(),
+            watch_seen: Vec::new(),
+            end_risk: Vec::new(),
+        })
+    }
+
+    /// Stops the run if the kernel reported a write to a backing file since the last
+    /// look (any: the loop driver's own raise none); otherwise the bytes written so far
+    /// are no longer at risk from that side. Never judged away by a thaw: a filesystem's
+    /// writes reach its backing file through the loop device, unreported.
+    fn check_watch(&mut self) -> Result<()> {
+        let Some(w) = &self.watch else { return Ok(()) };
+        let who = w.writers()?;
+        if who.is_empty() && self.watch_seen.is_empty() {
+            self.watch_risk.clear();
+            return Ok(());
         }
+        for p in who {
+            if !self.watch_seen.contains(&p) {
+                self.watch_seen.push(p);
+            }
+        }
+        Err(Error::ForeignWrite {
+            device: w.names(),
+            window: self.windows,
+            seen: format!(
+                "the kernel reported writes to it (fanotify FAN_MODIFY on its inode) by {}; the loop device's own writes raise none, so these are another writer's",
+                self.watch_seen.join(", ")
+            ),
+            written: self.watch_risk.clone(),
+        })
     }
 
     /// A change before the first write is a refusal (exit 3); later it stops the run
@@ -228,13 +280,8 @@ impl<G: WindowGuard> ShapeChecked<G> {
     }
 
     fn start_stretch(&mut self) {
-        self.stretch = self.counters.as_ref().map(|c| Stretch {
-            from: c.read(),
-            ours: 0,
-            written: None,
-            announced: None,
-            unknown: false,
-        });
+        self.stretch =
+            self.counters.as_ref().map(|c| Stretch { from: c.read(), ours: 0, written: Vec::new(), unknown: false });
     }
 
     /// Stops the run if the counters grew by more than reseq wrote since the stretch
@@ -243,7 +290,7 @@ impl<G: WindowGuard> ShapeChecked<G> {
         let (Some(c), Some(st)) = (&self.counters, &mut self.stretch) else { return Ok(()) };
         if st.unknown {
             // Judged from here on; what was written so far stays at risk until then.
-            let written = st.written;
+            let written = std::mem::take(&mut st.written);
             self.start_stretch();
             if let Some(st) = &mut self.stretch {
                 st.written = written;
@@ -273,11 +320,14 @@ impl<G: WindowGuard> ShapeChecked<G> {
             return Err(Error::ForeignWrite {
                 device,
                 window: self.windows,
-                foreign: total - st.ours,
-                written: st.written,
+                seen: format!(
+                    "its written-sectors counter grew by {} bytes more than reseq wrote (a writer no scan of /proc can see: an fd passed over a socket, a writer that opened, wrote and closed between two looks, a kernel user)",
+                    total - st.ours
+                ),
+                written: st.written.clone(),
             });
         }
-        st.written = None;
+        st.written.clear();
         Ok(())
     }
 }
@@ -294,6 +344,7 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
         self.check_shape()?;
         self.inner.begin()?;
         self.windows += 1;
+        self.end_risk.clear();
         self.start_stretch();
         Ok(())
     }
@@ -313,26 +364,29 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
             self.quick = quick_look(&self.sysfs, self.dev);
         }
         self.unlooked = None;
+        // The kernel's record of the backing files first: never judged away.
+        self.check_watch()?;
         let counted = self.check_counters();
         if !self.judged(counted)? {
             return Ok(false);
         }
         let granted = self.inner.may_write()?;
-        if let (true, Some(st)) = (granted, &self.stretch)
-            && let Some((at, len)) = st.announced
-        {
+        let announced = self.announced.take();
+        if let (true, Some((at, len))) = (granted, announced) {
             self.unlooked = Some((at, at + len));
+            if self.watch.is_some() {
+                add_range(&mut self.watch_risk, at, len);
+            }
         }
         if let Some(st) = &mut self.stretch {
-            match st.announced.take() {
+            match announced {
                 Some((at, len)) if granted => {
                     // Exactly: a write that falls back to the page cache (ext4's cached
                     // pages) is written back in the filesystem's blocks, which chunks are
                     // aligned to; rounding each write up to pages would hide a block of
                     // someone else's per write.
                     st.ours += len;
-                    let (lo, hi) = st.written.unwrap_or((at, at + len));
-                    st.written = Some((lo.min(at), hi.max(at + len)));
+                    add_range(&mut st.written, at, len);
                 }
                 None if granted => st.unknown = true,
                 _ => {}
@@ -341,9 +395,7 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
         Ok(granted)
     }
     fn announce(&mut self, offset: u64, len: u64, hash: &blake3::Hash) {
-        if let Some(st) = &mut self.stretch {
-            st.announced = Some((offset, len));
-        }
+        self.announced = Some((offset, len));
         self.inner.announce(offset, len, hash)
     }
     fn wrote(&mut self) -> Result<()> {
@@ -352,20 +404,41 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
     fn reporter(&self) -> Result<Reporter> {
         self.inner.reporter()
     }
+    fn at_risk(&self) -> Option<Vec<(u64, u64)>> {
+        if self.counters.is_none() && self.watch.is_none() {
+            return None;
+        }
+        let counted = self.stretch.as_ref().map_or(&self.end_risk, |s| &s.written);
+        let mut all: Vec<(u64, u64)> = counted.iter().chain(&self.watch_risk).copied().collect();
+        all.sort_unstable();
+        let mut merged = Vec::new();
+        for (a, b) in all {
+            add_range(&mut merged, a, b - a);
+        }
+        Some(merged)
+    }
     /// The counters once more before the thaw (a thaw writes: ext4 commits its
     /// superblock), then the window ends whatever they say.
     /// A read-back that differed because the device changed under it is named as that
     /// change (the rescue copy is named too).
     fn end(&mut self) -> Result<WindowEnd> {
+        let watched = self.check_watch();
+        let before = self.stretch.as_ref().map(|s| s.written.clone()).unwrap_or_default();
         let counted = self.check_counters();
         // Before the thaw: whether the freeze held until the reading above.
         let counted = self.judged(counted);
+        // Cleared by a clean look; kept where not judged.
+        self.end_risk = match (&counted, &self.stretch) {
+            (Ok(true), Some(st)) => st.written.clone(),
+            _ => before,
+        };
         self.stretch = None;
         let end = self.inner.end();
         // A freeze lost to another program explains growth (the filesystem wrote).
         if matches!(end, Err(Error::FreezeLost { .. })) {
             return end;
         }
+        watched?;
         counted?;
         if quick_look(&self.sysfs, self.dev) != self.quick {
             self.check_shape()?;

@@ -34,6 +34,21 @@ pub(crate) struct Writer {
     /// What to do about it, when not "stop the process".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) fix: Option<String>,
+    /// What it reaches ("dev 7:3", "file 254:0:1234", "hidden io_uring"): with `pid`, what
+    /// tells one finding from another across looks (an fd number or a command line may
+    /// change from one look to the next; the process and what it writes do not).
+    #[serde(skip)]
+    pub(crate) reaches: String,
+    /// It holds a backing file: never taken for a passing probe.
+    #[serde(skip)]
+    pub(crate) backing: bool,
+}
+
+/// One way a process holds the target: the phrase, what it reaches, whether a backing file.
+struct Hold {
+    how: String,
+    reaches: String,
+    backing: bool,
 }
 
 fn rdev_of(meta: &std::fs::Metadata) -> Option<(u32, u32)> {
@@ -75,21 +90,40 @@ fn processes(r: &Reach, out: &mut Vec<Writer>) {
         // Our guardians are forked from us, so they hold copies of our fds.
         if !how.is_empty() && procs::stat(pid).is_none_or(|s| s.ppid != me) {
             let what = procs::cmdline(pid);
-            out.extend(how.into_iter().map(|how| Writer { pid: Some(pid), what: what.clone(), how, fix: None }));
+            out.extend(how.into_iter().map(|h| Writer {
+                pid: Some(pid),
+                what: what.clone(),
+                how: h.how,
+                fix: None,
+                reaches: h.reaches,
+                backing: h.backing,
+            }));
         }
     }
 }
 
 /// What an open file or mapping with this identity is to the target: one of its devices,
-/// an alias of them, one of its backing files; None if nothing.
-fn reaches(r: &Reach, devs: &[(u32, u32)], md: &std::fs::Metadata) -> Option<String> {
+/// an alias of them, one of its backing files (the phrase, and the identity it reaches);
+/// None if nothing.
+fn reaches(r: &Reach, devs: &[(u32, u32)], md: &std::fs::Metadata) -> Option<(String, Hold)> {
     if let Some(dev) = rdev_of(md) {
-        return devs.contains(&dev).then(|| match r.alias(dev) {
+        let what = match r.alias(dev) {
             Some(a) => format!(", which holds the same bytes (it {})", a.why),
             None => String::new(),
-        });
+        };
+        let hold = Hold { how: String::new(), reaches: format!("dev {}:{}", dev.0, dev.1), backing: false };
+        return devs.contains(&dev).then_some((what, hold));
     }
-    r.file(FileId::of(md)).map(|f| format!(": {}", f.describe()))
+    let id = FileId::of(md);
+    r.file(id).map(|f| {
+        let reaches = format!("file {}:{}:{}", id.dev.0, id.dev.1, id.ino);
+        (format!(": {}", f.describe()), Hold { how: String::new(), reaches, backing: true })
+    })
+}
+
+/// `hold` with its phrase.
+fn hold(how: String, (_, h): (String, Hold)) -> Hold {
+    Hold { how, ..h }
 }
 
 /// The tasks of `pid` whose file tables differ, each table once: the leader's, and a
@@ -115,46 +149,66 @@ fn file_tables(pid: i32) -> Vec<(PathBuf, Option<i32>)> {
 }
 
 /// How process `pid` holds the target for writing: open fds and io_uring registered
-/// files in each of its file tables, and shared writable mappings; each way once.
-fn holds_for_writing(pid: i32, r: &Reach, devs: &[(u32, u32)]) -> Vec<String> {
+/// files in each of its file tables, and shared writable mappings; each way once. An
+/// io_uring mapped with no fd of it in any table is a writer that cannot be ruled out:
+/// its registered files stay usable and no fdinfo lists them.
+fn holds_for_writing(pid: i32, r: &Reach, devs: &[(u32, u32)]) -> Vec<Hold> {
     let mut how = Vec::new();
+    let (mut ring_fds, mut ring_mapped) = (false, false);
     for (dir, tid) in file_tables(pid) {
         // A thread named: its own table, or the live table of a zombie leader.
         let of = tid.map(|t| format!(" of thread {t}")).unwrap_or_default();
-        how.extend(table_holds(&dir, &of, r, devs));
-        how.extend(maps_hold(&dir, r, devs));
+        let (holds, rings) = table_holds(&dir, &of, r, devs);
+        how.extend(holds);
+        ring_fds |= rings;
+        let maps = std::fs::read_to_string(dir.join("maps")).unwrap_or_default();
+        ring_mapped |= maps.lines().any(|l| l.ends_with("anon_inode:[io_uring]"));
+        how.extend(maps_hold(&dir, &maps, r, devs));
+    }
+    if ring_mapped && !ring_fds {
+        how.push(Hold {
+            how: "has an io_uring mapped whose fd it closed (a registered ring fd): the files registered with it cannot be listed, and any of them may be the target or its backing file".into(),
+            reaches: "hidden io_uring".into(),
+            backing: true,
+        });
     }
     let mut seen = std::collections::HashSet::new();
-    how.retain(|h| seen.insert(h.clone()));
+    how.retain(|h| seen.insert(h.how.clone()));
     how
 }
 
 /// The fds of one file table (`dir` is a task's directory) that hold the target for
-/// writing, and its io_uring instances' registered files that reach it.
-fn table_holds(dir: &Path, of: &str, r: &Reach, devs: &[(u32, u32)]) -> Vec<String> {
+/// writing, and its io_uring instances' registered files that reach it; whether it holds
+/// an io_uring fd at all.
+fn table_holds(dir: &Path, of: &str, r: &Reach, devs: &[(u32, u32)]) -> (Vec<Hold>, bool) {
     let mut how = Vec::new();
+    let mut rings = false;
     for fd in std::fs::read_dir(dir.join("fd")).into_iter().flatten().flatten() {
         let name = fd.file_name().to_string_lossy().into_owned();
         let link = std::fs::read_link(fd.path()).map(|l| l.display().to_string()).unwrap_or_default();
         let info = || std::fs::read_to_string(dir.join("fdinfo").join(&name)).unwrap_or_default();
         if link == "anon_inode:[io_uring]" {
+            rings = true;
             how.extend(io_uring_files(&info()).into_iter().filter_map(|f| {
-                let what = std::fs::metadata(&f).ok().and_then(|m| reaches(r, devs, &m))?;
-                Some(format!("has {f} registered with an io_uring (fd {name}{of}), usable for writing{what}"))
+                let found = std::fs::metadata(&f).ok().and_then(|m| reaches(r, devs, &m))?;
+                let phrase =
+                    format!("has {f} registered with an io_uring (fd {name}{of}), usable for writing{}", found.0);
+                Some(hold(phrase, found))
             }));
             continue;
         }
-        let Some(what) = std::fs::metadata(fd.path()).ok().and_then(|m| reaches(r, devs, &m)) else { continue };
+        let Some(found) = std::fs::metadata(fd.path()).ok().and_then(|m| reaches(r, devs, &m)) else { continue };
         if opened_for_writing(&info()) {
-            how.push(format!("has {link} open for writing (fd {name}{of}){what}"));
+            let phrase = format!("has {link} open for writing (fd {name}{of}){}", found.0);
+            how.push(hold(phrase, found));
         }
     }
-    how
+    (how, rings)
 }
 
-/// The first shared writable mapping of the target in a task's address space.
-fn maps_hold(dir: &Path, r: &Reach, devs: &[(u32, u32)]) -> Option<String> {
-    let maps = std::fs::read_to_string(dir.join("maps")).unwrap_or_default();
+/// The first shared writable mapping of the target in a task's address space (`maps`,
+/// read from its directory `dir`).
+fn maps_hold(dir: &Path, maps: &str, r: &Reach, devs: &[(u32, u32)]) -> Option<Hold> {
     for line in maps.lines() {
         // address perms offset dev inode path
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -165,8 +219,8 @@ fn maps_hold(dir: &Path, r: &Reach, devs: &[(u32, u32)]) -> Option<String> {
         // map_files/ names the mapped file itself (a path may be stale); the path is the
         // fallback where it cannot be read.
         let md = std::fs::metadata(dir.join("map_files").join(addr)).or_else(|_| std::fs::metadata(path));
-        if let Some(what) = md.ok().and_then(|m| reaches(r, devs, &m)) {
-            return Some(format!("maps {path} writable{what}"));
+        if let Some(found) = md.ok().and_then(|m| reaches(r, devs, &m)) {
+            return Some(hold(format!("maps {path} writable{}", found.0), found));
         }
     }
     None
@@ -199,6 +253,8 @@ pub(crate) fn find(devs: &[(u32, u32)]) -> Vec<Writer> {
     let mounts = mounts::read_mounts().unwrap_or_default();
     out.extend(aliases::in_use(&r, &mounts, &sysfs).into_iter().map(|u| Writer {
         pid: None,
+        reaches: format!("alias {}", u.what),
+        backing: false,
         what: u.what,
         how: u.how,
         fix: Some(u.fix),
@@ -208,16 +264,19 @@ pub(crate) fn find(devs: &[(u32, u32)]) -> Vec<Writer> {
 
 /// What is still there after a few looks 100 ms apart: tools that probe devices (a
 /// `losetup --find` scanning for a free loop device, blkid) hold one for a moment, a
-/// writer to fear holds it on.
+/// writer to fear holds it on. A finding lasts when the same process reaches the same
+/// device or file again, by whatever fd or command line (a writer that reopens for each
+/// write moves); one that holds a backing file for writing is never let go (no probe
+/// opens an image for writing), nor a hidden io_uring.
 pub(crate) fn find_lasting(devs: &[(u32, u32)]) -> Vec<Writer> {
     let mut found = find(devs);
     for _ in 0..3 {
-        if found.is_empty() {
+        if found.iter().all(|w| w.backing) {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
         let again = find(devs);
-        found.retain(|w| again.contains(w));
+        found.retain(|w| w.backing || again.iter().any(|a| a.pid == w.pid && a.reaches == w.reaches));
     }
     found
 }

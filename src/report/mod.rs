@@ -37,6 +37,10 @@ pub struct Report {
     pub(crate) started_at: String,
     pub(crate) finished_at: String,
     pub(crate) duration_seconds: f64,
+    /// reseq's own peak resident memory, as the kernel counted it (its guardian apart):
+    /// what a run of many files costs.
+    #[serde(default)]
+    pub(crate) peak_resident_bytes: Option<u64>,
     pub(crate) dry_run: bool,
     pub(crate) device: Option<DeviceReport>,
     pub(crate) plan: Option<PlanReport>,
@@ -250,6 +254,10 @@ pub(crate) struct PlanReport {
     /// rest (`results.chunk_trial` says what they measured); null: none.
     #[serde(default)]
     pub(crate) chunk_trial: Option<crate::engine::trial::Trial>,
+    /// Device mode: never-written space, the holes of the device's backing file: mapped
+    /// or why not, what they leave out and what is left to rewrite; null in file mode.
+    #[serde(default)]
+    pub(crate) holes: Option<crate::host::holes::HolesPlanned>,
 }
 
 /// A file in a file-mode plan.
@@ -328,6 +336,10 @@ pub(crate) struct SpaceReport {
     pub(crate) mode: String,
     /// Bytes passed over because the filesystems reported them FREE while frozen.
     pub(crate) bytes_skipped_as_free: u64,
+    /// Bytes passed over because the device's backing file held no data there (holes,
+    /// mapped in each window): never written, so never rewritten.
+    #[serde(default)]
+    pub(crate) bytes_skipped_as_holes: u64,
     /// Bytes FITRIM reported discarded after the run (null: not run).
     pub(crate) bytes_trimmed: Option<u64>,
     /// The FITRIM's slices, pace and cost (null: not run).
@@ -367,6 +379,8 @@ pub(crate) struct Planned<'a> {
     pub(crate) hung_task_timeout: Option<Duration>,
     pub(crate) journal_path: &'a Path,
     pub(crate) warnings: &'a [String],
+    /// Device mode: never-written space (None: file mode).
+    pub(crate) holes: Option<&'a crate::host::holes::HolesPlanned>,
 }
 
 pub(crate) fn hostname() -> String {
@@ -433,6 +447,7 @@ impl Report {
             journal_path: plan.journal_path.display().to_string(),
             files: None,
             chunk_trial: e.trial.clone(),
+            holes: plan.holes.cloned(),
         });
         self.warnings.extend(plan.warnings.iter().cloned());
     }
@@ -441,6 +456,7 @@ impl Report {
     pub(crate) fn finish(&mut self, elapsed: Duration, result: &Result<(), Error>) {
         self.finished_at = now_rfc3339();
         self.duration_seconds = elapsed.as_secs_f64();
+        self.peak_resident_bytes = crate::sys::peak_resident_bytes().ok();
         let verify_on = self.plan.as_ref().is_some_and(|p| p.verify);
         self.verification = Verification::of(result, self.dry_run, self.plan.is_some(), verify_on);
         self.outcome = match result {

@@ -12,7 +12,7 @@ pub(crate) fn describe_plan(plan: &RewritePlan) -> String {
     s += &describe_chunks(plan);
     s += &describe_freeze(plan);
     s += &format!(
-        "  other writers: none (checked every file table of every process (each thread's own too), their writable mappings and io_uring registered files, and loop devices backed by {} or its partitions/disk: {}); checked again before windows and within them; the device's written-sectors counters are compared with reseq's own writes before every write (exit 9 if they grew more); its partitions, holders, loops and mounts are compared with the plan's at every window. Not seen: fds in flight over unix sockets until the writes show in the counters, writers on another host or below the device\n",
+        "  other writers: none (checked every file table of every process (each thread's own too), their writable mappings, io_uring registered files and io_uring rings mapped with no fd (refused: their files cannot be listed), and loop devices backed by {} or its partitions/disk: {}); checked again before windows and within them; the device's written-sectors counters are compared with reseq's own writes before every write (exit 9 if they grew more); a loop device's backing files are watched by the kernel (fanotify FAN_MODIFY on their inodes), read before every write (exit 9 on any write, naming the PID); its partitions, holders, loops and mounts are compared with the plan's at every window. Not seen: fds in flight over unix sockets until the writes show in the counters, stores through a shared mapping of a backing file made after the last scan, SCSI/NVMe passthrough, writers on another host or below the device\n",
         plan.device.path.display(),
         plan.writer_devices.iter().map(|(a, b)| format!("{a}:{b}")).collect::<Vec<_>>().join(", ")
     );
@@ -163,10 +163,20 @@ pub(crate) fn frozen_share(
     )
 }
 
-/// Which space is rewritten, and the FITRIM after.
+/// Which space is rewritten, and the FITRIM after; what the holes of a backing file leave out.
 fn describe_space(plan: &RewritePlan) -> String {
+    let h = &plan.holes;
+    let holes = match h.mapped {
+        true => format!(
+            "  holes: {} holding no data in {} are left out (never written; mapped again in each window): {} to rewrite\n",
+            human_bytes(h.bytes_in_holes),
+            h.source,
+            human_bytes(h.bytes_to_rewrite)
+        ),
+        false => format!("  holes: {}\n", h.source),
+    };
     if plan.used_space.is_empty() {
-        return "  space: everything is rewritten\n".into();
+        return format!("  space: everything is rewritten\n{holes}");
     }
     let mut s = String::new();
     let trim = plan.trim.then(|| format!(", FITRIM afterwards in slices, pace {}", plan.trim_pace.describe()));
@@ -179,5 +189,5 @@ fn describe_space(plan: &RewritePlan) -> String {
             trim.as_deref().unwrap_or_default()
         );
     }
-    s
+    s + &holes
 }

@@ -21,6 +21,7 @@ use crate::engine::journal::{self, Journal, RunRecord};
 use crate::engine::target::{BlockTarget, DirectDevice, OpenMode};
 use crate::engine::{self, Everything, Planner, Selected};
 use crate::host::freeze::Thawed;
+use crate::host::holes::{Backing, SkipHoles};
 use crate::host::trim::{self, TrimReport, TrimTarget};
 use crate::host::usedspace::{FsSpan, UsedSpace};
 use crate::measure::bench;
@@ -48,39 +49,13 @@ pub(crate) fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
         return Report::of_run("rewrite", o.dry_run, &o.targets, |_| Err(Error::io("installing signal handlers", e)));
     }
     if o.mode == Mode::Files {
-        let depth = file_mode_depth(o);
-        let o = RewriteOptions { read_ahead: depth.depth, ..o.clone() };
-        let (mut report, result) = files::run(&o, quiet);
-        report.pipeline_depth = Some(depth);
-        return (report, result);
+        // Its depth is chosen after its plan, over the bytes the plan rewrites.
+        return files::run(o, quiet);
     }
     Report::of_run("rewrite", o.dry_run, &o.targets, |report| {
         let (resumed, env) = Environment::live().and_then(|env| Ok((plan::resumed_options(o, &env)?, env)))?;
         plan_and_execute(resumed.as_ref().unwrap_or(o), &env, quiet, report)
     })
-}
-
-/// File mode's depth: probed on the device of the first target's filesystem, when that
-/// is large enough to be worth it (the probe reads only its first chunks: a device's
-/// depth is the same over all of it).
-fn file_mode_depth(o: &RewriteOptions) -> crate::measure::depth_probe::DepthChoice {
-    let node = crate::host::mounts::read_mounts().ok().and_then(|entries| {
-        let target = std::fs::canonicalize(&o.targets[0]).ok()?;
-        let e = crate::host::mounts::mount_containing(&entries, &target)?;
-        let fs = crate::host::mounts::filesystems_on(&entries, &[e.dev]).into_iter().next()?;
-        crate::host::freeze::device_node(&fs)
-    });
-    let size = node.as_ref().and_then(|n| {
-        use std::io::Seek;
-        File::open(n).and_then(|mut f| f.seek(std::io::SeekFrom::End(0))).ok()
-    });
-    match (node, size) {
-        (Some(node), Some(size)) => predict::depth(o, &node, &[(0, size)], Some(o.max_freeze())),
-        _ if o.given.read_ahead => crate::measure::depth_probe::DepthChoice::given(o.read_ahead),
-        _ => crate::measure::depth_probe::DepthChoice::fallback(
-            "no device node found for the first target's filesystem to probe: the old default".into(),
-        ),
-    }
 }
 
 fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: bool, report: &mut Report) -> Result<()> {
@@ -94,6 +69,7 @@ fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: bool, report: 
         hung_task_timeout: plan.hung_task_timeout,
         journal_path: &plan.journal_path,
         warnings: &plan.warnings,
+        holes: Some(&plan.holes),
     });
     report.pipeline_depth = Some(plan.depth.clone());
     if plan.needs_freeze() {
@@ -480,6 +456,12 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     let mut used = UsedSpace { spans, align: u64::from(plan.device.dio_offset_align) };
     let mut everything = Everything;
     let base: &mut dyn Planner = if plan.used_space.is_empty() { &mut everything } else { &mut used };
+    let backing = backing_of(plan)?;
+    let mut holes = None;
+    let base: &mut dyn Planner = match &backing {
+        Some(b) => holes.insert(skip_holes(plan, base, b)),
+        None => base,
+    };
     let mut selected;
     let planner: &mut dyn Planner = match &report.selection {
         Some(sel) => {
@@ -495,16 +477,25 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     if let Start::Resume { done, .. } = plan.start {
         stats.chunks_already_done = done;
     }
+    let in_holes = holes.as_mut().map_or(0, |h| h.skipped(stats.next_offset_bytes));
+    drop(holes);
     // Thawed: FITRIM runs on live filesystems, never inside a window.
     let thawed = Thawed::end_windows(guard);
-    let mut space = space_report(plan, report, &stats);
+    let mut space = space_report(plan, report, &stats, in_holes);
     result = trim_after(plan, (&used, bench, &stop, &thawed), &stats, result, &mut space);
     report.space = Some(space);
     progress.finish();
-    // A refusal at the first freeze (EBUSY, EOPNOTSUPP) means nothing was done. The
-    // journal is only written when needed, so there is none, unless the state directory
-    // is on a frozen filesystem (it is written before the freeze then): remove that one,
-    // so the next run does not ask for --resume.
+    discard_if_untouched(plan, &journal, &result, &stats);
+    report.results = Some(stats);
+    report.write_cost = Some(cost.end());
+    result
+}
+
+/// A refusal at the first freeze (EBUSY, EOPNOTSUPP) means nothing was done. The
+/// journal is only written when needed, so there is none, unless the state directory
+/// is on a frozen filesystem (it is written before the freeze then): remove that one,
+/// so the next run does not ask for --resume.
+fn discard_if_untouched(plan: &RewritePlan, journal: &Journal, result: &Result<()>, stats: &engine::EngineStats) {
     let untouched = matches!(plan.start, Start::Fresh) && stats.chunks_written == 0;
     if matches!(result, Err(Error::Refused { .. })) && untouched {
         if journal.created() {
@@ -512,9 +503,28 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
         }
         before::Before::discard(&plan.journal_path);
     }
-    report.results = Some(stats);
-    report.write_cost = Some(cost.end());
-    result
+}
+
+/// `base` less the holes of the device's backing file, mapped in each window; unfrozen,
+/// a map is kept no longer than it takes to write a bounded share of data.
+fn skip_holes<'a>(plan: &RewritePlan, base: &'a mut dyn Planner, backing: &'a Backing) -> SkipHoles<'a> {
+    let align = u64::from(plan.device.dio_offset_align).max(512);
+    let max_data = (!plan.needs_freeze()).then_some(crate::host::holes::UNFROZEN_DATA);
+    SkipHoles::new(base, backing, align, max_data)
+}
+
+/// The device's backing file, for its hole map, when the plan read one: it must still be
+/// the file the loop holds (`Backing::of` checks), or the run is refused.
+fn backing_of(plan: &RewritePlan) -> Result<Option<Backing>> {
+    if !plan.holes.mapped {
+        return Ok(None);
+    }
+    Backing::of(&plan.device, &crate::host::device::Sysfs::default()).map(Some).map_err(|why| {
+        Error::refused(
+            format!("the hole map of {} read at planning cannot be read again: {why}", plan.device.path.display()),
+            "check what changed below the device (losetup -l), then run reseq again",
+        )
+    })
 }
 
 /// Step 8 of [`sequence`], device mode's own: the FITRIM of free space, on thawed
@@ -605,6 +615,8 @@ fn progress_of(plan: &RewritePlan, selection: Option<&Selection>, quiet: bool) -
     }
     let in_use = || crate::host::in_use::in_use_ranges(&plan.device.path).ok().flatten();
     let (to_write, written_before) = match (!plan.used_space.is_empty()).then(in_use).flatten() {
+        // The holes of a backing file are not written either: the plan's own ranges.
+        _ if plan.holes.mapped => (plan.holes.bytes_to_rewrite, 0),
         Some(r) => {
             let below = |end: u64| r.iter().map(|&(o, l)| (o + l).min(end).saturating_sub(o)).sum::<u64>();
             (below(plan.engine.range_end), below(plan.engine.start_offset))
@@ -632,18 +644,19 @@ fn progress_of(plan: &RewritePlan, selection: Option<&Selection>, quiet: bool) -
     Progress::new(to_write, written_before, quiet)
 }
 
-/// What the run covered and left out.
-fn space_report(plan: &RewritePlan, report: &Report, stats: &engine::EngineStats) -> SpaceReport {
+/// What the run covered and left out (`in_holes`: passed over as holes of the backing file).
+fn space_report(plan: &RewritePlan, report: &Report, stats: &engine::EngineStats, in_holes: u64) -> SpaceReport {
     let covered = stats.next_offset_bytes - plan.engine.start_offset;
     SpaceReport {
         mode: if plan.used_space.is_empty() { "everything" } else { "used_space" }.into(),
-        // Covered but not written: free space, and regions --only-slow left alone.
+        // Covered but not written: free space, holes, and regions --only-slow left alone.
         bytes_skipped_as_free: if plan.used_space.is_empty() {
             0
         } else {
             let left_alone = report.selection.as_ref().map_or(0, |s| s.bytes_left_alone);
-            covered.saturating_sub(stats.bytes_written).saturating_sub(left_alone)
+            covered.saturating_sub(stats.bytes_written).saturating_sub(left_alone).saturating_sub(in_holes)
         },
+        bytes_skipped_as_holes: in_holes,
         bytes_trimmed: None,
         trim: None,
     }

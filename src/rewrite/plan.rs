@@ -12,6 +12,7 @@ use crate::engine::EngineConfig;
 use crate::engine::journal::{self, Replay};
 use crate::engine::trial::{self, Shape, Trial};
 use crate::host::device::{self, BlockDeviceInfo, Sysfs};
+use crate::host::holes::{Backing, HolesPlanned};
 pub(crate) use crate::host::in_use::Environment;
 use crate::host::in_use::{addressable_end, used_space_spans};
 use crate::host::mounts::{self, MountedFs};
@@ -87,6 +88,13 @@ pub(crate) struct RewritePlan {
     pub(crate) prediction: Option<crate::report::Prediction>,
     /// The pipeline's depth (`engine.read_ahead`) and why.
     pub(crate) depth: DepthChoice,
+    /// What the run rewrites as planned (ascending, from where it starts): the ranges
+    /// in use (or all), less the holes of a backing file; each window maps again.
+    pub(crate) ranges: Vec<(u64, u64)>,
+    /// Seconds that planning took (GETFSMAP, the hole map): each window pays it again.
+    pub(crate) plan_seconds: f64,
+    /// Never-written space: the hole map, or why there is none, and what it left out.
+    pub(crate) holes: HolesPlanned,
 }
 
 impl RewritePlan {
@@ -151,27 +159,15 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
             o.state_dir.display()
         ));
     }
-    let (engine, depth) = engine_config(o, &dev, &start, &journal_path, &state, !filesystems.is_empty())?;
-    if engine.range_end < dev.identity.size_bytes {
-        warnings.push(format!(
-            "the last {} bytes of {} (from offset {}) are less than one {}-byte sector, which direct I/O cannot address: they are left as they are, not rewritten",
-            dev.identity.size_bytes - engine.range_end,
-            o.device().display(),
-            engine.range_end,
-            dev.dio_offset_align
-        ));
-    }
     let used_space =
         if o.include_free { Vec::new() } else { used_space_spans(&env.sysfs, &dev, &filesystems, &mut warnings) };
-    if filesystems.is_empty() {
-        warnings.push(format!(
-            "nothing is mounted from {}: all of it is rewritten, free space included, which tells the SSD that space is in use (undoing TRIM). To skip free space, mount its ext4/xfs filesystem and run reseq again",
-            o.device().display()
-        ));
-    }
-    if !filesystems.is_empty() && !o.include_free {
-        warnings.extend(unmounted_partitions(&dev, &filesystems, &env.sysfs));
-    }
+    let from = if let Start::Resume { done_offset, .. } = start { done_offset } else { 0 };
+    let backing = Backing::of(&dev, &env.sysfs);
+    let (ranges, plan_seconds, holes) =
+        run_ranges(&dev, &used_space, backing.as_ref(), (from, addressable_end(&dev)), &mut warnings);
+    let freezes = !filesystems.is_empty();
+    let (engine, depth) = engine_config(o, &dev, &start, (&journal_path, &state), freezes, &ranges)?;
+    warnings.extend(space_warnings(o, &dev, &engine, &filesystems, &env.sysfs));
     let (hung_task_timeout, _) = checks::hung_task();
     // Taken last: what the checks above found is the shape every window must see again.
     let shape = crate::host::shape::Shape::take(dev.dev_num, &env.sysfs);
@@ -195,19 +191,107 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
         options: RunOptions::of(o),
         prediction: None,
         depth,
+        ranges,
+        plan_seconds,
+        holes,
     };
     forecast(o, &mut plan)?;
     Ok(plan)
 }
 
-/// The pipeline's depth over the run's range (probed, or `--read-ahead`), set in `engine`;
-/// a run that freezes keeps it within the freeze budget.
-fn choose_depth(o: &RewriteOptions, dev: &BlockDeviceInfo, engine: &mut EngineConfig, freezes: bool) -> DepthChoice {
-    let start = engine.start_offset.max(engine.range_start);
-    let ranges = [(start, engine.range_end.saturating_sub(start))];
-    let depth = predict::depth(o, &dev.path, &ranges, freezes.then_some(o.max_freeze()));
+/// What the run leaves out or rewrites that the user should know: the device's tail
+/// past its last sector, free space rewritten where nothing is mounted, whole unmounted
+/// partitions.
+fn space_warnings(
+    o: &RewriteOptions,
+    dev: &BlockDeviceInfo,
+    engine: &EngineConfig,
+    filesystems: &[MountedFs],
+    sysfs: &Sysfs,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if engine.range_end < dev.identity.size_bytes {
+        warnings.push(format!(
+            "the last {} bytes of {} (from offset {}) are less than one {}-byte sector, which direct I/O cannot address: they are left as they are, not rewritten",
+            dev.identity.size_bytes - engine.range_end,
+            o.device().display(),
+            engine.range_end,
+            dev.dio_offset_align
+        ));
+    }
+    if filesystems.is_empty() {
+        warnings.push(format!(
+            "nothing is mounted from {}: all of it is rewritten, free space included, which tells the SSD that space is in use (undoing TRIM). To skip free space, mount its ext4/xfs filesystem and run reseq again",
+            o.device().display()
+        ));
+    }
+    if !filesystems.is_empty() && !o.include_free {
+        warnings.extend(unmounted_partitions(dev, filesystems, sysfs));
+    }
+    warnings
+}
+
+/// The pipeline's depth over the run's ranges (probed on them, or `--read-ahead`), set in
+/// `engine`; a run that freezes keeps it within the freeze budget.
+fn choose_depth(
+    o: &RewriteOptions,
+    dev: &BlockDeviceInfo,
+    engine: &mut EngineConfig,
+    freezes: bool,
+    ranges: &[(u64, u64)],
+) -> DepthChoice {
+    let depth = predict::depth(o, &dev.path, ranges, freezes.then_some(o.max_freeze()));
     engine.read_ahead = depth.depth;
     depth
+}
+
+/// What the run rewrites, from `from` to `to`: the ranges in use (what GETFSMAP does not
+/// call free, asked now, unfrozen: each window asks again), or all of them, less the holes
+/// of the device's backing file; how long that took to find; and what the holes left out.
+/// A map that cannot be read now counts everything from `from` (a warning): each window
+/// maps again, and refuses then.
+fn run_ranges(
+    dev: &BlockDeviceInfo,
+    used_space: &[(MountedFs, u64, u64)],
+    backing: std::result::Result<&Backing, &String>,
+    (from, to): (u64, u64),
+    warnings: &mut Vec<String>,
+) -> (Vec<(u64, u64)>, f64, HolesPlanned) {
+    let align = u64::from(dev.dio_offset_align).max(512);
+    let asked = std::time::Instant::now();
+    type Ranges = Vec<(u64, u64)>;
+    let found = (|| -> Result<(Ranges, Ranges)> {
+        let used = if used_space.is_empty() {
+            vec![(from, to.saturating_sub(from))]
+        } else {
+            let spans = used_space
+                .iter()
+                .map(|(fs, at, len)| crate::host::usedspace::FsSpan::open(fs.clone(), *at, *len))
+                .collect::<Result<Vec<_>>>()?;
+            let free = crate::host::usedspace::free_ranges(&spans, from, to)?;
+            crate::host::usedspace::subtract(from, to, &free, align)
+        };
+        let data = match backing {
+            Ok(b) => crate::engine::intersect(&used, &b.data_ranges((from, to), align, None)?.0),
+            Err(_) => used.clone(),
+        };
+        Ok((used, data))
+    })();
+    let plan_seconds = asked.elapsed().as_secs_f64();
+    let (used, data) = found.unwrap_or_else(|e| {
+        warnings.push(format!("what the run rewrites could not be mapped now: {}", crate::error_chain(&e)));
+        let all = vec![(from, to.saturating_sub(from))];
+        (all.clone(), all)
+    });
+    let data: Vec<(u64, u64)> = data.into_iter().filter(|r| r.1 > 0).collect();
+    let sum = |r: &[(u64, u64)]| r.iter().map(|r| r.1).sum::<u64>();
+    let holes = HolesPlanned {
+        mapped: backing.is_ok(),
+        source: backing.map_or_else(|why| why.clone(), |b| format!("{} (SEEK_DATA/SEEK_HOLE)", b.described)),
+        bytes_in_holes: sum(&used) - sum(&data),
+        bytes_to_rewrite: sum(&data),
+    };
+    (data, plan_seconds, holes)
 }
 
 /// The chunk-size trial (`engine::trial`): on a long fresh run that freezes nothing (its
@@ -216,14 +300,19 @@ fn choose_depth(o: &RewriteOptions, dev: &BlockDeviceInfo, engine: &mut EngineCo
 /// size nor the depth was given, and both shapes' buffers take at most a quarter of the
 /// memory available. A resumed run keeps the shape its journal says: its first run's
 /// `--chunk-size`, given or not, is not on its command line.
-fn choose_trial(o: &RewriteOptions, engine: &EngineConfig, freezes: bool, resumed: bool) -> Option<Trial> {
+fn choose_trial(
+    o: &RewriteOptions,
+    engine: &EngineConfig,
+    (freezes, resumed): (bool, bool),
+    ranges: &[(u64, u64)],
+) -> Option<Trial> {
     let chooses = o.only_slow || o.from_scan.is_some();
     let given = o.given.chunk_size || o.given.read_ahead || o.rate.is_some();
     if freezes || resumed || chooses || given || engine.read_ahead == 0 {
         return None;
     }
     let own = Shape { chunk_size: engine.chunk_size, read_ahead: engine.read_ahead };
-    let bytes = engine.range_end.saturating_sub(engine.start_offset.max(engine.range_start));
+    let bytes: u64 = ranges.iter().map(|r| r.1).sum();
     let from = crate::support::hooks::trial_from().unwrap_or(trial::TRIAL_FROM);
     let stretch = crate::support::hooks::trial_stretch().unwrap_or(trial::STRETCH);
     let trial = Trial::offer(own, bytes, from, stretch)?;
@@ -310,27 +399,12 @@ fn pacing(o: &RewriteOptions, plan: &RewritePlan) -> predict::Pacing {
     }
 }
 
-/// What the run rewrites, as the engine's planner will see it: the ranges in use (what
-/// GETFSMAP does not call free, as `UsedSpace` asks each window, timed: each window
-/// asks again), or the whole range, from where the run starts.
+/// What the run rewrites, as the engine's planner will see it: the plan's ranges (in
+/// use, holding data), each window planning again as long as the plan took.
 fn device_layout(plan: &RewritePlan) -> Result<predict::Layout> {
-    let e = &plan.engine;
-    let (start, end) = (e.start_offset.max(e.range_start), e.range_end);
-    let (ranges, plan_seconds) = if plan.used_space.is_empty() {
-        (vec![(start, end.saturating_sub(start))], 0.0)
-    } else {
-        let spans = plan
-            .used_space
-            .iter()
-            .map(|(fs, at, len)| crate::host::usedspace::FsSpan::open(fs.clone(), *at, *len))
-            .collect::<Result<Vec<_>>>()?;
-        let asked = std::time::Instant::now();
-        let free = crate::host::usedspace::free_ranges(&spans, start, end)?;
-        let took = asked.elapsed().as_secs_f64();
-        (crate::host::usedspace::subtract(start, end, &free, u64::from(plan.device.dio_offset_align).max(512)), took)
-    };
-    let runs = ranges.into_iter().filter(|r| r.1 > 0).map(|(offset, len)| predict::Run { offset, len, joins: false });
+    let runs = plan.ranges.iter().map(|&(offset, len)| predict::Run { offset, len, joins: false });
     let batches = vec![predict::Batch { map_seconds: 0.0, runs: runs.collect() }];
+    let plan_seconds = if plan.used_space.is_empty() && !plan.holes.mapped { 0.0 } else { plan.plan_seconds };
     Ok(predict::Layout { batches, plan_seconds, plan_time: None })
 }
 
@@ -366,9 +440,9 @@ fn engine_config(
     o: &RewriteOptions,
     dev: &BlockDeviceInfo,
     start: &Start,
-    journal_path: &Path,
-    state: &crate::host::state_dir::StateDir,
+    (journal_path, state): (&Path, &crate::host::state_dir::StateDir),
     freezes: bool,
+    ranges: &[(u64, u64)],
 ) -> Result<(EngineConfig, DepthChoice)> {
     let (chunk_size, start_offset) = match start {
         Start::Resume { done_offset, .. } => (
@@ -383,8 +457,8 @@ fn engine_config(
     let span =
         Span { chunk_size, range: (0, addressable_end(dev)), start_offset, journal_on_frozen_fs: state.on_frozen_fs };
     let mut engine = sequence::engine_config(o, span, state.path.clone(), dev, Vec::new());
-    let depth = choose_depth(o, dev, &mut engine, freezes);
-    engine.trial = choose_trial(o, &engine, freezes, matches!(start, Start::Resume { .. }));
+    let depth = choose_depth(o, dev, &mut engine, freezes, ranges);
+    engine.trial = choose_trial(o, &engine, (freezes, matches!(start, Start::Resume { .. })), ranges);
     Ok((engine, depth))
 }
 
@@ -530,7 +604,8 @@ mod tests {
             trial: None,
         };
         let o = RewriteOptions::default();
-        let trial = |o: &RewriteOptions, freezes, resumed| choose_trial(o, &engine, freezes, resumed).is_some();
+        let all = [(0, 16u64 << 30)];
+        let trial = |o: &RewriteOptions, freezes, resumed| choose_trial(o, &engine, (freezes, resumed), &all).is_some();
         let enough_memory = mem_available().is_none_or(|m| m / 4 > 400 << 20);
         assert_eq!(trial(&o, false, false), enough_memory);
         assert!(!trial(&o, true, false), "a run that freezes");

@@ -158,20 +158,20 @@ pub(crate) struct Guarded<'a> {
 /// checks of every window either way. Forks the guardian.
 pub(crate) fn guardian(g: &Guarded, journal: &Path) -> Result<Box<dyn WindowGuard>> {
     if g.filesystems.is_empty() {
-        return Ok(Box::new(checked(crate::host::freeze::NoFreeze, g)));
+        return Ok(Box::new(checked(crate::host::freeze::NoFreeze, g)?));
     }
     let placement = g.placement.ok_or_else(|| Error::Internal("a freeze without a guardian placement".into()))?;
     let mut freeze = GuardedFreeze::start(g.filesystems.to_vec(), g.max_freeze, placement)?;
     freeze.set_target(&g.device.path)?;
     freeze.set_journal(journal)?;
-    Ok(Box::new(checked(freeze, g)))
+    Ok(Box::new(checked(freeze, g)?))
 }
 
 /// A guard with the checks of every window: other writers, the device's shape, its
-/// written-sectors counters.
-fn checked<G: WindowGuard>(guard: G, g: &Guarded) -> ShapeChecked<WritersChecked<G>> {
+/// written-sectors counters, the fanotify watch of its backing files.
+fn checked<G: WindowGuard>(guard: G, g: &Guarded) -> Result<ShapeChecked<WritersChecked<G>>> {
     let writers = WritersChecked::new(guard, g.device.path.clone(), g.writer_devices.clone());
-    ShapeChecked::new(writers, g.device.dev_num, g.shape.clone())
+    ShapeChecked::new(writers, g.device.dev_num, &g.writer_devices, g.shape.clone())
 }
 
 /// Where a run's bytes lie for the engine, and where it starts.

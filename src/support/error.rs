@@ -28,10 +28,22 @@ pub enum Error {
 
     /// A chunk read back with a different blake3 than it was read with.
     #[error(
-        "checksum mismatch at offset {offset} (length {len}): read-back blake3 {after} differs from {before}: {differ}. reseq did not write this range again (a failing device or another writer: writing the old bytes back could overwrite newer data){}",
+        "checksum mismatch at offset {offset} (length {len}): read-back blake3 {after} differs from {before}: {differ}. reseq did not write this range again (a failing device or another writer: writing the old bytes back could overwrite newer data){}{}",
+        risk_suffix(.at_risk),
         rescue_suffix(.rescue)
     )]
-    ChecksumMismatch { offset: u64, len: u64, before: String, after: String, differ: String, rescue: Option<String> },
+    ChecksumMismatch {
+        offset: u64,
+        len: u64,
+        before: String,
+        after: String,
+        differ: String,
+        rescue: Option<String>,
+        /// What the kernel's write records (counters, backing-file watch) leave at risk:
+        /// the ranges written since they last saw no foreign write; None: no record.
+        /// Boxed: the error stays small.
+        at_risk: Option<Box<AtRisk>>,
+    },
 
     /// A chunk's write failed, also when retried, or its retry did not read back right.
     #[error(
@@ -94,13 +106,15 @@ pub enum Error {
     )]
     FreezeStuck { filesystem: String, window: u64, waited_ms: u64, thawed: String },
 
-    /// The device's written-sectors counter grew during a window by more than reseq wrote:
-    /// someone else wrote through `device` (see `host::written`).
+    /// The kernel saw a write reseq did not make, during a window: the device's
+    /// written-sectors counter grew by more than reseq wrote (see `host::written`), or the
+    /// fanotify watch of a backing file reported a write (see `host::backing_watch`).
+    /// `written`: every range reseq wrote since the last look that saw no such write.
     #[error(
-        "another writer wrote {device} during freeze window {window}: its written-sectors counter grew by {foreign} bytes more than reseq wrote (a writer no scan of /proc can see: an fd passed over a socket, a writer that opened, wrote and closed between two looks, a kernel user). reseq stopped before its next write. {}. Find and stop that writer (it may be a VM, a database or a backup tool on the raw device), then run again with --resume",
-        foreign_suffix(*.written)
+        "another writer wrote {device} during freeze window {window}: {seen}. reseq stopped before its next write. {}. Find and stop that writer (it may be a VM, a database, a backup tool or an image updater), then run again with --resume",
+        foreign_suffix(.written)
     )]
-    ForeignWrite { device: String, window: u64, foreign: u64, written: Option<(u64, u64)> },
+    ForeignWrite { device: String, window: u64, seen: String, written: Vec<(u64, u64)> },
 
     /// A bug or an impossible state.
     #[error("internal error: {0}")]
@@ -165,12 +179,38 @@ fn written_suffix(written: Option<(u64, u64)>) -> String {
     }
 }
 
-fn foreign_suffix(written: Option<(u64, u64)>) -> String {
-    match written {
-        Some((start, end)) => format!(
-            "Device bytes {start}..{end} were written by reseq since its last look found no other writer, each with bytes read before: where that writer wrote there in between, its newer bytes were overwritten with older ones. Check that range (fsck -n, the application's own checks)"
-        ),
-        None => "reseq wrote nothing since its last look found no other writer, so none of that writer's bytes were overwritten".into(),
+/// The ranges reseq wrote since its last clean look, where a foreign write may have
+/// been overwritten; the last of them was written after that look, where no check from
+/// userspace can see a write that lands between the look and reseq's own.
+fn foreign_suffix(written: &[(u64, u64)]) -> String {
+    let Some(&(last_at, last_end)) = written.last() else {
+        return "reseq wrote nothing since its last look found no foreign write, so none of that writer's bytes were overwritten by reseq".into();
+    };
+    let list: Vec<String> = written.iter().map(|(a, b)| format!("{a}..{b}")).collect();
+    let total: u64 = written.iter().map(|(a, b)| b - a).sum();
+    format!(
+        "Device bytes {} ({total} bytes in all) were written by reseq since its last look found no foreign write, each with bytes read before: where that writer wrote there in between, its newer bytes were overwritten with older ones. Every write before those was followed by a look that saw no foreign write. The last write ({last_at}..{last_end}, {} bytes) went out after that look: a write landing between a look and reseq's write cannot be seen from userspace before it. Check those ranges (fsck -n, the application's own checks)",
+        list.join(", "),
+        last_end - last_at
+    )
+}
+
+/// Device ranges written since the kernel's write records last saw no foreign write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AtRisk(pub(crate) Vec<(u64, u64)>);
+
+/// What a differing read-back leaves at risk, as the kernel's write records say.
+fn risk_suffix(at_risk: &Option<Box<AtRisk>>) -> String {
+    match at_risk.as_ref().map(|r| r.0.as_slice()) {
+        None => String::new(),
+        Some([]) => ". The kernel's records of writes to these bytes (the device's written-sectors counters, the fanotify watch of a loop device's backing file) saw no other writer after reseq's last write: no other writer's bytes were overwritten (a store through a shared mapping of a backing file is not in those records: the scan looks for such mappings)".into(),
+        Some(ranges) => {
+            let list: Vec<String> = ranges.iter().map(|(a, b)| format!("{a}..{b}")).collect();
+            format!(
+                ". Device bytes {} were written since the kernel's records of writes to these bytes (the device's written-sectors counters, the fanotify watch of a loop device's backing file) last saw no other writer: if another writer caused this, its overwritten writes can only be there; check those ranges",
+                list.join(", ")
+            )
+        }
     }
 }
 

@@ -32,8 +32,9 @@ pub enum ExitCode {
     /// reseq stopped writing at once and never thawed a freeze that was not its own.
     FreezeLost,
     /// Another writer wrote the device during a window (its written-sectors counter grew
-    /// by more than reseq wrote); writing stopped; the message names the bytes reseq wrote
-    /// since its last clean look, which may have overwritten that writer's newer bytes.
+    /// by more than reseq wrote, or the fanotify watch of its loop backing file reported a
+    /// write); writing stopped; the message names every range reseq wrote since its last
+    /// clean look, which may have overwritten that writer's newer bytes.
     ForeignWrite,
 }
 
@@ -82,7 +83,9 @@ impl ExitCode {
                 "windows overran too often, broke the bound, or could not freeze; thawed; resumable"
             }
             ExitCode::FreezeLost => "another program thawed the freeze; writing stopped; its freeze left alone",
-            ExitCode::ForeignWrite => "another writer wrote the device in a window; stopped; the bytes at risk named",
+            ExitCode::ForeignWrite => {
+                "another writer wrote the device or its backing file; stopped, ranges at risk named"
+            }
         }
     }
 }

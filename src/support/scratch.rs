@@ -76,10 +76,30 @@ impl Mount {
     /// On failure the `Drop` cleanup still runs (thaw, retries, lazy unmount), so a failed
     /// test leaves no mount behind.
     pub fn unmount(self) -> std::io::Result<()> {
+        let source = Tool::new("findmnt").args(["-n", "-o", "SOURCE", "--mountpoint"]).arg(&self.dir).run();
         retried(|| Tool::new("umount").arg(&self.dir).run())?;
         std::mem::forget(self);
+        if let Some(dev) = source.ok().map(|s| PathBuf::from(s.trim())).filter(|d| d.starts_with("/dev/")) {
+            released(&dev);
+        }
         Ok(())
     }
+}
+
+/// Waits (up to 30 s) until no mount holds `dev` (an exclusive open succeeds). A mount
+/// namespace made while it was mounted (`unshare --mount`, by a test running beside)
+/// keeps a copy: the filesystem then lives on after the umount here, and debugfs or fsck
+/// on the device would meet a live filesystem, a mount again the old one.
+fn released(dev: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(30) {
+        if std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_EXCL).open(dev).is_ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    eprintln!("warning: {} still held 30 s after its umount", dev.display());
 }
 
 impl Drop for Mount {

@@ -8,7 +8,7 @@
 //! under the cgroup v2 hierarchy and removes it, pass or fail.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -245,7 +245,7 @@ fn strike(strike: Strike, file_mode: bool) {
     assert!(left.is_empty(), "outlived the run: {left:?}");
     drop(group);
     // Nothing lost, and the run finishes from where it stopped.
-    let out = output(env.reseq().args(["rewrite", "--resume", "--json"]).arg(&target));
+    let out = resume_to_the_end(&env, &target);
     assert_eq!(out.status.code(), Some(0), "--resume after {strike:?}:\n{}", stderr(&out));
     assert!(writer.finish() > 0);
     assert_files_intact(&files);
@@ -424,7 +424,26 @@ fn a_real_time_busy_loop_is_refused_unless_forced() {
     assert!(stderr(&refused).contains("while :"), "the process is named: {}", stderr(&refused));
     assert_eq!(forced.status.code(), Some(0), "{}", stderr(&forced));
     assert!(String::from_utf8_lossy(&forced.stdout).contains("warning: real-time processes"));
-    // Without it, nothing to say.
+    // A busy real-time thread beside an idle main thread (the process's own stat shows
+    // the main thread's policy only).
+    // It says when the thread is real-time: a python slow to start on a busy host was
+    // not yet there when reseq looked.
+    let spin = "import os, threading\n\
+                def spin():\n    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))\n    \
+                print('spinning', flush=True)\n    while True: pass\n\
+                threading.Thread(target=spin, daemon=True).start()\nthreading.Event().wait()";
+    let mut hog = Running::from(
+        Command::new("python3").args(["-c", spin, "rt-thread-hog"]).stdout(Stdio::piped()).spawn().unwrap(),
+    );
+    let mut said = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(hog.child().stdout.take().unwrap()), &mut said).unwrap();
+    assert_eq!(said.trim(), "spinning", "the hog did not start");
+    std::thread::sleep(Duration::from_millis(100));
+    let refused = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
+    drop(hog);
+    assert_eq!(refused.status.code(), Some(3), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("rt-thread-hog"), "the process is named: {}", stderr(&refused));
+    // Without them, nothing to say.
     let plain = output(env.reseq().args(["rewrite", "--dry-run", "-v"]).arg(&lo.path));
     assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
 }

@@ -31,7 +31,7 @@ fn mounted_rewrite(
     extra: &[&str],
     faults: &str,
 ) -> (LoopDevice, Mount, Vec<(std::path::PathBuf, blake3::Hash)>, Command) {
-    let (lo, mnt) = env.mounted(name, 64 * MIB, "ext4");
+    let (lo, mnt) = env.mounted_dense(name, 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 2, 4 << 20, seed);
     let mut cmd = env.reseq();
     cmd.args(["rewrite", "--json", "--include-free", "--chunk-size", "1M"])
@@ -47,7 +47,7 @@ fn kill_9_at_many_points_then_resume() {
         return;
     }
     let env = TestEnv::new();
-    let (lo, mnt) = env.mounted("kill", 128 * MIB, "ext4");
+    let (lo, mnt) = env.mounted_dense("kill", 128 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 3, 4 << 20, 3);
     let total_chunks = 128;
 
@@ -136,7 +136,7 @@ fn sigint_stops_thaws_and_resumes() {
         return;
     }
     let env = TestEnv::new();
-    let (lo, mnt) = env.mounted("int", 64 * MIB, "ext4");
+    let (lo, mnt) = env.mounted_dense("int", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 2, 4 << 20, 9);
     let child = spawn_captured(&mut slow_rewrite(&env, &lo, ""));
     // Mid-run: once the journal has a chunk done (a fixed sleep can land before the
@@ -191,7 +191,7 @@ fn sigint_before_the_first_write_exits_6_with_a_report() {
         return;
     }
     let env = TestEnv::new();
-    let (lo, mnt) = env.mounted("early", 64 * MIB, "ext4");
+    let (lo, mnt) = env.mounted_dense("early", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 2, 4 << 20, 5);
     let before = bytes_written_to(&lo.path);
     let child = spawn_captured(slow_rewrite(&env, &lo, "delay@planned#1=4000").arg("--bench"));
@@ -478,7 +478,7 @@ fn a_resumed_run_keeps_the_options_it_was_started_with() {
         return;
     }
     let env = TestEnv::new();
-    let (lo, mnt) = env.mounted("opts", 64 * MIB, "ext4");
+    let (lo, mnt) = env.mounted_dense("opts", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 2, 4 << 20, 91);
     let mut first = env.reseq();
     first
@@ -562,7 +562,7 @@ fn a_panic_inside_a_window_aborts_thaws_and_resumes() {
     }
     use std::os::unix::process::ExitStatusExt;
     let env = TestEnv::new();
-    let (lo, mnt) = env.mounted("panic", 64 * MIB, "ext4");
+    let (lo, mnt) = env.mounted_dense("panic", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 3, 4 << 20, 5);
     let points = [
         ("panic@before-write#2", "writer"),

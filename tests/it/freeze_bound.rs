@@ -129,7 +129,7 @@ fn sigstop_at_random_moments_never_holds_a_freeze() {
             other => panic!("try {i}: exit {other:?}\n{err}"),
         }
         if out.status.code() != Some(0) {
-            let out = output(env.reseq().args(["rewrite", "--resume", "--json"]).arg(&lo.path));
+            let out = resume_to_the_end(&env, &lo.path);
             assert_eq!(out.status.code(), Some(0), "try {i}: --resume");
             if was_killed {
                 assert!(json_report(&out)["warnings"].to_string().contains("killed by its guardian"));

@@ -14,6 +14,7 @@ mod faultfs;
 
 mod aliases;
 mod architecture;
+mod backing_writers;
 mod bench_reports;
 mod btrfs;
 mod cgroup_strike;
@@ -42,6 +43,7 @@ mod scan;
 mod screen;
 mod sim_cli;
 mod sim_serve;
+mod sparse;
 mod storage_stacks;
 mod trim;
 mod used_space;

@@ -9,7 +9,7 @@
 # Environment: RESEQ_BIN (the binary to test; default: `cargo build` and target/debug),
 # RESEQ_VM_ACCEL (tcg, the default, or kvm), RESEQ_VM_TIMEOUT (seconds for the whole
 # boot, default 240 plus 60 per scenario plus the fleet's; the guest's own watchdog ends
-# its run 900 s after boot), RESEQ_VM_SCENARIO_TIMEOUT (seconds per scenario, default
+# its run 3600 s after boot), RESEQ_VM_SCENARIO_TIMEOUT (seconds per scenario, default
 # 150), RESEQ_VM_FLEET_TIMEOUT (the fleet scenario's, default 480),
 # RESEQ_VM_KEEP=1 keeps the share (logs, reports) for a look afterwards.
 # The fleet scenario also needs, on this host: cargo-deb (the .deb it installs),
@@ -125,8 +125,8 @@ cp "$repo"/packaging/systemd/reseq@.service "$repo"/packaging/systemd/reseq@.tim
   echo "FLEET_TIMEOUT=$fleet_timeout"
   echo "export RESEQ_VM_SLACK=$([ "$accel" = tcg ] && echo 1.5 || echo 0.3)"
 } >"$share/params"
-# The fleet scenario: the .deb the playbook installs (cargo deb: a release build, already
-# there after `cargo test`'s package test), a key for this run only, and a free port of
+# The fleet scenario: the .deb the playbook installs (cargo deb, of the binary under
+# test), a key for this run only, and a free port of
 # the loopback forwarded to the guest's SSH server (user-mode networking: the guest
 # reaches nothing else, restrict=on).
 net=()
@@ -135,7 +135,14 @@ if $fleet; then
   mkdir -p "$FLEET"
   t_deb=$(date +%s)
   "$RESEQ_BIN" generate "$repo/target/generated" >/dev/null
-  (cd "$repo" && cargo deb --quiet --fast --output "$FLEET/reseq.deb" >/dev/null) || { echo "vm: cargo deb failed" >&2; exit 1; }
+  # The binary under test, packaged (no release build: the package's files and scripts
+  # are what the fleet installs; the binary is the one every scenario runs).
+  # cargo deb takes the binary from $CARGO_TARGET_DIR/debug: a copy in the run's own
+  # directory, so that no build of the checkout's is touched.
+  mkdir -p "$FLEET/target/debug"
+  cp "$RESEQ_BIN" "$FLEET/target/debug/reseq"
+  (cd "$repo" && CARGO_TARGET_DIR=$FLEET/target cargo deb --quiet --fast --no-build --profile dev \
+    --output "$FLEET/reseq.deb" >/dev/null) || { echo "vm: cargo deb failed" >&2; exit 1; }
   echo "vm: built the .deb (reseq $(dpkg-deb -f "$FLEET/reseq.deb" Version)) in $(( $(date +%s) - t_deb )) s" >&2
   ssh-keygen -q -t ed25519 -N '' -C reseq-vm-fleet -f "$FLEET/key"
   cp "$FLEET/key.pub" "$share/fleet-key.pub"

@@ -49,6 +49,9 @@ pub(super) struct FilesPlan {
     /// An unfinished run neither continued nor dropped: refused before anything is
     /// written (see [`crate::rewrite::sequence`]).
     pub(super) unfinished: Option<Unfinished>,
+    /// The pipeline's depth (`options.read_ahead`) and why: over the bytes this run
+    /// rewrites ([`choose_depth`]).
+    pub(super) depth: crate::measure::depth_probe::DepthChoice,
 }
 
 impl FilesPlan {
@@ -99,7 +102,7 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
     let bytes = to_rewrite.iter().enumerate().filter(left).map(|(_, b)| b).sum();
     let rate = o.rate.map(|r| r.bytes_per_second());
     report.warnings.extend(checks::finishes(bytes, o.chunk_size.bytes(), rate, o.force, o.dry_run)?);
-    Ok(FilesPlan {
+    let mut plan = FilesPlan {
         options: o,
         groups,
         planned,
@@ -112,7 +115,36 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
         left_alone,
         state,
         unfinished,
-    })
+        depth: crate::measure::depth_probe::DepthChoice::given(0),
+    };
+    plan.depth = choose_depth(&plan, bytes);
+    plan.options.read_ahead = plan.depth.depth;
+    report.pipeline_depth = Some(plan.depth.clone());
+    Ok(plan)
+}
+
+/// The depth of the run's pipeline, over the `bytes` it rewrites (the files not left
+/// alone nor finished earlier): probed on the first filesystem's device, reading the
+/// files' own extents there (a device's depth is the same over all of it), when that
+/// many bytes are worth a probe.
+fn choose_depth(plan: &FilesPlan, bytes: u64) -> crate::measure::depth_probe::DepthChoice {
+    use crate::measure::depth_probe::DepthChoice;
+    let o = &plan.options;
+    if o.given.read_ahead {
+        return DepthChoice::given(o.read_ahead);
+    }
+    let deadline = Some(o.max_freeze());
+    if bytes < crate::rewrite::predict::DEPTH_PROBE_FROM {
+        // Not probed: `depth` says why, with the bytes; no device is read to say it.
+        return crate::rewrite::predict::depth(o, Path::new(""), &[(0, bytes)], deadline);
+    }
+    let Some(run) = super::layout::engine_runs(plan).into_iter().find(|r| r.layout.bytes() > 0) else {
+        return DepthChoice::fallback("no file's extents to probe the device with: the old default".into());
+    };
+    let mut ranges: Vec<(u64, u64)> =
+        run.layout.batches.iter().flat_map(|b| &b.runs).map(|r| (r.offset, r.len)).collect();
+    ranges.sort_unstable();
+    crate::rewrite::predict::depth(o, &run.device, &ranges, deadline)
 }
 
 /// Why an empty file is left alone (it has no block to rewrite).
@@ -552,7 +584,7 @@ pub(super) fn predict(plan: &FilesPlan, report: &mut Report) -> Option<Predicted
         rate: o.rate.map(|r| r.bytes_per_second()),
         max_overruns: o.max_overruns,
         read_ahead: o.read_ahead,
-        read_gain: 1.0,
+        read_gain: plan.depth.read_gain(),
         notes: Vec::new(),
     };
     match crate::rewrite::predict::predict(&super::layout::engine_runs(plan), &pacing) {

@@ -17,6 +17,7 @@ pub(super) fn report(plan: &FilesPlan) -> PlanReport {
     let runs = super::layout::engine_runs(plan);
     let filesystems_frozen = plan.groups.iter().map(|g| g.fs.clone()).collect();
     PlanReport {
+        holes: None,
         range_start_bytes: None,
         range_end_bytes: None,
         chunk_size_bytes: chunk,

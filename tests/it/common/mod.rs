@@ -13,6 +13,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 pub mod leftovers;
+pub mod recording;
 
 pub use reseq::testing::scratch::{LoopDevice, Mount, XorShift, hash_path, mkfs_ext4, mkfs_xfs, run_cmd};
 
@@ -179,12 +180,38 @@ impl TestEnv {
 
     /// A loop device with a filesystem (`ext4` or `xfs`), mounted.
     pub fn mounted(&self, name: &str, size: u64, fs: &str) -> (LoopDevice, Mount) {
+        self.mounted_on(self.loop_device(name, size), name, fs)
+    }
+
+    /// As `mounted`, over an image in memory (tmpfs, beside the run directory): a device
+    /// whose speed no host disk sets, for a test that times a run against a plan (a
+    /// virtual disk's writes stalled as its host flushed: 12-21 windows against 3).
+    pub fn mounted_in_memory(&self, name: &str, size: u64, fs: &str) -> (LoopDevice, Mount) {
+        let lo = LoopDevice::create(&self.run_dir().join(name), size).expect("loop device in memory");
+        self.mounted_on(lo, name, fs)
+    }
+
+    fn mounted_on(&self, lo: LoopDevice, name: &str, fs: &str) -> (LoopDevice, Mount) {
+        match fs {
+            "ext4" => mkfs_ext4(&lo.path).unwrap(),
+            "xfs" => mkfs_xfs(&lo.path).unwrap(),
+            other => panic!("no mkfs for {other}"),
+        }
+        let m = Mount::new(&lo.path, &self.path(&format!("{name}-mnt")), &[]).unwrap();
+        (lo, m)
+    }
+
+    /// As [`TestEnv::mounted`], with every byte of the image holding data, as on a used
+    /// drive: mkfs leaves holes (its discard, its zeroed journal and inode tables), which a
+    /// run leaves out (tests/it/sparse.rs). For tests that count chunks of the whole device.
+    pub fn mounted_dense(&self, name: &str, size: u64, fs: &str) -> (LoopDevice, Mount) {
         let lo = self.loop_device(name, size);
         match fs {
             "ext4" => mkfs_ext4(&lo.path).unwrap(),
             "xfs" => mkfs_xfs(&lo.path).unwrap(),
             other => panic!("no mkfs for {other}"),
         }
+        fill_holes(&lo.image);
         let m = Mount::new(&lo.path, &self.path(&format!("{name}-mnt")), &[]).unwrap();
         (lo, m)
     }
@@ -201,6 +228,22 @@ impl TestEnv {
 }
 
 /// Writes `count` files of `size` random bytes; returns (path, blake3) pairs.
+/// Writes every byte of an image file back onto itself, so that its holes (and unwritten
+/// extents) become data: nothing may have it mounted.
+pub fn fill_holes(image: &Path) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(image).unwrap();
+    let (len, mut buf) = (f.metadata().unwrap().len(), vec![0u8; 1 << 20]);
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(buf.len() as u64) as usize;
+        f.read_exact_at(&mut buf[..n], at).unwrap();
+        f.write_all_at(&buf[..n], at).unwrap();
+        at += n as u64;
+    }
+    f.sync_all().unwrap();
+}
+
 pub fn fill_files(dir: &Path, count: usize, size: usize, seed: u64) -> Vec<(PathBuf, blake3::Hash)> {
     let mut rng = XorShift::new(seed);
     let mut out = Vec::new();
@@ -231,6 +274,22 @@ pub fn output(cmd: &mut Command) -> Output {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    out
+}
+
+/// `reseq rewrite --resume --json TARGET` until it ends, as a user told "run again with
+/// --resume" would: a resume keeps a struck run's `--max-overruns 1`, so a window that
+/// overruns on a busy host stops it again (exit 7). Resumed at most twice more; whatever
+/// the last one said is returned, for the test to judge.
+pub fn resume_to_the_end(env: &TestEnv, target: &Path) -> Output {
+    let mut out = output(env.reseq().args(["rewrite", "--resume", "--json"]).arg(target));
+    for _ in 0..2 {
+        if out.status.code() != Some(7) {
+            break;
+        }
+        eprintln!("--resume met an overrun (exit 7): resumed again");
+        out = output(env.reseq().args(["rewrite", "--resume", "--json"]).arg(target));
+    }
     out
 }
 

@@ -665,6 +665,39 @@ scenario_systemd_execstoppost() {
   svc_after
 }
 
+# A file-mode job over thousands of small files under the shipped unit, its open-file
+# limit pinned to 1024 as a service without the unit's LimitNOFILE= would have it: a run
+# holds a few dozen descriptors however many files it rewrites (2,048 here, twice the
+# limit; 1,000 was the most an older reseq could take under 1024, 2,000 failed).
+scenario_systemd_many_files() {
+  install_units
+  local dev w0 w1 dir="$MNT/many/d"
+  dev=$(disk b)
+  mkfs.ext4 -q -F -N 8192 -E lazy_itable_init=0,lazy_journal_init=0 "$dev"; mountit "$dev" "$MNT/many"
+  mkdir -p "$dir"
+  head -c 8M /dev/urandom >"$T/many.bin"
+  (cd "$dir" && split -b 4096 -a 4 -d "$T/many.bin" f)
+  sync
+  (cd "$dir" && sha256sum f*) >"$T/manifest-$(echo "$dir" | tr / _)"
+  log "filled $dir: $(ls "$dir" | wc -l) files of 4 KiB"
+  mkdir -p /run/systemd/system/reseq@vmtest.service.d
+  printf '[Service]\nLimitNOFILE=1024\n' >/run/systemd/system/reseq@vmtest.service.d/nofile.conf
+  systemctl daemon-reload
+  [ "$(systemctl show -p LimitNOFILE --value reseq@vmtest.service)" = 1024 ] || fail "LimitNOFILE is $(systemctl show -p LimitNOFILE --value reseq@vmtest.service), not 1024"
+  printf 'targets = ["%s"]\nmax_freeze = "%ss"\npause = "100ms"\n' "$dir" "$MAXF" >/etc/reseq/vmtest.toml
+  systemctl reset-failed reseq@vmtest.service 2>/dev/null || true
+  SINCE=$(cursor)
+  sync; w0=$(written "$dev")
+  systemctl start reseq@vmtest.service || fail "the job failed under LimitNOFILE=1024"
+  w1=$(written "$dev")
+  rm -rf /run/systemd/system/reseq@vmtest.service.d; systemctl daemon-reload
+  unitlog | grep -q "files: 2048 rewritten" || fail "the job did not rewrite every file: $(unitlog | grep -m1 'files:')"
+  (( (w1 - w0) * 512 >= 8 << 20 )) || fail "the device took $(( (w1 - w0) * 512 )) bytes, less than the files' 8 MiB"
+  log "the job rewrote 2048 files under LimitNOFILE=1024: $(unitlog | grep -m1 'windows:'); the device took $(( (w1 - w0) * 512 >> 20 )) MiB"
+  intact "$dir"
+  umount "$MNT/many"; fsck_clean "$dev"
+}
+
 # ---- a fleet: the Ansible playbook from the host, over SSH -------------------------
 
 # The guest as a host of a fleet: its network (qemu's user-mode network, whose port on

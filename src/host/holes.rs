@@ -1,0 +1,244 @@
+//! Never-written space: the ranges of a device that hold no data below any filesystem,
+//! left alone.
+//!
+//! A loop device over a sparse file reads its holes as zeros, and a write there
+//! allocates: rewriting a 4 TiB image's never-written ext4 inode tables (GETFSMAP calls
+//! them in use) grew it by 34 GiB for nothing. So where the device's bytes are a file's
+//! (a loop device over a regular file, or a partition of one), the backing file's data
+//! map (`SEEK_DATA`/`SEEK_HOLE`, through the loop's offset) says which ranges hold data,
+//! and only those are rewritten ([`SkipHoles`]).
+//!
+//! Skipping never loses data: a range left out is not written at all. A map can be
+//! stale only in one direction that matters: a hole that became data after it was read
+//! is not rewritten in this run (never written with stale bytes either: nothing is
+//! read or written there). So the map is read in every window, frozen, with what the
+//! window writes; an unmounted device (one long window) maps at most
+//! [`UNFROZEN_DATA`] of data at a time, so no map is older than that much writing.
+//!
+//! Other devices (decided, docs/ARCHITECTURE.md "Never-written space"): a thin LV is
+//! refused before this (`checks::no_copy_on_write`: each rewrite of an unprovisioned
+//! block allocates from its pool); an SSD's deallocated blocks may read as zeros, but no
+//! sysfs attribute says so (`discard_zeroes_data` is 0 since Linux 4.12), and a chunk
+//! of zeros there can be written data as stale as any: every range is rewritten.
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+
+use crate::engine::Planner;
+use crate::engine::intersect;
+use crate::host::aliases::loop_of;
+use crate::host::device::{BlockDeviceInfo, Sysfs, dev_num};
+use crate::support::error::{Error, Result};
+use crate::support::units::human_bytes;
+use crate::sys;
+
+/// An unmounted device's map covers at most this much data ahead of the writer.
+pub(crate) const UNFROZEN_DATA: u64 = 1 << 30;
+/// A map holds at most this many data extents: what one frozen window spends on it
+/// stays small (two lseeks each) whatever the backing file's fragmentation.
+const MAX_EXTENTS: usize = 16_384;
+
+/// A device whose bytes are a regular file's: the file, and where the device starts in it.
+pub(crate) struct Backing {
+    file: File,
+    /// Device offset `d` is byte `d + shift` of the file (the loop's offset, plus a
+    /// partition's start).
+    shift: u64,
+    /// In words: "the backing file /tmp/x.img of /dev/loop3".
+    pub(crate) described: String,
+}
+
+impl Backing {
+    /// The backing file of `dev` (a loop device over a regular file, or a partition of
+    /// one), opened read-only and checked to be the file the loop holds, not one put at
+    /// its path since. Err: why there is no map (in words, for the plan).
+    pub(crate) fn of(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> std::result::Result<Backing, String> {
+        let no_map = |why: String| Err(format!("{why}: no hole map, every range is read and rewritten"));
+        let Some((name, parent)) = sysfs.name_of(dev.dev_num) else {
+            return no_map(format!("{} is not in sysfs", dev.path.display()));
+        };
+        let disk = parent.clone().unwrap_or_else(|| name.clone());
+        let Some(found) = loop_of(sysfs, &disk) else {
+            return no_map(format!("{} is not a loop device over a file", dev.path.display()));
+        };
+        let l = found.map_err(|e| format!("the loop's backing file cannot be identified ({e}): no hole map"))?;
+        if l.backing_dev.is_some() {
+            return no_map(format!("/dev/{disk} is backed by the block device {}", l.path));
+        }
+        let start = match parent {
+            Some(_) => sysfs.read(&name, "start").and_then(|s| s.parse::<u64>().ok()).map(|s| s * 512),
+            None => Some(0),
+        };
+        let Some(start) = start else { return no_map(format!("the start of {name} on /dev/{disk} is unknown")) };
+        let file = File::open(&l.path).map_err(|e| format!("opening the backing file {}: {e}: no hole map", l.path))?;
+        let md = file.metadata().map_err(|e| format!("{}: {e}: no hole map", l.path))?;
+        if !md.is_file() || (dev_num(md.dev()), md.ino()) != (l.file.dev, l.file.ino) {
+            return no_map(format!("{} is not the file /dev/{disk} holds (replaced or deleted)", l.path));
+        }
+        let described = format!("the backing file {} of /dev/{disk}", l.path);
+        Ok(Backing { file, shift: l.offset + start, described })
+    }
+
+    /// The ranges of `[from, to)` (device offsets) that hold data, widened to whole
+    /// `align` blocks, ascending, and where the map stops: `to`, or earlier once
+    /// `max_data` bytes of data or [`MAX_EXTENTS`] extents are mapped.
+    pub(crate) fn data_ranges(
+        &self,
+        (from, to): (u64, u64),
+        align: u64,
+        max_data: Option<u64>,
+    ) -> Result<(Vec<(u64, u64)>, u64)> {
+        let what = || format!("mapping the holes of {}", self.described);
+        let (mut pos, end) = (from + self.shift, to + self.shift);
+        let (mut out, mut data): (Vec<(u64, u64)>, u64) = (Vec::new(), 0);
+        while pos < end {
+            let Some(d) = sys::seek_data(self.file.as_fd(), pos).map_err(|e| Error::io(what(), e.into()))? else {
+                break;
+            };
+            if d >= end {
+                break;
+            }
+            let h = sys::seek_hole(self.file.as_fd(), d).map_err(|e| Error::io(what(), e.into()))?.unwrap_or(end);
+            let a = ((d - self.shift) / align * align).max(from);
+            let b = (h.min(end) - self.shift).div_ceil(align).saturating_mul(align).min(to);
+            match out.last_mut() {
+                Some(last) if last.0 + last.1 >= a => last.1 = last.1.max(b - last.0),
+                _ => out.push((a, b - a)),
+            }
+            data += b - a;
+            pos = h.max(d + 1);
+            if max_data.is_some_and(|m| data >= m) || out.len() >= MAX_EXTENTS {
+                return Ok((out, b.max(from)));
+            }
+        }
+        Ok((out, to))
+    }
+}
+
+/// The parts of `ranges` (ascending) outside `kept` (ascending, each inside one of them).
+fn outside(ranges: &[(u64, u64)], kept: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut k = kept.iter().peekable();
+    for &(o, l) in ranges {
+        let mut at = o;
+        while let Some(&&(ko, kl)) = k.peek() {
+            if ko >= o + l {
+                break;
+            }
+            if ko > at {
+                out.push((at, ko - at));
+            }
+            at = at.max(ko + kl);
+            k.next();
+        }
+        if at < o + l {
+            out.push((at, o + l - at));
+        }
+    }
+    out
+}
+
+/// What another planner plans, less the ranges the backing file holds no data in,
+/// mapped in every window (while frozen, when the run freezes).
+pub(crate) struct SkipHoles<'a> {
+    pub(crate) inner: &'a mut dyn Planner,
+    pub(crate) backing: &'a Backing,
+    pub(crate) align: u64,
+    /// Data mapped per window at most (None: to the end; see [`UNFROZEN_DATA`]).
+    pub(crate) max_data: Option<u64>,
+    /// Left out of the last plan, not yet passed by the cursor.
+    left_out: Vec<(u64, u64)>,
+    /// Bytes passed over as holes.
+    skipped: u64,
+    until: u64,
+}
+
+impl<'a> SkipHoles<'a> {
+    pub(crate) fn new(inner: &'a mut dyn Planner, backing: &'a Backing, align: u64, max_data: Option<u64>) -> Self {
+        SkipHoles { inner, backing, align: align.max(1), max_data, left_out: Vec::new(), skipped: 0, until: 0 }
+    }
+
+    /// The bytes passed over as holes once the run stands at `cursor` (its last window's
+    /// left-out ranges count up to there: the rest was never passed).
+    pub(crate) fn skipped(&mut self, cursor: u64) -> u64 {
+        let below = |&(o, l): &(u64, u64)| (o + l).min(cursor).saturating_sub(o);
+        self.skipped += self.left_out.iter().map(below).sum::<u64>();
+        self.left_out.clear();
+        self.skipped
+    }
+}
+
+impl Planner for SkipHoles<'_> {
+    fn ranges(&mut self, cursor: u64, end: u64) -> Result<Vec<(u64, u64)>> {
+        self.skipped(cursor);
+        let planned = self.inner.ranges(cursor, end)?;
+        let (data, until) = self.backing.data_ranges((cursor, end), self.align, self.max_data)?;
+        let planned = intersect(&planned, &[(cursor, until.saturating_sub(cursor))]);
+        let kept = intersect(&planned, &data);
+        self.left_out = outside(&planned, &kept);
+        self.until = until;
+        if !self.left_out.is_empty() {
+            let holes: u64 = self.left_out.iter().map(|r| r.1).sum();
+            log::debug!("{} left out as holes of {}", human_bytes(holes), self.backing.described);
+        }
+        Ok(kept)
+    }
+
+    fn planned_until(&self, end: u64) -> u64 {
+        self.until.min(self.inner.planned_until(end))
+    }
+}
+
+/// What a plan says of never-written space (the plan's and the report's `holes`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub(crate) struct HolesPlanned {
+    /// Whether a hole map is read (a loop device over a regular file).
+    pub(crate) mapped: bool,
+    /// Where the map comes from, or why there is none, in words.
+    pub(crate) source: String,
+    /// Bytes of the run's range (in use, or all of it) that held no data when planned:
+    /// left out (the run maps again in each window).
+    pub(crate) bytes_in_holes: u64,
+    /// The bytes this run rewrites, as planned: in use (or all) and holding data.
+    pub(crate) bytes_to_rewrite: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_left_out_is_outside_what_is_kept() {
+        let ranges = [(0, 100), (200, 100)];
+        assert_eq!(outside(&ranges, &[(10, 20), (250, 50)]), vec![(0, 10), (30, 70), (200, 50)]);
+        assert_eq!(outside(&ranges, &[]), ranges.to_vec());
+        assert_eq!(outside(&ranges, &ranges), vec![]);
+    }
+
+    /// A sparse file in a temporary directory: its data map, through a shift, widened
+    /// to alignment, capped by data.
+    #[test]
+    fn maps_a_sparse_files_data() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sparse");
+        let f = File::create(&path).unwrap();
+        f.set_len(64 << 20).unwrap();
+        f.write_all_at(&[1u8; 4096], 1 << 20).unwrap();
+        f.write_all_at(&[2u8; 8192], 32 << 20).unwrap();
+        f.sync_all().unwrap();
+        let b = Backing { file: File::open(&path).unwrap(), shift: 0, described: "test".into() };
+        let (data, until) = b.data_ranges((0, 64 << 20), 4096, None).unwrap();
+        if data.len() == 1 && data[0] == (0, 64 << 20) {
+            return; // a filesystem without holes: nothing to test here
+        }
+        assert_eq!(data, vec![(1 << 20, 4096), (32 << 20, 8192)]);
+        assert_eq!(until, 64 << 20);
+        let (data, until) = b.data_ranges((0, 64 << 20), 4096, Some(4096)).unwrap();
+        assert_eq!((data, until), (vec![(1 << 20, 4096)], (1 << 20) + 4096), "stops after the data asked for");
+        let shifted = Backing { shift: 1 << 20, ..b };
+        let (data, _) = shifted.data_ranges((0, 63 << 20), 4096, None).unwrap();
+        assert_eq!(data, vec![(0, 4096), (31 << 20, 8192)], "device offsets are the file's less the shift");
+    }
+}
