@@ -41,7 +41,8 @@ fn arg_help(a: &clap::Arg) -> String {
     if !values.is_empty() && a.get_action().takes_values() {
         h += &format!(" [values: {}]", values.join(", "));
     }
-    if !defaults.is_empty() && a.get_action().takes_values() {
+    // A default chosen at run time (--chunk-size, --read-ahead) is in the help's own words.
+    if !defaults.is_empty() && a.get_action().takes_values() && !a.is_hide_default_value_set() {
         h += &format!(" [default: {}]", defaults.join(","));
     }
     h

@@ -103,11 +103,16 @@ are frozen (FIFREEZE) in bounded windows, a guardian process thaws them whatever
 every chunk is verified with blake3 after a read-back, and a journal lets an interrupted run resume."
 )]
 pub(crate) struct Cli {
-    /// More log output (-v debug, -vv trace). RUST_LOG overrides.
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    /// More detail: reasons, rules, debug log (-vv trace)
+    ///
+    /// A dry run's whole plan (what is checked, the prediction's model and the host it
+    /// rests on), a run's depth, trial and rules, every file of a file-mode run; and the
+    /// log with timestamps and module paths (-v debug, -vv trace). RUST_LOG overrides the
+    /// log's level.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, help_heading = "Output")]
     pub(crate) verbose: u8,
-    /// Only warnings and errors.
-    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    /// Only warnings and errors
+    #[arg(short, long, global = true, conflicts_with = "verbose", help_heading = "Output")]
     pub(crate) quiet: bool,
     #[command(subcommand)]
     pub(crate) command: Command,
@@ -152,25 +157,37 @@ impl Command {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Re-sequence a block device (a partition or a whole disk), or files and directories
-    /// on mounted ext4/xfs/btrfs (file mode), in place.
+    /// Re-sequence a device, or files on mounted ext4/xfs/btrfs, in place
+    ///
+    /// A block device (a partition or a whole disk), or files and directories on mounted
+    /// ext4/xfs/btrfs (file mode).
     Rewrite(RewriteArgs),
-    /// Make a throwaway ext4 image on a loop device, fragment a file on it, re-sequence it
+    /// Re-sequence a throwaway ext4 image, to see how it goes (touches no real disk)
+    ///
+    /// Makes a throwaway ext4 image on a loop device, fragments a file on it, re-sequence it
     /// while mounted, print the report and clean up. Touches no real disk. Without root it
     /// runs `reseq simulate` instead.
     Demo(DemoArgs),
-    /// Reproduce the degradation experiment on a simulated SSD: write a file, degrade it
+    /// Reproduce the degradation experiment on a simulated SSD
+    ///
+    /// Writes a file, degrades it
     /// with four stages of random 4 KiB writes, re-sequence it with reseq's own engine,
     /// and print sequential read times (virtual) after each step.
     Simulate(SimulateArgs),
-    /// Measure sequential read throughput (O_DIRECT) of a device, file, directory or
-    /// simulated SSD: each pass and the median, min and max.
+    /// Measure sequential read throughput of a device, file or directory
+    ///
+    /// O_DIRECT reads of a device, file, directory or simulated SSD: each pass and the
+    /// median, min and max.
     Bench(BenchArgs),
-    /// Read a target region by region and flag the regions that read slowly: each region
+    /// Time a target region by region and flag the slow regions
+    ///
+    /// Each region
     /// once, then twice more those slow so far and the fastest quarter; a region is slow
     /// only if slow at every reading.
     Scan(ScanArgs),
-    /// Is it worth it? Reads a sample of the target (on a device with mounted ext4/xfs,
+    /// Is it worth it? Read a sample in seconds and predict the gain (writes nothing)
+    ///
+    /// Reads a sample of the target (on a device with mounted ext4/xfs,
     /// of the ranges in use) spread over it, each place three times, in seconds rather
     /// than a full pass, and predicts how much faster a sequential read would be if no
     /// place read slower than the drive at its best (a file: also measured on the device
@@ -179,10 +196,12 @@ pub(crate) enum Command {
     /// --by-file), sampled, and how much of it is cold and slow, with a full read
     /// predicted now and refreshed.
     Estimate(EstimateArgs),
-    /// Re-render a report saved with --json.
+    /// Re-render a report saved with --json
     Report(ReportArgs),
-    /// Run a job from a configuration file (the reseq@NAME.service unit runs
-    /// /etc/reseq/NAME.toml); its keys are `reseq rewrite` options.
+    /// Run a rewrite job from a TOML file (as cron or reseq@NAME.service do)
+    ///
+    /// The reseq@NAME.service unit runs /etc/reseq/NAME.toml; its keys are `reseq rewrite`
+    /// options.
     Run {
         /// The job's TOML file.
         #[arg(long, value_name = "FILE")]
@@ -191,7 +210,9 @@ pub(crate) enum Command {
         #[arg(long, short = 'n')]
         dry_run: bool,
     },
-    /// Thaw the filesystems that a killed reseq left frozen, and nothing else: only those
+    /// Thaw the filesystems a killed reseq left frozen
+    ///
+    /// Nothing else: only those
     /// in a freeze record (under /run/reseq, or RESEQ_RUN_DIR) whose guardian is gone.
     /// Refuses, naming the PID, while that guardian still runs. The reseq@.service unit
     /// runs it after every stop.
@@ -200,8 +221,10 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List unfinished runs (device and file mode) with the options `--resume` would
-    /// continue them with, and rescue copies waiting for `reseq restore`. Reads only.
+    /// List unfinished runs and rescue copies (reads only)
+    ///
+    /// Unfinished runs (device and file mode) with the options `--resume` would continue
+    /// them with, and rescue copies waiting for `reseq restore`.
     Status {
         /// Where journals are kept.
         #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR", env = "RESEQ_STATE_DIR")]
@@ -210,19 +233,22 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Put a rescue copy back: the original bytes of a chunk whose write failed, tore or
+    /// Put back a rescue copy that a failed write left
+    ///
+    /// A rescue copy holds the original bytes of a chunk whose write failed, tore or
     /// read back different, which a run saved in the state directory. The write is
     /// frozen like any write (when filesystems on the device are mounted), read back and
     /// checked; the copy is removed only after that. Refuses when the device is not the
     /// one the copy came from, or when something else wrote there since reseq stopped.
     Restore(RestoreArgs),
-    /// Write the man page and shell completions (generated from these definitions), for
-    /// packagers: `reseq generate DIR`.
+    /// Write the man page and shell completions (for packagers)
+    ///
+    /// Generated from these definitions: `reseq generate DIR`.
     Generate {
         /// Directory to write reseq.1, reseq.bash, _reseq and reseq.fish into.
         dir: PathBuf,
     },
-    /// A simulated SSD kept in a state file, for running the steps one at a time.
+    /// A simulated SSD kept in a state file, one step at a time
     Sim {
         #[command(subcommand)]
         command: SimCommand,
@@ -231,27 +257,33 @@ pub(crate) enum Command {
 
 #[derive(Debug, Args)]
 pub(crate) struct RestoreArgs {
-    /// The rescue file (rescue-DEVICE-OFFSET-BLAKE3-ID.bin in the state directory).
+    /// The rescue file (rescue-DEVICE-OFFSET-BLAKE3-ID.bin)
+    ///
+    /// rescue-DEVICE-OFFSET-BLAKE3-ID.bin in the state directory.
     #[arg(value_name = "RESCUE_FILE")]
     pub(crate) rescue: PathBuf,
-    /// Restore even if the device's bytes there changed since reseq stopped (something
-    /// else wrote there: restoring overwrites that).
+    /// Restore even if the bytes there changed since reseq stopped
+    ///
+    /// Something else wrote there: restoring overwrites that.
     #[arg(long)]
     pub(crate) force: bool,
-    /// Remove the rescue copy without writing anything (the data was restored another
-    /// way, or is not wanted).
+    /// Remove the rescue copy without writing anything
+    ///
+    /// The data was restored another way, or is not wanted.
     #[arg(long, conflicts_with = "force")]
     pub(crate) forget: bool,
-    /// The device, where it is now, if its name changed since the copy was made (loop and
-    /// NVMe numbers can change between boots). It must be the same device: same size,
+    /// The device, if its name changed since the copy was made
+    ///
+    /// Loop and NVMe numbers can change between boots). It must be the same device: same size,
     /// and the same backing file, serial or WWN.
     #[arg(long, value_name = "DEVICE")]
     pub(crate) device: Option<PathBuf>,
-    /// Longest time a filesystem on the device stays frozen for the write.
+    /// Longest freeze for the write
     #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = window_length)]
     pub(crate) max_freeze: Duration,
-    /// Freeze even where the freeze guardian cannot leave reseq's cgroup (inside a
-    /// container's cgroup namespace, on a cgroup v1 host, a read-only cgroupfs): a kill or
+    /// Freeze even where the guardian cannot leave reseq's cgroup
+    ///
+    /// Inside a container's cgroup namespace, on a cgroup v1 host, a read-only cgroupfs: a kill or
     /// freeze of reseq's whole unit then also hits the guardian, and a freeze in progress
     /// stays until `reseq thaw` runs (the shipped unit's ExecStopPost= runs it).
     #[arg(long)]
@@ -263,7 +295,9 @@ pub(crate) struct RestoreArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct SimulateArgs {
-    /// Drive model: consumer-nvme (Toshiba XG5-like), consumer-nvme-mild (Samsung
+    /// Drive model (--help lists them)
+    ///
+    /// consumer-nvme (Toshiba XG5-like), consumer-nvme-mild (Samsung
     /// PM981-like), datacenter-sata (Intel S3510-like) or consumer-tlc-aging (Samsung
     /// 840 EVO-like: old data reads slowly, see `reseq sim age`).
     #[arg(long, default_value = "consumer-nvme")]
@@ -271,10 +305,12 @@ pub(crate) struct SimulateArgs {
     /// Simulated device size.
     #[arg(long, default_value = "8G", value_name = "SIZE")]
     pub(crate) device_size: Size,
-    /// Size of the file written at the start of the device [default: half the device].
+    /// Size of the file at the start of the device [default: half of it]
     #[arg(long, value_name = "SIZE")]
     pub(crate) file_size: Option<Size>,
-    /// Random 4 KiB write stages in MiB, as for a 4 GiB file (scaled to --file-size).
+    /// Random 4 KiB write stages in MiB
+    ///
+    /// As for a 4 GiB file, scaled to --file-size.
     #[arg(long, value_delimiter = ',', default_value = "50,200,800,4000", value_name = "MIB,...")]
     pub(crate) stages: Vec<f64>,
     /// Chunk size of reseq's rewrite.
@@ -283,7 +319,9 @@ pub(crate) struct SimulateArgs {
     /// Seed of the random writes.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
-    /// Override a model parameter (repeatable), e.g. --set t_read_us=50 --set readahead=none.
+    /// Override a model parameter (repeatable)
+    ///
+    /// E.g. --set t_read_us=50 --set readahead=none.
     #[arg(long, value_name = "KEY=VALUE")]
     pub(crate) set: Vec<String>,
     /// Print the results as JSON.
@@ -321,7 +359,9 @@ pub(crate) enum SimCommand {
         #[command(flatten)]
         range: SimRangeArgs,
     },
-    /// Random 4 KiB writes into a range (as `fio --rw=randwrite --bs=4k` makes them).
+    /// Random 4 KiB writes into a range
+    ///
+    /// As `fio --rw=randwrite --bs=4k` makes them.
     Fragment {
         state: PathBuf,
         #[command(flatten)]
@@ -351,7 +391,7 @@ pub(crate) enum SimCommand {
         chunk_size: Size,
         #[arg(long)]
         no_verify: bool,
-        /// Scan the range first and rewrite only the regions that read slowly.
+        /// Rewrite only the regions a scan finds slow
         #[arg(long)]
         only_slow: bool,
         #[arg(long, default_value_t = 64, value_name = "N")]
@@ -359,9 +399,11 @@ pub(crate) enum SimCommand {
         #[arg(long, default_value_t = 0.7, value_name = "FRACTION")]
         slow_threshold: f64,
     },
-    /// Parameters and counters of a simulated SSD, its age clock and how old its data is.
+    /// Parameters, counters and age of a simulated SSD
     Info { state: PathBuf },
-    /// Let the drive's data age: advance its retention clock by N days (fractions too).
+    /// Let the drive's data age by N days
+    ///
+    /// Advance its retention clock by N days (fractions too).
     /// Reads of pages not rewritten since get slower on a drive with retention on
     /// (consumer-tlc-aging, or --set retention_max_factor=...). Reaches a drive being
     /// served by `reseq sim serve` through the server.
@@ -371,14 +413,17 @@ pub(crate) enum SimCommand {
         #[arg(long, value_name = "N", value_parser = age_days)]
         days: f64,
     },
-    /// Serve the simulated SSD as the file MOUNTDIR/disk through FUSE (put a loop device
-    /// on it), in the foreground until SIGINT/SIGTERM or `umount MOUNTDIR`; saves the
+    /// Serve the simulated SSD as the file MOUNTDIR/disk through FUSE
+    ///
+    /// Put a loop device on it. In the foreground until SIGINT/SIGTERM or `umount MOUNTDIR`; saves the
     /// drive's state on exit. The data lives in STATE.data (sparse, created if missing).
     Serve {
         state: PathBuf,
         /// An empty directory to mount on.
         mount_dir: PathBuf,
-        /// Wall-clock µs per µs of model time: every request is answered when its
+        /// Wall-clock µs per µs of model time
+        ///
+        /// Every request is answered when its
         /// modelled completion, times this, has come.
         #[arg(long, default_value_t = crate::sim::serve::DEFAULT_TIME_SCALE, value_name = "X")]
         time_scale: f64,
@@ -387,125 +432,167 @@ pub(crate) enum SimCommand {
 
 #[derive(Debug, Args, Clone)]
 pub(crate) struct RewriteArgs {
-    /// A block device (/dev/nvme0n1p3, /dev/sdb), or files and directories of files on
-    /// mounted ext4/xfs (file mode), or sim:STATE.
+    /// A block device, or files and directories on mounted ext4/xfs/btrfs, or sim:STATE
+    ///
+    /// E.g. /dev/nvme0n1p3, /dev/sdb; several files and directories are one file-mode run.
     #[arg(required = true, num_args = 1.., value_name = "TARGET")]
     pub(crate) targets: Vec<PathBuf>,
     /// Which options with a default were given (on the command line or in a job file),
     /// filled by [`Cli::try_parse_given`].
     #[arg(skip)]
     pub(crate) given: crate::options::rewrite::Given,
-    /// File mode: skip paths matching this glob (repeatable), e.g. --exclude '*.tmp'.
-    #[arg(long, value_name = "GLOB")]
+    /// Print the plan and the time frozen to expect; write nothing
+    ///
+    /// Exits without writing or freezing anything: the bytes the run reads and writes, its
+    /// windows, time frozen and duration to expect, from a probe (1 s at most) that reads
+    /// some of the run's own chunks as the run will. -v prints the whole plan: what is
+    /// checked, and what the prediction rests on.
+    #[arg(long, short = 'n')]
+    pub(crate) dry_run: bool,
+    /// Continue an interrupted run from its journal
+    ///
+    /// Starts afresh if there is none.
+    #[arg(long, conflicts_with = "restart")]
+    pub(crate) resume: bool,
+    /// Discard an unfinished run's journal and start again
+    ///
+    /// From the beginning.
+    #[arg(long)]
+    pub(crate) restart: bool,
+    /// Where journals are kept
+    #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR", env = "RESEQ_STATE_DIR")]
+    pub(crate) state_dir: PathBuf,
+    /// File mode: skip paths matching this glob (repeatable)
+    ///
+    /// E.g. --exclude '*.tmp'.
+    #[arg(long, value_name = "GLOB", help_heading = "What to rewrite")]
     pub(crate) exclude: Vec<String>,
-    /// Bytes per chunk (K, M, G suffixes; a multiple of the device's direct-I/O alignment).
-    #[arg(long, default_value_t = DEFAULT_CHUNK_SIZE, value_name = "SIZE", value_parser = chunk_size)]
-    pub(crate) chunk_size: Size,
-    /// Deadline of one freeze window (e.g. 2s, 500ms): no new write starts after it, and
+    /// Rewrite free space too (default: only the space in use)
+    ///
+    /// By default, free space of mounted ext4/xfs filesystems is left out (GETFSMAP), which saves endurance and keeps what TRIM achieved.
+    #[arg(long, help_heading = "What to rewrite")]
+    pub(crate) include_free: bool,
+    /// Rewrite only what reads slowly (scanned first)
+    ///
+    /// Scans the device first (reads only,
+    /// with the --bench-* block size and queue depth) and rewrite the flagged regions. In
+    /// file mode: read each file (as `scan --by-file`) and rewrite the files flagged slow
+    /// against the youngest files.
+    #[arg(long, help_heading = "What to rewrite")]
+    pub(crate) only_slow: bool,
+    /// File mode: only files whose data is older than this (e.g. 90d)
+    ///
+    /// Age is the newest of mtime and ctime; e.g. 90d, 6months. With --only-slow, only files both old and slow.
+    /// A file-mode rewrite keeps mtime and ctime: the run records what it refreshed in the
+    /// state directory, and later runs with the same --state-dir count age from then.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "What to rewrite")]
+    pub(crate) older_than: Option<Duration>,
+    /// Like --only-slow, from a saved `reseq scan --json`
+    ///
+    /// The slow regions of a scan saved earlier with `reseq scan --json`.
+    #[arg(long, value_name = "SCAN.json", conflicts_with = "only_slow", help_heading = "What to rewrite")]
+    pub(crate) from_scan: Option<PathBuf>,
+    /// Regions of the scan for --only-slow
+    #[arg(long, default_value_t = DEFAULT_SCAN_REGIONS, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true, help_heading = "What to rewrite")]
+    pub(crate) scan_regions: usize,
+    /// Slow: below this share of the fastest quarter
+    ///
+    /// A region is slow below this fraction of the median of the fastest quarter.
+    #[arg(long, default_value_t = DEFAULT_SLOW_THRESHOLD, value_name = "FRACTION", value_parser = fraction, allow_negative_numbers = true, help_heading = "What to rewrite")]
+    pub(crate) slow_threshold: f64,
+    /// Longest freeze of one window [default: 5s device, 1s files]
+    ///
+    /// The deadline of one freeze window (e.g. 2s, 500ms): no new write starts after it, and
     /// the guardian thaws once the writes under way are done; one still outstanding a
     /// grace later (as long as the deadline, 0.25-1 s) gets reseq killed and the
     /// filesystems thawed, so no freeze lasts beyond deadline plus grace (2 s for 1s).
     /// [default: 5s for a device, 1s for files]
-    #[arg(long, value_name = "DURATION", value_parser = window_length)]
+    #[arg(long, value_name = "DURATION", value_parser = window_length, help_heading = "Freeze windows")]
     pub(crate) max_freeze: Option<Duration>,
-    /// Average write rate limit for the whole run, in bytes per second (e.g. 50M = 50
-    /// MiB/s), kept by pausing between windows. A rate at which the bytes alone take more
-    /// than a year is refused (exit 3) unless --force.
-    #[arg(long, value_name = "SIZE")]
-    pub(crate) rate: Option<Rate>,
-    /// Pause between windows, thawed, so applications catch up. File mode, for a live
-    /// server, pauses 1s unless given (writers then run at least half the time).
-    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = pause_length)]
-    pub(crate) pause: Duration,
-    /// Stop after this many freeze windows overrun their deadline (each overrun is thawed
-    /// by the guardian; until this limit the run continues with shorter windows).
-    #[arg(long, default_value_t = DEFAULT_MAX_OVERRUNS, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000), allow_negative_numbers = true)]
+    /// Stop after this many windows overrun their deadline
+    ///
+    /// Each overrun is thawed by the guardian; until this limit the run continues with
+    /// shorter windows.
+    #[arg(long, default_value_t = DEFAULT_MAX_OVERRUNS, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000), allow_negative_numbers = true, help_heading = "Freeze windows")]
     pub(crate) max_overruns: u32,
-    /// The pipeline's depth: chunks read ahead of the writer, N/2 of them read at once and N/2 written ones
-    /// queued for their read-back; 0: serial. Not given: chosen by a short probe of the device
-    /// (memory: (N + 4) x chunk size with verification).
-    #[arg(long, default_value_t = DEFAULT_READ_AHEAD, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=64), allow_negative_numbers = true)]
+    /// Average write rate limit, e.g. 50M (per second)
+    ///
+    /// For the whole run, in bytes per second (50M = 50 MiB/s), kept by pausing between windows. A rate at which the bytes alone take more
+    /// than a year is refused (exit 3) unless --force.
+    #[arg(long, value_name = "SIZE", help_heading = "Pace")]
+    pub(crate) rate: Option<Rate>,
+    /// Pause between windows, thawed [default: 0s device, 1s files]
+    ///
+    /// So applications catch up. File mode, for a live
+    /// server, pauses 1s unless given (writers then run at least half the time).
+    #[arg(long, default_value = "0s", hide_default_value = true, value_name = "DURATION", value_parser = pause_length, help_heading = "Pace")]
+    pub(crate) pause: Duration,
+    /// Bytes per chunk [default: auto: tried, else 4M]
+    ///
+    /// K, M, G suffixes; a multiple of the device's direct-I/O alignment. Not given: a long run that freezes nothing tries 4M and larger chunks
+    /// on its first stretches and keeps the faster (docs/CHUNK-SIZE.md); else 4M.
+    /// [default: auto: tried, else 4M]
+    #[arg(long, default_value_t = DEFAULT_CHUNK_SIZE, hide_default_value = true, value_name = "SIZE", value_parser = chunk_size, help_heading = "Pace")]
+    pub(crate) chunk_size: Size,
+    /// Chunks read ahead of the writer [default: auto: probed, else 2]
+    ///
+    /// The pipeline's depth: chunks read ahead of the writer, N/2 of them read at once
+    /// and N/2 written ones queued for their read-back; 0: serial. Not given: chosen by a
+    /// short probe of the device (memory: (N + 4) x chunk size with verification).
+    /// [default: auto: probed, else 2]
+    #[arg(long, default_value_t = DEFAULT_READ_AHEAD, hide_default_value = true, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=64), allow_negative_numbers = true, help_heading = "Pace")]
     pub(crate) read_ahead: usize,
-    /// Skip the read-back check after each write (faster; the pre-write hash is still journaled).
-    #[arg(long)]
-    pub(crate) no_verify: bool,
-    /// Go on despite a rotational device, a window longer than half the hung-task
-    /// timeout, or a --rate that keeps the run from finishing within a year.
-    #[arg(long)]
-    pub(crate) force: bool,
-    /// Freeze even where the freeze guardian cannot leave reseq's cgroup (inside a
-    /// container's cgroup namespace, on a cgroup v1 host, a read-only cgroupfs): a kill or
-    /// freeze of reseq's whole unit then also hits the guardian, and a freeze in progress
-    /// stays until `reseq thaw` runs (the shipped unit's ExecStopPost= runs it).
-    #[arg(long)]
-    pub(crate) accept_cgroup_risk: bool,
-    /// Print the plan and exit without writing or freezing anything: with the bytes the
-    /// run reads and writes, and its windows, time frozen and duration to expect, from a
-    /// probe (1 s at most) that reads some of the run's own chunks as the run will.
-    #[arg(long, short = 'n')]
-    pub(crate) dry_run: bool,
-    /// Continue an interrupted run from its journal (starts afresh if there is none).
-    #[arg(long, conflicts_with = "restart")]
-    pub(crate) resume: bool,
-    /// Discard an unfinished run's journal and start from the beginning.
-    #[arg(long)]
-    pub(crate) restart: bool,
-    /// Where journals are kept.
-    #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR", env = "RESEQ_STATE_DIR")]
-    pub(crate) state_dir: PathBuf,
-    /// Rewrite free space too. By default, free space of mounted ext4/xfs filesystems is
-    /// left out (GETFSMAP), which saves endurance and keeps what TRIM achieved.
-    #[arg(long)]
-    pub(crate) include_free: bool,
-    /// Do not run FITRIM on the filesystems after the run.
-    #[arg(long)]
+    /// Do not run FITRIM on the filesystems after the run
+    #[arg(long, help_heading = "Pace")]
     pub(crate) no_trim: bool,
-    /// Pace of the FITRIM after the run, in bytes discarded per second (e.g. 2G). By
-    /// default reseq trims in slices and idles 4 x each slice's time between them (the
+    /// Pace of the FITRIM after the run, e.g. 2G (per second)
+    ///
+    /// In bytes discarded per second. By default reseq trims in slices and idles 4 x each slice's time between them (the
     /// device busy at most 20 % of the time); --pause also spaces the slices.
-    #[arg(long, value_name = "SIZE", conflicts_with = "no_trim")]
+    #[arg(long, value_name = "SIZE", conflicts_with = "no_trim", help_heading = "Pace")]
     pub(crate) trim_rate: Option<Rate>,
-    /// Rewrite only the regions that read slowly: scan the device first (reads only,
-    /// with the --bench-* block size and queue depth) and rewrite the flagged regions. In
-    /// file mode: read each file (as `scan --by-file`) and rewrite the files flagged slow
-    /// against the youngest files.
-    #[arg(long)]
-    pub(crate) only_slow: bool,
-    /// File mode: rewrite only the files whose data is older than this (the newest of
-    /// mtime and ctime), e.g. 90d, 6months. With --only-slow, only files both old and slow.
-    /// A file-mode rewrite keeps mtime and ctime: the run records what it refreshed in the
-    /// state directory, and later runs with the same --state-dir count age from then.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub(crate) older_than: Option<Duration>,
-    /// Like --only-slow, with the slow regions of a scan saved earlier (reseq scan --json).
-    #[arg(long, value_name = "SCAN.json", conflicts_with = "only_slow")]
-    pub(crate) from_scan: Option<PathBuf>,
-    /// Regions of the scan for --only-slow.
-    #[arg(long, default_value_t = DEFAULT_SCAN_REGIONS, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
-    pub(crate) scan_regions: usize,
-    /// A region is slow below this fraction of the median of the fastest quarter.
-    #[arg(long, default_value_t = DEFAULT_SLOW_THRESHOLD, value_name = "FRACTION", value_parser = fraction, allow_negative_numbers = true)]
-    pub(crate) slow_threshold: f64,
-    /// Benchmark sequential reads of the range before and after, and give a verdict.
-    #[arg(long)]
+    /// Benchmark reads before and after, and give a verdict
+    ///
+    /// Sequential reads of the range, before and after the rewrite.
+    #[arg(long, help_heading = "Benchmark")]
     pub(crate) bench: bool,
     #[command(flatten)]
     pub(crate) bench_opts: BenchOpts,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
+    /// Skip the read-back check after each write
+    ///
+    /// Faster; the pre-write hash is still journaled.
+    #[arg(long, help_heading = "Overrides")]
+    pub(crate) no_verify: bool,
+    /// Go on despite a rotational device, a long window or a slow --rate
+    ///
+    /// A window longer than half the hung-task timeout, or a --rate that keeps the run
+    /// from finishing within a year.
+    #[arg(long, help_heading = "Overrides")]
+    pub(crate) force: bool,
+    /// Freeze even where the guardian cannot leave reseq's cgroup
+    ///
+    /// Inside a container's cgroup namespace, on a cgroup v1 host, a read-only cgroupfs: a kill or
+    /// freeze of reseq's whole unit then also hits the guardian, and a freeze in progress
+    /// stays until `reseq thaw` runs (the shipped unit's ExecStopPost= runs it).
+    #[arg(long, help_heading = "Overrides")]
+    pub(crate) accept_cgroup_risk: bool,
 }
 
 /// How reports are printed and where metrics go.
 #[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Output")]
 pub(crate) struct OutputArgs {
-    /// Print the report as JSON on stdout (same as --format json).
+    /// Print the report as JSON on stdout (--format json)
     #[arg(long)]
     pub(crate) json: bool,
-    /// Report format on stdout.
+    /// Report format
     #[arg(long, value_name = "FORMAT", value_parser = PossibleValuesParser::new(Format::NAMES).map(|f| f.parse::<Format>().expect("a listed format")))]
     pub(crate) format: Option<Format>,
-    /// Also write Prometheus textfile metrics here, atomically (node_exporter's
-    /// textfile collector directory, e.g. /var/lib/node_exporter/textfile_collector/reseq.prom).
+    /// Also write Prometheus textfile metrics here
+    ///
+    /// Atomically, e.g. in node_exporter's textfile collector directory, e.g. /var/lib/node_exporter/textfile_collector/reseq.prom).
     #[arg(long, value_name = "PATH.prom")]
     pub(crate) metrics_file: Option<PathBuf>,
 }
@@ -538,27 +625,33 @@ impl OutputArgs {
 
 /// Read benchmark parameters (for `bench`, and `rewrite --bench` with the `bench-` prefix).
 #[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Benchmark")]
 pub(crate) struct BenchOpts {
-    /// Bytes per read command.
+    /// Bytes per read command
     #[arg(long = "bench-block-size", default_value = "1M", value_name = "SIZE")]
     pub(crate) block_size: Size,
-    /// Reads in flight at once.
+    /// Reads in flight at once
     #[arg(long = "bench-queue-depth", default_value_t = 1, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256), allow_negative_numbers = true)]
     pub(crate) queue_depth: usize,
-    /// Timed passes over the range (before and after each, for rewrite --bench).
+    /// Timed passes over the range, before and after each
     #[arg(long = "bench-passes", default_value_t = 3, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000), allow_negative_numbers = true)]
     pub(crate) passes: usize,
-    /// Pause between passes, in case the drive reorganises itself in the background.
+    /// Pause between passes
+    ///
+    /// In case the drive reorganises itself in the background.
     #[arg(long = "bench-settle", default_value = "0s", value_name = "DURATION", value_parser = pause_length)]
     pub(crate) settle: Duration,
-    /// Regions of the before/after throughput map.
+    /// Regions of the before/after throughput map
     #[arg(long = "bench-regions", default_value_t = 32, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
     pub(crate) regions: usize,
-    /// Benchmark only this much from the start of the range (default: all of it).
+    /// Benchmark only this much of the range [default: all]
+    ///
+    /// From the start of the range.
     #[arg(long = "bench-length", value_name = "SIZE")]
     pub(crate) length: Option<Size>,
-    /// When the reads after the rewrite differ from those before, read again this long
-    /// later: the verdict stands only if the change lasts (re-sequencing lasts; a cache
+    /// Read again this long later if the speed changed
+    ///
+    /// When the reads after the rewrite differ from those before: the verdict stands only if the change lasts (re-sequencing lasts; a cache
     /// below the device, as under a VM, fades). 0s: no re-check.
     #[arg(long = "bench-recheck", default_value = "30s", value_name = "DURATION", value_parser = pause_length)]
     pub(crate) recheck: Duration,
@@ -572,7 +665,9 @@ pub(crate) struct ReadArgs {
     /// Bytes per read command.
     #[arg(long, default_value = "1M", value_name = "SIZE")]
     pub(crate) block_size: Size,
-    /// Reads in flight at once (that many threads issuing O_DIRECT reads).
+    /// Reads in flight at once
+    ///
+    /// That many threads issuing O_DIRECT reads.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256), allow_negative_numbers = true)]
     pub(crate) queue_depth: usize,
     /// Start of the range.
@@ -581,8 +676,9 @@ pub(crate) struct ReadArgs {
     /// Length of the range (default: to the end).
     #[arg(long, value_name = "SIZE")]
     pub(crate) length: Option<Size>,
-    /// A device with mounted ext4/xfs: measure its free space too. By default only the
-    /// ranges in use are read (offsets and lengths then count in-use bytes): free space,
+    /// Measure free space too (default: the ranges in use)
+    ///
+    /// A device with mounted ext4/xfs: by default only the ranges in use are read (offsets and lengths then count in-use bytes): free space,
     /// trimmed or not, says nothing about the data.
     #[arg(long)]
     pub(crate) include_free: bool,
@@ -592,24 +688,30 @@ pub(crate) struct ReadArgs {
 pub(crate) struct BenchArgs {
     #[command(flatten)]
     pub(crate) read: ReadArgs,
-    /// Measure what TRIM costs readers on the filesystem holding TARGET (a file or
-    /// directory on mounted ext4/xfs): write a scratch file there, delete it and FITRIM
+    /// Measure what TRIM costs readers on TARGET's filesystem
+    ///
+    /// TARGET is a file or directory on mounted ext4/xfs: write a scratch file there, delete it and FITRIM
     /// its range in slices while a light probe reads; report the trim rate and the read
     /// latency during the trim against before it. The scratch file is always removed.
     /// Refused (exit 3) where the device has no discard.
     #[arg(long)]
     pub(crate) trim_impact: bool,
-    /// --trim-impact: bytes of the scratch file (what is deleted and trimmed).
+    /// --trim-impact: bytes of the scratch file
+    ///
+    /// What is deleted and trimmed.
     #[arg(long, default_value = "1G", value_name = "SIZE", requires = "trim_impact", value_parser = trim_size)]
     pub(crate) trim_size: Size,
-    /// --trim-impact: pace the trim at this many bytes discarded per second (default:
-    /// unpaced slices, the drive's worst case).
+    /// --trim-impact: pace of the trim, per second [default: unpaced]
+    ///
+    /// Bytes discarded per second (default: unpaced slices, the drive's worst case).
     #[arg(long, value_name = "SIZE", requires = "trim_impact")]
     pub(crate) trim_rate: Option<Rate>,
     /// Timed passes.
     #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000), allow_negative_numbers = true)]
     pub(crate) passes: usize,
-    /// Pause between passes (10 s lets a drive that reorganises itself in the background do so).
+    /// Pause between passes
+    ///
+    /// 10 s lets a drive that reorganises itself in the background do so.
     #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = pause_length)]
     pub(crate) settle: Duration,
     #[command(flatten)]
@@ -623,11 +725,15 @@ pub(crate) struct ScanArgs {
     /// How many regions to time.
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000), allow_negative_numbers = true)]
     pub(crate) regions: usize,
+    /// Slow: below this share of the fastest quarter
+    ///
     /// A region is flagged slow when at every reading below this fraction of the median of
     /// the fastest quarter of the regions, each at its slowest reading (with --by-file: a file, below this fraction of the youngest files,
     /// or of the fastest quarter when fewer than 3 reads are younger than a week).
     #[arg(long, default_value_t = 0.7, value_name = "FRACTION", value_parser = fraction, allow_negative_numbers = true)]
     pub(crate) threshold: f64,
+    /// Time each file and relate its speed to its age
+    ///
     /// Files and directories of files: read each file once (O_DIRECT) and relate its
     /// throughput to its age (the newest of mtime and ctime), by age band (< 1 week,
     /// < 1 month, < 6 months, older). Files under 4 read blocks are timed together with
@@ -635,7 +741,7 @@ pub(crate) struct ScanArgs {
     /// data `rewrite --only-slow` refreshes.
     #[arg(long, conflicts_with_all = ["offset", "length", "include_free", "regions"])]
     pub(crate) by_file: bool,
-    /// --by-file: list the files oldest first (age) or slowest first (throughput).
+    /// --by-file: list oldest or slowest first
     #[arg(long, value_enum, default_value = "age", value_name = "ORDER", requires = "by_file")]
     pub(crate) sort: FileOrder,
     #[command(flatten)]
@@ -681,6 +787,8 @@ pub(crate) struct DemoArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub(crate) json: bool,
+    /// A plain loop device (no FTL) instead of an emulated SSD
+    ///
     /// The plain demo: a loop device over an image file, which has no FTL (nothing to
     /// speed up), instead of an emulated SSD served through FUSE.
     #[arg(long)]

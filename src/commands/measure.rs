@@ -57,7 +57,8 @@ pub(crate) fn run_estimate(o: &EstimateOptions) -> (Report, Result<()>) {
         let around = around(&o.target);
         let block = (1u64 << 20).max(target.offset_align()).max(around.as_ref().map_or(0, Target::offset_align));
         let e = crate::measure::estimate::estimate(&target, around.as_ref(), block, (o.sample, o.regions))?;
-        log::info!("{}", e.advice);
+        // The report says it first: logged too, it was said twice.
+        log::debug!("{}", e.advice);
         report.estimate = Some(e);
         Ok(())
     })

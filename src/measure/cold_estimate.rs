@@ -123,7 +123,7 @@ pub(crate) fn estimate(
     let limits = (THRESHOLD * reference, group_ref.map(|g| THRESHOLD * g.0).unwrap_or(0.0));
     let slow_samples = timed.iter().filter(|t| t.rate() < if t.group { limits.1 } else { limits.0 }).count();
     let advice = advice(cannot, (speedup, cold_speedup), (cold_slow_bytes, bytes), (now, refreshed), slow_samples);
-    log::info!("{advice}");
+    log::debug!("{advice}"); // the report says it first
     Ok(ColdEstimate {
         target: target.display().to_string(),
         files: found.len(),

@@ -53,7 +53,32 @@ pub(crate) fn release() {
 
 /// Sets up env_logger: `-q` warnings only, default info, `-v` debug, `-vv` trace;
 /// `RUST_LOG` overrides.
+///
+/// The lines are plain ("warning: ..." or the message alone) unless `-v` or `RUST_LOG`
+/// asks for the log's own: timestamps and module paths are for whoever debugs reseq, not
+/// for the admin who reads a job's mail.
 pub(crate) fn init_logging(verbose: u8, quiet: bool) {
+    let detailed = verbose > 0 || std::env::var_os("RUST_LOG").is_some();
+    let mut builder = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(filter(
+        verbose,
+        quiet,
+        std::io::stderr().is_terminal(),
+    )));
+    builder.target(env_logger::Target::Pipe(Box::new(HeldStderr)));
+    if detailed {
+        builder.format_timestamp_millis();
+    } else {
+        // Wrapped as the report is: a mail or a terminal reads it.
+        builder.format(|out, record| {
+            let line = plain(record.level(), &record.args().to_string());
+            writeln!(out, "{}", crate::report::render::fit(&line, crate::report::render::WIDTH).trim_end())
+        });
+    }
+    let _ = builder.try_init();
+}
+
+/// The log's filter when RUST_LOG does not set one.
+fn filter(verbose: u8, quiet: bool, terminal: bool) -> String {
     let level = match (quiet, verbose) {
         (true, _) => "warn",
         (false, 0) => "info",
@@ -61,11 +86,24 @@ pub(crate) fn init_logging(verbose: u8, quiet: bool) {
         _ => "trace",
     };
     // fuser (`sim serve`) logs every request it does not implement and its mount steps.
-    let filter = if verbose >= 2 { level.to_string() } else { format!("{level},fuser=error") };
-    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(filter))
-        .target(env_logger::Target::Pipe(Box::new(HeldStderr)))
-        .format_timestamp_millis()
-        .try_init();
+    let mut filter = if verbose >= 2 { level.to_string() } else { format!("{level},fuser=error") };
+    // Each benchmark pass is a line of progress on a terminal; in a job's mail (no
+    // terminal) a `bench = true` run made 12 of them and its cache warning twice, and
+    // the report has every pass and the cache check.
+    if verbose == 0 && !terminal {
+        filter += ",reseq::measure::bench=error";
+    }
+    filter
+}
+
+/// A log line without `-v`: the message, after its level if it is not plain information.
+fn plain(level: log::Level, msg: &str) -> String {
+    match level {
+        log::Level::Info => msg.to_string(),
+        log::Level::Warn => format!("warning: {msg}"),
+        log::Level::Error => format!("error: {msg}"),
+        _ => format!("{}: {msg}", level.as_str().to_lowercase()),
+    }
 }
 
 /// Without a terminal (cron, a timer), a progress line at most every this long, and
@@ -214,6 +252,15 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_lines_are_plain_and_bench_passes_stay_off_a_mail() {
+        assert_eq!(plain(log::Level::Warn, "x"), "warning: x");
+        assert_eq!(plain(log::Level::Info, "progress: 1 of 2"), "progress: 1 of 2");
+        assert!(filter(0, false, false).contains("reseq::measure::bench=error"));
+        assert!(!filter(0, false, true).contains("bench"), "a terminal sees each pass");
+        assert!(!filter(1, false, false).contains("bench"), "-v sees each pass");
+    }
 
     #[test]
     fn the_files_counter_follows_the_files_finished() {

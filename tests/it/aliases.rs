@@ -383,7 +383,7 @@ fn the_dry_run_names_the_backing_file_and_what_cannot_be_seen() {
     std::fs::write(m.dir.join("x"), vec![1u8; 1 << 20]).unwrap();
     let image: PathBuf = lo.image.clone();
     for target in [lo.path.clone(), m.dir.clone()] {
-        let out = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&target));
+        let out = output(env.reseq().args(["rewrite", "--dry-run", "-v"]).arg(&target));
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains(&format!("the backing file of {}", lo.path.display())), "{text}");

@@ -140,7 +140,7 @@ fn single_device_nodatacow_checksummed_reflink_snapshot_inline() {
     // Selections: --only-slow reads every file first (or refuses, when the host is too
     // busy for its rounds to agree: a loaded CI host does that to files this small);
     // --older-than 1d finds all of them new (written just now), so it plans nothing.
-    let out = output(rewrite(&env, &[&m.dir]).args(["--dry-run", "--only-slow"]));
+    let out = output(rewrite(&env, &[&m.dir]).args(["--dry-run", "-v", "--only-slow"]));
     match out.status.code() {
         Some(0) => assert!(json_report(&out)["plan"]["files"].is_array(), "{}", stderr(&out)),
         Some(3) => {
@@ -184,7 +184,7 @@ fn raid1_rewrites_both_mirrors_and_reports_a_differing_one() {
     direct_write_block(&b.path, on_b, zeros.as_slice());
     let (a0, b0) = (bytes_written_to(&a.path), bytes_written_to(&b.path));
     // The dry run plans and predicts both copies, each on its device.
-    let text = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&m.dir));
+    let text = output(env.reseq().args(["rewrite", "--dry-run", "-v"]).arg(&m.dir));
     let text = String::from_utf8_lossy(&text.stdout).replace('\n', " ");
     assert!(text.contains("btrfs data RAID1") && text.contains("2 copies of each byte"), "{text}");
     let dry = json_ok(rewrite(&env, &[&m.dir]).arg("--dry-run"));
@@ -511,7 +511,7 @@ fn a_later_members_alias_is_refused_before_any_write() {
     let f = file(&m.dir.join("f"), 4 << 20, 21, true);
     drop_caches();
     let alias = LoopDevice::attach(&env.path("ab.img"), &["-r"]).unwrap();
-    let dry = output(rewrite(&env, &[&m.dir]).arg("--dry-run"));
+    let dry = output(rewrite(&env, &[&m.dir]).args(["--dry-run", "-v"]));
     assert!(String::from_utf8_lossy(&dry.stdout).contains(&alias.name()), "{}", String::from_utf8_lossy(&dry.stdout));
     let before: Vec<u64> = [&a, &b].iter().map(|d| bytes_written_to(&d.path)).collect();
     let out = output(&mut rewrite(&env, &[&m.dir]));

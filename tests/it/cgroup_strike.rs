@@ -293,7 +293,7 @@ fn where_the_guardian_cannot_leave_reseq_refuses_unless_the_risk_is_accepted() {
     let Some(root) = require_cgroup2() else { return };
     let env = TestEnv::new();
     let (lo, m, files) = filesystem(&env);
-    let plain = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
+    let plain = output(env.reseq().args(["rewrite", "--dry-run", "-v"]).arg(&lo.path));
     assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
     let text = String::from_utf8_lossy(&plain.stdout);
     assert!(text.contains("guardian: the guardian leaves reseq's cgroup"), "{text}");
@@ -329,7 +329,7 @@ fn where_the_guardian_cannot_leave_reseq_refuses_unless_the_risk_is_accepted() {
     let mut host_proc = Command::new("sleep").arg("60").spawn().unwrap();
     let target = host_proc.id().to_string();
     let entered = ["unshare", "--cgroup", "--", "nsenter", "--target", &target, "--cgroup", "--"];
-    let out = output(under(&env, &entered).args(["rewrite", "--dry-run"]).arg(&lo.path));
+    let out = output(under(&env, &entered).args(["rewrite", "--dry-run", "-v"]).arg(&lo.path));
     let _ = host_proc.kill();
     let _ = host_proc.wait();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -367,7 +367,7 @@ fn the_guardian_s_priority_is_stated_and_a_shortfall_is_warned_about() {
     }
     let env = TestEnv::new();
     let (lo, m, files) = filesystem(&env);
-    let dry = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
+    let dry = output(env.reseq().args(["rewrite", "--dry-run", "-v"]).arg(&lo.path));
     let text = String::from_utf8_lossy(&dry.stdout).into_owned();
     assert!(
         text.contains("guardian priority: the guardian runs SCHED_FIFO 99")
@@ -376,7 +376,7 @@ fn the_guardian_s_priority_is_stated_and_a_shortfall_is_warned_about() {
     );
     assert!(!text.contains("without real-time priority"), "root here may use SCHED_FIFO:\n{text}");
     let no_nice = ["setpriv", "--bounding-set", "-sys_nice", "--"];
-    let dry = output(under(&env, &no_nice).args(["rewrite", "--dry-run"]).arg(&lo.path));
+    let dry = output(under(&env, &no_nice).args(["rewrite", "--dry-run", "-v"]).arg(&lo.path));
     let text = String::from_utf8_lossy(&dry.stdout).into_owned();
     assert!(text.contains("without real-time priority (EPERM"), "{text}");
     let out = output(under(&env, &no_nice).args(["rewrite", "--max-freeze", "500ms", "--json"]).arg(&lo.path));
@@ -416,8 +416,8 @@ fn a_real_time_busy_loop_is_refused_unless_forced() {
     let hog =
         Running::from(Command::new("chrt").args(["-f", "10", "sh", "-c", "while :; do :; done"]).spawn().unwrap());
     std::thread::sleep(Duration::from_millis(300));
-    let refused = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
-    let forced = output(env.reseq().args(["rewrite", "--dry-run", "--force"]).arg(&lo.path));
+    let refused = output(env.reseq().args(["rewrite", "--dry-run", "-v"]).arg(&lo.path));
+    let forced = output(env.reseq().args(["rewrite", "--dry-run", "-v", "--force"]).arg(&lo.path));
     drop(hog);
     assert_eq!(refused.status.code(), Some(3), "{}", stderr(&refused));
     assert!(stderr(&refused).contains("real-time processes keep a CPU busy"), "{}", stderr(&refused));
@@ -444,6 +444,6 @@ fn a_real_time_busy_loop_is_refused_unless_forced() {
     assert_eq!(refused.status.code(), Some(3), "{}", stderr(&refused));
     assert!(stderr(&refused).contains("rt-thread-hog"), "the process is named: {}", stderr(&refused));
     // Without them, nothing to say.
-    let plain = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
+    let plain = output(env.reseq().args(["rewrite", "--dry-run", "-v"]).arg(&lo.path));
     assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
 }

@@ -498,7 +498,7 @@ fn a_resumed_run_keeps_the_options_it_was_started_with() {
     assert!(stderr(&out).contains("--chunk-size 2M differs from the interrupted run's 1M"), "{}", stderr(&out));
     // --max-freeze is pacing: a longer one (what an overrun's message advises) is taken,
     // for that run only.
-    let out = output(env.reseq().args(["rewrite", "--resume", "--dry-run", "--max-freeze", "2s"]).arg(&lo.path));
+    let out = output(env.reseq().args(["rewrite", "--resume", "--dry-run", "-v", "--max-freeze", "2s"]).arg(&lo.path));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("--max-freeze 2s replaces the interrupted run's 300ms"), "{}", stderr(&out));
     let out = output(env.reseq().args(["rewrite", "--json", "--resume"]).arg(&lo.path));

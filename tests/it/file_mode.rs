@@ -614,7 +614,7 @@ fn dry_run_plans_each_file_and_touches_nothing() {
     let before = bytes_written_to(&lo.path);
     let dry = |verbose: bool| {
         let mut c = env.reseq();
-        c.args(["rewrite", "--dry-run", "--max-freeze", "1s"]).arg(&path).arg(mnt.dir.join("small"));
+        c.args(["rewrite", "--dry-run", "-v", "--max-freeze", "1s"]).arg(&path).arg(mnt.dir.join("small"));
         if verbose {
             c.arg("-v");
         }
@@ -642,7 +642,7 @@ fn dry_run_plans_each_file_and_touches_nothing() {
     // these 9.6 MiB take one window.
     assert!(text.contains("  frozen: one window of about "), "{text}");
     // Windows back to back: the hint when writers would wait most of the run.
-    let busy = ["rewrite", "--dry-run", "--max-freeze", "300ms", "--pause", "0s", "--chunk-size", "4K"];
+    let busy = ["rewrite", "--dry-run", "-v", "--max-freeze", "300ms", "--pause", "0s", "--chunk-size", "4K"];
     let out = output(env.reseq().args(busy).arg(&path));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("  frozen: about ") && text.contains("writers wait most of the run: --pause "), "{text}");
@@ -914,7 +914,7 @@ fn dry_run_of_the_resume(env: &TestEnv, dir: &std::path::Path, done: &[std::path
     assert_eq!(left, (files - finished) as u64 * (4 << 20), "{}", r["plan"]);
     assert_eq!(r["prediction"]["bytes_to_rewrite"], left, "{}", r["prediction"]);
     assert!(r["plan"]["range_start_bytes"].is_null() && r["plan"]["chunks_total"].as_u64().unwrap() >= 1);
-    let out = output(env.reseq().args(["rewrite", "--resume", "--dry-run"]).arg(dir));
+    let out = output(env.reseq().args(["rewrite", "--resume", "--dry-run", "-v"]).arg(dir));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(&format!("    {} file(s), ", files - finished)), "{text}");
     assert!(text.contains(&format!("  resumed: {finished} file(s) (")), "{text}");
@@ -1167,7 +1167,7 @@ fn hot_database_files_are_warned_about() {
     assert_eq!(warnings.len(), 9, "{warnings:?}");
     assert!(log.contains("InnoDB redo log"), "said when it matters, before a run: {log}");
     // The text of the plan says it too.
-    let out = output(env.reseq().args(["rewrite", "--dry-run"]).arg(d.join("mysql")));
+    let out = output(env.reseq().args(["rewrite", "--dry-run", "-v"]).arg(d.join("mysql")));
     assert!(String::from_utf8_lossy(&out.stdout).contains("  warning: "), "{}", String::from_utf8_lossy(&out.stdout));
     // Left out as the warnings say: no warning.
     let (warnings, _) = dry(&[
@@ -1228,7 +1228,7 @@ fn a_refused_file_run_writes_nothing() {
     assert!(snapshot_dir(&env.state_dir()) == before, "the refused --resume changed the state directory");
     unfinished_run_refused_alike(&env, &path);
     assert_eq!(unfinished_runs(&env), runs, "status shows the interrupted run");
-    let out = output(env.reseq().args(["rewrite", "--resume", "--dry-run"]).arg(&path));
+    let out = output(env.reseq().args(["rewrite", "--resume", "--dry-run", "-v"]).arg(&path));
     assert!(stderr(&out).contains("--max-freeze 200ms"), "{}", stderr(&out));
     let r = json_ok(env.reseq().args(["rewrite", "--json", "--resume"]).arg(&path));
     assert!(r["files"][0]["resumed_from_bytes"].as_u64().unwrap() > 0, "continued where SIGINT stopped it");

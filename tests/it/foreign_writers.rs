@@ -27,7 +27,7 @@ fn a_process_holding_the_device_for_writing_is_refused() {
     assert_eq!(bytes_written_to(&lo.path), written, "nothing may be written");
     assert_eq!(hash_path(&lo.path).unwrap(), before);
     // The dry run says what it checked.
-    let out = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
+    let out = output(env.reseq().args(["rewrite", "--dry-run", "-v"]).arg(&lo.path));
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("other writers: none"));
 }

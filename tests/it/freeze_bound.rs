@@ -64,7 +64,7 @@ fn dry_run_and_report_state_the_bound() {
     }
     let env = TestEnv::new();
     let (lo, _m) = filesystem(&env, "d");
-    let out = output(env.reseq().args(["rewrite", "--dry-run", "--max-freeze", MAX_FREEZE]).arg(&lo.path));
+    let out = output(env.reseq().args(["rewrite", "--dry-run", "-v", "--max-freeze", MAX_FREEZE]).arg(&lo.path));
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("0.500 s after the deadline (grace)") && text.contains("beyond 1.000 s"), "{text}");
@@ -79,7 +79,7 @@ fn dry_run_and_report_state_the_bound() {
         .unwrap_or(0);
     if hung >= 4 {
         let just_over = format!("{}ms", hung * 500 - 500);
-        let out = output(env.reseq().args(["rewrite", "--dry-run", "--max-freeze", &just_over]).arg(&lo.path));
+        let out = output(env.reseq().args(["rewrite", "--dry-run", "-v", "--max-freeze", &just_over]).arg(&lo.path));
         assert_eq!(out.status.code(), Some(3), "max-freeze + grace over half the hung-task timeout is refused");
         assert!(stderr(&out).contains("grace"), "{}", stderr(&out));
     }

@@ -193,7 +193,7 @@ fn an_external_journal_on_a_sibling_is_frozen_first() {
     run_cmd(Command::new("mkswap").arg(&swap.path)).unwrap();
     run_cmd(Command::new("swapon").arg(&swap.path)).unwrap();
     let swapoff = Defer(|| drop(Command::new("swapoff").arg(&swap.path).output()));
-    let plan = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&stack.disk.path));
+    let plan = output(env.reseq().args(["rewrite", "--dry-run", "-v"]).arg(&stack.disk.path));
     drop(swapoff);
     drop(swap);
     let text = String::from_utf8_lossy(&plan.stdout);
@@ -228,7 +228,7 @@ fn a_journal_through_a_stacked_loop_is_followed() {
     }
     let env = TestEnv::new();
     let stack = Stack::new(&env, true);
-    let plan = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&stack.disk.path));
+    let plan = output(env.reseq().args(["rewrite", "--dry-run", "-v"]).arg(&stack.disk.path));
     let text = String::from_utf8_lossy(&plan.stdout);
     let order = format!("freeze order: {} before {}", stack.p2().display(), stack.p1().display());
     assert!(text.contains(&order) && text.contains("journal.img"), "{text}");

@@ -40,6 +40,7 @@ mod report_schema;
 mod rewrite_device;
 mod scale;
 mod scan;
+mod screen;
 mod sim_cli;
 mod sim_serve;
 mod sparse;

@@ -228,7 +228,7 @@ fn a_plan_that_would_take_years_says_so_and_its_run_is_refused() {
     let (lo, mnt) = env.mounted("years", 96 * MIB, "ext4");
     fill_files(&mnt.dir, 12, 4 << 20, 47);
     for target in [mnt.dir.as_path(), lo.path.as_path()] {
-        let out = output(env.reseq().args(["rewrite", "--dry-run", "--rate", "1"]).arg(target));
+        let out = output(env.reseq().args(["rewrite", "--dry-run", "-v", "--rate", "1"]).arg(target));
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let text = String::from_utf8_lossy(&out.stdout);
         let said = text
@@ -249,7 +249,7 @@ fn a_plan_that_would_take_years_says_so_and_its_run_is_refused() {
     assert!(stderr(&out).contains("more than a year"), "{}", stderr(&out));
     assert_eq!(bytes_written_to(&lo.path), before, "a refused run wrote");
     // A rate that is merely slow plans on without a word about years.
-    let out = output(env.reseq().args(["rewrite", "--dry-run", "--rate", "10M"]).arg(&mnt.dir));
+    let out = output(env.reseq().args(["rewrite", "--dry-run", "-v", "--rate", "10M"]).arg(&mnt.dir));
     assert!(!String::from_utf8_lossy(&out.stdout).contains("would take about"));
 }
 
@@ -365,7 +365,7 @@ fn a_chunk_trial_tries_two_shapes_and_every_byte_is_written_once() {
     assert_eq!(windows["expected"].as_u64(), Some(5), "four stretches and the rest: {windows}");
     // 256 chunks of 4 MiB, less 30 in each 64 MiB stretch (two chunks where 4 MiB takes 32).
     assert_eq!(plan["prediction"]["chunks"].as_u64(), Some(196), "{}", plan["prediction"]);
-    let text = output(&mut rewrite("s1", &["--dry-run"], "trial-from=256M,trial-stretch=128M"));
+    let text = output(&mut rewrite("s1", &["--dry-run", "-v"], "trial-from=256M,trial-stretch=128M"));
     let said = String::from_utf8_lossy(&text.stdout);
     assert!(said.contains("chunk trial: 4.0 MiB at depth 2 and 64.0 MiB at depth 1"), "{said}");
     for given in [&["--chunk-size", "4M"][..], &["--read-ahead", "2"], &["--rate", "1G"]] {

@@ -118,8 +118,9 @@ fn dry_run_touches_nothing_and_shows_the_plan() {
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("dry", 64 * MIB, "ext4");
     let written_before = bytes_written_to(&lo.path);
-    let out =
-        output(env.reseq().args(["rewrite", "--dry-run", "--chunk-size", "2M", "--read-ahead", "3"]).arg(&lo.path));
+    let out = output(
+        env.reseq().args(["rewrite", "--dry-run", "-v", "--chunk-size", "2M", "--read-ahead", "3"]).arg(&lo.path),
+    );
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("chunks: 32 of 2.0 MiB"), "{text}");
@@ -134,7 +135,7 @@ fn dry_run_touches_nothing_and_shows_the_plan() {
     // Windows back to back: frozen nearly all the run, said with the way out; a pause as
     // long as a window frees writers half the time.
     fill_files(&mnt.dir, 8, 4 << 20, 5);
-    let tight = ["rewrite", "--dry-run", "--max-freeze", "300ms", "--chunk-size", "4K"];
+    let tight = ["rewrite", "--dry-run", "-v", "--max-freeze", "300ms", "--chunk-size", "4K"];
     let busy = output(env.reseq().args(tight).arg(&lo.path));
     let busy = String::from_utf8_lossy(&busy.stdout);
     assert!(busy.contains("frozen: about ") && busy.contains("writers wait most of the run: --pause "), "{busy}");
@@ -164,7 +165,7 @@ fn whole_disk_freezes_filesystems_on_its_partitions() {
     let files = fill_files(&mnt.dir, 2, 4 << 20, 11);
 
     // The plan warns that the unmounted p2 is rewritten whole.
-    let plan = output(env.reseq().args(["rewrite", "--dry-run"]).arg(&lo.path));
+    let plan = output(env.reseq().args(["rewrite", "--dry-run", "-v"]).arg(&lo.path));
     let p2 = parts.nodes[1].display().to_string();
     let said = format!("partition {p2} (48.0 MiB) is not mounted: all of it is rewritten");
     assert!(String::from_utf8_lossy(&plan.stdout).contains(&said), "{}", String::from_utf8_lossy(&plan.stdout));

@@ -81,7 +81,8 @@ fn only_slow_rewrites_just_the_flagged_regions() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(json_report(&out)["results"]["bytes_written"], 16 * MIB);
     // What was chosen shows in the plan, the progress and the text report.
-    let plan = output(env.reseq().args(["rewrite", "--dry-run", "--only-slow", "--scan-regions", "8"]).arg(&lo.path));
+    let plan =
+        output(env.reseq().args(["rewrite", "--dry-run", "-v", "--only-slow", "--scan-regions", "8"]).arg(&lo.path));
     let plan = String::from_utf8_lossy(&plan.stdout).to_string();
     assert!(plan.contains("selection: --only-slow: a scan of 8 regions"), "{plan}");
     let out = output(env.reseq().args(["rewrite", "--from-scan"]).arg(&saved).arg(&lo.path));

@@ -117,21 +117,26 @@ fn file_scan_row(sc: &FileScan) -> String {
     )
 }
 
-/// `reseq estimate DIR`: the bands, then the prediction in words.
-pub(crate) fn cold_estimate_text(e: &ColdEstimate) -> String {
+/// `reseq estimate DIR`: the prediction in words, then the bands that have files (each
+/// band, the sampling's rule, what the reference is and the cache check with `-v`).
+pub(crate) fn cold_estimate_text(e: &ColdEstimate, verbose: bool) -> String {
     let mut s = format!(
-        "  estimate by file age: {} file(s), {} under {}; {} sampled, each sample read three times (the fastest counts; the reference at its slowest)\n",
+        "  {}\n  estimate by file age: {} file(s), {} under {}; {} sampled\n",
+        if verbose { e.advice.clone() } else { super::text::cut(&e.advice) },
         e.files,
         human_bytes(e.bytes),
         e.target,
         human_bytes(e.sample_bytes)
     );
+    if verbose {
+        s += "    each sample read three times (the fastest counts; the reference at its slowest)\n";
+    }
     let _ = writeln!(
         s,
         "    {:<12} {:>7} {:>11} {:>8} {:>18} {:>9} {:>11}",
         "age", "files", "bytes", "samples", "median throughput", "now", "refreshed"
     );
-    for b in &e.bands {
+    for b in e.bands.iter().filter(|b| verbose || b.files > 0) {
         let med = b.median_bytes_per_second.map_or("-".into(), human_rate);
         let _ = writeln!(
             s,
@@ -146,9 +151,16 @@ pub(crate) fn cold_estimate_text(e: &ColdEstimate) -> String {
             if b.slow { "  SLOW" } else { "" }
         );
     }
-    let _ = writeln!(s, "  reference: {} ({})", human_rate(e.reference_bytes_per_second), e.reference);
-    if let Some(c) = &e.cache {
-        let _ = writeln!(s, "    cache check: {}", c.finding);
+    match verbose {
+        true => {
+            let _ = writeln!(s, "  reference: {} ({})", human_rate(e.reference_bytes_per_second), e.reference);
+            if let Some(c) = &e.cache {
+                let _ = writeln!(s, "    cache check: {}", c.finding);
+            }
+        }
+        false => {
+            let _ = writeln!(s, "  reference: {}", human_rate(e.reference_bytes_per_second));
+        }
     }
-    s + &format!("  {}\n", e.advice)
+    s
 }

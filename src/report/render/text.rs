@@ -8,10 +8,71 @@ use crate::measure::estimate::Estimate;
 use crate::report::{FileReport, Prediction, Report, Verification, WriteCost};
 use crate::support::units::{human_bytes, human_rate, human_seconds};
 
-/// The report as text; a dry run that succeeded prints its plan.
+/// The widest line of the default text: what a terminal shows without wrapping.
+pub(crate) const WIDTH: usize = 100;
+
+/// The report as text; a dry run that succeeded prints its plan. Without `-v` every line
+/// fits [`WIDTH`] columns (a longer one is wrapped under itself); with `-v` the whole text,
+/// wrapped at the terminal's width when there is one (a pipe gets it unwrapped, for grep).
 pub(crate) fn text(r: &Report) -> String {
+    let t = full_text(r);
+    match r.every_file {
+        false => fit(&t, WIDTH),
+        true => terminal_width().map_or(t.clone(), |w| fit(&t, w)),
+    }
+}
+
+/// stdout's width, when it is a terminal.
+fn terminal_width() -> Option<usize> {
+    use std::io::IsTerminal;
+    let out = std::io::stdout();
+    if !out.is_terminal() {
+        return None;
+    }
+    terminal_size::terminal_size_of(&out).map(|(w, _)| (w.0 as usize).max(40))
+}
+
+/// Wraps each line longer than `width` at spaces, the rest of it indented 4 more than the
+/// line (a hanging indent); a word longer than a line stays whole.
+pub(crate) fn fit(text: &str, width: usize) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches('\n');
+        if body.chars().count() <= width {
+            out += line;
+            continue;
+        }
+        let indent = body.len() - body.trim_start().len();
+        let hang = " ".repeat(indent + 4);
+        let mut cur = body[..indent].to_string();
+        let mut first = true;
+        for word in body.trim_start().split(' ') {
+            let start = if first { indent } else { hang.len() };
+            if cur.chars().count() > start && cur.chars().count() + 1 + word.chars().count() > width {
+                out += cur.trim_end();
+                out += "\n";
+                cur = hang.clone();
+                first = false;
+            } else if cur.chars().count() > start {
+                cur.push(' ');
+            }
+            cur += word;
+        }
+        out += cur.trim_end();
+        if line.ends_with('\n') {
+            out += "\n";
+        }
+    }
+    out
+}
+
+/// The report's text, unwrapped.
+fn full_text(r: &Report) -> String {
     if let (true, Some(t), 0) = (r.dry_run, &r.plan_text, r.outcome.exit_code) {
-        let detail = r.plan_detail.as_deref().filter(|_| r.every_file);
+        if !r.every_file {
+            return dry_run_summary(r, t);
+        }
+        let detail = r.plan_detail.as_deref();
         return t.clone() + detail.unwrap_or_default();
     }
     if let Some(files) = &r.files {
@@ -31,13 +92,99 @@ pub(crate) fn text(r: &Report) -> String {
     s + &ending(r)
 }
 
-/// The pipeline's depth and why (`rewrite`), and the chunk-size trial's outcome.
+/// The pipeline's depth and why (`rewrite`), and the chunk-size trial's outcome: with
+/// `-v` (the JSON has them too).
 fn depth(r: &Report) -> String {
+    if !r.every_file {
+        return String::new();
+    }
     let mut s = r.pipeline_depth.as_ref().map_or_else(String::new, |d| format!("  depth: {} ({})\n", d.depth, d.why));
     if let Some(t) = r.results.as_ref().and_then(|x| x.chunk_trial.as_ref()) {
         s += &format!("  chunk trial: {}\n", t.why);
     }
     s
+}
+
+/// The lines of a dry run's plan that `-v` alone shows: how it is done and checked, and
+/// what the prediction rests on. The JSON has the figures.
+const PLAN_DETAIL: [&str; 12] = [
+    "memory",
+    "depth",
+    "chunk trial",
+    "guardian",
+    "guardian priority",
+    "other writers",
+    "aliases",
+    "not visible from this host",
+    "medium",
+    "journal",
+    "freeze order",
+    "note",
+];
+
+/// A dry run without `-v`: the time frozen and in all first, then what is rewritten and
+/// frozen, the warnings; the reasons, checks and model behind `-v`.
+fn dry_run_summary(r: &Report, plan: &str) -> String {
+    let mut s = r.prediction.as_ref().map(headline).unwrap_or_default();
+    for line in plan.lines() {
+        let key = line.trim_start().split(':').next().unwrap_or_default();
+        if PLAN_DETAIL.contains(&key) || key.starts_with("prediction rests on") {
+            continue;
+        }
+        let short = match key {
+            "prediction" => r.prediction.as_ref().map_or_else(|| line.to_string(), short_prediction),
+            "nothing was written or frozen (dry run)" => format!("{line}; -v shows the whole plan"),
+            // The first line, the windows and the space: their reasons are behind -v.
+            _ if line.len() > WIDTH => cut(line),
+            _ => line.to_string(),
+        };
+        s += &short;
+        s += "\n";
+    }
+    s
+}
+
+/// A long line up to its first "; ", without its asides in parentheses (" (...)"; a
+/// "file(s)" stays).
+pub(super) fn cut(line: &str) -> String {
+    let head = line.split("; ").next().unwrap_or(line);
+    let (mut out, mut depth) = (String::new(), 0);
+    let mut chars = head.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' if depth == 0 && chars.peek() == Some(&'(') => {
+                chars.next();
+                depth = 1;
+            }
+            '(' if depth > 0 => depth += 1,
+            ')' if depth > 0 => depth -= 1,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out.trim_end().to_string()
+}
+
+/// The dry run's answer: how long frozen, in how many windows, how long in all.
+fn headline(p: &Prediction) -> String {
+    format!(
+        "dry run: about {} frozen in {} window(s), the longest {}; about {} in all\n",
+        human_seconds(p.frozen_seconds.expected),
+        p.windows.expected,
+        human_seconds(p.longest_freeze_seconds),
+        human_seconds(p.duration_seconds.expected)
+    )
+}
+
+/// The prediction's figures without their ranges (`-v` and the JSON have those).
+fn short_prediction(p: &Prediction) -> String {
+    let verb = if p.bytes_verified > 0 { "written and read back" } else { "written" };
+    format!(
+        "  prediction: {} {verb} in {} chunk(s), {} read",
+        human_bytes(p.bytes_written),
+        p.chunks,
+        human_bytes(p.bytes_read)
+    )
 }
 
 /// A dry run's prediction, as its plan ends (and a saved dry run's report shows it).
@@ -161,18 +308,30 @@ fn measurements(r: &Report) -> String {
         }
     }
     let verdict = r.verdict.as_ref().map(|v| {
-        let rule = (!v.criteria.is_empty()).then(|| format!("  verdict rule: {}\n", v.criteria));
-        format!("  verdict: {} (x{:.2}; {})\n", v.verdict, v.speedup, v.rule) + &rule.unwrap_or_default()
+        // The rule is the same every run: -v (and the JSON) say it.
+        let rule = (!v.criteria.is_empty() && r.every_file).then(|| format!("  verdict rule: {}\n", v.criteria));
+        // Without -v the rule's first clause: its asides are the cache checks' text.
+        let why = if r.every_file { v.rule.clone() } else { cut(&v.rule) };
+        format!("  verdict: {} (x{:.2}; {why})\n", v.verdict, v.speedup) + &rule.unwrap_or_default()
     });
     let sections = [
-        r.bench.as_ref().map(|b| bench_line("read", b)),
+        r.bench.as_ref().map(|b| bench_line("read", b, r.every_file)),
         r.scan.as_ref().map(|sc| scan_text("scan", sc)),
         r.scan_files.as_ref().map(super::cold::file_scan_text),
-        r.estimate.as_ref().map(estimate_text),
-        r.estimate_files.as_ref().map(super::cold::cold_estimate_text),
+        r.estimate.as_ref().map(|e| estimate_text(e, r.every_file)),
+        r.estimate_files.as_ref().map(|e| super::cold::cold_estimate_text(e, r.every_file)),
         r.trim_impact.as_ref().map(|t| t.text()),
-        r.bench_before.as_ref().map(|b| bench_line("before", b)),
-        r.bench_after.as_ref().map(|b| bench_line("after", b)),
+        r.bench_before.as_ref().map(|b| bench_line("before", b, r.every_file)),
+        r.bench_after.as_ref().map(|b| {
+            // The same cache check after as before is said once.
+            let same = r.bench_before.as_ref().and_then(|x| x.cache.as_ref()).map(|c| &c.finding)
+                == b.cache.as_ref().map(|c| &c.finding);
+            let line = bench_line("after", b, r.every_file);
+            match same && !r.every_file {
+                true => line.lines().filter(|l| !l.contains("cache check: ")).map(|l| format!("{l}\n")).collect(),
+                false => line,
+            }
+        }),
         verdict,
         r.space.as_ref().and_then(|sp| sp.trim.as_ref()).map(|t| t.text()),
         r.write_cost.as_ref().map(write_cost_text),
@@ -198,8 +357,7 @@ fn files_text(r: &Report, files: &[FileReport]) -> String {
         s += &rewrote(r, x);
         s += &windows(x);
     }
-    s += &format!("  files: {}\n", file_counts(files));
-    s += &format!("  verification: {}\n", r.verification);
+    s += &format!("  files: {}; verification: {}\n", file_counts(files), r.verification);
     s += &measurements(r);
     let listed: Vec<&FileReport> = files.iter().filter(|f| r.every_file || has_problem(f)).collect();
     if !listed.is_empty() {
@@ -270,7 +428,8 @@ fn file_line(f: &FileReport) -> String {
     line + &notes.into_iter().flatten().collect::<String>()
 }
 
-fn bench_line(label: &str, b: &BenchResult) -> String {
+/// The figures on one line, what was read on the line before; each pass with `-v`.
+fn bench_line(label: &str, b: &BenchResult, verbose: bool) -> String {
     let passes: Vec<String> = b
         .passes
         .iter()
@@ -281,27 +440,29 @@ fn bench_line(label: &str, b: &BenchResult) -> String {
             _ => human_rate(p.bytes_per_second),
         })
         .collect();
-    format!(
-        "  {label}: {} of {} in {} passes of {} blocks at QD{}{}: median {}, min {}, max {} ({})\n",
-        human_bytes(b.params.length_bytes),
-        b.target,
-        b.passes.len(),
-        human_bytes(b.params.block_size_bytes),
-        b.params.queue_depth,
-        if b.virtual_time { " (virtual time)" } else { "" },
+    let each = verbose.then(|| format!("    passes: {}\n", passes.join(", ")));
+    let head = format!(
+        "  {label}: median {}, min {}, max {}{} ({} passes of {} blocks, QD{})",
         human_rate(b.median_bytes_per_second),
         human_rate(b.min_bytes_per_second),
         human_rate(b.max_bytes_per_second),
-        passes.join(", ")
-    ) + &bench_notes(b)
+        if b.virtual_time { " (virtual time)" } else { "" },
+        b.passes.len(),
+        human_bytes(b.params.block_size_bytes),
+        b.params.queue_depth,
+    );
+    // What was read on the same line when it fits, else under it.
+    let what = format!("{} of {}", human_bytes(b.params.length_bytes), b.target);
+    let sep = if head.len() + 2 + what.len() <= WIDTH { ", " } else { "\n    " };
+    format!("{head}{sep}{what}\n") + &each.unwrap_or_default() + &bench_notes(b, verbose)
 }
 
 /// The cache check and the emulated drive's punctuality under a benchmark's line.
-fn bench_notes(b: &BenchResult) -> String {
-    let cache = b
-        .cache
-        .as_ref()
-        .map(|c| format!("    cache check: {}{}\n", if c.cache_suspected { "UNRELIABLE, " } else { "" }, c.finding));
+fn bench_notes(b: &BenchResult, verbose: bool) -> String {
+    let cache = b.cache.as_ref().map(|c| {
+        let finding = if verbose { c.finding.clone() } else { cut(&c.finding) };
+        format!("    cache check: {}{finding}\n", if c.cache_suspected { "UNRELIABLE, " } else { "" })
+    });
     let emulated = b.emulated.as_ref().map(|e| {
         format!(
             "    emulated drive (reseq sim serve, time x{}): {} of {} replies late, by {:.1} % of the passes' time\n",
@@ -344,19 +505,25 @@ fn scan_text(label: &str, sc: &ScanResult) -> String {
     s
 }
 
-fn estimate_text(e: &Estimate) -> String {
-    format!(
-        "  estimate: {} sampled in {} places of {}, each read {} times: median {}, reference {} ({}){}\n  (short samples can read faster than a whole pass of `reseq bench`: compare estimates with estimates)\n  {}\n",
-        human_bytes(e.sample_bytes),
-        e.regions.len(),
-        e.target,
-        e.sureness.readings_per_place,
+/// The advice first, then the figures; what the reference is, and the caveat about short
+/// samples, with `-v`.
+fn estimate_text(e: &Estimate, verbose: bool) -> String {
+    let mut s = format!(
+        "  {}\n  estimate: median {}, reference {}{} ({} in {} places, each read {} times)\n",
+        // The verdict and its figures; the reasons behind -v.
+        if verbose { e.advice.clone() } else { cut(&e.advice) },
         human_rate(e.median_bytes_per_second),
         human_rate(e.reference_bytes_per_second),
-        e.reference,
         if e.virtual_time { " (virtual time)" } else { "" },
-        e.advice
-    )
+        human_bytes(e.sample_bytes),
+        e.regions.len(),
+        e.sureness.readings_per_place,
+    );
+    if verbose {
+        s += &format!("  sampled: {}\n  reference: {}\n", e.target, e.reference);
+        s += "  (short samples can read faster than a whole pass of `reseq bench`: compare estimates with estimates)\n";
+    }
+    s
 }
 
 fn write_cost_text(w: &WriteCost) -> String {
