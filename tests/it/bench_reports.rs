@@ -224,7 +224,8 @@ fn rewrite_bench_reports_in_every_format() {
     assert!(criteria.contains("Mann-Whitney") && criteria.contains("spread"), "{criteria}");
     assert!(r["verdict"]["needed_effect"].as_f64().unwrap() >= 1.5);
     assert!(html.contains("<p>Rule: faster (or slower) needs"), "no rule on the page");
-    let text = output(env.reseq().args(["report", "--format", "text"]).arg(&saved));
+    // The text gives the rule with -v (the verdict's first clause without).
+    let text = output(env.reseq().args(["-v", "report", "--format", "text"]).arg(&saved));
     assert!(String::from_utf8_lossy(&text.stdout).contains("verdict rule: faster (or slower) needs"));
 
     // Headless Chromium: no console errors, and the chart has pixels where it belongs.

@@ -403,7 +403,8 @@ fn a_chunk_trial_tries_two_shapes_and_every_byte_is_written_once() {
     assert_eq!(direct(), before, "the bytes as they were");
     let saved = env.path("trial.json");
     std::fs::write(&saved, r.to_string()).unwrap();
-    let text = output(env.reseq().arg("report").arg(&saved));
+    // The trial's reasons are behind -v.
+    let text = output(env.reseq().args(["-v", "report"]).arg(&saved));
     let said = String::from_utf8_lossy(&text.stdout);
     let why = x["chunk_trial"]["why"].as_str().unwrap();
     assert!(said.contains(&format!("chunk trial: {why}")), "{said}");

@@ -103,7 +103,7 @@ fn a_nightly_run_over_a_postgresql_data_directory_prints_a_summary() {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(text.lines().count() < 15, "{} lines:\n{text}", text.lines().count());
     for total in
-        ["reseq rewrite: ", "  rewrote ", "  windows: ", "  files: ", "  verification: passed\n", "  outcome: success"]
+        ["reseq rewrite: ", "  rewrote ", "  windows: ", "  files: ", "; verification: passed\n", "  outcome: success"]
     {
         assert!(text.contains(total), "{total:?} missing:\n{text}");
     }

@@ -86,7 +86,8 @@ fn only_slow_rewrites_just_the_flagged_regions() {
     let plan = String::from_utf8_lossy(&plan.stdout).to_string();
     assert!(plan.contains("selection: --only-slow: a scan of 8 regions"), "{plan}");
     let out = output(env.reseq().args(["rewrite", "--from-scan"]).arg(&saved).arg(&lo.path));
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    // Its words, however the line was wrapped to fit 100 columns.
+    let text = String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(text.contains("1 slow region(s), 16.0 MiB of 128.0 MiB (12 % of a full rewrite)"), "{text}");
     assert!(stderr(&out).contains("rewriting the 1 slow region(s) chosen: 16.0 MiB of 128.0 MiB"), "{}", stderr(&out));
     // A scan of something else is refused.

@@ -21,7 +21,7 @@ use crate::support::error::{Error, Result};
 use crate::support::units::{human_bytes, human_rate};
 
 pub(crate) use prometheus::prometheus;
-pub(crate) use text::{WIDTH, fit, prediction, text};
+pub(crate) use text::{prediction, text};
 
 /// A report format, by the name `--format` takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

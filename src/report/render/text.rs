@@ -6,10 +6,8 @@ use crate::engine::EngineStats;
 use crate::measure::bench::{BenchResult, ScanResult};
 use crate::measure::estimate::Estimate;
 use crate::report::{FileReport, Prediction, Report, Verification, WriteCost};
+use crate::support::output::{WIDTH, fit};
 use crate::support::units::{human_bytes, human_rate, human_seconds};
-
-/// The widest line of the default text: what a terminal shows without wrapping.
-pub(crate) const WIDTH: usize = 100;
 
 /// The report as text; a dry run that succeeded prints its plan. Without `-v` every line
 /// fits [`WIDTH`] columns (a longer one is wrapped under itself); with `-v` the whole text,
@@ -30,40 +28,6 @@ fn terminal_width() -> Option<usize> {
         return None;
     }
     terminal_size::terminal_size_of(&out).map(|(w, _)| (w.0 as usize).max(40))
-}
-
-/// Wraps each line longer than `width` at spaces, the rest of it indented 4 more than the
-/// line (a hanging indent); a word longer than a line stays whole.
-pub(crate) fn fit(text: &str, width: usize) -> String {
-    let mut out = String::with_capacity(text.len());
-    for line in text.split_inclusive('\n') {
-        let body = line.trim_end_matches('\n');
-        if body.chars().count() <= width {
-            out += line;
-            continue;
-        }
-        let indent = body.len() - body.trim_start().len();
-        let hang = " ".repeat(indent + 4);
-        let mut cur = body[..indent].to_string();
-        let mut first = true;
-        for word in body.trim_start().split(' ') {
-            let start = if first { indent } else { hang.len() };
-            if cur.chars().count() > start && cur.chars().count() + 1 + word.chars().count() > width {
-                out += cur.trim_end();
-                out += "\n";
-                cur = hang.clone();
-                first = false;
-            } else if cur.chars().count() > start {
-                cur.push(' ');
-            }
-            cur += word;
-        }
-        out += cur.trim_end();
-        if line.ends_with('\n') {
-            out += "\n";
-        }
-    }
-    out
 }
 
 /// The report's text, unwrapped.
