@@ -249,6 +249,43 @@ impl Progress {
     }
 }
 
+/// The widest line of the default text: what a terminal shows without wrapping.
+pub(crate) const WIDTH: usize = 100;
+
+/// Wraps each line longer than `width` at spaces, the rest of it indented 4 more than the
+/// line (a hanging indent); a word longer than a line stays whole.
+pub(crate) fn fit(text: &str, width: usize) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches('\n');
+        if body.chars().count() <= width {
+            out += line;
+            continue;
+        }
+        let indent = body.len() - body.trim_start().len();
+        let hang = " ".repeat(indent + 4);
+        let mut cur = body[..indent].to_string();
+        let mut first = true;
+        for word in body.trim_start().split(' ') {
+            let start = if first { indent } else { hang.len() };
+            if cur.chars().count() > start && cur.chars().count() + 1 + word.chars().count() > width {
+                out += cur.trim_end();
+                out += "\n";
+                cur = hang.clone();
+                first = false;
+            } else if cur.chars().count() > start {
+                cur.push(' ');
+            }
+            cur += word;
+        }
+        out += cur.trim_end();
+        if line.ends_with('\n') {
+            out += "\n";
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,41 +324,4 @@ mod tests {
         p.advance(60);
         assert_eq!(p.quarters_shown, 0, "none within {LINE_EVERY:?} of the start");
     }
-}
-
-/// The widest line of the default text: what a terminal shows without wrapping.
-pub(crate) const WIDTH: usize = 100;
-
-/// Wraps each line longer than `width` at spaces, the rest of it indented 4 more than the
-/// line (a hanging indent); a word longer than a line stays whole.
-pub(crate) fn fit(text: &str, width: usize) -> String {
-    let mut out = String::with_capacity(text.len());
-    for line in text.split_inclusive('\n') {
-        let body = line.trim_end_matches('\n');
-        if body.chars().count() <= width {
-            out += line;
-            continue;
-        }
-        let indent = body.len() - body.trim_start().len();
-        let hang = " ".repeat(indent + 4);
-        let mut cur = body[..indent].to_string();
-        let mut first = true;
-        for word in body.trim_start().split(' ') {
-            let start = if first { indent } else { hang.len() };
-            if cur.chars().count() > start && cur.chars().count() + 1 + word.chars().count() > width {
-                out += cur.trim_end();
-                out += "\n";
-                cur = hang.clone();
-                first = false;
-            } else if cur.chars().count() > start {
-                cur.push(' ');
-            }
-            cur += word;
-        }
-        out += cur.trim_end();
-        if line.ends_with('\n') {
-            out += "\n";
-        }
-    }
-    out
 }
