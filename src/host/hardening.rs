@@ -77,18 +77,14 @@ impl Hardening {
         let mut missing = Vec::new();
         if let Err(e) = self.realtime {
             missing.push(format!(
-                "real-time priority ({e}: no CAP_SYS_NICE, or systemd's RestrictRealtime=); on a saturated CPU its thaw can come late"
+                "real-time priority ({e}: no CAP_SYS_NICE, or RestrictRealtime=): a thaw can come late on a busy CPU"
             ));
         }
         if let Err(e) = self.locked {
-            missing.push(format!(
-                "locked memory ({e}: no CAP_IPC_LOCK); under memory pressure its thaw can wait for paging"
-            ));
+            missing.push(format!("locked memory ({e}: no CAP_IPC_LOCK): a thaw can wait for paging"));
         }
         if !self.oom_protected {
-            missing.push(
-                "protection from the OOM killer (oom_score_adj -1000 refused: no CAP_SYS_RESOURCE, as in a container; the shipped unit grants it); if memory runs out the kernel may pick it like any process (docs/SAFETY.md says what ends a freeze when the guardian is gone)".to_string(),
-            );
+            missing.push("OOM protection (no CAP_SYS_RESOURCE; the unit grants it)".to_string());
         }
         (!missing.is_empty()).then(|| format!("the freeze guardian runs without {}", missing.join("; without ")))
     }

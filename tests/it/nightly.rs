@@ -7,9 +7,11 @@ use crate::common::*;
 
 const MIB: u64 = 1 << 20;
 
-/// A job of over 90 s, run as the unit's `ExecStart=` runs it (no terminal, stdin from
-/// /dev/null), prints at most 15 lines in all: a start, a progress line per quarter at
-/// most, warnings once, the summary. With `quiet = true`, no log line but warnings.
+/// A job of over 90 s with its benchmarks before and after (`bench = true`), run as the
+/// unit's `ExecStart=` runs it (no terminal, stdin from /dev/null), prints at most 15
+/// lines in all: a start, a progress line per quarter at most, warnings once, the
+/// summary with a line per benchmark and the verdict. With `quiet = true`, no log line
+/// but warnings.
 #[test]
 fn a_nightly_job_prints_at_most_fifteen_lines() {
     if !require(&["losetup", "mkfs.ext4"]) {
@@ -40,7 +42,7 @@ fn a_nightly_job_prints_at_most_fifteen_lines() {
         let out = output(&mut cmd);
         (out, start.elapsed())
     };
-    let (out, took) = run(&job("nightly.toml", "rate = \"512K\"\n"));
+    let (out, took) = run(&job("nightly.toml", "rate = \"512K\"\nbench = true\n"));
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
     eprintln!("{took:?}, {} lines:\n{text}", text.lines().count());
     assert_eq!(out.status.code(), Some(0), "{text}");
@@ -53,6 +55,9 @@ fn a_nightly_job_prints_at_most_fifteen_lines() {
         assert!(l.contains(" of 48.0 MiB (") && l.contains(" of 12 files, "), "{l}");
     }
     assert!(text.contains("outcome: success"), "{text}");
+    for said in ["  before: median ", "  after: median ", "  verdict: "] {
+        assert_eq!(text.lines().filter(|l| l.starts_with(said)).count(), 1, "one {said:?} line: {text}");
+    }
     assert!(std::fs::read_to_string(&metrics).unwrap().contains("reseq_"), "the metrics tell the rest");
     assert_files_intact(&files);
 

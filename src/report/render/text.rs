@@ -274,28 +274,21 @@ fn measurements(r: &Report) -> String {
     let verdict = r.verdict.as_ref().map(|v| {
         // The rule is the same every run: -v (and the JSON) say it.
         let rule = (!v.criteria.is_empty() && r.every_file).then(|| format!("  verdict rule: {}\n", v.criteria));
-        // Without -v the rule's first clause: its asides are the cache checks' text.
-        let why = if r.every_file { v.rule.clone() } else { cut(&v.rule) };
+        let why = if r.every_file { v.rule.clone() } else { verdict_reason(&v.rule) };
         format!("  verdict: {} (x{:.2}; {why})\n", v.verdict, v.speedup) + &rule.unwrap_or_default()
     });
     let sections = [
-        r.bench.as_ref().map(|b| bench_line("read", b, r.every_file)),
+        // A benchmark alone says its cache check: the reader of one asks what it measured.
+        r.bench.as_ref().map(|b| bench_line("read", b, r.every_file, true)),
         r.scan.as_ref().map(|sc| scan_text("scan", sc)),
         r.scan_files.as_ref().map(super::cold::file_scan_text),
         r.estimate.as_ref().map(|e| estimate_text(e, r.every_file)),
         r.estimate_files.as_ref().map(|e| super::cold::cold_estimate_text(e, r.every_file)),
         r.trim_impact.as_ref().map(|t| t.text()),
-        r.bench_before.as_ref().map(|b| bench_line("before", b, r.every_file)),
-        r.bench_after.as_ref().map(|b| {
-            // The same cache check after as before is said once.
-            let same = r.bench_before.as_ref().and_then(|x| x.cache.as_ref()).map(|c| &c.finding)
-                == b.cache.as_ref().map(|c| &c.finding);
-            let line = bench_line("after", b, r.every_file);
-            match same && !r.every_file {
-                true => line.lines().filter(|l| !l.contains("cache check: ")).map(|l| format!("{l}\n")).collect(),
-                false => line,
-            }
-        }),
+        // Before and after say a cache check only when it found a cache (or with -v): the
+        // verdict below already weighs it.
+        r.bench_before.as_ref().map(|b| bench_line("before", b, r.every_file, false)),
+        r.bench_after.as_ref().map(|b| bench_line("after", b, r.every_file, false)),
         verdict,
         r.space.as_ref().and_then(|sp| sp.trim.as_ref()).map(|t| t.text()),
         r.write_cost.as_ref().map(write_cost_text),
@@ -392,8 +385,18 @@ fn file_line(f: &FileReport) -> String {
     line + &notes.into_iter().flatten().collect::<String>()
 }
 
-/// The figures on one line, what was read on the line before; each pass with `-v`.
-fn bench_line(label: &str, b: &BenchResult, verbose: bool) -> String {
+/// Without -v, why the verdict is what it is, in a clause: where a change was seen but
+/// does not count, only the reason it does not (its figure is the verdict's own); the
+/// asides after a colon (which disk, which cache) are -v's.
+fn verdict_reason(rule: &str) -> String {
+    let short = cut(rule);
+    let why = short.split_once(", but the medians differ by ").and_then(|(_, t)| t.split_once(", "));
+    let why = why.map_or(short.as_str(), |(_, why)| why);
+    why.split(": ").next().unwrap_or(why).to_string()
+}
+
+/// The figures on one line, with what was read when it fits; each pass with `-v`.
+fn bench_line(label: &str, b: &BenchResult, verbose: bool, cache: bool) -> String {
     let passes: Vec<String> = b
         .passes
         .iter()
@@ -406,10 +409,9 @@ fn bench_line(label: &str, b: &BenchResult, verbose: bool) -> String {
         .collect();
     let each = verbose.then(|| format!("    passes: {}\n", passes.join(", ")));
     let head = format!(
-        "  {label}: median {}, min {}, max {}{} ({} passes of {} blocks, QD{})",
+        "  {label}: median {} ({}{}, {} passes of {}, QD{})",
         human_rate(b.median_bytes_per_second),
-        human_rate(b.min_bytes_per_second),
-        human_rate(b.max_bytes_per_second),
+        rate_range(b.min_bytes_per_second, b.max_bytes_per_second),
         if b.virtual_time { " (virtual time)" } else { "" },
         b.passes.len(),
         human_bytes(b.params.block_size_bytes),
@@ -418,12 +420,22 @@ fn bench_line(label: &str, b: &BenchResult, verbose: bool) -> String {
     // What was read on the same line when it fits, else under it.
     let what = format!("{} of {}", human_bytes(b.params.length_bytes), b.target);
     let sep = if head.len() + 2 + what.len() <= WIDTH { ", " } else { "\n    " };
-    format!("{head}{sep}{what}\n") + &each.unwrap_or_default() + &bench_notes(b, verbose)
+    format!("{head}{sep}{what}\n") + &each.unwrap_or_default() + &bench_notes(b, verbose, cache)
 }
 
-/// The cache check and the emulated drive's punctuality under a benchmark's line.
-fn bench_notes(b: &BenchResult, verbose: bool) -> String {
-    let cache = b.cache.as_ref().map(|c| {
+/// "354.6 to 471.5 MiB/s": the unit once where both ends share it.
+fn rate_range(min: f64, max: f64) -> String {
+    let (lo, hi) = (human_rate(min), human_rate(max));
+    match (lo.split_once(' '), hi.split_once(' ')) {
+        (Some((n, unit)), Some((_, u))) if unit == u => format!("{n} to {hi}"),
+        _ => format!("{lo} to {hi}"),
+    }
+}
+
+/// The cache check (`always`, or with -v, or when it found a cache) and the emulated
+/// drive's punctuality under a benchmark's line.
+fn bench_notes(b: &BenchResult, verbose: bool, always: bool) -> String {
+    let cache = b.cache.as_ref().filter(|c| always || verbose || c.cache_suspected).map(|c| {
         let finding = if verbose { c.finding.clone() } else { cut(&c.finding) };
         format!("    cache check: {}{finding}\n", if c.cache_suspected { "UNRELIABLE, " } else { "" })
     });

@@ -472,8 +472,7 @@ unitlog() { journalctl -u reseq@vmtest.service --after-cursor="${1:-$SINCE}" --n
 # never through the filesystem: a probe through it would block).
 is_frozen() { local v; v=$(dd if="$1" bs=4096 count=1 iflag=direct status=none | od -An -tu1 -j1120 -N1); (( (v & 4) == 0 )); }
 wait_frozen() { # DEV SECONDS -> sets FROZEN_AT
-  frozen_poll "$1" "$2" || fail "$1 never froze within $2 s (reseq@vmtest.service: $(systemctl is-active reseq@vmtest.service), $(systemctl show -p Result --value reseq@vmtest.service))"
-  FROZEN_AT=$(now)
+  FROZEN_AT=$(frozen_poll "$1" "$2") || fail "$1 never froze within $2 s (reseq@vmtest.service: $(systemctl is-active reseq@vmtest.service), $(systemctl show -p Result --value reseq@vmtest.service))"
 }
 wait_thawed() { # DEV SECONDS -> sets THAWED_AT
   local end; end=$(awk "BEGIN{printf \"%.3f\", $(now) + $2}")
@@ -487,7 +486,8 @@ wait_thawed() { # DEV SECONDS -> sets THAWED_AT
 # is seen and returns 0 only if DEV is still frozen 50 ms later (else continues it and
 # polls on); 2 when JOB (a pid) ended first. STOP may be a cgroup's directory instead:
 # then the cgroup is frozen (cgroup.freeze, as systemctl freeze and container pauses do)
-# and thawed again.
+# and thawed again. Prints when the window it returns for was first seen frozen (epoch
+# seconds): a window let go counts for nothing, the one caught from its first sighting.
 frozen_poll() { # DEV SECONDS [STOP JOB]
   python3 - "$@" <<'PY'
 import mmap, os, signal, sys, time
@@ -504,17 +504,21 @@ def pause(on):
             f.write("1" if on else "0")
     else:
         os.kill(int(stop), signal.SIGSTOP if on else signal.SIGCONT)
+def caught(seen):
+    print(f"{seen:.3f}")
+    sys.exit(0)
 end = time.monotonic() + secs
 while time.monotonic() < end:
     if job is not None and not os.path.exists(f"/proc/{job}"):
         sys.exit(2)
     if frozen():
+        seen = time.time()
         if stop is None:
-            sys.exit(0)
+            caught(seen)
         pause(True)
         time.sleep(0.05)  # a thaw already in the kernel lands before the check
         if frozen():
-            sys.exit(0)
+            caught(seen)
         pause(False)
     time.sleep(0.002)
 sys.exit(1)
@@ -610,7 +614,7 @@ scenario_systemd_freeze() {
     # Freeze it while a window is frozen, from the poller the moment it sees one; a
     # window that ended within 50 ms does not count: the poller thaws the group and takes
     # the next.
-    frozen_poll /dev/vmvg/svc 60 "$cg" "$MAIN" || fail "never froze the unit's cgroup within a window (exit $?)"
+    FROZEN_AT=$(frozen_poll /dev/vmvg/svc 60 "$cg" "$MAIN") || fail "never froze the unit's cgroup within a window (exit $?)"
   fi
   wait_thawed /dev/vmvg/svc 10; within_bound "$how"
   [ "$(systemctl is-active reseq@vmtest.service)" != inactive ] || fail "the unit ended while frozen"
@@ -652,8 +656,7 @@ scenario_systemd_execstoppost() {
   svc_start_mid_window
   # Stop the guardian (it keeps its freezes) while the filesystem is frozen, then kill
   # both: nothing of reseq's is left to thaw.
-  frozen_poll /dev/vmvg/svc 60 "$GUARDIAN" "$MAIN" || fail "never caught the guardian in a window (exit $?)"
-  FROZEN_AT=$(now)
+  FROZEN_AT=$(frozen_poll /dev/vmvg/svc 60 "$GUARDIAN" "$MAIN") || fail "never caught the guardian in a window (exit $?)"
   is_frozen /dev/vmvg/svc || fail "the guardian was stopped in a window, yet $MNT/svc thawed"
   kill -KILL "$MAIN"; kill -KILL "$GUARDIAN"
   wait_inactive
