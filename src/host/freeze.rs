@@ -286,7 +286,8 @@ fn place(guardian: &mut Guardian, placement: &Placement) -> Result<()> {
     if placement.stays() {
         log::warn!("{went}");
     } else {
-        log::info!("freeze guardian (pid {}): in {went}", guardian.pid());
+        // Where it was meant to go: routine, for -v (a job's mail has no room for it).
+        log::debug!("freeze guardian (pid {}): in {went}", guardian.pid());
     }
     if let Some(s) = guardian.hardening.shortfall() {
         log::warn!("{s}");

@@ -290,6 +290,30 @@ pub(crate) struct TrimReport {
 }
 
 impl TrimReport {
+    /// One line: how much, how long, and with `--bench` what it did to reads; failures
+    /// each on a line of their own. The pace and the slices are [`TrimReport::text`]'s.
+    pub(crate) fn short_text(&self) -> String {
+        let x = |v: Option<f64>| v.map_or("-".into(), |v| format!("x{v:.2}"));
+        let probe = self
+            .probe
+            .as_ref()
+            .map(|p| format!("; read latency meanwhile p50 {}, p99 {}", x(p.p50_ratio), x(p.p99_ratio)));
+        let mut s = format!(
+            "  trim: {} of free space discarded in {:.1} s{}{}\n",
+            human_bytes(self.bytes_trimmed),
+            self.seconds,
+            probe.unwrap_or_default(),
+            self.stopped_by.as_ref().map(|s| format!("; STOPPED by {s}")).unwrap_or_default()
+        );
+        s += &self.failures();
+        s
+    }
+
+    fn failures(&self) -> String {
+        let failed = self.filesystems.iter().filter(|f| f.error.is_some());
+        failed.map(|f| format!("    {}: {}\n", f.mount_point, f.error.as_deref().unwrap_or_default())).collect()
+    }
+
     pub(crate) fn text(&self) -> String {
         let mut s = format!(
             "  trim: {} discarded in {} slice(s) over {:.1} s ({}), busy {:.2} s, slowest slice {:.3} s; pace {}{}\n",
@@ -302,9 +326,7 @@ impl TrimReport {
             self.pace,
             self.stopped_by.as_ref().map(|s| format!("; STOPPED by {s}")).unwrap_or_default()
         );
-        for f in self.filesystems.iter().filter(|f| f.error.is_some()) {
-            s += &format!("    {}: {}\n", f.mount_point, f.error.as_deref().unwrap_or_default());
-        }
+        s += &self.failures();
         if let Some(p) = &self.probe {
             s += &p.text();
         }

@@ -108,7 +108,13 @@ fn closer_look(
     };
     let max = bench::EXTRA_PASSES_PER_PASS * opts.passes.max(1);
     let took: f64 = after.passes.iter().map(|p| 2.0 * p.seconds).sum();
-    log::info!("too close to call: {why}; up to {max} more passes after the rewrite decide");
+    // One line for a job's mail; the why in full with -v.
+    log::info!(
+        "too close to call at x{:.2} (x{:.2} needed): up to {max} more passes after the rewrite",
+        v.speedup,
+        v.needed_effect
+    );
+    log::debug!("too close to call: {why}");
     match target().and_then(|t| bench::more_passes(&t, after, max, took.max(bench::CLOSER_LOOK_SECONDS))) {
         Ok(extra) => bench::second_look(&v, before, after, extra, why),
         Err(e) if v.verdict == bench::Finding::NoMeasurableChange => {
@@ -134,10 +140,11 @@ fn take_recheck(
     target: impl Fn() -> Result<Target>,
 ) -> Result<bench::Verdict> {
     log::info!(
-        "the reads after the rewrite were x{:.2} the reads before: reading the same bytes again in {} s, to see that it lasts (re-sequencing lasts; a cache below the device fades)",
+        "reads after the rewrite x{:.2} those before: reading again in {} s to see that it lasts",
         v.speedup,
         opts.recheck.as_secs_f64()
     );
+    log::debug!("re-sequencing lasts; a cache below the device fades");
     let waited = std::time::Instant::now();
     stop.sleep(opts.recheck);
     stop.check("the wait before the re-check")?;

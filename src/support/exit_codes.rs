@@ -74,17 +74,17 @@ impl ExitCode {
             ExitCode::Internal => "internal error (a bug); stopped and thawed",
             ExitCode::Usage => "invalid command line or value",
             ExitCode::Refused => "refused as unsafe; nothing was written",
-            ExitCode::IoError => "I/O error; stopped, thawed; bytes named intact (checked) or kept in a rescue copy",
+            ExitCode::IoError => "I/O error; stopped, thawed; bytes checked intact or kept in a rescue copy",
             ExitCode::ChecksumMismatch => {
                 "checksum mismatch on read-back; stopped there; original bytes in a rescue copy"
             }
             ExitCode::Interrupted => "interrupted by a signal; thawed, resumable with --resume",
             ExitCode::WindowOverrun => {
-                "windows overran too often, broke the bound, or could not freeze; thawed; resumable"
+                "windows overran too often, broke the bound or could not freeze; thawed; resumable"
             }
             ExitCode::FreezeLost => "another program thawed the freeze; writing stopped; its freeze left alone",
             ExitCode::ForeignWrite => {
-                "another writer wrote the device or its backing file; stopped, ranges at risk named"
+                "a foreign write to the device or its backing file; stopped, ranges at risk named"
             }
         }
     }

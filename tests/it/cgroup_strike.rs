@@ -164,7 +164,9 @@ fn filesystem(env: &TestEnv) -> (LoopDevice, Mount, Vec<(PathBuf, blake3::Hash)>
 /// freeze windows: device mode on `target` = the device, file mode on a directory.
 fn slow_rewrite(env: &TestEnv, target: &Path, extra: &[&str]) -> Command {
     let mut c = env.reseq();
-    c.env("RESEQ_FAULTS", "delay@after-write#*=20")
+    // Debug: the guardian's placement is logged there.
+    c.env("RUST_LOG", "debug")
+        .env("RESEQ_FAULTS", "delay@after-write#*=20")
         .args(["rewrite", "--max-freeze", MAX_FREEZE, "--chunk-size", "1M", "--json"])
         .args(extra)
         .arg(target);

@@ -96,7 +96,10 @@ fn slices_ascend_cover_the_filesystem_once_and_trim_its_free_space() {
     std::fs::write(&text, &out.stdout).unwrap();
     let shown = output(env.reseq().arg("report").arg(&text));
     let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
-    assert!(shown.contains("trim: ") && shown.contains("slowest slice"), "{shown}");
+    assert!(shown.contains("trim: ") && shown.contains("of free space discarded in"), "{shown}");
+    let all = output(env.reseq().args(["report", "-v"]).arg(&text));
+    let all = String::from_utf8_lossy(&all.stdout).into_owned();
+    assert!(all.contains("slowest slice"), "-v keeps the slices: {all}");
     for format in ["md", "html", "prom"] {
         let o = output(env.reseq().arg("report").arg(&text).args(["--format", format]));
         let o = String::from_utf8_lossy(&o.stdout).into_owned();

@@ -21,6 +21,8 @@ use crate::support::error::{Error, Result};
 use crate::support::units::{human_bytes, human_rate};
 
 pub(crate) use prometheus::prometheus;
+#[cfg(test)]
+pub(crate) use text::text_at;
 pub(crate) use text::{prediction, text};
 
 /// A report format, by the name `--format` takes.

@@ -13,10 +13,16 @@ use crate::support::units::{human_bytes, human_rate, human_seconds};
 /// fits [`WIDTH`] columns (a longer one is wrapped under itself); with `-v` the whole text,
 /// wrapped at the terminal's width when there is one (a pipe gets it unwrapped, for grep).
 pub(crate) fn text(r: &Report) -> String {
+    text_at(r, terminal_width())
+}
+
+/// The text for a terminal `width` columns wide (None: no terminal).
+pub(crate) fn text_at(r: &Report, width: Option<usize>) -> String {
     let t = full_text(r);
-    match r.every_file {
-        false => fit(&t, WIDTH),
-        true => terminal_width().map_or(t.clone(), |w| fit(&t, w)),
+    match (r.every_file, width) {
+        (false, _) => fit(&t, WIDTH),
+        (true, Some(w)) => fit(&t, w),
+        (true, None) => t,
     }
 }
 
@@ -280,7 +286,7 @@ fn measurements(r: &Report) -> String {
     let sections = [
         // A benchmark alone says its cache check: the reader of one asks what it measured.
         r.bench.as_ref().map(|b| bench_line("read", b, r.every_file, true)),
-        r.scan.as_ref().map(|sc| scan_text("scan", sc)),
+        r.scan.as_ref().map(|sc| scan_text("scan", sc, r.every_file)),
         r.scan_files.as_ref().map(super::cold::file_scan_text),
         r.estimate.as_ref().map(|e| estimate_text(e, r.every_file)),
         r.estimate_files.as_ref().map(|e| super::cold::cold_estimate_text(e, r.every_file)),
@@ -290,7 +296,7 @@ fn measurements(r: &Report) -> String {
         r.bench_before.as_ref().map(|b| bench_line("before", b, r.every_file, false)),
         r.bench_after.as_ref().map(|b| bench_line("after", b, r.every_file, false)),
         verdict,
-        r.space.as_ref().and_then(|sp| sp.trim.as_ref()).map(|t| t.text()),
+        r.space.as_ref().and_then(|sp| sp.trim.as_ref()).map(|t| if r.every_file { t.text() } else { t.short_text() }),
         r.write_cost.as_ref().map(write_cost_text),
     ];
     s + &sections.into_iter().flatten().collect::<String>()
@@ -451,24 +457,30 @@ fn bench_notes(b: &BenchResult, verbose: bool, always: bool) -> String {
     cache.unwrap_or_default() + &emulated.unwrap_or_default()
 }
 
-fn scan_text(label: &str, sc: &ScanResult) -> String {
+/// The count of slow regions first; the slow ones' rows without `-v` (at most
+/// [`LISTED`]), every region's with it.
+fn scan_text(label: &str, sc: &ScanResult, verbose: bool) -> String {
     let mut s = format!(
-        "  {label}: {} regions of {}, reference (fastest quarter) {}, slow below {:.0} % of it: {} slow\n",
+        "  {label}: {} of {} regions slow (below {:.0} % of the fastest quarter's {})\n    of {}\n",
+        sc.slow_regions,
         sc.regions.len(),
-        sc.target,
-        human_rate(sc.reference_bytes_per_second),
         sc.threshold * 100.0,
-        sc.slow_regions
+        human_rate(sc.reference_bytes_per_second),
+        sc.target,
     );
+    let shown: Vec<_> = sc.regions.iter().filter(|r| verbose || r.slow).collect();
+    if shown.is_empty() {
+        return s + "    (-v shows every region)\n";
+    }
     let max = sc.regions.iter().map(|r| r.bytes_per_second).fold(0.0, f64::max).max(1.0);
     // Where each region lies: its offset on the device (the first of its in-use ranges
     // when only those are read), not only its place in the bytes laid end to end.
     let _ = writeln!(s, "    {:>4} {:>14} {:>10} {:>14}", "#", "device offset", "length", "throughput");
-    for r in &sc.regions {
+    let listed = if verbose { shown.len() } else { LISTED };
+    for r in shown.iter().take(listed) {
         let bar = "#".repeat(((r.bytes_per_second / max) * 40.0).round() as usize);
         let at = r.device_ranges.first().map_or(r.offset_bytes, |d| d[0]);
-        let _ = writeln!(
-            s,
+        let row = format!(
             "    {:>4} {:>14} {:>10} {:>12}/s {:<40}{}",
             r.index,
             at,
@@ -477,6 +489,13 @@ fn scan_text(label: &str, sc: &ScanResult) -> String {
             bar,
             if r.slow { " SLOW" } else { "" }
         );
+        let _ = writeln!(s, "{}", row.trim_end());
+    }
+    if shown.len() > listed {
+        let _ = writeln!(s, "    ... and {} more slow regions", shown.len() - listed);
+    }
+    if !verbose {
+        s += "    (-v shows every region)\n";
     }
     s
 }
