@@ -274,8 +274,8 @@ pub(crate) struct RestoreArgs {
     pub(crate) forget: bool,
     /// The device, if its name changed since the copy was made
     ///
-    /// Loop and NVMe numbers can change between boots). It must be the same device: same size,
-    /// and the same backing file, serial or WWN.
+    /// Loop and NVMe numbers can change between boots. It must be the same device: same
+    /// size, and the same backing file, serial or WWN.
     #[arg(long, value_name = "DEVICE")]
     pub(crate) device: Option<PathBuf>,
     /// Longest freeze for the write
@@ -592,7 +592,8 @@ pub(crate) struct OutputArgs {
     pub(crate) format: Option<Format>,
     /// Also write Prometheus textfile metrics here
     ///
-    /// Atomically, e.g. in node_exporter's textfile collector directory, e.g. /var/lib/node_exporter/textfile_collector/reseq.prom).
+    /// Atomically, e.g. in node_exporter's textfile collector directory
+    /// (/var/lib/node_exporter/textfile_collector/reseq.prom).
     #[arg(long, value_name = "PATH.prom")]
     pub(crate) metrics_file: Option<PathBuf>,
 }

@@ -68,9 +68,13 @@ fn run() -> std::process::ExitCode {
     }
     match &cli.command {
         Command::Rewrite(a) => print_report(every_file(rewrite(a, quiet), cli.verbose), &a.output, quiet),
-        Command::Bench(a) => print_report(measure::run_bench(&lower::bench(a)), &a.output, quiet),
-        Command::Scan(a) => print_report(measure::run_scan(&lower::scan(a)), &a.output, quiet),
-        Command::Estimate(a) => print_report(measure::run_estimate(&lower::estimate(a)), &a.output, quiet),
+        Command::Bench(a) => {
+            print_report(every_file(measure::run_bench(&lower::bench(a)), cli.verbose), &a.output, quiet)
+        }
+        Command::Scan(a) => print_report(every_file(measure::run_scan(&lower::scan(a)), cli.verbose), &a.output, quiet),
+        Command::Estimate(a) => {
+            print_report(every_file(measure::run_estimate(&lower::estimate(a)), cli.verbose), &a.output, quiet)
+        }
         Command::Demo(a) => demo(a, quiet),
         Command::Report(a) => finish(rerender(&a.report, a.format, cli.verbose)),
         Command::Thaw { json } => finish(thaw(*json)),

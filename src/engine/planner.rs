@@ -57,6 +57,12 @@ impl Planner for Selected<'_> {
         let planned = self.inner.ranges(cursor, end)?;
         Ok(intersect(&planned, &self.selected))
     }
+
+    // The inner plan's end: a planner that maps a window's worth at a time (a hole map,
+    // file mode) must not have its window taken for all of the rest.
+    fn planned_until(&self, end: u64) -> u64 {
+        self.inner.planned_until(end)
+    }
 }
 
 #[cfg(test)]
@@ -69,5 +75,26 @@ mod tests {
         let b = [(50, 200), (290, 5)];
         assert_eq!(intersect(&a, &b), vec![(50, 50), (200, 50), (290, 5)]);
         assert_eq!(intersect(&a, &[]), vec![]);
+    }
+
+    /// Plans up to `until` at a time, as a hole map or file mode does.
+    struct Partial {
+        until: u64,
+    }
+
+    impl Planner for Partial {
+        fn ranges(&mut self, cursor: u64, end: u64) -> Result<Vec<(u64, u64)>> {
+            Ok(vec![(cursor, self.until.min(end) - cursor)])
+        }
+        fn planned_until(&self, end: u64) -> u64 {
+            self.until.min(end)
+        }
+    }
+
+    #[test]
+    fn a_selection_keeps_where_its_inner_plan_ends() {
+        let mut inner = Partial { until: 1 << 30 };
+        let sel = Selected { inner: &mut inner, selected: vec![(0, 4096), (2 << 30, 4096)] };
+        assert_eq!(sel.planned_until(4 << 30), 1 << 30, "the rest, past the inner plan, is not done");
     }
 }

@@ -35,9 +35,14 @@ use crate::sys;
 
 /// An unmounted device's map covers at most this much data ahead of the writer.
 pub(crate) const UNFROZEN_DATA: u64 = 1 << 30;
-/// A map holds at most this many data extents: what one frozen window spends on it
-/// stays small (two lseeks each) whatever the backing file's fragmentation.
-const MAX_EXTENTS: usize = 16_384;
+/// A frozen window's map covers at most this much data: mapped inside the freeze, it
+/// need not reach far past what one window writes (2 s at 2 GB/s); a window that writes
+/// all of its map ends there, and the next one maps on.
+pub(crate) const FROZEN_DATA: u64 = 4 << 30;
+/// A window's map holds at most this many data extents: what a frozen window spends on
+/// it stays a few milliseconds (two lseeks each) whatever the backing file's
+/// fragmentation. The plan maps all of them, unfrozen ([`Backing::all_data_ranges`]).
+const MAX_EXTENTS: usize = 2_048;
 
 /// A device whose bytes are a regular file's: the file, and where the device starts in it.
 pub(crate) struct Backing {
@@ -54,7 +59,7 @@ impl Backing {
     /// one), opened read-only and checked to be the file the loop holds, not one put at
     /// its path since. Err: why there is no map (in words, for the plan).
     pub(crate) fn of(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> std::result::Result<Backing, String> {
-        let no_map = |why: String| Err(format!("{why}: no hole map, every range is read and rewritten"));
+        let no_map = |why: String| Err(format!("{why}: no hole map"));
         let Some((name, parent)) = sysfs.name_of(dev.dev_num) else {
             return no_map(format!("{} is not in sysfs", dev.path.display()));
         };
@@ -113,6 +118,25 @@ impl Backing {
             }
         }
         Ok((out, to))
+    }
+}
+
+impl Backing {
+    /// As [`Backing::data_ranges`], all of `[from, to)`, however many extents: for the
+    /// plan, whose figures (bytes to rewrite, the prediction, progress) are of all of it.
+    pub(crate) fn all_data_ranges(&self, (from, to): (u64, u64), align: u64) -> Result<Vec<(u64, u64)>> {
+        let (mut out, mut at): (Vec<(u64, u64)>, u64) = (Vec::new(), from);
+        while at < to {
+            let (part, until) = self.data_ranges((at, to), align, None)?;
+            for (o, l) in part {
+                match out.last_mut() {
+                    Some(last) if last.0 + last.1 >= o => last.1 = last.1.max(o + l - last.0),
+                    _ => out.push((o, l)),
+                }
+            }
+            at = until.max(at + 1);
+        }
+        Ok(out)
     }
 }
 
@@ -240,5 +264,31 @@ mod tests {
         let shifted = Backing { shift: 1 << 20, ..b };
         let (data, _) = shifted.data_ranges((0, 63 << 20), 4096, None).unwrap();
         assert_eq!(data, vec![(0, 4096), (31 << 20, 8192)], "device offsets are the file's less the shift");
+    }
+
+    /// More extents than a window maps: a window's map stops early, the plan's does not.
+    #[test]
+    fn the_plan_maps_every_extent() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fragmented");
+        let f = File::create(&path).unwrap();
+        let n = MAX_EXTENTS as u64 + 500;
+        f.set_len(n * 16384).unwrap();
+        for i in 0..n {
+            f.write_all_at(&[1u8; 4096], i * 16384).unwrap();
+        }
+        f.sync_all().unwrap();
+        let b = Backing { file: File::open(&path).unwrap(), shift: 0, described: "test".into() };
+        let (window, until) = b.data_ranges((0, n * 16384), 4096, None).unwrap();
+        if window.len() == 1 {
+            return; // a filesystem without holes: nothing to test here
+        }
+        assert_eq!(window.len(), MAX_EXTENTS, "a window's map is bounded");
+        assert!(until < n * 16384, "and says where it stops: {until}");
+        let all = b.all_data_ranges((0, n * 16384), 4096).unwrap();
+        assert_eq!(all.len() as u64, n, "every extent, once");
+        assert_eq!(all.iter().map(|r| r.1).sum::<u64>(), n * 4096);
+        assert!(all.windows(2).all(|w| w[0].0 + w[0].1 < w[1].0), "ascending, apart");
     }
 }

@@ -176,7 +176,8 @@ fn describe_space(plan: &RewritePlan) -> String {
         false => format!("  holes: {}\n", h.source),
     };
     if plan.used_space.is_empty() {
-        return format!("  space: everything is rewritten\n{holes}");
+        let what = if h.mapped { "everything that holds data" } else { "everything" };
+        return format!("  space: {what} is rewritten\n{holes}");
     }
     let mut s = String::new();
     let trim = plan.trim.then(|| format!(", FITRIM afterwards in slices, pace {}", plan.trim_pace.describe()));

@@ -441,6 +441,8 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     let stop = sequence::ready_to_write()?;
     let (taken, _claims) = take_device(plan, report)?;
     let target = &taken.device;
+    // Before the journal: a refusal here leaves nothing behind.
+    let backing = backing_of(plan)?;
     let mut journal = start_journal(plan)?;
     // The guardian is forked here, while this process still has one thread.
     let mut guard = sequence::guardian(&guarded(plan), journal.path())?;
@@ -456,7 +458,6 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     let mut used = UsedSpace { spans, align: u64::from(plan.device.dio_offset_align) };
     let mut everything = Everything;
     let base: &mut dyn Planner = if plan.used_space.is_empty() { &mut everything } else { &mut used };
-    let backing = backing_of(plan)?;
     let mut holes = None;
     let base: &mut dyn Planner = match &backing {
         Some(b) => holes.insert(skip_holes(plan, base, b)),
@@ -505,12 +506,13 @@ fn discard_if_untouched(plan: &RewritePlan, journal: &Journal, result: &Result<(
     }
 }
 
-/// `base` less the holes of the device's backing file, mapped in each window; unfrozen,
-/// a map is kept no longer than it takes to write a bounded share of data.
+/// `base` less the holes of the device's backing file, mapped in each window, a bounded
+/// share of data at a time (a little more than a window writes when frozen).
 fn skip_holes<'a>(plan: &RewritePlan, base: &'a mut dyn Planner, backing: &'a Backing) -> SkipHoles<'a> {
     let align = u64::from(plan.device.dio_offset_align).max(512);
-    let max_data = (!plan.needs_freeze()).then_some(crate::host::holes::UNFROZEN_DATA);
-    SkipHoles::new(base, backing, align, max_data)
+    use crate::host::holes::{FROZEN_DATA, UNFROZEN_DATA};
+    let max_data = if plan.needs_freeze() { FROZEN_DATA } else { UNFROZEN_DATA };
+    SkipHoles::new(base, backing, align, Some(max_data))
 }
 
 /// The device's backing file, for its hole map, when the plan read one: it must still be

@@ -167,7 +167,7 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
         run_ranges(&dev, &used_space, backing.as_ref(), (from, addressable_end(&dev)), &mut warnings);
     let freezes = !filesystems.is_empty();
     let (engine, depth) = engine_config(o, &dev, &start, (&journal_path, &state), freezes, &ranges)?;
-    warnings.extend(space_warnings(o, &dev, &engine, &filesystems, &env.sysfs));
+    warnings.extend(space_warnings(o, (&dev, holes.mapped), &engine, &filesystems, &env.sysfs));
     let (hung_task_timeout, _) = checks::hung_task();
     // Taken last: what the checks above found is the shape every window must see again.
     let shape = crate::host::shape::Shape::take(dev.dev_num, &env.sysfs);
@@ -204,7 +204,7 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
 /// partitions.
 fn space_warnings(
     o: &RewriteOptions,
-    dev: &BlockDeviceInfo,
+    (dev, holes_mapped): (&BlockDeviceInfo, bool),
     engine: &EngineConfig,
     filesystems: &[MountedFs],
     sysfs: &Sysfs,
@@ -221,8 +221,9 @@ fn space_warnings(
     }
     if filesystems.is_empty() {
         warnings.push(format!(
-            "nothing is mounted from {}: all of it is rewritten, free space included, which tells the SSD that space is in use (undoing TRIM). To skip free space, mount its ext4/xfs filesystem and run reseq again",
-            o.device().display()
+            "nothing is mounted from {}: all of it{} is rewritten, free space included, which tells the SSD that space is in use (undoing TRIM). To skip free space, mount its ext4/xfs filesystem and run reseq again",
+            o.device().display(),
+            if holes_mapped { " that holds data (its backing file's holes are left out)" } else { "" }
         ));
     }
     if !filesystems.is_empty() && !o.include_free {
@@ -272,7 +273,7 @@ fn run_ranges(
             crate::host::usedspace::subtract(from, to, &free, align)
         };
         let data = match backing {
-            Ok(b) => crate::engine::intersect(&used, &b.data_ranges((from, to), align, None)?.0),
+            Ok(b) => crate::engine::intersect(&used, &b.all_data_ranges((from, to), align)?),
             Err(_) => used.clone(),
         };
         Ok((used, data))
