@@ -21,8 +21,9 @@ fn a_nightly_job_prints_at_most_fifteen_lines() {
     let (_lo, mnt) = env.mounted("nightly", 128 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 12, 4 << 20, 31);
     let metrics = env.path("reseq.prom");
-    // Windows of 1 s, not shorter: what is tested is the mail, and beside the suite's other
-    // loop devices a thaw took up to 310 ms, which broke a 300 ms window's bound (exit 7).
+    // Windows of 1 s, not shorter: what is tested is the mail. In a whole-suite run a 300 ms
+    // window lasted 773 ms against its 600 ms bound (exit 7): a thaw queued behind the
+    // others' writes (up to 307 ms measured under bench/load.sh; docs/OPERATIONS.md).
     let job = |name: &str, extra: &str| {
         let path = env.path(name);
         let text = format!(

@@ -282,13 +282,14 @@ pub fn output(cmd: &mut Command) -> Output {
 /// overruns on a busy host stops it again (exit 7). Resumed at most twice more; whatever
 /// the last one said is returned, for the test to judge.
 pub fn resume_to_the_end(env: &TestEnv, target: &Path) -> Output {
-    let mut out = output(env.reseq().args(["rewrite", "--resume", "--json"]).arg(target));
+    let resume = || output(env.reseq().args(["rewrite", "--resume", "--json"]).arg(target));
+    let mut out = resume();
     for _ in 0..2 {
         if out.status.code() != Some(7) {
             break;
         }
         eprintln!("--resume met an overrun (exit 7): resumed again");
-        out = output(env.reseq().args(["rewrite", "--resume", "--json"]).arg(target));
+        out = resume();
     }
     out
 }
