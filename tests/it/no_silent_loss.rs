@@ -444,7 +444,8 @@ fn restore_on_a_mounted_filesystem_freezes_and_checks_the_device() {
     let out = output(&mut in_ns);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(stderr(&out).contains("cannot leave reseq's cgroup"), "{}", stderr(&out));
-    let out = output(env.reseq().args(["restore", "--json"]).arg(&rescue));
+    // Debug: where the guardian went is logged there.
+    let out = output(env.reseq().env("RUST_LOG", "debug").args(["restore", "--json"]).arg(&rescue));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("reseq-guardian."), "the guardian did not leave: {}", stderr(&out));
     let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
