@@ -66,15 +66,13 @@ fn run() -> std::process::ExitCode {
     if let Some(Err(e)) = cli.command.output().map(OutputArgs::check_metrics_file) {
         return finish(Err(e));
     }
+    // A report's detail follows -v, whichever command made it.
+    let show_report = |run, output: &OutputArgs| print_report(every_file(run, cli.verbose), output, quiet);
     match &cli.command {
-        Command::Rewrite(a) => print_report(every_file(rewrite(a, quiet), cli.verbose), &a.output, quiet),
-        Command::Bench(a) => {
-            print_report(every_file(measure::run_bench(&lower::bench(a)), cli.verbose), &a.output, quiet)
-        }
-        Command::Scan(a) => print_report(every_file(measure::run_scan(&lower::scan(a)), cli.verbose), &a.output, quiet),
-        Command::Estimate(a) => {
-            print_report(every_file(measure::run_estimate(&lower::estimate(a)), cli.verbose), &a.output, quiet)
-        }
+        Command::Rewrite(a) => show_report(rewrite(a, quiet), &a.output),
+        Command::Bench(a) => show_report(measure::run_bench(&lower::bench(a)), &a.output),
+        Command::Scan(a) => show_report(measure::run_scan(&lower::scan(a)), &a.output),
+        Command::Estimate(a) => show_report(measure::run_estimate(&lower::estimate(a)), &a.output),
         Command::Demo(a) => demo(a, quiet),
         Command::Report(a) => finish(rerender(&a.report, a.format, cli.verbose)),
         Command::Thaw { json } => finish(thaw(*json)),

@@ -1017,8 +1017,9 @@ impl<F: Filesystems> GuardianState<F> {
     fn kill_reseq(&mut self, stream: &mut UnixStream) -> i32 {
         // When each step came, in ms of the window: said after the thaw, so that a bound
         // broken here shows where its time went.
-        let at = |started: Option<Instant>| started.map_or(0, |s| s.elapsed().as_millis());
-        let kill_at = at(self.freeze_started);
+        let started = self.freeze_started;
+        let at = || started.map(|s| s.elapsed()).unwrap_or_default();
+        let kill_at = at().as_millis();
         let killed = match &self.reseq_fd {
             Some(fd) => sys::pidfd_kill(fd.as_fd()).is_ok(),
             None => {
@@ -1027,13 +1028,12 @@ impl<F: Filesystems> GuardianState<F> {
             }
         };
         wait_for_the_end(stream, self.reseq.as_raw());
-        let gone_at = at(self.freeze_started);
-        let frozen_since = self.freeze_started.map(|s| s.elapsed()).unwrap_or_default();
+        let frozen_since = at();
         let names = self.names();
         // Still frozen, and none of reseq's I/O in flight: what the granted writes left
         // is theirs alone. After the thaw the filesystem may write there too.
         let in_flight = self.check_granted();
-        let checked_at = at(self.freeze_started);
+        let checked_at = at().as_millis();
         self.thaw_all();
         let window = self.windows;
         say!(
@@ -1045,7 +1045,8 @@ impl<F: Filesystems> GuardianState<F> {
             self.frozen_for.as_millis(),
         );
         say!(
-            "reseq guardian: window {window}: the kill at {kill_at} ms, reseq gone at {gone_at} ms, {} granted write(s) read back by {checked_at} ms",
+            "reseq guardian: window {window}: the kill at {kill_at} ms, reseq gone at {} ms, {} granted write(s) read back by {checked_at} ms",
+            frozen_since.as_millis(),
             in_flight.len()
         );
         // Not while another program's freeze is in place: the journal may be on that

@@ -107,10 +107,7 @@ impl Backing {
             let h = sys::seek_hole(self.file.as_fd(), d).map_err(|e| Error::io(what(), e.into()))?.unwrap_or(end);
             let a = ((d - self.shift) / align * align).max(from);
             let b = (h.min(end) - self.shift).div_ceil(align).saturating_mul(align).min(to);
-            match out.last_mut() {
-                Some(last) if last.0 + last.1 >= a => last.1 = last.1.max(b - last.0),
-                _ => out.push((a, b - a)),
-            }
+            push_merged(&mut out, (a, b - a));
             data += b - a;
             pos = h.max(d + 1);
             if max_data.is_some_and(|m| data >= m) || out.len() >= MAX_EXTENTS {
@@ -119,24 +116,25 @@ impl Backing {
         }
         Ok((out, to))
     }
-}
 
-impl Backing {
     /// As [`Backing::data_ranges`], all of `[from, to)`, however many extents: for the
     /// plan, whose figures (bytes to rewrite, the prediction, progress) are of all of it.
     pub(crate) fn all_data_ranges(&self, (from, to): (u64, u64), align: u64) -> Result<Vec<(u64, u64)>> {
         let (mut out, mut at): (Vec<(u64, u64)>, u64) = (Vec::new(), from);
         while at < to {
             let (part, until) = self.data_ranges((at, to), align, None)?;
-            for (o, l) in part {
-                match out.last_mut() {
-                    Some(last) if last.0 + last.1 >= o => last.1 = last.1.max(o + l - last.0),
-                    _ => out.push((o, l)),
-                }
-            }
+            part.into_iter().for_each(|r| push_merged(&mut out, r));
             at = until.max(at + 1);
         }
         Ok(out)
+    }
+}
+
+/// Appends `(o, l)` to ascending `out`, merged into the last range where they touch.
+fn push_merged(out: &mut Vec<(u64, u64)>, (o, l): (u64, u64)) {
+    match out.last_mut() {
+        Some(last) if last.0 + last.1 >= o => last.1 = last.1.max(o + l - last.0),
+        _ => out.push((o, l)),
     }
 }
 

@@ -469,13 +469,12 @@ fn scan_text(label: &str, sc: &ScanResult, verbose: bool) -> String {
         sc.target,
     );
     let shown: Vec<_> = sc.regions.iter().filter(|r| verbose || r.slow).collect();
-    if shown.is_empty() {
-        return s + "    (-v shows every region)\n";
-    }
     let max = sc.regions.iter().map(|r| r.bytes_per_second).fold(0.0, f64::max).max(1.0);
     // Where each region lies: its offset on the device (the first of its in-use ranges
     // when only those are read), not only its place in the bytes laid end to end.
-    let _ = writeln!(s, "    {:>4} {:>14} {:>10} {:>14}", "#", "device offset", "length", "throughput");
+    if !shown.is_empty() {
+        let _ = writeln!(s, "    {:>4} {:>14} {:>10} {:>14}", "#", "device offset", "length", "throughput");
+    }
     let listed = if verbose { shown.len() } else { LISTED };
     for r in shown.iter().take(listed) {
         let bar = "#".repeat(((r.bytes_per_second / max) * 40.0).round() as usize);
