@@ -14,8 +14,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use reseq::testing::AlignedBuf;
 
@@ -29,6 +29,8 @@ const MAGIC: &[u8; 8] = b"ALIASBLK";
 /// returned.
 struct BlockWriter {
     stop: Arc<AtomicBool>,
+    /// Writes whose fdatasync returned, so far.
+    synced: Arc<AtomicU64>,
     handle: Option<std::thread::JoinHandle<Vec<u64>>>,
 }
 
@@ -50,7 +52,8 @@ impl BlockWriter {
             .open(path)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
+        let synced = Arc::new(AtomicU64::new(0));
+        let (s, n) = (stop.clone(), synced.clone());
         let handle = std::thread::spawn(move || {
             let mut last = vec![0u64; offsets.len()];
             let (mut rng, mut buf) = (XorShift::new(seed), AlignedBuf::new(BLOCK as usize, BLOCK as usize));
@@ -63,16 +66,30 @@ impl BlockWriter {
                     break;
                 }
                 last[i] = seq;
+                n.fetch_add(1, Ordering::SeqCst);
             }
             last
         });
-        // Let it write for a while before reseq starts.
-        std::thread::sleep(Duration::from_millis(300));
-        BlockWriter { stop, handle: Some(handle) }
+        // Writing before reseq starts: a count, not a sleep (an fdatasync on a busy
+        // host's disk can take 100 ms).
+        let w = BlockWriter { stop, synced, handle: Some(handle) };
+        w.wait_for(20);
+        w
     }
 
-    /// Stops the writer; the last acknowledged sequence number of each block.
+    /// Waits until `n` writes have been acknowledged (at most 60 s).
+    fn wait_for(&self, n: u64) {
+        let t = Instant::now();
+        while self.synced.load(Ordering::SeqCst) < n {
+            assert!(t.elapsed() < Duration::from_secs(60), "the writer acknowledged fewer than {n} writes in 60 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Stops the writer, once it has written enough blocks for the check to mean
+    /// something; the last acknowledged sequence number of each block.
     fn finish(mut self) -> Vec<u64> {
+        self.wait_for(150);
         self.stop.store(true, Ordering::SeqCst);
         self.handle.take().unwrap().join().unwrap()
     }
@@ -133,7 +150,7 @@ fn assert_refused_and_nothing_lost(
         assert!(err.contains(n), "the refusal names {n}: {err}");
     }
     assert_eq!(wrote, 0, "reseq wrote nothing to {}", target.display());
-    assert!(last.iter().filter(|&&s| s > 0).count() > 100, "the writer wrote (fsync'd) while reseq ran");
+    assert!(last.iter().filter(|&&s| s > 0).count() > 100, "the writer wrote (fsync'd) over 100 blocks");
     assert!(lost.is_empty(), "{} of {} fsync'd blocks went back to older contents: {lost:?}", lost.len(), last.len());
 }
 

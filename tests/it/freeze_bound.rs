@@ -130,7 +130,7 @@ fn sigstop_at_random_moments_never_holds_a_freeze() {
         }
         if out.status.code() != Some(0) {
             let out = resume_to_the_end(&env, &lo.path);
-            assert_eq!(out.status.code(), Some(0), "try {i}: --resume");
+            assert_eq!(out.status.code(), Some(0), "try {i}: --resume: {}", stderr(&out));
             if was_killed {
                 assert!(json_report(&out)["warnings"].to_string().contains("killed by its guardian"));
             }
