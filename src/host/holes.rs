@@ -6,7 +6,9 @@
 //! them in use) grew it by 34 GiB for nothing. So where the device's bytes are a file's
 //! (a loop device over a regular file, or a partition of one), the backing file's data
 //! map (`SEEK_DATA`/`SEEK_HOLE`, through the loop's offset) says which ranges hold data,
-//! and only those are rewritten ([`SkipHoles`]).
+//! and only those are rewritten ([`SkipHoles`]). A thin LV's map is its pool's metadata
+//! ([`crate::host::thin`]): its unprovisioned blocks are holes, and the blocks it shares
+//! with a snapshot are left out as well (a write there would un-share them).
 //!
 //! Skipping never loses data: a range left out is not written at all. A map can be
 //! stale only in one direction that matters: a hole that became data after it was read
@@ -15,20 +17,21 @@
 //! window writes; an unmounted device (one long window) maps at most
 //! [`UNFROZEN_DATA`] of data at a time, so no map is older than that much writing.
 //!
-//! Other devices (decided, docs/ARCHITECTURE.md "Never-written space"): a thin LV is
-//! refused before this (`checks::no_copy_on_write`: each rewrite of an unprovisioned
-//! block allocates from its pool); an SSD's deallocated blocks may read as zeros, but no
-//! sysfs attribute says so (`discard_zeroes_data` is 0 since Linux 4.12), and a chunk
-//! of zeros there can be written data as stale as any: every range is rewritten.
+//! Other devices (decided, docs/ARCHITECTURE.md "Never-written space"): an SSD's
+//! deallocated blocks may read as zeros, but no sysfs attribute says so
+//! (`discard_zeroes_data` is 0 since Linux 4.12), and a chunk of zeros there can be
+//! written data as stale as any: every range is rewritten.
 
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
+use std::sync::Mutex;
 
 use crate::engine::Planner;
 use crate::engine::intersect;
 use crate::host::aliases::loop_of;
 use crate::host::device::{BlockDeviceInfo, Sysfs, dev_num};
+use crate::host::thin::{Thin, ThinMap};
 use crate::support::error::{Error, Result};
 use crate::support::units::human_bytes;
 use crate::sys;
@@ -44,21 +47,49 @@ pub(crate) const FROZEN_DATA: u64 = 4 << 30;
 /// fragmentation. The plan maps all of them, unfrozen ([`Backing::all_data_ranges`]).
 const MAX_EXTENTS: usize = 2_048;
 
-/// A device whose bytes are a regular file's: the file, and where the device starts in it.
+/// What holds a device's bytes, where that says which of them hold data.
 pub(crate) struct Backing {
-    file: File,
-    /// Device offset `d` is byte `d + shift` of the file (the loop's offset, plus a
-    /// partition's start).
-    shift: u64,
-    /// In words: "the backing file /tmp/x.img of /dev/loop3".
+    below: Below,
+    /// In words: "the backing file /tmp/x.img of /dev/loop3 (SEEK_DATA/SEEK_HOLE)".
     pub(crate) described: String,
 }
 
+enum Below {
+    /// A regular file's bytes: device offset `d` is byte `d + shift` of the file (the
+    /// loop's offset, plus a partition's start).
+    File { file: File, shift: u64 },
+    /// A thin volume's: its own provisioned blocks, read again when the pool's
+    /// transaction id moves.
+    Thin { thin: Thin, map: Mutex<ThinMap> },
+}
+
 impl Backing {
-    /// The backing file of `dev` (a loop device over a regular file, or a partition of
-    /// one), opened read-only and checked to be the file the loop holds, not one put at
-    /// its path since. Err: why there is no map (in words, for the plan).
+    /// What holds the bytes of `dev`: a loop device's backing file (a regular file,
+    /// opened read-only and checked to be the file the loop holds, not one put at its
+    /// path since), or a thin volume's pool (its map read now). Err: why there is no map
+    /// (in words, for the plan).
     pub(crate) fn of(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> std::result::Result<Backing, String> {
+        match Thin::of(dev, sysfs) {
+            Ok(Some(thin)) => {
+                let map = thin.map().map_err(|e| format!("{}: no map", crate::error_chain(&e)))?;
+                let described = thin.described.clone();
+                Ok(Backing { below: Below::Thin { thin, map: Mutex::new(map) }, described })
+            }
+            Err(why) => Err(format!("{why}: no map")),
+            Ok(None) => Backing::file_of(dev, sysfs),
+        }
+    }
+
+    /// The ranges a thin volume shares with another thin device, left out (none for a
+    /// file).
+    pub(crate) fn shared(&self) -> Vec<(u64, u64)> {
+        match &self.below {
+            Below::Thin { map, .. } => map.lock().unwrap_or_else(|p| p.into_inner()).shared.clone(),
+            Below::File { .. } => Vec::new(),
+        }
+    }
+
+    fn file_of(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> std::result::Result<Backing, String> {
         let no_map = |why: String| Err(format!("{why}: no hole map"));
         let Some((name, parent)) = sysfs.name_of(dev.dev_num) else {
             return no_map(format!("{} is not in sysfs", dev.path.display()));
@@ -81,8 +112,9 @@ impl Backing {
         if !md.is_file() || (dev_num(md.dev()), md.ino()) != (l.file.dev, l.file.ino) {
             return no_map(format!("{} is not the file /dev/{disk} holds (replaced or deleted)", l.path));
         }
-        let described = format!("the backing file {} of /dev/{disk}", l.path);
-        Ok(Backing { file, shift: l.offset + start, described })
+        let described =
+            format!("the backing file {} of /dev/{disk} (SEEK_DATA/SEEK_HOLE, mapped again in each window)", l.path);
+        Ok(Backing { below: Below::File { file, shift: l.offset + start }, described })
     }
 
     /// The ranges of `[from, to)` (device offsets) that hold data, widened to whole
@@ -90,23 +122,47 @@ impl Backing {
     /// `max_data` bytes of data or [`MAX_EXTENTS`] extents are mapped.
     pub(crate) fn data_ranges(
         &self,
+        span: (u64, u64),
+        align: u64,
+        max_data: Option<u64>,
+    ) -> Result<(Vec<(u64, u64)>, u64)> {
+        match &self.below {
+            Below::File { file, shift } => self.file_ranges((file, *shift), span, align, max_data),
+            Below::Thin { thin, map } => {
+                let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+                let now = thin.transaction()?;
+                if now != map.transaction {
+                    log::info!(
+                        "the thin pool's transaction id moved ({} to {now}): a thin device was made or removed; its map is read again",
+                        map.transaction
+                    );
+                    *map = thin.map()?;
+                }
+                Ok(cut(&map.own, span, align, max_data))
+            }
+        }
+    }
+
+    fn file_ranges(
+        &self,
+        (file, shift): (&File, u64),
         (from, to): (u64, u64),
         align: u64,
         max_data: Option<u64>,
     ) -> Result<(Vec<(u64, u64)>, u64)> {
         let what = || format!("mapping the holes of {}", self.described);
-        let (mut pos, end) = (from + self.shift, to + self.shift);
+        let (mut pos, end) = (from + shift, to + shift);
         let (mut out, mut data): (Vec<(u64, u64)>, u64) = (Vec::new(), 0);
         while pos < end {
-            let Some(d) = sys::seek_data(self.file.as_fd(), pos).map_err(|e| Error::io(what(), e.into()))? else {
+            let Some(d) = sys::seek_data(file.as_fd(), pos).map_err(|e| Error::io(what(), e.into()))? else {
                 break;
             };
             if d >= end {
                 break;
             }
-            let h = sys::seek_hole(self.file.as_fd(), d).map_err(|e| Error::io(what(), e.into()))?.unwrap_or(end);
-            let a = ((d - self.shift) / align * align).max(from);
-            let b = (h.min(end) - self.shift).div_ceil(align).saturating_mul(align).min(to);
+            let h = sys::seek_hole(file.as_fd(), d).map_err(|e| Error::io(what(), e.into()))?.unwrap_or(end);
+            let a = ((d - shift) / align * align).max(from);
+            let b = (h.min(end) - shift).div_ceil(align).saturating_mul(align).min(to);
             push_merged(&mut out, (a, b - a));
             data += b - a;
             pos = h.max(d + 1);
@@ -120,6 +176,17 @@ impl Backing {
     /// As [`Backing::data_ranges`], all of `[from, to)`, however many extents: for the
     /// plan, whose figures (bytes to rewrite, the prediction, progress) are of all of it.
     pub(crate) fn all_data_ranges(&self, (from, to): (u64, u64), align: u64) -> Result<Vec<(u64, u64)>> {
+        if let Below::Thin { map, .. } = &self.below {
+            let map = map.lock().unwrap_or_else(|p| p.into_inner());
+            let mut all = Vec::new();
+            let mut at = from;
+            while at < to {
+                let (part, until) = cut(&map.own, (at, to), align, None);
+                part.into_iter().for_each(|r| push_merged(&mut all, r));
+                at = until.max(at + 1);
+            }
+            return Ok(all);
+        }
         let (mut out, mut at): (Vec<(u64, u64)>, u64) = (Vec::new(), from);
         while at < to {
             let (part, until) = self.data_ranges((at, to), align, None)?;
@@ -128,6 +195,23 @@ impl Backing {
         }
         Ok(out)
     }
+}
+
+/// The parts of `ranges` (ascending, apart) in `[from, to)`, widened to whole `align`
+/// blocks, and where they stop: as [`Backing::data_ranges`].
+fn cut(ranges: &[(u64, u64)], (from, to): (u64, u64), align: u64, max_data: Option<u64>) -> (Vec<(u64, u64)>, u64) {
+    let (mut out, mut data): (Vec<(u64, u64)>, u64) = (Vec::new(), 0);
+    let first = ranges.partition_point(|r| r.0 + r.1 <= from);
+    for &(o, l) in ranges[first..].iter().take_while(|r| r.0 < to) {
+        let a = (o / align * align).max(from);
+        let b = (o + l).div_ceil(align).saturating_mul(align).min(to);
+        push_merged(&mut out, (a, b - a));
+        data += b - a;
+        if max_data.is_some_and(|m| data >= m) || out.len() >= MAX_EXTENTS {
+            return (out, b.max(from));
+        }
+    }
+    (out, to)
 }
 
 /// Appends `(o, l)` to ascending `out`, merged into the last range where they touch.
@@ -215,7 +299,7 @@ impl Planner for SkipHoles<'_> {
 /// What a plan says of never-written space (the plan's and the report's `holes`).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub(crate) struct HolesPlanned {
-    /// Whether a hole map is read (a loop device over a regular file).
+    /// Whether a hole map is read (a loop device over a regular file, a thin volume).
     pub(crate) mapped: bool,
     /// Where the map comes from, or why there is none, in words.
     pub(crate) source: String,
@@ -224,6 +308,11 @@ pub(crate) struct HolesPlanned {
     pub(crate) bytes_in_holes: u64,
     /// The bytes this run rewrites, as planned: in use (or all) and holding data.
     pub(crate) bytes_to_rewrite: u64,
+    /// Of `bytes_in_holes`, those a thin volume shares with a snapshot or another thin
+    /// device, when planned: they hold data, but a write would un-share them and take a
+    /// new block of the pool.
+    #[serde(default)]
+    pub(crate) bytes_shared: u64,
 }
 
 #[cfg(test)]
@@ -250,7 +339,9 @@ mod tests {
         f.write_all_at(&[1u8; 4096], 1 << 20).unwrap();
         f.write_all_at(&[2u8; 8192], 32 << 20).unwrap();
         f.sync_all().unwrap();
-        let b = Backing { file: File::open(&path).unwrap(), shift: 0, described: "test".into() };
+        let file =
+            |shift| Backing { below: Below::File { file: File::open(&path).unwrap(), shift }, described: "t".into() };
+        let b = file(0);
         let (data, until) = b.data_ranges((0, 64 << 20), 4096, None).unwrap();
         if data.len() == 1 && data[0] == (0, 64 << 20) {
             return; // a filesystem without holes: nothing to test here
@@ -259,7 +350,7 @@ mod tests {
         assert_eq!(until, 64 << 20);
         let (data, until) = b.data_ranges((0, 64 << 20), 4096, Some(4096)).unwrap();
         assert_eq!((data, until), (vec![(1 << 20, 4096)], (1 << 20) + 4096), "stops after the data asked for");
-        let shifted = Backing { shift: 1 << 20, ..b };
+        let shifted = file(1 << 20);
         let (data, _) = shifted.data_ranges((0, 63 << 20), 4096, None).unwrap();
         assert_eq!(data, vec![(0, 4096), (31 << 20, 8192)], "device offsets are the file's less the shift");
     }
@@ -277,7 +368,7 @@ mod tests {
             f.write_all_at(&[1u8; 4096], i * 16384).unwrap();
         }
         f.sync_all().unwrap();
-        let b = Backing { file: File::open(&path).unwrap(), shift: 0, described: "test".into() };
+        let b = Backing { below: Below::File { file: File::open(&path).unwrap(), shift: 0 }, described: "t".into() };
         let (window, until) = b.data_ranges((0, n * 16384), 4096, None).unwrap();
         if window.len() == 1 {
             return; // a filesystem without holes: nothing to test here

@@ -22,6 +22,7 @@ pub(crate) mod sentinel;
 pub(crate) mod shape;
 pub(crate) mod state_dir;
 pub(crate) mod thaw;
+pub(crate) mod thin;
 pub(crate) mod trim;
 pub(crate) mod usedspace;
 pub(crate) mod writers;

@@ -171,12 +171,30 @@ pub(crate) fn top_holders(sysfs: &Sysfs, holders: &[String]) -> Vec<String> {
 /// snapshot (its store takes the write). Rewriting the same bytes would cost space
 /// below, which reseq cannot bound, and a full pool or store fails every volume in it or
 /// invalidates the snapshot.
-pub(crate) fn no_copy_on_write(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<()> {
-    let found =
+///
+/// A thin volume itself is the exception where its pool's metadata can be read
+/// (`thin`: [`crate::host::thin::Thin::of`]): only the blocks it alone holds are
+/// rewritten, each where it is, and nothing is allocated (`host/holes.rs`). File mode
+/// reads no such map (`thin`: `Ok(None)`), and is refused there.
+pub(crate) fn no_copy_on_write(
+    dev: &BlockDeviceInfo,
+    sysfs: &Sysfs,
+    thin: &std::result::Result<Option<crate::host::thin::Thin>, String>,
+) -> Result<()> {
+    let mut found =
         crate::host::device::copy_on_write_below(sysfs, &dev.identity.name, &crate::host::device::dmsetup_targets);
+    let kind = |c: &crate::host::device::CopyOnWrite| c.target.split(' ').next().unwrap_or_default().to_string();
+    if matches!(thin, Ok(Some(_))) {
+        // The volume and the pool under it: what the map accounts for.
+        found.retain(|c| !(c.name == dev.identity.name && kind(c) == "thin" || kind(c) == "thin-pool"));
+    }
     if found.is_empty() {
         return Ok(());
     }
+    let no_map = match thin {
+        Err(why) => format!(" (and its blocks cannot be mapped: {why})"),
+        Ok(_) => String::new(),
+    };
     let what: Vec<String> = found
         .iter()
         .map(|c| {
@@ -192,11 +210,11 @@ pub(crate) fn no_copy_on_write(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> Result<(
         .collect();
     Err(Error::refused(
         format!(
-            "{} is on copy-on-write storage: {}. Writing the same bytes back costs space below, which reseq cannot bound",
+            "{} is on copy-on-write storage: {}{no_map}. Writing the same bytes back costs space below, which reseq cannot bound",
             dev.path.display(),
             what.join("; ")
         ),
-        "remove the snapshots (lvremove) before a run, or leave thin volumes and snapshot origins out; where dmsetup is missing, install it",
+        "remove the snapshots (lvremove) before a run, or leave snapshot origins out; rewrite a thin volume in device mode (its pool's map is read with thin_dump: install thin-provisioning-tools); where dmsetup is missing, install it",
     ))
 }
 

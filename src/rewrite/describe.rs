@@ -166,10 +166,12 @@ pub(crate) fn frozen_share(
 /// Which space is rewritten, and the FITRIM after; what the holes of a backing file leave out.
 fn describe_space(plan: &RewritePlan) -> String {
     let h = &plan.holes;
+    let shared = (h.bytes_shared > 0).then(|| format!(" and {} shared with a snapshot", human_bytes(h.bytes_shared)));
     let holes = match h.mapped {
         true => format!(
-            "  holes: {} holding no data in {} are left out (never written; mapped again in each window): {} to rewrite\n",
-            human_bytes(h.bytes_in_holes),
+            "  holes: {} holding no data{} in {} are left out: {} to rewrite\n",
+            human_bytes(h.bytes_in_holes - h.bytes_shared),
+            shared.unwrap_or_default(),
             h.source,
             human_bytes(h.bytes_to_rewrite)
         ),

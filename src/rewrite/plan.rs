@@ -115,6 +115,8 @@ struct Checked {
     writer_devices: Vec<(u32, u32)>,
     warnings: Vec<String>,
     guardian: Option<crate::host::cgroup::Placement>,
+    /// A thin volume, rewritten only where its pool's map says (its map must be read).
+    thin: bool,
 }
 
 /// The checks of the device itself: what it is, who holds it, what is mounted on it,
@@ -125,7 +127,9 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
     let dev = device::inspect(o.device(), &env.sysfs)?;
     checks::writable(&dev)?;
     checks::nothing_stacked(&dev, &env.sysfs)?;
-    checks::no_copy_on_write(&dev, &env.sysfs)?;
+    let thin = crate::host::thin::Thin::of(&dev, &env.sysfs);
+    checks::no_copy_on_write(&dev, &env.sysfs, &thin)?;
+    let thin = matches!(thin, Ok(Some(_)));
     checks::no_swap(&dev)?;
     let writer_devices = checks::no_other_writers(&dev, &env.sysfs)?;
     // Filesystems to freeze: on the device, or on its partitions for a whole disk.
@@ -143,12 +147,13 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
         warnings.extend(checks::no_realtime_hogs(o.force)?);
     }
     let guardian = if filesystems.is_empty() { None } else { Some(checks::guardian_can_leave(o.accept_cgroup_risk)?) };
-    Ok(Checked { dev, filesystems, freeze_order, writer_devices, warnings, guardian })
+    Ok(Checked { dev, filesystems, freeze_order, writer_devices, warnings, guardian, thin })
 }
 
 /// Checks everything and builds the plan. Writes nothing and freezes nothing.
 pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<RewritePlan> {
-    let Checked { dev, filesystems, freeze_order, writer_devices, mut warnings, guardian } = check_device(o, env)?;
+    let Checked { dev, filesystems, freeze_order, writer_devices, mut warnings, guardian, thin } =
+        check_device(o, env)?;
     let state = checks::state_dir(&o.state_dir, &filesystems, o.chunk_size, o.dry_run)?;
     let journal_path = journal::journal_path(&state.path, &dev.identity);
     let (start, unfinished) = decide_start(o, &dev, o.chunk_size.bytes(), &journal_path, &mut warnings)?;
@@ -163,6 +168,13 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
         if o.include_free { Vec::new() } else { used_space_spans(&env.sysfs, &dev, &filesystems, &mut warnings) };
     let from = if let Start::Resume { done_offset, .. } = start { done_offset } else { 0 };
     let backing = Backing::of(&dev, &env.sysfs);
+    if let (true, Err(why)) = (thin, &backing) {
+        // Without its map, every block would be written, and allocated from the pool.
+        return Err(Error::refused(
+            format!("{} is a thin volume, and its map cannot be read: {why}", dev.path.display()),
+            "check the pool (lvs -a, dmsetup status), then run reseq again",
+        ));
+    }
     let (ranges, plan_seconds, holes) =
         run_ranges(&dev, &used_space, backing.as_ref(), (from, addressable_end(&dev)), &mut warnings);
     let freezes = !filesystems.is_empty();
@@ -285,14 +297,20 @@ fn run_ranges(
         (all.clone(), all)
     });
     let data: Vec<(u64, u64)> = data.into_iter().filter(|r| r.1 > 0).collect();
-    let sum = |r: &[(u64, u64)]| r.iter().map(|r| r.1).sum::<u64>();
+    // A thin volume's blocks shared with a snapshot: in use, holding data, left out.
+    let shared = backing.map_or(0, |b| sum_of(&crate::engine::intersect(&used, &b.shared())));
     let holes = HolesPlanned {
         mapped: backing.is_ok(),
-        source: backing.map_or_else(|why| why.clone(), |b| format!("{} (SEEK_DATA/SEEK_HOLE)", b.described)),
-        bytes_in_holes: sum(&used) - sum(&data),
-        bytes_to_rewrite: sum(&data),
+        source: backing.map_or_else(|why| why.clone(), |b| b.described.clone()),
+        bytes_in_holes: sum_of(&used) - sum_of(&data),
+        bytes_to_rewrite: sum_of(&data),
+        bytes_shared: shared,
     };
     (data, plan_seconds, holes)
+}
+
+fn sum_of(ranges: &[(u64, u64)]) -> u64 {
+    ranges.iter().map(|r| r.1).sum()
 }
 
 /// The chunk-size trial (`engine::trial`): on a long fresh run that freezes nothing (its

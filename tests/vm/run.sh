@@ -11,7 +11,8 @@
 # boot, default 240 plus 60 per scenario plus the fleet's; the guest's own watchdog ends
 # its run 3600 s after boot), RESEQ_VM_SCENARIO_TIMEOUT (seconds per scenario, default
 # 150), RESEQ_VM_FLEET_TIMEOUT (the fleet scenario's, default 480),
-# RESEQ_VM_KEEP=1 keeps the share (logs, reports) for a look afterwards.
+# RESEQ_VM_KEEP=1 keeps the share (logs, reports) for a look afterwards; RESEQ_VM_LOGS=1
+# prints the log of every scenario, passed ones too.
 # The fleet scenario also needs, on this host: cargo-deb (the .deb it installs),
 # ansible-playbook, ssh and ssh-keygen, python3 and promtool (tests/run-all.sh installs
 # them); the guest is then reached over SSH on a forwarded port of 127.0.0.1.
@@ -228,7 +229,9 @@ passed=0 failed=0
 for s in "${scenarios[@]}"; do
   r=$(cat "$share/results/$s.result" 2>/dev/null || echo "fail: no result (the guest stopped before it; exit $qrc)")
   case "$r" in
-    pass*) passed=$((passed + 1)); echo "vm_$s ... ok (${r#pass })" ;;
+    pass*) passed=$((passed + 1)); echo "vm_$s ... ok (${r#pass })"
+       # RESEQ_VM_LOGS=1: the figures of a passing scenario too (for a closing note).
+       if [ "${RESEQ_VM_LOGS:-}" = 1 ] && [ -f "$share/results/$s.log" ]; then sed 's/^/    /' "$share/results/$s.log"; fi ;;
     *) failed=$((failed + 1)); echo "vm_$s ... FAILED: $r"
        if [ -f "$share/results/$s.log" ]; then echo "---- vm_$s log (tail)"; tail -n 60 "$share/results/$s.log"; echo "----"; fi ;;
   esac

@@ -285,7 +285,7 @@ fn fs_group(
     }
     let device = device_of(&fs, sysfs)?;
     checks::writable(&device)?;
-    checks::no_copy_on_write(&device, sysfs)?;
+    checks::no_copy_on_write(&device, sysfs, &Ok(None))?;
     let shape = Shape::take(device.dev_num, sysfs);
     Ok(FsGroup { fs, device, shape, btrfs: None })
 }
@@ -314,7 +314,7 @@ fn btrfs_group(fs: MountedFs, sysfs: &Sysfs) -> Result<FsGroup> {
         // again at its windows).
         checks::no_other_writers(&info, sysfs)?;
         checks::writable(&info)?;
-        checks::no_copy_on_write(&info, sysfs)?;
+        checks::no_copy_on_write(&info, sysfs, &Ok(None))?;
         let shape = Shape::take(info.dev_num, sysfs);
         members.push((m.devid, info, shape));
     }
