@@ -7,8 +7,8 @@
 //! (a loop device over a regular file, or a partition of one), the backing file's data
 //! map (`SEEK_DATA`/`SEEK_HOLE`, through the loop's offset) says which ranges hold data,
 //! and only those are rewritten ([`SkipHoles`]). A thin LV's map is its pool's metadata
-//! ([`crate::host::thin`]): its unprovisioned blocks are holes, and the blocks it shares
-//! with a snapshot are left out as well (a write there would un-share them).
+//! ([`crate::host::thin`]): its unprovisioned blocks are holes, and the blocks the kernel
+//! would copy on write (older than its last snapshot) are left out as well.
 //!
 //! Skipping never loses data: a range left out is not written at all. A map can be
 //! stale only in one direction that matters: a hole that became data after it was read
@@ -80,7 +80,11 @@ impl Backing {
         }
     }
 
-    /// The ranges a thin volume shares with another thin device, left out (none for a
+    pub(crate) fn is_thin(&self) -> bool {
+        matches!(self.below, Below::Thin { .. })
+    }
+
+    /// The ranges of a thin volume the kernel would copy on write, left out (none for a
     /// file).
     pub(crate) fn shared(&self) -> Vec<(u64, u64)> {
         match &self.below {
@@ -308,9 +312,9 @@ pub(crate) struct HolesPlanned {
     pub(crate) bytes_in_holes: u64,
     /// The bytes this run rewrites, as planned: in use (or all) and holding data.
     pub(crate) bytes_to_rewrite: u64,
-    /// Of `bytes_in_holes`, those a thin volume shares with a snapshot or another thin
-    /// device, when planned: they hold data, but a write would un-share them and take a
-    /// new block of the pool.
+    /// Of `bytes_in_holes`, a thin volume's blocks the kernel would copy on write when
+    /// planned (older than its last snapshot, there or since removed): they hold data,
+    /// but a write would take a new block of the pool and move them.
     #[serde(default)]
     pub(crate) bytes_shared: u64,
 }

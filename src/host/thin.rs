@@ -1,5 +1,6 @@
 //! A thin LV's map: which blocks of a device-mapper `thin` device hold data in its pool
-//! (provisioned), and which of those it shares with another thin device (a snapshot).
+//! (provisioned), and which of those the kernel would copy on write (shared with a
+//! snapshot, or older than one since removed).
 //!
 //! A thin volume reads an unprovisioned block as zeros from no storage at all, and a
 //! write there takes a new block from the pool; a write to a shared block breaks the
@@ -12,11 +13,17 @@
 //! reserve_metadata_snap`, `thin_dump -m` of the metadata device, `release_metadata_snap`.
 //! It is read at the plan and at the start of a run, and again in any window that finds
 //! the pool's transaction id moved (a thin device or snapshot made or removed mid-run,
-//! which can make shared what was not). A block provisioned after a read is left for the
+//! which can make shared what was not), looked at every [`THIN_DATA`] of data. Only
+//! LVM's pools: LVM moves the id with each snapshot. A block provisioned after a read is left for the
 //! next run; one discarded after it reads as zeros, and writing those zeros back takes a
 //! block again, at most what was discarded during the run. Neither loses a byte.
 
 use std::path::PathBuf;
+
+/// A thin volume's map covers at most this much data at a time: a snapshot made mid-window
+/// (an unmounted volume's run is one window; on Linux 6.8 and later LVM's suspend nests in
+/// reseq's freeze) is seen, and the map read again, within this much writing.
+pub(crate) const THIN_DATA: u64 = 256 << 20;
 
 use crate::host::device::{BlockDeviceInfo, Sysfs, parse_dev};
 use crate::support::error::{Error, Result};
@@ -78,6 +85,14 @@ impl Thin {
         let Some((pool_dev, dev_id)) = parse() else { return Err(format!("{dm}: unexpected table: {table}")) };
         let pool_name = sysfs.name_of(pool_dev).map(|(n, _)| n).ok_or(format!("{dm}: its pool is not in sysfs"))?;
         let pool = sysfs.read(&pool_name, "dm/name").ok_or(format!("{dm}: its pool {pool_name} is not a dm device"))?;
+        // LVM moves the pool's transaction id with every thin device or snapshot it makes
+        // or removes, which is how a run sees a snapshot made mid-run; `dmsetup message
+        // create_snap` by hand (or another manager) need not.
+        if !sysfs.read(&pool_name, "dm/uuid").is_some_and(|u| u.starts_with("LVM-")) {
+            return Err(format!(
+                "the thin pool {pool} is not LVM's: a snapshot made in it mid-run might not move its transaction id, and would go unseen"
+            ));
+        }
         let ptable = dmsetup(&["table", "--", &pool]).map_err(|e| format!("dmsetup table {pool}: {e}"))?;
         // "start length thin-pool METADATA_DEV DATA_DEV BLOCK_SECTORS LOW_WATER ..."
         let p: Vec<&str> = ptable.split_whitespace().collect();
@@ -95,7 +110,9 @@ impl Thin {
     /// The pool's transaction id now (`dmsetup status`): it moves when a thin device or
     /// snapshot is made or removed.
     pub(crate) fn transaction(&self) -> Result<u64> {
-        let status = dmsetup(&["status", "--", &self.pool]).map_err(|e| self.error("reading the status of", e))?;
+        // --noflush: a thin pool's status otherwise commits its metadata, in every window.
+        let status =
+            dmsetup(&["status", "--noflush", "--", &self.pool]).map_err(|e| self.error("reading the status of", e))?;
         // "start length thin-pool TRANSACTION USED_META/TOTAL USED_DATA/TOTAL HELD_ROOT ..."
         status.split_whitespace().nth(3).and_then(|t| t.parse().ok()).ok_or_else(|| {
             Error::refused(format!("the status of the thin pool {} says no transaction id: {status}", self.pool), HINT)
@@ -111,7 +128,9 @@ impl Thin {
                 "another tool (a backup, thin_ls) may hold it: once it is done, or if nothing does, run `dmsetup message POOL 0 release_metadata_snap` and reseq again",
             )
         })?;
-        let dump = Tool::new("thin_dump").arg("-m").arg(&self.metadata).run();
+        // This device's mappings alone: the kernel's own rule for sharing needs no other's.
+        let dev_id = self.dev_id.to_string();
+        let dump = Tool::new("thin_dump").args(["-m", "--dev-id", &dev_id]).arg(&self.metadata).run();
         let released = message("release_metadata_snap");
         let xml = dump.map_err(|e| self.error("reading", e))?;
         released.map_err(|e| self.error("releasing the metadata snapshot of", e))?;
@@ -132,73 +151,88 @@ fn dmsetup(args: &[&str]) -> std::result::Result<String, crate::support::tool::T
 }
 
 /// The value of attribute `name` in an XML element's text.
-fn attr(line: &str, name: &str) -> Option<u64> {
+fn attr<'a>(line: &'a str, name: &str) -> Option<&'a str> {
     let at = line.find(&format!(" {name}=\""))? + name.len() + 3;
-    line[at..].split('"').next()?.parse().ok()
+    line[at..].split('"').next()
 }
 
-/// The map of device `dev_id` (at most `size` bytes) in `thin_dump`'s XML: its mappings,
-/// less the data blocks any other device maps too.
+fn num(line: &str, name: &str) -> Option<u64> {
+    attr(line, name)?.parse().ok()
+}
+
+/// One mapping: (origin block, data block, length, time).
+type Mapping = (u64, u64, u64, u64);
+
+/// The map of device `dev_id` (at most `size` bytes) in `thin_dump`'s XML.
+///
+/// Shared is what the kernel calls shared: a block is copied on write when its mapping is
+/// older than the device's last snapshot (`time < snap_time`: dm-thin-metadata.c,
+/// `__snapshotted_since`), whether or not the snapshot is still there. So a block written
+/// before a backup's snapshot that was since removed is still left out: a write there
+/// would take a new block and move the data. thin-provisioning-tools 1.x puts mappings
+/// several devices share in `<def name>` elements that a device takes with `<ref name>`;
+/// 0.9 lists them in the device.
 fn parse(xml: &str, dev_id: u64, size: u64) -> std::result::Result<ThinMap, String> {
-    let (mut transaction, mut block) = (None, None);
-    let (mut device, mut found) = (None, false);
-    // (data block, length, origin block) of this device; (data block, length) of the others.
-    let mut mine: Vec<(u64, u64, u64)> = Vec::new();
-    let mut others: Vec<(u64, u64)> = Vec::new();
+    let (mut transaction, mut block, mut snap_time) = (None, None, None);
+    let mut defs: std::collections::HashMap<String, Vec<Mapping>> = std::collections::HashMap::new();
+    // Where a mapping goes: a def being read, this device, or another device.
+    enum In {
+        Nothing,
+        Def(String),
+        Ours,
+        Other,
+    }
+    let (mut at, mut mine) = (In::Nothing, Vec::<Mapping>::new());
     for line in xml.lines().map(str::trim) {
         let mapping = if line.starts_with("<superblock ") {
-            transaction = attr(line, "transaction");
-            block = attr(line, "data_block_size").map(|s| s * 512);
+            transaction = num(line, "transaction");
+            block = num(line, "data_block_size").map(|s| s * 512);
+            continue;
+        } else if line.starts_with("<def ") {
+            let name = attr(line, "name").ok_or(format!("a def without a name: {line}"))?;
+            at = In::Def(name.to_string());
             continue;
         } else if line.starts_with("<device ") {
-            device = attr(line, "dev_id");
-            found |= device == Some(dev_id);
+            at = if num(line, "dev_id") == Some(dev_id) {
+                snap_time = Some(num(line, "snap_time").ok_or(format!("no snap_time: {line}"))?);
+                In::Ours
+            } else {
+                In::Other
+            };
+            continue;
+        } else if line.starts_with("</def>") || line.starts_with("</device>") {
+            at = In::Nothing;
+            continue;
+        } else if line.starts_with("<ref ") {
+            if let In::Ours = at {
+                let name = attr(line, "name").unwrap_or_default();
+                mine.extend(defs.get(name).ok_or(format!("a ref to no def: {line}"))?);
+            }
             continue;
         } else if line.starts_with("<range_mapping ") {
-            (attr(line, "origin_begin"), attr(line, "data_begin"), attr(line, "length"))
+            (num(line, "origin_begin"), num(line, "data_begin"), num(line, "length"), num(line, "time"))
         } else if line.starts_with("<single_mapping ") {
-            (attr(line, "origin_block"), attr(line, "data_block"), Some(1))
+            (num(line, "origin_block"), num(line, "data_block"), Some(1), num(line, "time"))
         } else {
             continue;
         };
-        let (Some(origin), Some(data), Some(len)) = mapping else { return Err(format!("a mapping unread: {line}")) };
-        match device {
-            Some(d) if d == dev_id => mine.push((data, len, origin)),
-            Some(_) => others.push((data, len)),
-            None => return Err(format!("a mapping outside any device: {line}")),
+        let (Some(o), Some(d), Some(l), Some(t)) = mapping else { return Err(format!("a mapping unread: {line}")) };
+        match &at {
+            In::Def(name) => defs.entry(name.clone()).or_default().push((o, d, l, t)),
+            In::Ours => mine.push((o, d, l, t)),
+            In::Other => {}
+            In::Nothing => return Err(format!("a mapping outside any device: {line}")),
         }
     }
     let (Some(transaction), Some(block)) = (transaction, block) else { return Err("no superblock".into()) };
-    if !found {
-        return Err(format!("no thin device {dev_id} in it"));
-    }
-    others.sort_unstable();
-    // Others' data blocks, merged: (start, end).
-    let mut taken: Vec<(u64, u64)> = Vec::new();
-    for (d, l) in others {
-        match taken.last_mut() {
-            Some(last) if last.1 >= d => last.1 = last.1.max(d + l),
-            _ => taken.push((d, d + l)),
-        }
-    }
-    let (mut own, mut shared) = (Vec::new(), Vec::new());
-    for (d, l, o) in mine {
-        // The pieces of [d, d + l) no other device maps, and those it does.
-        let mut at = d;
-        let first = taken.partition_point(|t| t.1 <= d);
-        for &(ts, te) in taken[first..].iter().take_while(|t| t.0 < d + l) {
-            if ts > at {
-                own.push((o + at - d, ts - at));
-            }
-            let (a, b) = (ts.max(d), te.min(d + l));
-            shared.push((o + a - d, b - a));
-            at = at.max(te);
-        }
-        if at < d + l {
-            own.push((o + at - d, d + l - at));
-        }
-    }
-    Ok(ThinMap { transaction, own: in_bytes(own, block, size), shared: in_bytes(shared, block, size) })
+    let Some(snap_time) = snap_time else { return Err(format!("no thin device {dev_id} in it")) };
+    let (own, shared): (Vec<Mapping>, Vec<Mapping>) = mine.into_iter().partition(|m| m.3 >= snap_time);
+    let origins = |m: Vec<Mapping>| m.into_iter().map(|(o, _, l, _)| (o, l)).collect();
+    Ok(ThinMap {
+        transaction,
+        own: in_bytes(origins(own), block, size),
+        shared: in_bytes(origins(shared), block, size),
+    })
 }
 
 /// Ranges of blocks of `block` bytes as byte ranges below `size`, ascending, merged.
@@ -220,39 +254,76 @@ fn in_bytes(mut blocks: Vec<(u64, u64)>, block: u64, size: u64) -> Vec<(u64, u64
 mod tests {
     use super::*;
 
+    /// thin-provisioning-tools 0.9: device 1 snapshotted at time 1 (device 2), then
+    /// written at time 1 (origin 30-39); device 2 written at time 1 too (origin 9).
     const DUMP: &str = r#"<superblock uuid="" time="1" transaction="7" flags="0" version="2" data_block_size="128" nr_data_blocks="4096">
-  <device dev_id="1" mapped_blocks="30" transaction="0" creation_time="0" snap_time="1">
+  <device dev_id="1" mapped_blocks="27" transaction="0" creation_time="0" snap_time="1">
     <range_mapping origin_begin="0" data_begin="0" length="16" time="0"/>
     <single_mapping origin_block="20" data_block="100" time="0"/>
     <range_mapping origin_begin="30" data_begin="40" length="10" time="1"/>
   </device>
-  <device dev_id="2" mapped_blocks="4" transaction="1" creation_time="1" snap_time="1">
-    <range_mapping origin_begin="0" data_begin="4" length="4" time="0"/>
-    <single_mapping origin_block="9" data_block="45" time="1"/>
+  <device dev_id="2" mapped_blocks="18" transaction="1" creation_time="1" snap_time="1">
+    <range_mapping origin_begin="0" data_begin="0" length="16" time="0"/>
+    <single_mapping origin_block="9" data_block="200" time="1"/>
+    <single_mapping origin_block="20" data_block="100" time="0"/>
   </device>
 </superblock>"#;
 
     #[test]
-    fn a_devices_own_blocks_less_what_others_share() {
+    fn own_blocks_are_those_written_since_the_last_snapshot() {
         let b = 64 << 10; // 128 sectors
         let m = parse(DUMP, 1, 1 << 40).unwrap();
         assert_eq!(m.transaction, 7);
-        // Blocks 0-3 and 8-15 (data 0-3, 8-15: 4-7 shared with device 2), 20, 30-34 and
-        // 36-39 (data 40-44, 46-49: 45 shared).
-        assert_eq!(m.own, vec![(0, 4 * b), (8 * b, 8 * b), (20 * b, b), (30 * b, 5 * b), (36 * b, 4 * b)]);
-        assert_eq!(m.shared, vec![(4 * b, 4 * b), (35 * b, b)]);
+        assert_eq!(m.own, vec![(30 * b, 10 * b)], "written after the snapshot");
+        assert_eq!(m.shared, vec![(0, 16 * b), (20 * b, b)], "older than the snapshot: the kernel copies them");
         let m2 = parse(DUMP, 2, 1 << 40).unwrap();
-        assert_eq!(m2.own, vec![], "all of device 2 is shared with device 1");
-        assert_eq!(m2.shared, vec![(0, 4 * b), (9 * b, b)]);
+        assert_eq!(m2.own, vec![(9 * b, b)]);
+        assert_eq!(m2.shared, vec![(0, 16 * b), (20 * b, b)]);
+    }
+
+    /// A snapshot removed since: its device is gone, its time stays in the volume's
+    /// snap_time, and the blocks older than it are still copied on write.
+    #[test]
+    fn a_removed_snapshot_still_makes_older_blocks_shared() {
+        let b = 64 << 10;
+        let only = DUMP[..DUMP.find("  <device dev_id=\"2\"").unwrap()].to_string() + "</superblock>";
+        let m = parse(&only, 1, 1 << 40).unwrap();
+        assert_eq!(m.own, vec![(30 * b, 10 * b)]);
+        assert_eq!(m.shared, vec![(0, 16 * b), (20 * b, b)]);
+    }
+
+    /// thin-provisioning-tools 1.x: shared leaves in defs, taken by refs.
+    #[test]
+    fn reads_defs_and_refs() {
+        let b = 64 << 10;
+        let xml = r#"<superblock uuid="" time="2" transaction="3" flags="0" version="2" data_block_size="128" nr_data_blocks="4096">
+  <def name="5">
+    <range_mapping origin_begin="0" data_begin="0" length="8" time="0"/>
+  </def>
+  <device dev_id="1" mapped_blocks="10" transaction="0" creation_time="0" snap_time="1">
+    <ref name="5"/>
+    <range_mapping origin_begin="8" data_begin="50" length="2" time="2"/>
+  </device>
+  <device dev_id="2" mapped_blocks="8" transaction="1" creation_time="1" snap_time="1">
+    <ref name="5"/>
+  </device>
+</superblock>"#;
+        let m = parse(xml, 1, 1 << 40).unwrap();
+        assert_eq!((m.own, m.shared), (vec![(8 * b, 2 * b)], vec![(0, 8 * b)]));
+        assert!(
+            parse(&xml.replace("<ref name=\"5\"/>\n    <range", "<ref name=\"6\"/>\n    <range"), 1, 1 << 40)
+                .unwrap_err()
+                .contains("a ref to no def")
+        );
     }
 
     #[test]
     fn the_map_ends_at_the_device_and_refuses_what_it_cannot_read() {
         let b = 64 << 10;
-        let m = parse(DUMP, 1, 10 * b + 4096).unwrap();
-        assert_eq!(m.own, vec![(0, 4 * b), (8 * b, 2 * b + 4096)]);
+        let m = parse(DUMP, 1, 32 * b + 4096).unwrap();
+        assert_eq!(m.own, vec![(30 * b, 2 * b + 4096)]);
         assert!(parse(DUMP, 3, 1 << 40).unwrap_err().contains("no thin device 3"));
-        assert!(parse("<device dev_id=\"1\">", 1, 1 << 40).is_err());
+        assert!(parse("<device dev_id=\"1\" snap_time=\"0\">", 1, 1 << 40).is_err());
         let bad = DUMP.replace("length=\"10\"", "length=\"x\"");
         assert!(parse(&bad, 1, 1 << 40).unwrap_err().contains("a mapping unread"));
     }

@@ -170,7 +170,7 @@ fn describe_space(plan: &RewritePlan) -> String {
     let holes = match h.mapped {
         true => format!(
             "  holes: {} holding no data{} in {} are left out: {} to rewrite\n",
-            human_bytes(h.bytes_in_holes - h.bytes_shared),
+            human_bytes(h.bytes_in_holes.saturating_sub(h.bytes_shared)),
             shared.unwrap_or_default(),
             h.source,
             human_bytes(h.bytes_to_rewrite)

@@ -291,6 +291,7 @@ fn run_ranges(
         Ok((used, data))
     })();
     let plan_seconds = asked.elapsed().as_secs_f64();
+    let mapped = found.is_ok();
     let (used, data) = found.unwrap_or_else(|e| {
         warnings.push(format!("what the run rewrites could not be mapped now: {}", crate::error_chain(&e)));
         let all = vec![(from, to.saturating_sub(from))];
@@ -298,7 +299,7 @@ fn run_ranges(
     });
     let data: Vec<(u64, u64)> = data.into_iter().filter(|r| r.1 > 0).collect();
     // A thin volume's blocks shared with a snapshot: in use, holding data, left out.
-    let shared = backing.map_or(0, |b| sum_of(&crate::engine::intersect(&used, &b.shared())));
+    let shared = backing.ok().filter(|_| mapped).map_or(0, |b| sum_of(&crate::engine::intersect(&used, &b.shared())));
     let holes = HolesPlanned {
         mapped: backing.is_ok(),
         source: backing.map_or_else(|why| why.clone(), |b| b.described.clone()),
