@@ -512,6 +512,7 @@ fn skip_holes<'a>(plan: &RewritePlan, base: &'a mut dyn Planner, backing: &'a Ba
     let align = u64::from(plan.device.dio_offset_align).max(512);
     use crate::host::holes::{FROZEN_DATA, UNFROZEN_DATA};
     let max_data = if plan.needs_freeze() { FROZEN_DATA } else { UNFROZEN_DATA };
+    let max_data = if backing.is_thin() { max_data.min(crate::host::thin::THIN_DATA) } else { max_data };
     SkipHoles::new(base, backing, align, Some(max_data))
 }
 
@@ -542,7 +543,15 @@ fn trim_after(
     result: Result<()>,
     space: &mut SpaceReport,
 ) -> Result<()> {
-    let ran = (result.is_ok() || stats.bytes_written > 0) && !matches!(result, Err(Error::FreezeLost { .. }));
+    // Not after someone else's freeze either: lost mid-window, or met as a window began
+    // (FIFREEZE's EBUSY, host/freeze.rs): it may still be in place, and a FITRIM would
+    // wait on it.
+    let foreign = match &result {
+        Err(Error::FreezeLost { .. }) => true,
+        Err(Error::Io { source, .. }) => source.raw_os_error() == Some(nix::libc::EBUSY),
+        _ => false,
+    };
+    let ran = (result.is_ok() || stats.bytes_written > 0) && !foreign;
     if !(plan.trim && ran && !used.spans.is_empty() && stop.signal().is_none()) {
         return result;
     }

@@ -207,6 +207,53 @@ fn already_frozen_by_someone_else_is_left_frozen() {
     run_cmd(Command::new("fsfreeze").arg("-u").arg(&mnt.dir)).unwrap();
 }
 
+/// Someone else's freeze met as a later window begins (FIFREEZE's EBUSY): the run stops,
+/// resumable, leaves that freeze in place, and runs no FITRIM after it: the filesystem is
+/// not reseq's to touch while another program holds it (a FITRIM on a frozen ext4 goes
+/// ahead on this kernel, discarding under the other program's feet; it ran before).
+#[test]
+fn a_freeze_met_between_windows_stops_the_run_and_skips_the_trim() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("between", 64 * MIB, "ext4");
+    let files = fill_files(&mnt.dir, 4, 4 << 20, 61);
+    run_cmd(&mut Command::new("sync")).unwrap();
+    let before = bytes_written_to(&lo.path);
+    let mut run = env.reseq();
+    run.args(["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "300ms", "--pause", "3s"])
+        .arg(&lo.path)
+        .env("RESEQ_FAULTS", "delay@after-write#*=20");
+    let child = Running::captured(&mut run);
+    // The first window written, then a freeze of our own in the pause after it (EBUSY
+    // while reseq's window holds the filesystem: tried again).
+    let t = std::time::Instant::now();
+    while bytes_written_to(&lo.path) < before + 2 * MIB {
+        assert!(t.elapsed() < std::time::Duration::from_secs(60), "no window wrote in 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    while Command::new("fsfreeze").arg("-f").arg(&mnt.dir).status().map(|s| !s.success()).unwrap_or(true) {
+        assert!(t.elapsed() < std::time::Duration::from_secs(60), "could not freeze between windows");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait();
+    let frozen = is_frozen(&mnt.dir);
+    run_cmd(Command::new("fsfreeze").arg("-u").arg(&mnt.dir)).unwrap();
+    let err = stderr(&out);
+    assert!(frozen, "reseq thawed a freeze it did not make");
+    assert!(err.contains("already frozen by someone else"), "{err}");
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("FITRIM"), "trimmed beside another program's freeze:\n{err}");
+    let r = json_report(&out);
+    assert!(r["space"]["bytes_trimmed"].is_null(), "{}", r["space"]);
+    let out = output(env.reseq().args(["rewrite", "--resume", "--json"]).arg(&lo.path));
+    assert_eq!(out.status.code(), Some(0), "--resume: {}", stderr(&out));
+    assert_files_intact(&files);
+    drop(mnt);
+    fsck_clean(&lo.path, "ext4");
+}
+
 #[test]
 fn kernel_refusing_writes_to_mounted_devices() {
     if !require(&["losetup", "mkfs.ext4"]) {
