@@ -14,6 +14,7 @@ use crate::report::Report;
 use crate::report::render::{Format, render, write_atomically};
 use crate::support::error::Result;
 use crate::support::exit_codes::ExitCode;
+use crate::support::output::for_stderr;
 
 /// The whole of `reseq`: what `main` runs.
 pub fn main() -> std::process::ExitCode {
@@ -123,7 +124,7 @@ fn demo(a: &crate::cli::DemoArgs, quiet: bool) -> std::process::ExitCode {
 /// Prints a command's report as asked (and the metrics file), then exits with its outcome.
 fn print_report((r, result): (Report, Result<()>), output: &OutputArgs, quiet: bool) -> std::process::ExitCode {
     if result.is_err() && r.freeze_bound.is_some() && !r.dry_run {
-        eprintln!("reseq: {}", crate::host::thaw::after_abnormal_stop());
+        eprint!("{}", for_stderr(&format!("reseq: {}\n", crate::host::thaw::after_abnormal_stop())));
     }
     // The reason first, then the report, whose last line is the outcome: read top down,
     // the outcome line came before what it was about.
@@ -153,7 +154,7 @@ fn print_report((r, result): (Report, Result<()>), output: &OutputArgs, quiet: b
     if let Some(path) = output.metrics_file.as_ref().filter(|_| !r.dry_run)
         && let Err(e) = write_atomically(path, &render(&r, Format::Prom))
     {
-        eprintln!("reseq: {}", crate::error_chain(&e));
+        eprint!("{}", for_stderr(&format!("reseq: {}\n", crate::error_chain(&e))));
     }
     code
 }
@@ -201,7 +202,7 @@ fn print_simulation(r: Result<simulate::Experiment>, json: bool) -> std::process
 fn finish(result: Result<()>) -> std::process::ExitCode {
     let code = exit_code(&result);
     if let Err(e) = result {
-        eprintln!("reseq: {:#}", anyhow::Error::new(e));
+        eprint!("{}", for_stderr(&format!("reseq: {:#}\n", anyhow::Error::new(e))));
     }
     code
 }

@@ -61,7 +61,8 @@ impl Status {
         for r in &self.unreadable {
             s += &format!("  unreadable: {r}\n");
         }
-        s
+        // 100 columns, as every default text (a path longer than a line stays whole).
+        crate::support::output::fit(&s, crate::support::output::WIDTH)
     }
 }
 

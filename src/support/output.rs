@@ -286,6 +286,21 @@ pub(crate) fn fit(text: &str, width: usize) -> String {
     out
 }
 
+/// A message for stderr (`reseq: …` and its hint): at a terminal, wrapped to its width
+/// (at most [`WIDTH`]) with a hanging indent; elsewhere (a log, a pipe, journald) one line
+/// per message, whole, for grep.
+pub(crate) fn for_stderr(text: &str) -> String {
+    use std::io::IsTerminal;
+    let err = std::io::stderr();
+    if !err.is_terminal() {
+        return text.to_string();
+    }
+    match terminal_size::terminal_size_of(&err) {
+        Some((w, _)) if w.0 > 0 => fit(text, (w.0 as usize).clamp(40, WIDTH)),
+        _ => fit(text, WIDTH),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

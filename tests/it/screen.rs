@@ -29,7 +29,7 @@ fn shaped(what: &str, cmd: &mut std::process::Command, max_lines: usize) -> Stri
 
 #[test]
 fn every_command_fits_the_screen() {
-    if !require(&["losetup", "mkfs.ext4"]) {
+    if !require(&["losetup", "mkfs.ext4", "script", "stty"]) {
         return;
     }
     let env = TestEnv::new();
@@ -68,4 +68,24 @@ fn every_command_fits_the_screen() {
     assert!(run.contains("outcome: success"), "{run}");
     // After the run, which made the state directory.
     shaped("status", env.reseq().arg("status").arg("--state-dir").arg(&state), 5);
+
+    // A run killed mid-way, as `status` shows it, and the refusal of a plain run after it,
+    // at an 80-column terminal (a pty from script(1)): wrapped to it, under itself.
+    let killed = ["rewrite", "--chunk-size", "1M", "--max-freeze", "300ms", "--pause", "50ms", "--include-free"];
+    let out = output(env.reseq().args(killed).arg(&lo.path).env("RESEQ_FAULTS", "kill@after-write#2"));
+    assert_eq!(out.status.code(), None, "killed: {}", stderr(&out));
+    let st = shaped("status, a run unfinished", env.reseq().arg("status").arg("--state-dir").arg(&state), 8);
+    assert!(st.contains("unfinished device run") && st.contains("--include-free"), "{st}");
+    let bin = env!("CARGO_BIN_EXE_reseq");
+    let line = format!("stty cols 80 rows 24; exec '{bin}' rewrite '{}'", lo.path.display());
+    let mut script = std::process::Command::new("script");
+    script.env("RESEQ_STATE_DIR", env.state_dir()).env("RESEQ_RUN_DIR", env.run_dir()).env_remove("RUST_LOG");
+    let tty = output(script.args(["-qec", &line, "/dev/null"]));
+    let text = String::from_utf8_lossy(&tty.stdout).replace('\r', "");
+    assert!(text.contains("reseq: refused: ") && text.contains("--resume"), "{text}");
+    for l in text.lines() {
+        assert!(l.chars().count() <= 80, "a line of {} at an 80-column terminal:\n{l}", l.chars().count());
+    }
+    let message = text.lines().skip_while(|l| !l.starts_with("reseq: refused: ")).count();
+    assert!(message >= 3, "the refusal wrapped under itself:\n{text}");
 }
