@@ -173,66 +173,87 @@ type Mapping = (u64, u64, u64, u64);
 /// several devices share in `<def name>` elements that a device takes with `<ref name>`;
 /// 0.9 lists them in the device.
 fn parse(xml: &str, dev_id: u64, size: u64) -> std::result::Result<ThinMap, String> {
-    let (mut transaction, mut block, mut snap_time) = (None, None, None);
-    let mut defs: std::collections::HashMap<String, Vec<Mapping>> = std::collections::HashMap::new();
-    // Where a mapping goes: a def being read, this device, or another device.
-    enum In {
-        Nothing,
-        Def(String),
-        Ours,
-        Other,
-    }
-    let (mut at, mut mine) = (In::Nothing, Vec::<Mapping>::new());
+    let mut r = Reading::default();
     for line in xml.lines().map(str::trim) {
-        let mapping = if line.starts_with("<superblock ") {
-            transaction = num(line, "transaction");
-            block = num(line, "data_block_size").map(|s| s * 512);
-            continue;
-        } else if line.starts_with("<def ") {
-            let name = attr(line, "name").ok_or(format!("a def without a name: {line}"))?;
-            at = In::Def(name.to_string());
-            continue;
-        } else if line.starts_with("<device ") {
-            at = if num(line, "dev_id") == Some(dev_id) {
-                snap_time = Some(num(line, "snap_time").ok_or(format!("no snap_time: {line}"))?);
-                In::Ours
-            } else {
-                In::Other
-            };
-            continue;
-        } else if line.starts_with("</def>") || line.starts_with("</device>") {
-            at = In::Nothing;
-            continue;
-        } else if line.starts_with("<ref ") {
-            if let In::Ours = at {
-                let name = attr(line, "name").unwrap_or_default();
-                mine.extend(defs.get(name).ok_or(format!("a ref to no def: {line}"))?);
-            }
-            continue;
-        } else if line.starts_with("<range_mapping ") {
-            (num(line, "origin_begin"), num(line, "data_begin"), num(line, "length"), num(line, "time"))
-        } else if line.starts_with("<single_mapping ") {
-            (num(line, "origin_block"), num(line, "data_block"), Some(1), num(line, "time"))
-        } else {
-            continue;
-        };
-        let (Some(o), Some(d), Some(l), Some(t)) = mapping else { return Err(format!("a mapping unread: {line}")) };
-        match &at {
-            In::Def(name) => defs.entry(name.clone()).or_default().push((o, d, l, t)),
-            In::Ours => mine.push((o, d, l, t)),
-            In::Other => {}
-            In::Nothing => return Err(format!("a mapping outside any device: {line}")),
-        }
+        r.line(line, dev_id)?;
     }
-    let (Some(transaction), Some(block)) = (transaction, block) else { return Err("no superblock".into()) };
-    let Some(snap_time) = snap_time else { return Err(format!("no thin device {dev_id} in it")) };
-    let (own, shared): (Vec<Mapping>, Vec<Mapping>) = mine.into_iter().partition(|m| m.3 >= snap_time);
+    let (Some(transaction), Some(block)) = (r.transaction, r.block) else { return Err("no superblock".into()) };
+    let Some(snap_time) = r.snap_time else { return Err(format!("no thin device {dev_id} in it")) };
+    let (own, shared): (Vec<Mapping>, Vec<Mapping>) = r.mine.into_iter().partition(|m| m.3 >= snap_time);
     let origins = |m: Vec<Mapping>| m.into_iter().map(|(o, _, l, _)| (o, l)).collect();
     Ok(ThinMap {
         transaction,
         own: in_bytes(origins(own), block, size),
         shared: in_bytes(origins(shared), block, size),
     })
+}
+
+/// Where a mapping being read goes: a def, this device, another device.
+#[derive(Default)]
+enum In {
+    #[default]
+    Nothing,
+    Def(String),
+    Ours,
+    Other,
+}
+
+/// What [`parse`] has read so far.
+#[derive(Default)]
+struct Reading {
+    transaction: Option<u64>,
+    /// Bytes per data block.
+    block: Option<u64>,
+    /// This device's last snapshot's time.
+    snap_time: Option<u64>,
+    defs: std::collections::HashMap<String, Vec<Mapping>>,
+    at: In,
+    mine: Vec<Mapping>,
+}
+
+impl Reading {
+    fn line(&mut self, line: &str, dev_id: u64) -> std::result::Result<(), String> {
+        let mapping = if line.starts_with("<superblock ") {
+            self.transaction = num(line, "transaction");
+            self.block = num(line, "data_block_size").map(|s| s * 512);
+            return Ok(());
+        } else if line.starts_with("<def ") {
+            let name = attr(line, "name").ok_or(format!("a def without a name: {line}"))?;
+            self.at = In::Def(name.to_string());
+            return Ok(());
+        } else if line.starts_with("<device ") {
+            self.at = if num(line, "dev_id") == Some(dev_id) {
+                self.snap_time = Some(num(line, "snap_time").ok_or(format!("no snap_time: {line}"))?);
+                In::Ours
+            } else {
+                In::Other
+            };
+            return Ok(());
+        } else if line.starts_with("</def>") || line.starts_with("</device>") {
+            self.at = In::Nothing;
+            return Ok(());
+        } else if line.starts_with("<ref ") {
+            if let In::Ours = self.at {
+                let name = attr(line, "name").unwrap_or_default();
+                self.mine.extend(self.defs.get(name).ok_or(format!("a ref to no def: {line}"))?);
+            }
+            return Ok(());
+        } else if line.starts_with("<range_mapping ") {
+            (num(line, "origin_begin"), num(line, "data_begin"), num(line, "length"), num(line, "time"))
+        } else if line.starts_with("<single_mapping ") {
+            (num(line, "origin_block"), num(line, "data_block"), Some(1), num(line, "time"))
+        } else {
+            return Ok(());
+        };
+        let (Some(o), Some(d), Some(l), Some(t)) = mapping else { return Err(format!("a mapping unread: {line}")) };
+        match &self.at {
+            In::Def(name) => self.defs.entry(name.clone()).or_default().push((o, d, l, t)),
+            In::Ours => self.mine.push((o, d, l, t)),
+            In::Other => {}
+            In::Nothing => return Err(format!("a mapping outside any device: {line}")),
+        }
+        Ok(())
+    }
 }
 
 /// Ranges of blocks of `block` bytes as byte ranges below `size`, ascending, merged.
