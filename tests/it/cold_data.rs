@@ -210,9 +210,10 @@ fn cold_files_are_found_and_only_they_are_refreshed() {
     }
     let _one = exclusive();
     // Time scale 10 (as sim_serve's read-time test): the model, not a busy host, sets the
-    // pace. A host too busy to keep to it (the scan says so, from the drive's late
-    // replies: 736 of 1,065 under bench/load.sh) gets the drive at a quarter of the
-    // speed, where the same work asks a quarter of the CPU; that run must decide.
+    // pace. A host too busy to keep to it (the scan says so: the drive's late replies,
+    // 736 of 1,065 under bench/load.sh, or one file's readings x1.57 apart) gets the drive
+    // at a quarter of the speed, where the same work asks a quarter of the CPU; that run
+    // must decide.
     for scale in [10.0, 40.0] {
         if cold_files_at(scale) {
             return;
@@ -296,10 +297,17 @@ fn drop_page_cache() {
 
 /// The scan's figures against dd's, each the faster of two readings (a busy host only
 /// slows a read); the cold file flagged against the young files. False: the host did not
-/// keep up with the emulated drive (the scan's own finding), and nothing was judged.
+/// keep up with the emulated drive or its readings were too far apart (the scan's own
+/// findings), and nothing was judged.
 fn check_scan_against_dd(env: &TestEnv, dir: &Path) -> bool {
     let (a, b) = (scan_by_file(env, dir), scan_by_file(env, dir));
-    let late = |r: &serde_json::Value| r["unreliable_because"].as_str().is_some_and(|w| w.contains("did not keep up"));
+    // The scan's own findings that the host, not the drive, set the pace: late replies, or
+    // readings of one place too far apart (both seen under bench/load.sh).
+    let late = |r: &serde_json::Value| {
+        r["unreliable_because"]
+            .as_str()
+            .is_some_and(|w| w.contains("did not keep up") || w.contains("too busy to tell"))
+    };
     if late(&a) || late(&b) {
         eprintln!(
             "scan: {}",
