@@ -124,7 +124,7 @@ fn demo(a: &crate::cli::DemoArgs, quiet: bool) -> std::process::ExitCode {
 /// Prints a command's report as asked (and the metrics file), then exits with its outcome.
 fn print_report((r, result): (Report, Result<()>), output: &OutputArgs, quiet: bool) -> std::process::ExitCode {
     if result.is_err() && r.freeze_bound.is_some() && !r.dry_run {
-        eprint!("{}", for_stderr(&format!("reseq: {}\n", crate::host::thaw::after_abnormal_stop())));
+        say(crate::host::thaw::after_abnormal_stop());
     }
     // The reason first, then the report, whose last line is the outcome: read top down,
     // the outcome line came before what it was about.
@@ -154,7 +154,7 @@ fn print_report((r, result): (Report, Result<()>), output: &OutputArgs, quiet: b
     if let Some(path) = output.metrics_file.as_ref().filter(|_| !r.dry_run)
         && let Err(e) = write_atomically(path, &render(&r, Format::Prom))
     {
-        eprint!("{}", for_stderr(&format!("reseq: {}\n", crate::error_chain(&e))));
+        say(crate::error_chain(&e));
     }
     code
 }
@@ -202,9 +202,14 @@ fn print_simulation(r: Result<simulate::Experiment>, json: bool) -> std::process
 fn finish(result: Result<()>) -> std::process::ExitCode {
     let code = exit_code(&result);
     if let Err(e) = result {
-        eprint!("{}", for_stderr(&format!("reseq: {:#}\n", anyhow::Error::new(e))));
+        say(format!("{:#}", anyhow::Error::new(e)));
     }
     code
+}
+
+/// A message of reseq's own on stderr, wrapped at a terminal (`for_stderr`).
+fn say(message: impl std::fmt::Display) {
+    eprint!("{}", for_stderr(&format!("reseq: {message}\n")));
 }
 
 /// The exit code of a command's outcome.

@@ -43,7 +43,7 @@ pub(crate) mod trial;
 mod window;
 mod writer;
 
-pub(crate) use planner::{Everything, Planner, Selected, intersect};
+pub(crate) use planner::{Everything, Planner, Selected, intersect, push_merged};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

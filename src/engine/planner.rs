@@ -33,6 +33,14 @@ pub(crate) struct Selected<'a> {
     pub(crate) selected: Vec<(u64, u64)>,
 }
 
+/// Appends `(o, l)` to ascending `out`, merged into the last range where they touch.
+pub(crate) fn push_merged(out: &mut Vec<(u64, u64)>, (o, l): (u64, u64)) {
+    match out.last_mut() {
+        Some(last) if last.0 + last.1 >= o => last.1 = last.1.max(o + l - last.0),
+        _ => out.push((o, l)),
+    }
+}
+
 /// The intersection of two ascending lists of non-overlapping ranges.
 pub(crate) fn intersect(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let (mut i, mut j, mut out) = (0, 0, Vec::new());

@@ -28,7 +28,7 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Mutex;
 
 use crate::engine::Planner;
-use crate::engine::intersect;
+use crate::engine::{intersect, push_merged};
 use crate::host::aliases::loop_of;
 use crate::host::device::{BlockDeviceInfo, Sysfs, dev_num};
 use crate::host::thin::{Thin, ThinMap};
@@ -130,19 +130,27 @@ impl Backing {
         align: u64,
         max_data: Option<u64>,
     ) -> Result<(Vec<(u64, u64)>, u64)> {
+        if let Below::Thin { thin, map } = &self.below {
+            let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+            let now = thin.transaction()?;
+            if now != map.transaction {
+                log::info!(
+                    "the thin pool's transaction id moved ({} to {now}): a thin device was made or removed; its map is read again",
+                    map.transaction
+                );
+                *map = thin.map()?;
+            }
+        }
+        self.mapped(span, align, max_data)
+    }
+
+    /// As [`Backing::data_ranges`], from the map as it stands (a thin volume's, as last
+    /// read).
+    fn mapped(&self, span: (u64, u64), align: u64, max_data: Option<u64>) -> Result<(Vec<(u64, u64)>, u64)> {
         match &self.below {
             Below::File { file, shift } => self.file_ranges((file, *shift), span, align, max_data),
-            Below::Thin { thin, map } => {
-                let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
-                let now = thin.transaction()?;
-                if now != map.transaction {
-                    log::info!(
-                        "the thin pool's transaction id moved ({} to {now}): a thin device was made or removed; its map is read again",
-                        map.transaction
-                    );
-                    *map = thin.map()?;
-                }
-                Ok(cut(&map.own, span, align, max_data))
+            Below::Thin { map, .. } => {
+                Ok(cut(&map.lock().unwrap_or_else(|p| p.into_inner()).own, span, align, max_data))
             }
         }
     }
@@ -180,20 +188,9 @@ impl Backing {
     /// As [`Backing::data_ranges`], all of `[from, to)`, however many extents: for the
     /// plan, whose figures (bytes to rewrite, the prediction, progress) are of all of it.
     pub(crate) fn all_data_ranges(&self, (from, to): (u64, u64), align: u64) -> Result<Vec<(u64, u64)>> {
-        if let Below::Thin { map, .. } = &self.below {
-            let map = map.lock().unwrap_or_else(|p| p.into_inner());
-            let mut all = Vec::new();
-            let mut at = from;
-            while at < to {
-                let (part, until) = cut(&map.own, (at, to), align, None);
-                part.into_iter().for_each(|r| push_merged(&mut all, r));
-                at = until.max(at + 1);
-            }
-            return Ok(all);
-        }
         let (mut out, mut at): (Vec<(u64, u64)>, u64) = (Vec::new(), from);
         while at < to {
-            let (part, until) = self.data_ranges((at, to), align, None)?;
+            let (part, until) = self.mapped((at, to), align, None)?;
             part.into_iter().for_each(|r| push_merged(&mut out, r));
             at = until.max(at + 1);
         }
@@ -216,14 +213,6 @@ fn cut(ranges: &[(u64, u64)], (from, to): (u64, u64), align: u64, max_data: Opti
         }
     }
     (out, to)
-}
-
-/// Appends `(o, l)` to ascending `out`, merged into the last range where they touch.
-fn push_merged(out: &mut Vec<(u64, u64)>, (o, l): (u64, u64)) {
-    match out.last_mut() {
-        Some(last) if last.0 + last.1 >= o => last.1 = last.1.max(o + l - last.0),
-        _ => out.push((o, l)),
-    }
 }
 
 /// The parts of `ranges` (ascending) outside `kept` (ascending, each inside one of them).

@@ -5,8 +5,8 @@
 //! A thin volume reads an unprovisioned block as zeros from no storage at all, and a
 //! write there takes a new block from the pool; a write to a shared block breaks the
 //! sharing and takes one too. Neither has an order to restore, and a full pool fails
-//! every volume in it. So only the blocks the volume alone holds are rewritten: each of
-//! them is written where it already is, and the pool does not grow.
+//! every volume in it. So only the blocks the kernel would not copy on write are
+//! rewritten: each of them is written where it already is, and the pool does not grow.
 //!
 //! The map is the pool's own metadata, read through a metadata snapshot (the kernel's
 //! way to read a live pool's metadata consistently): `dmsetup message POOL 0
@@ -14,20 +14,22 @@
 //! It is read at the plan and at the start of a run, and again in any window that finds
 //! the pool's transaction id moved (a thin device or snapshot made or removed mid-run,
 //! which can make shared what was not), looked at every [`THIN_DATA`] of data. Only
-//! LVM's pools: LVM moves the id with each snapshot. A block provisioned after a read is left for the
-//! next run; one discarded after it reads as zeros, and writing those zeros back takes a
-//! block again, at most what was discarded during the run. Neither loses a byte.
+//! LVM's pools: LVM moves the id with each snapshot. A block provisioned after a read is
+//! left for the next run; one discarded after it reads as zeros, and writing those zeros
+//! back takes a block again, at most what was discarded during the run. Neither loses a
+//! byte.
 
 use std::path::PathBuf;
+
+use crate::engine::push_merged;
+use crate::host::device::{BlockDeviceInfo, Sysfs, parse_dev};
+use crate::support::error::{Error, Result};
+use crate::support::tool::Tool;
 
 /// A thin volume's map covers at most this much data at a time: a snapshot made mid-window
 /// (an unmounted volume's run is one window; on Linux 6.8 and later LVM's suspend nests in
 /// reseq's freeze) is seen, and the map read again, within this much writing.
 pub(crate) const THIN_DATA: u64 = 256 << 20;
-
-use crate::host::device::{BlockDeviceInfo, Sysfs, parse_dev};
-use crate::support::error::{Error, Result};
-use crate::support::tool::Tool;
 
 /// A thin device and where its pool's metadata is.
 #[derive(Debug)]
@@ -49,10 +51,11 @@ pub(crate) struct Thin {
 pub(crate) struct ThinMap {
     /// The pool's transaction id when read.
     pub(crate) transaction: u64,
-    /// Device byte ranges the device alone holds data in, ascending, apart.
+    /// Device byte ranges holding data the kernel would not copy on write (mapped at or
+    /// after the device's last snapshot), ascending, apart.
     pub(crate) own: Vec<(u64, u64)>,
-    /// Device byte ranges it holds data in that another thin device shares (left out),
-    /// ascending, apart.
+    /// Device byte ranges holding data older than its last snapshot, which a write would
+    /// copy to a new block (left out), ascending, apart.
     pub(crate) shared: Vec<(u64, u64)>,
 }
 
@@ -262,10 +265,8 @@ fn in_bytes(mut blocks: Vec<(u64, u64)>, block: u64, size: u64) -> Vec<(u64, u64
     let mut out: Vec<(u64, u64)> = Vec::new();
     for (o, l) in blocks {
         let (a, b) = ((o * block).min(size), ((o + l) * block).min(size));
-        match out.last_mut() {
-            Some(last) if last.0 + last.1 >= a => last.1 = last.1.max(b - last.0),
-            _ if b > a => out.push((a, b - a)),
-            _ => {}
+        if b > a {
+            push_merged(&mut out, (a, b - a));
         }
     }
     out
