@@ -6,12 +6,43 @@ use std::process::Command;
 
 use crate::common::*;
 
-/// Purges the package on drop, whatever the test did.
-struct Installed;
+/// Where the test records that it is installing the package: a killed test (SIGKILL, a
+/// timeout) cannot purge it, and the next run must tell that leftover from a reseq an
+/// admin installed, which it never touches.
+const MARK: &str = "/var/lib/reseq-test-deb";
+
+/// Holds MARK's lock for the test's life, so that two suites on one machine take turns
+/// (the kernel drops the lock when its holder dies, however it dies), and purges the
+/// package on drop, whatever the test did.
+struct Installed {
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl Installed {
+    fn take() -> Installed {
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(MARK).unwrap();
+        let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| e).unwrap();
+        let left = std::fs::read_to_string(MARK).unwrap_or_default();
+        if left.starts_with("installing") {
+            // The lock was free: whoever wrote this is dead. Its package is ours to purge.
+            eprintln!("purging the reseq package a killed run of this test left ({})", left.trim());
+            run_cmd(Command::new("dpkg").args(["-P", "reseq"])).expect("dpkg -P of a killed test's package");
+            std::fs::write(MARK, "").unwrap();
+        }
+        Installed { _lock: lock }
+    }
+
+    fn mark(&self) {
+        std::fs::write(MARK, format!("installing (test pid {})\n", std::process::id())).unwrap();
+    }
+}
 
 impl Drop for Installed {
     fn drop(&mut self) {
-        let _ = Command::new("dpkg").args(["-P", "reseq"]).output();
+        if std::fs::read_to_string(MARK).unwrap_or_default().starts_with("installing") {
+            let _ = Command::new("dpkg").args(["-P", "reseq"]).output();
+            let _ = std::fs::write(MARK, "");
+        }
     }
 }
 
@@ -35,10 +66,11 @@ fn debian_package_installs_and_removes_cleanly() {
             .current_dir(root),
     );
     assert!(out.status.success(), "cargo deb failed");
+    let installed = Installed::take();
     if Path::new("/usr/bin/reseq").exists() {
         panic!("/usr/bin/reseq exists already: this test will not overwrite a reseq it did not install");
     }
-    let _cleanup = Installed;
+    installed.mark();
     run_cmd(Command::new("dpkg").arg("-i").arg(env.path("reseq.deb"))).expect("dpkg -i");
     let v = run_cmd(Command::new("/usr/bin/reseq").arg("--version")).unwrap();
     assert!(v.contains(env!("CARGO_PKG_VERSION")), "{v}");
