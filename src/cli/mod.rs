@@ -344,9 +344,12 @@ pub(crate) struct SimRangeArgs {
 pub(crate) enum SimCommand {
     /// Create a fresh (empty, all trimmed) simulated SSD.
     Create {
+        /// The state file to make (the model's state)
         state: PathBuf,
+        /// Drive model: consumer-nvme, consumer-nvme-mild, datacenter-sata, consumer-tlc-aging
         #[arg(long, default_value = "consumer-nvme")]
         preset: String,
+        /// Simulated device size.
         #[arg(long, default_value = "8G", value_name = "SIZE")]
         device_size: Size,
         /// Override a model parameter (repeatable).
@@ -355,6 +358,7 @@ pub(crate) enum SimCommand {
     },
     /// Write a range sequentially, as writing a file does.
     Write {
+        /// The simulated SSD: a state file made by `reseq sim create`
         state: PathBuf,
         #[command(flatten)]
         range: SimRangeArgs,
@@ -363,6 +367,7 @@ pub(crate) enum SimCommand {
     ///
     /// As `fio --rw=randwrite --bs=4k` makes them.
     Fragment {
+        /// The simulated SSD: a state file made by `reseq sim create`
         state: PathBuf,
         #[command(flatten)]
         range: SimRangeArgs,
@@ -374,6 +379,7 @@ pub(crate) enum SimCommand {
     },
     /// Sequential read of a range: virtual time and throughput.
     Read {
+        /// The simulated SSD: a state file made by `reseq sim create`
         state: PathBuf,
         #[command(flatten)]
         range: SimRangeArgs,
@@ -384,6 +390,7 @@ pub(crate) enum SimCommand {
     },
     /// Re-sequence a range with reseq's engine.
     Rewrite {
+        /// The simulated SSD: a state file made by `reseq sim create`
         state: PathBuf,
         #[command(flatten)]
         range: SimRangeArgs,
@@ -400,7 +407,10 @@ pub(crate) enum SimCommand {
         slow_threshold: f64,
     },
     /// Parameters, counters and age of a simulated SSD
-    Info { state: PathBuf },
+    Info {
+        /// The simulated SSD: a state file made by `reseq sim create`
+        state: PathBuf,
+    },
     /// Let the drive's data age by N days
     ///
     /// Advance its retention clock by N days (fractions too).
@@ -408,6 +418,7 @@ pub(crate) enum SimCommand {
     /// (consumer-tlc-aging, or --set retention_max_factor=...). Reaches a drive being
     /// served by `reseq sim serve` through the server.
     Age {
+        /// The simulated SSD: a state file made by `reseq sim create`
         state: PathBuf,
         /// Days to add to the clock, e.g. 90 or 0.5.
         #[arg(long, value_name = "N", value_parser = age_days)]
@@ -418,6 +429,7 @@ pub(crate) enum SimCommand {
     /// Put a loop device on it. In the foreground until SIGINT/SIGTERM or `umount MOUNTDIR`; saves the
     /// drive's state on exit. The data lives in STATE.data (sparse, created if missing).
     Serve {
+        /// The simulated SSD: a state file made by `reseq sim create`
         state: PathBuf,
         /// An empty directory to mount on.
         mount_dir: PathBuf,

@@ -13,6 +13,7 @@ use std::io::{Seek, SeekFrom, Write};
 use crate::options::rewrite::{Mode, RewriteOptions};
 use crate::report::Report;
 use crate::support::error::{Error, Result};
+use crate::support::output::{WIDTH, fit};
 use crate::support::scratch::{LoopDevice, Mount, XorShift, hash_path, mkfs_ext4};
 use crate::support::tool::Tool;
 use crate::support::units::{Size, human_bytes};
@@ -117,7 +118,7 @@ fn emulated(size: u64, quiet: bool, report_out: &mut Option<Report>) -> Result<(
     say(
         quiet,
         format!(
-            "ext4 at {}: wrote {} of 8 KiB pages in order, then {} random page updates with fsync (a database's life)",
+            "ext4 at {}: {} of 8 KiB pages written in order, then {} random updates with fsync",
             mnt.dir.display(),
             human_bytes(file),
             pages / 2
@@ -125,10 +126,7 @@ fn emulated(size: u64, quiet: bool, report_out: &mut Option<Report>) -> Result<(
     );
     say(
         quiet,
-        format!(
-            "reseq rewrite {} --bench: benchmark, rewrite live in 1 s freeze windows, benchmark again",
-            db_path.display()
-        ),
+        format!("reseq rewrite {} --bench: reads timed, rewritten live in 1 s windows, timed again", db_path.display()),
     );
     let (report, result) =
         crate::rewrite::files::run(&rewrite_options(&db_path, dir.path().join("state"), true), quiet);
@@ -141,7 +139,7 @@ fn emulated(size: u64, quiet: bool, report_out: &mut Option<Report>) -> Result<(
     say(
         quiet,
         format!(
-            "verdict: {}; database file byte-identical, e2fsck -fn clean; {:.0} s by the clock; cleaned up",
+            "verdict: {}; the file byte-identical, e2fsck -fn clean; {:.0} s by the clock; cleaned up",
             verdict.unwrap_or_else(|| "none".into()),
             started.elapsed().as_secs_f64()
         ),
@@ -173,7 +171,7 @@ fn loop_on(served: &ServeChild, quiet: bool) -> Result<LoopDevice> {
     say(
         quiet,
         format!(
-            "an emulated consumer NVMe SSD ({} FTL model, time x{}) served through FUSE as {}, loop device {}",
+            "an emulated consumer NVMe SSD ({}, time x{}) served by FUSE as {}, loop device {}",
             human_bytes(EMULATED_DRIVE),
             crate::sim::serve::DEFAULT_TIME_SCALE,
             served.disk().display(),
@@ -183,9 +181,11 @@ fn loop_on(served: &ServeChild, quiet: bool) -> Result<LoopDevice> {
     Ok(lo)
 }
 
+/// A step of the demo, for a person at a terminal or reading a CI log: fitted to
+/// [`WIDTH`] columns either way (its paths are a temporary directory's).
 fn say(quiet: bool, msg: String) {
     if !quiet {
-        eprintln!("demo: {msg}");
+        eprint!("{}", fit(&format!("demo: {msg}\n"), WIDTH));
     }
 }
 

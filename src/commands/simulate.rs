@@ -183,7 +183,7 @@ fn steps(file: u64, stages_mib: &[f64], reads: &[f64], chunk: u64) -> Vec<Step> 
 impl Experiment {
     pub(crate) fn to_text(&self) -> String {
         let mut s = format!(
-            "simulated {} SSD: {} device, {} file; sequential read of the file, 1 MiB commands, QD1, virtual time\n\n",
+            "simulated {} SSD: {} device, {} file\neach step reads the file in order: 1 MiB commands, QD1, virtual time\n\n",
             self.preset,
             human_bytes(self.device_bytes),
             human_bytes(self.file_bytes)
@@ -250,7 +250,7 @@ pub(crate) fn sim_command(step: &SimStep, quiet: bool) -> Result<serde_json::Val
             let aged = crate::sim::control::age(state, *days)?;
             if !aged.retention_on && !quiet {
                 eprintln!(
-                    "reseq sim age: retention is off for this drive (retention_max_factor 1): its reads do not depend on age"
+                    "reseq sim age: retention is off (retention_max_factor 1): this drive reads the same at any age"
                 );
             }
             serde_json::to_value(aged).map_err(|e| Error::Internal(format!("age: {e}")))

@@ -266,7 +266,7 @@ pub(crate) fn fit(text: &str, width: usize) -> String {
         let hang = " ".repeat(indent + 4);
         let mut cur = body[..indent].to_string();
         let mut first = true;
-        for word in body.trim_start().split(' ') {
+        for word in words(body.trim_start()) {
             let start = if first { indent } else { hang.len() };
             if cur.chars().count() > start && cur.chars().count() + 1 + word.chars().count() > width {
                 out += cur.trim_end();
@@ -276,11 +276,29 @@ pub(crate) fn fit(text: &str, width: usize) -> String {
             } else if cur.chars().count() > start {
                 cur.push(' ');
             }
-            cur += word;
+            cur += &word;
         }
         out += cur.trim_end();
         if line.ends_with('\n') {
             out += "\n";
+        }
+    }
+    out
+}
+
+/// The words of a line, a unit kept with its number ("1.000 s", "4.0 MiB"): a line never
+/// breaks between them.
+fn words(line: &str) -> Vec<String> {
+    const UNITS: [&str; 11] = ["s", "ms", "B", "KiB", "MiB", "GiB", "TiB", "%", "KiB/s", "MiB/s", "GiB/s"];
+    let mut out: Vec<String> = Vec::new();
+    for w in line.split(' ') {
+        let after_number = out.last().is_some_and(|p| p.ends_with(|c: char| c.is_ascii_digit()));
+        match out.last_mut() {
+            Some(prev) if after_number && UNITS.contains(&w) => {
+                prev.push(' ');
+                prev.push_str(w);
+            }
+            _ => out.push(w.to_string()),
         }
     }
     out
@@ -312,6 +330,19 @@ mod tests {
         assert!(filter(0, false, false).contains("reseq::measure::bench=warn"));
         assert!(!filter(0, false, true).contains("bench"), "a terminal sees each pass");
         assert!(!filter(1, false, false).contains("bench"), "-v sees each pass");
+    }
+
+    #[test]
+    fn a_long_line_wraps_under_itself_and_never_between_a_number_and_its_unit() {
+        let line = "rewriting /dev/loop0 (128.0 MiB) in 32 chunks of 4.0 MiB, freezing for at most 1.000 s\n";
+        let text = fit(line, 84);
+        assert_eq!(
+            text,
+            "rewriting /dev/loop0 (128.0 MiB) in 32 chunks of 4.0 MiB, freezing for at most\n    1.000 s\n"
+        );
+        assert_eq!(fit("  a b\n", 100), "  a b\n");
+        // A unit-like word after a word, not a number, is a word like any other.
+        assert_eq!(fit("aaaa s", 5), "aaaa\n    s");
     }
 
     #[test]

@@ -13,7 +13,8 @@ fn demo_runs_and_cleans_up() {
     }
     let _one = exclusive();
     let env = TestEnv::new();
-    let out = output(env.reseq().args(["demo", "--no-fuse", "--json", "--size", "128M"]));
+    // As a person runs it (no RUST_LOG), for the widths of what it prints.
+    let out = output(env.reseq().env_remove("RUST_LOG").args(["demo", "--no-fuse", "--json", "--size", "128M"]));
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);
     assert_eq!(r["verification"], "passed");
@@ -24,6 +25,7 @@ fn demo_runs_and_cleans_up() {
     assert!(written >= 32 << 20, "the 32 MiB database file at least is rewritten");
     assert_eq!(r["plan"]["filesystems_frozen"][0]["fs_type"], "ext4");
     assert!(stderr(&out).contains("e2fsck -fn clean"));
+    assert_eq!(too_wide(&stderr(&out)), Vec::<&str>::new(), "lines over 100 columns");
     let loops = run_cmd(std::process::Command::new("losetup").arg("-a")).unwrap();
     assert!(!loops.contains("reseq-demo-"), "the demo left a loop device: {loops}");
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
@@ -66,7 +68,7 @@ fn demo_on_an_emulated_ssd_is_faster_by_the_clock() {
     let _one = exclusive();
     let env = TestEnv::new();
     let t = std::time::Instant::now();
-    let out = output(env.reseq().args(["demo", "--json"]));
+    let out = output(env.reseq().env_remove("RUST_LOG").args(["demo", "--json"]));
     let took = t.elapsed();
     assert_eq!(out.status.code(), Some(0));
     let r = json_report(&out);
@@ -79,7 +81,8 @@ fn demo_on_an_emulated_ssd_is_faster_by_the_clock() {
     assert!(v["speedup"].as_f64().unwrap() >= 1.5, "{v}");
     assert_eq!(r["results"]["bytes_verified"], 128u64 << 20, "the whole 128 MiB file verified");
     assert!(stderr(&out).contains("e2fsck -fn clean"));
-    assert!(stderr(&out).contains("served through FUSE"));
+    assert!(stderr(&out).contains("served by FUSE"));
+    assert_eq!(too_wide(&stderr(&out)), Vec::<&str>::new(), "lines over 100 columns");
     eprintln!("the emulated demo took {:.1} s", took.as_secs_f64());
     assert!(took < std::time::Duration::from_secs(90), "the demo took {took:?}");
     let loops = run_cmd(std::process::Command::new("losetup").arg("-a")).unwrap();
@@ -94,16 +97,20 @@ fn demo_without_root_runs_the_simulation() {
         return;
     }
     let _one = exclusive();
-    let out = output(std::process::Command::new("setpriv").args([
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        env!("CARGO_BIN_EXE_reseq"),
-        "demo",
-        "--json",
-    ]));
+    let not_root = |json: bool| {
+        let mut cmd = std::process::Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_reseq"), "demo"]);
+        output(cmd.args(json.then_some("--json")))
+    };
+    let out = not_root(true);
     assert_eq!(out.status.code(), Some(0));
     assert!(stderr(&out).contains("running the simulated SSD instead"));
     let r = json_report(&out);
     assert_eq!(r["steps"].as_array().unwrap().len(), 6);
+    // The table a person reads: the same steps, in 100 columns.
+    let out = not_root(false);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("after reseq rewrite"), "{text}");
+    assert_eq!(too_wide(&text), Vec::<&str>::new(), "lines over 100 columns");
 }

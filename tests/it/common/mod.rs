@@ -61,6 +61,11 @@ impl Drop for Exclusive {
     }
 }
 
+/// The lines of `text` over 100 columns (issue 51: what a person reads fits a terminal).
+pub fn too_wide(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| l.chars().count() > 100).collect()
+}
+
 /// The reseq binary, for tests that need no `TestEnv`.
 pub fn reseq_command() -> Command {
     shared();
