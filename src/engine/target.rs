@@ -41,6 +41,12 @@ pub(crate) trait BlockTarget: ReadTarget {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()>;
     /// Makes completed writes durable (a cache flush on the device).
     fn flush(&self) -> std::io::Result<()>;
+    /// Writes back what the page cache holds dirty of `len` bytes at `offset` (another
+    /// program's buffered writes to the device), so that the kernel's counters show them
+    /// before reseq writes there. Nothing where no page cache stands between.
+    fn write_back(&self, _offset: u64, _len: u64) -> std::io::Result<()> {
+        Ok(())
+    }
     /// Where `len` bytes at `offset` lie on the underlying device (file mode maps file
     /// offsets), for rescue copies.
     fn device_offset(&self, offset: u64, _len: u64) -> Option<u64> {
@@ -124,5 +130,8 @@ impl BlockTarget for DirectDevice {
     }
     fn flush(&self) -> std::io::Result<()> {
         self.file.sync_data()
+    }
+    fn write_back(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        crate::sys::write_back_range(self.file.as_fd(), offset, len)
     }
 }

@@ -235,6 +235,12 @@ impl Engine<'_> {
         hooks::point("before-write");
         self.journal.begin(chunk.offset, chunk.len as u64, &chunk.hash)?;
         let t0 = Instant::now();
+        // Another program's buffered writes to this range, still in the page cache, go
+        // to the device now, where the checks of the permit count them; inside reseq's
+        // direct write they would land first and be written over.
+        self.target
+            .write_back(chunk.offset, chunk.len as u64)
+            .map_err(|e| Error::io_at("writing back the device's cached pages", chunk.offset, e))?;
         let permit = self.ask(guard, chunk);
         self.stats.stages.permit += t0.elapsed().as_secs_f64();
         if !permit? {

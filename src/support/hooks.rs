@@ -7,6 +7,8 @@
 //! - `corrupt@OFFSET`: the second read of the chunk containing OFFSET (the read-back)
 //!   gets one byte flipped in memory, so verification must catch it.
 //! - `delay@POINT#N=MS` (N may be `*` for every hit): sleep at the N-th hit of POINT.
+//! - `pause@POINT#N=PATH`: at the N-th hit of POINT, create `PATH.paused` and wait
+//!   (up to 60 s) until `PATH.go` exists: a test acts at exactly that point.
 //! - `kill@POINT#N`: SIGKILL reseq itself at the N-th hit of POINT.
 //! - `panic@POINT#N`: panic at the N-th hit of POINT (a bug, on whichever thread hits it).
 //! - `ebusy-open`: opening a mounted device for writing fails with EBUSY, as on kernels
@@ -46,6 +48,7 @@ mod imp {
         Io(IoOp, u64),
         Corrupt(u64),
         Delay(String, Option<u64>, u64),
+        Pause(String, u64, String),
         Kill(String, u64),
         Panic(String, u64),
         EbusyOpen,
@@ -107,6 +110,11 @@ mod imp {
                 let n = if n == "*" { None } else { Some(n.parse().unwrap_or_else(|_| fail(rule))) };
                 Rule::Delay(point.to_string(), n, ms.parse().unwrap_or_else(|_| fail(rule)))
             }
+            "pause" => {
+                let (at, path) = rest.split_once('=').unwrap_or_else(|| fail(rule));
+                let (point, n) = at.split_once('#').unwrap_or((at, "1"));
+                Rule::Pause(point.to_string(), n.parse().unwrap_or_else(|_| fail(rule)), path.to_string())
+            }
             "kill" | "panic" => {
                 let (point, n) = rest.split_once('#').unwrap_or((rest, "1"));
                 let n = n.parse().unwrap_or_else(|_| fail(rule));
@@ -126,6 +134,14 @@ mod imp {
             match r {
                 Rule::Delay(p, when, ms) if p == name && when.is_none_or(|w| w == n) => {
                     std::thread::sleep(std::time::Duration::from_millis(*ms))
+                }
+                Rule::Pause(p, when, path) if p == name && *when == n => {
+                    let _ = std::fs::write(format!("{path}.paused"), b"");
+                    let t = std::time::Instant::now();
+                    let go = std::path::PathBuf::from(format!("{path}.go"));
+                    while !go.exists() && t.elapsed() < std::time::Duration::from_secs(60) {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
                 }
                 Rule::Kill(p, when) if p == name && *when == n => {
                     let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);

@@ -186,6 +186,49 @@ fn a_writer_no_scan_sees_is_stopped_by_the_written_sectors_counter() {
     assert!(err.contains(&format!("another writer wrote {dev}")) && err.contains("Device bytes"), "{err}");
 }
 
+/// (d) A buffered write to the device node between reseq's read of a chunk and its write
+/// (the run held there by a fault hook), closed without fsync: the page waits in the
+/// device's page cache, and a direct write writes such pages back before it writes over
+/// them. Before, the check before the write saw nothing and the page was written over
+/// (the run stopped with exit 9 only after). Now reseq writes the range back first and
+/// the counter sees it before the write: exit 9, the page kept.
+#[test]
+fn a_buffered_write_between_the_read_and_the_write_is_counted_first() {
+    use std::os::unix::fs::FileExt;
+    if !require(&["losetup"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("buffered.img", 16 << 20, 11);
+    let gate = env.path("gate");
+    // The third chunk of 1 MiB, [2, 3) MiB: read, about to be written.
+    let hold = format!("pause@before-write#3={}", gate.display());
+    let run =
+        Running::captured(env.reseq().env("RESEQ_FAULTS", hold).args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path));
+    let paused = PathBuf::from(format!("{}.paused", gate.display()));
+    let t = Instant::now();
+    while !paused.exists() && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(paused.exists(), "the run never reached its third write");
+    let at = (2 << 20) + 8192;
+    let mut page = vec![0x5a; BLOCK as usize];
+    page[..8].copy_from_slice(b"BUFFERED");
+    // Buffered, closed without a sync: reseq holds the device, so the close writes nothing.
+    std::fs::OpenOptions::new().write(true).open(&lo.path).unwrap().write_all_at(&page, at).unwrap();
+    std::fs::write(format!("{}.go", gate.display()), b"").unwrap();
+    let out = run.wait();
+    let err = stderr(&out);
+    let f = std::fs::File::open(&lo.path).unwrap();
+    let mut now = vec![0u8; BLOCK as usize];
+    // The device as it is: flushed and dropped from the page cache first.
+    run_cmd(Command::new("blockdev").arg("--flushbufs").arg(&lo.path)).unwrap();
+    f.read_exact_at(&mut now, at).unwrap();
+    assert!(now == page, "the buffered page was written over (exit {:?}): {err}", out.status.code());
+    assert_eq!(out.status.code(), Some(9), "{err}");
+    assert!(err.contains("another writer wrote"), "{err}");
+}
+
 /// (c) in file mode: the same writer, on the mounted ext4's device, over the blocks of
 /// the file being rewritten; windows freeze, and the counters are read inside them. No
 /// fsync'd block may revert.
