@@ -105,6 +105,9 @@ logs=$(mktemp -d /tmp/reseq-run-all.XXXXXX)
 trap 'rm -rf "$logs" "$guest_log"; kill "$guest_build" 2>/dev/null || true' EXIT
 export RESEQ_SKIP_LOG=$logs/skipped
 touch "$RESEQ_SKIP_LOG"
+# Each test that had the machine to itself, and for how long (tests/it/common `exclusive`).
+export RESEQ_EXCLUSIVE_LOG=$logs/exclusive
+touch "$RESEQ_EXCLUSIVE_LOG"
 status=0
 cargo test --features fault-injection 2>&1 | tee "$logs/cargo" || status=$?
 took "cargo test (build and run)"
@@ -130,6 +133,10 @@ took "vm tests"
 echo
 printf 'time: %s\n' "${times[@]}"
 echo "time: all $(( $(date +%s) - t0 )) s"
+# The part of the Rust tests that ran one at a time, the longest named.
+awk '{ s += $1; n++ } END { printf "time: %d tests had the machine alone for %d s in all; the longest:\n", n, s }' \
+  "$RESEQ_EXCLUSIVE_LOG"
+sort -rn "$RESEQ_EXCLUSIVE_LOG" | head -5 | awk '{ printf "time:   %6.1f s %s\n", $1, $2 }'
 # One line per test, by name (one that gave two reasons counts once).
 sort "$RESEQ_SKIP_LOG" | awk -F': ' '!seen[$1]++ { print "skipped: " $0 }'
 sed -n 's/^\(vm_[a-z0-9_]*\) \.\.\. skipped (\(.*\))$/skipped: \1: \2/p' "$logs/vm"

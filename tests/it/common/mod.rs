@@ -45,19 +45,28 @@ pub fn shared() {
 
 /// The machine to this test alone until the guard drops: for a test that times an
 /// emulated drive's clock, or leaves something behind that breaks the others' tools.
-pub struct Exclusive(#[allow(dead_code)] Option<RwLockWriteGuard<'static, ()>>);
+/// How long each holds it goes to `RESEQ_EXCLUSIVE_LOG` (tests/run-all.sh sums it up: the
+/// time the suite runs one test at a time).
+pub struct Exclusive(#[allow(dead_code)] Option<RwLockWriteGuard<'static, ()>>, Instant);
 
 pub fn exclusive() -> Exclusive {
     // A shared hold of this thread's own would deadlock the write lock: give it up first.
     HELD.with(|h| h.borrow_mut().take());
     let g = MACHINE.write().unwrap_or_else(|p| p.into_inner());
     HELD.with(|h| *h.borrow_mut() = Some(Held::Exclusive));
-    Exclusive(Some(g))
+    Exclusive(Some(g), Instant::now())
 }
 
 impl Drop for Exclusive {
     fn drop(&mut self) {
         HELD.with(|h| h.borrow_mut().take());
+        if let Some(log) = std::env::var_os("RESEQ_EXCLUSIVE_LOG") {
+            let name = std::thread::current().name().unwrap_or("?").to_string();
+            let line = format!("{:.1} {name}\n", self.1.elapsed().as_secs_f64());
+            // One write with O_APPEND, as the skip log.
+            let f = std::fs::OpenOptions::new().create(true).append(true).open(&log);
+            let _ = f.and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+        }
     }
 }
 
