@@ -522,7 +522,9 @@ trait Filesystems {
     fn settle(&mut self, limit: Duration) -> bool;
     fn fithaw(&mut self, i: usize);
     /// The sentinel block (None: no sentinel, or it cannot be read).
-    fn sentinel(&mut self, i: usize) -> Option<Vec<u8>>;
+    /// Filesystem `i`'s sentinel block, or None (none, unreadable, or not read within
+    /// `limit` nor the reader's own limit).
+    fn sentinel(&mut self, i: usize, limit: Duration) -> Option<Vec<u8>>;
     fn name(&self, i: usize) -> &str;
     /// Filesystem `i` as the freeze record names it, with the sentinel as read after our
     /// freeze.
@@ -575,8 +577,8 @@ impl Filesystems for Live {
     fn fithaw(&mut self, i: usize) {
         let _ = sys::fithaw(self.watched[i].mount.as_fd());
     }
-    fn sentinel(&mut self, i: usize) -> Option<Vec<u8>> {
-        self.sentinels.read(i)
+    fn sentinel(&mut self, i: usize, limit: Duration) -> Option<Vec<u8>> {
+        self.sentinels.read(i, limit)
     }
     fn name(&self, i: usize) -> &str {
         &self.watched[i].name
@@ -749,7 +751,7 @@ impl<F: Filesystems> GuardianState<F> {
             if let Some(s) = &mut self.progress {
                 let _ = s.write_all(&msg(OP_FROZE, i as u32, 0));
             }
-            self.fs[i].snapshot = self.io.sentinel(i);
+            self.fs[i].snapshot = self.io.sentinel(i, Duration::MAX);
         }
         Ok(())
     }
@@ -783,14 +785,14 @@ impl<F: Filesystems> GuardianState<F> {
                     // server gone) says nothing about who froze: the freeze stays ours
                     // and is thawed. Taking it for a foreign one left a filesystem
                     // frozen when an emulated drive's server was killed mid-run.
-                    let now = self.io.sentinel(i);
+                    let now = self.io.sentinel(i, self.sentinel_budget());
                     if self.fs[i].snapshot.is_some() && now.is_some() && now != self.fs[i].snapshot {
                         self.fs[i].ours = false;
                         self.lost.get_or_insert((i, true));
                     }
                 }
                 Ok(()) => {
-                    self.fs[i].snapshot = self.io.sentinel(i);
+                    self.fs[i].snapshot = self.io.sentinel(i, self.sentinel_budget());
                     self.lost.get_or_insert((i, false));
                 }
                 Err(Errno::ETIMEDOUT | Errno::EDEADLK) => {
@@ -805,6 +807,17 @@ impl<F: Filesystems> GuardianState<F> {
                 }
             }
         }
+    }
+
+    /// How long a sentinel read before a thaw may take: until the bound, less a fifth of
+    /// the grace for the thaw itself. At the deadline that is most of the grace; after a
+    /// kill (half the grace later, and the granted writes read back) little or nothing,
+    /// and the freeze is then thawed as ours unread, as after a read too slow to tell.
+    /// (A read allowed three quarters of the grace there took 255 ms of a loaded host's
+    /// disk, and the thaw came at 1,018 ms of a 1,000 ms bound.)
+    fn sentinel_budget(&self) -> Duration {
+        let Some(start) = self.freeze_started else { return Duration::MAX };
+        (self.bounds.window + self.bounds.grace).saturating_sub(start.elapsed()).saturating_sub(self.bounds.grace / 5)
     }
 
     fn past(&self, extra: Duration) -> bool {
@@ -1245,7 +1258,7 @@ mod tests {
             assert_ne!(fs[i].by, By::Other, "the guardian thawed a freeze that is not its own");
             fs[i].by = By::Nobody;
         }
-        fn sentinel(&mut self, i: usize) -> Option<Vec<u8>> {
+        fn sentinel(&mut self, i: usize, _limit: Duration) -> Option<Vec<u8>> {
             let fs = self.0.borrow()[i];
             fs.readable.then(|| fs.generation.to_le_bytes().to_vec())
         }

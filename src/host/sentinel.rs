@@ -58,13 +58,17 @@ impl SentinelReader {
     }
 
     /// Filesystem `i`'s sentinel, or None: no sentinel, the read failed, or it did not
-    /// finish within the limit (the thread may still be stuck on it; later reads then
-    /// time out too, which is what they would do on that device anyway).
-    pub(crate) fn read(&mut self, i: usize) -> Option<Vec<u8>> {
+    /// finish within the reader's limit or `limit`, the shorter (the thread may still be
+    /// stuck on it; later reads then time out too, which is what they would do on that
+    /// device anyway). A zero limit reads nothing.
+    pub(crate) fn read(&mut self, i: usize, limit: Duration) -> Option<Vec<u8>> {
+        if limit.is_zero() {
+            return None;
+        }
         self.next += 1;
         let seq = self.next;
         self.requests.send((i, seq)).ok()?;
-        let until = std::time::Instant::now() + self.limit;
+        let until = std::time::Instant::now() + self.limit.min(limit);
         loop {
             let left = until.saturating_duration_since(std::time::Instant::now());
             match self.answers.recv_timeout(left) {
@@ -90,9 +94,23 @@ mod tests {
         // Not O_DIRECT: tmpfs has none, and the thread reads whatever descriptor it gets.
         let fd: OwnedFd = std::fs::File::open(&path).unwrap().into();
         let mut r = SentinelReader::start(vec![Some((fd, 4096)), None], Duration::from_secs(5)).unwrap();
-        assert_eq!(r.read(0), Some(vec![7u8; 4096]));
-        assert_eq!(r.read(1), None, "no sentinel");
-        assert_eq!(r.read(9), None, "no such filesystem");
+        assert_eq!(r.read(0, Duration::MAX), Some(vec![7u8; 4096]));
+        assert_eq!(r.read(1, Duration::MAX), None, "no sentinel");
+        assert_eq!(r.read(9, Duration::MAX), None, "no such filesystem");
+    }
+
+    #[test]
+    fn the_callers_limit_cuts_a_slow_read_short() {
+        // A thaw after a kill has little time left before the bound: less than the reader's.
+        let mut r = SentinelReader::spawn(Duration::from_secs(5), |_| {
+            std::thread::sleep(Duration::from_millis(300));
+            Some(vec![1])
+        })
+        .unwrap();
+        let t = std::time::Instant::now();
+        assert_eq!(r.read(0, Duration::from_millis(30)), None);
+        assert_eq!(r.read(0, Duration::ZERO), None, "no time left: not read at all");
+        assert!(t.elapsed() < Duration::from_millis(200), "{:?}", t.elapsed());
     }
 
     #[test]
@@ -106,10 +124,14 @@ mod tests {
         })
         .unwrap();
         let t = std::time::Instant::now();
-        assert_eq!(r.read(0), None);
-        assert_eq!(r.read(1), None, "behind the stuck read, the next one times out too");
+        assert_eq!(r.read(0, Duration::MAX), None);
+        assert_eq!(r.read(1, Duration::MAX), None, "behind the stuck read, the next one times out too");
         assert!(t.elapsed() < Duration::from_millis(500), "{:?}", t.elapsed());
         std::thread::sleep(Duration::from_millis(2500));
-        assert_eq!(r.read(1), Some(vec![1]), "late answers to earlier requests are not taken for this one");
+        assert_eq!(
+            r.read(1, Duration::MAX),
+            Some(vec![1]),
+            "late answers to earlier requests are not taken for this one"
+        );
     }
 }
