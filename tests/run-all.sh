@@ -109,6 +109,7 @@ touch "$RESEQ_SKIP_LOG"
 export RESEQ_EXCLUSIVE_LOG=$logs/exclusive
 touch "$RESEQ_EXCLUSIVE_LOG"
 status=0
+touch "$logs/before-cargo-test"
 cargo test --features fault-injection 2>&1 | tee "$logs/cargo" || status=$?
 took "cargo test (build and run)"
 
@@ -120,8 +121,12 @@ took "cargo test (build and run)"
 wait "$guest_build" || sed 's/^/guest build (background): /' "$guest_log" >&2
 took "waiting for the VM guest"
 # They run whatever the Rust tests said: one failure there must not hide sixteen here.
-if cargo build --features fault-injection --bin reseq; then
-  RESEQ_BIN="${CARGO_TARGET_DIR:-target}/debug/reseq" bash tests/vm/run.sh 2>&1 | tee "$logs/vm" || status=$?
+# The binary `cargo test` built for the integration tests (same features), if it did: a
+# `cargo build` here resolves the dependencies' features without the dev-dependencies
+# and compiled the crate and a few of them again (116 s).
+bin="${CARGO_TARGET_DIR:-target}/debug/reseq"
+if [ "$bin" -nt "$logs/before-cargo-test" ] || cargo build --features fault-injection --bin reseq; then
+  RESEQ_BIN="$bin" bash tests/vm/run.sh 2>&1 | tee "$logs/vm" || status=$?
 else
   status=1
   echo "vm: not run (the reseq binary did not build)" | tee "$logs/vm"

@@ -20,14 +20,31 @@ const BLOCKS: u64 = 2048;
 /// The writer. Modes: `plain` (one fd), `unshare` (a thread with a file table of its own
 /// opens the device), `zombie` (the main thread calls pthread_exit, a thread writes),
 /// `blink` (opens, writes, fsyncs and closes each block: never there for a scan's three
-/// looks 100 ms apart).
+/// looks 100 ms apart), `getfd` (takes a copy of reseq's own read-write fd of the device
+/// with pidfd_getfd and writes through it).
 const WRITER: &str = r#"
 import ctypes, mmap, os, random, sys, threading, time
 mode, path, first, count, out, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 libc = ctypes.CDLL(None, use_errno=True)
 last = [0] * count
-def run(open_each):
-    rng, seq, fd, buf = random.Random(7), 0, None, mmap.mmap(-1, 4096)
+def grab():
+    dev = os.stat(path).st_rdev
+    for p in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            if open('/proc/%s/comm' % p).read().strip() != 'reseq':
+                continue
+            for n in os.listdir('/proc/%s/fd' % p):
+                st = os.stat('/proc/%s/fd/%s' % (p, n))
+                flags = int(open('/proc/%s/fdinfo/%s' % (p, n)).read().split('flags:')[1].split()[0], 8)
+                if st.st_rdev == dev and flags & 3 == os.O_RDWR:
+                    fd = libc.syscall(438, os.pidfd_open(int(p)), int(n), 0)
+                    if fd >= 0:
+                        return fd
+        except (OSError, IndexError):
+            continue
+    raise OSError('no reseq holds %s for writing' % path)
+def run(open_each, fd=None):
+    rng, seq, buf = random.Random(7), 0, mmap.mmap(-1, 4096)
     while not os.path.exists(stop):
         seq += 1
         i = rng.randrange(count)
@@ -62,6 +79,8 @@ elif mode == 'zombie':
     t = threading.Thread(target=run, args=(False,)); t.start()
     time.sleep(0.05)
     libc.pthread_exit(None)
+elif mode == 'getfd':
+    run(False, grab())
 else:
     run(mode == 'blink')
 "#;
@@ -186,6 +205,125 @@ fn a_writer_no_scan_sees_is_stopped_by_the_written_sectors_counter() {
     assert!(err.contains(&format!("another writer wrote {dev}")) && err.contains("Device bytes"), "{err}");
 }
 
+/// (e) A process that takes a copy of reseq's own read-write fd of the device mid-run
+/// (pidfd_getfd, as a debugger or a tool that borrows fds can) and writes through it: the
+/// kernel counts its writes (exit 9) or the scan finds the copy open for writing (exit
+/// 4); no fsync'd block reverts.
+#[test]
+fn a_copy_of_reseqs_own_fd_taken_mid_run_stops_it() {
+    if !require(&["losetup", "python3"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("getfd.img", 64 << 20, 12);
+    let run = slow_rewrite(&env, &lo.path);
+    std::thread::sleep(Duration::from_millis(300));
+    let writer = start_writer(&env, "getfd", &lo.path, 40 << 20);
+    let out = run.wait();
+    let err = stderr(&out);
+    assert_nothing_lost(writer, &lo.path, 40 << 20, &out, 1);
+    match out.status.code() {
+        Some(4) => assert!(err.contains("open for writing") && err.contains("--resume"), "{err}"),
+        Some(9) => assert!(err.contains("another writer wrote"), "{err}"),
+        c => panic!("exit {c:?}: {err}"),
+    }
+}
+
+/// Holds a run at a fault point (`POINT#N`) until the returned function lets it go.
+fn held_at(env: &TestEnv, cmd: &mut Command, point: &str) -> (Running, impl FnOnce() + use<>) {
+    let gate = env.path(&format!("gate-{}", point.replace('#', "-")));
+    let rule = format!("pause@{point}={}", gate.display());
+    let run = Running::captured(cmd.env("RESEQ_FAULTS", rule));
+    let paused = PathBuf::from(format!("{}.paused", gate.display()));
+    let t = Instant::now();
+    while !paused.exists() && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(paused.exists(), "the run never reached {point}");
+    (run, move || std::fs::write(format!("{}.go", gate.display()), b"").unwrap())
+}
+
+/// Mounts made mid-run. Of the unmounted target: the kernel refuses the mount (reseq
+/// holds the device O_EXCL, and a mount needs it exclusively too), and the run finishes.
+/// Of a mounted target: a second mount of the device and a bind mount are the same
+/// filesystem (one superblock), frozen by the same freeze: writers through them lose
+/// nothing, and fsck is clean.
+#[test]
+fn mounts_made_mid_run_are_refused_or_frozen_with_the_first() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.loop_device("late-mount.img", 64 << 20);
+    mkfs_ext4(&lo.path).unwrap();
+    let (run, go) = held_at(&env, env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path), "before-write#3");
+    let dir = env.path("late-mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let mount = Command::new("mount").arg(&lo.path).arg(&dir).output().unwrap();
+    if mount.status.success() {
+        let _ = Command::new("umount").arg(&dir).output();
+    }
+    go();
+    let out = run.wait();
+    assert!(!mount.status.success(), "mounted while reseq wrote the device");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    fsck_clean(&lo.path, "ext4");
+
+    let (lo, first) = env.mounted("two-mounts", 64 << 20, "ext4");
+    let files = fill_files(&first.dir, 4, 4 << 20, 13);
+    let slow = ["rewrite", "--chunk-size", "1M", "--max-freeze", "300ms", "--pause", "50ms", "--max-overruns", "1000"];
+    let mut cmd = env.reseq();
+    cmd.args(slow).arg("--include-free").arg(&lo.path);
+    let (run, go) = held_at(&env, &mut cmd, "after-thaw#1");
+    let second = Mount::new(&lo.path, &env.path("second-mnt"), &[]).unwrap();
+    let bind = Mount::new(&first.dir, &env.path("bind-mnt"), &["bind"]).unwrap();
+    let writers = [
+        Appender::start(&second.dir, &second.dir.join("second.log"), &env.path("stop-second")),
+        Appender::start(&bind.dir, &bind.dir.join("bind.log"), &env.path("stop-bind")),
+    ];
+    go();
+    let out = run.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for w in writers {
+        assert!(w.finish() > 0, "a writer made no progress");
+    }
+    assert_files_intact(&files);
+    drop(bind);
+    second.unmount().unwrap();
+    first.unmount().unwrap();
+    fsck_clean(&lo.path, "ext4");
+}
+
+/// LOOP_CHANGE_FD swaps a loop device's backing file, and the kernel allows it only on a
+/// loop attached read-only (drivers/block/loop.c), which reseq refuses before anything
+/// (`refusals_and_faults::read_only_device`). On the writable target mid-run it fails
+/// (EINVAL), and the run finishes with the data where it was.
+#[test]
+fn loop_change_fd_is_refused_by_the_kernel_on_a_writable_target() {
+    if !require(&["losetup", "python3"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("change-fd.img", 16 << 20, 14);
+    let before = hash_path(&lo.path).unwrap();
+    let other = env.path("other.img");
+    std::fs::write(&other, vec![0u8; 16 << 20]).unwrap();
+    let (run, go) = held_at(&env, env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path), "before-write#3");
+    // LOOP_CHANGE_FD = 0x4C06 (include/uapi/linux/loop.h).
+    let script = "import fcntl, os, sys\n\
+        d = os.open(sys.argv[1], os.O_RDONLY); f = os.open(sys.argv[2], os.O_RDWR)\n\
+        try:\n    fcntl.ioctl(d, 0x4C06, f); print('changed')\n\
+        except OSError as e:\n    print('errno', e.errno)\n";
+    let tried = output(Command::new("python3").args(["-c", script]).arg(&lo.path).arg(&other));
+    go();
+    let out = run.wait();
+    let said = String::from_utf8_lossy(&tried.stdout).trim().to_string();
+    assert_eq!(said, format!("errno {}", nix::libc::EINVAL), "LOOP_CHANGE_FD on the writable target");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(hash_path(&lo.path).unwrap(), before, "the device reads as before");
+    assert!(std::fs::read(&other).unwrap().iter().all(|b| *b == 0), "the other file was written");
+}
+
 /// (d) A buffered write to the device node between reseq's read of a chunk and its write
 /// (the run held there by a fault hook), closed without fsync: the page waits in the
 /// device's page cache, and a direct write writes such pages back before it writes over
@@ -200,23 +338,14 @@ fn a_buffered_write_between_the_read_and_the_write_is_counted_first() {
     }
     let env = TestEnv::new();
     let lo = env.random_loop_device("buffered.img", 16 << 20, 11);
-    let gate = env.path("gate");
     // The third chunk of 1 MiB, [2, 3) MiB: read, about to be written.
-    let hold = format!("pause@before-write#3={}", gate.display());
-    let run =
-        Running::captured(env.reseq().env("RESEQ_FAULTS", hold).args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path));
-    let paused = PathBuf::from(format!("{}.paused", gate.display()));
-    let t = Instant::now();
-    while !paused.exists() && t.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(paused.exists(), "the run never reached its third write");
+    let (run, go) = held_at(&env, env.reseq().args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path), "before-write#3");
     let at = (2 << 20) + 8192;
     let mut page = vec![0x5a; BLOCK as usize];
     page[..8].copy_from_slice(b"BUFFERED");
     // Buffered, closed without a sync: reseq holds the device, so the close writes nothing.
     std::fs::OpenOptions::new().write(true).open(&lo.path).unwrap().write_all_at(&page, at).unwrap();
-    std::fs::write(format!("{}.go", gate.display()), b"").unwrap();
+    go();
     let out = run.wait();
     let err = stderr(&out);
     let f = std::fs::File::open(&lo.path).unwrap();
