@@ -626,6 +626,8 @@ struct GuardianState<F: Filesystems = Live> {
     /// The deadline passed: no more grants in this window; thaw when `granted` is empty.
     revoked: bool,
     frozen_for: Duration,
+    /// How long the last thaw's checks of our freezes (probe and sentinel) took.
+    checked_in: Duration,
     /// (index, foreign) of a freeze lost in this window.
     lost: Option<(usize, bool)>,
     windows: u64,
@@ -662,6 +664,7 @@ impl<F: Filesystems> GuardianState<F> {
             deadline: None,
             revoked: false,
             frozen_for: Duration::ZERO,
+            checked_in: Duration::ZERO,
             lost: None,
             windows: 0,
             progress: None,
@@ -689,9 +692,11 @@ impl<F: Filesystems> GuardianState<F> {
     /// Thaws every freeze that is ours, never one that is not: the sentinels are read
     /// first on every path (deadline, end of window, reseq gone, kill, exit).
     fn thaw_all(&mut self) {
+        let t = Instant::now();
         if self.any_ours() {
             self.check_freezes();
         }
+        self.checked_in = t.elapsed();
         // Reverse order: the mirror of freezing.
         for i in (0..self.fs.len()).rev() {
             if !self.fs[i].ours {
@@ -1058,9 +1063,11 @@ impl<F: Filesystems> GuardianState<F> {
             self.frozen_for.as_millis(),
         );
         say!(
-            "reseq guardian: window {window}: the kill at {kill_at} ms, reseq gone at {} ms, {} granted write(s) read back by {checked_at} ms",
+            "reseq guardian: window {window}: the kill at {kill_at} ms, reseq gone at {} ms, {} granted write(s) read back by {checked_at} ms, freezes checked in {} ms, thawed at {} ms",
             frozen_since.as_millis(),
-            in_flight.len()
+            in_flight.len(),
+            self.checked_in.as_millis(),
+            self.frozen_for.as_millis()
         );
         // Not while another program's freeze is in place: the journal may be on that
         // filesystem, and the write would block until it thaws.
