@@ -127,6 +127,25 @@ fn slow_rewrite(env: &TestEnv, dev: &Path) -> Running {
     )
 }
 
+/// A writer in `mode` starting after the run did: its first write shows in the counters
+/// before reseq's next write (exit 9), or the scan names it (exit 4, saying `how`); no
+/// fsync'd block reverts.
+fn writer_mid_run(mode: &str, seed: u64, how: &str) {
+    let env = TestEnv::new();
+    let lo = env.random_loop_device(&format!("late-{mode}.img"), 64 << 20, seed);
+    let run = slow_rewrite(&env, &lo.path);
+    std::thread::sleep(Duration::from_millis(300));
+    let writer = start_writer(&env, mode, &lo.path, 40 << 20);
+    let out = run.wait();
+    let err = stderr(&out);
+    assert_nothing_lost(writer, &lo.path, 40 << 20, &out, 1);
+    match out.status.code() {
+        Some(4) => assert!(err.contains(how) && err.contains("--resume"), "{err}"),
+        Some(9) => assert!(err.contains("another writer wrote"), "{err}"),
+        c => panic!("exit {c:?}: {err}"),
+    }
+}
+
 /// Refused before any write (exit 3), naming the writer's PID and `how`.
 fn assert_refused(env: &TestEnv, mode: &str, how: &str) {
     let lo = env.random_loop_device(&format!("{mode}.img"), 16 << 20, 3);
@@ -157,19 +176,7 @@ fn a_thread_with_its_own_file_table_appearing_mid_run_stops_it() {
     if !require(&["losetup", "python3"]) {
         return;
     }
-    let env = TestEnv::new();
-    let lo = env.random_loop_device("late-unshare.img", 64 << 20, 10);
-    let run = slow_rewrite(&env, &lo.path);
-    std::thread::sleep(Duration::from_millis(300));
-    let writer = start_writer(&env, "unshare", &lo.path, 40 << 20);
-    let out = run.wait();
-    let err = stderr(&out);
-    assert_nothing_lost(writer, &lo.path, 40 << 20, &out, 1);
-    match out.status.code() {
-        Some(4) => assert!(err.contains("of thread") && err.contains("--resume"), "{err}"),
-        Some(9) => assert!(err.contains("another writer wrote"), "{err}"),
-        c => panic!("exit {c:?}: {err}"),
-    }
+    writer_mid_run("unshare", 10, "of thread");
 }
 
 /// (b) The main thread called pthread_exit: the leader is a zombie with an empty `fd/`,
@@ -214,19 +221,7 @@ fn a_copy_of_reseqs_own_fd_taken_mid_run_stops_it() {
     if !require(&["losetup", "python3"]) {
         return;
     }
-    let env = TestEnv::new();
-    let lo = env.random_loop_device("getfd.img", 64 << 20, 12);
-    let run = slow_rewrite(&env, &lo.path);
-    std::thread::sleep(Duration::from_millis(300));
-    let writer = start_writer(&env, "getfd", &lo.path, 40 << 20);
-    let out = run.wait();
-    let err = stderr(&out);
-    assert_nothing_lost(writer, &lo.path, 40 << 20, &out, 1);
-    match out.status.code() {
-        Some(4) => assert!(err.contains("open for writing") && err.contains("--resume"), "{err}"),
-        Some(9) => assert!(err.contains("another writer wrote"), "{err}"),
-        c => panic!("exit {c:?}: {err}"),
-    }
+    writer_mid_run("getfd", 12, "open for writing");
 }
 
 /// Holds a run at a fault point (`POINT#N`) until the returned function lets it go.
