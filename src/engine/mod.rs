@@ -36,6 +36,7 @@ pub(crate) mod identity;
 pub mod journal;
 pub(crate) mod pace;
 mod planner;
+pub(crate) mod policy;
 pub mod rescue;
 mod stages;
 pub(crate) mod target;
@@ -186,10 +187,6 @@ fn pool_size(read_ahead: usize, verify: bool) -> usize {
     }
 }
 
-/// Within one long window (an unmounted device is a single window), finished chunks
-/// are flushed and journaled at least this often, so a crash loses little progress.
-pub(crate) const COMMIT_INTERVAL_BYTES: u64 = 256 << 20;
-
 /// What a run did, also when it stopped early.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub(crate) struct EngineStats {
@@ -321,10 +318,6 @@ struct Engine<'a> {
     plan_end: u64,
 }
 
-/// How far ahead of `--rate` a window may write before it ends and a pause makes up
-/// the time.
-const RATE_BURST: Duration = Duration::from_millis(250);
-
 impl Engine<'_> {
     fn run_windows(&mut self, planner: &mut dyn Planner, guard: &mut dyn WindowGuard) -> Result<()> {
         self.fill_pool();
@@ -432,11 +425,8 @@ impl Engine<'_> {
         if let Some(sig) = self.stop.signal() {
             return Err(self.interrupted(sig));
         }
-        let ahead = self.cfg.rate_bytes_per_second.filter(|&r| r > 0).map_or(Duration::ZERO, |rate| {
-            let due = Duration::from_secs_f64(self.stats.bytes_written as f64 / rate as f64);
-            due.saturating_sub(self.started.elapsed())
-        });
-        let pause = self.cfg.pause.max(ahead);
+        let pause =
+            policy::pause_before_window(self.cfg.pause, self.rate(), self.stats.bytes_written, self.started.elapsed());
         if self.stats.windows > 0 && !pause.is_zero() {
             self.stop.sleep(pause);
             if let Some(sig) = self.stop.signal() {
@@ -517,35 +507,27 @@ impl Engine<'_> {
         Ok(())
     }
 
-    /// Chunks adapt to the window: when one chunk takes more than a quarter of the budget
-    /// (a slow device, a busy host), or a window overran, the next windows use chunks
-    /// half the size, down to 64 KiB; when chunks are quick again they grow back towards
-    /// `--chunk-size`. Smaller chunks let a window end closer to its budget.
+    /// The next windows' chunk size, by [`policy::adapt_chunk`].
     fn adapt_chunk_size(&mut self, budget: Option<Duration>, overran: bool) {
         let Some(budget) = budget else { return };
-        let floor = (64 << 10u64).max(self.target.offset_align());
-        let before = self.chunk_size;
-        if overran || self.chunk_estimate > budget / 4 {
-            self.chunk_size = (self.chunk_size / 2).max(floor);
-        } else if self.chunk_estimate < budget / 16 {
-            self.chunk_size = (self.chunk_size * 2).min(self.cfg.chunk_size);
-        }
-        // Keep offsets aligned for direct I/O.
-        self.chunk_size = self.chunk_size / self.target.offset_align() * self.target.offset_align();
-        if self.chunk_size != before {
-            log::debug!("chunk size {} -> {} (last chunk took {:?})", before, self.chunk_size, self.chunk_estimate);
-            self.chunk_estimate = self.chunk_estimate.mul_f64(self.chunk_size as f64 / before as f64);
+        let before = (self.chunk_size, self.chunk_estimate);
+        let align = self.target.offset_align();
+        (self.chunk_size, self.chunk_estimate) =
+            policy::adapt_chunk(before.0, before.1, budget, overran, self.cfg.chunk_size, align);
+        if self.chunk_size != before.0 {
+            log::debug!("chunk size {} -> {} (last chunk took {:?})", before.0, self.chunk_size, before.1);
         }
     }
 
-    /// Whether writing `more` bytes now would put the run ahead of `--rate` by more than
-    /// [`RATE_BURST`] of it (a window of its own at most four times a second: each
-    /// freeze costs the filesystem a commit).
+    /// Whether writing `more` bytes now would put the run ahead of `--rate`
+    /// ([`policy::ahead_of_rate`]).
     fn ahead_of_rate(&self, more: u64) -> bool {
-        self.cfg.rate_bytes_per_second.filter(|&r| r > 0).is_some_and(|rate| {
-            let allowed = rate as f64 * (self.started.elapsed() + RATE_BURST).as_secs_f64();
-            (self.stats.bytes_written + more) as f64 > allowed
-        })
+        policy::ahead_of_rate(self.rate(), self.stats.bytes_written, more, self.started.elapsed())
+    }
+
+    /// `--rate` in bytes per second (None: no limit).
+    fn rate(&self) -> Option<f64> {
+        self.cfg.rate_bytes_per_second.filter(|&r| r > 0).map(|r| r as f64)
     }
 
     /// A stop asked for: the error names what the progress counts (the bytes to rewrite,

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
+use super::Engine;
+use super::policy::{self, COMMIT_INTERVAL_BYTES};
 use super::stages::{Chunk, Staged, Verified};
 use super::window::WindowFlow;
-use super::{COMMIT_INTERVAL_BYTES, Engine};
 use crate::engine::guard::WindowGuard;
 use crate::support::error::{Error, Result};
 use crate::support::hooks;
@@ -313,7 +314,7 @@ impl Engine<'_> {
         // verifier); the slower of that and a decaying estimate.
         let step = w.last_step.map_or(t0.elapsed(), |(t, _)| t.elapsed()).max(t0.elapsed());
         w.last_step = Some((t0, len));
-        self.chunk_estimate = step.max(self.chunk_estimate.mul_f64(0.8));
+        self.chunk_estimate = policy::chunk_time(self.chunk_estimate, step);
     }
 
     pub(super) fn settle_ready(

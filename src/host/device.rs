@@ -278,6 +278,18 @@ pub(crate) fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<Strin
         .collect()
 }
 
+/// The refusal of a target that `swaps` (names in `/proc/swaps`) are active on.
+pub(crate) fn swap_refusal(target: &Path, swaps: &[String]) -> Error {
+    Error::refused(
+        format!(
+            "swap is active on {} ({}): the kernel writes swap whatever the freeze",
+            target.display(),
+            swaps.join(", ")
+        ),
+        "swapoff it first, or run reseq in a window without swap there",
+    )
+}
+
 /// The active swap files (not partitions) of `/proc/swaps`' text: each one's (device,
 /// inode), and its name.
 pub(crate) fn active_swap_files(swaps_text: &str) -> Vec<((u64, u64), String)> {

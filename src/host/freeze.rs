@@ -415,7 +415,8 @@ impl Drop for GuardedFreeze {
 }
 
 /// Any guard, with a check before each window that nothing else writes the target (see
-/// [`crate::host::writers`]): a writer that appears mid-run stops it between windows.
+/// [`crate::host::writers`]) and no swap is active on it: a writer or a swap that appears
+/// mid-run stops it between windows.
 pub(crate) struct WritersChecked<G: WindowGuard> {
     pub(crate) inner: G,
     pub(crate) target: PathBuf,
@@ -434,7 +435,15 @@ impl<G: WindowGuard> WritersChecked<G> {
     fn check(&mut self) -> Result<()> {
         let first = self.checked.is_none();
         self.checked = Some(std::time::Instant::now());
-        match crate::host::writers::refuse_other_writers(&self.target, &self.devices) {
+        // Swap turned on mid-run over the target: the kernel writes it whatever the freeze
+        // and no counter tells its writes from the filesystem's between windows.
+        let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
+        let swaps = crate::host::device::active_swap_on(&swaps, &self.devices);
+        let found = match swaps.is_empty() {
+            true => crate::host::writers::refuse_other_writers(&self.target, &self.devices),
+            false => Err(crate::host::device::swap_refusal(&self.target, &swaps)),
+        };
+        match found {
             Err(Error::Refused { reason, hint }) if !first => Err(Error::io(
                 format!(
                     "{reason}; reseq stopped before writing more (every chunk it wrote was verified); {}, then run again with --resume",

@@ -220,17 +220,10 @@ pub(crate) fn no_copy_on_write(
 
 /// No active swap on the device: the kernel writes swap whatever the freeze.
 pub(crate) fn no_swap(dev: &BlockDeviceInfo) -> Result<()> {
-    if dev.active_swap.is_empty() {
-        return Ok(());
+    match dev.active_swap.is_empty() {
+        true => Ok(()),
+        false => Err(crate::host::device::swap_refusal(&dev.path, &dev.active_swap)),
     }
-    Err(Error::refused(
-        format!(
-            "swap is active on {} ({}): the kernel writes swap whatever the freeze",
-            dev.path.display(),
-            dev.active_swap.join(", ")
-        ),
-        "swapoff it first, or run reseq in a window without swap there",
-    ))
 }
 
 /// Nobody else writes the device, under its own name or another: a raw writer bypasses

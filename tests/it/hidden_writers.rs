@@ -227,7 +227,11 @@ fn a_copy_of_reseqs_own_fd_taken_mid_run_stops_it() {
 /// Holds a run at a fault point (`POINT#N`) until the returned function lets it go.
 fn held_at(env: &TestEnv, cmd: &mut Command, point: &str) -> (Running, impl FnOnce() + use<>) {
     let gate = env.path(&format!("gate-{}", point.replace('#', "-")));
-    let rule = format!("pause@{point}={}", gate.display());
+    let mut rule = format!("pause@{point}={}", gate.display());
+    // After the command's own rules, if it has any.
+    if let Some(Some(before)) = cmd.get_envs().find(|(k, _)| *k == "RESEQ_FAULTS").map(|(_, v)| v) {
+        rule = format!("{},{rule}", before.to_string_lossy());
+    }
     let run = Running::captured(cmd.env("RESEQ_FAULTS", rule));
     let paused = PathBuf::from(format!("{}.paused", gate.display()));
     let t = Instant::now();
@@ -590,4 +594,149 @@ fn a_file_registered_with_an_io_uring_is_refused() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(err.contains(&format!("PID {}", child.id())) && err.contains("registered with an io_uring"), "{err}");
+}
+
+/// A program whose memory the kernel swaps out: it stamps every 4 KiB page of `MIB` MiB
+/// with the page's number and a round, and each round checks every page's stamp before
+/// it writes the next, so a page that came back from swap older than it went out is
+/// seen. Exits 1 naming the first such page, 0 when all held; `STOP.ready` once two
+/// rounds are done (the cage holds it to a few MiB: it is swapping by then).
+const PRESSURE: &str = r#"
+import mmap, os, sys
+size, stop = int(sys.argv[1]) << 20, sys.argv[2]
+pages, m = size // 4096, mmap.mmap(-1, size)
+def stamp(i, r):
+    return (b'SWAPPAGE' + i.to_bytes(8, 'little') + r.to_bytes(8, 'little')) * 170
+last, r, bad = [0] * pages, 0, []
+while not bad:
+    r += 1
+    for i in range(pages):
+        o = i * 4096
+        if last[i] and m[o:o + 4080] != stamp(i, last[i]):
+            bad.append('page %d of round %d came back as %r' % (i, last[i], m[o:o + 24]))
+            break
+        m[o:o + 4080] = stamp(i, r)
+        last[i] = r
+    if r == 2:
+        open(stop + '.ready', 'w').close()
+    if os.path.exists(stop):
+        break
+print('%d rounds of %d pages' % (r, pages), *bad)
+sys.exit(1 if bad else 0)
+"#;
+
+/// A memory cgroup of the test's own (v2 `memory.max`, or v1's `memory.limit_in_bytes`),
+/// removed with whatever still runs in it.
+struct MemCage(PathBuf);
+
+impl MemCage {
+    fn new(name: &str, limit: u64) -> MemCage {
+        let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        let root = if v2 { PathBuf::from("/sys/fs/cgroup") } else { PathBuf::from("/sys/fs/cgroup/memory") };
+        let dir = root.join(format!("reseq-test-{name}-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let cage = MemCage(dir);
+        let knob = if v2 { "memory.max" } else { "memory.limit_in_bytes" };
+        std::fs::write(cage.0.join(knob), limit.to_string()).unwrap();
+        cage
+    }
+
+    fn spawn(&self, cmd: &Command) -> std::process::Child {
+        Command::new("sh")
+            .arg("-c")
+            .arg("echo $$ > \"$0/cgroup.procs\" && exec \"$@\"")
+            .arg(&self.0)
+            .arg(cmd.get_program())
+            .args(cmd.get_args())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}
+
+impl Drop for MemCage {
+    fn drop(&mut self) {
+        for pid in std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default().lines() {
+            let _ = Command::new("kill").args(["-KILL", pid]).status();
+        }
+        let t = Instant::now();
+        while std::fs::remove_dir(&self.0).is_err() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A swap file, swapped off when dropped (before its filesystem is unmounted).
+struct SwapOn(PathBuf);
+
+impl Drop for SwapOn {
+    fn drop(&mut self) {
+        let _ = Command::new("swapoff").arg(&self.0).status();
+    }
+}
+
+/// (issue 49, item 5) A swap file on the mounted target, turned on mid-run and swapped
+/// to under memory pressure: the kernel writes swap straight to the device, whatever the
+/// freeze, so a page reseq read before the swap wrote it and wrote back after would come
+/// back old into a program's memory. The program checks every page it gets back; reseq
+/// must stop (the swap named, or the counter's exit 9) with every page intact, and the
+/// files and the filesystem as they were.
+#[test]
+fn a_swap_file_turned_on_mid_run_loses_no_page() {
+    if !require(&["losetup", "mkfs.ext4", "fsfreeze", "mkswap", "swapon", "swapoff", "python3"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let (lo, mnt) = env.mounted("swap-target", 128 << 20, "ext4");
+    let files = fill_files(&mnt.dir, 4, 4 << 20, 21);
+    let swap = mnt.dir.join("swapfile");
+    // Written out (no holes: swapon refuses a sparse file), inactive at the start.
+    let made = Command::new("sh")
+        .arg("-c")
+        .arg("dd if=/dev/zero of=\"$0\" bs=1M count=48 status=none && chmod 600 \"$0\" && mkswap -q \"$0\"")
+        .arg(&swap)
+        .status()
+        .unwrap();
+    assert!(made.success(), "making the swap file");
+    let slow = ["rewrite", "--chunk-size", "1M", "--max-freeze", "300ms", "--pause", "50ms", "--max-overruns", "1000"];
+    let mut cmd = env.reseq();
+    cmd.args(slow).env("RESEQ_FAULTS", "delay@after-write#*=20").arg(&lo.path);
+    let (run, go) = held_at(&env, &mut cmd, "after-thaw#1");
+    let on = Command::new("swapon").args(["-p", "32767"]).arg(&swap).output().unwrap();
+    assert!(on.status.success(), "swapon: {}", String::from_utf8_lossy(&on.stderr));
+    let swapped = SwapOn(swap.clone());
+    let cage = MemCage::new("swap", 8 << 20);
+    let script = env.path("pressure.py");
+    std::fs::write(&script, PRESSURE).unwrap();
+    let stop = env.path("pressure.stop");
+    let mut press = Command::new("python3");
+    press.arg(&script).arg("40").arg(&stop);
+    let pressure = cage.spawn(&press);
+    let ready = PathBuf::from(format!("{}.ready", stop.display()));
+    let t = Instant::now();
+    while !ready.exists() && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(ready.exists(), "the program under pressure never finished two rounds");
+    let used = std::fs::read_to_string("/proc/swaps").unwrap();
+    go();
+    let out = run.wait();
+    std::thread::sleep(Duration::from_secs(1));
+    std::fs::write(&stop, b"").unwrap();
+    let pressed = pressure.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&pressed.stdout).trim().to_string();
+    let err = stderr(&out);
+    eprintln!("reseq exit {:?}; under pressure: {said}; swaps:\n{used}", out.status.code());
+    assert!(pressed.status.success(), "a page came back from swap older than it went out: {said}");
+    drop(cage);
+    drop(swapped);
+    match out.status.code() {
+        Some(4) => assert!(err.contains("swap") && err.contains("--resume"), "{err}"),
+        Some(9) => assert!(err.contains("another writer wrote"), "{err}"),
+        c => panic!("exit {c:?}: a run that went on writing under an active swap file: {err}"),
+    }
+    assert_files_intact(&files);
+    std::fs::remove_file(&swap).unwrap();
+    mnt.unmount().unwrap();
+    fsck_clean(&lo.path, "ext4");
 }

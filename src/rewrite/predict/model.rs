@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use crate::engine::pace::{Pace, Share};
+use crate::engine::policy::{self, COMMIT_INTERVAL_BYTES};
 
 /// A chunk costs the writer its bytes at the probe's rate this many times (its read,
 /// ahead, by the reader, and its read-back, by the verifier, overlap with the write and
@@ -46,12 +47,6 @@ pub(crate) const FREEZE_SECONDS: f64 = 0.020;
 pub(crate) const THAW_SECONDS: f64 = 0.004;
 /// After each window: the device's flush and the journal's fsync.
 const COMMIT_SECONDS: f64 = 0.008;
-/// An unmounted device's one window commits this often (`engine::COMMIT_INTERVAL_BYTES`).
-const COMMIT_EVERY: u64 = 256 << 20;
-/// How far ahead of `--rate` a window may write (`engine::RATE_BURST`).
-const RATE_BURST_SECONDS: f64 = 0.25;
-/// The smallest chunk the engine halves to.
-const CHUNK_FLOOR: u64 = 64 << 10;
 /// Beyond this many windows or chunks, the rest is extrapolated by bytes.
 const MAX_WINDOWS: u64 = 20_000;
 const MAX_CHUNKS: u64 = 2_000_000;
@@ -192,7 +187,7 @@ struct Sim<'a> {
     share: Share,
     chunk: u64,
     /// The engine's decaying estimate of a chunk's time, which sets the chunk size.
-    estimate: f64,
+    estimate: Duration,
     /// The cursor: batch, run in it, bytes of that run done.
     batch: usize,
     run: usize,
@@ -212,7 +207,19 @@ impl<'a> Sim<'a> {
     fn new(layout: &'a Layout, costs: Costs, s: &'a Settings) -> Sim<'a> {
         let (pace, share) = (Pace::default(), Share::default());
         let out = Outcome::default();
-        Sim { layout, costs, s, pace, share, chunk: s.chunk_size, estimate: 0.0, batch: 0, run: 0, offset: 0, out }
+        Sim {
+            layout,
+            costs,
+            s,
+            pace,
+            share,
+            chunk: s.chunk_size,
+            estimate: Duration::ZERO,
+            batch: 0,
+            run: 0,
+            offset: 0,
+            out,
+        }
     }
 
     /// One window: pause, freeze, map, chunks until the pacer stops them, thaw, commit.
@@ -246,8 +253,9 @@ impl<'a> Sim<'a> {
         if self.out.windows == 0 {
             return;
         }
-        let due = self.s.rate.map_or(0.0, |r| self.out.bytes as f64 / r - self.out.seconds);
-        self.out.seconds += self.s.pause.max(due);
+        let pause =
+            policy::pause_before_window(seconds(self.s.pause), self.s.rate, self.out.bytes, seconds(self.out.seconds));
+        self.out.seconds += pause.as_secs_f64();
     }
 
     /// The window's planning; returns the batch its plan ends before.
@@ -351,7 +359,7 @@ impl<'a> Sim<'a> {
             }
             self.write(t, len);
             (wrote, since_commit, last) = (wrote + len, since_commit + len, len);
-            if since_commit >= COMMIT_EVERY && budget.is_none() {
+            if since_commit >= COMMIT_INTERVAL_BYTES && budget.is_none() {
                 (*t, since_commit) = (*t + self.costs.fixed(COMMIT_SECONDS), 0);
             }
         }
@@ -366,15 +374,15 @@ impl<'a> Sim<'a> {
         if self.s.verify {
             self.pace.read_back.learn(len, seconds(READ_BACK_READS * self.costs.read(len)), self.chunk);
         }
-        self.estimate = step.max(self.estimate * 0.8);
+        self.estimate = policy::chunk_time(self.estimate, seconds(step));
         self.advance(len);
         self.out.bytes += len;
         self.out.chunks += 1;
     }
 
-    /// As `Engine::ahead_of_rate`: more than a quarter second ahead of `--rate`.
+    /// As the engine: [`policy::ahead_of_rate`].
     fn ahead_of_rate(&self, len: u64, t: f64) -> bool {
-        self.s.rate.is_some_and(|r| (self.out.bytes + len) as f64 > r * (self.out.seconds + t + RATE_BURST_SECONDS))
+        policy::ahead_of_rate(self.s.rate, self.out.bytes, len, seconds(self.out.seconds + t))
     }
 
     /// The window's freeze counted, its overrun judged, the chunk size adapted.
@@ -396,19 +404,11 @@ impl<'a> Sim<'a> {
         self.out.stopped = self.out.overruns >= u64::from(self.s.max_overruns);
     }
 
-    /// As `Engine::adapt_chunk_size`: halved when a chunk takes over a quarter of the
-    /// budget or the window overran, doubled back when chunks are quick.
+    /// As the engine: [`policy::adapt_chunk`].
     fn adapt_chunk(&mut self, budget: f64, overran: bool) {
-        let (floor, align, before) = (CHUNK_FLOOR.max(self.s.align), self.s.align.max(1), self.chunk);
-        if overran || self.estimate > budget / 4.0 {
-            self.chunk = (self.chunk / 2).max(floor);
-        } else if self.estimate < budget / 16.0 {
-            self.chunk = (self.chunk * 2).min(self.s.chunk_size);
-        }
-        self.chunk = (self.chunk / align * align).max(align);
-        if self.chunk != before {
-            self.estimate *= self.chunk as f64 / before as f64;
-        }
+        let (budget, max) = (seconds(budget), self.s.chunk_size);
+        (self.chunk, self.estimate) =
+            policy::adapt_chunk(self.chunk, self.estimate, budget, overran, max, self.s.align);
     }
 
     /// A run too long to simulate whole: the rest at the rate of what was simulated.
