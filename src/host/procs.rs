@@ -84,13 +84,24 @@ pub(crate) fn comm(pid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string()
 }
 
-/// The command line, arguments joined by spaces; the name when it has none (a kernel
-/// thread, or a process that cleared it).
+/// The most of a command line a message shows (a JVM's runs to thousands of characters).
+const CMDLINE_SHOWN: usize = 80;
+
+/// The command line, arguments joined by spaces, cut at [`CMDLINE_SHOWN`] characters
+/// (for messages: nothing compares it); the name when it has none (a kernel thread, or
+/// a process that cleared it).
 pub(crate) fn cmdline(pid: i32) -> String {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let args: Vec<String> =
         raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-    if args.is_empty() { comm(pid) } else { args.join(" ") }
+    if args.is_empty() {
+        return comm(pid);
+    }
+    let line = args.join(" ");
+    match line.char_indices().nth(CMDLINE_SHOWN) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line,
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@
 //! may hold an older write than that. Modes: `blink` opens, writes, syncs and closes the
 //! image for each block, idling 5 ms between; `uring` writes and syncs through an
 //! io_uring whose file and ring fd are registered and then closed (the process holds only
-//! the ring's mappings).
+//! the ring's mappings); `retitle` holds the image open but moves it to a new fd number
+//! and gives itself a new command line and name before each write.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -117,6 +118,19 @@ fn a_writer_reopening_the_backing_file_for_each_write_is_stopped() {
     for n in 4..6 {
         codes.push(one_run("blink", true, n));
     }
+    eprintln!("exit codes: {codes:?}");
+}
+
+/// (issue 49, item 5) A writer that never looks the same twice: a new fd number, command
+/// line and name before each write, the same process and file. Findings are compared by
+/// process and file, so every look counts it.
+#[test]
+fn a_writer_changing_its_command_line_and_fd_is_stopped() {
+    if !require(&["losetup", "python3"]) {
+        return;
+    }
+    let codes: Vec<_> =
+        [(false, 0), (false, 1), (false, 2), (true, 3)].map(|(before, n)| one_run("retitle", before, n)).into();
     eprintln!("exit codes: {codes:?}");
 }
 
