@@ -22,6 +22,8 @@ pub(crate) struct WindowEnd {
     pub(crate) beyond_bound: Option<Duration>,
 }
 
+/// No method has a default: a guard wrapping another passes every call on or answers it
+/// itself, so that a forgotten pass-through is a compile error, not the default's answer.
 pub(crate) trait WindowGuard {
     /// Whether windows freeze anything (if not, output need not be held back).
     fn freezes(&self) -> bool;
@@ -33,7 +35,7 @@ pub(crate) trait WindowGuard {
     fn may_write(&mut self) -> Result<bool>;
     /// What the next `may_write` is for: `len` bytes at device offset `offset` with this
     /// blake3 (a guardian checks them if it must kill reseq mid-write).
-    fn announce(&mut self, _offset: u64, _len: u64, _hash: &blake3::Hash) {}
+    fn announce(&mut self, offset: u64, len: u64, hash: &blake3::Hash);
     /// The write allowed by `may_write` has completed.
     fn wrote(&mut self) -> Result<()>;
     /// The same report, from another thread (the verifier reports after its read-back).
@@ -41,21 +43,15 @@ pub(crate) trait WindowGuard {
     /// Ends the window (thaws).
     fn end(&mut self) -> Result<WindowEnd>;
     /// Called before each chunk's write: checks that may stop the run mid-window.
-    fn recheck(&mut self) -> Result<()> {
-        Ok(())
-    }
+    fn recheck(&mut self) -> Result<()>;
     /// Whether the window's freeze (or hold) has been in place, unbroken, since the window
     /// began: what was seen on the device before this call happened under it. Grants
     /// nothing. Err: the freeze was lost to another program.
-    fn held(&mut self) -> Result<bool> {
-        Ok(true)
-    }
+    fn held(&mut self) -> Result<bool>;
     /// The device ranges written since the kernel's write records (the device's
     /// counters, a backing file's watch) last saw no foreign write; None where there are
     /// no such records. For the message of a read-back that differed.
-    fn at_risk(&self) -> Option<Vec<(u64, u64)>> {
-        None
-    }
+    fn at_risk(&self) -> Option<Vec<(u64, u64)>>;
 }
 
 /// Reports finished writes from the verifier thread (see [`WindowGuard::reporter`]).
@@ -98,5 +94,16 @@ impl WindowGuard for NoFreeze {
     }
     fn end(&mut self) -> Result<WindowEnd> {
         Ok(WindowEnd::default())
+    }
+    fn announce(&mut self, _offset: u64, _len: u64, _hash: &blake3::Hash) {}
+    fn recheck(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Nothing is held: there was nothing to hold.
+    fn held(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+    fn at_risk(&self) -> Option<Vec<(u64, u64)>> {
+        None
     }
 }

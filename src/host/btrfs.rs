@@ -533,6 +533,9 @@ impl WindowGuard for WritersBeforeFreeze {
     fn held(&mut self) -> Result<bool> {
         self.inner.held()
     }
+    fn at_risk(&self) -> Option<Vec<(u64, u64)>> {
+        self.inner.at_risk()
+    }
 }
 
 #[cfg(test)]

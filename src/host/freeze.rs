@@ -376,6 +376,14 @@ impl WindowGuard for GuardedFreeze {
         self.call(Guardian::written)
     }
 
+    /// Checks that stop a run mid-window are the wrappers' (`WritersChecked`, the shape).
+    fn recheck(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// The freeze keeps no record of writes: the counters and the watch do.
+    fn at_risk(&self) -> Option<Vec<(u64, u64)>> {
+        None
+    }
     fn held(&mut self) -> Result<bool> {
         if !self.frozen {
             return Ok(false);
@@ -497,5 +505,8 @@ impl<G: WindowGuard> WindowGuard for WritersChecked<G> {
     }
     fn held(&mut self) -> Result<bool> {
         self.inner.held()
+    }
+    fn at_risk(&self) -> Option<Vec<(u64, u64)>> {
+        self.inner.at_risk()
     }
 }

@@ -404,6 +404,9 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
     fn reporter(&self) -> Result<Reporter> {
         self.inner.reporter()
     }
+    fn held(&mut self) -> Result<bool> {
+        self.inner.held()
+    }
     fn at_risk(&self) -> Option<Vec<(u64, u64)>> {
         if self.counters.is_none() && self.watch.is_none() {
             return None;

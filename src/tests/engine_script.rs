@@ -227,6 +227,15 @@ impl WindowGuard for Scripted {
             beyond_bound: (self.script.beyond_bound_window == Some(self.windows)).then_some(bound),
         })
     }
+    fn recheck(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn held(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+    fn at_risk(&self) -> Option<Vec<(u64, u64)>> {
+        None
+    }
 }
 
 struct Outcome {
