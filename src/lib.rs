@@ -44,14 +44,3 @@ pub mod testing {
         open_direct_rw,
     };
 }
-
-/// An error with its causes, one per line (as anyhow's `{:#}` would, without anyhow).
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s += &format!(": {c}");
-        cur = c.source();
-    }
-    s
-}

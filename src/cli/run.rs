@@ -154,7 +154,7 @@ fn print_report((r, result): (Report, Result<()>), output: &OutputArgs, quiet: b
     if let Some(path) = output.metrics_file.as_ref().filter(|_| !r.dry_run)
         && let Err(e) = write_atomically(path, &render(&r, Format::Prom))
     {
-        say(crate::error_chain(&e));
+        say(crate::support::error::error_chain(&e));
     }
     code
 }

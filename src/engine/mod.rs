@@ -60,7 +60,8 @@ use crate::support::error::{Error, Result};
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
 use crate::sys::AlignedBuf;
-use window::{WindowFlow, WindowOutcome};
+use window::WindowOutcome;
+use writer::WindowFlow;
 
 /// What to rewrite and how.
 #[derive(Clone, Debug)]

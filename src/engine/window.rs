@@ -17,22 +17,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, bounded, unbounded};
 
 use super::stages::{Chunk, Feed, Staged, Urgent, Verified, hash_stage, or_abort, read_stage, verify_stage};
-use super::writer::Pipes;
+use super::writer::{Pipes, WindowFlow};
 use super::{Engine, Planner};
 use crate::engine::guard::{WindowEnd, WindowGuard};
 use crate::support::error::{AtRisk, Error, Result};
 use crate::support::{hooks, output};
 use crate::sys::{self, AlignedBuf};
-
-/// Why the writer stopped.
-pub(super) enum WindowFlow {
-    /// All chunks done.
-    Complete,
-    /// Budget spent; more windows to go.
-    BudgetSpent,
-    /// The guardian refused a write: the deadline passed.
-    Overrun,
-}
 
 /// How a window came out: thawed (`end`: how long it froze, whether it overran), and
 /// what stopped its writer (an error: the run's).

@@ -11,10 +11,19 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use super::Engine;
 use super::policy::{self, COMMIT_INTERVAL_BYTES};
 use super::stages::{Chunk, Staged, Verified};
-use super::window::WindowFlow;
 use crate::engine::guard::WindowGuard;
 use crate::support::error::{Error, Result};
 use crate::support::hooks;
+
+/// Why the writer stopped.
+pub(super) enum WindowFlow {
+    /// All chunks done.
+    Complete,
+    /// Budget spent; more windows to go.
+    BudgetSpent,
+    /// The guardian refused a write: the deadline passed.
+    Overrun,
+}
 
 /// The channels the writer works between.
 pub(super) struct Pipes<'a> {

@@ -71,7 +71,7 @@ impl Backing {
     pub(crate) fn of(dev: &BlockDeviceInfo, sysfs: &Sysfs) -> std::result::Result<Backing, String> {
         match Thin::of(dev, sysfs) {
             Ok(Some(thin)) => {
-                let map = thin.map().map_err(|e| format!("{}: no map", crate::error_chain(&e)))?;
+                let map = thin.map().map_err(|e| format!("{}: no map", crate::support::error::error_chain(&e)))?;
                 let described = thin.described.clone();
                 Ok(Backing { below: Below::Thin { thin, map: Mutex::new(map) }, described })
             }

@@ -78,7 +78,7 @@ pub(crate) fn recheck(
     match take_recheck(&v, before, after, opts, stop, target) {
         Ok(lasted) => Some(lasted),
         Err(e) => {
-            let why = crate::error_chain(&e);
+            let why = crate::support::error::error_chain(&e);
             log::warn!("the benchmark was not re-checked: {why}");
             let why = format!("not re-checked ({why}): a cache below the device cannot be ruled out");
             Some(bench::unreliable_after(v, &why))
@@ -118,11 +118,11 @@ fn closer_look(
     match target().and_then(|t| bench::more_passes(&t, after, max, took.max(bench::CLOSER_LOOK_SECONDS))) {
         Ok(extra) => bench::second_look(&v, before, after, extra, why),
         Err(e) if v.verdict == bench::Finding::NoMeasurableChange => {
-            log::warn!("the close call was not looked at again: {}", crate::error_chain(&e));
+            log::warn!("the close call was not looked at again: {}", crate::support::error::error_chain(&e));
             v
         }
         Err(e) => {
-            let (n, error) = (after.passes.len(), crate::error_chain(&e));
+            let (n, error) = (after.passes.len(), crate::support::error::error_chain(&e));
             bench::unreliable_after(
                 v,
                 &format!("too close to call on {n} passes ({why}) and not measured again ({error})"),

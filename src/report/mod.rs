@@ -464,7 +464,7 @@ impl Report {
             Err(e) => Outcome {
                 exit_code: e.exit_code().code(),
                 status: e.exit_code(),
-                message: Some(crate::error_chain(e)),
+                message: Some(crate::support::error::error_chain(e)),
                 cause: e.cause().map(String::from),
                 offset_bytes: match e {
                     Error::Io { offset, .. } => *offset,

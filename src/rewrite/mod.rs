@@ -398,9 +398,9 @@ fn trim_free_space(plan: &RewritePlan, spans: &[FsSpan], bench: bool, stop: &Sto
     );
     // The ranges in use now, after the rewrite: the data readers want.
     let in_use = || crate::host::in_use::in_use_ranges(&plan.device.path);
-    let probe = bench
-        .then(|| in_use().and_then(|r| Probe::open(&plan.device.path, r.as_deref())))
-        .and_then(|p| p.inspect_err(|e| log::warn!("no read probe during the trim: {}", crate::error_chain(e))).ok());
+    let probe = bench.then(|| in_use().and_then(|r| Probe::open(&plan.device.path, r.as_deref()))).and_then(|p| {
+        p.inspect_err(|e| log::warn!("no read probe during the trim: {}", crate::support::error::error_chain(e))).ok()
+    });
     let t = match probe {
         Some(p) => probe::run_probed(&targets, plan.trim_pace, stop, thawed, std::sync::Arc::new(p)),
         None => trim::run(&targets, plan.trim_pace, stop, thawed),

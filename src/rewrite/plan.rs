@@ -293,7 +293,8 @@ fn run_ranges(
     let plan_seconds = asked.elapsed().as_secs_f64();
     let mapped = found.is_ok();
     let (used, data) = found.unwrap_or_else(|e| {
-        warnings.push(format!("what the run rewrites could not be mapped now: {}", crate::error_chain(&e)));
+        warnings
+            .push(format!("what the run rewrites could not be mapped now: {}", crate::support::error::error_chain(&e)));
         let all = vec![(from, to.saturating_sub(from))];
         (all.clone(), all)
     });
@@ -366,7 +367,7 @@ fn forecast(o: &RewriteOptions, plan: &mut RewritePlan) -> Result<()> {
     let layout = match device_layout(plan) {
         Ok(l) => l,
         Err(e) => {
-            plan.warnings.push(format!("no prediction: {}", crate::error_chain(&e)));
+            plan.warnings.push(format!("no prediction: {}", crate::support::error::error_chain(&e)));
             return Ok(());
         }
     };
@@ -386,7 +387,7 @@ fn forecast(o: &RewriteOptions, plan: &mut RewritePlan) -> Result<()> {
             plan.warnings.extend(predict::absurd(&p.report, &pacing));
             plan.prediction = Some(p.report);
         }
-        Err(e) => plan.warnings.push(format!("no prediction: {}", crate::error_chain(&e))),
+        Err(e) => plan.warnings.push(format!("no prediction: {}", crate::support::error::error_chain(&e))),
     }
     Ok(())
 }

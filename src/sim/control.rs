@@ -65,7 +65,7 @@ fn channel_name(data: &File) -> std::io::Result<SocketAddr> {
 
 /// `reseq sim age STATE --days N` (`days` finite, not negative: checked at parse).
 pub(crate) fn age(state: &Path, days: f64) -> Result<Aged> {
-    let data_path = super::serve::data_path(state);
+    let data_path = data_path(state);
     let data = match File::open(&data_path) {
         Ok(f) => f,
         // Never served: no server can be holding it (one starting now reloads it: serve.rs).
@@ -119,6 +119,15 @@ fn exchange(stream: &UnixStream, days: f64) -> std::io::Result<Answer> {
     let mut answer = String::new();
     std::io::BufReader::new(stream).read_line(&mut answer)?;
     Ok(serde_json::from_str(&answer)?)
+}
+
+/// The data file of a state file: `STATE.data`, beside the file a symlink names, so that
+/// every spelling of one drive finds the same data file and the same server's lock.
+pub(crate) fn data_path(state: &Path) -> PathBuf {
+    let state = state.canonicalize().unwrap_or_else(|_| state.to_path_buf());
+    let mut s = state.into_os_string();
+    s.push(".data");
+    PathBuf::from(s)
 }
 
 /// The server's side: a thread answering age requests for the served model.

@@ -35,7 +35,7 @@ use fuser::{KernelConfig, ReplyData, ReplyWrite};
 use serde::Serialize;
 
 use super::SimState;
-use super::control::Channel;
+use super::control::{Channel, data_path};
 use super::ftl::SLOT;
 use super::onefile::{Backend, DISK_NAME, OneFileFs};
 use crate::support::error::{Error, Result};
@@ -51,15 +51,6 @@ pub(crate) const STATS_NAME: &str = "stats";
 /// Wall time of the FUSE and loop path a request may have spent since the last reply
 /// that is not counted as the host's (see [`Drive::arrival_us`]).
 pub(crate) const PATH_ALLOWANCE: Duration = Duration::from_millis(2);
-
-/// The data file of a state file: `STATE.data`, beside the file a symlink names, so that
-/// every spelling of one drive finds the same data file and the same server's lock.
-pub(crate) fn data_path(state: &Path) -> PathBuf {
-    let state = state.canonicalize().unwrap_or_else(|_| state.to_path_buf());
-    let mut s = state.into_os_string();
-    s.push(".data");
-    PathBuf::from(s)
-}
 
 /// Counters of a serve session, kept by its threads as they go and printed when it ends
 /// (the fields skipped are for `MOUNTDIR/stats`, [`ServedStats`]).

@@ -293,6 +293,17 @@ impl Error {
     }
 }
 
+/// An error with its causes, one per line (as anyhow's `{:#}` would, without anyhow).
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s += &format!(": {c}");
+        cur = c.source();
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -319,6 +319,27 @@ pub(crate) fn for_stderr(text: &str) -> String {
     }
 }
 
+/// A long line up to its first "; ", without its asides in parentheses (" (...)"; a
+/// "file(s)" stays).
+pub(crate) fn cut(line: &str) -> String {
+    let head = line.split("; ").next().unwrap_or(line);
+    let (mut out, mut depth) = (String::new(), 0);
+    let mut chars = head.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' if depth == 0 && chars.peek() == Some(&'(') => {
+                chars.next();
+                depth = 1;
+            }
+            '(' if depth > 0 => depth += 1,
+            ')' if depth > 0 => depth -= 1,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out.trim_end().to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

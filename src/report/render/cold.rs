@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use crate::measure::byfile::{FileScan, FileSpeed, human_age};
 use crate::measure::cold_estimate::ColdEstimate;
 use crate::report::Report;
+use crate::support::output::cut;
 use crate::support::units::{human_bytes, human_rate};
 
 /// At most this many files are listed in the text.
@@ -122,7 +123,7 @@ fn file_scan_row(sc: &FileScan) -> String {
 pub(crate) fn cold_estimate_text(e: &ColdEstimate, verbose: bool) -> String {
     let mut s = format!(
         "  {}\n  estimate by file age: {} file(s), {} under {}; {} sampled\n",
-        if verbose { e.advice.clone() } else { super::text::cut(&e.advice) },
+        if verbose { e.advice.clone() } else { cut(&e.advice) },
         e.files,
         human_bytes(e.bytes),
         e.target,

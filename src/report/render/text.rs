@@ -6,7 +6,7 @@ use crate::engine::EngineStats;
 use crate::measure::bench::{BenchResult, ScanResult};
 use crate::measure::estimate::Estimate;
 use crate::report::{FileReport, Prediction, Report, Verification, WriteCost};
-use crate::support::output::{WIDTH, fit};
+use crate::support::output::{WIDTH, cut, fit};
 use crate::support::units::{human_bytes, human_rate, human_seconds};
 
 /// The report as text; a dry run that succeeded prints its plan. Without `-v` every line
@@ -112,27 +112,6 @@ fn dry_run_summary(r: &Report, plan: &str) -> String {
         s += "\n";
     }
     s
-}
-
-/// A long line up to its first "; ", without its asides in parentheses (" (...)"; a
-/// "file(s)" stays).
-pub(super) fn cut(line: &str) -> String {
-    let head = line.split("; ").next().unwrap_or(line);
-    let (mut out, mut depth) = (String::new(), 0);
-    let mut chars = head.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            ' ' if depth == 0 && chars.peek() == Some(&'(') => {
-                chars.next();
-                depth = 1;
-            }
-            '(' if depth > 0 => depth += 1,
-            ')' if depth > 0 => depth -= 1,
-            _ if depth == 0 => out.push(c),
-            _ => {}
-        }
-    }
-    out.trim_end().to_string()
 }
 
 /// The dry run's answer: how long frozen, in how many windows, how long in all.

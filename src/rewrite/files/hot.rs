@@ -3,8 +3,6 @@
 
 use std::path::Path;
 
-use super::plan::Planned;
-
 /// A database's files that it writes all the time (its redo and undo logs, binary and
 /// relay logs, WAL, doublewrite buffer or temporary space), with the option that leaves
 /// them out. Rewriting them freezes the very writes a commit waits for: an InnoDB redo
@@ -60,16 +58,16 @@ pub(super) fn hot_kind(path: &Path) -> Option<(&'static str, &'static str)> {
 
 /// One warning per kind of hot database file among those planned (empty ones are not
 /// rewritten): what they are, why it matters, and the option that leaves them out.
-pub(super) fn hot_files(planned: &[Planned]) -> Vec<String> {
+pub(super) fn hot_files<'a>(planned: impl IntoIterator<Item = &'a Path>) -> Vec<String> {
     let mut kinds: Vec<(&str, &str, Vec<&Path>)> = Vec::new();
     for p in planned {
-        let Some((kind, hint)) = hot_kind(&p.path) else { continue };
-        if std::fs::metadata(&p.path).is_ok_and(|m| m.len() == 0) {
+        let Some((kind, hint)) = hot_kind(p) else { continue };
+        if std::fs::metadata(p).is_ok_and(|m| m.len() == 0) {
             continue;
         }
         match kinds.iter_mut().find(|k| k.0 == kind) {
-            Some(k) => k.2.push(&p.path),
-            None => kinds.push((kind, hint, vec![&p.path])),
+            Some(k) => k.2.push(p),
+            None => kinds.push((kind, hint, vec![p])),
         }
     }
     kinds
@@ -122,15 +120,15 @@ mod tests {
     #[test]
     fn one_warning_per_kind_naming_the_first_file_and_how_many_more() {
         let dir = tempfile::tempdir().unwrap();
-        let planned: Vec<Planned> = ["ib_logfile0", "ib_logfile1", "ibtmp1", "empty-wal", "t1.ibd"]
+        let planned: Vec<std::path::PathBuf> = ["ib_logfile0", "ib_logfile1", "ibtmp1", "empty-wal", "t1.ibd"]
             .iter()
             .map(|n| {
                 let path = dir.path().join(n);
                 std::fs::write(&path, if *n == "empty-wal" { &b""[..] } else { &b"x"[..] }).unwrap();
-                Planned { path, fs: 0 }
+                path
             })
             .collect();
-        let w = hot_files(&planned);
+        let w = hot_files(planned.iter().map(|p| p.as_path()));
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].contains("InnoDB redo log") && w[0].contains("ib_logfile0 and 1 more"), "{}", w[0]);
         assert!(w[1].contains("--exclude ibtmp1"), "{}", w[1]);

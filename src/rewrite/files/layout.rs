@@ -1,17 +1,78 @@
 //! File mode's files as the run will lay them out, for the dry run's prediction: one
 //! engine run per filesystem, its files in the order of their first block (as
 //! `run::FileRun::members` orders them), each a batch the planner maps in some window,
-//! its pieces as `planner::plan_extents` plans them, joined to the file before where
+//! its pieces as `extents::plan_extents` plans them, joined to the file before where
 //! both continue each other in the run's address space and on the device.
 
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::time::Instant;
 
+use super::extents::plan_extents;
 use super::plan::{FilesPlan, Planned};
-use super::planner::plan_extents;
-use crate::rewrite::predict::{Batch, EngineRun, Layout, Run};
+use crate::report::Report;
+use crate::rewrite::predict::{Batch, EngineRun, Layout, Predicted, Run};
 use crate::sys;
+
+/// Sets the plan's pipeline depth ([`depth_of`]), into the options and the report.
+pub(super) fn choose_depth(plan: &mut FilesPlan, report: &mut Report) {
+    plan.depth = depth_of(plan, plan.bytes);
+    plan.options.read_ahead = plan.depth.depth;
+    report.pipeline_depth = Some(plan.depth.clone());
+}
+
+/// The depth of the run's pipeline, over the `bytes` it rewrites (the files not left
+/// alone nor finished earlier): probed on the first filesystem's device, reading the
+/// files' own extents there (a device's depth is the same over all of it), when that
+/// many bytes are worth a probe.
+fn depth_of(plan: &FilesPlan, bytes: u64) -> crate::measure::depth_probe::DepthChoice {
+    use crate::measure::depth_probe::DepthChoice;
+    let o = &plan.options;
+    if o.given.read_ahead {
+        return DepthChoice::given(o.read_ahead);
+    }
+    let deadline = Some(o.max_freeze());
+    if bytes < crate::rewrite::predict::DEPTH_PROBE_FROM {
+        // Not probed: `depth` says why, with the bytes; no device is read to say it.
+        return crate::rewrite::predict::depth(o, Path::new(""), &[(0, bytes)], deadline);
+    }
+    let Some(run) = engine_runs(plan).into_iter().find(|r| r.layout.bytes() > 0) else {
+        return DepthChoice::fallback("no file's extents to probe the device with: the old default".into());
+    };
+    let mut ranges: Vec<(u64, u64)> =
+        run.layout.batches.iter().flat_map(|b| &b.runs).map(|r| (r.offset, r.len)).collect();
+    ranges.sort_unstable();
+    crate::rewrite::predict::depth(o, &run.device, &ranges, deadline)
+}
+
+/// A dry run's prediction of every filesystem's engine run (into the report, with the
+/// warnings of an absurd plan); None, with a warning, when it cannot be made.
+pub(super) fn predict(plan: &FilesPlan, report: &mut Report) -> Option<Predicted> {
+    let o = &plan.options;
+    let pacing = crate::rewrite::predict::Pacing {
+        chunk_size: o.chunk_size.bytes(),
+        verify: !o.no_verify,
+        deadline: Some(o.max_freeze()),
+        pause: o.pause,
+        rate: o.rate.map(|r| r.bytes_per_second()),
+        max_overruns: o.max_overruns,
+        read_ahead: o.read_ahead,
+        read_gain: plan.depth.read_gain(),
+        notes: Vec::new(),
+    };
+    match crate::rewrite::predict::predict(&engine_runs(plan), &pacing) {
+        Ok(p) => {
+            report.warnings.extend(crate::rewrite::predict::absurd(&p.report, &pacing));
+            report.prediction = Some(p.report.clone());
+            Some(p)
+        }
+        Err(e) => {
+            report.warnings.push(format!("no prediction: {}", crate::support::error::error_chain(&e)));
+            None
+        }
+    }
+}
 
 /// Each filesystem's engine run, with the files the run rewrites (those chosen, not
 /// finished by an interrupted run, not empty); on btrfs, one run per member device,

@@ -20,7 +20,7 @@ use crate::engine::target::{DirectDevice, DirectReader, ReadTarget};
 use crate::host::btrfs::{self, Layout};
 use crate::support::error::{Error, Result};
 
-use super::planner::{Extent, push_merged};
+use super::extents::{Extent, push_merged};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())

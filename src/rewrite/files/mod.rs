@@ -24,6 +24,7 @@ use crate::support::error::Result;
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
 
+mod extents;
 mod hot;
 mod layout;
 mod mirrors;
@@ -59,11 +60,12 @@ fn verification(report: &Report, verify: bool, result: &Result<()>) -> Verificat
 /// Plans, then (unless a dry run) executes; `verify` is set to whether the run verifies
 /// (a resumed run keeps its own choice).
 fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bool) -> Result<()> {
-    let plan = plan::plan(o, report)?;
+    let mut plan = plan::plan(o, report)?;
+    layout::choose_depth(&mut plan, report);
     *verify = !plan.options.no_verify;
     report.plan = Some(plan_report::report(&plan));
     if plan.options.dry_run {
-        let predicted = plan::predict(&plan, report);
+        let predicted = layout::predict(&plan, report);
         let (text, detail) = plan::describe(&plan, report, predicted.as_ref());
         (report.plan_text, report.plan_detail) = (Some(text), Some(detail));
         return Ok(());

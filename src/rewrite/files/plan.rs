@@ -50,8 +50,10 @@ pub(super) struct FilesPlan {
     /// written (see [`crate::rewrite::sequence`]).
     pub(super) unfinished: Option<Unfinished>,
     /// The pipeline's depth (`options.read_ahead`) and why: over the bytes this run
-    /// rewrites ([`choose_depth`]).
+    /// rewrites, chosen once the plan is made ([`super::layout::choose_depth`]).
     pub(super) depth: crate::measure::depth_probe::DepthChoice,
+    /// The bytes this run rewrites: the files' not left alone nor finished earlier.
+    pub(super) bytes: u64,
 }
 
 impl FilesPlan {
@@ -84,7 +86,7 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
     let placement = checks::guardian_can_leave(o.accept_cgroup_risk)?;
     report.guardian = Some(placement.describe());
     // A dry run's plan lists its warnings: logged too, each would be said twice.
-    report.warnings.extend(hot::hot_files(&planned).into_iter().inspect(|w| {
+    report.warnings.extend(hot::hot_files(planned.iter().map(|p| p.path.as_path())).into_iter().inspect(|w| {
         if !o.dry_run {
             log::warn!("{w}");
         }
@@ -102,7 +104,7 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
     let bytes = to_rewrite.iter().enumerate().filter(left).map(|(_, b)| b).sum();
     let rate = o.rate.map(|r| r.bytes_per_second());
     report.warnings.extend(checks::finishes(bytes, o.chunk_size.bytes(), rate, o.force, o.dry_run)?);
-    let mut plan = FilesPlan {
+    let plan = FilesPlan {
         options: o,
         groups,
         planned,
@@ -116,35 +118,9 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
         state,
         unfinished,
         depth: crate::measure::depth_probe::DepthChoice::given(0),
+        bytes,
     };
-    plan.depth = choose_depth(&plan, bytes);
-    plan.options.read_ahead = plan.depth.depth;
-    report.pipeline_depth = Some(plan.depth.clone());
     Ok(plan)
-}
-
-/// The depth of the run's pipeline, over the `bytes` it rewrites (the files not left
-/// alone nor finished earlier): probed on the first filesystem's device, reading the
-/// files' own extents there (a device's depth is the same over all of it), when that
-/// many bytes are worth a probe.
-fn choose_depth(plan: &FilesPlan, bytes: u64) -> crate::measure::depth_probe::DepthChoice {
-    use crate::measure::depth_probe::DepthChoice;
-    let o = &plan.options;
-    if o.given.read_ahead {
-        return DepthChoice::given(o.read_ahead);
-    }
-    let deadline = Some(o.max_freeze());
-    if bytes < crate::rewrite::predict::DEPTH_PROBE_FROM {
-        // Not probed: `depth` says why, with the bytes; no device is read to say it.
-        return crate::rewrite::predict::depth(o, Path::new(""), &[(0, bytes)], deadline);
-    }
-    let Some(run) = super::layout::engine_runs(plan).into_iter().find(|r| r.layout.bytes() > 0) else {
-        return DepthChoice::fallback("no file's extents to probe the device with: the old default".into());
-    };
-    let mut ranges: Vec<(u64, u64)> =
-        run.layout.batches.iter().flat_map(|b| &b.runs).map(|r| (r.offset, r.len)).collect();
-    ranges.sort_unstable();
-    crate::rewrite::predict::depth(o, &run.device, &ranges, deadline)
 }
 
 /// Why an empty file is left alone (it has no block to rewrite).
@@ -570,34 +546,6 @@ fn describe_group(files: &[&Planned], copies: u64, expected: Option<&Outcome>, d
         if empty > 0 { format!(" ({empty} empty: nothing to rewrite)") } else { String::new() },
         human_bytes(total),
     )
-}
-
-/// A dry run's prediction of every filesystem's engine run (into the report, with the
-/// warnings of an absurd plan); None, with a warning, when it cannot be made.
-pub(super) fn predict(plan: &FilesPlan, report: &mut Report) -> Option<Predicted> {
-    let o = &plan.options;
-    let pacing = crate::rewrite::predict::Pacing {
-        chunk_size: o.chunk_size.bytes(),
-        verify: !o.no_verify,
-        deadline: Some(o.max_freeze()),
-        pause: o.pause,
-        rate: o.rate.map(|r| r.bytes_per_second()),
-        max_overruns: o.max_overruns,
-        read_ahead: o.read_ahead,
-        read_gain: plan.depth.read_gain(),
-        notes: Vec::new(),
-    };
-    match crate::rewrite::predict::predict(&super::layout::engine_runs(plan), &pacing) {
-        Ok(p) => {
-            report.warnings.extend(crate::rewrite::predict::absurd(&p.report, &pacing));
-            report.prediction = Some(p.report.clone());
-            Some(p)
-        }
-        Err(e) => {
-            report.warnings.push(format!("no prediction: {}", crate::error_chain(&e)));
-            None
-        }
-    }
 }
 
 /// A file's extents, the bytes a run would rewrite, and its size.

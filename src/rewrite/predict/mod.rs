@@ -88,9 +88,10 @@ pub(crate) fn depth(
             log::debug!("pipeline depth {}: {}", c.depth, c.why);
             c
         }
-        Err(e) => {
-            DepthChoice::fallback(format!("the depth probe failed ({}): the old default", crate::error_chain(&e)))
-        }
+        Err(e) => DepthChoice::fallback(format!(
+            "the depth probe failed ({}): the old default",
+            crate::support::error::error_chain(&e)
+        )),
     }
 }
 
@@ -142,8 +143,9 @@ pub(crate) fn predict(runs: &[EngineRun], pacing: &Pacing) -> Result<Predicted> 
     let mut probes = Vec::new();
     for r in runs.iter().filter(|r| r.layout.bytes() > 0) {
         let chunks = r.layout.chunks(pacing.chunk_size);
-        let p = plan_probe::probe(&r.device, &chunks, cap)
-            .map_err(|e| Error::Internal(format!("probing {}: {}", r.device.display(), crate::error_chain(&e))))?;
+        let p = plan_probe::probe(&r.device, &chunks, cap).map_err(|e| {
+            Error::Internal(format!("probing {}: {}", r.device.display(), crate::support::error::error_chain(&e)))
+        })?;
         probes.push(p);
     }
     // The CPU's pressure only: I/O pressure counts any task stalled on any device (one
