@@ -202,7 +202,7 @@ fn print_simulation(r: Result<simulate::Experiment>, json: bool) -> std::process
 fn finish(result: Result<()>) -> std::process::ExitCode {
     let code = exit_code(&result);
     if let Err(e) = result {
-        say(format!("{:#}", anyhow::Error::new(e)));
+        say(crate::support::error::error_chain(&e));
     }
     code
 }

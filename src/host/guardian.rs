@@ -177,6 +177,21 @@ fn thaw_report_of(a: u32, micros: u64) -> ThawReport {
     }
 }
 
+/// The guardian's exit statuses besides 0 (read by no one but a person with `ps` or a
+/// core file; none is reseq's own exit code).
+mod exit {
+    /// It could not start serving: its hello or its freeze setup failed.
+    pub(super) const NO_START: i32 = 70;
+    /// Its socket's read timeout could not be set: it thawed and left.
+    pub(super) const NO_TIMEOUT: i32 = 71;
+    /// A request it does not know: it thawed and left.
+    pub(super) const UNKNOWN_REQUEST: i32 = 72;
+    /// It panicked and thawed.
+    pub(super) const PANICKED: i32 = 73;
+    /// It panicked and its thaw panicked too (`reseq thaw` acts on its record).
+    pub(super) const THAW_PANICKED: i32 = 74;
+}
+
 /// Why a freeze request failed.
 #[derive(Debug)]
 pub(crate) enum FreezeFailure {
@@ -286,9 +301,9 @@ impl Guardian {
                         let hello = msg(OP_HELLO, 0, 0);
                         let hello = Hardening::get().encode(hello);
                         if (&theirs).write_all(&hello).is_err() {
-                            sys::exit_immediately(70);
+                            sys::exit_immediately(exit::NO_START);
                         }
-                        let Ok(live) = Live::new(fs, &bounds) else { sys::exit_immediately(70) };
+                        let Ok(live) = Live::new(fs, &bounds) else { sys::exit_immediately(exit::NO_START) };
                         let mut g = GuardianState::new(live, bounds, run_dir, reseq, reseq_fd);
                         // A panic must not unwind into reseq's copied stack (its destructors
                         // would run here: unmounts, device detaches): thaw and leave.
@@ -297,7 +312,7 @@ impl Guardian {
                         g.linger();
                         code
                     }
-                    None => 70,
+                    None => exit::NO_START,
                 };
                 // After the last thaw: nothing of ours is frozen, so this may touch files.
                 crate::host::cgroup::leave_own_group();
@@ -854,7 +869,7 @@ impl<F: Filesystems> GuardianState<F> {
         loop {
             if stream.set_read_timeout(self.timeout()).is_err() {
                 self.thaw_all();
-                return 71;
+                return exit::NO_TIMEOUT;
             }
             let mut m = [0u8; 16];
             match stream.read_exact(&mut m) {
@@ -935,7 +950,7 @@ impl<F: Filesystems> GuardianState<F> {
             }
             Request::Unknown => {
                 self.thaw_all();
-                return Err(72);
+                return Err(exit::UNKNOWN_REQUEST);
             }
         }))
     }
@@ -1009,10 +1024,10 @@ impl<F: Filesystems> GuardianState<F> {
         let note = crate::engine::rescue::take_panic_note(&self.run_dir, std::process::id() as i32);
         say!("{}", note.unwrap_or_default().trim_end());
         if thawed {
-            return 73;
+            return exit::PANICKED;
         }
         say!("reseq guardian: thawing failed too; run `reseq thaw` (it acts on this guardian's freeze record)");
-        74
+        exit::THAW_PANICKED
     }
 
     /// End of file: reseq has exited; none of its I/O is in flight.
@@ -1484,7 +1499,7 @@ mod tests {
 
     #[test]
     fn exit_and_unknown_messages_thaw_and_leave() {
-        for (request, code) in [(Request::Exit, 0), (Request::Unknown, 72)] {
+        for (request, code) in [(Request::Exit, 0), (Request::Unknown, exit::UNKNOWN_REQUEST)] {
             let (mut g, fake, _dir) = guardian(1, HOUR);
             reply(&mut g, Request::Freeze(HOUR));
             assert_eq!(g.apply(request), Err(code));

@@ -1,7 +1,7 @@
 //! The crate's error type: each variant maps to one documented exit code.
 //!
-//! Library code returns `Error`; only `cli::run` wraps it in `anyhow` to print the cause
-//! chain. A refusal always carries a hint saying what the user can do instead.
+//! Library code returns `Error`; `cli::run` prints it with its causes ([`error_chain`]).
+//! A refusal always carries a hint saying what the user can do instead.
 
 use crate::support::exit_codes::ExitCode;
 
@@ -293,7 +293,7 @@ impl Error {
     }
 }
 
-/// An error with its causes, one per line (as anyhow's `{:#}` would, without anyhow).
+/// An error with its causes after it, each after ": " (what anyhow's `{:#}` printed).
 pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
