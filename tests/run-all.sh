@@ -109,29 +109,45 @@ touch "$RESEQ_SKIP_LOG"
 export RESEQ_EXCLUSIVE_LOG=$logs/exclusive
 touch "$RESEQ_EXCLUSIVE_LOG"
 status=0
-touch "$logs/before-cargo-test"
-cargo test --features fault-injection 2>&1 | tee "$logs/cargo" || status=$?
-took "cargo test (build and run)"
+# The tests and the binary the VM runs, built first (same features): the VM tests then
+# run beside the Rust tests, which mostly wait on devices and clocks (a third of a CPU).
+cargo test --features fault-injection --no-run 2>&1 | tee "$logs/build" || status=$?
+took "cargo test (build)"
 
 # The VM tests (tests/vm/run.sh): real LVM, thin pools, dm-crypt, md RAID and systemd as
 # PID 1, in a Debian 12 guest under qemu, since this kernel may have no device-mapper
 # and no md. The guest is built once and cached in /var/cache/reseq-vm; the binary
-# handed to it is the one `cargo test` just built.
-# Its own failure is reported by tests/vm/run.sh, which builds it again in the open.
+# handed to it is the one `cargo test` built. They run whatever the Rust tests say (one
+# failure there must not hide sixteen here), in the background: a Rust test that
+# measures (tests/it/common `exclusive`) stops the guest through its QMP socket while it
+# measures, and continues it after (the guest's clock stops with it).
 wait "$guest_build" || sed 's/^/guest build (background): /' "$guest_log" >&2
 took "waiting for the VM guest"
-# They run whatever the Rust tests said: one failure there must not hide sixteen here.
-# The binary `cargo test` built for the integration tests (same features), if it did: a
-# `cargo build` here resolves the dependencies' features without the dev-dependencies
-# and compiled the crate and a few of them again (116 s).
 bin="${CARGO_TARGET_DIR:-target}/debug/reseq"
-if [ "$bin" -nt "$logs/before-cargo-test" ] || cargo build --features fault-injection --bin reseq; then
-  RESEQ_BIN="$bin" bash tests/vm/run.sh 2>&1 | tee "$logs/vm" || status=$?
+export RESEQ_VM_QMP=$logs/qmp.sock
+t_vm=$(date +%s)
+if [ "$status" = 0 ] && [ -x "$bin" ]; then
+  RESEQ_BIN="$bin" bash tests/vm/run.sh >"$logs/vm" 2>&1 &
+  vm=$!
 else
-  status=1
-  echo "vm: not run (the reseq binary did not build)" | tee "$logs/vm"
+  vm=
+  echo "vm: not run (the reseq binary did not build)" >"$logs/vm"
 fi
-took "vm tests"
+trap 'rm -rf "$logs" "$guest_log"; kill "$guest_build" 2>/dev/null || true; [ -z "$vm" ] || kill "$vm" 2>/dev/null || true' EXIT
+cargo test --features fault-injection 2>&1 | tee "$logs/cargo" || status=$?
+took "cargo test (run, the VM beside it)"
+# A test binary killed while it held the guest stopped would leave it so.
+python3 - "$RESEQ_VM_QMP" <<'PY' 2>/dev/null || true
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(sys.argv[1]); f = s.makefile('rw')
+f.readline()
+for c in ('qmp_capabilities', 'cont'):
+    f.write(json.dumps({'execute': c}) + '\n'); f.flush(); f.readline()
+PY
+if [ -n "$vm" ]; then wait "$vm" || status=$?; else status=1; fi
+cat "$logs/vm"
+echo "vm: the guest ran $(( $(date +%s) - t_vm )) s from its start, beside the Rust tests"
+took "vm tests (what they took after the Rust tests)"
 
 # The last lines: the time by part, then every test of both runners, the skipped and
 # failed ones named just above it.

@@ -36,7 +36,9 @@ INV
     from=(-e reseq_run_poll=3)
     [ "$phase" = good ] || from=(--start-at-task "Run the job now and wait for it to end" -e reseq_run_timeout=0)
     t0=$(date +%s.%N)
-    ANSIBLE_PIPELINING=True ANSIBLE_NOCOLOR=1 ANSIBLE_RETRY_FILES_ENABLED=False \
+    # A connection timeout past the longest pause of the guest (tests/run-all.sh stops it
+    # while a Rust test measures: up to 100 s), not Ansible's 10 s.
+    ANSIBLE_TIMEOUT=300 ANSIBLE_PIPELINING=True ANSIBLE_NOCOLOR=1 ANSIBLE_RETRY_FILES_ENABLED=False \
       ANSIBLE_LOCAL_TEMP="$FLEET/ansible-tmp" ANSIBLE_SSH_ARGS="-o ControlMaster=auto -o ControlPersist=60s" \
       ANSIBLE_SSH_CONTROL_PATH="${ctl//%/%%}" \
       ansible-playbook -i "$FLEET/inventory" "$REPO/packaging/ansible/reseq.yml" \

@@ -11,6 +11,7 @@
 # boot, default 240 plus 60 per scenario plus the fleet's; the guest's own watchdog ends
 # its run 3600 s after boot), RESEQ_VM_SCENARIO_TIMEOUT (seconds per scenario, default
 # 150), RESEQ_VM_FLEET_TIMEOUT (the fleet scenario's, default 480),
+# RESEQ_VM_QMP (a path: a QMP socket there, see below),
 # RESEQ_VM_KEEP=1 keeps the share (logs, reports) for a look afterwards; RESEQ_VM_LOGS=1
 # prints the log of every scenario, passed ones too.
 # The fleet scenario also needs, on this host: cargo-deb (the .deb it installs),
@@ -77,7 +78,16 @@ scenario_timeout=${RESEQ_VM_SCENARIO_TIMEOUT:-150}
 fleet_timeout=${RESEQ_VM_FLEET_TIMEOUT:-480}
 fleet_extra=0
 if $fleet; then fleet_extra=$fleet_timeout; fi
-boot_timeout=${RESEQ_VM_TIMEOUT:-$(( 240 + 60 * ${#scenarios[@]} + fleet_extra ))}
+# RESEQ_VM_QMP: a QMP socket at that path, through which the Rust tests that measure
+# stop the guest while they do (tests/run-all.sh runs both side by side); its clock stops
+# too, but this host's timeout runs on: it allows as long again for the pauses.
+qmp=()
+pausable=0
+if [ -n "${RESEQ_VM_QMP:-}" ]; then
+  qmp=(-qmp "unix:$RESEQ_VM_QMP,server=on,wait=off")
+  pausable=1
+fi
+boot_timeout=${RESEQ_VM_TIMEOUT:-$(( (240 + 60 * ${#scenarios[@]} + fleet_extra) * (1 + pausable) ))}
 
 work=$(mktemp -d /tmp/reseq-vm.XXXXXX)
 qpid=
@@ -210,7 +220,7 @@ timeout --kill-after=10 "$boot_timeout" qemu-system-x86_64 \
   -append "root=/dev/vda rw console=ttyS0 panic=1 loglevel=4 net.ifnames=0" \
   -drive "file=$guest/root.img,if=virtio,format=raw,snapshot=on,cache=unsafe" \
   -device virtio-scsi-pci,id=scsi0 "${disks[@]}" "${net[@]}" \
-  -virtfs "local,path=$share,mount_tag=vmshare,security_model=none,id=vmshare" &
+  -virtfs "local,path=$share,mount_tag=vmshare,security_model=none,id=vmshare" "${qmp[@]}" &
 qpid=$!
 wait "$qpid"
 qrc=$?

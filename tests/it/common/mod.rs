@@ -47,18 +47,71 @@ pub fn shared() {
 /// emulated drive's clock, or leaves something behind that breaks the others' tools.
 /// How long each holds it goes to `RESEQ_EXCLUSIVE_LOG` (tests/run-all.sh sums it up: the
 /// time the suite runs one test at a time).
-pub struct Exclusive(#[allow(dead_code)] Option<RwLockWriteGuard<'static, ()>>, Instant);
+/// The VM tests' guest, run beside this suite by tests/run-all.sh, is paused for as long
+/// (`RESEQ_VM_QMP`: its QMP socket), so that it takes no CPU from what is measured.
+pub struct Exclusive(#[allow(dead_code)] Option<RwLockWriteGuard<'static, ()>>, Instant, Option<PausedVm>);
 
 pub fn exclusive() -> Exclusive {
     // A shared hold of this thread's own would deadlock the write lock: give it up first.
     HELD.with(|h| h.borrow_mut().take());
     let g = MACHINE.write().unwrap_or_else(|p| p.into_inner());
     HELD.with(|h| *h.borrow_mut() = Some(Held::Exclusive));
-    Exclusive(Some(g), Instant::now())
+    let vm = PausedVm::pause();
+    Exclusive(Some(g), Instant::now(), vm)
+}
+
+/// The VM guest stopped through QMP (its virtual clock stops with it: the guest sees no
+/// gap), continued when dropped. None where no guest runs.
+pub struct PausedVm(std::os::unix::net::UnixStream);
+
+impl PausedVm {
+    fn pause() -> Option<PausedVm> {
+        let path = std::env::var_os("RESEQ_VM_QMP")?;
+        let stream = std::os::unix::net::UnixStream::connect(path).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        let mut vm = PausedVm(stream);
+        // The greeting, then capabilities, then the command.
+        vm.reply()?;
+        vm.execute("qmp_capabilities")?;
+        vm.execute("stop")?;
+        Some(vm)
+    }
+
+    fn execute(&mut self, command: &str) -> Option<()> {
+        use std::io::Write;
+        writeln!(self.0, "{{\"execute\": \"{command}\"}}").ok()?;
+        self.reply()
+    }
+
+    /// Lines until one that answers (events such as STOP come in between).
+    fn reply(&mut self) -> Option<()> {
+        use std::io::BufRead;
+        let mut r = std::io::BufReader::new(&self.0);
+        loop {
+            let mut line = String::new();
+            if r.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            if line.contains("\"QMP\"") || line.contains("\"return\"") {
+                return Some(());
+            }
+            if line.contains("\"error\"") {
+                eprintln!("QMP: {line}");
+                return None;
+            }
+        }
+    }
+}
+
+impl Drop for PausedVm {
+    fn drop(&mut self) {
+        let _ = self.execute("cont");
+    }
 }
 
 impl Drop for Exclusive {
     fn drop(&mut self) {
+        self.2.take();
         HELD.with(|h| h.borrow_mut().take());
         if let Some(log) = std::env::var_os("RESEQ_EXCLUSIVE_LOG") {
             let name = std::thread::current().name().unwrap_or("?").to_string();
