@@ -5,8 +5,8 @@
 //! Sizes: the 2 GiB drive, with a 128 MiB file and 64 MiB of random 4 KiB
 //! overwrites in the main test (a quarter of the issue's: the same effect, reads x2.4-2.7
 //! slower, in 59 s instead of 101); the datacenter-sata test a 128 MiB file on a 4 GiB
-//! drive (the smallest that preset's garbage collection works on; its reads are link-bound and flat whatever
-//! the layout, so size adds nothing but time). Time scale 6 (model µs × 6 = wall µs): a
+//! drive (the smallest that preset's garbage collection works on; its reads are
+//! link-bound and flat whatever the layout, so size adds nothing but time). Time scale 6 (model µs × 6 = wall µs): a
 //! fresh read of the consumer drive then runs at about 370 MiB/s, a third of what this
 //! FUSE path sustains (about 1.1 GB/s at 1 MiB, QD1, on the 2-core VM), so the model's
 //! time, not the host, sets the durations. The host can only make a served read slower
