@@ -429,13 +429,22 @@ pub(crate) struct WritersChecked<G: WindowGuard> {
     pub(crate) inner: G,
     pub(crate) target: PathBuf,
     pub(crate) devices: Vec<(u32, u32)>,
+    /// What active swap stops the run: any on `devices` (None: device mode), or a swap
+    /// file among these (device, inode) only (file mode, which writes its files' blocks
+    /// alone: a swap file left out is no matter).
+    pub(crate) swap_among: Option<std::collections::HashSet<(u64, u64)>>,
     /// When the last check ran (a check reads all of /proc: a few ms).
     pub(crate) checked: Option<std::time::Instant>,
 }
 
 impl<G: WindowGuard> WritersChecked<G> {
-    pub(crate) fn new(inner: G, target: PathBuf, devices: Vec<(u32, u32)>) -> WritersChecked<G> {
-        WritersChecked { inner, target, devices, checked: None }
+    pub(crate) fn new(
+        inner: G,
+        target: PathBuf,
+        devices: Vec<(u32, u32)>,
+        swap_among: Option<std::collections::HashSet<(u64, u64)>>,
+    ) -> WritersChecked<G> {
+        WritersChecked { inner, target, devices, swap_among, checked: None }
     }
 
     /// Before the first write a writer is a refusal (exit 3, nothing written); later it
@@ -445,8 +454,14 @@ impl<G: WindowGuard> WritersChecked<G> {
         self.checked = Some(std::time::Instant::now());
         // Swap turned on mid-run over the target: the kernel writes it whatever the freeze
         // and no counter tells its writes from the filesystem's between windows.
-        let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
-        let swaps = crate::host::device::active_swap_on(&swaps, &self.devices);
+        let text = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
+        let swaps = match &self.swap_among {
+            None => crate::host::device::active_swap_on(&text, &self.devices),
+            Some(ids) => crate::host::device::active_swap_files(&text)
+                .into_iter()
+                .filter_map(|(id, name)| ids.contains(&id).then_some(name))
+                .collect(),
+        };
         let found = match swaps.is_empty() {
             true => crate::host::writers::refuse_other_writers(&self.target, &self.devices),
             false => Err(crate::host::device::swap_refusal(&self.target, &swaps)),

@@ -87,9 +87,9 @@ pub(crate) fn comm(pid: i32) -> String {
 /// The most of a command line a message shows (a JVM's runs to thousands of characters).
 const CMDLINE_SHOWN: usize = 80;
 
-/// The command line, arguments joined by spaces, cut at [`CMDLINE_SHOWN`] characters
-/// (for messages: nothing compares it); the name when it has none (a kernel thread, or
-/// a process that cleared it).
+/// The command line, arguments joined by spaces on one line, its middle cut out past
+/// [`CMDLINE_SHOWN`] characters (for messages: nothing compares it); the name when it has
+/// none (a kernel thread, or a process that cleared it).
 pub(crate) fn cmdline(pid: i32) -> String {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let args: Vec<String> =
@@ -97,11 +97,15 @@ pub(crate) fn cmdline(pid: i32) -> String {
     if args.is_empty() {
         return comm(pid);
     }
-    let line = args.join(" ");
-    match line.char_indices().nth(CMDLINE_SHOWN) {
-        Some((cut, _)) => format!("{}…", &line[..cut]),
-        None => line,
+    // One line: a script given with -c holds newlines.
+    let line: Vec<char> = args.join(" ").chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    if line.len() <= CMDLINE_SHOWN {
+        return line.into_iter().collect();
     }
+    // The program and the last arguments, which tell processes apart.
+    let (head, tail) = (CMDLINE_SHOWN * 5 / 8, CMDLINE_SHOWN * 3 / 8);
+    let (a, b): (String, String) = (line[..head].iter().collect(), line[line.len() - tail..].iter().collect());
+    format!("{} … {}", a.trim_end(), b.trim_start())
 }
 
 #[cfg(test)]
@@ -121,5 +125,6 @@ mod tests {
         assert_eq!(thread_stat(me, me).map(|t| t.start_ticks), Some(s.start_ticks));
         assert!(exe_id(me).is_some() && exe_id(me) == exe_id(me));
         assert!(!cmdline(me).is_empty());
+        assert!(cmdline(me).chars().count() <= CMDLINE_SHOWN + 3, "{}", cmdline(me));
     }
 }

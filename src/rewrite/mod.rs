@@ -607,6 +607,7 @@ fn guarded(plan: &RewritePlan) -> sequence::Guarded<'_> {
         placement: plan.guardian.as_ref(),
         writer_devices: plan.writer_devices.clone(),
         shape: &plan.shape,
+        swap_among: None,
     }
 }
 

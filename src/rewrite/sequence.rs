@@ -152,6 +152,8 @@ pub(crate) struct Guarded<'a> {
     pub(crate) writer_devices: Vec<(u32, u32)>,
     /// The device as planned.
     pub(crate) shape: &'a Shape,
+    /// File mode: the run's files, (device, inode): only these turned into swap stop it.
+    pub(crate) swap_among: Option<std::collections::HashSet<(u64, u64)>>,
 }
 
 /// Step 5: the guardian's freeze when filesystems are mounted, none otherwise, with the
@@ -170,7 +172,7 @@ pub(crate) fn guardian(g: &Guarded, journal: &Path) -> Result<Box<dyn WindowGuar
 /// A guard with the checks of every window: other writers, the device's shape, its
 /// written-sectors counters, the fanotify watch of its backing files.
 fn checked<G: WindowGuard>(guard: G, g: &Guarded) -> Result<ShapeChecked<WritersChecked<G>>> {
-    let writers = WritersChecked::new(guard, g.device.path.clone(), g.writer_devices.clone());
+    let writers = WritersChecked::new(guard, g.device.path.clone(), g.writer_devices.clone(), g.swap_among.clone());
     ShapeChecked::new(writers, g.device.dev_num, &g.writer_devices, g.shape.clone())
 }
 

@@ -633,7 +633,9 @@ impl MemCage {
     fn new(name: &str, limit: u64) -> MemCage {
         let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
         let root = if v2 { PathBuf::from("/sys/fs/cgroup") } else { PathBuf::from("/sys/fs/cgroup/memory") };
-        let dir = root.join(format!("reseq-test-{name}-{}", std::process::id()));
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = root.join(format!("reseq-test-{name}-{}-{n}", std::process::id()));
         std::fs::create_dir(&dir).unwrap();
         let cage = MemCage(dir);
         let knob = if v2 { "memory.max" } else { "memory.limit_in_bytes" };
@@ -683,9 +685,23 @@ impl Drop for SwapOn {
 /// files and the filesystem as they were.
 #[test]
 fn a_swap_file_turned_on_mid_run_loses_no_page() {
+    swap_turned_on_mid_run(false);
+}
+
+/// The same in file mode, the swap file one of the run's files when the run began.
+#[test]
+fn file_mode_a_member_turned_into_swap_mid_run_loses_no_page() {
+    swap_turned_on_mid_run(true);
+}
+
+fn swap_turned_on_mid_run(file_mode: bool) {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze", "mkswap", "swapon", "swapoff", "python3"]) {
         return;
     }
+    // One at a time: swap is the whole host's, and one test's pages would go to the
+    // other's swap file.
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("swap-target", 128 << 20, "ext4");
     let files = fill_files(&mnt.dir, 4, 4 << 20, 21);
@@ -700,7 +716,8 @@ fn a_swap_file_turned_on_mid_run_loses_no_page() {
     assert!(made.success(), "making the swap file");
     let slow = ["rewrite", "--chunk-size", "1M", "--max-freeze", "300ms", "--pause", "50ms", "--max-overruns", "1000"];
     let mut cmd = env.reseq();
-    cmd.args(slow).env("RESEQ_FAULTS", "delay@after-write#*=20").arg(&lo.path);
+    cmd.args(slow).env("RESEQ_FAULTS", "delay@after-write#*=20");
+    cmd.arg(if file_mode { &mnt.dir } else { &lo.path });
     let (run, go) = held_at(&env, &mut cmd, "after-thaw#1");
     let on = Command::new("swapon").args(["-p", "32767"]).arg(&swap).output().unwrap();
     assert!(on.status.success(), "swapon: {}", String::from_utf8_lossy(&on.stderr));
@@ -710,7 +727,7 @@ fn a_swap_file_turned_on_mid_run_loses_no_page() {
     std::fs::write(&script, PRESSURE).unwrap();
     let stop = env.path("pressure.stop");
     let mut press = Command::new("python3");
-    press.arg(&script).arg("40").arg(&stop);
+    press.arg(&script).arg("32").arg(&stop);
     let pressure = cage.spawn(&press);
     let ready = PathBuf::from(format!("{}.ready", stop.display()));
     let t = Instant::now();

@@ -105,7 +105,7 @@ impl FileRun<'_> {
         run.files = table;
         let journal_path = record::journal_path(&self.plan.record_path, &d.info.identity.name);
         let mut journal = Journal::deferred(&journal_path, run, Some(self.write_record()));
-        let mut guard = self.guardian(g, &d, journal.path())?;
+        let mut guard = self.guardian(g, &d, todo, journal.path())?;
         let cost = sequence::Cost::start(d.info);
         let name = format!("{} file(s) on {}", planner.members.len(), g.fs.mount_point.display());
         let target = FileTarget { dev: device, map, name, mirrors };
@@ -137,8 +137,14 @@ impl FileRun<'_> {
     }
 
     /// The run's guardian; on btrfs, with btrfs's own writers checked before each freeze.
-    fn guardian(&self, g: &FsGroup, d: &Device, journal: &Path) -> Result<Box<dyn engine::guard::WindowGuard>> {
-        let guard = sequence::guardian(&self.guarded(g, d), journal)?;
+    fn guardian(
+        &self,
+        g: &FsGroup,
+        d: &Device,
+        todo: &[usize],
+        journal: &Path,
+    ) -> Result<Box<dyn engine::guard::WindowGuard>> {
+        let guard = sequence::guardian(&self.guarded(g, d, todo), journal)?;
         if d.devid.is_none() {
             return Ok(guard);
         }
@@ -281,7 +287,9 @@ impl FileRun<'_> {
 
     /// What one filesystem's guardian freezes and every window checks: nothing else may
     /// write its device (a raw writer bypasses the freeze).
-    fn guarded<'g>(&'g self, g: &'g FsGroup, d: &Device<'g>) -> sequence::Guarded<'g> {
+    fn guarded<'g>(&'g self, g: &'g FsGroup, d: &Device<'g>, todo: &[usize]) -> sequence::Guarded<'g> {
+        use std::os::unix::fs::MetadataExt;
+        let ids = todo.iter().filter_map(|&fi| std::fs::metadata(&self.plan.planned[fi].path).ok());
         sequence::Guarded {
             device: d.info,
             filesystems: std::slice::from_ref(&g.fs),
@@ -289,6 +297,7 @@ impl FileRun<'_> {
             placement: Some(&self.plan.placement),
             writer_devices: d.info.devices_sharing_bytes(&Sysfs::default()),
             shape: d.shape,
+            swap_among: Some(ids.map(|m| (m.dev(), m.ino())).collect()),
         }
     }
 
