@@ -95,8 +95,7 @@ pypi kubernetes-validate kubernetes-validate==1.37.0
 
 took "cargo-deb, ansible-core, kubernetes-validate"
 cargo fmt --all -- --check
-cargo clippy --all-targets --features fault-injection -- -D warnings
-took "fmt, clippy"
+took "fmt"
 
 # libtest counts a test that skips itself (a requirement missing, outside CI) as passed:
 # each skip is also written to RESEQ_SKIP_LOG (tests/it/common `skip`), and the summary
@@ -134,6 +133,11 @@ else
   echo "vm: not run (the reseq binary did not build)" >"$logs/vm"
 fi
 trap 'rm -rf "$logs" "$guest_log"; kill "$guest_build" 2>/dev/null || true; [ -z "$vm" ] || kill "$vm" 2>/dev/null || true' EXIT
+# The lints while the guest boots and runs its first scenarios (the guest is the longer
+# part); a lint that fails fails the run, after the tests.
+lints=ok
+cargo clippy --all-targets --features fault-injection -- -D warnings || { status=$?; lints=FAILED; }
+took "clippy (the VM beside it)"
 cargo test --features fault-injection 2>&1 | tee "$logs/cargo" || status=$?
 took "cargo test (run, the VM beside it)"
 # A test binary killed while it held the guest stopped would leave it so.
@@ -161,7 +165,8 @@ sort -rn "$RESEQ_EXCLUSIVE_LOG" | head -5 | awk '{ printf "time:   %6.1f s %s\n"
 # One line per test, by name (one that gave two reasons counts once).
 sort "$RESEQ_SKIP_LOG" | awk -F': ' '!seen[$1]++ { print "skipped: " $0 }'
 sed -n 's/^\(vm_[a-z0-9_]*\) \.\.\. skipped (\(.*\))$/skipped: \1: \2/p' "$logs/vm"
-# Every failure by name, from both runners.
+# Every failure by name, from both runners (and the lints).
+[ "$lints" = ok ] || echo "failed: clippy (its warnings are above the tests' output)"
 sed -n -e 's/^test \([^ ]*\) \.\.\. FAILED.*/failed: \1/p' -e 's/^\(vm_[a-z0-9_]*\) \.\.\. FAILED.*/failed: \1/p' \
   "$logs/cargo" "$logs/vm"
 self_skipped=$(awk -F': ' '!seen[$1]++' "$RESEQ_SKIP_LOG" | wc -l)
