@@ -266,14 +266,27 @@ pub(crate) fn dev_num(d: u64) -> (u32, u32) {
 }
 
 /// Active swap areas that live on any of `devs`: swap partitions, or swap files on a
-/// filesystem of theirs. Swap writes are not stopped by a freeze.
+/// filesystem of theirs (found through mountinfo where the file's device number is not
+/// a block device's: btrfs). Swap writes are not stopped by a freeze. A name that cannot
+/// be looked up (a deleted file, another mount namespace's) may be anywhere: it counts.
 pub(crate) fn active_swap_on(swaps_text: &str, devs: &[(u32, u32)]) -> Vec<String> {
+    let mut mounts: Option<Vec<crate::host::mounts::MountEntry>> = None;
+    let mut on_devs = |md: std::fs::Metadata| {
+        if md.file_type().is_block_device() {
+            return devs.contains(&dev_num(md.rdev()));
+        }
+        let d = dev_num(md.dev());
+        devs.contains(&d)
+            || mounts
+                .get_or_insert_with(|| crate::host::mounts::read_mounts().unwrap_or_default())
+                .iter()
+                .filter(|m| m.dev == d)
+                .any(|m| m.devices.iter().any(|x| devs.contains(x)))
+    };
     swap_names(swaps_text)
-        .filter(|f| {
-            std::fs::metadata(f).is_ok_and(|md| {
-                let d = if md.file_type().is_block_device() { md.rdev() } else { md.dev() };
-                devs.contains(&dev_num(d))
-            })
+        .filter_map(|f| match std::fs::metadata(&f) {
+            Ok(md) => on_devs(md).then_some(f),
+            Err(e) => Some(format!("{f}, which cannot be looked up: {e}")),
         })
         .collect()
 }
@@ -301,9 +314,9 @@ pub(crate) fn active_swap_files(swaps_text: &str) -> Vec<((u64, u64), String)> {
         .collect()
 }
 
-/// The names `/proc/swaps` lists (its escapes decoded).
+/// The names `/proc/swaps` lists (its escapes decoded: space, tab, newline, backslash).
 fn swap_names(swaps_text: &str) -> impl Iterator<Item = String> + '_ {
-    swaps_text.lines().skip(1).filter_map(|l| l.split_whitespace().next()).map(|f| f.replace("\\040", " "))
+    swaps_text.lines().skip(1).filter_map(|l| l.split_whitespace().next()).map(crate::host::mounts::unescape)
 }
 
 /// Fails with a usage error unless `path` is a block device (stat needs no privileges,
@@ -459,6 +472,15 @@ pub(crate) fn copy_on_write_below(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn swap_names_are_unescaped_and_one_that_cannot_be_looked_up_counts() {
+        let text = "Filename\tType\tSize\tUsed\tPriority\n/nonexistent/a\\040b\\011c file 100 0 -2\n";
+        let on = active_swap_on(text, &[(7, 0)]);
+        assert_eq!(on.len(), 1, "{on:?}");
+        assert!(on[0].starts_with("/nonexistent/a b\tc, which cannot be looked up"), "{on:?}");
+        assert!(active_swap_on("Filename\tType\n", &[(7, 0)]).is_empty());
+    }
 
     #[test]
     fn identity_changes_read_as_a_short_diff() {

@@ -433,6 +433,9 @@ pub(crate) struct WritersChecked<G: WindowGuard> {
     /// file among these (device, inode) only (file mode, which writes its files' blocks
     /// alone: a swap file left out is no matter).
     pub(crate) swap_among: Option<std::collections::HashSet<(u64, u64)>>,
+    /// This run wrote before this guard's first window (file mode's later device runs):
+    /// what its first check finds is not a refusal before anything was written.
+    pub(crate) wrote_before: bool,
     /// When the last check ran (a check reads all of /proc: a few ms).
     pub(crate) checked: Option<std::time::Instant>,
 }
@@ -443,28 +446,37 @@ impl<G: WindowGuard> WritersChecked<G> {
         target: PathBuf,
         devices: Vec<(u32, u32)>,
         swap_among: Option<std::collections::HashSet<(u64, u64)>>,
+        wrote_before: bool,
     ) -> WritersChecked<G> {
-        WritersChecked { inner, target, devices, swap_among, checked: None }
+        WritersChecked { inner, target, devices, swap_among, wrote_before, checked: None }
     }
 
-    /// Before the first write a writer is a refusal (exit 3, nothing written); later it
-    /// stops the run before reseq writes more (exit 4, resumable).
-    fn check(&mut self) -> Result<()> {
-        let first = self.checked.is_none();
-        self.checked = Some(std::time::Instant::now());
-        // Swap turned on mid-run over the target: the kernel writes it whatever the freeze
-        // and no counter tells its writes from the filesystem's between windows.
+    /// Swap turned on mid-run over the target: the kernel writes it whatever the freeze,
+    /// and no counter tells its writes from the filesystem's between windows.
+    fn swaps(&self) -> Vec<String> {
         let text = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
-        let swaps = match &self.swap_among {
+        match &self.swap_among {
             None => crate::host::device::active_swap_on(&text, &self.devices),
             Some(ids) => crate::host::device::active_swap_files(&text)
                 .into_iter()
                 .filter_map(|(id, name)| ids.contains(&id).then_some(name))
                 .collect(),
-        };
-        let found = match swaps.is_empty() {
-            true => crate::host::writers::refuse_other_writers(&self.target, &self.devices),
-            false => Err(crate::host::device::swap_refusal(&self.target, &swaps)),
+        }
+    }
+
+    /// Swap every time (one small file), other writers where `scan` (all of /proc).
+    /// Before the first write a finding is a refusal (exit 3, nothing written); later it
+    /// stops the run before reseq writes more (exit 4, resumable).
+    fn check(&mut self, scan: bool) -> Result<()> {
+        let first = self.checked.is_none() && !self.wrote_before;
+        let swaps = self.swaps();
+        let found = if !swaps.is_empty() {
+            Err(crate::host::device::swap_refusal(&self.target, &swaps))
+        } else if scan {
+            self.checked = Some(std::time::Instant::now());
+            crate::host::writers::refuse_other_writers(&self.target, &self.devices)
+        } else {
+            Ok(())
         };
         match found {
             Err(Error::Refused { reason, hint }) if !first => Err(Error::io(
@@ -486,12 +498,10 @@ impl<G: WindowGuard> WindowGuard for WritersChecked<G> {
     fn deadline(&self) -> Option<Duration> {
         self.inner.deadline()
     }
-    /// Before each window, unless the last check is under 100 ms old (a check reads all
-    /// of /proc).
+    /// Before each window: swap always, other writers unless the last scan is under
+    /// 100 ms old (a scan reads all of /proc).
     fn begin(&mut self) -> Result<()> {
-        if self.checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)) {
-            self.check()?;
-        }
+        self.check(self.checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)))?;
         self.inner.begin()
     }
     /// Within a window, every 250 ms, only where windows do not freeze (an unmounted
@@ -499,7 +509,7 @@ impl<G: WindowGuard> WindowGuard for WritersChecked<G> {
     /// began, and must not spend its stall reading /proc.
     fn recheck(&mut self) -> Result<()> {
         if !self.inner.freezes() && self.checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(250)) {
-            self.check()?;
+            self.check(true)?;
         }
         self.inner.recheck()
     }

@@ -95,7 +95,7 @@ pub(crate) fn cmdline(pid: i32) -> String {
     let args: Vec<String> =
         raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
     if args.is_empty() {
-        return comm(pid);
+        return comm(pid).chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     }
     // One line: a script given with -c holds newlines.
     let line: Vec<char> = args.join(" ").chars().map(|c| if c.is_control() { ' ' } else { c }).collect();

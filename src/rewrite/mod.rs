@@ -608,6 +608,7 @@ fn guarded(plan: &RewritePlan) -> sequence::Guarded<'_> {
         writer_devices: plan.writer_devices.clone(),
         shape: &plan.shape,
         swap_among: None,
+        wrote_before: false,
     }
 }
 

@@ -154,6 +154,9 @@ pub(crate) struct Guarded<'a> {
     pub(crate) shape: &'a Shape,
     /// File mode: the run's files, (device, inode): only these turned into swap stop it.
     pub(crate) swap_among: Option<std::collections::HashSet<(u64, u64)>>,
+    /// This run wrote before this device's run (file mode: an earlier filesystem's or
+    /// btrfs member's): a finding at its first window is no refusal.
+    pub(crate) wrote_before: bool,
 }
 
 /// Step 5: the guardian's freeze when filesystems are mounted, none otherwise, with the
@@ -172,7 +175,13 @@ pub(crate) fn guardian(g: &Guarded, journal: &Path) -> Result<Box<dyn WindowGuar
 /// A guard with the checks of every window: other writers, the device's shape, its
 /// written-sectors counters, the fanotify watch of its backing files.
 fn checked<G: WindowGuard>(guard: G, g: &Guarded) -> Result<ShapeChecked<WritersChecked<G>>> {
-    let writers = WritersChecked::new(guard, g.device.path.clone(), g.writer_devices.clone(), g.swap_among.clone());
+    let writers = WritersChecked::new(
+        guard,
+        g.device.path.clone(),
+        g.writer_devices.clone(),
+        g.swap_among.clone(),
+        g.wrote_before,
+    );
     ShapeChecked::new(writers, g.device.dev_num, &g.writer_devices, g.shape.clone())
 }
 

@@ -298,6 +298,7 @@ impl FileRun<'_> {
             writer_devices: d.info.devices_sharing_bytes(&Sysfs::default()),
             shape: d.shape,
             swap_among: Some(ids.map(|m| (m.dev(), m.ino())).collect()),
+            wrote_before: self.record_written.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 
