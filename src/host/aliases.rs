@@ -21,7 +21,8 @@
 use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
-use crate::host::device::{Sysfs, dev_num};
+use crate::host::device::Sysfs;
+use crate::host::devnum::dev_num;
 use crate::host::mounts::MountEntry;
 use crate::sys;
 

@@ -121,7 +121,7 @@ mod tests {
         let result = std::panic::catch_unwind(|| {
             use std::os::unix::fs::{FileExt, MetadataExt};
             let md = std::fs::metadata(&lo).unwrap();
-            let dev = crate::host::device::dev_num(md.rdev());
+            let dev = crate::host::devnum::dev_num(md.rdev());
             let w = BackingWatch::start(&[dev], &Sysfs::default()).unwrap().expect("a loop device is watched");
             let node = std::fs::OpenOptions::new().write(true).open(&lo).unwrap();
             node.write_all_at(&[7u8; 65536], 0).unwrap();

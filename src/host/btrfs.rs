@@ -424,7 +424,7 @@ pub(crate) fn check_member<T>(layout: &Layout, m: &Member, dev: &T) -> Result<()
 where
     T: crate::engine::target::ReadTarget + std::os::fd::AsFd,
 {
-    let rdev = nix::sys::stat::fstat(dev.as_fd()).map(|s| crate::host::device::dev_num(s.st_rdev));
+    let rdev = nix::sys::stat::fstat(dev.as_fd()).map(|s| crate::host::devnum::dev_num(s.st_rdev));
     let mut sb = sys::AlignedBuf::new(sys::BTRFS_SUPER_INFO_SIZE, dev.mem_align().max(4096));
     let found =
         match dev.read_at(&mut sb, sys::BTRFS_SUPER_INFO_OFFSET) {

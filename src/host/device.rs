@@ -15,6 +15,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use crate::host::devnum::{dev_num, parse_dev};
 use crate::support::error::{Error, Result};
 use crate::sys;
 
@@ -252,17 +253,6 @@ fn sorted_names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = entries.map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     names
-}
-
-/// "major:minor", as sysfs writes a device number.
-pub(crate) fn parse_dev(text: &str) -> Option<(u32, u32)> {
-    let (a, b) = text.trim().split_once(':')?;
-    Some((a.parse().ok()?, b.parse().ok()?))
-}
-
-/// A device number as (major, minor).
-pub(crate) fn dev_num(d: u64) -> (u32, u32) {
-    (nix::sys::stat::major(d) as u32, nix::sys::stat::minor(d) as u32)
 }
 
 /// Active swap areas that live on any of `devs`: swap partitions, or swap files on a

@@ -121,7 +121,7 @@ pub(crate) fn check_run_dir(dir: &Path, frozen: &[MountedFs]) -> Result<()> {
     })?;
     let meta = std::fs::metadata(dir)
         .map_err(|e| Error::refused(format!("cannot read the freeze-record directory {}: {e}", dir.display()), hint))?;
-    let dev = crate::host::device::dev_num(meta.dev());
+    let dev = crate::host::devnum::dev_num(meta.dev());
     if let Some(fs) = frozen.iter().find(|f| f.dev_num == dev) {
         return Err(Error::refused(
             format!(

@@ -7,6 +7,7 @@ pub(crate) mod btrfs;
 pub(crate) mod cgroup;
 pub(crate) mod companions;
 pub(crate) mod device;
+pub(crate) mod devnum;
 pub(crate) mod freeze;
 pub(crate) mod freeze_order;
 pub(crate) mod freeze_record;

@@ -116,7 +116,7 @@ pub(crate) fn resolve_devices(entries: &mut [MountEntry], sys: &Path, rdev: impl
 
 /// The member devices of the btrfs filesystem that has `member` among its devices.
 fn btrfs_members(sys: &Path, member: (u32, u32)) -> Vec<(u32, u32)> {
-    let dev_of = |p: PathBuf| crate::host::device::parse_dev(&std::fs::read_to_string(p.join("dev")).ok()?);
+    let dev_of = |p: PathBuf| crate::host::devnum::parse_dev(&std::fs::read_to_string(p.join("dev")).ok()?);
     let Ok(filesystems) = std::fs::read_dir(sys.join("fs/btrfs")) else { return Vec::new() };
     for fs in filesystems.flatten() {
         let Ok(devices) = std::fs::read_dir(fs.path().join("devices")) else { continue };
@@ -132,7 +132,7 @@ fn btrfs_members(sys: &Path, member: (u32, u32)) -> Vec<(u32, u32)> {
 pub(crate) fn block_rdev(path: &Path) -> Option<(u32, u32)> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let md = std::fs::metadata(path).ok()?;
-    md.file_type().is_block_device().then(|| crate::host::device::dev_num(md.rdev()))
+    md.file_type().is_block_device().then(|| crate::host::devnum::dev_num(md.rdev()))
 }
 
 /// One mounted filesystem (superblock) that must be frozen, with every mount point

@@ -472,7 +472,7 @@ mod tests {
     #[test]
     fn this_hosts_root_device_has_a_shape() {
         let root =
-            std::fs::metadata("/").map(|m| crate::host::device::dev_num(std::os::unix::fs::MetadataExt::dev(&m)));
+            std::fs::metadata("/").map(|m| crate::host::devnum::dev_num(std::os::unix::fs::MetadataExt::dev(&m)));
         let sysfs = Sysfs::default();
         if let Ok(dev) = root
             && sysfs.name_of(dev).is_some()

@@ -102,7 +102,7 @@ pub(crate) fn on_frozen(path: &Path, frozen: &[MountedFs]) -> bool {
     if statfs(path).is_ok_and(|st| [OVERLAYFS_SUPER_MAGIC, FUSE_SUPER_MAGIC].contains(&st.filesystem_type())) {
         return !frozen.is_empty();
     }
-    let by_stat = std::fs::metadata(path).ok().map(|m| crate::host::device::dev_num(m.dev()));
+    let by_stat = std::fs::metadata(path).ok().map(|m| crate::host::devnum::dev_num(m.dev()));
     let by_mount = mounts::read_mounts().ok().and_then(|m| mounts::mount_containing(&m, path).map(|e| e.dev));
     frozen.iter().any(|f| Some(f.dev_num) == by_stat || Some(f.dev_num) == by_mount)
 }

@@ -22,7 +22,8 @@
 use std::path::PathBuf;
 
 use crate::engine::push_merged;
-use crate::host::device::{BlockDeviceInfo, Sysfs, parse_dev};
+use crate::host::device::{BlockDeviceInfo, Sysfs};
+use crate::host::devnum::parse_dev;
 use crate::support::error::{Error, Result};
 use crate::support::tool::Tool;
 

@@ -52,7 +52,7 @@ struct Hold {
 }
 
 fn rdev_of(meta: &std::fs::Metadata) -> Option<(u32, u32)> {
-    meta.file_type().is_block_device().then(|| crate::host::device::dev_num(meta.rdev()))
+    meta.file_type().is_block_device().then(|| crate::host::devnum::dev_num(meta.rdev()))
 }
 
 /// The access mode of an open file from its fdinfo ("flags: 0100002", octal).

@@ -515,7 +515,7 @@ pub(crate) const EMULATED_DISK_EFFECT: f64 = 2.0;
 fn emulated_disk_of(sources: &[Source]) -> Option<String> {
     let sysfs = crate::host::device::Sysfs::default();
     let devs: std::collections::BTreeSet<u64> = sources.iter().filter_map(|s| block_device_under(&s.path)).collect();
-    devs.into_iter().find_map(|d| sysfs.emulated_disk(&sysfs.name_of(crate::host::device::dev_num(d))?.0, 0))
+    devs.into_iter().find_map(|d| sysfs.emulated_disk(&sysfs.name_of(crate::host::devnum::dev_num(d))?.0, 0))
 }
 
 /// Checks `target` for a cache below O_DIRECT (nothing to check on a simulated SSD).
