@@ -43,7 +43,18 @@ fn a_killed_runs_mounts_and_loop_devices_are_swept_by_the_next() {
         leftovers::sweep();
     });
     let owner = Running::from(Command::new("sleep").arg("600").spawn().unwrap());
-    leftovers::mark(&dead, owner.pid() as u32, &[]);
+    // Its run directory on /dev/shm, with an image in memory under a loop device and a
+    // mount (as `TestEnv::mounted_in_memory` makes): once missed by the sweep, which
+    // removed the directory and left the loop device on the deleted image.
+    let run = tempfile::Builder::new().prefix("reseq-test-run-").tempdir_in("/dev/shm").unwrap().keep();
+    leftovers::mark(&dead, owner.pid() as u32, &[&run]);
+    let mem = LoopDevice::create(&run.join("mem.img"), 16 << 20).unwrap();
+    mkfs_ext4(&mem.path).unwrap();
+    std::fs::create_dir(dead.join("mem-mnt")).unwrap();
+    run_cmd(Command::new("mount").arg(&mem.path).arg(dead.join("mem-mnt"))).unwrap();
+    let mem_lo = mem.path.display().to_string();
+    // The killed run never detached it.
+    std::mem::forget(mem);
     let state = dead.join("drive");
     json_ok(env.reseq().args(["sim", "create"]).arg(&state).args(["--preset", "consumer-nvme", "--device-size", "2G"]));
     let served = dead.join("served");
@@ -75,6 +86,8 @@ fn a_killed_runs_mounts_and_loop_devices_are_swept_by_the_next() {
     eprintln!("swept: {done:#?}");
     assert!(mounts_under(&dead).is_empty(), "mounts left: {:?}", mounts_under(&dead));
     assert!(!attached_under(&lo, &dead), "{lo} is still attached");
+    assert!(!attached_under(&mem_lo, &run), "{mem_lo} is still attached to the run directory's image");
+    assert!(!run.exists(), "the killed run's run directory is removed");
     assert!(!dead.exists(), "the killed run's directory is removed");
     assert!(done.iter().any(|l| l.starts_with("detached")), "{done:?}");
     let after = mkfs();
