@@ -94,11 +94,9 @@ pub(crate) fn cmdline(pid: i32) -> String {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let args: Vec<String> =
         raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-    if args.is_empty() {
-        return comm(pid).chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-    }
+    let line = if args.is_empty() { comm(pid) } else { args.join(" ") };
     // One line: a script given with -c holds newlines.
-    let line: Vec<char> = args.join(" ").chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let line: Vec<char> = line.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     if line.len() <= CMDLINE_SHOWN {
         return line.into_iter().collect();
     }

@@ -109,6 +109,11 @@ impl Inode {
     pub(crate) fn of(md: &std::fs::Metadata) -> Inode {
         Inode { dev: md.dev(), ino: md.ino(), born: md.created().ok() }
     }
+
+    /// (device, inode), as stat gives them.
+    pub(crate) fn id(&self) -> (u64, u64) {
+        (self.dev, self.ino)
+    }
 }
 
 /// Plans the files of one filesystem from FIEMAP, in every window.

@@ -105,7 +105,7 @@ impl FileRun<'_> {
         run.files = table;
         let journal_path = record::journal_path(&self.plan.record_path, &d.info.identity.name);
         let mut journal = Journal::deferred(&journal_path, run, Some(self.write_record()));
-        let mut guard = self.guardian(g, &d, todo, journal.path())?;
+        let mut guard = self.guardian(g, &d, &planner.members, journal.path())?;
         let cost = sequence::Cost::start(d.info);
         let name = format!("{} file(s) on {}", planner.members.len(), g.fs.mount_point.display());
         let target = FileTarget { dev: device, map, name, mirrors };
@@ -141,10 +141,10 @@ impl FileRun<'_> {
         &self,
         g: &FsGroup,
         d: &Device,
-        todo: &[usize],
+        members: &[Member],
         journal: &Path,
     ) -> Result<Box<dyn engine::guard::WindowGuard>> {
-        let guard = sequence::guardian(&self.guarded(g, d, todo), journal)?;
+        let guard = sequence::guardian(&self.guarded(g, d, members), journal)?;
         if d.devid.is_none() {
             return Ok(guard);
         }
@@ -287,9 +287,7 @@ impl FileRun<'_> {
 
     /// What one filesystem's guardian freezes and every window checks: nothing else may
     /// write its device (a raw writer bypasses the freeze).
-    fn guarded<'g>(&'g self, g: &'g FsGroup, d: &Device<'g>, todo: &[usize]) -> sequence::Guarded<'g> {
-        use std::os::unix::fs::MetadataExt;
-        let ids = todo.iter().filter_map(|&fi| std::fs::metadata(&self.plan.planned[fi].path).ok());
+    fn guarded<'g>(&'g self, g: &'g FsGroup, d: &Device<'g>, members: &[Member]) -> sequence::Guarded<'g> {
         sequence::Guarded {
             device: d.info,
             filesystems: std::slice::from_ref(&g.fs),
@@ -297,7 +295,8 @@ impl FileRun<'_> {
             placement: Some(&self.plan.placement),
             writer_devices: d.info.devices_sharing_bytes(&Sysfs::default()),
             shape: d.shape,
-            swap_among: Some(ids.map(|m| (m.dev(), m.ino())).collect()),
+            // As the members were stat'ed: no second pass over every file.
+            swap_among: Some(members.iter().filter_map(|m| m.inode.as_ref()).map(|i| i.id()).collect()),
             wrote_before: self.record_written.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
