@@ -33,6 +33,8 @@ pub(crate) const MEMORY_CAP: u64 = 256 << 20;
 /// read ahead is dropped at the thaw, and reads in flight at a window's end compete
 /// with its last writes and read-backs.
 const FREEZE_SHARE: f64 = 0.25;
+/// The probe reads for at most this share of one read pass over the run's bytes.
+const RUN_SHARE: f64 = 0.03;
 /// The depth with nothing to probe (a simulation, nothing to rewrite): the old default.
 pub(crate) const FALLBACK: usize = 2;
 
@@ -114,11 +116,18 @@ impl Limits {
 }
 
 /// Probes `device` by reading `chunks` (device offsets and lengths, ascending: the
-/// run's own) for at most about `cap`, and chooses the depth within `limits`.
-pub(crate) fn choose(device: &Path, chunks: &[(u64, u64)], limits: &Limits, cap: Duration) -> Result<DepthChoice> {
+/// run's own, `run_bytes` in all) for at most about `cap`, and chooses the depth within
+/// `limits`.
+pub(crate) fn choose(
+    device: &Path,
+    chunks: &[(u64, u64)],
+    run_bytes: u64,
+    limits: &Limits,
+    cap: Duration,
+) -> Result<DepthChoice> {
     let started = Instant::now();
     let reader = DirectReader::open(device).map_err(|e| Error::io(format!("opening {}", device.display()), e))?;
-    let measured = measure(&reader, chunks, cap)?;
+    let measured = measure(&reader, chunks, run_bytes, cap)?;
     let Some(best) = measured.iter().map(|m| m.bytes_per_second).reduce(f64::max).filter(|&b| b > 0.0) else {
         return Ok(DepthChoice::fallback("the probe read nothing".into()));
     };
@@ -149,10 +158,13 @@ pub(crate) fn choose(device: &Path, chunks: &[(u64, u64)], limits: &Limits, cap:
 }
 
 /// The rates at each number of reads in flight: two rounds, in opposite orders, each
-/// over a stretch of chunks of its own; the better of each pair.
-fn measure(reader: &DirectReader, chunks: &[(u64, u64)], cap: Duration) -> Result<Vec<DepthRate>> {
+/// over a stretch of chunks of its own; the better of each pair. The probe reads for at
+/// most `cap`, and at most [`RUN_SHARE`] of the time one read pass over `run_bytes`
+/// takes at the first stretch's rate: on a fast device a probe of a fixed length cost
+/// more than any depth could win (0.25-0.3 s of a 2 s run over 4 GiB in memory).
+fn measure(reader: &DirectReader, chunks: &[(u64, u64)], run_bytes: u64, cap: Duration) -> Result<Vec<DepthRate>> {
     let rounds: Vec<usize> = IN_FLIGHT.iter().chain(IN_FLIGHT.iter().rev()).copied().collect();
-    let slice = cap.div_f64(rounds.len() as f64);
+    let mut slice = cap.div_f64(rounds.len() as f64);
     // Each measurement a stretch of its own, spread over the chunks.
     let per = chunks.len() / rounds.len();
     let mut out: Vec<DepthRate> =
@@ -160,24 +172,36 @@ fn measure(reader: &DirectReader, chunks: &[(u64, u64)], cap: Duration) -> Resul
     if per == 0 {
         return Ok(Vec::new());
     }
+    // Made once, before any clock starts, as the run makes its own.
+    let align = reader.offset_align().max(1);
+    let largest = chunks.iter().map(|c| c.1).max().unwrap_or(0).div_ceil(align) * align;
+    let deepest = IN_FLIGHT.iter().copied().max().unwrap_or(1);
+    let mut bufs: Vec<AlignedBuf> =
+        (0..deepest).map(|_| AlignedBuf::for_transfers(largest.max(align) as usize, reader.mem_align())).collect();
     for (k, &n) in rounds.iter().enumerate() {
         let stretch = &chunks[k * per..(k + 1) * per];
-        let rate = read_side_by_side(reader, stretch, n, slice)?;
+        let rate = read_side_by_side(reader, stretch, &mut bufs[..n], slice)?;
+        if k == 0 && rate > 0.0 {
+            let share = Duration::from_secs_f64(RUN_SHARE * run_bytes as f64 / rate);
+            slice = slice.min(share.div_f64(rounds.len() as f64));
+        }
         let m = out.iter_mut().find(|m| m.reads_in_flight == n).expect("each is tried");
         m.bytes_per_second = m.bytes_per_second.max(rate);
     }
     Ok(out)
 }
 
-/// Reads `stretch` in order with `n` threads side by side (each takes the next chunk)
-/// until `slice` has passed (at least `n` chunks); returns bytes a second.
-fn read_side_by_side(reader: &DirectReader, stretch: &[(u64, u64)], n: usize, slice: Duration) -> Result<f64> {
+/// Reads `stretch` in order with one thread per buffer side by side (each takes the
+/// next chunk) until `slice` has passed (at least one chunk each); returns bytes a second.
+fn read_side_by_side(
+    reader: &DirectReader,
+    stretch: &[(u64, u64)],
+    bufs: &mut [AlignedBuf],
+    slice: Duration,
+) -> Result<f64> {
     let align = reader.offset_align().max(1);
+    let n = bufs.len();
     let next = AtomicUsize::new(0);
-    // The buffers are made before the clock starts, as the run makes its own.
-    let largest = stretch.iter().map(|c| c.1).max().unwrap_or(0).div_ceil(align) * align;
-    let mut bufs: Vec<AlignedBuf> =
-        (0..n).map(|_| AlignedBuf::for_transfers(largest.max(align) as usize, reader.mem_align())).collect();
     let started = Instant::now();
     let until = started + slice;
     let read = |buf: &mut AlignedBuf| -> Result<u64> {

@@ -83,7 +83,7 @@ pub(crate) fn depth(
     let chunk_size = o.chunk_size.bytes();
     let chunks = depth_probe::chunks_of(ranges, chunk_size, 512);
     let limits = depth_probe::Limits { chunk_size, verify: !o.no_verify, deadline };
-    match depth_probe::choose(device, &chunks, &limits, DEPTH_PROBE_CAP) {
+    match depth_probe::choose(device, &chunks, bytes, &limits, DEPTH_PROBE_CAP) {
         Ok(c) => {
             log::debug!("pipeline depth {}: {}", c.depth, c.why);
             c
