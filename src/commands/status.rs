@@ -24,6 +24,9 @@ pub(crate) struct Unfinished {
     /// The options `--resume` continues it with (null: not recorded, an older run).
     pub(crate) options: Option<String>,
     pub(crate) record: String,
+    /// Where its stops may have overwritten another writer's bytes, one line per stop
+    /// (exit 5 or 9): ranges to check before anything else.
+    pub(crate) at_risk: Vec<String>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -50,6 +53,9 @@ impl Status {
         }
         for u in &self.unfinished {
             s += &format!("  unfinished {} run: {} (started {}), {}\n", u.kind, u.target, u.started_at, u.progress);
+            for r in &u.at_risk {
+                s += &format!("    at risk: {r}\n");
+            }
             if let Some(o) = &u.options {
                 s += &format!("    --resume continues it with: {o}\n");
             }
@@ -147,6 +153,7 @@ fn journal_entry(st: &mut Status, p: &Path, name: &str) {
                 progress: bytes_done(r.done_offset, &run),
                 options: run.options.as_ref().map(|o| o.describe()),
                 record: shown,
+                at_risk: r.at_risk.iter().map(journal::AtRiskNote::describe).collect(),
             });
         }
         Ok(_) => {}
@@ -179,6 +186,8 @@ fn files_entry(st: &mut Status, p: &Path) {
             progress: format!("{} file(s) done", e.done.len()),
             options: Some(e.header.options.describe()),
             record: shown,
+            // Its device runs' journals name them.
+            at_risk: Vec::new(),
         }),
         Ok(None) => {}
         Err(e) => st.unreadable.push(format!("{shown}: {e}")),

@@ -93,6 +93,9 @@ pub(crate) enum Record {
     /// Written by the guardian, not by reseq: it killed reseq because a write was still
     /// outstanding past the window's deadline plus grace (reseq stopped or stalled).
     GuardianKilled(GuardianKill),
+    /// The run stopped on an error that names device ranges where another writer's
+    /// bytes may have been overwritten: `status` names them while the run is unfinished.
+    AtRisk(AtRiskNote),
 }
 
 /// The first line of a journal that did not check out.
@@ -140,6 +143,33 @@ pub struct GuardianKill {
     pub in_flight: Vec<InFlightCheck>,
 }
 
+/// Where a stopped run may have overwritten another writer's bytes, as its error said.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AtRiskNote {
+    /// The exit status the run ended with (5: a read-back differed, 9: a foreign write
+    /// or a lost freeze).
+    pub(crate) exit: u8,
+    /// Device ranges [start, end) to check.
+    pub(crate) ranges: Vec<(u64, u64)>,
+    /// Why, in a few words.
+    pub(crate) why: String,
+}
+
+impl AtRiskNote {
+    /// One line for `status` and a resumed run's warnings.
+    pub(crate) fn describe(&self) -> String {
+        let list: Vec<String> = self.ranges.iter().map(|(a, b)| format!("{a}..{b}")).collect();
+        let total: u64 = self.ranges.iter().map(|(a, b)| b - a).sum();
+        format!(
+            "stopped with exit {} ({}): device bytes {} ({} in all) may hold a lost write; check them (fsck -n, the application's own checks)",
+            self.exit,
+            self.why,
+            list.join(", "),
+            crate::support::units::human_bytes(total)
+        )
+    }
+}
+
 /// One granted write, read back by the guardian after the kill, still frozen.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InFlightCheck {
@@ -177,6 +207,8 @@ pub struct Replay {
     pub guardian_kills: Vec<GuardianKill>,
     /// The last record is the guardian's kill: the run ended with a write outstanding.
     pub(crate) killed_last: bool,
+    /// Ranges the run's stops left at risk (each stop's note).
+    pub at_risk: Vec<AtRiskNote>,
 }
 
 pub(crate) fn encode(rec: &Record) -> String {
@@ -211,7 +243,7 @@ pub fn replay(text: &str) -> Replay {
         };
         let trusted = r.damage.is_none();
         r.killed_last = matches!(rec, Record::GuardianKilled(_));
-        if !trusted && matches!(rec, Record::Finished | Record::GuardianKilled(_)) {
+        if !trusted && matches!(rec, Record::Finished | Record::GuardianKilled(_) | Record::AtRisk(_)) {
             r.carried.push(rec.clone());
         }
         r.apply(rec, trusted, &mut begun);
@@ -242,6 +274,7 @@ impl Replay {
             }
             Record::Finished => self.finished = true,
             Record::GuardianKilled(k) => self.guardian_kills.push(k),
+            Record::AtRisk(n) => self.at_risk.push(n),
         }
     }
 
@@ -504,6 +537,11 @@ impl Journal {
         self.append(&Record::Done { offset, len, blake3: hash.to_hex().to_string() }, false)
     }
 
+    /// Notes, durably, the ranges a stop left at risk (for `status`).
+    pub(crate) fn at_risk(&mut self, note: AtRiskNote) -> Result<()> {
+        self.append(&Record::AtRisk(note), true)
+    }
+
     /// Makes every record so far durable (one fsync for a batch of chunks). While held,
     /// this happens when the hold is released.
     pub(crate) fn commit(&mut self) -> Result<()> {
@@ -616,6 +654,27 @@ mod tests {
 
     /// The guardian's note after a kill cuts a half-written last line first, so replay
     /// reaches the note.
+    #[test]
+    fn a_stops_ranges_at_risk_are_read_back_after_damage_and_a_resume() {
+        let h = blake3::hash(b"x").to_hex().to_string();
+        let note =
+            AtRiskNote { exit: 9, ranges: vec![(0, 4096), (1 << 20, 2 << 20)], why: "another writer wrote".into() };
+        // A damaged line before it: the note still counts, as the guardian's do.
+        let text = encode(&Record::Run(Box::new(run())))
+            + &encode(&done(0, &h))
+            + "0000 {\"type\":\"done\"}\n"
+            + &encode(&Record::AtRisk(note.clone()))
+            + &encode(&done(4096, &h));
+        let r = replay(&text);
+        assert_eq!((r.done, r.at_risk.clone()), (1, vec![note.clone()]));
+        assert!(r.carried.contains(&Record::AtRisk(note.clone())), "a repair keeps it");
+        let said = note.describe();
+        assert!(
+            said.contains("exit 9 (another writer wrote): device bytes 0..4096, 1048576..2097152 (1.0 MiB in all)"),
+            "{said}"
+        );
+    }
+
     #[test]
     fn a_guardian_note_after_a_torn_line_is_read() {
         let dir = tempfile::tempdir().unwrap();

@@ -273,6 +273,7 @@ pub(crate) fn run(
         plan_end: cfg.range_end,
     };
     let result = engine.run_windows(planner, guard);
+    let result = result.inspect_err(|e| engine.note_at_risk(e));
     let cut_short = engine.trying.as_ref().and_then(trial::Trying::cut_short);
     stats.rewrite_seconds = engine.started.elapsed().as_secs_f64();
     stats.chunk_trial = stats.chunk_trial.take().or(cut_short);
@@ -341,6 +342,16 @@ impl Engine<'_> {
         }
         self.progress.finish();
         self.journal.finished()
+    }
+
+    /// Notes in the journal the ranges a stop left at risk, so that `status` names them
+    /// until the run is finished (a failure to note it is logged: the error says it too).
+    fn note_at_risk(&mut self, e: &Error) {
+        let Some((ranges, why)) = e.ranges_at_risk() else { return };
+        let note = journal::AtRiskNote { exit: e.exit_code().code() as u8, ranges, why: why.into() };
+        if let Err(err) = self.journal.set_hold(false).and_then(|()| self.journal.at_risk(note)) {
+            log::warn!("the ranges at risk were not noted in the journal {}: {err}", self.journal.path().display());
+        }
     }
 
     /// The pool's buffers, for the configuration in use (between windows every buffer is

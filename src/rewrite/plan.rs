@@ -549,6 +549,7 @@ fn decide_start(
     }
     resumable(dev, &run, chunk_size, warnings)?;
     warnings.extend(journal::describe_guardian_kills(&r.guardian_kills));
+    warnings.extend(r.at_risk.iter().map(|n| format!("the run being resumed {}", n.describe())));
     let start = Start::Resume {
         done: r.done,
         done_offset: r.done_offset,
@@ -564,9 +565,10 @@ fn decide_start(
 /// A run without `--resume` or `--restart` over an unfinished one: refused.
 fn unfinished_run(dev: &BlockDeviceInfo, r: &Replay, run: &journal::RunRecord) -> sequence::Unfinished {
     let (start, end) = (run.range_start_bytes, run.range_end_bytes);
+    let risk: String = r.at_risk.iter().map(|n| format!("; it {}", n.describe())).collect();
     sequence::Unfinished {
         what: format!(
-            "an unfinished run of {} exists ({} of {} done, started {})",
+            "an unfinished run of {} exists ({} of {} done, started {}{risk})",
             dev.path.display(),
             units::human_bytes(r.done_offset.clamp(start, end) - start),
             units::human_bytes(end - start),

@@ -246,6 +246,30 @@ impl Error {
         }
     }
 
+    /// The device ranges this error says may hold another writer's lost bytes, merged,
+    /// and why in a few words (None: it names none; a checked "none" is not a range).
+    pub(crate) fn ranges_at_risk(&self) -> Option<(Vec<(u64, u64)>, &'static str)> {
+        let (mut ranges, why) = match self {
+            Error::ChecksumMismatch { offset, len, at_risk, .. } => {
+                let mut r = vec![(*offset, offset + len)];
+                r.extend(at_risk.iter().flat_map(|a| a.0.iter().copied()));
+                (r, "a read-back differed")
+            }
+            Error::ForeignWrite { written, .. } if !written.is_empty() => (written.clone(), "another writer wrote"),
+            Error::FreezeLost { written: Some(w), .. } => (vec![*w], "its freeze was lost"),
+            _ => return None,
+        };
+        ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for (a, b) in ranges {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        Some((merged, why))
+    }
+
     /// A target the user named that cannot be used; a bare device name (`nvme0n1`) that
     /// names a node in /dev gets the path it meant.
     pub(crate) fn cannot_use(path: &std::path::Path, e: std::io::Error) -> Error {
@@ -307,6 +331,24 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranges_at_risk_are_merged_and_a_checked_none_is_none() {
+        let e = Error::ChecksumMismatch {
+            offset: 4096,
+            len: 4096,
+            before: String::new(),
+            after: String::new(),
+            differ: String::new(),
+            rescue: None,
+            at_risk: Some(Box::new(AtRisk(vec![(0, 4096), (8192, 12288)]))),
+        };
+        assert_eq!(e.ranges_at_risk(), Some((vec![(0, 12288)], "a read-back differed")));
+        let none = Error::ForeignWrite { device: "d".into(), window: 1, seen: String::new(), written: Vec::new() };
+        assert_eq!(none.ranges_at_risk(), None);
+        let lost = Error::FreezeLost { filesystem: "f".into(), window: 2, foreign: true, written: Some((5, 9)) };
+        assert_eq!(lost.ranges_at_risk(), Some((vec![(5, 9)], "its freeze was lost")));
+    }
 
     #[test]
     fn a_bare_device_name_gets_the_path_it_meant() {

@@ -210,6 +210,39 @@ fn a_writer_no_scan_sees_is_stopped_by_the_written_sectors_counter() {
     assert_eq!(out.status.code(), Some(9), "{err}");
     let dev = lo.path.display().to_string();
     assert!(err.contains(&format!("another writer wrote {dev}")) && err.contains("Device bytes"), "{err}");
+    assert_status_names_the_ranges(&env, &err);
+}
+
+/// `status` names every range the stop's message named, until the run is finished: an
+/// admin who comes back to the server later reads there what to check.
+fn assert_status_names_the_ranges(env: &TestEnv, err: &str) {
+    // As one line: a long message is wrapped to the screen.
+    let err = err.split_whitespace().collect::<Vec<_>>().join(" ");
+    let named = err.split("Device bytes ").nth(1).and_then(|t| t.split(" (").next()).expect("ranges in the message");
+    let ranges: Vec<&str> = named.split(", ").collect();
+    assert!(!ranges.is_empty() && ranges.iter().all(|r| r.contains("..")), "{named}");
+    let status = env.reseq().args(["status", "--json"]).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let unfinished = report["unfinished"].as_array().unwrap();
+    let at_risk: Vec<&str> =
+        unfinished.iter().flat_map(|u| u["at_risk"].as_array().unwrap()).map(|r| r.as_str().unwrap()).collect();
+    assert_eq!(at_risk.len(), 1, "{report}");
+    assert!(at_risk[0].starts_with("stopped with exit 9 (another writer wrote)"), "{}", at_risk[0]);
+    // Merged where they touch: each named range lies in one that status names.
+    let listed: Vec<(u64, u64)> = at_risk[0]
+        .split("device bytes ")
+        .nth(1)
+        .and_then(|t| t.split(" (").next())
+        .unwrap()
+        .split(", ")
+        .map(|r| r.split_once("..").map(|(a, b)| (a.parse().unwrap(), b.parse().unwrap())).unwrap())
+        .collect();
+    for r in &ranges {
+        let (a, b): (u64, u64) = r.split_once("..").map(|(a, b)| (a.parse().unwrap(), b.parse().unwrap())).unwrap();
+        assert!(listed.iter().any(|&(la, lb)| la <= a && b <= lb), "{r} not in status's {listed:?}");
+    }
+    let text = String::from_utf8(env.reseq().arg("status").output().unwrap().stdout).unwrap();
+    assert!(text.contains("at risk: stopped with exit 9"), "{text}");
 }
 
 /// (e) A process that takes a copy of reseq's own read-write fd of the device mid-run
