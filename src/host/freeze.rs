@@ -232,7 +232,7 @@ impl GuardedFreeze {
             filesystem: format!("{} ({}, {})", fs.mount_point.display(), fs.fs_type, fs.dev),
             window: self.windows,
             foreign,
-            written: None,
+            written: Vec::new(),
         }
     }
 
@@ -422,15 +422,14 @@ impl Drop for GuardedFreeze {
     }
 }
 
-/// Whether the writers' scan is due again within a window: 250 ms after the last, and
-/// never sooner than 24 times its own time after it, so that scanning takes at most 4 %
-/// of the writer's time however many processes the host runs (a scan took 21 ms for 71
-/// processes here, 0.3 ms each; every 250 ms that was 8 % of a memory-backed run, and a
-/// host of a thousand processes would have spent most of the run scanning). The
-/// kernel's records (the written-sectors counters, the backing files' watch) are read
-/// before every write regardless.
-pub(crate) fn rescan_due(last: Option<std::time::Instant>, took: Duration) -> bool {
-    last.is_none_or(|t| t.elapsed() >= Duration::from_millis(250).max(took * 24))
+/// Whether the writers' scan is due again within a window: every 250 ms, on the
+/// writer's thread. Tried: at most every 24 times the last scan's own time (it took
+/// 21 ms for 71 processes here, 8 % of a memory-backed run), capped at 2 s; under
+/// load the scans slowed, and a process that opened a backing file went unseen for
+/// 24 MiB of writes and more (`aliases::a_process_opening_the_backing_file_mid_run`).
+/// A scan beside the writer, off its thread, is the way to both.
+pub(crate) fn rescan_due(last: Option<std::time::Instant>) -> bool {
+    last.is_none_or(|t| t.elapsed() >= Duration::from_millis(250))
 }
 
 /// Any guard, with a check before each window that nothing else writes the target (see
@@ -525,7 +524,7 @@ impl<G: WindowGuard> WindowGuard for WritersChecked<G> {
     /// one long window), when [`rescan_due`]. A frozen window is short, checked before
     /// it began, and must not spend its stall reading /proc.
     fn recheck(&mut self) -> Result<()> {
-        if !self.inner.freezes() && rescan_due(self.checked, self.scan_took) {
+        if !self.inner.freezes() && rescan_due(self.checked) {
             self.check(true)?;
         }
         self.inner.recheck()

@@ -182,8 +182,10 @@ fn measure(reader: &DirectReader, chunks: &[(u64, u64)], run_bytes: u64, cap: Du
         let stretch = &chunks[k * per..(k + 1) * per];
         let rate = read_side_by_side(reader, stretch, &mut bufs[..n], slice)?;
         if k == 0 && rate > 0.0 {
-            let share = Duration::from_secs_f64(RUN_SHARE * run_bytes as f64 / rate);
-            slice = slice.min(share.div_f64(rounds.len() as f64));
+            // At least a few chunks' time, or a slice measures its threads' start.
+            let share = Duration::from_secs_f64(RUN_SHARE * run_bytes as f64 / rate).div_f64(rounds.len() as f64);
+            let few_chunks = Duration::from_secs_f64(4.0 * largest as f64 / rate);
+            slice = slice.min(share.max(few_chunks));
         }
         let m = out.iter_mut().find(|m| m.reads_in_flight == n).expect("each is tried");
         m.bytes_per_second = m.bytes_per_second.max(rate);
