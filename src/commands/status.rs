@@ -40,12 +40,20 @@ pub(crate) struct Status {
     /// Runs working now: "DEVICE: PID N" (from the device locks they hold).
     #[serde(default)]
     pub(crate) running: Vec<String>,
+    /// What a finished run's stops (exit 5, 8 or 9 on the way, then resumed) left to
+    /// check: "TARGET: stopped with exit N (...): check device bytes ...". Kept until
+    /// the device's next run replaces its journal.
+    pub(crate) to_check: Vec<String>,
 }
 
 impl Status {
     pub(crate) fn to_text(&self) -> String {
         let mut s = format!("state directory {}\n", self.state_dir);
-        if self.unfinished.is_empty() && self.rescue_copies.is_empty() && self.unreadable.is_empty() {
+        if self.unfinished.is_empty()
+            && self.rescue_copies.is_empty()
+            && self.unreadable.is_empty()
+            && self.to_check.is_empty()
+        {
             s += "  nothing unfinished, no rescue copies\n";
         }
         for r in &self.running {
@@ -60,6 +68,9 @@ impl Status {
                 s += &format!("    --resume continues it with: {o}\n");
             }
             s += &format!("    record: {}\n", u.record);
+        }
+        for c in &self.to_check {
+            s += &format!("  to check (a finished run stopped on its way): {c}\n");
         }
         for r in &self.rescue_copies {
             s += &format!("  rescue copy (restore it: reseq restore FILE): {r}\n");
@@ -156,7 +167,11 @@ fn journal_entry(st: &mut Status, p: &Path, name: &str) {
                 at_risk: r.at_risk.iter().map(journal::AtRiskNote::describe).collect(),
             });
         }
-        Ok(_) => {}
+        Ok(Some(r)) => {
+            let target = r.run.as_ref().map_or(shown, |run| format!("/dev/{}", run.identity.name));
+            st.to_check.extend(r.at_risk.iter().map(|n| format!("{target}: {}", n.describe())));
+        }
+        Ok(None) => {}
         Err(e) => st.unreadable.push(format!("{shown}: {e}")),
     }
 }

@@ -146,8 +146,8 @@ pub struct GuardianKill {
 /// Where a stopped run may have overwritten another writer's bytes, as its error said.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AtRiskNote {
-    /// The exit status the run ended with (5: a read-back differed, 9: a foreign write
-    /// or a lost freeze).
+    /// The exit status the run ended with (5: a read-back differed, 8: its freeze was
+    /// lost, 9: a foreign write).
     pub(crate) exit: u8,
     /// Device ranges [start, end) to check.
     pub(crate) ranges: Vec<(u64, u64)>,
@@ -161,7 +161,7 @@ impl AtRiskNote {
         let list: Vec<String> = self.ranges.iter().map(|(a, b)| format!("{a}..{b}")).collect();
         let total: u64 = self.ranges.iter().map(|(a, b)| b - a).sum();
         format!(
-            "stopped with exit {} ({}): device bytes {} ({} in all) may hold a lost write; check them (fsck -n, the application's own checks)",
+            "stopped with exit {} ({}): check device bytes {} ({} in all) with fsck -n and the application's own checks",
             self.exit,
             self.why,
             list.join(", "),
@@ -421,9 +421,15 @@ impl Journal {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(ctx)?;
         }
+        // An unfinished run's notes of ranges to check outlive it (`--restart`, file
+        // mode's resume, which starts its journals again): nobody has checked them yet.
+        let carried: String = match read(path) {
+            Ok(Some(old)) if !old.finished => old.at_risk.into_iter().map(|n| encode(&Record::AtRisk(n))).collect(),
+            _ => String::new(),
+        };
         // Write the new run to a temporary file and rename it over the old journal, so
         // a crash here leaves either the old journal or the new one, whole.
-        replace_atomically(path, &encode(&Record::Run(Box::new(run)))).map_err(ctx)?;
+        replace_atomically(path, &(encode(&Record::Run(Box::new(run))) + &carried)).map_err(ctx)?;
         let mut j = Journal::append_to(path)?;
         j.created = true;
         Ok(j)
@@ -670,7 +676,9 @@ mod tests {
         assert!(r.carried.contains(&Record::AtRisk(note.clone())), "a repair keeps it");
         let said = note.describe();
         assert!(
-            said.contains("exit 9 (another writer wrote): device bytes 0..4096, 1048576..2097152 (1.0 MiB in all)"),
+            said.contains(
+                "exit 9 (another writer wrote): check device bytes 0..4096, 1048576..2097152 (1.0 MiB in all)"
+            ),
             "{said}"
         );
     }

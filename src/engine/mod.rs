@@ -267,10 +267,11 @@ pub(crate) fn run(
         pace: Pace::default(),
         failed: false,
         chunk_size: cfg.chunk_size,
-        window_written: None,
+        window_written: Vec::new(),
         rescued: Vec::new(),
         started: Instant::now(),
         plan_end: cfg.range_end,
+        noted: Vec::new(),
     };
     let result = engine.run_windows(planner, guard);
     let result = result.inspect_err(|e| engine.note_at_risk(e));
@@ -309,8 +310,9 @@ struct Engine<'a> {
     failed: bool,
     /// The chunk size of the next window (adapts; at most `cfg.chunk_size`).
     chunk_size: u64,
-    /// Device bytes written in the current window (first offset, end).
-    window_written: Option<(u64, u64)>,
+    /// Device ranges written in the current window (file mode's mapped from the files'
+    /// offsets), merged where they touch.
+    window_written: Vec<(u64, u64)>,
     /// Rescue copies saved in this window: where (or why not), and whether the cause was
     /// a differing read-back.
     rescued: Vec<(std::result::Result<PathBuf, String>, bool)>,
@@ -318,6 +320,8 @@ struct Engine<'a> {
     started: Instant,
     /// Where this window's plan ends ([`Planner::planned_until`]).
     plan_end: u64,
+    /// The notes of ranges at risk written to the journal in this run.
+    noted: Vec<journal::AtRiskNote>,
 }
 
 impl Engine<'_> {
@@ -344,11 +348,23 @@ impl Engine<'_> {
         self.journal.finished()
     }
 
+    /// [`Engine::note_at_risk`] of a writer's error another error replaces.
+    fn note_dropped(&mut self, flow: &Result<WindowFlow>) {
+        if let Err(e) = flow {
+            self.note_at_risk(e);
+        }
+    }
+
     /// Notes in the journal the ranges a stop left at risk, so that `status` names them
     /// until the run is finished (a failure to note it is logged: the error says it too).
     fn note_at_risk(&mut self, e: &Error) {
         let Some((ranges, why)) = e.ranges_at_risk() else { return };
         let note = journal::AtRiskNote { exit: e.exit_code().code() as u8, ranges, why: why.into() };
+        // The thaw and the writer may both report the same stop.
+        if self.noted.contains(&note) {
+            return;
+        }
+        self.noted.push(note.clone());
         if let Err(err) = self.journal.set_hold(false).and_then(|()| self.journal.at_risk(note)) {
             log::warn!("the ranges at risk were not noted in the journal {}: {err}", self.journal.path().display());
         }
@@ -472,6 +488,10 @@ impl Engine<'_> {
         }
         if let Some(bound) = end.beyond_bound {
             self.stats.windows_overrun += 1;
+            // The bound's error wins; what the writer's named stays in the journal.
+            if let Err(e) = &flow {
+                self.note_at_risk(e);
+            }
             return Err(Error::BoundBroken {
                 window: self.stats.windows,
                 frozen_ms: end.frozen.as_millis() as u64,

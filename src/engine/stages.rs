@@ -270,11 +270,13 @@ pub(super) fn verify_chunk(
     }
     // Never written again here: a differing read-back is a failing device or another
     // writer, and writing the pre-read bytes again could overwrite that writer's newer
-    // data. Say exactly which sectors differ, and stop.
-    let differ = differing_sectors(data, back, offset);
-    log::error!("checksum mismatch at offset {offset}: {differ}");
+    // data. Say exactly which sectors differ, and stop. On the device (file mode's
+    // offsets are the files' laid end to end).
+    let at = target.device_offset(offset, data.len() as u64).unwrap_or(offset);
+    let differ = differing_sectors(data, back, at);
+    log::error!("checksum mismatch at device offset {at}: {differ}");
     Err(Error::ChecksumMismatch {
-        offset,
+        offset: at,
         len: data.len() as u64,
         before: hash.to_hex().to_string(),
         after: after.to_hex().to_string(),

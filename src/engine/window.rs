@@ -85,7 +85,7 @@ impl Engine<'_> {
         // A Ctrl-Z during the window waits for its end: a stopped reseq would hold the
         // freeze until the guardian's bound, and fail the run.
         sys::enter_window();
-        self.window_written = None;
+        self.window_written.clear();
         let r = self.frozen_window(planner, guard, budget, stretch);
         let r = r
             .map(|o| WindowOutcome { end: o.end, flow: o.flow.map_err(|e| at_risk(self.locate(e), guard)) })
@@ -99,9 +99,12 @@ impl Engine<'_> {
     /// Names the window and the bytes it wrote in an error about a lost freeze.
     fn locate(&self, e: Error) -> Error {
         match e {
-            Error::FreezeLost { filesystem, foreign, .. } => {
-                Error::FreezeLost { filesystem, foreign, window: self.stats.windows, written: self.window_written }
-            }
+            Error::FreezeLost { filesystem, foreign, .. } => Error::FreezeLost {
+                filesystem,
+                foreign,
+                window: self.stats.windows,
+                written: self.window_written.clone(),
+            },
             e => e,
         }
     }
@@ -268,10 +271,12 @@ impl Engine<'_> {
         self.stats.bytes_read += read;
         self.stats.bytes_read_ahead_dropped += read.saturating_sub(taken);
         let flow = flow.map_err(attach);
-        let end = end.map_err(attach)?;
+        // Where the thaw's or the commit's error wins, what the writer's named stays in
+        // the journal.
+        let end = end.map_err(attach).inspect_err(|_| self.note_dropped(&flow))?;
         // Flushed and journaled after the thaw: nothing here needs the freeze, and the
         // filesystem should not wait for the device's cache flush.
-        self.commit().map_err(attach)?;
+        self.commit().map_err(attach).inspect_err(|_| self.note_dropped(&flow))?;
         if matches!(flow, Ok(WindowFlow::Complete)) {
             // Everything the plan asked for is done; what it left out needs nothing.
             self.stats.next_offset_bytes = self.plan_end;

@@ -275,8 +275,11 @@ impl Engine<'_> {
     ) -> Result<()> {
         let (offset, len, index) = (chunk.offset, chunk.len as u64, chunk.index);
         // Counted before the write: a failed or torn write may have touched them.
-        let (lo, hi) = self.window_written.unwrap_or((offset, offset));
-        self.window_written = Some((lo.min(offset), hi.max(offset + len)));
+        let at = self.target.device_offset(offset, len).unwrap_or(offset);
+        match self.window_written.last_mut() {
+            Some(last) if last.1 == at => last.1 = at + len,
+            _ => self.window_written.push((at, at + len)),
+        }
         let t_write = Instant::now();
         let wrote = self.target.write_at(&chunk.buf[..chunk.len], offset);
         self.stats.stages.write += t_write.elapsed().as_secs_f64();

@@ -538,8 +538,10 @@ fn decide_start(
         return Ok((Start::Fresh, None));
     };
     if o.restart {
+        // Its notes of ranges to check go into the new journal (`Journal::create`).
+        let risk: String = r.at_risk.iter().map(|n| format!("; it {}", n.describe())).collect();
         warnings.push(format!(
-            "discarding the unfinished run started at {} ({} of {} chunks done)",
+            "discarding the unfinished run started at {} ({} of {} chunks done{risk})",
             run.started_at, r.done, run.chunks_total
         ));
         return Ok((Start::Fresh, None));

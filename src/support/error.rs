@@ -88,9 +88,10 @@ pub enum Error {
         "the freeze of {filesystem} was lost during freeze window {window}: another program thawed it{}. reseq stopped writing at once and {}. {}. Make sure nothing else freezes this filesystem during a run (VM snapshot agents such as qemu-guest-agent fsfreeze hooks, backup tools), then run again with --resume",
         if *.foreign { " and froze it again (that freeze is not reseq's and was left in place)" } else { "" },
         if *.foreign { "did not thaw it" } else { "thawed only its own freezes" },
-        written_suffix(*.written)
+        written_suffix(.written)
     )]
-    FreezeLost { filesystem: String, window: u64, foreign: bool, written: Option<(u64, u64)> },
+    /// `written`: the device ranges reseq wrote in that window.
+    FreezeLost { filesystem: String, window: u64, foreign: bool, written: Vec<(u64, u64)> },
 
     /// A window stayed frozen past its hard bound: the guardian itself was held up.
     #[error(
@@ -170,13 +171,19 @@ fn hint_suffix(hint: &Option<String>) -> String {
     hint.as_ref().map(|h| format!("\n  hint: {h}")).unwrap_or_default()
 }
 
-fn written_suffix(written: Option<(u64, u64)>) -> String {
-    match written {
-        Some((start, end)) => format!(
-            "Device bytes {start}..{end} were rewritten in that window, each with the bytes read in the same window; if the thaw came before a write, a write the filesystem made after the thaw could have been overwritten there: check that range (fsck -n, the application's own checks)"
-        ),
-        None => "Nothing was written in that window".into(),
+fn written_suffix(written: &[(u64, u64)]) -> String {
+    if written.is_empty() {
+        return "Nothing was written in that window".into();
     }
+    format!(
+        "Device bytes {} were rewritten in that window, each with the bytes read in the same window; if the thaw came before a write, a write the filesystem made after the thaw could have been overwritten there: check those ranges (fsck -n, the application's own checks)",
+        list_ranges(written)
+    )
+}
+
+/// "A..B, C..D" of device ranges.
+fn list_ranges(ranges: &[(u64, u64)]) -> String {
+    ranges.iter().map(|(a, b)| format!("{a}..{b}")).collect::<Vec<_>>().join(", ")
 }
 
 /// The ranges reseq wrote since its last clean look, where a foreign write may have
@@ -246,17 +253,23 @@ impl Error {
         }
     }
 
-    /// The device ranges this error says may hold another writer's lost bytes, merged,
-    /// and why in a few words (None: it names none; a checked "none" is not a range).
+    /// The device ranges this error leaves to check, merged, and why in a few words
+    /// (None: it names none; a range checked clean is not one). A differing read-back's
+    /// chunk is always one (its bytes are not what reseq wrote); the ranges the kernel's
+    /// records leave at risk, where another writer's bytes may have been overwritten.
     pub(crate) fn ranges_at_risk(&self) -> Option<(Vec<(u64, u64)>, &'static str)> {
         let (mut ranges, why) = match self {
             Error::ChecksumMismatch { offset, len, at_risk, .. } => {
                 let mut r = vec![(*offset, offset + len)];
                 r.extend(at_risk.iter().flat_map(|a| a.0.iter().copied()));
-                (r, "a read-back differed")
+                let why = match at_risk.as_deref().map(|a| a.0.is_empty()) {
+                    Some(true) => "a read-back differed; no other writer wrote since reseq's last write",
+                    _ => "a read-back differed",
+                };
+                (r, why)
             }
             Error::ForeignWrite { written, .. } if !written.is_empty() => (written.clone(), "another writer wrote"),
-            Error::FreezeLost { written: Some(w), .. } => (vec![*w], "its freeze was lost"),
+            Error::FreezeLost { written, .. } if !written.is_empty() => (written.clone(), "its freeze was lost"),
             _ => return None,
         };
         ranges.sort_unstable();
@@ -346,8 +359,9 @@ mod tests {
         assert_eq!(e.ranges_at_risk(), Some((vec![(0, 12288)], "a read-back differed")));
         let none = Error::ForeignWrite { device: "d".into(), window: 1, seen: String::new(), written: Vec::new() };
         assert_eq!(none.ranges_at_risk(), None);
-        let lost = Error::FreezeLost { filesystem: "f".into(), window: 2, foreign: true, written: Some((5, 9)) };
-        assert_eq!(lost.ranges_at_risk(), Some((vec![(5, 9)], "its freeze was lost")));
+        let lost =
+            Error::FreezeLost { filesystem: "f".into(), window: 2, foreign: true, written: vec![(9, 12), (5, 9)] };
+        assert_eq!(lost.ranges_at_risk(), Some((vec![(5, 12)], "its freeze was lost")));
     }
 
     #[test]

@@ -199,7 +199,12 @@ impl WindowGuard for Scripted {
         let begun = self.log.journal_has_begin(offset);
         if self.script.lose_at_permit == Some(n) {
             self.log.push(Ev::Permit { offset, granted: false, begun });
-            return Err(Error::FreezeLost { filesystem: "/scripted".into(), window: 0, foreign: false, written: None });
+            return Err(Error::FreezeLost {
+                filesystem: "/scripted".into(),
+                window: 0,
+                foreign: false,
+                written: Vec::new(),
+            });
         }
         let granted = self.script.deny_permit != Some(n);
         self.log.push(Ev::Permit { offset, granted, begun });
@@ -523,7 +528,7 @@ fn a_window_beyond_the_bound_is_an_error_even_when_every_chunk_was_done() {
 fn a_lost_freeze_stops_before_the_write_and_names_the_window_and_bytes() {
     let o = run(Script { lose_at_permit: Some(4), ..Script::default() }, None, None, 10);
     match o.result {
-        Err(Error::FreezeLost { window: 1, written: Some((0, end)), .. }) => assert_eq!(end, 4 * CHUNK),
+        Err(Error::FreezeLost { window: 1, written, .. }) => assert_eq!(written, vec![(0, 4 * CHUNK)]),
         r => panic!("expected the freeze lost in window 1 after 4 chunks, got {r:?}"),
     }
     assert_eq!(writes_at(&o.events, 4 * CHUNK), 0, "no write without a permit");

@@ -211,6 +211,26 @@ fn a_writer_no_scan_sees_is_stopped_by_the_written_sectors_counter() {
     let dev = lo.path.display().to_string();
     assert!(err.contains(&format!("another writer wrote {dev}")) && err.contains("Device bytes"), "{err}");
     assert_status_names_the_ranges(&env, &err);
+    // The writer gone, a resume finishes the run: it repeats the ranges, and status
+    // keeps them (nobody has checked them) until the device's next run.
+    let resumed = env.reseq().args(["rewrite", "--resume"]).arg(&lo.path).output().unwrap();
+    let said = stderr(&resumed).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert_eq!(resumed.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("the run being resumed stopped with exit 9 (another writer wrote): check device bytes"),
+        "{said}"
+    );
+    let status = env.reseq().args(["status", "--json"]).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(report["unfinished"].as_array().map(Vec::len), Some(0), "{report}");
+    let to_check = report["to_check"].as_array().unwrap();
+    assert!(to_check.len() == 1 && to_check[0].as_str().unwrap().contains("stopped with exit 9"), "{report}");
+    // A fresh run replaces the journal, and its notes with it.
+    let fresh = env.reseq().args(["rewrite", "--chunk-size", "4M"]).arg(&lo.path).output().unwrap();
+    assert_eq!(fresh.status.code(), Some(0), "{}", stderr(&fresh));
+    let status = env.reseq().args(["status", "--json"]).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(report["to_check"].as_array().map(Vec::len), Some(0), "{report}");
 }
 
 /// `status` names every range the stop's message named, until the run is finished: an
@@ -424,6 +444,26 @@ fn file_mode_a_writer_no_scan_sees_is_stopped_by_the_counter() {
             assert!(err.contains("checksum mismatch") && err.contains("did not write this range again"), "{err}")
         }
         c => panic!("exit {c:?}: {err}"),
+    }
+    if out.status.code() == Some(3) {
+        return;
+    }
+    // status names what to check as device bytes (not the files' offsets laid end to
+    // end): every range within the file's extent, where the writer wrote.
+    let status = env.reseq().args(["status", "--json"]).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let notes: Vec<&str> = report["unfinished"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|u| u["at_risk"].as_array().unwrap())
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert_eq!(notes.len(), 1, "{report}");
+    let listed = notes[0].split("check device bytes ").nth(1).and_then(|t| t.split(" (").next()).unwrap();
+    for r in listed.split(", ") {
+        let (a, b) = r.split_once("..").map(|(a, b)| (a.parse::<u64>().unwrap(), b.parse::<u64>().unwrap())).unwrap();
+        assert!(physical <= a && b <= physical + len, "{r} is not in the file's extent {physical}+{len}: {}", notes[0]);
     }
 }
 

@@ -70,6 +70,10 @@ impl FilesPlan {
 pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan> {
     let record_path = record::path_for(&crate::host::state_dir::resolve(&o.state_dir), &o.targets);
     let earlier = earlier_run(o, &record_path)?;
+    if matches!(earlier, Earlier::Continue(_)) {
+        let notes = record::at_risk(&record_path);
+        report.warnings.extend(notes.iter().map(|n| format!("the run being resumed {}", n.describe())));
+    }
     let (earlier, unfinished) = match earlier {
         Earlier::Continue(e) => (Some(*e), None),
         Earlier::Refuse(what) => (None, Some(what)),
@@ -416,7 +420,9 @@ fn earlier_run(o: &RewriteOptions, path: &Path) -> Result<Earlier> {
         }
         return Ok(Earlier::None);
     };
-    let what = format!("the run over these files started {} ({} file(s) done)", e.header.started_at, e.done.len());
+    let risk: String = record::at_risk(path).iter().map(|n| format!("; it {}", n.describe())).collect();
+    let what =
+        format!("the run over these files started {} ({} file(s) done{risk})", e.header.started_at, e.done.len());
     if o.restart {
         log::warn!("discarding {what}");
         return Ok(Earlier::None);

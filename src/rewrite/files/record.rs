@@ -71,6 +71,12 @@ fn stem(record: &Path) -> String {
     record.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
+/// What the stops of the run recorded at `record` left to check, from its journals.
+pub(crate) fn at_risk(record: &Path) -> Vec<crate::engine::journal::AtRiskNote> {
+    let replays = journals(record).into_iter().filter_map(|j| crate::engine::journal::read(&j).ok().flatten());
+    replays.flat_map(|r| r.at_risk).collect()
+}
+
 /// The journals of the run recorded at `record`.
 fn journals(record: &Path) -> Vec<PathBuf> {
     let prefix = format!("{}-", stem(record));
