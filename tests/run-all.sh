@@ -101,7 +101,16 @@ took "fmt"
 # each skip is also written to RESEQ_SKIP_LOG (tests/it/common `skip`), and the summary
 # at the end counts them apart.
 logs=$(mktemp -d /tmp/reseq-run-all.XXXXXX)
-trap 'rm -rf "$logs" "$guest_log"; kill "$guest_build" 2>/dev/null || true' EXIT
+# The long steps run in a process group of their own and are waited for: on SIGTERM bash
+# runs its EXIT trap at once and leaves a foreground command running (a test run outlived
+# the script by a minute, one of its loop devices with it); the trap stops the step's
+# whole group. Ctrl-C (SIGINT) ends this script the same way.
+step_pgid=
+step() { setsid "$@" & step_pgid=$!; wait "$step_pgid"; }
+stop_step() { [ -z "$step_pgid" ] || kill -TERM -- -"$step_pgid" 2>/dev/null || true; }
+trap 'stop_step; rm -rf "$logs" "$guest_log"; kill "$guest_build" 2>/dev/null || true' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 export RESEQ_SKIP_LOG=$logs/skipped
 touch "$RESEQ_SKIP_LOG"
 # Each test that had the machine to itself, and for how long (tests/it/common `exclusive`).
@@ -110,7 +119,7 @@ touch "$RESEQ_EXCLUSIVE_LOG"
 status=0
 # The tests and the binary the VM runs, built first (same features): the VM tests then
 # run beside the Rust tests, which mostly wait on devices and clocks (a third of a CPU).
-cargo test --features fault-injection --no-run 2>&1 | tee "$logs/build" || status=$?
+step bash -o pipefail -c 'cargo test --features fault-injection --no-run 2>&1 | tee "$0"' "$logs/build" || status=$?
 took "cargo test (build)"
 
 # The VM tests (tests/vm/run.sh): real LVM, thin pools, dm-crypt, md RAID and systemd as
@@ -132,13 +141,13 @@ else
   vm=
   echo "vm: not run (the reseq binary did not build)" >"$logs/vm"
 fi
-trap 'rm -rf "$logs" "$guest_log"; kill "$guest_build" 2>/dev/null || true; [ -z "$vm" ] || kill "$vm" 2>/dev/null || true' EXIT
+trap 'stop_step; rm -rf "$logs" "$guest_log"; kill "$guest_build" 2>/dev/null || true; [ -z "$vm" ] || kill "$vm" 2>/dev/null || true' EXIT
 # The lints while the guest boots and runs its first scenarios (the guest is the longer
 # part); a lint that fails fails the run, after the tests.
 lints=ok
-cargo clippy --all-targets --features fault-injection -- -D warnings || { status=$?; lints=FAILED; }
+step cargo clippy --all-targets --features fault-injection -- -D warnings || { status=$?; lints=FAILED; }
 took "clippy (the VM beside it)"
-cargo test --features fault-injection 2>&1 | tee "$logs/cargo" || status=$?
+step bash -o pipefail -c 'cargo test --features fault-injection 2>&1 | tee "$0"' "$logs/cargo" || status=$?
 took "cargo test (run, the VM beside it)"
 # A test binary killed while it held the guest stopped would leave it so.
 python3 - "$RESEQ_VM_QMP" <<'PY' 2>/dev/null || true
