@@ -24,8 +24,8 @@ pub(crate) struct Unfinished {
     /// The options `--resume` continues it with (null: not recorded, an older run).
     pub(crate) options: Option<String>,
     pub(crate) record: String,
-    /// Where its stops may have overwritten another writer's bytes, one line per stop
-    /// (exit 5 or 9): ranges to check before anything else.
+    /// What its stops left to check, one line per stop (exit 5, 8 or 9): device ranges
+    /// where another writer's bytes may have been overwritten, or a read-back differed.
     pub(crate) at_risk: Vec<String>,
 }
 

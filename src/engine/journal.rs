@@ -93,8 +93,9 @@ pub(crate) enum Record {
     /// Written by the guardian, not by reseq: it killed reseq because a write was still
     /// outstanding past the window's deadline plus grace (reseq stopped or stalled).
     GuardianKilled(GuardianKill),
-    /// The run stopped on an error that names device ranges where another writer's
-    /// bytes may have been overwritten: `status` names them while the run is unfinished.
+    /// The run stopped on an error that names device ranges to check (another writer's
+    /// bytes may have been overwritten there): `status` names them until the device's
+    /// next run replaces the journal.
     AtRisk(AtRiskNote),
 }
 

@@ -356,7 +356,7 @@ impl Engine<'_> {
     }
 
     /// Notes in the journal the ranges a stop left at risk, so that `status` names them
-    /// until the run is finished (a failure to note it is logged: the error says it too).
+    /// (a failure to note them is logged: the error names them too).
     fn note_at_risk(&mut self, e: &Error) {
         let Some((ranges, why)) = e.ranges_at_risk() else { return };
         let note = journal::AtRiskNote { exit: e.exit_code().code() as u8, ranges, why: why.into() };
