@@ -43,3 +43,25 @@ fn the_text_of_each_report_is_as_reviewed() {
         insta::assert_snapshot!(format!("{name}_verbose"), long);
     }
 }
+
+/// A verdict made unreliable by a cache the before-benchmark's check found gives its
+/// reason once, in the cache check: the verdict line points there and stays on one line
+/// (a nightly mail of 16 lines broke its promise of 15).
+#[test]
+fn a_verdict_does_not_repeat_the_cache_checks_reason() {
+    let reason = "a second read of the same 24.0 MiB was x2.13 faster than the first reads of it and of other bytes";
+    let mut r = report(include_str!("../../tests/fixtures/reports/rewrite_files_bench.json"), false);
+    let cache = r.bench_before.as_mut().and_then(|b| b.cache.as_mut()).expect("the fixture checks for a cache");
+    cache.cache_suspected = true;
+    cache.finding = format!("{reason}: a cache below the device");
+    let v = r.verdict.as_mut().expect("the fixture has a verdict");
+    v.rule = format!("{reason}: a cache below the device");
+    let text = text_at(&r, None);
+    let line = text.lines().find(|l| l.starts_with("  verdict: ")).expect("a verdict line");
+    assert!(line.ends_with("(x1.16; a cache below the device, as the cache check above says)"), "{text}");
+    assert_eq!(text.matches("x2.13 faster").count(), 1, "{text}");
+    // Not said above: the verdict keeps its own reason.
+    r.bench_before.as_mut().and_then(|b| b.cache.as_mut()).unwrap().cache_suspected = false;
+    let text = text_at(&r, None).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(text.contains(&format!("(x1.16; {reason})")), "{text}");
+}

@@ -260,6 +260,11 @@ fn measurements(r: &Report) -> String {
         // The rule is the same every run: -v (and the JSON) say it.
         let rule = (!v.criteria.is_empty() && r.every_file).then(|| format!("  verdict rule: {}\n", v.criteria));
         let why = if r.every_file { v.rule.clone() } else { verdict_reason(&v.rule) };
+        // Said once: the cache check above gives the reason in full (a mail stays short).
+        let above = [&r.bench_before, &r.bench_after].into_iter().flatten().filter_map(|b| b.cache.as_ref());
+        let said = above.filter(|c| c.cache_suspected).any(|c| cut(&c.finding).contains(why.as_str()));
+        let why =
+            if said && !r.every_file { "a cache below the device, as the cache check above says".into() } else { why };
         format!("  verdict: {} (x{:.2}; {why})\n", v.verdict, v.speedup) + &rule.unwrap_or_default()
     });
     let sections = [
