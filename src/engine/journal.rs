@@ -159,13 +159,12 @@ pub struct AtRiskNote {
 impl AtRiskNote {
     /// One line for `status` and a resumed run's warnings.
     pub(crate) fn describe(&self) -> String {
-        let list: Vec<String> = self.ranges.iter().map(|(a, b)| format!("{a}..{b}")).collect();
         let total: u64 = self.ranges.iter().map(|(a, b)| b - a).sum();
         format!(
             "stopped with exit {} ({}): check device bytes {} ({} in all) with fsck -n and the application's own checks",
             self.exit,
             self.why,
-            list.join(", "),
+            crate::support::error::list_ranges(&self.ranges),
             crate::support::units::human_bytes(total)
         )
     }
@@ -424,10 +423,7 @@ impl Journal {
         }
         // An unfinished run's notes of ranges to check outlive it (`--restart`, file
         // mode's resume, which starts its journals again): nobody has checked them yet.
-        let carried: String = match read(path) {
-            Ok(Some(old)) if !old.finished => old.at_risk.into_iter().map(|n| encode(&Record::AtRisk(n))).collect(),
-            _ => String::new(),
-        };
+        let carried = unfinished_notes(path);
         // Write the new run to a temporary file and rename it over the old journal, so
         // a crash here leaves either the old journal or the new one, whole.
         replace_atomically(path, &(encode(&Record::Run(Box::new(run))) + &carried)).map_err(ctx)?;
@@ -574,6 +570,18 @@ impl Journal {
     }
 }
 
+/// The `at_risk` lines of an unfinished journal at `path`, as they are (none from a
+/// finished one, or none there). By each line's type, as [`compact`] reads it: the run's
+/// record (tens of MiB for a file-mode run of 100,000 files) is not built.
+fn unfinished_notes(path: &Path) -> String {
+    let Ok(text) = std::fs::read_to_string(path) else { return String::new() };
+    let typed: Vec<(&str, Option<&str>)> = text.split_inclusive('\n').map(|l| (l, checked(l).and_then(kind))).collect();
+    if typed.iter().any(|(_, k)| *k == Some("finished")) {
+        return String::new();
+    }
+    typed.into_iter().filter(|(_, k)| *k == Some("at_risk")).map(|(l, _)| l).collect()
+}
+
 /// Rewrites a finished run's journal without its `begin` records, atomically. They say
 /// which chunk was being written, which only matters while a run may resume; a finished
 /// journal keeps its plan, the verified chunks with their hashes (the evidence of what
@@ -682,6 +690,22 @@ mod tests {
             ),
             "{said}"
         );
+    }
+
+    #[test]
+    fn a_new_journal_carries_an_unfinished_ones_notes_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.journal");
+        let note = AtRiskNote { exit: 5, ranges: vec![(0, 4096)], why: "a read-back differed".into() };
+        Journal::create(&path, run()).unwrap().at_risk(note.clone()).unwrap();
+        // Started again over the unfinished run (--restart, file mode's resume): kept.
+        let mut j = Journal::create(&path, run()).unwrap();
+        assert_eq!(read(&path).unwrap().unwrap().at_risk, vec![note.clone()]);
+        j.finished().unwrap();
+        assert_eq!(read(&path).unwrap().unwrap().at_risk, vec![note], "a finished journal keeps it");
+        // The device's next run: gone.
+        Journal::create(&path, run()).unwrap();
+        assert!(read(&path).unwrap().unwrap().at_risk.is_empty());
     }
 
     #[test]

@@ -351,7 +351,7 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
     /// Other writers first: their message names the process or the alias and its use.
     fn recheck(&mut self) -> Result<()> {
         self.inner.recheck()?;
-        if !self.inner.freezes() && self.checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(250)) {
+        if !self.inner.freezes() && crate::host::freeze::rescan_due(self.checked) {
             self.check_shape()?;
         }
         Ok(())

@@ -182,7 +182,7 @@ fn written_suffix(written: &[(u64, u64)]) -> String {
 }
 
 /// "A..B, C..D" of device ranges.
-fn list_ranges(ranges: &[(u64, u64)]) -> String {
+pub(crate) fn list_ranges(ranges: &[(u64, u64)]) -> String {
     ranges.iter().map(|(a, b)| format!("{a}..{b}")).collect::<Vec<_>>().join(", ")
 }
 
@@ -193,11 +193,10 @@ fn foreign_suffix(written: &[(u64, u64)]) -> String {
     let Some(&(last_at, last_end)) = written.last() else {
         return "reseq wrote nothing since its last look found no foreign write, so none of that writer's bytes were overwritten by reseq".into();
     };
-    let list: Vec<String> = written.iter().map(|(a, b)| format!("{a}..{b}")).collect();
     let total: u64 = written.iter().map(|(a, b)| b - a).sum();
     format!(
         "Device bytes {} ({total} bytes in all) were written by reseq since its last look found no foreign write, each with bytes read before: where that writer wrote there in between, its newer bytes were overwritten with older ones. Every write before those was followed by a look that saw no foreign write. The last write ({last_at}..{last_end}, {} bytes) went out after that look: a write landing between a look and reseq's write cannot be seen from userspace before it. Check those ranges (fsck -n, the application's own checks)",
-        list.join(", "),
+        list_ranges(written),
         last_end - last_at
     )
 }
@@ -212,10 +211,9 @@ fn risk_suffix(at_risk: &Option<Box<AtRisk>>) -> String {
         None => String::new(),
         Some([]) => ". The kernel's records of writes to these bytes (the device's written-sectors counters, the fanotify watch of a loop device's backing file) saw no other writer after reseq's last write: no other writer's bytes were overwritten (a store through a shared mapping of a backing file is not in those records: the scan looks for such mappings)".into(),
         Some(ranges) => {
-            let list: Vec<String> = ranges.iter().map(|(a, b)| format!("{a}..{b}")).collect();
             format!(
                 ". Device bytes {} were written since the kernel's records of writes to these bytes (the device's written-sectors counters, the fanotify watch of a loop device's backing file) last saw no other writer: if another writer caused this, its overwritten writes can only be there; check those ranges",
-                list.join(", ")
+                list_ranges(ranges)
             )
         }
     }
