@@ -154,6 +154,10 @@ pub struct AtRiskNote {
     pub(crate) ranges: Vec<(u64, u64)>,
     /// Why, in a few words.
     pub(crate) why: String,
+    /// Where the original bytes of a chunk that did not read back right were saved, and
+    /// how to put them back (the error's own words), if a rescue copy was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) rescue: Option<String>,
 }
 
 impl AtRiskNote {
@@ -166,7 +170,7 @@ impl AtRiskNote {
             self.why,
             crate::support::error::list_ranges(&self.ranges),
             crate::support::units::human_bytes(total)
-        )
+        ) + &self.rescue.as_ref().map(|r| format!(". {r}")).unwrap_or_default()
     }
 }
 
@@ -672,8 +676,12 @@ mod tests {
     #[test]
     fn a_stops_ranges_at_risk_are_read_back_after_damage_and_a_resume() {
         let h = blake3::hash(b"x").to_hex().to_string();
-        let note =
-            AtRiskNote { exit: 9, ranges: vec![(0, 4096), (1 << 20, 2 << 20)], why: "another writer wrote".into() };
+        let note = AtRiskNote {
+            exit: 9,
+            ranges: vec![(0, 4096), (1 << 20, 2 << 20)],
+            why: "another writer wrote".into(),
+            rescue: None,
+        };
         // A damaged line before it: the note still counts, as the guardian's do.
         let text = encode(&Record::Run(Box::new(run())))
             + &encode(&done(0, &h))
@@ -690,13 +698,27 @@ mod tests {
             ),
             "{said}"
         );
+        // A read-back that differed names the rescue copy of its chunk; a note written
+        // before the field existed still reads.
+        let saved = "The original bytes are saved in /var/lib/reseq/x.rescue: once the device is fixed, put them back with `reseq restore /var/lib/reseq/x.rescue`";
+        let kept = AtRiskNote {
+            exit: 5,
+            ranges: vec![(0, 4096)],
+            why: "a read-back differed".into(),
+            rescue: Some(saved.into()),
+        };
+        let r = replay(&(encode(&Record::Run(Box::new(run()))) + &encode(&Record::AtRisk(kept.clone()))));
+        assert_eq!(r.at_risk, vec![kept.clone()]);
+        assert!(kept.describe().ends_with(&format!("application's own checks. {saved}")), "{}", kept.describe());
+        let old = serde_json::json!({"exit": 9, "ranges": [[0, 4096]], "why": "another writer wrote"});
+        assert_eq!(serde_json::from_value::<AtRiskNote>(old).unwrap().rescue, None);
     }
 
     #[test]
     fn a_new_journal_carries_an_unfinished_ones_notes_only() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j.journal");
-        let note = AtRiskNote { exit: 5, ranges: vec![(0, 4096)], why: "a read-back differed".into() };
+        let note = AtRiskNote { exit: 5, ranges: vec![(0, 4096)], why: "a read-back differed".into(), rescue: None };
         Journal::create(&path, run()).unwrap().at_risk(note.clone()).unwrap();
         // Started again over the unfinished run (--restart, file mode's resume): kept.
         let mut j = Journal::create(&path, run()).unwrap();

@@ -359,7 +359,8 @@ impl Engine<'_> {
     /// (a failure to note them is logged: the error names them too).
     fn note_at_risk(&mut self, e: &Error) {
         let Some((ranges, why)) = e.ranges_at_risk() else { return };
-        let note = journal::AtRiskNote { exit: e.exit_code().code() as u8, ranges, why: why.into() };
+        let rescue = e.rescue().map(str::to_string);
+        let note = journal::AtRiskNote { exit: e.exit_code().code() as u8, ranges, why: why.into(), rescue };
         // The thaw and the writer may both report the same stop.
         if self.noted.contains(&note) {
             return;

@@ -387,6 +387,13 @@ fn a_read_back_that_differs_is_rescued_never_written_over() {
         d.fs.writes_seen().iter().filter(|&&(o, l)| o < 5 * MIB + 4608 && o + l > 5 * MIB + 4096).map(|_| 1).sum();
     assert_eq!(over, 1, "the differing range was written once, never again");
     let rescue = the_rescue(&env, &d, &original, 5 * MIB);
+    // `status` names the range to check and, beside it, the rescue copy of its chunk.
+    let status = env.reseq().args(["status", "--json"]).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let at_risk = report["unfinished"][0]["at_risk"][0].as_str().unwrap_or_default();
+    assert!(at_risk.starts_with("stopped with exit 5 (a read-back differed"), "{report}");
+    assert!(at_risk.contains("device bytes 5242880..6291456 "), "the differing chunk: {at_risk}");
+    assert!(at_risk.contains(&format!("reseq restore {}", rescue.display())), "{at_risk}");
     d.fs.clear();
     // Someone writes there after reseq stopped: restore must not overwrite it blindly.
     direct_write(&d.lo.path, 5 * MIB + 65536, &random(4096, 99)).unwrap();
