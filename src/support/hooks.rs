@@ -9,6 +9,8 @@
 //! - `delay@POINT#N=MS` (N may be `*` for every hit): sleep at the N-th hit of POINT.
 //! - `pause@POINT#N=PATH`: at the N-th hit of POINT, create `PATH.paused` and wait
 //!   (up to 60 s) until `PATH.go` exists: a test acts at exactly that point.
+//! - `mark@POINT#N=PATH`: create PATH at the N-th hit of POINT and go on (a test learns
+//!   from outside when reseq got there, without holding it).
 //! - `kill@POINT#N`: SIGKILL reseq itself at the N-th hit of POINT.
 //! - `panic@POINT#N`: panic at the N-th hit of POINT (a bug, on whichever thread hits it).
 //! - `ebusy-open`: opening a mounted device for writing fails with EBUSY, as on kernels
@@ -49,6 +51,7 @@ mod imp {
         Corrupt(u64),
         Delay(String, Option<u64>, u64),
         Pause(String, u64, String),
+        Mark(String, u64, String),
         Kill(String, u64),
         Panic(String, u64),
         EbusyOpen,
@@ -110,10 +113,11 @@ mod imp {
                 let n = if n == "*" { None } else { Some(n.parse().unwrap_or_else(|_| fail(rule))) };
                 Rule::Delay(point.to_string(), n, ms.parse().unwrap_or_else(|_| fail(rule)))
             }
-            "pause" => {
+            "pause" | "mark" => {
                 let (at, path) = rest.split_once('=').unwrap_or_else(|| fail(rule));
                 let (point, n) = at.split_once('#').unwrap_or((at, "1"));
-                Rule::Pause(point.to_string(), n.parse().unwrap_or_else(|_| fail(rule)), path.to_string())
+                let (point, n, path) = (point.to_string(), n.parse().unwrap_or_else(|_| fail(rule)), path.to_string());
+                if kind == "pause" { Rule::Pause(point, n, path) } else { Rule::Mark(point, n, path) }
             }
             "kill" | "panic" => {
                 let (point, n) = rest.split_once('#').unwrap_or((rest, "1"));
@@ -142,6 +146,9 @@ mod imp {
                     while !go.exists() && t.elapsed() < std::time::Duration::from_secs(60) {
                         std::thread::sleep(std::time::Duration::from_millis(5));
                     }
+                }
+                Rule::Mark(p, when, path) if p == name && *when == n => {
+                    let _ = std::fs::write(path, b"");
                 }
                 Rule::Kill(p, when) if p == name && *when == n => {
                     let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);

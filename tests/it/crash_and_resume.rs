@@ -306,19 +306,29 @@ fn window_overrun_before_a_write_is_thawed_and_not_written() {
 /// A write that is itself slow: the guardian does not thaw under it (that could let a
 /// stale write land after the filesystem's own) while it is within the first half of the
 /// grace (500 ms past a 1 s deadline; the other half is for a kill), and thaws as soon as
-/// it completes.
+/// it completes. Timed by the write itself, not by the test's clock: reseq marks the end
+/// of the slow write (a file), and the first look that finds the filesystem thawed must
+/// find the mark already there (the mark comes before reseq tells the guardian, so a busy
+/// host delays both the same way).
 #[test]
 fn window_overrun_during_a_write_waits_for_it_then_thaws() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
     let env = TestEnv::new();
+    let written = env.dir.path().join("slow-write.done");
+    let faults = format!("delay@after-permit#2=1100,mark@after-write#2={}", written.display());
     let (_lo, mnt, files, mut cmd) =
-        mounted_rewrite(&env, "overw", 17, &["--max-freeze", "1s", "--max-overruns", "1"], "delay@after-permit#2=1100");
+        mounted_rewrite(&env, "overw", 17, &["--max-freeze", "1s", "--max-overruns", "1"], &faults);
     let child = spawn_captured(&mut cmd);
     assert!(wait_frozen_record(&env.run_dir(), Duration::from_secs(30)), "no window began");
-    std::thread::sleep(Duration::from_millis(1040));
-    assert!(is_frozen(&mnt.dir), "thawed under a granted write");
+    let looked = Instant::now();
+    while is_frozen(&mnt.dir) && looked.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Frozen first, the mark second: a mark that appears after a thawed look is a thaw
+    // under the write.
+    assert!(written.exists(), "thawed under a granted write (before it completed)");
     let out = wait_captured(child);
     assert_eq!(out.status.code(), Some(7));
     let r = json_report(&out);
