@@ -97,6 +97,11 @@ took "cargo-deb, ansible-core, kubernetes-validate"
 cargo fmt --all -- --check
 took "fmt"
 
+# A clean clone builds everything once: incremental compilation's bookkeeping only costs
+# there (the test build took 186 s instead of 228 s with this and the dependencies'
+# opt-level in Cargo.toml). A checkout of your own keeps it.
+[ "${CI:-}" != true ] || export CARGO_INCREMENTAL=0
+
 # libtest counts a test that skips itself (a requirement missing, outside CI) as passed:
 # each skip is also written to RESEQ_SKIP_LOG (tests/it/common `skip`), and the summary
 # at the end counts them apart.
