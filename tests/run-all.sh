@@ -138,6 +138,8 @@ wait "$guest_build" || sed 's/^/guest build (background): /' "$guest_log" >&2
 took "waiting for the VM guest"
 bin="${CARGO_TARGET_DIR:-target}/debug/reseq"
 export RESEQ_VM_QMP=$logs/qmp.sock
+# When the Rust tests end, a second guest takes the scenarios the first has not begun.
+export RESEQ_VM_SECOND=$logs/rust-done
 t_vm=$(date +%s)
 if [ "$status" = 0 ] && [ -x "$bin" ]; then
   RESEQ_BIN="$bin" bash tests/vm/run.sh >"$logs/vm" 2>&1 &
@@ -154,6 +156,7 @@ step cargo clippy --all-targets --features fault-injection -- -D warnings || { s
 took "clippy (the VM beside it)"
 step bash -o pipefail -c 'cargo test --features fault-injection 2>&1 | tee "$0"' "$logs/cargo" || status=$?
 took "cargo test (run, the VM beside it)"
+touch "$RESEQ_VM_SECOND"
 # A test binary killed while it held the guest stopped would leave it so.
 python3 - "$RESEQ_VM_QMP" <<'PY' 2>/dev/null || true
 import json, socket, sys

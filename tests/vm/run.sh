@@ -12,6 +12,7 @@
 # its run 3600 s after boot), RESEQ_VM_SCENARIO_TIMEOUT (seconds per scenario, default
 # 150), RESEQ_VM_FLEET_TIMEOUT (the fleet scenario's, default 480),
 # RESEQ_VM_QMP (a path: a QMP socket there, see below),
+# RESEQ_VM_SECOND (a path: a second guest boots when a file appears there, see below),
 # RESEQ_VM_KEEP=1 keeps the share (logs, reports) for a look afterwards; RESEQ_VM_LOGS=1
 # prints the log of every scenario, passed ones too.
 # The fleet scenario also needs, on this host: cargo-deb (the .deb it installs),
@@ -30,6 +31,11 @@ if [ $# -gt 0 ]; then
   scenarios=("$@")
 else
   scenarios=("${all[@]}")
+fi
+# The fleet scenario first: the longest, and it needs the first guest's network, so a
+# second guest (RESEQ_VM_SECOND, below) shares out the short ones after it.
+if printf '%s\n' "${scenarios[@]}" | grep -qx fleet; then
+  mapfile -t scenarios < <(echo fleet; printf '%s\n' "${scenarios[@]}" | grep -vx fleet)
 fi
 
 skip_all() {
@@ -105,17 +111,24 @@ killtree() {
   while [ "$i" -lt ${#pids[@]} ]; do mapfile -t -O ${#pids[@]} pids < <(pgrep -P "${pids[$i]}"); i=$((i + 1)); done
   kill "${pids[@]}" 2>/dev/null || true
 }
+# A guest's `timeout` (TERM, which it passes on to qemu, then KILL), then its qemu.
+stop_guest() { # TIMEOUT_PID QEMU_PIDFILE
+  local t=$1 q
+  if ours "$t"; then
+    kill -TERM "$t" 2>/dev/null || true
+    for _ in 1 2 3 4 5 6 7 8 9 10; do ours "$t" || break; sleep 0.5; done
+    ! ours "$t" || kill -KILL "$t" 2>/dev/null || true
+  fi
+  q=$(cat "$2" 2>/dev/null) || true
+  if ours "$q"; then kill -KILL "$q" 2>/dev/null || true; fi
+}
 cleanup() {
   local rc=$?
-  # Never leave the emulator running: it owns the scratch disks.
-  if ours "$qpid"; then
-    kill -TERM "$qpid" 2>/dev/null || true
-    for _ in 1 2 3 4 5 6 7 8 9 10; do ours "$qpid" || break; sleep 0.5; done
-    ! ours "$qpid" || kill -KILL "$qpid" 2>/dev/null || true
-  fi
-  local q
-  q=$(cat "$work/qemu.pid" 2>/dev/null) || true
-  if ours "$q"; then kill -KILL "$q" 2>/dev/null || true; fi
+  # Never leave an emulator running: it owns the scratch disks. The second guest's
+  # launcher first, so that it starts none after this.
+  if [ -n "${second:-}" ]; then kill "$second" 2>/dev/null || true; fi
+  stop_guest "$qpid" "$work/qemu.pid"
+  stop_guest "$(cat "$work/timeout-2.pid" 2>/dev/null)" "$work/qemu-2.pid"
   if [ -n "${dropper:-}" ]; then kill "$dropper" 2>/dev/null || true; fi
   # The fleet's helper, and a playbook it may be running (stopped with the guest gone).
   if [ -n "${fleeter:-}" ]; then killtree "$fleeter"; fi
@@ -172,7 +185,7 @@ if $fleet; then
         [ -e "$req" ] || continue
         p=${req##*/fleet-}; p=${p%.request}
         rc=0
-        FLEET=$FLEET SHARE=$share PORT=$PORT REPO=$repo bash "$here/fleet-host.sh" "$p" >"$share/results/fleet-$p.log" 2>&1 || rc=$?
+        FLEET=$FLEET SHARE=$share PORT=$PORT REPO=$repo "${nice[@]}" bash "$here/fleet-host.sh" "$p" >"$share/results/fleet-$p.log" 2>&1 || rc=$?
         echo "$rc" >"$share/results/fleet-$p.rc"
         # Removed only now: a request removed while the guest still creates it (over
         # 9p) fails the guest's write.
@@ -186,16 +199,20 @@ fi
 
 # Scratch disks: sparse files, SCSI disks that report no rotation (an SSD), and a small
 # NVMe controller (its SMART log counts data units written), with serials the guest
-# picks them by; it never touches any other disk.
-disks=()
-for n in a b c; do
-  truncate -s 1G "$work/disk-$n.img"
-  disks+=(-drive "file=$work/disk-$n.img,if=none,id=d$n,format=raw,cache=unsafe,discard=unmap"
-          -device "scsi-hd,drive=d$n,bus=scsi0.0,serial=reseq-$n,rotation_rate=1")
-done
-truncate -s 128M "$work/disk-nvme.img"
-disks+=(-drive "file=$work/disk-nvme.img,if=none,id=dnvme,format=raw,cache=unsafe,discard=unmap"
-        -device "nvme,serial=reseq-nvme,drive=dnvme")
+# picks them by; it never touches any other disk. The second guest's images are
+# disk-2a.img and so on (guest/run.sh: RESEQ_VM_DISKS).
+disks_of() { # PREFIX: sets disks
+  local n
+  disks=()
+  for n in a b c; do
+    truncate -s 1G "$work/disk-$1$n.img"
+    disks+=(-drive "file=$work/disk-$1$n.img,if=none,id=d$n,format=raw,cache=unsafe,discard=unmap"
+            -device "scsi-hd,drive=d$n,bus=scsi0.0,serial=reseq-$n,rotation_rate=1")
+  done
+  truncate -s 128M "$work/disk-$1nvme.img"
+  disks+=(-drive "file=$work/disk-$1nvme.img,if=none,id=dnvme,format=raw,cache=unsafe,discard=unmap"
+          -device "nvme,serial=reseq-nvme,drive=dnvme")
+}
 
 # The host's side of a scenario that needs a cold host cache: the guest names a scratch
 # disk in results/drop-X.request; its image is flushed and dropped from this host's page
@@ -213,23 +230,62 @@ disks+=(-drive "file=$work/disk-nvme.img,if=none,id=dnvme,format=raw,cache=unsaf
 ) &
 dropper=$!
 
+# One guest: G (1 or 2), its timeout, then qemu's own arguments (network, QMP). The root
+# image is shared read-only (snapshot=on: each guest writes to a temporary copy).
+guest_qemu() { # G TIMEOUT ARGS...
+  local g=$1 to=$2 sfx=
+  shift 2
+  [ "$g" = 1 ] || sfx=-$g
+  disks_of "${sfx#-}"
+  # exec: the caller's `$!` is this timeout, whose command line names $work (ours).
+  exec timeout --kill-after=10 "$to" "${nice[@]}" qemu-system-x86_64 \
+    -accel "$accel$([ "$accel" = tcg ] && echo ,thread=multi)" -cpu max -smp 2 -m 2G \
+    -nodefaults -no-reboot -display none -monitor none \
+    -pidfile "$work/qemu$sfx.pid" \
+    -serial "file:$work/console$sfx.log" \
+    -kernel "$guest/vmlinuz" -initrd "$guest/initrd.img" \
+    -append "root=/dev/vda rw console=ttyS0 panic=1 loglevel=4 net.ifnames=0 reseq.guest=$g" \
+    -drive "file=$guest/root.img,if=virtio,format=raw,snapshot=on,cache=unsafe" \
+    -device virtio-scsi-pci,id=scsi0 "${disks[@]}" \
+    -virtfs "local,path=$share,mount_tag=vmshare,security_model=none,id=vmshare" "$@"
+}
+
+# RESEQ_VM_SECOND (a path): when a file appears there (tests/run-all.sh: the Rust tests
+# ended), a second guest boots and takes the scenarios the first has not claimed yet
+# (guest/run.sh), if two or more are left besides the fleet's. Two emulators then share
+# the CPU the Rust tests have let go of; the first guest's scenarios stay where they are.
+second=
+if [ -n "${RESEQ_VM_SECOND:-}" ]; then
+  (
+    until [ -e "$RESEQ_VM_SECOND" ]; do
+      [ ! -e "$share/results/scenarios-1.seconds" ] || exit 0
+      sleep 1
+    done
+    left=0
+    for s in "${scenarios[@]}"; do
+      [ "$s" = fleet ] || [ -d "$share/results/claim-$s" ] || left=$((left + 1))
+    done
+    [ "$left" -ge 2 ] || exit 0
+    date +%s >"$work/second.start"
+    guest_qemu 2 "$(( 240 + 60 * left ))" &
+    echo "$!" >"$work/timeout-2.pid"
+    rc=0
+    wait "$!" || rc=$?
+    echo "$rc" >"$work/second.rc"
+  ) &
+  second=$!
+fi
+
 echo "vm: booting the guest ($guest, accel $accel, ${#scenarios[@]} scenarios, ${boot_timeout} s at most)" >&2
 t_boot=$(date +%s)
+t_boot0=$t_boot
 set +e
-timeout --kill-after=10 "$boot_timeout" "${nice[@]}" qemu-system-x86_64 \
-  -accel "$accel$([ "$accel" = tcg ] && echo ,thread=multi)" -cpu max -smp 2 -m 2G \
-  -nodefaults -no-reboot -display none -monitor none \
-  -pidfile "$work/qemu.pid" \
-  -serial "file:$work/console.log" \
-  -kernel "$guest/vmlinuz" -initrd "$guest/initrd.img" \
-  -append "root=/dev/vda rw console=ttyS0 panic=1 loglevel=4 net.ifnames=0" \
-  -drive "file=$guest/root.img,if=virtio,format=raw,snapshot=on,cache=unsafe" \
-  -device virtio-scsi-pci,id=scsi0 "${disks[@]}" "${net[@]}" \
-  -virtfs "local,path=$share,mount_tag=vmshare,security_model=none,id=vmshare" "${qmp[@]}" &
+guest_qemu 1 "$boot_timeout" "${net[@]}" "${qmp[@]}" &
 qpid=$!
 wait "$qpid"
 qrc=$?
 qpid=
+if [ -n "$second" ]; then wait "$second"; second=; fi
 set -e
 t_boot=$(( $(date +%s) - t_boot ))
 guest_ok=true
@@ -238,7 +294,14 @@ if [ "$qrc" != 0 ]; then
   if [ "$qrc" = 124 ]; then echo "vm: FAILED: the guest did not power off within ${boot_timeout} s: killed" >&2
   else echo "vm: FAILED: qemu exited $qrc" >&2; fi
 fi
-if [ -f "$share/results/guest.error" ]; then guest_ok=false; echo "vm: FAILED: $(cat "$share/results/guest.error")" >&2; fi
+second_rc=$(cat "$work/second.rc" 2>/dev/null) || second_rc=
+if [ -n "$second_rc" ] && [ "$second_rc" != 0 ]; then
+  guest_ok=false
+  echo "vm: FAILED: the second guest's qemu exited $second_rc$([ "$second_rc" != 124 ] || echo " (it did not power off in time: killed)")" >&2
+fi
+for g in 1 2; do
+  if [ -f "$share/results/guest-$g.error" ]; then guest_ok=false; echo "vm: FAILED: guest $g: $(cat "$share/results/guest-$g.error")" >&2; fi
+done
 
 passed=0 failed=0
 for s in "${scenarios[@]}"; do
@@ -252,14 +315,18 @@ for s in "${scenarios[@]}"; do
   esac
 done
 if [ "$failed" -gt 0 ] || [ "$guest_ok" != true ]; then
-  echo "---- guest console (tail)"; tail -n 40 "$work/console.log" 2>/dev/null || true; echo "----"
+  for c in "$work"/console*.log; do echo "---- ${c##*/} (tail)"; tail -n 40 "$c" 2>/dev/null || true; echo "----"; done
 fi
 # Where the time went: building (or finding) the guest, its boot (kernel, initrd and
 # systemd up to the scenarios), the scenarios with their teardowns, and the rest
 # (power-off, qemu's start and end).
-t_up=$(cut -d. -f1 "$share/results/boot.seconds" 2>/dev/null || echo "?")
-t_sc=$(cut -d. -f1 "$share/results/scenarios.seconds" 2>/dev/null || echo "?")
+t_up=$(cut -d. -f1 "$share/results/boot-1.seconds" 2>/dev/null || echo "?")
+t_sc=$(cut -d' ' -f1 "$share/results/scenarios-1.seconds" 2>/dev/null | cut -d. -f1 || echo "?")
 echo "vm: guest ready in ${t_guest} s, boot to power-off ${t_boot} s (guest boot ${t_up} s, scenarios and teardowns ${t_sc} s; qemu exit $qrc)"
+if [ -f "$work/second.start" ]; then
+  read -r t2 n2 <"$share/results/scenarios-2.seconds" 2>/dev/null || { t2="?"; n2="?"; }
+  echo "vm: a second guest from $(( $(cat "$work/second.start") - t_boot0 )) s on: boot $(cut -d. -f1 "$share/results/boot-2.seconds" 2>/dev/null || echo "?") s, $n2 scenarios in ${t2%.*} s"
+fi
 if [ -n "$fleet_skip" ]; then echo "vm_fleet ... skipped ($fleet_skip)"; echo "vm: $passed passed, $failed failed, 1 skipped"
 else echo "vm: $passed passed, $failed failed"; fi
 [ "$failed" = 0 ] && [ "$guest_ok" = true ]

@@ -984,8 +984,8 @@ scenario_fleet() {
 
 # The host drops its page cache of scratch disk N's image (run.sh's dropper).
 host_drop() { # N
-  rm -f "$SHARE/results/drop-$1.done"; touch "$SHARE/results/drop-$1.request"
-  local i; for i in $(seq 100); do [ -e "$SHARE/results/drop-$1.done" ] && return; sleep 0.1; done
+  rm -f "$SHARE/results/drop-${RESEQ_VM_DISKS:-}$1.done"; touch "$SHARE/results/drop-${RESEQ_VM_DISKS:-}$1.request"
+  local i; for i in $(seq 100); do [ -e "$SHARE/results/drop-${RESEQ_VM_DISKS:-}$1.done" ] && return; sleep 0.1; done
   fail "the host did not drop its cache of disk $1 within 10 s"
 }
 # Guest-side O_DIRECT read speed of DEV's first 64 MiB, in MB/s.
