@@ -31,7 +31,11 @@ claim_from() {
   local j
   for ((j = $1; j < ${#list[@]}; j++)); do
     [ "$g" = 1 ] || [ "${list[$j]}" != fleet ] || continue
-    mkdir "$res/claim-${list[$j]}" 2>/dev/null && { echo "$j"; return; }
+    if mkdir "$res/claim-${list[$j]}" 2>/dev/null; then
+      echo "$g" >"$res/claim-${list[$j]}/by"
+      echo "$j"
+      return
+    fi
   done
 }
 # Wiped disks for the first scenario (the harness made them: only a check); each one's
