@@ -322,15 +322,22 @@ fn window_overrun_during_a_write_waits_for_it_then_thaws() {
         mounted_rewrite(&env, "overw", 17, &["--max-freeze", "1s", "--max-overruns", "1"], &faults);
     let child = spawn_captured(&mut cmd);
     assert!(wait_frozen_record(&env.run_dir(), Duration::from_secs(30)), "no window began");
+    // Every 10 ms (each look is an fsfreeze process; this test shares the machine).
     let looked = Instant::now();
-    while is_frozen(&mnt.dir) && looked.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(1));
+    let mut thawed = false;
+    while !thawed && looked.elapsed() < Duration::from_secs(30) {
+        thawed = !is_frozen(&mnt.dir);
+        std::thread::sleep(Duration::from_millis(if thawed { 0 } else { 10 }));
     }
     // Frozen first, the mark second: a mark that appears after a thawed look is a thaw
     // under the write.
-    assert!(written.exists(), "thawed under a granted write (before it completed)");
+    let marked = written.exists();
+    assert!(thawed, "still frozen 30 s after the window began");
     let out = wait_captured(child);
-    assert_eq!(out.status.code(), Some(7));
+    // A write held past the half grace is the guardian's to end (a kill, no exit code):
+    // that is another test's case, and says so before the mark's assertion could.
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    assert!(marked, "thawed under a granted write (before it completed)");
     let r = json_report(&out);
     assert_eq!(r["results"]["windows_overrun"], 1);
     assert_eq!(r["results"]["bytes_written"], 2 * MIB, "the slow write completed inside the freeze");
@@ -670,8 +677,14 @@ fn a_refused_device_run_writes_nothing() {
     let run = Running::captured(&mut slow_rewrite(&env, &lo, ""));
     wait_journal_done(&env.state_dir());
     run.signal(nix::sys::signal::Signal::SIGINT).unwrap();
-    assert_eq!(run.wait().status.code(), Some(6), "interrupted");
+    // What follows needs an unfinished run, not SIGINT's own exit (other tests check it):
+    // on a busy host a 1 MiB write can outlast the 200 ms window's grace, and the guardian
+    // kills reseq first, which leaves one just the same (load run 1 of 5430b4c).
+    let out = run.wait();
+    let killed = out.status.code().is_none() && stderr(&out).contains("the guardian killed it and thawed");
+    assert!(out.status.code() == Some(6) || killed, "interrupted: {:?}: {}", out.status, stderr(&out));
     let (before, runs) = (snapshot_dir(&env.state_dir()), unfinished_runs(&env));
+    assert_eq!(runs.as_array().map(Vec::len), Some(1), "the stopped run is unfinished: {runs}");
     let refused: [(&[&str], i32); 2] =
         [(&["--max-freeze", "300ms", "--rate", "10M", "--pause", "5s"], 3), (&["--resume", "--chunk-size", "2M"], 2)];
     for (args, code) in refused {
