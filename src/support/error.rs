@@ -313,7 +313,6 @@ impl Error {
         }
     }
 
-    /// Adds where the original bytes of a failed chunk were saved.
     /// Where a rescue copy of the error's chunk was kept, in the error's own words.
     pub(crate) fn rescue(&self) -> Option<&str> {
         match self {
@@ -322,6 +321,7 @@ impl Error {
         }
     }
 
+    /// Adds where the original bytes of a failed chunk were saved.
     pub(crate) fn with_rescue(mut self, text: String) -> Error {
         match &mut self {
             Error::ChecksumMismatch { rescue, .. } | Error::WriteFailed { rescue, .. } => *rescue = Some(text),
