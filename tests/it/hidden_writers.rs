@@ -459,7 +459,15 @@ fn file_mode_a_writer_no_scan_sees_is_stopped_by_the_counter() {
         .flat_map(|u| u["at_risk"].as_array().unwrap())
         .map(|n| n.as_str().unwrap())
         .collect();
-    assert_eq!(notes.len(), 1, "{report}");
+    // The counter can catch the write before reseq has written anything since its last
+    // clean look (load run 2 of 5503d6c): then nothing of reseq's can have overwritten it,
+    // the message says so, and no range is at risk. Otherwise exactly one note.
+    let nothing =
+        err.split_whitespace().collect::<Vec<_>>().join(" ").contains("reseq wrote nothing since its last look");
+    assert_eq!(notes.len(), usize::from(!nothing), "{report}");
+    if nothing {
+        return;
+    }
     let listed = notes[0].split("check device bytes ").nth(1).and_then(|t| t.split(" (").next()).unwrap();
     for r in listed.split(", ") {
         let (a, b) = r.split_once("..").map(|(a, b)| (a.parse::<u64>().unwrap(), b.parse::<u64>().unwrap())).unwrap();
