@@ -40,7 +40,7 @@ pub mod testing {
     pub use crate::support::scratch;
     pub use crate::support::units::human_bytes;
     pub use crate::sys::{
-        AlignedBuf, FIEMAP_FLAG_SYNC, FS_XFLAG_REALTIME, fiemap, fifreeze, fithaw, fs_xflags, open_direct_read,
-        open_direct_rw,
+        block::open_direct_read, block::open_direct_rw, extents::FIEMAP_FLAG_SYNC, extents::FS_XFLAG_REALTIME,
+        extents::fiemap, extents::fs_xflags, freeze::fifreeze, freeze::fithaw, memory::AlignedBuf,
     };
 }

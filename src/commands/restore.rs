@@ -18,7 +18,7 @@ use crate::host::freeze::{GuardedFreeze, NoFreeze, WindowGuard};
 use crate::host::mounts::{self, MountedFs};
 use crate::options::restore::RestoreOptions;
 use crate::support::error::{Error, LeftState, Result};
-use crate::sys::AlignedBuf;
+use crate::sys::memory::AlignedBuf;
 
 /// What `reseq restore` did.
 #[derive(Debug, Serialize)]

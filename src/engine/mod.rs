@@ -59,7 +59,7 @@ use crate::engine::target::BlockTarget;
 use crate::support::error::{Error, Result};
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
-use crate::sys::AlignedBuf;
+use crate::sys::memory::AlignedBuf;
 use window::WindowOutcome;
 use writer::WindowFlow;
 

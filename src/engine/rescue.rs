@@ -359,7 +359,7 @@ pub(crate) fn range_hash(
     offset: u64,
     len: u64,
 ) -> Result<blake3::Hash> {
-    let mut buf = crate::sys::AlignedBuf::new(len as usize, target.mem_align());
+    let mut buf = crate::sys::memory::AlignedBuf::new(len as usize, target.mem_align());
     target
         .read_at(&mut buf[..len as usize], offset)
         .map_err(|e| Error::io_at(format!("reading the {len} bytes of a rescue copy's range"), offset, e))?;

@@ -13,7 +13,7 @@ use crate::engine::guard::Reporter;
 use crate::engine::target::BlockTarget;
 use crate::support::error::{Error, Result};
 use crate::support::{hooks, output};
-use crate::sys::{self, AlignedBuf};
+use crate::sys::{self, memory::AlignedBuf};
 
 /// An aligned buffer on loan from the engine's pool: it goes back when dropped, however
 /// the chunk holding it ends (written, dropped at a window's end, failed), so no path
@@ -97,20 +97,20 @@ pub(super) struct Verified {
 /// hasher stay normal: they only decide how much a window gets done, not when it ends.
 /// Back to normal when dropped. Where the host allows no real-time class, nothing changes
 /// (the guardian still ends the window at its deadline).
-pub(super) struct Urgent(Option<sys::Scheduling>);
+pub(super) struct Urgent(Option<sys::process::Scheduling>);
 
 impl Urgent {
     pub(super) fn raise(on: bool) -> Urgent {
-        let before = sys::thread_scheduling();
-        let rt = sys::Scheduling::Fifo(sys::fifo_max_priority() - 1);
-        Urgent((on && sys::set_scheduling_of(0, rt).is_ok()).then_some(before))
+        let before = sys::process::thread_scheduling();
+        let rt = sys::process::Scheduling::Fifo(sys::process::fifo_max_priority() - 1);
+        Urgent((on && sys::process::set_scheduling_of(0, rt).is_ok()).then_some(before))
     }
 }
 
 impl Drop for Urgent {
     fn drop(&mut self) {
         if let Some(before) = self.0 {
-            let _ = sys::set_scheduling_of(0, before);
+            let _ = sys::process::set_scheduling_of(0, before);
         }
     }
 }
@@ -135,7 +135,7 @@ pub(super) fn or_abort<T>(stage: &str, f: impl FnOnce() -> T) -> T {
                 true => rescue::save_panic_note(std::process::id(), &text),
                 false => eprintln!("{text}"),
             }
-            crate::sys::abort_without_core()
+            crate::sys::process::abort_without_core()
         }
     }
 }

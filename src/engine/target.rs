@@ -72,7 +72,7 @@ impl DirectReader {
     /// Opens `path` for direct reads, aligned to 512 bytes until [`Self::aligned`] says
     /// otherwise (the alignment is asked of the open file).
     pub(crate) fn open(path: &Path) -> std::io::Result<DirectReader> {
-        Ok(Direct { file: crate::sys::open_direct_read(path)?.into(), mem_align: 512, offset_align: 512 })
+        Ok(Direct { file: crate::sys::block::open_direct_read(path)?.into(), mem_align: 512, offset_align: 512 })
     }
 
     pub(crate) fn aligned(self, mem_align: usize, offset_align: u64) -> DirectReader {
@@ -118,7 +118,7 @@ impl DirectDevice {
         offset_align: u64,
     ) -> std::io::Result<DirectDevice> {
         hooks::open_error(mode == OpenMode::SharedWithMounts)?;
-        let file = crate::sys::open_direct_rw(path, mode == OpenMode::Exclusive)?;
+        let file = crate::sys::block::open_direct_rw(path, mode == OpenMode::Exclusive)?;
         Ok(Direct { file, mem_align, offset_align })
     }
 }
@@ -132,6 +132,6 @@ impl BlockTarget for DirectDevice {
         self.file.sync_data()
     }
     fn write_back(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        crate::sys::write_back_range(self.file.as_fd(), offset, len)
+        crate::sys::block::write_back_range(self.file.as_fd(), offset, len)
     }
 }

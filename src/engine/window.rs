@@ -22,7 +22,7 @@ use super::{Engine, Planner};
 use crate::engine::guard::{WindowEnd, WindowGuard};
 use crate::support::error::{AtRisk, Error, Result};
 use crate::support::{hooks, output};
-use crate::sys::{self, AlignedBuf};
+use crate::sys::{self, memory::AlignedBuf};
 
 /// How a window came out: thawed (`end`: how long it froze, whether it overran), and
 /// what stopped its writer (an error: the run's).
@@ -84,13 +84,13 @@ impl Engine<'_> {
         }
         // A Ctrl-Z during the window waits for its end: a stopped reseq would hold the
         // freeze until the guardian's bound, and fail the run.
-        sys::enter_window();
+        sys::process::enter_window();
         self.window_written.clear();
         let r = self.frozen_window(planner, guard, budget, stretch);
         let r = r
             .map(|o| WindowOutcome { end: o.end, flow: o.flow.map_err(|e| at_risk(self.locate(e), guard)) })
             .map_err(|e| self.locate(e));
-        if sys::leave_window() {
+        if sys::process::leave_window() {
             log::info!("continued after a stop (SIGTSTP) that waited for the window to end");
         }
         r

@@ -72,20 +72,20 @@ impl Loop {
 
 /// The loop device's status from the kernel, through its node in /dev (checked to be
 /// that device).
-fn status_by_ioctl(name: &str, dev: DevNum) -> Option<sys::LoopStatus> {
-    let f = sys::open_nonblocking(format!("/dev/{name}").as_ref()).ok()?;
+fn status_by_ioctl(name: &str, dev: DevNum) -> Option<sys::block::LoopStatus> {
+    let f = sys::block::open_nonblocking(format!("/dev/{name}").as_ref()).ok()?;
     let md = f.metadata().ok()?;
     if !md.file_type().is_block_device() || dev_num(md.rdev()) != dev {
         return None;
     }
-    sys::loop_status(f.as_fd()).ok()
+    sys::block::loop_status(f.as_fd()).ok()
 }
 
 /// The loop device's status from sysfs and its backing file's path.
-fn status_by_path(sysfs: &Sysfs, name: &str, path: &str) -> Option<sys::LoopStatus> {
+fn status_by_path(sysfs: &Sysfs, name: &str, path: &str) -> Option<sys::block::LoopStatus> {
     let md = std::fs::metadata(path).ok()?;
     let num = |attr: &str| sysfs.read(name, attr).and_then(|v| v.parse().ok()).unwrap_or(0);
-    Some(sys::LoopStatus {
+    Some(sys::block::LoopStatus {
         file_dev: dev_num(md.dev()),
         file_ino: md.ino(),
         file_rdev: if md.file_type().is_block_device() { dev_num(md.rdev()) } else { (0, 0) },

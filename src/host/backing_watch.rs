@@ -52,8 +52,8 @@ impl BackingWatch {
                 "run reseq where fanotify works (CONFIG_FANOTIFY, CAP_SYS_ADMIN in the initial user namespace), or on the backing file's own device",
             )
         };
-        let group =
-            sys::fanotify_notify_group().map_err(|e| cannot(&r.files[0], format!("fanotify_init failed ({e})")))?;
+        let group = sys::fanotify::fanotify_notify_group()
+            .map_err(|e| cannot(&r.files[0], format!("fanotify_init failed ({e})")))?;
         for f in &r.files {
             let file =
                 std::fs::File::open(&f.path).map_err(|e| cannot(f, format!("opening {} failed ({e})", f.path)))?;
@@ -61,7 +61,7 @@ impl BackingWatch {
             if FileId::of(&md) != f.id {
                 return Err(cannot(f, format!("its path {} now names another file (renamed or deleted?)", f.path)));
             }
-            sys::fanotify_mark_modify(group.as_fd(), file.as_fd())
+            sys::fanotify::fanotify_mark_modify(group.as_fd(), file.as_fd())
                 .map_err(|e| cannot(f, format!("fanotify_mark failed ({e})")))?;
         }
         Ok(Some(BackingWatch { group, files: r.files }))
@@ -77,11 +77,11 @@ impl BackingWatch {
     /// The writers the kernel reported since the last look, one phrase each ("PID 7
     /// (python3 w.py)"); empty when none wrote. Err when the group cannot be read.
     pub(crate) fn writers(&self) -> Result<Vec<String>> {
-        let events = sys::fanotify_read(self.group.as_fd())
+        let events = sys::fanotify::fanotify_read(self.group.as_fd())
             .map_err(|e| Error::io(format!("reading the fanotify watch of {}", self.names()), e.into()))?;
         let mut seen: Vec<String> = Vec::new();
         for e in events {
-            let who = if e.mask & sys::FAN_Q_OVERFLOW != 0 {
+            let who = if e.mask & sys::fanotify::FAN_Q_OVERFLOW != 0 {
                 "writers the kernel's queue overflowed with".to_string()
             } else {
                 let what = procs::cmdline(e.pid);

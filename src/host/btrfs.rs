@@ -113,28 +113,28 @@ impl Chunk {
     pub(crate) fn profile(&self) -> Profile {
         let f = self.flags;
         match () {
-            _ if f & sys::BTRFS_BLOCK_GROUP_RAID5 != 0 => Profile::Raid5,
-            _ if f & sys::BTRFS_BLOCK_GROUP_RAID6 != 0 => Profile::Raid6,
-            _ if f & sys::BTRFS_BLOCK_GROUP_RAID10 != 0 => Profile::Raid10,
-            _ if f & sys::BTRFS_BLOCK_GROUP_RAID0 != 0 => Profile::Raid0,
-            _ if f & sys::BTRFS_BLOCK_GROUP_RAID1C4 != 0 => Profile::Raid1c4,
-            _ if f & sys::BTRFS_BLOCK_GROUP_RAID1C3 != 0 => Profile::Raid1c3,
-            _ if f & sys::BTRFS_BLOCK_GROUP_RAID1 != 0 => Profile::Raid1,
-            _ if f & sys::BTRFS_BLOCK_GROUP_DUP != 0 => Profile::Dup,
+            _ if f & sys::btrfs::BTRFS_BLOCK_GROUP_RAID5 != 0 => Profile::Raid5,
+            _ if f & sys::btrfs::BTRFS_BLOCK_GROUP_RAID6 != 0 => Profile::Raid6,
+            _ if f & sys::btrfs::BTRFS_BLOCK_GROUP_RAID10 != 0 => Profile::Raid10,
+            _ if f & sys::btrfs::BTRFS_BLOCK_GROUP_RAID0 != 0 => Profile::Raid0,
+            _ if f & sys::btrfs::BTRFS_BLOCK_GROUP_RAID1C4 != 0 => Profile::Raid1c4,
+            _ if f & sys::btrfs::BTRFS_BLOCK_GROUP_RAID1C3 != 0 => Profile::Raid1c3,
+            _ if f & sys::btrfs::BTRFS_BLOCK_GROUP_RAID1 != 0 => Profile::Raid1,
+            _ if f & sys::btrfs::BTRFS_BLOCK_GROUP_DUP != 0 => Profile::Dup,
             _ => Profile::Single,
         }
     }
 
     pub(crate) fn is_data(&self) -> bool {
-        self.flags & sys::BTRFS_BLOCK_GROUP_DATA != 0
+        self.flags & sys::btrfs::BTRFS_BLOCK_GROUP_DATA != 0
     }
 
     /// What the chunk holds: "data", "metadata", "system" (or several).
     pub(crate) fn kind(&self) -> String {
         let names = [
-            (sys::BTRFS_BLOCK_GROUP_DATA, "data"),
-            (sys::BTRFS_BLOCK_GROUP_METADATA, "metadata"),
-            (sys::BTRFS_BLOCK_GROUP_SYSTEM, "system"),
+            (sys::btrfs::BTRFS_BLOCK_GROUP_DATA, "data"),
+            (sys::btrfs::BTRFS_BLOCK_GROUP_METADATA, "metadata"),
+            (sys::btrfs::BTRFS_BLOCK_GROUP_SYSTEM, "system"),
         ];
         names.iter().filter(|(f, _)| self.flags & f != 0).map(|(_, n)| *n).collect::<Vec<_>>().join("+")
     }
@@ -230,11 +230,11 @@ impl Layout {
     /// Reads the chunk tree and the members through `fd` (any open file or directory of
     /// the filesystem).
     pub(crate) fn read(fd: BorrowedFd<'_>) -> Result<Layout> {
-        let items = sys::btrfs_tree_search(
+        let items = sys::btrfs::btrfs_tree_search(
             fd,
-            sys::BTRFS_CHUNK_TREE,
-            (sys::BTRFS_FIRST_CHUNK_TREE_OBJECTID, sys::BTRFS_FIRST_CHUNK_TREE_OBJECTID),
-            sys::BTRFS_CHUNK_ITEM_KEY,
+            sys::btrfs::BTRFS_CHUNK_TREE,
+            (sys::btrfs::BTRFS_FIRST_CHUNK_TREE_OBJECTID, sys::btrfs::BTRFS_FIRST_CHUNK_TREE_OBJECTID),
+            sys::btrfs::BTRFS_CHUNK_ITEM_KEY,
         )
         .map_err(|e| ioctl_error("TREE_SEARCH_V2 of the chunk tree", e))?;
         let chunks = items
@@ -242,7 +242,8 @@ impl Layout {
             .map(|i| Chunk::parse(i.offset, &i.data))
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| Error::Internal("a btrfs chunk item shorter than its stripes".into()))?;
-        let (devices, fsid, num_devices) = sys::btrfs_devices(fd).map_err(|e| ioctl_error("FS_INFO / DEV_INFO", e))?;
+        let (devices, fsid, num_devices) =
+            sys::btrfs::btrfs_devices(fd).map_err(|e| ioctl_error("FS_INFO / DEV_INFO", e))?;
         let mut members = Vec::new();
         for (devid, path, size, uuid) in devices {
             let dev = crate::host::mounts::block_rdev(&path).ok_or_else(|| {
@@ -356,7 +357,7 @@ pub(crate) fn same_filesystem(a: &Path, b: &Path) -> bool {
     let fsid = |p: &Path| {
         let dir = if p.is_dir() { p } else { p.parent()? };
         let f = std::fs::File::open(dir).ok()?;
-        sys::btrfs_devices(std::os::fd::AsFd::as_fd(&f)).ok().map(|(_, fsid, _)| fsid)
+        sys::btrfs::btrfs_devices(std::os::fd::AsFd::as_fd(&f)).ok().map(|(_, fsid, _)| fsid)
     };
     fsid(a).is_some_and(|x| Some(x) == fsid(b))
 }
@@ -369,8 +370,9 @@ fn uuid(b: &[u8; 16]) -> String {
 /// The ranges allocated to chunks on device `devid` (its device extents, tree 4), as
 /// (physical offset, length), ascending.
 pub(crate) fn dev_extents(fd: BorrowedFd<'_>, devid: u64) -> Result<Vec<(u64, u64)>> {
-    let items = sys::btrfs_tree_search(fd, sys::BTRFS_DEV_TREE, (devid, devid), sys::BTRFS_DEV_EXTENT_KEY)
-        .map_err(|e| ioctl_error("TREE_SEARCH_V2 of the device tree", e))?;
+    let items =
+        sys::btrfs::btrfs_tree_search(fd, sys::btrfs::BTRFS_DEV_TREE, (devid, devid), sys::btrfs::BTRFS_DEV_EXTENT_KEY)
+            .map_err(|e| ioctl_error("TREE_SEARCH_V2 of the device tree", e))?;
     let len = |d: &[u8]| Some(u64::from_le_bytes(d.get(24..32)?.try_into().ok()?));
     items
         .iter()
@@ -387,18 +389,18 @@ pub(crate) fn dev_extents(fd: BorrowedFd<'_>, devid: u64) -> Result<Vec<(u64, u6
 pub(crate) fn own_writers(fd: BorrowedFd<'_>, layout: &Layout, sys_root: &Path) -> Result<Option<String>> {
     let mut found = Vec::new();
     for m in &layout.members {
-        if sys::btrfs_scrub_running(fd, m.devid).map_err(|e| ioctl_error("SCRUB_PROGRESS", e))? {
+        if sys::btrfs::btrfs_scrub_running(fd, m.devid).map_err(|e| ioctl_error("SCRUB_PROGRESS", e))? {
             found.push(format!("a scrub runs on devid {} ({})", m.devid, m.path.display()));
         }
     }
-    match sys::btrfs_balance_state(fd).map_err(|e| ioctl_error("BALANCE_PROGRESS", e))? {
+    match sys::btrfs::btrfs_balance_state(fd).map_err(|e| ioctl_error("BALANCE_PROGRESS", e))? {
         None => {}
-        Some(s) if s & sys::BTRFS_BALANCE_STATE_RUNNING != 0 => found.push("a balance runs".into()),
+        Some(s) if s & sys::btrfs::BTRFS_BALANCE_STATE_RUNNING != 0 => found.push("a balance runs".into()),
         Some(_) => found.push("a balance is paused (it resumes at the next mount or `btrfs balance resume`)".into()),
     }
-    match sys::btrfs_replace_state(fd).map_err(|e| ioctl_error("DEV_REPLACE status", e))? {
-        sys::BTRFS_DEV_REPLACE_STATE_STARTED => found.push("a device replace runs".into()),
-        sys::BTRFS_DEV_REPLACE_STATE_SUSPENDED => {
+    match sys::btrfs::btrfs_replace_state(fd).map_err(|e| ioctl_error("DEV_REPLACE status", e))? {
+        sys::btrfs::BTRFS_DEV_REPLACE_STATE_STARTED => found.push("a device replace runs".into()),
+        sys::btrfs::BTRFS_DEV_REPLACE_STATE_SUSPENDED => {
             found.push("a device replace is suspended (it resumes at the next mount)".into())
         }
         _ => {}
@@ -425,11 +427,11 @@ where
     T: crate::engine::target::ReadTarget + std::os::fd::AsFd,
 {
     let rdev = nix::sys::stat::fstat(dev.as_fd()).map(|s| crate::host::devnum::dev_num(s.st_rdev));
-    let mut sb = sys::AlignedBuf::new(sys::BTRFS_SUPER_INFO_SIZE, dev.mem_align().max(4096));
+    let mut sb = sys::memory::AlignedBuf::new(sys::btrfs::BTRFS_SUPER_INFO_SIZE, dev.mem_align().max(4096));
     let found =
-        match dev.read_at(&mut sb, sys::BTRFS_SUPER_INFO_OFFSET) {
+        match dev.read_at(&mut sb, sys::btrfs::BTRFS_SUPER_INFO_OFFSET) {
             Err(e) => Some(format!("its superblock cannot be read ({e})")),
-            Ok(()) => match sys::btrfs_super_identity(&sb) {
+            Ok(()) => match sys::btrfs::btrfs_super_identity(&sb) {
                 None => Some("it holds no btrfs superblock".into()),
                 Some((fsid, devid, u)) if uuid(&fsid) != layout.fsid || devid != m.devid || u != m.uuid => Some(
                     format!("its superblock is that of btrfs {} devid {devid} (device uuid {})", uuid(&fsid), uuid(&u)),
@@ -550,7 +552,7 @@ mod tests {
             logical: 1 << 30,
             length,
             stripe_len: K,
-            flags: sys::BTRFS_BLOCK_GROUP_DATA | flags,
+            flags: sys::btrfs::BTRFS_BLOCK_GROUP_DATA | flags,
             sub_stripes: sub,
             stripes,
         }
@@ -565,7 +567,8 @@ mod tests {
         let mut d = vec![0u8; 48 + 64];
         d[0..8].copy_from_slice(&(8u64 << 20).to_le_bytes());
         d[16..24].copy_from_slice(&K.to_le_bytes());
-        d[24..32].copy_from_slice(&(sys::BTRFS_BLOCK_GROUP_DATA | sys::BTRFS_BLOCK_GROUP_RAID1).to_le_bytes());
+        d[24..32]
+            .copy_from_slice(&(sys::btrfs::BTRFS_BLOCK_GROUP_DATA | sys::btrfs::BTRFS_BLOCK_GROUP_RAID1).to_le_bytes());
         d[44..46].copy_from_slice(&2u16.to_le_bytes());
         d[46..48].copy_from_slice(&1u16.to_le_bytes());
         for (i, (devid, off)) in [(1u64, 5u64 << 20), (2, 7 << 20)].iter().enumerate() {
@@ -582,12 +585,12 @@ mod tests {
     fn single_dup_and_mirrors_keep_each_copy_contiguous() {
         let single = chunk(0, &[(1, 1 << 20)], 1, 8 << 20);
         assert_eq!(places(&single.map((1 << 30) + 5000, 3 * K).unwrap()), vec![(5000, 3 * K, 0, 1, (1 << 20) + 5000)]);
-        let dup = chunk(sys::BTRFS_BLOCK_GROUP_DUP, &[(1, 1 << 20), (1, 9 << 20)], 1, 8 << 20);
+        let dup = chunk(sys::btrfs::BTRFS_BLOCK_GROUP_DUP, &[(1, 1 << 20), (1, 9 << 20)], 1, 8 << 20);
         assert_eq!(
             places(&dup.map((1 << 30) + K, 2 * K).unwrap()),
             vec![(K, 2 * K, 0, 1, (1 << 20) + K), (K, 2 * K, 1, 1, (9 << 20) + K)]
         );
-        let c3 = chunk(sys::BTRFS_BLOCK_GROUP_RAID1C3, &[(1, 0), (2, 100 * K), (3, 7 * K)], 1, 8 << 20);
+        let c3 = chunk(sys::btrfs::BTRFS_BLOCK_GROUP_RAID1C3, &[(1, 0), (2, 100 * K), (3, 7 * K)], 1, 8 << 20);
         let got = places(&c3.map(1 << 30, K).unwrap());
         assert_eq!(got, vec![(0, K, 0, 1, 0), (0, K, 1, 2, 100 * K), (0, K, 2, 3, 7 * K)]);
     }
@@ -595,7 +598,7 @@ mod tests {
     #[test]
     fn raid0_stripes_round_robin_over_the_devices() {
         // Stripe n is on device n % 3, row n / 3 of it.
-        let c = chunk(sys::BTRFS_BLOCK_GROUP_RAID0, &[(1, 10 * K), (2, 20 * K), (3, 30 * K)], 1, 30 * K);
+        let c = chunk(sys::btrfs::BTRFS_BLOCK_GROUP_RAID0, &[(1, 10 * K), (2, 20 * K), (3, 30 * K)], 1, 30 * K);
         let got = places(&c.map((1 << 30) + K / 2, 4 * K).unwrap());
         assert_eq!(
             got,
@@ -614,7 +617,7 @@ mod tests {
     #[test]
     fn raid10_stripes_over_mirrored_pairs() {
         // Four devices, pairs (0,1) and (2,3): stripe n is on pair n % 2, row n / 2.
-        let c = chunk(sys::BTRFS_BLOCK_GROUP_RAID10, &[(1, 0), (2, 0), (3, 8 * K), (4, 8 * K)], 2, 16 * K);
+        let c = chunk(sys::btrfs::BTRFS_BLOCK_GROUP_RAID10, &[(1, 0), (2, 0), (3, 8 * K), (4, 8 * K)], 2, 16 * K);
         assert_eq!(c.copies(), 2);
         let got = places(&c.map(1 << 30, 3 * K).unwrap());
         assert_eq!(
@@ -630,16 +633,17 @@ mod tests {
         );
         // Six devices: three pairs.
         let six: Vec<(u64, u64)> = (1..=6).map(|d| (d, 0)).collect();
-        let c = chunk(sys::BTRFS_BLOCK_GROUP_RAID10, &six, 2, 30 * K);
+        let c = chunk(sys::btrfs::BTRFS_BLOCK_GROUP_RAID10, &six, 2, 30 * K);
         let got = places(&c.map((1 << 30) + 4 * K + 7, 10).unwrap());
         assert_eq!(got, vec![(4 * K + 7, 10, 0, 3, K + 7), (4 * K + 7, 10, 1, 4, K + 7)]);
     }
 
     #[test]
     fn parity_and_ranges_outside_the_data_chunks_are_refused() {
-        let r5 = chunk(sys::BTRFS_BLOCK_GROUP_RAID5, &[(1, 0), (2, 0), (3, 0)], 1, 8 << 20);
+        let r5 = chunk(sys::btrfs::BTRFS_BLOCK_GROUP_RAID5, &[(1, 0), (2, 0), (3, 0)], 1, 8 << 20);
         assert!(r5.map(1 << 30, 4096).unwrap_err().contains("parity"));
-        let meta = Chunk { flags: sys::BTRFS_BLOCK_GROUP_METADATA, logical: 0, ..chunk(0, &[(1, 0)], 1, 1 << 20) };
+        let meta =
+            Chunk { flags: sys::btrfs::BTRFS_BLOCK_GROUP_METADATA, logical: 0, ..chunk(0, &[(1, 0)], 1, 1 << 20) };
         let data = chunk(0, &[(1, 2 << 20)], 1, 1 << 20);
         let layout = Layout { chunks: vec![meta, data], ..Layout::default() };
         assert!(layout.map(4096, 4096).unwrap_err().contains("metadata"));
@@ -652,8 +656,8 @@ mod tests {
 
     #[test]
     fn counts_copies_on_one_device() {
-        let dup = chunk(sys::BTRFS_BLOCK_GROUP_DUP, &[(1, 0), (1, 1 << 20)], 1, 1 << 20);
-        let r1 = chunk(sys::BTRFS_BLOCK_GROUP_RAID1, &[(1, 0), (2, 0)], 1, 1 << 20);
+        let dup = chunk(sys::btrfs::BTRFS_BLOCK_GROUP_DUP, &[(1, 0), (1, 1 << 20)], 1, 1 << 20);
+        let r1 = chunk(sys::btrfs::BTRFS_BLOCK_GROUP_RAID1, &[(1, 0), (2, 0)], 1, 1 << 20);
         assert_eq!(Layout { chunks: vec![r1.clone()], ..Layout::default() }.copies_on_one_device(), 1);
         assert_eq!(Layout { chunks: vec![r1, dup], ..Layout::default() }.copies_on_one_device(), 2);
     }

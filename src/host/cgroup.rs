@@ -154,9 +154,9 @@ fn decide(host: &Host, accepted: bool) -> Placement {
     let v2 = v2_mount(&host.mounts);
     let v1 = v1_to_leave(&host.mounts, &host.self_cgroup);
     let stays = |why: String| How::Stays { why, accepted };
-    let how = if host.namespace.is_some_and(|ino| ino != crate::sys::CGROUP_NS_INIT_INO) {
+    let how = if host.namespace.is_some_and(|ino| ino != crate::sys::process::CGROUP_NS_INIT_INO) {
         stays("reseq runs in a cgroup namespace of its own (a container): the groups above its own are out of its sight and reach".into())
-    } else if host.pid_namespace.is_some_and(|ino| ino != crate::sys::PID_NS_INIT_INO) {
+    } else if host.pid_namespace.is_some_and(|ino| ino != crate::sys::process::PID_NS_INIT_INO) {
         stays("reseq runs in a PID namespace of its own (a container): when the namespace's first process dies, the kernel kills every process in it, the guardian too".into())
     } else if v2.is_none() || caller.is_none() {
         stays("this host has no cgroup v2 hierarchy mounted (cgroup v1 only), where a group of the guardian's own can be made".into())
@@ -373,8 +373,8 @@ mod tests {
     fn host(cgroup: &str, mounts: Vec<MountEntry>) -> Host {
         Host {
             self_cgroup: cgroup.into(),
-            namespace: Some(crate::sys::CGROUP_NS_INIT_INO),
-            pid_namespace: Some(crate::sys::PID_NS_INIT_INO),
+            namespace: Some(crate::sys::process::CGROUP_NS_INIT_INO),
+            pid_namespace: Some(crate::sys::process::PID_NS_INIT_INO),
             mounts,
             systemd: false,
             v2_writable: true,

@@ -333,9 +333,9 @@ fn geometry(path: &Path) -> Result<(u64, bool, (u32, u32, &'static str))> {
     // Read-only open: inspection never needs write access.
     let file =
         std::fs::File::open(path).map_err(|e| Error::io(format!("opening {} to inspect it", path.display()), e))?;
-    let size_bytes = sys::blk_size_bytes(file.as_fd()).map_err(|e| Error::io("BLKGETSIZE64", e.into()))?;
-    let read_only = sys::blk_read_only(file.as_fd()).map_err(|e| Error::io("BLKROGET", e.into()))?;
-    let align = sys::blk_dio_align(path, file.as_fd()).map_err(|e| Error::io("BLKSSZGET", e.into()))?;
+    let size_bytes = sys::block::blk_size_bytes(file.as_fd()).map_err(|e| Error::io("BLKGETSIZE64", e.into()))?;
+    let read_only = sys::block::blk_read_only(file.as_fd()).map_err(|e| Error::io("BLKROGET", e.into()))?;
+    let align = sys::block::blk_dio_align(path, file.as_fd()).map_err(|e| Error::io("BLKSSZGET", e.into()))?;
     Ok((size_bytes, read_only, align))
 }
 

@@ -113,7 +113,7 @@ pub(crate) fn device_node(fs: &MountedFs) -> Option<PathBuf> {
 fn open_sentinel(fs: &MountedFs) -> Option<(PathBuf, OwnedFd, u64)> {
     let offset = sentinel_offset(&fs.fs_type)?;
     let node = device_node(fs)?;
-    let f = crate::sys::open_direct_read(&node).ok()?;
+    let f = crate::sys::block::open_direct_read(&node).ok()?;
     Some((node, f, offset))
 }
 
@@ -208,7 +208,7 @@ impl GuardedFreeze {
         }
         if self.frozen {
             for fd in &self.fds {
-                let _ = crate::sys::fithaw(std::os::fd::AsFd::as_fd(fd));
+                let _ = crate::sys::freeze::fithaw(std::os::fd::AsFd::as_fd(fd));
             }
             self.frozen = false;
         } else if self.freezing {
@@ -217,7 +217,7 @@ impl GuardedFreeze {
             // thaw it (this FITHAW waits for that FIFREEZE, and then ends it).
             let next = froze.len();
             for i in froze.into_iter().chain([next]).filter(|&i| i < self.fds.len()) {
-                let _ = crate::sys::fithaw(std::os::fd::AsFd::as_fd(&self.fds[i]));
+                let _ = crate::sys::freeze::fithaw(std::os::fd::AsFd::as_fd(&self.fds[i]));
             }
         }
         if let Some(g) = guardian {
@@ -279,7 +279,9 @@ fn place(guardian: &mut Guardian, placement: &Placement) -> Result<()> {
     // now where the guardian's own request at its start was not.
     if guardian.hardening.realtime.is_err() {
         let priority = crate::host::hardening::guardian_priority();
-        if crate::sys::set_scheduling_of(guardian.pid(), crate::sys::Scheduling::Fifo(priority)).is_ok() {
+        if crate::sys::process::set_scheduling_of(guardian.pid(), crate::sys::process::Scheduling::Fifo(priority))
+            .is_ok()
+        {
             guardian.hardening.realtime = Ok(priority);
         }
     }

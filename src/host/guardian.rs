@@ -267,7 +267,7 @@ impl Guardian {
     pub(crate) fn spawn(fs: Vec<Watched>, bounds: Bounds, run_dir: PathBuf) -> std::io::Result<Guardian> {
         let (ours, theirs) = UnixStream::pair()?;
         let reseq = nix::unistd::getpid();
-        match sys::fork_single_threaded()? {
+        match sys::process::fork_single_threaded()? {
             nix::unistd::ForkResult::Parent { child } => {
                 drop(theirs);
                 let reply_timeout = bounds.window + bounds.grace + Duration::from_secs(2);
@@ -301,9 +301,9 @@ impl Guardian {
                         let hello = msg(OP_HELLO, 0, 0);
                         let hello = Hardening::get().encode(hello);
                         if (&theirs).write_all(&hello).is_err() {
-                            sys::exit_immediately(exit::NO_START);
+                            sys::process::exit_immediately(exit::NO_START);
                         }
-                        let Ok(live) = Live::new(fs, &bounds) else { sys::exit_immediately(exit::NO_START) };
+                        let Ok(live) = Live::new(fs, &bounds) else { sys::process::exit_immediately(exit::NO_START) };
                         let mut g = GuardianState::new(live, bounds, run_dir, reseq, reseq_fd);
                         // A panic must not unwind into reseq's copied stack (its destructors
                         // would run here: unmounts, device detaches): thaw and leave.
@@ -316,7 +316,7 @@ impl Guardian {
                 };
                 // After the last thaw: nothing of ours is frozen, so this may touch files.
                 crate::host::cgroup::leave_own_group();
-                sys::exit_immediately(code)
+                sys::process::exit_immediately(code)
             }
         }
     }
@@ -513,15 +513,15 @@ impl Guardian {
 /// In the child, before anything else: leave reseq's session, ignore what is aimed at
 /// reseq's group, take a pidfd on reseq, and change name. None if reseq is already gone.
 fn detach(reseq: nix::unistd::Pid) -> Option<Option<OwnedFd>> {
-    let _ = sys::new_session();
-    sys::ignore_group_signals().ok()?;
+    let _ = sys::process::new_session();
+    sys::process::ignore_group_signals().ok()?;
     // Without pidfds (Linux < 5.3) the guardian falls back to kill(2) while reseq is
     // still its parent (a parent's PID cannot be reused while its child lives).
-    let pidfd = sys::pidfd_open(reseq.as_raw()).ok();
+    let pidfd = sys::process::pidfd_open(reseq.as_raw()).ok();
     if nix::unistd::getppid() != reseq {
         return None;
     }
-    let _ = sys::set_process_title("freeze-guardian");
+    let _ = sys::process::set_process_title("freeze-guardian");
     Some(pidfd)
 }
 
@@ -570,9 +570,9 @@ impl Live {
         let thaws = mounts.clone();
         let freezers = Freezers::start(
             watched.len(),
-            move |i| sys::fifreeze(mounts[i].as_fd()),
+            move |i| sys::freeze::fifreeze(mounts[i].as_fd()),
             move |i| {
-                let _ = sys::fithaw(thaws[i].as_fd());
+                let _ = sys::freeze::fithaw(thaws[i].as_fd());
             },
         )?;
         Ok(Live { sentinels: SentinelReader::start(fds, limit)?, watched, freezers })
@@ -590,7 +590,7 @@ impl Filesystems for Live {
         self.freezers.settle(limit)
     }
     fn fithaw(&mut self, i: usize) {
-        let _ = sys::fithaw(self.watched[i].mount.as_fd());
+        let _ = sys::freeze::fithaw(self.watched[i].mount.as_fd());
     }
     fn sentinel(&mut self, i: usize, limit: Duration) -> Option<Vec<u8>> {
         self.sentinels.read(i, limit)
@@ -934,7 +934,7 @@ impl<F: Filesystems> GuardianState<F> {
                 Err((index, errno)) => msg(ST_ERR, index, errno as i32 as u64),
             },
             Request::Target(path) => {
-                self.target = sys::open_direct_read(&path).ok().map(|fd| (path, fd));
+                self.target = sys::block::open_direct_read(&path).ok().map(|fd| (path, fd));
                 msg(ST_OK, 0, 0)
             }
             Request::Permit(chunk) => self.permit(chunk),
@@ -1054,7 +1054,7 @@ impl<F: Filesystems> GuardianState<F> {
         let at = || started.map(|s| s.elapsed()).unwrap_or_default();
         let kill_at = at().as_millis();
         let killed = match &self.reseq_fd {
-            Some(fd) => sys::pidfd_kill(fd.as_fd()).is_ok(),
+            Some(fd) => sys::process::pidfd_kill(fd.as_fd()).is_ok(),
             None => {
                 nix::unistd::getppid() == self.reseq
                     && nix::sys::signal::kill(self.reseq, nix::sys::signal::Signal::SIGKILL).is_ok()
@@ -1114,8 +1114,8 @@ impl<F: Filesystems> GuardianState<F> {
             .flatten()
             .map(|&(offset, len, hash)| {
                 let intact = self.target.as_ref().and_then(|(_, fd)| {
-                    let mut buf = sys::AlignedBuf::new(len as usize, 4096);
-                    sys::pread_exact(fd.as_fd(), &mut buf[..len as usize], offset).ok()?;
+                    let mut buf = sys::memory::AlignedBuf::new(len as usize, 4096);
+                    sys::block::pread_exact(fd.as_fd(), &mut buf[..len as usize], offset).ok()?;
                     Some(blake3::hash(&buf[..len as usize]) == blake3::Hash::from(hash))
                 });
                 if intact != Some(true)
@@ -1197,8 +1197,8 @@ fn read_path(stream: &mut impl Read, len: u32) -> Option<PathBuf> {
 
 /// The 4 KiB at `offset` of an O_DIRECT descriptor.
 pub(crate) fn read_block(fd: std::os::fd::BorrowedFd<'_>, offset: u64) -> Option<Vec<u8>> {
-    let mut buf = sys::AlignedBuf::new(4096, 4096);
-    sys::pread_exact(fd, &mut buf, offset).ok()?;
+    let mut buf = sys::memory::AlignedBuf::new(4096, 4096);
+    sys::block::pread_exact(fd, &mut buf, offset).ok()?;
     Some(buf.to_vec())
 }
 

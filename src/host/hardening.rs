@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 
-use crate::sys::{self, Scheduling};
+use crate::sys::{self, process::Scheduling};
 
 /// The guardian's real-time priority: the highest. reseq's writer and verifier run one
 /// below it while a window is open, so the guardian preempts them.
 pub(crate) fn guardian_priority() -> i32 {
-    sys::fifo_max_priority()
+    sys::process::fifo_max_priority()
 }
 
 /// What the guardian could arrange for itself.
@@ -43,8 +43,8 @@ impl Hardening {
     /// In the guardian, before anything is frozen.
     pub(crate) fn get() -> Hardening {
         let priority = guardian_priority();
-        let realtime = sys::set_scheduling_of(0, Scheduling::Fifo(priority)).map(|()| priority);
-        let locked = sys::lock_touched_memory().and_then(|()| lock_own_code());
+        let realtime = sys::process::set_scheduling_of(0, Scheduling::Fifo(priority)).map(|()| priority);
+        let locked = sys::memory::lock_touched_memory().and_then(|()| lock_own_code());
         let oom_protected = std::fs::write("/proc/self/oom_score_adj", "-1000\n").is_ok();
         Hardening { realtime, locked, oom_protected }
     }
@@ -94,15 +94,15 @@ impl Hardening {
 /// is tried on a thread that ends at once; the rest is read off the capabilities).
 pub(crate) fn expected() -> String {
     let priority = guardian_priority();
-    let rt = std::thread::spawn(move || sys::set_scheduling_of(0, Scheduling::Fifo(priority)))
+    let rt = std::thread::spawn(move || sys::process::set_scheduling_of(0, Scheduling::Fifo(priority)))
         .join()
         .unwrap_or(Err(Errno::UnknownErrno));
     let caps = crate::host::privileges::effective_caps().unwrap_or(0);
     let has = |cap: u32| caps & (1 << cap) != 0;
     let h = Hardening {
         realtime: rt.map(|()| priority),
-        locked: if has(sys::CAP_IPC_LOCK) { Ok(()) } else { Err(Errno::EPERM) },
-        oom_protected: has(sys::CAP_SYS_RESOURCE),
+        locked: if has(sys::process::CAP_IPC_LOCK) { Ok(()) } else { Err(Errno::EPERM) },
+        oom_protected: has(sys::process::CAP_SYS_RESOURCE),
     };
     match h.shortfall() {
         None => format!(
@@ -169,7 +169,7 @@ fn lock_own_code() -> Result<(), Errno> {
         }
         let Some((lo, hi)) = f[0].split_once('-') else { continue };
         let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) else { continue };
-        sys::lock_range(lo, hi - lo)?;
+        sys::memory::lock_range(lo, hi - lo)?;
     }
     Ok(())
 }

@@ -167,13 +167,13 @@ impl Backing {
         let (mut pos, end) = (from + shift, to + shift);
         let (mut out, mut data): (Vec<(u64, u64)>, u64) = (Vec::new(), 0);
         while pos < end {
-            let Some(d) = sys::seek_data(file.as_fd(), pos).map_err(|e| Error::io(what(), e.into()))? else {
+            let Some(d) = sys::extents::seek_data(file.as_fd(), pos).map_err(|e| Error::io(what(), e.into()))? else {
                 break;
             };
             if d >= end {
                 break;
             }
-            let h = sys::seek_hole(file.as_fd(), d).map_err(|e| Error::io(what(), e.into()))?.unwrap_or(end);
+            let h = sys::extents::seek_hole(file.as_fd(), d).map_err(|e| Error::io(what(), e.into()))?.unwrap_or(end);
             let a = ((d - shift) / align * align).max(from);
             let b = (h.min(end) - shift).div_ceil(align).saturating_mul(align).min(to);
             push_merged(&mut out, (a, b - a));

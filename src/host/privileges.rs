@@ -3,7 +3,7 @@
 //! or a restricted unit).
 
 use crate::support::error::{Error, Result};
-use crate::sys::CAP_SYS_ADMIN;
+use crate::sys::process::CAP_SYS_ADMIN;
 
 pub(crate) fn effective_caps() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

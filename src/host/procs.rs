@@ -51,7 +51,10 @@ fn parse_stat(text: &str) -> Option<Stat> {
         start_ticks: fields.get(22 - 3)?.parse().ok()?,
         cpu_ticks: fields.get(14 - 3)?.parse::<u64>().ok()? + fields.get(15 - 3)?.parse::<u64>().ok()?,
         policy: fields.get(41 - 3).and_then(|p| p.parse().ok()).unwrap_or(0),
-        kernel_thread: fields.get(9 - 3).and_then(|f| f.parse().ok()).is_some_and(crate::sys::is_kernel_thread),
+        kernel_thread: fields
+            .get(9 - 3)
+            .and_then(|f| f.parse().ok())
+            .is_some_and(crate::sys::process::is_kernel_thread),
     })
 }
 

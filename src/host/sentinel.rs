@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Duration;
 
-use crate::sys::{self, AlignedBuf};
+use crate::sys::{self, memory::AlignedBuf};
 
 /// One request: which filesystem, and a sequence number so that a late answer to an
 /// earlier request (its wait timed out) is never taken for this one's.
@@ -36,7 +36,7 @@ impl SentinelReader {
         Self::spawn(limit, move |i| {
             let (fd, offset) = sentinels.get(i)?.as_ref()?;
             let buf = &mut bufs[i];
-            sys::pread_exact(fd.as_fd(), buf, *offset).ok().map(|()| buf.to_vec())
+            sys::block::pread_exact(fd.as_fd(), buf, *offset).ok().map(|()| buf.to_vec())
         })
     }
 

@@ -135,7 +135,7 @@ fn thaw_one(fs: &RecordedFs) -> FsOutcome {
         return FsOutcome::LeftAlone(format!("the mount point now holds another filesystem ({dev})"));
     }
     if let Some(s) = &fs.sentinel {
-        let now = crate::sys::open_direct_read(&s.device)
+        let now = crate::sys::block::open_direct_read(&s.device)
             .ok()
             .and_then(|fd| crate::host::guardian::read_block(fd.as_fd(), s.offset))
             .map(|b| blake3::hash(&b).to_hex().to_string());
@@ -145,7 +145,7 @@ fn thaw_one(fs: &RecordedFs) -> FsOutcome {
             );
         }
     }
-    match crate::sys::fithaw(dir.as_fd()) {
+    match crate::sys::freeze::fithaw(dir.as_fd()) {
         Ok(()) => FsOutcome::Thawed,
         Err(nix::errno::Errno::EINVAL) => FsOutcome::NotFrozen,
         Err(e) => FsOutcome::LeftAlone(format!("FITHAW failed: {e}")),

@@ -388,7 +388,7 @@ impl Trimming {
             let len = self.pacer.slice_len().min(t.end - at);
             crate::support::hooks::point("trim-slice");
             let t0 = Instant::now();
-            let r = sys::fitrim_range(t.fd, at, len);
+            let r = sys::extents::fitrim_range(t.fd, at, len);
             let took = t0.elapsed();
             self.last_end = Instant::now();
             match r {

@@ -52,12 +52,12 @@ pub(crate) fn free_ranges(spans: &[FsSpan], from: u64, to: u64) -> Result<Vec<(u
             free.extend(btrfs_free(s, member, lo, hi)?);
             continue;
         }
-        let dev = sys::encode_dev(s.fs.dev_num);
-        let recs = sys::getfsmap(s.fd.as_fd(), lo - s.start, hi - s.start)
+        let dev = sys::block::encode_dev(s.fs.dev_num);
+        let recs = sys::extents::getfsmap(s.fd.as_fd(), lo - s.start, hi - s.start)
             .map_err(|e| Error::io(format!("GETFSMAP on {}", s.fs.mount_point.display()), e.into()))?;
         for r in recs {
             // Only the data device's records; an xfs external log has its own.
-            if r.owner == sys::FMR_OWN_FREE && r.device == dev {
+            if r.owner == sys::extents::FMR_OWN_FREE && r.device == dev {
                 let a = (s.start + r.physical).max(lo);
                 let b = (s.start + r.physical + r.length).min(hi);
                 if a < b {

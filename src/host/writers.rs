@@ -141,7 +141,7 @@ fn file_tables(pid: i32) -> Vec<(PathBuf, Option<i32>)> {
     tids.sort_by_key(|&t| (t != pid, t));
     let mut seen: Vec<i32> = Vec::new();
     for tid in tids {
-        if !seen.iter().any(|&s| crate::sys::same_file_table(s, tid) == Some(true)) {
+        if !seen.iter().any(|&s| crate::sys::process::same_file_table(s, tid) == Some(true)) {
             seen.push(tid);
         }
     }
@@ -232,7 +232,7 @@ fn maps_hold(dir: &Path, maps: &str, r: &Reach, devs: &[(u32, u32)]) -> Option<H
 fn unseen_processes() -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let ns = std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino());
-    if ns.is_some_and(|ino| ino != crate::sys::PID_NS_INIT_INO) {
+    if ns.is_some_and(|ino| ino != crate::sys::process::PID_NS_INIT_INO) {
         return Some("it runs in a PID namespace of its own, and processes outside it are not in its /proc".into());
     }
     let me = std::fs::read_link("/proc/self").ok().and_then(|l| l.to_string_lossy().parse::<u32>().ok());

@@ -220,7 +220,7 @@ pub(crate) fn found_of(paths: &[PathBuf]) -> Result<Vec<Found>> {
 /// A file's written bytes and extents (FIEMAP, without syncing: the scan reads, it does
 /// not flush; data not yet written back counts as written).
 fn data_of(f: &std::fs::File) -> nix::Result<(u64, usize)> {
-    let extents = crate::sys::fiemap(f.as_fd(), 0, 0)?;
+    let extents = crate::sys::extents::fiemap(f.as_fd(), 0, 0)?;
     Ok((extents.iter().filter(|e| !e.is_unwritten()).map(|e| e.length).sum(), extents.len()))
 }
 

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::target::{DirectReader, ReadTarget};
 use crate::support::error::{Error, Result};
-use crate::sys::AlignedBuf;
+use crate::sys::memory::AlignedBuf;
 
 /// Reads in flight tried.
 const IN_FLIGHT: [usize; 4] = [1, 2, 4, 8];

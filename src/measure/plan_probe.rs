@@ -31,7 +31,7 @@ use crate::engine::target::ReadTarget;
 use crate::measure::bench::{HostPressure, Watch};
 use crate::measure::readbench::{Source, Target};
 use crate::support::error::{Error, Result};
-use crate::sys::AlignedBuf;
+use crate::sys::memory::AlignedBuf;
 
 /// Stretches of consecutive chunks read, and chunks in each, at most.
 const STRETCHES: usize = 8;
@@ -142,7 +142,7 @@ impl Reads<'_> {
     fn urgent(&self, which: &[usize], until: Option<Instant>, one_block: bool) -> Result<Vec<(u64, f64)>> {
         let read = || {
             // Back to normal as the thread ends.
-            let _ = crate::sys::set_scheduling_of(0, crate::sys::Scheduling::Fifo(1));
+            let _ = crate::sys::process::set_scheduling_of(0, crate::sys::process::Scheduling::Fifo(1));
             self.timed(which, until, one_block)
         };
         std::thread::scope(|s| s.spawn(read).join()).map_err(|_| Error::Internal("the probe panicked".into()))?

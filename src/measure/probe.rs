@@ -11,7 +11,7 @@ use crate::engine::target::{DirectReader, ReadTarget};
 use crate::host::freeze::Thawed;
 use crate::host::trim::{Pace, ProbeComparison, TrimReport, TrimTarget, run};
 use crate::support::signals::StopFlag;
-use crate::sys::AlignedBuf;
+use crate::sys::memory::AlignedBuf;
 
 /// The probe's read size and spacing: about 200 small reads a second, which a drive
 /// barely notices and which still gives a p99 within a second or two.

@@ -24,7 +24,7 @@ use crate::engine::target::{DirectReader, ReadTarget};
 use crate::sim::SimState;
 use crate::sim::ftl::{SLOT, seq_read_time};
 use crate::support::error::{Error, Result};
-use crate::sys::{self, AlignedBuf};
+use crate::sys::{self, memory::AlignedBuf};
 
 /// One readable source: a block device or a regular file, opened O_DIRECT read-only.
 pub(crate) struct Source {
@@ -50,17 +50,17 @@ impl Source {
             _ => Error::input(format!("opening {} for direct reads", path.display()), e),
         })?;
         let (len, (mem, off)) = if md.file_type().is_block_device() {
-            let len = sys::blk_size_bytes(reader.as_fd()).map_err(|e| Error::io("BLKGETSIZE64", e.into()))?;
+            let len = sys::block::blk_size_bytes(reader.as_fd()).map_err(|e| Error::io("BLKGETSIZE64", e.into()))?;
             let (mem, off, _) =
-                sys::blk_dio_align(path, reader.as_fd()).map_err(|e| Error::io("BLKSSZGET", e.into()))?;
+                sys::block::blk_dio_align(path, reader.as_fd()).map_err(|e| Error::io("BLKSSZGET", e.into()))?;
             (len, (mem, off))
         } else if md.is_file() {
             // statx reports 0/0 where the file cannot do direct I/O (fscrypt, some
             // filesystems). btrfs reports nothing here on this kernel, yet reads its
             // files directly at its sector size (fs/btrfs/direct-io.c, check_direct_IO:
             // offsets and buffers aligned to it); st_blksize is that size.
-            let btrfs = || sys::on_btrfs(path).then(|| (md.blksize() as u32, md.blksize() as u32));
-            let align = sys::statx_dio_align(path).ok().flatten().or_else(btrfs).ok_or_else(|| {
+            let btrfs = || sys::btrfs::on_btrfs(path).then(|| (md.blksize() as u32, md.blksize() as u32));
+            let align = sys::block::statx_dio_align(path).ok().flatten().or_else(btrfs).ok_or_else(|| {
                 Error::refused(
                     format!("{} cannot be read with direct I/O (statx reports no DIO alignment)", path.display()),
                     "reseq does not fall back to buffered reads",
@@ -92,7 +92,7 @@ impl Source {
     /// A regular file's ranges that hold written data (FIEMAP: holes and unwritten
     /// extents read as zeros at memory speed and say nothing about the drive).
     pub(crate) fn written_ranges(&self) -> Result<Ranges> {
-        let exts = sys::fiemap(self.reader.as_fd(), 0, sys::FIEMAP_FLAG_SYNC)
+        let exts = sys::extents::fiemap(self.reader.as_fd(), 0, sys::extents::FIEMAP_FLAG_SYNC)
             .map_err(|e| Error::io(format!("FIEMAP {}", self.path.display()), e.into()))?;
         let align = self.reader.offset_align().max(1);
         let mut out: Ranges = Vec::new();

@@ -141,7 +141,7 @@ fn fill(f: &mut File, len: u64, seed: u64, stop: &StopFlag) -> Result<()> {
 /// The filesystem byte range a file occupies (first extent's start to last's end, in
 /// MiB), from FIEMAP.
 fn occupied_range(f: &File) -> Result<(u64, u64)> {
-    let exts = crate::sys::fiemap(f.as_fd(), 0, crate::sys::FIEMAP_FLAG_SYNC)
+    let exts = crate::sys::extents::fiemap(f.as_fd(), 0, crate::sys::extents::FIEMAP_FLAG_SYNC)
         .map_err(|e| Error::io("FIEMAP of the scratch file", e.into()))?;
     let lo = exts.iter().map(|e| e.physical).min();
     let hi = exts.iter().map(|e| e.physical + e.length).max();
@@ -180,7 +180,7 @@ fn check_discard(dir: &Path, fs: &MountEntry, dir_fd: &File) -> Result<Option<u6
     }
     // The filesystem's own answer: one block-sized FITRIM at the start (the superblock
     // lives there, so it discards nothing, or a few free blocks).
-    match crate::sys::fitrim_range(dir_fd.as_fd(), 0, trim::SLICE_ALIGN) {
+    match crate::sys::extents::fitrim_range(dir_fd.as_fd(), 0, trim::SLICE_ALIGN) {
         Ok(_) => Ok(max),
         Err(nix::errno::Errno::EOPNOTSUPP) => Err(no_discard("FITRIM gave EOPNOTSUPP".into())),
         Err(nix::errno::Errno::EPERM) => {

@@ -456,7 +456,7 @@ impl Report {
     pub(crate) fn finish(&mut self, elapsed: Duration, result: &Result<(), Error>) {
         self.finished_at = now_rfc3339();
         self.duration_seconds = elapsed.as_secs_f64();
-        self.peak_resident_bytes = crate::sys::peak_resident_bytes().ok();
+        self.peak_resident_bytes = crate::sys::process::peak_resident_bytes().ok();
         let verify_on = self.plan.as_ref().is_some_and(|p| p.verify);
         self.verification = Verification::of(result, self.dry_run, self.plan.is_some(), verify_on);
         self.outcome = match result {

@@ -249,7 +249,7 @@ pub(crate) fn exclusive_if_unmounted(
     if !filesystems.is_empty() {
         return Ok(());
     }
-    match crate::sys::open_exclusive(&dev.path) {
+    match crate::sys::block::open_exclusive(&dev.path) {
         Ok(_) => Ok(()),
         Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => Err(busy_unmounted(&dev.path, dev.dev_num, mounts)),
         Err(e) => Err(Error::io(format!("opening {} exclusively", dev.path.display()), e)),
@@ -439,7 +439,7 @@ pub(crate) fn not_active_swap(f: &Path, id: (u64, u64), swap_files: &[((u64, u64
 /// File mode: fscrypt: the blocks hold ciphertext, which reading through the file does not
 /// give.
 pub(crate) fn not_encrypted(f: &Path) -> Result<()> {
-    if !crate::sys::statx_encrypted(f).unwrap_or(false) {
+    if !crate::sys::block::statx_encrypted(f).unwrap_or(false) {
         return Ok(());
     }
     Err(Error::refused(

@@ -36,7 +36,7 @@ use crate::support::error::{Error, Result};
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
 use crate::support::units::human_bytes;
-use crate::sys::AlignedBuf;
+use crate::sys::memory::AlignedBuf;
 
 /// Runs `reseq rewrite` on a device, or on files (file mode). Always returns a report,
 /// also when the run failed. (A simulated SSD is the `sim` command's.)
@@ -146,7 +146,7 @@ fn claim_unmounted_partitions(plan: &RewritePlan) -> Result<Vec<File>> {
             continue;
         }
         let path = std::path::PathBuf::from(format!("/dev/{name}"));
-        match crate::sys::open_exclusive(&path) {
+        match crate::sys::block::open_exclusive(&path) {
             Ok(f) => held.push(f),
             Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
                 let mounts = crate::host::mounts::read_mounts().unwrap_or_default();

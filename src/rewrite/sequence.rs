@@ -40,7 +40,7 @@ use crate::sys;
 pub(crate) fn ready_to_write() -> Result<StopFlag> {
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
     stop.check_before_writing()?;
-    sys::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
+    sys::process::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
     Ok(stop)
 }
 
@@ -53,8 +53,8 @@ pub(crate) struct LowIoPriority(Option<nix::libc::c_long>);
 
 impl LowIoPriority {
     pub(crate) fn set() -> LowIoPriority {
-        let before = sys::io_priority().ok();
-        if let Err(e) = sys::lower_io_priority() {
+        let before = sys::process::io_priority().ok();
+        if let Err(e) = sys::process::lower_io_priority() {
             log::warn!("could not lower the I/O priority: {e}");
             return LowIoPriority(None);
         }
@@ -65,7 +65,7 @@ impl LowIoPriority {
 impl Drop for LowIoPriority {
     fn drop(&mut self) {
         if let Some(v) = self.0 {
-            let _ = sys::set_io_priority(v);
+            let _ = sys::process::set_io_priority(v);
         }
     }
 }

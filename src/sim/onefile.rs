@@ -16,7 +16,7 @@ use fuser::{
     ReplyWrite, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 
-use crate::sys::Fallocate;
+use crate::sys::extents::Fallocate;
 
 /// The served file's name in the mount directory.
 pub const DISK_NAME: &str = "disk";
@@ -233,7 +233,7 @@ impl<B: Backend> Filesystem for OneFileFs<B> {
             return reply.error(Errno::EISDIR);
         }
         let end = offset.saturating_add(length).min(self.len);
-        let r = match crate::sys::fallocate_mode(mode) {
+        let r = match crate::sys::extents::fallocate_mode(mode) {
             // Allocation: every byte of the file exists already.
             Fallocate::Allocate => Ok(()),
             Fallocate::Discard if offset < end => self.backend.trim(offset, end),

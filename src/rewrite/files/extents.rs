@@ -19,7 +19,7 @@ pub(crate) struct Extent {
 /// are adjacent both in the file and on the device. Returns the skip reason instead if an
 /// extent cannot be rewritten safely.
 pub(crate) fn plan_extents(
-    exts: &[sys::FiemapExtent],
+    exts: &[sys::extents::FiemapExtent],
     cursor: u64,
     end: u64,
     mut shared_ok: impl FnMut(u64, u64) -> bool,

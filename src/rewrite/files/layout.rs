@@ -114,7 +114,7 @@ fn engine_run(device: &std::path::Path, align: u64, mut files: Vec<Mapped>, plan
 /// DUP), each laid out as a file of its own. None of it where a range does not map (the
 /// run skips that file).
 fn copies_on(f: &Mapped, layout: &crate::host::btrfs::Layout, devid: u64) -> Vec<Mapped> {
-    let mut copies: Vec<Vec<sys::FiemapExtent>> = Vec::new();
+    let mut copies: Vec<Vec<sys::extents::FiemapExtent>> = Vec::new();
     for e in &f.extents {
         let Ok(pieces) = layout.map(e.physical, e.length) else { return Vec::new() };
         for (copy, p) in crate::host::btrfs::Layout::ranked_on(&pieces, devid) {
@@ -123,7 +123,7 @@ fn copies_on(f: &Mapped, layout: &crate::host::btrfs::Layout, devid: u64) -> Vec
                 copies.resize_with(copy + 1, Vec::new);
             }
             let logical = e.logical + (p.logical - e.physical);
-            copies[copy].push(sys::FiemapExtent { logical, physical: p.physical, length: p.len, ..*e });
+            copies[copy].push(sys::extents::FiemapExtent { logical, physical: p.physical, length: p.len, ..*e });
         }
     }
     let seconds = f.seconds / copies.len().max(1) as f64;
@@ -142,7 +142,7 @@ struct Mapped {
     first: u64,
     /// Its size rounded up to whole blocks: its span in the run's address space.
     span: u64,
-    extents: Vec<sys::FiemapExtent>,
+    extents: Vec<sys::extents::FiemapExtent>,
     /// Open, stat and FIEMAP, as the planner does in a window.
     seconds: f64,
 }
@@ -152,7 +152,7 @@ fn map(path: &std::path::Path, align: u64) -> Option<Mapped> {
     let started = Instant::now();
     let f = std::fs::File::open(path).ok()?;
     let md = f.metadata().ok()?;
-    let extents = sys::fiemap(f.as_fd(), 0, 0).ok()?;
+    let extents = sys::extents::fiemap(f.as_fd(), 0, 0).ok()?;
     let seconds = started.elapsed().as_secs_f64();
     if md.len() == 0 {
         return None;

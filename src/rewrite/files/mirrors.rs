@@ -171,7 +171,7 @@ impl Mirrors {
             if p.devid == self.devid && p.physical == at + off as u64 {
                 continue;
             }
-            let mut copy = crate::sys::AlignedBuf::new(p.len as usize, self.mem_align);
+            let mut copy = crate::sys::memory::AlignedBuf::new(p.len as usize, self.mem_align);
             let read = match self.readers.get(&p.devid) {
                 _ if p.devid == self.devid => dev.read_at(&mut copy, p.physical),
                 Some(r) => r.read_at(&mut copy, p.physical),
@@ -219,7 +219,7 @@ mod tests {
             logical: 1 << 30,
             length: 64 << 20,
             stripe_len: 1 << 16,
-            flags: sys::BTRFS_BLOCK_GROUP_DATA | flags,
+            flags: sys::btrfs::BTRFS_BLOCK_GROUP_DATA | flags,
             sub_stripes: 1,
             stripes: stripes.iter().map(|&(devid, offset)| Stripe { devid, offset }).collect(),
         }
@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn dup_interleaves_both_copies_unit_by_unit() {
-        let d = on(1, 2, chunk(sys::BTRFS_BLOCK_GROUP_DUP, &[(1, 10 * M), (1, 100 * M)]));
+        let d = on(1, 2, chunk(sys::btrfs::BTRFS_BLOCK_GROUP_DUP, &[(1, 10 * M), (1, 100 * M)]));
         assert_eq!(d.span(3 * M / 2), 4 * M);
         // 1.5 MiB of file at btrfs logical 1 GiB + 1 MiB.
         let piece = [Extent { logical: 0, physical: (1 << 30) + M, len: 3 * M / 2, source: None }];
@@ -253,7 +253,7 @@ mod tests {
 
     #[test]
     fn raid1_gives_each_device_its_own_copy() {
-        let c = chunk(sys::BTRFS_BLOCK_GROUP_RAID1, &[(1, 10 * M), (2, 30 * M)]);
+        let c = chunk(sys::btrfs::BTRFS_BLOCK_GROUP_RAID1, &[(1, 10 * M), (2, 30 * M)]);
         let piece = [Extent { logical: 8192, physical: (1 << 30) + 4096, len: 3 * M, source: None }];
         for (devid, at) in [(1, 10 * M), (2, 30 * M)] {
             let got = on(devid, 1, c.clone()).on_device(&piece, 0).unwrap();
@@ -262,7 +262,7 @@ mod tests {
                 vec![Extent { logical: 8192, physical: at + 4096, len: 3 * M, source: Some((1 << 30) + 4096) }]
             );
         }
-        let r5 = chunk(sys::BTRFS_BLOCK_GROUP_RAID5, &[(1, 0), (2, 0), (3, 0)]);
+        let r5 = chunk(sys::btrfs::BTRFS_BLOCK_GROUP_RAID5, &[(1, 0), (2, 0), (3, 0)]);
         assert!(on(1, 1, r5).on_device(&piece, 0).unwrap_err().contains("parity"));
     }
 }

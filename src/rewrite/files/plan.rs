@@ -320,7 +320,11 @@ fn device_of(fs: &MountedFs, sysfs: &Sysfs) -> Result<device::BlockDeviceInfo> {
 }
 
 /// A file as a run records it: device, inode, birth time, and where its extents lie.
-pub(super) fn file_identity(path: &Path, md: &std::fs::Metadata, exts: Option<&[sys::FiemapExtent]>) -> FileIdentity {
+pub(super) fn file_identity(
+    path: &Path,
+    md: &std::fs::Metadata,
+    exts: Option<&[sys::extents::FiemapExtent]>,
+) -> FileIdentity {
     FileIdentity {
         dev: format!("{}:{}", nix::sys::stat::major(md.dev()), nix::sys::stat::minor(md.dev())),
         ino: md.ino(),
@@ -346,13 +350,13 @@ pub(super) fn on_devid(mut id: FileIdentity, devid: Option<u64>) -> FileIdentity
 
 /// A file's extents, mapped without syncing it or a freeze (for its identity, the run's
 /// order and the plan; the run maps again while frozen).
-pub(super) fn mapped(path: &Path) -> Option<Vec<sys::FiemapExtent>> {
+pub(super) fn mapped(path: &Path) -> Option<Vec<sys::extents::FiemapExtent>> {
     let f = std::fs::File::open(path).ok()?;
-    sys::fiemap(f.as_fd(), 0, 0).ok()
+    sys::extents::fiemap(f.as_fd(), 0, 0).ok()
 }
 
 /// blake3 of a file's extents (logical, physical, length).
-fn fingerprint(extents: &[sys::FiemapExtent]) -> String {
+fn fingerprint(extents: &[sys::extents::FiemapExtent]) -> String {
     let mut h = blake3::Hasher::new();
     for e in extents {
         for v in [e.logical, e.physical, e.length] {

@@ -205,14 +205,14 @@ impl FilesPlanner {
         // the group the cursor is in.
         let from = self.btrfs.as_ref().map_or(local, |b| b.file_offset(local));
         // FIEMAP_FLAG_SYNC returns at once on a frozen filesystem (nothing can be dirty).
-        let exts = sys::fiemap(file.as_fd(), from, sys::FIEMAP_FLAG_SYNC)
+        let exts = sys::extents::fiemap(file.as_fd(), from, sys::extents::FIEMAP_FLAG_SYNC)
             .map_err(|e| Error::io(format!("FIEMAP {}", m.path.display()), e.into()))?;
         // Skipped bytes are counted from the file's first map only: every later window
         // maps the rest of it again.
         let first = m.extents.is_none();
         // An xfs realtime file's FIEMAP addresses are on the realtime device, not the
         // device reseq writes.
-        if first && sys::fs_xflags(file.as_fd()).is_ok_and(|f| f & sys::FS_XFLAG_REALTIME != 0) {
+        if first && sys::extents::fs_xflags(file.as_fd()).is_ok_and(|f| f & sys::extents::FS_XFLAG_REALTIME != 0) {
             let why = "an xfs realtime file: its blocks are on the realtime device, not this one";
             skip(m, &mut self.shared, why.into());
             return Ok(());
@@ -359,8 +359,8 @@ impl BlockTarget for FileTarget {
 mod tests {
     use super::*;
 
-    fn ext(logical: u64, physical: u64, length: u64, flags: u32) -> sys::FiemapExtent {
-        sys::FiemapExtent { logical, physical, length, flags, ..Default::default() }
+    fn ext(logical: u64, physical: u64, length: u64, flags: u32) -> sys::extents::FiemapExtent {
+        sys::extents::FiemapExtent { logical, physical, length, flags, ..Default::default() }
     }
 
     #[test]
@@ -370,8 +370,8 @@ mod tests {
             ext(0, 8192, 4096, 0),
             ext(4096, 12288, 4096, 0), // adjacent in file and on disk: merged
             ext(8192, 4096, 4096, 0),  // behind on disk: its own piece, in file order
-            ext(12288, 40960, 8192, sys::FIEMAP_EXTENT_UNWRITTEN), // never written
-            ext(24576, 81920, 4096, sys::FIEMAP_EXTENT_SHARED),
+            ext(12288, 40960, 8192, sys::extents::FIEMAP_EXTENT_UNWRITTEN), // never written
+            ext(24576, 81920, 4096, sys::extents::FIEMAP_EXTENT_SHARED),
         ];
         let got = plan_extents(&exts, 0, 1 << 20, |_, _| true, &mut u, &mut s).unwrap();
         assert_eq!(
