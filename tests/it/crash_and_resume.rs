@@ -46,7 +46,7 @@ fn kill_9_at_many_points_then_resume() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let (lo, mnt) = env.mounted_dense("kill", 128 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 3, 4 << 20, 3);
     let total_chunks = 128;
@@ -135,7 +135,7 @@ fn sigint_stops_thaws_and_resumes() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let (lo, mnt) = env.mounted_dense("int", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 2, 4 << 20, 9);
     let child = spawn_captured(&mut slow_rewrite(&env, &lo, ""));
@@ -190,7 +190,7 @@ fn sigint_before_the_first_write_exits_6_with_a_report() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let (lo, mnt) = env.mounted_dense("early", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 2, 4 << 20, 5);
     let before = bytes_written_to(&lo.path);
@@ -216,7 +216,7 @@ fn sigint_during_the_before_benchmark_stops_it() {
     if !require(&["losetup"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let lo = env.random_loop_device("benchint", 64 * MIB, 8);
     let before = bytes_written_to(&lo.path);
     // Every benchmark read 200 ms slower: a pass takes 13 s.
@@ -241,7 +241,7 @@ fn sigint_during_the_after_benchmark_keeps_the_finished_rewrite() {
     if !require(&["losetup"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let lo = env.random_loop_device("afterint", 16 * MIB, 9);
     let mut cmd = env.reseq();
     cmd.args(["rewrite", "--json", "--bench", "--chunk-size", "1M"]).arg(&lo.path);
@@ -273,7 +273,7 @@ fn window_overrun_before_a_write_is_thawed_and_not_written() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     // The third chunk stalls for 1.5 s before asking to write; the deadline is 500 ms.
     let (lo, mnt, files, mut cmd) = mounted_rewrite(
         &env,
@@ -315,7 +315,7 @@ fn window_overrun_during_a_write_waits_for_it_then_thaws() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let written = env.dir.path().join("slow-write.done");
     let faults = format!("delay@after-permit#2=1100,mark@after-write#2={}", written.display());
     let (_lo, mnt, files, mut cmd) =
@@ -356,7 +356,7 @@ fn a_write_stalled_past_the_grace_gets_reseq_killed_and_the_freeze_ended() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let (lo, mnt, files, mut cmd) =
         mounted_rewrite(&env, "stall", 19, &["--max-freeze", "500ms"], "delay@after-permit#2=5000");
     let started = Instant::now();
@@ -383,7 +383,7 @@ fn an_overrun_shortens_later_windows_and_the_run_completes() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let (_lo, mnt, files, mut cmd) =
         mounted_rewrite(&env, "overc", 23, &["--max-freeze", "500ms"], "delay@before-write#3=1000");
     let out = output(&mut cmd);
@@ -405,7 +405,7 @@ fn a_freeze_released_by_someone_else_stops_the_run() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let (lo, mnt, files, mut cmd) =
         mounted_rewrite(&env, "stolen", 29, &["--max-freeze", "3s"], "delay@after-write#*=40");
     let child = spawn_captured(&mut cmd);
@@ -433,7 +433,7 @@ fn chunks_shrink_when_they_are_slow_for_the_window() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     // The first three chunks are slow (300 ms against a 750 ms budget: over a quarter);
     // later ones quick. Windows of 1 s leave 400 ms for a machine under a parallel load
     // (with 120 ms chunks in 400 ms windows, a loaded host overran one).
@@ -464,7 +464,7 @@ fn a_changed_in_flight_chunk_on_an_unmounted_device_stops_the_resume() {
     if !require(&["losetup"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let lo = env.random_loop_device("torn", 16 * MIB, 12);
     let mut cmd = env.reseq();
     cmd.env("RESEQ_FAULTS", "kill@after-write#3").args(["rewrite", "--chunk-size", "1M"]).arg(&lo.path);
@@ -494,7 +494,7 @@ fn a_resumed_run_keeps_the_options_it_was_started_with() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let (lo, mnt) = env.mounted_dense("opts", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 2, 4 << 20, 91);
     let mut first = env.reseq();
@@ -546,7 +546,7 @@ fn status_names_a_run_in_progress() {
     if !require(&["losetup"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let lo = env.random_loop_device("live.img", 64 * MIB, 8);
     let mut cmd = slow_rewrite(&env, &lo, "");
     let child = spawn_captured(&mut cmd);
@@ -578,7 +578,7 @@ fn a_panic_inside_a_window_aborts_thaws_and_resumes() {
         return;
     }
     use std::os::unix::process::ExitStatusExt;
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let (lo, mnt) = env.mounted_dense("panic", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 3, 4 << 20, 5);
     let points = [
@@ -661,7 +661,7 @@ fn a_refused_device_run_writes_nothing() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let (lo, mnt, files, mut cmd) = mounted_rewrite(&env, "refused", 41, &["--max-freeze", "500ms"], "");
     assert_eq!(output(&mut cmd).status.code(), Some(0));
     let finished = snapshot_dir(&env.state_dir());

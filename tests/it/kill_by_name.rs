@@ -97,7 +97,7 @@ fn killing_reseq_by_name_never_leaves_a_freeze() {
     if !require(&["mkfs.ext4", "e2fsck", "pkill", "killall", "timeout", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let (lo, m) = env.mounted("d", 320 << 20, "ext4");
     fill_files(&m.dir, 4, 50 << 20, 3);
     let writer = FsyncWriter::start(&m.dir, &m.dir.join("log"), &env.path("ack"), &env.path("stop"));

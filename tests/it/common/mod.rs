@@ -191,6 +191,8 @@ pub fn skip(why: &str) -> bool {
 pub struct TestEnv {
     pub dir: tempfile::TempDir,
     run: tempfile::TempDir,
+    /// Loop devices' images on tmpfs (see [`TestEnv::in_memory`]).
+    memory: bool,
 }
 
 impl TestEnv {
@@ -206,7 +208,22 @@ impl TestEnv {
         .expect("run dir");
         leftovers::sweep_once();
         leftovers::mark(dir.path(), std::process::id(), &[run.path()]);
-        TestEnv { dir, run }
+        TestEnv { dir, run, memory: false }
+    }
+
+    /// As [`TestEnv::new`], with every loop device's image in memory (tmpfs, beside the run
+    /// directory), for tests that act at a point inside a window (a kill, a signal, a panic)
+    /// and time their windows with their own delays: a host disk busy with another
+    /// program's writes stretched a 1 MiB write past a 200 ms window's grace (the guardian
+    /// killed reseq before the test's SIGINT) and a thaw to 545 ms. The bound on a busy
+    /// disk is freeze_bound.rs's subject, on disk.
+    pub fn in_memory() -> TestEnv {
+        TestEnv { memory: true, ..TestEnv::new() }
+    }
+
+    /// Where a loop device's image named `name` goes.
+    fn image(&self, name: &str) -> PathBuf {
+        if self.memory { self.run_dir().join(name) } else { self.path(name) }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -225,7 +242,7 @@ impl TestEnv {
 
     /// A loop device over a new sparse image.
     pub fn loop_device(&self, name: &str, size: u64) -> LoopDevice {
-        LoopDevice::create(&self.path(name), size).expect("loop device")
+        LoopDevice::create(&self.image(name), size).expect("loop device")
     }
 
     /// A loop device filled with deterministic random bytes.
