@@ -316,12 +316,23 @@ fn window_overrun_during_a_write_waits_for_it_then_thaws() {
         return;
     }
     let env = TestEnv::in_memory();
-    let written = env.dir.path().join("slow-write.done");
-    let faults = format!("delay@after-permit#2=1100,mark@after-write#2={}", written.display());
+    let (started, written) = (env.dir.path().join("slow-write.began"), env.dir.path().join("slow-write.done"));
+    // The marks in this order: the slow write granted (frozen: the permit was), then done.
+    let faults = format!(
+        "mark@after-permit#2={},delay@after-permit#2=1100,mark@after-write#2={}",
+        started.display(),
+        written.display()
+    );
     let (_lo, mnt, files, mut cmd) =
         mounted_rewrite(&env, "overw", 17, &["--max-freeze", "1s", "--max-overruns", "1"], &faults);
     let child = spawn_captured(&mut cmd);
-    assert!(wait_frozen_record(&env.run_dir(), Duration::from_secs(30)), "no window began");
+    // From the grant of the slow write, not from the first freeze: on a busy host the
+    // first window once ended after one chunk, and its thaw was taken for this one's.
+    let began = Instant::now();
+    while !started.exists() && began.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(started.exists(), "the slow write was not granted within 30 s");
     // Every 10 ms (each look is an fsfreeze process; this test shares the machine).
     let looked = Instant::now();
     let mut thawed = false;
