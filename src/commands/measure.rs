@@ -1,6 +1,7 @@
 //! `reseq bench`, `reseq scan` and `reseq estimate`: a target read, into a report.
 
 use crate::measure::readbench::{ReadParams, Target, resolve_params};
+use crate::measure::scan;
 use crate::measure::{bench, byfile};
 use crate::options::bench::{BenchCommand, EstimateOptions, ReadOptions, ScanOptions};
 use crate::report::Report;
@@ -38,7 +39,7 @@ pub(crate) fn run_scan(o: &ScanOptions) -> (Report, Result<()>) {
             return Ok(());
         }
         let (target, params) = open_read(&o.read)?;
-        report.scan = Some(bench::scan(&target, &params, (o.regions, crate::measure::noise::ROUNDS), o.threshold)?);
+        report.scan = Some(scan::scan(&target, &params, (o.regions, crate::measure::noise::ROUNDS), o.threshold)?);
         Ok(())
     })
 }

@@ -13,8 +13,8 @@ use serde::Serialize;
 use crate::engine::journal::Journal;
 use crate::engine::{self, EngineConfig, EngineStats};
 use crate::host::freeze::NoFreeze;
-use crate::measure::bench::Selection;
 use crate::measure::readbench::{ReadParams, Target};
+use crate::measure::scan::Selection;
 use crate::options::bench::BenchOptions;
 use crate::options::sim::{Override, SimRange, SimRewrite, SimStep, SimulateOptions};
 use crate::sim::experiment::degrade;
@@ -357,7 +357,7 @@ pub(crate) fn rewrite_report(
         ));
         if let Some(o) = bench {
             let (b, s) = measure(o)?;
-            report.verdict = report.bench_before.as_ref().map(|before| crate::measure::bench::verdict_of(before, &b));
+            report.verdict = report.bench_before.as_ref().map(|before| crate::measure::verdict::verdict_of(before, &b));
             (report.bench_after, report.scan_after) = (Some(b), Some(s));
         }
         Ok(())
@@ -378,6 +378,6 @@ pub(crate) fn slow_regions_of(
     }
     let target = Target::Sim { path: "simulated".into(), state: Box::new(std::sync::Mutex::new(state)) };
     let params = ReadParams { block_size_bytes: MIB, queue_depth: 1, offset_bytes: start, length_bytes: end - start };
-    let scan = crate::measure::bench::scan(&target, &params, (regions, crate::measure::noise::ROUNDS), threshold)?;
+    let scan = crate::measure::scan::scan(&target, &params, (regions, crate::measure::noise::ROUNDS), threshold)?;
     Ok(Selection::from_scan(&scan, "scan in this run".into()))
 }

@@ -9,9 +9,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::measure::bench::{HostPressure, MIN_EFFECT, Region, Watch, median};
+use crate::measure::bench::{HostPressure, Watch, median};
+
+use crate::measure::scan::Region;
+
 use crate::measure::noise::{self, Place, Sureness};
 use crate::measure::readbench::{CacheCheck, Target, read_span};
+use crate::measure::verdict::MIN_EFFECT;
 use crate::support::error::{Error, Result};
 use crate::support::units::human_rate;
 

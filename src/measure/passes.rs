@@ -6,8 +6,11 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::measure::bench::{self, BenchResult, ScanResult};
+use crate::measure::bench::{self, BenchResult};
+use crate::measure::{scan, verdict};
+
 use crate::measure::readbench::{Ranges, Source, Target, resolve_params};
+use crate::measure::scan::ScanResult;
 use crate::options::bench::BenchOptions;
 use crate::support::error::{Error, Result};
 
@@ -31,7 +34,7 @@ pub(crate) fn measure_target(target: &Target, opts: &BenchOptions) -> Result<(Be
     let length = opts.length.map_or(target.len(), |l| l.min(target.len()));
     let params = resolve_params(target, opts.block_size, opts.queue_depth, 0, Some(length))?;
     let b = bench::bench(target, &params, opts.passes.max(1), opts.settle)?;
-    let s = bench::scan(target, &params, (opts.regions.max(1), 1), 0.7)?;
+    let s = scan::scan(target, &params, (opts.regions.max(1), 1), 0.7)?;
     Ok((b, s))
 }
 
@@ -64,13 +67,13 @@ pub(crate) fn files_target(files: &[&Path]) -> Result<Target> {
 /// be taken (a stop signal, files deleted meanwhile) leaves a change "unreliable",
 /// saying why, and never fails the run.
 pub(crate) fn recheck(
-    v: Option<bench::Verdict>,
+    v: Option<verdict::Verdict>,
     before: &BenchResult,
     after: &BenchResult,
     opts: &BenchOptions,
     stop: &crate::support::signals::StopFlag,
     target: impl Fn() -> Result<Target>,
-) -> Option<bench::Verdict> {
+) -> Option<verdict::Verdict> {
     let v = closer_look(v?, before, after, opts, &target);
     if !v.verdict.is_change() || opts.recheck.is_zero() || after.virtual_time {
         return Some(v);
@@ -81,32 +84,33 @@ pub(crate) fn recheck(
             let why = crate::support::error::error_chain(&e);
             log::warn!("the benchmark was not re-checked: {why}");
             let why = format!("not re-checked ({why}): a cache below the device cannot be ruled out");
-            Some(bench::unreliable_after(v, &why))
+            Some(verdict::unreliable_after(v, &why))
         }
     }
 }
 
-/// A verdict too close to call on the first after-passes ([`bench::close_call`]),
-/// decided again on up to [`bench::EXTRA_PASSES_PER_PASS`] times as many more. The
+/// A verdict too close to call on the first after-passes ([`verdict::close_call`]),
+/// decided again on up to [`verdict::EXTRA_PASSES_PER_PASS`] times as many more. The
 /// before-passes cannot be taken again once the data is rewritten, so the extra passes
 /// are after-passes, each after a pause as long as a pass: spread out in time, a
 /// device's drift widens their spread, which the effect must exceed. Not on a simulated
 /// SSD (its passes do not drift), nor for an "unreliable" verdict (more passes would not
 /// make it reliable).
 fn closer_look(
-    v: bench::Verdict,
+    v: verdict::Verdict,
     before: &BenchResult,
     after: &BenchResult,
     opts: &BenchOptions,
     target: &impl Fn() -> Result<Target>,
-) -> bench::Verdict {
-    if v.verdict == bench::Finding::Unreliable || after.virtual_time {
+) -> verdict::Verdict {
+    if v.verdict == verdict::Finding::Unreliable || after.virtual_time {
         return v;
     }
-    let Some(why) = bench::close_call(&before.rates(), &after.rates(), bench::cache_bar(before, after).as_ref()) else {
+    let Some(why) = verdict::close_call(&before.rates(), &after.rates(), verdict::cache_bar(before, after).as_ref())
+    else {
         return v;
     };
-    let max = bench::EXTRA_PASSES_PER_PASS * opts.passes.max(1);
+    let max = verdict::EXTRA_PASSES_PER_PASS * opts.passes.max(1);
     let took: f64 = after.passes.iter().map(|p| 2.0 * p.seconds).sum();
     // One line for a job's mail; the why in full with -v.
     log::info!(
@@ -115,15 +119,15 @@ fn closer_look(
         v.needed_effect
     );
     log::debug!("too close to call: {why}");
-    match target().and_then(|t| bench::more_passes(&t, after, max, took.max(bench::CLOSER_LOOK_SECONDS))) {
-        Ok(extra) => bench::second_look(&v, before, after, extra, why),
-        Err(e) if v.verdict == bench::Finding::NoMeasurableChange => {
+    match target().and_then(|t| bench::more_passes(&t, after, max, took.max(verdict::CLOSER_LOOK_SECONDS))) {
+        Ok(extra) => verdict::second_look(&v, before, after, extra, why),
+        Err(e) if v.verdict == verdict::Finding::NoMeasurableChange => {
             log::warn!("the close call was not looked at again: {}", crate::support::error::error_chain(&e));
             v
         }
         Err(e) => {
             let (n, error) = (after.passes.len(), crate::support::error::error_chain(&e));
-            bench::unreliable_after(
+            verdict::unreliable_after(
                 v,
                 &format!("too close to call on {n} passes ({why}) and not measured again ({error})"),
             )
@@ -132,13 +136,13 @@ fn closer_look(
 }
 
 fn take_recheck(
-    v: &bench::Verdict,
+    v: &verdict::Verdict,
     before: &BenchResult,
     after: &BenchResult,
     opts: &BenchOptions,
     stop: &crate::support::signals::StopFlag,
     target: impl Fn() -> Result<Target>,
-) -> Result<bench::Verdict> {
+) -> Result<verdict::Verdict> {
     log::info!(
         "reads after the rewrite x{:.2} those before: reading again in {} s to see that it lasts",
         v.speedup,
@@ -151,7 +155,7 @@ fn take_recheck(
     let waited = waited.elapsed();
     let target = target()?;
     let again = bench::bench(&target, &after.params, after.passes.len(), opts.settle)?;
-    Ok(bench::lasted(v.clone(), before, &again, waited))
+    Ok(verdict::lasted(v.clone(), before, &again, waited))
 }
 
 /// What the rewrite cost the drive.
@@ -257,17 +261,17 @@ mod tests {
         let rates = |r: &[f64]| r.iter().map(|x| x * 1e6).collect::<Vec<f64>>();
         let before = bench::tests::bench_of(&rates(&[100.0, 101.0, 102.0]));
         let after = bench::tests::bench_of(&rates(&[152.0, 153.0, 154.0]));
-        let first = bench::verdict_of(&before, &after);
+        let first = verdict::verdict_of(&before, &after);
         let opts = BenchOptions::default();
         let v = closer_look(first, &before, &after, &opts, &|| files_target(&[file.as_path()]));
         let look = v.closer_look.as_ref().expect("x1.52 is a close call");
-        assert_eq!((look.first_verdict, look.passes.len()), (bench::Finding::Faster, 6), "{v:?}");
+        assert_eq!((look.first_verdict, look.passes.len()), (verdict::Finding::Faster, 6), "{v:?}");
         assert!(look.passes.iter().all(|p| p.bytes == 1 << 20), "the same 1 MiB as the after-benchmark");
         assert!(v.rule.contains("9 after-passes"), "{}", v.rule);
         // A clear result is not looked at again.
         let clear = bench::tests::bench_of(&rates(&[300.0, 301.0, 302.0]));
-        let v = closer_look(bench::verdict_of(&before, &clear), &before, &clear, &opts, &|| unreachable!());
-        assert!(v.closer_look.is_none() && v.verdict == bench::Finding::Faster, "{v:?}");
+        let v = closer_look(verdict::verdict_of(&before, &clear), &before, &clear, &opts, &|| unreachable!());
+        assert!(v.closer_look.is_none() && v.verdict == verdict::Finding::Faster, "{v:?}");
     }
 
     #[test]

@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::measure::bench::{BenchResult, ScanResult};
+use crate::measure::bench::BenchResult;
+
 use crate::measure::readbench::Ranges;
+use crate::measure::scan::ScanResult;
 use crate::options::bench::BenchOptions;
 use crate::support::error::{Error, Result};
 

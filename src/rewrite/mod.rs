@@ -25,7 +25,8 @@ use crate::host::holes::{Backing, SkipHoles};
 use crate::host::trim::{self, TrimReport, TrimTarget};
 use crate::host::usedspace::{FsSpan, UsedSpace};
 use crate::measure::bench;
-use crate::measure::bench::Selection;
+use crate::measure::{scan, verdict};
+use crate::measure::scan::Selection;
 use crate::measure::passes as measure;
 use crate::measure::probe::{self, Probe};
 use crate::measure::readbench::{Target, resolve_params};
@@ -257,8 +258,8 @@ fn execute_with_bench(plan: &RewritePlan, o: &RewriteOptions, quiet: bool, repor
     if let (Some(then), true) = (&in_use, trimmed) {
         match crate::host::in_use::in_use_ranges(&plan.device.path) {
             Ok(Some(now)) => {
-                let freed = bench::bytes_freed(then, &now, measured);
-                report.verdict = report.verdict.take().map(|v| bench::with_freed(v, freed, measured));
+                let freed = verdict::bytes_freed(then, &now, measured);
+                report.verdict = report.verdict.take().map(|v| verdict::with_freed(v, freed, measured));
             }
             Ok(None) => log::warn!("the filesystems are gone: bytes freed during the run not checked"),
             Err(e) => log::warn!("bytes freed during the run not checked: {e}"),
@@ -304,7 +305,7 @@ pub(crate) fn bench_after(
         }
     };
     if let Some(before) = &report.bench_before {
-        let v = bench::verdict_of(before, &b);
+        let v = verdict::verdict_of(before, &b);
         report.verdict = measure::recheck(Some(v), before, &b, opts, stop, &target);
     }
     (report.bench_after, report.scan_after) = (Some(b), Some(s));
@@ -313,16 +314,16 @@ pub(crate) fn bench_after(
 
 /// A stop during the benchmark after a finished rewrite: the rewrite stands (verified,
 /// nothing to resume), the verdict is "unreliable", saying so. Other errors stay errors.
-pub(crate) fn cut_short(before: Option<&bench::BenchResult>, e: Error) -> Result<Option<bench::Verdict>> {
+pub(crate) fn cut_short(before: Option<&bench::BenchResult>, e: Error) -> Result<Option<verdict::Verdict>> {
     let Error::Stopped { signal, .. } = e else { return Err(e) };
     log::warn!("the benchmark after the rewrite was stopped by {signal}: the rewrite itself is complete and verified");
-    Ok(before.map(|_| bench::Verdict {
-        verdict: bench::Finding::Unreliable,
+    Ok(before.map(|_| verdict::Verdict {
+        verdict: verdict::Finding::Unreliable,
         rule: format!("the benchmark after the rewrite was stopped by {signal}: nothing to compare"),
         speedup: 1.0,
         p_value: 1.0,
-        needed_effect: bench::MIN_EFFECT,
-        ..bench::Verdict::default()
+        needed_effect: verdict::MIN_EFFECT,
+        ..verdict::Verdict::default()
     }))
 }
 
@@ -366,14 +367,14 @@ fn select_slow(plan: &RewritePlan, o: &RewriteOptions) -> Result<Selection> {
     // look slow.
     let (target, _) = Target::open_in_use(&plan.device.path, None)?;
     let params = resolve_params(&target, o.bench_opts.block_size, o.bench_opts.queue_depth, 0, None)?;
-    let scan = bench::scan(&target, &params, (o.scan_regions, crate::measure::noise::ROUNDS), o.slow_threshold)?;
+    let scan = scan::scan(&target, &params, (o.scan_regions, crate::measure::noise::ROUNDS), o.slow_threshold)?;
     sure_selection(&scan, "scan in this run".into())
 }
 
 /// The slow regions of a scan, refused when its readings of one region differ more than
 /// an effect could: on a busy host, a scan flagged a random third of a device without an
 /// FTL slow at each of its readings.
-fn sure_selection(scan: &bench::ScanResult, source: String) -> Result<Selection> {
+fn sure_selection(scan: &scan::ScanResult, source: String) -> Result<Selection> {
     if scan.sureness.noisy() {
         return Err(Error::refused(
             format!("--only-slow cannot tell which regions read slowly: {}", scan.sureness.words),

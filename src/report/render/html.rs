@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 
 use super::svg::{Series, age_chart, pass_chart, region_chart};
 use super::{esc, plain};
-use crate::measure::bench::{BenchResult, Finding, ScanResult};
+use crate::measure::bench::BenchResult;
+use crate::measure::scan::ScanResult;
+use crate::measure::verdict::Finding;
 use crate::report::Report;
 use crate::support::units::human_bytes;
 

@@ -191,7 +191,8 @@ mod tests {
     /// region and the pass charts alike.
     #[test]
     fn charts_draw_nothing_as_slow_that_the_verdict_does_not_stand_behind() {
-        use crate::measure::bench::{Finding, Region, ScanResult};
+        use crate::measure::scan::{Region, ScanResult};
+        use crate::measure::verdict::Finding;
         let region = |index: usize, rate: f64, slow: bool| Region {
             index,
             bytes_per_second: rate,
@@ -214,7 +215,7 @@ mod tests {
         (r.scan_before, r.scan_after) = (Some(scan.clone()), Some(scan));
         let before = crate::measure::bench::tests::bench_of(&[100.0, 101.0, 102.0]);
         let after = crate::measure::bench::tests::bench_of(&[50.0, 51.0, 52.0]);
-        r.verdict = Some(crate::measure::bench::verdict_of(&before, &after));
+        r.verdict = Some(crate::measure::verdict::verdict_of(&before, &after));
         (r.bench_before, r.bench_after) = (Some(before), Some(after));
         assert!(render(&r, Format::Html).contains("slow region"), "a verdict that stands marks them");
         r.verdict.as_mut().unwrap().verdict = Finding::Unreliable;

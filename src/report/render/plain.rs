@@ -2,7 +2,8 @@
 //! page): no device names, chunk sizes, percentiles or statistics.
 
 use crate::engine::EngineStats;
-use crate::measure::bench::{BenchResult, FREED_SHARE, Finding, PRESSURE_CHANGE, Verdict};
+use crate::measure::bench::{BenchResult, PRESSURE_CHANGE};
+use crate::measure::verdict::{FREED_SHARE, Finding, Verdict};
 use crate::report::{Report, Verification};
 use crate::support::units::{human_bytes, human_rate};
 

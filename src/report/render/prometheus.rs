@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::host::trim::TrimReport;
-use crate::measure::bench::Finding;
+use crate::measure::verdict::Finding;
 use crate::report::Report;
 
 /// A gauge: name (after `reseq_`), help, value (absent: not written).

@@ -2,8 +2,9 @@
 //! throughput.
 
 use super::esc;
-use crate::measure::bench::{BenchResult, ScanResult};
+use crate::measure::bench::BenchResult;
 use crate::measure::byfile::FileScan;
+use crate::measure::scan::ScanResult;
 use crate::support::units::{human_bytes, human_rate};
 
 /// A chart's series: label, colour, data.

@@ -3,8 +3,9 @@
 use std::fmt::Write as _;
 
 use crate::engine::EngineStats;
-use crate::measure::bench::{BenchResult, ScanResult};
+use crate::measure::bench::BenchResult;
 use crate::measure::estimate::Estimate;
+use crate::measure::scan::ScanResult;
 use crate::report::{FileReport, Prediction, Report, Verification, WriteCost};
 use crate::support::output::{WIDTH, cut, fit};
 use crate::support::units::{human_bytes, human_rate, human_seconds};
