@@ -13,7 +13,8 @@ use nix::errno::Errno;
 
 pub(crate) use crate::engine::guard::{NoFreeze, Reporter, WindowEnd, WindowGuard};
 use crate::host::cgroup::Placement;
-use crate::host::guardian::{Bounds, FreezeFailure, Guardian, Held, Permit, Watched};
+use crate::host::guardian::client::Guardian;
+use crate::host::guardian::protocol::{Bounds, FreezeFailure, Held, Permit, Watched};
 use crate::host::mounts::MountedFs;
 use crate::support::error::{Error, Result};
 

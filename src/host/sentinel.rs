@@ -80,6 +80,13 @@ impl SentinelReader {
     }
 }
 
+/// The 4 KiB at `offset` of an O_DIRECT descriptor.
+pub(crate) fn read_block(fd: std::os::fd::BorrowedFd<'_>, offset: u64) -> Option<Vec<u8>> {
+    let mut buf = crate::sys::memory::AlignedBuf::new(4096, 4096);
+    crate::sys::block::pread_exact(fd, &mut buf, offset).ok()?;
+    Some(buf.to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

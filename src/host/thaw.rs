@@ -137,7 +137,7 @@ fn thaw_one(fs: &RecordedFs) -> FsOutcome {
     if let Some(s) = &fs.sentinel {
         let now = crate::sys::block::open_direct_read(&s.device)
             .ok()
-            .and_then(|fd| crate::host::guardian::read_block(fd.as_fd(), s.offset))
+            .and_then(|fd| crate::host::sentinel::read_block(fd.as_fd(), s.offset))
             .map(|b| blake3::hash(&b).to_hex().to_string());
         if now.as_ref() != Some(&s.blake3) {
             return FsOutcome::LeftAlone(
