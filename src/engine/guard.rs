@@ -4,8 +4,8 @@
 //! [`WindowGuard::may_write`] before each write, and [`WindowGuard::end`] after the last.
 //! It lives here, below the host layer, so that the engine depends on no implementation:
 //! [`NoFreeze`] (an unmounted device, a simulation) is here; the guarded freeze through
-//! the forked guardian, and the wrapper that checks for other writers, are in
-//! `host::freeze`.
+//! the forked guardian is in `host::freeze`, and the guard that runs the checks of every
+//! window around either, in `host::window_checks`.
 
 use std::time::Duration;
 
@@ -22,8 +22,9 @@ pub(crate) struct WindowEnd {
     pub(crate) beyond_bound: Option<Duration>,
 }
 
-/// No method has a default: a guard wrapping another passes every call on or answers it
-/// itself, so that a forgotten pass-through is a compile error, not the default's answer.
+/// No method has a default: a guard answers every call itself (the checks of a window,
+/// which act only where they look, are `host::window_checks::WindowCheck`s, run by the one
+/// guard that holds the freeze and the list).
 pub(crate) trait WindowGuard {
     /// Whether windows freeze anything (if not, output need not be held back).
     fn freezes(&self) -> bool;

@@ -16,7 +16,6 @@
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
-use crate::engine::guard::{Reporter, WindowEnd, WindowGuard};
 use crate::support::error::{Error, Result};
 use crate::sys;
 
@@ -489,54 +488,22 @@ pub(crate) fn refuse_own_writers(fd: BorrowedFd<'_>, layout: &Layout, mount: &Pa
     ))
 }
 
-/// Any guard, with btrfs's own writers checked just before each window's freeze is
+/// The check of btrfs's own writers, just before each window's freeze is
 /// asked for, unfrozen: a scrub, balance or device operation holds a write reference
 /// on the mount, so FIFREEZE waits for it to end and every new writer of the
 /// filesystem waits meanwhile. One running stops the run instead of freezing. (One
 /// that starts between this check and FIFREEZE still stalls that window: docs/SAFETY.md.)
-pub(crate) struct WritersBeforeFreeze {
-    pub(crate) inner: Box<dyn WindowGuard>,
+pub(crate) struct OwnWritersCheck {
     /// The mount point, open.
     pub(crate) fd: std::os::fd::OwnedFd,
     pub(crate) mount: PathBuf,
 }
 
-impl WindowGuard for WritersBeforeFreeze {
-    fn freezes(&self) -> bool {
-        self.inner.freezes()
-    }
-    fn deadline(&self) -> Option<std::time::Duration> {
-        self.inner.deadline()
-    }
-    fn begin(&mut self) -> Result<()> {
+impl crate::host::window_checks::WindowCheck for OwnWritersCheck {
+    fn before_window(&mut self, _freezes: bool) -> Result<()> {
         use std::os::fd::AsFd;
         let layout = Layout::read(self.fd.as_fd())?;
-        refuse_own_writers(self.fd.as_fd(), &layout, &self.mount)?;
-        self.inner.begin()
-    }
-    fn may_write(&mut self) -> Result<bool> {
-        self.inner.may_write()
-    }
-    fn announce(&mut self, offset: u64, len: u64, hash: &blake3::Hash) {
-        self.inner.announce(offset, len, hash)
-    }
-    fn wrote(&mut self) -> Result<()> {
-        self.inner.wrote()
-    }
-    fn reporter(&self) -> Result<Reporter> {
-        self.inner.reporter()
-    }
-    fn end(&mut self) -> Result<WindowEnd> {
-        self.inner.end()
-    }
-    fn recheck(&mut self) -> Result<()> {
-        self.inner.recheck()
-    }
-    fn held(&mut self) -> Result<bool> {
-        self.inner.held()
-    }
-    fn at_risk(&self) -> Option<Vec<(u64, u64)>> {
-        self.inner.at_risk()
+        refuse_own_writers(self.fd.as_fd(), &layout, &self.mount)
     }
 }
 

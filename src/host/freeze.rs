@@ -2,8 +2,8 @@
 //!
 //! The seam itself ([`WindowGuard`], [`NoFreeze`]) is the engine's, in
 //! [`crate::engine::guard`]; here is [`GuardedFreeze`], which freezes through the
-//! [guardian](crate::host::guardian), and the wrapper file and device mode put around
-//! it ([`WritersChecked`]).
+//! [guardian](crate::host::guardian), and the check of other writers and swap every
+//! window runs ([`WritersCheck`], one of the list in [`crate::host::window_checks`]).
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -16,6 +16,7 @@ use crate::host::cgroup::Placement;
 use crate::host::guardian::client::Guardian;
 use crate::host::guardian::protocol::{Bounds, FreezeFailure, Held, Permit, Watched};
 use crate::host::mounts::MountedFs;
+use crate::host::window_checks::WindowCheck;
 use crate::support::error::{Error, Result};
 
 /// How long past `--max-freeze` a write already under way may hold a window before the
@@ -379,7 +380,7 @@ impl WindowGuard for GuardedFreeze {
         self.call(Guardian::written)
     }
 
-    /// Checks that stop a run mid-window are the wrappers' (`WritersChecked`, the shape).
+    /// Checks that stop a run mid-window are the window checks' (`host::window_checks`).
     fn recheck(&mut self) -> Result<()> {
         Ok(())
     }
@@ -435,11 +436,10 @@ pub(crate) fn rescan_due(last: Option<std::time::Instant>) -> bool {
     last.is_none_or(|t| t.elapsed() >= Duration::from_millis(250))
 }
 
-/// Any guard, with a check before each window that nothing else writes the target (see
+/// The check before each window that nothing else writes the target (see
 /// [`crate::host::writers`]) and no swap is active on it: a writer or a swap that appears
 /// mid-run stops it between windows.
-pub(crate) struct WritersChecked<G: WindowGuard> {
-    pub(crate) inner: G,
+pub(crate) struct WritersCheck {
     pub(crate) target: PathBuf,
     pub(crate) devices: Vec<(u32, u32)>,
     /// What active swap stops the run: any on `devices` (None: device mode), or a swap
@@ -453,15 +453,14 @@ pub(crate) struct WritersChecked<G: WindowGuard> {
     pub(crate) checked: Option<std::time::Instant>,
 }
 
-impl<G: WindowGuard> WritersChecked<G> {
+impl WritersCheck {
     pub(crate) fn new(
-        inner: G,
         target: PathBuf,
         devices: Vec<(u32, u32)>,
         swap_among: Option<std::collections::HashSet<(u64, u64)>>,
         wrote_before: bool,
-    ) -> WritersChecked<G> {
-        WritersChecked { inner, target, devices, swap_among, wrote_before, checked: None }
+    ) -> WritersCheck {
+        WritersCheck { target, devices, swap_among, wrote_before, checked: None }
     }
 
     /// Swap turned on mid-run over the target: the kernel writes it whatever the freeze,
@@ -507,47 +506,19 @@ impl<G: WindowGuard> WritersChecked<G> {
     }
 }
 
-impl<G: WindowGuard> WindowGuard for WritersChecked<G> {
-    fn freezes(&self) -> bool {
-        self.inner.freezes()
-    }
-    fn deadline(&self) -> Option<Duration> {
-        self.inner.deadline()
-    }
+impl WindowCheck for WritersCheck {
     /// Before each window: swap always, other writers unless the last scan is under
     /// 100 ms old (a scan reads all of /proc).
-    fn begin(&mut self) -> Result<()> {
-        self.check(self.checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)))?;
-        self.inner.begin()
+    fn before_window(&mut self, _freezes: bool) -> Result<()> {
+        self.check(self.checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)))
     }
     /// Within a window, only where windows do not freeze (an unmounted device's run is
     /// one long window), when [`rescan_due`]. A frozen window is short, checked before
     /// it began, and must not spend its stall reading /proc.
-    fn recheck(&mut self) -> Result<()> {
-        if !self.inner.freezes() && rescan_due(self.checked) {
+    fn recheck(&mut self, freezes: bool) -> Result<()> {
+        if !freezes && rescan_due(self.checked) {
             self.check(true)?;
         }
-        self.inner.recheck()
-    }
-    fn may_write(&mut self) -> Result<bool> {
-        self.inner.may_write()
-    }
-    fn announce(&mut self, offset: u64, len: u64, hash: &blake3::Hash) {
-        self.inner.announce(offset, len, hash)
-    }
-    fn wrote(&mut self) -> Result<()> {
-        self.inner.wrote()
-    }
-    fn reporter(&self) -> Result<Reporter> {
-        self.inner.reporter()
-    }
-    fn end(&mut self) -> Result<WindowEnd> {
-        self.inner.end()
-    }
-    fn held(&mut self) -> Result<bool> {
-        self.inner.held()
-    }
-    fn at_risk(&self) -> Option<Vec<(u64, u64)>> {
-        self.inner.at_risk()
+        Ok(())
     }
 }

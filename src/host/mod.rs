@@ -26,5 +26,6 @@ pub(crate) mod thaw;
 pub(crate) mod thin;
 pub(crate) mod trim;
 pub(crate) mod usedspace;
+pub(crate) mod window_checks;
 pub(crate) mod writers;
 pub(crate) mod written;

@@ -7,18 +7,19 @@
 //! being rewritten; a loop device's offset or size can be changed while it is open
 //! (`LOOP_SET_STATUS64`, `losetup -c`), and then every offset reseq computed points at
 //! other bytes. A [`Shape`] is a snapshot of all of that, taken at plan time and compared
-//! where the other-writers check runs ([`crate::host::freeze::WritersChecked`]): before
+//! where the other-writers check runs ([`crate::host::freeze::WritersCheck`]): before
 //! each window and, where windows do not freeze, every 250 ms within one. The counters
 //! ([`crate::host::written`]) are compared before every write and at the window's end.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::engine::guard::{Reporter, WindowEnd, WindowGuard};
+use crate::engine::guard::WindowGuard;
 use crate::host::aliases;
 use crate::host::backing_watch::BackingWatch;
 use crate::host::device::Sysfs;
 use crate::host::mounts;
+use crate::host::window_checks::WindowCheck;
 use crate::host::written::{self, Counters, Reading};
 use crate::support::error::{Error, Result};
 
@@ -131,10 +132,11 @@ struct Stretch {
     unknown: bool,
 }
 
-/// Any guard, with the target's shape compared to the plan's at every window and the
-/// counters checked before every write and at each window's end.
-pub(crate) struct ShapeChecked<G: WindowGuard> {
-    inner: G,
+/// The check of the target's shape, compared to the plan's at every window, and of the
+/// counters, before every write and at each window's end.
+pub(crate) struct ShapeCheck {
+    /// Whether windows freeze (a frozen filesystem may write a block of its own).
+    freezes: bool,
     dev: (u32, u32),
     planned: Shape,
     sysfs: Sysfs,
@@ -166,19 +168,19 @@ fn add_range(ranges: &mut Vec<(u64, u64)>, at: u64, len: u64) {
     }
 }
 
-impl<G: WindowGuard> ShapeChecked<G> {
+impl ShapeCheck {
     /// Counters that grew by more than reseq wrote mean another writer only if the window's
     /// freeze held all the while: a filesystem writes once thawed, whether by another
     /// program (the guardian's verdict, exit 8, wins) or by the guardian itself at the
     /// deadline while reseq was stopped or slow (then the growth cannot be told from the
     /// filesystem's own, and is not judged). Asked only when they grew; grants nothing.
     /// Ok(false): the window is over, thawed by the guardian.
-    fn judged(&mut self, counted: Result<()>) -> Result<bool> {
+    fn judged(&mut self, counted: Result<()>, guard: &mut dyn WindowGuard) -> Result<bool> {
         let Err(e) = counted else { return Ok(true) };
         if !matches!(e, Error::ForeignWrite { .. }) {
             return Err(e);
         }
-        if self.inner.held()? {
+        if guard.held()? {
             return Err(e);
         }
         log::info!(
@@ -191,14 +193,15 @@ impl<G: WindowGuard> ShapeChecked<G> {
 
     /// `planned` is the shape the plan was made for; `devs` are the devices sharing the
     /// target's bytes, whose loops' backing files are watched from here on (refused when
-    /// one cannot be). Made before the first write.
-    pub(crate) fn new(inner: G, dev: (u32, u32), devs: &[(u32, u32)], planned: Shape) -> Result<ShapeChecked<G>> {
+    /// one cannot be); `freezes`: whether the run's windows freeze. Made before the first
+    /// write.
+    pub(crate) fn new(freezes: bool, dev: (u32, u32), devs: &[(u32, u32)], planned: Shape) -> Result<ShapeCheck> {
         let sysfs = Sysfs::default();
         let counters = Counters::new(sysfs.clone(), dev);
         let quick = quick_look(&sysfs, dev);
         let watch = BackingWatch::start(devs, &sysfs)?;
-        Ok(ShapeChecked {
-            inner,
+        Ok(ShapeCheck {
+            freezes,
             dev,
             planned,
             sysfs,
@@ -307,7 +310,7 @@ impl<G: WindowGuard> ShapeChecked<G> {
         // A frozen ext4 was seen to write one block of its own (1 KiB) in a window, once,
         // with a process appending and fsyncing between windows: up to a page is taken
         // for the filesystem's, and said (docs/SAFETY.md says what that leaves unseen).
-        let slack = if self.inner.freezes() { FROZEN_SLACK } else { 0 };
+        let slack = if self.freezes { FROZEN_SLACK } else { 0 };
         if total > st.ours && total <= st.ours + slack {
             log::info!(
                 "the written-sectors counters of /dev/{} grew {} bytes beyond reseq's writes in a frozen window: taken for the filesystem's own",
@@ -332,33 +335,30 @@ impl<G: WindowGuard> ShapeChecked<G> {
     }
 }
 
-impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
-    fn freezes(&self) -> bool {
-        self.inner.freezes()
-    }
-    fn deadline(&self) -> Option<Duration> {
-        self.inner.deadline()
-    }
+impl WindowCheck for ShapeCheck {
     /// The shape before each window (before it freezes); the counters from once it has.
-    fn begin(&mut self) -> Result<()> {
-        self.check_shape()?;
-        self.inner.begin()?;
+    fn before_window(&mut self, _freezes: bool) -> Result<()> {
+        self.check_shape()
+    }
+    fn window_began(&mut self) {
         self.windows += 1;
         self.end_risk.clear();
         self.start_stretch();
-        Ok(())
     }
-    /// Other writers first: their message names the process or the alias and its use.
-    fn recheck(&mut self) -> Result<()> {
-        self.inner.recheck()?;
-        if !self.inner.freezes() && crate::host::freeze::rescan_due(self.checked) {
+    /// After the other writers' (their message names the process or the alias and its
+    /// use): the list puts this check after theirs.
+    fn recheck(&mut self, freezes: bool) -> Result<()> {
+        if !freezes && crate::host::freeze::rescan_due(self.checked) {
             self.check_shape()?;
         }
         Ok(())
     }
+    fn announce(&mut self, offset: u64, len: u64) {
+        self.announced = Some((offset, len));
+    }
     /// The last look before a write, before the permit (a permit granted must be
     /// followed by its write): the target's size and place, then the counters.
-    fn may_write(&mut self) -> Result<bool> {
+    fn before_permit(&mut self, guard: &mut dyn WindowGuard) -> Result<bool> {
         if quick_look(&self.sysfs, self.dev) != self.quick {
             self.check_shape()?;
             self.quick = quick_look(&self.sysfs, self.dev);
@@ -367,10 +367,9 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
         // The kernel's record of the backing files first: never judged away.
         self.check_watch()?;
         let counted = self.check_counters();
-        if !self.judged(counted)? {
-            return Ok(false);
-        }
-        let granted = self.inner.may_write()?;
+        self.judged(counted, guard)
+    }
+    fn permitted(&mut self, granted: bool) {
         let announced = self.announced.take();
         if let (true, Some((at, len))) = (granted, announced) {
             self.unlooked = Some((at, at + len));
@@ -392,20 +391,30 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
                 _ => {}
             }
         }
-        Ok(granted)
     }
-    fn announce(&mut self, offset: u64, len: u64, hash: &blake3::Hash) {
-        self.announced = Some((offset, len));
-        self.inner.announce(offset, len, hash)
+    /// The counters once more before the thaw (a thaw writes: ext4 commits its
+    /// superblock); the window ends whatever they say.
+    fn before_thaw(&mut self, guard: &mut dyn WindowGuard) -> Result<()> {
+        let watched = self.check_watch();
+        let before = self.stretch.as_ref().map(|s| s.written.clone()).unwrap_or_default();
+        let counted = self.check_counters();
+        // Before the thaw: whether the freeze held until the reading above.
+        let counted = self.judged(counted, guard);
+        // Cleared by a clean look; kept where not judged.
+        self.end_risk = match (&counted, &self.stretch) {
+            (Ok(true), Some(st)) => st.written.clone(),
+            _ => before,
+        };
+        self.stretch = None;
+        watched.and(counted.map(drop))
     }
-    fn wrote(&mut self) -> Result<()> {
-        self.inner.wrote()
-    }
-    fn reporter(&self) -> Result<Reporter> {
-        self.inner.reporter()
-    }
-    fn held(&mut self) -> Result<bool> {
-        self.inner.held()
+    /// A read-back that differed because the device changed under it is named as that
+    /// change (the rescue copy is named too).
+    fn after_thaw(&mut self) -> Result<()> {
+        if quick_look(&self.sysfs, self.dev) != self.quick {
+            self.check_shape()?;
+        }
+        Ok(())
     }
     fn at_risk(&self) -> Option<Vec<(u64, u64)>> {
         if self.counters.is_none() && self.watch.is_none() {
@@ -419,34 +428,6 @@ impl<G: WindowGuard> WindowGuard for ShapeChecked<G> {
             add_range(&mut merged, a, b - a);
         }
         Some(merged)
-    }
-    /// The counters once more before the thaw (a thaw writes: ext4 commits its
-    /// superblock), then the window ends whatever they say.
-    /// A read-back that differed because the device changed under it is named as that
-    /// change (the rescue copy is named too).
-    fn end(&mut self) -> Result<WindowEnd> {
-        let watched = self.check_watch();
-        let before = self.stretch.as_ref().map(|s| s.written.clone()).unwrap_or_default();
-        let counted = self.check_counters();
-        // Before the thaw: whether the freeze held until the reading above.
-        let counted = self.judged(counted);
-        // Cleared by a clean look; kept where not judged.
-        self.end_risk = match (&counted, &self.stretch) {
-            (Ok(true), Some(st)) => st.written.clone(),
-            _ => before,
-        };
-        self.stretch = None;
-        let end = self.inner.end();
-        // A freeze lost to another program explains growth (the filesystem wrote).
-        if matches!(end, Err(Error::FreezeLost { .. })) {
-            return end;
-        }
-        watched?;
-        counted?;
-        if quick_look(&self.sysfs, self.dev) != self.quick {
-            self.check_shape()?;
-        }
-        end
     }
 }
 

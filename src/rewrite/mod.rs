@@ -25,11 +25,11 @@ use crate::host::holes::{Backing, SkipHoles};
 use crate::host::trim::{self, TrimReport, TrimTarget};
 use crate::host::usedspace::{FsSpan, UsedSpace};
 use crate::measure::bench;
-use crate::measure::{scan, verdict};
-use crate::measure::scan::Selection;
 use crate::measure::passes as measure;
 use crate::measure::probe::{self, Probe};
 use crate::measure::readbench::{Target, resolve_params};
+use crate::measure::scan::Selection;
+use crate::measure::{scan, verdict};
 use crate::options::rewrite::{Mode, RewriteOptions};
 use crate::report::{Report, SpaceReport, now_rfc3339};
 use crate::rewrite::plan::{Environment, RewritePlan, Start};
@@ -441,56 +441,61 @@ fn execute(plan: &RewritePlan, quiet: bool, bench: bool, report: &mut Report) ->
     crate::support::hooks::point("planned");
     let stop = sequence::ready_to_write()?;
     let (taken, _claims) = take_device(plan, report)?;
-    let target = &taken.device;
     // Before the journal: a refusal here leaves nothing behind.
     let backing = backing_of(plan)?;
     let mut journal = start_journal(plan)?;
-    // The guardian is forked here, while this process still has one thread.
-    let mut guard = sequence::guardian(&guarded(plan), journal.path())?;
-    // What the host wrote to the device during the run, and its wear where it says; after
-    // the fork: smartctl, held past its time limit, leaves threads a fork refuses.
-    let cost = sequence::Cost::start(&plan.device);
-    let mut progress = progress_of(plan, report.selection.as_ref(), quiet);
+    let journal_path = journal.path().to_path_buf();
+    let selection = report.selection.as_ref();
+    let w = sequence::windows(
+        &plan.device,
+        || sequence::guardian(&guarded(plan), &journal_path),
+        || Ok((progress_of(plan, selection, quiet), used_space(plan)?)),
+        |(progress, used), guard| {
+            let mut everything = Everything;
+            let base: &mut dyn Planner = if plan.used_space.is_empty() { &mut everything } else { used };
+            let mut holes = None;
+            let base: &mut dyn Planner = match &backing {
+                Some(b) => holes.insert(skip_holes(plan, base, b)),
+                None => base,
+            };
+            let mut selected;
+            let planner: &mut dyn Planner = match selection {
+                Some(sel) => {
+                    selected = Selected { inner: base, selected: sel.ranges() };
+                    &mut selected
+                }
+                None => base,
+            };
+            let (stats, result) =
+                engine::run(&taken.device, &plan.engine, planner, guard, &mut journal, progress, &stop);
+            let in_holes = holes.as_mut().map_or(0, |h| h.skipped(stats.next_offset_bytes));
+            (stats, result, in_holes)
+        },
+    )?;
+    let ((progress, used), (mut stats, mut result, in_holes)) = (w.prepared, w.ran);
+    if let Start::Resume { done, .. } = plan.start {
+        stats.chunks_already_done = done;
+    }
+    // Thawed: FITRIM runs on live filesystems, never inside a window.
+    let mut space = space_report(plan, report, &stats, in_holes);
+    result = trim_after(plan, (&used, bench, &stop, &w.thawed), &stats, result, &mut space);
+    report.space = Some(space);
+    progress.finish();
+    discard_if_untouched(plan, &journal, &result, &stats);
+    report.results = Some(stats);
+    report.write_cost = Some(w.cost.end());
+    result
+}
+
+/// The filesystems' used space, for the planner of a used-space run (none: the whole
+/// range).
+fn used_space(plan: &RewritePlan) -> Result<UsedSpace> {
     let spans = plan
         .used_space
         .iter()
         .map(|(fs, start, len)| FsSpan::open(fs.clone(), *start, *len))
         .collect::<Result<Vec<_>>>()?;
-    let mut used = UsedSpace { spans, align: u64::from(plan.device.dio_offset_align) };
-    let mut everything = Everything;
-    let base: &mut dyn Planner = if plan.used_space.is_empty() { &mut everything } else { &mut used };
-    let mut holes = None;
-    let base: &mut dyn Planner = match &backing {
-        Some(b) => holes.insert(skip_holes(plan, base, b)),
-        None => base,
-    };
-    let mut selected;
-    let planner: &mut dyn Planner = match &report.selection {
-        Some(sel) => {
-            selected = Selected { inner: base, selected: sel.ranges() };
-            &mut selected
-        }
-        None => base,
-    };
-    let low = sequence::LowIoPriority::set();
-    let (mut stats, mut result) =
-        engine::run(target, &plan.engine, planner, guard.as_mut(), &mut journal, &mut progress, &stop);
-    drop(low);
-    if let Start::Resume { done, .. } = plan.start {
-        stats.chunks_already_done = done;
-    }
-    let in_holes = holes.as_mut().map_or(0, |h| h.skipped(stats.next_offset_bytes));
-    drop(holes);
-    // Thawed: FITRIM runs on live filesystems, never inside a window.
-    let thawed = Thawed::end_windows(guard);
-    let mut space = space_report(plan, report, &stats, in_holes);
-    result = trim_after(plan, (&used, bench, &stop, &thawed), &stats, result, &mut space);
-    report.space = Some(space);
-    progress.finish();
-    discard_if_untouched(plan, &journal, &result, &stats);
-    report.results = Some(stats);
-    report.write_cost = Some(cost.end());
-    result
+    Ok(UsedSpace { spans, align: u64::from(plan.device.dio_offset_align) })
 }
 
 /// A refusal at the first freeze (EBUSY, EOPNOTSUPP) means nothing was done. The
@@ -610,6 +615,7 @@ fn guarded(plan: &RewritePlan) -> sequence::Guarded<'_> {
         shape: &plan.shape,
         swap_among: None,
         wrote_before: false,
+        btrfs_mount: None,
     }
 }
 

@@ -11,11 +11,13 @@
 //!    claims the unmounted partitions of a whole disk and re-reads the chunks in flight.
 //! 4. The record: a deferred journal, written at the first write, so that a run refused
 //!    before it leaves the last run's record as it was.
+//! 5. to 7., one call in both modes, [`windows`]:
 //! 5. [`guardian`]: forked while this process has one thread, told the target and then
-//!    the journal; wrapped in the checks of every window ([`checked`]).
+//!    the journal; wrapped in the checks of every window ([`checked`]). The host's writes
+//!    to the device are counted from here ([`Cost`]).
 //! 6. `engine::run`, configured by [`engine_config`] in both modes, at a low I/O priority
 //!    ([`LowIoPriority`]: its threads only; not the guardian's, nor the benchmarks').
-//! 7. The end of the windows (`Thawed::end_windows`, or the guard dropped).
+//! 7. The end of the windows (`Thawed::end_windows`).
 //! 8. Device mode: the FITRIM of free space, on thawed filesystems.
 //!
 //! An unfinished run is decided by the plan in both modes: continued with `--resume`,
@@ -27,10 +29,11 @@ use std::path::{Path, PathBuf};
 use crate::engine::EngineConfig;
 use crate::engine::target::DirectDevice;
 use crate::host::device::BlockDeviceInfo;
-use crate::host::freeze::{GuardedFreeze, WindowGuard, WritersChecked};
+use crate::host::freeze::{GuardedFreeze, Thawed, WindowGuard, WritersCheck};
 use crate::host::mounts::MountedFs;
-use crate::host::shape::{Shape, ShapeChecked};
+use crate::host::shape::{Shape, ShapeCheck};
 use crate::host::state_dir::DeviceLock;
+use crate::host::window_checks::{Checked, WindowCheck};
 use crate::options::rewrite::RewriteOptions;
 use crate::support::error::{Error, Result};
 use crate::support::signals::StopFlag;
@@ -157,32 +160,70 @@ pub(crate) struct Guarded<'a> {
     /// This run wrote before this device's run (file mode: an earlier filesystem's or
     /// btrfs member's): a finding at its first window is no refusal.
     pub(crate) wrote_before: bool,
+    /// A btrfs member's run (file mode): the mount point, whose own writers (scrub,
+    /// balance, device operations) are checked before each freeze.
+    pub(crate) btrfs_mount: Option<&'a Path>,
+}
+
+/// What steps 5 to 7 leave: what `prepare` made and the engine used, what the engine
+/// returned, the host's writes counted since the guardian (ended by the caller, after
+/// what it does thawed), and the proof that no window is open.
+pub(crate) struct Windows<S, R> {
+    pub(crate) prepared: S,
+    pub(crate) ran: R,
+    pub(crate) cost: Cost,
+    pub(crate) thawed: Thawed,
+}
+
+/// Steps 5 to 7, the same in both modes: the guardian (`guardian`: forked here, while
+/// this process has one thread); the host's writes to `dev` counted from then (after the
+/// fork: smartctl, held past its time limit, leaves threads a fork refuses); what the
+/// engine reads, made after the fork (`prepare`: device mode maps what is in use, and
+/// says it is rewriting once the guardian is there); the engine (`engine`) at a low I/O
+/// priority; the end of the windows.
+pub(crate) fn windows<'g, S, R>(
+    dev: &BlockDeviceInfo,
+    guardian: impl FnOnce() -> Result<Box<dyn WindowGuard + 'g>>,
+    prepare: impl FnOnce() -> Result<S>,
+    engine: impl FnOnce(&mut S, &mut dyn WindowGuard) -> R,
+) -> Result<Windows<S, R>> {
+    let mut guard = guardian()?;
+    let cost = Cost::start(dev);
+    let mut prepared = prepare()?;
+    let low = LowIoPriority::set();
+    let ran = engine(&mut prepared, guard.as_mut());
+    drop(low);
+    let thawed = Thawed::end_windows(guard);
+    Ok(Windows { prepared, ran, cost, thawed })
 }
 
 /// Step 5: the guardian's freeze when filesystems are mounted, none otherwise, with the
 /// checks of every window either way. Forks the guardian.
 pub(crate) fn guardian(g: &Guarded, journal: &Path) -> Result<Box<dyn WindowGuard>> {
     if g.filesystems.is_empty() {
-        return Ok(Box::new(checked(crate::host::freeze::NoFreeze, g)?));
+        return Ok(Box::new(Checked::new(crate::host::freeze::NoFreeze, checks(g, false)?)));
     }
     let placement = g.placement.ok_or_else(|| Error::Internal("a freeze without a guardian placement".into()))?;
     let mut freeze = GuardedFreeze::start(g.filesystems.to_vec(), g.max_freeze, placement)?;
     freeze.set_target(&g.device.path)?;
     freeze.set_journal(journal)?;
-    Ok(Box::new(checked(freeze, g)?))
+    Ok(Box::new(Checked::new(freeze, checks(g, true)?)))
 }
 
-/// A guard with the checks of every window: other writers, the device's shape, its
-/// written-sectors counters, the fanotify watch of its backing files.
-fn checked<G: WindowGuard>(guard: G, g: &Guarded) -> Result<ShapeChecked<WritersChecked<G>>> {
-    let writers = WritersChecked::new(
-        guard,
-        g.device.path.clone(),
-        g.writer_devices.clone(),
-        g.swap_among.clone(),
-        g.wrote_before,
-    );
-    ShapeChecked::new(writers, g.device.dev_num, &g.writer_devices, g.shape.clone())
+/// The checks of every window of a run, in the order they run: btrfs's own writers (a
+/// btrfs member's run), other writers and swap, then the device's shape, its
+/// written-sectors counters and the watch of its backing files (after the writers:
+/// their message names the process or the alias).
+fn checks(g: &Guarded, freezes: bool) -> Result<Vec<Box<dyn WindowCheck>>> {
+    let mut list: Vec<Box<dyn WindowCheck>> = Vec::new();
+    if let Some(mount) = g.btrfs_mount {
+        let fd = crate::host::freeze::open_mount_point(mount)?;
+        list.push(Box::new(crate::host::btrfs::OwnWritersCheck { fd, mount: mount.to_path_buf() }));
+    }
+    let (target, devices) = (g.device.path.clone(), g.writer_devices.clone());
+    list.push(Box::new(WritersCheck::new(target, devices, g.swap_among.clone(), g.wrote_before)));
+    list.push(Box::new(ShapeCheck::new(freezes, g.device.dev_num, &g.writer_devices, g.shape.clone())?));
+    Ok(list)
 }
 
 /// Where a run's bytes lie for the engine, and where it starts.

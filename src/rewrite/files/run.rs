@@ -44,7 +44,7 @@ pub(super) struct FileRun<'a> {
     pub(super) findings: Vec<String>,
 }
 
-impl FileRun<'_> {
+impl<'a> FileRun<'a> {
     /// Each filesystem in turn. `Err`: stopped before its run (nothing more is
     /// reported); `Ok(outcome)`: what its engine run came to.
     pub(super) fn groups(&mut self) -> Result<Result<()>> {
@@ -105,18 +105,21 @@ impl FileRun<'_> {
         run.files = table;
         let journal_path = record::journal_path(&self.plan.record_path, &d.info.identity.name);
         let mut journal = Journal::deferred(&journal_path, run, Some(self.write_record()));
-        let mut guard = self.guardian(g, &d, &planner.members, journal.path())?;
-        let cost = sequence::Cost::start(d.info);
         let name = format!("{} file(s) on {}", planner.members.len(), g.fs.mount_point.display());
         let target = FileTarget { dev: device, map, name, mirrors };
         let cfg = self.config(g, d.info, &planner.members, start, end);
         planner.count_finished(Arc::clone(&self.finished), self.files_done);
-        let low = sequence::LowIoPriority::set();
-        let (stats, result) =
-            engine::run(&target, &cfg, &mut planner, guard.as_mut(), &mut journal, &mut self.progress, self.stop);
-        drop(low);
-        drop(guard);
-        self.add_cost(cost.end(), d.info);
+        let guarded = self.guarded(g, &d, &planner.members);
+        let journal_path = journal.path().to_path_buf();
+        let (progress, stop) = (&mut self.progress, self.stop);
+        let w = sequence::windows(
+            d.info,
+            || sequence::guardian(&guarded, &journal_path),
+            || Ok(()),
+            |(), guard| engine::run(&target, &cfg, &mut planner, guard, &mut journal, progress, stop),
+        )?;
+        let (stats, result) = w.ran;
+        self.add_cost(w.cost.end(), d.info);
         planner.credit(stats.next_offset_bytes);
         self.findings.extend(
             findings.map(|f| std::mem::take(&mut *f.lock().unwrap_or_else(|p| p.into_inner()))).unwrap_or_default(),
@@ -134,25 +137,6 @@ impl FileRun<'_> {
             self.reports.iter_mut().filter(|(i, _)| mine.contains(i)).for_each(|(_, r)| r.bytes_skipped_holes = 0);
         }
         Ok(result)
-    }
-
-    /// The run's guardian; on btrfs, with btrfs's own writers checked before each freeze.
-    fn guardian(
-        &self,
-        g: &FsGroup,
-        d: &Device,
-        members: &[Member],
-        journal: &Path,
-    ) -> Result<Box<dyn engine::guard::WindowGuard>> {
-        let guard = sequence::guardian(&self.guarded(g, d, members), journal)?;
-        if d.devid.is_none() {
-            return Ok(guard);
-        }
-        Ok(Box::new(crate::host::btrfs::WritersBeforeFreeze {
-            inner: guard,
-            fd: crate::host::freeze::open_mount_point(&g.fs.mount_point)?,
-            mount: g.fs.mount_point.clone(),
-        }))
     }
 
     /// A btrfs member's run: its devid, the copies it holds, the chunk map.
@@ -287,17 +271,22 @@ impl FileRun<'_> {
 
     /// What one filesystem's guardian freezes and every window checks: nothing else may
     /// write its device (a raw writer bypasses the freeze).
-    fn guarded<'g>(&'g self, g: &'g FsGroup, d: &Device<'g>, members: &[Member]) -> sequence::Guarded<'g> {
+    fn guarded<'g>(&self, g: &'g FsGroup, d: &Device<'g>, members: &[Member]) -> sequence::Guarded<'g>
+    where
+        'a: 'g,
+    {
+        let plan: &'a FilesPlan = self.plan;
         sequence::Guarded {
             device: d.info,
             filesystems: std::slice::from_ref(&g.fs),
-            max_freeze: self.plan.options.max_freeze(),
-            placement: Some(&self.plan.placement),
+            max_freeze: plan.options.max_freeze(),
+            placement: Some(&plan.placement),
             writer_devices: d.info.devices_sharing_bytes(&Sysfs::default()),
             shape: d.shape,
             // As the members were stat'ed: no second pass over every file.
             swap_among: Some(members.iter().filter_map(|m| m.inode.as_ref()).map(|i| i.id()).collect()),
             wrote_before: self.record_written.load(std::sync::atomic::Ordering::Relaxed),
+            btrfs_mount: d.devid.map(|_| g.fs.mount_point.as_path()),
         }
     }
 
