@@ -120,11 +120,19 @@ fn assert_nothing_lost(writer: Writer, path: &Path, first: u64, out: &std::proce
 }
 
 /// `reseq rewrite` of `dev`, chunks of 1 MiB, each write delayed (a run of about 1.3 s
-/// over 64 MiB, long enough for a change mid-run).
+/// over 64 MiB, long enough for a change mid-run); returned once its first write is done
+/// (at most 30 s), so that what the test does next is mid-run: on a busy host the start
+/// once took longer than the test's pause, and a partition added then was a refusal.
 fn slow_rewrite(env: &TestEnv, dev: &Path) -> Running {
-    Running::captured(
-        env.reseq().env("RESEQ_FAULTS", "delay@after-write#*=20").args(["rewrite", "--chunk-size", "1M"]).arg(dev),
-    )
+    let first = env.path("first-write.done");
+    let faults = format!("mark@after-write#1={},delay@after-write#*=20", first.display());
+    let run =
+        Running::captured(env.reseq().env("RESEQ_FAULTS", faults).args(["rewrite", "--chunk-size", "1M"]).arg(dev));
+    let t = std::time::Instant::now();
+    while !first.exists() && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    run
 }
 
 /// A writer in `mode` starting after the run did: its first write shows in the counters

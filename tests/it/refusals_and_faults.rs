@@ -25,6 +25,10 @@ fn expect_refusal(
         run_cmd(Command::new("blockdev").arg("--flushbufs").arg(dev)).unwrap();
         hash_path(dev).unwrap()
     };
+    // What a mounted filesystem still had to write (its mount's superblock and journal,
+    // committed every 5 s) goes first: on a busy host that commit once landed between
+    // the two hashes.
+    run_cmd(&mut Command::new("sync")).unwrap();
     let before = device_hash();
     let out = output(env.reseq().arg("rewrite").args(extra).arg(dev).env("RESEQ_FAULTS", faults));
     let err = stderr(&out);
