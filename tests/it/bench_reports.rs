@@ -517,6 +517,8 @@ fn a_speed_up_that_fades_is_not_called_faster() {
 /// does not let go. The cache check's re-read gain is the bar: never "faster".
 #[test]
 fn a_host_cache_that_serves_written_bytes_faster_is_not_called_faster() {
+    // It measures: the cache check's reads and the verdict's passes, alone.
+    let _alone = exclusive();
     if !require(&["losetup"]) || !require_fuse() {
         return;
     }
@@ -537,7 +539,16 @@ fn a_host_cache_that_serves_written_bytes_faster_is_not_called_faster() {
     let rate = |k: &str| c[k].as_f64().unwrap();
     let cold = rate("first_read_bytes_per_second").max(rate("other_first_read_bytes_per_second"));
     let gain = rate("second_read_bytes_per_second") / cold;
-    assert!(gain > 1.3 && c["cache_suspected"] == false, "the re-read test saw the cache: {c}");
+    if c["cache_suspected"] == true {
+        // The host's load stretched the first reads past the cache check's bar (x2.29 seen
+        // under bench/load.sh, x1.85 emulated): the check itself names the cache, and the
+        // verdict is "unreliable" for it.
+        assert!(c["finding"].as_str().unwrap().contains("a cache below the device"), "{c}");
+        assert_eq!(v["verdict"], "unreliable", "{v}");
+        assert!(v["rule"].as_str().unwrap().contains("a cache below the device"), "{v}");
+        return;
+    }
+    assert!(gain > 1.3, "the re-read test did not see the cache's gain: {c}");
     assert!(v["speedup"].as_f64().unwrap() > 1.2, "the after-passes read bytes written: {v}");
     // Where the old bar (x1.5) alone would have let it pass, the cache's gain held it
     // (or a change in the host's load between the benchmarks, on a shared machine).

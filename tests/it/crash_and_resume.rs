@@ -395,16 +395,23 @@ fn an_overrun_shortens_later_windows_and_the_run_completes() {
         return;
     }
     let env = TestEnv::in_memory();
+    // Windows of 1 s: halved they still hold a chunk on a busy host (with 500 ms ones, a
+    // 250 ms window overran too, twice more than injected would have been the default's
+    // stop).
     let (_lo, mnt, files, mut cmd) =
-        mounted_rewrite(&env, "overc", 23, &["--max-freeze", "500ms"], "delay@before-write#3=1000");
+        mounted_rewrite(&env, "overc", 23, &["--max-freeze", "1s"], "delay@before-write#3=1500");
     let out = output(&mut cmd);
-    assert_eq!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
     let r = json_report(&out);
-    assert_eq!(r["results"]["windows_overrun"], 1);
+    // The injected one at least; each one counted is warned of (a busy host may add one).
+    let overruns = r["results"]["windows_overrun"].as_u64().unwrap();
+    assert!(overruns >= 1, "the stall overran no window: {}", r["results"]);
+    assert_eq!(err.matches("Continuing with windows").count() as u64, overruns, "{err}");
     assert_eq!(r["results"]["bytes_written"], 64 * MIB);
     assert_eq!(r["verification"], "passed");
     // The budget, the whole deadline, halved.
-    assert!(stderr(&out).contains("Continuing with windows that stop new chunks at 250 ms"));
+    assert!(err.contains("Continuing with windows that stop new chunks at 500 ms"), "{err}");
     assert!(!is_frozen(&mnt.dir));
     assert_files_intact(&files);
 }

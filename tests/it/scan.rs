@@ -68,17 +68,28 @@ fn only_slow_rewrites_just_the_flagged_regions() {
     assert_eq!(r["results"]["bytes_written"], 16 * MIB, "only the slow region is rewritten");
     assert_eq!(hash_path(&lo.path).unwrap(), before);
 
-    // The same from a saved scan.
-    let scan = output(
-        env.reseq()
-            .args(["scan", "--json", "--regions", "8", "--block-size", "2M"])
-            .arg(&lo.path)
-            .env("RESEQ_FAULTS", faults),
-    );
+    // The same from a saved scan. A scan the host's load made too noisy to tell is
+    // refused, as documented ("run it again when the host is quieter"): so it is, up to
+    // three times, and one must decide.
     let saved = env.path("scan.json");
-    std::fs::write(&saved, &scan.stdout).unwrap();
-    let out = output(env.reseq().args(["rewrite", "--json", "--from-scan"]).arg(&saved).arg(&lo.path));
-    assert_eq!(out.status.code(), Some(0));
+    let mut out = None;
+    for _ in 0..3 {
+        let scan = output(
+            env.reseq()
+                .args(["scan", "--json", "--regions", "8", "--block-size", "2M"])
+                .arg(&lo.path)
+                .env("RESEQ_FAULTS", faults),
+        );
+        std::fs::write(&saved, &scan.stdout).unwrap();
+        let o = output(env.reseq().args(["rewrite", "--json", "--from-scan"]).arg(&saved).arg(&lo.path));
+        let noisy = o.status.code() == Some(3) && stderr(&o).contains("cannot tell which regions read slowly");
+        out = Some(o);
+        if !noisy {
+            break;
+        }
+    }
+    let out = out.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(json_report(&out)["results"]["bytes_written"], 16 * MIB);
     // What was chosen shows in the plan, the progress and the text report.
     let plan =
