@@ -275,19 +275,21 @@ fn window_overrun_before_a_write_is_thawed_and_not_written() {
     }
     let env = TestEnv::in_memory();
     // The third chunk stalls for 1.5 s before asking to write; the deadline is 500 ms.
+    let stalled = env.dir.path().join("stall.began");
     let (lo, mnt, files, mut cmd) = mounted_rewrite(
         &env,
         "over",
         13,
         &["--max-freeze", "500ms", "--max-overruns", "1"],
-        "delay@before-write#3=1500",
+        &format!("mark@before-write#3={},delay@before-write#3=1500", stalled.display()),
     );
     let before = bytes_written_to(&lo.path);
     let mut child = spawn_captured(&mut cmd);
     // While reseq is still stalled, the guardian must already have thawed. (Timed from
-    // the first freeze: start-up can take long on a loaded host.)
-    assert!(wait_frozen_record(&env.run_dir(), Duration::from_secs(30)), "no window began");
-    std::thread::sleep(Duration::from_millis(1000));
+    // the stall, inside its window: start-up can take long on a loaded host, and a first
+    // window may end after one chunk.)
+    assert!(wait_for_mark(&stalled, Duration::from_secs(30)), "the stall did not begin within 30 s");
+    std::thread::sleep(Duration::from_millis(900));
     assert!(child.try_wait().unwrap().is_none(), "reseq ended before the stall was over");
     assert!(!is_frozen(&mnt.dir), "the guardian did not thaw at the deadline");
     let out = wait_captured(child);

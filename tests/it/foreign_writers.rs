@@ -67,13 +67,14 @@ fn a_writer_appearing_mid_run_stops_it_between_windows() {
     let env = TestEnv::new();
     let lo = env.random_loop_device("late", 64 << 20, 9);
     let before = hash_path(&lo.path).unwrap();
+    let first = env.path("first-write.done");
     let child = spawn_captured(
         env.reseq()
-            .env("RESEQ_FAULTS", "delay@after-write#*=20")
+            .env("RESEQ_FAULTS", format!("mark@after-write#1={},delay@after-write#*=20", first.display()))
             .args(["rewrite", "--json", "--chunk-size", "1M"])
             .arg(&lo.path),
     );
-    std::thread::sleep(Duration::from_millis(600));
+    assert!(wait_for_mark(&first, Duration::from_secs(30)), "no write within 30 s");
     let mut h = hold_open(&lo.path);
     let out = wait_captured(child);
     let _ = h.kill();

@@ -508,7 +508,7 @@ fn a_state_dir_symlinked_into_the_frozen_filesystem_is_seen_as_on_it() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
+    let env = TestEnv::in_memory();
     let (lo, mnt) = env.mounted("symstate", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 4, 4 << 20, 31);
     std::fs::create_dir(mnt.dir.join("state")).unwrap();
@@ -836,14 +836,17 @@ fn a_rescue_copy_in_the_run_dir_is_found_by_later_runs() {
     let original = std::fs::read(&d.image).unwrap();
     let state = tmpfs(&env.path("small-state"), "size=4m");
     d.fs.add(Fault::new(FaultKind::TearWrite, 5 * MIB, 8192));
+    // The first write granted (its journal made), then held: the fill comes then, not
+    // before the start-up's own check of the room (a fixed 500 ms once was, on a busy host).
+    let granted = env.path("granted");
     let child = spawn_captured(
         env.reseq()
             .args(["rewrite", "--chunk-size", "1M"])
             .arg(&d.lo.path)
             .env("RESEQ_STATE_DIR", &state.dir)
-            .env("RESEQ_FAULTS", "delay@after-permit#1=1500"),
+            .env("RESEQ_FAULTS", format!("mark@after-permit#1={},delay@after-permit#1=1500", granted.display())),
     );
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(wait_for_mark(&granted, std::time::Duration::from_secs(30)), "no write granted within 30 s");
     // Fill it once the journal is made (at the first write): the run had room, then not.
     let _ = std::process::Command::new("dd")
         .args(["if=/dev/zero", "bs=64k"])

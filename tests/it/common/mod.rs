@@ -697,6 +697,17 @@ pub fn guardian_of(reseq_pid: u32) -> Option<i32> {
     None
 }
 
+/// Waits up to `limit` for `path` to exist (a `mark@POINT#N=PATH` hook's file: reseq got
+/// there); whether it does. A test that acts "mid-run" waits for the first write so:
+/// a fixed sleep after the start lands before the first window on a busy host.
+pub fn wait_for_mark(path: &Path, limit: Duration) -> bool {
+    let start = Instant::now();
+    while !path.exists() && start.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    path.exists()
+}
+
 /// Waits until a guardian of this test has frozen (its record, rewritten after the
 /// freeze, carries the sentinel). False if none did within `limit`.
 pub fn wait_frozen_record(run_dir: &Path, limit: Duration) -> bool {
