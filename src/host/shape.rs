@@ -421,13 +421,7 @@ impl WindowCheck for ShapeCheck {
             return None;
         }
         let counted = self.stretch.as_ref().map_or(&self.end_risk, |s| &s.written);
-        let mut all: Vec<(u64, u64)> = counted.iter().chain(&self.watch_risk).copied().collect();
-        all.sort_unstable();
-        let mut merged = Vec::new();
-        for (a, b) in all {
-            add_range(&mut merged, a, b - a);
-        }
-        Some(merged)
+        Some(crate::host::window_checks::merged(counted.iter().chain(&self.watch_risk).copied().collect()))
     }
 }
 

@@ -330,11 +330,7 @@ fn window_overrun_during_a_write_waits_for_it_then_thaws() {
     let child = spawn_captured(&mut cmd);
     // From the grant of the slow write, not from the first freeze: on a busy host the
     // first window once ended after one chunk, and its thaw was taken for this one's.
-    let began = Instant::now();
-    while !started.exists() && began.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    assert!(started.exists(), "the slow write was not granted within 30 s");
+    assert!(wait_for_mark(&started, Duration::from_secs(30)), "the slow write was not granted within 30 s");
     // Every 10 ms (each look is an fsfreeze process; this test shares the machine).
     let looked = Instant::now();
     let mut thawed = false;

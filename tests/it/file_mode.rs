@@ -453,24 +453,15 @@ fn only_slow_files_are_rewritten() {
     }
     run_cmd(&mut Command::new("sync")).unwrap();
     // Every read 100 ms longer, so timing noise (a busy disk stalls a read by 100 ms and
-    // more) cannot double a fast file's time; the two "slow" files' reads 400 ms more. A
-    // scan too noisy to tell is refused (exit 3, nothing written, as documented): taken
-    // again, three times at most, and one must decide.
-    let run = || {
+    // more) cannot double a fast file's time; the two "slow" files' reads 400 ms more.
+    let out = until_decided(|| {
         output(
             env.reseq()
                 .args(["rewrite", "--json", "--only-slow"])
                 .arg(&dir)
                 .env("RESEQ_FAULTS", "slow-file@/db/=100,slow-file@/slow=400"),
         )
-    };
-    let mut out = run();
-    for _ in 0..2 {
-        if out.status.code() != Some(3) || !stderr(&out).contains("cannot tell which files read slowly") {
-            break;
-        }
-        out = run();
-    }
+    });
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r = json_report(&out);
     let files = r["files"].as_array().unwrap();

@@ -128,10 +128,7 @@ fn slow_rewrite(env: &TestEnv, dev: &Path) -> Running {
     let faults = format!("mark@after-write#1={},delay@after-write#*=20", first.display());
     let run =
         Running::captured(env.reseq().env("RESEQ_FAULTS", faults).args(["rewrite", "--chunk-size", "1M"]).arg(dev));
-    let t = std::time::Instant::now();
-    while !first.exists() && t.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_mark(&first, Duration::from_secs(30));
     run
 }
 

@@ -44,7 +44,7 @@ fn a_killed_runs_mounts_and_loop_devices_are_swept_by_the_next() {
     });
     let owner = Running::from(Command::new("sleep").arg("600").spawn().unwrap());
     // Its run directory on /dev/shm, with an image in memory under a loop device and a
-    // mount (as `TestEnv::mounted_in_memory` makes): once missed by the sweep, which
+    // mount (as `TestEnv::in_memory` makes): once missed by the sweep, which
     // removed the directory and left the loop device on the deleted image.
     let run = tempfile::Builder::new().prefix("reseq-test-run-").tempdir_in("/dev/shm").unwrap().keep();
     leftovers::mark(&dead, owner.pid() as u32, &[&run]);

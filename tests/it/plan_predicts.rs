@@ -144,8 +144,8 @@ fn device_mode_runs_as_planned() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
-    let (lo, mnt) = env.mounted_in_memory("dev", 384 * MIB, "ext4");
+    let env = TestEnv::in_memory();
+    let (lo, mnt) = env.mounted("dev", 384 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 48, 4 << 20, 37);
     plan_then_run(&env, "device mode", &["--max-freeze", "300ms"], &[&lo.path]);
     assert_files_intact(&files);
@@ -179,8 +179,8 @@ fn file_mode_many_small_files_run_as_planned() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
-    let (lo, mnt) = env.mounted_in_memory("small", 256 * MIB, "ext4");
+    let env = TestEnv::in_memory();
+    let (lo, mnt) = env.mounted("small", 256 * MIB, "ext4");
     small_files(&mnt.dir.join("db"));
     plan_then_run(&env, "many small files", &["--max-freeze", "300ms", "--pause", "50ms"], &[&mnt.dir.join("db")]);
     mnt.unmount().unwrap();
@@ -208,8 +208,8 @@ fn file_mode_a_few_large_files_run_as_planned() {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze"]) {
         return;
     }
-    let env = TestEnv::new();
-    let (lo, mnt) = env.mounted_in_memory("large", 256 * MIB, "ext4");
+    let env = TestEnv::in_memory();
+    let (lo, mnt) = env.mounted("large", 256 * MIB, "ext4");
     large_files(&mnt.dir);
     plan_then_run(&env, "a few large files", &["--max-freeze", "300ms", "--pause", "50ms"], &[&mnt.dir]);
     mnt.unmount().unwrap();

@@ -43,17 +43,11 @@ fn scan_covers_the_target_and_flags_a_slow_region() {
     assert!(line.contains(&(64 * MIB).to_string()) && line.contains("16.0 MiB"), "{line}");
 }
 
-/// `rewrite --only-slow`, run again (three times at most) while its scan is too noisy to
-/// tell (exit 3, nothing written, as documented on a busy host): one must decide.
+/// `rewrite --only-slow` until its scan decides (`until_decided`), which it must.
 fn only_slow_decided(run: impl Fn() -> std::process::Command) -> serde_json::Value {
-    for _ in 0..2 {
-        let out = output(&mut run());
-        if out.status.code() != Some(3) || !stderr(&out).contains("cannot tell which regions read slowly") {
-            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-            return json_report(&out);
-        }
-    }
-    json_ok(&mut run())
+    let out = until_decided(|| output(&mut run()));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    json_report(&out)
 }
 
 /// --only-slow on a device: the scan in the run flags [64, 80) MiB, and only that is
@@ -82,12 +76,9 @@ fn only_slow_rewrites_just_the_flagged_regions() {
     assert_eq!(r["results"]["bytes_written"], 16 * MIB, "only the slow region is rewritten");
     assert_eq!(hash_path(&lo.path).unwrap(), before);
 
-    // The same from a saved scan. A scan the host's load made too noisy to tell is
-    // refused, as documented ("run it again when the host is quieter"): so it is, up to
-    // three times, and one must decide.
+    // The same from a saved scan, scanned again while too noisy to tell.
     let saved = env.path("scan.json");
-    let mut out = None;
-    for _ in 0..3 {
+    let out = until_decided(|| {
         let scan = output(
             env.reseq()
                 .args(["scan", "--json", "--regions", "8", "--block-size", "2M"])
@@ -95,14 +86,8 @@ fn only_slow_rewrites_just_the_flagged_regions() {
                 .env("RESEQ_FAULTS", faults),
         );
         std::fs::write(&saved, &scan.stdout).unwrap();
-        let o = output(env.reseq().args(["rewrite", "--json", "--from-scan"]).arg(&saved).arg(&lo.path));
-        let noisy = o.status.code() == Some(3) && stderr(&o).contains("cannot tell which regions read slowly");
-        out = Some(o);
-        if !noisy {
-            break;
-        }
-    }
-    let out = out.unwrap();
+        output(env.reseq().args(["rewrite", "--json", "--from-scan"]).arg(&saved).arg(&lo.path))
+    });
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(json_report(&out)["results"]["bytes_written"], 16 * MIB);
     // What was chosen shows in the plan, the progress and the text report.

@@ -65,7 +65,7 @@ fn stale_dirs() -> Vec<(PathBuf, Vec<PathBuf>)> {
 pub fn sweep() -> Vec<String> {
     let mut done = Vec::new();
     for (dir, with) in stale_dirs() {
-        // The run directory's too: an image in memory (`TestEnv::mounted_in_memory`).
+        // The run directory's too: an image in memory (`TestEnv::in_memory`).
         let loops: Vec<PathBuf> = std::iter::once(&dir).chain(&with).flat_map(|d| loops_under(d)).collect();
         done.extend(kill_processes_using(&dir));
         done.extend(swapoff_under(&dir, &loops));

@@ -216,7 +216,9 @@ impl TestEnv {
     /// and time their windows with their own delays: a host disk busy with another
     /// program's writes stretched a 1 MiB write past a 200 ms window's grace (the guardian
     /// killed reseq before the test's SIGINT) and a thaw to 545 ms. The bound on a busy
-    /// disk is freeze_bound.rs's subject, on disk.
+    /// disk is freeze_bound.rs's subject, on disk. Also for a test that times a run
+    /// against a plan: a device whose speed no host disk sets (a virtual disk's writes
+    /// stalled as its host flushed: 12-21 windows against 3).
     pub fn in_memory() -> TestEnv {
         TestEnv { memory: true, ..TestEnv::new() }
     }
@@ -264,23 +266,8 @@ impl TestEnv {
 
     /// A loop device with a filesystem (`ext4` or `xfs`), mounted.
     pub fn mounted(&self, name: &str, size: u64, fs: &str) -> (LoopDevice, Mount) {
-        self.mounted_on(self.loop_device(name, size), name, fs)
-    }
-
-    /// As `mounted`, over an image in memory (tmpfs, beside the run directory): a device
-    /// whose speed no host disk sets, for a test that times a run against a plan (a
-    /// virtual disk's writes stalled as its host flushed: 12-21 windows against 3).
-    pub fn mounted_in_memory(&self, name: &str, size: u64, fs: &str) -> (LoopDevice, Mount) {
-        let lo = LoopDevice::create(&self.run_dir().join(name), size).expect("loop device in memory");
-        self.mounted_on(lo, name, fs)
-    }
-
-    fn mounted_on(&self, lo: LoopDevice, name: &str, fs: &str) -> (LoopDevice, Mount) {
-        match fs {
-            "ext4" => mkfs_ext4(&lo.path).unwrap(),
-            "xfs" => mkfs_xfs(&lo.path).unwrap(),
-            other => panic!("no mkfs for {other}"),
-        }
+        let lo = self.loop_device(name, size);
+        mkfs(&lo, fs);
         let m = Mount::new(&lo.path, &self.path(&format!("{name}-mnt")), &[]).unwrap();
         (lo, m)
     }
@@ -290,11 +277,7 @@ impl TestEnv {
     /// run leaves out (tests/it/sparse.rs). For tests that count chunks of the whole device.
     pub fn mounted_dense(&self, name: &str, size: u64, fs: &str) -> (LoopDevice, Mount) {
         let lo = self.loop_device(name, size);
-        match fs {
-            "ext4" => mkfs_ext4(&lo.path).unwrap(),
-            "xfs" => mkfs_xfs(&lo.path).unwrap(),
-            other => panic!("no mkfs for {other}"),
-        }
+        mkfs(&lo, fs);
         fill_holes(&lo.image);
         let m = Mount::new(&lo.path, &self.path(&format!("{name}-mnt")), &[]).unwrap();
         (lo, m)
@@ -308,6 +291,15 @@ impl TestEnv {
             .env_remove("RESEQ_FAULTS")
             .env("RUST_LOG", "info");
         c
+    }
+}
+
+/// `fs` (`ext4` or `xfs`) made on `lo`.
+fn mkfs(lo: &LoopDevice, fs: &str) {
+    match fs {
+        "ext4" => mkfs_ext4(&lo.path).unwrap(),
+        "xfs" => mkfs_xfs(&lo.path).unwrap(),
+        other => panic!("no mkfs for {other}"),
     }
 }
 
@@ -695,6 +687,22 @@ pub fn guardian_of(reseq_pid: u32) -> Option<i32> {
         }
     }
     None
+}
+
+/// A run of `--only-slow` or `--from-scan`, taken again (three times at most) while its
+/// scan is too noisy to tell which regions or files read slowly (exit 3, nothing written:
+/// "run it again when the host is quieter", as documented, and a busy host does that).
+/// The last run is returned: the test asserts that it decided.
+pub fn until_decided(mut run: impl FnMut() -> std::process::Output) -> std::process::Output {
+    let mut out = run();
+    for _ in 0..2 {
+        let noisy = out.status.code() == Some(3) && stderr(&out).contains("--only-slow cannot tell which");
+        if !noisy {
+            break;
+        }
+        out = run();
+    }
+    out
 }
 
 /// Waits up to `limit` for `path` to exist (a `mark@POINT#N=PATH` hook's file: reseq got
