@@ -11,14 +11,19 @@ const MIB: u64 = 1 << 20;
 /// Common arguments: 1 MiB chunks and short windows, so a 64 MiB device takes many
 /// windows, and a 15 ms delay per chunk, so kills land where they are aimed.
 fn slow_rewrite(env: &TestEnv, lo: &LoopDevice, faults: &str) -> Command {
+    paced_rewrite(env, lo, "200ms", 15, faults)
+}
+
+/// The whole device in 1 MiB chunks, windows of `window`, each write held `delay_ms`.
+fn paced_rewrite(env: &TestEnv, lo: &LoopDevice, window: &str, delay_ms: u32, faults: &str) -> Command {
     let mut c = env.reseq();
     // --include-free: these tests count chunks of the whole device.
     // --max-overruns 1000: windows this short overrun on a loaded host, and resumed runs
     // keep the options (an overrun is not what these tests test).
-    c.args(["rewrite", "--json", "--include-free", "--chunk-size", "1M", "--max-freeze", "200ms", "--pause", "20ms"])
+    c.args(["rewrite", "--json", "--include-free", "--chunk-size", "1M", "--max-freeze", window, "--pause", "20ms"])
         .args(["--max-overruns", "1000"])
         .arg(&lo.path)
-        .env("RESEQ_FAULTS", format!("delay@after-write#*=15,{faults}").trim_end_matches(','));
+        .env("RESEQ_FAULTS", format!("delay@after-write#*={delay_ms},{faults}").trim_end_matches(','));
     c
 }
 
@@ -597,6 +602,9 @@ fn a_panic_inside_a_window_aborts_thaws_and_resumes() {
     let env = TestEnv::in_memory();
     let (lo, mnt) = env.mounted_dense("panic", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 3, 4 << 20, 5);
+    // 1 s windows of about nine 100 ms writes: a panic's subject, not a window's length,
+    // and a CPU stall under load must reach 500 ms for the guardian's kill to come first.
+    let paced = |faults: &str| paced_rewrite(&env, &lo, "1s", 100, faults);
     let points = [
         ("panic@before-write#2", "writer"),
         ("panic@after-read#3", "reader"),
@@ -606,14 +614,14 @@ fn a_panic_inside_a_window_aborts_thaws_and_resumes() {
     ];
     let mut resume = false;
     for (point, stage) in points {
-        let mut cmd = slow_rewrite(&env, &lo, point);
+        let mut cmd = paced(point);
         if resume {
             cmd.arg("--resume");
         }
         let t = Instant::now();
         let out = output(&mut cmd);
         assert!(t.elapsed() < Duration::from_secs(10), "{point}: took {:?}", t.elapsed());
-        assert_eq!(out.status.signal(), Some(6), "{point}: SIGABRT, not {:?}", out.status);
+        assert_eq!(out.status.signal(), Some(6), "{point}: SIGABRT, not {:?}: {}", out.status, stderr(&out));
         let err = stderr(&out);
         assert!(err.contains(&format!("the {stage} panicked during a window")), "{point}: {err}");
         assert!(err.contains("--resume"), "{err}");
@@ -626,7 +634,7 @@ fn a_panic_inside_a_window_aborts_thaws_and_resumes() {
     // written where the process runs): neither the panic message nor a core dump may
     // wait for the thaw, which waits for reseq to be gone. The guardian prints the text.
     let log = mnt.dir.join("reseq.log");
-    let mut cmd = slow_rewrite(&env, &lo, "panic@after-write#3");
+    let mut cmd = paced("panic@after-write#3");
     cmd.arg("--resume").env("RUST_BACKTRACE", "1");
     let script = format!("ulimit -c unlimited; cd {}; exec \"$@\"", mnt.dir.display());
     let mut bash = Command::new("bash");
@@ -652,14 +660,14 @@ fn a_panic_inside_a_window_aborts_thaws_and_resumes() {
     assert!(cores.is_empty(), "a core dump on the frozen filesystem: {cores:?}");
     assert_files_intact(&files);
     // Outside a window a panic unwinds: exit 1 (internal error), not Rust's 101.
-    let out = output(slow_rewrite(&env, &lo, "panic@after-thaw#2").arg("--resume"));
+    let out = output(paced("panic@after-thaw#2").arg("--resume"));
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("internal error (a bug)"));
     assert_thawed_within(&mnt.dir, Duration::from_secs(2));
     assert_files_intact(&files);
     // Chunk sizes adapt between windows: count bytes.
     let done = journal_done_bytes(&env.state_dir(), &lo);
-    let r = json_ok(slow_rewrite(&env, &lo, "").arg("--resume"));
+    let r = json_ok(paced("").arg("--resume"));
     assert_eq!(r["verification"], "passed");
     assert_eq!(done + r["results"]["bytes_written"].as_u64().unwrap(), 64 * MIB, "done {done} before the last run");
     assert_files_intact(&files);
