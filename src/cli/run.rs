@@ -169,7 +169,7 @@ fn show<T: Serialize>(v: &T, json: bool, text: String) {
 }
 
 fn thaw(json: bool) -> Result<()> {
-    let summary = crate::host::thaw::run(&crate::host::freeze_record::run_dir())?;
+    let summary = crate::host::thaw::run(&crate::engine::rescue::run_dir())?;
     show(&summary, json, summary.to_text());
     crate::host::thaw::live_guardian_error(&summary).map_or(Ok(()), Err)
 }

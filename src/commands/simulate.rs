@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::engine::journal::Journal;
 use crate::engine::{self, EngineConfig, EngineStats};
-use crate::host::freeze::NoFreeze;
+use crate::engine::guard::NoFreeze;
 use crate::measure::readbench::{ReadParams, Target};
 use crate::measure::scan::Selection;
 use crate::options::bench::BenchOptions;

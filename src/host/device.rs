@@ -41,7 +41,7 @@ impl std::fmt::Display for Medium {
     }
 }
 
-pub(crate) use crate::engine::identity::DeviceIdentity;
+use crate::engine::identity::DeviceIdentity;
 
 /// Everything reseq needs to know about a block device before planning.
 #[derive(Clone, Debug)]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 
-pub(crate) use crate::engine::guard::{NoFreeze, Reporter, WindowEnd, WindowGuard};
+use crate::engine::guard::{Reporter, WindowEnd, WindowGuard};
 use crate::host::cgroup::Placement;
 use crate::host::guardian::client::Guardian;
 use crate::host::guardian::protocol::{Bounds, FreezeFailure, Held, Permit, Watched};
@@ -142,7 +142,7 @@ impl GuardedFreeze {
         deadline: Duration,
         placement: &Placement,
     ) -> Result<GuardedFreeze> {
-        let run_dir = crate::host::freeze_record::run_dir();
+        let run_dir = crate::engine::rescue::run_dir();
         crate::host::freeze_record::check_run_dir(&run_dir, &filesystems)?;
         let mut fds = Vec::new();
         let mut watched = Vec::new();
@@ -338,7 +338,7 @@ impl WindowGuard for GuardedFreeze {
             Err(FreezeFailure::Record { errno }) => Err(Error::io(
                 format!(
                     "the guardian could not write its freeze record in {}, so nothing was frozen",
-                    crate::host::freeze_record::run_dir().display()
+                    crate::engine::rescue::run_dir().display()
                 ),
                 errno.into(),
             )),

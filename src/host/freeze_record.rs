@@ -20,8 +20,6 @@ use crate::host::mounts::MountedFs;
 use crate::host::procs;
 use crate::support::error::{Error, Result};
 
-pub(crate) use crate::engine::rescue::run_dir;
-
 /// One filesystem a guardian is freezing.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct RecordedFs {

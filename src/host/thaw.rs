@@ -156,7 +156,7 @@ fn thaw_one(fs: &RecordedFs) -> FsOutcome {
 /// left frozen (checked), or what to run if something is.
 pub(crate) fn after_abnormal_stop() -> String {
     let me = std::process::id() as i32;
-    let left: Vec<String> = freeze_record::list(&freeze_record::run_dir())
+    let left: Vec<String> = freeze_record::list(&crate::engine::rescue::run_dir())
         .unwrap_or_default()
         .into_iter()
         .filter_map(|(_, r)| r.ok())

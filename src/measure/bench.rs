@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub(crate) use crate::measure::noise::{fastest_quarter, median, stopped};
+use crate::measure::noise::{median, stopped};
 use crate::measure::readbench::{CacheCheck, ReadParams, Target, Timed, read_span};
 use crate::support::error::Result;
 
@@ -24,7 +24,7 @@ pub(crate) struct Pass {
     pub(crate) latency_p99_seconds: Option<f64>,
 }
 
-pub(crate) use crate::support::units::percentile;
+use crate::support::units::percentile;
 
 impl From<Timed> for Pass {
     fn from(t: Timed) -> Pass {

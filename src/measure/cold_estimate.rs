@@ -18,7 +18,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::measure::bench::{EmulatedDrive, HostPressure, Watch, median};
+use crate::measure::bench::{EmulatedDrive, HostPressure, Watch};
+use crate::measure::noise::median;
 
 use crate::measure::byfile::{
     BANDS, Found, SMALL_FILE_BLOCKS, Timed, check_cache, find, rates_by, references, unreliable,

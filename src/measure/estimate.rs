@@ -9,7 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::measure::bench::{HostPressure, Watch, median};
+use crate::measure::bench::{HostPressure, Watch};
+use crate::measure::noise::median;
 
 use crate::measure::scan::Region;
 

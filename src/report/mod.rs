@@ -12,15 +12,16 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{EngineConfig, EngineStats};
-use crate::host::device::{BlockDeviceInfo, DeviceIdentity, Medium};
-pub(crate) use crate::host::freeze::FreezeBound;
+use crate::engine::identity::DeviceIdentity;
+use crate::host::device::{BlockDeviceInfo, Medium};
+use crate::host::freeze::FreezeBound;
 use crate::host::mounts::MountedFs;
 use crate::measure::bench::BenchResult;
 use crate::measure::scan::{ScanResult, Selection};
 use crate::measure::verdict::Verdict;
 use crate::support::error::Error;
 use crate::support::exit_codes::ExitCode;
-pub(crate) use crate::support::units::now_rfc3339;
+use crate::support::units::now_rfc3339;
 
 pub const SCHEMA_VERSION: u32 = 2;
 
@@ -350,7 +351,7 @@ pub(crate) struct SpaceReport {
 }
 
 /// What the rewrite cost the drive (measured by `measure::passes`, which owns the type).
-pub(crate) use crate::measure::passes::WriteCost;
+use crate::measure::passes::WriteCost;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Outcome {

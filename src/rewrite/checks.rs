@@ -17,13 +17,6 @@ fn read_proc_u64(path: &str) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-/// Root, with CAP_SYS_ADMIN: FIFREEZE needs the capability, raw device writes root's access.
-pub(crate) use crate::host::privileges::check as privileges;
-
-/// Where the freeze guardian goes: out of reseq's cgroup, or refused where it cannot
-/// leave unless `--accept-cgroup-risk` (docs/SAFETY.md, "The guardian's cgroup").
-pub(crate) use crate::host::cgroup::plan_or_refuse as guardian_can_leave;
-
 /// Refuses (or, with --force, warns about) real-time processes keeping a CPU busy: they
 /// starve the kernel threads a freeze and a thaw wait for, and no priority of reseq's
 /// can bound a window then (docs/SAFETY.md).

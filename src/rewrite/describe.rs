@@ -21,7 +21,7 @@ pub(crate) fn describe_plan(plan: &RewritePlan) -> String {
     s += &describe_selection(&plan.options);
     s += &format!("  medium: {}\n", d.medium);
     s += &format!("  journal: {}\n", plan.journal_path.display());
-    s += &plan.prediction.as_ref().map(crate::rewrite::predict::describe).unwrap_or_default();
+    s += &plan.prediction.as_ref().map(crate::report::render::prediction).unwrap_or_default();
     s + &dry_run_end(&plan.warnings)
 }
 

@@ -13,7 +13,7 @@ use crate::engine::journal::{self, Replay};
 use crate::engine::trial::{self, Shape, Trial};
 use crate::host::device::{self, BlockDeviceInfo, Sysfs};
 use crate::host::holes::{Backing, HolesPlanned};
-pub(crate) use crate::host::in_use::Environment;
+use crate::host::in_use::Environment;
 use crate::host::in_use::{addressable_end, used_space_spans};
 use crate::host::mounts::{self, MountedFs};
 use crate::measure::depth_probe::DepthChoice;
@@ -123,7 +123,7 @@ struct Checked {
 /// whether its alignment, medium and the freeze length suit the options.
 fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
     device::check_block_device(o.device())?;
-    checks::privileges()?;
+    crate::host::privileges::check()?;
     let dev = device::inspect(o.device(), &env.sysfs)?;
     checks::writable(&dev)?;
     checks::nothing_stacked(&dev, &env.sysfs)?;
@@ -146,7 +146,7 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
         warnings.extend(checks::freeze_length(o.max_freeze(), o.force)?);
         warnings.extend(checks::no_realtime_hogs(o.force)?);
     }
-    let guardian = if filesystems.is_empty() { None } else { Some(checks::guardian_can_leave(o.accept_cgroup_risk)?) };
+    let guardian = if filesystems.is_empty() { None } else { Some(crate::host::cgroup::plan_or_refuse(o.accept_cgroup_risk)?) };
     Ok(Checked { dev, filesystems, freeze_order, writer_devices, warnings, guardian, thin })
 }
 

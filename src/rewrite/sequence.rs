@@ -29,7 +29,8 @@ use std::path::{Path, PathBuf};
 use crate::engine::EngineConfig;
 use crate::engine::target::DirectDevice;
 use crate::host::device::BlockDeviceInfo;
-use crate::host::freeze::{GuardedFreeze, Thawed, WindowGuard, WritersCheck};
+use crate::engine::guard::{NoFreeze, WindowGuard};
+use crate::host::freeze::{GuardedFreeze, Thawed, WritersCheck};
 use crate::host::mounts::MountedFs;
 use crate::host::shape::{Shape, ShapeCheck};
 use crate::host::state_dir::DeviceLock;
@@ -201,7 +202,7 @@ pub(crate) fn windows<'g, S, R>(
 /// checks of every window either way. Forks the guardian.
 pub(crate) fn guardian(g: &Guarded, journal: &Path) -> Result<Box<dyn WindowGuard>> {
     if g.filesystems.is_empty() {
-        return Ok(Box::new(Checked::new(crate::host::freeze::NoFreeze, checks(g, false)?)));
+        return Ok(Box::new(Checked::new(NoFreeze, checks(g, false)?)));
     }
     let placement = g.placement.ok_or_else(|| Error::Internal("a freeze without a guardian placement".into()))?;
     let mut freeze = GuardedFreeze::start(g.filesystems.to_vec(), g.max_freeze, placement)?;

@@ -306,7 +306,7 @@ fn run(script: Script, fail_writes_at: Option<u64>, differ_at: Option<u64>, max_
 fn run_record(cfg: &EngineConfig) -> RunRecord {
     RunRecord {
         version: journal::JOURNAL_VERSION,
-        identity: crate::host::device::DeviceIdentity {
+        identity: crate::engine::identity::DeviceIdentity {
             name: "sim".into(),
             dev: "0:0".into(),
             size_bytes: DEVICE,

@@ -6,7 +6,7 @@
 
 use crate::engine::journal::Journal;
 use crate::engine::{self, EngineConfig};
-use crate::host::freeze::NoFreeze;
+use crate::engine::guard::NoFreeze;
 use crate::sim::experiment::{Order, Strategy, degrade, rewrite};
 use crate::sim::ftl::{Ftl, Params, SLOT, seq_read_time};
 use crate::sim::{SimDevice, SimState};

@@ -19,7 +19,8 @@ use crate::engine::EngineStats;
 use crate::engine::journal::FileIdentity;
 use crate::options::resume::RunOptions;
 use crate::options::rewrite::RewriteOptions;
-use crate::report::{Report, Verification, now_rfc3339};
+use crate::report::{Report, Verification};
+use crate::support::units::now_rfc3339;
 use crate::support::error::Result;
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
@@ -105,7 +106,7 @@ fn execute_plan(plan: &FilesPlan, quiet: bool, report: &mut Report) -> Result<()
     };
     let outcome = run.groups();
     run.progress.close();
-    let result = run.finish(outcome?, &measured, report);
+    let result = run.finish(outcome?.into_result(), &measured, report);
     // A run that wrote nothing and did not finish (refused) leaves the state as it was.
     let wrote = result.is_ok() || report.results.as_ref().is_some_and(|r| r.bytes_written > 0);
     if !wrote && plan.earlier.is_none() {

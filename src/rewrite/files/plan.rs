@@ -87,7 +87,7 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
     if !groups.is_empty() {
         report.freeze_bound = Some(crate::host::freeze::bound_report(o.max_freeze()));
     }
-    let placement = checks::guardian_can_leave(o.accept_cgroup_risk)?;
+    let placement = crate::host::cgroup::plan_or_refuse(o.accept_cgroup_risk)?;
     report.guardian = Some(placement.describe());
     // A dry run's plan lists its warnings: logged too, each would be said twice.
     report.warnings.extend(hot::hot_files(planned.iter().map(|p| p.path.as_path())).into_iter().inspect(|w| {
@@ -372,7 +372,7 @@ fn plan_files(o: &RewriteOptions) -> Result<(Vec<FsGroup>, Vec<Planned>)> {
     if files.is_empty() {
         return Err(Error::Usage("no regular files under the targets".into()));
     }
-    checks::privileges()?;
+    crate::host::privileges::check()?;
     let (groups, planned) = check(o, &files)?;
     for g in &groups {
         checks::aligned(o.chunk_size, &g.device)?;
@@ -509,7 +509,7 @@ pub(super) fn describe(plan: &FilesPlan, report: &Report, predicted: Option<&Pre
             human_bytes(plan.done_before.values().sum())
         );
     }
-    s += &report.prediction.as_ref().map(crate::rewrite::predict::describe).unwrap_or_default();
+    s += &report.prediction.as_ref().map(crate::report::render::prediction).unwrap_or_default();
     (s + &crate::rewrite::dry_run_end(&report.warnings), detail)
 }
 

@@ -44,22 +44,38 @@ pub(super) struct FileRun<'a> {
     pub(super) findings: Vec<String>,
 }
 
+/// What the engine runs came to, reported with the files' reports either way. (An `Err`
+/// beside it is a stop before a run: nothing more is reported.)
+#[must_use]
+pub(super) enum Ran {
+    Finished,
+    Ended(Error),
+}
+
+impl Ran {
+    pub(super) fn into_result(self) -> Result<()> {
+        match self {
+            Ran::Finished => Ok(()),
+            Ran::Ended(e) => Err(e),
+        }
+    }
+}
+
 impl<'a> FileRun<'a> {
-    /// Each filesystem in turn. `Err`: stopped before its run (nothing more is
-    /// reported); `Ok(outcome)`: what its engine run came to.
-    pub(super) fn groups(&mut self) -> Result<Result<()>> {
+    /// Each filesystem in turn, until one ends short.
+    pub(super) fn groups(&mut self) -> Result<Ran> {
         for (gi, g) in self.plan.groups.iter().enumerate() {
-            if let Err(e) = self.group(gi, g)? {
-                return Ok(Err(e));
+            if let Ran::Ended(e) = self.group(gi, g)? {
+                return Ok(Ran::Ended(e));
             }
         }
-        Ok(Ok(()))
+        Ok(Ran::Finished)
     }
 
     /// One filesystem, steps 2-7 of [`crate::rewrite::sequence`]: one engine run over
     /// its files, or on btrfs, one for each member device (each rewrites the copies on
     /// its device; a file is finished with the last).
-    fn group(&mut self, gi: usize, g: &FsGroup) -> Result<Result<()>> {
+    fn group(&mut self, gi: usize, g: &FsGroup) -> Result<Ran> {
         let todo = self.todo(gi);
         let goal = self.progress.done() + todo.iter().map(|&fi| self.plan.to_rewrite[fi]).sum::<u64>();
         let Some(b) = &g.btrfs else {
@@ -71,16 +87,16 @@ impl<'a> FileRun<'a> {
         };
         for (i, (devid, info, shape)) in b.members.iter().enumerate() {
             let goal = (i + 1 == b.members.len()).then_some(goal);
-            if let Err(e) = self.device_run(g, &todo, Device { info, shape, devid: Some(*devid), goal })? {
-                return Ok(Err(e));
+            if let Ran::Ended(e) = self.device_run(g, &todo, Device { info, shape, devid: Some(*devid), goal })? {
+                return Ok(Ran::Ended(e));
             }
         }
-        Ok(Ok(()))
+        Ok(Ran::Finished)
     }
 
     /// One engine run over the files `todo` of `g`, on one device: taken and checked,
     /// its record, one guardian.
-    fn device_run(&mut self, g: &FsGroup, todo: &[usize], d: Device) -> Result<Result<()>> {
+    fn device_run(&mut self, g: &FsGroup, todo: &[usize], d: Device) -> Result<Ran> {
         let sequence::Taken { _lock, device } = sequence::take_device(&sequence::Taking {
             state_dir: &self.plan.state.path,
             device: d.info,
@@ -89,7 +105,7 @@ impl<'a> FileRun<'a> {
             unfinished: self.plan.unfinished.as_ref(),
         })?;
         if todo.is_empty() {
-            return Ok(Ok(()));
+            return Ok(Ran::Finished);
         }
         let device = Arc::new(device);
         let on = d.devid.map(|devid| self.on_device(g, devid, Arc::clone(&device))).transpose()?;
@@ -136,7 +152,7 @@ impl<'a> FileRun<'a> {
             let mine: std::collections::HashSet<usize> = planner.members.iter().map(|m| m.index).collect();
             self.reports.iter_mut().filter(|(i, _)| mine.contains(i)).for_each(|(_, r)| r.bytes_skipped_holes = 0);
         }
-        Ok(result)
+        Ok(result.map_or_else(Ran::Ended, |()| Ran::Finished))
     }
 
     /// A btrfs member's run: its devid, the copies it holds, the chunk map.

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::measure::byfile::{self, FileScan, FileSort, FileSpeed, human_age};
+use crate::measure::byfile::{self, FileScan, FileSpeed, human_age};
+use crate::options::bench::FileSort;
 use crate::measure::noise::ROUNDS;
 use crate::options::rewrite::RewriteOptions;
 use crate::report::FileSelection;

@@ -359,8 +359,6 @@ fn describe_probe(p: &PlanProbe, chunk_size: u64) -> String {
     )
 }
 
-pub(crate) use crate::report::render::prediction as describe;
-
 /// Warnings for a plan that makes no sense: a run of months or years, windows that
 /// overrun until the run stops.
 pub(crate) fn absurd(p: &Prediction, pacing: &Pacing) -> Vec<String> {
