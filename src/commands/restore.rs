@@ -11,10 +11,10 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::engine::guard::{NoFreeze, WindowGuard};
 use crate::engine::rescue::{self, RescueHeader};
 use crate::engine::target::BlockTarget;
 use crate::host::device::{self, BlockDeviceInfo, Sysfs};
-use crate::engine::guard::{NoFreeze, WindowGuard};
 use crate::host::freeze::GuardedFreeze;
 use crate::host::mounts::{self, MountedFs};
 use crate::options::restore::RestoreOptions;

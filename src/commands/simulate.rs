@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::engine::guard::NoFreeze;
 use crate::engine::journal::Journal;
 use crate::engine::{self, EngineConfig, EngineStats};
-use crate::engine::guard::NoFreeze;
 use crate::measure::readbench::{ReadParams, Target};
 use crate::measure::scan::Selection;
 use crate::options::bench::BenchOptions;

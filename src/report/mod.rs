@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{EngineConfig, EngineStats};
 use crate::engine::identity::DeviceIdentity;
+use crate::engine::{EngineConfig, EngineStats};
 use crate::host::device::{BlockDeviceInfo, Medium};
 use crate::host::freeze::FreezeBound;
 use crate::host::mounts::MountedFs;

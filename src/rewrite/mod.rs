@@ -22,6 +22,7 @@ use crate::engine::target::{BlockTarget, DirectDevice, OpenMode};
 use crate::engine::{self, Everything, Planner, Selected};
 use crate::host::freeze::Thawed;
 use crate::host::holes::{Backing, SkipHoles};
+use crate::host::in_use::Environment;
 use crate::host::trim::{self, TrimReport, TrimTarget};
 use crate::host::usedspace::{FsSpan, UsedSpace};
 use crate::measure::bench;
@@ -32,13 +33,12 @@ use crate::measure::scan::Selection;
 use crate::measure::{scan, verdict};
 use crate::options::rewrite::{Mode, RewriteOptions};
 use crate::report::{Report, SpaceReport};
-use crate::support::units::now_rfc3339;
-use crate::host::in_use::Environment;
 use crate::rewrite::plan::{RewritePlan, Start};
 use crate::support::error::{Error, Result};
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
 use crate::support::units::human_bytes;
+use crate::support::units::now_rfc3339;
 use crate::sys::memory::AlignedBuf;
 
 /// Runs `reseq rewrite` on a device, or on files (file mode). Always returns a report,

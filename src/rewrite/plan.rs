@@ -146,7 +146,8 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
         warnings.extend(checks::freeze_length(o.max_freeze(), o.force)?);
         warnings.extend(checks::no_realtime_hogs(o.force)?);
     }
-    let guardian = if filesystems.is_empty() { None } else { Some(crate::host::cgroup::plan_or_refuse(o.accept_cgroup_risk)?) };
+    let guardian =
+        if filesystems.is_empty() { None } else { Some(crate::host::cgroup::plan_or_refuse(o.accept_cgroup_risk)?) };
     Ok(Checked { dev, filesystems, freeze_order, writer_devices, warnings, guardian, thin })
 }
 

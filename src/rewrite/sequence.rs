@@ -27,9 +27,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::engine::EngineConfig;
+use crate::engine::guard::{NoFreeze, WindowGuard};
 use crate::engine::target::DirectDevice;
 use crate::host::device::BlockDeviceInfo;
-use crate::engine::guard::{NoFreeze, WindowGuard};
 use crate::host::freeze::{GuardedFreeze, Thawed, WritersCheck};
 use crate::host::mounts::MountedFs;
 use crate::host::shape::{Shape, ShapeCheck};

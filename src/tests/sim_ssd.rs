@@ -4,9 +4,9 @@
 //! Sizes: a 1 GiB file on a 2 GiB device with the stages scaled by 1/4; the reference
 //! notes this gives the 4 GiB / 8 GiB numbers divided by 4 (docs/FTL-MODEL.md).
 
+use crate::engine::guard::NoFreeze;
 use crate::engine::journal::Journal;
 use crate::engine::{self, EngineConfig};
-use crate::engine::guard::NoFreeze;
 use crate::sim::experiment::{Order, Strategy, degrade, rewrite};
 use crate::sim::ftl::{Ftl, Params, SLOT, seq_read_time};
 use crate::sim::{SimDevice, SimState};

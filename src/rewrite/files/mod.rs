@@ -20,10 +20,10 @@ use crate::engine::journal::FileIdentity;
 use crate::options::resume::RunOptions;
 use crate::options::rewrite::RewriteOptions;
 use crate::report::{Report, Verification};
-use crate::support::units::now_rfc3339;
 use crate::support::error::Result;
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
+use crate::support::units::now_rfc3339;
 
 mod extents;
 mod hot;

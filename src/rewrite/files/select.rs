@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::measure::byfile::{self, FileScan, FileSpeed, human_age};
-use crate::options::bench::FileSort;
 use crate::measure::noise::ROUNDS;
+use crate::options::bench::FileSort;
 use crate::options::rewrite::RewriteOptions;
 use crate::report::FileSelection;
 use crate::support::error::{Error, Result};
