@@ -79,7 +79,7 @@ pub(crate) fn run(o: &RestoreOptions) -> Result<RestoreSummary> {
     let _lock = check_device(&dev, &h, &sysfs, dir, &path)?;
     let entries = mounts::read_mounts().map_err(|e| Error::io("reading /proc/self/mountinfo", e))?;
     let filesystems = mounts::filesystems_on(&entries, &dev.devices_to_freeze());
-    let target = crate::rewrite::open_device(&dev, !filesystems.is_empty())?;
+    let target = crate::rewrite::sequence::open_device(&dev, !filesystems.is_empty())?;
     if rescue::device_holds(&target, h.offset, h.len, &h.blake3)? {
         rescue::remove(&o.rescue)?;
         summary.outcome = "already_intact".into();

@@ -6,7 +6,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::measure::bench::BenchResult;
+use crate::measure::bench::{self, BenchResult};
+use crate::measure::passes as measure;
+use crate::measure::readbench::Target;
+use crate::measure::verdict;
+use crate::report::Report;
+use crate::support::signals::StopFlag;
 
 use crate::measure::readbench::Ranges;
 use crate::measure::scan::ScanResult;
@@ -71,5 +76,77 @@ pub(crate) fn same_reads(bench: &BenchResult, scan: &ScanResult, given: &BenchOp
         passes: bench.passes.len().max(1),
         regions: scan.regions.len().max(1),
         ..given.clone()
+    }
+}
+
+/// The benchmark before a run, both modes: for a resumed run the interrupted run's, kept
+/// beside its `record` (None: not kept; the run then has no verdict); otherwise measured
+/// now by `measure` and kept there.
+pub(crate) fn bench_before(
+    resumed: bool,
+    record: &Path,
+    measure: impl FnOnce() -> Result<Before>,
+) -> Result<Option<Before>> {
+    if resumed {
+        return Ok(Before::load(record));
+    }
+    let b = measure().map_err(before_writing)?;
+    b.save(record).map_err(before_writing)?;
+    Ok(Some(b))
+}
+
+/// The benchmark after a rewrite, both modes: `target` opens the same bytes as the
+/// benchmark before (again for a re-check); the verdict, re-checked where it is close.
+/// A stop during it keeps the finished rewrite, and the verdict says "unreliable".
+/// Returns whether it measured.
+pub(crate) fn bench_after(
+    report: &mut Report,
+    opts: &crate::options::bench::BenchOptions,
+    stop: &StopFlag,
+    target: impl Fn() -> Result<Target>,
+) -> Result<bool> {
+    log::info!("benchmarking the same data after the rewrite");
+    let opts = &match (&report.bench_before, &report.scan_before) {
+        (Some(b), Some(s)) => same_reads(b, s, opts),
+        _ => opts.clone(),
+    };
+    let (b, s) = match target().and_then(|t| measure::measure_target(&t, opts)) {
+        Ok(m) => m,
+        Err(e) => {
+            report.verdict = cut_short(report.bench_before.as_ref(), e)?;
+            return Ok(false);
+        }
+    };
+    if let Some(before) = &report.bench_before {
+        let v = verdict::verdict_of(before, &b);
+        report.verdict = measure::recheck(Some(v), before, &b, opts, stop, &target);
+    }
+    (report.bench_after, report.scan_after) = (Some(b), Some(s));
+    Ok(true)
+}
+
+/// A stop during the benchmark after a finished rewrite: the rewrite stands (verified,
+/// nothing to resume), the verdict is "unreliable", saying so. Other errors stay errors.
+fn cut_short(before: Option<&bench::BenchResult>, e: Error) -> Result<Option<verdict::Verdict>> {
+    let Error::Stopped { signal, .. } = e else { return Err(e) };
+    log::warn!("the benchmark after the rewrite was stopped by {signal}: the rewrite itself is complete and verified");
+    Ok(before.map(|_| verdict::Verdict {
+        verdict: verdict::Finding::Unreliable,
+        rule: format!("the benchmark after the rewrite was stopped by {signal}: nothing to compare"),
+        speedup: 1.0,
+        p_value: 1.0,
+        needed_effect: verdict::MIN_EFFECT,
+        ..verdict::Verdict::default()
+    }))
+}
+
+/// A stop during the before-benchmark: nothing was written.
+pub(crate) fn before_writing(e: Error) -> Error {
+    match e {
+        Error::Stopped { signal, .. } => Error::Stopped {
+            signal,
+            what: "interrupted before anything was written (during the benchmark before the rewrite)".into(),
+        },
+        e => e,
     }
 }

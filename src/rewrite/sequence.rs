@@ -28,7 +28,8 @@ use std::path::{Path, PathBuf};
 
 use crate::engine::EngineConfig;
 use crate::engine::guard::{NoFreeze, WindowGuard};
-use crate::engine::target::DirectDevice;
+use crate::engine::journal::{self, RunRecord};
+use crate::engine::target::{DirectDevice, OpenMode};
 use crate::host::device::BlockDeviceInfo;
 use crate::host::freeze::{GuardedFreeze, Thawed, WritersCheck};
 use crate::host::mounts::MountedFs;
@@ -36,8 +37,10 @@ use crate::host::shape::{Shape, ShapeCheck};
 use crate::host::state_dir::DeviceLock;
 use crate::host::window_checks::{Checked, WindowCheck};
 use crate::options::rewrite::RewriteOptions;
+use crate::rewrite::checks;
 use crate::support::error::{Error, Result};
 use crate::support::signals::StopFlag;
+use crate::support::units::now_rfc3339;
 use crate::sys;
 
 /// Step 1: the process before its first write.
@@ -134,7 +137,7 @@ pub(crate) struct Taking<'a> {
 pub(crate) fn take_device(t: &Taking) -> Result<Taken> {
     let dev = t.device;
     let lock = crate::host::state_dir::lock_device(t.state_dir, &dev.identity.name, &t.shown)?;
-    let device = super::open_device(dev, t.mounted)?;
+    let device = open_device(dev, t.mounted)?;
     let dirs = crate::engine::rescue::dirs(t.state_dir);
     crate::engine::rescue::check_device(&dirs, &dev.identity, &device, t.mounted)?;
     crate::engine::rescue::check_torn_notes(&dev.path, &device)?;
@@ -275,5 +278,52 @@ fn unfinished_hint(state_dir: &Path, dev: &BlockDeviceInfo) -> String {
             "pass --resume to continue it, or --restart to start over; either checks the rescue copy first: {copy}"
         ),
         None => "pass --resume to continue it, or --restart to start over".into(),
+    }
+}
+
+/// Opens a device for direct I/O: shared when filesystems on it are mounted (the freeze
+/// keeps them still), exclusive otherwise. EBUSY gets its own explanation.
+pub(crate) fn open_device(d: &crate::host::device::BlockDeviceInfo, mounted: bool) -> Result<DirectDevice> {
+    let mode = if mounted { OpenMode::SharedWithMounts } else { OpenMode::Exclusive };
+    DirectDevice::open(&d.path, mode, d.dio_mem_align as usize, u64::from(d.dio_offset_align)).map_err(
+        |e| match (e.raw_os_error(), mode) {
+            (Some(nix::libc::EBUSY), OpenMode::SharedWithMounts) => {
+                let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+                let boot = if cmdline.contains("bdev_allow_write_mounted=0") {
+                    "the kernel was booted with bdev_allow_write_mounted=0"
+                } else {
+                    "the kernel is built with CONFIG_BLK_DEV_WRITE_MOUNTED=n or booted with bdev_allow_write_mounted=0"
+                };
+                Error::refused(
+                    format!("the kernel refuses to open the mounted device {} for writing (EBUSY): {boot}", d.path.display()),
+                    "unmount the filesystem and run reseq on the unmounted device; reseq never writes around this through another device",
+                )
+            }
+            (Some(nix::libc::EBUSY), OpenMode::Exclusive) => {
+                checks::busy_unmounted(&d.path, d.dev_num, &crate::host::mounts::read_mounts().unwrap_or_default())
+            }
+            _ => Error::io(format!("opening {} for direct I/O", d.path.display()), e),
+        },
+    )
+}
+
+/// A run's first journal record: the device, the chunks and the range; `options`, a
+/// device run's, for `--resume`.
+pub(crate) fn run_record(
+    identity: &crate::engine::identity::DeviceIdentity,
+    chunk_size: u64,
+    (start, end): (u64, u64),
+    options: Option<crate::options::resume::RunOptions>,
+) -> RunRecord {
+    RunRecord {
+        version: journal::JOURNAL_VERSION,
+        identity: identity.clone(),
+        chunk_size_bytes: chunk_size,
+        range_start_bytes: start,
+        range_end_bytes: end,
+        chunks_total: (end - start).div_ceil(chunk_size),
+        started_at: now_rfc3339(),
+        files: Vec::new(),
+        options,
     }
 }

@@ -6,7 +6,6 @@
 
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use std::time::Instant;
 
 use super::extents::plan_extents;
@@ -24,26 +23,15 @@ pub(super) fn choose_depth(plan: &mut FilesPlan, report: &mut Report) {
 
 /// The depth of the run's pipeline, over the `bytes` it rewrites (the files not left
 /// alone nor finished earlier): probed on the first filesystem's device, reading the
-/// files' own extents there (a device's depth is the same over all of it), when that
-/// many bytes are worth a probe.
+/// files' own extents there.
 fn depth_of(plan: &FilesPlan, bytes: u64) -> crate::measure::depth_probe::DepthChoice {
-    use crate::measure::depth_probe::DepthChoice;
-    let o = &plan.options;
-    if o.given.read_ahead {
-        return DepthChoice::given(o.read_ahead);
-    }
-    let deadline = Some(o.max_freeze());
-    if bytes < crate::rewrite::predict::DEPTH_PROBE_FROM {
-        // Not probed: `depth` says why, with the bytes; no device is read to say it.
-        return crate::rewrite::predict::depth(o, Path::new(""), &[(0, bytes)], deadline);
-    }
-    let Some(run) = engine_runs(plan).into_iter().find(|r| r.layout.bytes() > 0) else {
-        return DepthChoice::fallback("no file's extents to probe the device with: the old default".into());
-    };
-    let mut ranges: Vec<(u64, u64)> =
-        run.layout.batches.iter().flat_map(|b| &b.runs).map(|r| (r.offset, r.len)).collect();
-    ranges.sort_unstable();
-    crate::rewrite::predict::depth(o, &run.device, &ranges, deadline)
+    crate::rewrite::predict::depth(&plan.options, bytes, Some(plan.options.max_freeze()), || {
+        let run = engine_runs(plan).into_iter().find(|r| r.layout.bytes() > 0)?;
+        let mut ranges: Vec<(u64, u64)> =
+            run.layout.batches.iter().flat_map(|b| &b.runs).map(|r| (r.offset, r.len)).collect();
+        ranges.sort_unstable();
+        Some((run.device, ranges))
+    })
 }
 
 /// A dry run's prediction of every filesystem's engine run (into the report, with the

@@ -116,19 +116,14 @@ fn execute_plan(plan: &FilesPlan, quiet: bool, report: &mut Report) -> Result<()
     result
 }
 
-/// The benchmark before a file-mode run: measured and kept beside the run's record, or
-/// for a resumed run, the interrupted run's (None: not kept; no verdict then).
+/// The benchmark before a file-mode run, kept beside the run's record.
 fn bench_before(plan: &FilesPlan, measured: &[&Path]) -> Result<Option<crate::rewrite::before::Before>> {
-    use crate::rewrite::before::Before;
-    if plan.earlier.is_some() {
-        return Ok(Before::load(&plan.record_path));
-    }
-    log::info!("benchmarking {} file(s) before the rewrite", measured.len());
-    let (bench, scan) = crate::measure::passes::measure_files(measured, &plan.options.bench_opts)
-        .map_err(crate::rewrite::before_writing)?;
-    let b = Before { bench, scan, in_use: None };
-    b.save(&plan.record_path).map_err(crate::rewrite::before_writing)?;
-    Ok(Some(b))
+    use crate::rewrite::before::{self, Before};
+    before::bench_before(plan.earlier.is_some(), &plan.record_path, || {
+        log::info!("benchmarking {} file(s) before the rewrite", measured.len());
+        let (bench, scan) = crate::measure::passes::measure_files(measured, &plan.options.bench_opts)?;
+        Ok(Before { bench, scan, in_use: None })
+    })
 }
 
 /// After a run that chose files: each chosen file's report says why, and a run that
@@ -201,5 +196,5 @@ pub(super) fn bench_after(o: &RewriteOptions, stop: &StopFlag, measured: &[&Path
         let left: Vec<&Path> = measured.iter().copied().filter(|p| p.exists()).collect();
         crate::measure::passes::files_target(&left)
     };
-    crate::rewrite::bench_after(report, &o.bench_opts, stop, target).map(drop)
+    crate::rewrite::before::bench_after(report, &o.bench_opts, stop, target).map(drop)
 }

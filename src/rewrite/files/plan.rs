@@ -391,7 +391,7 @@ fn choose(
     report: &mut Report,
 ) -> Result<(Option<select::Choice>, HashMap<usize, String>)> {
     let paths: Vec<PathBuf> = planned.iter().map(|p| p.path.clone()).collect();
-    let choice = select::choose(o, &paths).map_err(crate::rewrite::before_writing)?;
+    let choice = select::choose(o, &paths).map_err(crate::rewrite::before::before_writing)?;
     report.file_selection = choice.as_ref().map(|c| c.summary.clone());
     let left_alone = choice.as_ref().map(|c| c.left_alone.clone()).unwrap_or_default();
     Ok((choice, left_alone))

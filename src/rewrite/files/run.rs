@@ -117,7 +117,7 @@ impl<'a> FileRun<'a> {
         let mut planner = FilesPlanner::new(members, Arc::clone(&map), o.max_freeze() / 10);
         planner.btrfs = on;
         let end = planner.end();
-        let mut run = crate::rewrite::run_record(&d.info.identity, o.chunk_size.bytes(), (0, end), None);
+        let mut run = sequence::run_record(&d.info.identity, o.chunk_size.bytes(), (0, end), None);
         run.files = table;
         let journal_path = record::journal_path(&self.plan.record_path, &d.info.identity.name);
         let mut journal = Journal::deferred(&journal_path, run, Some(self.write_record()));

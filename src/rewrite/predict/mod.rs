@@ -60,19 +60,20 @@ pub(crate) const DEPTH_PROBE_CAP: Duration = Duration::from_millis(200);
 /// faster than 2 there: docs/CHUNK-SIZE.md, "Depth").
 pub(crate) const DEPTH_PROBE_FROM: u64 = 4 << 30;
 
-/// The pipeline's depth of a run over `ranges` of `device` (ascending device offsets and
-/// lengths): `--read-ahead` as given, else probed (`measure::depth_probe`). A probe
-/// that fails is no reason to refuse a run: it falls back to the old default, and says why.
+/// The pipeline's depth of a run of `bytes`: `--read-ahead` as given, else, when that
+/// many bytes are worth it, probed (`measure::depth_probe`) on what `probe_on` names:
+/// a device and ranges of it to read (ascending offsets and lengths; a device's depth is
+/// the same over all of it). A probe that fails, or has nothing to read, is no reason to
+/// refuse a run: it falls back to the old default, and says why.
 pub(crate) fn depth(
     o: &crate::options::rewrite::RewriteOptions,
-    device: &std::path::Path,
-    ranges: &[(u64, u64)],
+    bytes: u64,
     deadline: Option<Duration>,
+    probe_on: impl FnOnce() -> Option<(std::path::PathBuf, Vec<(u64, u64)>)>,
 ) -> DepthChoice {
     if o.given.read_ahead {
         return DepthChoice::given(o.read_ahead);
     }
-    let bytes: u64 = ranges.iter().map(|r| r.1).sum();
     if bytes < DEPTH_PROBE_FROM {
         return DepthChoice::fallback(format!(
             "{} to rewrite, less than {}: not worth a probe, the old default",
@@ -80,6 +81,11 @@ pub(crate) fn depth(
             human_bytes(DEPTH_PROBE_FROM)
         ));
     }
+    let Some((device, ranges)) = probe_on() else {
+        return DepthChoice::fallback("no extents to probe the device with: the old default".into());
+    };
+    let (device, ranges) = (device.as_path(), ranges.as_slice());
+    let bytes: u64 = ranges.iter().map(|r| r.1).sum();
     let chunk_size = o.chunk_size.bytes();
     let chunks = depth_probe::chunks_of(ranges, chunk_size, 512);
     let limits = depth_probe::Limits { chunk_size, verify: !o.no_verify, deadline };

@@ -254,7 +254,9 @@ fn choose_depth(
     freezes: bool,
     ranges: &[(u64, u64)],
 ) -> DepthChoice {
-    let depth = predict::depth(o, &dev.path, ranges, freezes.then_some(o.max_freeze()));
+    let depth = predict::depth(o, sum_of(ranges), freezes.then_some(o.max_freeze()), || {
+        Some((dev.path.clone(), ranges.to_vec()))
+    });
     engine.read_ahead = depth.depth;
     depth
 }
