@@ -185,7 +185,9 @@ pub(crate) fn lasted(v: Verdict, before: &BenchResult, again: &BenchResult, wait
     });
     let secs = waited.as_secs_f64();
     if later.verdict == Finding::Unreliable {
-        let why = format!("the re-check {secs:.0} s later cannot tell whether it lasted: {}", later.rule);
+        // Short before its colon and without its aside: a mail's verdict line keeps only
+        // that much, on one line of 100 columns.
+        let why = format!("a re-check {secs:.0} s later could not tell (whether it lasted): {}", later.rule);
         return Verdict { recheck, ..unreliable_after(v, &why) };
     }
     // Lasting means the same answer *and* about the same speed: a change that mostly

@@ -5,8 +5,9 @@ use std::fmt::Write as _;
 use crate::engine::EngineStats;
 use crate::measure::bench::BenchResult;
 use crate::measure::estimate::Estimate;
+use crate::measure::passes::WriteCost;
 use crate::measure::scan::ScanResult;
-use crate::report::{FileReport, Prediction, Report, Verification, WriteCost};
+use crate::report::{FileReport, Prediction, Report, Verification};
 use crate::support::output::{WIDTH, cut, fit};
 use crate::support::units::{human_bytes, human_rate, human_seconds};
 
@@ -266,7 +267,10 @@ fn measurements(r: &Report) -> String {
         let said = above.filter(|c| c.cache_suspected).any(|c| cut(&c.finding).contains(why.as_str()));
         let why =
             if said && !r.every_file { "a cache below the device, as the cache check above says".into() } else { why };
-        format!("  verdict: {} (x{:.2}; {why})\n", v.verdict, v.speedup) + &rule.unwrap_or_default()
+        // The speed-up once: a reason may begin with it ("x2.81 right after the rewrite, but").
+        let speedup = format!("x{:.2}", v.speedup);
+        let why = if why.starts_with(&speedup) { why } else { format!("{speedup}; {why}") };
+        format!("  verdict: {} ({why})\n", v.verdict) + &rule.unwrap_or_default()
     });
     let sections = [
         // A benchmark alone says its cache check: the reader of one asks what it measured.
@@ -541,5 +545,30 @@ mod tests {
             "1 rewritten, 1 with no written data to rewrite (holes, unwritten extents), 1 unfinished, 1 not reached (the run stopped before them)"
         );
         assert!(file_line(&files[3]).ends_with("not reached (the run stopped before it)"), "{}", file_line(&files[3]));
+    }
+    /// A verdict a noisy re-check made unreliable fits one line of a mail, its figure
+    /// said once (a nightly job's mail went to 16 lines when it wrapped).
+    #[test]
+    fn an_unreliable_recheck_is_one_line_of_a_mail() {
+        use crate::measure::bench::HostPressure;
+        use crate::measure::bench::tests::bench_of;
+        let quiet = Some(HostPressure { cpu_some: 0.0, io_some: 0.0 });
+        let mut before = bench_of(&[100.0, 101.0, 102.0]);
+        let mut after = bench_of(&[280.0, 281.0, 282.0]);
+        (before.host_pressure, after.host_pressure) = (quiet.clone(), quiet);
+        let v = crate::measure::verdict::verdict_of(&before, &after);
+        // The re-check under a load the benchmarks did not see: it cannot tell.
+        let mut again = bench_of(&[280.0, 281.0, 282.0]);
+        again.host_pressure = Some(HostPressure { cpu_some: 0.6, io_some: 0.4 });
+        let v = crate::measure::verdict::lasted(v, &before, &again, std::time::Duration::from_secs(30));
+        assert_eq!(v.verdict, crate::measure::verdict::Finding::Unreliable, "{v:?}");
+        let figure = format!("x{:.2}", v.speedup);
+        let mut r = Report::new("rewrite", false);
+        r.verdict = Some(v);
+        let text = text_at(&r, None);
+        let line = text.lines().find(|l| l.contains("verdict:")).unwrap();
+        assert!(line.chars().count() <= WIDTH, "{} columns: {line}", line.chars().count());
+        assert_eq!(line.matches(&figure).count(), 1, "{line}");
+        assert!(line.contains("could not tell"), "{line}");
     }
 }
