@@ -6,6 +6,7 @@
 
 pub(crate) mod render;
 
+use crate::measure::passes::WriteCost;
 use std::path::Path;
 use std::time::Duration;
 
@@ -349,9 +350,6 @@ pub(crate) struct SpaceReport {
     #[serde(default)]
     pub(crate) trim: Option<crate::host::trim::TrimReport>,
 }
-
-/// What the rewrite cost the drive (measured by `measure::passes`, which owns the type).
-use crate::measure::passes::WriteCost;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Outcome {

@@ -1,6 +1,7 @@
-//! The benchmark before a `--bench` run, kept beside its journal (or file record): a
-//! resumed run compares with it, since the data it measured is partly rewritten by then
-//! and a new "before" would measure the run's own work.
+//! The benchmarks around a `--bench` run, both modes. The one before is kept beside the
+//! run's journal (or file record): a resumed run compares with it, since the data it
+//! measured is partly rewritten by then and a new "before" would measure the run's own
+//! work. The one after reads the same bytes the same way, and gives the verdict.
 
 use std::path::{Path, PathBuf};
 
@@ -68,7 +69,7 @@ impl Before {
 
 /// The benchmark options that read as the benchmark before did: the after-benchmark of
 /// a resumed run reads the same way, whatever the resuming command says.
-pub(crate) fn same_reads(bench: &BenchResult, scan: &ScanResult, given: &BenchOptions) -> BenchOptions {
+fn same_reads(bench: &BenchResult, scan: &ScanResult, given: &BenchOptions) -> BenchOptions {
     let p = &bench.params;
     BenchOptions {
         block_size: p.block_size_bytes,

@@ -1,5 +1,5 @@
 //! The checks made before anything is frozen or written, each named, with its refusal
-//! text beside it. Device mode ([`super::plan`]) and file mode ([`super::files`]) run
+//! text beside it. Device mode ([`super::device::plan`]) and file mode ([`super::files`]) run
 //! the ones they share from here: privileges, the freeze length against the hung-task
 //! watchdog, the chunk size against the device's alignment, a writable device, nobody
 //! else writing it.

@@ -602,7 +602,7 @@ fn a_panic_inside_a_window_aborts_thaws_and_resumes() {
     let env = TestEnv::in_memory();
     let (lo, mnt) = env.mounted_dense("panic", 64 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 3, 4 << 20, 5);
-    // 1 s windows of about nine 100 ms writes: a panic's subject, not a window's length,
+    // 1 s windows of about six 100 ms writes: a panic's subject, not a window's length,
     // and a CPU stall under load must reach 500 ms for the guardian's kill to come first.
     let paced = |faults: &str| paced_rewrite(&env, &lo, "1s", 100, faults);
     let points = [

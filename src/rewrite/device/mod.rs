@@ -9,7 +9,7 @@
 mod describe;
 pub(crate) mod plan;
 
-pub(crate) use describe::describe_plan;
+use describe::describe_plan;
 
 use std::fs::File;
 

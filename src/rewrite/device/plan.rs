@@ -1,9 +1,9 @@
 //! Check, then plan: everything decided before the first byte is written.
 //!
 //! [`plan_rewrite`] turns the options into a [`RewritePlan`] or a refusal, through the
-//! named checks of [`super::checks`]; the order goes from cheap and certain (what kind
+//! named checks of [`crate::rewrite::checks`]; the order goes from cheap and certain (what kind
 //! of file is this) to the ones that need the device open. The plan is data: the dry
-//! run prints it ([`super::describe_plan`]), the engine runs it.
+//! run prints it ([`super::describe::describe_plan`]), the engine runs it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

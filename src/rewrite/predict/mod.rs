@@ -58,7 +58,7 @@ pub(crate) const DEPTH_PROBE_CAP: Duration = Duration::from_millis(200);
 /// Runs over fewer bytes are not probed: the probe would cost more than a depth can win
 /// (on a 1 GiB loop device the probe added 0.4 s to a 2.5 s run, and no depth was
 /// faster than 2 there: docs/CHUNK-SIZE.md, "Depth").
-pub(crate) const DEPTH_PROBE_FROM: u64 = 4 << 30;
+const DEPTH_PROBE_FROM: u64 = 4 << 30;
 
 /// The pipeline's depth of a run of `bytes`: `--read-ahead` as given, else, when that
 /// many bytes are worth it, probed (`measure::depth_probe`) on what `probe_on` names:
@@ -82,14 +82,14 @@ pub(crate) fn depth(
         ));
     }
     let Some((device, ranges)) = probe_on() else {
-        return DepthChoice::fallback("no extents to probe the device with: the old default".into());
+        return DepthChoice::fallback("no file's extents to probe the device with: the old default".into());
     };
     let (device, ranges) = (device.as_path(), ranges.as_slice());
-    let bytes: u64 = ranges.iter().map(|r| r.1).sum();
+    let probed: u64 = ranges.iter().map(|r| r.1).sum();
     let chunk_size = o.chunk_size.bytes();
     let chunks = depth_probe::chunks_of(ranges, chunk_size, 512);
     let limits = depth_probe::Limits { chunk_size, verify: !o.no_verify, deadline };
-    match depth_probe::choose(device, &chunks, bytes, &limits, DEPTH_PROBE_CAP) {
+    match depth_probe::choose(device, &chunks, probed, &limits, DEPTH_PROBE_CAP) {
         Ok(c) => {
             log::debug!("pipeline depth {}: {}", c.depth, c.why);
             c
