@@ -718,21 +718,29 @@ svc_start_mid_window() {
   log "reseq pid $MAIN in $(cut -d: -f3 "/proc/$MAIN/cgroup"), guardian pid $GUARDIAN in ${cg##*::}"
 }
 # Waits for a window to begin on DEV (seen thawed, then frozen), runs COMMAND at once,
-# and times the thaw that follows, from one process polling every 2 ms (as
-# frozen_poll). Sets FROZEN_AT, ACT_AT and THAWED_AT (epoch seconds). The thaw is watched
-# from before the action: `systemctl stop` returns only after the unit's ExecStopPost=
+# then follows every window until reseq (MAIN) is gone and DEV thawed, from one process
+# polling every 2 ms (as frozen_poll). Prints the window judged (frozen at, thawed at),
+# when the action began, how many windows it saw, and 1 if reseq was seen gone while
+# that window was still frozen (else 0). JUDGE "last": the last window, the one reseq
+# died in if it died in one; "longest": the longest from the action on. Watched from
+# before the action: `systemctl stop` returns only after the unit's ExecStopPost=
 # (seconds under TCG), and timing from then counted those seconds as frozen (6.3 s
-# against a 3 s bound, with 2.08 s the longest freeze in reseq's own report).
-act_in_window() { # DEV SECONDS COMMAND...
-  local out
-  out=$(python3 - "$@" <<'PY'
+# against a 3 s bound, with 2.08 s reseq's own longest freeze).
+act_in_window() { # DEV SECONDS MAIN JUDGE COMMAND...
+  python3 - "$@" <<'PY'
 import mmap, os, subprocess, sys, time
-dev, secs, cmd = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+dev, secs, main, judge, cmd = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
 fd = os.open(dev, os.O_RDONLY | os.O_DIRECT)
 buf = mmap.mmap(-1, 4096)
 def frozen():
     os.preadv(fd, [buf], 0)
     return buf[1120] & 4 == 0
+def alive():
+    try:
+        with open(f"/proc/{main}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 end, thawed_once = time.monotonic() + secs, False
 while True:
     if time.monotonic() > end:
@@ -742,24 +750,32 @@ while True:
     elif thawed_once:
         break
     time.sleep(0.002)
-seen = time.time()
-p = subprocess.Popen(cmd)
+start = time.time()
+p = subprocess.Popen(cmd, stdout=sys.stderr)
 acted, end = time.time(), time.monotonic() + secs
-while frozen():
+# (frozen at, thawed at, reseq seen gone while it was frozen: the guardian's to thaw)
+windows, gone_frozen = [], False
+while True:
     if time.monotonic() > end:
         sys.exit(2)
+    up = alive()  # before the device: gone, then still frozen, is the guardian's freeze
+    f, now = frozen(), time.time()
+    if f and start is None:
+        start = now
+    if f and not up:
+        gone_frozen = True
+    elif not f and start is not None:
+        windows.append((start, now, gone_frozen))
+        start, gone_frozen = None, False
+    if not up and not f:
+        break
     time.sleep(0.002)
-thawed = time.time()
-sys.exit(p.wait() or print(f"{seen:.3f} {acted:.3f} {thawed:.3f}"))
+rc = p.wait()
+if rc:
+    sys.exit(10 + rc)
+w = windows[-1] if judge == "last" else max(windows, key=lambda w: w[1] - w[0])
+print(f"{w[0]:.3f} {acted:.3f} {w[1]:.3f} {len(windows)} {int(w[2])}")
 PY
-  ) || fail "$3...: exit $? (1: no window began within $2 s, 2: not thawed within $2 s, else the command's)"
-  read -r FROZEN_AT ACT_AT THAWED_AT <<<"$out"
-}
-# The guardian thawed a window reseq died in (its own line), since the journal cursor C:
-# a kill that lands between two windows leaves it nothing to do, and proves nothing.
-died_in_a_window() { # C
-  journalctl --sync
-  journalctl --after-cursor="$1" --no-pager -o cat | grep -q "reseq guardian: reseq exited while"
 }
 # The freeze ended within the bound, counted from when it was first seen frozen.
 within_bound() { # WHAT
@@ -812,16 +828,39 @@ svc_after() { # [finished]: the job ran to its end, nothing to resume
 # `systemctl kill` takes a second to land, and a window may end first. AGAIN undoes the
 # action before the next try.
 kill_in_a_window() { # WHAT AGAIN COMMAND...
-  local what=$1 again=$2 try c; shift 2
+  local what=$1 again=$2 try c rc; shift 2
   for try in 1 2 3; do
     c=$(cursor); svc_start_mid_window
-    act_in_window /dev/vmvg/svc 30 "$@"
+    acted "$what" last "$@"
     wait_inactive
-    if died_in_a_window "$c"; then within_bound "$what"; return 0; fi
+    # The guardian says when reseq died in a window and it thawed: that window is then
+    # the last (reseq alive at a thaw would have had more).
+    journalctl --sync
+    if journalctl --after-cursor="$c" --no-pager -o cat | grep -q "reseq guardian: reseq exited while"; then
+      SINCE=$c; within_bound "$what"; return 0
+    fi
+    [ "$GONE_FROZEN" = 0 ] || fail "$what: reseq was seen gone while frozen, and its guardian did not say it thawed"
     log "try $try: $what landed between two windows; again"
     $again; systemctl reset-failed reseq@vmtest.service 2>/dev/null || true
+    guardian_gone
   done
   fail "$what landed between two windows 3 times"
+}
+# act_in_window on the job's LV, or fail.
+acted() { # WHAT JUDGE COMMAND...
+  local what=$1 judge=$2 out rc=0; shift 2
+  out=$(act_in_window /dev/vmvg/svc 30 "$MAIN" "$judge" "$@") || rc=$?
+  case $rc in
+    0) read -r FROZEN_AT ACT_AT THAWED_AT WINDOWS GONE_FROZEN <<<"$out"
+       log "$what: $WINDOWS window(s) seen from the action on; reseq seen gone while frozen: $GONE_FROZEN" ;;
+    1) fail "$what: no window began within 30 s" ;;
+    2) fail "$what: reseq still running or its device frozen 30 s after it" ;;
+    *) fail "$what: $* exited $(( rc - 10 ))" ;;
+  esac
+}
+guardian_gone() {
+  local i; for i in $(seq 1 50); do pgrep -x freeze-guardian >/dev/null || return 0; sleep 0.1; done
+  fail "a freeze-guardian is still running"
 }
 
 scenario_systemd_kill() {
@@ -831,11 +870,11 @@ scenario_systemd_kill() {
   svc_after
 }
 
-# A stop (SIGTERM) ends reseq's window early, or comes between two: either way the
-# freeze it is given in ends within the bound.
+# A stop (SIGTERM) ends reseq's window early, or comes between two: either way every
+# freeze from the stop on ends within the bound.
 scenario_systemd_stop() {
   svc_setup; svc_start_mid_window
-  act_in_window /dev/vmvg/svc 30 systemctl stop reseq@vmtest.service
+  acted "systemctl stop" longest systemctl stop reseq@vmtest.service
   within_bound "systemctl stop"
   wait_inactive; thawed_by_guardian
   svc_after
@@ -1162,6 +1201,7 @@ fixture_of() { case $1 in systemd_kill|systemd_stop|systemd_freeze|systemd_oom|s
 stop_jobs() {
   if [ -n "$(systemctl list-units --all --no-legend 'reseq*')" ]; then
     systemctl kill -s SIGKILL reseq@vmtest.service 2>/dev/null
+    systemctl set-property --runtime reseq@vmtest.service MemoryMax=infinity 2>/dev/null # systemd_oom's
     systemctl thaw reseq@vmtest.service 2>/dev/null
     systemctl stop reseq@vmtest.service 2>/dev/null; systemctl reset-failed 2>/dev/null
   fi
