@@ -427,12 +427,21 @@ fn a_freeze_released_by_someone_else_stops_the_run() {
         return;
     }
     let env = TestEnv::in_memory();
-    let (lo, mnt, files, mut cmd) =
-        mounted_rewrite(&env, "stolen", 29, &["--max-freeze", "3s"], "delay@after-write#*=40");
+    let first = env.dir.path().join("first.write");
+    let faults = format!("delay@after-write#*=40,mark@after-write#1={}", first.display());
+    let (lo, mnt, files, mut cmd) = mounted_rewrite(&env, "stolen", 29, &["--max-freeze", "3s"], &faults);
     let child = spawn_captured(&mut cmd);
-    assert!(wait_frozen_record(&env.run_dir(), Duration::from_secs(30)), "no window began");
-    std::thread::sleep(Duration::from_millis(100));
-    run_cmd(Command::new("fsfreeze").arg("-u").arg(&mnt.dir)).expect("reseq's freeze was there to release");
+    // After a first write (a fixed sleep after the freeze let a loaded host thaw before
+    // any: "wrote 0"), in its window, or in the next if a stall ended that one.
+    assert!(wait_for_mark(&first, Duration::from_secs(30)), "no write within 30 s");
+    let start = Instant::now();
+    while !Command::new("fsfreeze").arg("-u").arg(&mnt.dir).status().unwrap().success() {
+        assert!(start.elapsed() < Duration::from_secs(30), "fsfreeze -u failed for 30 s");
+        while !is_frozen(&mnt.dir) {
+            assert!(start.elapsed() < Duration::from_secs(30), "no window to release within 30 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
     let out = wait_captured(child);
     assert_eq!(out.status.code(), Some(8), "a lost freeze has its own exit code");
     let err = stderr(&out);

@@ -565,7 +565,8 @@ mod tests {
         let figure = format!("x{:.2}", v.speedup);
         let mut r = Report::new("rewrite", false);
         r.verdict = Some(v);
-        let text = text_at(&r, None);
+        // Unwrapped: text_at would fold a long line under 100 columns.
+        let text = full_text(&r);
         let line = text.lines().find(|l| l.contains("verdict:")).unwrap();
         assert!(line.chars().count() <= WIDTH, "{} columns: {line}", line.chars().count());
         assert_eq!(line.matches(&figure).count(), 1, "{line}");
