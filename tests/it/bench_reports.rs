@@ -29,16 +29,20 @@ fn bench_agrees_with_dd() {
     if !require(&["losetup", "dd"]) {
         return;
     }
-    let env = TestEnv::new();
+    // Best against best, dd on either side of the bench: a load only slows a pass, and
+    // one dd pass against a median of three fell outside the band under the standard
+    // load (3.41), on disk and in memory alike.
+    let env = TestEnv::in_memory();
     let lo = env.random_loop_device("b.img", 256 * MIB, 31);
+    let dd_before = dd_rate(&lo.path, "1M");
     let r = json_ok(env.reseq().args(["bench", "--json", "--passes", "3", "--block-size", "1M"]).arg(&lo.path));
+    let dd = [dd_before, dd_rate(&lo.path, "1M"), dd_rate(&lo.path, "1M")].into_iter().fold(0.0, f64::max);
     let b = &r["bench"];
     assert_eq!(b["passes"].as_array().unwrap().len(), 3);
     for p in b["passes"].as_array().unwrap() {
         assert_eq!(p["bytes"], 256 * MIB);
     }
-    let ours = b["median_bytes_per_second"].as_f64().unwrap();
-    let dd = dd_rate(&lo.path, "1M");
+    let ours = b["max_bytes_per_second"].as_f64().unwrap();
     let ratio = ours / dd;
     eprintln!("reseq bench {ours:.0} B/s, dd {dd:.0} B/s, ratio {ratio:.2}");
     assert!((0.33..3.0).contains(&ratio), "bench and dd disagree beyond the sanity band: {ratio:.2}");
