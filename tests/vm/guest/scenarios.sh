@@ -804,8 +804,7 @@ wait_inactive() {
 # writes; then the job resumes to the end, the files intact and fsck clean.
 svc_after() { # [finished]: the job ran to its end, nothing to resume
   wait_inactive
-  local i; for i in $(seq 1 50); do pgrep -x freeze-guardian >/dev/null || break; sleep 0.1; done
-  ! pgrep -x freeze-guardian >/dev/null || fail "a freeze-guardian is still running"
+  guardian_gone
   ! pgrep -x reseq >/dev/null || fail "a reseq process is still running"
   [ -z "$(systemctl list-units --all --no-legend 'reseq-guardian-*')" ] || fail "a guardian scope is left: $(systemctl list-units --all --no-legend 'reseq-guardian-*')"
   intact "$MNT/svc/d"
@@ -828,7 +827,7 @@ svc_after() { # [finished]: the job ran to its end, nothing to resume
 # `systemctl kill` takes a second to land, and a window may end first. AGAIN undoes the
 # action before the next try.
 kill_in_a_window() { # WHAT AGAIN COMMAND...
-  local what=$1 again=$2 try c rc; shift 2
+  local what=$1 again=$2 try c; shift 2
   for try in 1 2 3; do
     c=$(cursor); svc_start_mid_window
     acted "$what" last "$@"
@@ -858,6 +857,7 @@ acted() { # WHAT JUDGE COMMAND...
     *) fail "$what: $* exited $(( rc - 10 ))" ;;
   esac
 }
+# No freeze-guardian left, within 5 s (it exits after its last thaw).
 guardian_gone() {
   local i; for i in $(seq 1 50); do pgrep -x freeze-guardian >/dev/null || return 0; sleep 0.1; done
   fail "a freeze-guardian is still running"
