@@ -17,8 +17,13 @@ use crate::sys::memory::AlignedBuf;
 /// barely notices and which still gives a p99 within a second or two.
 pub(crate) const PROBE_BLOCK: u64 = 4096;
 pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(5);
-/// How long the probe measures just before the trim.
+/// How long the probe measures just before the trim, at least.
 pub(crate) const PROBE_BEFORE: Duration = Duration::from_secs(2);
+/// Reads the reference before the trim needs for its p99 to be more than its maximum: on
+/// a busy host 2 s can hold a few dozen, so it reads on until it has these...
+pub(crate) const PROBE_BEFORE_READS: usize = 100;
+/// ...or for this long, at most: the trim waits for it.
+pub(crate) const PROBE_BEFORE_MAX: Duration = Duration::from_secs(10);
 
 /// Small O_DIRECT reads at spread-out places of data in use.
 pub(crate) struct Probe {
@@ -66,9 +71,9 @@ impl Probe {
         self.ranges[0].0
     }
 
-    /// Reads until `done` is set (at least once), one read every [`PROBE_INTERVAL`];
-    /// returns each read's latency.
-    fn sample(&self, done: &AtomicBool, seed: u64) -> Vec<f64> {
+    /// Reads until `done(reads so far)` (at least once), one read every
+    /// [`PROBE_INTERVAL`]; returns each read's latency.
+    fn sample(&self, done: impl Fn(usize) -> bool, seed: u64) -> Vec<f64> {
         let mut rng = crate::support::scratch::XorShift::new(seed);
         let mut buf = AlignedBuf::new(self.block as usize, self.reader.mem_align());
         let mut lat = Vec::new();
@@ -78,32 +83,32 @@ impl Probe {
             if self.reader.read_some_at(&mut buf, at).is_ok() {
                 lat.push(t.elapsed().as_secs_f64());
             }
-            if done.load(Ordering::SeqCst) {
+            if done(lat.len()) {
                 return lat;
             }
             std::thread::sleep(PROBE_INTERVAL);
-            if done.load(Ordering::SeqCst) {
+            if done(lat.len()) {
                 return lat;
             }
         }
     }
 
-    /// Probes for `d` (or until `stop`).
-    pub(crate) fn sample_for(&self, d: Duration, stop: &StopFlag) -> Vec<f64> {
-        let done = AtomicBool::new(false);
-        std::thread::scope(|s| {
-            let h = s.spawn(|| self.sample(&done, 1));
-            stop.sleep(d);
-            done.store(true, Ordering::SeqCst);
-            h.join().unwrap_or_default()
-        })
+    /// The reference: probes for [`PROBE_BEFORE`] and until it has [`PROBE_BEFORE_READS`],
+    /// for [`PROBE_BEFORE_MAX`] at most (or until `stop`).
+    pub(crate) fn sample_before(&self, stop: &StopFlag) -> Vec<f64> {
+        let t0 = Instant::now();
+        let done = |n: usize| {
+            let t = t0.elapsed();
+            stop.signal().is_some() || t >= PROBE_BEFORE_MAX || (t >= PROBE_BEFORE && n >= PROBE_BEFORE_READS)
+        };
+        self.sample(done, 1)
     }
 
     /// Probes in the background until [`Running::finish`].
     pub(crate) fn start(self: &Arc<Self>) -> Running {
         let done = Arc::new(AtomicBool::new(false));
         let (p, d) = (Arc::clone(self), Arc::clone(&done));
-        Running { done, thread: Some(std::thread::spawn(move || p.sample(&d, 2))) }
+        Running { done, thread: Some(std::thread::spawn(move || p.sample(|_| d.load(Ordering::SeqCst), 2))) }
     }
 }
 
@@ -129,7 +134,7 @@ impl Drop for Running {
     }
 }
 
-/// Runs the trim with the probe reading before (for [`PROBE_BEFORE`]) and during it.
+/// Runs the trim with the probe reading before ([`Probe::sample_before`]) and during it.
 pub(crate) fn run_probed(
     targets: &[TrimTarget<'_>],
     pace: Pace,
@@ -137,7 +142,7 @@ pub(crate) fn run_probed(
     thawed: &Thawed,
     probe: Arc<Probe>,
 ) -> TrimReport {
-    let before = probe.sample_for(PROBE_BEFORE, stop);
+    let before = probe.sample_before(stop);
     let running = probe.start();
     let mut report = run(targets, pace, stop, thawed);
     let during = running.finish();

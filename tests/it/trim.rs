@@ -142,7 +142,9 @@ fn trim_rate_holds_and_bench_probes_latency_during_the_trim() {
     assert!(t["busy_seconds"].as_f64().unwrap() < secs / 2.0);
     // --bench: the probe read before and during the trim.
     let p = &t["probe"];
-    assert!(p["before"]["reads"].as_u64().unwrap() >= 50, "{p}");
+    eprintln!("probe reads: {} before, {} during", p["before"]["reads"], p["during"]["reads"]);
+    // The reference reads on past its 2 s until it has 100 reads (10 s at most).
+    assert!(p["before"]["reads"].as_u64().unwrap() >= 100, "{p}");
     assert!(p["during"]["reads"].as_u64().unwrap() >= 50, "a 4 s trim is probed all along: {p}");
     for side in ["before", "during"] {
         assert!(p[side]["p50_seconds"].as_f64().unwrap() > 0.0);

@@ -785,13 +785,24 @@ within_bound() { # WHAT
   log "$1: frozen for $d s in all, from when it was first seen frozen (bound $BOUND s)${ACT_AT:+; thawed $(awk "BEGIN{printf \"%.2f\", $THAWED_AT - $ACT_AT}") s after the action began}"
 }
 # The thaw was the guardian's, from its own scope: the unit's ExecStopPost= (`reseq thaw`)
-# found nothing of a killed guardian to thaw.
-thawed_by_guardian() {
+# found nothing of a killed guardian to thaw. [oom]: ExecStopPost= runs in the unit's
+# cgroup, still under the scenario's MemoryMax=2M, where `reseq thaw` (6 MiB resident)
+# may be OOM-killed before it says anything (seen under MemoryMax=512K); a second OOM
+# kill of a reseq process since the strike then shows it ran (and thawed nothing: the
+# line above). systemd 252 does not log the ignored control process's end.
+thawed_by_guardian() { # [oom]
   if unitlog | grep -q "guardian had been killed"; then
     fail "ExecStopPost= thawed the filesystem: the guardian did not"
   fi
-  unitlog | grep -qi 'nothing to thaw\|still runs' || fail "ExecStopPost= (reseq thaw) said nothing"
-  log "ExecStopPost= said: $(unitlog | grep -m1 -i 'nothing to thaw\|still runs' | cut -c1-160)"
+  if unitlog | grep -qi 'nothing to thaw\|still runs'; then
+    log "ExecStopPost= said: $(unitlog | grep -m1 -i 'nothing to thaw\|still runs' | cut -c1-160)"
+  elif [ "${1:-}" = oom ] && [ "$(journalctl -k --after-cursor="$SINCE" --no-pager -o cat \
+      | grep -c 'Memory cgroup out of memory: Killed process [0-9]* (reseq)')" -ge 2 ]; then
+    log "ExecStopPost= (reseq thaw) was itself OOM-killed under MemoryMax=2M (2 OOM kills)"
+  else
+    unitlog | tail -n 20 | cut -c1-200 >&2
+    fail "ExecStopPost= (reseq thaw) said nothing"
+  fi
 }
 wait_inactive() {
   local i
@@ -920,7 +931,7 @@ scenario_systemd_oom() {
   svc_setup
   kill_in_a_window "OOM kill under MemoryMax=2M" unlimit_memory \
     systemctl set-property --runtime reseq@vmtest.service MemoryMax=2M
-  thawed_by_guardian
+  thawed_by_guardian oom
   journalctl -k --no-pager -o cat | grep -q "Memory cgroup out of memory" || fail "no OOM kill in the kernel log"
   systemctl set-property --runtime reseq@vmtest.service MemoryMax=infinity
   svc_after
