@@ -79,14 +79,14 @@ impl Engine<'_> {
         stretch: Option<u64>,
     ) -> Result<WindowOutcome> {
         if !guard.freezes() {
-            let r = self.frozen_window(planner, guard, budget, stretch);
+            let r = self.window_body(planner, guard, budget, stretch);
             return r.map(|o| WindowOutcome { end: o.end, flow: o.flow.map_err(|e| at_risk(e, guard)) });
         }
         // A Ctrl-Z during the window waits for its end: a stopped reseq would hold the
         // freeze until the guardian's bound, and fail the run.
         sys::process::enter_window();
         self.window_written.clear();
-        let r = self.frozen_window(planner, guard, budget, stretch);
+        let r = self.window_body(planner, guard, budget, stretch);
         let r = r
             .map(|o| WindowOutcome { end: o.end, flow: o.flow.map_err(|e| at_risk(self.locate(e), guard)) })
             .map_err(|e| self.locate(e));
@@ -109,10 +109,10 @@ impl Engine<'_> {
         }
     }
 
-    /// Freeze, map while frozen, run the stages (which thaw), close. A `stretch` (of the
-    /// chunk-size trial) ends the window after the first whole chunks that hold as many
-    /// bytes.
-    fn frozen_window(
+    /// A window's body, whether or not its guard freezes: open (freeze), map (while
+    /// frozen), run the stages (which thaw), close. A `stretch` (of the chunk-size trial)
+    /// ends the window after the first whole chunks that hold as many bytes.
+    fn window_body(
         &mut self,
         planner: &mut dyn Planner,
         guard: &mut dyn WindowGuard,

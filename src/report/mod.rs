@@ -366,11 +366,19 @@ pub(crate) struct Outcome {
     pub(crate) cause: Option<String>,
 }
 
-/// What a rewrite planned, as [`Report::set_plan`] records it. Borrowed from the plan
-/// (rewrite's type, which depends on this module, not the other way round).
+/// What a rewrite planned, in either mode, as [`Report::set_plan`] records it. Borrowed
+/// from the plan (rewrite's type, which depends on this module, not the other way round).
 pub(crate) struct Planned<'a> {
-    pub(crate) device: &'a BlockDeviceInfo,
+    /// Device mode: the device and its range (the engine's); None in file mode, where the
+    /// files are laid end to end, a run per filesystem, and each names its own.
+    pub(crate) device: Option<&'a BlockDeviceInfo>,
+    /// The engine's configuration: device mode's run; file mode's largest run. Its
+    /// chunking, depth, verification, pause, chunk trial and memory are the plan's.
     pub(crate) engine: &'a EngineConfig,
+    /// Device mode: the range's chunks; file mode: those its runs' written extents make.
+    pub(crate) chunks_total: u64,
+    /// File mode: every file found, and what the run does with it.
+    pub(crate) files: Option<Vec<PlannedFile>>,
     /// Frozen in every window; empty when nothing is mounted.
     pub(crate) filesystems: &'a [MountedFs],
     /// Chunks an earlier run finished (0: a fresh run).
@@ -420,11 +428,10 @@ impl Report {
         (report, result)
     }
 
-    /// Records what `reseq rewrite` planned: its device, its chunks, what it freezes, and
-    /// its warnings.
+    /// Records what `reseq rewrite` planned, in either mode: its device (device mode),
+    /// its chunks, what it freezes, its files (file mode), and its warnings.
     pub(crate) fn set_plan(&mut self, plan: Planned<'_>) {
-        let d = plan.device;
-        self.device = Some(DeviceReport {
+        self.device = plan.device.map(|d| DeviceReport {
             path: d.path.display().to_string(),
             identity: d.identity.clone(),
             medium: d.medium.clone(),
@@ -432,11 +439,12 @@ impl Report {
             dio_offset_align_bytes: d.dio_offset_align,
         });
         let e = plan.engine;
+        let range = plan.device.map(|_| (e.range_start, e.range_end));
         self.plan = Some(PlanReport {
-            range_start_bytes: Some(e.range_start),
-            range_end_bytes: Some(e.range_end),
+            range_start_bytes: range.map(|r| r.0),
+            range_end_bytes: range.map(|r| r.1),
             chunk_size_bytes: e.chunk_size,
-            chunks_total: e.chunks_total(),
+            chunks_total: plan.chunks_total,
             resume_from_chunk: plan.resume_from_chunk,
             verify: e.verify,
             read_ahead_chunks: e.read_ahead,
@@ -446,7 +454,7 @@ impl Report {
             hung_task_timeout_seconds: plan.hung_task_timeout.map(|t| t.as_secs()),
             filesystems_frozen: plan.filesystems.to_vec(),
             journal_path: plan.journal_path.display().to_string(),
-            files: None,
+            files: plan.files,
             chunk_trial: e.trial.clone(),
             holes: plan.holes.cloned(),
         });

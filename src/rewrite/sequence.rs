@@ -239,15 +239,27 @@ pub(crate) struct Span {
     pub(crate) journal_on_frozen_fs: bool,
 }
 
-/// Step 6's configuration, the same in both modes: chunking, verification and pacing
-/// from the options; rescue copies in the state directory; `files` names the files laid
-/// end to end in the range (file mode).
-pub(crate) fn engine_config(
-    o: &RewriteOptions,
-    span: Span,
+/// Where step 6 puts a chunk's original bytes if its write fails: the state directory;
+/// `files` names the files laid end to end in the range (file mode).
+pub(crate) fn rescue_to(
     state_dir: PathBuf,
     dev: &BlockDeviceInfo,
     files: Vec<(u64, u64, String)>,
+) -> crate::engine::rescue::RescueTo {
+    crate::engine::rescue::RescueTo {
+        dir: state_dir,
+        device_path: dev.path.clone(),
+        identity: dev.identity.clone(),
+        files,
+    }
+}
+
+/// Step 6's configuration, the same in both modes (and in file mode's plan, which has
+/// no rescue): chunking, verification and pacing from the options.
+pub(crate) fn engine_config(
+    o: &RewriteOptions,
+    span: Span,
+    rescue: Option<crate::engine::rescue::RescueTo>,
 ) -> EngineConfig {
     EngineConfig {
         chunk_size: span.chunk_size,
@@ -260,12 +272,7 @@ pub(crate) fn engine_config(
         journal_on_frozen_fs: span.journal_on_frozen_fs,
         max_overruns: o.max_overruns,
         rate_bytes_per_second: o.rate.map(|r| r.bytes_per_second()),
-        rescue: Some(crate::engine::rescue::RescueTo {
-            dir: state_dir,
-            device_path: dev.path.clone(),
-            identity: dev.identity.clone(),
-            files,
-        }),
+        rescue,
         trial: None,
     }
 }

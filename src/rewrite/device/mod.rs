@@ -41,8 +41,10 @@ use plan::{RewritePlan, Start};
 pub(super) fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: bool, report: &mut Report) -> Result<()> {
     let plan = plan::plan_rewrite(o, env)?;
     report.set_plan(crate::report::Planned {
-        device: &plan.device,
+        device: Some(&plan.device),
         engine: &plan.engine,
+        chunks_total: plan.engine.chunks_total(),
+        files: None,
         filesystems: &plan.filesystems,
         resume_from_chunk: if let Start::Resume { done, .. } = plan.start { done } else { 0 },
         max_freeze: plan.needs_freeze().then_some(plan.max_freeze),

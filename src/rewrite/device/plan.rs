@@ -480,7 +480,8 @@ fn engine_config(
     };
     let span =
         Span { chunk_size, range: (0, addressable_end(dev)), start_offset, journal_on_frozen_fs: state.on_frozen_fs };
-    let mut engine = sequence::engine_config(o, span, state.path.clone(), dev, Vec::new());
+    let rescue = sequence::rescue_to(state.path.clone(), dev, Vec::new());
+    let mut engine = sequence::engine_config(o, span, Some(rescue));
     let depth = choose_depth(o, dev, &mut engine, freezes, ranges);
     engine.trial = choose_trial(o, &engine, (freezes, matches!(start, Start::Resume { .. })), ranges);
     Ok((engine, depth))

@@ -64,7 +64,7 @@ fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bo
     let mut plan = plan::plan(o, report)?;
     layout::choose_depth(&mut plan, report);
     *verify = !plan.options.no_verify;
-    report.plan = Some(plan_report::report(&plan));
+    plan_report::record_plan(&plan, report);
     if plan.options.dry_run {
         let predicted = layout::predict(&plan, report);
         let (text, detail) = plan::describe(&plan, report, predicted.as_ref());

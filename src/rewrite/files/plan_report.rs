@@ -3,37 +3,49 @@
 
 use std::path::Path;
 
-use crate::engine;
-use crate::report::{PlanReport, PlannedFile};
+use crate::report::{Planned, PlannedFile, Report};
+use crate::rewrite::sequence::{self, Span};
 
 use super::plan::{FilesPlan, file_identity, mapped};
 use super::record;
 
-/// The plan's report: what `reseq rewrite --dry-run --json` shows, and a run's report
-/// keeps.
-pub(super) fn report(plan: &FilesPlan) -> PlanReport {
+/// Records the plan in the report as device mode's is ([`Report::set_plan`]): what
+/// `reseq rewrite --dry-run --json` shows, and a run's report keeps.
+pub(super) fn record_plan(plan: &FilesPlan, report: &mut Report) {
     let o = &plan.options;
     let chunk = o.chunk_size.bytes();
+    let files = files(plan);
+    // The shape of the engine's largest run: its buffers are the plan's memory.
+    let span =
+        Span { chunk_size: chunk, range: (0, largest_run(plan, &files)), start_offset: 0, journal_on_frozen_fs: false };
+    let engine = sequence::engine_config(o, span, None);
     let runs = super::layout::engine_runs(plan);
-    let filesystems_frozen = plan.groups.iter().map(|g| g.fs.clone()).collect();
-    PlanReport {
-        holes: None,
-        range_start_bytes: None,
-        range_end_bytes: None,
-        chunk_size_bytes: chunk,
+    let filesystems: Vec<_> = plan.groups.iter().map(|g| g.fs.clone()).collect();
+    report.set_plan(Planned {
+        device: None,
+        engine: &engine,
         chunks_total: runs.iter().map(|r| r.layout.chunks(chunk).len() as u64).sum(),
+        files: Some(files),
+        filesystems: &filesystems,
         resume_from_chunk: 0,
-        verify: !o.no_verify,
-        read_ahead_chunks: o.read_ahead,
-        memory_bytes: engine::memory_bytes(chunk, o.read_ahead, !o.no_verify),
-        max_freeze_seconds: Some(o.max_freeze().as_secs_f64()),
-        pause_seconds: o.pause.as_secs_f64(),
-        hung_task_timeout_seconds: crate::rewrite::checks::hung_task().0.map(|t| t.as_secs()),
-        filesystems_frozen,
-        journal_path: plan.record_path.display().to_string(),
-        files: Some(files(plan)),
-        chunk_trial: None,
+        max_freeze: Some(o.max_freeze()),
+        hung_task_timeout: crate::rewrite::checks::hung_task().0,
+        journal_path: &plan.record_path,
+        // The plan's own warnings are the report's already.
+        warnings: &[],
+        holes: None,
+    });
+}
+
+/// The bytes of the longest run: a filesystem's files to rewrite laid end to end, each
+/// rounded up to its device's offset alignment (as the run lays them).
+fn largest_run(plan: &FilesPlan, files: &[PlannedFile]) -> u64 {
+    let mut span = vec![0u64; plan.groups.len()];
+    for (p, f) in plan.planned.iter().zip(files).filter(|(_, f)| f.left_alone.is_none() && !f.done_earlier) {
+        let align = u64::from(plan.groups[p.fs].device.dio_offset_align).max(1);
+        span[p.fs] += f.size_bytes.div_ceil(align) * align;
     }
+    span.into_iter().max().unwrap_or(0)
 }
 
 /// Every file found, in the plan's order.

@@ -332,7 +332,7 @@ impl<'a> FileRun<'a> {
             journal_on_frozen_fs: crate::host::state_dir::on_frozen(state_dir, std::slice::from_ref(&g.fs)),
         };
         let files = members.iter().map(|m| (m.base, m.span, m.path.display().to_string())).collect();
-        sequence::engine_config(&self.plan.options, span, state_dir.clone(), dev, files)
+        sequence::engine_config(&self.plan.options, span, Some(sequence::rescue_to(state_dir.clone(), dev, files)))
     }
 
     /// After a filesystem's run: its figures into the totals, and each file's report
