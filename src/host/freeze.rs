@@ -2,8 +2,8 @@
 //!
 //! The seam itself ([`WindowGuard`], [`NoFreeze`]) is the engine's, in
 //! [`crate::engine::guard`]; here is [`GuardedFreeze`], which freezes through the
-//! [guardian](crate::host::guardian), and the check of other writers and swap every
-//! window runs ([`WritersCheck`], one of the list in [`crate::host::window_checks`]).
+//! [guardian](crate::host::guardian). The check of other writers and swap every window
+//! runs is `host::writers_check`.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -16,7 +16,6 @@ use crate::host::cgroup::Placement;
 use crate::host::guardian::client::Guardian;
 use crate::host::guardian::protocol::{Bounds, FreezeFailure, Held, Permit, Watched};
 use crate::host::mounts::MountedFs;
-use crate::host::window_checks::WindowCheck;
 use crate::support::error::{Error, Result};
 
 /// How long past `--max-freeze` a write already under way may hold a window before the
@@ -426,99 +425,12 @@ impl Drop for GuardedFreeze {
     }
 }
 
-/// Whether a look within a window that freezes nothing (the writers' scan, the device's
-/// shape) is due again: every 250 ms, on the writer's thread. Tried for the scan: at most every 24 times the last scan's own time (it took
-/// 21 ms for 71 processes here, 8 % of a memory-backed run), capped at 2 s; under
-/// load the scans slowed, and a process that opened a backing file went unseen for
-/// 24 MiB of writes and more (`aliases::a_process_opening_the_backing_file_mid_run`).
-/// A scan beside the writer, off its thread, is the way to both.
+/// Whether a look within a window that freezes nothing (the device's shape) is due
+/// again: every 250 ms, on the writer's thread. The writers' scan, which reads all of
+/// /proc, runs beside the writer at the same period instead (`host::writers_check`).
 pub(crate) fn rescan_due(last: Option<std::time::Instant>) -> bool {
-    last.is_none_or(|t| t.elapsed() >= Duration::from_millis(250))
+    last.is_none_or(|t| t.elapsed() >= RESCAN)
 }
 
-/// The check before each window that nothing else writes the target (see
-/// [`crate::host::writers`]) and no swap is active on it: a writer or a swap that appears
-/// mid-run stops it between windows.
-pub(crate) struct WritersCheck {
-    pub(crate) target: PathBuf,
-    pub(crate) devices: Vec<(u32, u32)>,
-    /// What active swap stops the run: any on `devices` (None: device mode), or a swap
-    /// file among these (device, inode) only (file mode, which writes its files' blocks
-    /// alone: a swap file left out is no matter).
-    pub(crate) swap_among: Option<std::collections::HashSet<(u64, u64)>>,
-    /// This run wrote before this guard's first window (file mode's later device runs):
-    /// what its first check finds is not a refusal before anything was written.
-    pub(crate) wrote_before: bool,
-    /// When the last scan began (it reads all of /proc: 21 ms for 71 processes here).
-    pub(crate) checked: Option<std::time::Instant>,
-}
-
-impl WritersCheck {
-    pub(crate) fn new(
-        target: PathBuf,
-        devices: Vec<(u32, u32)>,
-        swap_among: Option<std::collections::HashSet<(u64, u64)>>,
-        wrote_before: bool,
-    ) -> WritersCheck {
-        WritersCheck { target, devices, swap_among, wrote_before, checked: None }
-    }
-
-    /// Swap turned on mid-run over the target: the kernel writes it whatever the freeze,
-    /// and no counter tells its writes from the filesystem's between windows.
-    fn swaps(&self) -> Vec<String> {
-        let text = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
-        match &self.swap_among {
-            None => crate::host::device::active_swap_on(&text, &self.devices),
-            Some(ids) => crate::host::device::active_swap_files(&text)
-                .into_iter()
-                .filter_map(|(id, name)| ids.contains(&id).then_some(name))
-                .collect(),
-        }
-    }
-
-    /// Swap every time (one small file), other writers where `scan` (all of /proc).
-    /// Before the first write a finding is a refusal (exit 3, nothing written); later it
-    /// stops the run before reseq writes more (exit 4, resumable).
-    fn check(&mut self, scan: bool) -> Result<()> {
-        let first = self.checked.is_none() && !self.wrote_before;
-        let swaps = self.swaps();
-        let found = if !swaps.is_empty() {
-            Err(crate::host::device::swap_refusal(&self.target, &swaps))
-        } else if scan {
-            let t = std::time::Instant::now();
-            self.checked = Some(t);
-            let r = crate::host::writers::refuse_other_writers(&self.target, &self.devices);
-            log::trace!("the writers' scan took {:?}", t.elapsed());
-            r
-        } else {
-            Ok(())
-        };
-        match found {
-            Err(Error::Refused { reason, hint }) if !first => Err(Error::io(
-                format!(
-                    "{reason}; reseq stopped before writing more (every chunk it wrote was verified); {}, then run again with --resume",
-                    hint.unwrap_or_default()
-                ),
-                std::io::Error::from_raw_os_error(nix::libc::EBUSY),
-            )),
-            r => r,
-        }
-    }
-}
-
-impl WindowCheck for WritersCheck {
-    /// Before each window: swap always, other writers unless the last scan is under
-    /// 100 ms old (a scan reads all of /proc).
-    fn before_window(&mut self, _freezes: bool) -> Result<()> {
-        self.check(self.checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)))
-    }
-    /// Within a window, only where windows do not freeze (an unmounted device's run is
-    /// one long window), when [`rescan_due`]. A frozen window is short, checked before
-    /// it began, and must not spend its stall reading /proc.
-    fn recheck(&mut self, freezes: bool) -> Result<()> {
-        if !freezes && rescan_due(self.checked) {
-            self.check(true)?;
-        }
-        Ok(())
-    }
-}
+/// The period of a look within a window that freezes nothing.
+pub(crate) const RESCAN: Duration = Duration::from_millis(250);

@@ -28,4 +28,5 @@ pub(crate) mod trim;
 pub(crate) mod usedspace;
 pub(crate) mod window_checks;
 pub(crate) mod writers;
+pub(crate) mod writers_check;
 pub(crate) mod written;

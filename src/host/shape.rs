@@ -7,8 +7,9 @@
 //! being rewritten; a loop device's offset or size can be changed while it is open
 //! (`LOOP_SET_STATUS64`, `losetup -c`), and then every offset reseq computed points at
 //! other bytes. A [`Shape`] is a snapshot of all of that, taken at plan time and compared
-//! where the other-writers check runs ([`crate::host::freeze::WritersCheck`]): before
-//! each window and, where windows do not freeze, every 250 ms within one. The counters
+//! before each window and, where windows do not freeze, every 250 ms within one (on the
+//! writer's thread: it reads a few sysfs files, not all of /proc as the writers' scan
+//! does, which runs beside it: [`crate::host::writers_check`]). The counters
 //! ([`crate::host::written`]) are compared before every write and at the window's end.
 
 use std::collections::BTreeMap;

@@ -337,7 +337,7 @@ fn run_while_appearing<T>(env: &TestEnv, dev: &Path, appear: impl FnOnce() -> T)
 }
 
 /// The run stopped (exit 4, resumable) soon after the alias appeared: what it wrote
-/// after is at most what 250 ms between checks and a window's chunks in flight allow,
+/// after is at most what 300 ms between scans and a window's chunks in flight allow,
 /// far from the rest of the device; every byte is still the original.
 fn assert_stopped_soon(out: &std::process::Output, after: u64, names: &[&str]) {
     let err = stderr(out);
