@@ -635,78 +635,19 @@ TOML
 cursor() { journalctl --sync; journalctl -q -n 1 --show-cursor -o cat | sed -n 's/^-- cursor: //p'; }
 # The unit's log since this scenario's job started.
 unitlog() { journalctl -u reseq@vmtest.service --after-cursor="${1:-$SINCE}" --no-pager -o cat; }
-# The ext4 on DEV is frozen now: its journal's RECOVER flag (feature_incompat 0x4,
-# byte 0x460 of the device) is clear while frozen, set again by the thaw (read O_DIRECT,
-# never through the filesystem: a probe through it would block).
-is_frozen() { local v; v=$(dd if="$1" bs=4096 count=1 iflag=direct status=none | od -An -tu1 -j1120 -N1); (( (v & 4) == 0 )); }
+# Whether the ext4 on DEV is frozen, and when it froze or thawed, read from outside reseq
+# by guest/freeze_watch.py (its doc says how and what each one prints).
+freeze_watch() { python3 "$SHARE/guest/freeze_watch.py" "$@"; }
+is_frozen() { freeze_watch frozen "$1"; }
 wait_frozen() { # DEV SECONDS -> sets FROZEN_AT
   FROZEN_AT=$(frozen_poll "$1" "$2") || fail "$1 never froze within $2 s (reseq@vmtest.service: $(systemctl is-active reseq@vmtest.service), $(systemctl show -p Result --value reseq@vmtest.service))"
 }
 # When DEV is first seen thawed (epoch seconds), polling from now.
 wait_thawed() { # DEV SECONDS -> sets THAWED_AT
-  THAWED_AT=$(thaw_poll "$1" "$2") || fail "$1 still frozen after $2 s"
+  THAWED_AT=$(freeze_watch thawed "$1" "$2") || fail "$1 still frozen after $2 s"
 }
-# Polls DEV's superblock from one process every 2 ms (as frozen_poll) and prints when it
-# was first seen thawed (epoch seconds); 1 after SECONDS.
-thaw_poll() { # DEV SECONDS
-  python3 - "$@" <<'PY'
-import mmap, os, sys, time
-fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)
-buf, end = mmap.mmap(-1, 4096), time.monotonic() + float(sys.argv[2])
-while time.monotonic() < end:
-    os.preadv(fd, [buf], 0)
-    if buf[1120] & 4:
-        print(f"{time.time():.3f}")
-        sys.exit(0)
-    time.sleep(0.002)
-sys.exit(1)
-PY
-}
-# Polls DEV's superblock (as is_frozen does, O_DIRECT) from one process, every 2 ms:
-# a window of a rate-paced job lasts a fraction of a second, shorter than a dd and an
-# od take to start under TCG, so a loop of them misses windows. Returns 0 once DEV is
-# seen frozen, 1 after SECONDS. With STOP (a pid), SIGSTOPs it the moment the freeze
-# is seen and returns 0 only if DEV is still frozen 50 ms later (else continues it and
-# polls on); 2 when JOB (a pid) ended first. STOP may be a cgroup's directory instead:
-# then the cgroup is frozen (cgroup.freeze, as systemctl freeze and container pauses do)
-# and thawed again. Prints when the window it returns for was first seen frozen (epoch
-# seconds): a window let go counts for nothing, the one caught from its first sighting.
-frozen_poll() { # DEV SECONDS [STOP JOB]
-  python3 - "$@" <<'PY'
-import mmap, os, signal, sys, time
-dev, secs = sys.argv[1], float(sys.argv[2])
-stop, job = (sys.argv[3], int(sys.argv[4])) if len(sys.argv) > 4 else (None, None)
-fd = os.open(dev, os.O_RDONLY | os.O_DIRECT)
-buf = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT wants
-def frozen():
-    os.preadv(fd, [buf], 0)
-    return buf[1120] & 4 == 0
-def pause(on):
-    if stop.startswith("/"):
-        with open(os.path.join(stop, "cgroup.freeze"), "w") as f:
-            f.write("1" if on else "0")
-    else:
-        os.kill(int(stop), signal.SIGSTOP if on else signal.SIGCONT)
-def caught(seen):
-    print(f"{seen:.3f}")
-    sys.exit(0)
-end = time.monotonic() + secs
-while time.monotonic() < end:
-    if job is not None and not os.path.exists(f"/proc/{job}"):
-        sys.exit(2)
-    if frozen():
-        seen = time.time()
-        if stop is None:
-            caught(seen)
-        pause(True)
-        time.sleep(0.05)  # a thaw already in the kernel lands before the check
-        if frozen():
-            caught(seen)
-        pause(False)
-    time.sleep(0.002)
-sys.exit(1)
-PY
-}
+# When DEV was first seen frozen; with STOP and JOB, the window STOP was paused in.
+frozen_poll() { freeze_watch freeze "$@"; } # DEV SECONDS [STOP JOB]
 # Start the job, wait for its first window, check where the guardian is. The caller
 # acts in a later window (act_in_window, frozen_poll).
 svc_start_mid_window() {
@@ -719,66 +660,9 @@ svc_start_mid_window() {
   MAIN=$(systemctl show -p MainPID --value reseq@vmtest.service)
   log "reseq pid $MAIN in $(cut -d: -f3 "/proc/$MAIN/cgroup"), guardian pid $GUARDIAN in ${cg##*::}"
 }
-# Waits for a window to begin on DEV (seen thawed, then frozen), runs COMMAND at once,
-# then follows every window until reseq (MAIN) is gone and DEV thawed, from one process
-# polling every 2 ms (as frozen_poll). Prints the window judged (frozen at, thawed at),
-# when the action began, how many windows it saw, and 1 if reseq was seen gone while
-# that window was still frozen (else 0). JUDGE "last": the last window, the one reseq
-# died in if it died in one; "longest": the longest from the action on. Watched from
-# before the action: `systemctl stop` returns only after the unit's ExecStopPost=
-# (seconds under TCG), and timing from then counted those seconds as frozen (6.3 s
-# against a 3 s bound, with 2.08 s reseq's own longest freeze).
-act_in_window() { # DEV SECONDS MAIN JUDGE COMMAND...
-  python3 - "$@" <<'PY'
-import mmap, os, subprocess, sys, time
-dev, secs, main, judge, cmd = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
-fd = os.open(dev, os.O_RDONLY | os.O_DIRECT)
-buf = mmap.mmap(-1, 4096)
-def frozen():
-    os.preadv(fd, [buf], 0)
-    return buf[1120] & 4 == 0
-def alive():
-    try:
-        with open(f"/proc/{main}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-end, thawed_once = time.monotonic() + secs, False
-while True:
-    if time.monotonic() > end:
-        sys.exit(1)
-    if not frozen():
-        thawed_once = True
-    elif thawed_once:
-        break
-    time.sleep(0.002)
-start = time.time()
-p = subprocess.Popen(cmd, stdout=sys.stderr)
-acted, end = time.time(), time.monotonic() + secs
-# (frozen at, thawed at, reseq seen gone while it was frozen: the guardian's to thaw)
-windows, gone_frozen = [], False
-while True:
-    if time.monotonic() > end:
-        sys.exit(2)
-    up = alive()  # before the device: gone, then still frozen, is the guardian's freeze
-    f, now = frozen(), time.time()
-    if f and start is None:
-        start = now
-    if f and not up:
-        gone_frozen = True
-    elif not f and start is not None:
-        windows.append((start, now, gone_frozen))
-        start, gone_frozen = None, False
-    if not up and not f:
-        break
-    time.sleep(0.002)
-rc = p.wait()
-if rc:
-    sys.exit(10 + rc)
-w = windows[-1] if judge == "last" else max(windows, key=lambda w: w[1] - w[0])
-print(f"{w[0]:.3f} {acted:.3f} {w[1]:.3f} {len(windows)} {int(w[2])}")
-PY
-}
+# Runs COMMAND in a window of DEV and follows the windows after it until reseq (MAIN)
+# is gone and DEV thawed (freeze_watch.py act).
+act_in_window() { freeze_watch act "$@"; } # DEV SECONDS MAIN JUDGE COMMAND...
 # The freeze ended within the bound, counted from when it was first seen frozen.
 within_bound() { # WHAT
   local d; d=$(awk "BEGIN{printf \"%.2f\", $THAWED_AT - $FROZEN_AT}")
