@@ -5,7 +5,7 @@
 
 use crate::cli::RewriteArgs;
 use crate::options::bench::BenchOptions;
-use crate::options::rewrite::{Given, Mode, RewriteOptions};
+use crate::options::rewrite::{Given, Mode, RewriteOptions, RunOptions};
 use crate::options::sim::{SimRewrite, sim_state};
 use crate::support::error::{Error, Result};
 
@@ -55,32 +55,34 @@ fn lower(a: &RewriteArgs, mode: Mode) -> RewriteOptions {
     RewriteOptions {
         mode,
         targets: a.targets.clone(),
-        exclude: a.exclude.clone(),
-        chunk_size: a.chunk_size,
-        max_freeze: a.max_freeze,
-        rate: a.rate,
-        pause: match mode {
-            Mode::Files if !a.given.pause => crate::options::rewrite::DEFAULT_FILE_PAUSE,
-            _ => a.pause,
+        run: RunOptions {
+            chunk_size: a.chunk_size,
+            max_freeze: a.max_freeze,
+            rate: a.rate,
+            pause: match mode {
+                Mode::Files if !a.given.pause => crate::options::rewrite::DEFAULT_FILE_PAUSE,
+                _ => a.pause,
+            },
+            max_overruns: a.max_overruns,
+            read_ahead: a.read_ahead,
+            no_verify: a.no_verify,
+            include_free: a.include_free,
+            no_trim: a.no_trim,
+            trim_rate: a.trim_rate,
+            only_slow: a.only_slow,
+            from_scan: a.from_scan.clone(),
+            older_than: a.older_than,
+            scan_regions: a.scan_regions,
+            slow_threshold: a.slow_threshold,
+            exclude: a.exclude.clone(),
+            bench: a.bench,
         },
-        max_overruns: a.max_overruns,
-        read_ahead: a.read_ahead,
-        no_verify: a.no_verify,
         force: a.force,
         accept_cgroup_risk: a.accept_cgroup_risk,
         dry_run: a.dry_run,
         resume: a.resume,
         restart: a.restart,
         state_dir: a.state_dir.clone(),
-        include_free: a.include_free,
-        no_trim: a.no_trim,
-        trim_rate: a.trim_rate,
-        only_slow: a.only_slow,
-        from_scan: a.from_scan.clone(),
-        older_than: a.older_than,
-        scan_regions: a.scan_regions,
-        slow_threshold: a.slow_threshold,
-        bench: a.bench,
         bench_opts: crate::cli::lower::bench_options(&a.bench_opts),
         given: a.given,
     }
@@ -91,10 +93,10 @@ fn lower(a: &RewriteArgs, mode: Mode) -> RewriteOptions {
 /// options.)
 fn refuse_for_mode(o: &RewriteOptions) -> Result<()> {
     match o.mode {
-        Mode::Files if o.from_scan.is_some() || o.include_free || o.trim_rate.is_some() => Err(Error::Usage(
+        Mode::Files if o.run.from_scan.is_some() || o.run.include_free || o.run.trim_rate.is_some() => Err(Error::Usage(
             "file mode does not take --from-scan, --include-free or --trim-rate (they are about a device's regions and the FITRIM after a device run)".into(),
         )),
-        Mode::Device if o.older_than.is_some() => Err(Error::Usage(
+        Mode::Device if o.run.older_than.is_some() => Err(Error::Usage(
             "--older-than chooses files by their age: give files or directories on mounted ext4/xfs (a block device has no file ages; --only-slow chooses a device's slow regions)".into(),
         )),
         _ => Ok(()),
@@ -118,9 +120,15 @@ mod tests {
     fn clap_defaults_are_the_typed_defaults() {
         let o = rewrite_options(&args(&["/dev/null"])).unwrap();
         let d = RewriteOptions::default();
-        assert_eq!((o.chunk_size, o.max_freeze, o.pause, o.rate), (d.chunk_size, d.max_freeze, d.pause, d.rate));
-        assert_eq!((o.max_overruns, o.read_ahead, o.scan_regions), (d.max_overruns, d.read_ahead, d.scan_regions));
-        assert_eq!((o.slow_threshold, &o.state_dir), (d.slow_threshold, &d.state_dir));
+        assert_eq!(
+            (o.run.chunk_size, o.run.max_freeze, o.run.pause, o.run.rate),
+            (d.run.chunk_size, d.run.max_freeze, d.run.pause, d.run.rate)
+        );
+        assert_eq!(
+            (o.run.max_overruns, o.run.read_ahead, o.run.scan_regions),
+            (d.run.max_overruns, d.run.read_ahead, d.run.scan_regions)
+        );
+        assert_eq!((o.run.slow_threshold, &o.state_dir), (d.run.slow_threshold, &d.state_dir));
         assert_eq!(o.bench_opts, d.bench_opts, "the --bench-* defaults");
         assert_eq!(o.mode, Mode::Device, "a character device goes to device mode, which says it is none");
     }
@@ -170,7 +178,7 @@ mod tests {
         let e = rewrite_options(&args(&["--older-than", "90d", "/dev/null"])).unwrap_err().to_string();
         assert!(e.contains("--older-than chooses files"), "{e}");
         let o = rewrite_options(&args(&["--older-than", "6months", "--only-slow", "/etc/hostname"])).unwrap();
-        assert_eq!(o.older_than.map(|d| d.as_secs() / 86_400), Some(182), "humantime's month is 30.44 days");
+        assert_eq!(o.run.older_than.map(|d| d.as_secs() / 86_400), Some(182), "humantime's month is 30.44 days");
         let e = crate::cli::Cli::try_parse_from(["reseq", "rewrite", "--older-than", "old", "x"]).unwrap_err();
         assert!(e.to_string().contains("'--older-than <DURATION>'"), "{e}");
         assert!(matches!(rewrite(&args(&["sim:x"])).unwrap(), Rewrite::Sim(..)));

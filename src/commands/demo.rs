@@ -10,7 +10,7 @@
 
 use std::io::{Seek, SeekFrom, Write};
 
-use crate::options::rewrite::{Mode, RewriteOptions};
+use crate::options::rewrite::{Mode, RewriteOptions, RunOptions};
 use crate::report::Report;
 use crate::support::error::{Error, Result};
 use crate::support::output::{WIDTH, fit};
@@ -59,10 +59,13 @@ fn rewrite_options(target: &std::path::Path, state_dir: std::path::PathBuf, benc
     RewriteOptions {
         mode: if bench { Mode::Files } else { Mode::Device },
         targets: vec![target.to_path_buf()],
-        max_freeze: Some(std::time::Duration::from_secs(1)),
-        pause: std::time::Duration::from_millis(100),
+        run: RunOptions {
+            max_freeze: Some(std::time::Duration::from_secs(1)),
+            pause: std::time::Duration::from_millis(100),
+            bench,
+            ..Default::default()
+        },
         state_dir,
-        bench,
         // The emulated drive's speed-up lasts: 5 s later is enough to show it does.
         bench_opts: crate::options::bench::BenchOptions {
             recheck: std::time::Duration::from_secs(5),
@@ -128,8 +131,7 @@ fn emulated(size: u64, quiet: bool, report_out: &mut Option<Report>) -> Result<(
         quiet,
         format!("reseq rewrite {} --bench: reads timed, rewritten live in 1 s windows, timed again", db_path.display()),
     );
-    let (report, result) =
-        crate::rewrite::files::run(&rewrite_options(&db_path, dir.path().join("state"), true), quiet);
+    let (report, result) = crate::rewrite::run(&rewrite_options(&db_path, dir.path().join("state"), true), quiet);
     let verdict = report.verdict.as_ref().map(|v| format!("{} (x{:.2})", v.verdict, v.speedup));
     *report_out = Some(report);
     result?;

@@ -42,7 +42,7 @@ pub(crate) struct RunRecord {
     pub(crate) files: Vec<Placed>,
     /// Device mode: the options the run was started with (`--resume` keeps them).
     #[serde(default)]
-    pub(crate) options: Option<crate::options::resume::RunOptions>,
+    pub(crate) options: Option<crate::options::rewrite::RunOptions>,
 }
 
 /// A file of a file-mode run: `[base, base + span)` of the run's virtual addresses.

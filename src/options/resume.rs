@@ -14,48 +14,9 @@ use std::fmt::Display;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-use crate::options::rewrite::{self as defaults, RewriteOptions};
+use crate::options::rewrite::{self as defaults, Given, RewriteOptions, RunOptions};
 use crate::support::error::{Error, Result};
-use crate::support::units::{self, Rate, Size, format_duration};
-
-/// Sizes, rates and durations are kept as text (`"4M"`, `"300ms"`), as journals have
-/// always had them, and compared by value (`300ms` is `0.3s`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub(crate) struct RunOptions {
-    #[serde(with = "units::as_text")]
-    pub(crate) chunk_size: Size,
-    #[serde(with = "units::opt_duration_as_text")]
-    pub(crate) max_freeze: Option<Duration>,
-    #[serde(with = "units::opt_as_text")]
-    pub(crate) rate: Option<Rate>,
-    #[serde(with = "units::duration_as_text")]
-    pub(crate) pause: Duration,
-    pub(crate) max_overruns: u32,
-    pub(crate) read_ahead: usize,
-    pub(crate) no_verify: bool,
-    pub(crate) include_free: bool,
-    pub(crate) no_trim: bool,
-    /// `--trim-rate` (pacing; absent from runs recorded before it existed).
-    #[serde(default, with = "units::opt_as_text")]
-    pub(crate) trim_rate: Option<Rate>,
-    pub(crate) only_slow: bool,
-    pub(crate) from_scan: Option<PathBuf>,
-    /// `--older-than` (file mode; absent from runs recorded before it existed).
-    #[serde(default, with = "units::opt_duration_as_text")]
-    pub(crate) older_than: Option<Duration>,
-    pub(crate) scan_regions: usize,
-    pub(crate) slow_threshold: f64,
-    pub(crate) exclude: Vec<String>,
-    /// `--bench` (absent from runs recorded before it was kept): a resumed run compares
-    /// with the benchmark taken before the run started.
-    #[serde(default)]
-    pub(crate) bench: bool,
-}
-
-// slow_threshold is checked to lie in (0, 1]: never NaN.
-impl Eq for RunOptions {}
+use crate::support::units::format_duration;
 
 /// `v` as one word a shell reads back as `v`: as it is when it holds nothing a shell
 /// treats specially, else in single quotes. The options are shown as a command line to
@@ -164,28 +125,6 @@ impl Merge {
 }
 
 impl RunOptions {
-    pub(crate) fn of(o: &RewriteOptions) -> RunOptions {
-        RunOptions {
-            chunk_size: o.chunk_size,
-            max_freeze: o.max_freeze,
-            rate: o.rate,
-            pause: o.pause,
-            max_overruns: o.max_overruns,
-            read_ahead: o.read_ahead,
-            no_verify: o.no_verify,
-            include_free: o.include_free,
-            no_trim: o.no_trim,
-            trim_rate: o.trim_rate,
-            only_slow: o.only_slow,
-            from_scan: o.from_scan.clone(),
-            older_than: o.older_than,
-            scan_regions: o.scan_regions,
-            slow_threshold: o.slow_threshold,
-            exclude: o.exclude.clone(),
-            bench: o.bench,
-        }
-    }
-
     /// The options as command-line text, for messages and `reseq status`.
     pub(crate) fn describe(&self) -> String {
         let mut s = vec![format!("--chunk-size {}", self.chunk_size)];
@@ -216,47 +155,49 @@ impl RunOptions {
     /// started without `--max-freeze` had it).
     pub(crate) fn apply(&self, o: &RewriteOptions, default_max_freeze: Duration) -> Result<RewriteOptions> {
         let mut m = Merge::default();
+        let (g, given) = (&o.run, o.given);
         let mut out = o.clone();
-        out.chunk_size = m
-            .keep("--chunk-size", o.given.chunk_size.then_some(o.chunk_size), Some(self.chunk_size))
+        let run = &mut out.run;
+        run.chunk_size = m
+            .keep("--chunk-size", given.chunk_size.then_some(g.chunk_size), Some(self.chunk_size))
             .unwrap_or(defaults::DEFAULT_CHUNK_SIZE);
-        self.apply_pacing(o, &mut out, default_max_freeze);
-        out.no_verify = m.keep("--no-verify", flag(o.no_verify), flag(self.no_verify)).is_some();
-        out.include_free = m.keep("--include-free", flag(o.include_free), flag(self.include_free)).is_some();
-        out.no_trim = m.keep("--no-trim", flag(o.no_trim), flag(self.no_trim)).is_some();
-        out.only_slow = m.keep("--only-slow", flag(o.only_slow), flag(self.only_slow)).is_some();
+        self.apply_pacing(g, given, run, default_max_freeze);
+        run.no_verify = m.keep("--no-verify", flag(g.no_verify), flag(self.no_verify)).is_some();
+        run.include_free = m.keep("--include-free", flag(g.include_free), flag(self.include_free)).is_some();
+        run.no_trim = m.keep("--no-trim", flag(g.no_trim), flag(self.no_trim)).is_some();
+        run.only_slow = m.keep("--only-slow", flag(g.only_slow), flag(self.only_slow)).is_some();
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
-        out.from_scan = m.keep("--from-scan", path(&o.from_scan), path(&self.from_scan)).map(PathBuf::from);
-        out.older_than = m.keep("--older-than", o.older_than.map(Dur), self.older_than.map(Dur)).map(|d| d.0);
-        out.scan_regions = m
-            .keep("--scan-regions", o.given.scan_regions.then_some(o.scan_regions), Some(self.scan_regions))
+        run.from_scan = m.keep("--from-scan", path(&g.from_scan), path(&self.from_scan)).map(PathBuf::from);
+        run.older_than = m.keep("--older-than", g.older_than.map(Dur), self.older_than.map(Dur)).map(|d| d.0);
+        run.scan_regions = m
+            .keep("--scan-regions", given.scan_regions.then_some(g.scan_regions), Some(self.scan_regions))
             .unwrap_or(defaults::DEFAULT_SCAN_REGIONS);
-        out.slow_threshold = m
-            .keep("--slow-threshold", o.given.slow_threshold.then_some(o.slow_threshold), Some(self.slow_threshold))
+        run.slow_threshold = m
+            .keep("--slow-threshold", given.slow_threshold.then_some(g.slow_threshold), Some(self.slow_threshold))
             .unwrap_or(defaults::DEFAULT_SLOW_THRESHOLD);
-        out.bench = m.keep("--bench", flag(o.bench), flag(self.bench)).is_some();
-        m.exclude(&o.exclude, &self.exclude);
-        out.exclude = self.exclude.clone();
+        run.bench = m.keep("--bench", flag(g.bench), flag(self.bench)).is_some();
+        m.exclude(&g.exclude, &self.exclude);
+        run.exclude = self.exclude.clone();
         m.into_result().map(|()| out)
     }
 
-    /// The pacing options of `o` replace the run's where given, with a warning.
+    /// The pacing options given (`g`) replace the run's where given, with a warning.
     /// `--max-freeze` is one: it bounds how long each window freezes, not what is
     /// rewritten, and every window is checked against the bound in force (a shorter one
     /// is the safe direction; a longer one is what a busy host needs after overruns).
-    fn apply_pacing(&self, o: &RewriteOptions, out: &mut RewriteOptions, default_max_freeze: Duration) {
+    fn apply_pacing(&self, g: &RunOptions, given: Given, run: &mut RunOptions, default_max_freeze: Duration) {
         let stored_freeze = Dur(self.max_freeze.unwrap_or(default_max_freeze));
-        out.max_freeze = Merge::pace("--max-freeze", o.max_freeze.map(Dur), Some(stored_freeze))
+        run.max_freeze = Merge::pace("--max-freeze", g.max_freeze.map(Dur), Some(stored_freeze))
             .map(|d| d.0)
-            .filter(|_| self.max_freeze.is_some() || o.max_freeze.is_some());
-        out.rate = Merge::pace("--rate", o.rate, self.rate);
-        out.trim_rate = Merge::pace("--trim-rate", o.trim_rate, self.trim_rate);
-        out.pause = Merge::pace("--pause", o.given.pause.then_some(o.pause).map(Dur), Some(Dur(self.pause)))
+            .filter(|_| self.max_freeze.is_some() || g.max_freeze.is_some());
+        run.rate = Merge::pace("--rate", g.rate, self.rate);
+        run.trim_rate = Merge::pace("--trim-rate", g.trim_rate, self.trim_rate);
+        run.pause = Merge::pace("--pause", given.pause.then_some(g.pause).map(Dur), Some(Dur(self.pause)))
             .map_or(defaults::DEFAULT_PAUSE, |d| d.0);
-        out.max_overruns =
-            Merge::pace("--max-overruns", o.given.max_overruns.then_some(o.max_overruns), Some(self.max_overruns))
+        run.max_overruns =
+            Merge::pace("--max-overruns", given.max_overruns.then_some(g.max_overruns), Some(self.max_overruns))
                 .unwrap_or(defaults::DEFAULT_MAX_OVERRUNS);
-        out.read_ahead = Merge::pace("--read-ahead", o.given.read_ahead.then_some(o.read_ahead), Some(self.read_ahead))
+        run.read_ahead = Merge::pace("--read-ahead", given.read_ahead.then_some(g.read_ahead), Some(self.read_ahead))
             .unwrap_or(defaults::DEFAULT_READ_AHEAD);
     }
 }
@@ -264,6 +205,7 @@ impl RunOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::support::units;
 
     fn args(extra: &[&str]) -> RewriteOptions {
         let argv = ["reseq", "rewrite", "/dev/null"].iter().chain(extra);
@@ -283,29 +225,29 @@ mod tests {
 
     #[test]
     fn options_left_out_take_the_runs_and_a_different_one_is_refused() {
-        let stored = RunOptions::of(&args(&["--max-freeze", "300ms", "--include-free", "--chunk-size", "1M"]));
+        let stored = args(&["--max-freeze", "300ms", "--include-free", "--chunk-size", "1M"]).run;
         let got = stored.apply(&args(&["--resume"]), d("5s")).unwrap();
-        assert_eq!(got.max_freeze.map(format_duration).as_deref(), Some("300ms"));
-        assert!(got.include_free && got.resume);
-        assert_eq!(got.chunk_size.to_string(), "1M");
+        assert_eq!(got.run.max_freeze.map(format_duration).as_deref(), Some("300ms"));
+        assert!(got.run.include_free && got.resume);
+        assert_eq!(got.run.chunk_size.to_string(), "1M");
         // The same meaning, written otherwise, is the same option.
         let got = stored.apply(&args(&["--max-freeze", "0.3s", "--chunk-size", "1024K"]), d("5s")).unwrap();
-        assert_eq!(got.max_freeze.map(format_duration).as_deref(), Some("300ms"));
+        assert_eq!(got.run.max_freeze.map(format_duration).as_deref(), Some("300ms"));
         // --max-freeze is pacing: longer (a busy host) and shorter (safer) are both taken.
         for given in ["2s", "100ms"] {
             let got = stored.apply(&args(&["--max-freeze", given]), d("5s")).unwrap();
-            assert_eq!(got.max_freeze.map(format_duration).as_deref(), Some(given));
+            assert_eq!(got.run.max_freeze.map(format_duration).as_deref(), Some(given));
         }
         let e = stored.apply(&args(&["--no-verify"]), d("5s")).unwrap_err().to_string();
         assert!(e.contains("--no-verify was not an option of the interrupted run"), "{e}");
         // Pacing may change: a busier host needs slower windows or more overruns.
         let got =
             stored.apply(&args(&["--rate", "10M", "--max-overruns", "50", "--trim-rate", "1G"]), d("5s")).unwrap();
-        assert_eq!((text(got.rate).as_deref(), got.max_overruns), (Some("10M"), 50));
-        assert_eq!(text(got.trim_rate).as_deref(), Some("1G"), "--trim-rate is pacing: it may change");
-        let trimmed = RunOptions::of(&args(&["--trim-rate", "200M"]));
+        assert_eq!((text(got.run.rate).as_deref(), got.run.max_overruns), (Some("10M"), 50));
+        assert_eq!(text(got.run.trim_rate).as_deref(), Some("1G"), "--trim-rate is pacing: it may change");
+        let trimmed = args(&["--trim-rate", "200M"]).run;
         assert_eq!(
-            trimmed.apply(&args(&["--resume"]), d("5s")).unwrap().trim_rate.map(|r| r.to_string()).as_deref(),
+            trimmed.apply(&args(&["--resume"]), d("5s")).unwrap().run.trim_rate.map(|r| r.to_string()).as_deref(),
             Some("200M"),
             "kept"
         );
@@ -317,22 +259,21 @@ mod tests {
         let json = serde_json::to_string(&stored).unwrap();
         assert!(json.contains(r#""chunk_size":"1M","max_freeze":"300ms","rate":null,"pause":"0s""#), "{json}");
         // The mode's default --max-freeze, given, is what a run without one had.
-        let plain = RunOptions::of(&args(&[]));
+        let plain = args(&[]).run;
         assert!(plain.apply(&args(&["--max-freeze", "1s"]), d("1s")).is_ok());
-        assert_eq!(plain.apply(&args(&[]), d("1s")).unwrap().max_freeze, None, "the mode's default, kept");
-        let rated = RunOptions::of(&args(&["--rate", "100M"]));
+        assert_eq!(plain.apply(&args(&[]), d("1s")).unwrap().run.max_freeze, None, "the mode's default, kept");
+        let rated = args(&["--rate", "100M"]).run;
         assert!(rated.apply(&args(&["--rate", "100M/s"]), d("5s")).is_ok(), "the same rate, written otherwise");
-        let ex = RunOptions::of(&args(&["--exclude", "a", "--exclude", "b"]));
+        let ex = args(&["--exclude", "a", "--exclude", "b"]).run;
         assert!(ex.apply(&args(&["--exclude", "a,b"]), d("1s")).is_err(), "one pattern is not two");
-        assert_eq!(ex.apply(&args(&[]), d("1s")).unwrap().exclude, ["a", "b"]);
+        assert_eq!(ex.apply(&args(&[]), d("1s")).unwrap().run.exclude, ["a", "b"]);
         assert_eq!(stored.describe(), "--chunk-size 1M --max-freeze 300ms --include-free", "options as a command line");
     }
 
     #[test]
     fn options_shown_as_a_command_line_paste_back_as_they_were() {
         let exclude = vec!["#innodb_redo".into(), "ib_logfile*".into(), "it's".into(), "pg_wal".into()];
-        let o = crate::options::rewrite::RewriteOptions { exclude, ..Default::default() };
-        let shown = RunOptions::of(&o).describe();
+        let shown = RunOptions { exclude, ..Default::default() }.describe();
         assert!(
             shown.ends_with(r"--exclude '#innodb_redo' --exclude 'ib_logfile*' --exclude 'it'\''s' --exclude pg_wal"),
             "{shown}"
@@ -341,13 +282,16 @@ mod tests {
 
     #[test]
     fn an_option_given_with_its_default_value_is_given() {
-        let stored = RunOptions::of(&args(&["--pause", "2s", "--chunk-size", "1M", "--max-overruns", "9"]));
+        let stored = args(&["--pause", "2s", "--chunk-size", "1M", "--max-overruns", "9"]).run;
         let got = stored.apply(&args(&["--resume", "--pause", "0s", "--max-overruns", "3"]), d("5s")).unwrap();
-        assert_eq!((got.pause, got.max_overruns), (Duration::ZERO, 3), "pacing given is pacing used");
+        assert_eq!((got.run.pause, got.run.max_overruns), (Duration::ZERO, 3), "pacing given is pacing used");
         let e = stored.apply(&args(&["--resume", "--chunk-size", "4M"]), d("5s")).unwrap_err().to_string();
         assert!(e.contains("--chunk-size 4M differs from the interrupted run's 1M"), "{e}");
         let got = stored.apply(&args(&["--resume"]), d("5s")).unwrap();
-        assert_eq!((got.pause, got.max_overruns, got.chunk_size.to_string()), (d("2s"), 9, "1M".to_string()));
+        assert_eq!(
+            (got.run.pause, got.run.max_overruns, got.run.chunk_size.to_string()),
+            (d("2s"), 9, "1M".to_string())
+        );
     }
 
     /// Every option with a default, given with its default value against a run that had
@@ -356,12 +300,12 @@ mod tests {
     #[test]
     fn each_option_with_a_default_given_at_its_default_is_seen() {
         let run = ["--scan-regions", "32", "--slow-threshold", "0.5", "--read-ahead", "8", "--chunk-size", "1M"];
-        let stored = RunOptions::of(&args(&run));
+        let stored = args(&run).run;
         for (flag, value) in [("--scan-regions", "64"), ("--slow-threshold", "0.7"), ("--chunk-size", "4M")] {
             let e = stored.apply(&args(&["--resume", flag, value]), d("5s")).map(|_| ()).unwrap_err().to_string();
             assert!(e.contains(&format!("{flag} {value} ")), "{flag}: {e}");
         }
         let got = stored.apply(&args(&["--resume", "--read-ahead", "2"]), d("5s")).unwrap();
-        assert_eq!((got.read_ahead, got.scan_regions, got.slow_threshold), (2, 32, 0.5));
+        assert_eq!((got.run.read_ahead, got.run.scan_regions, got.run.slow_threshold), (2, 32, 0.5));
     }
 }

@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::support::units::{Rate, Size};
+use serde::{Deserialize, Serialize};
+
+use crate::support::units::{self, Rate, Size};
 
 /// Default chunk size, chosen by measurement (docs/CHUNK-SIZE.md, `bench/chunk-size.sh`):
 /// 2-4 MiB was at or near the best on both a disk-backed and a memory-backed loop device,
@@ -58,20 +60,13 @@ fn is_block_device(path: &std::path::Path) -> bool {
     std::fs::metadata(path).map(|m| m.file_type().is_block_device() || !(m.is_file() || m.is_dir())).unwrap_or(true)
 }
 
-/// The options of one rewrite. Field names are the flags'.
+/// The options of one rewrite.
 #[derive(Clone, Debug)]
 pub(crate) struct RewriteOptions {
     pub(crate) mode: Mode,
     pub(crate) targets: Vec<PathBuf>,
-    pub(crate) exclude: Vec<String>,
-    pub(crate) chunk_size: Size,
-    /// As given; None: the mode's default (see [`RewriteOptions::max_freeze`]).
-    pub(crate) max_freeze: Option<Duration>,
-    pub(crate) rate: Option<Rate>,
-    pub(crate) pause: Duration,
-    pub(crate) max_overruns: u32,
-    pub(crate) read_ahead: usize,
-    pub(crate) no_verify: bool,
+    /// What the run does and how, as its journal keeps it.
+    pub(crate) run: RunOptions,
     pub(crate) force: bool,
     /// Freeze even where the guardian cannot leave reseq's cgroup.
     pub(crate) accept_cgroup_risk: bool,
@@ -79,21 +74,76 @@ pub(crate) struct RewriteOptions {
     pub(crate) resume: bool,
     pub(crate) restart: bool,
     pub(crate) state_dir: PathBuf,
-    pub(crate) include_free: bool,
-    pub(crate) no_trim: bool,
-    pub(crate) trim_rate: Option<Rate>,
-    pub(crate) only_slow: bool,
-    pub(crate) from_scan: Option<PathBuf>,
-    /// File mode: only files whose newest of mtime and ctime is older than this.
-    pub(crate) older_than: Option<Duration>,
-    pub(crate) scan_regions: usize,
-    pub(crate) slow_threshold: f64,
-    pub(crate) bench: bool,
     /// The `--bench-*` options.
     pub(crate) bench_opts: crate::options::bench::BenchOptions,
     /// Which options with a default were given: `--resume` keeps the interrupted run's
     /// value of every other one, whatever its default.
     pub(crate) given: Given,
+}
+
+/// What a run does and how: the options its journal keeps, so that `--resume` continues
+/// it as it was started (`options::resume`). Field names are the flags'. Sizes, rates and
+/// durations are kept as text (`"4M"`, `"300ms"`), as journals have always had them, and
+/// compared by value (`300ms` is `0.3s`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct RunOptions {
+    #[serde(with = "units::as_text")]
+    pub(crate) chunk_size: Size,
+    /// As given; None: the mode's default (see [`RewriteOptions::max_freeze`]).
+    #[serde(with = "units::opt_duration_as_text")]
+    pub(crate) max_freeze: Option<Duration>,
+    #[serde(with = "units::opt_as_text")]
+    pub(crate) rate: Option<Rate>,
+    #[serde(with = "units::duration_as_text")]
+    pub(crate) pause: Duration,
+    pub(crate) max_overruns: u32,
+    pub(crate) read_ahead: usize,
+    pub(crate) no_verify: bool,
+    pub(crate) include_free: bool,
+    pub(crate) no_trim: bool,
+    /// `--trim-rate` (pacing; absent from runs recorded before it existed).
+    #[serde(default, with = "units::opt_as_text")]
+    pub(crate) trim_rate: Option<Rate>,
+    pub(crate) only_slow: bool,
+    pub(crate) from_scan: Option<PathBuf>,
+    /// `--older-than`: file mode rewrites only files whose newest of mtime and ctime is
+    /// older than this (absent from runs recorded before it existed).
+    #[serde(default, with = "units::opt_duration_as_text")]
+    pub(crate) older_than: Option<Duration>,
+    pub(crate) scan_regions: usize,
+    pub(crate) slow_threshold: f64,
+    pub(crate) exclude: Vec<String>,
+    /// `--bench` (absent from runs recorded before it was kept): a resumed run compares
+    /// with the benchmark taken before the run started.
+    #[serde(default)]
+    pub(crate) bench: bool,
+}
+
+// slow_threshold is checked to lie in (0, 1]: never NaN.
+impl Eq for RunOptions {}
+
+impl Default for RunOptions {
+    fn default() -> RunOptions {
+        RunOptions {
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            max_freeze: None,
+            rate: None,
+            pause: DEFAULT_PAUSE,
+            max_overruns: DEFAULT_MAX_OVERRUNS,
+            read_ahead: DEFAULT_READ_AHEAD,
+            no_verify: false,
+            include_free: false,
+            no_trim: false,
+            trim_rate: None,
+            only_slow: false,
+            from_scan: None,
+            older_than: None,
+            scan_regions: DEFAULT_SCAN_REGIONS,
+            slow_threshold: DEFAULT_SLOW_THRESHOLD,
+            exclude: Vec::new(),
+            bench: false,
+        }
+    }
 }
 
 /// Which of the options that have a default value were given (on the command line or in
@@ -115,29 +165,13 @@ impl Default for RewriteOptions {
         RewriteOptions {
             mode: Mode::Device,
             targets: Vec::new(),
-            exclude: Vec::new(),
-            chunk_size: DEFAULT_CHUNK_SIZE,
-            max_freeze: None,
-            rate: None,
-            pause: DEFAULT_PAUSE,
-            max_overruns: DEFAULT_MAX_OVERRUNS,
-            read_ahead: DEFAULT_READ_AHEAD,
-            no_verify: false,
+            run: RunOptions::default(),
             force: false,
             accept_cgroup_risk: false,
             dry_run: false,
             resume: false,
             restart: false,
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
-            include_free: false,
-            no_trim: false,
-            trim_rate: None,
-            only_slow: false,
-            from_scan: None,
-            older_than: None,
-            scan_regions: DEFAULT_SCAN_REGIONS,
-            slow_threshold: DEFAULT_SLOW_THRESHOLD,
-            bench: false,
             bench_opts: crate::options::bench::BenchOptions::default(),
             given: Given::default(),
         }
@@ -157,6 +191,6 @@ impl RewriteOptions {
 
     /// `--max-freeze`, or the mode's default.
     pub(crate) fn max_freeze(&self) -> Duration {
-        self.max_freeze.unwrap_or(self.default_max_freeze())
+        self.run.max_freeze.unwrap_or(self.default_max_freeze())
     }
 }

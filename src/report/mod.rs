@@ -467,7 +467,10 @@ impl Report {
         self.duration_seconds = elapsed.as_secs_f64();
         self.peak_resident_bytes = crate::sys::process::peak_resident_bytes().ok();
         let verify_on = self.plan.as_ref().is_some_and(|p| p.verify);
-        self.verification = Verification::of(result, self.dry_run, self.plan.is_some(), verify_on);
+        // How far it got: device mode writes once planned; file mode once it has figures
+        // (its plan comes before the checks that may refuse every file).
+        let ran = self.plan.as_ref().is_some_and(|p| p.files.is_none() || self.results.is_some());
+        self.verification = Verification::of(result, self.dry_run, ran, verify_on);
         self.outcome = match result {
             Ok(()) => Outcome::default(),
             Err(e) => Outcome {

@@ -27,12 +27,12 @@ pub(crate) fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
     {
         return Report::of_run("rewrite", o.dry_run, &o.targets, |_| Err(Error::io("installing signal handlers", e)));
     }
-    if o.mode == Mode::Files {
-        // Its depth is chosen after its plan, over the bytes the plan rewrites.
-        return files::run(o, quiet);
-    }
-    Report::of_run("rewrite", o.dry_run, &o.targets, |report| {
-        let (resumed, env) = Environment::live().and_then(|env| Ok((device::plan::resumed_options(o, &env)?, env)))?;
-        device::plan_and_execute(resumed.as_ref().unwrap_or(o), &env, quiet, report)
+    Report::of_run("rewrite", o.dry_run, &o.targets, |report| match o.mode {
+        Mode::Files => files::plan_and_execute(o, quiet, report),
+        Mode::Device => {
+            let env = Environment::live()?;
+            let resumed = device::plan::resumed_options(o, &env)?;
+            device::plan_and_execute(resumed.as_ref().unwrap_or(o), &env, quiet, report)
+        }
     })
 }

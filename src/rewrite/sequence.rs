@@ -267,12 +267,12 @@ pub(crate) fn engine_config(
         range_start: span.range.0,
         range_end: span.range.1,
         start_offset: span.start_offset,
-        verify: !o.no_verify,
-        read_ahead: o.read_ahead,
-        pause: o.pause,
+        verify: !o.run.no_verify,
+        read_ahead: o.run.read_ahead,
+        pause: o.run.pause,
         journal_on_frozen_fs: span.journal_on_frozen_fs,
-        max_overruns: o.max_overruns,
-        rate_bytes_per_second: o.rate.map(|r| r.bytes_per_second()),
+        max_overruns: o.run.max_overruns,
+        rate_bytes_per_second: o.run.rate.map(|r| r.bytes_per_second()),
         rescue,
         trial: None,
     }
@@ -321,7 +321,7 @@ pub(crate) fn run_record(
     identity: &crate::engine::identity::DeviceIdentity,
     chunk_size: u64,
     (start, end): (u64, u64),
-    options: Option<crate::options::resume::RunOptions>,
+    options: Option<crate::options::rewrite::RunOptions>,
 ) -> RunRecord {
     RunRecord {
         version: journal::JOURNAL_VERSION,

@@ -28,7 +28,7 @@ pub(crate) fn describe_plan(plan: &RewritePlan) -> String {
 
 /// `--only-slow` and `--from-scan`: what chooses the regions, since a dry run does not
 /// scan.
-fn describe_selection(o: &crate::options::resume::RunOptions) -> String {
+fn describe_selection(o: &crate::options::rewrite::RunOptions) -> String {
     let rule = format!(
         "regions reading below {:.0} % of the fastest quarter's median are rewritten, the others left alone",
         o.slow_threshold * 100.0

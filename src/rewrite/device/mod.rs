@@ -72,7 +72,7 @@ pub(super) fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: boo
         // nothing to benchmark or scan for a run that will not write.
         return execute(&plan, quiet, false, report);
     }
-    if o.only_slow || o.from_scan.is_some() {
+    if o.run.only_slow || o.run.from_scan.is_some() {
         let sel = select_slow(&plan, o).map_err(before_writing)?;
         let nothing = sel.chosen.is_empty();
         report.selection = Some(sel);
@@ -86,7 +86,7 @@ pub(super) fn plan_and_execute(o: &RewriteOptions, env: &Environment, quiet: boo
             return Ok(());
         }
     }
-    if o.bench { execute_with_bench(&plan, o, quiet, report) } else { execute(&plan, quiet, false, report) }
+    if o.run.bench { execute_with_bench(&plan, o, quiet, report) } else { execute(&plan, quiet, false, report) }
 }
 
 /// For a whole disk with some partitions mounted, claims the unmounted ones with O_EXCL:
@@ -234,7 +234,7 @@ fn bench_before(plan: &RewritePlan, o: &RewriteOptions) -> Result<Option<before:
 
 /// The regions to rewrite for --only-slow (a scan now) or --from-scan (a saved one).
 fn select_slow(plan: &RewritePlan, o: &RewriteOptions) -> Result<Selection> {
-    if let Some(path) = &o.from_scan {
+    if let Some(path) = &o.run.from_scan {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
         let saved: Report = serde_json::from_str(&text)
             .map_err(|e| Error::Usage(format!("{} is not a reseq report: {e}", path.display())))?;
@@ -256,12 +256,12 @@ fn select_slow(plan: &RewritePlan, o: &RewriteOptions) -> Result<Selection> {
         }
         return sure_selection(&scan, path.display().to_string());
     }
-    log::info!("scanning {} in {} regions to find the slow ones", plan.device.path.display(), o.scan_regions);
+    log::info!("scanning {} in {} regions to find the slow ones", plan.device.path.display(), o.run.scan_regions);
     // In-use ranges only: trimmed free space reads fast and would make every used region
     // look slow.
     let (target, _) = Target::open_in_use(&plan.device.path, None)?;
     let params = resolve_params(&target, o.bench_opts.block_size, o.bench_opts.queue_depth, 0, None)?;
-    let scan = scan::scan(&target, &params, (o.scan_regions, crate::measure::noise::ROUNDS), o.slow_threshold)?;
+    let scan = scan::scan(&target, &params, (o.run.scan_regions, crate::measure::noise::ROUNDS), o.run.slow_threshold)?;
     sure_selection(&scan, "scan in this run".into())
 }
 

@@ -17,7 +17,6 @@ use crate::host::in_use::Environment;
 use crate::host::in_use::{addressable_end, used_space_spans};
 use crate::host::mounts::{self, MountedFs};
 use crate::measure::depth_probe::DepthChoice;
-use crate::options::resume::RunOptions;
 use crate::options::rewrite::RewriteOptions;
 use crate::rewrite::sequence::{self, Span};
 use crate::rewrite::{checks, predict};
@@ -48,7 +47,7 @@ pub(crate) enum Start {
 #[derive(Clone, Debug)]
 pub(crate) struct RewritePlan {
     /// The options as given, kept in the journal for `--resume`.
-    pub(crate) options: crate::options::resume::RunOptions,
+    pub(crate) options: crate::options::rewrite::RunOptions,
     /// The device and what we know about it.
     pub(crate) device: BlockDeviceInfo,
     /// Filesystems frozen in every window, in the order they are frozen; empty when
@@ -134,11 +133,11 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
     let writer_devices = checks::no_other_writers(&dev, &env.sysfs)?;
     // Filesystems to freeze: on the device, or on its partitions for a whole disk.
     let filesystems = mounts::filesystems_on(&env.mounts, &dev.devices_to_freeze());
-    checks::freezable_in_device_mode(&dev, &filesystems, o.include_free)?;
+    checks::freezable_in_device_mode(&dev, &filesystems, o.run.include_free)?;
     let order = checks::freeze_order(filesystems, env)?;
     let (filesystems, freeze_order) = (order.filesystems, order.reasons);
     checks::exclusive_if_unmounted(&dev, &filesystems, &env.mounts)?;
-    checks::aligned(o.chunk_size, &dev)?;
+    checks::aligned(o.run.chunk_size, &dev)?;
     let mut warnings: Vec<String> = checks::not_rotational(&dev, o.force)?.into_iter().collect();
     if !filesystems.is_empty() {
         let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
@@ -155,9 +154,9 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
 pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<RewritePlan> {
     let Checked { dev, filesystems, freeze_order, writer_devices, mut warnings, guardian, thin } =
         check_device(o, env)?;
-    let state = checks::state_dir(&o.state_dir, &filesystems, o.chunk_size, o.dry_run)?;
+    let state = checks::state_dir(&o.state_dir, &filesystems, o.run.chunk_size, o.dry_run)?;
     let journal_path = journal::journal_path(&state.path, &dev.identity);
-    let (start, unfinished) = decide_start(o, &dev, o.chunk_size.bytes(), &journal_path, &mut warnings)?;
+    let (start, unfinished) = decide_start(o, &dev, o.run.chunk_size.bytes(), &journal_path, &mut warnings)?;
     warnings.extend(unfinished.iter().filter(|_| o.dry_run).map(|u| u.warning()));
     if state.on_frozen_fs {
         warnings.push(format!(
@@ -166,7 +165,7 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
         ));
     }
     let used_space =
-        if o.include_free { Vec::new() } else { used_space_spans(&env.sysfs, &dev, &filesystems, &mut warnings) };
+        if o.run.include_free { Vec::new() } else { used_space_spans(&env.sysfs, &dev, &filesystems, &mut warnings) };
     let from = if let Start::Resume { done_offset, .. } = start { done_offset } else { 0 };
     let backing = Backing::of(&dev, &env.sysfs);
     if let (true, Err(why)) = (thin, &backing) {
@@ -186,8 +185,8 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
     let shape = crate::host::shape::Shape::take(dev.dev_num, &env.sysfs);
     let mut plan = RewritePlan {
         used_space,
-        trim: !o.no_trim,
-        trim_pace: crate::host::trim::Pace::of(o.trim_rate.map(|r| r.bytes_per_second()), o.pause),
+        trim: !o.run.no_trim,
+        trim_pace: crate::host::trim::Pace::of(o.run.trim_rate.map(|r| r.bytes_per_second()), o.run.pause),
         device: dev,
         filesystems,
         freeze_order,
@@ -201,7 +200,7 @@ pub(crate) fn plan_rewrite(o: &RewriteOptions, env: &Environment) -> Result<Rewr
         writer_devices,
         guardian,
         warnings,
-        options: RunOptions::of(o),
+        options: o.run.clone(),
         prediction: None,
         depth,
         ranges,
@@ -239,7 +238,7 @@ fn space_warnings(
             if holes_mapped { " that holds data (its backing file's holes are left out)" } else { "" }
         ));
     }
-    if !filesystems.is_empty() && !o.include_free {
+    if !filesystems.is_empty() && !o.run.include_free {
         warnings.extend(unmounted_partitions(dev, filesystems, sysfs));
     }
     warnings
@@ -330,8 +329,8 @@ fn choose_trial(
     (freezes, resumed): (bool, bool),
     ranges: &[(u64, u64)],
 ) -> Option<Trial> {
-    let chooses = o.only_slow || o.from_scan.is_some();
-    let given = o.given.chunk_size || o.given.read_ahead || o.rate.is_some();
+    let chooses = o.run.only_slow || o.run.from_scan.is_some();
+    let given = o.given.chunk_size || o.given.read_ahead || o.run.rate.is_some();
     if freezes || resumed || chooses || given || engine.read_ahead == 0 {
         return None;
     }
@@ -364,7 +363,7 @@ fn mem_available() -> Option<u64> {
 /// `--rate` against the bytes to rewrite (refused past a year), and a dry run's
 /// prediction. A prediction that cannot be made is a warning, never a refusal.
 fn forecast(o: &RewriteOptions, plan: &mut RewritePlan) -> Result<()> {
-    if o.rate.is_none() && !o.dry_run {
+    if o.run.rate.is_none() && !o.dry_run {
         return Ok(());
     }
     let layout = match device_layout(plan) {
@@ -374,7 +373,7 @@ fn forecast(o: &RewriteOptions, plan: &mut RewritePlan) -> Result<()> {
             return Ok(());
         }
     };
-    let rate = o.rate.map(|r| r.bytes_per_second());
+    let rate = o.run.rate.map(|r| r.bytes_per_second());
     plan.warnings.extend(checks::finishes(layout.bytes(), plan.engine.chunk_size, rate, o.force, o.dry_run)?);
     if !o.dry_run {
         return Ok(());
@@ -398,7 +397,7 @@ fn forecast(o: &RewriteOptions, plan: &mut RewritePlan) -> Result<()> {
 /// The run's pacing, for the prediction.
 fn pacing(o: &RewriteOptions, plan: &RewritePlan) -> predict::Pacing {
     let e = &plan.engine;
-    let chooses = o.only_slow || o.from_scan.is_some();
+    let chooses = o.run.only_slow || o.run.from_scan.is_some();
     predict::Pacing {
         chunk_size: e.chunk_size,
         verify: e.verify,
@@ -473,10 +472,10 @@ fn engine_config(
             journal::read(journal_path)?
                 .and_then(|r| r.run)
                 .map(|r| r.chunk_size_bytes)
-                .unwrap_or(o.chunk_size.bytes()),
+                .unwrap_or(o.run.chunk_size.bytes()),
             *done_offset,
         ),
-        Start::Fresh => (o.chunk_size.bytes(), 0),
+        Start::Fresh => (o.run.chunk_size.bytes(), 0),
     };
     let span =
         Span { chunk_size, range: (0, addressable_end(dev)), start_offset, journal_on_frozen_fs: state.on_frozen_fs };
@@ -502,7 +501,7 @@ pub(crate) fn resumed_options(o: &RewriteOptions, env: &Environment) -> Result<O
         return Ok(None);
     };
     let resumed = options.apply(o, o.default_max_freeze())?;
-    if RunOptions::of(&resumed) != RunOptions::of(o) {
+    if resumed.run != o.run {
         log::info!("resuming with the interrupted run's options: {}", options.describe());
     }
     Ok(Some(resumed))
@@ -639,8 +638,10 @@ mod tests {
         assert_eq!(trial(&o, false, false), enough_memory);
         assert!(!trial(&o, true, false), "a run that freezes");
         assert!(!trial(&o, false, true), "a resumed run");
-        let only_slow = RewriteOptions { only_slow: true, ..o.clone() };
-        let from_scan = RewriteOptions { from_scan: Some("scan.json".into()), ..o.clone() };
+        let mut only_slow = o.clone();
+        only_slow.run.only_slow = true;
+        let mut from_scan = o.clone();
+        from_scan.run.from_scan = Some("scan.json".into());
         let mut given = o.clone();
         given.given.chunk_size = true;
         let mut depth = o.clone();

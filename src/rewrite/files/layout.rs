@@ -17,7 +17,7 @@ use crate::sys;
 /// Sets the plan's pipeline depth ([`depth_of`]), into the options and the report.
 pub(super) fn choose_depth(plan: &mut FilesPlan, report: &mut Report) {
     plan.depth = depth_of(plan, plan.bytes);
-    plan.options.read_ahead = plan.depth.depth;
+    plan.options.run.read_ahead = plan.depth.depth;
     report.pipeline_depth = Some(plan.depth.clone());
 }
 
@@ -39,13 +39,13 @@ fn depth_of(plan: &FilesPlan, bytes: u64) -> crate::measure::depth_probe::DepthC
 pub(super) fn predict(plan: &FilesPlan, report: &mut Report) -> Option<Predicted> {
     let o = &plan.options;
     let pacing = crate::rewrite::predict::Pacing {
-        chunk_size: o.chunk_size.bytes(),
-        verify: !o.no_verify,
+        chunk_size: o.run.chunk_size.bytes(),
+        verify: !o.run.no_verify,
         deadline: Some(o.max_freeze()),
-        pause: o.pause,
-        rate: o.rate.map(|r| r.bytes_per_second()),
-        max_overruns: o.max_overruns,
-        read_ahead: o.read_ahead,
+        pause: o.run.pause,
+        rate: o.run.rate.map(|r| r.bytes_per_second()),
+        max_overruns: o.run.max_overruns,
+        read_ahead: o.run.read_ahead,
         read_gain: plan.depth.read_gain(),
         notes: Vec::new(),
     };

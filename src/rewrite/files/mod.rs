@@ -13,13 +13,11 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::engine::EngineStats;
 use crate::engine::journal::FileIdentity;
-use crate::options::resume::RunOptions;
 use crate::options::rewrite::RewriteOptions;
-use crate::report::{Report, Verification};
+use crate::report::Report;
 use crate::support::error::Result;
 use crate::support::output::Progress;
 use crate::support::signals::StopFlag;
@@ -40,30 +38,11 @@ mod select;
 use plan::FilesPlan;
 use run::FileRun;
 
-/// `reseq rewrite FILE|DIR...`.
-pub(crate) fn run(o: &RewriteOptions, quiet: bool) -> (Report, Result<()>) {
-    let started = Instant::now();
-    let mut report = Report::new("rewrite", o.dry_run);
-    report.targets = o.targets.iter().map(|t| t.display().to_string()).collect();
-    let mut verify = !o.no_verify;
-    let result = execute(o, quiet, &mut report, &mut verify);
-    report.finish(started.elapsed(), &result);
-    report.verification = verification(&report, verify, &result);
-    (report, result)
-}
-
-/// The run's verification: [`Report::finish`]'s rule, with what file mode knows (it
-/// has no device plan): whether the run got to its figures, and whether it verified.
-fn verification(report: &Report, verify: bool, result: &Result<()>) -> Verification {
-    Verification::of(result, report.dry_run, report.results.is_some(), verify)
-}
-
-/// Plans, then (unless a dry run) executes; `verify` is set to whether the run verifies
-/// (a resumed run keeps its own choice).
-fn execute(o: &RewriteOptions, quiet: bool, report: &mut Report, verify: &mut bool) -> Result<()> {
+/// `reseq rewrite FILE|DIR...`: plans, then (unless a dry run) executes. The depth is
+/// chosen after the plan, over the bytes it rewrites.
+pub(crate) fn plan_and_execute(o: &RewriteOptions, quiet: bool, report: &mut Report) -> Result<()> {
     let mut plan = plan::plan(o, report)?;
     layout::choose_depth(&mut plan, report);
-    *verify = !plan.options.no_verify;
     plan_report::record_plan(&plan, report);
     if plan.options.dry_run {
         let predicted = layout::predict(&plan, report);
@@ -80,7 +59,7 @@ fn execute_plan(plan: &FilesPlan, quiet: bool, report: &mut Report) -> Result<()
     let o = &plan.options;
     let measured = plan.measured();
     // A run to be refused (an unfinished run) benchmarks nothing first.
-    if o.bench
+    if o.run.bench
         && plan.unfinished.is_none()
         && let Some(b) = bench_before(plan, &measured)?
     {
@@ -131,7 +110,7 @@ fn bench_before(plan: &FilesPlan, measured: &[&Path]) -> Result<Option<crate::re
 /// directory as they found it).
 fn chosen_files_done(plan: &FilesPlan, report: &mut Report, wrote: bool) {
     let o = &plan.options;
-    if o.older_than.is_some() && wrote {
+    if o.run.older_than.is_some() && wrote {
         refreshed::remember(&o.state_dir, report.files.as_deref().unwrap_or_default());
     }
     if let Some(c) = &plan.choice {
@@ -159,7 +138,7 @@ fn record_header(o: &RewriteOptions, earlier: Option<&record::Earlier>) -> (reco
         Some(e) => e.header.clone(),
         None => record::RunHeader {
             targets: record::canonical_targets(&o.targets),
-            options: RunOptions::of(o),
+            options: o.run.clone(),
             started_at: now_rfc3339(),
         },
     };

@@ -99,15 +99,15 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
     let (choice, left_alone) =
         if unfinished.is_some() && !o.dry_run { (None, HashMap::new()) } else { choose(&o, &planned, report)? };
     let frozen: Vec<MountedFs> = groups.iter().map(|g| g.fs.clone()).collect();
-    let state = checks::state_dir(&o.state_dir, &frozen, o.chunk_size, o.dry_run)?;
+    let state = checks::state_dir(&o.state_dir, &frozen, o.run.chunk_size, o.dry_run)?;
     let done_before = earlier.as_ref().map(|e| finished_earlier(e, &planned, &groups)).unwrap_or_default();
     let mut shared_seen = std::collections::HashSet::new();
     let to_rewrite: Vec<u64> =
         planned.iter().map(|p| planned_bytes(&p.path, &mut shared_seen).1 * copies(&groups[p.fs])).collect();
     let left = |(i, _): &(usize, &u64)| !left_alone.contains_key(i) && !done_before.contains_key(i);
     let bytes = to_rewrite.iter().enumerate().filter(left).map(|(_, b)| b).sum();
-    let rate = o.rate.map(|r| r.bytes_per_second());
-    report.warnings.extend(checks::finishes(bytes, o.chunk_size.bytes(), rate, o.force, o.dry_run)?);
+    let rate = o.run.rate.map(|r| r.bytes_per_second());
+    report.warnings.extend(checks::finishes(bytes, o.run.chunk_size.bytes(), rate, o.force, o.dry_run)?);
     let plan = FilesPlan {
         options: o,
         groups,
@@ -140,6 +140,7 @@ pub(super) struct Planned {
 /// excluded ones, in path order.
 fn collect(o: &RewriteOptions) -> Result<Vec<PathBuf>> {
     let patterns: Vec<glob::Pattern> = o
+        .run
         .exclude
         .iter()
         .map(|p| glob::Pattern::new(p).map_err(|e| Error::Usage(format!("--exclude {p}: {e}"))))
@@ -375,9 +376,9 @@ fn plan_files(o: &RewriteOptions) -> Result<(Vec<FsGroup>, Vec<Planned>)> {
     crate::host::privileges::check()?;
     let (groups, planned) = check(o, &files)?;
     for g in &groups {
-        checks::aligned(o.chunk_size, &g.device)?;
+        checks::aligned(o.run.chunk_size, &g.device)?;
         for (_, d, _) in g.btrfs.iter().flat_map(|b| &b.members) {
-            checks::aligned(o.chunk_size, d)?;
+            checks::aligned(o.run.chunk_size, d)?;
         }
     }
     Ok((groups, planned))
@@ -471,8 +472,8 @@ pub(super) fn describe(plan: &FilesPlan, report: &Report, predicted: Option<&Pre
         max_freeze.as_secs_f64(),
         crate::host::freeze::describe_bound(max_freeze),
     );
-    let rate = o.rate.map(|r| r.bytes_per_second());
-    s += &crate::rewrite::frozen_share(max_freeze, o.pause, rate, report.prediction.as_ref());
+    let rate = o.run.rate.map(|r| r.bytes_per_second());
+    s += &crate::rewrite::frozen_share(max_freeze, o.run.pause, rate, report.prediction.as_ref());
     s += &crate::rewrite::describe_guardian(&plan.placement);
     let mut detail = String::from("  every file:\n");
     if let (Some(sel), Some(c)) = (&report.file_selection, &plan.choice) {
@@ -589,11 +590,11 @@ mod tests {
         }
         std::fs::hard_link(d.join("a"), d.join("sub/a-link")).unwrap();
         let mut o = options(&[d, &d.join("b")]);
-        o.exclude = vec!["pg_wal".into(), "*.tmp".into()];
+        o.run.exclude = vec!["pg_wal".into(), "*.tmp".into()];
         let got = collect(&o).unwrap();
         let names: Vec<String> = got.iter().map(|p| p.strip_prefix(d).unwrap().display().to_string()).collect();
         assert_eq!(names, ["a", "b", "sub/c"], "a hard link once, excluded names and directories left out");
-        o.exclude = vec!["[".into()];
+        o.run.exclude = vec!["[".into()];
         assert!(matches!(collect(&o), Err(Error::Usage(m)) if m.contains("--exclude [")));
     }
 
@@ -605,7 +606,7 @@ mod tests {
         assert!(matches!(earlier_run(&o, &path).unwrap(), Earlier::None), "no record: a new run");
         let header = record::RunHeader {
             targets: record::canonical_targets(&o.targets),
-            options: crate::options::resume::RunOptions::of(&o),
+            options: o.run.clone(),
             started_at: "2026-11-28T03:00:00Z".into(),
         };
         record::write(&path, &header, std::iter::empty()).unwrap();

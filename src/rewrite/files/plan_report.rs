@@ -13,7 +13,7 @@ use super::record;
 /// `reseq rewrite --dry-run --json` shows, and a run's report keeps.
 pub(super) fn record_plan(plan: &FilesPlan, report: &mut Report) {
     let o = &plan.options;
-    let chunk = o.chunk_size.bytes();
+    let chunk = o.run.chunk_size.bytes();
     let files = files(plan);
     // The shape of the engine's largest run: its buffers are the plan's memory.
     let span =

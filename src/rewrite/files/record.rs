@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::journal::{self, FileIdentity};
-use crate::options::resume::RunOptions;
+use crate::options::rewrite::RunOptions;
 use crate::support::error::{Error, Result};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -117,7 +117,7 @@ impl<'a> FileRun<'a> {
         let mut planner = FilesPlanner::new(members, Arc::clone(&map), o.max_freeze() / 10);
         planner.btrfs = on;
         let end = planner.end();
-        let mut run = sequence::run_record(&d.info.identity, o.chunk_size.bytes(), (0, end), None);
+        let mut run = sequence::run_record(&d.info.identity, o.run.chunk_size.bytes(), (0, end), None);
         run.files = table;
         let journal_path = record::journal_path(&self.plan.record_path, &d.info.identity.name);
         let mut journal = Journal::deferred(&journal_path, run, Some(self.write_record()));
@@ -170,7 +170,7 @@ impl<'a> FileRun<'a> {
             mount: g.fs.mount_point.clone(),
             devid,
             copies: layout.copies_on_one_device() as u64,
-            unit: self.plan.options.chunk_size.bytes(),
+            unit: self.plan.options.run.chunk_size.bytes(),
             layout: Arc::new(std::sync::Mutex::new(layout)),
         })
     }
@@ -326,7 +326,7 @@ impl<'a> FileRun<'a> {
         }
         let state_dir = &self.plan.state.path;
         let span = sequence::Span {
-            chunk_size: self.plan.options.chunk_size.bytes(),
+            chunk_size: self.plan.options.run.chunk_size.bytes(),
             range: (0, range_end),
             start_offset: start,
             journal_on_frozen_fs: crate::host::state_dir::on_frozen(state_dir, std::slice::from_ref(&g.fs)),
@@ -346,7 +346,7 @@ impl<'a> FileRun<'a> {
         let mut at: HashMap<usize, usize> = self.reports.iter().enumerate().map(|(k, (i, _))| (*i, k)).collect();
         for m in members {
             let done = finished || m.base + m.span <= stats.next_offset_bytes;
-            let mut r = member_report(m, start, done, !self.plan.options.no_verify);
+            let mut r = member_report(m, start, done, !self.plan.options.run.no_verify);
             if let Some((first, last)) = m.windows {
                 let own = stats.window_seconds.get(first as usize - 1..last as usize).unwrap_or(&[]);
                 r.windows = last + 1 - first;
@@ -388,7 +388,8 @@ impl<'a> FileRun<'a> {
             Some(&size) => {
                 let mut fr = skipped_report(&planned[fi].path, "");
                 (fr.skipped_reason, fr.size_bytes, fr.done_earlier) = (None, size, true);
-                fr.verification = if self.plan.options.no_verify { Verification::Off } else { Verification::Passed };
+                fr.verification =
+                    if self.plan.options.run.no_verify { Verification::Off } else { Verification::Passed };
                 self.reports.push((fi, fr));
                 false
             }
@@ -411,7 +412,7 @@ impl<'a> FileRun<'a> {
         if outcome.is_ok() || refused_untouched {
             record::remove(&self.plan.record_path);
         }
-        if self.plan.options.bench && outcome.is_ok() {
+        if self.plan.options.run.bench && outcome.is_ok() {
             outcome = super::bench_after(&self.plan.options, self.stop, measured, report);
         }
         report.warnings.extend(self.findings);

@@ -30,14 +30,14 @@ pub(crate) struct Choice {
 /// The files of `paths` to rewrite, or None when every file is (no selecting flag).
 /// `--only-slow` reads every file once (reads only, also for a dry run).
 pub(crate) fn choose(o: &RewriteOptions, paths: &[PathBuf]) -> Result<Option<Choice>> {
-    if !o.only_slow && o.older_than.is_none() {
+    if !o.run.only_slow && o.run.older_than.is_none() {
         return Ok(None);
     }
     // The files' maps (FIEMAP) only for a scan: --older-than alone needs their times.
-    let found = if o.only_slow { byfile::found_of(paths)? } else { Vec::new() };
+    let found = if o.run.only_slow { byfile::found_of(paths)? } else { Vec::new() };
     let scan = if !found.is_empty() {
         let read = (o.bench_opts.block_size, o.bench_opts.queue_depth);
-        let scan = byfile::scan_found("the files of this run", &found, read, o.slow_threshold, FileSort::Age)?;
+        let scan = byfile::scan_found("the files of this run", &found, read, o.run.slow_threshold, FileSort::Age)?;
         if let Some(why) = &scan.unreliable_because {
             return Err(Error::refused(
                 format!("--only-slow cannot tell which files read slowly: {why}"),
@@ -94,7 +94,7 @@ fn reasons(
     (written, refreshed): (f64, Option<f64>),
 ) -> std::result::Result<String, String> {
     let mut yes = Vec::new();
-    if let Some(limit) = o.older_than {
+    if let Some(limit) = o.run.older_than {
         let want = age_words(limit);
         if let Some(r) = refreshed.filter(|r| *r < limit.as_secs_f64()) {
             return Err(format!(
@@ -108,7 +108,7 @@ fn reasons(
         }
         yes.push(format!("older than {want} ({old} since its last write)"));
     }
-    if o.only_slow {
+    if o.run.only_slow {
         let (Some(sc), Some(f)) = (scan, speed) else { return Err("no written data, nothing to read".into()) };
         let reference = reference_of(sc, f);
         if !f.slow {
@@ -140,7 +140,7 @@ fn reference_of(sc: &FileScan, f: &FileSpeed) -> f64 {
 
 /// The selection as the report has it.
 fn summary(o: &RewriteOptions, scan: Option<FileScan>, files: (usize, usize), bytes: (u64, u64)) -> FileSelection {
-    let how = match (o.only_slow, o.older_than) {
+    let how = match (o.run.only_slow, o.run.older_than) {
         (true, Some(d)) => format!("--only-slow and --older-than {}: files both slow and old", age_words(d)),
         (true, None) => format!("--only-slow: files flagged slow at each of up to {ROUNDS} readings"),
         (false, Some(d)) => format!("--older-than {}: files older than that", age_words(d)),
@@ -160,8 +160,8 @@ fn summary(o: &RewriteOptions, scan: Option<FileScan>, files: (usize, usize), by
     );
     FileSelection {
         rule,
-        only_slow: o.only_slow,
-        older_than_seconds: o.older_than.as_ref().map(Duration::as_secs_f64),
+        only_slow: o.run.only_slow,
+        older_than_seconds: o.run.older_than.as_ref().map(Duration::as_secs_f64),
         files_chosen: files.0,
         files_all: files.1,
         bytes_chosen: bytes.0,

@@ -72,7 +72,7 @@ pub(crate) fn depth(
     probe_on: impl FnOnce() -> Option<(std::path::PathBuf, Vec<(u64, u64)>)>,
 ) -> DepthChoice {
     if o.given.read_ahead {
-        return DepthChoice::given(o.read_ahead);
+        return DepthChoice::given(o.run.read_ahead);
     }
     if bytes < DEPTH_PROBE_FROM {
         return DepthChoice::fallback(format!(
@@ -86,9 +86,9 @@ pub(crate) fn depth(
     };
     let (device, ranges) = (device.as_path(), ranges.as_slice());
     let probed: u64 = ranges.iter().map(|r| r.1).sum();
-    let chunk_size = o.chunk_size.bytes();
+    let chunk_size = o.run.chunk_size.bytes();
     let chunks = depth_probe::chunks_of(ranges, chunk_size, 512);
-    let limits = depth_probe::Limits { chunk_size, verify: !o.no_verify, deadline };
+    let limits = depth_probe::Limits { chunk_size, verify: !o.run.no_verify, deadline };
     match depth_probe::choose(device, &chunks, probed, &limits, DEPTH_PROBE_CAP) {
         Ok(c) => {
             log::debug!("pipeline depth {}: {}", c.depth, c.why);
