@@ -302,7 +302,10 @@ fn a_run_killed_inside_a_batch_of_small_files_loses_nothing() {
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("fbatch", 128 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 400, 96 << 10, 64);
-    let args = ["rewrite", "--json", "--chunk-size", "128K", "--max-freeze", "200ms", "--max-overruns", "1000"];
+    // 1 s windows: the guardian kills a run whose write is still outstanding half its
+    // grace past the deadline (125 ms at --max-freeze 200ms), and under bench/load.sh one
+    // 128 KiB write took that long: the resumed run was killed in its window 4.
+    let args = ["rewrite", "--json", "--chunk-size", "128K", "--max-freeze", "1s", "--max-overruns", "1000"];
     // Killed right after the first finished files reached the run's record (a write
     // count would depend on how chunks adapt to a loaded machine), in the middle of the
     // next run of small files.
@@ -1272,7 +1275,10 @@ fn short_windows_read_little_more_than_they_write() {
     let run = || {
         let (read0, written0) = device_io(&lo.path);
         let args = ["rewrite", "--json", "--max-freeze", "100ms", "--pause", "0s", "--max-overruns", "1000"];
-        let r = json_ok(env.reseq().args(args).arg(&mnt.dir));
+        // 5 ms after each write: 86 chunks hold windows for 430 ms or more, so at least
+        // 5 windows of 100 ms end by their budget however fast the host (a quiet one
+        // rewrote the 200 MiB in 0.30 s, in 4 windows).
+        let r = json_ok(env.reseq().args(args).arg(&mnt.dir).env("RESEQ_FAULTS", "delay@after-write#*=5"));
         let (read, written) = device_io(&lo.path);
         (read - read0, written - written0, r)
     };
