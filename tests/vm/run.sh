@@ -10,7 +10,8 @@
 # RESEQ_VM_ACCEL (tcg, the default, or kvm), RESEQ_VM_TIMEOUT (seconds for the whole
 # boot, default 240 plus 60 per scenario plus the fleet's; the guest's own watchdog ends
 # its run 3600 s after boot), RESEQ_VM_SCENARIO_TIMEOUT (seconds per scenario, default
-# 150), RESEQ_VM_FLEET_TIMEOUT (the fleet scenario's, default 480),
+# 150), RESEQ_VM_FLEET_TIMEOUT (the fleet scenario's, default 480), RESEQ_VM_SCALE_TIMEOUT
+# (a scale_ scenario's, default 900),
 # RESEQ_VM_QMP (a path: a QMP socket there, see below),
 # RESEQ_VM_SECOND (a path: a second guest boots when a file appears there, see below),
 # RESEQ_VM_KEEP=1 keeps the share (logs, reports) for a look afterwards; RESEQ_VM_LOGS=1
@@ -30,7 +31,13 @@ if [ $# -gt 0 ]; then
   for s in "$@"; do printf '%s\n' "${all[@]}" | grep -qx "$s" || { echo "vm: no scenario $s (have: ${all[*]})" >&2; exit 2; }; done
   scenarios=("$@")
 else
-  scenarios=("${all[@]}")
+  # The scale_ scenarios run when named, by hand: they are for the figures a database's
+  # size gives (minutes of guest time each), not for every run; the suite's own check of
+  # the same path is smaller (systemd_many_files) and the host's tests/it/scale.rs.
+  mapfile -t scenarios < <(printf '%s\n' "${all[@]}" | grep -v '^scale_')
+  for s in "${all[@]}"; do
+    [[ $s != scale_* ]] || echo "vm: $s runs when named: bash tests/vm/run.sh $s" >&2
+  done
 fi
 # The fleet scenario first: the longest, and it needs the first guest's network, so a
 # second guest (RESEQ_VM_SECOND, below) shares out the short ones after it.
@@ -84,6 +91,9 @@ scenario_timeout=${RESEQ_VM_SCENARIO_TIMEOUT:-150}
 fleet_timeout=${RESEQ_VM_FLEET_TIMEOUT:-480}
 fleet_extra=0
 if $fleet; then fleet_extra=$fleet_timeout; fi
+# A scale_ scenario's own timeout, as much again for the boot.
+scale_timeout=${RESEQ_VM_SCALE_TIMEOUT:-900}
+for s in "${scenarios[@]}"; do [[ $s != scale_* ]] || fleet_extra=$(( fleet_extra + scale_timeout )); done
 # RESEQ_VM_QMP: a QMP socket at that path, through which the Rust tests that measure
 # stop the guest while they do (tests/run-all.sh runs both side by side); its clock stops
 # too, but this host's timeout runs on: it allows as long again for the pauses.
@@ -152,6 +162,7 @@ cp "$repo"/packaging/systemd/reseq@.service "$repo"/packaging/systemd/reseq@.tim
   echo "SCENARIOS='${scenarios[*]}'"
   echo "SCENARIO_TIMEOUT=$scenario_timeout"
   echo "FLEET_TIMEOUT=$fleet_timeout"
+  echo "SCALE_TIMEOUT=$scale_timeout"
   echo "export RESEQ_VM_SLACK=$([ "$accel" = tcg ] && echo 1.5 || echo 0.3)"
 } >"$share/params"
 # The fleet scenario: the .deb the playbook installs (cargo deb, of the binary under
@@ -204,6 +215,12 @@ fi
 disks_of() { # PREFIX: sets disks
   local n
   disks=()
+  # The many-files ext4, made on the host (many_fs, below): each guest writes to a
+  # temporary copy of its own (snapshot=on), so the image is shared and never written.
+  if [ -n "${many:-}" ]; then
+    disks+=(-drive "file=$many/many.img,if=none,id=dmany,format=raw,snapshot=on,cache=unsafe,discard=unmap"
+            -device "scsi-hd,drive=dmany,bus=scsi0.0,serial=reseq-many,rotation_rate=1")
+  fi
   for n in a b c; do
     truncate -s 1G "$work/disk-$1$n.img"
     disks+=(-drive "file=$work/disk-$1$n.img,if=none,id=d$n,format=raw,cache=unsafe,discard=unmap"
@@ -229,6 +246,40 @@ disks_of() { # PREFIX: sets disks
   done
 ) &
 dropper=$!
+
+# The scale_many_files scenario's filesystem: 100,000 files of 4 KiB in 100
+# directories of d/, made once on this host with mkfs.ext4 -d (in the guest, under TCG,
+# making them took 142 s) and kept in RESEQ_VM_CACHE-many; their hashes (sha256sum,
+# relative to d/) beside it. The bytes come from a fixed seed: the same on every host.
+many_fs() {
+  local dir=${RESEQ_VM_CACHE:-/var/cache/reseq-vm}-many/v1 t
+  if [ ! -f "$dir/ready" ]; then
+    t=$(date +%s)
+    rm -rf "$dir.tmp"; mkdir -p "$dir.tmp/src/d"
+    python3 -c '
+import os, random, sys
+rnd = random.Random(100000)
+for d in range(100):
+    sub = os.path.join(sys.argv[1], "%03d" % d)
+    os.mkdir(sub)
+    for f in range(1000):
+        with open(os.path.join(sub, "f%03d" % f), "wb") as out:
+            out.write(rnd.randbytes(4096))
+' "$dir.tmp/src/d"
+    (cd "$dir.tmp/src/d" && find . -type f -print0 | sort -z | xargs -0 sha256sum) >"$dir.tmp/manifest"
+    truncate -s 1G "$dir.tmp/many.img"
+    mkfs.ext4 -q -F -N 110000 -E lazy_itable_init=0,lazy_journal_init=0 -d "$dir.tmp/src" "$dir.tmp/many.img" >&2
+    rm -rf "$dir.tmp/src"
+    rm -rf "$dir"; mv "$dir.tmp" "$dir"; touch "$dir/ready"
+    echo "vm: made the many-files ext4 (100,000 files) in $(( $(date +%s) - t )) s" >&2
+  fi
+  echo "$dir"
+}
+many=
+if printf '%s\n' "${scenarios[@]}" | grep -qx scale_many_files; then
+  many=$(many_fs)
+  cp "$many/manifest" "$share/many.manifest"
+fi
 
 # One guest: G (1 or 2), its timeout, then qemu's own arguments (network, QMP). The root
 # image is shared read-only (snapshot=on: each guest writes to a temporary copy).

@@ -46,9 +46,11 @@ ran=0
 while [ -n "$i" ]; do
   s=${list[$i]}
   t=$(date +%s.%N)
-  # The fleet scenario has a timeout of its own (run.sh: Ansible in the emulated guest).
+  # The fleet and scale_ scenarios have timeouts of their own (run.sh: Ansible in the
+  # emulated guest; a database's count of files).
   to=$SCENARIO_TIMEOUT
   [ "$s" != fleet ] || to=${FLEET_TIMEOUT:-$SCENARIO_TIMEOUT}
+  [[ $s != scale_* ]] || to=${SCALE_TIMEOUT:-$SCENARIO_TIMEOUT}
   # timeout signals its whole process group: the scenario and what it started.
   timeout --kill-after=5 "$to" bash "$share/guest/scenarios.sh" "$s" >"$res/$s.log" 2>&1
   rc=$?

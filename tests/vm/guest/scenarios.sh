@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The VM scenarios, run in the guest by run.sh: `scenarios.sh NAME` runs scenario_NAME,
 # `scenarios.sh teardown` undoes whatever a scenario left (run before and after each).
-# They use only the scratch disks with serials reseq-a, reseq-b, reseq-c (never the root
-# disk), and fail with a line starting "FAIL:".
+# They use only the scratch disks with serials reseq-a, reseq-b, reseq-c, reseq-nvme and
+# reseq-many (never the root disk), and fail with a line starting "FAIL:".
 set -euo pipefail
 SHARE=${RESEQ_SHARE:-/mnt/vmshare}
 T=/run/reseq-vm            # scenario scratch (tmpfs: never on a filesystem reseq freezes)
@@ -43,7 +43,8 @@ now() { date +%s.%N; }
 fp() { awk "BEGIN{exit !($1)}"; }
 
 # A scratch disk by its serial (reseq-a, reseq-b, reseq-c: SCSI; reseq-nvme: the NVMe
-# namespace); nothing else is ever touched. Each one handed out is listed in $USED, and
+# namespace; reseq-many: SCSI, the host's ext4 of 100,000 files, when run.sh attached
+# it); nothing else is ever touched. Each one handed out is listed in $USED, and
 # only those are wiped by the teardown.
 USED=/run/reseq-vm-used
 disk() {
@@ -851,7 +852,7 @@ scenario_systemd_execstoppost() {
 # limit; 1,000 was the most an older reseq could take under 1024, 2,000 failed).
 scenario_systemd_many_files() {
   install_units
-  local dev w0 w1 dir="$MNT/many/d"
+  local dev dir="$MNT/many/d"
   dev=$(disk b)
   mkfs.ext4 -q -F -N 8192 -E lazy_itable_init=0,lazy_journal_init=0 "$dev"; mountit "$dev" "$MNT/many"
   mkdir -p "$dir"
@@ -860,6 +861,33 @@ scenario_systemd_many_files() {
   sync
   (cd "$dir" && sha256sum f*) >"$T/manifest-$(echo "$dir" | tr / _)"
   log "filled $dir: $(ls "$dir" | wc -l) files of 4 KiB"
+  nofile_job "$dev" "$dir" 2048
+  intact "$dir"
+  umount "$MNT/many"; fsck_clean "$dev"
+}
+
+# The same at a database's count of files, run by name only (run.sh): 100,000 files of
+# 4 KiB in 100 directories (disk "many": an ext4 run.sh made on the host with
+# mkfs.ext4 -d, its hashes beside it on the share; the guest writes to a copy of its
+# own). About 100 s for the job and as much for the check of every file under TCG.
+scenario_scale_many_files() {
+  install_units
+  local dev n dir="$MNT/many/d"
+  dev=$(disk many)
+  mountit "$dev" "$MNT/many"
+  cp "$SHARE/many.manifest" "$T/manifest-$(echo "$dir" | tr / _)"
+  n=$(wc -l <"$SHARE/many.manifest")
+  [ "$n" = 100000 ] || fail "the host's manifest lists $n files, not 100000"
+  nofile_job "$dev" "$dir" "$n"
+  intact "$dir"
+  umount "$MNT/many"; fsck_clean "$dev"
+}
+
+# The job over DIR's N files of 4 KiB under the shipped unit, its open-file limit pinned
+# to 1024; checks that it rewrote them all, that the device took their bytes, and the
+# job's peak resident set (VmHWM, looked at every 0.2 s) against 256 MiB.
+nofile_job() { # DEV DIR N
+  local dev=$1 dir=$2 n=$3 w0 w1 t0 t1 hwm watcher
   mkdir -p /run/systemd/system/reseq@vmtest.service.d
   printf '[Service]\nLimitNOFILE=1024\n' >/run/systemd/system/reseq@vmtest.service.d/nofile.conf
   systemctl daemon-reload
@@ -867,15 +895,23 @@ scenario_systemd_many_files() {
   printf 'targets = ["%s"]\nmax_freeze = "%ss"\npause = "100ms"\n' "$dir" "$MAXF" >/etc/reseq/vmtest.toml
   systemctl reset-failed reseq@vmtest.service 2>/dev/null || true
   SINCE=$(cursor)
-  sync; w0=$(written "$dev")
-  systemctl start reseq@vmtest.service || fail "the job failed under LimitNOFILE=1024"
-  w1=$(written "$dev")
+  sync; w0=$(written "$dev"); t0=$(date +%s)
+  # The job's own process (the oldest named reseq: its guardian renames itself).
+  # (Not under set -e: the process may be gone between pgrep and awk.)
+  ( set +e; while sleep 0.2; do
+      p=$(pgrep -o -x reseq) && awk '/^VmHWM/ {print $2}' "/proc/$p/status" 2>/dev/null
+    done >"$T/hwm" ) &
+  watcher=$!
+  systemctl start reseq@vmtest.service || { kill "$watcher" 2>/dev/null; fail "the job failed under LimitNOFILE=1024: $(unitlog | tail -5)"; }
+  t1=$(date +%s); w1=$(written "$dev")
+  kill "$watcher" 2>/dev/null || true; wait "$watcher" 2>/dev/null || true
+  hwm=$(sort -n "$T/hwm" | tail -1)
   rm -rf /run/systemd/system/reseq@vmtest.service.d; systemctl daemon-reload
-  unitlog | grep -q "files: 2048 rewritten" || fail "the job did not rewrite every file: $(unitlog | grep -m1 'files:')"
-  (( (w1 - w0) * 512 >= 8 << 20 )) || fail "the device took $(( (w1 - w0) * 512 )) bytes, less than the files' 8 MiB"
-  log "the job rewrote 2048 files under LimitNOFILE=1024: $(unitlog | grep -m1 'windows:'); the device took $(( (w1 - w0) * 512 >> 20 )) MiB"
-  intact "$dir"
-  umount "$MNT/many"; fsck_clean "$dev"
+  unitlog | grep -q "files: $n rewritten" || fail "the job did not rewrite every file: $(unitlog | grep -m1 'files:')"
+  (( (w1 - w0) * 512 >= n * 4096 )) || fail "the device took $(( (w1 - w0) * 512 )) bytes, less than the files' $n x 4 KiB"
+  [ -n "$hwm" ] || fail "the job's resident set was never seen (it ran $(( t1 - t0 )) s)"
+  (( hwm <= 256 << 10 )) || fail "the job's resident set peaked at $(( hwm >> 10 )) MiB, over 256 MiB"
+  log "the job rewrote $n files under LimitNOFILE=1024 in $(( t1 - t0 )) s, resident set at most $(( hwm >> 10 )) MiB: $(unitlog | grep -m1 '^  windows:'); the device took $(( (w1 - w0) * 512 >> 20 )) MiB"
 }
 
 # ---- a fleet: the Ansible playbook from the host, over SSH -------------------------
