@@ -1,6 +1,6 @@
 //! File mode's plan: the files under the targets, their filesystems and devices
 //! checked, the interrupted run decided, the files chosen. A value: the dry run prints
-//! it ([`describe`]), [`super::execute`] runs it.
+//! it ([`describe`]), [`super::plan_and_execute`] runs it.
 
 use std::collections::HashMap;
 use std::os::fd::AsFd;
