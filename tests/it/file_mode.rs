@@ -1145,12 +1145,15 @@ fn hot_database_files_are_warned_about() {
                 .arg(d.join("app")),
         );
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        // The warnings about files of the run: the prediction's own (a window that would
+        // overrun on a busy host, under bench/load.sh) are not this test's.
         (
             json_report(&out)["warnings"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .map(|w| w.as_str().unwrap().to_string())
+                .filter(|w| w.contains(" is among the files ("))
                 .collect::<Vec<_>>(),
             stderr(&out),
         )
