@@ -51,8 +51,23 @@ struct Hold {
     backing: bool,
 }
 
-fn rdev_of(meta: &std::fs::Metadata) -> Option<(u32, u32)> {
-    meta.file_type().is_block_device().then(|| crate::host::devnum::dev_num(meta.rdev()))
+/// What [`reaches`] needs of a file's stat: the block device it is, if one, and the file.
+struct Ident {
+    block: Option<(u32, u32)>,
+    file: FileId,
+}
+
+impl Ident {
+    fn of(md: &std::fs::Metadata) -> Ident {
+        let block = md.file_type().is_block_device().then(|| crate::host::devnum::dev_num(md.rdev()));
+        Ident { block, file: FileId::of(md) }
+    }
+
+    fn of_stat(st: &nix::sys::stat::FileStat) -> Ident {
+        let block =
+            (st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFBLK).then(|| crate::host::devnum::dev_num(st.st_rdev));
+        Ident { block, file: FileId { dev: crate::host::devnum::dev_num(st.st_dev), ino: st.st_ino } }
+    }
 }
 
 /// The access mode of an open file from its fdinfo ("flags: 0100002", octal).
@@ -105,8 +120,8 @@ fn processes(r: &Reach, out: &mut Vec<Writer>) {
 /// What an open file or mapping with this identity is to the target: one of its devices,
 /// an alias of them, one of its backing files (the phrase, and the identity it reaches);
 /// None if nothing.
-fn reaches(r: &Reach, devs: &[(u32, u32)], md: &std::fs::Metadata) -> Option<(String, Hold)> {
-    if let Some(dev) = rdev_of(md) {
+fn reaches(r: &Reach, devs: &[(u32, u32)], id: Ident) -> Option<(String, Hold)> {
+    if let Some(dev) = id.block {
         let what = match r.alias(dev) {
             Some(a) => format!(", which holds the same bytes (it {})", a.why),
             None => String::new(),
@@ -114,7 +129,7 @@ fn reaches(r: &Reach, devs: &[(u32, u32)], md: &std::fs::Metadata) -> Option<(St
         let hold = Hold { how: String::new(), reaches: format!("dev {}:{}", dev.0, dev.1), backing: false };
         return devs.contains(&dev).then_some((what, hold));
     }
-    let id = FileId::of(md);
+    let id = id.file;
     r.file(id).map(|f| {
         let reaches = format!("file {}:{}:{}", id.dev.0, id.dev.1, id.ino);
         (format!(": {}", f.describe()), Hold { how: String::new(), reaches, backing: true })
@@ -183,23 +198,25 @@ fn holds_for_writing(pid: i32, r: &Reach, devs: &[(u32, u32)]) -> Vec<Hold> {
 fn table_holds(dir: &Path, of: &str, r: &Reach, devs: &[(u32, u32)]) -> (Vec<Hold>, bool) {
     let mut how = Vec::new();
     let mut rings = false;
-    for fd in std::fs::read_dir(dir.join("fd")).into_iter().flatten().flatten() {
-        let name = fd.file_name().to_string_lossy().into_owned();
-        let link = std::fs::read_link(fd.path()).map(|l| l.display().to_string()).unwrap_or_default();
-        let info = || std::fs::read_to_string(dir.join("fdinfo").join(&name)).unwrap_or_default();
-        if link == "anon_inode:[io_uring]" {
+    let fds = dir.join("fd");
+    for fd in crate::sys::process::open_files(&fds) {
+        let name = &fd.name;
+        let link = || std::fs::read_link(fds.join(name)).map(|l| l.display().to_string()).unwrap_or_default();
+        let info = || std::fs::read_to_string(dir.join("fdinfo").join(name)).unwrap_or_default();
+        // Its link read only where its stat cannot tell: an io_uring is an anonymous inode.
+        if fd.may_be_anonymous() && link() == "anon_inode:[io_uring]" {
             rings = true;
             how.extend(io_uring_files(&info()).into_iter().filter_map(|f| {
-                let found = std::fs::metadata(&f).ok().and_then(|m| reaches(r, devs, &m))?;
+                let found = std::fs::metadata(&f).ok().and_then(|m| reaches(r, devs, Ident::of(&m)))?;
                 let phrase =
                     format!("has {f} registered with an io_uring (fd {name}{of}), usable for writing{}", found.0);
                 Some(hold(phrase, found))
             }));
             continue;
         }
-        let Some(found) = std::fs::metadata(fd.path()).ok().and_then(|m| reaches(r, devs, &m)) else { continue };
+        let Some(found) = reaches(r, devs, Ident::of_stat(&fd.stat)) else { continue };
         if opened_for_writing(&info()) {
-            let phrase = format!("has {link} open for writing (fd {name}{of}){}", found.0);
+            let phrase = format!("has {} open for writing (fd {name}{of}){}", link(), found.0);
             how.push(hold(phrase, found));
         }
     }
@@ -210,16 +227,17 @@ fn table_holds(dir: &Path, of: &str, r: &Reach, devs: &[(u32, u32)]) -> (Vec<Hol
 /// read from its directory `dir`).
 fn maps_hold(dir: &Path, maps: &str, r: &Reach, devs: &[(u32, u32)]) -> Option<Hold> {
     for line in maps.lines() {
-        // address perms offset dev inode path
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let (Some(addr), Some(perms), Some(path)) = (f.first(), f.get(1), f.get(5)) else { continue };
-        if !(perms.contains('w') && perms.contains('s') && path.starts_with('/')) {
+        // address perms offset dev inode path; perms "rwxs" or "rwxp": most lines are
+        // passed over at their perms, unsplit (a busy host's maps run to 100,000 lines).
+        let Some((addr, rest)) = line.split_once(' ') else { continue };
+        if !rest.get(..4).is_some_and(|p| p.as_bytes()[1] == b'w' && p.as_bytes()[3] == b's') {
             continue;
         }
+        let Some(path) = rest.split_whitespace().nth(4).filter(|p| p.starts_with('/')) else { continue };
         // map_files/ names the mapped file itself (a path may be stale); the path is the
         // fallback where it cannot be read.
         let md = std::fs::metadata(dir.join("map_files").join(addr)).or_else(|_| std::fs::metadata(path));
-        if let Some(found) = md.ok().and_then(|m| reaches(r, devs, &m)) {
+        if let Some(found) = md.ok().and_then(|m| reaches(r, devs, Ident::of(&m))) {
             return Some(hold(format!("maps {path} writable{}", found.0), found));
         }
     }

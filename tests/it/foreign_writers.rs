@@ -85,3 +85,92 @@ fn a_writer_appearing_mid_run_stops_it_between_windows() {
     assert!(r["results"]["bytes_written"].as_u64().unwrap() < 64 << 20, "stopped before the end");
     assert_eq!(hash_path(&lo.path).unwrap(), before, "the bytes are the same");
 }
+
+/// `n` processes, each holding `k` files open, until dropped: a busy host's /proc.
+struct Crowd(std::process::Child);
+
+impl Crowd {
+    fn start(n: usize, k: usize) -> Crowd {
+        use std::io::BufRead;
+        use std::os::unix::process::CommandExt;
+        let script = format!(
+            "import os, signal, sys\n\
+             for _ in range({n}):\n    if os.fork() == 0:\n        \
+             fds = [os.open('/etc/hostname', os.O_RDONLY) for _ in range({k})]\n        \
+             signal.pause()\n        os._exit(0)\n\
+             print('ready', flush=True)\nsignal.pause()\n"
+        );
+        let mut child = Command::new("python3")
+            .args(["-c", &script])
+            .process_group(0)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        std::thread::sleep(Duration::from_secs(1));
+        Crowd(child)
+    }
+}
+
+impl Drop for Crowd {
+    fn drop(&mut self) {
+        let group = nix::unistd::Pid::from_raw(-(self.0.id() as i32));
+        let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.0.wait();
+    }
+}
+
+/// How long the writers' scan beside the writer took, as its warning says (None: under
+/// 250 ms, no warning).
+fn scan_ms(stderr: &str) -> Option<u64> {
+    let at = stderr.find("the writers' scan of /proc took ")? + "the writers' scan of /proc took ".len();
+    stderr[at..].split(' ').next()?.parse().ok()
+}
+
+/// On a host of 2,000 processes with 40 open files each, a scan of /proc takes longer
+/// than the writer's old limit of 300 ms: the writer waited for a whole scan at every
+/// chunk (8 GiB took over 10 minutes at 8 MiB/s). Now the scans are paced at half a
+/// CPU and hold no chunk; a writer that appears mid-run is still stopped.
+#[test]
+fn a_host_of_many_processes_holds_no_chunk_and_hides_no_late_writer() {
+    if !require(&["losetup", "python3"]) {
+        return;
+    }
+    let env = TestEnv::in_memory();
+    let lo = env.random_loop_device("crowded", 512 << 20, 11);
+    let before = hash_path(&lo.path).unwrap();
+    let _crowd = Crowd::start(2000, 40);
+    let t = std::time::Instant::now();
+    // 512 chunks of at least 5 ms each: the scans beside the writer run many times.
+    let mut run = env.reseq();
+    run.env("RESEQ_FAULTS", "delay@after-write#*=5").args(["rewrite", "--json", "--no-verify", "--chunk-size", "1M"]);
+    let out = output(run.arg(&lo.path));
+    let took = t.elapsed();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The control: the scans were slower than the old limit, which held every chunk of
+    // the 512 for a whole scan (over 150 s).
+    let scan = scan_ms(&stderr(&out)).expect("a crowd this large makes the scan warn");
+    assert!(scan >= 300, "a scan took {scan} ms: too light a crowd to tell");
+    assert!(took < Duration::from_secs(60), "{took:?} for 512 MiB with scans of {scan} ms");
+    assert_eq!(hash_path(&lo.path).unwrap(), before);
+
+    // A writer that appears after the first write is still seen, and stops the run.
+    let first = env.path("first-write.done");
+    let child = spawn_captured(
+        env.reseq()
+            .env("RESEQ_FAULTS", format!("mark@after-write#1={},delay@after-write#*=20", first.display()))
+            .args(["rewrite", "--json", "--chunk-size", "1M"])
+            .arg(&lo.path),
+    );
+    assert!(wait_for_mark(&first, Duration::from_secs(60)), "no write within 60 s");
+    let mut h = hold_open(&lo.path);
+    let out = wait_captured(child);
+    let _ = h.kill();
+    let _ = h.wait();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&format!("PID {}", h.id())), "{}", stderr(&out));
+    assert!(json_report(&out)["results"]["bytes_written"].as_u64().unwrap() < 512 << 20, "stopped before the end");
+    assert_eq!(hash_path(&lo.path).unwrap(), before, "the bytes are the same");
+}

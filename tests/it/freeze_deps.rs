@@ -190,6 +190,7 @@ fn an_external_journal_on_a_sibling_is_frozen_first() {
     let files = fill_files(stack.p1(), 3, 2 << 20, 41);
     // Swap on a loop over a file on p1: swap-outs would wait for each window (a warning).
     let swap = LoopDevice::create(&stack.p1().join("swap.img"), 16 * MIB).unwrap();
+    let _swap = swap_lock();
     run_cmd(Command::new("mkswap").arg(&swap.path)).unwrap();
     run_cmd(Command::new("swapon").arg(&swap.path)).unwrap();
     let swapoff = Defer(|| drop(Command::new("swapoff").arg(&swap.path).output()));

@@ -791,10 +791,7 @@ fn swap_turned_on_mid_run(file_mode: bool) {
     if !require(&["losetup", "mkfs.ext4", "fsfreeze", "mkswap", "swapon", "swapoff", "python3"]) {
         return;
     }
-    // One at a time: swap is the whole host's, and one test's pages would go to the
-    // other's swap file.
-    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = swap_lock();
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("swap-target", 128 << 20, "ext4");
     let files = fill_files(&mnt.dir, 4, 4 << 20, 21);

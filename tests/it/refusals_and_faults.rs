@@ -111,6 +111,7 @@ fn active_swap() {
     if !require(&["losetup", "mkswap", "swapon", "swapoff"]) {
         return;
     }
+    let _swap = swap_lock();
     let env = TestEnv::new();
     let lo = env.loop_device("swap.img", 32 * MIB);
     run_cmd(Command::new("mkswap").arg(&lo.path)).unwrap();
@@ -147,6 +148,7 @@ fn an_active_swap_file_is_refused_in_file_mode() {
     if !require(&["losetup", "mkfs.ext4", "mkswap", "swapon", "swapoff", "fsfreeze"]) {
         return;
     }
+    let _swap = swap_lock();
     let env = TestEnv::new();
     let (lo, mnt) = env.mounted("swapfile", 96 * MIB, "ext4");
     let files = fill_files(&mnt.dir, 1, 4 << 20, 91);

@@ -43,6 +43,15 @@ pub fn shared() {
     })
 }
 
+/// Swap is the whole host's: a test's pages pushed out under pressure go to whichever
+/// swap area is on, another test's included (its device then counts writes reseq did not
+/// make), and a `swapoff` of it pulls them back into a memory cage too small for them.
+/// Every test that turns swap on holds this while it is on.
+pub fn swap_lock() -> std::sync::MutexGuard<'static, ()> {
+    static SWAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SWAP.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The machine to this test alone until the guard drops: for a test that times an
 /// emulated drive's clock, or leaves something behind that breaks the others' tools.
 /// How long each holds it goes to `RESEQ_EXCLUSIVE_LOG` (tests/run-all.sh sums it up: the
