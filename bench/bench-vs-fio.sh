@@ -5,7 +5,8 @@
 #   sudo bench/bench-vs-fio.sh [ROUNDS] [SIZE_MIB]      (BENCH_DIR=/dev/shm: image in memory)
 source "$(dirname "$0")/common.sh"
 need_root
-command -v fio >/dev/null || { echo "needs fio (apt-get install fio)" >&2; exit 2; }
+command -v fio >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio >/dev/null \
+  || { echo "needs fio (apt-get install fio)" >&2; exit 2; }
 ROUNDS=${1:-5}
 SIZE=${2:-1024}
 RESEQ=$(reseq_bin)

@@ -18,7 +18,8 @@
 #     mem: on /dev/shm, sim: the emulated SSD (consumer-nvme, time scale 10)
 source "$(dirname "$0")/common.sh"
 need_root
-command -v fio >/dev/null || { echo "needs fio (apt-get install fio)" >&2; exit 2; }
+command -v fio >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio >/dev/null \
+  || { echo "needs fio (apt-get install fio)" >&2; exit 2; }
 ROUNDS=${1:-3}
 SIZE=${2:-8192}
 KIND=${3:-disk}
