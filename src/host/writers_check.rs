@@ -14,6 +14,7 @@
 //! then seen later, and the run says by how much.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -84,6 +85,8 @@ pub(crate) struct WritersCheck {
     checked: Option<Instant>,
     /// How long the last scan of /proc on the writer's thread took.
     took: Duration,
+    /// The warning of slow scans was given.
+    warned: Arc<AtomicBool>,
     /// The scan beside the writer, within a window that freezes nothing.
     beside: Option<Beside>,
     /// No thread could be had in this window: the writer scans itself.
@@ -109,6 +112,7 @@ impl WritersCheck {
             wrote_before,
             checked: None,
             took: Duration::ZERO,
+            warned: Arc::default(),
             beside: None,
             on_writer: false,
         }
@@ -171,7 +175,8 @@ impl WindowCheck for WritersCheck {
             return Ok(());
         }
         if self.beside.is_none() && !self.on_writer {
-            self.beside = Beside::start(Arc::clone(&self.beside_scan), self.checked, self.took);
+            let warned = Arc::clone(&self.warned);
+            self.beside = Beside::start(Arc::clone(&self.beside_scan), self.checked, self.took, warned);
             self.on_writer = self.beside.is_none();
         }
         if self.beside.is_some() {
@@ -203,8 +208,11 @@ struct Beside {
     thread: Option<JoinHandle<()>>,
 }
 
-/// Once a run: scans this slow see a writer later.
-fn warn_slow(took: Duration) {
+/// Once a run (`warned` is the run's): scans this slow see a writer later.
+fn warn_slow(took: Duration, warned: &AtomicBool) {
+    if took <= RESCAN || warned.swap(true, Ordering::Relaxed) {
+        return;
+    }
     log::warn!(
         "the writers' scan of /proc took {} ms (the host's processes, their open files and mappings): a writer of the device that appears mid-run is seen within {:.1} s, not 0.3 s",
         took.as_millis(),
@@ -223,10 +231,15 @@ fn pace(took: Duration) -> Duration {
 /// finished scan began at most this long ago. The scans' pace, one scan's time and 50 ms:
 /// a scan on time never holds the writer (at 21 ms a scan: 321 ms), and a writer that
 /// appears is seen within about as much writing as when the writer scanned itself every
-/// 250 ms, or within this long where the scans are slow (the run warns).
+/// 250 ms, or within this long where the scans are slow (the run warns); never more than
+/// [`BEHIND_MOST`], where the writer waits for the scans as it did for every one.
 fn behind(took: Duration) -> Duration {
-    pace(took) + took + Duration::from_millis(50)
+    (pace(took) + took + Duration::from_millis(50)).min(BEHIND_MOST)
 }
+
+/// The longest the writer goes on after the last finished scan began, however slow the
+/// scans.
+const BEHIND_MOST: Duration = Duration::from_secs(3);
 
 /// How long the writer waits for one scan before the run stops (exit 4): a scan that
 /// takes this long has met something that does not answer.
@@ -239,33 +252,31 @@ struct Seen {
     scanned: Option<Instant>,
     /// The thread is gone (stopped, or it found something).
     ended: bool,
-    /// How long the last finished scan took.
+    /// How long the last two finished scans took, the shorter: one scan slowed by a
+    /// passing stall does not loosen the writer's bound.
     took: Duration,
 }
 
 impl Beside {
     /// None where no thread can be started (the writer then scans itself). `last`: when
-    /// the scan before the window began, and `took` how long it took.
-    fn start(scan: ScanFn, last: Option<Instant>, took: Duration) -> Option<Beside> {
+    /// the scan before the window began, and `took` how long it took; `warned`: the run's.
+    fn start(scan: ScanFn, last: Option<Instant>, took: Duration, warned: Arc<AtomicBool>) -> Option<Beside> {
         let (tx, rx) = mpsc::channel::<()>();
         let seen = Arc::new((Mutex::new(Seen { found: None, scanned: last, ended: false, took }), Condvar::new()));
         let shared = Arc::clone(&seen);
         let first = last.map_or(Duration::ZERO, |t| pace(took).saturating_sub(t.elapsed()));
         let body = move || {
             let (lock, cv) = &*shared;
-            let (mut gap, mut warned) = (first, took > RESCAN);
-            if warned {
-                warn_slow(took);
-            }
+            let (mut gap, mut last_took) = (first, took);
+            warn_slow(took, &warned);
             while let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(gap) {
                 let began = Instant::now();
                 let r = scan();
                 let took = began.elapsed();
+                warn_slow(took.min(last_took), &warned);
                 let mut s = lock.lock().unwrap_or_else(|p| p.into_inner());
-                (s.scanned, s.took) = (Some(began), took);
-                if took > RESCAN && !std::mem::replace(&mut warned, true) {
-                    warn_slow(took);
-                }
+                (s.scanned, s.took) = (Some(began), took.min(last_took));
+                last_took = took;
                 if let Err(e) = r {
                     s.found = Some(e);
                     break;
@@ -399,7 +410,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(400));
             Ok(())
         };
-        let mut c = check_with(slow, Duration::from_secs(1));
+        // The scan before the window took as long, and is stale for that pace.
+        let mut c = check_with(slow, Duration::from_secs(2));
+        c.took = Duration::from_millis(400);
         let t = Instant::now();
         c.recheck(false).unwrap();
         assert!(t.elapsed() >= Duration::from_millis(350), "the stale scan before the window is redone first");
@@ -417,6 +430,7 @@ mod tests {
         assert!(scans.load(Ordering::SeqCst) <= 5, "{} scans", scans.load(Ordering::SeqCst));
         assert_eq!(behind(Duration::from_millis(400)), Duration::from_millis(1250));
         assert_eq!(behind(Duration::from_millis(21)), Duration::from_millis(321));
+        assert_eq!(behind(Duration::from_secs(5)), BEHIND_MOST, "however slow the scans");
 
         // Fast once, then stuck: the writer waits for the late scan, and not for good.
         let n = Arc::new(AtomicU32::new(0));

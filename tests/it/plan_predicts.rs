@@ -286,10 +286,13 @@ fn the_depth_is_probed_or_given_and_every_depth_rewrites_as_it_was() {
         .collect();
     assert_eq!(rates.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2, 4, 8], "{d}");
     assert!(rates.iter().all(|r| r.1 > 0.0), "{d}");
-    // The depth is twice the fewest reads in flight within 5 % of the best.
+    // The depth is twice the fewest reads in flight within 5 % of the best; 4 halved to 2
+    // where 4 in flight read slower than 2 (below 97 %: depth 4 has 4 in flight).
     let best = rates.iter().map(|r| r.1).fold(0.0, f64::max);
     let fewest = rates.iter().find(|r| r.1 >= 0.95 * best).unwrap().0;
-    assert_eq!(depth, 2 * fewest, "{d}");
+    let halved = fewest == 2 && rates[2].1 < 0.97 * rates[1].1;
+    assert_eq!(depth, if halved { 2 } else { 2 * fewest }, "{d}");
+    assert_eq!(d["why"].as_str().unwrap().contains("halved"), halved, "{d}");
     assert!(bytes_read_from(&big.path) > read + (16 << 20), "the probes read the device");
     assert_eq!(bytes_written_to(&big.path), written, "a dry run wrote");
     assert!(
