@@ -198,13 +198,24 @@ fn holds_for_writing(pid: i32, r: &Reach, devs: &[(u32, u32)]) -> Vec<Hold> {
 fn table_holds(dir: &Path, of: &str, r: &Reach, devs: &[(u32, u32)]) -> (Vec<Hold>, bool) {
     let mut how = Vec::new();
     let mut rings = false;
+    // A task whose fds are not ours to read refuses every link as it refused the stat:
+    // once one is refused, the others with no stat are not tried.
+    let mut refused = false;
     let fds = dir.join("fd");
     for fd in crate::sys::process::open_files(&fds) {
         let name = &fd.name;
-        let link = || std::fs::read_link(fds.join(name)).map(|l| l.display().to_string()).unwrap_or_default();
+        let read_link = || std::fs::read_link(fds.join(name)).map(|l| l.display().to_string());
+        let link = || read_link().unwrap_or_default();
         let info = || std::fs::read_to_string(dir.join("fdinfo").join(name)).unwrap_or_default();
         // Its link read only where its stat cannot tell: an io_uring is an anonymous inode.
-        if fd.may_be_anonymous() && link() == "anon_inode:[io_uring]" {
+        let anonymous = match fd.may_be_anonymous() && !(refused && fd.stat.is_none()) {
+            false => String::new(),
+            true => read_link().unwrap_or_else(|e| {
+                refused |= fd.stat.is_none() && e.kind() == std::io::ErrorKind::PermissionDenied;
+                String::new()
+            }),
+        };
+        if anonymous == "anon_inode:[io_uring]" {
             rings = true;
             how.extend(io_uring_files(&info()).into_iter().filter_map(|f| {
                 let found = std::fs::metadata(&f).ok().and_then(|m| reaches(r, devs, Ident::of(&m)))?;
@@ -214,7 +225,7 @@ fn table_holds(dir: &Path, of: &str, r: &Reach, devs: &[(u32, u32)]) -> (Vec<Hol
             }));
             continue;
         }
-        let Some(found) = reaches(r, devs, Ident::of_stat(&fd.stat)) else { continue };
+        let Some(found) = fd.stat.and_then(|st| reaches(r, devs, Ident::of_stat(&st))) else { continue };
         if opened_for_writing(&info()) {
             let phrase = format!("has {} open for writing (fd {name}{of}){}", link(), found.0);
             how.push(hold(phrase, found));

@@ -304,17 +304,21 @@ pub(crate) fn same_file_table(a: i32, b: i32) -> Option<bool> {
 pub(crate) struct OpenFile {
     /// The fd number, as the entry's name.
     pub(crate) name: String,
-    pub(crate) stat: nix::sys::stat::FileStat,
+    /// None where the stat was refused (a security module may deny it for an anonymous
+    /// inode where reading the link is allowed).
+    pub(crate) stat: Option<nix::sys::stat::FileStat>,
 }
 
 impl OpenFile {
-    /// An anonymous inode (an eventfd, an epoll, an io_uring...): no file type in its
-    /// mode (`alloc_anon_inode`), or a regular file on a filesystem with no device of
-    /// its own (where a kernel might give anonymous inodes a type). Only its link's text
-    /// (`anon_inode:[io_uring]`) tells which.
+    /// An anonymous inode (an eventfd, an epoll, an io_uring...), or one that may be: no
+    /// file type in its mode (`alloc_anon_inode`), a regular file on a filesystem with no
+    /// device of its own (where a kernel might give anonymous inodes a type), or no stat.
+    /// Only its link's text (`anon_inode:[io_uring]`) tells which.
     pub(crate) fn may_be_anonymous(&self) -> bool {
-        let kind = self.stat.st_mode & libc::S_IFMT;
-        kind == 0 || (kind == libc::S_IFREG && libc::major(self.stat.st_dev) == 0)
+        self.stat.is_none_or(|st| {
+            let kind = st.st_mode & libc::S_IFMT;
+            kind == 0 || (kind == libc::S_IFREG && libc::major(st.st_dev) == 0)
+        })
     }
 }
 
@@ -322,15 +326,18 @@ impl OpenFile {
 /// to the directory: one lookup, where a path walks `/proc/PID/fd/N` from the root. A
 /// scan of the host's processes makes one per open fd: beside 1,000 processes holding
 /// 36,000, it took 0.48 s with a `stat` and a `readlink` by path for each, 0.30 s so.
-/// Those that closed meanwhile, or that cannot be read, are left out.
+/// Those that closed meanwhile are left out.
 pub(crate) fn open_files(fd_dir: &std::path::Path) -> Vec<OpenFile> {
     let Ok(dir) = std::fs::File::open(fd_dir) else { return Vec::new() };
     let names = std::fs::read_dir(fd_dir).into_iter().flatten().flatten();
     names
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
-            let stat = nix::sys::stat::fstatat(&dir, name.as_str(), nix::fcntl::AtFlags::empty()).ok()?;
-            Some(OpenFile { name, stat })
+            let stat = nix::sys::stat::fstatat(&dir, name.as_str(), nix::fcntl::AtFlags::empty());
+            match stat {
+                Err(nix::errno::Errno::ENOENT) => None,
+                stat => Some(OpenFile { name, stat: stat.ok() }),
+            }
         })
         .collect()
 }
