@@ -67,23 +67,28 @@ fn a_writer_appearing_mid_run_stops_it_between_windows() {
     let env = TestEnv::new();
     let lo = env.random_loop_device("late", 64 << 20, 9);
     let before = hash_path(&lo.path).unwrap();
+    late_writer_stops_the_run(&env, &lo, 64 << 20, 20);
+    assert_eq!(hash_path(&lo.path).unwrap(), before, "the bytes are the same");
+}
+
+/// A run of `lo` (`size` bytes, each 1 MiB write followed by `delay_ms`) that a process
+/// opening it after the first write stops: exit 4, naming the process and `--resume`,
+/// before the end.
+fn late_writer_stops_the_run(env: &TestEnv, lo: &LoopDevice, size: u64, delay_ms: u32) {
     let first = env.path("first-write.done");
+    let faults = format!("mark@after-write#1={},delay@after-write#*={delay_ms}", first.display());
     let child = spawn_captured(
-        env.reseq()
-            .env("RESEQ_FAULTS", format!("mark@after-write#1={},delay@after-write#*=20", first.display()))
-            .args(["rewrite", "--json", "--chunk-size", "1M"])
-            .arg(&lo.path),
+        env.reseq().env("RESEQ_FAULTS", faults).args(["rewrite", "--json", "--chunk-size", "1M"]).arg(&lo.path),
     );
-    assert!(wait_for_mark(&first, Duration::from_secs(30)), "no write within 30 s");
+    assert!(wait_for_mark(&first, Duration::from_secs(60)), "no write within 60 s");
     let mut h = hold_open(&lo.path);
     let out = wait_captured(child);
     let _ = h.kill();
     let _ = h.wait();
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
-    assert!(stderr(&out).contains(&format!("PID {}", h.id())) && stderr(&out).contains("--resume"));
+    assert!(stderr(&out).contains(&format!("PID {}", h.id())) && stderr(&out).contains("--resume"), "{}", stderr(&out));
     let r = json_report(&out);
-    assert!(r["results"]["bytes_written"].as_u64().unwrap() < 64 << 20, "stopped before the end");
-    assert_eq!(hash_path(&lo.path).unwrap(), before, "the bytes are the same");
+    assert!(r["results"]["bytes_written"].as_u64().unwrap() < size, "stopped before the end");
 }
 
 /// `n` processes, each holding `k` files open, until dropped: a busy host's /proc. Each
@@ -173,20 +178,6 @@ fn a_host_of_many_processes_holds_no_chunk_and_hides_no_late_writer() {
     assert_eq!(hash_path(&lo.path).unwrap(), before);
 
     // A writer that appears after the first write is still seen, and stops the run.
-    let first = env.path("first-write.done");
-    let child = spawn_captured(
-        env.reseq()
-            .env("RESEQ_FAULTS", format!("mark@after-write#1={},delay@after-write#*=40", first.display()))
-            .args(["rewrite", "--json", "--chunk-size", "1M"])
-            .arg(&lo.path),
-    );
-    assert!(wait_for_mark(&first, Duration::from_secs(60)), "no write within 60 s");
-    let mut h = hold_open(&lo.path);
-    let out = wait_captured(child);
-    let _ = h.kill();
-    let _ = h.wait();
-    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
-    assert!(stderr(&out).contains(&format!("PID {}", h.id())), "{}", stderr(&out));
-    assert!(json_report(&out)["results"]["bytes_written"].as_u64().unwrap() < 256 << 20, "stopped before the end");
+    late_writer_stops_the_run(&env, &lo, 256 << 20, 40);
     assert_eq!(hash_path(&lo.path).unwrap(), before, "the bytes are the same");
 }
