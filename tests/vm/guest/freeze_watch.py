@@ -11,6 +11,7 @@ od take to start under TCG, so a loop of them misses windows.
   thawed DEV SECONDS                prints when DEV was first seen thawed; 1 after SECONDS
   freeze DEV SECONDS [STOP JOB]     prints when DEV was first seen frozen; 1 after SECONDS
   act DEV SECONDS MAIN JUDGE CMD... runs CMD in a window and follows the windows after it
+                                    (CMD "cgroup-write FILE VALUE": into MAIN's cgroup)
 
 `freeze` with STOP (a pid) SIGSTOPs it the moment the freeze is seen and returns 0 only
 if DEV is still frozen 50 ms later (else continues it and polls on); 2 when JOB (a pid)
@@ -19,7 +20,10 @@ ended first. STOP may be a cgroup's directory instead: then the cgroup is frozen
 when the window it returns for was first seen frozen (epoch seconds): a window let go
 counts for nothing, the one caught from its first sighting.
 
-`act` waits for a window to begin on DEV (seen thawed, then frozen), runs CMD at once,
+`act` waits for a window to begin on DEV (seen thawed, then frozen), runs CMD at once
+(cgroup-write writes from this process: a window of the rate-paced job lasts about
+0.4 s, about as long as starting a shell and a `cut` under TCG, and `systemctl
+set-property` took longer than that: its OOM kill landed between windows, 3 tries of 3),
 then follows every window until reseq (MAIN) is gone and DEV thawed. It prints the
 window judged (frozen at, thawed at), when the action began, how many windows it saw,
 and 1 if reseq was seen gone while that window was still frozen (else 0). JUDGE "last":
@@ -88,6 +92,14 @@ def freeze(dev, secs, stop=None, job=None):
     return 1
 
 
+def cgroup_write(pid, name, value):
+    """Writes VALUE to the file NAME of PID's cgroup (v2), from this process."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        path = f.read().strip().split("::", 1)[1]
+    with open(f"/sys/fs/cgroup{path}/{name}", "w") as f:
+        f.write(value)
+
+
 def act(dev, secs, main, judge, *cmd):
     d, secs = Device(dev), float(secs)
 
@@ -108,7 +120,11 @@ def act(dev, secs, main, judge, *cmd):
             break
         time.sleep(EVERY)
     start = time.time()
-    p = subprocess.Popen(cmd, stdout=sys.stderr)
+    if cmd[0] == "cgroup-write":
+        cgroup_write(main, *cmd[1:])
+        p = None
+    else:
+        p = subprocess.Popen(cmd, stdout=sys.stderr)
     acted, end = time.time(), time.monotonic() + secs
     # (frozen at, thawed at, reseq seen gone while it was frozen: the guardian's to thaw)
     windows, gone_frozen = [], False
@@ -127,7 +143,7 @@ def act(dev, secs, main, judge, *cmd):
         if not up and not f:
             break
         time.sleep(EVERY)
-    rc = p.wait()
+    rc = p.wait() if p else 0
     if rc:
         return 10 + rc
     w = windows[-1] if judge == "last" else max(windows, key=lambda w: w[1] - w[0])
