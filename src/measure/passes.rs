@@ -9,27 +9,13 @@ use serde::{Deserialize, Serialize};
 use crate::measure::bench::{self, BenchResult};
 use crate::measure::{scan, verdict};
 
-use crate::measure::readbench::{Ranges, Source, Target, resolve_params};
+use crate::measure::readbench::{Source, Target, resolve_params};
 use crate::measure::scan::ScanResult;
 use crate::options::bench::BenchOptions;
 use crate::support::error::{Error, Result};
 
-/// The measurement `rewrite --bench` takes before and after: timed passes, then one
-/// pass region by region for the throughput map.
-///
-/// Only the ranges in use are read, the same ones before and after (`in_use`, taken
-/// before the rewrite): the run's FITRIM makes free space fast, which is not the data.
-pub(crate) fn measure_device(
-    path: &Path,
-    opts: &BenchOptions,
-    in_use: Option<&[(u64, u64)]>,
-) -> Result<(BenchResult, ScanResult, Option<Ranges>)> {
-    let (target, in_use) = Target::open_in_use(path, in_use)?;
-    let (b, s) = measure_target(&target, opts)?;
-    Ok((b, s, in_use))
-}
-
-/// Timed passes, then one pass region by region, of a target opened by the caller.
+/// The measurement `rewrite --bench` takes before and after, of a target opened by the
+/// caller: timed passes, then one pass region by region for the throughput map.
 pub(crate) fn measure_target(target: &Target, opts: &BenchOptions) -> Result<(BenchResult, ScanResult)> {
     let length = opts.length.map_or(target.len(), |l| l.min(target.len()));
     let params = resolve_params(target, opts.block_size, opts.queue_depth, 0, Some(length))?;
@@ -38,13 +24,9 @@ pub(crate) fn measure_target(target: &Target, opts: &BenchOptions) -> Result<(Be
     Ok((b, s))
 }
 
-/// File mode's `--bench`: the files themselves, read through the filesystem (the path a
-/// backup or a sequential scan of a database takes), one after the other.
-pub(crate) fn measure_files(files: &[&Path], opts: &BenchOptions) -> Result<(BenchResult, ScanResult)> {
-    measure_target(&files_target(files)?, opts)
-}
-
-/// The written data of `files`, laid end to end.
+/// The written data of `files`, laid end to end: file mode's `--bench` reads the files
+/// themselves, through the filesystem (the path a backup or a sequential scan of a
+/// database takes), one after the other.
 pub(crate) fn files_target(files: &[&Path]) -> Result<Target> {
     let mut sources = files.iter().map(|f| Source::open(f)).collect::<Result<Vec<_>>>()?;
     // Written data only: a sparse file's holes read at memory speed.

@@ -227,7 +227,10 @@ fn execute_with_bench(plan: &RewritePlan, o: &RewriteOptions, quiet: bool, repor
 fn bench_before(plan: &RewritePlan, o: &RewriteOptions) -> Result<Option<before::Before>> {
     before::bench_before(matches!(plan.start, Start::Resume { .. }), &plan.journal_path, || {
         log::info!("benchmarking before the rewrite");
-        let (bench, scan, in_use) = measure::measure_device(&plan.device.path, &o.bench_opts, None)?;
+        // Only the ranges in use, the same ones before and after: the run's FITRIM makes
+        // free space fast, which is not the data.
+        let (target, in_use) = Target::open_in_use(&plan.device.path, None)?;
+        let (bench, scan) = measure::measure_target(&target, &o.bench_opts)?;
         Ok(before::Before { bench, scan, in_use })
     })
 }

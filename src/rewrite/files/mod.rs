@@ -100,7 +100,8 @@ fn bench_before(plan: &FilesPlan, measured: &[&Path]) -> Result<Option<crate::re
     use crate::rewrite::before::{self, Before};
     before::bench_before(plan.earlier.is_some(), &plan.record_path, || {
         log::info!("benchmarking {} file(s) before the rewrite", measured.len());
-        let (bench, scan) = crate::measure::passes::measure_files(measured, &plan.options.bench_opts)?;
+        let target = crate::measure::passes::files_target(measured)?;
+        let (bench, scan) = crate::measure::passes::measure_target(&target, &plan.options.bench_opts)?;
         Ok(Before { bench, scan, in_use: None })
     })
 }
