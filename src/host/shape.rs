@@ -422,7 +422,7 @@ impl WindowCheck for ShapeCheck {
             return None;
         }
         let counted = self.stretch.as_ref().map_or(&self.end_risk, |s| &s.written);
-        Some(crate::host::window_checks::merged(counted.iter().chain(&self.watch_risk).copied().collect()))
+        Some(crate::support::error::merged(counted.iter().chain(&self.watch_risk).copied().collect()))
     }
 }
 

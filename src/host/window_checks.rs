@@ -124,31 +124,6 @@ impl<G: WindowGuard> WindowGuard for Checked<G> {
         if found.is_empty() {
             return self.guard.at_risk();
         }
-        Some(merged(found.concat()))
-    }
-}
-
-/// Ranges `[start, end)`, sorted, those that overlap or touch joined.
-pub(crate) fn merged(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
-    ranges.sort_unstable();
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for (a, b) in ranges {
-        match out.last_mut() {
-            Some(last) if a <= last.1 => last.1 = last.1.max(b),
-            _ => out.push((a, b)),
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::merged;
-
-    #[test]
-    fn ranges_are_sorted_and_those_that_touch_or_overlap_joined() {
-        let got = merged(vec![(40, 50), (0, 10), (10, 20), (15, 18), (30, 35), (34, 36)]);
-        assert_eq!(got, vec![(0, 20), (30, 36), (40, 50)]);
-        assert!(merged(Vec::new()).is_empty());
+        Some(crate::support::error::merged(found.concat()))
     }
 }

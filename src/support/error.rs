@@ -256,7 +256,7 @@ impl Error {
     /// chunk is always one (its bytes are not what reseq wrote); the ranges the kernel's
     /// records leave at risk, where another writer's bytes may have been overwritten.
     pub(crate) fn ranges_at_risk(&self) -> Option<(Vec<(u64, u64)>, &'static str)> {
-        let (mut ranges, why) = match self {
+        let (ranges, why) = match self {
             Error::ChecksumMismatch { offset, len, at_risk, .. } => {
                 let mut r = vec![(*offset, offset + len)];
                 r.extend(at_risk.iter().flat_map(|a| a.0.iter().copied()));
@@ -270,15 +270,7 @@ impl Error {
             Error::FreezeLost { written, .. } if !written.is_empty() => (written.clone(), "its freeze was lost"),
             _ => return None,
         };
-        ranges.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
-        for (a, b) in ranges {
-            match merged.last_mut() {
-                Some(last) if a <= last.1 => last.1 = last.1.max(b),
-                _ => merged.push((a, b)),
-            }
-        }
-        Some((merged, why))
+        Some((merged(ranges), why))
     }
 
     /// A target the user named that cannot be used; a bare device name (`nvme0n1`) that
@@ -347,9 +339,29 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     s
 }
 
+/// Ranges `[start, end)`, sorted, those that overlap or touch joined.
+pub(crate) fn merged(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (a, b) in ranges {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranges_are_sorted_and_those_that_touch_or_overlap_joined() {
+        let got = merged(vec![(40, 50), (0, 10), (10, 20), (15, 18), (30, 35), (34, 36)]);
+        assert_eq!(got, vec![(0, 20), (30, 36), (40, 50)]);
+        assert!(merged(Vec::new()).is_empty());
+    }
 
     #[test]
     fn ranges_at_risk_are_merged_and_a_checked_none_is_none() {
