@@ -27,6 +27,8 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Mutex;
 
+use nix::unistd::Whence;
+
 use crate::engine::Planner;
 use crate::engine::{intersect, push_merged};
 use crate::host::aliases::loop_of;
@@ -164,16 +166,17 @@ impl Backing {
         max_data: Option<u64>,
     ) -> Result<(Vec<(u64, u64)>, u64)> {
         let what = || format!("mapping the holes of {}", self.described);
+        let seek = |at, whence| sys::extents::seek(file.as_fd(), at, whence).map_err(|e| Error::io(what(), e.into()));
         let (mut pos, end) = (from + shift, to + shift);
         let (mut out, mut data): (Vec<(u64, u64)>, u64) = (Vec::new(), 0);
         while pos < end {
-            let Some(d) = sys::extents::seek_data(file.as_fd(), pos).map_err(|e| Error::io(what(), e.into()))? else {
+            let Some(d) = seek(pos, Whence::SeekData)? else {
                 break;
             };
             if d >= end {
                 break;
             }
-            let h = sys::extents::seek_hole(file.as_fd(), d).map_err(|e| Error::io(what(), e.into()))?.unwrap_or(end);
+            let h = seek(d, Whence::SeekHole)?.unwrap_or(end);
             let a = ((d - shift) / align * align).max(from);
             let b = (h.min(end) - shift).div_ceil(align).saturating_mul(align).min(to);
             push_merged(&mut out, (a, b - a));

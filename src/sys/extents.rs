@@ -87,20 +87,12 @@ pub(crate) fn getfsmap(fd: BorrowedFd<'_>, from: u64, to: u64) -> nix::Result<Ve
     Ok(out)
 }
 
-/// lseek(2) with `SEEK_DATA`: the first offset at or after `at` that holds data. None
-/// (ENXIO): nothing but holes from `at` to the end of the file. A filesystem without
-/// hole tracking calls the whole file data (fs/read_write.c, generic_file_llseek_size).
-pub(crate) fn seek_data(fd: BorrowedFd<'_>, at: u64) -> nix::Result<Option<u64>> {
-    seek(fd, at, nix::unistd::Whence::SeekData)
-}
-
-/// lseek(2) with `SEEK_HOLE`: the first offset at or after `at` in a hole (the end of the
-/// file counts as one). None (ENXIO): `at` is at or past the end of the file.
-pub(crate) fn seek_hole(fd: BorrowedFd<'_>, at: u64) -> nix::Result<Option<u64>> {
-    seek(fd, at, nix::unistd::Whence::SeekHole)
-}
-
-fn seek(fd: BorrowedFd<'_>, at: u64, whence: nix::unistd::Whence) -> nix::Result<Option<u64>> {
+/// lseek(2) with `SEEK_DATA` or `SEEK_HOLE`: the first offset at or after `at` that
+/// holds data, or that is in a hole (the end of the file counts as one). None (ENXIO):
+/// for data, nothing but holes from `at` to the end of the file; for a hole, `at` is at
+/// or past the end of the file. A filesystem without hole tracking calls the whole file
+/// data (fs/read_write.c, generic_file_llseek_size).
+pub(crate) fn seek(fd: BorrowedFd<'_>, at: u64, whence: nix::unistd::Whence) -> nix::Result<Option<u64>> {
     let at = libc::off_t::try_from(at).map_err(|_| Errno::EINVAL)?;
     match nix::unistd::lseek(fd, at, whence) {
         Ok(o) => Ok(Some(o as u64)),

@@ -56,13 +56,6 @@ pub(crate) fn ignore_group_signals() -> nix::Result<()> {
     Ok(())
 }
 
-/// setsid(2): a new session and process group, without a controlling terminal, so that
-/// signals aimed at reseq's group (a terminal's Ctrl-Z, `timeout`, `kill -- -PGID`) do
-/// not reach the caller.
-pub(crate) fn new_session() -> nix::Result<()> {
-    nix::unistd::setsid().map(drop)
-}
-
 /// pidfd_open(2): a descriptor that names process `pid` for as long as it is held, so a
 /// later signal can never reach another process that reused the number.
 pub(crate) fn pidfd_open(pid: i32) -> nix::Result<OwnedFd> {
@@ -181,21 +174,19 @@ pub(crate) fn exit_immediately(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+// include/uapi/linux/ioprio.h: the `which` of ioprio_get/ioprio_set for a thread.
+const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+
 /// Lowers this thread's I/O priority to best-effort level 7, the lowest of the normal
 /// class (what `ionice -c2 -n7` does); threads started afterwards inherit it.
-/// include/uapi/linux/ioprio.h: IOPRIO_WHO_PROCESS = 1, IOPRIO_CLASS_BE = 2,
-/// value = class << 13 | level.
+/// include/uapi/linux/ioprio.h: IOPRIO_CLASS_BE = 2, value = class << 13 | level.
 pub(crate) fn lower_io_priority() -> nix::Result<()> {
-    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
     const IOPRIO_CLASS_BE: libc::c_long = 2;
-    // SAFETY: ioprio_set(2) takes three integers and touches no memory of ours.
-    let rc = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, (IOPRIO_CLASS_BE << 13) | 7) };
-    Errno::result(rc).map(drop)
+    set_io_priority((IOPRIO_CLASS_BE << 13) | 7)
 }
 
 /// This thread's I/O priority (ioprio_get(2)), to give back with [`set_io_priority`].
 pub(crate) fn io_priority() -> nix::Result<libc::c_long> {
-    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
     // SAFETY: ioprio_get(2) takes two integers and touches no memory of ours.
     let rc = unsafe { libc::syscall(libc::SYS_ioprio_get, IOPRIO_WHO_PROCESS, 0) };
     Errno::result(rc)
@@ -203,7 +194,6 @@ pub(crate) fn io_priority() -> nix::Result<libc::c_long> {
 
 /// Sets this thread's I/O priority to a value [`io_priority`] returned.
 pub(crate) fn set_io_priority(value: libc::c_long) -> nix::Result<()> {
-    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
     // SAFETY: ioprio_set(2) takes three integers and touches no memory of ours.
     let rc = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, value) };
     Errno::result(rc).map(drop)

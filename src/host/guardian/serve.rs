@@ -58,7 +58,9 @@ pub(super) fn child(
 /// In the child, before anything else: leave reseq's session, ignore what is aimed at
 /// reseq's group, take a pidfd on reseq, and change name. None if reseq is already gone.
 fn detach(reseq: nix::unistd::Pid) -> Option<Option<OwnedFd>> {
-    let _ = sys::process::new_session();
+    // A new session and process group, without a controlling terminal: signals aimed at
+    // reseq's group (a terminal's Ctrl-Z, `timeout`, `kill -- -PGID`) do not reach it.
+    let _ = nix::unistd::setsid();
     sys::process::ignore_group_signals().ok()?;
     // Without pidfds (Linux < 5.3) the guardian falls back to kill(2) while reseq is
     // still its parent (a parent's PID cannot be reused while its child lives).
