@@ -119,12 +119,6 @@ pub(crate) struct Cli {
 }
 
 impl Cli {
-    /// Parses the process's command line (exiting with clap's message on an error),
-    /// recording which rewrite options were given.
-    pub(crate) fn parse_given() -> Cli {
-        Cli::try_parse_given(std::env::args_os()).unwrap_or_else(|e| e.exit())
-    }
-
     /// Parses `argv`; a rewrite's [`RewriteArgs::given`] names the options given on it
     /// (an option given with its default value is given: `--resume --pause 0s` means it).
     pub(crate) fn try_parse_given<I, T>(argv: I) -> Result<Cli, clap::Error>

@@ -50,7 +50,7 @@ fn keep_panics_off_a_frozen_stderr() {
 }
 
 fn run() -> std::process::ExitCode {
-    let mut cli = Cli::parse_given();
+    let mut cli = Cli::try_parse_given(std::env::args_os()).unwrap_or_else(|e| e.exit());
     // A job file is a rewrite written down: load it and run it as one.
     if let Command::Run { config, dry_run } = &cli.command {
         match crate::cli::config::load(config) {

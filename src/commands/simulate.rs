@@ -108,7 +108,7 @@ pub(crate) fn engine_rewrite(
     };
     let mut progress = Progress::new(end - start, 0, quiet);
     let (stats, result) =
-        engine::run(dev, &cfg, planner, &mut NoFreeze, &mut Journal::none(), &mut progress, &StopFlag::new());
+        engine::run(dev, &cfg, planner, &mut NoFreeze, &mut Journal::none(), &mut progress, &StopFlag::default());
     result.map(|()| stats)
 }
 

@@ -492,10 +492,6 @@ impl Report {
         self.outcome.status.describe_cause(self.outcome.cause.as_deref())
     }
 
-    pub(crate) fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).expect("report serializes")
-    }
-
     /// What happened, in words that fit the command (a run that froze nothing says
     /// nothing of a thaw): a scan or a dry run wrote nothing,
     /// and a run without verification did not verify.

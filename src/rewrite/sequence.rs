@@ -47,7 +47,7 @@ use crate::sys;
 /// Step 1: the process before its first write.
 pub(crate) fn ready_to_write() -> Result<StopFlag> {
     let stop = StopFlag::install().map_err(|e| Error::io("installing signal handlers", e))?;
-    stop.check_before_writing()?;
+    stop.check("interrupted before anything was written")?;
     sys::process::defer_job_control_stops().map_err(|e| Error::io("installing signal handlers", e.into()))?;
     Ok(stop)
 }

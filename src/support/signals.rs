@@ -13,16 +13,12 @@ use crate::support::error::{Error, Result};
 
 static INSTALLED: std::sync::OnceLock<StopFlag> = std::sync::OnceLock::new();
 
-/// Set by a signal handler; polled by the engine between chunks.
+/// Set by a signal handler; polled by the engine between chunks. A default one is set
+/// by nothing (tests, simulations).
 #[derive(Clone, Default)]
 pub(crate) struct StopFlag(Arc<AtomicUsize>);
 
 impl StopFlag {
-    /// A flag that only [`StopFlag::raise`] sets (tests, simulations).
-    pub(crate) fn new() -> StopFlag {
-        StopFlag::default()
-    }
-
     /// Installs the handlers once per process and returns the process's flag: a command
     /// installs them before its first step, so that a signal during planning or the
     /// before-benchmark stops the run cleanly rather than killing it without a word.
@@ -45,15 +41,10 @@ impl StopFlag {
         self.signal().map_or(Ok(()), |sig| Err(Error::Stopped { signal: sig.into(), what: what.into() }))
     }
 
-    /// `Err(Stopped)` if a signal arrived before anything was written.
-    pub(crate) fn check_before_writing(&self) -> Result<()> {
-        self.check("interrupted before anything was written")
-    }
-
     /// Installs the handlers; without `second_exits`, a second signal only stops as the
     /// first did (for work whose cleanup must run: a scratch file to remove).
     pub(crate) fn install_with(second_exits: bool) -> std::io::Result<StopFlag> {
-        let flag = StopFlag::new();
+        let flag = StopFlag::default();
         for sig in [SIGINT, SIGTERM, SIGHUP] {
             if second_exits {
                 let seen = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -294,7 +294,7 @@ fn run(script: Script, fail_writes_at: Option<u64>, differ_at: Option<u64>, max_
         &mut guard,
         &mut journal,
         &mut Progress::new(DEVICE, 0, true),
-        &StopFlag::new(),
+        &StopFlag::default(),
     );
     assert!(!guard.frozen, "the run ended inside a window");
     let replay = journal::read(&path).unwrap().expect("the journal exists");

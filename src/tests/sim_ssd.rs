@@ -56,7 +56,7 @@ fn reseq_engine(ftl: Ftl, noise_interval_us: f64, chunk_size: u64) -> (Ftl, f64)
         &mut NoFreeze,
         &mut Journal::none(),
         &mut Progress::new(FILE, 0, true),
-        &StopFlag::new(),
+        &StopFlag::default(),
     );
     result.expect("the engine rewrote the simulated device");
     assert_eq!(stats.bytes_written, FILE);

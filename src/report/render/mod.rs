@@ -57,7 +57,7 @@ impl FromStr for Format {
 pub(crate) fn render(r: &Report, f: Format) -> String {
     match f {
         Format::Text => text(r),
-        Format::Json => r.to_json() + "\n",
+        Format::Json => serde_json::to_string_pretty(r).expect("report serializes") + "\n",
         Format::Md => markdown::markdown(r),
         Format::Html => html::html(r),
         Format::Prom => prometheus(r),
