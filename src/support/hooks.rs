@@ -59,8 +59,8 @@ mod imp {
         MountOrder,
         Slow(u64, u64, u64),
         SlowFile(String, u64),
-        TrialFrom(u64),
-        TrialStretch(u64),
+        /// `trial-from=SIZE`, `trial-stretch=SIZE`.
+        Size(String, u64),
     }
 
     struct State {
@@ -84,11 +84,8 @@ mod imp {
             panic!("bad RESEQ_FAULTS rule '{rule}'")
         }
         let num = |s: &str| crate::support::units::parse_size(s).unwrap_or_else(|_| fail(rule));
-        if let Some(size) = rule.strip_prefix("trial-from=") {
-            return Rule::TrialFrom(num(size));
-        }
-        if let Some(size) = rule.strip_prefix("trial-stretch=") {
-            return Rule::TrialStretch(num(size));
+        if let Some((name @ ("trial-from" | "trial-stretch"), size)) = rule.split_once('=') {
+            return Rule::Size(name.to_string(), num(size));
         }
         let (kind, rest) = rule.split_once('@').unwrap_or((rule, ""));
         match kind {
@@ -192,16 +189,10 @@ mod imp {
         Ok(())
     }
 
-    pub(crate) fn trial_from() -> Option<u64> {
+    /// The size a rule named `name` sets (`trial-from`, `trial-stretch`).
+    pub(crate) fn size(name: &str) -> Option<u64> {
         state().rules.iter().find_map(|r| match r {
-            Rule::TrialFrom(n) => Some(*n),
-            _ => None,
-        })
-    }
-
-    pub(crate) fn trial_stretch() -> Option<u64> {
-        state().rules.iter().find_map(|r| match r {
-            Rule::TrialStretch(n) => Some(*n),
+            Rule::Size(n, size) if n == name => Some(*size),
             _ => None,
         })
     }
@@ -242,11 +233,7 @@ mod imp {
         Ok(())
     }
     #[inline(always)]
-    pub(crate) fn trial_from() -> Option<u64> {
-        None
-    }
-    #[inline(always)]
-    pub(crate) fn trial_stretch() -> Option<u64> {
+    pub(crate) fn size(_: &str) -> Option<u64> {
         None
     }
     #[inline(always)]

@@ -336,8 +336,8 @@ fn choose_trial(
     }
     let own = Shape { chunk_size: engine.chunk_size, read_ahead: engine.read_ahead };
     let bytes: u64 = ranges.iter().map(|r| r.1).sum();
-    let from = crate::support::hooks::trial_from().unwrap_or(trial::TRIAL_FROM);
-    let stretch = crate::support::hooks::trial_stretch().unwrap_or(trial::STRETCH);
+    let from = crate::support::hooks::size("trial-from").unwrap_or(trial::TRIAL_FROM);
+    let stretch = crate::support::hooks::size("trial-stretch").unwrap_or(trial::STRETCH);
     let trial = Trial::offer(own, bytes, from, stretch)?;
     let tried = EngineConfig { trial: Some(trial.clone()), ..engine.clone() };
     match mem_available() {
