@@ -156,14 +156,9 @@ impl EngineConfig {
 
     /// Reads in flight at once: half the read-ahead (the other half is chunks read and
     /// waiting for the writer), at least one. `--read-ahead 2`, the old default, is one
-    /// reader, as before.
+    /// reader, as before. As many written chunks may wait for their read-back (the
+    /// writer goes on meanwhile; the pacer counts each against the window's budget).
     pub(crate) fn readers(&self) -> usize {
-        (self.read_ahead / 2).max(1)
-    }
-
-    /// Written chunks that may wait for their read-back (the writer goes on meanwhile;
-    /// the pacer counts each against the window's budget).
-    pub(crate) fn read_backs_queued(&self) -> usize {
         (self.read_ahead / 2).max(1)
     }
 

@@ -185,8 +185,8 @@ impl Engine<'_> {
         let (grant_tx, grant_rx) = unbounded::<()>();
         let (raw_tx, raw_rx) = bounded::<Staged>(self.cfg.readers());
         let (hashed_tx, hashed_rx) = bounded::<Staged>(self.cfg.read_ahead.max(1));
-        let (written_tx, written_rx) = bounded::<Chunk>(self.cfg.read_backs_queued());
-        let (verified_tx, verified_rx) = bounded::<Verified>(self.cfg.read_backs_queued() + 1);
+        let (written_tx, written_rx) = bounded::<Chunk>(self.cfg.readers());
+        let (verified_tx, verified_rx) = bounded::<Verified>(self.cfg.readers() + 1);
         let (target, cfg) = (self.target, self.cfg);
         let pool = self.pool.clone();
         let urgent = guard.freezes();
