@@ -21,10 +21,7 @@ use crate::host::btrfs::{self, Layout};
 use crate::support::error::{Error, Result};
 
 use super::extents::{Extent, push_merged};
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use super::lock;
 
 /// The chunk map, read again in every window.
 pub(crate) type SharedLayout = Arc<Mutex<Layout>>;

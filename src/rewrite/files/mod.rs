@@ -38,6 +38,11 @@ mod select;
 use plan::FilesPlan;
 use run::FileRun;
 
+/// The maps' lock, whether or not an earlier holder panicked.
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// `reseq rewrite FILE|DIR...`: plans, then (unless a dry run) executes. The depth is
 /// chosen after the plan, over the bytes it rewrites.
 pub(crate) fn plan_and_execute(o: &RewriteOptions, quiet: bool, report: &mut Report) -> Result<()> {

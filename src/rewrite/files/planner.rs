@@ -34,13 +34,10 @@ use crate::support::error::{Error, Result};
 use crate::sys;
 
 use super::extents::{Extent, plan_extents, push_merged};
+use super::lock;
 
 /// This window's map, ascending by virtual offset.
 pub(crate) type Map = Arc<Mutex<Vec<Extent>>>;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// One file of the run, and what happened to it.
 #[derive(Default)]
