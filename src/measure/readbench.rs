@@ -457,14 +457,6 @@ pub(crate) const RE_READ_RATIO: f64 = 2.0;
 /// Bytes read twice by the re-read test.
 pub(crate) const RE_READ_SAMPLE: u64 = 32 << 20;
 
-/// The block device a source reads from: the device itself, or for a file, the device
-/// its filesystem is on.
-fn block_device_under(path: &Path) -> Option<u64> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let md = std::fs::metadata(path).ok()?;
-    Some(if md.file_type().is_block_device() { md.rdev() } else { md.dev() })
-}
-
 /// The block device under a file or directory (`/dev/NAME`), for reading around it;
 /// None for a device, a simulated SSD, or a filesystem on no block device (tmpfs).
 pub(crate) fn device_around(path: &Path) -> Option<std::path::PathBuf> {
@@ -473,7 +465,7 @@ pub(crate) fn device_around(path: &Path) -> Option<std::path::PathBuf> {
     if md.file_type().is_block_device() {
         return None;
     }
-    let dev = block_device_under(path)?;
+    let dev = sys::block::block_device_under(path)?;
     let uevent = std::fs::read_to_string(format!(
         "/sys/dev/block/{}:{}/uevent",
         nix::sys::stat::major(dev),
@@ -496,7 +488,8 @@ fn loop_direct_io(dev: u64) -> Option<bool> {
 /// Of several sources: without direct I/O if any is, with it if all are. (Thousands of
 /// files sit on a device or two: each device is looked up once.)
 fn loop_direct_io_of(sources: &[Source]) -> Option<bool> {
-    let devs: std::collections::BTreeSet<Option<u64>> = sources.iter().map(|s| block_device_under(&s.path)).collect();
+    let devs: std::collections::BTreeSet<Option<u64>> =
+        sources.iter().map(|s| sys::block::block_device_under(&s.path)).collect();
     let all: Vec<Option<bool>> = devs.into_iter().map(|d| d.and_then(loop_direct_io)).collect();
     if all.contains(&Some(false)) {
         return Some(false);
@@ -514,7 +507,8 @@ pub(crate) const EMULATED_DISK_EFFECT: f64 = 2.0;
 /// Why the disk under any of `sources` is one a hypervisor emulates, if it is.
 fn emulated_disk_of(sources: &[Source]) -> Option<String> {
     let sysfs = crate::host::device::Sysfs::default();
-    let devs: std::collections::BTreeSet<u64> = sources.iter().filter_map(|s| block_device_under(&s.path)).collect();
+    let devs: std::collections::BTreeSet<u64> =
+        sources.iter().filter_map(|s| sys::block::block_device_under(&s.path)).collect();
     devs.into_iter().find_map(|d| sysfs.emulated_disk(&sysfs.name_of(crate::host::devnum::dev_num(d))?.0, 0))
 }
 

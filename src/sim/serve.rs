@@ -100,9 +100,7 @@ pub(crate) struct ServedStats {
 /// The counters of the drive served under `path` (a loop device on `MOUNTDIR/disk`, or a
 /// file on a filesystem on one), or None when it is not an emulated drive.
 pub(crate) fn served_stats_of(path: &Path) -> Option<ServedStats> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let md = std::fs::metadata(path).ok()?;
-    let dev = if md.file_type().is_block_device() { md.rdev() } else { md.dev() };
+    let dev = crate::sys::block::block_device_under(path)?;
     let (major, minor) = (nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
     let sys = std::fs::canonicalize(format!("/sys/dev/block/{major}:{minor}")).ok()?;
     let backing = std::fs::read_to_string(sys.join("loop/backing_file")).ok()?;

@@ -1,6 +1,6 @@
-//! Block devices and direct I/O: sizes and read-only flags (BLK* ioctls), direct-I/O alignment
-//! (statx), O_DIRECT and exclusive opens, positioned reads, write-back of a range, and a loop
-//! device's backing file (LOOP_GET_STATUS64).
+//! Block devices and direct I/O: the device under a path, sizes and read-only flags
+//! (BLK* ioctls), direct-I/O alignment (statx), O_DIRECT and exclusive opens, positioned
+//! reads, write-back of a range, and a loop device's backing file (LOOP_GET_STATUS64).
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
@@ -16,6 +16,14 @@ nix::ioctl_read!(ioctl_blkgetsize64, 0x12, 114, u64);
 nix::ioctl_read_bad!(ioctl_blkroget, nix::request_code_none!(0x12, 94), libc::c_int);
 // include/uapi/linux/fs.h: `#define BLKSSZGET _IO(0x12,104)` (writes an int).
 nix::ioctl_read_bad!(ioctl_blksszget, nix::request_code_none!(0x12, 104), libc::c_int);
+
+/// The block device a path reads from: the device itself, or for a file, the device its
+/// filesystem is on.
+pub(crate) fn block_device_under(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let md = std::fs::metadata(path).ok()?;
+    Some(if md.file_type().is_block_device() { md.rdev() } else { md.dev() })
+}
 
 /// Size of a block device in bytes (BLKGETSIZE64).
 pub(crate) fn blk_size_bytes(fd: BorrowedFd<'_>) -> nix::Result<u64> {
