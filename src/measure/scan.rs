@@ -96,9 +96,7 @@ pub(crate) fn scan(
         params: params.clone(),
         reference_bytes_per_second: reference,
         threshold,
-        regions: (0..bounds.len())
-            .map(|i| scanned_region(target, bounds[i], &places[i], slow[i]).with_index(i))
-            .collect(),
+        regions: (0..bounds.len()).map(|i| scanned_region(target, i, bounds[i], &places[i], slow[i])).collect(),
         slow_regions: slow.iter().filter(|x| **x).count(),
         sureness,
         host_pressure: watch.host_pressure(target),
@@ -114,8 +112,8 @@ fn unsettled(p: &[noise::Place], threshold: f64) -> Vec<bool> {
     p.iter().map(|x| x.best() < threshold * reference || (!x.zeros && x.worst() >= quarter)).collect()
 }
 
-/// One region of a scan, at its fastest reading.
-fn scanned_region(target: &Target, (off, len): (u64, u64), p: &noise::Place, slow: bool) -> Region {
+/// Region `index` of a scan, at its fastest reading.
+fn scanned_region(target: &Target, index: usize, (off, len): (u64, u64), p: &noise::Place, slow: bool) -> Region {
     let device_ranges = match target {
         Target::Real(s) if s.len() == 1 && s[0].in_use.is_some() => {
             s[0].device_ranges(off, len).into_iter().map(|(o, l)| [o, l]).collect()
@@ -124,6 +122,7 @@ fn scanned_region(target: &Target, (off, len): (u64, u64), p: &noise::Place, slo
     };
     let best = p.best();
     Region {
+        index,
         offset_bytes: off,
         length_bytes: len,
         seconds: len as f64 / best.max(f64::MIN_POSITIVE),
@@ -131,14 +130,6 @@ fn scanned_region(target: &Target, (off, len): (u64, u64), p: &noise::Place, slo
         slow,
         device_ranges,
         readings_bytes_per_second: if p.rates.len() > 1 { p.rates.clone() } else { Vec::new() },
-        ..Region::default()
-    }
-}
-
-impl Region {
-    fn with_index(mut self, index: usize) -> Region {
-        self.index = index;
-        self
     }
 }
 
