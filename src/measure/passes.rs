@@ -196,14 +196,31 @@ pub(crate) fn nvme_smart(name: &str, parent: Option<&str>) -> Option<(u64, u64)>
 /// How long `smartctl` may take to read a drive's counters.
 const SMARTCTL_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Write-cost counters at one moment.
-pub(crate) struct CostSnapshot {
+/// What the host writes to a device during a run, and the wear its SMART counters show
+/// (NVMe): the counters at the start of a run, compared with those at its end.
+pub(crate) struct Cost {
+    name: String,
+    parent: Option<String>,
     host: Option<u64>,
     smart: Option<(u64, u64)>,
 }
 
-pub(crate) fn snapshot(name: &str, parent: Option<&str>) -> CostSnapshot {
-    CostSnapshot { host: host_bytes_written(name), smart: nvme_smart(name, parent) }
+impl Cost {
+    pub(crate) fn start(name: &str, parent: Option<&str>) -> Cost {
+        let (host, smart) = (host_bytes_written(name), nvme_smart(name, parent));
+        Cost { name: name.into(), parent: parent.map(Into::into), host, smart }
+    }
+
+    pub(crate) fn end(self) -> WriteCost {
+        let after = Cost::start(&self.name, self.parent.as_deref());
+        WriteCost {
+            host_bytes_written: self.host.zip(after.host).map(|(a, b)| b.saturating_sub(a)),
+            nvme_data_units_written_before: self.smart.map(|s| s.0),
+            nvme_data_units_written_after: after.smart.map(|s| s.0),
+            nvme_percentage_used_before: self.smart.map(|s| s.1),
+            nvme_percentage_used_after: after.smart.map(|s| s.1),
+        }
+    }
 }
 
 /// The cost of runs one after another (file mode's filesystems): the host's bytes
@@ -218,16 +235,6 @@ pub(crate) fn add_cost(total: Option<WriteCost>, next: WriteCost, same_drive: bo
         nvme_data_units_written_after: smart(next.nvme_data_units_written_after, t.nvme_data_units_written_after),
         nvme_percentage_used_before: smart(t.nvme_percentage_used_before, next.nvme_percentage_used_before),
         nvme_percentage_used_after: smart(next.nvme_percentage_used_after, t.nvme_percentage_used_after),
-    }
-}
-
-pub(crate) fn write_cost(before: &CostSnapshot, after: &CostSnapshot) -> WriteCost {
-    WriteCost {
-        host_bytes_written: before.host.zip(after.host).map(|(a, b)| b.saturating_sub(a)),
-        nvme_data_units_written_before: before.smart.map(|s| s.0),
-        nvme_data_units_written_after: after.smart.map(|s| s.0),
-        nvme_percentage_used_before: before.smart.map(|s| s.1),
-        nvme_percentage_used_after: after.smart.map(|s| s.1),
     }
 }
 

@@ -37,6 +37,7 @@ use crate::host::shape::{Shape, ShapeCheck};
 use crate::host::state_dir::DeviceLock;
 use crate::host::window_checks::{Checked, WindowCheck};
 use crate::host::writers_check::WritersCheck;
+use crate::measure::passes::Cost;
 use crate::options::rewrite::RewriteOptions;
 use crate::rewrite::checks;
 use crate::support::error::{Error, Result};
@@ -75,27 +76,6 @@ impl Drop for LowIoPriority {
         if let Some(v) = self.0 {
             let _ = sys::process::set_io_priority(v);
         }
-    }
-}
-
-/// What the host writes to a device during a run, and the wear its SMART counters show
-/// (NVMe): taken around the engine in both modes, with or without `--bench`.
-pub(crate) struct Cost {
-    name: String,
-    parent: Option<String>,
-    before: crate::measure::passes::CostSnapshot,
-}
-
-impl Cost {
-    pub(crate) fn start(dev: &BlockDeviceInfo) -> Cost {
-        let (name, parent) = (dev.identity.name.clone(), dev.parent_disk.clone());
-        let before = crate::measure::passes::snapshot(&name, parent.as_deref());
-        Cost { name, parent, before }
-    }
-
-    pub(crate) fn end(self) -> crate::measure::passes::WriteCost {
-        let after = crate::measure::passes::snapshot(&self.name, self.parent.as_deref());
-        crate::measure::passes::write_cost(&self.before, &after)
     }
 }
 
@@ -193,7 +173,8 @@ pub(crate) fn windows<'g, S, R>(
     engine: impl FnOnce(&mut S, &mut dyn WindowGuard) -> R,
 ) -> Result<Windows<S, R>> {
     let mut guard = guardian()?;
-    let cost = Cost::start(dev);
+    // Around the engine in both modes, with or without `--bench`.
+    let cost = Cost::start(&dev.identity.name, dev.parent_disk.as_deref());
     let mut prepared = prepare()?;
     let low = LowIoPriority::set();
     let ran = engine(&mut prepared, guard.as_mut());
