@@ -318,7 +318,7 @@ pub(crate) fn freeze_order(
     filesystems: Vec<MountedFs>,
     env: &crate::host::in_use::Environment,
 ) -> Result<crate::host::freeze_order::FreezeOrder> {
-    if hooks::freeze_in_mount_order() {
+    if hooks::flag("mount-order") {
         return Ok(crate::host::freeze_order::FreezeOrder { filesystems, reasons: Vec::new() });
     }
     crate::host::freeze_order::order(filesystems, &env.mounts, &env.sysfs).map_err(|cycle| {
@@ -331,7 +331,7 @@ pub(crate) fn freeze_order(
 
 /// A spinning disk has no FTL to re-sequence: refused, or with --force a warning.
 pub(crate) fn not_rotational(dev: &BlockDeviceInfo, force: bool) -> Result<Option<String>> {
-    let medium = if hooks::pretend_rotational() { Medium::Rotational("test hook".into()) } else { dev.medium.clone() };
+    let medium = if hooks::flag("rotational") { Medium::Rotational("test hook".into()) } else { dev.medium.clone() };
     let Medium::Rotational(why) = &medium else { return Ok(None) };
     let msg = format!(
         "{} is a rotational disk ({why}): a spinning disk has no FTL to re-sequence, so this only costs time",

@@ -54,9 +54,8 @@ mod imp {
         Mark(String, u64, String),
         Kill(String, u64),
         Panic(String, u64),
-        EbusyOpen,
-        Rotational,
-        MountOrder,
+        /// `ebusy-open`, `rotational`, `mount-order`.
+        Flag(String),
         Slow(u64, u64, u64),
         SlowFile(String, u64),
         /// `trial-from=SIZE`, `trial-stretch=SIZE`.
@@ -89,9 +88,7 @@ mod imp {
         }
         let (kind, rest) = rule.split_once('@').unwrap_or((rule, ""));
         match kind {
-            "ebusy-open" if rest.is_empty() => Rule::EbusyOpen,
-            "rotational" if rest.is_empty() => Rule::Rotational,
-            "mount-order" if rest.is_empty() => Rule::MountOrder,
+            "ebusy-open" | "rotational" | "mount-order" if rest.is_empty() => Rule::Flag(kind.to_string()),
             "read-error" => Rule::Io(IoOp::Read, num(rest)),
             "write-error" => Rule::Io(IoOp::Write, num(rest)),
             "corrupt" => Rule::Corrupt(num(rest)),
@@ -183,7 +180,7 @@ mod imp {
     }
 
     pub(crate) fn open_error(mounted: bool) -> std::io::Result<()> {
-        if mounted && state().rules.iter().any(|r| matches!(r, Rule::EbusyOpen)) {
+        if mounted && flag("ebusy-open") {
             return Err(std::io::Error::from_raw_os_error(nix::libc::EBUSY));
         }
         Ok(())
@@ -197,12 +194,9 @@ mod imp {
         })
     }
 
-    pub(crate) fn pretend_rotational() -> bool {
-        state().rules.iter().any(|r| matches!(r, Rule::Rotational))
-    }
-
-    pub(crate) fn freeze_in_mount_order() -> bool {
-        state().rules.iter().any(|r| matches!(r, Rule::MountOrder))
+    /// Whether a rule named `name` is set (`ebusy-open`, `rotational`, `mount-order`).
+    pub(crate) fn flag(name: &str) -> bool {
+        state().rules.iter().any(|r| matches!(r, Rule::Flag(n) if n == name))
     }
 
     pub(crate) fn read_delay(path: &std::path::Path, offset: u64, len: u64) {
@@ -237,11 +231,7 @@ mod imp {
         None
     }
     #[inline(always)]
-    pub(crate) fn pretend_rotational() -> bool {
-        false
-    }
-    #[inline(always)]
-    pub(crate) fn freeze_in_mount_order() -> bool {
+    pub(crate) fn flag(_: &str) -> bool {
         false
     }
     #[inline(always)]
