@@ -199,23 +199,14 @@ fn print_simulation(r: Result<simulate::Experiment>, json: bool) -> std::process
     finish(r.map(|e| show(&e, json, e.to_text())))
 }
 
+/// Says a command's error, if any, and gives its exit code.
 fn finish(result: Result<()>) -> std::process::ExitCode {
-    let code = exit_code(&result);
-    if let Err(e) = result {
-        say(crate::support::error::error_chain(&e));
-    }
-    code
+    let Err(e) = result else { return ExitCode::Success.into() };
+    say(crate::support::error::error_chain(&e));
+    e.exit_code().into()
 }
 
 /// A message of reseq's own on stderr, wrapped at a terminal (`for_stderr`).
 fn say(message: impl std::fmt::Display) {
     eprint!("{}", for_stderr(&format!("reseq: {message}\n")));
-}
-
-/// The exit code of a command's outcome.
-fn exit_code(result: &Result<()>) -> std::process::ExitCode {
-    match result {
-        Ok(()) => ExitCode::Success.into(),
-        Err(e) => e.exit_code().into(),
-    }
 }
