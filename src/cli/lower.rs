@@ -14,10 +14,6 @@ use crate::options::sim::{Override, SimRange, SimRewrite, SimStep, SimulateOptio
 use crate::support::error::{Error, Result};
 use crate::support::units::parse_size;
 
-fn size(flag: &str, v: &str) -> Result<u64> {
-    parse_size(v).map_err(|e| Error::Usage(format!("{flag}: {e}")))
-}
-
 /// The `--bench-*` options of a rewrite.
 pub(crate) fn bench_options(o: &BenchOpts) -> BenchOptions {
     BenchOptions {
@@ -90,7 +86,7 @@ fn overrides(set: &[String]) -> Result<Vec<Override>> {
         .map(|o| {
             let (k, v) = o.split_once('=').ok_or_else(|| Error::Usage(format!("--set {o}: expected KEY=VALUE")))?;
             let value = if k.ends_with("_bytes") {
-                serde_json::json!(size(&format!("--set {k}"), v)?)
+                serde_json::json!(parse_size(v).map_err(|e| Error::Usage(format!("--set {k}: {e}")))?)
             } else {
                 serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_string()))
             };
