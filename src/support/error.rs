@@ -14,11 +14,11 @@ pub enum Error {
     Usage(String),
 
     /// Acting would be unsafe. Nothing has been written when this is returned.
-    #[error("refused: {reason}{}", hint_suffix(.hint))]
+    #[error("refused: {reason}{}", .hint.as_ref().map(|h| format!("\n  hint: {h}")).unwrap_or_default())]
     Refused { reason: String, hint: Option<String> },
 
     /// An I/O error. `offset` names the device offset when one was involved.
-    #[error("{context}{}", offset_suffix(*.offset))]
+    #[error("{context}{}", .offset.map(|o| format!(" at offset {o}")).unwrap_or_default())]
     Io {
         context: String,
         offset: Option<u64>,
@@ -167,10 +167,6 @@ fn rescue_suffix(rescue: &Option<String>) -> String {
     rescue.as_ref().map(|r| format!(". {r}")).unwrap_or_default()
 }
 
-fn hint_suffix(hint: &Option<String>) -> String {
-    hint.as_ref().map(|h| format!("\n  hint: {h}")).unwrap_or_default()
-}
-
 fn written_suffix(written: &[(u64, u64)]) -> String {
     if written.is_empty() {
         return "Nothing was written in that window".into();
@@ -217,10 +213,6 @@ fn risk_suffix(at_risk: &Option<Box<AtRisk>>) -> String {
             )
         }
     }
-}
-
-fn offset_suffix(offset: Option<u64>) -> String {
-    offset.map(|o| format!(" at offset {o}")).unwrap_or_default()
 }
 
 impl Error {
