@@ -131,9 +131,10 @@ impl EngineConfig {
         self.chunk_size.min((self.range_end - self.range_start).max(1))
     }
 
-    /// Bytes of aligned buffers the engine allocates with this shape.
+    /// Bytes of aligned buffers the engine allocates with this shape: its pool, and with
+    /// verification the buffer a read-back lands in.
     pub(crate) fn memory_bytes(&self) -> u64 {
-        memory_bytes(self.buffer_bytes(), self.read_ahead, self.verify)
+        (self.pool_size() as u64 + u64::from(self.verify)) * self.buffer_bytes()
     }
 
     /// What the engine allocates at most: during a trial, every shape's buffers (each
@@ -150,8 +151,13 @@ impl EngineConfig {
         std::iter::once(own.clone()).chain(others).collect()
     }
 
+    /// Buffers in the pool: the read-ahead, the one being written, the one being read by
+    /// the reader, and with verification the one awaiting its read-back. Serial: one.
     fn pool_size(&self) -> usize {
-        pool_size(self.read_ahead, self.verify)
+        match self.read_ahead {
+            0 => 1,
+            n => n + 2 + usize::from(self.verify),
+        }
     }
 
     /// Reads in flight at once: half the read-ahead (the other half is chunks read and
@@ -165,21 +171,6 @@ impl EngineConfig {
     /// No overlap at all (`--read-ahead 0`).
     pub(crate) fn serial(&self) -> bool {
         self.read_ahead == 0
-    }
-}
-
-/// Bytes of aligned buffers an engine run allocates with buffers of `buffer` bytes: its
-/// pool, and with verification the buffer a read-back lands in.
-pub(crate) fn memory_bytes(buffer: u64, read_ahead: usize, verify: bool) -> u64 {
-    (pool_size(read_ahead, verify) as u64 + u64::from(verify)) * buffer
-}
-
-/// Buffers in the pool: the read-ahead, the one being written, the one being read by the
-/// reader, and with verification the one awaiting its read-back. Serial: one.
-fn pool_size(read_ahead: usize, verify: bool) -> usize {
-    match read_ahead {
-        0 => 1,
-        n => n + 2 + usize::from(verify),
     }
 }
 
