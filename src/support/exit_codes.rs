@@ -1,7 +1,7 @@
 //! The exit codes of `reseq`, one per outcome a script must tell apart.
 //!
 //! They are part of the interface (cron jobs, systemd units and the Ansible role branch
-//! on them): never renumber one. The table is repeated in README.md and the man page.
+//! on them): never renumber one. The list is repeated in README.md and the man page.
 
 /// An exit status of the `reseq` process.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
