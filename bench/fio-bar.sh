@@ -13,6 +13,8 @@
 #   verified    (2 x read + write) / reseq         goal >= 1.0
 #   --no-verify (read + write) / reseq --no-verify goal >= 1.0
 #   ceiling     (read + write) / r+w               what overlap could buy on this device
+# and, for reseq's two parts, the CPU-seconds the whole machine was busy during a run and
+# that work packed on every CPU, none idle: a floor beside the bound, where the CPU limits.
 #   sudo bench/fio-bar.sh [ROUNDS] [SIZE_MIB] [disk|mem|sim]
 #     disk: image on /var/tmp (disk-backed; the goal is stated at 8 GiB and more),
 #     mem: on /dev/shm, sim: the emulated SSD (consumer-nvme, time scale 10)
@@ -62,14 +64,17 @@ best() {
   echo "$b"
 }
 fp() { awk "BEGIN{exit !($1)}"; }
-reseq_time() {
+# CPU-seconds the whole machine has spent busy so far (/proc/stat: all but idle and iowait).
+busy() { awk '/^cpu / {print ($2 + $3 + $4 + $7 + $8 + $9) / 100}' /proc/stat; }
+reseq_time() { # PART ARGS...: the wall time; the machine's busy CPU-seconds into c_PART
+  local part=$1 t0 t1 b0; shift
   settle
   rm -rf "$WORK/state"
-  local t0 t1
-  t0=$(date +%s.%N)
+  b0=$(busy); t0=$(date +%s.%N)
   "$RESEQ" -q rewrite "$DEV" --state-dir "$WORK/state" --json "$@" >"$WORK/last.json" 2>"$WORK/last.err" \
     || { cat "$WORK/last.err" >&2; exit 1; }
   t1=$(date +%s.%N)
+  echo "$(busy) - $b0" | bc -l >>"$WORK/c_$part"
   echo "$t1 - $t0" | bc -l
 }
 
@@ -84,8 +89,8 @@ for i in $(seq 1 "$ROUNDS"); do
       write) t=$(best write) ;;
       rw) read -r bs mem <"$WORK/shape_read" 2>/dev/null || { bs=16M; mem=malloc; }
           t=$(fio_time read "$bs" "$mem" write) ;;
-      verified) t=$(reseq_time) ;;
-      noverify) t=$(reseq_time --no-verify) ;;
+      verified) t=$(reseq_time verified) ;;
+      noverify) t=$(reseq_time noverify --no-verify) ;;
     esac
     echo "$t" >>"$WORK/t_$p"
     line+=$(printf ' %s %.2f s' "$p" "$t")
@@ -101,3 +106,13 @@ printf 'verified:    (2 x read + write) / reseq = %.2f (goal >= 1.0)\n' "$(echo 
 printf -- '--no-verify: (read + write) / reseq     = %.2f (goal >= 1.0)\n' "$(echo "($r + $w) / $n" | bc -l)"
 printf 'ceiling:     (read + write) / r+w       = %.2f (what overlapping reads and writes can buy here)\n' \
   "$(echo "($r + $w) / $rw" | bc -l)"
+# Where the CPU is the limit (the memory-backed device: the loop worker copies every byte,
+# and reseq hashes it twice), the work of a run packed on every CPU with none idle is a
+# floor no pipeline goes below: against the bound it says whether the goal is in reach.
+cpus=$(nproc)
+for p in verified noverify; do
+  c=$(median <"$WORK/c_$p")
+  bound=$([ "$p" = verified ] && echo "2 * $r + $w" || echo "$r + $w")
+  printf 'cpu %-9s %.1f CPU-s busy (median), %.2f of %d CPUs; packed on all: %.2f s, bound %.2f s\n' \
+    "$p:" "$c" "$(echo "$c / $(m "$p")" | bc -l)" "$cpus" "$(echo "$c / $cpus" | bc -l)" "$(echo "$bound" | bc -l)"
+done
