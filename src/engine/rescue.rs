@@ -8,7 +8,7 @@
 //! refuses to go on while the device differs from a rescue copy (it would read the torn
 //! bytes and bless them as the data), and `reseq restore FILE` puts the copy back.
 //!
-//! Format: one JSON header line padded with spaces to [`HEADER_BYTES`], then the bytes.
+//! Format: one JSON header line padded with spaces to `HEADER_BYTES`, then the bytes.
 //! The padding keeps the data aligned for direct I/O and the header readable with `head`.
 
 use std::io::Write;

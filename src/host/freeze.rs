@@ -1,8 +1,8 @@
 //! Freeze windows: the [`WindowGuard`]s that freeze.
 //!
-//! The seam itself ([`WindowGuard`], [`NoFreeze`]) is the engine's, in
-//! [`crate::engine::guard`]; here is [`GuardedFreeze`], which freezes through the
-//! [guardian](crate::host::guardian). The check of other writers and swap every window
+//! The seam itself ([`WindowGuard`], [`NoFreeze`](crate::engine::guard::NoFreeze)) is the
+//! engine's, in [`crate::engine::guard`]; here is [`GuardedFreeze`], which freezes through
+//! the [guardian](crate::host::guardian). The check of other writers and swap every window
 //! runs is `host::writers_check`.
 
 use std::os::fd::OwnedFd;

@@ -77,8 +77,8 @@ pub(crate) struct EmulatedDrive {
 
 /// The share of the passes' time the replies of an emulated drive may be late by, in
 /// sum, before a verdict on it is unreliable. Lateness slows a benchmark by at most this
-/// share; faking the x[`MIN_EFFECT`] a verdict needs would take a third. Measured on the
-/// shared 2-core VM at load average 4: 0.03 to 0.07.
+/// share; faking the x[`MIN_EFFECT`](crate::measure::verdict::MIN_EFFECT) a verdict needs
+/// would take a third. Measured on the shared 2-core VM at load average 4: 0.03 to 0.07.
 pub(crate) const LATE_SHARE: f64 = 0.20;
 
 /// The emulated drive under the first source of `target`, if any.

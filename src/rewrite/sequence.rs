@@ -13,7 +13,7 @@
 //!    before it leaves the last run's record as it was.
 //! 5. to 7., one call in both modes, [`windows`]:
 //! 5. [`guardian`]: forked while this process has one thread, told the target and then
-//!    the journal; wrapped in the checks of every window ([`checked`]). The host's writes
+//!    the journal; wrapped in the checks of every window ([`checks`](fn@checks)). The host's writes
 //!    to the device are counted from here ([`Cost`]).
 //! 6. `engine::run`, configured by [`engine_config`] in both modes, at a low I/O priority
 //!    ([`LowIoPriority`]: its threads only; not the guardian's, nor the benchmarks').

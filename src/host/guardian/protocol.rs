@@ -31,7 +31,8 @@ pub(super) const THAW_OVERRAN: u32 = 1;
 pub(super) const THAW_LOST: u32 = 2;
 pub(super) const THAW_FOREIGN: u32 = 4;
 
-/// The guardian's first message, unasked: what [`Hardening::get`] could arrange.
+/// The guardian's first message, unasked: what
+/// [`Hardening::get`](crate::host::hardening::Hardening::get) could arrange.
 pub(super) const OP_HELLO: u8 = 8;
 /// Is the window's freeze still ours, and has it been since the window began? Asked
 /// when the written-sectors counters grew by more than reseq wrote: growth only means

@@ -1,8 +1,8 @@
-//! Renderings of a [`Report`], one module per format: text for people ([`text`]), JSON
-//! for scripts, Markdown for a ticket ([`markdown`]), a self-contained HTML page with SVG
-//! charts for a change record ([`html`], [`svg`]), and Prometheus textfile metrics for
-//! node_exporter ([`prometheus`]). Renderers read the report; the report knows none of
-//! them.
+//! Renderings of a [`Report`], one module per format: text for people
+//! ([`text`](mod@text)), JSON for scripts, Markdown for a ticket ([`markdown`]), a
+//! self-contained HTML page with SVG charts for a change record ([`html`], [`svg`]), and
+//! Prometheus textfile metrics for node_exporter ([`prometheus`](mod@prometheus)).
+//! Renderers read the report; the report knows none of them.
 
 mod cold;
 mod html;
