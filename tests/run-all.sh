@@ -153,7 +153,10 @@ trap 'stop_step; rm -rf "$logs" "$guest_log"; kill "$guest_build" 2>/dev/null ||
 # part); a lint that fails fails the run, after the tests.
 lints=ok
 step cargo clippy --all-targets --features fault-injection -- -D warnings || { status=$?; lints=FAILED; }
-took "clippy (the VM beside it)"
+# Every intra-doc link resolves, private items' too: a renamed item leaves no dead link.
+step env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --features fault-injection \
+  || { status=$?; lints=FAILED; }
+took "clippy and rustdoc (the VM beside it)"
 step bash -o pipefail -c 'cargo test --features fault-injection 2>&1 | tee "$0"' "$logs/cargo" || status=$?
 took "cargo test (run, the VM beside it)"
 touch "$RESEQ_VM_SECOND"
@@ -183,7 +186,7 @@ sort -rn "$RESEQ_EXCLUSIVE_LOG" | head -5 | awk '{ printf "time:   %6.1f s %s\n"
 sort "$RESEQ_SKIP_LOG" | awk -F': ' '!seen[$1]++ { print "skipped: " $0 }'
 sed -n 's/^\(vm_[a-z0-9_]*\) \.\.\. skipped (\(.*\))$/skipped: \1: \2/p' "$logs/vm"
 # Every failure by name, from both runners (and the lints).
-[ "$lints" = ok ] || echo "failed: clippy (its warnings are above the tests' output)"
+[ "$lints" = ok ] || echo "failed: clippy or rustdoc (their warnings are above the tests' output)"
 sed -n -e 's/^test \([^ ]*\) \.\.\. FAILED.*/failed: \1/p' -e 's/^\(vm_[a-z0-9_]*\) \.\.\. FAILED.*/failed: \1/p' \
   "$logs/cargo" "$logs/vm"
 self_skipped=$(awk -F': ' '!seen[$1]++' "$RESEQ_SKIP_LOG" | wc -l)
