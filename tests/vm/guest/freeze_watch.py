@@ -121,7 +121,11 @@ def act(dev, secs, main, judge, *cmd):
         time.sleep(EVERY)
     start = time.time()
     if cmd[0] == "cgroup-write":
-        cgroup_write(main, *cmd[1:])
+        try:
+            cgroup_write(main, *cmd[1:])
+        except OSError as e:  # reseq gone first: a failed action, not "no window"
+            print(f"cgroup-write: {e}", file=sys.stderr)
+            return 11
         p = None
     else:
         p = subprocess.Popen(cmd, stdout=sys.stderr)
