@@ -99,6 +99,12 @@ pub(crate) struct HostPressure {
     pub(crate) io_some: f64,
 }
 
+/// CPU pressure from which a host is too busy for a sample to tell slow data from its
+/// load ([`Sureness::effect_needed`](crate::measure::noise::Sureness::effect_needed)).
+/// Seen on a 2-core host while `estimate` read a loop device: 0.04-0.07 alone, 0.21-0.44
+/// under `bench/load.sh`, 0.4-0.6 with the whole test suite running.
+pub(crate) const BUSY_CPU: f64 = 0.15;
+
 /// `some total=` (microseconds) of /proc/pressure/KIND.
 fn psi_total(kind: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/pressure/{kind}")).ok()?;
@@ -184,6 +190,14 @@ impl Watch {
             (Some(cpu_some), Some(io_some)) if !target.is_virtual() => Some(HostPressure { cpu_some, io_some }),
             _ => None,
         }
+    }
+
+    /// The CPU pressure since the start, where it reached [`BUSY_CPU`]. Never for an
+    /// emulated drive: its model keeps the time, and a late reply is what makes its reads
+    /// unreliable ([`LATE_SHARE`]).
+    pub(crate) fn busy(&self, target: &Target) -> Option<f64> {
+        let cpu = self.host_pressure(target).map(|p| p.cpu_some);
+        cpu.filter(|&c| c >= BUSY_CPU && self.served.is_none())
     }
 
     /// The emulated drive's replies since the start, over `read_seconds` of reads.
