@@ -128,18 +128,17 @@ step bash -o pipefail -c 'cargo test --features fault-injection --no-run 2>&1 | 
 took "cargo test (build)"
 
 # The VM tests (tests/vm/run.sh): real LVM, thin pools, dm-crypt, md RAID and systemd as
-# PID 1, in a Debian 12 guest under qemu, since this kernel may have no device-mapper
-# and no md. The guest is built once and cached in /var/cache/reseq-vm; the binary
-# handed to it is the one `cargo test` built. They run whatever the Rust tests say (one
-# failure there must not hide sixteen here), in the background: a Rust test that
-# measures (tests/it/common `exclusive`) stops the guest through its QMP socket while it
-# measures, and continues it after (the guest's clock stops with it).
+# PID 1, in two Debian 12 guests under qemu that share out the scenarios, since this
+# kernel may have no device-mapper and no md. The guest is built once and cached in
+# /var/cache/reseq-vm; the binary handed to it is the one `cargo test` built. They run
+# whatever the Rust tests say (one failure there must not hide sixteen here), in the
+# background: a Rust test that measures (tests/it/common `exclusive`) stops the guests
+# through their QMP sockets while it measures, and continues them after (a guest's clock
+# stops with it).
 wait "$guest_build" || sed 's/^/guest build (background): /' "$guest_log" >&2
 took "waiting for the VM guest"
 bin="${CARGO_TARGET_DIR:-target}/debug/reseq"
-export RESEQ_VM_QMP=$logs/qmp.sock
-# When the Rust tests end, a second guest takes the scenarios the first has not begun.
-export RESEQ_VM_SECOND=$logs/rust-done
+export RESEQ_VM_QMP=$logs/qmp
 t_vm=$(date +%s)
 if [ "$status" = 0 ] && [ -x "$bin" ]; then
   RESEQ_BIN="$bin" bash tests/vm/run.sh >"$logs/vm" 2>&1 &
@@ -159,15 +158,16 @@ step env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items
 took "clippy and rustdoc (the VM beside it)"
 step bash -o pipefail -c 'cargo test --features fault-injection 2>&1 | tee "$0"' "$logs/cargo" || status=$?
 took "cargo test (run, the VM beside it)"
-touch "$RESEQ_VM_SECOND"
-# A test binary killed while it held the guest stopped would leave it so.
-python3 - "$RESEQ_VM_QMP" <<'PY' 2>/dev/null || true
+# A test binary killed while it held the guests stopped would leave them so.
+for sock in "$RESEQ_VM_QMP"/*.sock; do
+  python3 - "$sock" <<'PY' 2>/dev/null || true
 import json, socket, sys
 s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(sys.argv[1]); f = s.makefile('rw')
 f.readline()
 for c in ('qmp_capabilities', 'cont'):
     f.write(json.dumps({'execute': c}) + '\n'); f.flush(); f.readline()
 PY
+done
 if [ -n "$vm" ]; then wait "$vm" || status=$?; else status=1; fi
 cat "$logs/vm"
 echo "vm: the guest ran $(( $(date +%s) - t_vm )) s from its start, beside the Rust tests"

@@ -12,8 +12,8 @@
 # guest's own watchdog ends its run 3600 s after boot), RESEQ_VM_SCENARIO_TIMEOUT
 # (seconds per scenario, default 240), RESEQ_VM_FLEET_TIMEOUT (the fleet scenario's,
 # default 480), RESEQ_VM_SCALE_TIMEOUT (a scale_ scenario's, default 900),
-# RESEQ_VM_QMP (a path: a QMP socket there, see below),
-# RESEQ_VM_SECOND (a path: a second guest boots when a file appears there, see below),
+# RESEQ_VM_QMP (a directory: each guest's QMP socket there, see below),
+# RESEQ_VM_GUESTS (1 or 2, the default: a second guest shares out the scenarios, see below),
 # RESEQ_VM_KEEP=1 keeps the share (logs, reports) for a look afterwards; RESEQ_VM_LOGS=1
 # prints the log of every scenario, passed ones too.
 # The fleet scenario also needs, on this host: cargo-deb (the .deb it installs),
@@ -40,7 +40,7 @@ else
   done
 fi
 # The fleet scenario first: the longest, and it needs the first guest's network, so a
-# second guest (RESEQ_VM_SECOND, below) shares out the short ones after it.
+# second guest (RESEQ_VM_GUESTS, below) shares out the short ones beside it.
 if printf '%s\n' "${scenarios[@]}" | grep -qx fleet; then
   mapfile -t scenarios < <(echo fleet; printf '%s\n' "${scenarios[@]}" | grep -vx fleet)
 fi
@@ -96,17 +96,19 @@ if $fleet; then extra=$fleet_timeout; fi
 # A scale_ scenario's own timeout, as much again for the boot.
 scale_timeout=${RESEQ_VM_SCALE_TIMEOUT:-900}
 for s in "${scenarios[@]}"; do [[ $s != scale_* ]] || extra=$(( extra + scale_timeout )); done
-# RESEQ_VM_QMP: a QMP socket at that path, through which the Rust tests that measure
-# stop the guest while they do (tests/run-all.sh runs both side by side); its clock stops
-# too, but this host's timeout runs on: it allows as long again for the pauses.
+# RESEQ_VM_QMP: a directory where each guest has its QMP socket (guest-G.sock), through
+# which the Rust tests that measure stop every guest while they do (tests/run-all.sh runs
+# both side by side); its clock stops too, but this host's timeout runs on: it allows as
+# long again for the pauses.
 # Beside them, the emulator runs at nice 10: its two busy vCPU threads took the CPU the
 # Rust tests' freeze windows need (under bench/load.sh, 21 tests failed with windows
 # overrunning their 300-500 ms deadlines, exit 7); the guest takes what they leave.
-qmp=()
+qmp() { :; }
 pausable=0
 nice=()
 if [ -n "${RESEQ_VM_QMP:-}" ]; then
-  qmp=(-qmp "unix:$RESEQ_VM_QMP,server=on,wait=off")
+  mkdir -p "$RESEQ_VM_QMP"
+  qmp() { echo -qmp "unix:$RESEQ_VM_QMP/guest-$1.sock,server=on,wait=off"; }
   pausable=1
   nice=(nice -n 10)
 fi
@@ -303,31 +305,25 @@ guest_qemu() { # G TIMEOUT ARGS...
     -virtfs "local,path=$share,mount_tag=vmshare,security_model=none,id=vmshare" "$@"
 }
 
-# RESEQ_VM_SECOND (a path): when a file appears there (tests/run-all.sh: the Rust tests
-# ended), a second guest boots and takes the scenarios the first has not claimed yet
-# (guest/run.sh), if two or more are left besides the fleet's. Two emulators then share
-# the CPU the Rust tests have let go of; the first guest's scenarios stay where they are.
+# RESEQ_VM_GUESTS=2 (the default): a second guest boots beside the first and takes the
+# scenarios the first has not claimed (guest/run.sh), when 3 or more are to run besides
+# the fleet's (booting costs half a minute of CPU). The first guest alone kept 1.0 of
+# this host's 2 CPUs busy beside the Rust tests, which left 0.2-0.4 idle; the VM tests,
+# the suite's longest part, ended 220 s after the Rust tests.
 second=
-if [ -n "${RESEQ_VM_SECOND:-}" ]; then
+left=0
+for s in "${scenarios[@]}"; do [ "$s" = fleet ] || left=$((left + 1)); done
+if [ "${RESEQ_VM_GUESTS:-2}" = 2 ] && [ "$left" -ge 3 ]; then
   (
-    # The first guest ended (or never booted): nothing to share.
-    until [ -e "$RESEQ_VM_SECOND" ]; do
-      [ ! -e "$work/first.done" ] || exit 0
-      sleep 1
-    done
-    left=0
-    for s in "${scenarios[@]}"; do
-      [ "$s" = fleet ] || [ -d "$share/results/claim-$s" ] || left=$((left + 1))
-    done
-    # Booting takes the first guest's CPU for half a minute: worth it for 3 or more.
-    [ "$left" -ge 3 ] || exit 0
     date +%s >"$work/second.start"
-    # Each scenario may take its whole timeout, two emulators sharing the CPU.
+    # Each scenario may take its whole timeout, two emulators sharing the CPU, and as
+    # long again for the Rust tests' pauses.
     # Signalled (run.sh's cleanup), the launcher stops its own guest: its child, not yet
     # reaped, so the PID is still that timeout's.
     t=
     trap '[ -z "$t" ] || { kill "$t" 2>/dev/null; wait "$t"; }; exit 143' TERM
-    guest_qemu 2 "$(( 240 + scenario_timeout * left ))" &
+    # shellcheck disable=SC2046
+    guest_qemu 2 "$(( (240 + scenario_timeout * left) * (1 + pausable) ))" $(qmp 2) &
     t=$!
     echo "$t" >"$work/timeout-2.pid"
     rc=0
@@ -341,13 +337,13 @@ echo "vm: booting the guest ($guest, accel $accel, ${#scenarios[@]} scenarios, $
 t_boot=$(date +%s)
 t_boot0=$t_boot
 set +e
-guest_qemu 1 "$boot_timeout" "${net[@]}" "${qmp[@]}" &
+# shellcheck disable=SC2046
+guest_qemu 1 "$boot_timeout" "${net[@]}" $(qmp 1) &
 qpid=$!
 wait "$qpid"
 qrc=$?
 qpid=
 t_boot=$(( $(date +%s) - t_boot ))
-touch "$work/first.done"
 if [ -n "$second" ]; then wait "$second"; second=; fi
 set -e
 guest_ok=true

@@ -56,26 +56,33 @@ pub fn swap_lock() -> std::sync::MutexGuard<'static, ()> {
 /// emulated drive's clock, or leaves something behind that breaks the others' tools.
 /// How long each holds it goes to `RESEQ_EXCLUSIVE_LOG` (tests/run-all.sh sums it up: the
 /// time the suite runs one test at a time).
-/// The VM tests' guest, run beside this suite by tests/run-all.sh, is paused for as long
-/// (`RESEQ_VM_QMP`: its QMP socket), so that it takes no CPU from what is measured.
-pub struct Exclusive(#[allow(dead_code)] Option<RwLockWriteGuard<'static, ()>>, Instant, Option<PausedVm>);
+/// The VM tests' guests, run beside this suite by tests/run-all.sh, are paused for as long
+/// (`RESEQ_VM_QMP`: the directory of their QMP sockets), so that they take no CPU from
+/// what is measured.
+pub struct Exclusive(#[allow(dead_code)] Option<RwLockWriteGuard<'static, ()>>, Instant, Vec<PausedVm>);
 
 pub fn exclusive() -> Exclusive {
     // A shared hold of this thread's own would deadlock the write lock: give it up first.
     HELD.with(|h| h.borrow_mut().take());
     let g = MACHINE.write().unwrap_or_else(|p| p.into_inner());
     HELD.with(|h| *h.borrow_mut() = Some(Held::Exclusive));
-    let vm = PausedVm::pause();
-    Exclusive(Some(g), Instant::now(), vm)
+    let vms = PausedVm::pause_all();
+    Exclusive(Some(g), Instant::now(), vms)
 }
 
-/// The VM guest stopped through QMP (its virtual clock stops with it: the guest sees no
-/// gap), continued when dropped. None where no guest runs.
+/// A VM guest stopped through QMP (its virtual clock stops with it: the guest sees no
+/// gap), continued when dropped.
 pub struct PausedVm(std::os::unix::net::UnixStream);
 
 impl PausedVm {
-    fn pause() -> Option<PausedVm> {
-        let path = std::env::var_os("RESEQ_VM_QMP")?;
+    /// Every guest with a socket in `RESEQ_VM_QMP` (none where no guest runs).
+    fn pause_all() -> Vec<PausedVm> {
+        let Some(dir) = std::env::var_os("RESEQ_VM_QMP") else { return Vec::new() };
+        let socks = std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path());
+        socks.filter(|p| p.extension().is_some_and(|x| x == "sock")).filter_map(|p| PausedVm::pause(&p)).collect()
+    }
+
+    fn pause(path: &Path) -> Option<PausedVm> {
         let stream = std::os::unix::net::UnixStream::connect(path).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
         let mut vm = PausedVm(stream);
@@ -120,7 +127,7 @@ impl Drop for PausedVm {
 
 impl Drop for Exclusive {
     fn drop(&mut self) {
-        self.2.take();
+        self.2.clear();
         HELD.with(|h| h.borrow_mut().take());
         if let Some(log) = std::env::var_os("RESEQ_EXCLUSIVE_LOG") {
             let name = std::thread::current().name().unwrap_or("?").to_string();
