@@ -139,6 +139,8 @@ wait "$guest_build" || sed 's/^/guest build (background): /' "$guest_log" >&2
 took "waiting for the VM guest"
 bin="${CARGO_TARGET_DIR:-target}/debug/reseq"
 export RESEQ_VM_QMP=$logs/qmp
+# When the Rust tests end: the VM scenarios that measure wait for it.
+export RESEQ_VM_QUIET=$logs/rust-done
 t_vm=$(date +%s)
 if [ "$status" = 0 ] && [ -x "$bin" ]; then
   RESEQ_BIN="$bin" bash tests/vm/run.sh >"$logs/vm" 2>&1 &
@@ -158,6 +160,7 @@ step env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items
 took "clippy and rustdoc (the VM beside it)"
 step bash -o pipefail -c 'cargo test --features fault-injection 2>&1 | tee "$0"' "$logs/cargo" || status=$?
 took "cargo test (run, the VM beside it)"
+touch "$RESEQ_VM_QUIET"
 # A test binary killed while it held the guests stopped would leave them so.
 for sock in "$RESEQ_VM_QMP"/*.sock; do
   python3 - "$sock" <<'PY' 2>/dev/null || true

@@ -14,6 +14,7 @@
 # default 480), RESEQ_VM_SCALE_TIMEOUT (a scale_ scenario's, default 900),
 # RESEQ_VM_QMP (a directory: each guest's QMP socket there, see below),
 # RESEQ_VM_GUESTS (1 or 2, the default: a second guest shares out the scenarios, see below),
+# RESEQ_VM_QUIET (a path: the scenarios that measure wait until a file appears there),
 # RESEQ_VM_KEEP=1 keeps the share (logs, reports) for a look afterwards; RESEQ_VM_LOGS=1
 # prints the log of every scenario, passed ones too.
 # The fleet scenario also needs, on this host: cargo-deb (the .deb it installs),
@@ -167,6 +168,7 @@ cp "$repo"/packaging/systemd/reseq@.service "$repo"/packaging/systemd/reseq@.tim
   echo "SCENARIO_TIMEOUT=$scenario_timeout"
   echo "FLEET_TIMEOUT=$fleet_timeout"
   echo "SCALE_TIMEOUT=$scale_timeout"
+  echo "WAIT_QUIET=$([ -n "${RESEQ_VM_QUIET:-}" ] && echo 1 || echo 0)"
   echo "export RESEQ_VM_SLACK=$([ "$accel" = tcg ] && echo 1.5 || echo 0.3)"
 } >"$share/params"
 # The fleet scenario: the .deb the playbook installs (cargo deb, of the binary under
@@ -247,6 +249,12 @@ disks_of() { # PREFIX: sets disks
       if [ -f "$img" ]; then sync "$img"; dd if="$img" iflag=nocache count=0 status=none; fi
       rm -f "$req"; touch "$share/results/drop-$n.done"
     done
+    # RESEQ_VM_QUIET: tests/run-all.sh's Rust tests have ended (guest/run.sh waits for it
+    # before a scenario that measures by the clock: the host's load moved the guest's
+    # reads x3 between a benchmark's before and after, two guests and the tests beside).
+    if [ -n "${RESEQ_VM_QUIET:-}" ] && [ -e "$RESEQ_VM_QUIET" ] && [ ! -e "$share/results/quiet" ]; then
+      touch "$share/results/quiet"
+    fi
   done
 ) &
 dropper=$!

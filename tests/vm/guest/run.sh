@@ -25,6 +25,8 @@ t0=$(date +%s.%N)
 echo "reseq-vm: guest $g, kernel $(uname -r), systemd $(systemctl --version | sed -n '1s/systemd \([0-9]*\).*/\1/p'), scenarios: $SCENARIOS" >&2
 secs() { awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $1}"; }
 read -ra list <<<"$SCENARIOS"
+# The scenarios that time reads (a verdict): the host's load moves their figures.
+MEASURING="host_cache_verdict"
 # The index of the first scenario from $1 on that this guest claims, or nothing. The
 # fleet scenario's network (an SSH port forwarded from the host) is the first guest's.
 claim_from() {
@@ -51,6 +53,13 @@ while [ -n "$i" ]; do
   to=$SCENARIO_TIMEOUT
   [ "$s" != fleet ] || to=${FLEET_TIMEOUT:-$SCENARIO_TIMEOUT}
   [[ $s != scale_* ]] || to=${SCALE_TIMEOUT:-$SCENARIO_TIMEOUT}
+  # A scenario that measures by the clock waits until the host has no Rust tests running
+  # (run.sh's RESEQ_VM_QUIET), for as long as the guest's watchdog allows.
+  if [ "$WAIT_QUIET" = 1 ] && [[ " $MEASURING " == *" $s "* ]]; then
+    w=$(date +%s)
+    until [ -e "$res/quiet" ]; do sleep 1; done
+    echo "reseq-vm: $s waited $(( $(date +%s) - w )) s for the host's tests to end" >&2
+  fi
   # timeout signals its whole process group: the scenario and what it started.
   timeout --kill-after=5 "$to" bash "$share/guest/scenarios.sh" "$s" >"$res/$s.log" 2>&1
   rc=$?
