@@ -699,5 +699,4 @@ fn wait_for_the_end(stream: &mut UnixStream, reseq: i32) {
 }
 
 #[cfg(test)]
-#[path = "serve_tests.rs"]
 mod tests;
