@@ -6,8 +6,7 @@ use std::io::IsTerminal;
 use serde::Serialize;
 
 use crate::cli::hiargs::Rewrite;
-use crate::cli::lower;
-use crate::cli::{Cli, Command, OutputArgs, RewriteArgs};
+use crate::cli::{Cli, Command, OutputArgs, RewriteArgs, lower};
 use crate::commands::{measure, restore, simulate, status};
 use crate::options::sim::SimulateOptions;
 use crate::report::Report;

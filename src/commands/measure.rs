@@ -1,8 +1,7 @@
 //! `reseq bench`, `reseq scan` and `reseq estimate`: a target read, into a report.
 
 use crate::measure::readbench::{ReadParams, Target, resolve_params};
-use crate::measure::scan;
-use crate::measure::{bench, byfile};
+use crate::measure::{bench, byfile, scan};
 use crate::options::bench::{BenchCommand, EstimateOptions, ReadOptions, ScanOptions};
 use crate::report::Report;
 use crate::support::error::Result;

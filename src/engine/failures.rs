@@ -2,10 +2,9 @@
 //! permit, and the chunk's original bytes kept in a rescue copy before anything else
 //! can lose them.
 
-use super::rescue;
 use super::stages::Chunk;
 use super::writer::{Pipes, Tally};
-use super::{Engine, WRITE_ATTEMPTS};
+use super::{Engine, WRITE_ATTEMPTS, rescue};
 use crate::engine::guard::WindowGuard;
 use crate::support::error::{Error, LeftState, Result};
 

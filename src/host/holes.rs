@@ -29,8 +29,7 @@ use std::sync::Mutex;
 
 use nix::unistd::Whence;
 
-use crate::engine::Planner;
-use crate::engine::{intersect, push_merged};
+use crate::engine::{Planner, intersect, push_merged};
 use crate::host::aliases::loop_of;
 use crate::host::device::{BlockDeviceInfo, Sysfs};
 use crate::host::devnum::dev_num;

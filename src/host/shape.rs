@@ -16,12 +16,11 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::engine::guard::WindowGuard;
-use crate::host::aliases;
 use crate::host::backing_watch::BackingWatch;
 use crate::host::device::Sysfs;
-use crate::host::mounts;
 use crate::host::window_checks::WindowCheck;
 use crate::host::written::{self, Counters, Reading};
+use crate::host::{aliases, mounts};
 use crate::support::error::{Error, Result};
 
 /// What the target looks like: "what" -> its value, each a line a person can read.

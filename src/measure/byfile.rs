@@ -19,8 +19,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::measure::bench::{EmulatedDrive, HostPressure, LATE_SHARE, Watch};
-use crate::measure::noise::{Place, ROUNDS, Sureness};
-use crate::measure::noise::{fastest_quarter, median, stopped};
+use crate::measure::noise::{Place, ROUNDS, Sureness, fastest_quarter, median, stopped};
 use crate::measure::readbench::{CacheCheck, Source, Target, cache_check, read_span};
 use crate::options::bench::FileSort;
 use crate::support::error::{Error, Result};

@@ -19,13 +19,12 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::measure::bench::{EmulatedDrive, HostPressure, Watch};
-use crate::measure::noise::median;
+use crate::measure::noise::{self, Place, ROUNDS, Sureness, median};
 
 use crate::measure::byfile::{
     BANDS, Found, SMALL_FILE_BLOCKS, Timed, check_cache, find, rates_by, references, unreliable,
 };
 use crate::measure::estimate::{Sample, own_or_around, read_place, sample_around};
-use crate::measure::noise::{self, Place, ROUNDS, Sureness};
 use crate::measure::readbench::{CacheCheck, Source, Target, read_span};
 use crate::measure::verdict::MIN_EFFECT;
 use crate::support::error::Result;

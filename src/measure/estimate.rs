@@ -10,11 +10,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::measure::bench::{HostPressure, Watch};
-use crate::measure::noise::median;
+use crate::measure::noise::{self, Place, Sureness, median};
 
 use crate::measure::scan::Region;
 
-use crate::measure::noise::{self, Place, Sureness};
 use crate::measure::readbench::{CacheCheck, Target, read_span};
 use crate::measure::verdict::MIN_EFFECT;
 use crate::support::error::{Error, Result};

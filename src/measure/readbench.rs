@@ -11,8 +11,7 @@
 //! its virtual clock instead (`sim:STATE` targets).
 
 use std::os::fd::AsFd;
-use std::os::unix::fs::FileTypeExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -12,8 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::measure::bench::{BenchResult, Pass};
-use crate::measure::bench::{LATE_SHARE, PRESSURE_CHANGE};
+use crate::measure::bench::{BenchResult, LATE_SHARE, PRESSURE_CHANGE, Pass};
 use crate::measure::noise::median;
 
 /// What a verdict says. In JSON the words are snake_case (`no_measurable_change`), as

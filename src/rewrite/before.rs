@@ -9,12 +9,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::measure::bench::{self, BenchResult};
 use crate::measure::passes as measure;
-use crate::measure::readbench::Target;
+use crate::measure::readbench::{Ranges, Target};
 use crate::measure::verdict;
 use crate::report::Report;
 use crate::support::signals::StopFlag;
 
-use crate::measure::readbench::Ranges;
 use crate::measure::scan::ScanResult;
 use crate::options::bench::BenchOptions;
 use crate::support::error::{Error, Result};
