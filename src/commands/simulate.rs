@@ -6,7 +6,7 @@
 //! the same steps can be run one at a time (create, write, fragment, read, rewrite).
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -99,12 +99,8 @@ pub(crate) fn engine_rewrite(
         start_offset: start,
         verify,
         read_ahead: 2,
-        pause: Duration::ZERO,
-        journal_on_frozen_fs: false,
         max_overruns: 1,
-        rate_bytes_per_second: None,
-        rescue: None,
-        trial: None,
+        ..EngineConfig::default()
     };
     let mut progress = Progress::new(end - start, 0, quiet);
     let (stats, result) =

@@ -64,7 +64,7 @@ use window::WindowOutcome;
 use writer::WindowFlow;
 
 /// What to rewrite and how.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct EngineConfig {
     /// Bytes per chunk; a multiple of the target's offset alignment.
     pub(crate) chunk_size: u64,
@@ -573,12 +573,8 @@ mod tests {
             start_offset: 0,
             verify: true,
             read_ahead: 2,
-            pause: Duration::ZERO,
-            journal_on_frozen_fs: false,
             max_overruns: 1,
-            rate_bytes_per_second: None,
-            rescue: None,
-            trial: None,
+            ..EngineConfig::default()
         };
         assert_eq!(cfg.chunks_of(&[(50, 230), (900, 200)], 100), vec![(50, 100), (150, 100), (250, 30), (900, 100)]);
     }

@@ -272,11 +272,7 @@ fn run(script: Script, fail_writes_at: Option<u64>, differ_at: Option<u64>, max_
         start_offset: 0,
         verify: true,
         read_ahead: DEPTH.get(),
-        pause: Duration::ZERO,
-        journal_on_frozen_fs: false,
         max_overruns,
-        rate_bytes_per_second: None,
-        rescue: None,
         trial: TRIAL.get().then(|| Trial {
             shapes: vec![
                 Shape { chunk_size: CHUNK, read_ahead: DEPTH.get() },
@@ -284,6 +280,7 @@ fn run(script: Script, fail_writes_at: Option<u64>, differ_at: Option<u64>, max_
             ],
             stretch_bytes: 3 * CHUNK,
         }),
+        ..EngineConfig::default()
     };
     let mut journal = Journal::create(&path, run_record(&cfg)).unwrap();
     let mut guard = Scripted { log: log.clone(), script, permits: 0, windows: 0, frozen: false, announced: None };

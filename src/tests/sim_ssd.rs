@@ -42,12 +42,8 @@ fn reseq_engine(ftl: Ftl, noise_interval_us: f64, chunk_size: u64) -> (Ftl, f64)
         start_offset: 0,
         verify: true,
         read_ahead: 2,
-        pause: std::time::Duration::ZERO,
-        journal_on_frozen_fs: false,
         max_overruns: 1,
-        rate_bytes_per_second: None,
-        rescue: None,
-        trial: None,
+        ..EngineConfig::default()
     };
     let (stats, result) = engine::run(
         &dev,

@@ -623,12 +623,8 @@ mod tests {
             start_offset: 0,
             verify: true,
             read_ahead: 2,
-            pause: Duration::ZERO,
-            journal_on_frozen_fs: false,
             max_overruns: 3,
-            rate_bytes_per_second: None,
-            rescue: None,
-            trial: None,
+            ..EngineConfig::default()
         };
         let o = RewriteOptions::default();
         let all = [(0, 16u64 << 30)];
