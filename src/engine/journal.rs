@@ -477,10 +477,8 @@ impl Journal {
         if let Some(what) = repair(path)? {
             log::warn!("{what}");
         }
-        let file = OpenOptions::new()
-            .append(true)
-            .open(path)
-            .map_err(|e| Error::io(format!("opening journal {}", path.display()), e))?;
+        let file = OpenOptions::new().append(true).open(path);
+        let file = file.map_err(|e| Error::io(format!("opening journal {}", path.display()), e))?;
         Ok(Journal {
             file: Some(file),
             path: path.to_path_buf(),

@@ -140,13 +140,8 @@ pub(crate) fn lock_device(dir: &Path, name: &str, shown: &str) -> Result<DeviceL
 }
 
 fn try_lock(path: &Path, shown: &str) -> Result<Flock<File>> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| Error::refused(format!("cannot create the lock {}: {e}", path.display()), HINT))?;
+    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path);
+    let file = file.map_err(|e| Error::refused(format!("cannot create the lock {}: {e}", path.display()), HINT))?;
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
             let _ = lock.set_len(0);

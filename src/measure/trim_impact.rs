@@ -96,11 +96,8 @@ struct Scratch {
 impl Scratch {
     fn create(&mut self, name: &str) -> Result<File> {
         let path = self.dir.join(name);
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| Error::io(format!("creating the scratch file {}", path.display()), e))?;
+        let f = std::fs::OpenOptions::new().write(true).create_new(true).open(&path);
+        let f = f.map_err(|e| Error::io(format!("creating the scratch file {}", path.display()), e))?;
         self.paths.push(path);
         Ok(f)
     }

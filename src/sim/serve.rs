@@ -410,13 +410,8 @@ fn check_mount_dir(dir: &Path) -> Result<()> {
 /// Opens (creating if missing) the data file of a drive of `len` bytes and locks it, so
 /// that one drive is served once.
 fn open_data(path: &Path, len: u64) -> Result<File> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| Error::input(format!("opening the drive's data file {}", path.display()), e))?;
+    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path);
+    let f = f.map_err(|e| Error::input(format!("opening the drive's data file {}", path.display()), e))?;
     nix::fcntl::Flock::lock(
         f.try_clone().map_err(|e| Error::io("dup", e))?,
         nix::fcntl::FlockArg::LockExclusiveNonblock,
