@@ -298,14 +298,12 @@ pub(crate) fn check_device(
 ) -> Result<()> {
     for (path, h) in list_for(dirs, identity) {
         let now = range_hash(target, h.offset, h.len)?.to_hex().to_string();
+        let (end, shown) = (h.offset + h.len, path.display());
         if mounted && now != h.blake3 && h.left_blake3.as_ref().is_some_and(|l| *l != now) {
             log::warn!(
-                "device bytes {}..{} changed since a failed write left them ({}): the mounted filesystem wrote there since, so the rescue copy {} is older than that data and is not needed to go on; check the filesystem (fsck -n) and drop the copy with `reseq restore --forget {}`",
+                "device bytes {}..{end} changed since a failed write left them ({}): the mounted filesystem wrote there since, so the rescue copy {shown} is older than that data and is not needed to go on; check the filesystem (fsck -n) and drop the copy with `reseq restore --forget {shown}`",
                 h.offset,
-                h.offset + h.len,
-                h.created_at,
-                path.display(),
-                path.display()
+                h.created_at
             );
             continue;
         }
@@ -315,13 +313,8 @@ pub(crate) fn check_device(
         }
         return Err(Error::refused(
             format!(
-                "device bytes {}..{} of {} are not the data reseq read there before a failed write ({}, {}): their original bytes are in the rescue copy {}. Going on would take what is there now for the data",
-                h.offset,
-                h.offset + h.len,
-                h.device_path,
-                h.reason,
-                h.created_at,
-                path.display()
+                "device bytes {}..{end} of {} are not the data reseq read there before a failed write ({}, {}): their original bytes are in the rescue copy {shown}. Going on would take what is there now for the data",
+                h.offset, h.device_path, h.reason, h.created_at
             ),
             format!(
                 "once the device works, run `{}` (it checks that nothing else wrote there since); `reseq restore --forget` drops the copy if you restored the data another way",
@@ -450,15 +443,12 @@ pub(crate) fn check_torn_notes(device_path: &Path, target: &dyn crate::engine::t
             dropped_as_restored(&path, note.offset, note.len)?;
             continue;
         }
+        let end = note.offset + note.len;
+        let found = if note.intact == Some(false) { "found torn" } else { "unreadable" };
         return Err(Error::refused(
             format!(
-                "device bytes {}..{} of {} were {} when the guardian killed reseq mid-write ({}; the write stalled past the freeze bound, often a failing device), and they still are not the data reseq read there (blake3 {}). No copy of those bytes was kept: reseq died before the write returned",
-                note.offset,
-                note.offset + note.len,
-                note.device_path,
-                if note.intact == Some(false) { "found torn" } else { "unreadable" },
-                note.created_at,
-                note.blake3
+                "device bytes {}..{end} of {} were {found} when the guardian killed reseq mid-write ({}; the write stalled past the freeze bound, often a failing device), and they still are not the data reseq read there (blake3 {}). No copy of those bytes was kept: reseq died before the write returned",
+                note.offset, note.device_path, note.created_at, note.blake3
             ),
             format!(
                 "check the device (dmesg, smartctl) and restore what lives in that range from a backup (for a file: filefrag -v, or debugfs icheck, tells which); then remove {} and run again",

@@ -315,16 +315,11 @@ impl TrimReport {
     }
 
     pub(crate) fn text(&self) -> String {
+        let (bytes, rate) = (human_bytes(self.bytes_trimmed), human_rate(self.bytes_per_second));
+        let stopped = self.stopped_by.as_ref().map(|s| format!("; STOPPED by {s}")).unwrap_or_default();
         let mut s = format!(
-            "  trim: {} discarded in {} slice(s) over {:.1} s ({}), busy {:.2} s, slowest slice {:.3} s; pace {}{}\n",
-            human_bytes(self.bytes_trimmed),
-            self.slices,
-            self.seconds,
-            human_rate(self.bytes_per_second),
-            self.busy_seconds,
-            self.slowest_slice_seconds,
-            self.pace,
-            self.stopped_by.as_ref().map(|s| format!("; STOPPED by {s}")).unwrap_or_default()
+            "  trim: {bytes} discarded in {} slice(s) over {:.1} s ({rate}), busy {:.2} s, slowest slice {:.3} s; pace {}{stopped}\n",
+            self.slices, self.seconds, self.busy_seconds, self.slowest_slice_seconds, self.pace
         );
         s += &self.failures();
         if let Some(p) = &self.probe {

@@ -481,12 +481,10 @@ pub(crate) fn unreliable(cache: Option<&CacheCheck>, emulated: Option<&EmulatedD
         return Some(c.finding.clone());
     }
     if let Some(e) = emulated.filter(|e| e.late_share > LATE_SHARE) {
+        let late = e.late_share * 100.0;
         return Some(format!(
-            "the emulated drive (reseq sim serve) answered {} of {} requests late, by {:.0} % of the reads' time: this host did not keep up with its time scale {}",
-            e.late_replies,
-            e.replies,
-            e.late_share * 100.0,
-            e.time_scale
+            "the emulated drive (reseq sim serve) answered {} of {} requests late, by {late:.0} % of the reads' time: this host did not keep up with its time scale {}",
+            e.late_replies, e.replies, e.time_scale
         ));
     }
     // The host's load only slows a read, and a slow read is read again (the faster

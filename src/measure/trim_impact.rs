@@ -52,13 +52,10 @@ pub(crate) struct TrimImpact {
 
 impl TrimImpact {
     pub(crate) fn text(&self) -> String {
+        let written = human_bytes(self.scratch_bytes);
         let mut s = format!(
-            "  trim impact on {} ({}, device {}): {} written in {:.1} s, deleted and trimmed\n",
-            self.mount_point,
-            self.fs_type,
-            self.device,
-            human_bytes(self.scratch_bytes),
-            self.write_seconds
+            "  trim impact on {} ({}, device {}): {written} written in {:.1} s, deleted and trimmed\n",
+            self.mount_point, self.fs_type, self.device, self.write_seconds
         );
         s += &self.trim.text();
         let probe = self.trim.probe.as_ref();

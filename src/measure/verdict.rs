@@ -272,13 +272,10 @@ pub(crate) fn verdict_of(before: &BenchResult, after: &BenchResult) -> Verdict {
     // late replies decide there, not the host's pressure.
     if let (Some(a), Some(b)) = (&before.emulated, &after.emulated) {
         if let Some(e) = [a, b].into_iter().find(|e| e.late_share > LATE_SHARE) {
+            let late = e.late_share * 100.0;
             let rule = format!(
-                "the emulated drive (reseq sim serve) answered {} of {} requests late, by {:.0} % of the passes' time in sum: this host did not keep up with its time scale {}, so the device's speed cannot be compared (medians x{:.2}): run it on a quieter host, or serve the drive slower (`reseq sim serve --time-scale` larger; the demo serves its own at a fixed scale)",
-                e.late_replies,
-                e.replies,
-                e.late_share * 100.0,
-                e.time_scale,
-                v.speedup
+                "the emulated drive (reseq sim serve) answered {} of {} requests late, by {late:.0} % of the passes' time in sum: this host did not keep up with its time scale {}, so the device's speed cannot be compared (medians x{:.2}): run it on a quieter host, or serve the drive slower (`reseq sim serve --time-scale` larger; the demo serves its own at a fixed scale)",
+                e.late_replies, e.replies, e.time_scale, v.speedup
             );
             return Verdict { verdict: Finding::Unreliable, rule, ..v };
         }

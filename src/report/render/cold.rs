@@ -25,16 +25,8 @@ pub(crate) fn file_scan_text(sc: &FileScan) -> String {
     );
     let _ = writeln!(s, "    {:<12} {:>7} {:>11} {:>18} {:>6}", "age", "files", "bytes", "median throughput", "slow");
     for b in &sc.bands {
-        let med = b.median_bytes_per_second.map_or("-".into(), human_rate);
-        let _ = writeln!(
-            s,
-            "    {:<12} {:>7} {:>11} {:>18} {:>6}",
-            b.band,
-            b.files,
-            human_bytes(b.bytes),
-            med,
-            b.slow_files
-        );
+        let (med, bytes) = (b.median_bytes_per_second.map_or("-".into(), human_rate), human_bytes(b.bytes));
+        let _ = writeln!(s, "    {:<12} {:>7} {bytes:>11} {med:>18} {:>6}", b.band, b.files, b.slow_files);
     }
     let _ = writeln!(
         s,
@@ -138,18 +130,12 @@ pub(crate) fn cold_estimate_text(e: &ColdEstimate, verbose: bool) -> String {
         "age", "files", "bytes", "samples", "median throughput", "now", "refreshed"
     );
     for b in e.bands.iter().filter(|b| verbose || b.files > 0) {
-        let med = b.median_bytes_per_second.map_or("-".into(), human_rate);
+        let (med, bytes) = (b.median_bytes_per_second.map_or("-".into(), human_rate), human_bytes(b.bytes));
+        let slow = if b.slow { "  SLOW" } else { "" };
         let _ = writeln!(
             s,
-            "    {:<12} {:>7} {:>11} {:>8} {:>18} {:>8.1}s {:>10.1}s{}",
-            b.band,
-            b.files,
-            human_bytes(b.bytes),
-            b.samples,
-            med,
-            b.seconds_now,
-            b.seconds_refreshed,
-            if b.slow { "  SLOW" } else { "" }
+            "    {:<12} {:>7} {bytes:>11} {:>8} {med:>18} {:>8.1}s {:>10.1}s{slow}",
+            b.band, b.files, b.samples, b.seconds_now, b.seconds_refreshed
         );
     }
     match verbose {

@@ -99,14 +99,10 @@ fn trim_rows(r: &Report) -> Vec<(&'static str, String)> {
 
 /// One line about a sliced trim, for the Markdown and HTML tables.
 fn trim_summary(t: &TrimReport) -> String {
+    let (bytes, rate) = (human_bytes(t.bytes_trimmed), human_rate(t.bytes_per_second));
     let mut s = format!(
-        "{} discarded in {} slice(s), {:.1} s ({}), slowest slice {:.3} s, pace {}",
-        human_bytes(t.bytes_trimmed),
-        t.slices,
-        t.seconds,
-        human_rate(t.bytes_per_second),
-        t.slowest_slice_seconds,
-        t.pace
+        "{bytes} discarded in {} slice(s), {:.1} s ({rate}), slowest slice {:.3} s, pace {}",
+        t.slices, t.seconds, t.slowest_slice_seconds, t.pace
     );
     if let Some(sig) = &t.stopped_by {
         s += &format!(", stopped by {sig}");

@@ -358,15 +358,10 @@ fn file_line(f: &FileReport) -> String {
     if not_reached(f) {
         return format!("  {}: {}, not reached (the run stopped before it)", f.path, human_bytes(f.size_bytes));
     }
+    let (done, size, extents) = (human_bytes(f.bytes_rewritten), human_bytes(f.size_bytes), f.extents.unwrap_or(0));
     let line = format!(
-        "  {}: {} of {}, {} extent(s), {} window(s), longest freeze {:.3} s, verification {}",
-        f.path,
-        human_bytes(f.bytes_rewritten),
-        human_bytes(f.size_bytes),
-        f.extents.unwrap_or(0),
-        f.windows,
-        f.longest_freeze_seconds,
-        f.verification
+        "  {}: {done} of {size}, {extents} extent(s), {} window(s), longest freeze {:.3} s, verification {}",
+        f.path, f.windows, f.longest_freeze_seconds, f.verification
     );
     let bytes = |n: u64, what: &str| (n > 0).then(|| format!(", {} {what}", human_bytes(n)));
     let notes = [
@@ -435,12 +430,10 @@ fn bench_notes(b: &BenchResult, verbose: bool, always: bool) -> String {
         format!("    cache check: {}{finding}\n", if c.cache_suspected { "UNRELIABLE, " } else { "" })
     });
     let emulated = b.emulated.as_ref().map(|e| {
+        let late = e.late_share * 100.0;
         format!(
-            "    emulated drive (reseq sim serve, time x{}): {} of {} replies late, by {:.1} % of the passes' time\n",
-            e.time_scale,
-            e.late_replies,
-            e.replies,
-            e.late_share * 100.0
+            "    emulated drive (reseq sim serve, time x{}): {} of {} replies late, by {late:.1} % of the passes' time\n",
+            e.time_scale, e.late_replies, e.replies
         )
     });
     cache.unwrap_or_default() + &emulated.unwrap_or_default()
@@ -468,15 +461,9 @@ fn scan_text(label: &str, sc: &ScanResult, verbose: bool) -> String {
     for r in shown.iter().take(listed) {
         let bar = "#".repeat(((r.bytes_per_second / max) * 40.0).round() as usize);
         let at = r.device_ranges.first().map_or(r.offset_bytes, |d| d[0]);
-        let row = format!(
-            "    {:>4} {:>14} {:>10} {:>12}/s {:<40}{}",
-            r.index,
-            at,
-            human_bytes(r.length_bytes),
-            human_bytes(r.bytes_per_second as u64),
-            bar,
-            if r.slow { " SLOW" } else { "" }
-        );
+        let (len, rate) = (human_bytes(r.length_bytes), human_bytes(r.bytes_per_second as u64));
+        let slow = if r.slow { " SLOW" } else { "" };
+        let row = format!("    {:>4} {at:>14} {len:>10} {rate:>12}/s {bar:<40}{slow}", r.index);
         let _ = writeln!(s, "{}", row.trim_end());
     }
     if shown.len() > listed {

@@ -179,14 +179,10 @@ impl Mirrors {
                 Ok(()) => "differs from",
                 Err(_) => "could not be read to compare with",
             };
+            let here = at + off as u64;
             let note = format!(
-                "btrfs logical {}+{}: the copy on devid {} at {} {finding} the copy on devid {} at {} (reseq wrote each copy back as it was)",
-                p.logical,
-                p.len,
-                p.devid,
-                p.physical,
-                self.devid,
-                at + off as u64
+                "btrfs logical {}+{}: the copy on devid {} at {} {finding} the copy on devid {} at {here} (reseq wrote each copy back as it was)",
+                p.logical, p.len, p.devid, p.physical, self.devid
             );
             log::warn!("{note}");
             lock(&self.findings).push(note);

@@ -353,15 +353,10 @@ fn describe_probe(p: &PlanProbe, chunk_size: u64) -> String {
         }
         l => format!("{:.2} ms + its bytes at {}", l * 1e3, human_rate(p.bytes_per_second.min(1e13))),
     };
+    let (each, bytes) = (human_bytes(chunk_size), human_bytes(p.bytes));
     format!(
-        "probe: {} of the run's {} chunks on {} read as the run reads them (O_DIRECT at their device offsets, up to {} each, one at a time at real-time priority as the run's writer, spread over the data, each once), {} in {:.2} s (cap {:.1} s): a read takes {fit}",
-        p.reads,
-        p.chunks_in_plan,
-        p.device,
-        human_bytes(chunk_size),
-        human_bytes(p.bytes),
-        p.seconds,
-        p.time_cap_seconds,
+        "probe: {} of the run's {} chunks on {} read as the run reads them (O_DIRECT at their device offsets, up to {each} each, one at a time at real-time priority as the run's writer, spread over the data, each once), {bytes} in {:.2} s (cap {:.1} s): a read takes {fit}",
+        p.reads, p.chunks_in_plan, p.device, p.seconds, p.time_cap_seconds,
     )
 }
 
