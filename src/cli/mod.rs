@@ -55,32 +55,29 @@ fn pause_length(v: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A size of `min` bytes to `max`; outside, an error that says it `must be {rule}`.
+fn size_within(v: &str, min: u64, max: Size, rule: &str) -> Result<Size, String> {
+    let s: Size = v.parse()?;
+    if s.bytes() < min || s > max {
+        return Err(format!("must be {rule}, not {v}"));
+    }
+    Ok(s)
+}
+
 /// `rewrite --chunk-size`: at least a sector, at most 1 GiB (buffers are several chunks),
 /// in device and file mode alike; the device's alignment is checked once it is open.
 fn chunk_size(v: &str) -> Result<Size, String> {
-    let s: Size = v.parse()?;
-    if s.bytes() == 0 || s > crate::options::rewrite::MAX_CHUNK_SIZE {
-        return Err(format!("must be between 1 sector and 1 GiB, not {v}"));
-    }
-    Ok(s)
+    size_within(v, 1, crate::options::rewrite::MAX_CHUNK_SIZE, "between 1 sector and 1 GiB")
 }
 
 /// `estimate --sample`: something to read (a 0 would predict from nothing).
 fn sample_size(v: &str) -> Result<Size, String> {
-    let s: Size = v.parse()?;
-    if s.bytes() == 0 {
-        return Err(format!("must be more than 0, not {v}"));
-    }
-    Ok(s)
+    size_within(v, 1, Size(u64::MAX), "more than 0")
 }
 
 /// `bench --trim-size`: at least one trim slice's alignment.
 fn trim_size(v: &str) -> Result<Size, String> {
-    let s: Size = v.parse()?;
-    if s.bytes() < crate::host::trim::SLICE_ALIGN {
-        return Err(format!("must be at least 1M, not {v}"));
-    }
-    Ok(s)
+    size_within(v, crate::host::trim::SLICE_ALIGN, Size(u64::MAX), "at least 1M")
 }
 
 /// A fraction in (0, 1], e.g. 0.7.
