@@ -14,14 +14,13 @@ const LISTED: usize = 20;
 
 /// The bands first, so that a slowdown with age shows at a glance, then the files.
 pub(crate) fn file_scan_text(sc: &FileScan) -> String {
+    let (bytes, block, small) =
+        (human_bytes(sc.bytes_total), human_bytes(sc.block_size_bytes), human_bytes(sc.small_file_bytes));
     let mut s = format!(
-        "  scan by file: {} file(s), {} under {}, read once each ({} blocks, QD{}); files under {} timed together per age band\n",
+        "  scan by file: {} file(s), {bytes} under {}, read once each ({block} blocks, QD{}); files under {small} timed together per age band\n",
         sc.files.len(),
-        human_bytes(sc.bytes_total),
         sc.target,
-        human_bytes(sc.block_size_bytes),
-        sc.queue_depth,
-        human_bytes(sc.small_file_bytes)
+        sc.queue_depth
     );
     let _ = writeln!(s, "    {:<12} {:>7} {:>11} {:>18} {:>6}", "age", "files", "bytes", "median throughput", "slow");
     for b in &sc.bands {
@@ -63,16 +62,9 @@ fn file_list(sc: &FileScan) -> String {
     let mut s = format!("  {title} (by {}):\n", sc.sorted_by);
     let _ = writeln!(s, "    {:>12} {:>10} {:>8} {:>12}  path", "age", "size", "extents", "throughput");
     for f in listed.iter().take(LISTED) {
-        let _ = writeln!(
-            s,
-            "    {:>12} {:>10} {:>8} {:>12}  {}{}",
-            human_age(f.age_seconds),
-            human_bytes(f.size_bytes),
-            f.extents,
-            human_rate(f.bytes_per_second),
-            f.path,
-            if f.timed_alone { "" } else { " (small: its band's group)" }
-        );
+        let (age, size, rate) = (human_age(f.age_seconds), human_bytes(f.size_bytes), human_rate(f.bytes_per_second));
+        let alone = if f.timed_alone { "" } else { " (small: its band's group)" };
+        let _ = writeln!(s, "    {age:>12} {size:>10} {:>8} {rate:>12}  {}{alone}", f.extents, f.path);
     }
     if listed.len() > LISTED {
         let _ = writeln!(s, "    ... and {} more (--json lists every file)", listed.len() - LISTED);
@@ -98,28 +90,25 @@ fn file_scan_row(sc: &FileScan) -> String {
         .filter(|b| b.files > 0)
         .map(|b| format!("{}: {}", b.band, b.median_bytes_per_second.map_or("-".into(), human_rate)))
         .collect();
+    let (bands, reference, slow) =
+        (bands.join(", "), human_rate(sc.reference_bytes_per_second), human_bytes(sc.slow_bytes));
+    let unreliable = sc.unreliable_because.as_ref().map(|w| format!("; UNRELIABLE: {w}")).unwrap_or_default();
     format!(
-        "{} files; {}; reference {} ({}); {} slow ({}){}",
+        "{} files; {bands}; reference {reference} ({}); {} slow ({slow}){unreliable}",
         sc.files.len(),
-        bands.join(", "),
-        human_rate(sc.reference_bytes_per_second),
         sc.reference,
-        sc.slow_files,
-        human_bytes(sc.slow_bytes),
-        sc.unreliable_because.as_ref().map(|w| format!("; UNRELIABLE: {w}")).unwrap_or_default()
+        sc.slow_files
     )
 }
 
 /// `reseq estimate DIR`: the prediction in words, then the bands that have files (each
 /// band, the sampling's rule, what the reference is and the cache check with `-v`).
 pub(crate) fn cold_estimate_text(e: &ColdEstimate, verbose: bool) -> String {
+    let advice = if verbose { e.advice.clone() } else { cut(&e.advice) };
+    let (bytes, sampled) = (human_bytes(e.bytes), human_bytes(e.sample_bytes));
     let mut s = format!(
-        "  {}\n  estimate by file age: {} file(s), {} under {}; {} sampled\n",
-        if verbose { e.advice.clone() } else { cut(&e.advice) },
-        e.files,
-        human_bytes(e.bytes),
-        e.target,
-        human_bytes(e.sample_bytes)
+        "  {advice}\n  estimate by file age: {} file(s), {bytes} under {}; {sampled} sampled\n",
+        e.files, e.target
     );
     if verbose {
         s += "    each sample read three times (the fastest counts; the reference at its slowest)\n";

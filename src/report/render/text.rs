@@ -241,15 +241,13 @@ fn measurements(r: &Report) -> String {
     let mut s = String::new();
     if let Some(sel) = &r.selection {
         let all = sel.bytes_chosen + sel.bytes_left_alone;
+        let (chosen, all_bytes) = (human_bytes(sel.bytes_chosen), human_bytes(all));
+        let (share, threshold) = (sel.bytes_chosen as f64 * 100.0 / all.max(1) as f64, sel.threshold * 100.0);
         s += &format!(
-            "  selection ({}): {} slow region(s), {} of {} ({:.0} % of a full rewrite); {} region(s) left alone, reading at least {:.0} % of the fastest\n",
+            "  selection ({}): {} slow region(s), {chosen} of {all_bytes} ({share:.0} % of a full rewrite); {} region(s) left alone, reading at least {threshold:.0} % of the fastest\n",
             sel.source,
             sel.chosen.len(),
-            human_bytes(sel.bytes_chosen),
-            human_bytes(all),
-            sel.bytes_chosen as f64 * 100.0 / all.max(1) as f64,
-            sel.regions_left_alone,
-            sel.threshold * 100.0
+            sel.regions_left_alone
         );
     }
     if let Some(sel) = &r.file_selection {
@@ -398,13 +396,13 @@ fn bench_line(label: &str, b: &BenchResult, verbose: bool, cache: bool) -> Strin
         })
         .collect();
     let each = verbose.then(|| format!("    passes: {}\n", passes.join(", ")));
+    let (median, range) =
+        (human_rate(b.median_bytes_per_second), rate_range(b.min_bytes_per_second, b.max_bytes_per_second));
+    let virtual_time = if b.virtual_time { " (virtual time)" } else { "" };
+    let block = human_bytes(b.params.block_size_bytes);
     let head = format!(
-        "  {label}: median {} ({}{}, {} passes of {}, QD{})",
-        human_rate(b.median_bytes_per_second),
-        rate_range(b.min_bytes_per_second, b.max_bytes_per_second),
-        if b.virtual_time { " (virtual time)" } else { "" },
+        "  {label}: median {median} ({range}{virtual_time}, {} passes of {block}, QD{})",
         b.passes.len(),
-        human_bytes(b.params.block_size_bytes),
         b.params.queue_depth,
     );
     // What was read on the same line when it fits, else under it.
@@ -478,14 +476,13 @@ fn scan_text(label: &str, sc: &ScanResult, verbose: bool) -> String {
 /// The advice first, then the figures; what the reference is, and the caveat about short
 /// samples, with `-v`.
 fn estimate_text(e: &Estimate, verbose: bool) -> String {
+    // The verdict and its figures; the reasons behind -v.
+    let advice = if verbose { e.advice.clone() } else { cut(&e.advice) };
+    let (median, reference) = (human_rate(e.median_bytes_per_second), human_rate(e.reference_bytes_per_second));
+    let virtual_time = if e.virtual_time { " (virtual time)" } else { "" };
+    let sampled = human_bytes(e.sample_bytes);
     let mut s = format!(
-        "  {}\n  estimate: median {}, reference {}{} ({} in {} places, each read {} times)\n",
-        // The verdict and its figures; the reasons behind -v.
-        if verbose { e.advice.clone() } else { cut(&e.advice) },
-        human_rate(e.median_bytes_per_second),
-        human_rate(e.reference_bytes_per_second),
-        if e.virtual_time { " (virtual time)" } else { "" },
-        human_bytes(e.sample_bytes),
+        "  {advice}\n  estimate: median {median}, reference {reference}{virtual_time} ({sampled} in {} places, each read {} times)\n",
         e.regions.len(),
         e.sureness.readings_per_place,
     );
