@@ -177,15 +177,9 @@ fn rerender(path: &std::path::Path, format: Format, verbose: u8) -> Result<()> {
     // A report that is not there or not readable is bad input (exit 2): not an I/O
     // failure of a run, nor a refusal of something unsafe.
     let text = std::fs::read_to_string(path).map_err(|e| {
-        crate::support::error::Error::Usage(format!(
-            "reading the report {}: {e}{}",
-            path.display(),
-            if e.kind() == std::io::ErrorKind::PermissionDenied {
-                " (run as root, or fix its permissions)"
-            } else {
-                ""
-            }
-        ))
+        let denied = e.kind() == std::io::ErrorKind::PermissionDenied;
+        let hint = if denied { " (run as root, or fix its permissions)" } else { "" };
+        crate::support::error::Error::Usage(format!("reading the report {}: {e}{hint}", path.display()))
     })?;
     let mut report: Report = serde_json::from_str(&text)
         .map_err(|e| crate::support::error::Error::Usage(format!("{} is not a reseq report: {e}", path.display())))?;

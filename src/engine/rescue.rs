@@ -328,13 +328,8 @@ pub(crate) fn check_device(
 /// What to tell about the device's first rescue copy, if there is one.
 pub(crate) fn pending(dirs: &[PathBuf], identity: &DeviceIdentity) -> Option<String> {
     let (path, h) = list_for(dirs, identity).into_iter().next()?;
-    Some(format!(
-        "device bytes {}..{} ({}) have a rescue copy; `{}` puts it back",
-        h.offset,
-        h.offset + h.len,
-        h.reason,
-        restore_command(&path)
-    ))
+    let (end, command) = (h.offset + h.len, restore_command(&path));
+    Some(format!("device bytes {}..{end} ({}) have a rescue copy; `{command}` puts it back", h.offset, h.reason))
 }
 
 /// Whether the device holds bytes with this blake3 at `offset`.

@@ -250,18 +250,12 @@ impl ProbeComparison {
     pub(crate) fn text(&self) -> String {
         let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.2} ms", v * 1e3));
         let x = |v: Option<f64>| v.map_or("-".into(), |v| format!("x{v:.2}"));
+        let (b, d) = (&self.before, &self.during);
+        let (b50, b99, d50, d99) = (ms(b.p50_seconds), ms(b.p99_seconds), ms(d.p50_seconds), ms(d.p99_seconds));
+        let (block, x50, x99) = (human_bytes(self.block_size_bytes), x(self.p50_ratio), x(self.p99_ratio));
         format!(
-            "    read latency ({} reads of {}): before p50 {} p99 {} ({} reads), during the trim p50 {} p99 {} ({} reads): p50 {}, p99 {}\n",
-            human_bytes(self.block_size_bytes),
-            self.target,
-            ms(self.before.p50_seconds),
-            ms(self.before.p99_seconds),
-            self.before.reads,
-            ms(self.during.p50_seconds),
-            ms(self.during.p99_seconds),
-            self.during.reads,
-            x(self.p50_ratio),
-            x(self.p99_ratio)
+            "    read latency ({block} reads of {}): before p50 {b50} p99 {b99} ({} reads), during the trim p50 {d50} p99 {d99} ({} reads): p50 {x50}, p99 {x99}\n",
+            self.target, b.reads, d.reads
         )
     }
 }

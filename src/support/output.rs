@@ -223,15 +223,11 @@ impl Progress {
             let secs = self.started.elapsed().as_secs_f64();
             let rate = self.done.saturating_sub(self.already) as f64 / secs.max(1e-9);
             let eta = if rate > 0.0 { self.total.saturating_sub(self.done) as f64 / rate } else { f64::NAN };
-            log::info!(
-                "progress: {} of {} ({:.1}%){}, {}, ETA {:.0} s",
-                crate::support::units::human_bytes(self.done),
-                crate::support::units::human_bytes(self.total),
-                100.0 * self.done as f64 / self.total.max(1) as f64,
-                if self.msg.is_empty() { String::new() } else { format!(", {}", self.msg) },
-                crate::support::units::human_rate(rate),
-                eta
-            );
+            use crate::support::units::{human_bytes, human_rate};
+            let (done, total, rate) = (human_bytes(self.done), human_bytes(self.total), human_rate(rate));
+            let share = 100.0 * self.done as f64 / self.total.max(1) as f64;
+            let msg = if self.msg.is_empty() { String::new() } else { format!(", {}", self.msg) };
+            log::info!("progress: {done} of {total} ({share:.1}%){msg}, {rate}, ETA {eta:.0} s");
         }
     }
 

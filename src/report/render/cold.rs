@@ -27,16 +27,13 @@ pub(crate) fn file_scan_text(sc: &FileScan) -> String {
         let (med, bytes) = (b.median_bytes_per_second.map_or("-".into(), human_rate), human_bytes(b.bytes));
         let _ = writeln!(s, "    {:<12} {:>7} {bytes:>11} {med:>18} {:>6}", b.band, b.files, b.slow_files);
     }
+    let reference = human_rate(sc.reference_bytes_per_second);
+    let (bar, slow) = (human_rate(sc.threshold * sc.reference_bytes_per_second), human_bytes(sc.slow_bytes));
+    let (threshold, share) = (sc.threshold * 100.0, sc.slow_bytes as f64 * 100.0 / sc.bytes_total.max(1) as f64);
     let _ = writeln!(
         s,
-        "  reference: {} ({}); slow below {:.0} % of it, {}: {} file(s), {} ({:.0} % of the bytes)",
-        human_rate(sc.reference_bytes_per_second),
-        sc.reference,
-        sc.threshold * 100.0,
-        human_rate(sc.threshold * sc.reference_bytes_per_second),
-        sc.slow_files,
-        human_bytes(sc.slow_bytes),
-        sc.slow_bytes as f64 * 100.0 / sc.bytes_total.max(1) as f64
+        "  reference: {reference} ({}); slow below {threshold:.0} % of it, {bar}: {} file(s), {slow} ({share:.0} % of the bytes)",
+        sc.reference, sc.slow_files
     );
     if let (Some(g), Some(words)) = (sc.small_files_reference_bytes_per_second, &sc.small_files_reference) {
         let _ = writeln!(s, "  small files, timed per band, are compared with {words}: {}", human_rate(g));

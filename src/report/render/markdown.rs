@@ -49,18 +49,10 @@ fn measurement_rows(r: &Report) -> Vec<Row> {
     let mut rows = Vec::new();
     for (k, b) in [("read", &r.bench), ("read before", &r.bench_before), ("read after", &r.bench_after)] {
         if let Some(b) = b {
-            rows.push((
-                k,
-                format!(
-                    "median {} (min {}, max {}; {} passes, {} at QD{})",
-                    human_rate(b.median_bytes_per_second),
-                    human_rate(b.min_bytes_per_second),
-                    human_rate(b.max_bytes_per_second),
-                    b.passes.len(),
-                    human_bytes(b.params.block_size_bytes),
-                    b.params.queue_depth
-                ),
-            ));
+            let (median, block) = (human_rate(b.median_bytes_per_second), human_bytes(b.params.block_size_bytes));
+            let (min, max) = (human_rate(b.min_bytes_per_second), human_rate(b.max_bytes_per_second));
+            let (passes, qd) = (b.passes.len(), b.params.queue_depth);
+            rows.push((k, format!("median {median} (min {min}, max {max}; {passes} passes, {block} at QD{qd})")));
         }
     }
     if let Some(v) = &r.verdict {

@@ -114,13 +114,9 @@ fn trim_summary(t: &TrimReport) -> String {
         );
     } else if let Some(p) = &t.probe {
         let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.2} ms", v * 1e3));
-        s += &format!(
-            "; read latency p50/p99 before {}/{}, during {}/{}",
-            ms(p.before.p50_seconds),
-            ms(p.before.p99_seconds),
-            ms(p.during.p50_seconds),
-            ms(p.during.p99_seconds)
-        );
+        let (b, d) = (&p.before, &p.during);
+        let (b50, b99, d50, d99) = (ms(b.p50_seconds), ms(b.p99_seconds), ms(d.p50_seconds), ms(d.p99_seconds));
+        s += &format!("; read latency p50/p99 before {b50}/{b99}, during {d50}/{d99}");
     }
     s
 }

@@ -118,13 +118,9 @@ fn dry_run_summary(r: &Report, plan: &str) -> String {
 
 /// The dry run's answer: how long frozen, in how many windows, how long in all.
 fn headline(p: &Prediction) -> String {
-    format!(
-        "dry run: about {} frozen in {} window(s), the longest {}; about {} in all\n",
-        human_seconds(p.frozen_seconds.expected),
-        p.windows.expected,
-        human_seconds(p.longest_freeze_seconds),
-        human_seconds(p.duration_seconds.expected)
-    )
+    let (frozen, windows) = (human_seconds(p.frozen_seconds.expected), p.windows.expected);
+    let (longest, all) = (human_seconds(p.longest_freeze_seconds), human_seconds(p.duration_seconds.expected));
+    format!("dry run: about {frozen} frozen in {windows} window(s), the longest {longest}; about {all} in all\n")
 }
 
 /// The prediction's figures without their ranges (`-v` and the JSON have those).
@@ -146,18 +142,14 @@ pub(crate) fn prediction(p: &Prediction) -> String {
         n => format!(" ({} again, read ahead by a window that stopped short of it)", human_bytes(n)),
     };
     let (w, f, d) = (&p.windows, &p.frozen_seconds, &p.duration_seconds);
+    let (read, written, window_range) =
+        (human_bytes(p.bytes_read), human_bytes(p.bytes_written), range(w.low.to_string(), w.high.to_string()));
+    let (frozen, frozen_range) = (human_seconds(f.expected), range(human_seconds(f.low), human_seconds(f.high)));
+    let (whole, whole_range) = (human_seconds(d.expected), range(human_seconds(d.low), human_seconds(d.high)));
+    let longest = human_seconds(p.longest_freeze_seconds);
     let mut s = format!(
-        "  prediction: {} read{again}, {} {verb} in {} chunk(s); about {} window(s){}, {} frozen in all{}, the longest {}; the whole run about {}{}\n",
-        human_bytes(p.bytes_read),
-        human_bytes(p.bytes_written),
-        p.chunks,
-        w.expected,
-        range(w.low.to_string(), w.high.to_string()),
-        human_seconds(f.expected),
-        range(human_seconds(f.low), human_seconds(f.high)),
-        human_seconds(p.longest_freeze_seconds),
-        human_seconds(d.expected),
-        range(human_seconds(d.low), human_seconds(d.high)),
+        "  prediction: {read} read{again}, {written} {verb} in {} chunk(s); about {} window(s){window_range}, {frozen} frozen in all{frozen_range}, the longest {longest}; the whole run about {whole}{whole_range}\n",
+        p.chunks, w.expected,
     );
     for b in &p.basis {
         s += &format!("  prediction rests on {b}\n");
@@ -181,13 +173,11 @@ fn plan(r: &Report) -> String {
     let mut s = String::new();
     let (Some(d), Some(p)) = (r.device.as_ref(), r.plan.as_ref()) else { return s };
     s += &format!("reseq {}: {} ({}, {})\n", r.command, d.path, d.identity.dev, human_bytes(d.identity.size_bytes));
+    let (chunk, memory) = (human_bytes(p.chunk_size_bytes), human_bytes(p.memory_bytes));
+    let verify = if p.verify { "on" } else { "off" };
     s += &format!(
-        "  chunks: {} x {}, verify {}, read-ahead {}, memory {}\n",
-        p.chunks_total,
-        human_bytes(p.chunk_size_bytes),
-        if p.verify { "on" } else { "off" },
-        p.read_ahead_chunks,
-        human_bytes(p.memory_bytes)
+        "  chunks: {} x {chunk}, verify {verify}, read-ahead {}, memory {memory}\n",
+        p.chunks_total, p.read_ahead_chunks
     );
     if p.filesystems_frozen.is_empty() {
         s += "  freeze: none (no filesystem mounted; device held exclusively)\n";
@@ -218,14 +208,9 @@ fn rewrote(r: &Report, x: &EngineStats) -> String {
     // The rewrite's own time: a benchmark before and after is not part of its rate.
     let secs = if x.rewrite_seconds > 0.0 { x.rewrite_seconds } else { r.duration_seconds };
     let rate = x.bytes_written as f64 / secs.max(1e-9);
-    format!(
-        "  rewrote {} in {:.1} s ({}), read {}, verified {}\n",
-        human_bytes(x.bytes_written),
-        secs,
-        human_rate(rate),
-        human_bytes(x.bytes_read),
-        human_bytes(x.bytes_verified)
-    )
+    let (written, rate) = (human_bytes(x.bytes_written), human_rate(rate));
+    let (read, verified) = (human_bytes(x.bytes_read), human_bytes(x.bytes_verified));
+    format!("  rewrote {written} in {secs:.1} s ({rate}), read {read}, verified {verified}\n")
 }
 
 /// The stall applications saw.

@@ -150,13 +150,11 @@ fn summary(o: &RewriteOptions, scan: Option<FileScan>, files: (usize, usize), by
         .as_ref()
         .map(|s| format!("; reference {} ({})", human_rate(s.reference_bytes_per_second), s.reference))
         .unwrap_or_default();
+    let (chosen, all) = (human_bytes(bytes.0), human_bytes(bytes.1));
+    let share = bytes.0 as f64 * 100.0 / bytes.1.max(1) as f64;
     let rule = format!(
-        "selection ({how}{reference}): {} of {} file(s), {} of {} ({:.0} % of a full rewrite)",
-        files.0,
-        files.1,
-        human_bytes(bytes.0),
-        human_bytes(bytes.1),
-        bytes.0 as f64 * 100.0 / bytes.1.max(1) as f64
+        "selection ({how}{reference}): {} of {} file(s), {chosen} of {all} ({share:.0} % of a full rewrite)",
+        files.0, files.1
     );
     FileSelection {
         rule,
