@@ -148,13 +148,11 @@ fn refuse_if_changed(target: &dyn BlockTarget, h: &RescueHeader, force: bool) ->
     if h.left_blake3.as_deref() == Some(now.as_str()) {
         return Ok(());
     }
+    let (end, left) = (h.offset + h.len, h.left_blake3.as_deref().unwrap_or("an unreadable range"));
     Err(Error::refused(
         format!(
-            "device bytes {}..{} of {} changed since reseq stopped (blake3 now {now}, reseq left {}): something else wrote there, and restoring would overwrite it",
-            h.offset,
-            h.offset + h.len,
-            h.device_path,
-            h.left_blake3.as_deref().unwrap_or("an unreadable range")
+            "device bytes {}..{end} of {} changed since reseq stopped (blake3 now {now}, reseq left {left}): something else wrote there, and restoring would overwrite it",
+            h.offset, h.device_path
         ),
         "find out what wrote there (the filesystem's own check, the application's); restore with --force if the copy is still what belongs there, or drop it with --forget",
     ))

@@ -186,13 +186,9 @@ impl Experiment {
         );
         s += &format!("  {:<52} {:>8} {:>12} {:>9}\n", "step", "read", "throughput", "slowdown");
         for st in &self.steps {
-            s += &format!(
-                "  {:<52} {:>6.2} s {:>10}/s {:>8}\n",
-                st.label,
-                st.read_seconds,
-                human_bytes(st.read_bytes_per_second as u64),
-                format!("x{:.2}", st.slowdown_vs_fresh)
-            );
+            let (rate, slowdown) =
+                (human_bytes(st.read_bytes_per_second as u64), format!("x{:.2}", st.slowdown_vs_fresh));
+            s += &format!("  {:<52} {:>6.2} s {rate:>10}/s {slowdown:>8}\n", st.label, st.read_seconds);
         }
         s += &format!(
             "\n  the rewrite wrote {} in {:.1} s of virtual time; simulation took {:.2} s of wall time\n",

@@ -112,19 +112,14 @@ pub struct Damage {
 
 impl Damage {
     pub(crate) fn describe(&self, path: &Path) -> String {
+        let (path, line, byte) = (path.display(), self.line, self.byte_offset);
         if self.last {
             format!(
-                "the last line of {} (line {}, byte {}) is incomplete or damaged (an append cut short): ignored",
-                path.display(),
-                self.line,
-                self.byte_offset
+                "the last line of {path} (line {line}, byte {byte}) is incomplete or damaged (an append cut short): ignored"
             )
         } else {
             format!(
-                "line {} (byte {}) of {} is damaged (its checksum does not match, or its chunk goes backwards): the records from there on are not trusted, and the chunks they finished are done again",
-                self.line,
-                self.byte_offset,
-                path.display()
+                "line {line} (byte {byte}) of {path} is damaged (its checksum does not match, or its chunk goes backwards): the records from there on are not trusted, and the chunks they finished are done again"
             )
         }
     }

@@ -300,10 +300,6 @@ pub(super) fn differing_sectors(data: &[u8], back: &[u8], offset: u64) -> String
     }
     let total: u64 = ranges.iter().map(|r| r.1 - r.0).sum();
     let shown: Vec<String> = ranges.iter().take(8).map(|(a, b)| format!("{a}..{b}")).collect();
-    format!(
-        "{total} bytes differ in {} range(s) (device bytes {}{})",
-        ranges.len(),
-        shown.join(", "),
-        if ranges.len() > 8 { ", ..." } else { "" }
-    )
+    let (shown, more) = (shown.join(", "), if ranges.len() > 8 { ", ..." } else { "" });
+    format!("{total} bytes differ in {} range(s) (device bytes {shown}{more})", ranges.len())
 }

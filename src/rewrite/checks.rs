@@ -82,12 +82,9 @@ pub(crate) fn finishes(
     if least <= LONGEST_RUN.as_secs_f64() {
         return Ok(None);
     }
-    let reason = format!(
-        "at --rate {} the {} to rewrite take at least {}, more than a year",
-        crate::support::units::human_rate(rate as f64),
-        human_bytes(bytes),
-        crate::support::units::human_seconds(least)
-    );
+    let (rate, least) = (crate::support::units::human_rate(rate as f64), crate::support::units::human_seconds(least));
+    let reason =
+        format!("at --rate {rate} the {} to rewrite take at least {least}, more than a year", human_bytes(bytes));
     let hint = "--rate counts bytes per second (--rate 100M is 100 MiB a second); --force runs it anyway";
     match (force, dry_run) {
         (true, _) => Ok(Some(format!("{reason}: going on (--force)"))),
@@ -296,13 +293,9 @@ pub(crate) fn freezable_in_device_mode(
         let fd = crate::host::freeze::open_mount_point(&fs.mount_point)?;
         let layout = crate::host::btrfs::Layout::read(fd.as_fd())?;
         if let Some(why) = layout.chunks.iter().find_map(|c| c.profile().refused()) {
+            let (device, mount) = (dev.path.display(), fs.mount_point.display());
             return Err(Error::refused(
-                format!(
-                    "{} holds btrfs, mounted at {} (from {}), with chunks in {why}",
-                    dev.path.display(),
-                    fs.mount_point.display(),
-                    fs.source
-                ),
+                format!("{device} holds btrfs, mounted at {mount} (from {}), with chunks in {why}", fs.source),
                 "unmount it and run reseq again (an unmounted device is rewritten whole), or let btrfs rewrite its own data: btrfs balance start --full-balance MOUNTPOINT",
             ));
         }

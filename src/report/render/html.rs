@@ -73,11 +73,10 @@ fn summary(r: &Report) -> String {
 /// The verdict as measured, with the rule that decided it.
 fn verdict_detail(r: &Report) -> String {
     let Some(v) = &r.verdict else { return String::new() };
+    let (verdict, rule) = (esc(&v.verdict.to_string()), esc(&v.rule));
     let mut s = format!(
-        "<p class=\"verdict\">Verdict: <b>{}</b> — median read throughput ×{:.2} ({})</p>",
-        esc(&v.verdict.to_string()),
-        v.speedup,
-        esc(&v.rule)
+        "<p class=\"verdict\">Verdict: <b>{verdict}</b> — median read throughput ×{:.2} ({rule})</p>",
+        v.speedup
     );
     if !v.criteria.is_empty() {
         let _ = write!(s, "<p>Rule: {}</p>", esc(&v.criteria));

@@ -126,12 +126,8 @@ fn headline(p: &Prediction) -> String {
 /// The prediction's figures without their ranges (`-v` and the JSON have those).
 fn short_prediction(p: &Prediction) -> String {
     let verb = if p.bytes_verified > 0 { "written and read back" } else { "written" };
-    format!(
-        "  prediction: {} {verb} in {} chunk(s), {} read",
-        human_bytes(p.bytes_written),
-        p.chunks,
-        human_bytes(p.bytes_read)
-    )
+    let (written, read) = (human_bytes(p.bytes_written), human_bytes(p.bytes_read));
+    format!("  prediction: {written} {verb} in {} chunk(s), {read} read", p.chunks)
 }
 
 /// A dry run's prediction, as its plan ends (and a saved dry run's report shows it).
@@ -281,12 +277,8 @@ const LISTED: usize = 20;
 /// A nightly job over thousands of files prints a screen, not a line per file.
 fn files_text(r: &Report, files: &[FileReport]) -> String {
     let size: u64 = files.iter().map(|f| f.size_bytes).sum();
-    let mut s = format!(
-        "reseq rewrite: {} file(s), {} in all, under {}\n",
-        files.len(),
-        human_bytes(size),
-        r.targets.join(" ")
-    );
+    let (size, targets) = (human_bytes(size), r.targets.join(" "));
+    let mut s = format!("reseq rewrite: {} file(s), {size} in all, under {targets}\n", files.len());
     s += &depth(r);
     if let Some(x) = &r.results {
         s += &rewrote(r, x);

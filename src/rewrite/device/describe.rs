@@ -48,12 +48,10 @@ fn describe_chunks(plan: &RewritePlan) -> String {
     let (e, d) = (&plan.engine, &plan.device);
     let mut s =
         format!("  range: bytes {}..{} ({})\n", e.range_start, e.range_end, human_bytes(e.range_end - e.range_start));
+    let (chunks, size) = (e.chunks_total(), human_bytes(e.chunk_size));
     s += &format!(
-        "  chunks: {} of {} (direct-I/O alignment {} B from {}), ascending, one writer\n",
-        e.chunks_total(),
-        human_bytes(e.chunk_size),
-        d.dio_offset_align,
-        d.dio_align_source
+        "  chunks: {chunks} of {size} (direct-I/O alignment {} B from {}), ascending, one writer\n",
+        d.dio_offset_align, d.dio_align_source
     );
     if let Start::Resume { done, started_at, .. } = &plan.start {
         s += &format!("  resume: {done} chunks already done by the run started {started_at}\n");
@@ -129,12 +127,10 @@ fn describe_space(plan: &RewritePlan) -> String {
     let mut s = String::new();
     let trim = plan.trim.then(|| format!(", FITRIM afterwards in slices, pace {}", plan.trim_pace.describe()));
     for (fs, start, len) in &plan.used_space {
+        let (mount, end, fitrim) = (fs.mount_point.display(), start + len, trim.as_deref().unwrap_or_default());
         s += &format!(
-            "  space: free space of {} ({}, bytes {start}..{}) is left out (GETFSMAP in each window){}\n",
-            fs.mount_point.display(),
-            fs.fs_type,
-            start + len,
-            trim.as_deref().unwrap_or_default()
+            "  space: free space of {mount} ({}, bytes {start}..{end}) is left out (GETFSMAP in each window){fitrim}\n",
+            fs.fs_type
         );
     }
     s + &holes

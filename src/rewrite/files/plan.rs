@@ -551,12 +551,8 @@ fn describe_group(files: &[&Planned], copies: u64, expected: Option<&Outcome>, d
             )
         },
     );
-    format!(
-        "    {} file(s){}, {} to rewrite{expect}\n",
-        files.len(),
-        if empty > 0 { format!(" ({empty} empty: nothing to rewrite)") } else { String::new() },
-        human_bytes(total),
-    )
+    let empties = if empty > 0 { format!(" ({empty} empty: nothing to rewrite)") } else { String::new() };
+    format!("    {} file(s){empties}, {} to rewrite{expect}\n", files.len(), human_bytes(total))
 }
 
 /// A file's extents, the bytes a run would rewrite, and its size.

@@ -110,20 +110,13 @@ fn reasons(
     }
     if o.run.only_slow {
         let (Some(sc), Some(f)) = (scan, speed) else { return Err("no written data, nothing to read".into()) };
-        let reference = reference_of(sc, f);
+        let (rate, reference) = (human_rate(f.bytes_per_second), human_rate(reference_of(sc, f)));
+        let threshold = sc.threshold * 100.0;
         if !f.slow {
-            return Err(format!(
-                "reads at {}, not below {:.0} % of {}",
-                human_rate(f.bytes_per_second),
-                sc.threshold * 100.0,
-                human_rate(reference)
-            ));
+            return Err(format!("reads at {rate}, not below {threshold:.0} % of {reference}"));
         }
         yes.push(format!(
-            "flagged slow at every reading (up to {ROUNDS}), at best {} vs reference {} ({:.0} % threshold)",
-            human_rate(f.bytes_per_second),
-            human_rate(reference),
-            sc.threshold * 100.0
+            "flagged slow at every reading (up to {ROUNDS}), at best {rate} vs reference {reference} ({threshold:.0} % threshold)"
         ));
     }
     Ok(yes.join("; "))
