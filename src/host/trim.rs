@@ -292,13 +292,9 @@ impl TrimReport {
             .probe
             .as_ref()
             .map(|p| format!("; read latency meanwhile p50 {}, p99 {}", x(p.p50_ratio), x(p.p99_ratio)));
-        let mut s = format!(
-            "  trim: {} of free space discarded in {:.1} s{}{}\n",
-            human_bytes(self.bytes_trimmed),
-            self.seconds,
-            probe.unwrap_or_default(),
-            self.stopped_by.as_ref().map(|s| format!("; STOPPED by {s}")).unwrap_or_default()
-        );
+        let (bytes, probe) = (human_bytes(self.bytes_trimmed), probe.unwrap_or_default());
+        let stopped = self.stopped_by.as_ref().map(|s| format!("; STOPPED by {s}")).unwrap_or_default();
+        let mut s = format!("  trim: {bytes} of free space discarded in {:.1} s{probe}{stopped}\n", self.seconds);
         s += &self.failures();
         s
     }

@@ -158,11 +158,10 @@ pub(crate) fn with_freed(v: Verdict, freed: u64, measured: u64) -> Verdict {
     if share <= FREED_SHARE || v.verdict == Finding::Unreliable {
         return v;
     }
+    let (freed, measured) = (crate::support::units::human_bytes(freed), crate::support::units::human_bytes(measured));
+    let percent = share * 100.0;
     let rule = format!(
-        "{} of the {} measured in use before the run were freed during it ({:.0} %) and trimmed after it: trimmed space reads fast, so the reads after are not of the same data (medians x{:.2})",
-        crate::support::units::human_bytes(freed),
-        crate::support::units::human_bytes(measured),
-        share * 100.0,
+        "{freed} of the {measured} measured in use before the run were freed during it ({percent:.0} %) and trimmed after it: trimmed space reads fast, so the reads after are not of the same data (medians x{:.2})",
         v.speedup
     );
     Verdict { verdict: Finding::Unreliable, rule, ..v }
@@ -454,12 +453,11 @@ pub(crate) fn second_look(
     why: String,
 ) -> Verdict {
     let v = verdict_of(before, &after.clone().with_passes(&extra));
+    let (passes_before, passes_first) = (before.passes.len(), after.passes.len());
+    let passes_after = passes_first + extra.len();
     let rule = format!(
-        "{} (decided on {} before-passes and {} after-passes: the first {} were too close to call, {why})",
-        v.rule,
-        before.passes.len(),
-        after.passes.len() + extra.len(),
-        after.passes.len()
+        "{} (decided on {passes_before} before-passes and {passes_after} after-passes: the first {passes_first} were too close to call, {why})",
+        v.rule
     );
     let look = CloserLook { why, first_verdict: first.verdict, first_speedup: first.speedup, passes: extra };
     Verdict { rule, closer_look: Some(look), ..v }

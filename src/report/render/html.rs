@@ -96,16 +96,8 @@ fn run_rows(r: &Report) -> Vec<Row> {
         ("outcome", format!("{} (exit {})", r.outcome_text(), r.outcome.exit_code)),
     ];
     if let Some(d) = &r.device {
-        rows.push((
-            "device",
-            format!(
-                "{} ({}, {}, serial {})",
-                d.path,
-                d.identity.dev,
-                human_bytes(d.identity.size_bytes),
-                d.identity.serial.clone().unwrap_or_else(|| "n/a".into())
-            ),
-        ));
+        let (size, serial) = (human_bytes(d.identity.size_bytes), d.identity.serial.as_deref().unwrap_or("n/a"));
+        rows.push(("device", format!("{} ({}, {size}, serial {serial})", d.path, d.identity.dev)));
     }
     rows
 }

@@ -222,12 +222,10 @@ fn space_warnings(
 ) -> Vec<String> {
     let mut warnings = Vec::new();
     if engine.range_end < dev.identity.size_bytes {
+        let (tail, device) = (dev.identity.size_bytes - engine.range_end, o.device().display());
         warnings.push(format!(
-            "the last {} bytes of {} (from offset {}) are less than one {}-byte sector, which direct I/O cannot address: they are left as they are, not rewritten",
-            dev.identity.size_bytes - engine.range_end,
-            o.device().display(),
-            engine.range_end,
-            dev.dio_offset_align
+            "the last {tail} bytes of {device} (from offset {}) are less than one {}-byte sector, which direct I/O cannot address: they are left as they are, not rewritten",
+            engine.range_end, dev.dio_offset_align
         ));
     }
     if filesystems.is_empty() {

@@ -466,12 +466,8 @@ fn done_earlier(e: &record::Earlier, path: &Path, devids: &[Option<u64>]) -> Opt
 pub(super) fn describe(plan: &FilesPlan, report: &Report, predicted: Option<&Predicted>) -> (String, String) {
     let (o, planned) = (&plan.options, &plan.planned);
     let max_freeze = o.max_freeze();
-    let mut s = format!(
-        "plan: {} file(s), windows of at most {:.3} s each; {}\n",
-        planned.len(),
-        max_freeze.as_secs_f64(),
-        crate::host::freeze::describe_bound(max_freeze),
-    );
+    let (files, bound) = (planned.len(), crate::host::freeze::describe_bound(max_freeze));
+    let mut s = format!("plan: {files} file(s), windows of at most {:.3} s each; {bound}\n", max_freeze.as_secs_f64());
     let rate = o.run.rate.map(|r| r.bytes_per_second());
     s += &crate::rewrite::frozen_share(max_freeze, o.run.pause, rate, report.prediction.as_ref());
     s += &crate::rewrite::describe_guardian(&plan.placement);
