@@ -192,12 +192,11 @@ impl Watch {
         }
     }
 
-    /// The CPU pressure since the start, where it reached [`BUSY_CPU`]. Never for an
-    /// emulated drive: its model keeps the time, and a late reply is what makes its reads
-    /// unreliable ([`LATE_SHARE`]).
-    pub(crate) fn busy(&self, target: &Target) -> Option<f64> {
-        let cpu = self.host_pressure(target).map(|p| p.cpu_some);
-        cpu.filter(|&c| c >= BUSY_CPU && self.served.is_none())
+    /// The CPU pressure of `pressure` (this watch's, the figure the report shows), where it
+    /// reached [`BUSY_CPU`]. Never for an emulated drive: its model keeps the time, and a
+    /// late reply is what makes its reads unreliable ([`LATE_SHARE`]).
+    pub(crate) fn busy(&self, pressure: Option<&HostPressure>) -> Option<f64> {
+        pressure.map(|p| p.cpu_some).filter(|&c| c >= BUSY_CPU && self.served.is_none())
     }
 
     /// The emulated drive's replies since the start, over `read_seconds` of reads.

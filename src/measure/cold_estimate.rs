@@ -119,10 +119,10 @@ pub(crate) fn estimate(
     let bytes = found.iter().map(|f| f.size).sum();
     let cannot = unreliable(cache.as_ref(), emulated.as_ref());
     // As a verdict's: an effect no larger than one sample's readings differ is no effect.
-    let busy = watch.busy(&whole);
+    let busy = watch.busy(host_pressure.as_ref());
     let needed = sureness.effect_needed(MIN_EFFECT, busy.is_some());
     let clear = speedup >= needed || cold_speedup.is_some_and(|c| c >= needed);
-    let cannot = cannot.or_else(|| ((sureness.noisy() || busy.is_some()) && !clear).then(|| sureness.words_with(busy)));
+    let cannot = cannot.or_else(|| (sureness.unsure(busy.is_some()) && !clear).then(|| sureness.words_with(busy)));
     let limits = (THRESHOLD * reference, group_ref.map(|g| THRESHOLD * g.0).unwrap_or(0.0));
     let slow_samples = timed.iter().filter(|t| t.rate() < if t.group { limits.1 } else { limits.0 }).count();
     let advice = advice(cannot, (speedup, cold_speedup), (cold_slow_bytes, bytes), (now, refreshed), slow_samples);

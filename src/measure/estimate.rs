@@ -118,7 +118,7 @@ pub(crate) fn estimate(
     all.extend(elsewhere.unwrap_or_default());
     let sureness = Sureness::of(&all);
     let host_pressure = watch.host_pressure(target);
-    let busy = watch.busy(target);
+    let busy = watch.busy(host_pressure.as_ref());
     let call = Call { cache: cache.as_ref(), virtual_time: target.is_virtual(), sureness: &sureness, busy };
     let advice = call.advice(&figures, &words);
     Ok(Estimate {
@@ -258,7 +258,7 @@ impl Call<'_> {
                 f.slow, f.places, f.slow_speedup, f.speedup
             );
         }
-        if self.sureness.noisy() || self.busy.is_some() {
+        if self.sureness.unsure(self.busy.is_some()) {
             return format!("cannot tell: {how_sure}; run it again when the host is quieter");
         }
         format!(

@@ -189,7 +189,12 @@ impl Sureness {
     /// has no FTL) that take more requests read slow at every reading, x2.13 against a
     /// spread of x1.79 once, x1.58 against x1.32 another time with the CPU 43 % busy.
     pub(crate) fn effect_needed(&self, floor: f64, busy: bool) -> f64 {
-        floor.max(self.spread * if self.noisy() || busy { NOISY } else { 1.0 })
+        floor.max(self.spread * if self.unsure(busy) { NOISY } else { 1.0 })
+    }
+
+    /// Too noisy, or too `busy`, to tell slow data from the host's load.
+    pub(crate) fn unsure(&self, busy: bool) -> bool {
+        self.noisy() || busy
     }
 
     /// The words, and the CPU pressure of a host too busy to tell.

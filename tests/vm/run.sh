@@ -42,7 +42,7 @@ else
   done
 fi
 # The fleet scenario first: the longest, and it needs the first guest's network, so a
-# second guest (RESEQ_VM_GUESTS, below) shares out the short ones beside it.
+# second guest (RESEQ_VM_GUESTS, below) shares out the short ones after it.
 if printf '%s\n' "${scenarios[@]}" | grep -qx fleet; then
   mapfile -t scenarios < <(echo fleet; printf '%s\n' "${scenarios[@]}" | grep -vx fleet)
 fi
