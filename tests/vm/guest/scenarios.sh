@@ -694,7 +694,7 @@ thawed_by_guardian() { # [oom]
   if unitlog | grep -qi 'nothing to thaw\|still runs'; then
     log "ExecStopPost= said: $(unitlog | grep -m1 -i 'nothing to thaw\|still runs' | cut -c1-160)"
   elif [ "${1:-}" = oom ] && [ "$(journalctl -k --after-cursor="$SINCE" --no-pager -o cat \
-      | grep -c 'Memory cgroup out of memory: Killed process [0-9]* (reseq)')" -ge 2 ]; then
+      | grep -cE 'Memory cgroup out of memory: Killed process [0-9]+ \(\(?reseq\)?\)')" -ge 2 ]; then
     log "ExecStopPost= (reseq thaw) was itself OOM-killed under MemoryMax=2M (2 OOM kills)"
   else
     unitlog | tail -n 20 | cut -c1-200 >&2
