@@ -97,7 +97,8 @@ fn fraction(v: &str) -> Result<f64, String> {
     long_about = "reseq rewrites a device's blocks to the same addresses, in ascending order and large \
 chunks, so that the SSD's flash translation layer lays them out in order again. Mounted filesystems \
 are frozen (FIFREEZE) in bounded windows, a guardian process thaws them whatever happens to reseq, \
-every chunk is verified with blake3 after a read-back, and a journal lets an interrupted run resume."
+every chunk is read back and compared with what was written, and a journal lets an interrupted run \
+resume."
 )]
 pub(crate) struct Cli {
     /// More detail: reasons, rules, debug log (-vv trace)
