@@ -1217,13 +1217,17 @@ fn a_refused_file_run_writes_nothing() {
     let env = TestEnv::in_memory();
     let (_lo, mnt) = env.mounted("frefused", 128 * MIB, "ext4");
     let (path, hash) = fragmented_file(&mnt.dir, 16 << 20);
-    let first = ["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "200ms", "--max-overruns", "1000"];
-    let run = Running::captured(env.reseq().args(first).arg(&path).env("RESEQ_FAULTS", "delay@after-write#*=30"));
+    // Windows of 1 s: the guardian's kill comes half a grace (500 ms) past one, not 125 ms
+    // as with 200 ms windows, which a host with every CPU busy overran once (a kill, not
+    // the SIGINT's exit 6). 100 ms a write: the run spans two windows or more, so that
+    // SIGINT stops it before its end.
+    let first = ["rewrite", "--json", "--chunk-size", "1M", "--max-freeze", "1s", "--max-overruns", "1000"];
+    let run = Running::captured(env.reseq().args(first).arg(&path).env("RESEQ_FAULTS", "delay@after-write#*=100"));
     wait_journal_done(&env.state_dir());
     run.signal(nix::sys::signal::Signal::SIGINT).unwrap();
     assert_eq!(run.wait().status.code(), Some(6), "interrupted");
     let (before, runs) = (snapshot_dir(&env.state_dir()), unfinished_runs(&env));
-    assert!(runs.to_string().contains("200ms"), "{runs}");
+    assert!(runs.to_string().contains("--max-freeze 1s"), "{runs}");
     let refused: [(&[&str], i32); 2] =
         [(&["--max-freeze", "300ms", "--rate", "10M", "--pause", "5s"], 3), (&["--resume", "--chunk-size", "2M"], 2)];
     for (args, code) in refused {
@@ -1240,7 +1244,7 @@ fn a_refused_file_run_writes_nothing() {
     unfinished_run_refused_alike(&env, &path);
     assert_eq!(unfinished_runs(&env), runs, "status shows the interrupted run");
     let out = output(env.reseq().args(["rewrite", "--resume", "--dry-run", "-v"]).arg(&path));
-    assert!(stderr(&out).contains("--max-freeze 200ms"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--max-freeze 1s"), "{}", stderr(&out));
     let r = json_ok(env.reseq().args(["rewrite", "--json", "--resume"]).arg(&path));
     assert!(r["files"][0]["resumed_from_bytes"].as_u64().unwrap() > 0, "continued where SIGINT stopped it");
     drop_caches();
