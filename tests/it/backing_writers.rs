@@ -140,7 +140,7 @@ fn a_writer_changing_its_command_line_and_fd_is_stopped() {
 #[test]
 fn an_io_uring_with_its_fds_closed_writing_the_backing_file_is_stopped() {
     // A hidden ring is refused whatever device a run targets: no other test's run beside.
-    let _alone = exclusive();
+    let _alone = exclusive_of_tests();
     if !require(&["losetup", "python3"]) {
         return;
     }

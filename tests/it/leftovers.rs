@@ -30,8 +30,8 @@ fn a_killed_runs_mounts_and_loop_devices_are_swept_by_the_next() {
     if !require(&["losetup", "mkfs.ext4", "mkfs.btrfs", "sleep"]) || !require_fuse() {
         return;
     }
-    // The dead mount breaks every mkfs.btrfs on the machine while it lasts.
-    let _one = exclusive();
+    // The dead mount breaks every mkfs.btrfs on this host while it lasts.
+    let _one = exclusive_of_tests();
     let env = TestEnv::new();
     let live = env.mounted("live.img", 64 << 20, "ext4");
 

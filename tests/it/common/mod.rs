@@ -62,11 +62,22 @@ pub fn swap_lock() -> std::sync::MutexGuard<'static, ()> {
 pub struct Exclusive(#[allow(dead_code)] Option<RwLockWriteGuard<'static, ()>>, Instant, Vec<PausedVm>);
 
 pub fn exclusive() -> Exclusive {
+    alone(true)
+}
+
+/// The same, for a test that only disturbs or is disturbed by the other Rust tests (it
+/// breaks a tool on this host, or refuses any run on it): the VM's guests go on, with a
+/// kernel of their own.
+pub fn exclusive_of_tests() -> Exclusive {
+    alone(false)
+}
+
+fn alone(pause_vms: bool) -> Exclusive {
     // A shared hold of this thread's own would deadlock the write lock: give it up first.
     HELD.with(|h| h.borrow_mut().take());
     let g = MACHINE.write().unwrap_or_else(|p| p.into_inner());
     HELD.with(|h| *h.borrow_mut() = Some(Held::Exclusive));
-    let vms = PausedVm::pause_all();
+    let vms = if pause_vms { PausedVm::pause_all() } else { Vec::new() };
     Exclusive(Some(g), Instant::now(), vms)
 }
 
