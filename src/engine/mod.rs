@@ -14,8 +14,8 @@
 //!
 //! ```text
 //!  reader ──raw──▶ hasher ──hashed──▶ writer (this thread) ──written──▶ verifier
-//!    ▲  O_DIRECT read   blake3          permit, O_DIRECT write           read back, blake3,
-//!    └──────────────── pool of aligned buffers ◀─────────────────────── compare ─┘
+//!    ▲  O_DIRECT read   blake3          permit, O_DIRECT write           read back, compare
+//!    └──────────────── pool of aligned buffers ◀─────────────────────── with the bytes ─┘
 //! ```
 //!
 //! Only the writer writes, one chunk at a time, in ascending order; the stages around it
