@@ -2,7 +2,7 @@
 # Runs in the guest (from reseq-vm.service, as PID 1's child): the scenarios it claims, in
 # the order given, each on wiped scratch disks (or on the setup the one before left, where
 # they share it: scenarios.sh fixture_of), under its own timeout; results go back on the
-# share. A second guest (run.sh's, booted beside the first) shares the list: each
+# share. A second guest (run.sh's, booted when the Rust tests end) shares the list: each
 # scenario runs once, in the guest that claims it first (an mkdir on the share, which the
 # host makes atomically). The unit powers the guest off when this returns, whatever
 # happened.
