@@ -733,6 +733,18 @@ fn a_refused_device_run_writes_nothing() {
     assert!(snapshot_dir(&env.state_dir()) == before, "the refused --resume changed the state directory");
     unfinished_run_refused_alike(&env, &lo.path);
     assert_eq!(unfinished_runs(&env), runs, "status shows the interrupted run");
-    json_ok(env.reseq().args(["rewrite", "--json", "--resume"]).arg(&lo.path));
+    // Then it finishes. Its 200 ms windows are the interrupted run's: on a host with every
+    // CPU busy a thaw can outlast the hard bound, and the resume stops there (exit 7, every
+    // chunk written verified; seen once, two guests beside the suite), to go on again.
+    for attempt in 1..=3 {
+        let out = output(env.reseq().args(["rewrite", "--json", "--resume"]).arg(&lo.path));
+        match out.status.code() {
+            Some(0) => break,
+            Some(7) if attempt < 3 && stderr(&out).contains("beyond its bound") => {
+                eprintln!("resume {attempt} stopped at the hard bound: {}", stderr(&out))
+            }
+            code => panic!("resume {attempt}: exit {code:?}: {}", stderr(&out)),
+        }
+    }
     assert_files_intact(&files);
 }
