@@ -301,11 +301,15 @@ fn window_overrun_before_a_write_is_thawed_and_not_written() {
     assert_eq!(out.status.code(), Some(7));
     let r = json_report(&out);
     assert_eq!(r["results"]["windows_overrun"], 1);
-    assert_eq!(r["results"]["bytes_written"], 2 * MIB, "only the two chunks before the stall");
+    // Only the two chunks before the stall: 1 MiB each, or less where a loaded host made
+    // the engine halve its chunks to fit the window (seen under bench/load.sh: 1.5 MiB).
+    assert_eq!(r["results"]["chunks_written"], 2, "only the two chunks before the stall");
+    let wrote = r["results"]["bytes_written"].as_u64().unwrap();
+    assert!(wrote > 0 && wrote <= 2 * MIB, "the two chunks before the stall were {wrote} bytes");
     assert!(stderr(&out).contains("reseq guardian: freeze window overran"));
     assert!(stderr(&out).contains("overran the 500 ms deadline"));
     let host = bytes_written_to(&lo.path) - before;
-    assert!(host <= 2 * MIB + 256 * 1024, "the device saw {host} bytes written; reseq wrote 2 MiB");
+    assert!(host <= wrote + 256 * 1024, "the device saw {host} bytes written; reseq wrote {wrote}");
     assert_files_intact(&files);
     assert_eq!(journal_done(&env.state_dir(), &lo), 2);
 }
