@@ -18,7 +18,7 @@
 //! and 4 slower than 2, and a rewrite at depth 4 took 1.06 times as long as at depth 2.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -188,11 +188,12 @@ const SLOWER: f64 = 0.97;
 /// The rates at each number of reads in flight: two rounds, in opposite orders, each
 /// over a stretch of chunks of its own; the better of each pair. The probe reads for at
 /// most `cap`, and at most [`RUN_SHARE`] of the time one read pass over `run_bytes`
-/// takes at the first stretch's rate: on a fast device a probe of a fixed length cost
-/// more than any depth could win (0.25-0.3 s of a 2 s run over 4 GiB in memory).
+/// takes at the rate read so far: on a fast device a probe of a fixed length cost more
+/// than any depth could win (0.25-0.3 s of a 2 s run over 4 GiB in memory). The first
+/// stretch judges its own length by its own rate as it reads: a first stretch of a fixed
+/// share of `cap` was a third of the probe on an 8 GiB memory-backed device (25 ms).
 fn measure(reader: &DirectReader, chunks: &[(u64, u64)], run_bytes: u64, cap: Duration) -> Result<Vec<DepthRate>> {
     let rounds: Vec<usize> = IN_FLIGHT.iter().chain(IN_FLIGHT.iter().rev()).copied().collect();
-    let mut slice = cap.div_f64(rounds.len() as f64);
     // Each measurement a stretch of its own, spread over the chunks.
     let per = chunks.len() / rounds.len();
     let mut out: Vec<DepthRate> =
@@ -206,14 +207,13 @@ fn measure(reader: &DirectReader, chunks: &[(u64, u64)], run_bytes: u64, cap: Du
     let deepest = IN_FLIGHT.iter().copied().max().unwrap_or(1);
     let mut bufs: Vec<AlignedBuf> =
         (0..deepest).map(|_| AlignedBuf::for_transfers(largest.max(align) as usize, reader.mem_align())).collect();
+    let slice_at = slice_at(cap, run_bytes, largest, rounds.len());
+    let mut slice = None;
     for (k, &n) in rounds.iter().enumerate() {
         let stretch = &chunks[k * per..(k + 1) * per];
-        let rate = read_side_by_side(reader, stretch, &mut bufs[..n], slice)?;
-        if k == 0 && rate > 0.0 {
-            // At least a few chunks' time, or a slice measures its threads' start.
-            let share = Duration::from_secs_f64(RUN_SHARE * run_bytes as f64 / rate).div_f64(rounds.len() as f64);
-            let few_chunks = Duration::from_secs_f64(4.0 * largest as f64 / rate);
-            slice = slice.min(share.max(few_chunks));
+        let rate = read_side_by_side(reader, stretch, &mut bufs[..n], &|rate| slice.unwrap_or_else(|| slice_at(rate)))?;
+        if slice.is_none() && rate > 0.0 {
+            slice = Some(slice_at(rate));
         }
         let m = out.iter_mut().find(|m| m.reads_in_flight == n).expect("each is tried");
         m.bytes_per_second = m.bytes_per_second.max(rate);
@@ -221,41 +221,63 @@ fn measure(reader: &DirectReader, chunks: &[(u64, u64)], run_bytes: u64, cap: Du
     Ok(out)
 }
 
+/// How long one stretch of the probe reads at `rate` (bytes a second; 0 before any
+/// read): its share of `cap` at most, of [`RUN_SHARE`] of a pass over `run_bytes` split
+/// over `rounds`, and at least a few chunks' time, or a stretch measures its threads'
+/// start.
+fn slice_at(cap: Duration, run_bytes: u64, largest: u64, rounds: usize) -> impl Fn(f64) -> Duration {
+    let most = cap.div_f64(rounds.max(1) as f64);
+    move |rate| {
+        if rate <= 0.0 {
+            return most;
+        }
+        let share = Duration::from_secs_f64(RUN_SHARE * run_bytes as f64 / rate).div_f64(rounds.max(1) as f64);
+        let few_chunks = Duration::from_secs_f64(4.0 * largest as f64 / rate);
+        most.min(share.max(few_chunks))
+    }
+}
+
 /// Reads `stretch` in order with one thread per buffer side by side (each takes the
-/// next chunk) until `slice` has passed (at least one chunk each); returns bytes a second.
+/// next chunk) until the time `slice` gives at the rate read so far has passed (at least
+/// one chunk each); returns bytes a second.
 fn read_side_by_side(
     reader: &DirectReader,
     stretch: &[(u64, u64)],
     bufs: &mut [AlignedBuf],
-    slice: Duration,
+    slice: &(dyn Fn(f64) -> Duration + Sync),
 ) -> Result<f64> {
     let align = reader.offset_align().max(1);
     let n = bufs.len();
     let next = AtomicUsize::new(0);
+    let done = AtomicU64::new(0);
     let started = Instant::now();
-    let until = started + slice;
-    let read = |buf: &mut AlignedBuf| -> Result<u64> {
-        let mut bytes = 0;
+    let read = |buf: &mut AlignedBuf| -> Result<()> {
         loop {
             let i = next.fetch_add(1, Ordering::SeqCst);
-            if i >= stretch.len() || (i >= n && Instant::now() >= until) {
-                return Ok(bytes);
+            if i >= stretch.len() || (i >= n && over(started, done.load(Ordering::SeqCst), slice)) {
+                return Ok(());
             }
             let (offset, len) = stretch[i];
             let at = offset / align * align;
             let len = ((offset + len).div_ceil(align) * align - at) as usize;
             reader.read_at(&mut buf[..len], at).map_err(|e| Error::io_at("probing the depth", at, e))?;
-            bytes += len as u64;
+            done.fetch_add(len as u64, Ordering::SeqCst);
         }
     };
-    let total = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let threads: Vec<_> = bufs.iter_mut().map(|buf| s.spawn(move || read(buf))).collect();
         threads
             .into_iter()
             .map(|t| t.join().unwrap_or_else(|_| Err(Error::Internal("a probe panicked".into()))))
-            .sum::<Result<u64>>()
+            .collect::<Result<()>>()
     })?;
-    Ok(total as f64 / started.elapsed().as_secs_f64().max(1e-9))
+    Ok(done.load(Ordering::SeqCst) as f64 / started.elapsed().as_secs_f64().max(1e-9))
+}
+
+/// Whether a stretch begun at `started` that has read `bytes` has read for its slice.
+fn over(started: Instant, bytes: u64, slice: &(dyn Fn(f64) -> Duration + Sync)) -> bool {
+    let elapsed = started.elapsed();
+    elapsed >= slice(bytes as f64 / elapsed.as_secs_f64().max(1e-9))
 }
 
 /// The run's chunks over `[start, end)` of a device, at most `max` of them from the
@@ -327,6 +349,22 @@ mod tests {
         // Flat, or one in flight the best: depth 2 either way.
         assert_eq!(chosen([100.0, 99.0, 98.0, 97.0]), (2, None));
         assert_eq!(chosen([100.0, 100.0, 100.0, 100.0]), (2, None));
+    }
+
+    #[test]
+    fn a_stretch_reads_a_share_of_a_pass_a_few_chunks_at_least_the_cap_at_most() {
+        let cap = Duration::from_millis(200);
+        let at = slice_at(cap, 8 << 30, 4 << 20, 8);
+        // Before any read: the cap's share.
+        assert_eq!(at(0.0), Duration::from_millis(25));
+        // 8 GiB at 8 GiB/s: 3 % of 1 s over 8 stretches, 3.75 ms, above 4 chunks' 2 ms.
+        let s = at((8u64 << 30) as f64).as_secs_f64();
+        assert!((s - 0.00375).abs() < 1e-6, "{s}");
+        // A fast read of a small run: 4 chunks' time.
+        let small = slice_at(cap, 64 << 20, 4 << 20, 8);
+        assert!((small((1u64 << 30) as f64).as_secs_f64() - 4.0 / 256.0).abs() < 1e-6);
+        // A slow device: the cap's share.
+        assert_eq!(at(10.0 * 1048576.0), Duration::from_millis(25));
     }
 
     #[test]
