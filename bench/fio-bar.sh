@@ -12,6 +12,8 @@
 # and prints the medians and the ratios (above 1: reseq faster than the bound):
 #   verified    (2 x read + write) / reseq         goal >= 1.0
 #   --no-verify (read + write) / reseq --no-verify goal >= 1.0
+#   rewrite     the two above against reseq's report's rewrite_seconds: the run without its
+#               start (checks, the writers' scan, the hole map, the depth probe, buffers)
 #   ceiling     (read + write) / r+w               what overlap could buy on this device
 # and, for reseq's two parts, the CPU-seconds the whole machine was busy during a run and
 # that work packed on every CPU, none idle: a floor beside the bound, where the CPU limits.
@@ -75,6 +77,10 @@ reseq_time() { # PART ARGS...: the wall time; the machine's busy CPU-seconds int
     || { cat "$WORK/last.err" >&2; exit 1; }
   t1=$(date +%s.%N)
   echo "$(busy) - $b0" | bc -l >>"$WORK/c_$part"
+  # The rewrite's own time, as its report gives it: the run without its start (device
+  # checks, the writers' scan, the hole map, the depth probe, the buffers).
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["results"]["rewrite_seconds"])' \
+    "$WORK/last.json" >>"$WORK/p_$part"
   echo "$t1 - $t0" | bc -l
 }
 
@@ -104,10 +110,12 @@ printf 'medians: fio read %.2f s (%s), write %.2f s (%s), read+write at once %.2
   "$r" "$(cat "$WORK/shape_read")" "$w" "$(cat "$WORK/shape_write")" "$rw" "$v" "$n"
 printf 'verified:    (2 x read + write) / reseq = %.2f (goal >= 1.0)\n' "$(echo "(2 * $r + $w) / $v" | bc -l)"
 printf -- '--no-verify: (read + write) / reseq     = %.2f (goal >= 1.0)\n' "$(echo "($r + $w) / $n" | bc -l)"
+printf 'rewrite:     both, its start left out   = %.2f, %.2f (as fio'"'"'s time leaves out its own)\n' \
+  "$(echo "(2 * $r + $w) / $(median <"$WORK/p_verified")" | bc -l)" "$(echo "($r + $w) / $(median <"$WORK/p_noverify")" | bc -l)"
 printf 'ceiling:     (read + write) / r+w       = %.2f (what overlapping reads and writes can buy here)\n' \
   "$(echo "($r + $w) / $rw" | bc -l)"
-# Where the CPU is the limit (the memory-backed device: the loop worker copies every byte,
-# and reseq hashes it twice), the work of a run packed on every CPU with none idle is a
+# Where the CPU is the limit (the memory-backed device: the loop worker copies every byte
+# on one thread, and reseq hashes it and compares its read-back), the work of a run packed on every CPU with none idle is a
 # floor no pipeline goes below: against the bound it says whether the goal is in reach.
 cpus=$(nproc)
 for p in verified noverify; do
