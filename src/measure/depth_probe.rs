@@ -268,8 +268,7 @@ fn read_side_by_side(
         let threads: Vec<_> = bufs.iter_mut().map(|buf| s.spawn(move || read(buf))).collect();
         threads
             .into_iter()
-            .map(|t| t.join().unwrap_or_else(|_| Err(Error::Internal("a probe panicked".into()))))
-            .collect::<Result<()>>()
+            .try_for_each(|t| t.join().unwrap_or_else(|_| Err(Error::Internal("a probe panicked".into()))))
     })?;
     Ok(done.load(Ordering::SeqCst) as f64 / started.elapsed().as_secs_f64().max(1e-9))
 }
