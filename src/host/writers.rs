@@ -202,7 +202,7 @@ fn table_holds(dir: &Path, of: &str, r: &Reach, devs: &[(u32, u32)]) -> (Vec<Hol
     // once one is refused, the others with no stat are not tried.
     let mut refused = false;
     let fds = dir.join("fd");
-    for fd in crate::sys::process::open_files(&fds) {
+    for fd in crate::sys::process::open_files(&fds).files {
         let name = &fd.name;
         let read_link = || std::fs::read_link(fds.join(name)).map(|l| l.display().to_string());
         let link = || read_link().unwrap_or_default();
@@ -310,6 +310,59 @@ pub(crate) fn find_lasting(devs: &[(u32, u32)]) -> Vec<Writer> {
     found
 }
 
+/// The processes whose open files the kernel will not show reseq: ptrace read access
+/// refused (reseq without CAP_SYS_PTRACE sees no process of another user, nor one of
+/// root's with capabilities it lacks; or a security module's policy). Their fd tables
+/// are passed over by every scan, so a writer among them is not refused.
+fn uninspected() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    // The same check guards the link of a task's `cwd` as its fds' (`open_files`).
+    let denied = |p: i32| {
+        std::fs::read_link(format!("/proc/{p}/cwd")).is_err_and(|e| e.raw_os_error() == Some(nix::libc::EACCES))
+    };
+    let ours_or_kernel = |p: i32| procs::stat(p).is_none_or(|s| s.kernel_thread || s.ppid == me);
+    procs::pids().into_iter().filter(|&p| p != me && denied(p) && !ours_or_kernel(p)).collect()
+}
+
+/// PIDs, the first few with their names: "PID 1 (systemd), PID 412 (postgres) and 9 more".
+fn some_pids(pids: &[i32]) -> String {
+    let shown: Vec<String> = pids.iter().take(3).map(|&p| format!("PID {p} ({})", procs::comm(p))).collect();
+    match pids.len() {
+        n if n > 3 => format!("{} and {} more", shown.join(", "), n - 3),
+        _ => shown.join(", "),
+    }
+}
+
+/// A warning where the writers' scans cannot look into some processes because reseq lacks
+/// CAP_SYS_PTRACE (see [`uninspected`]): a restricted unit or container, fixed by granting
+/// it. The run goes on, as before, but not as if it had looked. Where reseq has it and is
+/// still refused (a process of another user namespace, a security module), nothing here
+/// can fix that: the dry run's plan says it ([`describe_uninspected`]), not a warning.
+pub(crate) fn uninspected_warning() -> Option<String> {
+    let pids = uninspected();
+    pids.first()?;
+    log::debug!("the kernel does not let reseq see the open files of PIDs {pids:?}");
+    let ptrace = 1u64 << crate::sys::process::CAP_SYS_PTRACE;
+    if crate::host::privileges::effective_caps().is_none_or(|c| c & ptrace != 0) {
+        return None;
+    }
+    Some(format!(
+        "reseq lacks CAP_SYS_PTRACE, so the kernel does not show it the open files of {} ({}): a writer among them is not refused before the run, and only the device's written-sectors counters catch its writes, after them (exit 9). Grant it CAP_SYS_PTRACE, as the shipped unit does",
+        if pids.len() == 1 { "1 process".to_string() } else { format!("{} processes", pids.len()) },
+        some_pids(&pids),
+    ))
+}
+
+/// For the "Not seen" list of the dry run's "other writers" line: the processes whose
+/// open files the kernel does not show reseq, if any.
+pub(crate) fn describe_uninspected() -> String {
+    let pids = uninspected();
+    match pids.is_empty() {
+        true => String::new(),
+        false => format!("the open files of {}, which the kernel does not show reseq; ", some_pids(&pids)),
+    }
+}
+
 /// Refuses when anything else may write `devs`; `target` names them in the message.
 pub(crate) fn refuse_other_writers(target: &Path, devs: &[(u32, u32)]) -> Result<()> {
     if let Some(why) = unseen_processes() {
@@ -361,6 +414,29 @@ mod tests {
             "pos:\t0\nflags:\t02\nSqMask:\t0x3\nUserFiles:\t2\n    0: /dev/loop6\n    1: /tmp/a b\nUserBufs:\t0\n";
         assert_eq!(io_uring_files(info), vec!["/dev/loop6".to_string(), "/tmp/a b".to_string()]);
         assert!(io_uring_files("pos:\t0\nUserFiles:\t0\nUserBufs:\t0\n").is_empty());
+    }
+
+    /// A task the kernel does not let us inspect is not stat'ed fd by fd: a thread of ours
+    /// turned nobody (its own credentials: the raw syscall changes one thread's) looks at
+    /// a child of root's, and is denied it whole; as root it sees its fds.
+    #[test]
+    fn a_task_we_may_not_inspect_is_denied_whole() {
+        use crate::sys::process::open_files;
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let fds = PathBuf::from(format!("/proc/{0}/task/{0}/fd", child.id()));
+        let as_root = open_files(&fds);
+        let as_nobody = std::thread::scope(|s| {
+            s.spawn(|| {
+                crate::sys::process::thread_become(65534).unwrap();
+                open_files(&fds)
+            })
+            .join()
+            .unwrap()
+        });
+        child.kill().ok();
+        child.wait().ok();
+        assert!(!as_root.denied && as_root.files.len() >= 3, "root sees sleep's stdin, stdout, stderr");
+        assert!(as_nobody.denied && as_nobody.files.is_empty(), "nobody is denied root's process whole");
     }
 
     /// A thread that unshares its file table shows as a table of its own; the others

@@ -181,3 +181,61 @@ fn a_host_of_many_processes_holds_no_chunk_and_hides_no_late_writer() {
     late_writer_stops_the_run(&env, &lo, 256 << 20, 40);
     assert_eq!(hash_path(&lo.path).unwrap(), before, "the bytes are the same");
 }
+
+/// The shipped unit's capabilities (its `CapabilityBoundingSet=`, which systemd makes
+/// reseq's), as `setpriv --bounding-set` takes them; and `less` left out.
+fn unit_caps(less: &str) -> String {
+    let unit =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/systemd/reseq@.service")).unwrap();
+    let set = unit.lines().find_map(|l| l.strip_prefix("CapabilityBoundingSet=")).expect("the unit bounds its caps");
+    let caps: Vec<String> = set
+        .split_whitespace()
+        .filter(|c| *c != less)
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    format!("--bounding-set=-all,{}", caps.join(","))
+}
+
+/// Under the shipped unit's capabilities a process holding the device for writing is
+/// refused as under a root shell: reading another process's fds takes ptrace read
+/// access, CAP_SYS_PTRACE for one of root's with more capabilities than the unit's.
+/// Without that capability the kernel shows reseq none of them: the holder goes unseen,
+/// and the run says it could not look, naming it.
+#[test]
+fn under_the_shipped_units_capabilities_a_holder_is_still_refused() {
+    if !require(&["losetup", "setpriv"]) {
+        return;
+    }
+    let env = TestEnv::new();
+    let lo = env.random_loop_device("held-unit", 16 << 20, 6);
+    let before = hash_path(&lo.path).unwrap();
+    let mut h = hold_open(&lo.path);
+    let written = bytes_written_to(&lo.path);
+    let under = |caps: String, args: &[&str]| {
+        let reseq = env.reseq();
+        let mut c = Command::new("setpriv");
+        c.args(["--inh-caps=-all", &caps, "--"]).arg(reseq.get_program()).args(args).arg(&lo.path);
+        c.envs(reseq.get_envs().filter_map(|(k, v)| v.map(|v| (k, v)))).env("RUST_LOG", "reseq::host=debug");
+        output(&mut c)
+    };
+    let out = under(unit_caps(""), &["rewrite", "--chunk-size", "1M"]);
+    let refused = (out.status.code(), stderr(&out));
+    // The control: the unit's set without CAP_SYS_PTRACE, a dry run (nothing written).
+    let out = under(unit_caps("CAP_SYS_PTRACE"), &["rewrite", "--dry-run"]);
+    let blind = (out.status.code(), stderr(&out) + &String::from_utf8_lossy(&out.stdout));
+    let _ = h.kill();
+    let _ = h.wait();
+    assert_eq!(refused.0, Some(3), "{}", refused.1);
+    assert!(refused.1.contains(&format!("PID {}", h.id())) && refused.1.contains("open for writing"), "{}", refused.1);
+    assert!(!refused.1.contains("does not let reseq see"), "the unit's reseq sees every process: {}", refused.1);
+    assert_eq!(blind.0, Some(0), "{}", blind.1);
+    let listed = blind.1.lines().find(|l| l.contains("does not let reseq see the open files of PIDs"));
+    assert!(
+        listed.is_some_and(|l| l.contains(&format!(" {},", h.id())) || l.contains(&format!(" {}]", h.id()))),
+        "{}",
+        blind.1
+    );
+    assert!(blind.1.contains("warning: reseq lacks CAP_SYS_PTRACE"), "{}", blind.1);
+    assert_eq!(bytes_written_to(&lo.path), written, "nothing may be written");
+    assert_eq!(hash_path(&lo.path).unwrap(), before);
+}

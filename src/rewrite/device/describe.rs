@@ -13,9 +13,10 @@ pub(crate) fn describe_plan(plan: &RewritePlan) -> String {
     s += &describe_chunks(plan);
     s += &describe_freeze(plan);
     s += &format!(
-        "  other writers: none (checked every file table of every process (each thread's own too), their writable mappings, io_uring registered files and io_uring rings mapped with no fd (refused: their files cannot be listed), and loop devices backed by {} or its partitions/disk: {}); checked again before windows and within them; the device's written-sectors counters are compared with reseq's own writes before every write (exit 9 if they grew more); a loop device's backing files are watched by the kernel (fanotify FAN_MODIFY on their inodes), read before every write (exit 9 on any write, naming the PID); its partitions, holders, loops and mounts are compared with the plan's at every window. Not seen: fds in flight over unix sockets until the writes show in the counters, stores through a shared mapping of a backing file made after the last scan, SCSI/NVMe passthrough, writers on another host or below the device\n",
+        "  other writers: none (checked every file table of every process the kernel shows reseq (each thread's own too), their writable mappings, io_uring registered files and io_uring rings mapped with no fd (refused: their files cannot be listed), and loop devices backed by {} or its partitions/disk: {}); checked again before windows and within them; the device's written-sectors counters are compared with reseq's own writes before every write (exit 9 if they grew more); a loop device's backing files are watched by the kernel (fanotify FAN_MODIFY on their inodes), read before every write (exit 9 on any write, naming the PID); its partitions, holders, loops and mounts are compared with the plan's at every window. Not seen: {}fds in flight over unix sockets until the writes show in the counters, stores through a shared mapping of a backing file made after the last scan, SCSI/NVMe passthrough, writers on another host or below the device\n",
         plan.device.path.display(),
-        plan.writer_devices.iter().map(|(a, b)| format!("{a}:{b}")).collect::<Vec<_>>().join(", ")
+        plan.writer_devices.iter().map(|(a, b)| format!("{a}:{b}")).collect::<Vec<_>>().join(", "),
+        crate::host::writers::describe_uninspected(),
     );
     s += &crate::host::aliases::describe(&plan.writer_devices, &crate::host::device::Sysfs::default());
     s += &describe_space(plan);
@@ -56,7 +57,10 @@ fn describe_chunks(plan: &RewritePlan) -> String {
     if let Start::Resume { done, started_at, .. } = &plan.start {
         s += &format!("  resume: {done} chunks already done by the run started {started_at}\n");
     }
-    s += &format!("  verify: {}\n", if e.verify { "read back and compare blake3 after every write" } else { "off" });
+    s += &format!(
+        "  verify: {}\n",
+        if e.verify { "read back and compare with the bytes written, after every write" } else { "off" }
+    );
     s += &match e.read_ahead {
         0 => format!(
             "  memory: {} in aligned buffers of {} (serial, --read-ahead 0: one chunk at a time{})\n",

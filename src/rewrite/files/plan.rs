@@ -90,7 +90,8 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
     let placement = crate::host::cgroup::plan_or_refuse(o.accept_cgroup_risk)?;
     report.guardian = Some(placement.describe());
     // A dry run's plan lists its warnings: logged too, each would be said twice.
-    report.warnings.extend(hot::hot_files(planned.iter().map(|p| p.path.as_path())).into_iter().inspect(|w| {
+    let hot = hot::hot_files(planned.iter().map(|p| p.path.as_path()));
+    report.warnings.extend(crate::host::writers::uninspected_warning().into_iter().chain(hot).inspect(|w| {
         if !o.dry_run {
             log::warn!("{w}");
         }
