@@ -20,7 +20,8 @@ ended first. STOP may be a cgroup's directory instead: then the cgroup is frozen
 when the window it returns for was first seen frozen (epoch seconds): a window let go
 counts for nothing, the one caught from its first sighting.
 
-`act` waits for a window to begin on DEV (seen thawed, then frozen), runs CMD at once
+`act` waits for a window to begin on DEV (seen thawed, then frozen; 3 if reseq ends
+first, thawed: a resumed job may have had one window left), runs CMD at once
 (cgroup-write writes from this process: a window of the rate-paced job lasts about
 0.4 s, about as long as starting a shell and a `cut` under TCG, and `systemctl
 set-property` took longer than that: its OOM kill landed between windows, 3 tries of 3),
@@ -116,6 +117,8 @@ def act(dev, secs, main, judge, *cmd):
             return 1
         if not d.frozen():
             thawed_once = True
+            if not alive():
+                return 3
         elif thawed_once:
             break
         time.sleep(EVERY)
