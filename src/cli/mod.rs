@@ -569,10 +569,11 @@ pub(crate) struct RewriteArgs {
     /// Faster; the pre-write hash is still journaled.
     #[arg(long, help_heading = "Overrides")]
     pub(crate) no_verify: bool,
-    /// Go on despite a rotational device, a long window or a slow --rate
+    /// Go on despite rotational disks, long windows, slow --rate or unseen PIDs
     ///
-    /// A window longer than half the hung-task timeout, or a --rate that keeps the run
-    /// from finishing within a year.
+    /// A window longer than half the hung-task timeout, a --rate that keeps the run from
+    /// finishing within a year, or processes whose open files reseq may not read for lack
+    /// of CAP_SYS_PTRACE (a writer among them would not be refused).
     #[arg(long, help_heading = "Overrides")]
     pub(crate) force: bool,
     /// Freeze even where the guardian cannot leave reseq's cgroup

@@ -310,47 +310,83 @@ pub(crate) fn find_lasting(devs: &[(u32, u32)]) -> Vec<Writer> {
     found
 }
 
-/// The processes whose open files the kernel will not show reseq: ptrace read access
-/// refused (reseq without CAP_SYS_PTRACE sees no process of another user, nor one of
-/// root's with capabilities it lacks; or a security module's policy). Their fd tables
-/// are passed over by every scan, so a writer among them is not refused.
+/// The processes whose open files and mappings the kernel will not show reseq: ptrace
+/// read access refused. Without CAP_SYS_PTRACE reseq may not read a process of another
+/// user, one of root's with capabilities it lacks, nor a non-dumpable one (sshd, anything
+/// after a setuid exec); with it, a security module's policy may still refuse, or reseq
+/// runs in a user namespace of its own. Every scan passes their fd tables over, so a
+/// writer among them is not refused. Zombies hold no files and are left out.
 fn uninspected() -> Vec<i32> {
     let me = std::process::id() as i32;
     // The same check guards the link of a task's `cwd` as its fds' (`open_files`).
     let denied = |p: i32| {
         std::fs::read_link(format!("/proc/{p}/cwd")).is_err_and(|e| e.raw_os_error() == Some(nix::libc::EACCES))
     };
-    let ours_or_kernel = |p: i32| procs::stat(p).is_none_or(|s| s.kernel_thread || s.ppid == me);
-    procs::pids().into_iter().filter(|&p| p != me && denied(p) && !ours_or_kernel(p)).collect()
+    // A stat that cannot be read is no reason to leave a process out, unless it is gone.
+    let left_out = |p: i32| match procs::stat(p) {
+        Some(s) => s.kernel_thread || s.ppid == me || (s.state == 'Z' && procs::threads(p).len() <= 1),
+        None => !std::path::Path::new(&format!("/proc/{p}")).exists(),
+    };
+    procs::pids().into_iter().filter(|&p| p != me && denied(p) && !left_out(p)).collect()
 }
 
 /// PIDs, the first few with their names: "PID 1 (systemd), PID 412 (postgres) and 9 more".
 fn some_pids(pids: &[i32]) -> String {
-    let shown: Vec<String> = pids.iter().take(3).map(|&p| format!("PID {p} ({})", procs::comm(p))).collect();
+    // A name is whatever its process set (PR_SET_NAME): no control character gets out.
+    let name = |p: i32| procs::comm(p).chars().map(|c| if c.is_control() { ' ' } else { c }).collect::<String>();
+    let shown: Vec<String> = pids.iter().take(3).map(|&p| format!("PID {p} ({})", name(p))).collect();
     match pids.len() {
         n if n > 3 => format!("{} and {} more", shown.join(", "), n - 3),
         _ => shown.join(", "),
     }
 }
 
-/// A warning where the writers' scans cannot look into some processes because reseq lacks
-/// CAP_SYS_PTRACE (see [`uninspected`]): a restricted unit or container, fixed by granting
-/// it. The run goes on, as before, but not as if it had looked. Where reseq has it and is
-/// still refused (a process of another user namespace, a security module), nothing here
-/// can fix that: the dry run's plan says it ([`describe_uninspected`]), not a warning.
-pub(crate) fn uninspected_warning() -> Option<String> {
-    let pids = uninspected();
-    pids.first()?;
-    log::debug!("the kernel does not let reseq see the open files of PIDs {pids:?}");
+/// `hidepid=` of the /proc reseq reads, where it hides the processes reseq may not
+/// inspect (2 or `invisible`, 4 or `ptraceable`): those are then not even listed.
+fn proc_hides_pids() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let line = info.lines().find(|l| l.split(' ').nth(4) == Some("/proc") && l.contains(" - proc "))?;
+    let opts = line.rsplit(' ').next()?;
+    opts.split(',')
+        .find(|o| matches!(*o, "hidepid=2" | "hidepid=invisible" | "hidepid=4" | "hidepid=ptraceable"))
+        .map(String::from)
+}
+
+/// Whether reseq may look into every process of the host: refused, unless `force`, where
+/// it lacks CAP_SYS_PTRACE and some processes are closed to it (see [`uninspected`]) or
+/// /proc hides them (`hidepid=`): a restricted unit or container, mended by granting the
+/// capability; with `force`, a warning. Where reseq has it and is still refused, nothing
+/// it can be given mends that: the dry run's plan names them ([`describe_uninspected`]).
+pub(crate) fn refuse_uninspected(force: bool) -> Result<Option<String>> {
     let ptrace = 1u64 << crate::sys::process::CAP_SYS_PTRACE;
     if crate::host::privileges::effective_caps().is_none_or(|c| c & ptrace != 0) {
-        return None;
+        return Ok(None);
     }
-    Some(format!(
-        "reseq lacks CAP_SYS_PTRACE, so the kernel does not show it the open files of {} ({}): a writer among them is not refused before the run, and only the device's written-sectors counters catch its writes, after them (exit 9). Grant it CAP_SYS_PTRACE, as the shipped unit does",
-        if pids.len() == 1 { "1 process".to_string() } else { format!("{} processes", pids.len()) },
-        some_pids(&pids),
-    ))
+    let pids = uninspected();
+    let hidden = proc_hides_pids();
+    if pids.is_empty() && hidden.is_none() {
+        return Ok(None);
+    }
+    log::debug!("the kernel does not let reseq see the open files of PIDs {pids:?}");
+    let mut parts = Vec::new();
+    if !pids.is_empty() {
+        let n = if pids.len() == 1 { "1 process".to_string() } else { format!("{} processes", pids.len()) };
+        parts.push(format!("the kernel does not show it the open files and mappings of {n} ({})", some_pids(&pids)));
+    }
+    if let Some(h) = hidden {
+        parts.push(format!("/proc is mounted {h}, so it does not even list those it may not inspect"));
+    }
+    let what = format!(
+        "reseq lacks CAP_SYS_PTRACE: {}. A writer among them is not refused, and only the device's written-sectors counters and the watch on a loop device's backing file catch its writes, after them (exit 9)",
+        parts.join("; ")
+    );
+    match force {
+        true => Ok(Some(format!("{what}. Grant it CAP_SYS_PTRACE, as the shipped unit does"))),
+        false => Err(Error::refused(
+            what,
+            "grant reseq CAP_SYS_PTRACE (the shipped unit does; in a container, add it to the capabilities), or pass --force to go on without looking into them",
+        )),
+    }
 }
 
 /// For the "Not seen" list of the dry run's "other writers" line: the processes whose
@@ -435,6 +471,9 @@ mod tests {
         });
         child.kill().ok();
         child.wait().ok();
+        // A thread's change of user made the process non-dumpable (its memory is shared):
+        // dumpable again, as before, for the tests after this one.
+        nix::sys::prctl::set_dumpable(true).unwrap();
         assert!(!as_root.denied && as_root.files.len() >= 3, "root sees sleep's stdin, stdout, stderr");
         assert!(as_nobody.denied && as_nobody.files.is_empty(), "nobody is denied root's process whole");
     }

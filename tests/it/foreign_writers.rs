@@ -199,8 +199,8 @@ fn unit_caps(less: &str) -> String {
 /// Under the shipped unit's capabilities a process holding the device for writing is
 /// refused as under a root shell: reading another process's fds takes ptrace read
 /// access, CAP_SYS_PTRACE for one of root's with more capabilities than the unit's.
-/// Without that capability the kernel shows reseq none of them: the holder goes unseen,
-/// and the run says it could not look, naming it.
+/// Without that capability the kernel shows reseq none of them, the holder among them:
+/// the run is refused for that, naming it, and with --force goes on, saying so.
 #[test]
 fn under_the_shipped_units_capabilities_a_holder_is_still_refused() {
     if !require(&["losetup", "setpriv"]) {
@@ -209,33 +209,39 @@ fn under_the_shipped_units_capabilities_a_holder_is_still_refused() {
     let env = TestEnv::new();
     let lo = env.random_loop_device("held-unit", 16 << 20, 6);
     let before = hash_path(&lo.path).unwrap();
-    let mut h = hold_open(&lo.path);
-    let written = bytes_written_to(&lo.path);
     let under = |caps: String, args: &[&str]| {
         let reseq = env.reseq();
         let mut c = Command::new("setpriv");
         c.args(["--inh-caps=-all", &caps, "--"]).arg(reseq.get_program()).args(args).arg(&lo.path);
         c.envs(reseq.get_envs().filter_map(|(k, v)| v.map(|v| (k, v)))).env("RUST_LOG", "reseq::host=debug");
-        output(&mut c)
+        let out = output(&mut c);
+        (out.status.code(), stderr(&out) + &String::from_utf8_lossy(&out.stdout))
     };
-    let out = under(unit_caps(""), &["rewrite", "--chunk-size", "1M"]);
-    let refused = (out.status.code(), stderr(&out));
-    // The control: the unit's set without CAP_SYS_PTRACE, a dry run (nothing written).
-    let out = under(unit_caps("CAP_SYS_PTRACE"), &["rewrite", "--dry-run"]);
-    let blind = (out.status.code(), stderr(&out) + &String::from_utf8_lossy(&out.stdout));
+    // Nothing held: the unit's reseq looks into every process, and says nothing of it.
+    let clear = under(unit_caps(""), &["rewrite", "--dry-run"]);
+    let mut h = hold_open(&lo.path);
+    let written = bytes_written_to(&lo.path);
+    let refused = under(unit_caps(""), &["rewrite", "--chunk-size", "1M"]);
+    // The control: the unit's set without CAP_SYS_PTRACE, then with --force (dry runs).
+    let blind = under(unit_caps("CAP_SYS_PTRACE"), &["rewrite", "--dry-run"]);
+    let forced = under(unit_caps("CAP_SYS_PTRACE"), &["rewrite", "--dry-run", "--force"]);
     let _ = h.kill();
     let _ = h.wait();
+    assert_eq!(clear.0, Some(0), "{}", clear.1);
+    assert!(!clear.1.contains("CAP_SYS_PTRACE"), "the unit's reseq sees every process: {}", clear.1);
     assert_eq!(refused.0, Some(3), "{}", refused.1);
     assert!(refused.1.contains(&format!("PID {}", h.id())) && refused.1.contains("open for writing"), "{}", refused.1);
-    assert!(!refused.1.contains("does not let reseq see"), "the unit's reseq sees every process: {}", refused.1);
-    assert_eq!(blind.0, Some(0), "{}", blind.1);
-    let listed = blind.1.lines().find(|l| l.contains("does not let reseq see the open files of PIDs"));
-    assert!(
-        listed.is_some_and(|l| l.contains(&format!(" {},", h.id())) || l.contains(&format!(" {}]", h.id()))),
-        "{}",
-        blind.1
-    );
-    assert!(blind.1.contains("warning: reseq lacks CAP_SYS_PTRACE"), "{}", blind.1);
+    // The PIDs it could not look into, as its debug line lists them: the holder's among them.
+    let listed = |text: &str| -> Vec<u32> {
+        let line = text.lines().find(|l| l.contains("does not let reseq see the open files of PIDs")).unwrap_or("");
+        let list = line.rsplit('[').next().unwrap_or("").trim_end_matches(']');
+        list.split(',').filter_map(|p| p.trim().parse().ok()).collect()
+    };
+    assert_eq!(blind.0, Some(3), "{}", blind.1);
+    assert!(blind.1.contains("reseq lacks CAP_SYS_PTRACE"), "{}", blind.1);
+    assert!(listed(&blind.1).contains(&h.id()), "{}", blind.1);
+    assert_eq!(forced.0, Some(0), "{}", forced.1);
+    assert!(forced.1.contains("warning: reseq lacks CAP_SYS_PTRACE"), "{}", forced.1);
     assert_eq!(bytes_written_to(&lo.path), written, "nothing may be written");
     assert_eq!(hash_path(&lo.path).unwrap(), before);
 }

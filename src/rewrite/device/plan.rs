@@ -138,7 +138,7 @@ fn check_device(o: &RewriteOptions, env: &Environment) -> Result<Checked> {
     checks::exclusive_if_unmounted(&dev, &filesystems, &env.mounts)?;
     checks::aligned(o.run.chunk_size, &dev)?;
     let mut warnings: Vec<String> = checks::not_rotational(&dev, o.force)?.into_iter().collect();
-    warnings.extend(crate::host::writers::uninspected_warning());
+    warnings.extend(crate::host::writers::refuse_uninspected(o.force)?);
     if !filesystems.is_empty() {
         let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
         warnings.extend(crate::host::freeze_order::swap_through(&filesystems, &swaps, &env.sysfs));

@@ -91,7 +91,7 @@ pub(super) fn plan(o: &RewriteOptions, report: &mut Report) -> Result<FilesPlan>
     report.guardian = Some(placement.describe());
     // A dry run's plan lists its warnings: logged too, each would be said twice.
     let hot = hot::hot_files(planned.iter().map(|p| p.path.as_path()));
-    report.warnings.extend(crate::host::writers::uninspected_warning().into_iter().chain(hot).inspect(|w| {
+    report.warnings.extend(crate::host::writers::refuse_uninspected(o.force)?.into_iter().chain(hot).inspect(|w| {
         if !o.dry_run {
             log::warn!("{w}");
         }
