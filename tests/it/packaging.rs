@@ -27,7 +27,7 @@ fn systemd_units_verify() {
         "the guardian leaves the unit: the default control-group kill is safe"
     );
     assert!(!service.contains("RestrictRealtime=yes"), "the guardian needs SCHED_FIFO");
-    for cap in ["CAP_SYS_ADMIN", "CAP_SYS_NICE", "CAP_IPC_LOCK", "CAP_SYS_RESOURCE"] {
+    for cap in ["CAP_SYS_ADMIN", "CAP_SYS_NICE", "CAP_IPC_LOCK", "CAP_SYS_RESOURCE", "CAP_SYS_PTRACE"] {
         assert!(service.contains(cap), "the unit's bounding set lacks {cap}");
     }
     assert!(service.contains("ExecStopPost=-/usr/bin/reseq thaw"), "a stop must thaw what a killed guardian left");
