@@ -117,6 +117,10 @@ fn check_device(
         return Err(Error::refused(format!("{} is read-only", h.device_path), "make it writable (blockdev --setrw)"));
     }
     crate::host::writers::refuse_other_writers(&dev.path, &dev.devices_sharing_bytes(sysfs))?;
+    // A recovery is not refused for what the scan cannot see, only told of it.
+    if let Some(blind) = crate::host::writers::refuse_uninspected(true)? {
+        log::warn!("{blind}");
+    }
     Ok(lock)
 }
 
